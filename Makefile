@@ -1,0 +1,57 @@
+# evt build. `make` builds build/libevt.a, build/libevt.so and build/evtc; `make test` runs every test and
+# ends with one line "N passed, N failed"; `make asan` rebuilds with ASan+UBSan into build-asan/ and runs
+# the C tests. Warnings are errors.
+CC      ?= gcc
+BUILD   ?= build
+OPT     ?= -O2
+SAN     ?=
+CBC_CFLAGS := $(shell pkg-config --cflags cbc 2>/dev/null)
+CBC_LIBS   := $(shell pkg-config --libs cbc 2>/dev/null)
+CFLAGS  = -std=c11 $(OPT) -g -fPIC -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-field-initializers \
+          -Werror=switch -D_GNU_SOURCE -Iinclude -Isrc -Ikernels $(CBC_CFLAGS) $(SAN) -MMD -MP
+LDLIBS  = $(CBC_LIBS) -lm -lpthread
+
+LIB_SRC  := $(sort $(shell find src -name '*.c' ! -path 'src/cli/*'))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/c/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+
+.PHONY: all test asan fuzz clean
+all: $(BUILD)/libevt.a $(BUILD)/libevt.so $(BUILD)/evtc $(BUILD)/unit_tests
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libevt.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libevt.so: $(LIB_OBJ)
+	$(CC) -shared $(SAN) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/evtc: $(CLI_OBJ) $(BUILD)/libevt.a
+	$(CC) $(SAN) -o $@ $(CLI_OBJ) $(BUILD)/libevt.a $(LDLIBS)
+
+$(BUILD)/unit_tests: $(TEST_OBJ) $(BUILD)/libevt.a
+	$(CC) $(SAN) -o $@ $(TEST_OBJ) $(BUILD)/libevt.a $(LDLIBS)
+
+test: all
+	@bash tests/run.sh $(BUILD)
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh build-asan --c-only
+
+# libFuzzer target for the parser (needs clang): build/fuzz_parse tests/fuzz/corpus
+fuzz:
+	@mkdir -p $(BUILD)
+	clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Isrc -Ikernels \
+	  tests/fuzz/fuzz_parse.c $(LIB_SRC) $(CBC_CFLAGS) $(CBC_LIBS) -lm -lpthread -o $(BUILD)/fuzz_parse
+
+clean:
+	rm -rf build build-asan
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -1,0 +1,117 @@
+/* evt — a compiler for deep-learning training steps (ASPLOS'24 "Epilogue Visitor Tree" and beyond).
+ *
+ * This is the one public header. A training step is a tensor graph: build it with the calls below (or
+ * parse it from the `.evt` text format), let evt add the backward (the *joint* graph), and run it on the
+ * CPU interpreter (the reference every other backend is checked against).
+ *
+ * Worked example: a linear layer with a cross-entropy loss, one SGD step.
+ *
+ *     evt_graph *g = evt_graph_new("linear");
+ *     int64_t xs[] = {32, 64}, ws[] = {64, 10}, ys[] = {32};
+ *     int x = evt_input(g, "x", EVT_F32, 2, xs);
+ *     int w = evt_param(g, "w", EVT_F32, 2, ws);
+ *     int y = evt_input(g, "y", EVT_I64, 1, ys);
+ *     int logits = evt_add_op(g, "mm", (int[]){x, w}, 2, NULL, 0);
+ *     int loss = evt_add_op(g, "cross_entropy", (int[]){logits, y}, 2, NULL, 0);
+ *     if (loss < 0) { fprintf(stderr, "%s\n", evt_graph_error(g)); ... }
+ *     evt_graph_set_loss(g, loss);
+ *     evt_graph_build_joint(g, 0);          // outputs: loss, then d loss / d w
+ *     evt_graph_print(g, stdout);           // the joint graph as text
+ *     ... evt_run(g, bindings) on the interpreter ...
+ *     evt_graph_free(g);
+ *
+ * Errors: calls that can fail return an evt_status (or -1 for a node id) and leave a message on the graph,
+ * `file:line:col: node %name (op): what went wrong`, readable with evt_graph_error().
+ */
+#ifndef EVT_H
+#define EVT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum evt_status {
+  EVT_OK = 0,
+  EVT_ERR_PARSE,        /* malformed text */
+  EVT_ERR_TYPE,         /* shape / dtype / attribute error at a node */
+  EVT_ERR_INVALID,      /* bad argument to an API call */
+  EVT_ERR_IO,           /* file could not be read or written */
+  EVT_ERR_UNSUPPORTED,  /* valid request evt cannot do (yet); the message says what */
+  EVT_ERR_INTERNAL,     /* a bug in evt */
+} evt_status;
+
+typedef enum evt_dtype { EVT_F32 = 0, EVT_F16, EVT_BF16, EVT_I64, EVT_I32, EVT_BOOL, EVT_DTYPE_COUNT } evt_dtype;
+
+#define EVT_MAX_RANK 6
+#define EVT_MAX_INPUTS 8
+
+typedef struct evt_graph evt_graph;
+
+/* ---- graphs ---------------------------------------------------------------------------------------- */
+evt_graph *evt_graph_new(const char *name);
+void evt_graph_free(evt_graph *g);
+const char *evt_graph_error(const evt_graph *g);    /* message of the last failed call, "" if none */
+int evt_graph_node_count(const evt_graph *g);
+
+/* Parse `.evt` text (filename is used in messages). Returns NULL and writes the message to *err (caller
+ * frees with free()) on failure. */
+evt_graph *evt_parse(const char *text, const char *filename, char **err);
+evt_graph *evt_parse_file(const char *path, char **err);
+evt_status evt_graph_print(const evt_graph *g, FILE *out);
+char *evt_graph_to_string(const evt_graph *g);      /* malloc'd text; free() it */
+evt_status evt_graph_verify(evt_graph *g);           /* full re-check of every node and the outputs */
+
+/* ---- building -------------------------------------------------------------------------------------- */
+/* An attribute for evt_add_op: name as in the text format; set exactly one of i / f / list (n values). */
+typedef struct evt_attr {
+  const char *name;
+  int64_t i;
+  double f;
+  int n;                    /* >0: list attribute with n values in list[]; -1: float attribute in f */
+  int64_t list[EVT_MAX_RANK];
+} evt_attr;
+#define EVT_ATTR_INT(nm, v) ((evt_attr){.name = (nm), .i = (v)})
+#define EVT_ATTR_FLOAT(nm, v) ((evt_attr){.name = (nm), .f = (v), .n = -1})
+
+/* Adds a node of op `op` (its text name, e.g. "mm"); returns its id, or -1 with a message on the graph. */
+int evt_add_op(evt_graph *g, const char *op, const int *inputs, int ninputs, const evt_attr *attrs, int nattrs);
+int evt_input(evt_graph *g, const char *name, evt_dtype dt, int rank, const int64_t *shape);
+int evt_param(evt_graph *g, const char *name, evt_dtype dt, int rank, const int64_t *shape);
+evt_status evt_graph_set_name(evt_graph *g, int node, const char *name);
+evt_status evt_graph_set_loss(evt_graph *g, int node);      /* also makes it the first output */
+evt_status evt_graph_add_output(evt_graph *g, int node);
+
+/* ---- autodiff -------------------------------------------------------------------------------------- */
+#define EVT_GRAD_INPUTS 1u  /* also differentiate w.r.t. floating-point inputs, not only params */
+/* Appends the backward of the loss to g. Outputs become: loss, then d loss / d p for every param in node
+ * order (then every floating input with EVT_GRAD_INPUTS). Gradient nodes are named "grad.<param name>". */
+evt_status evt_graph_build_joint(evt_graph *g, unsigned flags);
+
+/* ---- the CPU interpreter (reference) --------------------------------------------------------------- */
+/* A host tensor: contiguous, row-major; values of every dtype held as doubles (integers exactly). */
+typedef struct evt_tensor {
+  evt_dtype dtype;
+  int rank;
+  int64_t shape[EVT_MAX_RANK];
+  int64_t numel;
+  double *data;
+} evt_tensor;
+
+evt_status evt_tensor_alloc(evt_tensor *t, evt_dtype dt, int rank, const int64_t *shape);
+void evt_tensor_free(evt_tensor *t);
+
+#define EVT_RUN_FP64 1u      /* compute and store every float in fp64 (gradient checks): no rounding */
+/* Runs the graph. values[] has one slot per node: the caller fills the input/param slots (shape and dtype
+ * must match), the interpreter fills the rest; outputs stay, other intermediates are freed after their
+ * last use unless keep_all. Deterministic. */
+evt_status evt_interp_run(evt_graph *g, evt_tensor *values, unsigned flags, int keep_all);
+/* Fills every input/param slot from the node's init attributes with a counter-based generator. */
+evt_status evt_interp_init_inputs(evt_graph *g, evt_tensor *values, uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

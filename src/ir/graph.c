@@ -1,0 +1,278 @@
+/* The graph: an arena-owned array of nodes (a node's id is its index; inputs always have smaller ids),
+ * the output list, error messages that point at a node's origin, and the public builder calls. */
+#include "evt_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void evt_fatal(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "evt: internal error at %s:%d: ", file, line);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  abort();
+}
+
+evt_graph *evt_graph_new(const char *name) {
+  evt_graph *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  g->name = evt_arena_strdup(&g->arena, name ? name : "main");
+  g->loss = -1;
+  return g;
+}
+
+void evt_graph_free(evt_graph *g) {
+  if (!g) return;
+  free(g->nodes);
+  free(g->outputs);
+  evt_arena_free(&g->arena);
+  free(g);
+}
+
+const char *evt_graph_error(const evt_graph *g) { return g ? g->error : "no graph"; }
+int evt_graph_node_count(const evt_graph *g) { return g->nnodes; }
+
+static size_t format_origin(char *buf, size_t n, evt_origin o) {
+  if (o.file && o.line > 0) return (size_t)snprintf(buf, n, "%s:%d:%d: ", o.file, o.line, o.col);
+  if (o.label) return (size_t)snprintf(buf, n, "%s: ", o.label);
+  return 0;
+}
+
+static evt_status verrorf(evt_graph *g, const evt_node *n, evt_origin o, evt_status st, const char *fmt, va_list ap) {
+  size_t len = format_origin(g->error, sizeof g->error, o);
+  if (len >= sizeof g->error) len = sizeof g->error - 1;
+  if (n) {
+    len += (size_t)snprintf(g->error + len, sizeof g->error - len, "node %%%s (%s): ", n->name ? n->name : "?",
+                            evt_op_table[n->op].name);
+    if (len >= sizeof g->error) len = sizeof g->error - 1;
+  }
+  vsnprintf(g->error + len, sizeof g->error - len, fmt, ap);
+  return st;
+}
+
+evt_status evt_graph_errorf(evt_graph *g, int node, evt_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  const evt_node *n = node >= 0 && node < g->nnodes ? &g->nodes[node] : NULL;
+  evt_status r = verrorf(g, n, n ? n->origin : (evt_origin){0}, st, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+evt_status evt_graph_errorf_at(evt_graph *g, evt_origin origin, evt_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  evt_status r = verrorf(g, NULL, origin, st, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+void evt_type_set_contiguous(evt_type *t) {
+  int64_t s = 1;
+  for (int i = t->rank - 1; i >= 0; i--) {
+    t->stride[i] = s;
+    s *= t->shape[i];
+  }
+}
+
+int64_t evt_type_numel(const evt_type *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) n *= t->shape[i];
+  return n;
+}
+
+bool evt_type_equal(const evt_type *a, const evt_type *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->shape[i] != b->shape[i]) return false;
+  return true;
+}
+
+const char *evt_type_str(const evt_type *t, char *buf, size_t n) {
+  size_t len = (size_t)snprintf(buf, n, "%s[", evt_dtype_name(t->dtype));
+  for (int i = 0; i < t->rank && len < n; i++)
+    len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? "," : "", (long long)t->shape[i]);
+  if (len < n) snprintf(buf + len, n - len, "]");
+  return buf;
+}
+
+int evt_graph_find(const evt_graph *g, const char *name) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) return i;
+  return -1;
+}
+
+const char *evt_graph_fresh_name(evt_graph *g, const char *base) {
+  char buf[256];
+  for (;;) {
+    snprintf(buf, sizeof buf, "%s.%d", base, g->name_counter++);
+    if (evt_graph_find(g, buf) < 0) return evt_arena_strdup(&g->arena, buf);
+  }
+}
+
+int evt_graph_add_node(evt_graph *g, evt_op op, const int *inputs, int ninputs, const evt_attrs *attrs,
+                       uint64_t given, const evt_type *declared, const char *name, evt_origin origin) {
+  EVT_ASSERT((unsigned)op < EVT_OP_COUNT);
+  const evt_op_info *info = &evt_op_table[op];
+  if (g->nnodes == g->cap) {
+    int cap = g->cap ? g->cap * 2 : 64;
+    evt_node *nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
+    if (!nodes) evt_fatal(__FILE__, __LINE__, "out of memory");
+    g->nodes = nodes;
+    g->cap = cap;
+  }
+  int id = g->nnodes;
+  evt_node *n = &g->nodes[id];
+  memset(n, 0, sizeof *n);
+  n->op = op;
+  n->attr = attrs ? *attrs : evt_attrs_default;
+  n->attr_given = given & info->attrs;
+  n->origin = origin;
+  if (name && evt_graph_find(g, name) >= 0) {
+    evt_graph_errorf_at(g, origin, EVT_ERR_TYPE, "%%%s is defined twice", name);
+    return -1;
+  }
+  n->name = name ? evt_arena_strdup(&g->arena, name) : evt_graph_fresh_name(g, info->name);
+  if (ninputs < info->min_inputs || ninputs > info->max_inputs) {
+    evt_graph_errorf_at(g, origin, EVT_ERR_TYPE, "node %%%s (%s): takes %d to %d inputs, got %d", n->name,
+                        info->name, info->min_inputs, info->max_inputs, ninputs);
+    return -1;
+  }
+  for (int i = 0; i < ninputs; i++) {
+    if (inputs[i] < 0 || inputs[i] >= id) {
+      evt_graph_errorf_at(g, origin, EVT_ERR_INVALID, "node %%%s (%s): input %d is not an existing node", n->name,
+                          info->name, i);
+      return -1;
+    }
+    n->inputs[i] = inputs[i];
+  }
+  n->ninputs = ninputs;
+  if ((info->flags & EVT_OPF_TYPED) && declared) {
+    /* a typed source takes its type from the declaration */
+    n->attr.dtype = declared->dtype;
+    n->attr.shape.n = declared->rank;
+    for (int i = 0; i < declared->rank; i++) n->attr.shape.v[i] = declared->shape[i];
+  }
+  g->nnodes++; /* visible to evt_infer_node for messages; undone on error */
+  if (evt_infer_node(g, n, id) != EVT_OK) {
+    g->nnodes--;
+    return -1;
+  }
+  if (declared && !evt_type_equal(declared, &n->type)) {
+    char a[128], b[128];
+    evt_graph_errorf(g, id, EVT_ERR_TYPE, "declared type %s but the op gives %s", evt_type_str(declared, a, sizeof a),
+                     evt_type_str(&n->type, b, sizeof b));
+    g->nnodes--;
+    return -1;
+  }
+  return id;
+}
+
+/* ---- public builder -------------------------------------------------------------------------------- */
+
+static evt_status attrs_from_public(evt_graph *g, evt_op op, const evt_attr *in, int nin, evt_attrs *out,
+                                    uint64_t *given) {
+  *out = evt_attrs_default;
+  *given = 0;
+  for (int i = 0; i < nin; i++) {
+    int id = in[i].name ? evt_attr_from_name(in[i].name, strlen(in[i].name)) : -1;
+    if (id < 0 || !(evt_op_table[op].attrs & (1ull << id)))
+      return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "%s: no attribute '%s'", evt_op_table[op].name,
+                                 in[i].name ? in[i].name : "(null)");
+    const evt_attr_info *ai = &evt_attr_table[id];
+    char *field = (char *)out + ai->offset;
+    switch (ai->kind) {
+    case EVT_AK_INT:
+    case EVT_AK_ENUM: memcpy(field, &in[i].i, sizeof(int64_t)); break;
+    case EVT_AK_FLOAT: memcpy(field, &in[i].f, sizeof(double)); break;
+    case EVT_AK_LIST: {
+      evt_ilist l = {0};
+      if (in[i].n < 0 || in[i].n > EVT_MAX_RANK)
+        return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "%s: list attribute '%s' needs 0..%d values",
+                                   evt_op_table[op].name, ai->name, EVT_MAX_RANK);
+      l.n = in[i].n;
+      memcpy(l.v, in[i].list, sizeof(int64_t) * (size_t)l.n);
+      memcpy(field, &l, sizeof l);
+      break;
+    }
+    }
+    *given |= 1ull << id;
+  }
+  return EVT_OK;
+}
+
+int evt_add_op(evt_graph *g, const char *op, const int *inputs, int ninputs, const evt_attr *attrs, int nattrs) {
+  int o = op ? evt_op_from_name(op, strlen(op)) : -1;
+  if (o < 0) {
+    evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "unknown op '%s'", op ? op : "(null)");
+    return -1;
+  }
+  evt_attrs a;
+  uint64_t given;
+  if (attrs_from_public(g, (evt_op)o, attrs, nattrs, &a, &given) != EVT_OK) return -1;
+  return evt_graph_add_node(g, (evt_op)o, inputs, ninputs, &a, given, NULL, NULL, (evt_origin){0});
+}
+
+static int add_source(evt_graph *g, evt_op op, const char *name, evt_dtype dt, int rank, const int64_t *shape) {
+  if (rank < 0 || rank > EVT_MAX_RANK) {
+    evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "%s: rank %d out of range", name ? name : "?", rank);
+    return -1;
+  }
+  evt_type t = {.dtype = dt, .rank = rank};
+  for (int i = 0; i < rank; i++) t.shape[i] = shape[i];
+  return evt_graph_add_node(g, op, NULL, 0, NULL, 0, &t, name, (evt_origin){0});
+}
+
+int evt_input(evt_graph *g, const char *name, evt_dtype dt, int rank, const int64_t *shape) {
+  return add_source(g, EVT_OP_INPUT, name, dt, rank, shape);
+}
+
+int evt_param(evt_graph *g, const char *name, evt_dtype dt, int rank, const int64_t *shape) {
+  return add_source(g, EVT_OP_PARAM, name, dt, rank, shape);
+}
+
+evt_status evt_graph_set_name(evt_graph *g, int node, const char *name) {
+  if (node < 0 || node >= g->nnodes) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "no node %d", node);
+  int other = evt_graph_find(g, name);
+  if (other >= 0 && other != node) return evt_graph_errorf(g, node, EVT_ERR_INVALID, "name %%%s is taken", name);
+  g->nodes[node].name = evt_arena_strdup(&g->arena, name);
+  return EVT_OK;
+}
+
+evt_status evt_graph_add_output(evt_graph *g, int node) {
+  if (node < 0 || node >= g->nnodes) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "no node %d", node);
+  if (g->noutputs == g->outcap) {
+    int cap = g->outcap ? g->outcap * 2 : 16;
+    int *o = realloc(g->outputs, (size_t)cap * sizeof *o);
+    if (!o) evt_fatal(__FILE__, __LINE__, "out of memory");
+    g->outputs = o;
+    g->outcap = cap;
+  }
+  g->outputs[g->noutputs++] = node;
+  g->nodes[node].flags |= EVT_NODE_OUTPUT;
+  return EVT_OK;
+}
+
+evt_status evt_graph_set_loss(evt_graph *g, int node) {
+  if (node < 0 || node >= g->nnodes) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "no node %d", node);
+  const evt_node *n = &g->nodes[node];
+  if (evt_type_numel(&n->type) != 1 || !evt_dtype_is_float(n->type.dtype))
+    return evt_graph_errorf(g, node, EVT_ERR_TYPE, "the loss must be a floating-point scalar");
+  if (g->loss >= 0) g->nodes[g->loss].flags &= ~EVT_NODE_LOSS;
+  g->loss = node;
+  g->nodes[node].flags |= EVT_NODE_LOSS;
+  /* the loss is the first output */
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i] == node) {
+      memmove(g->outputs + 1, g->outputs, sizeof(int) * (size_t)i);
+      g->outputs[0] = node;
+      return EVT_OK;
+    }
+  evt_status st = evt_graph_add_output(g, node);
+  if (st != EVT_OK) return st;
+  memmove(g->outputs + 1, g->outputs, sizeof(int) * (size_t)(g->noutputs - 1));
+  g->outputs[0] = node;
+  return EVT_OK;
+}

@@ -1,0 +1,35 @@
+/* A tiny unit-test harness. In a test file under tests/c:
+ *   TEST(parse_roundtrip) { CHECK(x == 1); CHECK_NEAR(a, b, 1e-6); }
+ * Tests register themselves; build/unit_tests runs them all (or those whose name contains argv[1]) and
+ * prints "unit: N passed, N failed". A failed CHECK reports file:line and fails the test. */
+#ifndef EVT_TEST_H
+#define EVT_TEST_H
+#include "evt_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+
+typedef void (*evt_test_fn)(void);
+void evt_test_register(const char *name, evt_test_fn fn);
+void evt_test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#define TEST(name)                                                                              \
+  static void name(void);                                                                       \
+  __attribute__((constructor)) static void evt_test_reg_##name(void) { evt_test_register(#name, name); } \
+  static void name(void)
+
+#define CHECK(cond)                                                 \
+  do {                                                              \
+    if (!(cond)) evt_test_fail(__FILE__, __LINE__, "%s", #cond);   \
+  } while (0)
+#define CHECK_MSG(cond, ...)                                        \
+  do {                                                              \
+    if (!(cond)) evt_test_fail(__FILE__, __LINE__, __VA_ARGS__);    \
+  } while (0)
+#define CHECK_NEAR(a, b, tol)                                                                         \
+  do {                                                                                                \
+    double evt_a_ = (a), evt_b_ = (b);                                                                \
+    if (!(fabs(evt_a_ - evt_b_) <= (tol)))                                                            \
+      evt_test_fail(__FILE__, __LINE__, "%s = %.9g, %s = %.9g, tolerance %g", #a, evt_a_, #b, evt_b_, (double)(tol)); \
+  } while (0)
+#endif
