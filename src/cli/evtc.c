@@ -1,18 +1,48 @@
-/* evtc: the command-line tool. */
-#include "evt_impl.h"
+/* evtc: the command-line tool. Subcommands live in src/cli/cmd_*.c and register themselves (cli.h). */
+#include "cli.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+typedef struct {
+  const char *name, *usage, *help;
+  evtc_command_fn fn;
+} command;
+static command commands[64];
+static int ncommands;
+
+void evtc_register(const char *name, const char *usage, const char *help, evtc_command_fn fn) {
+  if (ncommands == EVT_ARRAY_LEN(commands)) evt_fatal(__FILE__, __LINE__, "too many commands");
+  commands[ncommands++] = (command){name, usage, help, fn};
+}
+
+int evtc_exit_code(evt_status st) {
+  return st == EVT_OK ? EVTC_EXIT_OK : st == EVT_ERR_INTERNAL ? EVTC_EXIT_INTERNAL : EVTC_EXIT_USER;
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(((const command *)a)->name, ((const command *)b)->name); }
+
 static int usage(FILE *out) {
-  fprintf(out, "usage: evtc COMMAND [ARGS]\n"
-               "commands:\n"
-               "  print FILE     parse and print the graph\n");
-  return out == stdout ? 0 : 1;
+  fprintf(out, "evt: a compiler for deep-learning training steps\n\n"
+               "usage: evtc COMMAND [ARGS]    (evtc COMMAND --help for details)\n\ncommands:\n");
+  for (int i = 0; i < ncommands; i++) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+  fprintf(out, "\nexit codes: 0 ok, 1 user error, 2 internal error\n");
+  return out == stdout ? EVTC_EXIT_OK : EVTC_EXIT_USER;
 }
 
 int main(int argc, char **argv) {
+  qsort(commands, (size_t)ncommands, sizeof commands[0], by_name);
   if (argc < 2) return usage(stderr);
-  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage(stdout);
-  fprintf(stderr, "evtc: unknown command '%s'\n", argv[1]);
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) return usage(stdout);
+  for (int i = 0; i < ncommands; i++) {
+    if (strcmp(argv[1], commands[i].name)) continue;
+    for (int a = 2; a < argc; a++)
+      if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+        printf("usage: evtc %s %s\n\n%s\n", commands[i].name, commands[i].usage, commands[i].help);
+        return EVTC_EXIT_OK;
+      }
+    return commands[i].fn(argc - 1, argv + 1);
+  }
+  fprintf(stderr, "evtc: unknown command '%s'\n\n", argv[1]);
   return usage(stderr);
 }
