@@ -762,6 +762,14 @@ static evt_status infer_op(evt_graph *g, evt_node *n, int id) {
   switch (n->op) {
   case EVT_OP_INPUT:
   case EVT_OP_PARAM:
+    CHECK_ST(set_from_attrs(g, n, id));
+    if (n->attr.init < 0 || n->attr.init >= EVT_INIT_COUNT) FAIL("bad init %lld", (long long)n->attr.init);
+    if (n->attr.init == EVT_INIT_ROWPTR && (!is_int(n->type.dtype) || n->type.rank != 1 || n->type.shape[0] < 1))
+      FAIL("init=rowptr needs an integer [M+1] tensor, got %s", ts(&n->type));
+    if ((n->attr.init == EVT_INIT_UNIFORM || n->attr.init == EVT_INIT_RANDINT) && !(n->attr.lo < n->attr.hi))
+      FAIL("init range [lo, hi) = [%g, %g) is empty", n->attr.lo, n->attr.hi);
+    if (n->attr.init == EVT_INIT_NORMAL && !(n->attr.std >= 0)) FAIL("std must be >= 0, got %g", n->attr.std);
+    return EVT_OK;
   case EVT_OP_FULL:
     return set_from_attrs(g, n, id);
   case EVT_OP_SCALAR:
