@@ -74,7 +74,9 @@ EVTC_COMMAND(print, "FILE", "parse a .evt file (- for stdin) and print it in can
 EVTC_COMMAND(check, "FILE", "parse a .evt file (- for stdin) and check every node; prints FILE: ok, N nodes") {
   evt_graph *g = load(argc, argv);
   if (!g) return EVTC_EXIT_USER;
-  printf("%s: ok, %d nodes\n", argv[1], evt_graph_node_count(g));
+  evt_status st = evt_graph_verify(g);
+  if (st == EVT_OK) printf("%s: ok, %d nodes\n", argv[1], evt_graph_node_count(g));
+  else fprintf(stderr, "%s\n", evt_graph_error(g));
   evt_graph_free(g);
-  return EVTC_EXIT_OK;
+  return evtc_exit_code(st);
 }
