@@ -14,6 +14,7 @@ typedef struct evt_ad {
   int nforward;       /* nodes [0, nforward) are the forward graph */
   int *grad;          /* [nforward] node holding d loss / d node, or -1 */
   const bool *needs;  /* [nforward] node must receive a gradient (it requires one and reaches the loss) */
+  int *transposed;    /* [nforward] transpose of a forward node's last two dims, emitted once, or -1 */
   evt_origin origin;  /* origin of emitted nodes: label "grad of %<forward node>" */
   evt_status st;      /* first failure of an emit */
 } evt_ad;

@@ -128,7 +128,7 @@ evt_status evt_graph_build_joint(evt_graph *g, unsigned flags) {
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "build_joint: unknown flags 0x%x", flags);
   if (g->loss < 0 || g->loss >= g->nnodes)
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID,
-                               "the graph has no loss to differentiate (mark one with `loss %%name`)");
+                               "graph %s has no loss to differentiate (mark one with `loss %%name`)", g->name);
   const evt_node *ln = &g->nodes[g->loss];
   if (evt_type_numel(&ln->type) != 1 || !evt_dtype_is_float(ln->type.dtype)) {
     char buf[128];
@@ -137,15 +137,15 @@ evt_status evt_graph_build_joint(evt_graph *g, unsigned flags) {
   }
 
   int nf = g->nnodes, nout0 = g->noutputs;
-  int *grad = malloc(sizeof(int) * (size_t)nf);
+  int *grad = malloc(sizeof(int) * (size_t)nf), *transposed = malloc(sizeof(int) * (size_t)nf);
   bool *req = calloc((size_t)nf, sizeof(bool)), *needs = calloc((size_t)nf, sizeof(bool));
   int *outs = malloc(sizeof(int) * (size_t)(nf + 1));
   int *old_outs = malloc(sizeof(int) * (size_t)(nout0 + 1));
-  if (!grad || !req || !needs || !outs || !old_outs) evt_fatal(__FILE__, __LINE__, "out of memory");
-  for (int i = 0; i < nf; i++) grad[i] = -1;
+  if (!grad || !transposed || !req || !needs || !outs || !old_outs) evt_fatal(__FILE__, __LINE__, "out of memory");
+  for (int i = 0; i < nf; i++) grad[i] = transposed[i] = -1;
   if (nout0) memcpy(old_outs, g->outputs, sizeof(int) * (size_t)nout0);
 
-  evt_ad c = {.g = g, .nforward = nf, .grad = grad, .needs = needs, .st = EVT_OK};
+  evt_ad c = {.g = g, .nforward = nf, .grad = grad, .needs = needs, .transposed = transposed, .st = EVT_OK};
   bool *named = NULL;
   evt_status st = mark_needed(g, flags, req, needs);
   if (st == EVT_OK && needs[g->loss]) {
@@ -201,6 +201,7 @@ evt_status evt_graph_build_joint(evt_graph *g, unsigned flags) {
   }
   free(named);
   free(grad);
+  free(transposed);
   free(req);
   free(needs);
   free(outs);

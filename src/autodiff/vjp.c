@@ -110,14 +110,18 @@ static int sum_dims(evt_ad *c, int x, const bool *red, int keepdim) {
   return evt_ad_emit(c, EVT_OP_SUM, &x, 1, &a, A_BIT(DIMS) | (keepdim ? A_BIT(KEEPDIM) : 0));
 }
 
+/* Swaps the last two dims; a forward node's transpose is emitted once and shared by all rules. */
 static int transpose_last2(evt_ad *c, int x) {
   if (x < 0) return -1;
+  if (x < c->nforward && c->transposed[x] >= 0) return c->transposed[x];
   int r = type_of(c, x)->rank;
   evt_attrs a = evt_attrs_default;
   a.dims.n = 2;
   a.dims.v[0] = r - 2;
   a.dims.v[1] = r - 1;
-  return evt_ad_emit(c, EVT_OP_TRANSPOSE, &x, 1, &a, A_BIT(DIMS));
+  int t = evt_ad_emit(c, EVT_OP_TRANSPOSE, &x, 1, &a, A_BIT(DIMS));
+  if (x < c->nforward) c->transposed[x] = t;
+  return t;
 }
 
 /* The reduced dims of a sum/mean/amax node over input rank r (empty dims: all; negative: from the end). */
