@@ -504,6 +504,11 @@ TEST(verify_graph) {
   CHECK(strstr(evt_graph_error(g), "(mm): the loss must be a floating-point scalar, got f32[4,5]"));
   g->loss = loss;
   CHECK(evt_graph_verify(g) == EVT_OK);
+  g->nodes[l].flags |= EVT_NODE_LOSS;
+  CHECK(evt_graph_verify(g) == EVT_ERR_INVALID);
+  CHECK(strstr(evt_graph_error(g), "(mm): carries the loss flag but the loss is cross_entropy"));
+  g->nodes[l].flags &= ~EVT_NODE_LOSS;
+  CHECK(evt_graph_verify(g) == EVT_OK);
   (void)x;
   (void)y;
   evt_graph_free(g);
