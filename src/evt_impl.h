@@ -189,6 +189,9 @@ evt_status evt_infer_node(evt_graph *g, evt_node *n, int id);
 /* Numpy broadcast of two shapes; false if incompatible. */
 bool evt_broadcast_shapes(const evt_type *a, const evt_type *b, evt_type *out);
 
+/* ---- src/ir/verify.c ------------------------------------------------------------------------------ */
+/* (public: evt_graph_verify — re-infers every node, checks order, names, outputs and the loss) */
+
 /* ---- src/ir/parse.c, src/ir/print.c ------------------------------------------------------------------ */
 /* (public: evt_parse, evt_parse_file, evt_graph_print, evt_graph_to_string) */
 void evt_print_node(const evt_graph *g, int id, FILE *out);
