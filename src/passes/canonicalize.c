@@ -21,7 +21,7 @@ static bool try_substitute(evt_graph *g, int id, int k, int nw) {
   copy.inputs[k] = nw;
   char saved[sizeof g->error];
   memcpy(saved, g->error, sizeof saved);
-  evt_status st = evt_infer_node(g, &copy, id);
+  evt_status st = evt_infer_node(g, &copy, g->nnodes); /* as if appended: its inputs may be later nodes */
   memcpy(g->error, saved, sizeof saved);
   if (st != EVT_OK || !evt_type_equal(&copy.type, &g->nodes[id].type)) return false;
   g->nodes[id].inputs[k] = nw;

@@ -17,6 +17,10 @@
 
 #include "evt_impl.h"
 
+/* Node flag (beside EVT_NODE_OUTPUT/LOSS): the node was made by a pass and has a generated name, which it
+ * gives up for the name of the node it replaces (evt_graph_replace_uses). */
+#define EVT_NODE_FRESH_NAME 0x100u
+
 /* Options (in) and counters (out) of one pass run. */
 #define EVT_PASS_DROP_LOSS 1u   /* loss elimination: the loss output becomes the constant 0 */
 typedef struct evt_pass_stats {
@@ -42,8 +46,9 @@ evt_status evt_passes_run_all(evt_graph *g, unsigned flags, int verify);
 
 /* ---- rewrite.c --------------------------------------------------------------------------------------- */
 /* Makes every use of node `old` (inputs of other nodes, the output list, the loss) use `nw` instead. Both
- * must have the same dtype and shape, and `nw` must not depend on `old`. If `old` was an output and `nw` is
- * neither an output nor an input/param, `nw` takes over old's name (so `grad.w` stays `grad.w`). */
+ * must have the same dtype and shape, and `nw` must not depend on `old`. If `old` was an output, `nw` takes
+ * its place in the output list; if `nw` already is an output, `old` stays one instead, since outputs never
+ * repeat. A node made by a pass (EVT_NODE_FRESH_NAME) takes old's name, so `%h` and `grad.w` keep theirs. */
 void evt_graph_replace_uses(evt_graph *g, int old, int nw);
 /* Stable topological re-sort + dead-node removal + renumbering (see the top of this file). *removed (may be
  * NULL) gets the number of nodes deleted. Returns EVT_ERR_INTERNAL if the rewrites made a cycle. */

@@ -130,11 +130,13 @@ static int reduce(evt_graph *g, int id) {
   }
 
   /* the reduced inner product */
-  int core;
+  int core = -1; /* -1: the constant `unit` */
   evt_dtype dt = out.dtype;
-  if (ni == 0) core = evt_rw_scalar(g, id, dt, op == EVT_OP_SUM ? (double)count : 1.0);
-  else if (one_hot_rule) core = evt_rw_scalar(g, id, dt, op == EVT_OP_SUM ? 1.0 : 1.0 / (double)tx.shape[r - 1]);
+  double unit = 1.0;
+  if (ni == 0) unit = op == EVT_OP_SUM ? (double)count : 1.0;
+  else if (one_hot_rule) unit = op == EVT_OP_SUM ? 1.0 : 1.0 / (double)tx.shape[r - 1];
   else core = evt_rw_reduce(g, id, op, build_product(g, id, inner, ni), dims, nd, keepdim);
+  if (core < 0 && (unit != 1.0 || no == 0)) core = evt_rw_scalar(g, id, dt, unit);
 
   /* outer factors, reshaped to the reduced shape when the reduced dims disappear */
   int acc = core;
@@ -150,7 +152,7 @@ static int reduce(evt_graph *g, int id) {
       }
       f = evt_rw_reshape(g, id, f, k, shape);
     }
-    acc = evt_rw_binary(g, id, EVT_OP_MUL, acc, f);
+    acc = acc < 0 ? f : evt_rw_binary(g, id, EVT_OP_MUL, acc, f);
   }
   if (p.sign < 0) acc = evt_rw_unary(g, id, EVT_OP_NEG, acc);
   if (acc < 0) return -1;

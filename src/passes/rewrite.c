@@ -77,26 +77,31 @@ void evt_graph_replace_uses(evt_graph *g, int old, int nw) {
     for (int k = 0; k < n->ninputs; k++)
       if (n->inputs[k] == old) n->inputs[k] = nw;
   }
-  bool was_output = false;
-  for (int i = 0; i < g->noutputs; i++)
+  /* outputs never repeat: if nw already is one, old stays an output (it still computes the same value) */
+  bool was_output = false, nw_output = false;
+  for (int i = 0; i < g->noutputs; i++) nw_output = nw_output || g->outputs[i] == nw;
+  for (int i = 0; i < g->noutputs && !nw_output; i++)
     if (g->outputs[i] == old) {
       g->outputs[i] = nw;
       was_output = true;
     }
-  if (!was_output) return;
   evt_node *o = &g->nodes[old], *n = &g->nodes[nw];
-  bool keep_name = (n->flags & EVT_NODE_OUTPUT) || n->op == EVT_OP_INPUT || n->op == EVT_OP_PARAM;
-  n->flags |= EVT_NODE_OUTPUT;
-  o->flags &= ~(unsigned)EVT_NODE_OUTPUT;
-  if (g->loss == old) {
-    g->loss = nw;
-    o->flags &= ~(unsigned)EVT_NODE_LOSS;
-    n->flags |= EVT_NODE_LOSS;
+  if (was_output) {
+    n->flags |= EVT_NODE_OUTPUT;
+    o->flags &= ~(unsigned)EVT_NODE_OUTPUT;
+    if (g->loss == old) {
+      g->loss = nw;
+      o->flags &= ~(unsigned)EVT_NODE_LOSS;
+      n->flags |= EVT_NODE_LOSS;
+    }
   }
-  if (!keep_name) {
+  /* a node a pass just made takes the name of the node it replaces (so `%h` and `grad.w` keep theirs) */
+  if ((n->flags & EVT_NODE_FRESH_NAME) && (was_output || !(o->flags & EVT_NODE_OUTPUT))) {
     const char *name = o->name;
     o->name = n->name;
     n->name = name;
+    n->flags &= ~(unsigned)EVT_NODE_FRESH_NAME;
+    o->flags |= EVT_NODE_FRESH_NAME;
   }
 }
 
@@ -209,7 +214,9 @@ int evt_rw_op(evt_graph *g, int at, evt_op op, const int *in, int nin, const evt
   for (int i = 0; i < nin; i++)
     if (in[i] < 0) return -1;
   evt_origin origin = at >= 0 && at < g->nnodes ? g->nodes[at].origin : (evt_origin){0};
-  return evt_graph_add_node(g, op, in, nin, attrs, given, NULL, NULL, origin);
+  int id = evt_graph_add_node(g, op, in, nin, attrs, given, NULL, NULL, origin);
+  if (id >= 0) g->nodes[id].flags |= EVT_NODE_FRESH_NAME;
+  return id;
 }
 
 int evt_rw_unary(evt_graph *g, int at, evt_op op, int x) { return evt_rw_op(g, at, op, &x, 1, NULL, 0); }

@@ -1,0 +1,373 @@
+/* Graph passes: the rewrite infrastructure (use replacement, compaction, builders) on graphs built with the
+ * C builder, and each pass's rules on small parsed graphs; value preservation is checked with the
+ * interpreter in test_passes_values (same file, below). */
+#include "test.h"
+
+#include "passes/passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int count_op(const evt_graph *g, evt_op op) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) c += g->nodes[i].op == op;
+  return c;
+}
+
+static evt_graph *parse_ok(const char *text) {
+  char *err = NULL;
+  evt_graph *g = evt_parse(text, "t.evt", &err);
+  CHECK_MSG(g != NULL, "parse failed: %s", err ? err : "(no message)");
+  free(err);
+  return g;
+}
+
+static void check_verifies(evt_graph *g) {
+  evt_status st = evt_graph_verify(g);
+  CHECK_MSG(st == EVT_OK, "verify: %s", evt_graph_error(g));
+  st = evt_graph_check(g);
+  CHECK_MSG(st == EVT_OK, "check: %s", evt_graph_error(g));
+}
+
+static evt_status run_pass(evt_graph *g, evt_status (*pass)(evt_graph *, evt_pass_stats *), evt_pass_stats *st) {
+  evt_status s = pass(g, st);
+  CHECK_MSG(s == EVT_OK, "pass failed: %s", evt_graph_error(g));
+  if (s == EVT_OK) check_verifies(g);
+  return s;
+}
+
+/* ---- rewrite infrastructure ------------------------------------------------------------------------- */
+
+TEST(rewrite_replace_then_compact_resorts) {
+  evt_graph *g = evt_graph_new("t");
+  int64_t s[] = {4, 8};
+  int x = evt_input(g, "x", EVT_F32, 2, s);
+  int y = evt_add_op(g, "relu", &x, 1, NULL, 0);
+  int z = evt_add_op(g, "exp", &y, 1, NULL, 0);
+  evt_graph_set_name(g, z, "z");
+  CHECK(evt_graph_add_output(g, z) == EVT_OK);
+  /* a later node replaces an earlier one: z (id 2) now uses node 3 */
+  int n = evt_rw_unary(g, y, EVT_OP_NEG, x);
+  CHECK(n == 3);
+  evt_graph_replace_uses(g, y, n);
+  CHECK(g->nodes[z].inputs[0] == n);
+  int removed = -1;
+  CHECK(evt_graph_compact(g, &removed) == EVT_OK);
+  CHECK(removed == 1);
+  CHECK(g->nnodes == 3);
+  CHECK(g->nodes[0].op == EVT_OP_INPUT);
+  CHECK(g->nodes[1].op == EVT_OP_NEG && g->nodes[1].inputs[0] == 0);
+  CHECK(g->nodes[2].op == EVT_OP_EXP && g->nodes[2].inputs[0] == 1);
+  CHECK(g->outputs[0] == 2 && strcmp(g->nodes[2].name, "z") == 0);
+  check_verifies(g);
+  evt_graph_free(g);
+}
+
+TEST(rewrite_output_name_and_loss_move) {
+  evt_graph *g = evt_graph_new("t");
+  int64_t s[] = {3};
+  int x = evt_input(g, "x", EVT_F32, 1, s);
+  int w = evt_param(g, "w", EVT_F32, 1, s);
+  int m = evt_add_op(g, "mul", (int[]){x, w}, 2, NULL, 0);
+  int l = evt_add_op(g, "sum", &m, 1, NULL, 0);
+  evt_graph_set_name(g, l, "loss");
+  CHECK(evt_graph_set_loss(g, l) == EVT_OK);
+  int gw = evt_add_op(g, "relu", &x, 1, NULL, 0);
+  evt_graph_set_name(g, gw, "grad.w");
+  CHECK(evt_graph_add_output(g, gw) == EVT_OK);
+  int nl = evt_rw_reduce(g, l, EVT_OP_SUM, evt_rw_binary(g, l, EVT_OP_MUL, w, x), NULL, 0, 0);
+  int ng = evt_rw_unary(g, gw, EVT_OP_ABS, x);
+  evt_graph_replace_uses(g, l, nl);
+  evt_graph_replace_uses(g, gw, ng);
+  CHECK(evt_graph_compact(g, NULL) == EVT_OK);
+  CHECK(g->noutputs == 2);
+  CHECK(g->loss == g->outputs[0]);
+  CHECK(strcmp(g->nodes[g->outputs[0]].name, "loss") == 0);
+  CHECK(g->nodes[g->outputs[0]].flags & EVT_NODE_LOSS);
+  CHECK(strcmp(g->nodes[g->outputs[1]].name, "grad.w") == 0);
+  CHECK(g->nodes[g->outputs[1]].op == EVT_OP_ABS);
+  CHECK(count_op(g, EVT_OP_RELU) == 0);
+  check_verifies(g);
+  evt_graph_free(g);
+}
+
+TEST(rewrite_keeps_dead_inputs_and_outputs_never_repeat) {
+  evt_graph *g = evt_graph_new("t");
+  int64_t s[] = {2};
+  int x = evt_input(g, "x", EVT_F32, 1, s);
+  evt_param(g, "unused", EVT_F32, 1, s);
+  int a = evt_add_op(g, "exp", &x, 1, NULL, 0);
+  int b = evt_add_op(g, "exp", &x, 1, NULL, 0);
+  evt_graph_add_output(g, a);
+  evt_graph_add_output(g, b);
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_cse, &st);
+  /* both outputs compute the same value; the list keeps two distinct nodes */
+  CHECK(g->noutputs == 2 && g->outputs[0] != g->outputs[1]);
+  CHECK(evt_graph_find(g, "unused") >= 0);
+  evt_graph_free(g);
+}
+
+TEST(rewrite_cycle_is_an_internal_error) {
+  evt_graph *g = evt_graph_new("t");
+  int64_t s[] = {2};
+  int x = evt_input(g, "x", EVT_F32, 1, s);
+  int a = evt_add_op(g, "exp", &x, 1, NULL, 0);
+  int b = evt_add_op(g, "neg", &a, 1, NULL, 0);
+  evt_graph_add_output(g, b);
+  g->nodes[a].inputs[0] = b; /* a bad rewrite */
+  CHECK(evt_graph_compact(g, NULL) == EVT_ERR_INTERNAL);
+  CHECK(strstr(evt_graph_error(g), "cycle") != NULL);
+  evt_graph_free(g);
+}
+
+TEST(rewrite_builders_sticky_errors) {
+  evt_graph *g = evt_graph_new("t");
+  int64_t s[] = {2, 3};
+  int x = evt_input(g, "x", EVT_F32, 2, s);
+  CHECK(evt_rw_unary(g, x, EVT_OP_EXP, -1) == -1);
+  CHECK(evt_rw_binary(g, x, EVT_OP_ADD, x, -1) == -1);
+  CHECK(evt_rw_cast(g, x, x, EVT_F32) == x);
+  CHECK(evt_rw_reshape(g, x, x, 2, s) == x);
+  int64_t r[] = {6};
+  int y = evt_rw_reshape(g, x, x, 1, r);
+  CHECK(y > x && g->nodes[y].type.shape[0] == 6);
+  int sc = evt_rw_scalar(g, x, EVT_BF16, 0.1);
+  CHECK(g->nodes[sc].attr.value == evt_round_to_dtype(0.1, EVT_BF16));
+  evt_graph_free(g);
+}
+
+/* ---- canonicalize ----------------------------------------------------------------------------------- */
+
+TEST(canonicalize_rules) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %x: f32[4,8] = input()\n"
+                          "  %w: f32[8,6] = param()\n"
+                          "  %b: f32[6] = param()\n"
+                          "  %h: f32[4,6] = addmm(%b, %x, %w)\n"
+                          "  %t: f32[6,4] = transpose(%h, dims=[0,1])\n"
+                          "  %r: f32[6,4] = reshape(%t, shape=[6,4])\n"
+                          "  %c: f32[6,4] = cast(%r, dtype=f32)\n"
+                          "  %k: f32[6,4] = full(value=2)\n"
+                          "  %m: f32[6,4] = mul(%c, %k)\n"
+                          "  output %m\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_canonicalize, &st);
+  CHECK(count_op(g, EVT_OP_ADDMM) == 0 && count_op(g, EVT_OP_MM) == 1 && count_op(g, EVT_OP_ADD) == 1);
+  CHECK(count_op(g, EVT_OP_TRANSPOSE) == 0 && count_op(g, EVT_OP_PERMUTE) == 1);
+  CHECK(count_op(g, EVT_OP_RESHAPE) == 0 && count_op(g, EVT_OP_CAST) == 0);
+  CHECK(count_op(g, EVT_OP_FULL) == 0 && count_op(g, EVT_OP_SCALAR) == 1);
+  const evt_node *m = &g->nodes[g->outputs[0]];
+  CHECK(strcmp(m->name, "m") == 0 && g->nodes[m->inputs[0]].op == EVT_OP_PERMUTE);
+  CHECK(st.rewrites >= 5);
+  evt_graph_free(g);
+}
+
+TEST(canonicalize_cross_entropy_to_nll_log_softmax) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %x: f32[4,5] = input()\n"
+                          "  %y: i64[4] = input(init=randint, lo=0, hi=5)\n"
+                          "  %l: f32[] = cross_entropy(%x, %y, reduction=sum, ignore_index=2)\n"
+                          "  loss %l\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_canonicalize, &st);
+  CHECK(count_op(g, EVT_OP_CROSS_ENTROPY) == 0 && count_op(g, EVT_OP_LOG_SOFTMAX) == 1);
+  const evt_node *l = &g->nodes[g->loss];
+  CHECK(l->op == EVT_OP_NLL_LOSS && l->attr.reduction == EVT_REDUCTION_SUM && l->attr.ignore_index == 2);
+  CHECK(strcmp(l->name, "l") == 0);
+  evt_graph_free(g);
+}
+
+/* ---- CSE, constant propagation ---------------------------------------------------------------------- */
+
+TEST(cse_merges_commutative_duplicates) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %x: f32[4] = input()\n"
+                          "  %y: f32[4] = input()\n"
+                          "  %a: f32[4] = add(%x, %y)\n"
+                          "  %b: f32[4] = add(%y, %x)\n"
+                          "  %c: f32[4] = mul(%a, %b)\n"
+                          "  %d: f32[4] = exp(%a)\n"
+                          "  %e: f32[4] = exp(%b)\n"
+                          "  %f: f32[4] = sub(%d, %e)\n"
+                          "  %s1: f32[4] = softmax(%c, dim=0)\n"
+                          "  %s2: f32[4] = softmax(%c, dim=-1)\n"
+                          "  %o: f32[4] = add(%f, %s1)\n"
+                          "  %o2: f32[4] = add(%o, %s2)\n"
+                          "  output %o2\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_cse, &st);
+  CHECK(count_op(g, EVT_OP_EXP) == 1);
+  CHECK(count_op(g, EVT_OP_SOFTMAX) == 1);
+  CHECK(count_op(g, EVT_OP_ADD) == 3);
+  CHECK(count_op(g, EVT_OP_INPUT) == 2);
+  CHECK(st.rewrites == 3);
+  evt_graph_free(g);
+}
+
+TEST(constprop_folds_and_simplifies) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %x: f32[4] = input()\n"
+                          "  %two: f32[] = scalar(value=2)\n"
+                          "  %three: f32[] = scalar(value=3)\n"
+                          "  %six: f32[] = mul(%two, %three)\n"
+                          "  %a: f32[4] = div(%x, %six)\n"
+                          "  %one: f32[] = scalar(value=1)\n"
+                          "  %b: f32[4] = mul(%a, %one)\n"
+                          "  %z: f32[] = sub(%two, %two)\n"
+                          "  %c: f32[4] = add(%b, %z)\n"
+                          "  %n: f32[4] = neg(%c)\n"
+                          "  %d: f32[4] = neg(%n)\n"
+                          "  %k: f32[4] = full(value=0.5)\n"
+                          "  %s: f32[] = sum(%k)\n"
+                          "  %e: f32[4] = mul(%d, %s)\n"
+                          "  output %e\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_constprop, &st);
+  /* e = x * (1/6) * 2 -> one multiply by a folded scalar */
+  CHECK(count_op(g, EVT_OP_DIV) == 0);
+  CHECK(count_op(g, EVT_OP_NEG) == 0);
+  CHECK(count_op(g, EVT_OP_ADD) == 0);
+  CHECK(count_op(g, EVT_OP_SUM) == 0);
+  CHECK(count_op(g, EVT_OP_MUL) == 1);
+  const evt_node *e = &g->nodes[g->outputs[0]];
+  CHECK(e->op == EVT_OP_MUL);
+  double v = 0;
+  CHECK(evt_node_is_const(g, e->inputs[1], &v) || evt_node_is_const(g, e->inputs[0], &v));
+  CHECK_NEAR(v, 2.0 / 6.0, 1e-7);
+  evt_graph_free(g);
+}
+
+/* ---- reduction elimination, loss elimination, decomposition, layout ---------------------------------- */
+
+TEST(reduce_elim_pulls_broadcast_factors_and_one_hot) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %a: f32[4,5] = input()\n"
+                          "  %w: f32[4,1] = input()\n"
+                          "  %t: i64[4] = input(init=randint, lo=0, hi=5)\n"
+                          "  %m: f32[4,5] = mul(%a, %w)\n"
+                          "  %s: f32[4] = sum(%m, dims=[1])\n"
+                          "  %oh: f32[4,5] = one_hot(%t, num_classes=5)\n"
+                          "  %g: f32[4,5] = mul(%w, %oh)\n"
+                          "  %ng: f32[4,5] = neg(%g)\n"
+                          "  %s2: f32[4,1] = sum(%ng, dims=[1], keepdim=true)\n"
+                          "  output %s, %s2\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_reduce_elim, &st);
+  /* s = reshape(w) * sum(a); s2 = -w: one sum left, no one_hot */
+  CHECK(count_op(g, EVT_OP_SUM) == 1);
+  CHECK(count_op(g, EVT_OP_ONE_HOT) == 0);
+  const evt_node *s2 = &g->nodes[g->outputs[1]];
+  CHECK(s2->op == EVT_OP_NEG && strcmp(g->nodes[s2->inputs[0]].name, "w") == 0);
+  evt_graph_free(g);
+}
+
+TEST(reduce_elim_extracts_common_factor) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %a: f32[4] = input()\n"
+                          "  %b: f32[4] = input()\n"
+                          "  %c: f32[4] = input()\n"
+                          "  %ab: f32[4] = mul(%a, %b)\n"
+                          "  %ca: f32[4] = mul(%c, %a)\n"
+                          "  %s: f32[4] = sub(%ab, %ca)\n"
+                          "  output %s\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_reduce_elim, &st);
+  CHECK(count_op(g, EVT_OP_MUL) == 1 && count_op(g, EVT_OP_SUB) == 1);
+  const evt_node *s = &g->nodes[g->outputs[0]];
+  CHECK(s->op == EVT_OP_MUL && strcmp(g->nodes[s->inputs[0]].name, "a") == 0);
+  evt_graph_free(g);
+}
+
+static const char *kCeJoint =
+    "graph ce {\n"
+    "  %x: f32[6,5] = input()\n"
+    "  %t: i64[6] = input(init=randint, lo=0, hi=5)\n"
+    "  %lp: f32[6,5] = log_softmax(%x, dim=1)\n"
+    "  %loss: f32[] = nll_loss(%lp, %t, ignore_index=1)\n"
+    "  %dy: f32[] = scalar(value=1)\n"
+    "  %lp2: f32[6,5] = log_softmax(%x, dim=1)\n"
+    "  %g0: f32[6,5] = nll_loss_backward(%dy, %lp2, %t, ignore_index=1)\n"
+    "  %grad.x: f32[6,5] = log_softmax_backward(%g0, %lp2, dim=1)\n"
+    "  loss %loss\n"
+    "  output %grad.x\n"
+    "}\n";
+
+/* true if some sum reduces over the class dim of an [N, C] tensor reaching grad.x */
+static bool grad_has_row_sum(const evt_graph *g) {
+  int out = g->outputs[1];
+  char *reach = calloc((size_t)g->nnodes, 1);
+  reach[out] = 1;
+  bool found = false;
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    if (!reach[i]) continue;
+    const evt_node *n = &g->nodes[i];
+    if ((n->op == EVT_OP_SUM || n->op == EVT_OP_MEAN || n->op == EVT_OP_LOG_SOFTMAX_BACKWARD) &&
+        g->nodes[n->inputs[0]].type.rank == 2 && (n->attr.dims.n == 0 || n->attr.dims.v[n->attr.dims.n - 1] == 1 ||
+                                                  n->op == EVT_OP_LOG_SOFTMAX_BACKWARD))
+      found = true;
+    for (int k = 0; k < n->ninputs; k++) reach[n->inputs[k]] = 1;
+  }
+  free(reach);
+  return found;
+}
+
+TEST(loss_elim_softmax_cross_entropy) {
+  evt_graph *g = parse_ok(kCeJoint);
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_loss_elim, &st);
+  CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0);
+  CHECK(count_op(g, EVT_OP_NLL_LOSS) == 0 && count_op(g, EVT_OP_NLL_LOSS_BACKWARD) == 0);
+  CHECK(count_op(g, EVT_OP_SOFTMAX) == 1);
+  CHECK(!grad_has_row_sum(g));
+  CHECK(g->loss >= 0 && strcmp(g->nodes[g->loss].name, "loss") == 0);
+  CHECK(strcmp(g->nodes[g->outputs[1]].name, "grad.x") == 0);
+  evt_graph_free(g);
+}
+
+TEST(loss_elim_drop_loss_option) {
+  evt_graph *g = parse_ok(kCeJoint);
+  evt_pass_stats st = {.flags = EVT_PASS_DROP_LOSS};
+  run_pass(g, evt_pass_loss_elim, &st);
+  double v = -1;
+  CHECK(evt_node_is_const(g, g->loss, &v) && v == 0.0);
+  CHECK(count_op(g, EVT_OP_AMAX) == 0); /* no side reduction left */
+  evt_graph_free(g);
+}
+
+TEST(decompose_then_reduce_elim_removes_ce_row_sum) {
+  evt_graph *g = parse_ok(kCeJoint);
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_decompose, &st);
+  CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0 && count_op(g, EVT_OP_LOG_SOFTMAX_BACKWARD) == 0);
+  CHECK(count_op(g, EVT_OP_NLL_LOSS_BACKWARD) == 0);
+  CHECK(grad_has_row_sum(g));
+  run_pass(g, evt_pass_reduce_elim, &st);
+  CHECK(!grad_has_row_sum(g));
+  evt_graph_free(g);
+}
+
+TEST(layout_folds_and_cancels_permutes) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %x: f32[2,3,4,5] = input()\n"
+                          "  %p: f32[2,4,5,3] = permute(%x, dims=[0,2,3,1])\n"
+                          "  %r: f32[2,4,5,3] = relu(%p)\n"
+                          "  %s: f32[] = scalar(value=2)\n"
+                          "  %m: f32[2,4,5,3] = mul(%r, %s)\n"
+                          "  %q: f32[2,3,4,5] = permute(%m, dims=[0,3,1,2])\n"
+                          "  %u: f32[2,3,1,4,5] = unsqueeze(%q, dim=2)\n"
+                          "  %v: f32[6,20] = reshape(%u, shape=[6,20])\n"
+                          "  output %v\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_layout, &st);
+  CHECK(count_op(g, EVT_OP_PERMUTE) == 0);
+  CHECK(count_op(g, EVT_OP_UNSQUEEZE) == 0 && count_op(g, EVT_OP_RESHAPE) == 1);
+  evt_graph_free(g);
+}
