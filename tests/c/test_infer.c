@@ -155,6 +155,9 @@ TEST(infer_binary_broadcast_and_dtypes) {
   CHECK_TYPE(g, OP0(g, "add", s64, i32), EVT_I32, 1, 4);
   CHECK_TYPE(g, OP0(g, "add", i32, i64s), EVT_I32, 1, 4);
   FAILS(g, "add", INS(h, i64s), 2, NULL, 0, "dtypes differ: bf16[3,1] vs i64[]");
+  CHECK_TYPE(g, OP0(g, "add", i64s, s64), EVT_F32, 0, 0);  /* two scalars: the floating one wins */
+  int s16 = evt_input(g, "s16", EVT_F16, 0, NULL);
+  CHECK_TYPE(g, OP0(g, "sub", s16, s64), EVT_F32, 0, 0);
   FAILS(g, "div", INS(i32, i32), 2, NULL, 0, "div needs floating operands");
   FAILS(g, "add", INS(bo, bo), 2, NULL, 0, "arithmetic on bool operands");
   CHECK_TYPE(g, OP0(g, "eq", bo, bo), EVT_BOOL, 1, 4);
