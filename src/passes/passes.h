@@ -77,7 +77,7 @@ int evt_rw_one_hot(evt_graph *g, int at, int idx, int64_t classes, evt_dtype dt)
 
 /* Small node facts shared by the passes. */
 static inline evt_node *evt_rw_node(evt_graph *g, int id) { return &g->nodes[id]; }
-bool evt_node_is_const(const evt_graph *g, int id, double *value);   /* full/scalar (value rounded) */
+bool evt_node_is_const(const evt_graph *g, int id, double *value);   /* full/scalar; floats exact, ints/bool rounded */
 bool evt_node_attrs_equal(const evt_node *a, const evt_node *b);      /* the op's attributes only */
 bool evt_node_same_value(const evt_graph *g, int a, int b);           /* same op, inputs, attrs, type */
 int evt_norm_dim(int64_t d, int rank);                                /* -1 if out of range */

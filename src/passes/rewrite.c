@@ -27,7 +27,7 @@ bool evt_op_is_elementwise(evt_op op) { return evt_op_table[op].cls == EVT_CLASS
 bool evt_node_is_const(const evt_graph *g, int id, double *value) {
   const evt_node *n = &g->nodes[id];
   if (n->op != EVT_OP_FULL && n->op != EVT_OP_SCALAR) return false;
-  if (value) *value = evt_round_to_dtype(n->attr.value, n->type.dtype);
+  if (value) *value = evt_dtype_is_float(n->type.dtype) ? n->attr.value : evt_round_to_dtype(n->attr.value, n->type.dtype);
   return true;
 }
 
@@ -235,7 +235,7 @@ int evt_rw_scalar(evt_graph *g, int at, evt_dtype dt, double v) {
   evt_attrs a = evt_attrs_default;
   a.dtype = dt;
   a.shape.n = 0;
-  a.value = evt_round_to_dtype(v, dt);
+  a.value = v; /* unrounded: the interpreter rounds to dt when it stores, fp64 runs keep it exact */
   return evt_rw_op(g, at, EVT_OP_SCALAR, NULL, 0, &a, A(VALUE) | A(DTYPE) | A(SHAPE));
 }
 
@@ -245,7 +245,7 @@ int evt_rw_full(evt_graph *g, int at, const evt_type *t, double v) {
   a.dtype = t->dtype;
   a.shape.n = t->rank;
   for (int i = 0; i < t->rank; i++) a.shape.v[i] = t->shape[i];
-  a.value = evt_round_to_dtype(v, t->dtype);
+  a.value = v;
   return evt_rw_op(g, at, EVT_OP_FULL, NULL, 0, &a, A(VALUE) | A(DTYPE) | A(SHAPE));
 }
 
