@@ -371,3 +371,147 @@ TEST(layout_folds_and_cancels_permutes) {
   CHECK(count_op(g, EVT_OP_UNSQUEEZE) == 0 && count_op(g, EVT_OP_RESHAPE) == 1);
   evt_graph_free(g);
 }
+
+/* ---- value preservation (the interpreter, fp64, before and after a pass) ----------------------------- */
+
+/* Runs `pass` on the graph of `text` and checks every output keeps its value (relative 1e-9 in fp64) on
+ * random inputs; `skip_loss` leaves output 0 out. Returns the graph after the pass (caller frees). */
+static evt_graph *check_preserves(const char *text, evt_status (*pass)(evt_graph *, evt_pass_stats *), unsigned flags,
+                                  bool skip_loss) {
+  evt_graph *g = parse_ok(text);
+  if (!g) return NULL;
+  if (g->loss >= 0 && g->noutputs == 1) CHECK(evt_graph_build_joint(g, 0) == EVT_OK);
+  int n0 = g->nnodes, no = g->noutputs;
+  evt_tensor *v0 = calloc((size_t)n0, sizeof *v0);
+  CHECK(evt_interp_init_inputs(g, v0, 42) == EVT_OK);
+  CHECK_MSG(evt_interp_run(g, v0, EVT_RUN_FP64, 1) == EVT_OK, "run before: %s", evt_graph_error(g));
+  const char **names = malloc(sizeof(char *) * (size_t)n0);
+  int *outs = malloc(sizeof(int) * (size_t)no);
+  for (int i = 0; i < n0; i++) names[i] = g->nodes[i].name;
+  memcpy(outs, g->outputs, sizeof(int) * (size_t)no);
+  evt_pass_stats st = {.flags = flags};
+  run_pass(g, pass, &st);
+  evt_tensor *v1 = calloc((size_t)g->nnodes, sizeof *v1);
+  CHECK(evt_interp_init_inputs(g, v1, 42) == EVT_OK);
+  for (int i = 0; i < g->nnodes; i++) {
+    if (g->nodes[i].op != EVT_OP_INPUT && g->nodes[i].op != EVT_OP_PARAM) continue;
+    for (int j = 0; j < n0; j++)
+      if (!strcmp(names[j], g->nodes[i].name)) memcpy(v1[i].data, v0[j].data, sizeof(double) * (size_t)v1[i].numel);
+  }
+  CHECK_MSG(evt_interp_run(g, v1, EVT_RUN_FP64, 0) == EVT_OK, "run after: %s", evt_graph_error(g));
+  CHECK(g->noutputs == no);
+  for (int o = skip_loss ? 1 : 0; o < no && o < g->noutputs; o++) {
+    const evt_tensor *a = &v0[outs[o]], *b = &v1[g->outputs[o]];
+    CHECK(a->numel == b->numel);
+    double scale = 1e-12, diff = 0;
+    for (int64_t i = 0; i < a->numel && a->numel == b->numel; i++) {
+      if (fabs(a->data[i]) > scale) scale = fabs(a->data[i]);
+      if (fabs(a->data[i] - b->data[i]) > diff || isnan(b->data[i])) diff = isnan(b->data[i]) ? INFINITY : fabs(a->data[i] - b->data[i]);
+    }
+    CHECK_MSG(diff <= 1e-9 * scale, "output %d (%%%s): max diff %g at scale %g", o, g->nodes[g->outputs[o]].name, diff, scale);
+  }
+  for (int i = 0; i < n0; i++) evt_tensor_free(&v0[i]);
+  for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&v1[i]);
+  free(v0), free(v1), free(names), free(outs);
+  return g;
+}
+
+TEST(values_canonicalize_cse_constprop_layout) {
+  const char *texts[] = {
+      "graph t {\n  %x: f32[4,8] = input()\n  %w: f32[8,6] = param()\n  %b: f32[6] = param()\n"
+      "  %h: f32[4,6] = addmm(%b, %x, %w)\n  %t: f32[6,4] = transpose(%h, dims=[0,1])\n"
+      "  %k: f32[6,4] = full(value=2)\n  %m: f32[6,4] = mul(%t, %k)\n  %e: f32[6,4] = expand(%m, shape=[6,4])\n"
+      "  %d: f32[6,4] = div(%e, %k)\n  %a: f32[6,4] = add(%d, %t)\n  %c: f32[6,4] = add(%t, %d)\n"
+      "  %r: f32[6,4] = mul(%a, %c)\n  output %r\n}\n",
+      "graph t {\n  %x: f32[2,3,4,5] = input()\n  %p: f32[2,4,5,3] = permute(%x, dims=[0,2,3,1])\n"
+      "  %r: f32[2,4,5,3] = relu(%p)\n  %y: f32[2,3,4,5] = input()\n  %py: f32[2,4,5,3] = permute(%y, dims=[0,2,3,1])\n"
+      "  %m: f32[2,4,5,3] = mul(%r, %py)\n  %q: f32[2,3,4,5] = permute(%m, dims=[0,3,1,2])\n"
+      "  %u: f32[2,3,1,4,5] = unsqueeze(%q, dim=2)\n  %v: f32[6,20] = reshape(%u, shape=[6,20])\n  output %v\n}\n",
+  };
+  evt_status (*passes[])(evt_graph *, evt_pass_stats *) = {evt_pass_canonicalize, evt_pass_cse, evt_pass_constprop,
+                                                            evt_pass_layout, evt_pass_reduce_elim, evt_pass_dce};
+  for (int t = 0; t < EVT_ARRAY_LEN(texts); t++)
+    for (int p = 0; p < EVT_ARRAY_LEN(passes); p++) evt_graph_free(check_preserves(texts[t], passes[p], 0, false));
+}
+
+static const char *kLosses[] = {
+    /* softmax cross-entropy, mean / sum / none, with ignored rows */
+    "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
+    "  %y: i64[8] = input(init=randint, lo=-1, hi=5)\n"
+    "  %l: f32[] = cross_entropy(%h, %y, ignore_index=-1)\n  loss %l\n}\n",
+    "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
+    "  %y: i64[8] = input(init=randint, lo=0, hi=5)\n"
+    "  %l: f32[] = cross_entropy(%h, %y, reduction=sum, ignore_index=3)\n  loss %l\n}\n",
+    "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
+    "  %y: i64[8] = input(init=randint, lo=0, hi=5)\n"
+    "  %lp: f32[8,5] = log_softmax(%h, dim=1)\n  %r: f32[8] = nll_loss(%lp, %y, reduction=none)\n"
+    "  %l: f32[] = sum(%r)\n  loss %l\n}\n",
+    "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
+    "  %y: f32[8,5] = input(init=uniform)\n  %l: f32[] = bce_with_logits(%h, %y)\n  loss %l\n}\n",
+    "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
+    "  %y: f32[8,5] = input()\n  %l: f32[] = mse_loss(%h, %y, reduction=sum)\n  loss %l\n}\n",
+};
+
+TEST(values_loss_elim_every_loss) {
+  for (int t = 0; t < EVT_ARRAY_LEN(kLosses); t++) {
+    evt_graph *g = check_preserves(kLosses[t], evt_pass_loss_elim, 0, false);
+    if (!g) continue;
+    CHECK_MSG(count_op(g, EVT_OP_NLL_LOSS_BACKWARD) + count_op(g, EVT_OP_BCE_WITH_LOGITS_BACKWARD) +
+                      count_op(g, EVT_OP_MSE_LOSS_BACKWARD) + count_op(g, EVT_OP_LOG_SOFTMAX_BACKWARD) == 0,
+              "loss %d: a loss backward op is left", t);
+    CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0);
+    evt_graph_free(g);
+  }
+}
+
+TEST(values_decompose_then_reduce_elim_every_loss) {
+  for (int t = 0; t < EVT_ARRAY_LEN(kLosses); t++) {
+    evt_graph *g = check_preserves(kLosses[t], evt_pass_decompose, 0, false);
+    evt_graph_free(g);
+  }
+}
+
+TEST(values_decompose_rules) {
+  const char *text =
+      "graph t {\n  %x: f32[4,3,2,2] = input()\n  %w: f32[3] = param(init=ones)\n  %b: f32[3] = param(init=zeros)\n"
+      "  %bn: f32[4,3,2,2] = batch_norm(%x, %w, %b)\n  %r: f32[4,3,2,2] = relu(%bn)\n"
+      "  %f: f32[4,12] = reshape(%r, shape=[4,12])\n  %lw: f32[12] = param()\n  %lb: f32[12] = param()\n"
+      "  %ln: f32[4,12] = layer_norm(%f, %lw, %lb)\n  %gl: f32[4,12] = gelu(%ln)\n"
+      "  %gt: f32[4,12] = gelu(%gl, approximate=tanh)\n  %d: f32[4,12] = dropout(%gt, p=0.3, seed=5, offset=7)\n"
+      "  %l: f32[] = sum(%d)\n  loss %l\n}\n";
+  evt_graph *g = check_preserves(text, evt_pass_decompose, 0, false);
+  if (!g) return;
+  CHECK(count_op(g, EVT_OP_DROPOUT) == 0 && count_op(g, EVT_OP_RAND) == 2);
+  CHECK(count_op(g, EVT_OP_BATCH_NORM) == 0 && count_op(g, EVT_OP_BATCH_NORM_BACKWARD_INPUT) == 0);
+  CHECK(count_op(g, EVT_OP_GELU_BACKWARD) == 0 && count_op(g, EVT_OP_THRESHOLD_BACKWARD) == 0);
+  for (int i = 0; i < g->nnodes; i++) {
+    const evt_node *n = &g->nodes[i];
+    CHECK(!(n->op == EVT_OP_LAYER_NORM && n->ninputs > 1));
+    CHECK(!(n->op == EVT_OP_LAYER_NORM_BACKWARD_INPUT && n->ninputs > 2));
+  }
+  CHECK(count_op(g, EVT_OP_LAYER_NORM_BACKWARD_WEIGHT) == 0);
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_cse, &st);
+  CHECK(count_op(g, EVT_OP_RAND) == 1); /* the forward's and the backward's masks are one */
+  CHECK(count_op(g, EVT_OP_LAYER_NORM) == 1);
+  evt_graph_free(g);
+}
+
+TEST(values_whole_pipeline_keeps_loss) {
+  for (int t = 0; t < EVT_ARRAY_LEN(kLosses); t++) {
+    evt_graph *g = check_preserves(kLosses[t], evt_pass_canonicalize, 0, false);
+    if (!g) continue;
+    char *text = evt_graph_to_string(g);
+    evt_graph_free(g);
+    evt_status (*passes[])(evt_graph *, evt_pass_stats *) = {evt_pass_loss_elim, evt_pass_decompose, evt_pass_reduce_elim,
+                                                              evt_pass_constprop, evt_pass_cse, evt_pass_layout};
+    for (int p = 0; p < EVT_ARRAY_LEN(passes) && text; p++) {
+      g = check_preserves(text, passes[p], 0, false);
+      free(text);
+      text = g ? evt_graph_to_string(g) : NULL;
+      if (g) CHECK(g->loss >= 0 && g->loss == g->outputs[0]);
+      evt_graph_free(g);
+    }
+    free(text);
+  }
+}
