@@ -837,3 +837,21 @@ TEST(autodiff_error_reserved_name) {
   CHECK(evt_graph_build_joint(g, 0x80) == EVT_ERR_INVALID);
   evt_graph_free(g);
 }
+
+/* ---- coverage ----------------------------------------------------------------------------------------------- */
+
+/* Every op with a VJP rule (F_DIFF in ops.def) has an fd_<op> test above: add the op here with its test. */
+TEST(autodiff_every_diff_op_has_fd_test) {
+  static const char *const covered[] = {
+      "neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "sign", "tanh", "sigmoid", "relu", "gelu", "erf",
+      "cast", "pow", "add", "sub", "mul", "div", "maximum", "minimum", "where", "sum", "mean", "amax", "mm", "bmm",
+      "addmm", "spmm", "conv2d", "max_pool2d", "adaptive_max_pool2d", "avg_pool2d", "softmax", "log_softmax",
+      "layer_norm", "batch_norm", "dropout", "nll_loss", "cross_entropy", "bce_with_logits", "mse_loss", "embedding",
+      "index_select", "reshape", "permute", "transpose", "expand", "slice", "concat", "squeeze", "unsqueeze", "sdpa"};
+  for (int op = 0; op < EVT_OP_COUNT; op++) {
+    bool diff = evt_op_table[op].flags & EVT_OPF_DIFF, found = false;
+    for (int i = 0; i < EVT_ARRAY_LEN(covered); i++) found |= !strcmp(covered[i], evt_op_table[op].name);
+    CHECK_MSG(diff == found, "op %s: F_DIFF=%d but %s an fd_ test", evt_op_table[op].name, diff,
+              found ? "has" : "has no");
+  }
+}
