@@ -194,6 +194,7 @@ bool evt_broadcast_shapes(const evt_type *a, const evt_type *b, evt_type *out);
 
 /* ---- src/ir/parse.c, src/ir/print.c ------------------------------------------------------------------ */
 /* (public: evt_parse, evt_parse_file, evt_graph_print, evt_graph_to_string) */
+/* One node in canonical form, `%name: TYPE = op(%a, attr=value)`, without indent or newline. */
 void evt_print_node(const evt_graph *g, int id, FILE *out);
 
 /* ---- src/runtime/interp.c ---------------------------------------------------------------------------- */

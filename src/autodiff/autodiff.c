@@ -81,7 +81,8 @@ static int name_gradient(evt_ad *c, int p, bool *named) {
   snprintf(name, sizeof name, "grad.%s", g->nodes[p].name);
   int taken = evt_graph_find(g, name);
   if (taken >= 0) {
-    evt_graph_errorf(g, taken, EVT_ERR_INVALID, "the name %%%s is reserved for the gradient of %%%s", name,
+    evt_graph_errorf(g, taken, EVT_ERR_INVALID,
+                     "the name %%%s is reserved for the gradient of %%%s (is this already a joint graph?)", name,
                      g->nodes[p].name);
     c->st = EVT_ERR_INVALID;
     return -1;

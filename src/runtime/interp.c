@@ -54,7 +54,8 @@ void evt_tensor_free(evt_tensor *t) {
 
 /* ---- helpers shared by the families ---------------------------------------------------------------- */
 
-void evt_interp_bcast_strides(const evt_tensor *in, int rank, const int64_t *shape, int64_t *stride) {
+bool evt_interp_bcast_strides(const evt_tensor *in, int rank, const int64_t *shape, int64_t *stride) {
+  if (in->rank > rank) return false;
   int64_t s = 1;
   for (int i = rank - 1; i >= 0; i--) {
     int j = i - (rank - in->rank);
@@ -62,9 +63,11 @@ void evt_interp_bcast_strides(const evt_tensor *in, int rank, const int64_t *sha
       stride[i] = 0;
       continue;
     }
+    if (in->shape[j] != shape[i] && in->shape[j] != 1) return false;
     stride[i] = (in->shape[j] == 1 && shape[i] != 1) ? 0 : s;
     s *= in->shape[j];
   }
+  return true;
 }
 
 int64_t evt_interp_index(evt_interp_ctx *ctx, const evt_tensor *t, int64_t i, int64_t limit, const char *what) {

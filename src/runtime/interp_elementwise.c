@@ -79,12 +79,14 @@ typedef struct bcast_iter {
   int nops;
 } bcast_iter;
 
-static void bcast_init(bcast_iter *it, const evt_tensor *out, const evt_tensor *const *ops, int nops) {
+static bool bcast_init(bcast_iter *it, const evt_tensor *out, const evt_tensor *const *ops, int nops) {
   memset(it, 0, sizeof *it);
   it->rank = out->rank;
   it->nops = nops;
   memcpy(it->shape, out->shape, sizeof it->shape);
-  for (int k = 0; k < nops; k++) evt_interp_bcast_strides(ops[k], out->rank, out->shape, it->stride[k]);
+  for (int k = 0; k < nops; k++)
+    if (!evt_interp_bcast_strides(ops[k], out->rank, out->shape, it->stride[k])) return false;
+  return true;
 }
 
 /* Runs BODY for every output element e, with a0/a1/a2 the element's offsets in the three operands. */
@@ -119,7 +121,7 @@ evt_status evt_interp_elementwise(evt_interp_ctx *ctx) {
   evt_tensor *out = ctx->out;
   double *y = out->data;
   bcast_iter it;
-  bcast_init(&it, out, ctx->in, n->ninputs);
+  if (!bcast_init(&it, out, ctx->in, n->ninputs)) return interp_fail(ctx, "the operands do not broadcast to the output shape");
   const double *x0 = ctx->in[0]->data;
   const double *x1 = n->ninputs > 1 ? ctx->in[1]->data : NULL;
   const double *x2 = n->ninputs > 2 ? ctx->in[2]->data : NULL;

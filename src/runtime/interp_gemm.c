@@ -25,14 +25,17 @@ static void matmul_acc(double *out, const double *a, const double *b, int64_t M,
   }
 }
 
-/* Matrix offset of an operand for every batch index of the output, numpy broadcast over batch dims. */
-static void batch_offsets(const evt_tensor *t, const evt_tensor *out, int64_t *offsets) {
+/* Matrix offset of an operand for every batch index of the output, numpy broadcast over batch dims;
+ * false if the operand's batch dims do not broadcast to the output's. */
+static bool batch_offsets(const evt_tensor *t, const evt_tensor *out, int64_t *offsets) {
   int rb = out->rank - 2, tb = t->rank - 2;
+  if (tb > rb) return false;
   int64_t mat = t->shape[t->rank - 2] * t->shape[t->rank - 1];
   int64_t stride[EVT_MAX_RANK] = {0}, s = mat;
   for (int i = rb - 1; i >= 0; i--) {
     int j = i - (rb - tb);
     if (j < 0) continue;
+    if (t->shape[j] != out->shape[i] && t->shape[j] != 1) return false;
     stride[i] = (t->shape[j] == 1 && out->shape[i] != 1) ? 0 : s;
     s *= t->shape[j];
   }
@@ -46,6 +49,7 @@ static void batch_offsets(const evt_tensor *t, const evt_tensor *out, int64_t *o
       idx[d] = 0;
     }
   }
+  return true;
 }
 
 static evt_status gemm(evt_interp_ctx *ctx) {
@@ -63,16 +67,19 @@ static evt_status gemm(evt_interp_ctx *ctx) {
     free(ob);
     return interp_fail(ctx, "out of memory");
   }
-  batch_offsets(a, out, oa);
-  batch_offsets(b, out, ob);
+  if (!batch_offsets(a, out, oa) || !batch_offsets(b, out, ob)) {
+    free(oa);
+    free(ob);
+    return interp_fail(ctx, "batch dims of the operands do not match the output");
+  }
   for (int64_t bi = 0; bi < nb; bi++) matmul_acc(out->data + bi * M * N, a->data + oa[bi], b->data + ob[bi], M, K, N);
   free(oa);
   free(ob);
   if (op == EVT_OP_ADDMM) {
     const evt_tensor *c = ctx->in[0];
     int64_t cs[EVT_MAX_RANK];
-    evt_interp_bcast_strides(c, 2, out->shape, cs);
-    if (c->rank > 2) return interp_fail(ctx, "addmm bias must have rank <= 2");
+    if (out->rank != 2 || !evt_interp_bcast_strides(c, 2, out->shape, cs))
+      return interp_fail(ctx, "addmm bias does not broadcast to the product");
     for (int64_t i = 0; i < M; i++)
       for (int64_t j = 0; j < N; j++) out->data[i * N + j] += c->data[i * cs[0] + j * cs[1]];
   }
@@ -133,6 +140,10 @@ static evt_status sdpa(evt_interp_ctx *ctx) {
   if (k->shape[r - 1] != D || v->shape[r - 2] != Skv || interp_prod(k->shape, 0, r - 2) != B ||
       interp_prod(v->shape, 0, r - 2) != B)
     return interp_fail(ctx, "q, k, v shapes do not agree");
+  int64_t per_batch = op == EVT_OP_SDPA || op == EVT_OP_SDPA_BACKWARD_Q ? Sq : Skv;
+  per_batch *= op == EVT_OP_SDPA || op == EVT_OP_SDPA_BACKWARD_V ? Dv : D;
+  if (!interp_numel_is(ctx, out, B * per_batch, "the output") || (base && !interp_numel_is(ctx, ctx->in[0], B * Sq * Dv, "dout")))
+    return EVT_ERR_INVALID;
   double scale = ctx->n->attr.scale != 0 ? ctx->n->attr.scale : 1.0 / sqrt((double)D);
   bool causal = ctx->n->attr.causal != 0;
   double *p = malloc(sizeof(double) * (size_t)(Skv ? Skv : 1));
@@ -145,7 +156,7 @@ static evt_status sdpa(evt_interp_ctx *ctx) {
   for (int64_t b = 0; b < B; b++) {
     const double *qb = q->data + b * Sq * D, *kb = k->data + b * Skv * D, *vb = v->data + b * Skv * Dv;
     const double *dob = dout ? dout + b * Sq * Dv : NULL;
-    double *ob = out->data + b * out->numel / (B ? B : 1);
+    double *ob = out->data + b * per_batch;
     for (int64_t i = 0; i < Sq; i++) {
       const double *qi = qb + i * D;
       int64_t nk = causal ? (i + 1 < Skv ? i + 1 : Skv) : Skv; /* keys 0..nk-1 are visible */

@@ -40,8 +40,17 @@ static inline int64_t interp_prod(const int64_t *shape, int lo, int hi) {
 }
 
 /* Strides (in elements) with which `in` is read when broadcast numpy-style to a tensor of rank `rank`
- * and shape `shape`: 0 along broadcast dimensions. */
-void evt_interp_bcast_strides(const evt_tensor *in, int rank, const int64_t *shape, int64_t *stride);
+ * and shape `shape`: 0 along broadcast dimensions. False (strides unset) if `in` does not broadcast to it. */
+bool evt_interp_bcast_strides(const evt_tensor *in, int rank, const int64_t *shape, int64_t *stride);
+
+/* Fails unless t has exactly `numel` elements (guards against a node whose type disagrees with its inputs,
+ * so that a malformed graph gives a message instead of an out-of-bounds access). */
+static inline bool interp_numel_is(evt_interp_ctx *ctx, const evt_tensor *t, int64_t numel, const char *what) {
+  if (t->numel == numel) return true;
+  evt_graph_errorf(ctx->g, ctx->id, EVT_ERR_INVALID, "%s has %lld elements, expected %lld", what,
+                   (long long)t->numel, (long long)numel);
+  return false;
+}
 
 /* Reads an index tensor's element i as an integer in [0, limit); on failure sets the message (naming
  * `what`) and returns -1. Integral floats are accepted; NaN or fractions are not. */

@@ -34,6 +34,7 @@ static evt_status source_or_rng(evt_interp_ctx *ctx) {
     return EVT_OK;
   case EVT_OP_DROPOUT: {
     const evt_tensor *x = ctx->in[0];
+    if (!interp_numel_is(ctx, out, x->numel, "the output")) return EVT_ERR_INVALID;
     if (!(a->p >= 0 && a->p <= 1)) return interp_fail(ctx, "dropout p=%g is not in [0, 1]", a->p);
     double scale = a->p < 1 ? 1.0 / (1.0 - a->p) : 0.0;
     for (int64_t i = 0; i < out->numel; i++) {
@@ -123,6 +124,11 @@ static evt_status class_loss(evt_interp_ctx *ctx) {
     free(tmp);
     return interp_fail(ctx, "out of memory");
   }
+  if (backward && !interp_numel_is(ctx, ctx->out, x->numel, "the output")) {
+    free(tmp);
+    free(terms);
+    return EVT_ERR_INVALID;
+  }
   evt_status st = EVT_OK;
   double counted = 0;
   for (int64_t n = 0; n < g.N && st == EVT_OK; n++)
@@ -195,7 +201,7 @@ static evt_status pointwise_loss(evt_interp_ctx *ctx) {
     return EVT_OK;
   }
   const evt_tensor *dy = ctx->in[0];
-  if (!check_reduced(ctx, dy, m, "dy")) return EVT_ERR_INVALID;
+  if (!check_reduced(ctx, dy, m, "dy") || !interp_numel_is(ctx, ctx->out, m, "the output")) return EVT_ERR_INVALID;
   for (int64_t i = 0; i < m; i++) {
     double xv = x->data[i], yv = y->data[i];
     double d = a->reduction == EVT_REDUCTION_NONE ? dy->data[i]
@@ -336,8 +342,7 @@ static evt_status layout(evt_interp_ctx *ctx) {
     return EVT_OK;
   }
   case EVT_OP_EXPAND:
-    if (x->rank > out->rank) return interp_fail(ctx, "cannot expand to a lower rank");
-    evt_interp_bcast_strides(x, out->rank, out->shape, st);
+    if (!evt_interp_bcast_strides(x, out->rank, out->shape, st)) return interp_fail(ctx, "cannot expand to this shape");
     strided_walk(out->data, x->data, out->rank, out->shape, 0, st, false, out->numel);
     return EVT_OK;
   case EVT_OP_SLICE:
@@ -346,6 +351,8 @@ static evt_status layout(evt_interp_ctx *ctx) {
     const evt_tensor *full = fwd ? x : out, *part = fwd ? out : x;
     int d = interp_norm_dim(a->dim, full->rank);
     if (d < 0 || part->rank != full->rank || a->step < 1) return interp_fail(ctx, "bad slice dim or step");
+    for (int k = 0; k < full->rank; k++)
+      if (k != d && part->shape[k] != full->shape[k]) return interp_fail(ctx, "slice shapes differ outside dim %d", d);
     int64_t fs[EVT_MAX_RANK];
     contiguous_strides(full, fs);
     int64_t s0 = slice_start(a->start, full->shape[d]), e0 = slice_start(a->end, full->shape[d]);

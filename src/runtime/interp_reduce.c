@@ -85,6 +85,9 @@ static evt_status softmax_rows(evt_interp_ctx *ctx) {
   const evt_tensor *x = ctx->in[0];
   rows r;
   if (!rows_along(ctx, x, n->attr.dim, &r)) return EVT_ERR_INVALID;
+  if (!interp_numel_is(ctx, ctx->out, x->numel, "the output") ||
+      (n->ninputs > 1 && !interp_numel_is(ctx, ctx->in[1], x->numel, "y")))
+    return EVT_ERR_INVALID;
   double *y = ctx->out->data;
   const double *a = x->data, *b = n->ninputs > 1 ? ctx->in[1]->data : NULL;
   for (int64_t o = 0; o < r.outer; o++)
@@ -197,8 +200,11 @@ static evt_status norm(evt_interp_ctx *ctx) {
     if (ctx->in[k]->numel != wlen)
       return interp_fail(ctx, "affine input %d has %lld elements, expected %lld", k, (long long)ctx->in[k]->numel,
                          (long long)wlen);
-  double *y = ctx->out->data;
   bool weight_grad = op == EVT_OP_LAYER_NORM_BACKWARD_WEIGHT || op == EVT_OP_BATCH_NORM_BACKWARD_WEIGHT;
+  if ((!forward && !interp_numel_is(ctx, ctx->in[0], x->numel, "dy")) ||
+      (!weight_grad && !interp_numel_is(ctx, ctx->out, x->numel, "the output")))
+    return EVT_ERR_INVALID;
+  double *y = ctx->out->data;
   if (weight_grad && ctx->out->numel != wlen)
     return interp_fail(ctx, "output has %lld elements, expected %lld", (long long)ctx->out->numel, (long long)wlen);
   double inv_count = p.count ? 1.0 / (double)p.count : NAN;

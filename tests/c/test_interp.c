@@ -808,3 +808,35 @@ TEST(interp_init_inputs) {
   }
   evt_graph_free(g);
 }
+
+/* A node whose declared type disagrees with its inputs (a pass bug, say) is reported, never read out of
+ * bounds; so is a wrong input tensor handed to evt_interp_node. */
+TEST(interp_malformed_nodes_are_errors) {
+  const char *ops[] = {"add", "softmax", "layer_norm", "dropout", "expand", "bmm", "sdpa", "mse_loss_backward"};
+  for (int k = 0; k < EVT_ARRAY_LEN(ops); k++) {
+    tg *t = tg_new();
+    int a = in_(t, EVT_F32, 4, SH(1, 2, 3, 3), NULL);
+    evt_tensor_alloc(&t->v[a], EVT_F32, 4, SH(1, 2, 3, 3));
+    int ins[4] = {a, a, a, a};
+    int nin = evt_op_table[evt_op_from_name(ops[k], strlen(ops[k]))].min_inputs;
+    int y = raw_op(t, ops[k], ins, nin, NULL, EVT_F32, 4, SH(1, 2, 5, 3));
+    CHECK_MSG(run(t, 0) == EVT_ERR_INVALID, "%s", ops[k]);
+    CHECK_MSG(strstr(evt_graph_error(t->g), ops[k]) != NULL, "%s: %s", ops[k], evt_graph_error(t->g));
+    CHECK(t->v[y].data == NULL);
+    tg_free(t);
+  }
+  tg *t = tg_new();
+  int a = in_(t, EVT_F32, 1, SH(3), DV(1, 2, 3));
+  int y = raw_op(t, "exp", IDS(a), 1, NULL, EVT_F32, 1, SH(3));
+  evt_tensor wrong, out;
+  CHECK(evt_tensor_alloc(&wrong, EVT_F32, 1, SH(4)) == EVT_OK);
+  const evt_tensor *ins[1] = {&wrong};
+  CHECK(evt_interp_node(t->g, y, ins, &out, 0) == EVT_ERR_INVALID);
+  CHECK(out.data == NULL);
+  ins[0] = &t->v[a];
+  CHECK(evt_interp_node(t->g, y, ins, &out, 0) == EVT_OK);
+  CHECK_VALS(out, DV(exp(1.0), exp(2.0), exp(3.0)), 3, 1e-7);
+  evt_tensor_free(&out);
+  evt_tensor_free(&wrong);
+  tg_free(t);
+}
