@@ -662,6 +662,16 @@ TEST(interp_gathers) {
   CHECK(strstr(evt_graph_error(t->g), "embedding") && strstr(evt_graph_error(t->g), "out of range"));
   t->v[idx].data[3] = -1;
   CHECK(run(t, 0) == EVT_ERR_INVALID);
+  t->v[idx].data[3] = 0.5; /* not an integer */
+  CHECK(run(t, 0) == EVT_ERR_INVALID);
+  t->v[idx].data[3] = 2;
+  t->v[i1].data[2] = 2; /* index_select along a dim of size 2 */
+  CHECK(run(t, 0) == EVT_ERR_INVALID);
+  CHECK(strstr(evt_graph_error(t->g), "index_select") && strstr(evt_graph_error(t->g), "out of range"));
+  t->v[i1].data[2] = 0;
+  CHECK(run(t, 0) == EVT_OK);
+  t->v[idx].data[0] = NAN;
+  CHECK(run(t, 0) == EVT_ERR_INVALID);
   tg_free(t);
 }
 
