@@ -48,7 +48,7 @@ asan:
 # libFuzzer target for the parser (needs clang): build/fuzz_parse tests/fuzz/corpus
 fuzz:
 	@mkdir -p $(BUILD)
-	clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Isrc -Ikernels \
+	clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE -Iinclude -Isrc -Ikernels \
 	  tests/fuzz/fuzz_parse.c $(LIB_SRC) $(CBC_CFLAGS) $(CBC_LIBS) -lm -lpthread -o $(BUILD)/fuzz_parse
 
 clean:

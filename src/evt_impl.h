@@ -189,14 +189,23 @@ evt_status evt_infer_node(evt_graph *g, evt_node *n, int id);
 /* Numpy broadcast of two shapes; false if incompatible. */
 bool evt_broadcast_shapes(const evt_type *a, const evt_type *b, evt_type *out);
 
+/* ---- src/ir/verify.c ------------------------------------------------------------------------------ */
+/* (public: evt_graph_verify — re-infers every node, checks order, names, outputs and the loss) */
+
 /* ---- src/ir/parse.c, src/ir/print.c ------------------------------------------------------------------ */
 /* (public: evt_parse, evt_parse_file, evt_graph_print, evt_graph_to_string) */
+/* One node in canonical form, `%name: TYPE = op(%a, attr=value)`, without indent or newline. */
 void evt_print_node(const evt_graph *g, int id, FILE *out);
 
 /* ---- src/runtime/interp.c ---------------------------------------------------------------------------- */
 /* (public: evt_interp_run, evt_interp_init_inputs) */
 /* Runs one node given its input tensors; `out` is allocated by the callee. */
 evt_status evt_interp_node(evt_graph *g, int id, const evt_tensor *const *inputs, evt_tensor *out, unsigned flags);
+/* Small accessors for language bindings (tests/python/evt_ctypes.py) that must not mirror evt_node:
+ * a node's name and op name (NULL for a bad id), and the id of output i (-1 past the end). */
+const char *evt_interp_node_name(const evt_graph *g, int id);
+const char *evt_interp_node_op(const evt_graph *g, int id);
+int evt_interp_output(const evt_graph *g, int i);
 
 /* ---- src/autodiff/autodiff.c -------------------------------------------------------------------------- */
 /* (public: evt_graph_build_joint) */
