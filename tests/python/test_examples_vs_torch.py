@@ -24,7 +24,7 @@ sys.path.insert(0, HERE)
 import models  # noqa: E402
 from models import gen  # noqa: E402
 
-from evt_run_harness import EvtGraph  # noqa: E402
+from evt_ctypes import Graph  # noqa: E402
 
 EVTC = os.environ.get("EVTC", os.path.join(ROOT, "build", "evtc"))
 NAMES = list(gen.BUILDERS)
@@ -49,24 +49,25 @@ def test_committed_file_is_generated(name):
 def evt_and_torch(name, fp64):
     """(evt loss, evt grads by param name, torch loss, torch grads by param name)."""
     with open(example_path(name)) as f:
-        g = EvtGraph(f.read(), name + ".evt")
+        g = Graph(f.read(), name + ".evt")
     g.build_joint()
-    g.init_inputs(seed=0)
-    out = g.run(fp64=fp64)
+    sources = [(nm, dt) for nm, dt, _ in g.inputs()]
+    params = [g.name(i) for i in range(g.node_count) if g.op(i) == "param"]
+    loss_name = g.name(g.outputs()[0])
+    vals = g.run(seed=0, fp64=fp64, keep_all=True)  # every node, the initialized sources included
     dtype = torch.float64 if fp64 else torch.float32
     t = {}
-    for nm in g.source_names():
-        v = g.value(nm)
-        if v.dtype.kind == "f":
-            t[nm] = torch.tensor(v, dtype=dtype, requires_grad=g.is_param(nm))
+    for nm, dt in sources:
+        if dt in ("f32", "f16", "bf16"):
+            t[nm] = torch.tensor(vals[nm], dtype=dtype, requires_grad=nm in params)
         else:
-            t[nm] = torch.tensor(v.astype(np.int64))
+            t[nm] = torch.tensor(vals[nm].astype(np.int64))
     loss = models.MODELS[name](gen.DEFAULTS[name], t)
     loss.backward()
-    evt_grads = {p: out["grad." + p] for p in g.param_names()}
-    torch_grads = {p: t[p].grad.detach().double().numpy() for p in g.param_names()}
-    g.free()
-    return float(out[g.loss_name]), evt_grads, float(loss), torch_grads
+    evt_grads = {p: vals["grad." + p] for p in params}
+    torch_grads = {p: t[p].grad.detach().double().numpy() for p in params}
+    g.close()
+    return float(vals[loss_name]), evt_grads, loss.item(), torch_grads
 
 
 @pytest.mark.parametrize("fp64,tol", [(True, 1e-9), (False, 1e-4)], ids=["fp64", "fp32"])
@@ -76,14 +77,23 @@ def test_loss_and_grads_match_torch(name, fp64, tol):
     assert math.isfinite(loss)
     assert abs(loss - tloss) <= tol * max(abs(tloss), 1e-30), f"loss evt {loss} torch {tloss}"
     assert set(grads) == set(tgrads) and grads
-    bad = []
+    # A gradient that is zero in exact arithmetic (the attention key bias: softmax ignores a per-row
+    # constant) holds only rounding noise; for those both sides must be negligible next to the largest
+    # gradient of the model instead.
+    scale = max(np.linalg.norm(v) for v in tgrads.values())
+    bad, checked = [], 0
     for p in grads:
         assert grads[p].shape == tgrads[p].shape, p
-        assert np.linalg.norm(tgrads[p]) > 0, f"the gradient of {p} is zero: the check would prove nothing"
+        if np.linalg.norm(tgrads[p]) <= 1e-7 * scale:
+            if not np.linalg.norm(grads[p]) <= tol * 1e-3 * scale:
+                bad.append(f"{p}: should be ~0, evt has norm {np.linalg.norm(grads[p]):.3g}")
+            continue
+        checked += 1
         e = rel_err(grads[p], tgrads[p])
         if not e <= tol:
             bad.append(f"{p}: relative error {e:.3g}")
     assert not bad, "\n".join(bad)
+    assert checked >= len(grads) - 2, "too many zero gradients: the check would prove little"
 
 
 def test_dropout_masks_are_evts():
@@ -93,14 +103,10 @@ def test_dropout_masks_are_evts():
   %y: f32[3,50] = dropout(%x, p=0.3, seed=5, offset=11)
   output %y
 }"""
-    g = EvtGraph(text, "d.evt")
-    g.init_inputs(seed=1)
-    out = g.run(fp64=True)
-    x = g.value("x")
+    vals = Graph(text, "d.evt").run(seed=1, fp64=True, keep_all=True)
     keep = models.philox_keep(5, 11, (3, 50), 0.3).numpy()
     assert 0 < keep.sum() < keep.size
-    np.testing.assert_allclose(out["y"], x * keep / 0.7, rtol=1e-12, atol=0)
-    g.free()
+    np.testing.assert_allclose(vals["y"], vals["x"] * keep / 0.7, rtol=1e-12, atol=0)
 
 
 def evtc_run(path, *args):
