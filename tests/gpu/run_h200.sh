@@ -14,6 +14,8 @@ export EVT_KERNELS_DIR=$PWD/kernels
 export EVT_JIT_CACHE=${EVT_JIT_CACHE:-/tmp/evt-jit-cache}
 export EVT_JIT_JOBS=${EVT_JIT_JOBS:-$(nproc)}
 B=/tmp/evt-gpu-build
+mkdir -p "$EVT_JIT_CACHE"
+[ -n "${EVT_JIT_CACHE_TGZ:-}" ] && [ -f "$EVT_JIT_CACHE_TGZ" ] && tar xzf "$EVT_JIT_CACHE_TGZ" -C "$EVT_JIT_CACHE"
 mkdir -p "$B/obj"
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit --format=csv
@@ -32,8 +34,8 @@ done
 wait
 ar rcs "$B/libevt_gpu.a" "${objs[@]}" || exit 1
 NV="nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Ikernels"
-$NV tests/gpu/check_evt.cu "$B/libevt_gpu.a" -ldl -o "$B/check_evt" &
-$NV bench/kernels/bench_evt.cu "$B/libevt_gpu.a" -lcublasLt -ldl -o "$B/bench_evt" &
+$NV tests/gpu/check_evt.cu "$B/libevt_gpu.a" -ldl -lm -o "$B/check_evt" &
+$NV bench/kernels/bench_evt.cu "$B/libevt_gpu.a" -lcublasLt -ldl -lm -o "$B/bench_evt" &
 wait
 [ -x "$B/check_evt" ] && [ -x "$B/bench_evt" ] || { echo "driver build failed"; exit 1; }
 echo "drivers built in $(( $(date +%s) - t0 )) s"
@@ -47,6 +49,8 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   "$B/bench_evt" "$OUT/bench.json" "$OUT/bench.md" "${REPS:-30}" 2>&1 | tee "$OUT/bench.log"
   [ "${PIPESTATUS[0]}" -ne 0 ] && rc=1
 fi
-# keep one generated source and its nvcc log for the record
-ls "$EVT_JIT_CACHE"/*.log >/dev/null 2>&1 && tail -n 5 "$EVT_JIT_CACHE"/*.log >"$OUT/jit_logs.txt" 2>&1
+# nvcc logs (errors, if any) and the compiled kernels, so a later call can start with a warm cache
+# (EVT_JIT_CACHE_TGZ=path: unpacked into the cache before anything is compiled)
+tail -n 20 "$EVT_JIT_CACHE"/*.log >"$OUT/jit_logs.txt" 2>&1
+(cd "$EVT_JIT_CACHE" && tar czf "$OUT/jit_cache.tgz" ./*.so) 2>/dev/null
 exit $rc
