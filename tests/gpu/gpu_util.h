@@ -46,6 +46,8 @@ struct KernelCase {
 static const evt_tile_config kCfg128 = {128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
 static const evt_tile_config kCfg256c2 = {128, 256, 64, 2, 1, EVT_SCHED_COOPERATIVE};
 static const evt_tile_config kCfgPing = {128, 128, 64, 1, 1, EVT_SCHED_PINGPONG};
+static const evt_tile_config kCfg256x128c1x2 = {256, 128, 64, 1, 2, EVT_SCHED_COOPERATIVE};
+static const evt_tile_config kCfg128x256c1x1 = {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE};
 
 static std::string cfg_label(const evt_tile_config &c) {
   char b[64];
@@ -79,7 +81,7 @@ static std::vector<KernelCase> all_cases() {
   for (const char *e : checks) v.push_back(make_case(e, kCfg128));
   v.push_back(make_case("plain", kCfg128, EVT_LAYOUT_NT));
   v.push_back(make_case("plain", kCfg128, EVT_LAYOUT_TN));
-  const evt_tile_config bench_cfgs[] = {kCfg128, kCfg256c2, kCfgPing};
+  const evt_tile_config bench_cfgs[] = {kCfg128, kCfg256c2, kCfgPing, kCfg256x128c1x2, kCfg128x256c1x1};
   const char *bench_epis[] = {"plain", "bias_gelu_aux", "bias_relu_dbias"};
   for (const char *e : bench_epis)
     for (const evt_tile_config &c : bench_cfgs) {

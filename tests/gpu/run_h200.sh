@@ -46,11 +46,12 @@ if [ "$what" = check ] || [ "$what" = all ]; then
   rc=${PIPESTATUS[0]}
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  "$B/bench_evt" "$OUT/bench.json" "$OUT/bench.md" "${REPS:-30}" 2>&1 | tee "$OUT/bench.log"
+  EVT_MACHINE_FILE="$OUT/machine.txt" EVT_BENCH_COMMAND="bash tests/gpu/run_h200.sh $what (bench_evt OUT.json OUT.md ${REPS:-30})" \
+    "$B/bench_evt" "$OUT/bench.json" "$OUT/bench.md" "${REPS:-30}" 2>&1 | tee "$OUT/bench.log"
   [ "${PIPESTATUS[0]}" -ne 0 ] && rc=1
 fi
 # nvcc logs (errors, if any) and the compiled kernels, so a later call can start with a warm cache
 # (EVT_JIT_CACHE_TGZ=path: unpacked into the cache before anything is compiled)
-tail -n 20 "$EVT_JIT_CACHE"/*.log >"$OUT/jit_logs.txt" 2>&1
+grep -l . "$EVT_JIT_CACHE"/*.log >/dev/null 2>&1 && tail -n 20 "$EVT_JIT_CACHE"/*.log >"$OUT/jit_logs.txt" 2>&1
 (cd "$EVT_JIT_CACHE" && tar czf "$OUT/jit_cache.tgz" ./*.so) 2>/dev/null
 exit $rc
