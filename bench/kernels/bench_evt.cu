@@ -98,34 +98,47 @@ __global__ void epi_bias_gelu_aux(const __nv_bfloat16 *t, const __nv_bfloat16 *b
   }
 }
 
-// y = relu(t + bias[col]); D = y; dbias[col] += Σ over this block's rows (atomics). Block: 128 threads ×
-// 8 columns (16 bytes) each = 1024 columns; grid.y slabs of `rows_per_block` rows, sized by the host so
-// that about 16 blocks per SM are in flight.
-__global__ void epi_bias_relu_dbias(const __nv_bfloat16 *t, const __nv_bfloat16 *bias, __nv_bfloat16 *d,
-                                    float *dbias, int M, int N, int rows_per_block) {
-  int col = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
-  if (col >= N) return;
-  uint4 bv = *reinterpret_cast<const uint4 *>(bias + col);
-  const __nv_bfloat16 *bp = reinterpret_cast<const __nv_bfloat16 *>(&bv);
+// y = relu(t + bias[col]); D = y; dbias[col] += Σ over this block's rows. Block (128, 8): threadIdx.x owns
+// 8 columns (16 bytes), the 8 threadIdx.y rows of a block interleave over its `rows_per_block` rows;
+// the 8 partial sums meet in shared memory, then one atomicAdd per column and block.
+__global__ void __launch_bounds__(1024) epi_bias_relu_dbias(const __nv_bfloat16 *t, const __nv_bfloat16 *bias,
+                                                            __nv_bfloat16 *d, float *dbias, int M, int N,
+                                                            int rows_per_block) {
+  __shared__ float part[8][128 * 8];
+  int col = (blockIdx.x * 128 + threadIdx.x) * 8;
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int r0 = blockIdx.y * rows_per_block, r1 = min(M, r0 + rows_per_block);
-#pragma unroll 4
-  for (int r = r0; r < r1; r++) {
-    size_t off = (size_t)r * N + col;
-    uint4 tv = *reinterpret_cast<const uint4 *>(t + off);
-    const __nv_bfloat16 *tp = reinterpret_cast<const __nv_bfloat16 *>(&tv);
-    uint4 dv;
-    __nv_bfloat16 *dp = reinterpret_cast<__nv_bfloat16 *>(&dv);
+  if (col < N) {
+    uint4 bv = *reinterpret_cast<const uint4 *>(bias + col);
+    const __nv_bfloat16 *bp = reinterpret_cast<const __nv_bfloat16 *>(&bv);
+    int r0 = blockIdx.y * rows_per_block, r1 = min(M, r0 + rows_per_block);
+#pragma unroll 2
+    for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+      size_t off = (size_t)r * N + col;
+      uint4 tv = *reinterpret_cast<const uint4 *>(t + off);
+      const __nv_bfloat16 *tp = reinterpret_cast<const __nv_bfloat16 *>(&tv);
+      uint4 dv;
+      __nv_bfloat16 *dp = reinterpret_cast<__nv_bfloat16 *>(&dv);
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-      float y = fmaxf(__bfloat162float(tp[j]) + __bfloat162float(bp[j]), 0.f);
-      dp[j] = __float2bfloat16(y);
-      acc[j] += y;
+      for (int j = 0; j < 8; j++) {
+        float y = fmaxf(__bfloat162float(tp[j]) + __bfloat162float(bp[j]), 0.f);
+        dp[j] = __float2bfloat16(y);
+        acc[j] += y;
+      }
+      *reinterpret_cast<uint4 *>(d + off) = dv;
     }
-    *reinterpret_cast<uint4 *>(d + off) = dv;
   }
 #pragma unroll
-  for (int j = 0; j < 8; j++) atomicAdd(&dbias[col + j], acc[j]);
+  for (int j = 0; j < 8; j++) part[threadIdx.y][threadIdx.x * 8 + j] = acc[j];
+  __syncthreads();
+  if (threadIdx.y == 0 && col < N) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      float sum = 0;
+#pragma unroll
+      for (int y = 0; y < 8; y++) sum += part[y][threadIdx.x * 8 + j];
+      atomicAdd(&dbias[col + j], sum);
+    }
+  }
 }
 
 __global__ void diff_kernel(const __nv_bfloat16 *x, const __nv_bfloat16 *ref, size_t n, double *sums) {
@@ -255,16 +268,17 @@ int main(int argc, char **argv) {
     }
     for (const char *epi : {"bias_gelu_aux", "bias_relu_dbias"}) {
       bool gelu = !strcmp(epi, "bias_gelu_aux");
+      // about 4 blocks of 1024 threads per SM, at least 64 rows per block (few atomics per column)
       int bx = (N / 8 + 127) / 128;
-      int rpb = std::max(8, std::min(256, (int)((long)M * bx / (prop.multiProcessorCount * 16))));
-      dim3 rgrid(bx, (M + rpb - 1) / rpb);
+      int rpb = std::max(64, (int)((long)M * bx / (prop.multiProcessorCount * 4)));
+      dim3 rgrid(bx, (M + rpb - 1) / rpb), rblock(128, 8);
       auto unfused = [&] {
         if (!lt.run(A, B, T)) return false;
         if (gelu)
           epi_bias_gelu_aux<<<prop.multiProcessorCount * 8, 256>>>(T, bias, Zref, Dref, M, N);
         else {
           cudaMemsetAsync(dbias_ref, 0, N * 4);
-          epi_bias_relu_dbias<<<rgrid, 128>>>(T, bias, Dref, dbias_ref, M, N, rpb);
+          epi_bias_relu_dbias<<<rgrid, rblock>>>(T, bias, Dref, dbias_ref, M, N, rpb);
         }
         return cudaPeekAtLastError() == cudaSuccess;
       };
