@@ -92,7 +92,10 @@ evt_status evt_jit_flags(const evt_jit_options *opt, char *out, size_t outlen) {
   int n = snprintf(out, outlen,
                    "-std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a "
                    "-Xcompiler -fPIC -I'%s' -I'%s' -I'%s'%s%s%s",
-                   kdir, inc, util, opt && opt->compile_only ? " -c" : " -shared -lcuda", *extra ? " " : "", extra);
+                   kdir, inc, util,
+                   opt && opt->frontend_only  ? " -cuda"
+                   : opt && opt->compile_only ? " -c"
+                                              : " -shared -lcuda", *extra ? " " : "", extra);
   if (n < 0 || (size_t)n >= outlen) {
     msgf(out, outlen, "nvcc flags too long");
     return EVT_ERR_INVALID;
@@ -178,7 +181,7 @@ evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *
   }
 
   int todo[njobs > 0 ? njobs : 1], ntodo = 0, failed = 0, done = 0, ncached = 0;
-  const char *ext = opt->compile_only ? "o" : "so";
+  const char *ext = opt->frontend_only ? "ii" : opt->compile_only ? "o" : "so";
   for (int i = 0; i < njobs; i++) {
     evt_jit_job *j = &jobs[i];
     j->ok = j->cached = 0;

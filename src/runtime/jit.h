@@ -39,6 +39,9 @@ typedef struct evt_jit_options {
   int jobs;                 /* 0: $EVT_JIT_JOBS or the number of online CPUs */
   int quiet;                /* no progress line */
   int compile_only;         /* -c to an object instead of a shared object (checks; no -lcuda needed) */
+  int frontend_only;        /* -cuda: the C++ front end only (parsing and every template instantiation, host
+                             * and device code) with no code generation; ~30 s instead of ~50-200 s. The CI
+                             * check of generated kernels on machines without a GPU. */
 } evt_jit_options;
 
 /* Compiles every job (cache hits are free). EVT_OK if all succeeded; otherwise EVT_ERR_UNSUPPORTED when

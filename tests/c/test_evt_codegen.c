@@ -313,3 +313,34 @@ TEST(jit_parallel_cache_and_errors) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", jit_dir);
   CHECK(system(cmd) == 0);
 }
+
+/* CI check of generated CUDA C++ (no GPU there): run nvcc's front end (-cuda: parsing and every template
+ * instantiation of host and device code, no code generation) over one GEMM group's kernel — bias + GELU +
+ * aux store, what an MLP forward layer fuses. Catches everything the emitter can get wrong in C++ short of
+ * ptxas resource limits (those are exercised on the H200 by tests/gpu/run_h200.sh). Cached by source hash
+ * like any JIT result, so it costs ~30 s once per emitter change. Needs nvcc and CUTLASS 4.2 headers
+ * (CUTLASS_PATH, ./.cutlass from scripts/setup.sh, or the nvidia-cutlass package); without them it says so
+ * and checks nothing. */
+TEST(ci_nvcc_frontend_accepts_generated_kernel) {
+  evt_jit_options o = {.kernels_dir = "kernels", .jobs = 1, .quiet = 1, .frontend_only = 1};
+  struct stat st;
+  if (!getenv("CUTLASS_PATH") && stat(".cutlass/cutlass_library/source/include/cutlass/cutlass.h", &st) == 0)
+    o.cutlass_path = ".cutlass/cutlass_library/source";
+  char inc[1024], util[1024];
+  if (evt_jit_find_cutlass(o.cutlass_path, inc, sizeof inc, util, sizeof util) != EVT_OK ||
+      system("nvcc --version >/dev/null 2>&1") != 0) {
+    fprintf(stderr, "note: ci_nvcc_frontend_accepts_generated_kernel: no nvcc or CUTLASS here, nothing checked\n");
+    return;
+  }
+  evt_kspec s;
+  char err[256], name[40], msg[2048];
+  CHECK(evt_kspec_example(&s, "bias_gelu_aux", cfg128) == EVT_OK);
+  char *src = evt_emit_cutlass(&s, err, sizeof err);
+  CHECK(src != NULL);
+  if (!src) return;
+  evt_kspec_kernel_name(&s, name);
+  evt_jit_job job = {.name = name, .source = src};
+  evt_status stt = evt_jit_compile(&job, 1, &o, msg, sizeof msg);
+  CHECK_MSG(stt == EVT_OK && job.ok, "%s", msg);
+  free(src);
+}
