@@ -473,7 +473,8 @@ TEST(values_decompose_then_reduce_elim_every_loss) {
 
 TEST(values_decompose_rules) {
   const char *text =
-      "graph t {\n  %x: f32[4,3,2,2] = input()\n  %w: f32[3] = param(init=ones)\n  %b: f32[3] = param(init=zeros)\n"
+      "graph t {\n  %x0: f32[4,3,2,2] = input()\n  %k: f32[4,3,2,2] = param()\n  %x: f32[4,3,2,2] = mul(%x0, %k)\n"
+      "  %w: f32[3] = param(init=ones)\n  %b: f32[3] = param(init=zeros)\n"
       "  %bn: f32[4,3,2,2] = batch_norm(%x, %w, %b)\n  %r: f32[4,3,2,2] = relu(%bn)\n"
       "  %f: f32[4,12] = reshape(%r, shape=[4,12])\n  %lw: f32[12] = param()\n  %lb: f32[12] = param()\n"
       "  %ln: f32[4,12] = layer_norm(%f, %lw, %lb)\n  %gl: f32[4,12] = gelu(%ln)\n"
