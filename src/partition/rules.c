@@ -29,7 +29,8 @@
  *   into FUSE_IN (with one input)                 -> FUSE
  *   otherwise                                     -> FREE
  * FUSE edges whose closure would break a pair rule (two nuclei, or compat) are demoted to FREE.
- * Epilogue implementability (compat hook): see evt_part_compat_evt. */
+ * Epilogue implementability (compat hook): see evt_part_compat_evt; it applies to a nucleus and every other
+ * member of its group except operand prologues. A view member is judged as its producer. */
 #include "partition/partition.h"
 
 #include <stdlib.h>
@@ -97,7 +98,10 @@ bool evt_part_compat_evt(const evt_pgraph *g, int nucleus, int member) {
   const evt_type *tn = &eg->nodes[nucleus].type;
   const evt_node *m = &eg->nodes[member];
   int64_t numel = evt_type_numel(tn);
-  if (g->nodes[member].flags & EVT_PN_CUT_OUT && m->ninputs > 0) {
+  if (member == nucleus) return true;
+  if ((g->nodes[member].flags & EVT_PN_VIEW) && m->ninputs == 1 && evt_pgraph_kernel(g, m->inputs[0]))
+    return evt_part_compat_evt(g, nucleus, m->inputs[0]);   /* a view is its producer's tensor */
+  if ((evt_part_op_flags(eg, member) & EVT_PN_CUT_OUT) && m->ninputs > 0) {
     const evt_type *ti = &eg->nodes[m->inputs[0]].type;
     if (evt_type_numel(ti) != numel) return false;
     if (m->op == EVT_OP_SUM || m->op == EVT_OP_MEAN || m->op == EVT_OP_AMAX) {
@@ -122,9 +126,17 @@ static bool compat(const evt_pgraph *g, int nucleus, int member) {
   return g->compat ? g->compat(g, nucleus, member) : evt_part_compat_shape_class(g, nucleus, member);
 }
 
+/* An operand prologue (a permute fused into its GEMM as a layout) is part of the mainloop's load, not of
+ * the epilogue: the compat hook does not apply to it. */
+static bool prologue(const evt_pgraph *g, int v) {
+  unsigned f = g->nodes[v].flags;
+  return (f & EVT_PN_OPERAND) && (f & EVT_PN_CUT_IN);
+}
+
 bool evt_part_pair_ok(const evt_pgraph *g, int a, int b) {
   bool na = g->nodes[a].flags & EVT_PN_NUCLEUS, nb = g->nodes[b].flags & EVT_PN_NUCLEUS;
   if (na && nb) return a == b;
+  if (prologue(g, a) || prologue(g, b)) return true;
   if (na) return compat(g, a, b);
   if (nb) return compat(g, b, a);
   return true;

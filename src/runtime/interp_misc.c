@@ -1,6 +1,8 @@
 /* Interpreter: sources, randomness, losses, gathers/scatters and layout ops.
  * - full/scalar fill `value`; rand stores u = evt_philox_uniform(seed, offset, i) for row-major element i;
- *   dropout keeps x[i] iff that u >= p and scales kept elements by 1/(1-p) (p >= 1: all dropped).
+ *   dropout keeps x[i] iff that u >= p, compared in double ((double)u >= p, p the attribute's double),
+ *   and scales kept elements by 1/(1-p) (p >= 1: all dropped). A kernel that must reproduce the mask bit
+ *   for bit has to make the same comparison (u has 24 bits, so it is exact in float).
  * - Losses take logits/log-probs [N, C, d...] (or [C] with a scalar target), class dim 1, integer targets
  *   [N, d...]; targets equal to ignore_index contribute 0 and are not counted: reduction=mean divides by
  *   the number of counted targets (0/0 = NaN when none, as PyTorch). cross_entropy also takes class

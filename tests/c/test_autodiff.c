@@ -855,3 +855,127 @@ TEST(autodiff_every_diff_op_has_fd_test) {
               found ? "has" : "has no");
   }
 }
+
+/* ---- random graphs ------------------------------------------------------------------------------------------ */
+
+/* Adds one random op on random earlier float nodes (attributes random too); -1 if inference refused it. */
+static int random_op(evt_graph *g, bool smooth) {
+  static const char *const smooth_ops[] = {"neg", "exp", "tanh", "sigmoid", "gelu", "erf", "add", "sub", "mul",
+                                           "sum", "mean", "permute", "transpose", "reshape", "unsqueeze", "squeeze",
+                                           "expand", "slice", "concat", "softmax", "log_softmax", "layer_norm", "mm",
+                                           "where"};
+  static const char *const kinked_ops[] = {"relu", "abs", "maximum", "minimum", "amax", "sign"};
+  int nsmooth = EVT_ARRAY_LEN(smooth_ops), nk = smooth ? 0 : EVT_ARRAY_LEN(kinked_ops);
+  int pick = (int)(urand() * (nsmooth + nk));
+  const char *name = pick < nsmooth ? smooth_ops[pick] : kinked_ops[pick - nsmooth];
+  int floats[256], nf = 0;
+  for (int i = 0; i < g->nnodes && nf < 256; i++)
+    if (evt_dtype_is_float(g->nodes[i].type.dtype)) floats[nf++] = i;
+  int a = floats[(int)(urand() * nf)], b = floats[(int)(urand() * nf)];
+  const evt_type *t = &g->nodes[a].type;
+  int r = t->rank;
+  int64_t d0 = r ? (int64_t)(urand() * r) : 0, d1 = r ? (int64_t)(urand() * r) : 0;
+  evt_attr at[2];
+  int nat = 0, in[2] = {a, b}, nin = 1;
+  const char *kind = name;
+  if (!strcmp(name, "add") || !strcmp(name, "sub") || !strcmp(name, "mul") || !strcmp(name, "maximum") ||
+      !strcmp(name, "minimum"))
+    nin = 2;
+  else if (!strcmp(name, "sum") || !strcmp(name, "mean") || !strcmp(name, "amax")) {
+    at[nat++] = (evt_attr){.name = "dims", .n = urand() < 0.3 ? 0 : 1, .list = {d0}};
+    at[nat++] = EVT_ATTR_INT("keepdim", urand() < 0.5);
+  } else if (!strcmp(name, "permute")) {
+    evt_attr p = {.name = "dims", .n = r};
+    for (int i = 0; i < r; i++) p.list[i] = i;
+    for (int i = r - 1; i > 0; i--) {
+      int j = (int)(urand() * (i + 1));
+      int64_t s = p.list[i];
+      p.list[i] = p.list[j];
+      p.list[j] = s;
+    }
+    at[nat++] = p;
+  } else if (!strcmp(name, "transpose")) {
+    at[nat++] = LIST("dims", d0, d1);
+  } else if (!strcmp(name, "reshape")) {
+    evt_attr p = {.name = "shape", .n = r};
+    for (int i = 0; i < r; i++) p.list[i] = t->shape[r - 1 - i];
+    at[nat++] = p;
+  } else if (!strcmp(name, "unsqueeze") || !strcmp(name, "squeeze") || !strcmp(name, "softmax") ||
+             !strcmp(name, "log_softmax")) {
+    at[nat++] = EVT_ATTR_INT("dim", !strcmp(name, "unsqueeze") ? (int64_t)(urand() * (r + 1)) : d0);
+  } else if (!strcmp(name, "expand")) {
+    evt_attr p = {.name = "shape", .n = r + 1};
+    p.list[0] = 2;
+    for (int i = 0; i < r; i++) p.list[i + 1] = t->shape[i] == 1 ? 3 : t->shape[i];
+    at[nat++] = p;
+  } else if (!strcmp(name, "slice")) {
+    at[nat++] = EVT_ATTR_INT("dim", d0);
+    at[nat++] = EVT_ATTR_INT("start", 1);
+  } else if (!strcmp(name, "concat")) {
+    nin = 2;
+    in[1] = a;
+    at[nat++] = EVT_ATTR_INT("dim", d0);
+  } else if (!strcmp(name, "mm")) {
+    evt_attr p = LIST("dims", 0, 1);
+    int tr = evt_add_op(g, "transpose", &a, 1, &p, 1);
+    if (tr < 0) return -1;
+    in[1] = tr;
+    nin = 2;
+  } else if (!strcmp(name, "where")) {
+    int c = evt_add_op(g, "gt", (int[]){a, b}, 2, NULL, 0);
+    if (c < 0) return -1;
+    int w = evt_add_op(g, "where", (int[]){c, a, b}, 3, NULL, 0);
+    (void)kind;
+    return w;
+  }
+  return evt_add_op(g, name, in, nin, at, nat);
+}
+
+static evt_graph *random_graph(int nops, bool smooth) {
+  evt_graph *g = evt_graph_new("random");
+  int nparams = (int)dimr(1, 3);
+  for (int p = 0; p < nparams; p++) {
+    char nm[16];
+    snprintf(nm, sizeof nm, "p%d", p);
+    int64_t s[3] = {dimr(1, 4), dimr(2, 4), dimr(1, 3)};
+    P(g, nm, s, (int)dimr(1, 3));
+  }
+  I(g, "x", EVT_F32, EVT_INIT_NORMAL, 0, 1, SH(3));
+  for (int k = 0, tries = 0; k < nops && tries < 20 * nops; tries++) {
+    int id = random_op(g, smooth);
+    if (id >= 0 && evt_type_numel(&g->nodes[id].type) <= 256) k++;
+  }
+  return g;
+}
+
+TEST(autodiff_random_graphs_verify) {
+  /* build_joint on random graphs: never an internal error; the joint graph passes the verifier */
+  int ok = 0;
+  for (int trial = 0; trial < 500; trial++) {
+    evt_graph *g = random_graph((int)dimr(1, 16), false);
+    int last = g->nnodes - 1;
+    while (!evt_dtype_is_float(g->nodes[last].type.dtype)) last--;
+    int loss = evt_add_op(g, "sum", &last, 1, NULL, 0);
+    CHECK(loss >= 0 && evt_graph_set_loss(g, loss) == EVT_OK);
+    evt_status st = evt_graph_build_joint(g, trial % 2 ? EVT_GRAD_INPUTS : 0);
+    CHECK_MSG(st == EVT_OK, "trial %d: %s", trial, evt_graph_error(g));
+    if (st == EVT_OK) {
+      st = evt_graph_verify(g);
+      CHECK_MSG(st == EVT_OK, "trial %d: verify: %s", trial, evt_graph_error(g));
+      ok += st == EVT_OK;
+    }
+    evt_graph_free(g);
+  }
+  CHECK(ok == 500);
+}
+
+TEST(autodiff_random_graphs_fd) {
+  /* smooth random graphs (no kinks, no ties) pass the finite-difference check */
+  for (int trial = 0; trial < 150; trial++) {
+    evt_graph *g = random_graph((int)dimr(3, 14), true);
+    int last = g->nnodes - 1;
+    while (!evt_dtype_is_float(g->nodes[last].type.dtype)) last--;
+    fd_check(g, last, (fd_opts){0});
+    evt_graph_free(g);
+  }
+}

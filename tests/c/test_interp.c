@@ -662,6 +662,16 @@ TEST(interp_gathers) {
   CHECK(strstr(evt_graph_error(t->g), "embedding") && strstr(evt_graph_error(t->g), "out of range"));
   t->v[idx].data[3] = -1;
   CHECK(run(t, 0) == EVT_ERR_INVALID);
+  t->v[idx].data[3] = 0.5; /* not an integer */
+  CHECK(run(t, 0) == EVT_ERR_INVALID);
+  t->v[idx].data[3] = 2;
+  t->v[i1].data[2] = 2; /* index_select along a dim of size 2 */
+  CHECK(run(t, 0) == EVT_ERR_INVALID);
+  CHECK(strstr(evt_graph_error(t->g), "index_select") && strstr(evt_graph_error(t->g), "out of range"));
+  t->v[i1].data[2] = 0;
+  CHECK(run(t, 0) == EVT_OK);
+  t->v[idx].data[0] = NAN;
+  CHECK(run(t, 0) == EVT_ERR_INVALID);
   tg_free(t);
 }
 
@@ -839,4 +849,67 @@ TEST(interp_malformed_nodes_are_errors) {
   evt_tensor_free(&out);
   evt_tensor_free(&wrong);
   tg_free(t);
+}
+
+/* Every op at once: tests/golden/infer/all_ops.evt (one node of each op) parses, initialises and runs;
+ * every node gets a value of its type, and a second run gives the same bits. */
+TEST(interp_every_op_runs) {
+  FILE *f = fopen("tests/golden/infer/all_ops.evt", "rb");
+  if (!f) {
+    printf("  (skipped: tests/golden/infer/all_ops.evt not found from %s)\n", "the working directory");
+    return;
+  }
+  fclose(f);
+  char *err = NULL;
+  evt_graph *g = evt_parse_file("tests/golden/infer/all_ops.evt", &err);
+  CHECK_MSG(g != NULL, "%s", err ? err : "?");
+  free(err);
+  if (!g) return;
+  int n = g->nnodes;
+  evt_tensor *v = calloc((size_t)n, sizeof *v), *w = calloc((size_t)n, sizeof *w);
+  CHECK(evt_interp_init_inputs(g, v, 11) == EVT_OK);
+  CHECK(evt_interp_init_inputs(g, w, 11) == EVT_OK);
+  CHECK_MSG(evt_interp_run(g, v, 0, 1) == EVT_OK, "%s", evt_graph_error(g));
+  CHECK_MSG(evt_interp_run(g, w, 0, 1) == EVT_OK, "%s", evt_graph_error(g));
+  bool seen[EVT_OP_COUNT] = {0};
+  for (int i = 0; i < n; i++) {
+    seen[g->nodes[i].op] = true;
+    CHECK_MSG(v[i].data && v[i].numel == evt_type_numel(&g->nodes[i].type) && v[i].dtype == g->nodes[i].type.dtype,
+              "node %s", g->nodes[i].name);
+    if (v[i].data && w[i].data)
+      CHECK_MSG(memcmp(v[i].data, w[i].data, sizeof(double) * (size_t)v[i].numel) == 0, "node %s differs", g->nodes[i].name);
+  }
+  for (int op = 0; op < EVT_OP_COUNT; op++) CHECK_MSG(seen[op], "op %s not in all_ops.evt", evt_op_table[op].name);
+  for (int i = 0; i < n; i++) {
+    evt_tensor_free(&v[i]);
+    evt_tensor_free(&w[i]);
+  }
+  free(v);
+  free(w);
+  evt_graph_free(g);
+}
+
+/* Zero-size tensors: no reads, empty sums are 0, empty means NaN, empty inner dims give zero products. */
+TEST(interp_zero_size_tensors) {
+  evt_graph *g = evt_graph_new("z");
+  int a = evt_input(g, "a", EVT_F32, 2, SH(0, 3));
+  int b = evt_input(g, "b", EVT_F32, 2, SH(4, 0));
+  int c = evt_input(g, "c", EVT_F32, 2, SH(0, 5));
+  int e = evt_add_op(g, "exp", IDS(a), 1, NULL, 0);
+  int s = evt_add_op(g, "sum", IDS(a), 1, (evt_attr[]){{.name = "dims", .n = 1, .list = {0}}}, 1);
+  int m = evt_add_op(g, "mean", IDS(a), 1, (evt_attr[]){{.name = "dims", .n = 1, .list = {0}}}, 1);
+  int mm = evt_add_op(g, "mm", IDS(b, c), 2, NULL, 0);
+  int sm = evt_add_op(g, "softmax", IDS(a), 1, NULL, 0);
+  int cat = evt_add_op(g, "concat", IDS(a, a), 2, (evt_attr[]){EVT_ATTR_INT("dim", 0)}, 1);
+  CHECK_MSG(e >= 0 && s >= 0 && m >= 0 && mm >= 0 && sm >= 0 && cat >= 0, "%s", evt_graph_error(g));
+  evt_tensor v[16] = {0};
+  CHECK(evt_interp_init_inputs(g, v, 1) == EVT_OK);
+  CHECK_MSG(evt_interp_run(g, v, 0, 1) == EVT_OK, "%s", evt_graph_error(g));
+  CHECK(v[e].numel == 0 && v[sm].numel == 0 && v[cat].numel == 0);
+  CHECK_VALS(v[s], DV(0, 0, 0), 3, 0);
+  CHECK_VALS(v[m], DV(NAN, NAN, NAN), 3, 0);
+  double z[20] = {0};
+  CHECK_VALS(v[mm], z, 20, 0);
+  for (int i = 0; i < 16; i++) evt_tensor_free(&v[i]);
+  evt_graph_free(g);
 }
