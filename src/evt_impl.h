@@ -210,4 +210,16 @@ int evt_interp_output(const evt_graph *g, int i);
 /* ---- src/autodiff/autodiff.c -------------------------------------------------------------------------- */
 /* (public: evt_graph_build_joint) */
 
+/* ---- src/runtime/train.c ------------------------------------------------------------------------------ */
+/* Training on the interpreter (evtc run, tests). grad_of has one slot per node: for a param, the id of its
+ * output %grad.<name> (else -1). Returns the number of params that have one. */
+int evt_train_grad_outputs(const evt_graph *g, int *grad_of);
+int evt_train_param_count(const evt_graph *g);
+/* Builds the joint graph if g has a loss and no gradient outputs (*built tells; may be NULL). */
+evt_status evt_train_ensure_joint(evt_graph *g, bool *built);
+/* p -= lr * grad.p for every param (rounded to p's dtype); the gradient slots must be filled. */
+evt_status evt_train_sgd_update(evt_graph *g, evt_tensor *values, double lr);
+/* Frees every slot that is not an input or param (between steps). */
+void evt_train_release(const evt_graph *g, evt_tensor *values);
+
 #endif

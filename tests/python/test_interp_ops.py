@@ -362,3 +362,22 @@ def test_example_gradients_match_finite_differences(fname):
         lm = g.run({**feeds, p: feeds[p] - h * d}, fp64=True)[loss_name]
         fd = float(lp - lm) / (2 * h)
         assert abs(fd - want) <= 1e-5 * (1 + abs(want)), f"{fname} {p}: fd {fd:.9g} vs grad {want:.9g}"
+
+
+@pytest.mark.parametrize("dt,tdt", [("bf16", torch.bfloat16), ("f16", torch.float16)])
+@pytest.mark.parametrize("body,ref", [
+    ("%y = add(%a, %b)", lambda a, b: a + b),
+    ("%y = exp(%a)", lambda a, b: torch.exp(a)),
+    ("%y = softmax(%a, dim=1)", lambda a, b: torch.softmax(a.float(), 1).to(a.dtype)),
+    ("%y = mm(%a, %b)", lambda a, b: (a.double() @ b.double()).to(a.dtype)),
+], ids=["add", "exp", "softmax", "mm"])
+def test_half_dtypes_round_like_torch(dt, tdt, body, ref):
+    """Inputs and outputs in bf16/f16: evt computes in double and rounds once; torch computes in float (or
+    as noted) and rounds once, so the two agree to one unit in the last place of the half type."""
+    a, b = randn(8, 8), randn(8, 8)
+    out = run(graph_text({"a": (dt, a), "b": (dt, b)}, body), {"a": a, "b": b})["y"]
+    want = ref(torch.tensor(a).to(tdt), torch.tensor(b).to(tdt)).double().numpy()
+    ulp = 2.0 ** (-7 if dt == "bf16" else -10)
+    assert np.all(np.abs(out - want) <= ulp * np.abs(want) + 1e-6)
+    # and every value is representable in the dtype
+    np.testing.assert_array_equal(out, torch.tensor(out).to(tdt).double().numpy())
