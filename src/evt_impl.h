@@ -217,8 +217,9 @@ int evt_train_grad_outputs(const evt_graph *g, int *grad_of);
 int evt_train_param_count(const evt_graph *g);
 /* Builds the joint graph if g has a loss and no gradient outputs (*built tells; may be NULL). */
 evt_status evt_train_ensure_joint(evt_graph *g, bool *built);
-/* p -= lr * grad.p for every param (rounded to p's dtype); the gradient slots must be filled. */
-evt_status evt_train_sgd_update(evt_graph *g, evt_tensor *values, double lr);
+/* p -= lr * grad.p for every param (rounded to p's dtype unless flags has EVT_RUN_FP64); the gradient
+ * slots must be filled. */
+evt_status evt_train_sgd_update(evt_graph *g, evt_tensor *values, double lr, unsigned flags);
 /* Frees every slot that is not an input or param (between steps). */
 void evt_train_release(const evt_graph *g, evt_tensor *values);
 
