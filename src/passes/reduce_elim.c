@@ -142,15 +142,15 @@ static int reduce(evt_graph *g, int id) {
   int acc = core;
   for (int i = 0; i < no; i++) {
     int f = outer[i];
-    if (!keepdim) {
+    if (!keepdim && g->nodes[f].type.rank > 0) {
       const evt_type *tf = &g->nodes[f].type;
       int64_t shape[EVT_MAX_RANK];
       int k = 0;
       for (int d = 0; d < r; d++) {
         int j = d - (r - tf->rank);
-        if (!red[d]) shape[k++] = j >= 0 ? tf->shape[j] : 1;
+        if (!red[d] && (k > 0 || (j >= 0 && tf->shape[j] != 1))) shape[k++] = j >= 0 ? tf->shape[j] : 1;
       }
-      f = evt_rw_reshape(g, id, f, k, shape);
+      f = evt_rw_reshape(g, id, f, k, shape); /* leading 1s dropped: broadcasting adds them back */
     }
     acc = acc < 0 ? f : evt_rw_binary(g, id, EVT_OP_MUL, acc, f);
   }

@@ -65,6 +65,16 @@ void evt_graph_count_uses(const evt_graph *g, int *uses) {
   for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i]]++;
 }
 
+/* true if n's name looks like evt_graph_fresh_name(<its op>): "<op>.<digits>" */
+static bool generated_name(const evt_node *n) {
+  const char *op = evt_op_table[n->op].name;
+  size_t len = strlen(op);
+  if (strncmp(n->name, op, len) || n->name[len] != '.' || !n->name[len + 1]) return false;
+  for (const char *c = n->name + len + 1; *c; c++)
+    if (*c < '0' || *c > '9') return false;
+  return true;
+}
+
 /* ---- replacing uses --------------------------------------------------------------------------------- */
 
 void evt_graph_replace_uses(evt_graph *g, int old, int nw) {
@@ -95,8 +105,10 @@ void evt_graph_replace_uses(evt_graph *g, int old, int nw) {
       n->flags |= EVT_NODE_LOSS;
     }
   }
-  /* a node a pass just made takes the name of the node it replaces (so `%h` and `grad.w` keep theirs) */
-  if ((n->flags & EVT_NODE_FRESH_NAME) && (was_output || !(o->flags & EVT_NODE_OUTPUT))) {
+  /* a node a pass just made takes the name of the node it replaces (so `%h` and `grad.w` keep theirs),
+   * unless that name was generated from old's op ("gelu_backward.18" would mislabel a multiply) */
+  if ((n->flags & EVT_NODE_FRESH_NAME) && (was_output || !(o->flags & EVT_NODE_OUTPUT)) &&
+      (was_output || !generated_name(o))) {
     const char *name = o->name;
     o->name = n->name;
     n->name = name;
