@@ -161,3 +161,15 @@ def test_gen_paper_sizes():
     p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "gen.py"), "bert_layer", "--hidden", "65"],
                        capture_output=True, text=True)
     assert p.returncode == 1 and "inconsistent sizes" in p.stderr
+
+
+@pytest.mark.parametrize("name", sorted(gen.PAPER))
+def test_paper_configuration_checks_and_differentiates(name):
+    """Each model at the paper's sizes type-checks and gets its joint graph (no data: nothing is run)."""
+    text = gen.build(name, gen.config(name, ["--paper"])[0])
+    p = subprocess.run([EVTC, "check", "-"], input=text, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and ": ok," in p.stdout, p.stderr
+    p = subprocess.run([EVTC, "grad", "-"], input=text, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    params = re.findall(r"^  %(\S+): \S+ = param\(", text, re.M)
+    assert params and all(f"%grad.{q}:" in p.stdout for q in params)
