@@ -142,6 +142,14 @@ struct evt_graph {
   int noutputs, outcap;
   int loss;              /* node id or -1 */
   int name_counter;      /* for fresh names */
+  /* name → id cache for evt_graph_find (src/ir/graph.c). Every name a node gets through graph.c is
+   * entered; hits are re-checked against the node, so passes may swap names or renumber freely. */
+  struct {
+    const char **names;  /* arena-owned strings; NULL = empty slot */
+    int *ids;
+    int cap, count;
+    int indexed;         /* nodes entered since the last rebuild; < nnodes means rebuild */
+  } name_index;
   char error[1024];
 };
 
@@ -217,8 +225,9 @@ int evt_train_grad_outputs(const evt_graph *g, int *grad_of);
 int evt_train_param_count(const evt_graph *g);
 /* Builds the joint graph if g has a loss and no gradient outputs (*built tells; may be NULL). */
 evt_status evt_train_ensure_joint(evt_graph *g, bool *built);
-/* p -= lr * grad.p for every param (rounded to p's dtype); the gradient slots must be filled. */
-evt_status evt_train_sgd_update(evt_graph *g, evt_tensor *values, double lr);
+/* p -= lr * grad.p for every param (rounded to p's dtype unless flags has EVT_RUN_FP64); the gradient
+ * slots must be filled. */
+evt_status evt_train_sgd_update(evt_graph *g, evt_tensor *values, double lr, unsigned flags);
 /* Frees every slot that is not an input or param (between steps). */
 void evt_train_release(const evt_graph *g, evt_tensor *values);
 

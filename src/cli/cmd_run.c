@@ -123,7 +123,7 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values) {
       fprintf(stderr, "evtc run: the loss is %g at step %ld (try a smaller --lr)\n", last, step);
       return EVTC_EXIT_USER;
     }
-    st = evt_train_sgd_update(g, values, o->lr);
+    st = evt_train_sgd_update(g, values, o->lr, o->fp64 ? EVT_RUN_FP64 : 0);
     if (st != EVT_OK) return fail(g, st);
     evt_train_release(g, values);
     double ms = now_ms() - t0;
@@ -145,7 +145,7 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [-
              "  --device D    cpu (default); auto picks the best available (today the CPU interpreter);\n"
              "                gpu is refused: the GPU runtime does not exist yet\n"
              "  --every K     print every K-th step (the first and last always; default 1)\n"
-             "  --fp64        compute in fp64 instead of rounding to each tensor's dtype\n"
+             "  --fp64        compute (and update params) in fp64 instead of rounding to each tensor's dtype\n"
              "prints `step K loss L (T ms)` per step, then `done: N steps, loss A -> B, T ms/step`") {
   run_options o;
   int rc = parse_options(argc, argv, &o);

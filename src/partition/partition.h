@@ -117,8 +117,10 @@ typedef struct evt_part_cost {
 } evt_part_cost;
 /* group[v] for kernel nodes: an id in [0, n) (equal = same group); ignored for sources. */
 evt_part_cost evt_part_evaluate(const evt_pgraph *g, const int *group);
-/* Optional measured model: if set, total = sum over groups of fn(g, members) instead of the byte model. */
+/* A measured model instead of the byte model: the cost of a grouping is the sum of fn over its groups
+ * (members in id order). Used for reporting/comparison; the MIP optimizes the byte model. */
 typedef double (*evt_part_kernel_time_fn)(const evt_pgraph *g, const int *members, int nmembers, void *ctx);
+double evt_part_evaluate_model(const evt_pgraph *g, const int *group, evt_part_kernel_time_fn fn, void *ctx);
 
 /* ---- validate.c --------------------------------------------------------------------------------------- */
 /* EVT_OK, or EVT_ERR_INTERNAL with a message naming the broken rule in g->error. */

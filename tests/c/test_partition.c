@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <glob.h>
 #include <unistd.h>
 
 static uint64_t rng_state;
@@ -30,6 +31,7 @@ static evt_pgraph *random_graph(uint64_t seed, int n) {
       continue;
     }
     uint32_t r = rnd(100);
+    if (seed % 2 == 0 && r >= 20) r = 60 + r % 40;   /* even seeds: nuclei and plain fusible ops only */
     int one_input = 0;
     if (r < 20) p->flags = EVT_PN_NUCLEUS | EVT_PN_CUT_IN | (rnd(2) ? EVT_PN_LAYOUT_IN : 0);
     else if (r < 33) p->flags = EVT_PN_CUT_OUT;
@@ -167,6 +169,28 @@ TEST(partition_mip_equals_brute_force_random) {
   CHECK(greedy_worse > 0 && mips > 0);   /* the test is not vacuous */
   printf("  (110 random DAGs: %d MIPs, greedy worse on %d, %d block merges, %d lazy pair rows)\n", mips,
          greedy_worse, merges, lazy);
+}
+
+/* Larger random DAGs (14..26 nodes): the decomposed optimum equals the whole-graph MIP optimum. */
+TEST(partition_decompose_equals_whole_graph_random) {
+  int merges = 0, comps = 0;
+  for (uint64_t seed = 1000; seed < 1040; seed++) {
+    int n = 14 + (int)(seed % 13);
+    evt_pgraph *g = random_graph(seed, n);
+    int a[64], b[64];
+    evt_part_stats sa, sb;
+    evt_part_options o = opts(1);
+    CHECK(evt_part_solve(g, &o, a, &sa) == EVT_OK);
+    o = opts(0);
+    CHECK(evt_part_solve(g, &o, b, &sb) == EVT_OK);
+    CHECK(sa.proven && sb.proven);
+    double ca = evt_part_evaluate(g, a).total, cb = evt_part_evaluate(g, b).total;
+    CHECK_MSG(fabs(ca - cb) <= 1e-9 * (1 + cb), "seed %llu: decomposed %.6g whole %.6g", (unsigned long long)seed, ca, cb);
+    merges += sa.merges;
+    comps += sa.components;
+    evt_pgraph_free(g);
+  }
+  printf("  (40 random DAGs of 14..26 nodes: %d components, %d block merges)\n", comps, merges);
 }
 
 /* partitioner.md: edges 0->2, 0->4, 1->3, 1->4, 2->3; groups {0,2,4} and {1,3} are each convex but
@@ -494,4 +518,86 @@ TEST(partition_bert_large_joint) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0);
+}
+
+/* A timeout keeps the best legal grouping (here: the MIP start) and says it is not proven. */
+TEST(partition_timeout_returns_legal_not_proven) {
+  evt_pgraph *g = random_graph(1025, 26);
+  int a[32], gg[32];
+  evt_part_stats st;
+  evt_part_options o = opts(0);
+  o.time_limit = 0;
+  CHECK(evt_part_solve(g, &o, a, &st) == EVT_OK);
+  CHECK(evt_part_validate(g, a) == EVT_OK);
+  CHECK(!st.proven && st.timeouts == 1 && st.max_gap > 0);
+  evt_part_greedy(g, gg);
+  CHECK_NEAR(evt_part_evaluate(g, a).total, evt_part_evaluate(g, gg).total, 1e-9);
+  evt_pgraph_free(g);
+}
+
+/* A measured per-group model: here a table "time = 3 + bytes crossing the group boundary". */
+static double table_model(const evt_pgraph *g, const int *members, int k, void *ctx) {
+  const int *group = ctx;
+  double t = 3;
+  for (int i = 0; i < k; i++) {
+    const evt_pnode *p = &g->nodes[members[i]];
+    for (int j = 0; j < p->nin; j++) {
+      const evt_pedge *e = &g->edges[g->in_edges[p->in0 + j]];
+      if (!evt_pgraph_kernel(g, e->u) || group[e->u] != group[members[i]]) t += g->nodes[e->u].bytes;
+    }
+  }
+  return t;
+}
+
+TEST(partition_kernel_time_model_interface) {
+  evt_pgraph *g = counterexample();
+  int one[5] = {0, 0, 0, 0, 0}, split[5] = {0, 1, 2, 3, 4};
+  CHECK_NEAR(evt_part_evaluate_model(g, one, table_model, one), 3 + 0, 1e-12);
+  CHECK_NEAR(evt_part_evaluate_model(g, split, table_model, split), 5 * 3 + 5 * 10, 1e-12);
+  evt_pgraph_free(g);
+}
+
+/* Every .evt file under examples/ (when present): the joint graph's plan validates, is proven optimal, is no worse
+ * than greedy, and its partitioned CPU run equals the plain run bit for bit. Prints ILP vs greedy. */
+TEST(partition_examples_joint) {
+  glob_t gl;
+  if (glob("examples/*.evt", 0, NULL, &gl) != 0) {
+    printf("  (no examples/*.evt yet)\n");
+    return;
+  }
+  for (size_t f = 0; f < gl.gl_pathc; f++) {
+    char *err = NULL;
+    evt_graph *g = evt_parse_file(gl.gl_pathv[f], &err);
+    CHECK_MSG(g != NULL, "%s: %s", gl.gl_pathv[f], err ? err : "");
+    free(err);
+    if (!g) continue;
+    CHECK_MSG(evt_graph_build_joint(g, 0) == EVT_OK, "%s: %s", gl.gl_pathv[f], evt_graph_error(g));
+    evt_part_plan ilp, gr;
+    evt_part_options o = opts(1), og = opts(1);
+    og.use_ilp = 0;
+    CHECK(evt_part_plan_build(g, &o, EVT_PART_LAMBDA_DEFAULT, &ilp) == EVT_OK);
+    CHECK(evt_part_plan_build(g, &og, EVT_PART_LAMBDA_DEFAULT, &gr) == EVT_OK);
+    CHECK(ilp.stats.proven);
+    CHECK(ilp.cost.total <= gr.cost.total + 1e-6);
+    printf("  (%s joint: ilp %d kernels %.0f bytes, greedy %d kernels %.0f bytes, %d components, %.3f s)\n",
+           gl.gl_pathv[f], ilp.cost.groups, ilp.cost.written + ilp.cost.read, gr.cost.groups,
+           gr.cost.written + gr.cost.read, ilp.stats.components, ilp.stats.solve_seconds);
+    int n = g->nnodes;
+    evt_tensor *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+    CHECK(evt_interp_init_inputs(g, a, 9) == EVT_OK && evt_interp_init_inputs(g, b, 9) == EVT_OK);
+    CHECK(evt_interp_run(g, a, 0, 0) == EVT_OK);
+    CHECK_MSG(evt_part_exec(g, &ilp, b, 0, NULL) == EVT_OK, "%s: %s", gl.gl_pathv[f], evt_graph_error(g));
+    for (int i = 0; i < g->noutputs; i++) {
+      int v = g->outputs[i];
+      CHECK_MSG(a[v].numel == b[v].numel && !memcmp(a[v].data, b[v].data, sizeof(double) * (size_t)a[v].numel),
+                "%s: output %s differs", gl.gl_pathv[f], g->nodes[v].name);
+    }
+    for (int v = 0; v < n; v++) evt_tensor_free(&a[v]), evt_tensor_free(&b[v]);
+    free(a);
+    free(b);
+    evt_part_plan_free(&ilp);
+    evt_part_plan_free(&gr);
+    evt_graph_free(g);
+  }
+  globfree(&gl);
 }

@@ -516,3 +516,64 @@ TEST(values_whole_pipeline_keeps_loss) {
     free(text);
   }
 }
+
+/* ---- the examples: the softmax-cross-entropy backward keeps no row reduction ------------------------ */
+
+/* Runs the given passes on examples/<name>.evt (joint graph) and checks that no node a gradient needs
+ * reduces the class dim of a tensor shaped like the cross-entropy logits (and that no log_softmax or
+ * nll_loss backward op is left). Returns false if the file has no cross_entropy. */
+static bool ce_backward_row_free(const char *name, evt_status (*const *passes)(evt_graph *, evt_pass_stats *), int np) {
+  char path[256], *err = NULL;
+  snprintf(path, sizeof path, "examples/%s.evt", name);
+  evt_graph *g = evt_parse_file(path, &err);
+  CHECK_MSG(g != NULL, "%s: %s", path, err ? err : "?");
+  free(err);
+  if (!g) return false;
+  evt_type logits = {0};
+  bool found = false;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_CROSS_ENTROPY) logits = g->nodes[g->nodes[i].inputs[0]].type, found = true;
+  if (!found) {
+    evt_graph_free(g);
+    return false;
+  }
+  CHECK(evt_graph_build_joint(g, 0) == EVT_OK);
+  for (int p = 0; p < np; p++) {
+    evt_pass_stats st = {0};
+    run_pass(g, passes[p], &st);
+  }
+  char *need = calloc((size_t)g->nnodes, 1);
+  for (int o = 1; o < g->noutputs; o++) need[g->outputs[o]] = 1;
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    if (!need[i]) continue;
+    const evt_node *n = &g->nodes[i];
+    for (int k = 0; k < n->ninputs; k++) need[n->inputs[k]] = 1;
+    CHECK_MSG(n->op != EVT_OP_LOG_SOFTMAX_BACKWARD && n->op != EVT_OP_NLL_LOSS_BACKWARD,
+              "%s: %%%s (%s) left in the backward", name, n->name, evt_op_table[n->op].name);
+    if (n->op != EVT_OP_SUM && n->op != EVT_OP_MEAN && n->op != EVT_OP_AMAX) continue;
+    if (!evt_type_equal(&g->nodes[n->inputs[0]].type, &logits)) continue;
+    bool class_dim = n->attr.dims.n == 0;
+    for (int d = 0; d < n->attr.dims.n; d++) class_dim = class_dim || n->attr.dims.v[d] == 1;
+    CHECK_MSG(!class_dim, "%s: row reduction %%%s left in the cross-entropy backward", name, n->name);
+  }
+  free(need);
+  CHECK(g->loss >= 0 && g->outputs[0] == g->loss);
+  evt_graph_free(g);
+  return true;
+}
+
+TEST(examples_ce_backward_has_no_row_reduction) {
+  static const char *names[] = {"mlp", "bert_layer", "bert_layer_sdpa", "vit", "gcn", "xmlcnn", "resnet_block"};
+  evt_status (*const full[])(evt_graph *, evt_pass_stats *) = {evt_pass_canonicalize, evt_pass_loss_elim, evt_pass_decompose,
+                                                               evt_pass_reduce_elim, evt_pass_constprop, evt_pass_cse,
+                                                               evt_pass_layout, evt_pass_dce};
+  /* the paper's route: no loss elimination; decomposition + reduction elimination remove the row sum */
+  evt_status (*const paper[])(evt_graph *, evt_pass_stats *) = {evt_pass_canonicalize, evt_pass_decompose,
+                                                                evt_pass_reduce_elim, evt_pass_constprop, evt_pass_cse};
+  int ce = 0;
+  for (int i = 0; i < EVT_ARRAY_LEN(names); i++) {
+    ce += ce_backward_row_free(names[i], full, EVT_ARRAY_LEN(full));
+    ce_backward_row_free(names[i], paper, EVT_ARRAY_LEN(paper));
+  }
+  CHECK(ce >= 5); /* every cross-entropy example was checked */
+}
