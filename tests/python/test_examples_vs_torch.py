@@ -173,3 +173,17 @@ def test_paper_configuration_checks_and_differentiates(name):
     assert p.returncode == 0, p.stderr
     params = re.findall(r"^  %(\S+): \S+ = param\(", text, re.M)
     assert params and all(f"%grad.{q}:" in p.stdout for q in params)
+
+
+@pytest.mark.parametrize("name", ["mlp", "bert_layer"])
+def test_evtc_run_on_printed_joint_graph(name, tmp_path):
+    """`evtc grad` output read back is trained as it is and gives the same losses as the forward file."""
+    p = subprocess.run([EVTC, "grad", example_path(name)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    joint = tmp_path / "joint.evt"
+    joint.write_text(p.stdout)
+    a, la = evtc_run(example_path(name), "--steps", "3", "--lr", "0.1")
+    b, lb = evtc_run(str(joint), "--steps", "3", "--lr", "0.1")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert "(joint graph built)" in a.stdout and "(joint graph built)" not in b.stdout
+    assert la == lb and len(la) == 3
