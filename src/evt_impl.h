@@ -189,6 +189,9 @@ evt_status evt_infer_node(evt_graph *g, evt_node *n, int id);
 /* Numpy broadcast of two shapes; false if incompatible. */
 bool evt_broadcast_shapes(const evt_type *a, const evt_type *b, evt_type *out);
 
+/* ---- src/ir/verify.c ------------------------------------------------------------------------------ */
+/* (public: evt_graph_verify — re-infers every node, checks order, names, outputs and the loss) */
+
 /* ---- src/ir/parse.c, src/ir/print.c ------------------------------------------------------------------ */
 /* (public: evt_parse, evt_parse_file, evt_graph_print, evt_graph_to_string) */
 /* One node in canonical form, `%name: TYPE = op(%a, attr=value)`, without indent or newline. */
@@ -198,8 +201,26 @@ void evt_print_node(const evt_graph *g, int id, FILE *out);
 /* (public: evt_interp_run, evt_interp_init_inputs) */
 /* Runs one node given its input tensors; `out` is allocated by the callee. */
 evt_status evt_interp_node(evt_graph *g, int id, const evt_tensor *const *inputs, evt_tensor *out, unsigned flags);
+/* Small accessors for language bindings (tests/python/evt_ctypes.py) that must not mirror evt_node:
+ * a node's name and op name (NULL for a bad id), and the id of output i (-1 past the end). */
+const char *evt_interp_node_name(const evt_graph *g, int id);
+const char *evt_interp_node_op(const evt_graph *g, int id);
+int evt_interp_output(const evt_graph *g, int i);
 
 /* ---- src/autodiff/autodiff.c -------------------------------------------------------------------------- */
 /* (public: evt_graph_build_joint) */
+
+/* ---- src/runtime/train.c ------------------------------------------------------------------------------ */
+/* Training on the interpreter (evtc run, tests). grad_of has one slot per node: for a param, the id of its
+ * output %grad.<name> (else -1). Returns the number of params that have one. */
+int evt_train_grad_outputs(const evt_graph *g, int *grad_of);
+int evt_train_param_count(const evt_graph *g);
+/* Builds the joint graph if g has a loss and no gradient outputs (*built tells; may be NULL). */
+evt_status evt_train_ensure_joint(evt_graph *g, bool *built);
+/* p -= lr * grad.p for every param (rounded to p's dtype unless flags has EVT_RUN_FP64); the gradient
+ * slots must be filled. */
+evt_status evt_train_sgd_update(evt_graph *g, evt_tensor *values, double lr, unsigned flags);
+/* Frees every slot that is not an input or param (between steps). */
+void evt_train_release(const evt_graph *g, evt_tensor *values);
 
 #endif

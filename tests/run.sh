@@ -31,7 +31,7 @@ EVTC="$build/evtc" python3 tests/golden/run.py tests/golden >"$log" 2>&1; rc=$?
 grep -v '^ok  ' "$log"
 count golden $rc
 
-if [ $c_only -eq 0 ]; then
+if [ $c_only -eq 0 ] && [ -d tests/python ]; then
   echo "== pytest"
   EVTC="$here/$build/evtc" EVT_LIB="$here/$build/libevt.so" python3 -m pytest -q -p no:cacheprovider tests/python >"$log" 2>&1; rc=$?
   [ $rc -eq 5 ] && rc=0  # no tests collected

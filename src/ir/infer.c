@@ -12,7 +12,9 @@
  *   - is idempotent: running it again on the canonical attributes gives the same type and attributes
  *     (evt_graph_verify relies on this).
  * Dtype classes: floating (f32, f16, bf16), integer (i64, i32), bool. Binary ops: equal dtypes, or a
- * rank-0 operand that is floating or of the other operand's class adopts the other operand's dtype.
+ * rank-0 operand that is floating or of the other operand's class adopts the other operand's dtype (so
+ * x_bf16 * 0.5 stays bf16, and i32 + 1.0 stays i32); of two numeric rank-0 operands a floating one wins,
+ * within a class the wider (f32, i64).
  * The switch has no default: -Werror=switch makes every op of ops.def have a rule here. */
 #include "evt_impl.h"
 
@@ -98,6 +100,11 @@ static evt_status need_same(evt_graph *g, int id, const evt_type *a, const evt_t
 /* The result dtype of a binary op on a and b, or -1 if they do not combine (see the file comment). */
 static int binary_dtype(const evt_type *a, const evt_type *b) {
   if (a->dtype == b->dtype) return a->dtype;
+  if (a->rank == 0 && b->rank == 0 && a->dtype != EVT_BOOL && b->dtype != EVT_BOOL) {
+    /* two scalars: a floating one wins over an integer one; within a class the widest (f32, i64) */
+    if (dclass(a->dtype) != dclass(b->dtype)) return evt_dtype_is_float(a->dtype) ? a->dtype : b->dtype;
+    return evt_dtype_is_float(a->dtype) ? EVT_F32 : EVT_I64;
+  }
   if (a->rank == 0 && (evt_dtype_is_float(a->dtype) || dclass(a->dtype) == dclass(b->dtype))) return b->dtype;
   if (b->rank == 0 && (evt_dtype_is_float(b->dtype) || dclass(a->dtype) == dclass(b->dtype))) return a->dtype;
   return -1;
@@ -762,6 +769,14 @@ static evt_status infer_op(evt_graph *g, evt_node *n, int id) {
   switch (n->op) {
   case EVT_OP_INPUT:
   case EVT_OP_PARAM:
+    CHECK_ST(set_from_attrs(g, n, id));
+    if (n->attr.init < 0 || n->attr.init >= EVT_INIT_COUNT) FAIL("bad init %lld", (long long)n->attr.init);
+    if (n->attr.init == EVT_INIT_ROWPTR && (!is_int(n->type.dtype) || n->type.rank != 1 || n->type.shape[0] < 1))
+      FAIL("init=rowptr needs an integer [M+1] tensor, got %s", ts(&n->type));
+    if ((n->attr.init == EVT_INIT_UNIFORM || n->attr.init == EVT_INIT_RANDINT) && !(n->attr.lo < n->attr.hi))
+      FAIL("init range [lo, hi) = [%g, %g) is empty", n->attr.lo, n->attr.hi);
+    if (n->attr.init == EVT_INIT_NORMAL && !(n->attr.std >= 0)) FAIL("std must be >= 0, got %g", n->attr.std);
+    return EVT_OK;
   case EVT_OP_FULL:
     return set_from_attrs(g, n, id);
   case EVT_OP_SCALAR:

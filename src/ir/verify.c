@@ -8,7 +8,8 @@
  *   - re-inference on a copy of each node (evt_infer_node) succeeds, gives the stored type (dtype, rank,
  *     shape, contiguous strides) and leaves the attributes unchanged (they are canonical);
  *   - outputs are valid node ids without repeats, and carry EVT_NODE_OUTPUT;
- *   - the loss, if any, is a floating-point scalar (one element) and outputs[0].
+ *   - the loss, if any, is a floating-point scalar (one element) and outputs[0]; no other node carries
+ *     EVT_NODE_LOSS.
  * The graph itself is not modified (the error message aside). */
 #include "evt_impl.h"
 
@@ -111,16 +112,21 @@ static evt_status check_outputs(evt_graph *g) {
       if (g->outputs[j] == o) return evt_graph_errorf(g, o, EVT_ERR_INVALID, "is listed twice as an output (%d and %d)", j, i);
     if (!(g->nodes[o].flags & EVT_NODE_OUTPUT)) return evt_graph_errorf(g, o, EVT_ERR_INVALID, "an output lacks its output flag");
   }
-  if (g->loss < 0) return EVT_OK;
   if (g->loss >= g->nnodes) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "the loss is not a node (id %d)", g->loss);
-  const evt_type *t = &g->nodes[g->loss].type;
-  if (!evt_dtype_is_float(t->dtype) || evt_type_numel(t) != 1) {
-    char b[128];
-    return evt_graph_errorf(g, g->loss, EVT_ERR_TYPE, "the loss must be a floating-point scalar, got %s",
-                            evt_type_str(t, b, sizeof b));
+  if (g->loss >= 0) {
+    const evt_type *t = &g->nodes[g->loss].type;
+    if (!evt_dtype_is_float(t->dtype) || evt_type_numel(t) != 1) {
+      char b[128];
+      return evt_graph_errorf(g, g->loss, EVT_ERR_TYPE, "the loss must be a floating-point scalar, got %s",
+                              evt_type_str(t, b, sizeof b));
+    }
+    if (g->noutputs == 0 || g->outputs[0] != g->loss)
+      return evt_graph_errorf(g, g->loss, EVT_ERR_INVALID, "the loss must be the first output");
   }
-  if (g->noutputs == 0 || g->outputs[0] != g->loss)
-    return evt_graph_errorf(g, g->loss, EVT_ERR_INVALID, "the loss must be the first output");
+  for (int i = 0; i < g->nnodes; i++)
+    if ((g->nodes[i].flags & EVT_NODE_LOSS) && i != g->loss)
+      return evt_graph_errorf(g, i, EVT_ERR_INVALID, "carries the loss flag but the loss is %s",
+                              g->loss >= 0 && g->loss < g->nnodes ? g->nodes[g->loss].name : "unset");
   return EVT_OK;
 }
 

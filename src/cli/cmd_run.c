@@ -1,0 +1,182 @@
+/* evtc run: train a `.evt` model with SGD on the CPU interpreter.
+ *
+ *   evtc run FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [--every K] [--fp64]
+ *
+ * Parses FILE; if it has a loss and no gradient outputs, builds the joint graph; fills inputs and params
+ * from their init attributes (seed S); then N times: run the interpreter, print `step K loss L (T ms)`,
+ * and update every param p -= lr * grad.p. The data inputs stay the same every step, so a working
+ * backward makes the loss go down. Ends with `done: N steps, loss A -> B, T ms/step`.
+ * Exit codes: 0 ok; 1 bad flags, a bad file, no loss, a non-finite loss; 2 an internal error. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+  const char *path;
+  long steps, every;
+  double lr;
+  unsigned long long seed;
+  const char *device;
+  bool fp64;
+} run_options;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static bool parse_long(const char *s, long lo, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo) return false;
+  *out = v;
+  return true;
+}
+
+/* Returns EVTC_EXIT_OK or EVTC_EXIT_USER (message printed). */
+static int parse_options(int argc, char **argv, run_options *o) {
+  *o = (run_options){.steps = -1, .every = 1, .lr = 0.01, .seed = 0, .device = "cpu"};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool has_value = i + 1 < argc;
+    if (!strcmp(a, "--fp64")) {
+      o->fp64 = true;
+    } else if (!strcmp(a, "--steps") || !strcmp(a, "--every") || !strcmp(a, "--lr") || !strcmp(a, "--seed") ||
+               !strcmp(a, "--device")) {
+      if (!has_value) {
+        fprintf(stderr, "evtc run: %s needs a value\n", a);
+        return EVTC_EXIT_USER;
+      }
+      const char *v = argv[++i];
+      bool ok = true;
+      if (!strcmp(a, "--steps")) {
+        ok = parse_long(v, 0, &o->steps);
+      } else if (!strcmp(a, "--every")) {
+        ok = parse_long(v, 1, &o->every);
+      } else if (!strcmp(a, "--lr")) {
+        char *end;
+        errno = 0;
+        o->lr = strtod(v, &end);
+        ok = !errno && end != v && !*end && isfinite(o->lr) && o->lr >= 0;
+      } else if (!strcmp(a, "--seed")) {
+        char *end;
+        errno = 0;
+        o->seed = strtoull(v, &end, 10);
+        ok = !errno && end != v && !*end && v[0] != '-';
+      } else {
+        o->device = v;
+        ok = !strcmp(v, "cpu") || !strcmp(v, "auto") || !strcmp(v, "gpu") || !strcmp(v, "cuda");
+      }
+      if (!ok) {
+        fprintf(stderr, "evtc run: bad value '%s' for %s\n", v, a);
+        return EVTC_EXIT_USER;
+      }
+    } else if (a[0] == '-' && a[1]) {
+      fprintf(stderr, "evtc run: unknown flag '%s' (evtc run --help)\n", a);
+      return EVTC_EXIT_USER;
+    } else if (o->path) {
+      fprintf(stderr, "evtc run: more than one FILE ('%s' and '%s')\n", o->path, a);
+      return EVTC_EXIT_USER;
+    } else {
+      o->path = a;
+    }
+  }
+  if (!o->path) {
+    fprintf(stderr, "evtc run: no FILE given (evtc run --help)\n");
+    return EVTC_EXIT_USER;
+  }
+  if (o->steps < 0) {
+    fprintf(stderr, "evtc run: --steps N is required\n");
+    return EVTC_EXIT_USER;
+  }
+  return EVTC_EXIT_OK;
+}
+
+static int fail(evt_graph *g, evt_status st) {
+  fprintf(stderr, "evtc run: %s\n", evt_graph_error(g));
+  return evtc_exit_code(st);
+}
+
+static int train(evt_graph *g, const run_options *o, evt_tensor *values) {
+  evt_status st = evt_interp_init_inputs(g, values, o->seed);
+  if (st != EVT_OK) return fail(g, st);
+  double first = NAN, last = NAN, total_ms = 0;
+  for (long step = 1; step <= o->steps; step++) {
+    double t0 = now_ms();
+    st = evt_interp_run(g, values, o->fp64 ? EVT_RUN_FP64 : 0, 0);
+    if (st != EVT_OK) return fail(g, st);
+    const evt_tensor *l = &values[g->loss];
+    if (!l->data || l->numel != 1) {
+      fprintf(stderr, "evtc run: internal error: the interpreter left no loss value\n");
+      return EVTC_EXIT_INTERNAL;
+    }
+    last = l->data[0];
+    if (step == 1) first = last;
+    if (!isfinite(last)) {
+      printf("step %ld loss %.6g\n", step, last);
+      fprintf(stderr, "evtc run: the loss is %g at step %ld (try a smaller --lr)\n", last, step);
+      return EVTC_EXIT_USER;
+    }
+    st = evt_train_sgd_update(g, values, o->lr, o->fp64 ? EVT_RUN_FP64 : 0);
+    if (st != EVT_OK) return fail(g, st);
+    evt_train_release(g, values);
+    double ms = now_ms() - t0;
+    total_ms += ms;
+    if (step == 1 || step == o->steps || step % o->every == 0) printf("step %ld loss %.6f (%.1f ms)\n", step, last, ms);
+    fflush(stdout);
+  }
+  if (o->steps > 0)
+    printf("done: %ld steps, loss %.6f -> %.6f, %.1f ms/step\n", o->steps, first, last, total_ms / (double)o->steps);
+  return EVTC_EXIT_OK;
+}
+
+EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [--every K] [--fp64]",
+             "train a model with SGD on the CPU interpreter\n"
+             "  FILE          a .evt graph with a loss (the joint graph is built if it has no gradients)\n"
+             "  --steps N     training steps (required; 0 only checks that the graph can be prepared)\n"
+             "  --lr X        SGD learning rate: p -= X * grad (default 0.01)\n"
+             "  --seed S      seed of the input/param initializers (default 0)\n"
+             "  --device D    cpu (default); auto picks the best available (today the CPU interpreter);\n"
+             "                gpu is refused: the GPU runtime does not exist yet\n"
+             "  --every K     print every K-th step (the first and last always; default 1)\n"
+             "  --fp64        compute (and update params) in fp64 instead of rounding to each tensor's dtype\n"
+             "prints `step K loss L (T ms)` per step, then `done: N steps, loss A -> B, T ms/step`") {
+  run_options o;
+  int rc = parse_options(argc, argv, &o);
+  if (rc != EVTC_EXIT_OK) return rc;
+  if (!strcmp(o.device, "gpu") || !strcmp(o.device, "cuda")) {
+    fprintf(stderr, "evtc run: --device %s: the GPU runtime does not exist yet; use --device cpu or auto\n", o.device);
+    return EVTC_EXIT_USER;
+  }
+  if (!strcmp(o.device, "auto")) printf("device: cpu interpreter (auto: no GPU runtime in this build yet)\n");
+
+  char *err = NULL;
+  evt_graph *g = evt_parse_file(o.path, &err);
+  if (!g) {
+    fprintf(stderr, "%s\n", err ? err : "evtc run: could not read the file");
+    free(err);
+    return EVTC_EXIT_USER;
+  }
+  bool built = false;
+  evt_status st = evt_train_ensure_joint(g, &built);
+  if (st != EVT_OK) {
+    rc = fail(g, st);
+    evt_graph_free(g);
+    return rc;
+  }
+  printf("%s: %d nodes%s, %d params, lr %g, seed %llu\n", o.path, g->nnodes, built ? " (joint graph built)" : "",
+         evt_train_param_count(g), o.lr, o.seed);
+  evt_tensor *values = calloc((size_t)g->nnodes, sizeof *values);
+  if (!values) evt_fatal(__FILE__, __LINE__, "out of memory");
+  rc = train(g, &o, values);
+  for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&values[i]);
+  free(values);
+  evt_graph_free(g);
+  return rc;
+}
