@@ -41,7 +41,7 @@ extern const evt_pass_info evt_passes[];
 extern const int evt_npasses;
 const evt_pass_info *evt_pass_find(const char *name, size_t len);   /* NULL if unknown */
 /* Runs every pass of the pipeline in order (then the graph is compact). With `verify`, runs
- * evt_graph_check() after each pass and stops at the first failure. */
+ * evt_graph_verify() after each pass and stops at the first failure. */
 evt_status evt_passes_run_all(evt_graph *g, unsigned flags, int verify);
 
 /* ---- rewrite.c --------------------------------------------------------------------------------------- */
