@@ -916,6 +916,20 @@ def _(dy, x, output_size):
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("evt::sdpa_backward", mutates_args=())
+def sdpa_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+                  scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    sc = scale if scale > 0 else None
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, scale=sc)
+    return aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, is_causal,
+                                                                     scale=sc)
+
+
+@sdpa_backward.register_fake
+def _(dout, q, k, v, is_causal, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
 def rewrite_joint(gm):
     """Replaces index-taking pool backward ops by the evt:: ones; returns how many were replaced."""
     count = 0
@@ -932,6 +946,13 @@ def rewrite_joint(gm):
                 continue
             new_args = (dy, x, static_shape(meta_val(dy))[2:])
             target = torch.ops.evt.adaptive_max_pool2d_backward.default
+        elif n.target == aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
+            dout, q, k, v, o, lse, p, causal = n.args[:8]
+            if p != 0.0 or n.kwargs.get("attn_mask") is not None:
+                continue
+            sc = n.kwargs.get("scale")
+            new_args = (dout, q, k, v, bool(causal), float(sc) if sc is not None else 0.0)
+            target = torch.ops.evt.sdpa_backward.default
         else:
             continue
         with gm.graph.inserting_before(n):
@@ -962,6 +983,34 @@ def _evt_amaxpool_bwd(b, node, used):
     if meta_val(x).dim() != 4:
         raise Unsupported("needs NCHW")
     return b.result("adaptive_max_pool2d_backward", [b.val(dy), b.val(x)], {"shape": list(size)})
+
+
+@rule(aten._scaled_dot_product_flash_attention_for_cpu)
+def _sdpa(b, node, used):
+    q, k, v = node.args[:3]
+    p, causal = arg(node, 3, "dropout_p", 0.0), arg(node, 4, "is_causal", False)
+    if p != 0.0 or node.kwargs.get("attn_mask") is not None:
+        raise Unsupported("dropout or attn_mask")
+    if used - {0}:
+        raise Unsupported("the logsumexp output")
+    if meta_val(q).dim() != 4:
+        raise Unsupported("q must be [B, H, S, D]")
+    sc = node.kwargs.get("scale")
+    attrs = {"causal": 1} if causal else {}
+    if sc is not None:
+        attrs["scale"] = float(sc)
+    return {0: b.result("sdpa", [b.val(q), b.val(k), b.val(v)], attrs, val=out(node)[0])}
+
+
+@rule(torch.ops.evt.sdpa_backward)
+def _sdpa_bwd(b, node, used):
+    dout, q, k, v, causal, sc = node.args
+    attrs = {"causal": 1} if causal else {}
+    if sc > 0:
+        attrs["scale"] = float(sc)
+    ops = [b.val(dout), b.val(q), b.val(k), b.val(v)]
+    vals = out(node)
+    return {i: b.result(f"sdpa_backward_{w}", ops, attrs, val=vals[i]) for i, w in enumerate("qkv") if i in used}
 
 
 def translate(b, node, used):

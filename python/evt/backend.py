@@ -51,6 +51,9 @@ KEEP_WHOLE = {
     aten.max_pool2d_with_indices_backward, aten.avg_pool2d_backward, aten.adaptive_max_pool2d_backward,
     aten.binary_cross_entropy_with_logits, aten.mse_loss_backward, aten.threshold_backward,
     aten.slice_backward, aten.select_backward, aten.mse_loss,
+    # PyTorch 2.11 decomposes the CPU flash-attention forward but not its backward kernel, whose
+    # logsumexp input then disagrees with the decomposition's: wrong gradients. Kept whole.
+    aten._scaled_dot_product_flash_attention_for_cpu,
 }
 
 
@@ -219,6 +222,8 @@ class Plan:
             if isinstance(s, Segment):
                 try:
                     s.run(env)
+                    if _CHECK:
+                        _check_segment(s, env)
                 except EvtError as e:
                     log.warning("evt segment failed at run time (%s); running its %d nodes in PyTorch", e,
                                 len(s.members))
@@ -227,6 +232,27 @@ class Plan:
             else:
                 env[s] = _run_torch(s, env)
         return list(torch.fx.node.map_arg(self.output.args[0], lambda n: env[n]))
+
+
+_CHECK = os.environ.get("EVT_CHECK", "0") not in ("", "0")
+
+
+def _check_segment(seg, env):
+    """EVT_CHECK=1: reruns the segment's nodes in PyTorch and logs every output that differs."""
+    ref = dict(env)
+    for m in seg.members:
+        ref[m] = _run_torch(m, ref)
+    for m, _ in seg.outputs:
+        a, b = env[m], ref[m]
+        if a.shape != b.shape or a.dtype != b.dtype:
+            log.warning("EVT_CHECK %s: %s %s vs PyTorch %s %s", m.name, a.dtype, tuple(a.shape), b.dtype, tuple(b.shape))
+            continue
+        if a.numel() and a.is_floating_point():
+            err = ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-6)).item()
+            if not err <= 1e-4:
+                log.warning("EVT_CHECK %s (%s): relative error %.3g", m.name, _op_name(m), err)
+        elif a.numel() and not torch.equal(a, b):
+            log.warning("EVT_CHECK %s (%s): values differ", m.name, _op_name(m))
 
 
 _NODE_IN_MSG = re.compile(r"node %([A-Za-z0-9_.]+)")
