@@ -187,3 +187,15 @@ def test_evtc_run_on_printed_joint_graph(name, tmp_path):
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
     assert "(joint graph built)" in a.stdout and "(joint graph built)" not in b.stdout
     assert la == lb and len(la) == 3
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_evtc_run_opt_trains_the_same(name):
+    """Training the graph after the pass pipeline (--opt) follows the same losses (fp64: passes only
+    reassociate floating-point sums)."""
+    a, la = evtc_run(example_path(name), "--steps", "4", "--lr", str(RUN_LR[name]), "--fp64")
+    b, lb = evtc_run(example_path(name), "--steps", "4", "--lr", str(RUN_LR[name]), "--fp64", "--opt")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert "after the passes" in b.stdout
+    assert len(la) == len(lb) == 4
+    np.testing.assert_allclose(lb, la, rtol=1e-6, atol=1.5e-6)  # printed with 6 decimals
