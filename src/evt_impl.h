@@ -142,6 +142,14 @@ struct evt_graph {
   int noutputs, outcap;
   int loss;              /* node id or -1 */
   int name_counter;      /* for fresh names */
+  /* name → id cache for evt_graph_find (src/ir/graph.c). Every name a node gets through graph.c is
+   * entered; hits are re-checked against the node, so passes may swap names or renumber freely. */
+  struct {
+    const char **names;  /* arena-owned strings; NULL = empty slot */
+    int *ids;
+    int cap, count;
+    int indexed;         /* nodes entered since the last rebuild; < nnodes means rebuild */
+  } name_index;
   char error[1024];
 };
 

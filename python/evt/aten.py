@@ -367,6 +367,9 @@ def _slice(b, node, used):
     size = static_shape(meta_val(x))[dim]
     start = 0 if start is None else start
     end = size if end is None else end
+    n = static_shape(out(node))[dim]
+    if isinstance(end, torch.fx.Node) and isinstance(start, int) and isinstance(step, int) and start >= 0:
+        end = start + (n - 1) * step + 1 if n else start  # symbolic end: the one meta["val"] implies
     _ints([start, end, step])
     start = max(0, min(size, start + size if start < 0 else start))
     end = max(0, min(size, end + size if end < 0 else end))
@@ -386,13 +389,21 @@ def _select(b, node, used):
     return b.result("reshape", [s], {"shape": static_shape(out(node))})
 
 
+def _static_or(x, fallback):
+    """x if it is a plain int, else `fallback` (a symbolic size: use what meta["val"] says)."""
+    return x if isinstance(x, int) else fallback
+
+
 @rule(aten.slice_backward)
 def _slice_bwd(b, node, used):
-    dy, sizes, dim, start, end, step = node.args[:6]
-    sizes = _ints(sizes)
+    dy, _, dim, start, end, step = node.args[:6]
+    sizes = static_shape(out(node))  # = input_sizes, also when those are symbolic in the graph
     dim = _norm_dim(dim, len(sizes))
     size = sizes[dim]
+    n = static_shape(meta_val(dy))[dim]
+    start, step = _ints([start, step])
     start = max(0, min(size, start + size if start < 0 else start))
+    end = _static_or(end, start + (n - 1) * step + 1 if n else start)
     end = max(0, min(size, end + size if end < 0 else end))
     return b.result("slice_backward", [b.val(dy)],
                     {"dim": dim, "start": start, "end": max(end, start), "step": step, "shape": sizes})
@@ -400,9 +411,10 @@ def _slice_bwd(b, node, used):
 
 @rule(aten.select_backward)
 def _select_bwd(b, node, used):
-    dy, sizes, dim, idx = node.args[:4]
-    sizes = _ints(sizes)
+    dy, _, dim, idx = node.args[:4]
+    sizes = static_shape(out(node))
     dim = _norm_dim(dim, len(sizes))
+    idx = _ints([idx])[0]
     idx = idx + sizes[dim] if idx < 0 else idx
     shp = list(sizes)
     shp[dim] = 1
@@ -916,6 +928,20 @@ def _(dy, x, output_size):
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("evt::sdpa_backward", mutates_args=())
+def sdpa_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+                  scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    sc = scale if scale > 0 else None
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, scale=sc)
+    return aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, is_causal,
+                                                                     scale=sc)
+
+
+@sdpa_backward.register_fake
+def _(dout, q, k, v, is_causal, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
 def rewrite_joint(gm):
     """Replaces index-taking pool backward ops by the evt:: ones; returns how many were replaced."""
     count = 0
@@ -932,6 +958,13 @@ def rewrite_joint(gm):
                 continue
             new_args = (dy, x, static_shape(meta_val(dy))[2:])
             target = torch.ops.evt.adaptive_max_pool2d_backward.default
+        elif n.target == aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
+            dout, q, k, v, o, lse, p, causal = n.args[:8]
+            if p != 0.0 or n.kwargs.get("attn_mask") is not None:
+                continue
+            sc = n.kwargs.get("scale")
+            new_args = (dout, q, k, v, bool(causal), float(sc) if sc is not None else 0.0)
+            target = torch.ops.evt.sdpa_backward.default
         else:
             continue
         with gm.graph.inserting_before(n):
@@ -962,6 +995,34 @@ def _evt_amaxpool_bwd(b, node, used):
     if meta_val(x).dim() != 4:
         raise Unsupported("needs NCHW")
     return b.result("adaptive_max_pool2d_backward", [b.val(dy), b.val(x)], {"shape": list(size)})
+
+
+@rule(aten._scaled_dot_product_flash_attention_for_cpu)
+def _sdpa(b, node, used):
+    q, k, v = node.args[:3]
+    p, causal = arg(node, 3, "dropout_p", 0.0), arg(node, 4, "is_causal", False)
+    if p != 0.0 or node.kwargs.get("attn_mask") is not None:
+        raise Unsupported("dropout or attn_mask")
+    if used - {0}:
+        raise Unsupported("the logsumexp output")
+    if meta_val(q).dim() != 4:
+        raise Unsupported("q must be [B, H, S, D]")
+    sc = node.kwargs.get("scale")
+    attrs = {"causal": 1} if causal else {}
+    if sc is not None:
+        attrs["scale"] = float(sc)
+    return {0: b.result("sdpa", [b.val(q), b.val(k), b.val(v)], attrs, val=out(node)[0])}
+
+
+@rule(torch.ops.evt.sdpa_backward)
+def _sdpa_bwd(b, node, used):
+    dout, q, k, v, causal, sc = node.args
+    attrs = {"causal": 1} if causal else {}
+    if sc > 0:
+        attrs["scale"] = float(sc)
+    ops = [b.val(dout), b.val(q), b.val(k), b.val(v)]
+    vals = out(node)
+    return {i: b.result(f"sdpa_backward_{w}", ops, attrs, val=vals[i]) for i, w in enumerate("qkv") if i in used}
 
 
 def translate(b, node, used):

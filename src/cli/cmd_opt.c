@@ -197,6 +197,7 @@ EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--veri
     print_counts(g, stdout);
   }
   int nodes_before = g->nnodes;
+  bool loss_zero = false; /* --no-loss and loss elimination ran */
   for (int i = 0; i < o.n && rc == EVTC_EXIT_OK; i++) {
     const evt_pass_info *p = o.list[i];
     snapshot before = {0};
@@ -235,10 +236,12 @@ EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--veri
         rc = EVTC_EXIT_INTERNAL;
       } else {
         bool dropped = o.no_loss && !strcmp(p->name, "loss-elim") && g->loss >= 0;
+        loss_zero = loss_zero || dropped;
         int worst = -1;
         double d = max_rel_diff(&before, g, after, dropped ? 0 : -1, &worst);
         printf("verify: %-13s max rel diff %.3g over %d outputs%s%s\n", p->name, d, g->noutputs,
-               dropped ? " (loss dropped: not compared)" : "", g->loss >= 0 ? ", loss kept as output 0" : "");
+               dropped ? " (loss dropped: not compared)" : "",
+               g->loss < 0 ? "" : loss_zero ? ", loss output 0 is the constant 0" : ", loss kept as output 0");
         if (!(d <= VERIFY_TOLERANCE)) {
           fprintf(stderr, "evtc opt: pass %s changed output %d (%%%s) by %.3g (> %g)\n", p->name, worst,
                   worst >= 0 ? g->nodes[g->outputs[worst]].name : "?", d, VERIFY_TOLERANCE);

@@ -70,10 +70,10 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static const uint64_t *sort_color;
-static int by_color(const void *a, const void *b) {
+static int by_color(const void *a, const void *b, void *ctx) {
+  const uint64_t *color = ctx;
   int x = *(const int *)a, y = *(const int *)b;
-  if (sort_color[x] != sort_color[y]) return sort_color[x] < sort_color[y] ? -1 : 1;
+  if (color[x] != color[y]) return color[x] < color[y] ? -1 : 1;
   return x - y;
 }
 
@@ -151,8 +151,7 @@ char *evt_pblock_canonical(const evt_pblock *b, int *order) {
     distinct = d;
   }
   for (int v = 0; v < n; v++) order[v] = v;
-  sort_color = col;
-  qsort(order, (size_t)n, sizeof(int), by_color);
+  qsort_r(order, (size_t)n, sizeof(int), by_color, col);
   for (int i = 0; i < n; i++) pos[order[i]] = i;
   text t = {0};
   put(&t, "n=%d lambda=%.17g;", n, b->lambda);

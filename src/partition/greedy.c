@@ -77,10 +77,10 @@ static void merge(greedy *s, int a, int b) {
   if (s->nuc[a] < 0) s->nuc[a] = s->nuc[b];
 }
 
-static const evt_pgraph *sort_graph;
-static int by_bytes(const void *x, const void *y) {
+static int by_bytes(const void *x, const void *y, void *ctx) {
+  const evt_pgraph *g = ctx;
   int a = *(const int *)x, b = *(const int *)y;
-  double ba = sort_graph->nodes[sort_graph->edges[a].u].bytes, bb = sort_graph->nodes[sort_graph->edges[b].u].bytes;
+  double ba = g->nodes[g->edges[a].u].bytes, bb = g->nodes[g->edges[b].u].bytes;
   if (ba != bb) return ba > bb ? -1 : 1;
   return a - b;
 }
@@ -106,8 +106,7 @@ int evt_part_greedy(const evt_pgraph *g, int *group) {
   int k = 0;
   for (int e = 0; e < g->m; e++)
     if (g->edges[e].status == EVT_PE_FREE) order[k++] = e;
-  sort_graph = g;
-  qsort(order, (size_t)k, sizeof(int), by_bytes);
+  qsort_r(order, (size_t)k, sizeof(int), by_bytes, (void *)g);
   for (int i = 0; i < k; i++) {
     const evt_pedge *e = &g->edges[order[i]];
     int a = find(s.parent, e->u), b = find(s.parent, e->v);

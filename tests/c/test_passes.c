@@ -577,3 +577,22 @@ TEST(examples_ce_backward_has_no_row_reduction) {
   }
   CHECK(ce >= 5); /* every cross-entropy example was checked */
 }
+
+TEST(pipeline_order_and_run_all) {
+  static const char *order[] = {"canonicalize", "loss-elim", "decompose", "reduce-elim", "constprop", "cse", "layout", "dce"};
+  CHECK(evt_npasses == EVT_ARRAY_LEN(order));
+  for (int i = 0; i < evt_npasses && i < EVT_ARRAY_LEN(order); i++) CHECK(strcmp(evt_passes[i].name, order[i]) == 0);
+  CHECK(evt_pass_find("cse", 3) == &evt_passes[5] && evt_pass_find("cs", 2) == NULL);
+  evt_graph *g = parse_ok(kCeJoint);
+  CHECK(evt_passes_run_all(g, 0, 1) == EVT_OK);
+  CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0 && count_op(g, EVT_OP_NLL_LOSS) == 0);
+  CHECK(g->loss == g->outputs[0] && g->noutputs == 2);
+  evt_graph_free(g);
+  /* a graph with nothing to do, and an empty one */
+  g = parse_ok("graph t {\n  %x: f32[2] = input()\n  output %x\n}\n");
+  CHECK(evt_passes_run_all(g, EVT_PASS_DROP_LOSS, 1) == EVT_OK && g->nnodes == 1);
+  evt_graph_free(g);
+  g = evt_graph_new("empty");
+  CHECK(evt_passes_run_all(g, 0, 1) == EVT_OK && g->nnodes == 0);
+  evt_graph_free(g);
+}

@@ -258,3 +258,65 @@ def test_segment_cache():
     assert len(backend._GRAPHS) == n
     torch.compile(copy.deepcopy(lin), backend="evt", dynamic=False)(torch.randn(5, 4)).sum().backward()
     assert len(backend._GRAPHS) > n  # new shapes: new segments
+
+
+class SDPAModel(nn.Module):
+    """Causal attention through F.scaled_dot_product_attention (CPU flash attention in the graph)."""
+
+    def __init__(self, d=8, heads=2):
+        super().__init__()
+        self.h, self.qkv, self.out = heads, nn.Linear(d, 3 * d), nn.Linear(d, 3)
+
+    def forward(self, x, y):
+        B, S, D = x.shape
+        q, k, v = (t.view(B, S, self.h, D // self.h).transpose(1, 2) for t in self.qkv(x).split(D, dim=-1))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, S, D)
+        return F.cross_entropy(self.out(a).flatten(0, 1), y)
+
+
+def test_sdpa_causal(caplog):
+    fb = check_training(SDPAModel, lambda: (torch.randn(2, 5, 8), torch.randint(0, 3, (10,))), caplog)
+    assert fb == set(), fb
+
+
+def test_rejected_translation_falls_back(caplog, monkeypatch):
+    """A translation the evt parser rejects (here: a deliberately wrong one for relu) moves that node to
+    PyTorch; the rest still runs in evt and the step stays exact."""
+    from evt import aten as A
+    monkeypatch.setitem(A.TABLE, torch.ops.aten.relu, lambda b, node, used: b.result("sum", [b.val(node.args[0])]))
+    fb = check_training(GCN, lambda: (_adj(), torch.randn(7, 6), torch.randint(0, 3, (7,))), caplog)
+    assert fb == {"relu.default"}, fb
+    assert any("rejected by evt" in r.getMessage() for r in caplog.records)
+
+
+def test_runtime_failure_falls_back(caplog, monkeypatch):
+    """If the interpreter fails at run time the segment's nodes run in PyTorch (logged), still exact."""
+    def fail(self, inputs, outputs):
+        raise evt_lib.EvtError("injected failure")
+    monkeypatch.setattr(evt_lib.Graph, "run", fail)
+    check_training(MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,))), caplog, steps=1)
+    assert any("injected failure" in r.getMessage() for r in caplog.records)
+
+
+def test_dynamic_shapes(caplog):
+    """dynamic=True: the graph has symbolic sizes; evt specializes a plan per concrete batch size."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    torch.manual_seed(0)
+    ref = Bert()
+    mod = copy.deepcopy(ref)
+    compiled = torch.compile(mod, backend="evt", dynamic=True)
+    for n in (4, 3, 4):
+        x, y = torch.randn(n, 5, 8), torch.randint(0, 3, (n,))
+        ref.zero_grad()
+        mod.zero_grad()
+        loss_ref = ref(x, y)
+        loss_ref.backward()
+        loss = compiled(x, y)
+        loss.backward()
+        assert rel_err(loss.detach(), loss_ref.detach()) <= 1e-4
+        for (name, p_ref), (_, p) in zip(ref.named_parameters(), mod.named_parameters()):
+            assert rel_err(p.grad, p_ref.grad) <= 1e-4, name
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum("specialized to" in m for m in msgs) == 4, msgs  # fw + bw for n=4 and n=3; n=4 again is cached
+    assert fallbacks(caplog.records) == set()
