@@ -367,6 +367,9 @@ def _slice(b, node, used):
     size = static_shape(meta_val(x))[dim]
     start = 0 if start is None else start
     end = size if end is None else end
+    n = static_shape(out(node))[dim]
+    if isinstance(end, torch.fx.Node) and isinstance(start, int) and isinstance(step, int) and start >= 0:
+        end = start + (n - 1) * step + 1 if n else start  # symbolic end: the one meta["val"] implies
     _ints([start, end, step])
     start = max(0, min(size, start + size if start < 0 else start))
     end = max(0, min(size, end + size if end < 0 else end))
@@ -386,13 +389,21 @@ def _select(b, node, used):
     return b.result("reshape", [s], {"shape": static_shape(out(node))})
 
 
+def _static_or(x, fallback):
+    """x if it is a plain int, else `fallback` (a symbolic size: use what meta["val"] says)."""
+    return x if isinstance(x, int) else fallback
+
+
 @rule(aten.slice_backward)
 def _slice_bwd(b, node, used):
-    dy, sizes, dim, start, end, step = node.args[:6]
-    sizes = _ints(sizes)
+    dy, _, dim, start, end, step = node.args[:6]
+    sizes = static_shape(out(node))  # = input_sizes, also when those are symbolic in the graph
     dim = _norm_dim(dim, len(sizes))
     size = sizes[dim]
+    n = static_shape(meta_val(dy))[dim]
+    start, step = _ints([start, step])
     start = max(0, min(size, start + size if start < 0 else start))
+    end = _static_or(end, start + (n - 1) * step + 1 if n else start)
     end = max(0, min(size, end + size if end < 0 else end))
     return b.result("slice_backward", [b.val(dy)],
                     {"dim": dim, "start": start, "end": max(end, start), "step": step, "shape": sizes})
@@ -400,9 +411,10 @@ def _slice_bwd(b, node, used):
 
 @rule(aten.select_backward)
 def _select_bwd(b, node, used):
-    dy, sizes, dim, idx = node.args[:4]
-    sizes = _ints(sizes)
+    dy, _, dim, idx = node.args[:4]
+    sizes = static_shape(out(node))
     dim = _norm_dim(dim, len(sizes))
+    idx = _ints([idx])[0]
     idx = idx + sizes[dim] if idx < 0 else idx
     shp = list(sizes)
     shp[dim] = 1

@@ -18,6 +18,7 @@ Contract
 - Graphs with symbolic shapes run as the unmodified module (logged).
 """
 import collections
+import copy
 import hashlib
 import logging
 import operator
@@ -162,6 +163,12 @@ def is_non_overlapping_and_dense(v):
     return True
 
 
+def _has_tensor(node):
+    v = node.meta.get("val")
+    vs = v if isinstance(v, (tuple, list)) else [v]
+    return v is None or any(isinstance(t, torch.Tensor) for t in vs)
+
+
 def _run_torch(node, env):
     args = torch.fx.node.map_arg(node.args, lambda n: env[n])
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
@@ -202,7 +209,7 @@ class Plan:
             except (A.Unsupported, TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
                 cur.b.rollback(snap)
                 self.steps.append(node)
-                if src is None:
+                if src is None and _has_tensor(node):  # (size arithmetic on SymInts is not a fallback)
                     self.fallbacks.append((node, str(e) or type(e).__name__))
                 continue
             cur.members.append(node)
@@ -291,22 +298,61 @@ def _symbolic(gm):
     return False
 
 
-def compile_module(gm, example_inputs, kind="module"):
-    """fw/bw compiler: a boxed callable running gm through evt segments and PyTorch fallbacks."""
-    plan = None if _symbolic(gm) else build_plan(gm)
-    if plan is None:
-        log.info("%s: symbolic shapes or no plan: runs in PyTorch", kind)
-
-        def run_gm(args):
-            return gm(*args)
-        run_gm._boxed_call = True
-        return run_gm
+def _log_plan(plan, kind):
     if log.isEnabledFor(logging.INFO):
         segs = [s for s in plan.steps if isinstance(s, Segment)]
         n_evt = sum(len(s.members) for s in segs)
         log.info("%s: %d ops in %d evt segment(s), %d in PyTorch", kind, n_evt, len(segs), len(plan.fallbacks))
         for node, why in plan.fallbacks:
             log.info("  fallback to PyTorch: %s (%s): %s", _op_name(node), node.name, why)
+
+
+def _specialize(gm, args):
+    """A copy of gm whose meta["val"] holds the concrete shapes of these arguments (FakeTensorProp)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    g2 = copy.deepcopy(gm)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
+    FakeTensorProp(g2, mode).propagate_dont_convert_inputs(*fakes)
+    return g2
+
+
+def compile_module(gm, example_inputs, kind="module"):
+    """fw/bw compiler: a boxed callable running gm through evt segments and PyTorch fallbacks.
+    A module with symbolic shapes gets one plan per concrete argument signature, built at the first call
+    with that signature (shapes re-derived with FakeTensorProp)."""
+    if _symbolic(gm):
+        plans = {}
+
+        def run_dynamic(args):
+            key = tuple((tuple(a.shape), a.dtype, tuple(a.stride())) if isinstance(a, torch.Tensor) else
+                        (type(a).__name__, a) for a in args)
+            plan = plans.get(key)
+            if plan is None:
+                try:
+                    plan = build_plan(_specialize(gm, args))
+                except Exception as e:  # noqa: BLE001 (any failure to specialize: run the module as is)
+                    log.warning("%s: could not specialize symbolic shapes (%s)", kind, e)
+                    plan = None
+                if plan is None:
+                    plan = lambda a: gm(*a)  # noqa: E731
+                    log.info("%s: runs in PyTorch", kind)
+                else:
+                    _log_plan(plan, f"{kind} (specialized to {[k[0] for k in key]})")
+                plans[key] = plan
+            return plan(args)
+        run_dynamic._boxed_call = True
+        return run_dynamic
+    plan = build_plan(gm)
+    if plan is None:
+        log.info("%s: no plan: runs in PyTorch", kind)
+
+        def run_gm(args):
+            return gm(*args)
+        run_gm._boxed_call = True
+        return run_gm
+    _log_plan(plan, kind)
 
     def run(args):
         return plan(args)
