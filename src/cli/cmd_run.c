@@ -2,11 +2,12 @@
  *
  *   evtc run FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [--every K] [--fp64] [--opt]
  *
- * Parses FILE; if it has a loss and no gradient outputs, builds the joint graph ; fills inputs and params
- * from their init attributes (seed S); with --opt runs the graph-pass pipeline on the joint graph (it keeps
- * the loss, the %grad.<param> outputs and the inputs/params with their values); then N times: run the interpreter, print `step K loss L (T ms)`,
- * and update every param p -= lr * grad.p. The data inputs stay the same every step, so a working
- * backward makes the loss go down. Ends with `done: N steps, loss A -> B, T ms/step`.
+ * Parses FILE ("-": standard input); if it has a loss and no gradient outputs, builds the joint graph;
+ * fills inputs and params from their init attributes (seed S); with --opt runs the graph-pass pipeline on
+ * the joint graph (it keeps the loss, the %grad.<param> outputs, and the inputs/params with their values);
+ * then N times: run the interpreter, print `step K loss L (T ms)`, and update every param
+ * p -= lr * grad.p. The data inputs stay the same every step, so a working backward makes the loss go
+ * down. Ends with `done: N steps, loss A -> B, T ms/step`.
  * Exit codes: 0 ok; 1 bad flags, a bad file, no loss, a non-finite loss; 2 an internal error. */
 #include "cli.h"
 #include "passes/passes.h"
@@ -102,6 +103,35 @@ static int parse_options(int argc, char **argv, run_options *o) {
   return EVTC_EXIT_OK;
 }
 
+/* All of standard input as a string (NULL if unreadable or if it holds a NUL byte). */
+static char *read_stdin(void) {
+  size_t len = 0, cap = 1 << 16;
+  char *buf = malloc(cap);
+  for (size_t r; buf && (r = fread(buf + len, 1, cap - 1 - len, stdin)) > 0;) {
+    len += r;
+    if (len + 1 == cap) {
+      char *bigger = realloc(buf, cap *= 2);
+      if (!bigger) free(buf);
+      buf = bigger;
+    }
+  }
+  if (!buf || ferror(stdin) || memchr(buf, '\0', len)) {
+    free(buf);
+    return NULL;
+  }
+  buf[len] = '\0';
+  return buf;
+}
+
+static evt_graph *load(const char *path, char **err) {
+  if (strcmp(path, "-")) return evt_parse_file(path, err);
+  char *text = read_stdin();
+  if (!text) return NULL;
+  evt_graph *g = evt_parse(text, "<stdin>", err);
+  free(text);
+  return g;
+}
+
 static int fail(evt_graph *g, evt_status st) {
   fprintf(stderr, "evtc run: %s\n", evt_graph_error(g));
   return evtc_exit_code(st);
@@ -118,10 +148,12 @@ static evt_status optimize(evt_graph *g, evt_tensor **values) {
   if (!names) evt_fatal(__FILE__, __LINE__, "out of memory");
   for (int i = 0; i < n0; i++) names[i] = is_source(&g->nodes[i]) ? g->nodes[i].name : NULL; /* arena-owned */
   evt_status st = evt_passes_run_all(g, 0, 0);
-  if (st == EVT_OK && evt_train_ensure_joint(g, NULL) != EVT_OK)
-    st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "the passes lost a %%grad.<param> output");
   evt_tensor *old = *values, *nw = calloc((size_t)g->nnodes, sizeof *nw);
-  if (!nw) evt_fatal(__FILE__, __LINE__, "out of memory");
+  int *grad_of = malloc(sizeof(int) * (size_t)g->nnodes);
+  if (!nw || !grad_of) evt_fatal(__FILE__, __LINE__, "out of memory");
+  if (st == EVT_OK && evt_train_grad_outputs(g, grad_of) != evt_train_param_count(g))
+    st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "the passes lost a %%grad.<param> output");
+  free(grad_of);
   for (int i = 0; i < g->nnodes && st == EVT_OK; i++) {
     if (!is_source(&g->nodes[i])) continue;
     int k = 0;
@@ -174,7 +206,7 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values) {
 
 EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [--every K] [--fp64] [--opt]",
              "train a model with SGD on the CPU interpreter\n"
-             "  FILE          a .evt graph with a loss (the joint graph is built if it has no gradients)\n"
+             "  FILE          a .evt graph with a loss (- for stdin; the joint graph is built if it has no gradients)\n"
              "  --steps N     training steps (required; 0 only checks that the graph can be prepared)\n"
              "  --lr X        SGD learning rate: p -= X * grad (default 0.01)\n"
              "  --seed S      seed of the input/param initializers (default 0)\n"
@@ -194,9 +226,9 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [-
   if (!strcmp(o.device, "auto")) printf("device: cpu interpreter (auto: no GPU runtime in this build yet)\n");
 
   char *err = NULL;
-  evt_graph *g = evt_parse_file(o.path, &err);
+  evt_graph *g = load(o.path, &err);
   if (!g) {
-    fprintf(stderr, "%s\n", err ? err : "evtc run: could not read the file");
+    fprintf(stderr, "%s\n", err ? err : "evtc run: cannot read the input (or it holds a NUL byte)");
     free(err);
     return EVTC_EXIT_USER;
   }

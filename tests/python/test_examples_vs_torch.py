@@ -199,3 +199,19 @@ def test_evtc_run_opt_trains_the_same(name):
     assert "after the passes" in b.stdout
     assert len(la) == len(lb) == 4
     np.testing.assert_allclose(lb, la, rtol=1e-6, atol=1.5e-6)  # printed with 6 decimals
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("name", ["mlp", "bert_layer", "resnet_block"])
+def test_evtc_run_half_precision_from_stdin(name, dtype):
+    """gen.py --dtype writes a half-precision model; `evtc run -` reads it from stdin and trains it; the
+    first loss is the f32 one up to half-precision rounding."""
+    text = gen.build(name, gen.config(name, ["--dtype", dtype])[0])
+    assert f"%loss: {dtype}[]" in text
+    p = subprocess.run([EVTC, "run", "-", "--steps", "3", "--lr", str(RUN_LR[name])], input=text,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    losses = [float(m.group(1)) for m in re.finditer(r"^step \d+ loss (\S+)", p.stdout, re.M)]
+    ref = evtc_run(example_path(name), "--steps", "1")[1]
+    assert len(losses) == 3 and losses[2] < losses[0], losses
+    assert abs(losses[0] - ref[0]) <= 0.02 * abs(ref[0]), (losses[0], ref[0])
