@@ -98,16 +98,33 @@ def partition_fn(joint, joint_inputs, **kwargs):
 _GRAPHS = {}  # sha256 of the segment text -> parsed Graph (the text holds every shape and dtype)
 
 
+PASSES = os.environ.get("EVT_PASSES", "1") not in ("", "0")
+
+
 def _graph_for(text):
+    """The parsed (and, unless EVT_PASSES=0, pass-optimized) graph of a segment text, cached."""
     key = hashlib.sha256(text.encode()).hexdigest()
-    g = _GRAPHS.get(key)
+    g = _GRAPHS.get((key, PASSES))
     if g is None:
-        g = _GRAPHS[key] = Graph(text, f"evt-{key[:12]}.evt")
+        name = f"evt-{key[:12]}.evt"
+        g = None
+        if PASSES:
+            try:
+                g = Graph(text, name, optimize=True)
+            except EvtError as e:
+                if "no graph passes" not in str(e):
+                    log.warning("evt graph passes failed on %s (%s); running it unoptimized", name, e)
+        if g is None:
+            g = Graph(text, name)
+        _GRAPHS[(key, PASSES)] = g
         d = os.environ.get("EVT_DUMP")
         if d:
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, f"{key[:16]}.evt"), "w") as f:
                 f.write(text)
+            with open(os.path.join(d, f"{key[:16]}.opt.evt"), "w") as f:
+                f.write(g.text())
+        log.info("  segment %s: %d evt nodes, %d after the graph passes", name, g.parsed_nodes, g.node_count)
     return g
 
 
@@ -120,7 +137,6 @@ class Segment:
 
     def finalize(self, users_outside):
         b, members = self.b, set(self.members)
-        ids = {name: i for i, name in enumerate(b.stmt_names)}
         inputs = {name for _, name in b.inputs}
         self.outputs, self.aliases, out_names = [], [], []
         for m in self.members:
@@ -133,11 +149,13 @@ class Segment:
                 continue
             if name not in out_names:
                 out_names.append(name)
-            self.outputs.append((m, ids[name]))
-        self.inputs = [(x, ids[name]) for x, name in b.inputs]
+            self.outputs.append((m, out_names.index(name)))
         self.text = "graph seg {\n  " + "\n  ".join(b.lines) + "\n" + \
             (f"  output {', '.join('%' + n for n in out_names)}\n" if out_names else "") + "}\n"
         self.graph = _graph_for(self.text) if self.outputs else None
+        if self.graph is not None:  # node ids after the passes renumbered them
+            self.inputs = [(x, self.graph.ids[name]) for x, name in b.inputs if name in self.graph.ids]
+            self.outputs = [(m, self.graph.outputs[k]) for m, k in self.outputs]
 
     def run(self, env):
         if self.graph is not None:

@@ -90,10 +90,22 @@ def _interp():
     return f
 
 
-class Graph:
-    """A parsed evt graph (owns the evt_graph; freed with the object)."""
+def _declare(name, res, args):
+    f = getattr(lib(), name, None)
+    if f is not None and f.argtypes is None:
+        f.restype, f.argtypes = res, args
+    return f
 
-    def __init__(self, text, filename="<torch>"):
+
+class Graph:
+    """A parsed evt graph (owns the evt_graph; freed with the object).
+
+    optimize=True runs evt's graph-pass pipeline (evt_passes_run_all, with the verifier after each pass),
+    which renumbers nodes: `ids` (name -> node id) and `outputs` (node id of each `output`, in order) are
+    read back from the graph afterwards. A pass failure raises EvtError (the caller may use the text as is).
+    """
+
+    def __init__(self, text, filename="<torch>", optimize=False):
         L = lib()
         err = ctypes.c_void_p()
         self._g = L.evt_parse(text.encode(), filename.encode(), ctypes.byref(err))
@@ -102,7 +114,29 @@ class Graph:
             if err.value:
                 L.free(err)
             raise EvtError(msg)
+        self.parsed_nodes = L.evt_graph_node_count(self._g)
+        if optimize:
+            run_all = _declare("evt_passes_run_all", ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint, ctypes.c_int])
+            if run_all is None:
+                raise EvtError("this libevt has no graph passes")
+            if run_all(self._g, 0, 1) != 0:
+                raise EvtError(L.evt_graph_error(self._g).decode())
         self.node_count = L.evt_graph_node_count(self._g)
+        name_of = _declare("evt_interp_node_name", ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_int])
+        output = _declare("evt_interp_output", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int])
+        self.ids = {name_of(self._g, i).decode(): i for i in range(self.node_count)}
+        self.outputs = []
+        while (i := output(self._g, len(self.outputs))) >= 0:
+            self.outputs.append(i)
+
+    def text(self):
+        """The graph as canonical `.evt` text (after the passes, if it was optimized)."""
+        f = _declare("evt_graph_to_string", ctypes.c_void_p, [ctypes.c_void_p])
+        p = f(self._g)
+        try:
+            return ctypes.cast(p, ctypes.c_char_p).value.decode()
+        finally:
+            lib().free(p)
 
     def __del__(self):
         g = getattr(self, "_g", None)
