@@ -87,7 +87,11 @@ evt_status evt_graph_add_output(evt_graph *g, int node);
 /* ---- autodiff -------------------------------------------------------------------------------------- */
 #define EVT_GRAD_INPUTS 1u  /* also differentiate w.r.t. floating-point inputs, not only params */
 /* Appends the backward of the loss to g. Outputs become: loss, then d loss / d p for every param in node
- * order (then every floating input with EVT_GRAD_INPUTS). Gradient nodes are named "grad.<param name>". */
+ * order (then every floating input with EVT_GRAD_INPUTS). Gradient nodes are named "grad.<param name>".
+ * A param the loss does not depend on (differentiably) gets a zeros `full`; other forward outputs are
+ * dropped. Fails with EVT_ERR_INVALID (no loss, loss not a floating scalar, a name grad.<p> already taken)
+ * or EVT_ERR_UNSUPPORTED (an op without a gradient rule between the loss and a param, or the values of a
+ * spmm), naming the node; g is then left as it was. New nodes carry the origin "grad of %<node>". */
 evt_status evt_graph_build_joint(evt_graph *g, unsigned flags);
 
 /* ---- the CPU interpreter (reference) --------------------------------------------------------------- */

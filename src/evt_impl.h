@@ -142,6 +142,14 @@ struct evt_graph {
   int noutputs, outcap;
   int loss;              /* node id or -1 */
   int name_counter;      /* for fresh names */
+  /* name → id cache for evt_graph_find (src/ir/graph.c). Every name a node gets through graph.c is
+   * entered; hits are re-checked against the node, so passes may swap names or renumber freely. */
+  struct {
+    const char **names;  /* arena-owned strings; NULL = empty slot */
+    int *ids;
+    int cap, count;
+    int indexed;         /* nodes entered since the last rebuild; < nnodes means rebuild */
+  } name_index;
   char error[1024];
 };
 
@@ -194,14 +202,33 @@ bool evt_broadcast_shapes(const evt_type *a, const evt_type *b, evt_type *out);
 
 /* ---- src/ir/parse.c, src/ir/print.c ------------------------------------------------------------------ */
 /* (public: evt_parse, evt_parse_file, evt_graph_print, evt_graph_to_string) */
+/* One node in canonical form, `%name: TYPE = op(%a, attr=value)`, without indent or newline. */
 void evt_print_node(const evt_graph *g, int id, FILE *out);
 
 /* ---- src/runtime/interp.c ---------------------------------------------------------------------------- */
 /* (public: evt_interp_run, evt_interp_init_inputs) */
 /* Runs one node given its input tensors; `out` is allocated by the callee. */
 evt_status evt_interp_node(evt_graph *g, int id, const evt_tensor *const *inputs, evt_tensor *out, unsigned flags);
+/* Small accessors for language bindings (tests/python/evt_ctypes.py) that must not mirror evt_node:
+ * a node's name and op name (NULL for a bad id), and the id of output i (-1 past the end). */
+const char *evt_interp_node_name(const evt_graph *g, int id);
+const char *evt_interp_node_op(const evt_graph *g, int id);
+int evt_interp_output(const evt_graph *g, int i);
 
 /* ---- src/autodiff/autodiff.c -------------------------------------------------------------------------- */
 /* (public: evt_graph_build_joint) */
+
+/* ---- src/runtime/train.c ------------------------------------------------------------------------------ */
+/* Training on the interpreter (evtc run, tests). grad_of has one slot per node: for a param, the id of its
+ * output %grad.<name> (else -1). Returns the number of params that have one. */
+int evt_train_grad_outputs(const evt_graph *g, int *grad_of);
+int evt_train_param_count(const evt_graph *g);
+/* Builds the joint graph if g has a loss and no gradient outputs (*built tells; may be NULL). */
+evt_status evt_train_ensure_joint(evt_graph *g, bool *built);
+/* p -= lr * grad.p for every param (rounded to p's dtype unless flags has EVT_RUN_FP64); the gradient
+ * slots must be filled. */
+evt_status evt_train_sgd_update(evt_graph *g, evt_tensor *values, double lr, unsigned flags);
+/* Frees every slot that is not an input or param (between steps). */
+void evt_train_release(const evt_graph *g, evt_tensor *values);
 
 #endif

@@ -207,7 +207,11 @@ static evt_status vjp_reduce(evt_ad *c, const evt_node *np, int id, int dy) {
   bool red[EVT_MAX_RANK];
   reduced_dims(&n, x.rank, red);
   evt_type kt = keepdim_type(&x, red, type_of(c, dy)->dtype);
-  int dyk = reshape_to(c, dy, &kt);
+  /* dy broadcasts against x as it is when the reduced dims are leading (or kept); else restore them as 1s */
+  bool prefix = true;
+  for (int i = 1; i < x.rank; i++)
+    if (red[i] && !red[i - 1]) prefix = false;
+  int dyk = n.attr.keepdim || prefix ? dy : reshape_to(c, dy, &kt);
   TRY(dyk);
   switch (n.op) {
   case EVT_OP_SUM: ACC(0, expand_to(c, dyk, &x)); break;
@@ -220,7 +224,7 @@ static evt_status vjp_reduce(evt_ad *c, const evt_node *np, int id, int dy) {
   }
   case EVT_OP_AMAX: {
     /* d x = dy * mask / count(mask): the gradient is split evenly among the maxima */
-    int yk = reshape_to(c, id, &kt);
+    int yk = n.attr.keepdim || prefix ? id : reshape_to(c, id, &kt);
     int mask = cast_to(c, bin(c, EVT_OP_EQ, IN(0), yk), x.dtype);
     TRY(mask);
     int cnt = sum_dims(c, mask, red, 1);

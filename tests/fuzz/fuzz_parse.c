@@ -1,6 +1,6 @@
 /* libFuzzer target for the .evt parser and printer: any input must either fail cleanly with a message or
  * parse to a graph whose canonical print reads back to the same print (print(parse(print(g))) ==
- * print(g)); anything else aborts. Build: make fuzz; run: build/fuzz_parse tests/fuzz/corpus */
+ * print(g)) and that passes evt_graph_verify; anything else aborts. Build: make fuzz; run: build/fuzz_parse tests/fuzz/corpus */
 #include "evt_impl.h"
 
 #include <stdlib.h>
@@ -22,6 +22,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   if (err) abort();
+  /* every node passed its op's rule when added: the full re-check must agree */
+  if (evt_graph_verify(g) != EVT_OK) {
+    fprintf(stderr, "a parsed graph fails evt_graph_verify: %s\n", evt_graph_error(g));
+    abort();
+  }
   char *first = evt_graph_to_string(g);
   if (!first) abort();
   evt_graph *g2 = evt_parse(first, "fuzz-reprint.evt", &err);

@@ -1,0 +1,274 @@
+/* cache.c — solutions of isomorphic blocks are reused.
+ *
+ * Canonical form: Weisfeiler–Lehman colour refinement over the block's labelled structure (node label =
+ * op/dtype/shape class/flags, bytes, forced write, in-degrees; typed directed edges: variable (with
+ * bytes and FUSE), fixed arcs, related and unrelated incompatible pairs), then nodes sorted by (final
+ * colour, local index). The key is the whole block written out in that canonical order, so two blocks
+ * with equal keys are isomorphic through their canonical orders *by construction* — a hash collision or
+ * an ambiguous WL colouring can only cost a miss, never a wrong answer. The stored solution is in
+ * canonical positions and is mapped back through the order. Entries live in memory and, if a directory
+ * is given, in files <dir>/partition-<fnv64 of key>.txt (key line, then "optimal n g0 g1 ..."). */
+#include "partition/partition.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct entry {
+  uint64_t hash;
+  char *key;
+  int n, optimal;
+  int *sol;   /* canonical positions -> canonical group label */
+} entry;
+
+struct evt_part_cache {
+  char *dir;
+  entry *e;
+  int n, cap;
+};
+
+const char *evt_part_cache_default_dir(char *buf, size_t n) {
+  const char *d = getenv("EVT_CACHE_DIR");
+  if (d && *d) snprintf(buf, n, "%s", d);
+  else if ((d = getenv("XDG_CACHE_HOME")) && *d) snprintf(buf, n, "%s/evt", d);
+  else if ((d = getenv("HOME")) && *d) snprintf(buf, n, "%s/.cache/evt", d);
+  else snprintf(buf, n, "%s", "");
+  return buf;
+}
+
+evt_part_cache *evt_part_cache_new(const char *dir) {
+  evt_part_cache *c = calloc(1, sizeof *c);
+  EVT_ASSERT(c);
+  if (dir && *dir) c->dir = strdup(dir);
+  return c;
+}
+
+void evt_part_cache_free(evt_part_cache *c) {
+  if (!c) return;
+  for (int i = 0; i < c->n; i++) free(c->e[i].key), free(c->e[i].sol);
+  free(c->e);
+  free(c->dir);
+  free(c);
+}
+
+static uint64_t mix(uint64_t h, uint64_t x) {
+  h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 29);
+}
+
+static uint64_t fnv(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int by_color(const void *a, const void *b, void *ctx) {
+  const uint64_t *color = ctx;
+  int x = *(const int *)a, y = *(const int *)b;
+  if (color[x] != color[y]) return color[x] < color[y] ? -1 : 1;
+  return x - y;
+}
+
+typedef struct text {
+  char *s;
+  size_t n, cap;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(t->s ? t->s + t->n : NULL, t->s ? t->cap - t->n : 0, fmt, ap);
+    va_end(ap);
+    if (t->s && (size_t)k < t->cap - t->n) {
+      t->n += (size_t)k;
+      return;
+    }
+    t->cap = (t->cap + (size_t)k + 64) * 2;
+    t->s = realloc(t->s, t->cap);
+    EVT_ASSERT(t->s);
+  }
+}
+
+static int cmp_pair(const void *a, const void *b) {
+  const int *x = a, *y = b;
+  return x[0] != y[0] ? x[0] - y[0] : x[1] != y[1] ? x[1] - y[1] : x[2] - y[2];
+}
+
+char *evt_pblock_canonical(const evt_pblock *b, int *order) {
+  int n = b->n;
+  uint64_t *col = malloc((size_t)(n + 1) * sizeof(uint64_t)), *nc = malloc((size_t)(n + 1) * sizeof(uint64_t));
+  int nadj = 2 * (b->nvar + b->nfix + b->nrel + b->nunrel);
+  uint64_t *sig = malloc((size_t)(nadj + 1) * sizeof(uint64_t));
+  int *pos = malloc((size_t)(n + 1) * sizeof(int));
+  EVT_ASSERT(col && nc && sig && pos);
+  for (int v = 0; v < n; v++) {
+    uint64_t h = mix(b->label[v], (uint64_t)b->bytes[v]);
+    h = mix(h, (uint64_t)b->written[v] | (uint64_t)b->kin[v] << 8 | (uint64_t)b->fixed_in[v] << 32);
+    col[v] = h;
+  }
+  int distinct = 0;
+  for (int round = 0; round < n; round++) {
+    for (int v = 0; v < n; v++) {
+      int k = 0;
+      for (int i = 0; i < b->nvar; i++) {
+        uint64_t t = 1 + b->var_fuse[i];
+        if (b->var[i][0] == v) sig[k++] = mix(mix(t, col[b->var[i][1]]), 10);
+        if (b->var[i][1] == v) sig[k++] = mix(mix(t, col[b->var[i][0]]), 11);
+      }
+      for (int i = 0; i < b->nfix; i++) {
+        if (b->fix[i][0] == v) sig[k++] = mix(mix(3, col[b->fix[i][1]]), 10);
+        if (b->fix[i][1] == v) sig[k++] = mix(mix(3, col[b->fix[i][0]]), 11);
+      }
+      for (int i = 0; i < b->nrel; i++) {
+        if (b->rel[i][0] == v) sig[k++] = mix(mix(4, col[b->rel[i][1]]), 10);
+        if (b->rel[i][1] == v) sig[k++] = mix(mix(4, col[b->rel[i][0]]), 11);
+      }
+      for (int i = 0; i < b->nunrel; i++) {
+        if (b->unrel[i][0] == v) sig[k++] = mix(5, col[b->unrel[i][1]]);
+        if (b->unrel[i][1] == v) sig[k++] = mix(5, col[b->unrel[i][0]]);
+      }
+      qsort(sig, (size_t)k, sizeof(uint64_t), cmp_u64);
+      uint64_t h = col[v];
+      for (int i = 0; i < k; i++) h = mix(h, sig[i]);
+      nc[v] = h;
+    }
+    memcpy(col, nc, (size_t)n * sizeof(uint64_t));
+    memcpy(nc, col, (size_t)n * sizeof(uint64_t));
+    qsort(nc, (size_t)n, sizeof(uint64_t), cmp_u64);
+    int d = n > 0;
+    for (int i = 1; i < n; i++) d += nc[i] != nc[i - 1];
+    if (d == distinct) break;
+    distinct = d;
+  }
+  for (int v = 0; v < n; v++) order[v] = v;
+  qsort_r(order, (size_t)n, sizeof(int), by_color, col);
+  for (int i = 0; i < n; i++) pos[order[i]] = i;
+  text t = {0};
+  put(&t, "n=%d lambda=%.17g;", n, b->lambda);
+  for (int i = 0; i < n; i++) {
+    int v = order[i];
+    put(&t, " %llx/%.17g/%d/%d/%d", (unsigned long long)b->label[v], b->bytes[v], b->written[v], b->kin[v], b->fixed_in[v]);
+  }
+  int ne = b->nvar + b->nfix + b->nrel + b->nunrel;
+  int(*e)[3] = malloc((size_t)(ne + 1) * sizeof *e);
+  EVT_ASSERT(e);
+  int k = 0;
+  for (int i = 0; i < b->nvar; i++) e[k][0] = pos[b->var[i][0]], e[k][1] = pos[b->var[i][1]], e[k++][2] = b->var_fuse[i];
+  for (int i = 0; i < b->nfix; i++) e[k][0] = pos[b->fix[i][0]], e[k][1] = pos[b->fix[i][1]], e[k++][2] = 3;
+  for (int i = 0; i < b->nrel; i++) e[k][0] = pos[b->rel[i][0]], e[k][1] = pos[b->rel[i][1]], e[k++][2] = 4;
+  for (int i = 0; i < b->nunrel; i++) {
+    int a = pos[b->unrel[i][0]], z = pos[b->unrel[i][1]];
+    e[k][0] = a < z ? a : z, e[k][1] = a < z ? z : a, e[k++][2] = 5;
+  }
+  qsort(e, (size_t)ne, sizeof *e, cmp_pair);
+  put(&t, ";");
+  for (int i = 0; i < ne; i++)   /* duplicate fixed arcs are harmless but must not make keys differ */
+    if (i == 0 || cmp_pair(e[i], e[i - 1])) put(&t, " %d-%d:%d", e[i][0], e[i][1], e[i][2]);
+  free(e); free(col); free(nc); free(sig); free(pos);
+  return t.s;
+}
+
+static void path_of(const evt_part_cache *c, uint64_t h, char *buf, size_t n) {
+  snprintf(buf, n, "%s/partition-%016llx.txt", c->dir, (unsigned long long)h);
+}
+
+static entry *add_entry(evt_part_cache *c, uint64_t h, char *key, int n, const int *csol, int optimal) {
+  if (c->n == c->cap) {
+    c->cap = c->cap ? 2 * c->cap : 32;
+    c->e = realloc(c->e, (size_t)c->cap * sizeof *c->e);
+    EVT_ASSERT(c->e);
+  }
+  entry *e = &c->e[c->n++];
+  e->hash = h, e->key = key, e->n = n, e->optimal = optimal;
+  e->sol = malloc((size_t)(n + 1) * sizeof(int));
+  EVT_ASSERT(e->sol);
+  memcpy(e->sol, csol, (size_t)n * sizeof(int));
+  return e;
+}
+
+static entry *load_disk(evt_part_cache *c, uint64_t h, const char *key, int n) {
+  if (!c->dir) return NULL;
+  char path[1200];
+  path_of(c, h, path, sizeof path);
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  size_t klen = strlen(key);
+  char *line = malloc(klen + 2);
+  EVT_ASSERT(line);
+  entry *res = NULL;
+  if (fread(line, 1, klen + 1, f) == klen + 1 && !memcmp(line, key, klen) && line[klen] == '\n') {
+    int optimal, m;
+    if (fscanf(f, "%d %d", &optimal, &m) == 2 && m == n) {
+      int *s = malloc((size_t)(n + 1) * sizeof(int));
+      EVT_ASSERT(s);
+      int ok = 1;
+      for (int i = 0; i < n && ok; i++) ok = fscanf(f, "%d", &s[i]) == 1 && s[i] >= 0 && s[i] < n;
+      if (ok) res = add_entry(c, h, strdup(key), n, s, optimal);
+      free(s);
+    }
+  }
+  free(line);
+  fclose(f);
+  return res;
+}
+
+int evt_part_cache_get(evt_part_cache *c, const evt_pblock *b, int *sol, int *optimal) {
+  int *order = malloc((size_t)(b->n + 1) * sizeof(int));
+  EVT_ASSERT(order);
+  char *key = evt_pblock_canonical(b, order);
+  uint64_t h = fnv(key);
+  entry *hit = NULL;
+  int where = 0;
+  for (int i = 0; i < c->n && !hit; i++)
+    if (c->e[i].hash == h && !strcmp(c->e[i].key, key)) hit = &c->e[i], where = 1;
+  if (!hit && (hit = load_disk(c, h, key, b->n))) where = 2;
+  if (hit) {
+    for (int i = 0; i < b->n; i++) sol[order[i]] = order[hit->sol[i]];
+    *optimal = hit->optimal;
+  }
+  free(key);
+  free(order);
+  return where;
+}
+
+void evt_part_cache_put(evt_part_cache *c, const evt_pblock *b, const int *sol, int optimal) {
+  int n = b->n;
+  int *order = malloc((size_t)(n + 1) * sizeof(int)), *pos = malloc((size_t)(n + 1) * sizeof(int));
+  int *csol = malloc((size_t)(n + 1) * sizeof(int));
+  EVT_ASSERT(order && pos && csol);
+  char *key = evt_pblock_canonical(b, order);
+  for (int i = 0; i < n; i++) pos[order[i]] = i;
+  /* canonical group label: the smallest canonical position among the group's members */
+  for (int i = 0; i < n; i++) {
+    csol[i] = i;
+    for (int j = 0; j < i; j++)
+      if (sol[order[j]] == sol[order[i]]) { csol[i] = j; break; }
+  }
+  uint64_t h = fnv(key);
+  add_entry(c, h, key, n, csol, optimal);
+  if (c->dir) {
+    char path[1200], tmp[1300];
+    mkdir(c->dir, 0777);   /* one level; a missing parent just leaves the cache in memory */
+    path_of(c, h, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+      fprintf(f, "%s\n%d %d", key, optimal, n);
+      for (int i = 0; i < n; i++) fprintf(f, " %d", csol[i]);
+      fprintf(f, "\n");
+      if (fclose(f) == 0) rename(tmp, path);
+      else remove(tmp);
+    }
+  }
+  free(order); free(pos); free(csol);
+}

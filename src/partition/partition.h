@@ -1,0 +1,236 @@
+/* The fusion partitioner's internal header (module src/partition/).
+ *
+ * The partitioner works on an abstract *labelled DAG* (evt_pgraph): nodes carry rule flags and a tensor
+ * size, edges carry a rule status. It never looks at ops itself; adapter.c turns an evt_graph into a
+ * pgraph through the rule table in rules.c, and the property tests build random pgraphs directly.
+ *
+ * Problem. Put every kernel node (not SOURCE) into exactly one group so that
+ *   - an edge with status CUT joins two groups, an edge with status FUSE stays inside one group;
+ *   - a group holds at most one NUCLEUS, and no nucleus shares a group with a node the compat hook
+ *     rejects for it (epilogue implementability);
+ *   - contracting every group leaves a DAG (checked on the contracted graph; convexity is not enough).
+ * Cost (cost.c) of a grouping, in bytes through global memory plus launch cost:
+ *   write(u) = bytes(u)   if u has an out-edge to another group or is a graph output;
+ *   read(e)  = bytes(u)   for every edge e = (u, v) whose ends are in different groups (a source's every
+ *                         out-edge counts: sources are not in any group);
+ *   kernels  = number of kernel nodes none of whose kernel producers is in their own group ("kernel
+ *              starts"); each costs lambda bytes. A group with several such roots (two independent
+ *              inputs of one elementwise kernel) counts each: the edge formulation cannot see group
+ *              identity, so this is the exact objective the MIP and the brute force both optimize.
+ *              evt_part_cost.groups reports the real number of kernels.
+ * Groups are identified with the weakly connected pieces of their internal edges (a grouping whose group
+ * is disconnected costs exactly as the split one and is legal iff the split is, so nothing is lost).
+ */
+#ifndef EVT_PARTITION_H
+#define EVT_PARTITION_H
+
+#include "evt_impl.h"
+
+/* ---- node flags (set by the adapter or by a test) ----------------------------------------------------- */
+#define EVT_PN_SOURCE 1u      /* input/param/constant/rng source: not a kernel, in no group */
+#define EVT_PN_NUCLEUS 2u     /* a mainloop (GEMM, conv, SpMM, reduce-apply row): at most one per group */
+#define EVT_PN_CUT_IN 4u      /* every in-edge is cut (no prologue fusion), except OPERAND producers */
+#define EVT_PN_CUT_OUT 8u     /* every out-edge is cut (a reduction ends its group; singletons) */
+#define EVT_PN_FUSE_IN 16u    /* must fuse with its kernel producer (rng ops) unless a cut rule says no */
+#define EVT_PN_VIEW 32u       /* alias of its producer: always fuses with it and inherits its CUT_OUT */
+#define EVT_PN_OPERAND 64u    /* permute/transpose: with a single consumer that is LAYOUT_IN it fuses into it */
+#define EVT_PN_LAYOUT_IN 128u /* a GEMM: accepts OPERAND producers as operand layouts */
+#define EVT_PN_OUTPUT 256u    /* a graph output: always written */
+
+/* ---- edge status (rules.c) ---------------------------------------------------------------------------- */
+enum { EVT_PE_FREE = 0, EVT_PE_CUT, EVT_PE_FUSE, EVT_PE_SOURCE /* from a source: always a read */ };
+
+typedef struct evt_pnode {
+  unsigned flags;
+  uint64_t label;   /* op, dtype, shape class: what isomorphism must preserve (cache.c) */
+  double bytes;     /* size of the node's output tensor */
+  int shape_class;  /* used by the default compat hook (random tests) */
+  int in0, nin;     /* in-edge ids: g->in_edges[in0 .. in0+nin) */
+  int out0, nout;   /* out-edge ids: g->out_edges[out0 .. out0+nout) */
+} evt_pnode;
+
+typedef struct evt_pedge {
+  int u, v;         /* u < v */
+  int status;       /* EVT_PE_* */
+} evt_pedge;
+
+typedef struct evt_pgraph evt_pgraph;
+/* Epilogue implementability hook: may `member` share a group with `nucleus`? */
+typedef bool (*evt_part_compat_fn)(const evt_pgraph *g, int nucleus, int member);
+
+struct evt_pgraph {
+  int n, m;
+  evt_pnode *nodes;
+  evt_pedge *edges;
+  int *in_edges, *out_edges;   /* CSR, built by evt_pgraph_finish */
+  int cap_m;
+  double lambda;               /* launch cost in bytes per kernel start */
+  evt_part_compat_fn compat;   /* NULL: evt_part_compat_shape_class */
+  const evt_graph *src;        /* the evt_graph this came from (adapter), or NULL */
+  const char **names;          /* optional node names for messages */
+  char error[512];
+};
+
+/* ---- pgraph.c: building ------------------------------------------------------------------------------- */
+/* A graph of n nodes without edges; set nodes[i] fields, add edges, then call evt_pgraph_finish. */
+evt_pgraph *evt_pgraph_new(int n);
+void evt_pgraph_free(evt_pgraph *g);
+/* Adds edge u -> v (u < v); a repeated edge is ignored (a tensor read twice by one node is read once). */
+void evt_pgraph_add_edge(evt_pgraph *g, int u, int v);
+/* Builds the CSR arrays and derives the edge statuses (evt_part_derive_rules). */
+void evt_pgraph_finish(evt_pgraph *g);
+static inline bool evt_pgraph_kernel(const evt_pgraph *g, int v) { return !(g->nodes[v].flags & EVT_PN_SOURCE); }
+const char *evt_pgraph_name(const evt_pgraph *g, int v, char *buf, size_t n);
+
+/* Bitsets of n bits, n/64 words per row. */
+typedef struct evt_bits {
+  int n, words;
+  uint64_t *w;   /* n rows of `words` words */
+} evt_bits;
+static inline uint64_t *evt_bits_row(const evt_bits *b, int i) { return b->w + (size_t)i * (size_t)b->words; }
+static inline bool evt_bits_get(const evt_bits *b, int i, int j) { return (evt_bits_row(b, i)[j >> 6] >> (j & 63)) & 1u; }
+static inline void evt_bits_set(evt_bits *b, int i, int j) { evt_bits_row(b, i)[j >> 6] |= 1ull << (j & 63); }
+/* desc row v: nodes reachable from v by a path of >= 1 edge; anc row v: nodes reaching v. */
+void evt_pgraph_reach(const evt_pgraph *g, evt_bits *desc, evt_bits *anc);
+void evt_bits_free(evt_bits *b);
+
+/* ---- rules.c ------------------------------------------------------------------------------------------ */
+/* Flags for an evt_graph node from its op (the one rule table; see docs/partition.md). */
+unsigned evt_part_op_flags(const evt_graph *g, int id);
+/* Sets every edge's status from the node flags (precedence: VIEW > CUT > OPERAND > FUSE_IN > FREE). */
+void evt_part_derive_rules(evt_pgraph *g);
+/* Default compat hook: equal shape class, or member class 0 (a scalar/broadcast). */
+bool evt_part_compat_shape_class(const evt_pgraph *g, int nucleus, int member);
+/* Compat hook for adapter graphs: the member's tensor has the nucleus output's shape or broadcasts to it;
+ * a reduction member reduces a tensor of that shape over its row dim, its column dims, or all dims. */
+bool evt_part_compat_evt(const evt_pgraph *g, int nucleus, int member);
+/* May a and b (kernel nodes) share a group as far as nucleus/compat rules go? */
+bool evt_part_pair_ok(const evt_pgraph *g, int a, int b);
+
+/* ---- cost.c ------------------------------------------------------------------------------------------- */
+#define EVT_PART_LAMBDA_DEFAULT (4.0 * 1024 * 1024) /* ~1 us of launch + tail at ~4 TB/s, in bytes */
+typedef struct evt_part_cost {
+  double written, read;   /* bytes */
+  int starts;             /* kernel starts (the objective's launch term) */
+  int groups;             /* real number of kernels */
+  double total;           /* written + read + lambda * starts */
+} evt_part_cost;
+/* group[v] for kernel nodes: an id in [0, n) (equal = same group); ignored for sources. */
+evt_part_cost evt_part_evaluate(const evt_pgraph *g, const int *group);
+/* A measured model instead of the byte model: the cost of a grouping is the sum of fn over its groups
+ * (members in id order). Used for reporting/comparison; the MIP optimizes the byte model. */
+typedef double (*evt_part_kernel_time_fn)(const evt_pgraph *g, const int *members, int nmembers, void *ctx);
+double evt_part_evaluate_model(const evt_pgraph *g, const int *group, evt_part_kernel_time_fn fn, void *ctx);
+
+/* ---- validate.c --------------------------------------------------------------------------------------- */
+/* EVT_OK, or EVT_ERR_INTERNAL with a message naming the broken rule in g->error. */
+evt_status evt_part_validate(evt_pgraph *g, const int *group);
+/* Renumbers groups 0..k-1 in a topological order of the contracted graph (sources get -1); returns k, or
+ * -1 if the contracted graph has a cycle. */
+int evt_part_normalize(const evt_pgraph *g, int *group);
+
+/* ---- greedy.c ----------------------------------------------------------------------------------------- */
+/* A legal grouping: fuse FUSE edges, then edges by decreasing bytes whenever every rule and acyclicity
+ * hold. Returns the number of groups (group[] normalized). */
+int evt_part_greedy(const evt_pgraph *g, int *group);
+
+/* ---- decompose.c + ilp.c + cache.c: the exact solver ------------------------------------------------- */
+typedef struct evt_part_options {
+  int use_ilp;            /* 0: greedy only */
+  double time_limit;      /* seconds per component MIP */
+  int decompose;          /* 0: one MIP for the whole graph (tests) */
+  int use_cache;          /* in-memory + disk cache of component solutions */
+  const char *cache_dir;  /* NULL: $EVT_CACHE_DIR, $XDG_CACHE_HOME/evt, ~/.cache/evt; "" = memory only */
+} evt_part_options;
+evt_part_options evt_part_options_default(void);
+
+typedef struct evt_part_stats {
+  int components, mips, trivial, cache_hits, disk_hits, merges, lazy_rows, timeouts;
+  int proven;             /* 1 if every component is proven optimal */
+  double max_gap;         /* largest relative gap of a component that timed out */
+  double solve_seconds;
+  int largest_component;
+} evt_part_stats;
+
+/* Solves g; fills group[] (normalized, sources -1). Never returns an invalid grouping: on any solver
+ * trouble the component falls back to the greedy grouping. */
+evt_status evt_part_solve(evt_pgraph *g, const evt_part_options *opt, int *group, evt_part_stats *stats);
+
+/* A component (or a union of components) as a self-contained MIP: local ids 0..n-1. */
+typedef struct evt_pblock {
+  int n;
+  int *gid;                 /* local -> global id */
+  int nvar;                 /* variable edges (free or fuse) with both ends inside */
+  int (*var)[2];
+  unsigned char *var_fuse;  /* 1: x fixed to 0 */
+  double *var_bytes;
+  int nfix;                 /* fixed arcs pi[v] >= pi[u] + 1 (cut edges inside, paths leaving the block) */
+  int (*fix)[2];
+  int nrel;                 /* related incompatible pairs (path a -> b): pi[b] >= pi[a] + 1 */
+  int (*rel)[2];
+  int nunrel;               /* unrelated incompatible pairs: separated lazily */
+  int (*unrel)[2];
+  unsigned char *written;   /* forced write (graph output or an out-edge cut for sure) */
+  unsigned char *has_var_out;
+  double *bytes;
+  int *kin;                 /* kernel in-degree */
+  int *fixed_in;            /* in-edges cut for sure */
+  uint64_t *label;
+  double lambda;
+} evt_pblock;
+void evt_pblock_free(evt_pblock *b);
+
+typedef struct evt_ilp_result {
+  int optimal;              /* proven optimal */
+  int timeout;
+  double gap;               /* relative */
+  int lazy_rows;
+  double objective;         /* block cost (variable part + block constants) */
+} evt_ilp_result;
+/* Solves block b exactly (CBC); start[] (local group ids, a legal grouping) is the MIP start and the
+ * fallback. On return sol[] holds local group ids of the best legal grouping found. */
+void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *start, double time_limit,
+                         int *sol, evt_ilp_result *res);
+/* The block's cost of a local grouping (the MIP objective). */
+double evt_pblock_cost(const evt_pblock *b, const int *sol);
+/* Checks a local grouping against the block's constraints (acyclic with fixed arcs, pairs, fuse edges). */
+bool evt_pblock_legal(const evt_pblock *b, const int *sol);
+
+/* ---- cache.c ------------------------------------------------------------------------------------------ */
+typedef struct evt_part_cache evt_part_cache;
+evt_part_cache *evt_part_cache_new(const char *dir);   /* dir NULL or "": memory only */
+void evt_part_cache_free(evt_part_cache *c);
+/* Canonical form of a block: order[] (canonical position -> local id) and a malloc'd key string. */
+char *evt_pblock_canonical(const evt_pblock *b, int *order);
+/* Looks the block up; on a hit writes the stored solution mapped to local ids into sol[] and returns
+ * 1 (memory) or 2 (disk). */
+int evt_part_cache_get(evt_part_cache *c, const evt_pblock *b, int *sol, int *optimal);
+void evt_part_cache_put(evt_part_cache *c, const evt_pblock *b, const int *sol, int optimal);
+const char *evt_part_cache_default_dir(char *buf, size_t n);
+
+/* ---- adapter.c ---------------------------------------------------------------------------------------- */
+/* The pgraph of an evt_graph: one pnode per evt node (same ids). Views and permutes of sources and
+ * constants become sources; rand is a free source (generated in-kernel, 0 bytes). */
+evt_pgraph *evt_part_from_graph(const evt_graph *eg, double lambda);
+
+/* ---- plan.c ------------------------------------------------------------------------------------------- */
+typedef struct evt_part_plan {
+  int ngroups;
+  int *group;        /* per evt node; -1 for sources */
+  int *nucleus;      /* per group: node id or -1 */
+  evt_part_cost cost;
+  evt_part_stats stats;
+} evt_part_plan;
+evt_status evt_part_plan_build(evt_graph *eg, const evt_part_options *opt, double lambda, evt_part_plan *plan);
+void evt_part_plan_free(evt_part_plan *plan);
+/* Text listing of the groups (nucleus, members, boundary tensors). */
+void evt_part_plan_print(const evt_graph *eg, const evt_part_plan *plan, FILE *out);
+void evt_part_plan_dot(const evt_graph *eg, const evt_part_plan *plan, FILE *out);
+
+/* ---- exec.c ------------------------------------------------------------------------------------------- */
+/* Runs eg group by group on the interpreter (sources first); values[] as for evt_interp_run. Only tensors
+ * crossing group boundaries (and outputs) stay alive between groups. peak_live (optional): the largest
+ * number of tensors alive at a group boundary. */
+evt_status evt_part_exec(evt_graph *eg, const evt_part_plan *plan, evt_tensor *values, unsigned flags, int *peak_live);
+
+#endif

@@ -1,0 +1,106 @@
+/* plan.c — partition an evt_graph: the plan (group per node, nucleus per group, cost, solver stats),
+ * its text listing and its Graphviz picture. Groups are numbered in a topological order of the
+ * contracted graph, so running them in number order is a valid schedule (exec.c). */
+#include "partition/partition.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+evt_status evt_part_plan_build(evt_graph *eg, const evt_part_options *opt, double lambda, evt_part_plan *plan) {
+  memset(plan, 0, sizeof *plan);
+  evt_pgraph *g = evt_part_from_graph(eg, lambda);
+  int n = eg->nnodes;
+  plan->group = malloc((size_t)(n + 1) * sizeof(int));
+  EVT_ASSERT(plan->group);
+  evt_status st = evt_part_solve(g, opt, plan->group, &plan->stats);
+  if (st != EVT_OK) {
+    snprintf(eg->error, sizeof eg->error, "%s", g->error);
+    evt_pgraph_free(g);
+    evt_part_plan_free(plan);
+    return st;
+  }
+  plan->cost = evt_part_evaluate(g, plan->group);
+  int k = 0;
+  for (int v = 0; v < n; v++)
+    if (plan->group[v] + 1 > k) k = plan->group[v] + 1;
+  plan->ngroups = k;
+  plan->nucleus = malloc((size_t)(k + 1) * sizeof(int));
+  EVT_ASSERT(plan->nucleus);
+  for (int i = 0; i < k; i++) plan->nucleus[i] = -1;
+  for (int v = 0; v < n; v++)
+    if (plan->group[v] >= 0 && (g->nodes[v].flags & EVT_PN_NUCLEUS)) plan->nucleus[plan->group[v]] = v;
+  evt_pgraph_free(g);
+  return EVT_OK;
+}
+
+void evt_part_plan_free(evt_part_plan *plan) {
+  free(plan->group);
+  free(plan->nucleus);
+  plan->group = plan->nucleus = NULL;
+}
+
+/* Is v's value needed outside group gi (a consumer elsewhere, or a graph output)? */
+static bool leaves(const evt_graph *eg, const evt_part_plan *p, int v, int gi) {
+  if (eg->nodes[v].flags & EVT_NODE_OUTPUT) return true;
+  for (int w = v + 1; w < eg->nnodes; w++)
+    for (int k = 0; k < eg->nodes[w].ninputs; k++)
+      if (eg->nodes[w].inputs[k] == v && p->group[w] != gi) return true;
+  return false;
+}
+
+void evt_part_plan_print(const evt_graph *eg, const evt_part_plan *p, FILE *out) {
+  int n = eg->nnodes;
+  unsigned char *seen = malloc((size_t)n + 1);
+  EVT_ASSERT(seen);
+  char buf[128];
+  for (int gi = 0; gi < p->ngroups; gi++) {
+    int nu = p->nucleus[gi], cnt = 0;
+    for (int v = 0; v < n; v++) cnt += p->group[v] == gi;
+    if (nu >= 0) fprintf(out, "group %d: nucleus %%%s (%s), %d ops\n", gi, eg->nodes[nu].name, evt_op_table[eg->nodes[nu].op].name, cnt);
+    else fprintf(out, "group %d: no nucleus, %d ops\n", gi, cnt);
+    fprintf(out, "  ops:");
+    for (int v = 0; v < n; v++)
+      if (p->group[v] == gi) fprintf(out, " %%%s", eg->nodes[v].name);
+    fprintf(out, "\n  reads:");
+    for (int v = 0; v < n; v++) seen[v] = 0;
+    for (int v = 0; v < n; v++) {
+      if (p->group[v] != gi) continue;
+      for (int k = 0; k < eg->nodes[v].ninputs; k++) {
+        int u = eg->nodes[v].inputs[k];
+        if (p->group[u] == gi || seen[u]) continue;
+        seen[u] = 1;
+        fprintf(out, " %%%s:%s", eg->nodes[u].name, evt_type_str(&eg->nodes[u].type, buf, sizeof buf));
+      }
+    }
+    fprintf(out, "\n  writes:");
+    for (int v = 0; v < n; v++)
+      if (p->group[v] == gi && leaves(eg, p, v, gi))
+        fprintf(out, " %%%s:%s", eg->nodes[v].name, evt_type_str(&eg->nodes[v].type, buf, sizeof buf));
+    fprintf(out, "\n");
+  }
+  free(seen);
+}
+
+void evt_part_plan_dot(const evt_graph *eg, const evt_part_plan *p, FILE *out) {
+  int n = eg->nnodes;
+  fprintf(out, "digraph \"%s\" {\n  rankdir=TB;\n  node [shape=box, fontsize=10];\n", eg->name ? eg->name : "graph");
+  for (int gi = 0; gi < p->ngroups; gi++) {
+    fprintf(out, "  subgraph cluster_%d {\n    label=\"group %d\"; style=rounded; color=%s;\n", gi, gi,
+            p->nucleus[gi] >= 0 ? "blue" : "gray");
+    for (int v = 0; v < n; v++)
+      if (p->group[v] == gi)
+        fprintf(out, "    n%d [label=\"%s\\n%s\"%s];\n", v, eg->nodes[v].name, evt_op_table[eg->nodes[v].op].name,
+                v == p->nucleus[gi] ? ", style=filled, fillcolor=lightblue" : "");
+    fprintf(out, "  }\n");
+  }
+  for (int v = 0; v < n; v++)
+    if (p->group[v] < 0)
+      fprintf(out, "  n%d [label=\"%s\", shape=ellipse, color=gray];\n", v, eg->nodes[v].name);
+  for (int v = 0; v < n; v++)
+    for (int k = 0; k < eg->nodes[v].ninputs; k++) {
+      int u = eg->nodes[v].inputs[k];
+      bool cut = p->group[u] < 0 || p->group[u] != p->group[v];
+      fprintf(out, "  n%d -> n%d%s;\n", u, v, cut ? " [style=dashed]" : "");
+    }
+  fprintf(out, "}\n");
+}

@@ -1,0 +1,215 @@
+/* Pass: decomposition of composite ops into row nuclei, reductions and elementwise ops (to a fixpoint).
+ *
+ * Contract: requires a well-formed graph (after canonicalize and loss elimination); preserves every output
+ * value up to floating-point reassociation; dropout masks stay bit-identical (the `rand` node uses the same
+ * Philox seed and offset, and the threshold p is moved up to the next multiple of 2^-24, the grid the
+ * uniform numbers lie on, so `u >= p` keeps the same elements after p is stored as f32). Rules:
+ *   log_softmax(x)                      -> log(softmax(x))
+ *   log_softmax_backward(g, y)          -> g - sum(g, dim, keepdim) * S     S = softmax(x) when y is
+ *                                          log_softmax(x) (or log(softmax(x))), else exp(y)
+ *   nll_loss_backward(dy, lp, t)        -> -(one_hot(t') * w)     w = dy * mask [/ count] as [N, 1]
+ *   dropout(x)                          -> x * cast(rand >= p) * 1/(1-p)   (its backward is a dropout of dy,
+ *                                          so it becomes the same two multiplies with the same mask)
+ *   layer_norm(x, w[, b])               -> layer_norm(x) * w [+ b]
+ *   layer_norm_backward_input(dy, x, w) -> layer_norm_backward_input(dy * w, x)
+ *   layer_norm_backward_weight(dy, x)   -> sum(dy * layer_norm(x), all dims but the last)       (sum dy x^)
+ *   batch_norm(x[, w[, b]])             -> (x - mean) * rstd [* w + b]   with mean, mean of x^2 over all dims
+ *                                          but 1 and rstd = rsqrt(E[x^2] - mean^2 + eps)
+ *   batch_norm_backward_input(dy, x[, w]) -> (g - mean(g) - x^ * mean(g * x^)) * rstd,  g = dy [* w]
+ *   batch_norm_backward_weight(dy, x)   -> sum(dy * x^, all dims but 1)
+ *   gelu_backward(dy, x)                -> dy * (Phi(x) + x * phi(x))   (erf form; tanh form likewise)
+ *   threshold_backward(dy, y)           -> where(y > value, dy, 0)
+ * Each rewritten node is replaced by its decomposition; sweeps repeat until none applies. Duplicates (the
+ * forward's and the backward's normalization statistics) are left for CSE. Ends with a compaction. */
+#include "passes/passes.h"
+
+#include <math.h>
+
+static int scalar_like(evt_graph *g, int at, int x, double v) { return evt_rw_scalar(g, at, g->nodes[x].type.dtype, v); }
+
+/* a per-channel [C] tensor reshaped to broadcast against an [N, C, ...] tensor of rank r */
+static int channel(evt_graph *g, int at, int w, int r) {
+  if (w < 0) return -1;
+  int64_t shape[EVT_MAX_RANK];
+  shape[0] = g->nodes[w].type.shape[0];
+  for (int i = 1; i < r - 1; i++) shape[i] = 1;
+  return evt_rw_reshape(g, at, w, r - 1, shape);
+}
+
+/* batch-norm statistics of x [N, C, ...]: x^ and rstd (keepdim shapes) */
+static int bn_normalize(evt_graph *g, int at, int x, double eps, int *rstd) {
+  int r = g->nodes[x].type.rank, dims[EVT_MAX_RANK], nd = 0;
+  for (int i = 0; i < r; i++)
+    if (i != 1) dims[nd++] = i;
+  int mean = evt_rw_reduce(g, at, EVT_OP_MEAN, x, dims, nd, 1);
+  int ex2 = evt_rw_reduce(g, at, EVT_OP_MEAN, evt_rw_binary(g, at, EVT_OP_MUL, x, x), dims, nd, 1);
+  int var = evt_rw_binary(g, at, EVT_OP_SUB, ex2, evt_rw_binary(g, at, EVT_OP_MUL, mean, mean));
+  *rstd = evt_rw_unary(g, at, EVT_OP_RSQRT, evt_rw_binary(g, at, EVT_OP_ADD, var, scalar_like(g, at, x, eps)));
+  return evt_rw_binary(g, at, EVT_OP_MUL, evt_rw_binary(g, at, EVT_OP_SUB, x, mean), *rstd);
+}
+
+static int layer_norm_plain(evt_graph *g, int at, int x, double eps) {
+  evt_attrs a = evt_attrs_default;
+  a.eps = eps;
+  return evt_rw_op(g, at, EVT_OP_LAYER_NORM, &x, 1, &a, 1ull << EVT_ATTR_EPS);
+}
+
+static int gelu_grad(evt_graph *g, int id, int dy, int x, int64_t approximate) {
+#define S(v) scalar_like(g, id, x, (v))
+#define MUL(a, b) evt_rw_binary(g, id, EVT_OP_MUL, (a), (b))
+#define ADD(a, b) evt_rw_binary(g, id, EVT_OP_ADD, (a), (b))
+  int x2 = MUL(x, x), d;
+  if (approximate == EVT_APPROXIMATE_TANH) {
+    double k = sqrt(2.0 / M_PI), c = 0.044715;
+    int inner = MUL(S(k), ADD(x, MUL(S(c), MUL(x2, x))));
+    int t = evt_rw_unary(g, id, EVT_OP_TANH, inner);
+    int left = MUL(S(0.5), ADD(t, S(1.0)));
+    int sech2 = evt_rw_binary(g, id, EVT_OP_SUB, S(1.0), MUL(t, t));
+    int right = MUL(MUL(S(0.5 * k), x), MUL(sech2, ADD(S(1.0), MUL(S(3.0 * c), x2))));
+    d = ADD(left, right);
+  } else {
+    int cdf = MUL(S(0.5), ADD(S(1.0), evt_rw_unary(g, id, EVT_OP_ERF, MUL(x, S(M_SQRT1_2)))));
+    int pdf = MUL(evt_rw_unary(g, id, EVT_OP_EXP, MUL(x2, S(-0.5))), S(1.0 / sqrt(2.0 * M_PI)));
+    d = ADD(cdf, MUL(x, pdf));
+  }
+  return MUL(dy, d);
+#undef S
+#undef MUL
+#undef ADD
+}
+
+static int decompose(evt_graph *g, int id) {
+  const evt_node *n = &g->nodes[id];
+  int a = n->ninputs > 0 ? n->inputs[0] : -1, b = n->ninputs > 1 ? n->inputs[1] : -1;
+  int c = n->ninputs > 2 ? n->inputs[2] : -1;
+  double eps = n->attr.eps;
+  int r = g->nodes[a >= 0 ? a : id].type.rank;
+  switch (n->op) {
+  case EVT_OP_LOG_SOFTMAX: {
+    evt_attrs sa = evt_attrs_default;
+    sa.dim = n->attr.dim;
+    return evt_rw_unary(g, id, EVT_OP_LOG, evt_rw_op(g, id, EVT_OP_SOFTMAX, &a, 1, &sa, 1ull << EVT_ATTR_DIM));
+  }
+  case EVT_OP_LOG_SOFTMAX_BACKWARD: {
+    int dim = evt_norm_dim(n->attr.dim, r);
+    if (dim < 0) return id;
+    const evt_node *y = &g->nodes[b];
+    int s = -1;
+    if (y->op == EVT_OP_LOG_SOFTMAX && evt_norm_dim(y->attr.dim, r) == dim) {
+      evt_attrs sa = evt_attrs_default;
+      sa.dim = dim;
+      int x = y->inputs[0];
+      s = evt_rw_op(g, id, EVT_OP_SOFTMAX, &x, 1, &sa, 1ull << EVT_ATTR_DIM);
+    } else if (y->op == EVT_OP_LOG && g->nodes[y->inputs[0]].op == EVT_OP_SOFTMAX &&
+               evt_norm_dim(g->nodes[y->inputs[0]].attr.dim, r) == dim) {
+      s = y->inputs[0];
+    } else {
+      s = evt_rw_unary(g, id, EVT_OP_EXP, b);
+    }
+    int sum = evt_rw_reduce(g, id, EVT_OP_SUM, a, &dim, 1, 1);
+    return evt_rw_binary(g, id, EVT_OP_SUB, a, evt_rw_binary(g, id, EVT_OP_MUL, sum, s));
+  }
+  case EVT_OP_NLL_LOSS_BACKWARD: { /* (dy, lp, t) */
+    const evt_type *tl = &g->nodes[b].type;
+    if (tl->rank != 2) return id;
+    int64_t classes = tl->shape[1];
+    evt_dtype dt = tl->dtype;
+    int mask, safe;
+    int w = evt_ce_parts(g, id, c, a, dt, &mask, &safe);
+    int oh = evt_rw_one_hot(g, id, safe, classes, dt);
+    return evt_rw_unary(g, id, EVT_OP_NEG, evt_rw_binary(g, id, EVT_OP_MUL, oh, w));
+  }
+  case EVT_OP_DROPOUT: {
+    double p = n->attr.p;
+    if (!(p >= 0 && p < 1)) return id;
+    evt_attrs ra = evt_attrs_default;
+    const evt_type *tx = &g->nodes[a].type;
+    ra.shape.n = tx->rank;
+    for (int i = 0; i < tx->rank; i++) ra.shape.v[i] = tx->shape[i];
+    ra.dtype = EVT_F32;
+    ra.seed = n->attr.seed;
+    ra.offset = n->attr.offset;
+    evt_dtype dt = tx->dtype;
+    int u = evt_rw_op(g, id, EVT_OP_RAND, NULL, 0, &ra,
+                      (1ull << EVT_ATTR_SHAPE) | (1ull << EVT_ATTR_DTYPE) | (1ull << EVT_ATTR_SEED) | (1ull << EVT_ATTR_OFFSET));
+    double thr = ceil(p * 16777216.0) / 16777216.0;
+    int keep = evt_rw_cast(g, id, evt_rw_binary(g, id, EVT_OP_GE, u, evt_rw_scalar(g, id, EVT_F32, thr)), dt);
+    return evt_rw_binary(g, id, EVT_OP_MUL, evt_rw_binary(g, id, EVT_OP_MUL, a, keep),
+                         evt_rw_scalar(g, id, dt, 1.0 / (1.0 - p)));
+  }
+  case EVT_OP_LAYER_NORM: {
+    if (n->ninputs == 1) return id;
+    int y = evt_rw_binary(g, id, EVT_OP_MUL, layer_norm_plain(g, id, a, eps), b);
+    return c >= 0 ? evt_rw_binary(g, id, EVT_OP_ADD, y, c) : y;
+  }
+  case EVT_OP_LAYER_NORM_BACKWARD_INPUT: {
+    if (n->ninputs < 3) return id;
+    int in[2] = {evt_rw_binary(g, id, EVT_OP_MUL, a, c), b};
+    evt_attrs at = evt_attrs_default;
+    at.eps = eps;
+    return evt_rw_op(g, id, EVT_OP_LAYER_NORM_BACKWARD_INPUT, in, 2, &at, 1ull << EVT_ATTR_EPS);
+  }
+  case EVT_OP_LAYER_NORM_BACKWARD_WEIGHT: {
+    int dims[EVT_MAX_RANK];
+    for (int i = 0; i < r - 1; i++) dims[i] = i;
+    if (r < 2) return id;
+    return evt_rw_reduce(g, id, EVT_OP_SUM, evt_rw_binary(g, id, EVT_OP_MUL, a, layer_norm_plain(g, id, b, eps)), dims, r - 1, 0);
+  }
+  case EVT_OP_BATCH_NORM: {
+    if (r < 2) return id;
+    int rstd, y = bn_normalize(g, id, a, eps, &rstd);
+    if (b >= 0) y = evt_rw_binary(g, id, EVT_OP_MUL, y, channel(g, id, b, r));
+    if (c >= 0) y = evt_rw_binary(g, id, EVT_OP_ADD, y, channel(g, id, c, r));
+    return y;
+  }
+  case EVT_OP_BATCH_NORM_BACKWARD_INPUT: { /* (dy, x[, w]) */
+    if (r < 2) return id;
+    int dims[EVT_MAX_RANK], nd = 0;
+    for (int i = 0; i < r; i++)
+      if (i != 1) dims[nd++] = i;
+    int rstd, xhat = bn_normalize(g, id, b, eps, &rstd);
+    int gw = c >= 0 ? evt_rw_binary(g, id, EVT_OP_MUL, a, channel(g, id, c, r)) : a;
+    int m1 = evt_rw_reduce(g, id, EVT_OP_MEAN, gw, dims, nd, 1);
+    int m2 = evt_rw_reduce(g, id, EVT_OP_MEAN, evt_rw_binary(g, id, EVT_OP_MUL, gw, xhat), dims, nd, 1);
+    int centered = evt_rw_binary(g, id, EVT_OP_SUB, evt_rw_binary(g, id, EVT_OP_SUB, gw, m1), evt_rw_binary(g, id, EVT_OP_MUL, xhat, m2));
+    return evt_rw_binary(g, id, EVT_OP_MUL, centered, rstd);
+  }
+  case EVT_OP_BATCH_NORM_BACKWARD_WEIGHT: {
+    if (r < 2) return id;
+    int dims[EVT_MAX_RANK], nd = 0;
+    for (int i = 0; i < r; i++)
+      if (i != 1) dims[nd++] = i;
+    int rstd, xhat = bn_normalize(g, id, b, eps, &rstd);
+    return evt_rw_reduce(g, id, EVT_OP_SUM, evt_rw_binary(g, id, EVT_OP_MUL, a, xhat), dims, nd, 0);
+  }
+  case EVT_OP_GELU_BACKWARD:
+    return gelu_grad(g, id, a, b, n->attr.approximate);
+  case EVT_OP_THRESHOLD_BACKWARD: {
+    double v = n->attr.value;
+    return evt_rw_where(g, id, evt_rw_binary(g, id, EVT_OP_GT, b, scalar_like(g, id, b, v)), a, scalar_like(g, id, a, 0.0));
+  }
+  default:
+    return id;
+  }
+}
+
+evt_status evt_pass_decompose(evt_graph *g, evt_pass_stats *st) {
+  for (int sweep = 0; sweep < 16; sweep++) {
+    int changed = 0, n0 = g->nnodes;
+    for (int id = 0; id < n0; id++) {
+      int r = decompose(g, id);
+      if (r < 0) return EVT_ERR_INTERNAL;
+      if (r == id) continue;
+      if (!evt_type_equal(&g->nodes[r].type, &g->nodes[id].type))
+        return evt_graph_errorf(g, id, EVT_ERR_INTERNAL, "decomposition changed the type");
+      evt_graph_replace_uses(g, id, r);
+      changed++;
+    }
+    st->rewrites += changed;
+    int removed = 0;
+    evt_status s = evt_graph_compact(g, &removed);
+    st->removed += removed;
+    if (s != EVT_OK || !changed) return s;
+  }
+  return EVT_OK;
+}

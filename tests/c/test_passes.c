@@ -1,0 +1,696 @@
+/* Graph passes: the rewrite infrastructure (use replacement, compaction, builders) on graphs built with the
+ * C builder, and each pass's rules on small parsed graphs; value preservation is checked with the
+ * interpreter in test_passes_values (same file, below). */
+#include "test.h"
+
+#include "passes/passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int count_op(const evt_graph *g, evt_op op) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) c += g->nodes[i].op == op;
+  return c;
+}
+
+static evt_graph *parse_ok(const char *text) {
+  char *err = NULL;
+  evt_graph *g = evt_parse(text, "t.evt", &err);
+  CHECK_MSG(g != NULL, "parse failed: %s", err ? err : "(no message)");
+  free(err);
+  return g;
+}
+
+static void check_verifies(evt_graph *g) {
+  evt_status st = evt_graph_verify(g);
+  CHECK_MSG(st == EVT_OK, "verify: %s", evt_graph_error(g));
+  st = evt_graph_check(g);
+  CHECK_MSG(st == EVT_OK, "check: %s", evt_graph_error(g));
+}
+
+static evt_status run_pass(evt_graph *g, evt_status (*pass)(evt_graph *, evt_pass_stats *), evt_pass_stats *st) {
+  evt_status s = pass(g, st);
+  CHECK_MSG(s == EVT_OK, "pass failed: %s", evt_graph_error(g));
+  if (s == EVT_OK) check_verifies(g);
+  return s;
+}
+
+/* ---- rewrite infrastructure ------------------------------------------------------------------------- */
+
+TEST(rewrite_replace_then_compact_resorts) {
+  evt_graph *g = evt_graph_new("t");
+  int64_t s[] = {4, 8};
+  int x = evt_input(g, "x", EVT_F32, 2, s);
+  int y = evt_add_op(g, "relu", &x, 1, NULL, 0);
+  int z = evt_add_op(g, "exp", &y, 1, NULL, 0);
+  evt_graph_set_name(g, z, "z");
+  CHECK(evt_graph_add_output(g, z) == EVT_OK);
+  /* a later node replaces an earlier one: z (id 2) now uses node 3 */
+  int n = evt_rw_unary(g, y, EVT_OP_NEG, x);
+  CHECK(n == 3);
+  evt_graph_replace_uses(g, y, n);
+  CHECK(g->nodes[z].inputs[0] == n);
+  int removed = -1;
+  CHECK(evt_graph_compact(g, &removed) == EVT_OK);
+  CHECK(removed == 1);
+  CHECK(g->nnodes == 3);
+  CHECK(g->nodes[0].op == EVT_OP_INPUT);
+  CHECK(g->nodes[1].op == EVT_OP_NEG && g->nodes[1].inputs[0] == 0);
+  CHECK(g->nodes[2].op == EVT_OP_EXP && g->nodes[2].inputs[0] == 1);
+  CHECK(g->outputs[0] == 2 && strcmp(g->nodes[2].name, "z") == 0);
+  check_verifies(g);
+  evt_graph_free(g);
+}
+
+TEST(rewrite_output_name_and_loss_move) {
+  evt_graph *g = evt_graph_new("t");
+  int64_t s[] = {3};
+  int x = evt_input(g, "x", EVT_F32, 1, s);
+  int w = evt_param(g, "w", EVT_F32, 1, s);
+  int m = evt_add_op(g, "mul", (int[]){x, w}, 2, NULL, 0);
+  int l = evt_add_op(g, "sum", &m, 1, NULL, 0);
+  evt_graph_set_name(g, l, "loss");
+  CHECK(evt_graph_set_loss(g, l) == EVT_OK);
+  int gw = evt_add_op(g, "relu", &x, 1, NULL, 0);
+  evt_graph_set_name(g, gw, "grad.w");
+  CHECK(evt_graph_add_output(g, gw) == EVT_OK);
+  int nl = evt_rw_reduce(g, l, EVT_OP_SUM, evt_rw_binary(g, l, EVT_OP_MUL, w, x), NULL, 0, 0);
+  int ng = evt_rw_unary(g, gw, EVT_OP_ABS, x);
+  evt_graph_replace_uses(g, l, nl);
+  evt_graph_replace_uses(g, gw, ng);
+  CHECK(evt_graph_compact(g, NULL) == EVT_OK);
+  CHECK(g->noutputs == 2);
+  CHECK(g->loss == g->outputs[0]);
+  CHECK(strcmp(g->nodes[g->outputs[0]].name, "loss") == 0);
+  CHECK(g->nodes[g->outputs[0]].flags & EVT_NODE_LOSS);
+  CHECK(strcmp(g->nodes[g->outputs[1]].name, "grad.w") == 0);
+  CHECK(g->nodes[g->outputs[1]].op == EVT_OP_ABS);
+  CHECK(count_op(g, EVT_OP_RELU) == 0);
+  check_verifies(g);
+  evt_graph_free(g);
+}
+
+TEST(rewrite_keeps_dead_inputs_and_outputs_never_repeat) {
+  evt_graph *g = evt_graph_new("t");
+  int64_t s[] = {2};
+  int x = evt_input(g, "x", EVT_F32, 1, s);
+  evt_param(g, "unused", EVT_F32, 1, s);
+  int a = evt_add_op(g, "exp", &x, 1, NULL, 0);
+  int b = evt_add_op(g, "exp", &x, 1, NULL, 0);
+  evt_graph_add_output(g, a);
+  evt_graph_add_output(g, b);
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_cse, &st);
+  /* both outputs compute the same value; the list keeps two distinct nodes */
+  CHECK(g->noutputs == 2 && g->outputs[0] != g->outputs[1]);
+  CHECK(evt_graph_find(g, "unused") >= 0);
+  evt_graph_free(g);
+}
+
+TEST(rewrite_cycle_is_an_internal_error) {
+  evt_graph *g = evt_graph_new("t");
+  int64_t s[] = {2};
+  int x = evt_input(g, "x", EVT_F32, 1, s);
+  int a = evt_add_op(g, "exp", &x, 1, NULL, 0);
+  int b = evt_add_op(g, "neg", &a, 1, NULL, 0);
+  evt_graph_add_output(g, b);
+  g->nodes[a].inputs[0] = b; /* a bad rewrite */
+  CHECK(evt_graph_compact(g, NULL) == EVT_ERR_INTERNAL);
+  CHECK(strstr(evt_graph_error(g), "cycle") != NULL);
+  evt_graph_free(g);
+}
+
+TEST(rewrite_builders_sticky_errors) {
+  evt_graph *g = evt_graph_new("t");
+  int64_t s[] = {2, 3};
+  int x = evt_input(g, "x", EVT_F32, 2, s);
+  CHECK(evt_rw_unary(g, x, EVT_OP_EXP, -1) == -1);
+  CHECK(evt_rw_binary(g, x, EVT_OP_ADD, x, -1) == -1);
+  CHECK(evt_rw_cast(g, x, x, EVT_F32) == x);
+  CHECK(evt_rw_reshape(g, x, x, 2, s) == x);
+  int64_t r[] = {6};
+  int y = evt_rw_reshape(g, x, x, 1, r);
+  CHECK(y > x && g->nodes[y].type.shape[0] == 6);
+  int sc = evt_rw_scalar(g, x, EVT_BF16, 0.1);
+  CHECK(g->nodes[sc].type.dtype == EVT_BF16 && g->nodes[sc].attr.value == 0.1); /* rounded when stored */
+  evt_graph_free(g);
+}
+
+/* ---- canonicalize ----------------------------------------------------------------------------------- */
+
+TEST(canonicalize_rules) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %x: f32[4,8] = input()\n"
+                          "  %w: f32[8,6] = param()\n"
+                          "  %b: f32[6] = param()\n"
+                          "  %h: f32[4,6] = addmm(%b, %x, %w)\n"
+                          "  %t: f32[6,4] = transpose(%h, dims=[0,1])\n"
+                          "  %r: f32[6,4] = reshape(%t, shape=[6,4])\n"
+                          "  %c: f32[6,4] = cast(%r, dtype=f32)\n"
+                          "  %k: f32[6,4] = full(value=2)\n"
+                          "  %m: f32[6,4] = mul(%c, %k)\n"
+                          "  output %m\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_canonicalize, &st);
+  CHECK(count_op(g, EVT_OP_ADDMM) == 0 && count_op(g, EVT_OP_MM) == 1 && count_op(g, EVT_OP_ADD) == 1);
+  CHECK(count_op(g, EVT_OP_TRANSPOSE) == 0 && count_op(g, EVT_OP_PERMUTE) == 1);
+  CHECK(count_op(g, EVT_OP_RESHAPE) == 0 && count_op(g, EVT_OP_CAST) == 0);
+  CHECK(count_op(g, EVT_OP_FULL) == 0 && count_op(g, EVT_OP_SCALAR) == 1);
+  const evt_node *m = &g->nodes[g->outputs[0]];
+  CHECK(strcmp(m->name, "m") == 0 && g->nodes[m->inputs[0]].op == EVT_OP_PERMUTE);
+  CHECK(st.rewrites >= 5);
+  evt_graph_free(g);
+}
+
+TEST(canonicalize_cross_entropy_to_nll_log_softmax) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %x: f32[4,5] = input()\n"
+                          "  %y: i64[4] = input(init=randint, lo=0, hi=5)\n"
+                          "  %l: f32[] = cross_entropy(%x, %y, reduction=sum, ignore_index=2)\n"
+                          "  loss %l\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_canonicalize, &st);
+  CHECK(count_op(g, EVT_OP_CROSS_ENTROPY) == 0 && count_op(g, EVT_OP_LOG_SOFTMAX) == 1);
+  const evt_node *l = &g->nodes[g->loss];
+  CHECK(l->op == EVT_OP_NLL_LOSS && l->attr.reduction == EVT_REDUCTION_SUM && l->attr.ignore_index == 2);
+  CHECK(strcmp(l->name, "l") == 0);
+  evt_graph_free(g);
+}
+
+/* ---- CSE, constant propagation ---------------------------------------------------------------------- */
+
+TEST(cse_merges_commutative_duplicates) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %x: f32[4] = input()\n"
+                          "  %y: f32[4] = input()\n"
+                          "  %a: f32[4] = add(%x, %y)\n"
+                          "  %b: f32[4] = add(%y, %x)\n"
+                          "  %c: f32[4] = mul(%a, %b)\n"
+                          "  %d: f32[4] = exp(%a)\n"
+                          "  %e: f32[4] = exp(%b)\n"
+                          "  %f: f32[4] = sub(%d, %e)\n"
+                          "  %s1: f32[4] = softmax(%c, dim=0)\n"
+                          "  %s2: f32[4] = softmax(%c, dim=-1)\n"
+                          "  %o: f32[4] = add(%f, %s1)\n"
+                          "  %o2: f32[4] = add(%o, %s2)\n"
+                          "  output %o2\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_cse, &st);
+  CHECK(count_op(g, EVT_OP_EXP) == 1);
+  CHECK(count_op(g, EVT_OP_SOFTMAX) == 1);
+  CHECK(count_op(g, EVT_OP_ADD) == 3);
+  CHECK(count_op(g, EVT_OP_INPUT) == 2);
+  CHECK(st.rewrites == 3);
+  evt_graph_free(g);
+}
+
+TEST(constprop_folds_and_simplifies) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %x: f32[4] = input()\n"
+                          "  %two: f32[] = scalar(value=2)\n"
+                          "  %three: f32[] = scalar(value=3)\n"
+                          "  %six: f32[] = mul(%two, %three)\n"
+                          "  %a: f32[4] = div(%x, %six)\n"
+                          "  %one: f32[] = scalar(value=1)\n"
+                          "  %b: f32[4] = mul(%a, %one)\n"
+                          "  %z: f32[] = sub(%two, %two)\n"
+                          "  %c: f32[4] = add(%b, %z)\n"
+                          "  %n: f32[4] = neg(%c)\n"
+                          "  %d: f32[4] = neg(%n)\n"
+                          "  %k: f32[4] = full(value=0.5)\n"
+                          "  %s: f32[] = sum(%k)\n"
+                          "  %e: f32[4] = mul(%d, %s)\n"
+                          "  output %e\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_constprop, &st);
+  /* e = x * (1/6) * 2 -> one multiply by a folded scalar */
+  CHECK(count_op(g, EVT_OP_DIV) == 0);
+  CHECK(count_op(g, EVT_OP_NEG) == 0);
+  CHECK(count_op(g, EVT_OP_ADD) == 0);
+  CHECK(count_op(g, EVT_OP_SUM) == 0);
+  CHECK(count_op(g, EVT_OP_MUL) == 1);
+  const evt_node *e = &g->nodes[g->outputs[0]];
+  CHECK(e->op == EVT_OP_MUL);
+  double v = 0;
+  CHECK(evt_node_is_const(g, e->inputs[1], &v) || evt_node_is_const(g, e->inputs[0], &v));
+  CHECK_NEAR(v, 2.0 / 6.0, 1e-7);
+  evt_graph_free(g);
+}
+
+/* ---- reduction elimination, loss elimination, decomposition, layout ---------------------------------- */
+
+TEST(reduce_elim_pulls_broadcast_factors_and_one_hot) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %a: f32[4,5] = input()\n"
+                          "  %w: f32[4,1] = input()\n"
+                          "  %t: i64[4] = input(init=randint, lo=0, hi=5)\n"
+                          "  %m: f32[4,5] = mul(%a, %w)\n"
+                          "  %s: f32[4] = sum(%m, dims=[1])\n"
+                          "  %oh: f32[4,5] = one_hot(%t, num_classes=5)\n"
+                          "  %g: f32[4,5] = mul(%w, %oh)\n"
+                          "  %ng: f32[4,5] = neg(%g)\n"
+                          "  %s2: f32[4,1] = sum(%ng, dims=[1], keepdim=true)\n"
+                          "  output %s, %s2\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_reduce_elim, &st);
+  /* s = reshape(w) * sum(a); s2 = -w: one sum left, no one_hot */
+  CHECK(count_op(g, EVT_OP_SUM) == 1);
+  CHECK(count_op(g, EVT_OP_ONE_HOT) == 0);
+  const evt_node *s2 = &g->nodes[g->outputs[1]];
+  CHECK(s2->op == EVT_OP_NEG && strcmp(g->nodes[s2->inputs[0]].name, "w") == 0);
+  evt_graph_free(g);
+}
+
+TEST(reduce_elim_extracts_common_factor) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %a: f32[4] = input()\n"
+                          "  %b: f32[4] = input()\n"
+                          "  %c: f32[4] = input()\n"
+                          "  %ab: f32[4] = mul(%a, %b)\n"
+                          "  %ca: f32[4] = mul(%c, %a)\n"
+                          "  %s: f32[4] = sub(%ab, %ca)\n"
+                          "  output %s\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_reduce_elim, &st);
+  CHECK(count_op(g, EVT_OP_MUL) == 1 && count_op(g, EVT_OP_SUB) == 1);
+  const evt_node *s = &g->nodes[g->outputs[0]];
+  CHECK(s->op == EVT_OP_MUL && strcmp(g->nodes[s->inputs[0]].name, "a") == 0);
+  evt_graph_free(g);
+}
+
+static const char *kCeJoint =
+    "graph ce {\n"
+    "  %x: f32[6,5] = input()\n"
+    "  %t: i64[6] = input(init=randint, lo=0, hi=5)\n"
+    "  %lp: f32[6,5] = log_softmax(%x, dim=1)\n"
+    "  %loss: f32[] = nll_loss(%lp, %t, ignore_index=1)\n"
+    "  %dy: f32[] = scalar(value=1)\n"
+    "  %lp2: f32[6,5] = log_softmax(%x, dim=1)\n"
+    "  %g0: f32[6,5] = nll_loss_backward(%dy, %lp2, %t, ignore_index=1)\n"
+    "  %grad.x: f32[6,5] = log_softmax_backward(%g0, %lp2, dim=1)\n"
+    "  loss %loss\n"
+    "  output %grad.x\n"
+    "}\n";
+
+/* true if some sum reduces over the class dim of an [N, C] tensor reaching grad.x */
+static bool grad_has_row_sum(const evt_graph *g) {
+  int out = g->outputs[1];
+  char *reach = calloc((size_t)g->nnodes, 1);
+  reach[out] = 1;
+  bool found = false;
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    if (!reach[i]) continue;
+    const evt_node *n = &g->nodes[i];
+    if ((n->op == EVT_OP_SUM || n->op == EVT_OP_MEAN || n->op == EVT_OP_LOG_SOFTMAX_BACKWARD) &&
+        g->nodes[n->inputs[0]].type.rank == 2 && (n->attr.dims.n == 0 || n->attr.dims.v[n->attr.dims.n - 1] == 1 ||
+                                                  n->op == EVT_OP_LOG_SOFTMAX_BACKWARD))
+      found = true;
+    for (int k = 0; k < n->ninputs; k++) reach[n->inputs[k]] = 1;
+  }
+  free(reach);
+  return found;
+}
+
+TEST(loss_elim_softmax_cross_entropy) {
+  evt_graph *g = parse_ok(kCeJoint);
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_loss_elim, &st);
+  CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0);
+  CHECK(count_op(g, EVT_OP_NLL_LOSS) == 0 && count_op(g, EVT_OP_NLL_LOSS_BACKWARD) == 0);
+  CHECK(count_op(g, EVT_OP_SOFTMAX) == 1);
+  CHECK(!grad_has_row_sum(g));
+  CHECK(g->loss >= 0 && strcmp(g->nodes[g->loss].name, "loss") == 0);
+  CHECK(strcmp(g->nodes[g->outputs[1]].name, "grad.x") == 0);
+  evt_graph_free(g);
+}
+
+TEST(loss_elim_drop_loss_option) {
+  evt_graph *g = parse_ok(kCeJoint);
+  evt_pass_stats st = {.flags = EVT_PASS_DROP_LOSS};
+  run_pass(g, evt_pass_loss_elim, &st);
+  double v = -1;
+  CHECK(evt_node_is_const(g, g->loss, &v) && v == 0.0);
+  CHECK(count_op(g, EVT_OP_AMAX) == 0); /* no side reduction left */
+  evt_graph_free(g);
+}
+
+TEST(decompose_then_reduce_elim_removes_ce_row_sum) {
+  evt_graph *g = parse_ok(kCeJoint);
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_decompose, &st);
+  CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0 && count_op(g, EVT_OP_LOG_SOFTMAX_BACKWARD) == 0);
+  CHECK(count_op(g, EVT_OP_NLL_LOSS_BACKWARD) == 0);
+  CHECK(grad_has_row_sum(g));
+  run_pass(g, evt_pass_reduce_elim, &st);
+  CHECK(!grad_has_row_sum(g));
+  evt_graph_free(g);
+}
+
+TEST(layout_folds_and_cancels_permutes) {
+  evt_graph *g = parse_ok("graph t {\n"
+                          "  %x: f32[2,3,4,5] = input()\n"
+                          "  %p: f32[2,4,5,3] = permute(%x, dims=[0,2,3,1])\n"
+                          "  %r: f32[2,4,5,3] = relu(%p)\n"
+                          "  %s: f32[] = scalar(value=2)\n"
+                          "  %m: f32[2,4,5,3] = mul(%r, %s)\n"
+                          "  %q: f32[2,3,4,5] = permute(%m, dims=[0,3,1,2])\n"
+                          "  %u: f32[2,3,1,4,5] = unsqueeze(%q, dim=2)\n"
+                          "  %v: f32[6,20] = reshape(%u, shape=[6,20])\n"
+                          "  output %v\n"
+                          "}\n");
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_layout, &st);
+  CHECK(count_op(g, EVT_OP_PERMUTE) == 0);
+  CHECK(count_op(g, EVT_OP_UNSQUEEZE) == 0 && count_op(g, EVT_OP_RESHAPE) == 1);
+  evt_graph_free(g);
+}
+
+/* ---- value preservation (the interpreter, fp64, before and after a pass) ----------------------------- */
+
+/* Runs `pass` on the graph of `text` and checks every output keeps its value (relative 1e-9 in fp64) on
+ * random inputs; `skip_loss` leaves output 0 out. Returns the graph after the pass (caller frees). */
+static evt_graph *check_preserves(const char *text, evt_status (*pass)(evt_graph *, evt_pass_stats *), unsigned flags,
+                                  bool skip_loss) {
+  evt_graph *g = parse_ok(text);
+  if (!g) return NULL;
+  if (g->loss >= 0 && g->noutputs == 1) CHECK(evt_graph_build_joint(g, 0) == EVT_OK);
+  int n0 = g->nnodes, no = g->noutputs;
+  evt_tensor *v0 = calloc((size_t)n0, sizeof *v0);
+  CHECK(evt_interp_init_inputs(g, v0, 42) == EVT_OK);
+  CHECK_MSG(evt_interp_run(g, v0, EVT_RUN_FP64, 1) == EVT_OK, "run before: %s", evt_graph_error(g));
+  const char **names = malloc(sizeof(char *) * (size_t)n0);
+  int *outs = malloc(sizeof(int) * (size_t)no);
+  for (int i = 0; i < n0; i++) names[i] = g->nodes[i].name;
+  memcpy(outs, g->outputs, sizeof(int) * (size_t)no);
+  evt_pass_stats st = {.flags = flags};
+  run_pass(g, pass, &st);
+  evt_tensor *v1 = calloc((size_t)g->nnodes, sizeof *v1);
+  CHECK(evt_interp_init_inputs(g, v1, 42) == EVT_OK);
+  for (int i = 0; i < g->nnodes; i++) {
+    if (g->nodes[i].op != EVT_OP_INPUT && g->nodes[i].op != EVT_OP_PARAM) continue;
+    for (int j = 0; j < n0; j++)
+      if (!strcmp(names[j], g->nodes[i].name)) memcpy(v1[i].data, v0[j].data, sizeof(double) * (size_t)v1[i].numel);
+  }
+  CHECK_MSG(evt_interp_run(g, v1, EVT_RUN_FP64, 0) == EVT_OK, "run after: %s", evt_graph_error(g));
+  CHECK(g->noutputs == no);
+  for (int o = skip_loss ? 1 : 0; o < no && o < g->noutputs; o++) {
+    const evt_tensor *a = &v0[outs[o]], *b = &v1[g->outputs[o]];
+    CHECK(a->numel == b->numel);
+    double scale = 1e-12, diff = 0;
+    for (int64_t i = 0; i < a->numel && a->numel == b->numel; i++) {
+      if (fabs(a->data[i]) > scale) scale = fabs(a->data[i]);
+      if (fabs(a->data[i] - b->data[i]) > diff || isnan(b->data[i])) diff = isnan(b->data[i]) ? INFINITY : fabs(a->data[i] - b->data[i]);
+    }
+    CHECK_MSG(diff <= 1e-9 * scale, "output %d (%%%s): max diff %g at scale %g", o, g->nodes[g->outputs[o]].name, diff, scale);
+  }
+  for (int i = 0; i < n0; i++) evt_tensor_free(&v0[i]);
+  for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&v1[i]);
+  free(v0), free(v1), free(names), free(outs);
+  return g;
+}
+
+TEST(values_canonicalize_cse_constprop_layout) {
+  const char *texts[] = {
+      "graph t {\n  %x: f32[4,8] = input()\n  %w: f32[8,6] = param()\n  %b: f32[6] = param()\n"
+      "  %h: f32[4,6] = addmm(%b, %x, %w)\n  %t: f32[6,4] = transpose(%h, dims=[0,1])\n"
+      "  %k: f32[6,4] = full(value=2)\n  %m: f32[6,4] = mul(%t, %k)\n  %e: f32[6,4] = expand(%m, shape=[6,4])\n"
+      "  %d: f32[6,4] = div(%e, %k)\n  %a: f32[6,4] = add(%d, %t)\n  %c: f32[6,4] = add(%t, %d)\n"
+      "  %r: f32[6,4] = mul(%a, %c)\n  output %r\n}\n",
+      "graph t {\n  %x: f32[2,3,4,5] = input()\n  %p: f32[2,4,5,3] = permute(%x, dims=[0,2,3,1])\n"
+      "  %r: f32[2,4,5,3] = relu(%p)\n  %y: f32[2,3,4,5] = input()\n  %py: f32[2,4,5,3] = permute(%y, dims=[0,2,3,1])\n"
+      "  %m: f32[2,4,5,3] = mul(%r, %py)\n  %q: f32[2,3,4,5] = permute(%m, dims=[0,3,1,2])\n"
+      "  %u: f32[2,3,1,4,5] = unsqueeze(%q, dim=2)\n  %v: f32[6,20] = reshape(%u, shape=[6,20])\n  output %v\n}\n",
+  };
+  evt_status (*passes[])(evt_graph *, evt_pass_stats *) = {evt_pass_canonicalize, evt_pass_cse, evt_pass_constprop,
+                                                            evt_pass_layout, evt_pass_reduce_elim, evt_pass_dce};
+  for (int t = 0; t < EVT_ARRAY_LEN(texts); t++)
+    for (int p = 0; p < EVT_ARRAY_LEN(passes); p++) evt_graph_free(check_preserves(texts[t], passes[p], 0, false));
+}
+
+static const char *kLosses[] = {
+    /* softmax cross-entropy, mean / sum / none, with ignored rows */
+    "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
+    "  %y: i64[8] = input(init=randint, lo=-1, hi=5)\n"
+    "  %l: f32[] = cross_entropy(%h, %y, ignore_index=-1)\n  loss %l\n}\n",
+    "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
+    "  %y: i64[8] = input(init=randint, lo=0, hi=5)\n"
+    "  %l: f32[] = cross_entropy(%h, %y, reduction=sum, ignore_index=3)\n  loss %l\n}\n",
+    "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
+    "  %y: i64[8] = input(init=randint, lo=0, hi=5)\n"
+    "  %lp: f32[8,5] = log_softmax(%h, dim=1)\n  %r: f32[8] = nll_loss(%lp, %y, reduction=none)\n"
+    "  %l: f32[] = sum(%r)\n  loss %l\n}\n",
+    "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
+    "  %y: f32[8,5] = input(init=uniform)\n  %l: f32[] = bce_with_logits(%h, %y)\n  loss %l\n}\n",
+    "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
+    "  %y: f32[8,5] = input()\n  %l: f32[] = mse_loss(%h, %y, reduction=sum)\n  loss %l\n}\n",
+};
+
+TEST(values_loss_elim_every_loss) {
+  for (int t = 0; t < EVT_ARRAY_LEN(kLosses); t++) {
+    evt_graph *g = check_preserves(kLosses[t], evt_pass_loss_elim, 0, false);
+    if (!g) continue;
+    CHECK_MSG(count_op(g, EVT_OP_NLL_LOSS_BACKWARD) + count_op(g, EVT_OP_BCE_WITH_LOGITS_BACKWARD) +
+                      count_op(g, EVT_OP_MSE_LOSS_BACKWARD) + count_op(g, EVT_OP_LOG_SOFTMAX_BACKWARD) == 0,
+              "loss %d: a loss backward op is left", t);
+    CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0);
+    evt_graph_free(g);
+  }
+}
+
+TEST(values_decompose_then_reduce_elim_every_loss) {
+  for (int t = 0; t < EVT_ARRAY_LEN(kLosses); t++) {
+    evt_graph *g = check_preserves(kLosses[t], evt_pass_decompose, 0, false);
+    evt_graph_free(g);
+  }
+}
+
+TEST(values_decompose_rules) {
+  const char *text =
+      "graph t {\n  %x0: f32[4,3,2,2] = input()\n  %k: f32[4,3,2,2] = param()\n  %x: f32[4,3,2,2] = mul(%x0, %k)\n"
+      "  %w: f32[3] = param(init=ones)\n  %b: f32[3] = param(init=zeros)\n"
+      "  %bn: f32[4,3,2,2] = batch_norm(%x, %w, %b)\n  %r: f32[4,3,2,2] = relu(%bn)\n"
+      "  %f: f32[4,12] = reshape(%r, shape=[4,12])\n  %lw: f32[12] = param()\n  %lb: f32[12] = param()\n"
+      "  %ln: f32[4,12] = layer_norm(%f, %lw, %lb)\n  %gl: f32[4,12] = gelu(%ln)\n"
+      "  %gt: f32[4,12] = gelu(%gl, approximate=tanh)\n  %d: f32[4,12] = dropout(%gt, p=0.3, seed=5, offset=7)\n"
+      "  %l: f32[] = sum(%d)\n  loss %l\n}\n";
+  evt_graph *g = check_preserves(text, evt_pass_decompose, 0, false);
+  if (!g) return;
+  CHECK(count_op(g, EVT_OP_DROPOUT) == 0 && count_op(g, EVT_OP_RAND) == 2);
+  CHECK(count_op(g, EVT_OP_BATCH_NORM) == 0 && count_op(g, EVT_OP_BATCH_NORM_BACKWARD_INPUT) == 0);
+  CHECK(count_op(g, EVT_OP_GELU_BACKWARD) == 0 && count_op(g, EVT_OP_THRESHOLD_BACKWARD) == 0);
+  for (int i = 0; i < g->nnodes; i++) {
+    const evt_node *n = &g->nodes[i];
+    CHECK(!(n->op == EVT_OP_LAYER_NORM && n->ninputs > 1));
+    CHECK(!(n->op == EVT_OP_LAYER_NORM_BACKWARD_INPUT && n->ninputs > 2));
+  }
+  CHECK(count_op(g, EVT_OP_LAYER_NORM_BACKWARD_WEIGHT) == 0);
+  evt_pass_stats st = {0};
+  run_pass(g, evt_pass_cse, &st);
+  CHECK(count_op(g, EVT_OP_RAND) == 1); /* the forward's and the backward's masks are one */
+  CHECK(count_op(g, EVT_OP_LAYER_NORM) == 1);
+  evt_graph_free(g);
+}
+
+TEST(values_whole_pipeline_keeps_loss) {
+  for (int t = 0; t < EVT_ARRAY_LEN(kLosses); t++) {
+    evt_graph *g = check_preserves(kLosses[t], evt_pass_canonicalize, 0, false);
+    if (!g) continue;
+    char *text = evt_graph_to_string(g);
+    evt_graph_free(g);
+    evt_status (*passes[])(evt_graph *, evt_pass_stats *) = {evt_pass_loss_elim, evt_pass_decompose, evt_pass_reduce_elim,
+                                                              evt_pass_constprop, evt_pass_cse, evt_pass_layout};
+    for (int p = 0; p < EVT_ARRAY_LEN(passes) && text; p++) {
+      g = check_preserves(text, passes[p], 0, false);
+      free(text);
+      text = g ? evt_graph_to_string(g) : NULL;
+      if (g) CHECK(g->loss >= 0 && g->loss == g->outputs[0]);
+      evt_graph_free(g);
+    }
+    free(text);
+  }
+}
+
+/* ---- the examples: the softmax-cross-entropy backward keeps no row reduction ------------------------ */
+
+/* Runs the given passes on examples/<name>.evt (joint graph) and checks that no node a gradient needs
+ * reduces the class dim of a tensor shaped like the cross-entropy logits (and that no log_softmax or
+ * nll_loss backward op is left). Returns false if the file has no cross_entropy. */
+static bool ce_backward_row_free(const char *name, evt_status (*const *passes)(evt_graph *, evt_pass_stats *), int np) {
+  char path[256], *err = NULL;
+  snprintf(path, sizeof path, "examples/%s.evt", name);
+  evt_graph *g = evt_parse_file(path, &err);
+  CHECK_MSG(g != NULL, "%s: %s", path, err ? err : "?");
+  free(err);
+  if (!g) return false;
+  evt_type logits = {0};
+  bool found = false;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_CROSS_ENTROPY) logits = g->nodes[g->nodes[i].inputs[0]].type, found = true;
+  if (!found) {
+    evt_graph_free(g);
+    return false;
+  }
+  CHECK(evt_graph_build_joint(g, 0) == EVT_OK);
+  for (int p = 0; p < np; p++) {
+    evt_pass_stats st = {0};
+    run_pass(g, passes[p], &st);
+  }
+  char *need = calloc((size_t)g->nnodes, 1);
+  for (int o = 1; o < g->noutputs; o++) need[g->outputs[o]] = 1;
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    if (!need[i]) continue;
+    const evt_node *n = &g->nodes[i];
+    for (int k = 0; k < n->ninputs; k++) need[n->inputs[k]] = 1;
+    CHECK_MSG(n->op != EVT_OP_LOG_SOFTMAX_BACKWARD && n->op != EVT_OP_NLL_LOSS_BACKWARD,
+              "%s: %%%s (%s) left in the backward", name, n->name, evt_op_table[n->op].name);
+    if (n->op != EVT_OP_SUM && n->op != EVT_OP_MEAN && n->op != EVT_OP_AMAX) continue;
+    if (!evt_type_equal(&g->nodes[n->inputs[0]].type, &logits)) continue;
+    bool class_dim = n->attr.dims.n == 0;
+    for (int d = 0; d < n->attr.dims.n; d++) class_dim = class_dim || n->attr.dims.v[d] == 1;
+    CHECK_MSG(!class_dim, "%s: row reduction %%%s left in the cross-entropy backward", name, n->name);
+  }
+  free(need);
+  CHECK(g->loss >= 0 && g->outputs[0] == g->loss);
+  evt_graph_free(g);
+  return true;
+}
+
+TEST(examples_ce_backward_has_no_row_reduction) {
+  static const char *names[] = {"mlp", "bert_layer", "bert_layer_sdpa", "vit", "gcn", "xmlcnn", "resnet_block"};
+  evt_status (*const full[])(evt_graph *, evt_pass_stats *) = {evt_pass_canonicalize, evt_pass_loss_elim, evt_pass_decompose,
+                                                               evt_pass_reduce_elim, evt_pass_constprop, evt_pass_cse,
+                                                               evt_pass_layout, evt_pass_dce};
+  /* the paper's route: no loss elimination; decomposition + reduction elimination remove the row sum */
+  evt_status (*const paper[])(evt_graph *, evt_pass_stats *) = {evt_pass_canonicalize, evt_pass_decompose,
+                                                                evt_pass_reduce_elim, evt_pass_constprop, evt_pass_cse};
+  int ce = 0;
+  for (int i = 0; i < EVT_ARRAY_LEN(names); i++) {
+    ce += ce_backward_row_free(names[i], full, EVT_ARRAY_LEN(full));
+    ce_backward_row_free(names[i], paper, EVT_ARRAY_LEN(paper));
+  }
+  CHECK(ce >= 5); /* every cross-entropy example was checked */
+}
+
+TEST(pipeline_order_and_run_all) {
+  static const char *order[] = {"canonicalize", "loss-elim", "decompose", "reduce-elim", "constprop", "cse", "layout", "dce"};
+  CHECK(evt_npasses == EVT_ARRAY_LEN(order));
+  for (int i = 0; i < evt_npasses && i < EVT_ARRAY_LEN(order); i++) CHECK(strcmp(evt_passes[i].name, order[i]) == 0);
+  CHECK(evt_pass_find("cse", 3) == &evt_passes[5] && evt_pass_find("cs", 2) == NULL);
+  evt_graph *g = parse_ok(kCeJoint);
+  CHECK(evt_passes_run_all(g, 0, 1) == EVT_OK);
+  CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0 && count_op(g, EVT_OP_NLL_LOSS) == 0);
+  CHECK(g->loss == g->outputs[0] && g->noutputs == 2);
+  evt_graph_free(g);
+  /* a graph with nothing to do, and an empty one */
+  g = parse_ok("graph t {\n  %x: f32[2] = input()\n  output %x\n}\n");
+  CHECK(evt_passes_run_all(g, EVT_PASS_DROP_LOSS, 1) == EVT_OK && g->nnodes == 1);
+  evt_graph_free(g);
+  g = evt_graph_new("empty");
+  CHECK(evt_passes_run_all(g, 0, 1) == EVT_OK && g->nnodes == 0);
+  evt_graph_free(g);
+}
+
+/* ---- randomized: every pass keeps the values of random DAGs ------------------------------------------ */
+
+static uint64_t rng_next(uint64_t *s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  return *s;
+}
+
+/* A random DAG of broadcasting elementwise ops, reductions, layout ops, constants and one_hot over
+ * f32 shapes drawn from [4,5], [4,1], [1,5] and what the ops make of them. */
+static evt_graph *random_graph(uint64_t seed) {
+  uint64_t s = seed * 2654435761u + 1;
+  evt_graph *g = evt_graph_new("rnd");
+  static const int64_t shapes[][2] = {{4, 5}, {4, 1}, {1, 5}};
+  int nodes[64], n = 0;
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "in%d", i);
+    nodes[n++] = evt_input(g, name, EVT_F32, 2, shapes[i]);
+  }
+  int64_t ts[] = {4};
+  int t = evt_input(g, "t", EVT_I64, 1, ts);
+  g->nodes[t].attr.init = EVT_INIT_RANDINT, g->nodes[t].attr.hi = 5;
+  g->nodes[t].attr_given |= (1ull << EVT_ATTR_INIT) | (1ull << EVT_ATTR_HI);
+  evt_attr oh[] = {EVT_ATTR_INT("num_classes", 5)};
+  nodes[n++] = evt_add_op(g, "one_hot", &t, 1, oh, 1);
+  static const char *bin[] = {"add", "sub", "mul", "mul", "maximum"};
+  static const char *un[] = {"neg", "tanh", "relu", "sigmoid"};
+  for (int tries = 0; n < 24 && tries < 400; tries++) {
+    int a = nodes[rng_next(&s) % (uint64_t)n], b = nodes[rng_next(&s) % (uint64_t)n], id = -1;
+    switch (rng_next(&s) % 9) {
+    case 0: case 1: case 2: id = evt_add_op(g, bin[rng_next(&s) % 5], (int[]){a, b}, 2, NULL, 0); break;
+    case 3: id = evt_add_op(g, un[rng_next(&s) % 4], &a, 1, NULL, 0); break;
+    case 4: { /* reduction over one dim or all */
+      int rank = g->nodes[a].type.rank;
+      evt_attr at[2] = {{.name = "dims", .n = rank ? 1 : 0, .list = {(int64_t)(rng_next(&s) % (uint64_t)(rank ? rank : 1))}},
+                        EVT_ATTR_INT("keepdim", (int64_t)(rng_next(&s) % 2))};
+      id = evt_add_op(g, rng_next(&s) % 2 ? "sum" : "mean", &a, 1, at, 2);
+      break;
+    }
+    case 5: { /* a constant operand: scalar or full */
+      double v = (double)(rng_next(&s) % 5) - 1.0; /* -1, 0, 1, 2, 3 */
+      evt_attr va[] = {EVT_ATTR_FLOAT("value", v)};
+      int c = evt_add_op(g, "scalar", NULL, 0, va, 1);
+      if (c >= 0) g->nodes[c].type.dtype = EVT_F32;
+      id = c < 0 ? -1 : evt_add_op(g, rng_next(&s) % 3 ? "mul" : "add", (int[]){a, c}, 2, NULL, 0);
+      break;
+    }
+    case 6: { /* permute there and back, or a reshape round trip */
+      if (g->nodes[a].type.rank != 2) break;
+      evt_attr p[] = {{.name = "dims", .n = 2, .list = {1, 0}}};
+      int q = evt_add_op(g, "permute", &a, 1, p, 1);
+      int r = q < 0 ? -1 : evt_add_op(g, "relu", &q, 1, NULL, 0);
+      id = r < 0 ? -1 : evt_add_op(g, "permute", &r, 1, p, 1);
+      break;
+    }
+    case 7: { /* expand to [4,5] */
+      evt_attr e[] = {{.name = "shape", .n = 2, .list = {4, 5}}};
+      id = evt_add_op(g, "expand", &a, 1, e, 1);
+      break;
+    }
+    case 8: { /* divide by a nonzero constant */
+      evt_attr va[] = {EVT_ATTR_FLOAT("value", (double)(rng_next(&s) % 3) + 2.0)};
+      int c = evt_add_op(g, "scalar", NULL, 0, va, 1);
+      id = c < 0 ? -1 : evt_add_op(g, "div", (int[]){a, c}, 2, NULL, 0);
+      break;
+    }
+    }
+    if (id >= 0 && evt_dtype_is_float(g->nodes[id].type.dtype)) nodes[n++] = id;
+  }
+  /* every float node nobody uses is an output, so the whole DAG is live */
+  int *uses = calloc((size_t)g->nnodes, sizeof(int));
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].ninputs; k++) uses[g->nodes[i].inputs[k]]++;
+  for (int i = 0; i < g->nnodes; i++)
+    if (!uses[i] && g->nodes[i].op != EVT_OP_INPUT && evt_dtype_is_float(g->nodes[i].type.dtype)) evt_graph_add_output(g, i);
+  free(uses);
+  return g;
+}
+
+TEST(random_graphs_every_pass_keeps_values) {
+  evt_status (*passes[])(evt_graph *, evt_pass_stats *) = {evt_pass_canonicalize, evt_pass_loss_elim, evt_pass_decompose,
+                                                           evt_pass_reduce_elim, evt_pass_constprop, evt_pass_cse,
+                                                           evt_pass_layout, evt_pass_dce};
+  for (uint64_t seed = 1; seed <= 150; seed++) {
+    evt_graph *g = random_graph(seed);
+    CHECK_MSG(evt_graph_verify(g) == EVT_OK, "seed %llu: %s", (unsigned long long)seed, evt_graph_error(g));
+    char *text = evt_graph_to_string(g);
+    evt_graph_free(g);
+    for (int p = 0; p < EVT_ARRAY_LEN(passes) && text; p++) {
+      g = check_preserves(text, passes[p], 0, false);
+      free(text);
+      text = g ? evt_graph_to_string(g) : NULL;
+      evt_graph_free(g);
+    }
+    free(text);
+  }
+}
