@@ -183,6 +183,8 @@ def test_registered():
 def test_mlp(caplog):
     fb = check_training(MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,))), caplog)
     assert fb == set(), fb
+    if hasattr(evt_lib.lib(), "evt_passes_run_all") and evt.backend.PASSES:
+        assert any("after the graph passes" in r.getMessage() for r in caplog.records)
 
 
 def test_bert_layer(caplog):
