@@ -167,6 +167,24 @@ class GCN(nn.Module):
         return F.cross_entropy(adj @ self.l2(h), y)
 
 
+class GCNEdges(nn.Module):
+    """The same GCN as message passing over an edge list: gather x[src] (index -> evt index_select),
+    scale by the edge weight, scatter-add into dst (index_add_ -> index_put accumulate -> evt
+    index_select_backward). Its backward uses the same two ops the other way round."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(6, 8), nn.Linear(8, 3)
+
+    @staticmethod
+    def prop(h, src, dst, w):
+        return torch.zeros_like(h).index_add_(0, dst, h[src] * w[:, None])
+
+    def forward(self, src, dst, w, x, y):
+        h = F.relu(self.prop(self.l1(x), src, dst, w))
+        return F.cross_entropy(self.prop(self.l2(h), src, dst, w), y)
+
+
 def _adj(n=7):
     a = (torch.rand(n, n) < 0.4).float()
     a = ((a + a.t()) > 0).float() + torch.eye(n)
@@ -210,6 +228,14 @@ def test_conv_batchnorm(caplog):
 def test_gcn(caplog):
     adj = _adj()
     fb = check_training(GCN, lambda: (adj, torch.randn(7, 6), torch.randint(0, 3, (7,))), caplog)
+    assert fb == set(), fb
+
+
+def test_gcn_edge_list(caplog):
+    g = torch.Generator().manual_seed(3)
+    src, dst = torch.randint(0, 7, (12,), generator=g), torch.randint(0, 7, (12,), generator=g)
+    w = torch.rand(12, generator=g)
+    fb = check_training(GCNEdges, lambda: (src, dst, w, torch.randn(7, 6), torch.randint(0, 3, (7,))), caplog)
     assert fb == set(), fb
 
 
