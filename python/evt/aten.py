@@ -289,6 +289,157 @@ def _where(b, node, used):
     return b.result("where", [c, _operand(b, node.args[1], dt), _operand(b, node.args[2], dt)])
 
 
+def _clamp_impl(b, node, lo, hi):
+    v = out(node)
+    y = b.cast(node.args[0], v.dtype)
+    if lo is not None:
+        y = b.op("maximum", [y, _operand(b, lo, v.dtype)])
+    if hi is not None:
+        y = b.op("minimum", [y, _operand(b, hi, v.dtype)])
+    if lo is None and hi is None:
+        return y
+    return b.result("reshape", [y], {"shape": static_shape(v)})
+
+
+@rule(aten.clamp)
+def _clamp(b, node, used):
+    return _clamp_impl(b, node, arg(node, 1, "min"), arg(node, 2, "max"))
+
+
+@rule(aten.clamp_min)
+def _clamp_min(b, node, used):
+    return _clamp_impl(b, node, node.args[1], None)
+
+
+@rule(aten.clamp_max)
+def _clamp_max(b, node, used):
+    return _clamp_impl(b, node, None, node.args[1])
+
+
+@rule(aten.hardtanh)
+def _hardtanh(b, node, used):
+    return _clamp_impl(b, node, float(arg(node, 1, "min_val", -1.0)), float(arg(node, 2, "max_val", 1.0)))
+
+
+@rule(aten.leaky_relu)
+def _leaky_relu(b, node, used):
+    dt = out(node).dtype
+    xn = b.val(node.args[0])
+    neg = b.op("mul", [xn, b.scalar(float(arg(node, 1, "negative_slope", 0.01)), dt)])
+    return b.result("where", [b.op("gt", [xn, b.scalar(0.0, dt)]), xn, neg])
+
+
+def _truth(b, x):
+    """bool evt value: x != 0 (x itself when bool)."""
+    if meta_val(x).dtype == torch.bool:
+        return b.val(x)
+    return b.op("ne", [b.val(x), b.scalar(0, meta_val(x).dtype)])
+
+
+@rule(aten.logical_not)
+def _lnot(b, node, used):
+    return b.result("eq", [_truth(b, node.args[0]), b.scalar(0, torch.bool)])
+
+
+@rule(aten.logical_and, aten.logical_or)
+def _land(b, node, used):
+    x, y = _truth(b, node.args[0]), _truth(b, node.args[1])
+    if node.target.overloadpacket == aten.logical_and:
+        return b.result("where", [x, y, b.scalar(0, torch.bool)])
+    return b.result("where", [x, b.scalar(1, torch.bool), y])
+
+
+@rule(aten.bitwise_and, aten.bitwise_or, aten.bitwise_not)
+def _bitwise(b, node, used):
+    ts = [a for a in node.args if is_tensor_node(a)]
+    if len(ts) != len(node.args) or any(meta_val(t).dtype != torch.bool for t in ts):
+        raise Unsupported("bitwise ops on other than bool tensors")
+    if node.target.overloadpacket == aten.bitwise_not:
+        return _lnot(b, node, used)
+    return _land(b, node, used) if node.target.overloadpacket == aten.bitwise_and else \
+        b.result("where", [b.val(ts[0]), b.scalar(1, torch.bool), b.val(ts[1])])
+
+
+@rule(aten.log1p)
+def _log1p(b, node, used):
+    # The interpreter computes in double, so log(1 + x) rounded to f32 keeps log1p's accuracy for |x| >~ 1e-9.
+    dt = out(node).dtype
+    return b.result("log", [b.op("add", [b.cast(node.args[0], dt), b.scalar(1.0, dt)])])
+
+
+@rule(aten.expm1)
+def _expm1(b, node, used):
+    dt = out(node).dtype
+    return b.result("sub", [b.op("exp", [b.cast(node.args[0], dt)]), b.scalar(1.0, dt)])
+
+
+@rule(aten.elu)
+def _elu(b, node, used):
+    x = node.args[0]
+    alpha, scale, iscale = arg(node, 1, "alpha", 1.0), arg(node, 2, "scale", 1.0), arg(node, 3, "input_scale", 1.0)
+    dt = out(node).dtype
+    xn = b.val(x)
+    pos = b.op("mul", [xn, b.scalar(float(scale), dt)])
+    e = b.op("sub", [b.op("exp", [b.op("mul", [xn, b.scalar(float(iscale), dt)])]), b.scalar(1.0, dt)])
+    neg = b.op("mul", [e, b.scalar(float(alpha) * float(scale), dt)])
+    return b.result("where", [b.op("gt", [xn, b.scalar(0.0, dt)]), pos, neg])
+
+
+@rule(aten.var)
+def _var(b, node, used):
+    x = node.args[0]
+    if node.target != aten.var.correction:
+        raise Unsupported("var overload")
+    shp = static_shape(meta_val(x))
+    dims = arg(node, 1, "dim", None)
+    dims = list(range(len(shp))) if not dims else [d % len(shp) for d in _ints(dims)]
+    corr = node.kwargs.get("correction", 1)
+    corr = 1 if corr is None else corr
+    keep = node.kwargs.get("keepdim", False)
+    n = 1
+    for d in dims:
+        n *= shp[d]
+    dt = out(node).dtype
+    xn = b.val(x)
+    d = b.op("sub", [xn, b.op("mean", [xn], {"dims": dims, "keepdim": 1})])
+    s2 = b.op("sum", [b.op("mul", [d, d])], {"dims": dims, "keepdim": 1 if keep else 0})
+    return b.result("div", [s2, b.scalar(float(max(n - corr, 0)), dt)])
+
+
+@rule(aten.linalg_vector_norm)
+def _vnorm(b, node, used):
+    x = node.args[0]
+    ord_ = arg(node, 1, "ord", 2)
+    dims, keep = arg(node, 2, "dim", None), arg(node, 3, "keepdim", False)
+    if arg(node, 4, "dtype") is not None:
+        raise Unsupported("dtype argument")
+    r = meta_val(x).dim()
+    attrs = {"dims": [] if not dims else [d % r for d in _ints(dims)]}
+    if keep:
+        attrs["keepdim"] = 1
+    xn = b.val(x)
+    if ord_ == 2:
+        return b.result("sqrt", [b.op("sum", [b.op("mul", [xn, xn])], attrs)])
+    if ord_ == 1:
+        return b.result("sum", [b.op("abs", [xn])], attrs)
+    if ord_ == float("inf"):
+        return b.result("amax", [b.op("abs", [xn])], attrs)
+    raise Unsupported(f"ord={ord_}")
+
+
+@rule(aten.any)
+def _any(b, node, used):
+    x = node.args[0]
+    r = meta_val(x).dim()
+    dims = arg(node, 1, "dim", None) if node.target != aten.any.default else None
+    dims = [] if dims is None else [d % r for d in _ints(dims if isinstance(dims, (list, tuple)) else [dims])]
+    attrs = {"dims": dims}
+    if arg(node, 2, "keepdim", False):
+        attrs["keepdim"] = 1
+    t = b.op("cast", [_truth(b, x)], {"dtype": "i32"})
+    return b.result("ne", [b.op("amax", [t], attrs), b.scalar(0, torch.int32)])
+
+
 # ---- copies, casts, layout ------------------------------------------------------------------------
 
 @rule(aten.alias, aten.clone, aten.detach, aten.lift_fresh_copy, aten.contiguous)
@@ -693,8 +844,21 @@ TABLE[aten._log_softmax_backward_data] = _softmax_bwd("log_softmax_backward")
 
 
 def _ln_check(x, ns):
-    if len(ns) != 1 or int(ns[0]) != static_shape(meta_val(x))[-1]:
-        raise Unsupported("layer norm over more than the last dim")
+    """(rows shape, feature count) of a layer norm over the trailing dims ns."""
+    shp = static_shape(meta_val(x))
+    ns = _ints(ns)
+    k = len(ns)
+    if k == 0 or k > len(shp) or shp[len(shp) - k:] != ns:
+        raise Unsupported("normalized_shape does not match the trailing dims")
+    feat = 1
+    for d in ns:
+        feat *= d
+    return shp[:len(shp) - k], feat
+
+
+def _flat(b, name, rows, feat, k):
+    """name reshaped to rows + [feat] when the norm covers k > 1 dims (else unchanged)."""
+    return b.reshape(name, rows + [feat]) if k > 1 else name
 
 
 def _row_stats(b, xn, eps, dims, dt):
@@ -708,14 +872,19 @@ def _row_stats(b, xn, eps, dims, dt):
 @rule(aten.native_layer_norm)
 def _layer_norm(b, node, used):
     x, ns, w, bias, eps = node.args[:5]
-    _ln_check(x, ns)
+    rows, feat = _ln_check(x, ns)
+    k = len(ns)
     if w is None and bias is not None:
         raise Unsupported("layer norm with a bias but no weight")
     vals, res = out(node), {}
-    xn = b.val(x)
-    ops = [xn] + ([b.val(w)] if w is not None else []) + ([b.val(bias)] if bias is not None else [])
+    xn = _flat(b, b.val(x), rows, feat, k)
+    aff = [_flat(b, b.val(t), [], feat, k) for t in (w, bias) if t is not None]
     if 0 in used:
-        res[0] = b.result("layer_norm", ops, {"eps": float(eps)}, val=vals[0])
+        if k == 1:
+            res[0] = b.result("layer_norm", [xn] + aff, {"eps": float(eps)}, val=vals[0])
+        else:
+            y = b.op("layer_norm", [xn] + aff, {"eps": float(eps)})
+            res[0] = b.result("reshape", [y], {"shape": static_shape(vals[0])}, val=vals[0])
     if used & {1, 2}:
         m, _, r = _row_stats(b, xn, float(eps), [-1], meta_val(x).dtype)
         if 1 in used:
@@ -728,32 +897,58 @@ def _layer_norm(b, node, used):
 @rule(aten.native_layer_norm_backward)
 def _layer_norm_bwd(b, node, used):
     dy, x, ns, mean, rstd, w, bias, mask = node.args[:8]
-    _ln_check(x, ns)
+    rows, feat = _ln_check(x, ns)
+    k = len(ns)
     vals, res = out(node), {}
     eps = node.meta.get("evt_eps")
-    dyn, xn = b.val(dy), b.val(x)
-    rows = list(range(meta_val(x).dim() - 1))
+    dyn, xn = _flat(b, b.val(dy), rows, feat, k), _flat(b, b.val(x), rows, feat, k)
+    wn = _flat(b, b.val(w), [], feat, k) if w is not None else None
+    rdims = list(range(len(rows)))
+    back = lambda i, name: name if k == 1 else b.op("reshape", [name], {"shape": static_shape(vals[i])})  # noqa
+    final = {}
     if eps is not None:
         # The whole row op: evt recomputes the statistics from x (eps recorded from the joint graph).
         if 0 in used:
-            ops = [dyn, xn] + ([b.val(w)] if w is not None else [])
-            res[0] = b.result("layer_norm_backward_input", ops, {"eps": float(eps)}, val=vals[0])
+            final[0] = ("layer_norm_backward_input", [dyn, xn] + ([wn] if wn else []), {"eps": float(eps)})
         if 1 in used:
-            res[1] = b.result("layer_norm_backward_weight", [dyn, xn], {"eps": float(eps)}, val=vals[1])
+            final[1] = ("layer_norm_backward_weight", [dyn, xn], {"eps": float(eps)})
     elif used & {0, 1}:
         # No eps known: the same math from the saved statistics (as PyTorch's own kernel does).
-        xhat = b.op("mul", [b.op("sub", [xn, b.val(mean)]), b.val(rstd)])
+        mn, rn = _flat(b, b.val(mean), rows, 1, k), _flat(b, b.val(rstd), rows, 1, k)
+        xhat = b.op("mul", [b.op("sub", [xn, mn]), rn])
         if 1 in used:
-            res[1] = b.result("sum", [b.op("mul", [dyn, xhat])], {"dims": rows}, val=vals[1])
+            final[1] = ("sum", [b.op("mul", [dyn, xhat])], {"dims": rdims})
         if 0 in used:
-            g = b.op("mul", [dyn, b.val(w)]) if w is not None else dyn
+            g = b.op("mul", [dyn, wn]) if wn else dyn
             mg = b.op("mean", [g], {"dims": [-1], "keepdim": 1})
             mgx = b.op("mean", [b.op("mul", [g, xhat])], {"dims": [-1], "keepdim": 1})
             t = b.op("sub", [b.op("sub", [g, mg]), b.op("mul", [xhat, mgx])])
-            res[0] = b.result("mul", [t, b.val(rstd)], val=vals[0])
+            final[0] = ("mul", [t, rn], {})
     if 2 in used:
-        res[2] = b.result("sum", [dyn], {"dims": rows}, val=vals[2])
+        final[2] = ("sum", [dyn], {"dims": rdims})
+    for i, (op, ops, attrs) in sorted(final.items()):
+        if k == 1:
+            res[i] = b.result(op, ops, attrs, val=vals[i])
+        else:
+            res[i] = b.result("reshape", [b.op(op, ops, attrs)], {"shape": static_shape(vals[i])}, val=vals[i])
     return res
+
+
+@rule(aten._native_batch_norm_legit_no_training)
+def _batch_norm_eval(b, node, used):
+    x, w, bias, rm, rv, momentum, eps = node.args[:7]
+    if used - {0}:
+        raise Unsupported("batch norm eval statistics outputs")
+    shp = static_shape(meta_val(x))
+    dt = meta_val(x).dtype
+    bc = [1, shp[1]] + [1] * (len(shp) - 2)
+    y = b.op("mul", [b.op("sub", [b.val(x), b.reshape(b.val(rm), bc)]),
+                     b.reshape(b.op("rsqrt", [b.op("add", [b.val(rv), b.scalar(float(eps), dt)])]), bc)])
+    if w is not None:
+        y = b.op("mul", [y, b.reshape(b.val(w), bc)])
+    if bias is not None:
+        y = b.op("add", [y, b.reshape(b.val(bias), bc)])
+    return {0: b.result("reshape", [y], {"shape": shp}, val=out(node)[0])}
 
 
 @rule(aten._native_batch_norm_legit_functional, aten.native_batch_norm, aten._native_batch_norm_legit)

@@ -2,11 +2,12 @@
  *
  *   evtc run FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [--every K] [--fp64] [--opt]
  *
- * Parses FILE ("-": standard input); if it has a loss and no gradient outputs, builds the joint graph ; fills inputs and params
- * from their init attributes (seed S); with --opt runs the graph-pass pipeline on the joint graph (it keeps
- * the loss, the %grad.<param> outputs and the inputs/params with their values); then N times: run the interpreter, print `step K loss L (T ms)`,
- * and update every param p -= lr * grad.p. The data inputs stay the same every step, so a working
- * backward makes the loss go down. Ends with `done: N steps, loss A -> B, T ms/step`.
+ * Parses FILE ("-": standard input); if it has a loss and no gradient outputs, builds the joint graph;
+ * fills inputs and params from their init attributes (seed S); with --opt runs the graph-pass pipeline on
+ * the joint graph (it keeps the loss, the %grad.<param> outputs, and the inputs/params with their values);
+ * then N times: run the interpreter, print `step K loss L (T ms)`, and update every param
+ * p -= lr * grad.p. The data inputs stay the same every step, so a working backward makes the loss go
+ * down. Ends with `done: N steps, loss A -> B, T ms/step`.
  * Exit codes: 0 ok; 1 bad flags, a bad file, no loss, a non-finite loss; 2 an internal error. */
 #include "cli.h"
 #include "passes/passes.h"
@@ -147,10 +148,12 @@ static evt_status optimize(evt_graph *g, evt_tensor **values) {
   if (!names) evt_fatal(__FILE__, __LINE__, "out of memory");
   for (int i = 0; i < n0; i++) names[i] = is_source(&g->nodes[i]) ? g->nodes[i].name : NULL; /* arena-owned */
   evt_status st = evt_passes_run_all(g, 0, 0);
-  if (st == EVT_OK && evt_train_ensure_joint(g, NULL) != EVT_OK)
-    st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "the passes lost a %%grad.<param> output");
   evt_tensor *old = *values, *nw = calloc((size_t)g->nnodes, sizeof *nw);
-  if (!nw) evt_fatal(__FILE__, __LINE__, "out of memory");
+  int *grad_of = malloc(sizeof(int) * (size_t)g->nnodes);
+  if (!nw || !grad_of) evt_fatal(__FILE__, __LINE__, "out of memory");
+  if (st == EVT_OK && evt_train_grad_outputs(g, grad_of) != evt_train_param_count(g))
+    st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "the passes lost a %%grad.<param> output");
+  free(grad_of);
   for (int i = 0; i < g->nnodes && st == EVT_OK; i++) {
     if (!is_source(&g->nodes[i])) continue;
     int k = 0;

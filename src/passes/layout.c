@@ -9,7 +9,11 @@
  *   elementwise op whose every non-scalar operand is permute(x_i, p), all x_i of one shape, each permute
  *   used only here                        -> permute(op(x_1, ...), p)
  * Pushing permutes down through elementwise chains makes NCHW -> NHWC -> NCHW pairs meet and cancel,
- * without ever adding nodes. Ends with a compaction. */
+ * without ever adding nodes. Last (the only rule that adds nodes):
+ *   permute(y) used by several nodes, some of them GEMMs (mm, bmm), y not an input/param
+ *                                         -> one copy per GEMM user, so each GEMM absorbs its own copy as an
+ *                                            operand layout (the partitioner fuses a permute into one consumer)
+ * Ends with a compaction. */
 #include "passes/passes.h"
 
 #include <stdlib.h>
@@ -87,6 +91,48 @@ static int fold(evt_graph *g, int id) {
   }
 }
 
+static bool is_gemm(evt_op op) { return op == EVT_OP_MM || op == EVT_OP_BMM; }
+
+/* A permute of a computed tensor with several users, some of them GEMMs, gets one copy per GEMM user (the
+ * first GEMM keeps the original when only GEMMs use it), so each GEMM can take its copy as an operand
+ * layout: the partitioner fuses a permute only into a single consumer. Permutes of inputs/params are
+ * sources for the partitioner and stay shared. Returns the number of copies made, -1 on failure. */
+static int duplicate_gemm_permutes(evt_graph *g) {
+  int n0 = g->nnodes, made = 0;
+  int *uses = malloc(sizeof(int) * (size_t)(n0 ? n0 : 1)), *gemms = calloc((size_t)(n0 ? n0 : 1), sizeof(int));
+  if (!uses || !gemms) evt_fatal(__FILE__, __LINE__, "out of memory");
+  evt_graph_count_uses(g, uses);
+  for (int i = 0; i < n0; i++)
+    if (is_gemm(g->nodes[i].op))
+      for (int k = 0; k < g->nodes[i].ninputs; k++) gemms[g->nodes[i].inputs[k]]++;
+  for (int u = 0; u < n0 && made >= 0; u++) {
+    const evt_node *gu = &g->nodes[u];
+    if (!is_gemm(gu->op)) continue;
+    for (int k = 0; k < gu->ninputs && made >= 0; k++) {
+      int p = g->nodes[u].inputs[k];
+      const evt_node *pn = &g->nodes[p];
+      evt_op src = g->nodes[pn->inputs[0]].op;
+      if (pn->op != EVT_OP_PERMUTE || uses[p] < 2 || src == EVT_OP_INPUT || src == EVT_OP_PARAM) continue;
+      if (gemms[p] == uses[p] && gemms[p] > 0) { /* only GEMMs: this one keeps the original */
+        gemms[p] = -1;
+        continue;
+      }
+      evt_ilist perm = pn->attr.dims;
+      int copy = permute(g, p, pn->inputs[0], &perm);
+      if (copy < 0) {
+        made = -1;
+        break;
+      }
+      g->nodes[u].inputs[k] = copy;
+      uses[p]--, gemms[p]--;
+      made++;
+    }
+  }
+  free(uses);
+  free(gemms);
+  return made;
+}
+
 evt_status evt_pass_layout(evt_graph *g, evt_pass_stats *st) {
   for (int sweep = 0; sweep < 32; sweep++) {
     int changed = 0, n0 = g->nnodes;
@@ -109,7 +155,11 @@ evt_status evt_pass_layout(evt_graph *g, evt_pass_stats *st) {
     int removed = 0;
     evt_status s = evt_graph_compact(g, &removed);
     st->removed += removed;
-    if (s != EVT_OK || !changed) return s;
+    if (s != EVT_OK) return s;
+    if (!changed) break;
   }
-  return EVT_OK;
+  int copies = duplicate_gemm_permutes(g);
+  if (copies < 0) return EVT_ERR_INTERNAL;
+  st->rewrites += copies;
+  return evt_graph_compact(g, NULL);
 }

@@ -596,3 +596,101 @@ TEST(pipeline_order_and_run_all) {
   CHECK(evt_passes_run_all(g, 0, 1) == EVT_OK && g->nnodes == 0);
   evt_graph_free(g);
 }
+
+/* ---- randomized: every pass keeps the values of random DAGs ------------------------------------------ */
+
+static uint64_t rng_next(uint64_t *s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  return *s;
+}
+
+/* A random DAG of broadcasting elementwise ops, reductions, layout ops, constants and one_hot over
+ * f32 shapes drawn from [4,5], [4,1], [1,5] and what the ops make of them. */
+static evt_graph *random_graph(uint64_t seed) {
+  uint64_t s = seed * 2654435761u + 1;
+  evt_graph *g = evt_graph_new("rnd");
+  static const int64_t shapes[][2] = {{4, 5}, {4, 1}, {1, 5}};
+  int nodes[64], n = 0;
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "in%d", i);
+    nodes[n++] = evt_input(g, name, EVT_F32, 2, shapes[i]);
+  }
+  int64_t ts[] = {4};
+  int t = evt_input(g, "t", EVT_I64, 1, ts);
+  g->nodes[t].attr.init = EVT_INIT_RANDINT, g->nodes[t].attr.hi = 5;
+  g->nodes[t].attr_given |= (1ull << EVT_ATTR_INIT) | (1ull << EVT_ATTR_HI);
+  evt_attr oh[] = {EVT_ATTR_INT("num_classes", 5)};
+  nodes[n++] = evt_add_op(g, "one_hot", &t, 1, oh, 1);
+  static const char *bin[] = {"add", "sub", "mul", "mul", "maximum"};
+  static const char *un[] = {"neg", "tanh", "relu", "sigmoid"};
+  for (int tries = 0; n < 24 && tries < 400; tries++) {
+    int a = nodes[rng_next(&s) % (uint64_t)n], b = nodes[rng_next(&s) % (uint64_t)n], id = -1;
+    switch (rng_next(&s) % 9) {
+    case 0: case 1: case 2: id = evt_add_op(g, bin[rng_next(&s) % 5], (int[]){a, b}, 2, NULL, 0); break;
+    case 3: id = evt_add_op(g, un[rng_next(&s) % 4], &a, 1, NULL, 0); break;
+    case 4: { /* reduction over one dim or all */
+      int rank = g->nodes[a].type.rank;
+      evt_attr at[2] = {{.name = "dims", .n = rank ? 1 : 0, .list = {(int64_t)(rng_next(&s) % (uint64_t)(rank ? rank : 1))}},
+                        EVT_ATTR_INT("keepdim", (int64_t)(rng_next(&s) % 2))};
+      id = evt_add_op(g, rng_next(&s) % 2 ? "sum" : "mean", &a, 1, at, 2);
+      break;
+    }
+    case 5: { /* a constant operand: scalar or full */
+      double v = (double)(rng_next(&s) % 5) - 1.0; /* -1, 0, 1, 2, 3 */
+      evt_attr va[] = {EVT_ATTR_FLOAT("value", v)};
+      int c = evt_add_op(g, "scalar", NULL, 0, va, 1);
+      if (c >= 0) g->nodes[c].type.dtype = EVT_F32;
+      id = c < 0 ? -1 : evt_add_op(g, rng_next(&s) % 3 ? "mul" : "add", (int[]){a, c}, 2, NULL, 0);
+      break;
+    }
+    case 6: { /* permute there and back, or a reshape round trip */
+      if (g->nodes[a].type.rank != 2) break;
+      evt_attr p[] = {{.name = "dims", .n = 2, .list = {1, 0}}};
+      int q = evt_add_op(g, "permute", &a, 1, p, 1);
+      int r = q < 0 ? -1 : evt_add_op(g, "relu", &q, 1, NULL, 0);
+      id = r < 0 ? -1 : evt_add_op(g, "permute", &r, 1, p, 1);
+      break;
+    }
+    case 7: { /* expand to [4,5] */
+      evt_attr e[] = {{.name = "shape", .n = 2, .list = {4, 5}}};
+      id = evt_add_op(g, "expand", &a, 1, e, 1);
+      break;
+    }
+    case 8: { /* divide by a nonzero constant */
+      evt_attr va[] = {EVT_ATTR_FLOAT("value", (double)(rng_next(&s) % 3) + 2.0)};
+      int c = evt_add_op(g, "scalar", NULL, 0, va, 1);
+      id = c < 0 ? -1 : evt_add_op(g, "div", (int[]){a, c}, 2, NULL, 0);
+      break;
+    }
+    }
+    if (id >= 0 && evt_dtype_is_float(g->nodes[id].type.dtype)) nodes[n++] = id;
+  }
+  /* every float node nobody uses is an output, so the whole DAG is live */
+  int *uses = calloc((size_t)g->nnodes, sizeof(int));
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].ninputs; k++) uses[g->nodes[i].inputs[k]]++;
+  for (int i = 0; i < g->nnodes; i++)
+    if (!uses[i] && g->nodes[i].op != EVT_OP_INPUT && evt_dtype_is_float(g->nodes[i].type.dtype)) evt_graph_add_output(g, i);
+  free(uses);
+  return g;
+}
+
+TEST(random_graphs_every_pass_keeps_values) {
+  evt_status (*passes[])(evt_graph *, evt_pass_stats *) = {evt_pass_canonicalize, evt_pass_loss_elim, evt_pass_decompose,
+                                                           evt_pass_reduce_elim, evt_pass_constprop, evt_pass_cse,
+                                                           evt_pass_layout, evt_pass_dce};
+  for (uint64_t seed = 1; seed <= 150; seed++) {
+    evt_graph *g = random_graph(seed);
+    CHECK_MSG(evt_graph_verify(g) == EVT_OK, "seed %llu: %s", (unsigned long long)seed, evt_graph_error(g));
+    char *text = evt_graph_to_string(g);
+    evt_graph_free(g);
+    for (int p = 0; p < EVT_ARRAY_LEN(passes) && text; p++) {
+      g = check_preserves(text, passes[p], 0, false);
+      free(text);
+      text = g ? evt_graph_to_string(g) : NULL;
+      evt_graph_free(g);
+    }
+    free(text);
+  }
+}

@@ -320,3 +320,56 @@ def test_dynamic_shapes(caplog):
     msgs = [r.getMessage() for r in caplog.records]
     assert sum("specialized to" in m for m in msgs) == 4, msgs  # fw + bw for n=4 and n=3; n=4 again is cached
     assert fallbacks(caplog.records) == set()
+
+
+_LN_W, _LN_B = torch.linspace(0.5, 1.5, 6).view(2, 3), torch.linspace(-1, 1, 6).view(2, 3)
+ELEMENTWISE_CASES = {
+    "clamp": lambda t: t.clamp(-0.5, 0.5),
+    "hardtanh": F.hardtanh,  # backward: logical/bitwise ops on bool masks
+    "leaky_relu": lambda t: F.leaky_relu(t, 0.1),
+    "elu": F.elu,
+    "softplus_log1p": lambda t: torch.log1p(t.exp()),
+    "var": lambda t: t.var(1, keepdim=True) + t,
+    "norm": lambda t: t.norm(dim=1, keepdim=True) * t,
+    "layer_norm_2d": lambda t: F.layer_norm(t.view(4, 2, 3), [2, 3]).view(4, 6),
+    "layer_norm_2d_affine": lambda t: F.layer_norm(t.view(4, 2, 3), [2, 3], _LN_W, _LN_B).view(4, 6),
+    "rms_norm": lambda t: F.rms_norm(t, [6]),
+    "avg_pool": lambda t: F.avg_pool2d(t.view(1, 4, 2, 3), 2, 1).flatten(),
+    "mse": lambda t: F.mse_loss(t, torch.ones(4, 6)).expand(3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE_CASES))
+def test_more_ops(name, caplog):
+    """Ops beyond the six models: translated (no fallback) and exact, forward and backward."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    fn = ELEMENTWISE_CASES[name]
+    torch.manual_seed(1)
+    x = torch.randn(4, 6, requires_grad=True)
+    w = torch.randn_like(fn(x.detach()))
+
+    def f(t):
+        return (fn(t) * w).sum()
+    ref = f(x)
+    (g_ref,) = torch.autograd.grad(ref, x)
+    got = torch.compile(f, backend="evt", fullgraph=True)(x)
+    (g,) = torch.autograd.grad(got, x)
+    assert rel_err(got.detach(), ref.detach()) <= 1e-4
+    assert rel_err(g, g_ref) <= 1e-4
+    assert fallbacks(caplog.records) == set()
+
+
+def test_batchnorm_eval_no_grad(caplog):
+    """Inference (eval BatchNorm, no_grad) goes through the same path (fw compiler only)."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    torch.manual_seed(0)
+    m = ConvBN()
+    x, y = torch.randn(2, 3, 4, 4), torch.randint(0, 3, (2,))
+    m(x, y)  # moves the running statistics away from their initial values
+    m.eval()
+    c = torch.compile(copy.deepcopy(m), backend="evt", fullgraph=True)
+    with torch.no_grad():
+        assert rel_err(c(x, y), m(x, y)) <= 1e-4
+    assert fallbacks(caplog.records) == set()
