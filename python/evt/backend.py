@@ -5,7 +5,8 @@ Contract
   the ops evt wants whole: layer/batch norm and their backward, softmax/log_softmax and theirs, gelu
   backward, nll_loss, embedding backward, pooling backward, select/slice backward, ...), partition_fn
   (sees the joint forward+backward graph; logs its op histogram, records each layer-norm backward's eps
-  from its forward, then splits with default_partition) and compile_module as fw/bw compiler.
+  from its forward, then splits with default_partition, or with min_cut_rematerialization_partition when
+  EVT_PARTITIONER=min_cut) and compile_module as fw/bw compiler.
 - compile_module(gm) walks the FX nodes in order and translates each into evt IR (aten.py). Maximal runs of
   translated nodes become one evt *segment* (one `.evt` graph, parsed once and cached by its text, which
   holds every shape and dtype); a node without an exact translation runs as ordinary PyTorch between
@@ -90,6 +91,9 @@ def partition_fn(joint, joint_inputs, **kwargs):
                 fwd = rstd.args[0]
                 if getattr(fwd, "target", None) == aten.native_layer_norm.default:
                     n.meta["evt_eps"] = float(fwd.args[4])
+    if os.environ.get("EVT_PARTITIONER", "default") == "min_cut":
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     return default_partition(joint, joint_inputs, **kwargs)
 
 

@@ -205,6 +205,13 @@ def test_mlp(caplog):
         assert any("after the graph passes" in r.getMessage() for r in caplog.records)
 
 
+def test_min_cut_partitioner(caplog, monkeypatch):
+    """EVT_PARTITIONER=min_cut: forward values are recomputed in the backward instead of saved; exact."""
+    monkeypatch.setenv("EVT_PARTITIONER", "min_cut")
+    fb = check_training(MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,))), caplog, steps=2)
+    assert fb == set(), fb
+
+
 def test_bert_layer(caplog):
     fb = check_training(Bert, lambda: (torch.randn(2, 5, 8), torch.randint(0, 3, (2,))), caplog)
     assert fb == set(), fb
