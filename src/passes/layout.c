@@ -288,7 +288,10 @@ static int propagate(evt_graph *g, const evt_ilist *p) {
       }
     }
     if (P.seed[v]) {
-      if (all_moved && !(g->nodes[v].flags & EVT_NODE_OUTPUT) && uses[v] > 0) delta--;
+      if (all_moved && !(g->nodes[v].flags & EVT_NODE_OUTPUT) && uses[v] > 0) {
+        delta--;
+        P.seed[v] = 2; /* goes away */
+      }
     } else if ((needs_back || (g->nodes[v].flags & EVT_NODE_OUTPUT)) && !pure_permute(g->nodes[v].type.shape, p)) {
       delta++;
     }
@@ -299,6 +302,14 @@ static int propagate(evt_graph *g, const evt_ilist *p) {
     if (P.absorbed[v] >= 0) {
       evt_graph_replace_uses(g, v, P.absorbed[v]);
       continue;
+    }
+    evt_node *x = P.seed[v] == 2 ? &g->nodes[P.pv[v]] : NULL;
+    if (x && (x->flags & EVT_NODE_FRESH_NAME) && !(g->nodes[v].flags & EVT_NODE_FRESH_NAME)) {
+      const char *name = x->name; /* a seed that goes away leaves its name (%b0.c1.conv) to what it permuted */
+      x->name = g->nodes[v].name;
+      g->nodes[v].name = name;
+      x->flags &= ~(unsigned)EVT_NODE_FRESH_NAME;
+      g->nodes[v].flags |= EVT_NODE_FRESH_NAME;
     }
     if (P.pv[v] < 0 || P.seed[v]) continue;
     int back = permute(g, v, P.pv[v], &P.inv);
@@ -393,6 +404,35 @@ static int duplicate_gemm_permutes(evt_graph *g) {
   return made;
 }
 
+/* A permute that no longer has users (it folded away) leaves its name to the node it permuted when that
+ * one was made by a pass (so %b0.c2.conv names the channels-last convolution once its permutes cancel). */
+static void inherit_names(evt_graph *g) {
+  int n = g->nnodes, sp = 0;
+  int *stack = malloc(sizeof(int) * (size_t)(n ? n : 1));
+  char *live = calloc((size_t)(n ? n : 1), 1);
+  if (!stack || !live) evt_fatal(__FILE__, __LINE__, "out of memory");
+  for (int i = 0; i < g->noutputs; i++)
+    if (!live[g->outputs[i]]) live[g->outputs[i]] = 1, stack[sp++] = g->outputs[i];
+  while (sp > 0) { /* ids are not in topological order in the middle of a pass */
+    const evt_node *x = &g->nodes[stack[--sp]];
+    for (int k = 0; k < x->ninputs; k++)
+      if (!live[x->inputs[k]]) live[x->inputs[k]] = 1, stack[sp++] = x->inputs[k];
+  }
+  for (int i = 0; i < n; i++) {
+    evt_node *p = &g->nodes[i];
+    if (p->op != EVT_OP_PERMUTE || live[i] || (p->flags & (EVT_NODE_FRESH_NAME | EVT_NODE_OUTPUT))) continue;
+    evt_node *x = &g->nodes[p->inputs[0]];
+    if (!live[p->inputs[0]] || !(x->flags & EVT_NODE_FRESH_NAME) || (x->flags & EVT_NODE_OUTPUT)) continue;
+    const char *name = x->name;
+    x->name = p->name;
+    p->name = name;
+    x->flags &= ~(unsigned)EVT_NODE_FRESH_NAME;
+    p->flags |= EVT_NODE_FRESH_NAME;
+  }
+  free(stack);
+  free(live);
+}
+
 evt_status evt_pass_layout(evt_graph *g, evt_pass_stats *st) {
   for (int sweep = 0; sweep < 32; sweep++) {
     int changed = 0, n0 = g->nnodes;
@@ -412,6 +452,7 @@ evt_status evt_pass_layout(evt_graph *g, evt_pass_stats *st) {
     }
     free(uses);
     st->rewrites += changed;
+    inherit_names(g);
     int removed = 0;
     evt_status s = evt_graph_compact(g, &removed);
     st->removed += removed;
