@@ -408,3 +408,30 @@ def test_batchnorm_eval_no_grad(caplog):
     with torch.no_grad():
         assert rel_err(c(x, y), m(x, y)) <= 1e-4
     assert fallbacks(caplog.records) == set()
+
+
+def test_outputs_views_and_input_grads(caplog):
+    """Several outputs (one a transposed view, one an input passed through), a gradient for a data input,
+    and a parameter the loss does not use (its gradient stays None): the structure PyTorch expects."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    torch.manual_seed(0)
+    lin, unused = nn.Linear(6, 4), nn.Parameter(torch.randn(3))
+
+    def f(x, y):
+        logits = lin(x)
+        return F.cross_entropy(logits, y), logits.t(), y
+
+    x0, y = torch.randn(5, 6), torch.randint(0, 4, (5,))
+    res = []
+    for fn in (f, torch.compile(f, backend="evt", fullgraph=True)):
+        lin.zero_grad()
+        x = x0.clone().requires_grad_()
+        loss, lt, yy = fn(x, y)
+        (loss + lt.square().sum()).backward()
+        assert lt.shape == (4, 5) and yy.dtype == torch.int64 and torch.equal(yy, y)
+        res.append((loss.detach(), lt.detach(), x.grad, lin.weight.grad.clone(), lin.bias.grad.clone()))
+    for a, b in zip(*res):
+        assert rel_err(b, a) <= 1e-4
+    assert unused.grad is None
+    assert fallbacks(caplog.records) == set()
