@@ -44,6 +44,8 @@ typedef enum evt_attr_kind { EVT_AK_INT, EVT_AK_FLOAT, EVT_AK_LIST, EVT_AK_ENUM 
 
 typedef enum evt_reduction { EVT_REDUCTION_NONE, EVT_REDUCTION_MEAN, EVT_REDUCTION_SUM, EVT_REDUCTION_COUNT } evt_reduction;
 typedef enum evt_approximate { EVT_APPROXIMATE_NONE, EVT_APPROXIMATE_TANH, EVT_APPROXIMATE_COUNT } evt_approximate;
+/* conv/pool activation layout: nchw ([N,C,H,W], weight [O,C/g,kh,kw]) or nhwc ([N,H,W,C], weight [O,kh,kw,C/g]) */
+typedef enum evt_layout { EVT_LAYOUT_NCHW, EVT_LAYOUT_NHWC, EVT_LAYOUT_COUNT } evt_layout;
 typedef enum evt_init {
   EVT_INIT_NORMAL,   /* N(0, std) */
   EVT_INIT_UNIFORM,  /* U[lo, hi) */
@@ -67,6 +69,7 @@ typedef struct evt_attrs {
 #define EVT_FIELD_LIST evt_ilist
 #define EVT_FIELD_ENUM_REDUCTION int64_t
 #define EVT_FIELD_ENUM_APPROXIMATE int64_t
+#define EVT_FIELD_ENUM_LAYOUT int64_t
 #define EVT_FIELD_ENUM_DTYPE int64_t
 #define EVT_FIELD_ENUM_INIT int64_t
 #define X(U, l, kind, def) EVT_FIELD_##kind l;

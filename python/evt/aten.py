@@ -1220,6 +1220,53 @@ def _sdpa_bwd(b, node, used):
     return {i: b.result(f"sdpa_backward_{w}", ops, attrs, val=vals[i]) for i, w in enumerate("qkv") if i in used}
 
 
+@rule(aten.index)
+def _index(b, node, used):
+    """x[idx] with one integer index tensor (other dims sliced fully): index_select (+ reshape)."""
+    x, idxs = node.args[:2]
+    pos = [i for i, t in enumerate(idxs) if t is not None]
+    if len(pos) != 1 or not is_tensor_node(idxs[pos[0]]):
+        raise Unsupported("more than one index tensor")
+    idx = idxs[pos[0]]
+    iv = meta_val(idx)
+    if iv.dtype not in (torch.int64, torch.int32):
+        raise Unsupported("boolean mask index")
+    d = pos[0]
+    iname = b.val(idx)
+    if iv.dim() != 1:
+        iname = b.reshape(iname, [iv.numel()])
+    y = b.op("index_select", [b.val(x), iname], {"dim": d})
+    return b.result("reshape", [y], {"shape": static_shape(out(node))})
+
+
+@rule(aten.index_put)
+def _index_put(b, node, used):
+    """x.index_put([idx], v, accumulate=True) with one 1-d index on dim 0: x + scatter-add of v."""
+    x, idxs, v = node.args[:3]
+    acc = arg(node, 3, "accumulate", False)
+    if not acc:
+        raise Unsupported("index_put without accumulate")
+    if len(idxs) != 1 or not is_tensor_node(idxs[0]) or meta_val(idxs[0]).dim() != 1 or \
+            meta_val(idxs[0]).dtype not in (torch.int64, torch.int32):
+        raise Unsupported("index_put other than one 1-d integer index")
+    xs = static_shape(meta_val(x))
+    dt = out(node).dtype
+    want = [static_shape(meta_val(idxs[0]))[0]] + xs[1:]
+    vn = b.cast(v, dt)
+    if static_shape(meta_val(v)) != want:
+        vn = b.op("expand", [vn], {"shape": want})
+    sc = b.op("index_select_backward", [vn, b.val(idxs[0])], {"dim": 0, "shape": xs})
+    return b.result("add", [b.cast(x, dt), sc])
+
+
+@rule(aten.full_like)
+def _full_like(b, node, used):
+    value = node.args[1]
+    if not isinstance(value, (int, float, bool)):
+        raise Unsupported("symbolic fill value")
+    return b.result("full", [], {"value": float(value)})
+
+
 def translate(b, node, used):
     """Emits node into b; returns its evt name(s) or raises Unsupported."""
     if node.target is operator.getitem:

@@ -5,7 +5,8 @@ Contract
   the ops evt wants whole: layer/batch norm and their backward, softmax/log_softmax and theirs, gelu
   backward, nll_loss, embedding backward, pooling backward, select/slice backward, ...), partition_fn
   (sees the joint forward+backward graph; logs its op histogram, records each layer-norm backward's eps
-  from its forward, then splits with default_partition) and compile_module as fw/bw compiler.
+  from its forward, then splits with default_partition, or with min_cut_rematerialization_partition when
+  EVT_PARTITIONER=min_cut) and compile_module as fw/bw compiler.
 - compile_module(gm) walks the FX nodes in order and translates each into evt IR (aten.py). Maximal runs of
   translated nodes become one evt *segment* (one `.evt` graph, parsed once and cached by its text, which
   holds every shape and dtype); a node without an exact translation runs as ordinary PyTorch between
@@ -90,6 +91,9 @@ def partition_fn(joint, joint_inputs, **kwargs):
                 fwd = rstd.args[0]
                 if getattr(fwd, "target", None) == aten.native_layer_norm.default:
                     n.meta["evt_eps"] = float(fwd.args[4])
+    if os.environ.get("EVT_PARTITIONER", "default") == "min_cut":
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     return default_partition(joint, joint_inputs, **kwargs)
 
 
@@ -240,22 +244,37 @@ class Plan:
         for s in self.steps:
             if isinstance(s, Segment):
                 s.finalize(lambda m: m.users)
+        # Liveness: each value is dropped from the environment after the last step that reads it.
+        step_of = {}
+        for i, s in enumerate(self.steps):
+            for m in (s.members if isinstance(s, Segment) else [s]):
+                step_of[m] = i
+        last = {}
+        for node in list(self.placeholders) + list(step_of):
+            uses = [step_of.get(u, len(self.steps)) for u in node.users]
+            last[node] = max(uses, default=step_of.get(node, -1))
+        self.free_after = [[] for _ in self.steps]
+        for node, i in last.items():
+            if 0 <= i < len(self.steps):
+                self.free_after[i].append(node)
 
     def __call__(self, args):
         env = dict(zip(self.placeholders, args))
-        for s in self.steps:
+        for i, s in enumerate(self.steps):
             if isinstance(s, Segment):
                 try:
                     s.run(env)
                     if _CHECK:
                         _check_segment(s, env)
-                except EvtError as e:
-                    log.warning("evt segment failed at run time (%s); running its %d nodes in PyTorch", e,
-                                len(s.members))
+                except Exception as e:  # noqa: BLE001 (never fail the step: PyTorch runs the segment)
+                    log.warning("evt segment failed at run time (%s: %s); running its %d nodes in PyTorch",
+                                type(e).__name__, e, len(s.members))
                     for m in s.members:
                         env[m] = _run_torch(m, env)
             else:
                 env[s] = _run_torch(s, env)
+            for node in self.free_after[i]:
+                env.pop(node, None)
         return list(torch.fx.node.map_arg(self.output.args[0], lambda n: env[n]))
 
 

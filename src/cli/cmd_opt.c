@@ -23,7 +23,9 @@ static void print_counts(const evt_graph *g, FILE *out) {
     fprintf(out, "%s%s %d", sep, evt_op_class_names[c], counts[c]);
     sep = ", ";
   }
-  fputc('\n', out);
+  int permutes = 0; /* data movement the layout pass works on (a permute that is a reshape is folded) */
+  for (int i = 0; i < g->nnodes; i++) permutes += g->nodes[i].op == EVT_OP_PERMUTE || g->nodes[i].op == EVT_OP_TRANSPOSE;
+  fprintf(out, " | permutes %d\n", permutes);
 }
 
 static void free_values(evt_tensor *v, int n) {
@@ -134,7 +136,7 @@ EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--veri
              "  --passes=a,b,...   run these passes in this order (default: the whole pipeline:\n"
              "                     canonicalize,loss-elim,decompose,reduce-elim,constprop,cse,layout,dce)\n"
              "  --dump-after=PASS  print the graph right after PASS instead of the final graph\n"
-             "  --stats            print node counts by op class before and after each pass\n"
+             "  --stats            print node counts by op class (and of permutes) before and after each pass\n"
              "  --verify           run the verifier after every pass, and the interpreter (fp64) on fresh random\n"
              "                     inputs before and after it: print the largest relative difference over\n"
              "                     all outputs (each output against its own magnitude, floored at 1e-6 of\n"

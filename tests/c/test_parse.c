@@ -234,6 +234,9 @@ TEST(parse_file_io) {
   CHECK(evt_parse_file("/nonexistent/dir/x.evt", &err) == NULL);
   CHECK(err && strstr(err, "/nonexistent/dir/x.evt: cannot open"));
   free(err);
+  CHECK(evt_parse_file("/tmp", &err) == NULL);
+  CHECK_MSG(err && strcmp(err, "/tmp: cannot read: Is a directory") == 0, "%s", err ? err : "(null)");
+  free(err);
   char path[] = "/tmp/evt_test_parse_XXXXXX";
   int fd = mkstemp(path);
   CHECK(fd >= 0);

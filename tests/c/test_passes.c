@@ -694,3 +694,137 @@ TEST(random_graphs_every_pass_keeps_values) {
     free(text);
   }
 }
+
+/* ---- channels-last (decompose) and permute propagation (layout) -------------------------------------- */
+
+static evt_status decompose_then_layout(evt_graph *g, evt_pass_stats *st) {
+  evt_status s = evt_pass_decompose(g, st);
+  return s == EVT_OK ? evt_pass_layout(g, st) : s;
+}
+
+static int count_layout(const evt_graph *g, int64_t layout) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    evt_op op = g->nodes[i].op;
+    bool conv_pool = evt_op_table[op].cls == EVT_CLASS_CONV || evt_op_table[op].cls == EVT_CLASS_POOL;
+    c += conv_pool && ((evt_op_table[op].attrs >> EVT_ATTR_LAYOUT) & 1u) && g->nodes[i].attr.layout == layout;
+  }
+  return c;
+}
+
+static const char *kConvPoolOps =
+    "graph t {\n"
+    "  %x: f32[2,4,5,6] = input()\n"
+    "  %w: f32[6,2,3,3] = param()\n"
+    "  %dy: f32[2,6,3,6] = input()\n"
+    "  %dp: f32[2,4,3,4] = input()\n"
+    "  %y: f32[2,6,3,6] = conv2d(%x, %w, stride=[2,1], padding=[1,1], groups=2)\n"
+    "  %dx: f32[2,4,5,6] = conv2d_backward_input(%dy, %w, shape=[2,4,5,6], stride=[2,1], padding=[1,1], groups=2)\n"
+    "  %dw: f32[6,2,3,3] = conv2d_backward_weight(%x, %dy, shape=[6,2,3,3], stride=[2,1], padding=[1,1], groups=2)\n"
+    "  %p: f32[2,4,3,4] = max_pool2d(%x, kernel=[3,2], stride=[2,2], padding=[1,1])\n"
+    "  %pb: f32[2,4,5,6] = max_pool2d_backward(%dp, %x, kernel=[3,2], stride=[2,2], padding=[1,1])\n"
+    "  %a: f32[2,4,3,4] = avg_pool2d(%x, kernel=[3,2], stride=[2,2], padding=[1,1])\n"
+    "  %ab: f32[2,4,5,6] = avg_pool2d_backward(%dp, shape=[2,4,5,6], kernel=[3,2], stride=[2,2], padding=[1,1])\n"
+    "  output %y, %dx, %dw, %p, %pb, %a, %ab\n"
+    "}\n";
+
+TEST(decompose_conv_pool_channels_last) {
+  evt_graph *g = check_preserves(kConvPoolOps, evt_pass_decompose, 0, false);
+  if (!g) return;
+  CHECK(count_layout(g, EVT_LAYOUT_NHWC) == 7 && count_layout(g, EVT_LAYOUT_NCHW) == 0);
+  /* x, w, dy, dp in (after CSE they would be shared; decompose alone makes one per use), 7 results out */
+  CHECK(count_op(g, EVT_OP_PERMUTE) == 2 + 2 + 2 + 1 + 2 + 1 + 1 + 7);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_CONV2D_BACKWARD_WEIGHT) /* weights [O,kh,kw,C/g] */
+      CHECK(g->nodes[i].type.shape[0] == 6 && g->nodes[i].type.shape[1] == 3 && g->nodes[i].type.shape[3] == 2);
+  evt_graph_free(g);
+}
+
+TEST(layout_cancels_channels_last_permutes) {
+  static const char *text = "graph t {\n"
+                            "  %x: f32[2,3,6,5] = input()\n"
+                            "  %w1: f32[4,3,3,3] = param()\n"
+                            "  %c1: f32[2,4,6,5] = conv2d(%x, %w1, padding=[1,1])\n"
+                            "  %b: f32[4] = param()\n"
+                            "  %b3: f32[4,1,1] = reshape(%b, shape=[4,1,1])\n"
+                            "  %a: f32[2,4,6,5] = add(%c1, %b3)\n"
+                            "  %m: f32[1,4,1,1] = mean(%a, dims=[0,2,3], keepdim=1)\n"
+                            "  %s: f32[2,4,6,5] = sub(%a, %m)\n"
+                            "  %r: f32[2,4,6,5] = relu(%s)\n"
+                            "  %w2: f32[4,4,3,3] = param()\n"
+                            "  %c2: f32[2,4,6,5] = conv2d(%r, %w2, padding=[1,1])\n"
+                            "  %p: f32[2,4,3,2] = max_pool2d(%c2, kernel=[2,2], stride=[2,2])\n"
+                            "  %g: f32[2,4] = mean(%p, dims=[2,3])\n"
+                            "  %cs: f32[4] = sum(%r, dims=[0,2,3])\n"
+                            "  %am: f32[4,6,5] = amax(%r, dims=[0], keepdim=0)\n"
+                            "  output %g, %cs, %am\n"
+                            "}\n";
+  evt_graph *g = check_preserves(text, decompose_then_layout, 0, false);
+  if (!g) return;
+  /* left: x, w1, w2 into the convs, and %am: amax over N keeps [C,H,W], which is not the NHWC order */
+  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 4, "%d permutes", count_op(g, EVT_OP_PERMUTE));
+  int r = evt_graph_find(g, "r"), cs = evt_graph_find(g, "cs");
+  CHECK(r >= 0 && g->nodes[r].type.shape[3] == 4 && g->nodes[r].type.shape[1] == 6);  /* %r is NHWC now */
+  CHECK(cs >= 0 && g->nodes[cs].inputs[0] == r && g->nodes[cs].attr.dims.n == 3 && g->nodes[cs].attr.dims.v[2] == 2);
+  evt_graph_free(g);
+}
+
+/* Propagation is committed only when it removes permutes: a permuted value added to a plain input and
+ * returned would need the input permuted and the sum permuted back (2 for 1), so nothing moves. */
+TEST(layout_propagation_never_adds_permutes) {
+  static const char *text = "graph t {\n"
+                            "  %x: f32[2,4,5,3] = input()\n"
+                            "  %a: f32[2,4,5,3] = relu(%x)\n"
+                            "  %p: f32[2,3,4,5] = permute(%a, dims=[0,3,1,2])\n"
+                            "  %z: f32[2,3,4,5] = input()\n"
+                            "  %s: f32[2,3,4,5] = add(%p, %z)\n"
+                            "  %e: f32[2,3,4,5] = exp(%s)\n"
+                            "  output %e\n"
+                            "}\n";
+  evt_graph *g = check_preserves(text, evt_pass_layout, 0, false);
+  if (!g) return;
+  CHECK(count_op(g, EVT_OP_PERMUTE) == 1 && g->nodes[evt_graph_find(g, "s")].inputs[0] == evt_graph_find(g, "p"));
+  evt_graph_free(g);
+}
+
+/* permute(expand(u)) -> expand of a reshape when the permute only moves size-1 dims of u; a permute around
+ * a reshape that only adds size-1 dims meets the inner permute (xmlcnn's embedding -> image) */
+TEST(layout_permute_through_expand_and_unit_reshape) {
+  static const char *text = "graph t {\n"
+                            "  %u: f32[2,3,1,1] = input()\n"
+                            "  %e: f32[2,3,4,5] = expand(%u, shape=[2,3,4,5])\n"
+                            "  %pe: f32[2,4,5,3] = permute(%e, dims=[0,2,3,1])\n"
+                            "  %emb: f32[2,7,3] = input()\n"
+                            "  %chw: f32[2,3,7] = permute(%emb, dims=[0,2,1])\n"
+                            "  %img: f32[2,3,1,7] = reshape(%chw, shape=[2,3,1,7])\n"
+                            "  %hwc: f32[2,1,7,3] = permute(%img, dims=[0,2,3,1])\n"
+                            "  output %pe, %hwc\n"
+                            "}\n";
+  evt_graph *g = check_preserves(text, evt_pass_layout, 0, false);
+  if (!g) return;
+  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 0, "%d permutes", count_op(g, EVT_OP_PERMUTE));
+  CHECK(count_op(g, EVT_OP_EXPAND) == 1);
+  evt_graph_free(g);
+}
+
+/* The examples through the whole pipeline: resnet_block keeps only the permutes at its boundaries (x, the
+ * two weights, the two weight gradients, the head's two transposes), and values stay (fp64). */
+TEST(layout_resnet_block_permutes_cancel) {
+  char *err = NULL;
+  evt_graph *g = evt_parse_file("examples/resnet_block.evt", &err);
+  CHECK_MSG(g != NULL, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  CHECK(evt_graph_build_joint(g, 0) == EVT_OK);
+  CHECK(evt_passes_run_all(g, 0, 1) == EVT_OK);
+  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 7, "%d permutes", count_op(g, EVT_OP_PERMUTE));
+  CHECK(count_layout(g, EVT_LAYOUT_NHWC) == 7 && count_layout(g, EVT_LAYOUT_NCHW) == 0);
+  for (int i = 0; i < g->nnodes; i++) {
+    const evt_node *n = &g->nodes[i];
+    if (n->op != EVT_OP_PERMUTE) continue;
+    evt_op src = g->nodes[n->inputs[0]].op;
+    bool boundary = src == EVT_OP_INPUT || src == EVT_OP_PARAM || (n->flags & EVT_NODE_OUTPUT) || n->type.rank == 2;
+    CHECK_MSG(boundary, "permute %%%s of %%%s inside the graph", n->name, g->nodes[n->inputs[0]].name);
+  }
+  evt_graph_free(g);
+}

@@ -167,6 +167,24 @@ class GCN(nn.Module):
         return F.cross_entropy(adj @ self.l2(h), y)
 
 
+class GCNEdges(nn.Module):
+    """The same GCN as message passing over an edge list: gather x[src] (index -> evt index_select),
+    scale by the edge weight, scatter-add into dst (index_add_ -> index_put accumulate -> evt
+    index_select_backward). Its backward uses the same two ops the other way round."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(6, 8), nn.Linear(8, 3)
+
+    @staticmethod
+    def prop(h, src, dst, w):
+        return torch.zeros_like(h).index_add_(0, dst, h[src] * w[:, None])
+
+    def forward(self, src, dst, w, x, y):
+        h = F.relu(self.prop(self.l1(x), src, dst, w))
+        return F.cross_entropy(self.prop(self.l2(h), src, dst, w), y)
+
+
 def _adj(n=7):
     a = (torch.rand(n, n) < 0.4).float()
     a = ((a + a.t()) > 0).float() + torch.eye(n)
@@ -182,6 +200,15 @@ def test_registered():
 
 def test_mlp(caplog):
     fb = check_training(MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,))), caplog)
+    assert fb == set(), fb
+    if hasattr(evt_lib.lib(), "evt_passes_run_all") and evt.backend.PASSES:
+        assert any("after the graph passes" in r.getMessage() for r in caplog.records)
+
+
+def test_min_cut_partitioner(caplog, monkeypatch):
+    """EVT_PARTITIONER=min_cut: forward values are recomputed in the backward instead of saved; exact."""
+    monkeypatch.setenv("EVT_PARTITIONER", "min_cut")
+    fb = check_training(MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,))), caplog, steps=2)
     assert fb == set(), fb
 
 
@@ -208,6 +235,14 @@ def test_conv_batchnorm(caplog):
 def test_gcn(caplog):
     adj = _adj()
     fb = check_training(GCN, lambda: (adj, torch.randn(7, 6), torch.randint(0, 3, (7,))), caplog)
+    assert fb == set(), fb
+
+
+def test_gcn_edge_list(caplog):
+    g = torch.Generator().manual_seed(3)
+    src, dst = torch.randint(0, 7, (12,), generator=g), torch.randint(0, 7, (12,), generator=g)
+    w = torch.rand(12, generator=g)
+    fb = check_training(GCNEdges, lambda: (src, dst, w, torch.randn(7, 6), torch.randint(0, 3, (7,))), caplog)
     assert fb == set(), fb
 
 
@@ -372,4 +407,31 @@ def test_batchnorm_eval_no_grad(caplog):
     c = torch.compile(copy.deepcopy(m), backend="evt", fullgraph=True)
     with torch.no_grad():
         assert rel_err(c(x, y), m(x, y)) <= 1e-4
+    assert fallbacks(caplog.records) == set()
+
+
+def test_outputs_views_and_input_grads(caplog):
+    """Several outputs (one a transposed view, one an input passed through), a gradient for a data input,
+    and a parameter the loss does not use (its gradient stays None): the structure PyTorch expects."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    torch.manual_seed(0)
+    lin, unused = nn.Linear(6, 4), nn.Parameter(torch.randn(3))
+
+    def f(x, y):
+        logits = lin(x)
+        return F.cross_entropy(logits, y), logits.t(), y
+
+    x0, y = torch.randn(5, 6), torch.randint(0, 4, (5,))
+    res = []
+    for fn in (f, torch.compile(f, backend="evt", fullgraph=True)):
+        lin.zero_grad()
+        x = x0.clone().requires_grad_()
+        loss, lt, yy = fn(x, y)
+        (loss + lt.square().sum()).backward()
+        assert lt.shape == (4, 5) and yy.dtype == torch.int64 and torch.equal(yy, y)
+        res.append((loss.detach(), lt.detach(), x.grad, lin.weight.grad.clone(), lin.bias.grad.clone()))
+    for a, b in zip(*res):
+        assert rel_err(b, a) <= 1e-4
+    assert unused.grad is None
     assert fallbacks(caplog.records) == set()
