@@ -20,4 +20,20 @@ if ! python3 -c "import torch, pytest, numpy" >/dev/null 2>&1; then
   echo "setup: pip install -r requirements-dev.txt"
   python3 -m pip install -q -r "$here/requirements-dev.txt"
 fi
+# CUTLASS 4.2 headers for the generated-kernel checks (only include/ and tools/util/include, ~28 MB) into
+# the git-ignored .cutlass/; the H200 runs carry the same folder. Skipped when already there.
+if [ ! -f "$here/.cutlass/cutlass_library/source/include/cutlass/cutlass.h" ]; then
+  echo "setup: CUTLASS headers (nvidia-cutlass==4.2.0.0) into .cutlass/"
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps nvidia-cutlass==4.2.0.0 -d "$tmp"
+  python3 - "$tmp" "$here/.cutlass" <<'PY'
+import glob, sys, zipfile
+whl = glob.glob(sys.argv[1] + "/nvidia_cutlass-*.whl")[0]
+with zipfile.ZipFile(whl) as z:
+    names = [n for n in z.namelist() if n.startswith(("cutlass_library/source/include/",
+                                                       "cutlass_library/source/tools/util/include/"))]
+    z.extractall(sys.argv[2], names)
+PY
+  rm -rf "$tmp"
+fi
 echo "setup: ok"

@@ -44,6 +44,8 @@ typedef enum evt_attr_kind { EVT_AK_INT, EVT_AK_FLOAT, EVT_AK_LIST, EVT_AK_ENUM 
 
 typedef enum evt_reduction { EVT_REDUCTION_NONE, EVT_REDUCTION_MEAN, EVT_REDUCTION_SUM, EVT_REDUCTION_COUNT } evt_reduction;
 typedef enum evt_approximate { EVT_APPROXIMATE_NONE, EVT_APPROXIMATE_TANH, EVT_APPROXIMATE_COUNT } evt_approximate;
+/* conv/pool activation layout: nchw ([N,C,H,W], weight [O,C/g,kh,kw]) or nhwc ([N,H,W,C], weight [O,kh,kw,C/g]) */
+typedef enum evt_layout { EVT_LAYOUT_NCHW, EVT_LAYOUT_NHWC, EVT_LAYOUT_COUNT } evt_layout;
 typedef enum evt_init {
   EVT_INIT_NORMAL,   /* N(0, std) */
   EVT_INIT_UNIFORM,  /* U[lo, hi) */
@@ -67,6 +69,7 @@ typedef struct evt_attrs {
 #define EVT_FIELD_LIST evt_ilist
 #define EVT_FIELD_ENUM_REDUCTION int64_t
 #define EVT_FIELD_ENUM_APPROXIMATE int64_t
+#define EVT_FIELD_ENUM_LAYOUT int64_t
 #define EVT_FIELD_ENUM_DTYPE int64_t
 #define EVT_FIELD_ENUM_INIT int64_t
 #define X(U, l, kind, def) EVT_FIELD_##kind l;
@@ -142,6 +145,14 @@ struct evt_graph {
   int noutputs, outcap;
   int loss;              /* node id or -1 */
   int name_counter;      /* for fresh names */
+  /* name → id cache for evt_graph_find (src/ir/graph.c). Every name a node gets through graph.c is
+   * entered; hits are re-checked against the node, so passes may swap names or renumber freely. */
+  struct {
+    const char **names;  /* arena-owned strings; NULL = empty slot */
+    int *ids;
+    int cap, count;
+    int indexed;         /* nodes entered since the last rebuild; < nnodes means rebuild */
+  } name_index;
   char error[1024];
 };
 
@@ -217,8 +228,9 @@ int evt_train_grad_outputs(const evt_graph *g, int *grad_of);
 int evt_train_param_count(const evt_graph *g);
 /* Builds the joint graph if g has a loss and no gradient outputs (*built tells; may be NULL). */
 evt_status evt_train_ensure_joint(evt_graph *g, bool *built);
-/* p -= lr * grad.p for every param (rounded to p's dtype); the gradient slots must be filled. */
-evt_status evt_train_sgd_update(evt_graph *g, evt_tensor *values, double lr);
+/* p -= lr * grad.p for every param (rounded to p's dtype unless flags has EVT_RUN_FP64); the gradient
+ * slots must be filled. */
+evt_status evt_train_sgd_update(evt_graph *g, evt_tensor *values, double lr, unsigned flags);
 /* Frees every slot that is not an input or param (between steps). */
 void evt_train_release(const evt_graph *g, evt_tensor *values);
 

@@ -60,7 +60,7 @@ static evt_status mark_needed(evt_graph *g, unsigned flags, bool *req, bool *nee
     if (is_source(n->op)) continue;
     if (!(evt_op_table[n->op].flags & EVT_OPF_DIFF))
       return evt_graph_errorf(g, i, EVT_ERR_UNSUPPORTED,
-                              "no gradient rule for %s, and it lies between the loss and a parameter",
+                              "no gradient rule for %s, which lies on a path from a parameter to the loss",
                               evt_op_table[n->op].name);
     for (int k = 0; k < n->ninputs; k++)
       if (req[n->inputs[k]] && evt_vjp_differentiable_input(g, n, k)) needs[n->inputs[k]] = true;

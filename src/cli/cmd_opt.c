@@ -23,7 +23,9 @@ static void print_counts(const evt_graph *g, FILE *out) {
     fprintf(out, "%s%s %d", sep, evt_op_class_names[c], counts[c]);
     sep = ", ";
   }
-  fputc('\n', out);
+  int permutes = 0; /* data movement the layout pass works on (a permute that is a reshape is folded) */
+  for (int i = 0; i < g->nnodes; i++) permutes += g->nodes[i].op == EVT_OP_PERMUTE || g->nodes[i].op == EVT_OP_TRANSPOSE;
+  fprintf(out, " | permutes %d\n", permutes);
 }
 
 static void free_values(evt_tensor *v, int n) {
@@ -134,7 +136,7 @@ EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--veri
              "  --passes=a,b,...   run these passes in this order (default: the whole pipeline:\n"
              "                     canonicalize,loss-elim,decompose,reduce-elim,constprop,cse,layout,dce)\n"
              "  --dump-after=PASS  print the graph right after PASS instead of the final graph\n"
-             "  --stats            print node counts by op class before and after each pass\n"
+             "  --stats            print node counts by op class (and of permutes) before and after each pass\n"
              "  --verify           run the verifier after every pass, and the interpreter (fp64) on fresh random\n"
              "                     inputs before and after it: print the largest relative difference over\n"
              "                     all outputs (each output against its own magnitude, floored at 1e-6 of\n"
@@ -197,6 +199,7 @@ EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--veri
     print_counts(g, stdout);
   }
   int nodes_before = g->nnodes;
+  bool loss_zero = false; /* --no-loss and loss elimination ran */
   for (int i = 0; i < o.n && rc == EVTC_EXIT_OK; i++) {
     const evt_pass_info *p = o.list[i];
     snapshot before = {0};
@@ -235,10 +238,12 @@ EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--veri
         rc = EVTC_EXIT_INTERNAL;
       } else {
         bool dropped = o.no_loss && !strcmp(p->name, "loss-elim") && g->loss >= 0;
+        loss_zero = loss_zero || dropped;
         int worst = -1;
         double d = max_rel_diff(&before, g, after, dropped ? 0 : -1, &worst);
         printf("verify: %-13s max rel diff %.3g over %d outputs%s%s\n", p->name, d, g->noutputs,
-               dropped ? " (loss dropped: not compared)" : "", g->loss >= 0 ? ", loss kept as output 0" : "");
+               dropped ? " (loss dropped: not compared)" : "",
+               g->loss < 0 ? "" : loss_zero ? ", loss output 0 is the constant 0" : ", loss kept as output 0");
         if (!(d <= VERIFY_TOLERANCE)) {
           fprintf(stderr, "evtc opt: pass %s changed output %d (%%%s) by %.3g (> %g)\n", p->name, worst,
                   worst >= 0 ? g->nodes[g->outputs[worst]].name : "?", d, VERIFY_TOLERANCE);

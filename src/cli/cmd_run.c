@@ -1,13 +1,16 @@
 /* evtc run: train a `.evt` model with SGD on the CPU interpreter.
  *
- *   evtc run FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [--every K] [--fp64]
+ *   evtc run FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [--every K] [--fp64] [--opt]
  *
- * Parses FILE; if it has a loss and no gradient outputs, builds the joint graph; fills inputs and params
- * from their init attributes (seed S); then N times: run the interpreter, print `step K loss L (T ms)`,
- * and update every param p -= lr * grad.p. The data inputs stay the same every step, so a working
- * backward makes the loss go down. Ends with `done: N steps, loss A -> B, T ms/step`.
+ * Parses FILE ("-": standard input); if it has a loss and no gradient outputs, builds the joint graph;
+ * fills inputs and params from their init attributes (seed S); with --opt runs the graph-pass pipeline on
+ * the joint graph (it keeps the loss, the %grad.<param> outputs, and the inputs/params with their values);
+ * then N times: run the interpreter, print `step K loss L (T ms)`, and update every param
+ * p -= lr * grad.p. The data inputs stay the same every step, so a working backward makes the loss go
+ * down. Ends with `done: N steps, loss A -> B, T ms/step`.
  * Exit codes: 0 ok; 1 bad flags, a bad file, no loss, a non-finite loss; 2 an internal error. */
 #include "cli.h"
+#include "passes/passes.h"
 
 #include <errno.h>
 #include <math.h>
@@ -21,7 +24,7 @@ typedef struct {
   double lr;
   unsigned long long seed;
   const char *device;
-  bool fp64;
+  bool fp64, opt;
 } run_options;
 
 static double now_ms(void) {
@@ -47,6 +50,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
     bool has_value = i + 1 < argc;
     if (!strcmp(a, "--fp64")) {
       o->fp64 = true;
+    } else if (!strcmp(a, "--opt")) {
+      o->opt = true;
     } else if (!strcmp(a, "--steps") || !strcmp(a, "--every") || !strcmp(a, "--lr") || !strcmp(a, "--seed") ||
                !strcmp(a, "--device")) {
       if (!has_value) {
@@ -98,14 +103,77 @@ static int parse_options(int argc, char **argv, run_options *o) {
   return EVTC_EXIT_OK;
 }
 
+/* All of standard input as a string (NULL if unreadable or if it holds a NUL byte). */
+static char *read_stdin(void) {
+  size_t len = 0, cap = 1 << 16;
+  char *buf = malloc(cap);
+  for (size_t r; buf && (r = fread(buf + len, 1, cap - 1 - len, stdin)) > 0;) {
+    len += r;
+    if (len + 1 == cap) {
+      char *bigger = realloc(buf, cap *= 2);
+      if (!bigger) free(buf);
+      buf = bigger;
+    }
+  }
+  if (!buf || ferror(stdin) || memchr(buf, '\0', len)) {
+    free(buf);
+    return NULL;
+  }
+  buf[len] = '\0';
+  return buf;
+}
+
+static evt_graph *load(const char *path, char **err) {
+  if (strcmp(path, "-")) return evt_parse_file(path, err);
+  char *text = read_stdin();
+  if (!text) return NULL;
+  evt_graph *g = evt_parse(text, "<stdin>", err);
+  free(text);
+  return g;
+}
+
 static int fail(evt_graph *g, evt_status st) {
   fprintf(stderr, "evtc run: %s\n", evt_graph_error(g));
   return evtc_exit_code(st);
 }
 
+static bool is_source(const evt_node *n) { return n->op == EVT_OP_INPUT || n->op == EVT_OP_PARAM; }
+
+/* Runs the pass pipeline on g and carries the filled input/param slots over to the rewritten graph by name
+ * (passes keep every input and param with its name, but may renumber them, and the initializers depend on
+ * the node id: initializing after the passes would train from different starting values). */
+static evt_status optimize(evt_graph *g, evt_tensor **values) {
+  int n0 = g->nnodes;
+  const char **names = calloc((size_t)n0, sizeof *names);
+  if (!names) evt_fatal(__FILE__, __LINE__, "out of memory");
+  for (int i = 0; i < n0; i++) names[i] = is_source(&g->nodes[i]) ? g->nodes[i].name : NULL; /* arena-owned */
+  evt_status st = evt_passes_run_all(g, 0, 0);
+  evt_tensor *old = *values, *nw = calloc((size_t)g->nnodes, sizeof *nw);
+  int *grad_of = malloc(sizeof(int) * (size_t)g->nnodes);
+  if (!nw || !grad_of) evt_fatal(__FILE__, __LINE__, "out of memory");
+  if (st == EVT_OK && evt_train_grad_outputs(g, grad_of) != evt_train_param_count(g))
+    st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "the passes lost a %%grad.<param> output");
+  free(grad_of);
+  for (int i = 0; i < g->nnodes && st == EVT_OK; i++) {
+    if (!is_source(&g->nodes[i])) continue;
+    int k = 0;
+    while (k < n0 && !(names[k] && !strcmp(names[k], g->nodes[i].name))) k++;
+    if (k == n0) {
+      st = evt_graph_errorf(g, i, EVT_ERR_INTERNAL, "the passes made a new input or param");
+      break;
+    }
+    nw[i] = old[k];
+    memset(&old[k], 0, sizeof old[k]);
+  }
+  for (int k = 0; k < n0; k++) evt_tensor_free(&old[k]);
+  free(old);
+  free(names);
+  *values = nw;
+  return st;
+}
+
 static int train(evt_graph *g, const run_options *o, evt_tensor *values) {
-  evt_status st = evt_interp_init_inputs(g, values, o->seed);
-  if (st != EVT_OK) return fail(g, st);
+  evt_status st;
   double first = NAN, last = NAN, total_ms = 0;
   for (long step = 1; step <= o->steps; step++) {
     double t0 = now_ms();
@@ -123,7 +191,7 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values) {
       fprintf(stderr, "evtc run: the loss is %g at step %ld (try a smaller --lr)\n", last, step);
       return EVTC_EXIT_USER;
     }
-    st = evt_train_sgd_update(g, values, o->lr);
+    st = evt_train_sgd_update(g, values, o->lr, o->fp64 ? EVT_RUN_FP64 : 0);
     if (st != EVT_OK) return fail(g, st);
     evt_train_release(g, values);
     double ms = now_ms() - t0;
@@ -136,16 +204,17 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values) {
   return EVTC_EXIT_OK;
 }
 
-EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [--every K] [--fp64]",
+EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [--every K] [--fp64] [--opt]",
              "train a model with SGD on the CPU interpreter\n"
-             "  FILE          a .evt graph with a loss (the joint graph is built if it has no gradients)\n"
+             "  FILE          a .evt graph with a loss (- for stdin; the joint graph is built if it has no gradients)\n"
              "  --steps N     training steps (required; 0 only checks that the graph can be prepared)\n"
              "  --lr X        SGD learning rate: p -= X * grad (default 0.01)\n"
              "  --seed S      seed of the input/param initializers (default 0)\n"
              "  --device D    cpu (default); auto picks the best available (today the CPU interpreter);\n"
              "                gpu is refused: the GPU runtime does not exist yet\n"
              "  --every K     print every K-th step (the first and last always; default 1)\n"
-             "  --fp64        compute in fp64 instead of rounding to each tensor's dtype\n"
+             "  --fp64        compute (and update params) in fp64 instead of rounding to each tensor's dtype\n"
+             "  --opt         run the graph passes (evtc opt's pipeline) on the joint graph first\n"
              "prints `step K loss L (T ms)` per step, then `done: N steps, loss A -> B, T ms/step`") {
   run_options o;
   int rc = parse_options(argc, argv, &o);
@@ -157,9 +226,9 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [-
   if (!strcmp(o.device, "auto")) printf("device: cpu interpreter (auto: no GPU runtime in this build yet)\n");
 
   char *err = NULL;
-  evt_graph *g = evt_parse_file(o.path, &err);
+  evt_graph *g = load(o.path, &err);
   if (!g) {
-    fprintf(stderr, "%s\n", err ? err : "evtc run: could not read the file");
+    fprintf(stderr, "%s\n", err ? err : "evtc run: cannot read the input (or it holds a NUL byte)");
     free(err);
     return EVTC_EXIT_USER;
   }
@@ -170,11 +239,17 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [-
     evt_graph_free(g);
     return rc;
   }
-  printf("%s: %d nodes%s, %d params, lr %g, seed %llu\n", o.path, g->nnodes, built ? " (joint graph built)" : "",
-         evt_train_param_count(g), o.lr, o.seed);
+  int before = g->nnodes;
   evt_tensor *values = calloc((size_t)g->nnodes, sizeof *values);
   if (!values) evt_fatal(__FILE__, __LINE__, "out of memory");
-  rc = train(g, &o, values);
+  st = evt_interp_init_inputs(g, values, o.seed);
+  if (st == EVT_OK && o.opt) st = optimize(g, &values);
+  if (st == EVT_OK) {
+    printf("%s: %d nodes%s", o.path, before, built ? " (joint graph built)" : "");
+    if (o.opt) printf(", %d after the passes", g->nnodes);
+    printf(", %d params, lr %g, seed %llu\n", evt_train_param_count(g), o.lr, o.seed);
+  }
+  rc = st == EVT_OK ? train(g, &o, values) : fail(g, st);
   for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&values[i]);
   free(values);
   evt_graph_free(g);

@@ -27,6 +27,8 @@ void evt_graph_free(evt_graph *g) {
   if (!g) return;
   free(g->nodes);
   free(g->outputs);
+  free(g->name_index.names);
+  free(g->name_index.ids);
   evt_arena_free(&g->arena);
   free(g);
 }
@@ -98,10 +100,80 @@ const char *evt_type_str(const evt_type *t, char *buf, size_t n) {
   return buf;
 }
 
-int evt_graph_find(const evt_graph *g, const char *name) {
+/* ---- name index: open addressing over (name, id); a cache, so it may be stale but never wrong ---- */
+
+static uint64_t hash_name(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static void index_put(evt_graph *g, const char *name, int id);
+
+static void index_rebuild(evt_graph *g) {
+  free(g->name_index.names);
+  free(g->name_index.ids);
+  int cap = 64;
+  while (cap < 2 * g->nnodes + 16) cap *= 2;
+  g->name_index.names = calloc((size_t)cap, sizeof(char *));
+  g->name_index.ids = calloc((size_t)cap, sizeof(int));
+  if (!g->name_index.names || !g->name_index.ids) evt_fatal(__FILE__, __LINE__, "out of memory");
+  g->name_index.cap = cap;
+  g->name_index.count = 0;
+  g->name_index.indexed = 0;
   for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) return i;
-  return -1;
+    if (g->nodes[i].name) index_put(g, g->nodes[i].name, i);
+  g->name_index.indexed = g->nnodes;
+}
+
+/* Enters or updates name → id. */
+static void index_put(evt_graph *g, const char *name, int id) {
+  if (2 * (g->name_index.count + 1) > g->name_index.cap) {
+    const char **names = g->name_index.names;
+    int *ids = g->name_index.ids, cap = g->name_index.cap;
+    int cap2 = cap ? cap * 2 : 64;
+    g->name_index.names = calloc((size_t)cap2, sizeof(char *));
+    g->name_index.ids = calloc((size_t)cap2, sizeof(int));
+    if (!g->name_index.names || !g->name_index.ids) evt_fatal(__FILE__, __LINE__, "out of memory");
+    g->name_index.cap = cap2;
+    g->name_index.count = 0;
+    for (int i = 0; i < cap; i++)
+      if (names[i]) index_put(g, names[i], ids[i]);
+    free(names);
+    free(ids);
+  }
+  uint64_t mask = (uint64_t)g->name_index.cap - 1;
+  for (uint64_t h = hash_name(name) & mask;; h = (h + 1) & mask) {
+    if (!g->name_index.names[h]) {
+      g->name_index.names[h] = name;
+      g->name_index.ids[h] = id;
+      g->name_index.count++;
+      return;
+    }
+    if (strcmp(g->name_index.names[h], name) == 0) {
+      g->name_index.ids[h] = id;
+      return;
+    }
+  }
+}
+
+int evt_graph_find(const evt_graph *cg, const char *name) {
+  evt_graph *g = (evt_graph *)cg; /* the index is a cache; lookups may refresh it */
+  if (g->name_index.indexed < g->nnodes || !g->name_index.cap) index_rebuild(g);
+  uint64_t mask = (uint64_t)g->name_index.cap - 1;
+  for (uint64_t h = hash_name(name) & mask; g->name_index.names[h]; h = (h + 1) & mask) {
+    if (strcmp(g->name_index.names[h], name) != 0) continue;
+    int id = g->name_index.ids[h];
+    if (id < g->nnodes && g->nodes[id].name && strcmp(g->nodes[id].name, name) == 0) return id;
+    /* stale (a pass renamed or renumbered nodes): look it up the slow way and refresh */
+    for (int i = 0; i < g->nnodes; i++)
+      if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) {
+        g->name_index.ids[h] = i;
+        return i;
+      }
+    return -1;
+  }
+  return -1; /* every name a node holds was entered, so a miss is final */
 }
 
 const char *evt_graph_fresh_name(evt_graph *g, const char *base) {
@@ -156,8 +228,10 @@ int evt_graph_add_node(evt_graph *g, evt_op op, const int *inputs, int ninputs, 
     for (int i = 0; i < declared->rank; i++) n->attr.shape.v[i] = declared->shape[i];
   }
   g->nnodes++; /* visible to evt_infer_node for messages; undone on error */
+  g->name_index.indexed++;
   if (evt_infer_node(g, n, id) != EVT_OK) {
     g->nnodes--;
+    g->name_index.indexed--;
     return -1;
   }
   if (declared && !evt_type_equal(declared, &n->type)) {
@@ -165,8 +239,10 @@ int evt_graph_add_node(evt_graph *g, evt_op op, const int *inputs, int ninputs, 
     evt_graph_errorf(g, id, EVT_ERR_TYPE, "declared type %s but the op gives %s", evt_type_str(declared, a, sizeof a),
                      evt_type_str(&n->type, b, sizeof b));
     g->nnodes--;
+    g->name_index.indexed--;
     return -1;
   }
+  if (g->name_index.cap) index_put(g, n->name, id);
   return id;
 }
 
@@ -238,6 +314,7 @@ evt_status evt_graph_set_name(evt_graph *g, int node, const char *name) {
   int other = evt_graph_find(g, name);
   if (other >= 0 && other != node) return evt_graph_errorf(g, node, EVT_ERR_INVALID, "name %%%s is taken", name);
   g->nodes[node].name = evt_arena_strdup(&g->arena, name);
+  if (g->name_index.cap) index_put(g, g->nodes[node].name, node);
   return EVT_OK;
 }
 

@@ -461,6 +461,24 @@ static evt_status infer_spmm_t(evt_graph *g, evt_node *n, int id) {
 
 /* ---- convolution and pooling ------------------------------------------------------------------------ */
 
+/* Layouts (attrs.def `layout`): nhwc tensors are checked through their NCHW view. Activations [N,H,W,C] and
+ * nhwc weights [O,kh,kw,C/g] map to [N,C,H,W] / [O,C/g,kh,kw] by the same dim order [0,3,1,2]; the view
+ * of an NCHW shape back to NHWC is [0,2,3,1]. Types of another rank are left alone (the callers reject them). */
+static void layout_view(const evt_type *t, int64_t layout, bool to_nchw, evt_type *out) {
+  *out = *t;
+  if (layout != EVT_LAYOUT_NHWC || t->rank != 4) return;
+  static const int to_c[4] = {0, 3, 1, 2}, to_l[4] = {0, 2, 3, 1};
+  const int *p = to_nchw ? to_c : to_l;
+  for (int i = 0; i < 4; i++) out->shape[i] = t->shape[p[i]];
+  evt_type_set_contiguous(out);
+}
+
+static evt_status layout_attr(evt_graph *g, const evt_node *n, int id) {
+  if (n->attr.layout != EVT_LAYOUT_NCHW && n->attr.layout != EVT_LAYOUT_NHWC)
+    FAIL("layout must be nchw or nhwc, got %lld", (long long)n->attr.layout);
+  return EVT_OK;
+}
+
 /* Checks and canonicalizes stride/padding/dilation/groups. */
 static evt_status conv_attrs(evt_graph *g, evt_node *n, int id) {
   CHECK_ST(pair_attr(g, id, &n->attr.stride, "stride", 1));
@@ -493,26 +511,35 @@ static evt_status conv_out(evt_graph *g, evt_node *n, int id, const evt_type *x,
 
 static evt_status infer_conv(evt_graph *g, evt_node *n, int id) {
   CHECK_ST(conv_attrs(g, n, id));
-  const evt_type *a = in_type(g, n, 0), *b = in_type(g, n, 1);
+  CHECK_ST(layout_attr(g, n, id));
+  int64_t lay = n->attr.layout;
+  evt_type av, bv, yv;
+  layout_view(in_type(g, n, 0), lay, true, &av);
+  layout_view(in_type(g, n, 1), lay, true, &bv);
+  const evt_type *a = &av, *b = &bv; /* NCHW views; messages name them as such */
   if (!evt_dtype_is_float(a->dtype) || a->dtype != b->dtype)
     FAIL("operands must have the same floating dtype: %s, %s", ts(a), ts(b));
   evt_type x, w, y;
   switch (n->op) {
   case EVT_OP_CONV2D:
-    return conv_out(g, n, id, a, b, &n->type);
+    CHECK_ST(conv_out(g, n, id, a, b, &yv));
+    layout_view(&yv, lay, false, &n->type);
+    return EVT_OK;
   case EVT_OP_CONV2D_BACKWARD_INPUT: /* (dy, w), shape = x */
     CHECK_ST(check_shape_attr(g, id, &n->attr.shape, "shape"));
-    type_from_list(&x, a->dtype, &n->attr.shape);
+    type_from_list(&yv, a->dtype, &n->attr.shape);
+    layout_view(&yv, lay, true, &x);
     CHECK_ST(conv_out(g, n, id, &x, b, &y));
     if (!same_shape(&y, a)) FAIL("dy %s must be the conv2d output %s of x shape=%s", ts(a), ts(&y), ls(&n->attr.shape));
-    n->type = x;
+    layout_view(&x, lay, false, &n->type);
     return EVT_OK;
   case EVT_OP_CONV2D_BACKWARD_WEIGHT: /* (x, dy), shape = w */
     CHECK_ST(check_shape_attr(g, id, &n->attr.shape, "shape"));
-    type_from_list(&w, a->dtype, &n->attr.shape);
+    type_from_list(&yv, a->dtype, &n->attr.shape);
+    layout_view(&yv, lay, true, &w);
     CHECK_ST(conv_out(g, n, id, a, &w, &y));
     if (!same_shape(&y, b)) FAIL("dy %s must be the conv2d output %s of w shape=%s", ts(b), ts(&y), ls(&n->attr.shape));
-    n->type = w;
+    layout_view(&w, lay, false, &n->type);
     return EVT_OK;
   default: EVT_UNREACHABLE();
   }
@@ -537,27 +564,34 @@ static evt_status pool_out(evt_graph *g, evt_node *n, int id, const evt_type *x,
 }
 
 static evt_status infer_pool(evt_graph *g, evt_node *n, int id) {
-  const evt_type *a = in_type(g, n, 0);
+  CHECK_ST(layout_attr(g, n, id));
+  int64_t lay = n->attr.layout;
+  evt_type av, t;
+  layout_view(in_type(g, n, 0), lay, true, &av);
+  const evt_type *a = &av; /* NCHW view */
   evt_type x, y;
   switch (n->op) {
   case EVT_OP_MAX_POOL2D:
   case EVT_OP_AVG_POOL2D:
     if (n->op == EVT_OP_AVG_POOL2D) CHECK_ST(need_float(g, id, a, "x"));
-    return pool_out(g, n, id, a, &n->type);
+    CHECK_ST(pool_out(g, n, id, a, &t));
+    layout_view(&t, lay, false, &n->type);
+    return EVT_OK;
   case EVT_OP_MAX_POOL2D_BACKWARD: /* (dy, x) */
-    x = *in_type(g, n, 1);
+    layout_view(in_type(g, n, 1), lay, true, &x);
     if (x.dtype != a->dtype) FAIL("dy %s and x %s must have the same dtype", ts(a), ts(&x));
     break;
   case EVT_OP_AVG_POOL2D_BACKWARD: /* (dy), shape = x */
     CHECK_ST(need_float(g, id, a, "dy"));
     CHECK_ST(check_shape_attr(g, id, &n->attr.shape, "shape"));
-    type_from_list(&x, a->dtype, &n->attr.shape);
+    type_from_list(&t, a->dtype, &n->attr.shape);
+    layout_view(&t, lay, true, &x);
     break;
   default: EVT_UNREACHABLE();
   }
   CHECK_ST(pool_out(g, n, id, &x, &y));
   if (!same_shape(&y, a)) FAIL("dy %s must be the pooled output %s of x %s", ts(a), ts(&y), ts(&x));
-  n->type = x;
+  layout_view(&x, lay, false, &n->type);
   return EVT_OK;
 }
 

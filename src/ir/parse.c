@@ -576,6 +576,7 @@ evt_graph *evt_parse_file(const char *path, char **err) {
   }
   size_t cap = 65536, len = 0;
   char *buf = malloc(cap);
+  errno = 0;
   if (!buf) evt_fatal(__FILE__, __LINE__, "out of memory");
   for (;;) {
     if (len == cap) {
@@ -589,11 +590,11 @@ evt_graph *evt_parse_file(const char *path, char **err) {
     len += r;
     if (r == 0) break;
   }
-  bool bad = ferror(f);
+  int bad = ferror(f) ? (errno ? errno : EIO) : 0;
   fclose(f);
   if (bad) {
     free(buf);
-    if (err && asprintf(err, "%s: read error", path) < 0) *err = NULL;
+    if (err && asprintf(err, "%s: cannot read: %s", path, strerror(bad)) < 0) *err = NULL;
     return NULL;
   }
   evt_graph *g = parse_text(buf, len, path, err);

@@ -22,10 +22,12 @@ const char *const evt_op_class_names[EVT_CLASS_COUNT] = {
 
 static const char *const reduction_names[] = {"none", "mean", "sum"};
 static const char *const approximate_names[] = {"none", "tanh"};
+static const char *const layout_names[] = {"nchw", "nhwc"};
 static const char *const dtype_names[] = {"f32", "f16", "bf16", "i64", "i32", "bool"};
 static const char *const init_names[] = {"normal", "uniform", "randint", "zeros", "ones", "rowptr"};
 _Static_assert(EVT_ARRAY_LEN(reduction_names) == EVT_REDUCTION_COUNT, "reduction names");
 _Static_assert(EVT_ARRAY_LEN(approximate_names) == EVT_APPROXIMATE_COUNT, "approximate names");
+_Static_assert(EVT_ARRAY_LEN(layout_names) == EVT_LAYOUT_COUNT, "layout names");
 _Static_assert(EVT_ARRAY_LEN(dtype_names) == EVT_DTYPE_COUNT, "dtype names");
 _Static_assert(EVT_ARRAY_LEN(init_names) == EVT_INIT_COUNT, "init names");
 
@@ -34,6 +36,7 @@ _Static_assert(EVT_ARRAY_LEN(init_names) == EVT_INIT_COUNT, "init names");
 #define EVT_AI_LIST EVT_AK_LIST, NULL, 0
 #define EVT_AI_ENUM_REDUCTION EVT_AK_ENUM, reduction_names, EVT_REDUCTION_COUNT
 #define EVT_AI_ENUM_APPROXIMATE EVT_AK_ENUM, approximate_names, EVT_APPROXIMATE_COUNT
+#define EVT_AI_ENUM_LAYOUT EVT_AK_ENUM, layout_names, EVT_LAYOUT_COUNT
 #define EVT_AI_ENUM_DTYPE EVT_AK_ENUM, dtype_names, EVT_DTYPE_COUNT
 #define EVT_AI_ENUM_INIT EVT_AK_ENUM, init_names, EVT_INIT_COUNT
 const evt_attr_info evt_attr_table[EVT_ATTR_COUNT] = {

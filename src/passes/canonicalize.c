@@ -13,20 +13,6 @@
  * Ends with a compaction (dead nodes dropped). */
 #include "passes/passes.h"
 
-#include <string.h>
-
-/* Sets input k of node id to nw if that leaves the node's type unchanged; true if done. */
-static bool try_substitute(evt_graph *g, int id, int k, int nw) {
-  evt_node copy = g->nodes[id];
-  copy.inputs[k] = nw;
-  char saved[sizeof g->error];
-  memcpy(saved, g->error, sizeof saved);
-  evt_status st = evt_infer_node(g, &copy, g->nnodes); /* as if appended: its inputs may be later nodes */
-  memcpy(g->error, saved, sizeof saved);
-  if (st != EVT_OK || !evt_type_equal(&copy.type, &g->nodes[id].type)) return false;
-  g->nodes[id].inputs[k] = nw;
-  return true;
-}
 
 static bool is_identity_perm(const evt_ilist *p) {
   for (int i = 0; i < p->n; i++)
@@ -80,29 +66,12 @@ static int canonical(evt_graph *g, int id) {
   }
 }
 
-/* Folds constant `full` and `expand` operands of an elementwise node; returns the number of changes. */
-static int fold_operands(evt_graph *g, int id, int *rewrites) {
-  if (!evt_op_is_elementwise(g->nodes[id].op) || g->nodes[id].ninputs < 2) return 0;
-  for (int k = 0; k < g->nodes[id].ninputs; k++) {
-    int x = g->nodes[id].inputs[k];
-    const evt_node *in = &g->nodes[x];
-    bool full = in->op == EVT_OP_FULL && in->type.rank > 0;
-    int nw = -1;
-    if (in->op == EVT_OP_EXPAND) nw = in->inputs[0];
-    else if (full) nw = evt_rw_scalar(g, x, in->type.dtype, in->attr.value);
-    if (nw < 0) {
-      if (full) return -1;
-      continue;
-    }
-    if (try_substitute(g, id, k, nw)) (*rewrites)++;
-  }
-  return 0;
-}
-
 evt_status evt_pass_canonicalize(evt_graph *g, evt_pass_stats *st) {
   int n0 = g->nnodes;
   for (int id = 0; id < n0; id++) {
-    if (fold_operands(g, id, &st->rewrites) < 0) return EVT_ERR_INTERNAL;
+    int folded = evt_rw_fold_operands(g, id);
+    if (folded < 0) return EVT_ERR_INTERNAL;
+    st->rewrites += folded;
     int r = canonical(g, id);
     if (r < 0) return EVT_ERR_INTERNAL;
     if (r == id) continue;

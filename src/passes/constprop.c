@@ -11,6 +11,7 @@
  *   x / c                            -> x * (1/c)      c a nonzero float constant
  *   c1 * (c2 * x), c * neg(x), neg(c * x) -> (c1*c2) * x, (-c) * x    scalar constants merge
  *   sum/mean/amax over dims that all have size 1  -> reshape (or x itself with keepdim)
+ *   a constant `full` operand of an elementwise op -> `scalar` (as in canonicalize, for constants folded here)
  * Then a compaction drops what became dead. */
 #include "passes/passes.h"
 
@@ -170,6 +171,9 @@ evt_status evt_pass_constprop(evt_graph *g, evt_pass_stats *st) {
   for (int sweep = 0; sweep < 16; sweep++) {
     int changed = 0;
     for (int id = 0; id < g->nnodes; id++) {
+      int folded = evt_rw_fold_operands(g, id);
+      if (folded < 0) return EVT_ERR_INTERNAL;
+      changed += folded;
       int r = simplify(g, id);
       if (r < 0) return EVT_ERR_INTERNAL;
       if (r == id) continue;

@@ -19,6 +19,12 @@
  *   batch_norm_backward_weight(dy, x)   -> sum(dy * x^, all dims but 1)
  *   gelu_backward(dy, x)                -> dy * (Phi(x) + x * phi(x))   (erf form; tanh form likewise)
  *   threshold_backward(dy, y)           -> where(y > value, dy, 0)
+ *   conv2d / conv2d_backward_input / conv2d_backward_weight / max_pool2d / max_pool2d_backward /
+ *   avg_pool2d / avg_pool2d_backward (layout nchw)
+ *                                       -> permute(op(permute(a, [0,2,3,1]), ..., layout=nhwc), [0,3,1,2])
+ *                                          the paper's channels-last forms (a shape attribute is permuted too;
+ *                                          weights [O,C/g,kh,kw] become [O,kh,kw,C/g] by the same permute);
+ *                                          the layout pass then cancels the permutes between stages
  * Each rewritten node is replaced by its decomposition; sweeps repeat until none applies. Duplicates (the
  * forward's and the backward's normalization statistics) are left for CSE. Ends with a compaction. */
 #include "passes/passes.h"
@@ -76,6 +82,33 @@ static int gelu_grad(evt_graph *g, int id, int dy, int x, int64_t approximate) {
 #undef S
 #undef MUL
 #undef ADD
+}
+
+static const evt_ilist to_nhwc = {4, {0, 2, 3, 1}}, to_nchw = {4, {0, 3, 1, 2}};
+
+static int permute4(evt_graph *g, int at, int x, const evt_ilist *p) {
+  evt_attrs a = evt_attrs_default;
+  a.dims = *p;
+  return evt_rw_op(g, at, EVT_OP_PERMUTE, &x, 1, &a, 1ull << EVT_ATTR_DIMS);
+}
+
+/* A conv/pool op in NCHW -> its channels-last form between permutes (every operand and the result rank 4). */
+static int channels_last(evt_graph *g, int id) {
+  const evt_node *n = &g->nodes[id];
+  if (n->attr.layout != EVT_LAYOUT_NCHW || n->type.rank != 4) return id;
+  int in[EVT_MAX_INPUTS], nin = n->ninputs;
+  for (int k = 0; k < nin; k++)
+    if (g->nodes[n->inputs[k]].type.rank != 4) return id;
+  evt_attrs a = n->attr;
+  uint64_t given = n->attr_given | (1ull << EVT_ATTR_LAYOUT);
+  evt_op op = n->op;
+  a.layout = EVT_LAYOUT_NHWC;
+  if ((evt_op_table[op].attrs >> EVT_ATTR_SHAPE) & 1u) {
+    if (a.shape.n != 4) return id;
+    for (int i = 0; i < 4; i++) a.shape.v[i] = n->attr.shape.v[to_nhwc.v[i]];
+  }
+  for (int k = 0; k < nin; k++) in[k] = permute4(g, id, g->nodes[id].inputs[k], &to_nhwc);
+  return permute4(g, id, evt_rw_op(g, id, op, in, nin, &a, given), &to_nchw);
 }
 
 static int decompose(evt_graph *g, int id) {
@@ -184,6 +217,14 @@ static int decompose(evt_graph *g, int id) {
   }
   case EVT_OP_GELU_BACKWARD:
     return gelu_grad(g, id, a, b, n->attr.approximate);
+  case EVT_OP_CONV2D:
+  case EVT_OP_CONV2D_BACKWARD_INPUT:
+  case EVT_OP_CONV2D_BACKWARD_WEIGHT:
+  case EVT_OP_MAX_POOL2D:
+  case EVT_OP_MAX_POOL2D_BACKWARD:
+  case EVT_OP_AVG_POOL2D:
+  case EVT_OP_AVG_POOL2D_BACKWARD:
+    return channels_last(g, id);
   case EVT_OP_THRESHOLD_BACKWARD: {
     double v = n->attr.value;
     return evt_rw_where(g, id, evt_rw_binary(g, id, EVT_OP_GT, b, scalar_like(g, id, b, v)), a, scalar_like(g, id, a, 0.0));

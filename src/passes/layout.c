@@ -9,7 +9,11 @@
  *   elementwise op whose every non-scalar operand is permute(x_i, p), all x_i of one shape, each permute
  *   used only here                        -> permute(op(x_1, ...), p)
  * Pushing permutes down through elementwise chains makes NCHW -> NHWC -> NCHW pairs meet and cancel,
- * without ever adding nodes. Ends with a compaction. */
+ * without ever adding nodes. Last (the only rule that adds nodes):
+ *   permute(y) used by several nodes, some of them GEMMs (mm, bmm), y not an input/param
+ *                                         -> one copy per GEMM user, so each GEMM absorbs its own copy as an
+ *                                            operand layout (the partitioner fuses a permute into one consumer)
+ * Ends with a compaction. */
 #include "passes/passes.h"
 
 #include <stdlib.h>
@@ -29,9 +33,52 @@ static int permute(evt_graph *g, int at, int x, const evt_ilist *p) {
   return evt_rw_op(g, at, EVT_OP_PERMUTE, &x, 1, &a, 1ull << EVT_ATTR_DIMS);
 }
 
-/* push permutes below elementwise node id; uses[] counts uses */
+/* permute(reshape(permute(y, q)), p) where the reshape only inserts or removes dims of size 1
+ * -> reshape(permute(y, q'), ...): the reshape is moved below the permute (p restricted to the dims of size
+ * > 1, the size-1 dims of the inner tensor last) so the two permutes meet and fold. */
+static int permute_unit_reshape(evt_graph *g, int id) {
+  const evt_node *n = &g->nodes[id], *rs = &g->nodes[n->inputs[0]];
+  int y = rs->inputs[0];
+  const evt_type *ty = &g->nodes[y].type, *tr = &rs->type;
+  if (g->nodes[y].op != EVT_OP_PERMUTE) return id;
+  int ay[EVT_MAX_RANK], ar[EVT_MAX_RANK], ky = 0, kr = 0; /* the dims of size > 1, in order */
+  for (int i = 0; i < ty->rank; i++)
+    if (ty->shape[i] != 1) ay[ky++] = i;
+  for (int i = 0; i < tr->rank; i++)
+    if (tr->shape[i] != 1) ar[kr++] = i;
+  if (ky != kr) return id;
+  for (int i = 0; i < ky; i++)
+    if (ty->shape[ay[i]] != tr->shape[ar[i]]) return id;
+  int where[EVT_MAX_RANK]; /* reshape-output dim -> index among the dims of size > 1 */
+  for (int i = 0; i < tr->rank; i++) where[i] = -1;
+  for (int i = 0; i < kr; i++) where[ar[i]] = i;
+  evt_ilist q = {.n = ty->rank};
+  int m = 0;
+  for (int i = 0; i < n->attr.dims.n; i++)
+    if (where[n->attr.dims.v[i]] >= 0) q.v[m++] = ay[where[n->attr.dims.v[i]]];
+  for (int i = 0; i < ty->rank; i++)
+    if (ty->shape[i] == 1) q.v[m++] = i;
+  evt_type t = n->type;
+  return evt_rw_reshape(g, id, permute(g, id, y, &q), t.rank, t.shape);
+}
+
+/* push permutes below elementwise node id; uses[] counts uses. Also permute(expand(u), p) with the expand
+ * used only there -> expand(permute(u', p)), u' = u padded to the rank with leading 1s (the permute moves to
+ * the smaller tensor, where it is often a reshape). */
 static int push_permute(evt_graph *g, int id, const int *uses, int nuses) {
   const evt_node *n = &g->nodes[id];
+  if (n->op == EVT_OP_PERMUTE) {
+    int e = n->inputs[0];
+    const evt_node *en = &g->nodes[e];
+    if (en->op == EVT_OP_RESHAPE && e < nuses && uses[e] == 1) return permute_unit_reshape(g, id);
+    if (en->op != EVT_OP_EXPAND || e >= nuses || uses[e] != 1) return id;
+    int u = en->inputs[0], r = n->type.rank, pad = r - g->nodes[u].type.rank;
+    int64_t s[EVT_MAX_RANK];
+    for (int i = 0; i < r; i++) s[i] = i < pad ? 1 : g->nodes[u].type.shape[i - pad];
+    evt_ilist p = n->attr.dims;
+    evt_type to = n->type;
+    return evt_rw_expand(g, id, permute(g, id, evt_rw_reshape(g, id, u, r, s), &p), &to);
+  }
   if (!evt_op_is_elementwise(n->op)) return id;
   int ins[EVT_MAX_INPUTS], nin = n->ninputs, found = 0;
   evt_ilist perm = {0};
@@ -58,6 +105,8 @@ static int push_permute(evt_graph *g, int id, const int *uses, int nuses) {
   return permute(g, id, evt_rw_op(g, id, op, ins, nin, &attrs, given), &perm);
 }
 
+static bool pure_permute(const int64_t *s, const evt_ilist *p);
+
 static int fold(evt_graph *g, int id) {
   const evt_node *n = &g->nodes[id];
   if (n->ninputs == 0) return id;
@@ -77,6 +126,7 @@ static int fold(evt_graph *g, int id) {
     return evt_type_equal(&t, &in->type) ? x : id;
   case EVT_OP_PERMUTE: {
     if (identity(&n->attr.dims)) return x;
+    if (pure_permute(in->type.shape, &n->attr.dims)) return evt_rw_reshape(g, id, x, t.rank, t.shape);
     if (in->op != EVT_OP_PERMUTE || in->attr.dims.n != n->attr.dims.n) return id;
     evt_ilist q = n->attr.dims;
     for (int i = 0; i < q.n; i++) q.v[i] = in->attr.dims.v[n->attr.dims.v[i]];
@@ -85,6 +135,302 @@ static int fold(evt_graph *g, int id) {
   default:
     return id;
   }
+}
+
+/* ---- permute propagation across the graph ---------------------------------------------------------- */
+
+/* True if permuting a tensor of shape s (rank r) by p moves no two dims of size > 1 past each other: the
+ * permute is then a reshape (the data order does not change). */
+static bool pure_permute(const int64_t *s, const evt_ilist *p) {
+  int64_t last = -1;
+  for (int i = 0; i < p->n; i++) {
+    if (s[p->v[i]] == 1) continue;
+    if (p->v[i] < last) return false;
+    last = p->v[i];
+  }
+  return true;
+}
+
+static bool is_source(evt_op op) { return op == EVT_OP_INPUT || op == EVT_OP_PARAM || op == EVT_OP_FULL || op == EVT_OP_SCALAR; }
+
+static bool is_reduction(evt_op op) { return op == EVT_OP_SUM || op == EVT_OP_MEAN || op == EVT_OP_AMAX; }
+
+/* State of one propagation attempt for the permutation p (rank r); arrays indexed by node ids < n0. */
+typedef struct prop {
+  evt_graph *g;
+  int n0, r;
+  evt_ilist p, inv;
+  int *pv;       /* pv[v]: a node computing permute(v, p), or -1 */
+  int *lift;     /* lift[u]: permute(u, p) (or the reshape it is) built or found for a node u outside S */
+  int *absorbed; /* absorbed[v]: the same value as v read from the permuted input (keepdim=0 reductions) */
+  char *seed;    /* seed[v]: v = permute(x, inverse(p)) of a computed x, pv[v] = x */
+  int new_permutes;
+} prop;
+
+/* u in the permuted order, for an operand of a node in S: broadcast operands of lower rank are padded with
+ * leading 1s first (numpy broadcasting), so a per-channel [C,1,1] becomes [1,1,1,C]. */
+static int lifted(prop *P, int u, int at) {
+  evt_graph *g = P->g;
+  if (P->pv[u] >= 0) return P->pv[u];
+  const evt_type *t = &g->nodes[u].type;
+  if (t->rank == 0) return u;
+  if (P->lift[u] >= 0) return P->lift[u];
+  int64_t s[EVT_MAX_RANK], ps[EVT_MAX_RANK];
+  int pad = P->r - t->rank;
+  for (int i = 0; i < P->r; i++) s[i] = i < pad ? 1 : t->shape[i - pad];
+  for (int i = 0; i < P->r; i++) ps[i] = s[P->p.v[i]];
+  int res;
+  if (pure_permute(s, &P->p)) {
+    res = evt_rw_reshape(g, at, u, P->r, ps);
+  } else {
+    res = permute(g, at, evt_rw_reshape(g, at, u, P->r, s), &P->p);
+    P->new_permutes++;
+  }
+  P->lift[u] = res;
+  return res;
+}
+
+/* Decides and builds the permuted form of node v (pv[v]) or its absorbed replacement, in id order. */
+static int prop_node(prop *P, int v) {
+  evt_graph *g = P->g;
+  const evt_node *n = &g->nodes[v];
+  int r = P->r;
+  if (P->seed[v]) {
+    P->pv[v] = n->inputs[0];
+    return 0;
+  }
+  if (is_reduction(n->op)) {
+    int u = n->inputs[0];
+    if (P->pv[u] < 0 || g->nodes[u].type.rank != r) return 0;
+    bool red[EVT_MAX_RANK] = {0};
+    for (int i = 0; i < n->attr.dims.n; i++) {
+      int d = evt_norm_dim(n->attr.dims.v[i], r);
+      if (d < 0) return 0;
+      red[d] = true;
+    }
+    if (n->attr.dims.n == 0)
+      for (int d = 0; d < r; d++) red[d] = true;
+    int dims[EVT_MAX_RANK], nd = 0;
+    for (int i = 0; i < r; i++)
+      if (red[P->p.v[i]]) dims[nd++] = i; /* dim i of the permuted tensor is dim p[i] of u */
+    if (n->attr.keepdim) {
+      P->pv[v] = evt_rw_reduce(g, v, n->op, P->pv[u], dims, nd, 1);
+      return P->pv[v] < 0 ? -1 : 0;
+    }
+    /* keepdim=0: the kept dims must stay in their order, then the result is v itself */
+    int last = -1;
+    for (int i = 0; i < r; i++) {
+      if (red[P->p.v[i]]) continue;
+      if (P->p.v[i] < last) return 0;
+      last = (int)P->p.v[i];
+    }
+    P->absorbed[v] = evt_rw_reduce(g, v, n->op, P->pv[u], dims, nd, 0);
+    return P->absorbed[v] < 0 ? -1 : 0;
+  }
+  if (!evt_op_is_elementwise(n->op) || n->type.rank != r) return 0;
+  bool full = false;
+  for (int k = 0; k < n->ninputs; k++) {
+    const evt_type *t = &g->nodes[n->inputs[k]].type;
+    if (t->rank > r) return 0;
+    full = full || (P->pv[n->inputs[k]] >= 0 && evt_type_equal(t, &n->type)) ||
+           (P->pv[n->inputs[k]] >= 0 && t->rank == r && !memcmp(t->shape, n->type.shape, sizeof(int64_t) * (size_t)r));
+  }
+  if (!full) return 0; /* follow the activations: some operand of v's own shape is already permuted */
+  int ins[EVT_MAX_INPUTS];
+  for (int k = 0; k < n->ninputs; k++) ins[k] = lifted(P, g->nodes[v].inputs[k], v);
+  n = &g->nodes[v];
+  evt_attrs attrs = n->attr;
+  P->pv[v] = evt_rw_op(g, v, n->op, ins, n->ninputs, &attrs, n->attr_given);
+  return P->pv[v] < 0 ? -1 : 0;
+}
+
+/* One attempt: builds the permuted forms, estimates the change in real (non-reshape) permutes, and rewires
+ * the graph only if the count drops. Returns 1 if rewired, 0 if not, -1 on a builder failure. */
+static int propagate(evt_graph *g, const evt_ilist *p) {
+  int n0 = g->nnodes, res = 0;
+  prop P = {.g = g, .n0 = n0, .r = p->n, .p = *p, .inv = *p};
+  for (int i = 0; i < p->n; i++) P.inv.v[p->v[i]] = i;
+  size_t sz = (size_t)(n0 ? n0 : 1);
+  P.pv = malloc(sizeof(int) * sz), P.lift = malloc(sizeof(int) * sz), P.absorbed = malloc(sizeof(int) * sz);
+  P.seed = calloc(sz, 1);
+  int *uses = malloc(sizeof(int) * sz);
+  if (!P.pv || !P.lift || !P.absorbed || !P.seed || !uses) evt_fatal(__FILE__, __LINE__, "out of memory");
+  for (int i = 0; i < n0; i++) P.pv[i] = P.lift[i] = P.absorbed[i] = -1;
+  evt_graph_count_uses(g, uses);
+  for (int i = 0; i < n0; i++) {
+    const evt_node *n = &g->nodes[i];
+    if (n->op != EVT_OP_PERMUTE || n->attr.dims.n != p->n) continue;
+    int x = n->inputs[0];
+    if (!memcmp(n->attr.dims.v, P.inv.v, sizeof(int64_t) * (size_t)p->n) && !is_source(g->nodes[x].op)) P.seed[i] = 1;
+    if (!memcmp(n->attr.dims.v, p->v, sizeof(int64_t) * (size_t)p->n) && P.lift[x] < 0) P.lift[x] = i; /* reuse */
+  }
+  for (int v = 0; v < n0 && res == 0; v++) res = prop_node(&P, v);
+  if (res < 0) goto done;
+
+  /* the estimate: seeds all of whose users moved go away; permutes of an S node by p become identities;
+   * an S node read by anything else (or an output) needs a permute back unless that one is a reshape */
+  int delta = P.new_permutes;
+  for (int v = 0; v < n0; v++) {
+    if (P.pv[v] < 0) continue;
+    bool needs_back = false, all_moved = true;
+    for (int w = v + 1; w < n0; w++) {
+      const evt_node *u = &g->nodes[w];
+      for (int k = 0; k < u->ninputs; k++) {
+        if (u->inputs[k] != v) continue;
+        bool moved = (P.pv[w] >= 0 && !P.seed[w]) || P.absorbed[w] >= 0;
+        all_moved = all_moved && moved;
+        if (moved) continue;
+        if (u->op == EVT_OP_PERMUTE) {
+          if (!P.seed[v] && !memcmp(u->attr.dims.v, p->v, sizeof(int64_t) * (size_t)p->n)) delta--;
+        } else {
+          needs_back = true;
+        }
+      }
+    }
+    if (P.seed[v]) {
+      if (all_moved && !(g->nodes[v].flags & EVT_NODE_OUTPUT) && uses[v] > 0) {
+        delta--;
+        P.seed[v] = 2; /* goes away */
+      }
+    } else if ((needs_back || (g->nodes[v].flags & EVT_NODE_OUTPUT)) && !pure_permute(g->nodes[v].type.shape, p)) {
+      delta++;
+    }
+  }
+  if (delta >= 0) goto done;
+
+  for (int v = 0; v < n0 && res == 0; v++) {
+    if (P.absorbed[v] >= 0) {
+      evt_graph_replace_uses(g, v, P.absorbed[v]);
+      continue;
+    }
+    evt_node *x = P.seed[v] == 2 ? &g->nodes[P.pv[v]] : NULL;
+    if (x && (x->flags & EVT_NODE_FRESH_NAME) && !(g->nodes[v].flags & EVT_NODE_FRESH_NAME)) {
+      const char *name = x->name; /* a seed that goes away leaves its name (%b0.c1.conv) to what it permuted */
+      x->name = g->nodes[v].name;
+      g->nodes[v].name = name;
+      x->flags &= ~(unsigned)EVT_NODE_FRESH_NAME;
+      g->nodes[v].flags |= EVT_NODE_FRESH_NAME;
+    }
+    if (P.pv[v] < 0 || P.seed[v]) continue;
+    int back = permute(g, v, P.pv[v], &P.inv);
+    if (back < 0) {
+      res = -1;
+      break;
+    }
+    const char *name = g->nodes[v].name;
+    evt_graph_replace_uses(g, v, back);
+    evt_node *b = &g->nodes[back], *pn = &g->nodes[P.pv[v]];
+    if (b->name == name && !(b->flags & EVT_NODE_OUTPUT) && (pn->flags & EVT_NODE_FRESH_NAME)) {
+      /* the permuted node carries v's name; the permute back gets a fresh one */
+      b->name = pn->name;
+      pn->name = name;
+      pn->flags &= ~(unsigned)EVT_NODE_FRESH_NAME;
+      b->flags |= EVT_NODE_FRESH_NAME;
+    }
+  }
+  if (res == 0) res = 1;
+done:
+  free(P.pv), free(P.lift), free(P.absorbed), free(P.seed), free(uses);
+  return res;
+}
+
+/* Tries propagation once for each permutation that some permute of a computed tensor undoes. Returns the
+ * number of committed attempts, -1 on failure. */
+static int propagate_all(evt_graph *g) {
+  evt_ilist tried[8];
+  int ntried = 0, done = 0;
+  for (int i = 0; i < g->nnodes && ntried < 8; i++) {
+    const evt_node *n = &g->nodes[i];
+    if (n->op != EVT_OP_PERMUTE || is_source(g->nodes[n->inputs[0]].op) || identity(&n->attr.dims)) continue;
+    evt_ilist p = n->attr.dims;
+    for (int k = 0; k < p.n; k++) p.v[n->attr.dims.v[k]] = k; /* p = inverse(dims) */
+    bool seen = false;
+    for (int t = 0; t < ntried && !seen; t++)
+      seen = tried[t].n == p.n && !memcmp(tried[t].v, p.v, sizeof(int64_t) * (size_t)p.n);
+    if (seen) continue;
+    tried[ntried++] = p;
+  }
+  for (int t = 0; t < ntried; t++) {
+    int r = propagate(g, &tried[t]);
+    if (r < 0) return -1;
+    if (r > 0) {
+      done++;
+      evt_status s = evt_graph_compact(g, NULL);
+      if (s != EVT_OK) return -1;
+    }
+  }
+  return done;
+}
+
+static bool is_gemm(evt_op op) { return op == EVT_OP_MM || op == EVT_OP_BMM; }
+
+/* A permute of a computed tensor with several users, some of them GEMMs, gets one copy per GEMM user (the
+ * first GEMM keeps the original when only GEMMs use it), so each GEMM can take its copy as an operand
+ * layout: the partitioner fuses a permute only into a single consumer. Permutes of inputs/params are
+ * sources for the partitioner and stay shared. Returns the number of copies made, -1 on failure. */
+static int duplicate_gemm_permutes(evt_graph *g) {
+  int n0 = g->nnodes, made = 0;
+  int *uses = malloc(sizeof(int) * (size_t)(n0 ? n0 : 1)), *gemms = calloc((size_t)(n0 ? n0 : 1), sizeof(int));
+  if (!uses || !gemms) evt_fatal(__FILE__, __LINE__, "out of memory");
+  evt_graph_count_uses(g, uses);
+  for (int i = 0; i < n0; i++)
+    if (is_gemm(g->nodes[i].op))
+      for (int k = 0; k < g->nodes[i].ninputs; k++) gemms[g->nodes[i].inputs[k]]++;
+  for (int u = 0; u < n0 && made >= 0; u++) {
+    const evt_node *gu = &g->nodes[u];
+    if (!is_gemm(gu->op)) continue;
+    for (int k = 0; k < gu->ninputs && made >= 0; k++) {
+      int p = g->nodes[u].inputs[k];
+      const evt_node *pn = &g->nodes[p];
+      evt_op src = g->nodes[pn->inputs[0]].op;
+      if (pn->op != EVT_OP_PERMUTE || uses[p] < 2 || src == EVT_OP_INPUT || src == EVT_OP_PARAM) continue;
+      if (gemms[p] == uses[p] && gemms[p] > 0) { /* only GEMMs: this one keeps the original */
+        gemms[p] = -1;
+        continue;
+      }
+      evt_ilist perm = pn->attr.dims;
+      int copy = permute(g, p, pn->inputs[0], &perm);
+      if (copy < 0) {
+        made = -1;
+        break;
+      }
+      g->nodes[u].inputs[k] = copy;
+      uses[p]--, gemms[p]--;
+      made++;
+    }
+  }
+  free(uses);
+  free(gemms);
+  return made;
+}
+
+/* A permute that no longer has users (it folded away) leaves its name to the node it permuted when that
+ * one was made by a pass (so %b0.c2.conv names the channels-last convolution once its permutes cancel). */
+static void inherit_names(evt_graph *g) {
+  int n = g->nnodes, sp = 0;
+  int *stack = malloc(sizeof(int) * (size_t)(n ? n : 1));
+  char *live = calloc((size_t)(n ? n : 1), 1);
+  if (!stack || !live) evt_fatal(__FILE__, __LINE__, "out of memory");
+  for (int i = 0; i < g->noutputs; i++)
+    if (!live[g->outputs[i]]) live[g->outputs[i]] = 1, stack[sp++] = g->outputs[i];
+  while (sp > 0) { /* ids are not in topological order in the middle of a pass */
+    const evt_node *x = &g->nodes[stack[--sp]];
+    for (int k = 0; k < x->ninputs; k++)
+      if (!live[x->inputs[k]]) live[x->inputs[k]] = 1, stack[sp++] = x->inputs[k];
+  }
+  for (int i = 0; i < n; i++) {
+    evt_node *p = &g->nodes[i];
+    if (p->op != EVT_OP_PERMUTE || live[i] || (p->flags & (EVT_NODE_FRESH_NAME | EVT_NODE_OUTPUT))) continue;
+    evt_node *x = &g->nodes[p->inputs[0]];
+    if (!live[p->inputs[0]] || !(x->flags & EVT_NODE_FRESH_NAME) || (x->flags & EVT_NODE_OUTPUT)) continue;
+    const char *name = x->name;
+    x->name = p->name;
+    p->name = name;
+    x->flags &= ~(unsigned)EVT_NODE_FRESH_NAME;
+    p->flags |= EVT_NODE_FRESH_NAME;
+  }
+  free(stack);
+  free(live);
 }
 
 evt_status evt_pass_layout(evt_graph *g, evt_pass_stats *st) {
@@ -106,10 +452,20 @@ evt_status evt_pass_layout(evt_graph *g, evt_pass_stats *st) {
     }
     free(uses);
     st->rewrites += changed;
+    inherit_names(g);
     int removed = 0;
     evt_status s = evt_graph_compact(g, &removed);
     st->removed += removed;
-    if (s != EVT_OK || !changed) return s;
+    if (s != EVT_OK) return s;
+    if (!changed) {
+      int moved = propagate_all(g);
+      if (moved < 0) return EVT_ERR_INTERNAL;
+      if (!moved) break;
+      st->rewrites += moved;
+    }
   }
-  return EVT_OK;
+  int copies = duplicate_gemm_permutes(g);
+  if (copies < 0) return EVT_ERR_INTERNAL;
+  st->rewrites += copies;
+  return evt_graph_compact(g, NULL);
 }

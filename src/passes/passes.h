@@ -41,14 +41,15 @@ extern const evt_pass_info evt_passes[];
 extern const int evt_npasses;
 const evt_pass_info *evt_pass_find(const char *name, size_t len);   /* NULL if unknown */
 /* Runs every pass of the pipeline in order (then the graph is compact). With `verify`, runs
- * evt_graph_check() after each pass and stops at the first failure. */
+ * evt_graph_verify() after each pass and stops at the first failure. */
 evt_status evt_passes_run_all(evt_graph *g, unsigned flags, int verify);
 
 /* ---- rewrite.c --------------------------------------------------------------------------------------- */
 /* Makes every use of node `old` (inputs of other nodes, the output list, the loss) use `nw` instead. Both
  * must have the same dtype and shape, and `nw` must not depend on `old`. If `old` was an output, `nw` takes
  * its place in the output list; if `nw` already is an output, `old` stays one instead, since outputs never
- * repeat. A node made by a pass (EVT_NODE_FRESH_NAME) takes old's name, so `%h` and `grad.w` keep theirs. */
+ * repeat. Names: an output keeps its name (it moves to `nw` unless `nw` is an input/param); a node made by a
+ * pass (EVT_NODE_FRESH_NAME) takes old's name unless that was generated from old's op. */
 void evt_graph_replace_uses(evt_graph *g, int old, int nw);
 /* Stable topological re-sort + dead-node removal + renumbering (see the top of this file). *removed (may be
  * NULL) gets the number of nodes deleted. Returns EVT_ERR_INTERNAL if the rewrites made a cycle. */
@@ -74,6 +75,11 @@ int evt_rw_reduce(evt_graph *g, int at, evt_op op, int x, const int *dims, int n
 int evt_rw_reshape(evt_graph *g, int at, int x, int rank, const int64_t *shape);    /* no-op if same shape */
 int evt_rw_expand(evt_graph *g, int at, int x, const evt_type *to);                /* no-op if same shape */
 int evt_rw_one_hot(evt_graph *g, int at, int idx, int64_t classes, evt_dtype dt);
+
+/* In elementwise node id, replaces each operand that is a constant `full` by a `scalar` and each `expand` by
+ * its input, where the node's type stays the same (its own broadcast does the work). Returns the number of
+ * operands replaced, -1 on a builder failure. Used by canonicalize and constprop. */
+int evt_rw_fold_operands(evt_graph *g, int id);
 
 /* Small node facts shared by the passes. */
 static inline evt_node *evt_rw_node(evt_graph *g, int id) { return &g->nodes[id]; }

@@ -35,7 +35,7 @@ evt_status evt_passes_run_all(evt_graph *g, unsigned flags, int verify) {
   for (int i = 0; i < evt_npasses; i++) {
     evt_pass_stats st = {.flags = flags};
     evt_status s = evt_passes[i].run(g, &st);
-    if (s == EVT_OK && verify) s = evt_graph_check(g);
+    if (s == EVT_OK && verify) s = evt_graph_verify(g);
     if (s != EVT_OK) return s;
   }
   return EVT_OK;

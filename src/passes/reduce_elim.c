@@ -14,7 +14,10 @@
  * 2. For each add/sub of two products that share factors: A*B + A*C -> A*(B + C) (signs through neg and sub
  *    kept), only when both remainders are non-empty, so the rewrite saves a multiply.
  *
- * Together these remove the row reduction from the softmax-cross-entropy backward:
+ * 3. Last, a sum/mean that repeats sum(x, D) (same x and dims, keepdim 0) becomes a reshape of it (times 1/count
+ *    for a mean): the batch-norm backward's mean(dy) and the bias gradient sum(dy) are one reduction.
+ *
+ * Together 1 and 2 remove the row reduction from the softmax-cross-entropy backward:
  *   g - sum(g, 1) * softmax(x), g = -(one_hot(t) * w)   ->   w * (softmax(x) - one_hot(t)).
  * Sweeps repeat until nothing changes; ends with a compaction. */
 #include "passes/passes.h"
@@ -142,15 +145,15 @@ static int reduce(evt_graph *g, int id) {
   int acc = core;
   for (int i = 0; i < no; i++) {
     int f = outer[i];
-    if (!keepdim) {
+    if (!keepdim && g->nodes[f].type.rank > 0) {
       const evt_type *tf = &g->nodes[f].type;
       int64_t shape[EVT_MAX_RANK];
       int k = 0;
       for (int d = 0; d < r; d++) {
         int j = d - (r - tf->rank);
-        if (!red[d]) shape[k++] = j >= 0 ? tf->shape[j] : 1;
+        if (!red[d] && (k > 0 || (j >= 0 && tf->shape[j] != 1))) shape[k++] = j >= 0 ? tf->shape[j] : 1;
       }
-      f = evt_rw_reshape(g, id, f, k, shape);
+      f = evt_rw_reshape(g, id, f, k, shape); /* leading 1s dropped: broadcasting adds them back */
     }
     acc = acc < 0 ? f : evt_rw_binary(g, id, EVT_OP_MUL, acc, f);
   }
@@ -198,6 +201,37 @@ static int extract_common(evt_graph *g, int id) {
   return evt_type_equal(&g->nodes[res].type, &out) ? res : id;
 }
 
+/* reduced-dim mask of a sum/mean node (empty dims: all) */
+static unsigned reduced_mask(const evt_graph *g, int id) {
+  const evt_node *n = &g->nodes[id];
+  int r = g->nodes[n->inputs[0]].type.rank;
+  if (n->attr.dims.n == 0) return (1u << r) - 1;
+  unsigned m = 0;
+  for (int i = 0; i < n->attr.dims.n; i++) m |= 1u << evt_norm_dim(n->attr.dims.v[i], r);
+  return m;
+}
+
+/* sum(x, D, keepdim) / mean(x, D, keepdim) -> reshape(S [* 1/count]) when S = sum(x, D) (keepdim 0) exists:
+ * the batch-norm backward's mean(dy) and its bias gradient sum(dy) become one reduction. */
+static int share_reduction(evt_graph *g, int id, int n0) {
+  const evt_node *r = &g->nodes[id];
+  if (r->op == EVT_OP_SUM && !r->attr.keepdim) return id;
+  int x = r->inputs[0];
+  unsigned mask = reduced_mask(g, id);
+  for (int s = 0; s < n0; s++) {
+    const evt_node *c = &g->nodes[s];
+    if (s == id || c->op != EVT_OP_SUM || c->attr.keepdim || c->inputs[0] != x || reduced_mask(g, s) != mask) continue;
+    evt_type out = g->nodes[id].type;
+    int v = s;
+    if (g->nodes[id].op == EVT_OP_MEAN) {
+      int64_t count = evt_type_numel(&g->nodes[x].type) / (evt_type_numel(&out) ? evt_type_numel(&out) : 1);
+      v = evt_rw_binary(g, id, EVT_OP_MUL, s, evt_rw_scalar(g, id, out.dtype, 1.0 / (double)count));
+    }
+    return evt_rw_reshape(g, id, v, out.rank, out.shape);
+  }
+  return id;
+}
+
 evt_status evt_pass_reduce_elim(evt_graph *g, evt_pass_stats *st) {
   evt_pass_stats inner = {0};
   evt_status s = evt_pass_cse(g, &inner);
@@ -219,7 +253,23 @@ evt_status evt_pass_reduce_elim(evt_graph *g, evt_pass_stats *st) {
     int removed = 0;
     s = evt_graph_compact(g, &removed);
     st->removed += removed;
-    if (s != EVT_OK || !changed) return s;
+    if (s != EVT_OK) return s;
+    if (changed) continue;
+    /* last: reductions that repeat another one (CSE first, so equal inputs have equal ids) */
+    s = evt_pass_cse(g, &inner);
+    if (s != EVT_OK) return s;
+    int n1 = g->nnodes;
+    for (int id = 0; id < n1; id++) {
+      if (g->nodes[id].op != EVT_OP_SUM && g->nodes[id].op != EVT_OP_MEAN) continue;
+      int r = share_reduction(g, id, n1);
+      if (r < 0) return EVT_ERR_INTERNAL;
+      if (r == id) continue;
+      evt_graph_replace_uses(g, id, r);
+      st->rewrites++;
+    }
+    s = evt_graph_compact(g, &removed);
+    st->removed += removed;
+    return s;
   }
   return EVT_OK;
 }

@@ -65,6 +65,16 @@ void evt_graph_count_uses(const evt_graph *g, int *uses) {
   for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i]]++;
 }
 
+/* true if n's name looks like evt_graph_fresh_name(<its op>): "<op>.<digits>" */
+static bool generated_name(const evt_node *n) {
+  const char *op = evt_op_table[n->op].name;
+  size_t len = strlen(op);
+  if (strncmp(n->name, op, len) || n->name[len] != '.' || !n->name[len + 1]) return false;
+  for (const char *c = n->name + len + 1; *c; c++)
+    if (*c < '0' || *c > '9') return false;
+  return true;
+}
+
 /* ---- replacing uses --------------------------------------------------------------------------------- */
 
 void evt_graph_replace_uses(evt_graph *g, int old, int nw) {
@@ -95,13 +105,19 @@ void evt_graph_replace_uses(evt_graph *g, int old, int nw) {
       n->flags |= EVT_NODE_LOSS;
     }
   }
-  /* a node a pass just made takes the name of the node it replaces (so `%h` and `grad.w` keep theirs) */
-  if ((n->flags & EVT_NODE_FRESH_NAME) && (was_output || !(o->flags & EVT_NODE_OUTPUT))) {
+  /* names: an output keeps its name (`grad.w` stays `grad.w`, whatever node now computes it, unless that
+   * node is an input/param); a node a pass just made takes the name of the node it replaces (so `%h` keeps
+   * its name) unless that name was itself generated from old's op ("gelu_backward.18" would mislabel a mul) */
+  bool source = n->op == EVT_OP_INPUT || n->op == EVT_OP_PARAM;
+  bool swap = was_output ? !source
+                         : (n->flags & EVT_NODE_FRESH_NAME) && !(o->flags & EVT_NODE_OUTPUT) && !generated_name(o);
+  if (swap) {
     const char *name = o->name;
     o->name = n->name;
     n->name = name;
-    n->flags &= ~(unsigned)EVT_NODE_FRESH_NAME;
-    o->flags |= EVT_NODE_FRESH_NAME;
+    unsigned fresh = n->flags & EVT_NODE_FRESH_NAME;
+    n->flags = (n->flags & ~(unsigned)EVT_NODE_FRESH_NAME) | (o->flags & EVT_NODE_FRESH_NAME);
+    o->flags = (o->flags & ~(unsigned)EVT_NODE_FRESH_NAME) | fresh;
   }
 }
 
@@ -206,6 +222,40 @@ evt_status evt_graph_check(evt_graph *g) {
   if (g->loss >= 0 && (g->noutputs == 0 || g->outputs[0] != g->loss))
     return evt_graph_errorf(g, g->loss, EVT_ERR_INTERNAL, "the loss is not the first output");
   return EVT_OK;
+}
+
+/* ---- operand folding ---------------------------------------------------------------------------------- */
+
+/* Sets input k of node id to nw if that leaves the node's type unchanged; true if done. */
+static bool try_substitute(evt_graph *g, int id, int k, int nw) {
+  evt_node copy = g->nodes[id];
+  copy.inputs[k] = nw;
+  char saved[sizeof g->error];
+  memcpy(saved, g->error, sizeof saved);
+  evt_status st = evt_infer_node(g, &copy, g->nnodes); /* as if appended: its inputs may be later nodes */
+  memcpy(g->error, saved, sizeof saved);
+  if (st != EVT_OK || !evt_type_equal(&copy.type, &g->nodes[id].type)) return false;
+  g->nodes[id].inputs[k] = nw;
+  return true;
+}
+
+int evt_rw_fold_operands(evt_graph *g, int id) {
+  int done = 0;
+  if (!evt_op_is_elementwise(g->nodes[id].op) || g->nodes[id].ninputs < 2) return 0;
+  for (int k = 0; k < g->nodes[id].ninputs; k++) {
+    int x = g->nodes[id].inputs[k];
+    const evt_node *in = &g->nodes[x];
+    bool full = in->op == EVT_OP_FULL && in->type.rank > 0;
+    int nw = -1;
+    if (in->op == EVT_OP_EXPAND) nw = in->inputs[0];
+    else if (full) nw = evt_rw_scalar(g, x, in->type.dtype, in->attr.value);
+    if (nw < 0) {
+      if (full) return -1;
+      continue;
+    }
+    if (try_substitute(g, id, k, nw)) done++;
+  }
+  return done;
 }
 
 /* ---- node builders ---------------------------------------------------------------------------------- */

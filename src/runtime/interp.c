@@ -16,7 +16,8 @@
  * - Bad values met at run time (an index out of range, a CSR row pointer that is not monotone) return
  *   EVT_ERR_INVALID with a message naming the node; NaN inputs propagate through arithmetic.
  * - evt_interp_init_inputs fills input/param slots from their init attributes with a counter-based
- *   generator: element i of node k with seed s depends only on (s, k, i).
+ *   generator: element i of the node named k with seed s depends only on (s, k, i), so renumbering
+ *   passes keep the values.
  *
  * The op families live in interp_<family>.c (see interp_impl.h); this file holds the dispatcher, the
  * graph walk, initialisation and helpers they share. */
@@ -221,6 +222,13 @@ static double counter_uniform(uint64_t key, uint64_t i, uint64_t lane) {
   return (double)(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* Inputs are keyed by name, not id, so passes that renumber nodes do not change initial values. */
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; s && *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
 evt_status evt_interp_init_inputs(evt_graph *g, evt_tensor *values, uint64_t seed) {
   if (!g || !values) return EVT_ERR_INVALID;
   for (int id = 0; id < g->nnodes; id++) {
@@ -231,7 +239,7 @@ evt_status evt_interp_init_inputs(evt_graph *g, evt_tensor *values, uint64_t see
     if (evt_tensor_alloc(t, n->type.dtype, n->type.rank, n->type.shape) != EVT_OK)
       return evt_graph_errorf(g, id, EVT_ERR_INVALID, "cannot allocate the value");
     const evt_attrs *a = &n->attr;
-    uint64_t key = splitmix64(seed ^ splitmix64(0xE7717u + (uint64_t)id));
+    uint64_t key = splitmix64(seed ^ splitmix64(0xE7717u + name_hash(n->name)));
     double lo = a->lo, hi = a->hi;
     if (a->init == EVT_INIT_RANDINT) {
       lo = ceil(lo);

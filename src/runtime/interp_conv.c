@@ -1,4 +1,4 @@
-/* Interpreter: 2-D convolution and pooling, NCHW.
+/* Interpreter: 2-D convolution and pooling, NCHW (layout=nhwc: the same kernels on NCHW copies, below).
  * - conv2d(x[N,C,H,W], w[O,C/groups,kh,kw]) -> y[N,O,Ho,Wo] with stride, padding (zeros), dilation and
  *   groups; no bias (a separate add). conv2d_backward_input(dy, w) -> dx[shape] and
  *   conv2d_backward_weight(x, dy) -> dw[shape] are the exact adjoints. The three share one direct loop
@@ -13,6 +13,61 @@
 #include <string.h>
 
 enum conv_mode { CONV_FWD, CONV_BWD_INPUT, CONV_BWD_WEIGHT };
+
+/* ---- layouts ---------------------------------------------------------------------------------------- */
+
+/* nhwc: every tensor of the node is viewed as NCHW: rank-4 operands are copied to NCHW order, the NCHW
+ * kernel runs into a zeroed NCHW buffer, and the result is copied back. The kernels then see exactly the
+ * numbers the nchw op sees, in the same order, so the two layouts give bit-identical values. Activations
+ * [N,H,W,C] and nhwc weights [O,kh,kw,C/g] both map to NCHW by dims [0,3,1,2]. */
+static evt_status to_nchw(const evt_tensor *t, evt_tensor *out) {
+  if (t->rank != 4) { /* the kernels reject it with their own message */
+    evt_status st = evt_tensor_alloc(out, t->dtype, t->rank, t->shape);
+    if (st == EVT_OK && t->numel) memcpy(out->data, t->data, sizeof(double) * (size_t)t->numel);
+    return st;
+  }
+  int64_t N = t->shape[0], H = t->shape[1], W = t->shape[2], C = t->shape[3];
+  evt_status st = evt_tensor_alloc(out, t->dtype, 4, (int64_t[]){N, C, H, W});
+  if (st != EVT_OK) return st;
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t w = 0; w < W; w++)
+        for (int64_t c = 0; c < C; c++) out->data[((n * C + c) * H + h) * W + w] = t->data[((n * H + h) * W + w) * C + c];
+  return EVT_OK;
+}
+
+/* adds NCHW tensor t into the NHWC tensor out */
+static void from_nchw(const evt_tensor *t, evt_tensor *out) {
+  int64_t N = t->shape[0], C = t->shape[1], H = t->shape[2], W = t->shape[3];
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t w = 0; w < W; w++)
+        for (int64_t c = 0; c < C; c++) out->data[((n * H + h) * W + w) * C + c] += t->data[((n * C + c) * H + h) * W + w];
+}
+
+/* Runs `kernel` on NCHW views of the node's tensors (see above). */
+static evt_status via_nchw(evt_interp_ctx *ctx, evt_status (*kernel)(evt_interp_ctx *)) {
+  int nin = ctx->n->ninputs;
+  evt_tensor tin[EVT_MAX_INPUTS] = {{0}}, tout = {0};
+  const evt_tensor *pin[EVT_MAX_INPUTS];
+  evt_status st = EVT_OK;
+  for (int k = 0; k < nin && st == EVT_OK; k++) {
+    st = to_nchw(ctx->in[k], &tin[k]);
+    pin[k] = &tin[k];
+  }
+  if (st == EVT_OK && ctx->out->rank != 4) st = interp_fail(ctx, "layout=nhwc tensors must have rank 4");
+  if (st == EVT_OK) st = to_nchw(ctx->out, &tout); /* the zeroed output, reordered: still zero */
+  if (st == EVT_OK) {
+    evt_interp_ctx sub = *ctx;
+    sub.in = pin;
+    sub.out = &tout;
+    st = kernel(&sub);
+    if (st == EVT_OK) from_nchw(&tout, ctx->out);
+  }
+  for (int k = 0; k < nin; k++) evt_tensor_free(&tin[k]);
+  evt_tensor_free(&tout);
+  return st;
+}
 
 static evt_status conv(evt_interp_ctx *ctx) {
   const evt_attrs *a = &ctx->n->attr;
@@ -183,6 +238,11 @@ static evt_status pool(evt_interp_ctx *ctx) {
 }
 
 evt_status evt_interp_conv(evt_interp_ctx *ctx) {
+  if (ctx->n->attr.layout == EVT_LAYOUT_NHWC) {
+    bool is_conv = ctx->n->op == EVT_OP_CONV2D || ctx->n->op == EVT_OP_CONV2D_BACKWARD_INPUT ||
+                   ctx->n->op == EVT_OP_CONV2D_BACKWARD_WEIGHT;
+    return via_nchw(ctx, is_conv ? conv : pool);
+  }
   switch (ctx->n->op) {
   case EVT_OP_CONV2D:
   case EVT_OP_CONV2D_BACKWARD_INPUT:

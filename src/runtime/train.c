@@ -8,7 +8,8 @@
  * - evt_train_ensure_joint builds the joint graph when the graph has a loss and no gradient outputs; a graph
  *   where only some params have one is an error (EVT_ERR_INVALID), as is a graph without a loss.
  * - evt_train_sgd_update: p -= lr * dp for every param, elementwise, each result rounded to p's dtype
- *   (so f16/bf16 params stay representable). Needs the gradient slots filled by evt_interp_run.
+ *   (so f16/bf16 params stay representable) unless flags has EVT_RUN_FP64 (then kept in double, as the
+ *   interpreter keeps every float). Needs the gradient slots filled by evt_interp_run.
  * - evt_train_release frees every slot that is not an input or a param, so the next evt_interp_run starts
  *   from the caller-filled slots only (the interpreter never sees stale outputs). */
 #include "evt_impl.h"
@@ -76,7 +77,7 @@ evt_status evt_train_ensure_joint(evt_graph *g, bool *built) {
   return st;
 }
 
-evt_status evt_train_sgd_update(evt_graph *g, evt_tensor *values, double lr) {
+evt_status evt_train_sgd_update(evt_graph *g, evt_tensor *values, double lr, unsigned flags) {
   int *grad_of = malloc(sizeof(int) * (size_t)(g->nnodes ? g->nnodes : 1));
   if (!grad_of) evt_fatal(__FILE__, __LINE__, "out of memory");
   evt_train_grad_outputs(g, grad_of);
@@ -90,7 +91,10 @@ evt_status evt_train_sgd_update(evt_graph *g, evt_tensor *values, double lr) {
       break;
     }
     if (!evt_dtype_is_float(p->dtype)) continue;
-    for (int64_t j = 0; j < p->numel; j++) p->data[j] = evt_round_to_dtype(p->data[j] - lr * d->data[j], p->dtype);
+    if (flags & EVT_RUN_FP64)
+      for (int64_t j = 0; j < p->numel; j++) p->data[j] -= lr * d->data[j];
+    else
+      for (int64_t j = 0; j < p->numel; j++) p->data[j] = evt_round_to_dtype(p->data[j] - lr * d->data[j], p->dtype);
   }
   free(grad_of);
   return st;

@@ -367,6 +367,40 @@ TEST(fd_avg_pool2d) {
   evt_graph_free(g);
 }
 
+/* layout=nhwc forms: x [N,H,W,C], w [O,kh,kw,C/groups]; the VJP passes the layout to the backward ops */
+TEST(fd_conv2d_nhwc) {
+  evt_graph *g = evt_graph_new("conv2d_nhwc");
+  int x = P(g, "x", SH(2, 5, 5, 4)), w = P(g, "w", SH(6, 3, 3, 2));
+  evt_attr a[] = {LIST("stride", 2, 1), LIST("padding", 1, 0), EVT_ATTR_INT("groups", 2),
+                  EVT_ATTR_INT("layout", EVT_LAYOUT_NHWC)};
+  int y = OPA(g, "conv2d", a, x, w);
+  CHECK(y >= 0 && g->nodes[y].type.shape[1] == 3 && g->nodes[y].type.shape[2] == 3 && g->nodes[y].type.shape[3] == 6);
+  fd_check(g, y, (fd_opts){0});
+  evt_graph_free(g);
+  g = evt_graph_new("conv2d_nhwc");
+  x = P(g, "x", SH(1, 6, 5, 2));
+  w = P(g, "w", SH(3, 2, 2, 2));
+  evt_attr b[] = {LIST("dilation", 2, 1), LIST("padding", 1, 1), EVT_ATTR_INT("layout", EVT_LAYOUT_NHWC)};
+  fd_check(g, OPA(g, "conv2d", b, x, w), (fd_opts){0});
+  evt_graph_free(g);
+}
+
+TEST(fd_max_pool2d_nhwc) {
+  evt_graph *g = evt_graph_new("max_pool2d_nhwc");
+  int x = P(g, "x", SH(2, 5, 5, 3));
+  evt_attr a[] = {LIST("kernel", 3, 2), LIST("stride", 2, 2), LIST("padding", 1, 1), EVT_ATTR_INT("layout", EVT_LAYOUT_NHWC)};
+  fd_check(g, OPA(g, "max_pool2d", a, x), (fd_opts){0});
+  evt_graph_free(g);
+}
+
+TEST(fd_avg_pool2d_nhwc) {
+  evt_graph *g = evt_graph_new("avg_pool2d_nhwc");
+  int x = P(g, "x", SH(1, 5, 5, 2));
+  evt_attr a[] = {LIST("kernel", 3, 3), LIST("stride", 2, 2), LIST("padding", 1, 1), EVT_ATTR_INT("layout", EVT_LAYOUT_NHWC)};
+  fd_check(g, OPA(g, "avg_pool2d", a, x), (fd_opts){0});
+  evt_graph_free(g);
+}
+
 /* ---- row ops ---------------------------------------------------------------------------------------------- */
 TEST(fd_softmax) {
   evt_graph *g = evt_graph_new("softmax");

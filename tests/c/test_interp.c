@@ -913,3 +913,64 @@ TEST(interp_zero_size_tensors) {
   for (int i = 0; i < 16; i++) evt_tensor_free(&v[i]);
   evt_graph_free(g);
 }
+
+/* layout=nhwc: conv2d, its two backwards, max/avg pool and their backwards, fed the NHWC permutes of NCHW
+ * inputs (weights [O,kh,kw,C/g]), give exactly the NHWC permutes of the nchw results. */
+TEST(interp_nhwc_matches_nchw) {
+  static const char *text =
+      "graph t {\n"
+      "  %x: f32[2,4,5,6] = input()\n"
+      "  %w: f32[6,2,3,3] = param()\n"
+      "  %dy: f32[2,6,3,6] = input()\n"
+      "  %dp: f32[2,4,3,4] = input()\n"
+      "  %xt: f32[2,5,6,4] = permute(%x, dims=[0,2,3,1])\n"
+      "  %wt: f32[6,3,3,2] = permute(%w, dims=[0,2,3,1])\n"
+      "  %dyt: f32[2,3,6,6] = permute(%dy, dims=[0,2,3,1])\n"
+      "  %dpt: f32[2,3,4,4] = permute(%dp, dims=[0,2,3,1])\n"
+      "  %y: f32[2,6,3,6] = conv2d(%x, %w, stride=[2,1], padding=[1,1], groups=2)\n"
+      "  %yt: f32[2,3,6,6] = conv2d(%xt, %wt, stride=[2,1], padding=[1,1], groups=2, layout=nhwc)\n"
+      "  %y2: f32[2,6,3,6] = permute(%yt, dims=[0,3,1,2])\n"
+      "  %dx: f32[2,4,5,6] = conv2d_backward_input(%dy, %w, shape=[2,4,5,6], stride=[2,1], padding=[1,1], groups=2)\n"
+      "  %dxt: f32[2,5,6,4] = conv2d_backward_input(%dyt, %wt, shape=[2,5,6,4], stride=[2,1], padding=[1,1], groups=2, layout=nhwc)\n"
+      "  %dx2: f32[2,4,5,6] = permute(%dxt, dims=[0,3,1,2])\n"
+      "  %dw: f32[6,2,3,3] = conv2d_backward_weight(%x, %dy, shape=[6,2,3,3], stride=[2,1], padding=[1,1], groups=2)\n"
+      "  %dwt: f32[6,3,3,2] = conv2d_backward_weight(%xt, %dyt, shape=[6,3,3,2], stride=[2,1], padding=[1,1], groups=2, layout=nhwc)\n"
+      "  %dw2: f32[6,2,3,3] = permute(%dwt, dims=[0,3,1,2])\n"
+      "  %p: f32[2,4,3,4] = max_pool2d(%x, kernel=[3,2], stride=[2,2], padding=[1,1])\n"
+      "  %pt: f32[2,3,4,4] = max_pool2d(%xt, kernel=[3,2], stride=[2,2], padding=[1,1], layout=nhwc)\n"
+      "  %p2: f32[2,4,3,4] = permute(%pt, dims=[0,3,1,2])\n"
+      "  %pb: f32[2,4,5,6] = max_pool2d_backward(%dp, %x, kernel=[3,2], stride=[2,2], padding=[1,1])\n"
+      "  %pbt: f32[2,5,6,4] = max_pool2d_backward(%dpt, %xt, kernel=[3,2], stride=[2,2], padding=[1,1], layout=nhwc)\n"
+      "  %pb2: f32[2,4,5,6] = permute(%pbt, dims=[0,3,1,2])\n"
+      "  %a: f32[2,4,3,4] = avg_pool2d(%x, kernel=[3,2], stride=[2,2], padding=[1,1])\n"
+      "  %at: f32[2,3,4,4] = avg_pool2d(%xt, kernel=[3,2], stride=[2,2], padding=[1,1], layout=nhwc)\n"
+      "  %a2: f32[2,4,3,4] = permute(%at, dims=[0,3,1,2])\n"
+      "  %ab: f32[2,4,5,6] = avg_pool2d_backward(%dp, shape=[2,4,5,6], kernel=[3,2], stride=[2,2], padding=[1,1])\n"
+      "  %abt: f32[2,5,6,4] = avg_pool2d_backward(%dpt, shape=[2,5,6,4], kernel=[3,2], stride=[2,2], padding=[1,1], layout=nhwc)\n"
+      "  %ab2: f32[2,4,5,6] = permute(%abt, dims=[0,3,1,2])\n"
+      "  output %y, %y2, %dx, %dx2, %dw, %dw2, %p, %p2, %pb, %pb2, %a, %a2, %ab, %ab2\n"
+      "}\n";
+  char *err = NULL;
+  evt_graph *g = evt_parse(text, "nhwc.evt", &err);
+  CHECK_MSG(g != NULL, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v);
+  CHECK(evt_interp_init_inputs(g, v, 7) == EVT_OK);
+  CHECK(evt_interp_run(g, v, EVT_RUN_FP64, 0) == EVT_OK);
+  for (int i = 0; i + 1 < g->noutputs; i += 2) {
+    const evt_tensor *a = &v[g->outputs[i]], *b = &v[g->outputs[i + 1]];
+    CHECK(a->numel == b->numel && a->numel > 0);
+    double nz = 0;
+    for (int64_t k = 0; k < a->numel && a->numel == b->numel; k++) {
+      CHECK_MSG(a->data[k] == b->data[k], "%s[%lld]: %g vs %g", g->nodes[g->outputs[i]].name, (long long)k,
+                a->data[k], b->data[k]);
+      if (a->data[k] != b->data[k]) break;
+      nz += fabs(a->data[k]);
+    }
+    CHECK(nz > 0);
+  }
+  for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&v[i]);
+  free(v);
+  evt_graph_free(g);
+}

@@ -234,6 +234,9 @@ TEST(parse_file_io) {
   CHECK(evt_parse_file("/nonexistent/dir/x.evt", &err) == NULL);
   CHECK(err && strstr(err, "/nonexistent/dir/x.evt: cannot open"));
   free(err);
+  CHECK(evt_parse_file("/tmp", &err) == NULL);
+  CHECK_MSG(err && strcmp(err, "/tmp: cannot read: Is a directory") == 0, "%s", err ? err : "(null)");
+  free(err);
   char path[] = "/tmp/evt_test_parse_XXXXXX";
   int fd = mkstemp(path);
   CHECK(fd >= 0);
@@ -256,4 +259,65 @@ TEST(parse_null_err_pointer) {
   /* err may be NULL: failure still returns NULL without leaking */
   CHECK(evt_parse("graph", "t.evt", NULL) == NULL);
   CHECK(evt_parse(NULL, "t.evt", NULL) == NULL);
+}
+
+/* Prints g, parses the text back, prints again: the two texts must be equal and the re-parsed graph must
+ * verify. Returns the first text (malloc'd) or NULL. */
+static char *check_fixed_point(evt_graph *g) {
+  char *s1 = evt_graph_to_string(g);
+  CHECK(s1 != NULL);
+  if (!s1) return NULL;
+  evt_graph *g2 = parse_ok(s1);
+  char *s2 = g2 ? evt_graph_to_string(g2) : NULL;
+  CHECK_MSG(s2 && strcmp(s1, s2) == 0, "first print:\n%s\nsecond print:\n%s", s1, s2 ? s2 : "(null)");
+  CHECK_MSG(g2 && evt_graph_verify(g2) == EVT_OK, "%s", g2 ? evt_graph_error(g2) : "");
+  free(s2);
+  evt_graph_free(g2);
+  return s1;
+}
+
+TEST(parse_print_api_graph) {
+  /* a graph built by the C API (fresh names like mm.0, attributes without the text form) prints as text
+   * that parses back to the same print */
+  evt_graph *g = evt_graph_new("api");
+  int64_t xs[] = {4, 8}, ws[] = {8, 3};
+  int x = evt_input(g, "x", EVT_F32, 2, xs);
+  int w = evt_param(g, "w", EVT_F32, 2, ws);
+  int h = evt_add_op(g, "mm", (int[]){x, w}, 2, NULL, 0);
+  evt_attr sm = EVT_ATTR_INT("dim", 0);
+  int p = evt_add_op(g, "log_softmax", (int[]){h}, 1, &sm, 1);
+  int s = evt_add_op(g, "sum", (int[]){p}, 1, NULL, 0);
+  CHECK(x >= 0 && w >= 0 && h >= 0 && p >= 0 && s >= 0);
+  CHECK(evt_graph_set_loss(g, s) == EVT_OK);
+  CHECK(evt_graph_add_output(g, h) == EVT_OK);
+  char *text = check_fixed_point(g);
+  CHECK_MSG(text && strstr(text, "= mm(%x, %w)\n") && strstr(text, "= log_softmax(%mm.") && strstr(text, ", dim=0)\n"),
+            "%s", text ? text : "");
+  free(text);
+  evt_graph_free(g);
+}
+
+TEST(parse_print_joint_graph) {
+  /* the backward ops autodiff appends (names like grad.w, attributes such as shape=) print and re-parse */
+  evt_graph *g = parse_ok("graph j {\n"
+                          "  %x: f32[8,16] = input()\n"
+                          "  %y: i64[8] = input(init=randint, hi=4)\n"
+                          "  %w: f32[16,4] = param(std=0.1)\n"
+                          "  %g: f32[4] = param(init=ones)\n"
+                          "  %h = mm(%x, %w)\n"
+                          "  %n = layer_norm(%h, %g, eps=1e-6)\n"
+                          "  %a = gelu(%n, approximate=tanh)\n"
+                          "  %d = dropout(%a, p=0.2, seed=3)\n"
+                          "  %l = cross_entropy(%d, %y)\n"
+                          "  loss %l\n"
+                          "}\n");
+  if (!g) return;
+  int before = g->nnodes;
+  CHECK(evt_graph_build_joint(g, 0) == EVT_OK);
+  CHECK(g->nnodes > before);
+  char *text = check_fixed_point(g);
+  CHECK_MSG(text && strstr(text, "%grad.w: f32[16,4] = ") && strstr(text, "  output %grad.w, %grad.g\n"), "%s",
+            text ? text : "");
+  free(text);
+  evt_graph_free(g);
 }

@@ -473,7 +473,8 @@ TEST(values_decompose_then_reduce_elim_every_loss) {
 
 TEST(values_decompose_rules) {
   const char *text =
-      "graph t {\n  %x: f32[4,3,2,2] = input()\n  %w: f32[3] = param(init=ones)\n  %b: f32[3] = param(init=zeros)\n"
+      "graph t {\n  %x0: f32[4,3,2,2] = input()\n  %k: f32[4,3,2,2] = param()\n  %x: f32[4,3,2,2] = mul(%x0, %k)\n"
+      "  %w: f32[3] = param(init=ones)\n  %b: f32[3] = param(init=zeros)\n"
       "  %bn: f32[4,3,2,2] = batch_norm(%x, %w, %b)\n  %r: f32[4,3,2,2] = relu(%bn)\n"
       "  %f: f32[4,12] = reshape(%r, shape=[4,12])\n  %lw: f32[12] = param()\n  %lb: f32[12] = param()\n"
       "  %ln: f32[4,12] = layer_norm(%f, %lw, %lb)\n  %gl: f32[4,12] = gelu(%ln)\n"
@@ -514,4 +515,316 @@ TEST(values_whole_pipeline_keeps_loss) {
     }
     free(text);
   }
+}
+
+/* ---- the examples: the softmax-cross-entropy backward keeps no row reduction ------------------------ */
+
+/* Runs the given passes on examples/<name>.evt (joint graph) and checks that no node a gradient needs
+ * reduces the class dim of a tensor shaped like the cross-entropy logits (and that no log_softmax or
+ * nll_loss backward op is left). Returns false if the file has no cross_entropy. */
+static bool ce_backward_row_free(const char *name, evt_status (*const *passes)(evt_graph *, evt_pass_stats *), int np) {
+  char path[256], *err = NULL;
+  snprintf(path, sizeof path, "examples/%s.evt", name);
+  evt_graph *g = evt_parse_file(path, &err);
+  CHECK_MSG(g != NULL, "%s: %s", path, err ? err : "?");
+  free(err);
+  if (!g) return false;
+  evt_type logits = {0};
+  bool found = false;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_CROSS_ENTROPY) logits = g->nodes[g->nodes[i].inputs[0]].type, found = true;
+  if (!found) {
+    evt_graph_free(g);
+    return false;
+  }
+  CHECK(evt_graph_build_joint(g, 0) == EVT_OK);
+  for (int p = 0; p < np; p++) {
+    evt_pass_stats st = {0};
+    run_pass(g, passes[p], &st);
+  }
+  char *need = calloc((size_t)g->nnodes, 1);
+  for (int o = 1; o < g->noutputs; o++) need[g->outputs[o]] = 1;
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    if (!need[i]) continue;
+    const evt_node *n = &g->nodes[i];
+    for (int k = 0; k < n->ninputs; k++) need[n->inputs[k]] = 1;
+    CHECK_MSG(n->op != EVT_OP_LOG_SOFTMAX_BACKWARD && n->op != EVT_OP_NLL_LOSS_BACKWARD,
+              "%s: %%%s (%s) left in the backward", name, n->name, evt_op_table[n->op].name);
+    if (n->op != EVT_OP_SUM && n->op != EVT_OP_MEAN && n->op != EVT_OP_AMAX) continue;
+    if (!evt_type_equal(&g->nodes[n->inputs[0]].type, &logits)) continue;
+    bool class_dim = n->attr.dims.n == 0;
+    for (int d = 0; d < n->attr.dims.n; d++) class_dim = class_dim || n->attr.dims.v[d] == 1;
+    CHECK_MSG(!class_dim, "%s: row reduction %%%s left in the cross-entropy backward", name, n->name);
+  }
+  free(need);
+  CHECK(g->loss >= 0 && g->outputs[0] == g->loss);
+  evt_graph_free(g);
+  return true;
+}
+
+TEST(examples_ce_backward_has_no_row_reduction) {
+  static const char *names[] = {"mlp", "bert_layer", "bert_layer_sdpa", "vit", "gcn", "xmlcnn", "resnet_block"};
+  evt_status (*const full[])(evt_graph *, evt_pass_stats *) = {evt_pass_canonicalize, evt_pass_loss_elim, evt_pass_decompose,
+                                                               evt_pass_reduce_elim, evt_pass_constprop, evt_pass_cse,
+                                                               evt_pass_layout, evt_pass_dce};
+  /* the paper's route: no loss elimination; decomposition + reduction elimination remove the row sum */
+  evt_status (*const paper[])(evt_graph *, evt_pass_stats *) = {evt_pass_canonicalize, evt_pass_decompose,
+                                                                evt_pass_reduce_elim, evt_pass_constprop, evt_pass_cse};
+  int ce = 0;
+  for (int i = 0; i < EVT_ARRAY_LEN(names); i++) {
+    ce += ce_backward_row_free(names[i], full, EVT_ARRAY_LEN(full));
+    ce_backward_row_free(names[i], paper, EVT_ARRAY_LEN(paper));
+  }
+  CHECK(ce >= 5); /* every cross-entropy example was checked */
+}
+
+TEST(pipeline_order_and_run_all) {
+  static const char *order[] = {"canonicalize", "loss-elim", "decompose", "reduce-elim", "constprop", "cse", "layout", "dce"};
+  CHECK(evt_npasses == EVT_ARRAY_LEN(order));
+  for (int i = 0; i < evt_npasses && i < EVT_ARRAY_LEN(order); i++) CHECK(strcmp(evt_passes[i].name, order[i]) == 0);
+  CHECK(evt_pass_find("cse", 3) == &evt_passes[5] && evt_pass_find("cs", 2) == NULL);
+  evt_graph *g = parse_ok(kCeJoint);
+  CHECK(evt_passes_run_all(g, 0, 1) == EVT_OK);
+  CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0 && count_op(g, EVT_OP_NLL_LOSS) == 0);
+  CHECK(g->loss == g->outputs[0] && g->noutputs == 2);
+  evt_graph_free(g);
+  /* a graph with nothing to do, and an empty one */
+  g = parse_ok("graph t {\n  %x: f32[2] = input()\n  output %x\n}\n");
+  CHECK(evt_passes_run_all(g, EVT_PASS_DROP_LOSS, 1) == EVT_OK && g->nnodes == 1);
+  evt_graph_free(g);
+  g = evt_graph_new("empty");
+  CHECK(evt_passes_run_all(g, 0, 1) == EVT_OK && g->nnodes == 0);
+  evt_graph_free(g);
+}
+
+/* ---- randomized: every pass keeps the values of random DAGs ------------------------------------------ */
+
+static uint64_t rng_next(uint64_t *s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  return *s;
+}
+
+/* A random DAG of broadcasting elementwise ops, reductions, layout ops, constants and one_hot over
+ * f32 shapes drawn from [4,5], [4,1], [1,5] and what the ops make of them. */
+static evt_graph *random_graph(uint64_t seed) {
+  uint64_t s = seed * 2654435761u + 1;
+  evt_graph *g = evt_graph_new("rnd");
+  static const int64_t shapes[][2] = {{4, 5}, {4, 1}, {1, 5}};
+  int nodes[64], n = 0;
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "in%d", i);
+    nodes[n++] = evt_input(g, name, EVT_F32, 2, shapes[i]);
+  }
+  int64_t ts[] = {4};
+  int t = evt_input(g, "t", EVT_I64, 1, ts);
+  g->nodes[t].attr.init = EVT_INIT_RANDINT, g->nodes[t].attr.hi = 5;
+  g->nodes[t].attr_given |= (1ull << EVT_ATTR_INIT) | (1ull << EVT_ATTR_HI);
+  evt_attr oh[] = {EVT_ATTR_INT("num_classes", 5)};
+  nodes[n++] = evt_add_op(g, "one_hot", &t, 1, oh, 1);
+  static const char *bin[] = {"add", "sub", "mul", "mul", "maximum"};
+  static const char *un[] = {"neg", "tanh", "relu", "sigmoid"};
+  for (int tries = 0; n < 24 && tries < 400; tries++) {
+    int a = nodes[rng_next(&s) % (uint64_t)n], b = nodes[rng_next(&s) % (uint64_t)n], id = -1;
+    switch (rng_next(&s) % 9) {
+    case 0: case 1: case 2: id = evt_add_op(g, bin[rng_next(&s) % 5], (int[]){a, b}, 2, NULL, 0); break;
+    case 3: id = evt_add_op(g, un[rng_next(&s) % 4], &a, 1, NULL, 0); break;
+    case 4: { /* reduction over one dim or all */
+      int rank = g->nodes[a].type.rank;
+      evt_attr at[2] = {{.name = "dims", .n = rank ? 1 : 0, .list = {(int64_t)(rng_next(&s) % (uint64_t)(rank ? rank : 1))}},
+                        EVT_ATTR_INT("keepdim", (int64_t)(rng_next(&s) % 2))};
+      id = evt_add_op(g, rng_next(&s) % 2 ? "sum" : "mean", &a, 1, at, 2);
+      break;
+    }
+    case 5: { /* a constant operand: scalar or full */
+      double v = (double)(rng_next(&s) % 5) - 1.0; /* -1, 0, 1, 2, 3 */
+      evt_attr va[] = {EVT_ATTR_FLOAT("value", v)};
+      int c = evt_add_op(g, "scalar", NULL, 0, va, 1);
+      if (c >= 0) g->nodes[c].type.dtype = EVT_F32;
+      id = c < 0 ? -1 : evt_add_op(g, rng_next(&s) % 3 ? "mul" : "add", (int[]){a, c}, 2, NULL, 0);
+      break;
+    }
+    case 6: { /* permute there and back, or a reshape round trip */
+      if (g->nodes[a].type.rank != 2) break;
+      evt_attr p[] = {{.name = "dims", .n = 2, .list = {1, 0}}};
+      int q = evt_add_op(g, "permute", &a, 1, p, 1);
+      int r = q < 0 ? -1 : evt_add_op(g, "relu", &q, 1, NULL, 0);
+      id = r < 0 ? -1 : evt_add_op(g, "permute", &r, 1, p, 1);
+      break;
+    }
+    case 7: { /* expand to [4,5] */
+      evt_attr e[] = {{.name = "shape", .n = 2, .list = {4, 5}}};
+      id = evt_add_op(g, "expand", &a, 1, e, 1);
+      break;
+    }
+    case 8: { /* divide by a nonzero constant */
+      evt_attr va[] = {EVT_ATTR_FLOAT("value", (double)(rng_next(&s) % 3) + 2.0)};
+      int c = evt_add_op(g, "scalar", NULL, 0, va, 1);
+      id = c < 0 ? -1 : evt_add_op(g, "div", (int[]){a, c}, 2, NULL, 0);
+      break;
+    }
+    }
+    if (id >= 0 && evt_dtype_is_float(g->nodes[id].type.dtype)) nodes[n++] = id;
+  }
+  /* every float node nobody uses is an output, so the whole DAG is live */
+  int *uses = calloc((size_t)g->nnodes, sizeof(int));
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].ninputs; k++) uses[g->nodes[i].inputs[k]]++;
+  for (int i = 0; i < g->nnodes; i++)
+    if (!uses[i] && g->nodes[i].op != EVT_OP_INPUT && evt_dtype_is_float(g->nodes[i].type.dtype)) evt_graph_add_output(g, i);
+  free(uses);
+  return g;
+}
+
+TEST(random_graphs_every_pass_keeps_values) {
+  evt_status (*passes[])(evt_graph *, evt_pass_stats *) = {evt_pass_canonicalize, evt_pass_loss_elim, evt_pass_decompose,
+                                                           evt_pass_reduce_elim, evt_pass_constprop, evt_pass_cse,
+                                                           evt_pass_layout, evt_pass_dce};
+  for (uint64_t seed = 1; seed <= 150; seed++) {
+    evt_graph *g = random_graph(seed);
+    CHECK_MSG(evt_graph_verify(g) == EVT_OK, "seed %llu: %s", (unsigned long long)seed, evt_graph_error(g));
+    char *text = evt_graph_to_string(g);
+    evt_graph_free(g);
+    for (int p = 0; p < EVT_ARRAY_LEN(passes) && text; p++) {
+      g = check_preserves(text, passes[p], 0, false);
+      free(text);
+      text = g ? evt_graph_to_string(g) : NULL;
+      evt_graph_free(g);
+    }
+    free(text);
+  }
+}
+
+/* ---- channels-last (decompose) and permute propagation (layout) -------------------------------------- */
+
+static evt_status decompose_then_layout(evt_graph *g, evt_pass_stats *st) {
+  evt_status s = evt_pass_decompose(g, st);
+  return s == EVT_OK ? evt_pass_layout(g, st) : s;
+}
+
+static int count_layout(const evt_graph *g, int64_t layout) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    evt_op op = g->nodes[i].op;
+    bool conv_pool = evt_op_table[op].cls == EVT_CLASS_CONV || evt_op_table[op].cls == EVT_CLASS_POOL;
+    c += conv_pool && ((evt_op_table[op].attrs >> EVT_ATTR_LAYOUT) & 1u) && g->nodes[i].attr.layout == layout;
+  }
+  return c;
+}
+
+static const char *kConvPoolOps =
+    "graph t {\n"
+    "  %x: f32[2,4,5,6] = input()\n"
+    "  %w: f32[6,2,3,3] = param()\n"
+    "  %dy: f32[2,6,3,6] = input()\n"
+    "  %dp: f32[2,4,3,4] = input()\n"
+    "  %y: f32[2,6,3,6] = conv2d(%x, %w, stride=[2,1], padding=[1,1], groups=2)\n"
+    "  %dx: f32[2,4,5,6] = conv2d_backward_input(%dy, %w, shape=[2,4,5,6], stride=[2,1], padding=[1,1], groups=2)\n"
+    "  %dw: f32[6,2,3,3] = conv2d_backward_weight(%x, %dy, shape=[6,2,3,3], stride=[2,1], padding=[1,1], groups=2)\n"
+    "  %p: f32[2,4,3,4] = max_pool2d(%x, kernel=[3,2], stride=[2,2], padding=[1,1])\n"
+    "  %pb: f32[2,4,5,6] = max_pool2d_backward(%dp, %x, kernel=[3,2], stride=[2,2], padding=[1,1])\n"
+    "  %a: f32[2,4,3,4] = avg_pool2d(%x, kernel=[3,2], stride=[2,2], padding=[1,1])\n"
+    "  %ab: f32[2,4,5,6] = avg_pool2d_backward(%dp, shape=[2,4,5,6], kernel=[3,2], stride=[2,2], padding=[1,1])\n"
+    "  output %y, %dx, %dw, %p, %pb, %a, %ab\n"
+    "}\n";
+
+TEST(decompose_conv_pool_channels_last) {
+  evt_graph *g = check_preserves(kConvPoolOps, evt_pass_decompose, 0, false);
+  if (!g) return;
+  CHECK(count_layout(g, EVT_LAYOUT_NHWC) == 7 && count_layout(g, EVT_LAYOUT_NCHW) == 0);
+  /* x, w, dy, dp in (after CSE they would be shared; decompose alone makes one per use), 7 results out */
+  CHECK(count_op(g, EVT_OP_PERMUTE) == 2 + 2 + 2 + 1 + 2 + 1 + 1 + 7);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_CONV2D_BACKWARD_WEIGHT) /* weights [O,kh,kw,C/g] */
+      CHECK(g->nodes[i].type.shape[0] == 6 && g->nodes[i].type.shape[1] == 3 && g->nodes[i].type.shape[3] == 2);
+  evt_graph_free(g);
+}
+
+TEST(layout_cancels_channels_last_permutes) {
+  static const char *text = "graph t {\n"
+                            "  %x: f32[2,3,6,5] = input()\n"
+                            "  %w1: f32[4,3,3,3] = param()\n"
+                            "  %c1: f32[2,4,6,5] = conv2d(%x, %w1, padding=[1,1])\n"
+                            "  %b: f32[4] = param()\n"
+                            "  %b3: f32[4,1,1] = reshape(%b, shape=[4,1,1])\n"
+                            "  %a: f32[2,4,6,5] = add(%c1, %b3)\n"
+                            "  %m: f32[1,4,1,1] = mean(%a, dims=[0,2,3], keepdim=1)\n"
+                            "  %s: f32[2,4,6,5] = sub(%a, %m)\n"
+                            "  %r: f32[2,4,6,5] = relu(%s)\n"
+                            "  %w2: f32[4,4,3,3] = param()\n"
+                            "  %c2: f32[2,4,6,5] = conv2d(%r, %w2, padding=[1,1])\n"
+                            "  %p: f32[2,4,3,2] = max_pool2d(%c2, kernel=[2,2], stride=[2,2])\n"
+                            "  %g: f32[2,4] = mean(%p, dims=[2,3])\n"
+                            "  %cs: f32[4] = sum(%r, dims=[0,2,3])\n"
+                            "  %am: f32[4,6,5] = amax(%r, dims=[0], keepdim=0)\n"
+                            "  output %g, %cs, %am\n"
+                            "}\n";
+  evt_graph *g = check_preserves(text, decompose_then_layout, 0, false);
+  if (!g) return;
+  /* left: x, w1, w2 into the convs, and %am: amax over N keeps [C,H,W], which is not the NHWC order */
+  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 4, "%d permutes", count_op(g, EVT_OP_PERMUTE));
+  int r = evt_graph_find(g, "r"), cs = evt_graph_find(g, "cs");
+  CHECK(r >= 0 && g->nodes[r].type.shape[3] == 4 && g->nodes[r].type.shape[1] == 6);  /* %r is NHWC now */
+  CHECK(cs >= 0 && g->nodes[cs].inputs[0] == r && g->nodes[cs].attr.dims.n == 3 && g->nodes[cs].attr.dims.v[2] == 2);
+  evt_graph_free(g);
+}
+
+/* Propagation is committed only when it removes permutes: a permuted value added to a plain input and
+ * returned would need the input permuted and the sum permuted back (2 for 1), so nothing moves. */
+TEST(layout_propagation_never_adds_permutes) {
+  static const char *text = "graph t {\n"
+                            "  %x: f32[2,4,5,3] = input()\n"
+                            "  %a: f32[2,4,5,3] = relu(%x)\n"
+                            "  %p: f32[2,3,4,5] = permute(%a, dims=[0,3,1,2])\n"
+                            "  %z: f32[2,3,4,5] = input()\n"
+                            "  %s: f32[2,3,4,5] = add(%p, %z)\n"
+                            "  %e: f32[2,3,4,5] = exp(%s)\n"
+                            "  output %e\n"
+                            "}\n";
+  evt_graph *g = check_preserves(text, evt_pass_layout, 0, false);
+  if (!g) return;
+  CHECK(count_op(g, EVT_OP_PERMUTE) == 1 && g->nodes[evt_graph_find(g, "s")].inputs[0] == evt_graph_find(g, "p"));
+  evt_graph_free(g);
+}
+
+/* permute(expand(u)) -> expand of a reshape when the permute only moves size-1 dims of u; a permute around
+ * a reshape that only adds size-1 dims meets the inner permute (xmlcnn's embedding -> image) */
+TEST(layout_permute_through_expand_and_unit_reshape) {
+  static const char *text = "graph t {\n"
+                            "  %u: f32[2,3,1,1] = input()\n"
+                            "  %e: f32[2,3,4,5] = expand(%u, shape=[2,3,4,5])\n"
+                            "  %pe: f32[2,4,5,3] = permute(%e, dims=[0,2,3,1])\n"
+                            "  %emb: f32[2,7,3] = input()\n"
+                            "  %chw: f32[2,3,7] = permute(%emb, dims=[0,2,1])\n"
+                            "  %img: f32[2,3,1,7] = reshape(%chw, shape=[2,3,1,7])\n"
+                            "  %hwc: f32[2,1,7,3] = permute(%img, dims=[0,2,3,1])\n"
+                            "  output %pe, %hwc\n"
+                            "}\n";
+  evt_graph *g = check_preserves(text, evt_pass_layout, 0, false);
+  if (!g) return;
+  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 0, "%d permutes", count_op(g, EVT_OP_PERMUTE));
+  CHECK(count_op(g, EVT_OP_EXPAND) == 1);
+  evt_graph_free(g);
+}
+
+/* The examples through the whole pipeline: resnet_block keeps only the permutes at its boundaries (x, the
+ * two weights, the two weight gradients, the head's two transposes), and values stay (fp64). */
+TEST(layout_resnet_block_permutes_cancel) {
+  char *err = NULL;
+  evt_graph *g = evt_parse_file("examples/resnet_block.evt", &err);
+  CHECK_MSG(g != NULL, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  CHECK(evt_graph_build_joint(g, 0) == EVT_OK);
+  CHECK(evt_passes_run_all(g, 0, 1) == EVT_OK);
+  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 7, "%d permutes", count_op(g, EVT_OP_PERMUTE));
+  CHECK(count_layout(g, EVT_LAYOUT_NHWC) == 7 && count_layout(g, EVT_LAYOUT_NCHW) == 0);
+  for (int i = 0; i < g->nnodes; i++) {
+    const evt_node *n = &g->nodes[i];
+    if (n->op != EVT_OP_PERMUTE) continue;
+    evt_op src = g->nodes[n->inputs[0]].op;
+    bool boundary = src == EVT_OP_INPUT || src == EVT_OP_PARAM || (n->flags & EVT_NODE_OUTPUT) || n->type.rank == 2;
+    CHECK_MSG(boundary, "permute %%%s of %%%s inside the graph", n->name, g->nodes[n->inputs[0]].name);
+  }
+  evt_graph_free(g);
 }

@@ -52,3 +52,28 @@ TEST(graph_sources_and_errors) {
   CHECK(evt_graph_set_loss(g, x) == EVT_ERR_TYPE);
   evt_graph_free(g);
 }
+
+TEST(graph_name_index_survives_renames_and_renumbering) {
+  evt_graph *g = evt_graph_new("t");
+  int64_t s[1] = {4};
+  int x = evt_input(g, "x", EVT_F32, 1, s);
+  int prev = x;
+  for (int i = 0; i < 300; i++) prev = evt_add_op(g, "relu", &prev, 1, NULL, 0);
+  CHECK(prev == 300);
+  CHECK(evt_graph_find(g, "x") == 0);
+  CHECK(evt_graph_find(g, g->nodes[150].name) == 150);
+  CHECK(evt_graph_find(g, "nope") == -1);
+  /* swap two names behind the index's back, as a rewrite does */
+  const char *a = g->nodes[10].name, *b = g->nodes[20].name;
+  g->nodes[10].name = b;
+  g->nodes[20].name = a;
+  CHECK(evt_graph_find(g, a) == 20);
+  CHECK(evt_graph_find(g, b) == 10);
+  /* truncate (a rolled-back build): names of dropped nodes are gone */
+  const char *dropped = g->nodes[299].name;
+  g->nnodes = 200;
+  CHECK(evt_graph_find(g, dropped) == -1);
+  CHECK(evt_graph_set_name(g, 5, "renamed") == EVT_OK);
+  CHECK(evt_graph_find(g, "renamed") == 5);
+  evt_graph_free(g);
+}

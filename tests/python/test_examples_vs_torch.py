@@ -161,3 +161,57 @@ def test_gen_paper_sizes():
     p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "gen.py"), "bert_layer", "--hidden", "65"],
                        capture_output=True, text=True)
     assert p.returncode == 1 and "inconsistent sizes" in p.stderr
+
+
+@pytest.mark.parametrize("name", sorted(gen.PAPER))
+def test_paper_configuration_checks_and_differentiates(name):
+    """Each model at the paper's sizes type-checks and gets its joint graph (no data: nothing is run)."""
+    text = gen.build(name, gen.config(name, ["--paper"])[0])
+    p = subprocess.run([EVTC, "check", "-"], input=text, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and ": ok," in p.stdout, p.stderr
+    p = subprocess.run([EVTC, "grad", "-"], input=text, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    params = re.findall(r"^  %(\S+): \S+ = param\(", text, re.M)
+    assert params and all(f"%grad.{q}:" in p.stdout for q in params)
+
+
+@pytest.mark.parametrize("name", ["mlp", "bert_layer"])
+def test_evtc_run_on_printed_joint_graph(name, tmp_path):
+    """`evtc grad` output read back is trained as it is and gives the same losses as the forward file."""
+    p = subprocess.run([EVTC, "grad", example_path(name)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    joint = tmp_path / "joint.evt"
+    joint.write_text(p.stdout)
+    a, la = evtc_run(example_path(name), "--steps", "3", "--lr", "0.1")
+    b, lb = evtc_run(str(joint), "--steps", "3", "--lr", "0.1")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert "(joint graph built)" in a.stdout and "(joint graph built)" not in b.stdout
+    assert la == lb and len(la) == 3
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_evtc_run_opt_trains_the_same(name):
+    """Training the graph after the pass pipeline (--opt) follows the same losses (fp64: passes only
+    reassociate floating-point sums)."""
+    a, la = evtc_run(example_path(name), "--steps", "4", "--lr", str(RUN_LR[name]), "--fp64")
+    b, lb = evtc_run(example_path(name), "--steps", "4", "--lr", str(RUN_LR[name]), "--fp64", "--opt")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert "after the passes" in b.stdout
+    assert len(la) == len(lb) == 4
+    np.testing.assert_allclose(lb, la, rtol=1e-6, atol=1.5e-6)  # printed with 6 decimals
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("name", ["mlp", "bert_layer", "resnet_block"])
+def test_evtc_run_half_precision_from_stdin(name, dtype):
+    """gen.py --dtype writes a half-precision model; `evtc run -` reads it from stdin and trains it; the
+    first loss is the f32 one up to half-precision rounding."""
+    text = gen.build(name, gen.config(name, ["--dtype", dtype])[0])
+    assert f"%loss: {dtype}[]" in text
+    p = subprocess.run([EVTC, "run", "-", "--steps", "3", "--lr", str(RUN_LR[name])], input=text,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    losses = [float(m.group(1)) for m in re.finditer(r"^step \d+ loss (\S+)", p.stdout, re.M)]
+    ref = evtc_run(example_path(name), "--steps", "1")[1]
+    assert len(losses) == 3 and losses[2] < losses[0], losses
+    assert abs(losses[0] - ref[0]) <= 0.02 * abs(ref[0]), (losses[0], ref[0])

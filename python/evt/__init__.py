@@ -1,0 +1,23 @@
+"""evt: a torch.compile backend for training steps (CPU path: the evt interpreter).
+
+    import evt                      # registers the backend name "evt"
+    model = torch.compile(model, backend="evt")
+
+See docs/pytorch.md. Logging: EVT_LOG=1 (logger "evt"). Library: $EVT_LIB or <repo>/build/libevt.so.
+"""
+from .backend import DECOMPOSITIONS, compile_module, evt_backend, partition_fn  # noqa: F401
+from .lib import EvtError, Graph  # noqa: F401
+
+__all__ = ["evt_backend", "compile_module", "partition_fn", "DECOMPOSITIONS", "Graph", "EvtError"]
+
+
+def _register():
+    from torch._dynamo import list_backends, register_backend
+    try:
+        if "evt" not in list_backends(exclude_tags=()):
+            register_backend(name="evt")(evt_backend)
+    except Exception:  # already registered through the entry point
+        pass
+
+
+_register()

@@ -1,0 +1,411 @@
+"""The `evt` torch.compile backend (CPU path): AOTAutograd joint graph -> evt segments on the interpreter.
+
+Contract
+- `evt_backend` (registered as "evt") is aot_autograd with DECOMPOSITIONS (PyTorch's core ATen set minus
+  the ops evt wants whole: layer/batch norm and their backward, softmax/log_softmax and theirs, gelu
+  backward, nll_loss, embedding backward, pooling backward, select/slice backward, ...), partition_fn
+  (sees the joint forward+backward graph; logs its op histogram, records each layer-norm backward's eps
+  from its forward, then splits with default_partition, or with min_cut_rematerialization_partition when
+  EVT_PARTITIONER=min_cut) and compile_module as fw/bw compiler.
+- compile_module(gm) walks the FX nodes in order and translates each into evt IR (aten.py). Maximal runs of
+  translated nodes become one evt *segment* (one `.evt` graph, parsed once and cached by its text, which
+  holds every shape and dtype); a node without an exact translation runs as ordinary PyTorch between
+  segments and is logged (`EVT_LOG=1`, logger `evt`). If the evt parser rejects a statement the node it
+  names is moved to PyTorch and the plan is rebuilt; if the interpreter fails at run time the segment's
+  nodes run in PyTorch instead. Nothing evt cannot do ever fails the step.
+- The returned callable is boxed (takes the argument list) and returns values in the module's output
+  order; tensors evt produced are fresh, with the strides recorded in meta["val"]; outputs that are
+  graph inputs (or PyTorch results) are returned as the module would return them.
+- Graphs with symbolic shapes run as the unmodified module (logged).
+"""
+import collections
+import copy
+import hashlib
+import logging
+import operator
+import os
+import re
+
+import torch
+import torch.fx
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import default_partition
+
+from . import aten as A
+from .lib import EvtError, Graph
+
+log = logging.getLogger("evt")
+if os.environ.get("EVT_LOG", "0") not in ("", "0") and not log.handlers:
+    _h = logging.StreamHandler()
+    _h.setFormatter(logging.Formatter("[evt] %(message)s"))
+    log.addHandler(_h)
+    log.setLevel(logging.INFO)
+
+aten = torch.ops.aten
+
+# Ops evt translates whole (its row ops, losses and backward ops); the rest of the core set decomposes.
+KEEP_WHOLE = {
+    aten.gelu_backward, aten.native_layer_norm, aten.native_layer_norm_backward, aten._softmax,
+    aten._softmax_backward_data, aten._log_softmax, aten._log_softmax_backward_data, aten.nll_loss_forward,
+    aten.nll_loss_backward, aten.native_batch_norm_backward, aten._native_batch_norm_legit_functional,
+    aten.native_batch_norm, aten._native_batch_norm_legit, aten.embedding_dense_backward,
+    aten.max_pool2d_with_indices_backward, aten.avg_pool2d_backward, aten.adaptive_max_pool2d_backward,
+    aten.binary_cross_entropy_with_logits, aten.mse_loss_backward, aten.threshold_backward,
+    aten.slice_backward, aten.select_backward, aten.mse_loss,
+    # PyTorch 2.11 decomposes the CPU flash-attention forward but not its backward kernel, whose
+    # logsumexp input then disagrees with the decomposition's: wrong gradients. Kept whole.
+    aten._scaled_dot_product_flash_attention_for_cpu,
+}
+
+
+def decompositions():
+    return {k: v for k, v in core_aten_decompositions().items()
+            if getattr(k, "overloadpacket", None) not in KEEP_WHOLE}
+
+
+DECOMPOSITIONS = decompositions()
+
+
+def _op_name(node):
+    t = node.target
+    if t is operator.getitem:
+        return "getitem"
+    return str(getattr(t, "__name__", t))
+
+
+def histogram(gm):
+    return collections.Counter(_op_name(n) for n in gm.graph.nodes if n.op == "call_function")
+
+
+def partition_fn(joint, joint_inputs, **kwargs):
+    """Sees the whole training step; records what evt needs across the fw/bw split, then splits."""
+    if log.isEnabledFor(logging.INFO):
+        h = histogram(joint)
+        log.info("joint graph: %d ops: %s", sum(h.values()), ", ".join(f"{k} x{v}" for k, v in h.most_common()))
+    A.rewrite_joint(joint)
+    for n in joint.graph.nodes:
+        if n.op == "call_function" and n.target == aten.native_layer_norm_backward.default:
+            rstd = n.args[4]
+            if isinstance(rstd, torch.fx.Node) and rstd.target is operator.getitem:
+                fwd = rstd.args[0]
+                if getattr(fwd, "target", None) == aten.native_layer_norm.default:
+                    n.meta["evt_eps"] = float(fwd.args[4])
+    if os.environ.get("EVT_PARTITIONER", "default") == "min_cut":
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+    return default_partition(joint, joint_inputs, **kwargs)
+
+
+# ---- segments -----------------------------------------------------------------------------------------
+
+_GRAPHS = {}  # sha256 of the segment text -> parsed Graph (the text holds every shape and dtype)
+
+
+PASSES = os.environ.get("EVT_PASSES", "1") not in ("", "0")
+
+
+def _graph_for(text):
+    """The parsed (and, unless EVT_PASSES=0, pass-optimized) graph of a segment text, cached."""
+    key = hashlib.sha256(text.encode()).hexdigest()
+    g = _GRAPHS.get((key, PASSES))
+    if g is None:
+        name = f"evt-{key[:12]}.evt"
+        g = None
+        if PASSES:
+            try:
+                g = Graph(text, name, optimize=True)
+            except EvtError as e:
+                if "no graph passes" not in str(e):
+                    log.warning("evt graph passes failed on %s (%s); running it unoptimized", name, e)
+        if g is None:
+            g = Graph(text, name)
+        _GRAPHS[(key, PASSES)] = g
+        d = os.environ.get("EVT_DUMP")
+        if d:
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, f"{key[:16]}.evt"), "w") as f:
+                f.write(text)
+            with open(os.path.join(d, f"{key[:16]}.opt.evt"), "w") as f:
+                f.write(g.text())
+        log.info("  segment %s: %d evt nodes, %d after the graph passes", name, g.parsed_nodes, g.node_count)
+    return g
+
+
+class Segment:
+    """A run of FX nodes translated into one evt graph."""
+
+    def __init__(self):
+        self.b = A.Builder()
+        self.members = []
+
+    def finalize(self, users_outside):
+        b, members = self.b, set(self.members)
+        inputs = {name for _, name in b.inputs}
+        self.outputs, self.aliases, out_names = [], [], []
+        for m in self.members:
+            name = b.names.get(m)
+            if isinstance(name, dict) or not any(u not in members for u in users_outside(m)):
+                continue
+            if name in inputs:
+                src = next(x for x, nm in b.inputs if nm == name)
+                self.aliases.append((m, src))
+                continue
+            if name not in out_names:
+                out_names.append(name)
+            self.outputs.append((m, out_names.index(name)))
+        self.text = "graph seg {\n  " + "\n  ".join(b.lines) + "\n" + \
+            (f"  output {', '.join('%' + n for n in out_names)}\n" if out_names else "") + "}\n"
+        self.graph = _graph_for(self.text) if self.outputs else None
+        if self.graph is not None:  # node ids after the passes renumbered them
+            self.inputs = [(x, self.graph.ids[name]) for x, name in b.inputs if name in self.graph.ids]
+            self.outputs = [(m, self.graph.outputs[k]) for m, k in self.outputs]
+
+    def run(self, env):
+        if self.graph is not None:
+            res = self.graph.run([(i, env[x]) for x, i in self.inputs],
+                                 [(i, A.meta_val(m).dtype) for m, i in self.outputs])
+            for (m, _), t in zip(self.outputs, res):
+                v = A.meta_val(m)
+                if t.dim() > 1 and t.stride() != v.stride() and is_non_overlapping_and_dense(v):
+                    t = torch.empty_strided(t.shape, v.stride(), dtype=t.dtype).copy_(t)
+                env[m] = t
+        for m, src in self.aliases:
+            env[m] = env[src]
+
+
+def is_non_overlapping_and_dense(v):
+    """True when v's strides describe a permutation of a contiguous layout (no zero or gapped strides)."""
+    dims = sorted((st, sz) for st, sz in zip(v.stride(), v.shape) if sz != 1)
+    expect = 1
+    for st, sz in dims:
+        if st != expect:
+            return False
+        expect *= sz
+    return True
+
+
+def _has_tensor(node):
+    v = node.meta.get("val")
+    vs = v if isinstance(v, (tuple, list)) else [v]
+    return v is None or any(isinstance(t, torch.Tensor) for t in vs)
+
+
+def _run_torch(node, env):
+    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    return node.target(*args, **kwargs)
+
+
+class Plan:
+    """The ordered steps of one FX module: Segments and PyTorch nodes."""
+
+    def __init__(self, gm, force_torch):
+        self.gm = gm
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.output = next(n for n in gm.graph.nodes if n.op == "output")
+        self.steps, self.fallbacks = [], []
+        seg_of = {}
+        for node in gm.graph.nodes:
+            if node.op != "call_function":
+                continue
+            if node in force_torch:
+                self.steps.append(node)
+                self.fallbacks.append((node, force_torch[node]))
+                continue
+            src = node.args[0] if node.target is operator.getitem else None
+            if src is not None and src in seg_of:
+                seg = seg_of[src]
+                try:
+                    seg.b.names[node] = A.translate(seg.b, node, set())
+                    seg.members.append(node)
+                    seg_of[node] = seg
+                    continue
+                except A.Unsupported:
+                    pass
+            cur = self.steps[-1] if self.steps and isinstance(self.steps[-1], Segment) else Segment()
+            used = {u.args[1] for u in node.users if u.target is operator.getitem}
+            snap = cur.b.snapshot()
+            try:
+                cur.b.names[node] = A.translate(cur.b, node, used)
+            except (A.Unsupported, TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
+                cur.b.rollback(snap)
+                self.steps.append(node)
+                if src is None and _has_tensor(node):  # (size arithmetic on SymInts is not a fallback)
+                    self.fallbacks.append((node, str(e) or type(e).__name__))
+                continue
+            cur.members.append(node)
+            seg_of[node] = cur
+            if not (self.steps and self.steps[-1] is cur):
+                self.steps.append(cur)
+
+    def finalize(self):
+        """Parses every segment (raises EvtError with the parser's message on a rejected statement)."""
+        for s in self.steps:
+            if isinstance(s, Segment):
+                s.finalize(lambda m: m.users)
+        # Liveness: each value is dropped from the environment after the last step that reads it.
+        step_of = {}
+        for i, s in enumerate(self.steps):
+            for m in (s.members if isinstance(s, Segment) else [s]):
+                step_of[m] = i
+        last = {}
+        for node in list(self.placeholders) + list(step_of):
+            uses = [step_of.get(u, len(self.steps)) for u in node.users]
+            last[node] = max(uses, default=step_of.get(node, -1))
+        self.free_after = [[] for _ in self.steps]
+        for node, i in last.items():
+            if 0 <= i < len(self.steps):
+                self.free_after[i].append(node)
+
+    def __call__(self, args):
+        env = dict(zip(self.placeholders, args))
+        for i, s in enumerate(self.steps):
+            if isinstance(s, Segment):
+                try:
+                    s.run(env)
+                    if _CHECK:
+                        _check_segment(s, env)
+                except Exception as e:  # noqa: BLE001 (never fail the step: PyTorch runs the segment)
+                    log.warning("evt segment failed at run time (%s: %s); running its %d nodes in PyTorch",
+                                type(e).__name__, e, len(s.members))
+                    for m in s.members:
+                        env[m] = _run_torch(m, env)
+            else:
+                env[s] = _run_torch(s, env)
+            for node in self.free_after[i]:
+                env.pop(node, None)
+        return list(torch.fx.node.map_arg(self.output.args[0], lambda n: env[n]))
+
+
+_CHECK = os.environ.get("EVT_CHECK", "0") not in ("", "0")
+
+
+def _check_segment(seg, env):
+    """EVT_CHECK=1: reruns the segment's nodes in PyTorch and logs every output that differs."""
+    ref = dict(env)
+    for m in seg.members:
+        ref[m] = _run_torch(m, ref)
+    for m, _ in seg.outputs:
+        a, b = env[m], ref[m]
+        if a.shape != b.shape or a.dtype != b.dtype:
+            log.warning("EVT_CHECK %s: %s %s vs PyTorch %s %s", m.name, a.dtype, tuple(a.shape), b.dtype, tuple(b.shape))
+            continue
+        if a.numel() and a.is_floating_point():
+            diff = (a.double() - b.double()).abs().max().item()
+            rel = diff / max(b.double().abs().max().item(), 1e-30)
+            if diff > 1e-5 and rel > 1e-4:  # (both: values that cancel to ~0 are rounding noise)
+                log.warning("EVT_CHECK %s (%s): max abs error %.3g, relative %.3g", m.name, _op_name(m), diff, rel)
+        elif a.numel() and not torch.equal(a, b):
+            log.warning("EVT_CHECK %s (%s): values differ", m.name, _op_name(m))
+
+
+_NODE_IN_MSG = re.compile(r"node %([A-Za-z0-9_.]+)")
+
+
+def build_plan(gm):
+    """A Plan for gm; nodes the evt parser rejects move to PyTorch one by one (with the message)."""
+    force = {}
+    while True:
+        plan = Plan(gm, force)
+        try:
+            plan.finalize()
+            return plan
+        except EvtError as e:
+            msg = str(e)
+            m = _NODE_IN_MSG.search(msg)
+            bad = None
+            if m:
+                for s in plan.steps:
+                    if isinstance(s, Segment) and s.b.origin.get(m.group(1)) in s.members:
+                        bad = s.b.origin[m.group(1)]
+                        break
+            if bad is None or bad in force:
+                log.warning("evt could not build a plan (%s); running the module in PyTorch", msg)
+                return None
+            force[bad] = f"rejected by evt: {msg}"
+
+
+def _symbolic(gm):
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, torch.SymInt):
+            return True
+        if isinstance(v, torch.Tensor) and any(not isinstance(s, int) for s in v.shape):
+            return True
+    return False
+
+
+def _log_plan(plan, kind):
+    if log.isEnabledFor(logging.INFO):
+        segs = [s for s in plan.steps if isinstance(s, Segment)]
+        n_evt = sum(len(s.members) for s in segs)
+        log.info("%s: %d ops in %d evt segment(s), %d in PyTorch", kind, n_evt, len(segs), len(plan.fallbacks))
+        for node, why in plan.fallbacks:
+            log.info("  fallback to PyTorch: %s (%s): %s", _op_name(node), node.name, why)
+
+
+def _specialize(gm, args):
+    """A copy of gm whose meta["val"] holds the concrete shapes of these arguments (FakeTensorProp)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    g2 = copy.deepcopy(gm)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
+    FakeTensorProp(g2, mode).propagate_dont_convert_inputs(*fakes)
+    return g2
+
+
+def compile_module(gm, example_inputs, kind="module"):
+    """fw/bw compiler: a boxed callable running gm through evt segments and PyTorch fallbacks.
+    A module with symbolic shapes gets one plan per concrete argument signature, built at the first call
+    with that signature (shapes re-derived with FakeTensorProp)."""
+    if _symbolic(gm):
+        plans = {}
+
+        def run_dynamic(args):
+            key = tuple((tuple(a.shape), a.dtype, tuple(a.stride())) if isinstance(a, torch.Tensor) else
+                        (type(a).__name__, a) for a in args)
+            plan = plans.get(key)
+            if plan is None:
+                try:
+                    plan = build_plan(_specialize(gm, args))
+                except Exception as e:  # noqa: BLE001 (any failure to specialize: run the module as is)
+                    log.warning("%s: could not specialize symbolic shapes (%s)", kind, e)
+                    plan = None
+                if plan is None:
+                    plan = lambda a: gm(*a)  # noqa: E731
+                    log.info("%s: runs in PyTorch", kind)
+                else:
+                    _log_plan(plan, f"{kind} (specialized to {[k[0] for k in key]})")
+                plans[key] = plan
+            return plan(args)
+        run_dynamic._boxed_call = True
+        return run_dynamic
+    plan = build_plan(gm)
+    if plan is None:
+        log.info("%s: no plan: runs in PyTorch", kind)
+
+        def run_gm(args):
+            return gm(*args)
+        run_gm._boxed_call = True
+        return run_gm
+    _log_plan(plan, kind)
+
+    def run(args):
+        return plan(args)
+    run._boxed_call = True
+    run.plan = plan
+    return run
+
+
+def _fw(gm, example_inputs):
+    return compile_module(gm, example_inputs, "forward")
+
+
+def _bw(gm, example_inputs):
+    return compile_module(gm, example_inputs, "backward")
+
+
+evt_backend = aot_autograd(fw_compiler=_fw, bw_compiler=_bw, partition_fn=partition_fn,
+                           decompositions=DECOMPOSITIONS)

@@ -1,0 +1,173 @@
+"""ctypes binding of libevt: parse `.evt` text and run it on the CPU interpreter with torch tensors.
+
+Contract
+- The library is `$EVT_LIB`, else `<repo>/build/libevt.so`; if neither exists it is built once with
+  `make -C <repo> build/libevt.so` (the repo is the folder above `python/`).
+- Graph(text) parses (raising EvtError with the library's message, which names the node) and owns the
+  evt_graph. Graph.run(inputs, outputs) binds torch tensors to the `input` node ids given, runs
+  evt_interp_run, and returns fresh torch tensors for the output node ids asked for, in the dtypes asked for.
+- The interpreter keeps every value as a double in a contiguous row-major buffer, so tensors are copied in
+  (as contiguous float64) and out; strides of the callers' tensors do not matter.
+"""
+import ctypes
+import os
+import subprocess
+import threading
+
+import torch
+
+_PKG = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(_PKG))
+MAX_RANK = 6
+
+DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int64: 3, torch.int32: 4, torch.bool: 5}
+DTYPE_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.int64: "i64",
+               torch.int32: "i32", torch.bool: "bool"}
+
+
+class EvtError(RuntimeError):
+    pass
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("dtype", ctypes.c_int), ("rank", ctypes.c_int), ("shape", ctypes.c_int64 * MAX_RANK),
+                ("numel", ctypes.c_int64), ("data", ctypes.POINTER(ctypes.c_double))]
+
+
+_lib = None
+_lock = threading.Lock()
+
+
+def library_path():
+    """Where libevt is (building it if needed): $EVT_LIB, else <repo>/build/libevt.so."""
+    env = os.environ.get("EVT_LIB")
+    if env:
+        return env
+    path = os.path.join(REPO, "build", "libevt.so")
+    if not os.path.exists(path):
+        if not os.path.exists(os.path.join(REPO, "Makefile")):
+            raise EvtError(f"libevt not found: set EVT_LIB or build {path}")
+        subprocess.run(["make", "-C", REPO, "build/libevt.so"], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def lib():
+    """The loaded library with argument types declared (loaded once per process)."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            L = ctypes.CDLL(library_path())
+            P, T = ctypes.c_void_p, ctypes.POINTER(Tensor)
+            sigs = {
+                "evt_parse": (P, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]),
+                "evt_graph_free": (None, [P]),
+                "evt_graph_error": (ctypes.c_char_p, [P]),
+                "evt_graph_node_count": (ctypes.c_int, [P]),
+                "evt_tensor_alloc": (ctypes.c_int, [T, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]),
+                "evt_tensor_free": (None, [T]),
+            }
+            for name, (res, args) in sigs.items():
+                f = getattr(L, name)
+                f.restype, f.argtypes = res, args
+            L.free.argtypes = [ctypes.c_void_p]
+            _lib = L
+    return _lib
+
+
+def has_interpreter():
+    """True when the loaded libevt exports the CPU interpreter (evt_interp_run)."""
+    try:
+        return hasattr(lib(), "evt_interp_run")
+    except (OSError, EvtError, subprocess.CalledProcessError):
+        return False
+
+
+def _interp():
+    L = lib()
+    f = L.evt_interp_run
+    if f.argtypes is None:
+        f.restype, f.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(Tensor), ctypes.c_uint, ctypes.c_int]
+    return f
+
+
+def _declare(name, res, args):
+    f = getattr(lib(), name, None)
+    if f is not None and f.argtypes is None:
+        f.restype, f.argtypes = res, args
+    return f
+
+
+class Graph:
+    """A parsed evt graph (owns the evt_graph; freed with the object).
+
+    optimize=True runs evt's graph-pass pipeline (evt_passes_run_all, with the verifier after each pass),
+    which renumbers nodes: `ids` (name -> node id) and `outputs` (node id of each `output`, in order) are
+    read back from the graph afterwards. A pass failure raises EvtError (the caller may use the text as is).
+    """
+
+    def __init__(self, text, filename="<torch>", optimize=False):
+        L = lib()
+        err = ctypes.c_void_p()
+        self._g = L.evt_parse(text.encode(), filename.encode(), ctypes.byref(err))
+        if not self._g:
+            msg = ctypes.cast(err, ctypes.c_char_p).value.decode() if err.value else "parse failed"
+            if err.value:
+                L.free(err)
+            raise EvtError(msg)
+        self.parsed_nodes = L.evt_graph_node_count(self._g)
+        if optimize:
+            run_all = _declare("evt_passes_run_all", ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint, ctypes.c_int])
+            if run_all is None:
+                raise EvtError("this libevt has no graph passes")
+            if run_all(self._g, 0, 1) != 0:
+                raise EvtError(L.evt_graph_error(self._g).decode())
+        self.node_count = L.evt_graph_node_count(self._g)
+        name_of = _declare("evt_interp_node_name", ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_int])
+        output = _declare("evt_interp_output", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int])
+        self.ids = {name_of(self._g, i).decode(): i for i in range(self.node_count)}
+        self.outputs = []
+        while (i := output(self._g, len(self.outputs))) >= 0:
+            self.outputs.append(i)
+
+    def text(self):
+        """The graph as canonical `.evt` text (after the passes, if it was optimized)."""
+        f = _declare("evt_graph_to_string", ctypes.c_void_p, [ctypes.c_void_p])
+        p = f(self._g)
+        try:
+            return ctypes.cast(p, ctypes.c_char_p).value.decode()
+        finally:
+            lib().free(p)
+
+    def __del__(self):
+        g = getattr(self, "_g", None)
+        if g and _lib is not None:
+            _lib.evt_graph_free(g)
+            self._g = None
+
+    def run(self, inputs, outputs):
+        """inputs: [(node id, torch tensor)]; outputs: [(node id, torch dtype)] -> [torch tensors]."""
+        L, run = lib(), _interp()
+        n = self.node_count
+        vals = (Tensor * max(n, 1))()
+        try:
+            for i, t in inputs:
+                src = t.detach().to(device="cpu", dtype=torch.float64).contiguous()
+                shape = (ctypes.c_int64 * MAX_RANK)(*src.shape)
+                st = L.evt_tensor_alloc(ctypes.byref(vals[i]), DTYPES[t.dtype], src.dim(), shape)
+                if st != 0:
+                    raise EvtError(f"evt_tensor_alloc failed for a tensor of shape {tuple(src.shape)}")
+                if src.numel():
+                    ctypes.memmove(vals[i].data, src.data_ptr(), src.numel() * 8)
+            if run(self._g, vals, 0, 0) != 0:
+                raise EvtError(L.evt_graph_error(self._g).decode())
+            res = []
+            for i, dt in outputs:
+                v = vals[i]
+                out = torch.empty(tuple(v.shape[:v.rank]), dtype=torch.float64)
+                if v.numel:
+                    ctypes.memmove(out.data_ptr(), v.data, v.numel * 8)
+                res.append(out.to(dt))
+            return res
+        finally:
+            for i in range(n):
+                L.evt_tensor_free(ctypes.byref(vals[i]))

@@ -1,0 +1,62 @@
+/* evtc kernel: print the generated CUDA C++ (or the spec text) of a named GEMM + epilogue kernel. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "evt/kspec.h"
+
+EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--spec]",
+             "print the generated CUTLASS Sm90 GEMM + epilogue-visitor-tree source of a named epilogue\n"
+             "  EPILOGUE     plain, bias_gelu_aux, bias_relu_dbias, gelu_bwd, bias_silu, bias_relu_aux\n"
+             "  --tile       CTA tile (default 128x128x64)\n"
+             "  --cluster    cluster shape (default 1x1)\n"
+             "  --pingpong   ping-pong schedule instead of cooperative\n"
+             "  --spec       print the canonical spec text and the kernel name instead of the source") {
+  if (argc < 2) {
+    fprintf(stderr, "evtc kernel: which epilogue? (evtc kernel --help)\n");
+    return EVTC_EXIT_USER;
+  }
+  evt_tile_config cfg = {128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+  int spec_only = 0;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--tile") && i + 1 < argc) {
+      if (sscanf(argv[++i], "%dx%dx%d", &cfg.tile_m, &cfg.tile_n, &cfg.tile_k) != 3) goto bad;
+    } else if (!strcmp(argv[i], "--cluster") && i + 1 < argc) {
+      if (sscanf(argv[++i], "%dx%d", &cfg.cluster_m, &cfg.cluster_n) != 2) goto bad;
+    } else if (!strcmp(argv[i], "--pingpong")) {
+      cfg.schedule = EVT_SCHED_PINGPONG;
+    } else if (!strcmp(argv[i], "--spec")) {
+      spec_only = 1;
+    } else {
+    bad:
+      fprintf(stderr, "evtc kernel: bad argument '%s'\n", argv[i]);
+      return EVTC_EXIT_USER;
+    }
+  }
+  evt_kspec s;
+  if (evt_kspec_example(&s, argv[1], cfg) != EVT_OK) {
+    fprintf(stderr, "evtc kernel: unknown epilogue '%s'\n", argv[1]);
+    return EVTC_EXIT_USER;
+  }
+  char err[512];
+  if (evt_kspec_check(&s, err, sizeof err) != EVT_OK) {
+    fprintf(stderr, "evtc kernel: %s\n", err);
+    return EVTC_EXIT_USER;
+  }
+  if (spec_only) {
+    char name[40], text[4096];
+    evt_kspec_kernel_name(&s, name);
+    evt_kspec_text(&s, text, sizeof text);
+    printf("%s\n%s", name, text);
+    return EVTC_EXIT_OK;
+  }
+  char *src = evt_emit_cutlass(&s, err, sizeof err);
+  if (!src) {
+    fprintf(stderr, "evtc kernel: %s\n", err);
+    return EVTC_EXIT_USER;
+  }
+  fputs(src, stdout);
+  free(src);
+  return EVTC_EXIT_OK;
+}

@@ -1,0 +1,391 @@
+/* CUDA C++ emitter for GEMM + epilogue-visitor-tree kernels (contract in kspec.h, evt_emit_cutlass).
+ *
+ * Output, in order (deterministic: the same spec gives the same bytes, so the JIT cache hits):
+ *   1. a banner marking the file generated, with the spec's canonical text;
+ *   2. in `namespace evt_gen_<hash>`: element types, layouts, tile / cluster / schedules, the epilogue
+ *      descriptor (for aux nodes' smem stages and copy atoms), one `using N<i>` per visitor node (the bare
+ *      CUTLASS node), one `using T<i>` per tree node (Sm90EVT<N<i>, T<children>...>, or the
+ *      Sm90TopologicalVisitor for the shared region), `using EVT = T<d>`, then the collective builders
+ *      (epilogue first: its shared storage is carved out of the mainloop's stages), GemmUniversal and
+ *      GemmUniversalAdapter;
+ *   3. `extern "C" int evt_kernel_<hash>(const evt_launch_args *)`: fills the nested fusion Arguments with
+ *      braces (children first, node last; the topological visitor lists its ops in order), then
+ *      can_implement, workspace, initialize (resets atomic reduction outputs), run(stream).
+ * Each node's memory comes from args->ptrs[node id] (kernels/evt_launch.h).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evt/kspec.h"
+#include "evt_impl.h"
+
+typedef struct sbuf {
+  char *p;
+  size_t len, cap;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  EVT_ASSERT(n >= 0);
+  if (b->len + (size_t)n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + (size_t)n + 1) cap *= 2;
+    char *p = realloc(b->p, cap);
+    EVT_ASSERT(p);
+    b->p = p;
+    b->cap = cap;
+  }
+  vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap2);
+  va_end(ap2);
+  b->len += (size_t)n;
+}
+
+static const char *cxx_type(evt_dtype t) {
+  switch (t) {
+    case EVT_BF16: return "cutlass::bfloat16_t";
+    case EVT_F16: return "cutlass::half_t";
+    default: return "float";
+  }
+}
+
+static const char *compute_fn(evt_vop op) {
+  switch (op) {
+    case EVT_V_ADD: return "cutlass::plus";
+    case EVT_V_SUB: return "cutlass::minus";
+    case EVT_V_MUL: return "cutlass::multiplies";
+    case EVT_V_DIV: return "cutlass::divides";
+    case EVT_V_RELU: return "cutlass::epilogue::thread::ReLu";
+    case EVT_V_SIGMOID: return "cutlass::epilogue::thread::Sigmoid";
+    case EVT_V_GELU_ERF: return "cutlass::epilogue::thread::GELU";
+    case EVT_V_GELU_TANH: return "cutlass::epilogue::thread::GELU_taylor";
+    case EVT_V_GELU_TANH_GRAD: return "cutlass::epilogue::thread::dGELU";
+    case EVT_V_GELU_ERF_GRAD: return "evt_ops::GeluErfGrad";
+    case EVT_V_RELU_GRAD: return "evt_ops::ReluGrad";
+    default: return NULL;
+  }
+}
+
+/* `using N<i> = <bare CUTLASS node>;` */
+static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
+  const evt_vnode *v = &t->spec.nodes[i];
+  const char *e = cxx_type(v->dtype);
+  const char *fus = "cutlass::epilogue::fusion::";
+  switch (v->op) {
+    case EVT_V_ACC: sb_printf(b, "using N%d = %sSm90AccFetch;", i, fus); break;
+    case EVT_V_ROW_BCAST:
+      sb_printf(b, "using N%d = %sSm90RowBroadcast<0, TileShape, %s, float, Stride<_0, _1, int64_t>>;", i, fus, e);
+      break;
+    case EVT_V_COL_BCAST:
+      sb_printf(b, "using N%d = %sSm90ColBroadcast<0, TileShape, %s, float, Stride<_1, _0, int64_t>>;", i, fus, e);
+      break;
+    case EVT_V_SCALAR: sb_printf(b, "using N%d = %sSm90ScalarBroadcast<float>;", i, fus); break;
+    case EVT_V_AUX_LOAD:
+      sb_printf(b,
+                "using Aux%dDesc = cutlass::epilogue::collective::detail::AuxLoadDescriptor<EpiDesc, "
+                "cutlass::layout::RowMajor, %s>;\n",
+                i, e);
+      sb_printf(b,
+                "using N%d = %sSm90AuxLoad<Aux%dDesc::Stages, EpiDesc::EpilogueTile, %s, Aux%dDesc::Stride,\n"
+                "    Aux%dDesc::SmemLayoutAtom, Aux%dDesc::CopyOpS2R>;",
+                i, fus, i, e, i, i, i);
+      break;
+    case EVT_V_AUX_STORE:
+      sb_printf(b,
+                "using Aux%dDesc = cutlass::epilogue::collective::detail::AuxStoreDescriptor<EpiDesc, "
+                "cutlass::layout::RowMajor, %s>;\n",
+                i, e);
+      sb_printf(b,
+                "using N%d = %sSm90AuxStore<Aux%dDesc::Stages, EpiDesc::EpilogueTile, %s, RN, Aux%dDesc::Stride,\n"
+                "    Aux%dDesc::SmemLayoutAtom, Aux%dDesc::CopyOpR2S>;",
+                i, fus, i, e, i, i, i);
+      break;
+    case EVT_V_ROW_SUM:
+      sb_printf(b,
+                "using N%d = %sSm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add, 0, TileShape, "
+                "float, float, RN>;",
+                i, fus);
+      break;
+    case EVT_V_COL_SUM:
+      sb_printf(b,
+                "using N%d = %sSm90ColReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add, 0, TileShape, "
+                "float, float, RN>;",
+                i, fus);
+      break;
+    default: {
+      const char *fn = compute_fn(v->op);
+      EVT_ASSERT(fn);
+      /* the node that produces D converts to D's element type itself (direct register → smem copy) */
+      const char *out = i == t->spec.d_node ? "ElementD" : "float";
+      sb_printf(b, "using N%d = %sSm90Compute<%s, %s, float, RN>;", i, fus, fn, out);
+    }
+  }
+  sb_printf(b, "  // %%%d = %s", i, evt_vop_name(v->op));
+  for (int j = 0; j < evt_vop_arity(v->op); j++) sb_printf(b, " %%%d", v->in[j]);
+  if (evt_vop_has_memory(v->op)) sb_printf(b, " %s:%s", v->name, evt_dtype_name(v->dtype));
+  if (v->op == EVT_V_SCALAR) sb_printf(b, " %.17g", v->value);
+  sb_printf(b, "\n");
+}
+
+/* The topological visitor's ops: outside subtrees and region nodes, in a topological order. */
+typedef struct topo_ops {
+  int n;
+  int node[EVT_KSPEC_MAX_NODES];    /* node id of op k */
+  int subtree[EVT_KSPEC_MAX_NODES]; /* 1: op k is the whole tree T<node>; 0: the bare region node N<node> */
+} topo_ops;
+
+static int topo_index(const topo_ops *o, int node) {
+  for (int k = 0; k < o->n; k++)
+    if (o->node[k] == node) return k;
+  return -1;
+}
+
+static void topo_collect(const evt_vtree *t, int v, int *seen, topo_ops *o) {
+  if (seen[v]) return;
+  seen[v] = 1;
+  const evt_vnode *nd = &t->spec.nodes[v];
+  for (int j = 0; j < evt_vop_arity(nd->op); j++) {
+    int c = nd->in[j];
+    if (t->in_region[c])
+      topo_collect(t, c, seen, o);
+    else if (!seen[c]) {
+      seen[c] = 1;
+      o->node[o->n] = c;
+      o->subtree[o->n++] = 1;
+    }
+  }
+  o->node[o->n] = v;
+  o->subtree[o->n++] = 0;
+}
+
+static void emit_tree_types(sbuf *b, const evt_vtree *t, int v, int *done, const topo_ops *o) {
+  if (done[v]) return;
+  done[v] = 1;
+  const evt_vnode *nd = &t->spec.nodes[v];
+  if (v == t->topo_root) {
+    for (int k = 0; k < o->n; k++)
+      if (o->subtree[k]) emit_tree_types(b, t, o->node[k], done, o);
+    sb_printf(b, "using T%d = cutlass::epilogue::fusion::Sm90TopologicalVisitor<float,\n    cute::tuple<", v);
+    for (int k = 0; k < o->n; k++) {
+      sb_printf(b, "%scute::seq<", k ? ", " : "");
+      if (!o->subtree[k]) {
+        const evt_vnode *on = &t->spec.nodes[o->node[k]];
+        for (int j = 0; j < evt_vop_arity(on->op); j++)
+          sb_printf(b, "%s%d", j ? ", " : "", topo_index(o, on->in[j]));
+      }
+      sb_printf(b, ">");
+    }
+    sb_printf(b, ">");
+    for (int k = 0; k < o->n; k++) sb_printf(b, ",\n    %c%d", o->subtree[k] ? 'T' : 'N', o->node[k]);
+    sb_printf(b, ">;  // topological visitor for shared values\n");
+    return;
+  }
+  int ar = evt_vop_arity(nd->op);
+  for (int j = 0; j < ar; j++) emit_tree_types(b, t, nd->in[j], done, o);
+  if (ar == 0) {
+    sb_printf(b, "using T%d = N%d;\n", v, v);
+    return;
+  }
+  sb_printf(b, "using T%d = cutlass::epilogue::fusion::Sm90EVT<N%d", v, v);
+  for (int j = 0; j < ar; j++) sb_printf(b, ", T%d", nd->in[j]);
+  sb_printf(b, ">;\n");
+}
+
+static void indent(sbuf *b, int depth) { sb_printf(b, "%*s", 4 + 2 * depth, ""); }
+
+/* One node's own Arguments, then `,` unless last, then a comment naming the node. */
+static void emit_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
+  const evt_vnode *nd = &t->spec.nodes[v];
+  const char *e = cxx_type(nd->dtype);
+  switch (nd->op) {
+    case EVT_V_ROW_BCAST:
+    case EVT_V_COL_BCAST: sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]), %s(0), {}}", e, v, e); break;
+    case EVT_V_SCALAR: sb_printf(b, "{{float(%.17g)}, {}, {}}", nd->value); break;
+    case EVT_V_AUX_LOAD:
+      sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]), %s(0), cutlass::make_cute_packed_stride(Aux%dDesc::Stride{}, mn1)}",
+                e, v, e, v);
+      break;
+    case EVT_V_AUX_STORE:
+      sb_printf(b, "{static_cast<%s *>(a->ptrs[%d]), cutlass::make_cute_packed_stride(Aux%dDesc::Stride{}, mn1)}", e, v, v);
+      break;
+    case EVT_V_ROW_SUM:
+    case EVT_V_COL_SUM: sb_printf(b, "{a->ptrs[%d], 0.0f, {}}", v); break;
+    default: sb_printf(b, "{}"); break;
+  }
+  sb_printf(b, "%s  // %%%d %s%s%s\n", last ? "" : ",", v, evt_vop_name(nd->op), evt_vop_has_memory(nd->op) ? " " : "",
+            evt_vop_has_memory(nd->op) ? nd->name : "");
+}
+
+/* Arguments of tree node v: Sm90EVT nests {children..., node}; the topological visitor lists its ops. */
+static void emit_tree_args(sbuf *b, const evt_vtree *t, int v, const topo_ops *o, int depth, int last) {
+  const evt_vnode *nd = &t->spec.nodes[v];
+  int ar = evt_vop_arity(nd->op);
+  indent(b, depth);
+  if (v == t->topo_root) {
+    sb_printf(b, "{  // topological visitor rooted at %%%d\n", v);
+    for (int k = 0; k < o->n; k++) {
+      if (o->subtree[k])
+        emit_tree_args(b, t, o->node[k], o, depth + 1, k == o->n - 1);
+      else {
+        indent(b, depth + 1);
+        emit_node_args(b, t, o->node[k], k == o->n - 1);
+      }
+    }
+    indent(b, depth);
+    sb_printf(b, "}%s\n", last ? "" : ",");
+    return;
+  }
+  if (ar == 0) {
+    emit_node_args(b, t, v, last);
+    return;
+  }
+  sb_printf(b, "{  // %%%d %s\n", v, evt_vop_name(nd->op));
+  for (int j = 0; j < ar; j++) emit_tree_args(b, t, nd->in[j], o, depth + 1, 0);
+  indent(b, depth + 1);
+  emit_node_args(b, t, v, 1);
+  indent(b, depth);
+  sb_printf(b, "}%s\n", last ? "" : ",");
+}
+
+static const char *layout_tag(int transposed) { return transposed ? "cutlass::layout::ColumnMajor" : "cutlass::layout::RowMajor"; }
+
+char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
+  evt_vtree *t = calloc(1, sizeof *t);
+  EVT_ASSERT(t);
+  if (evt_vtree_build(s, t, err, errlen) != EVT_OK) {
+    free(t);
+    return NULL;
+  }
+  char name[40], text[4096];
+  evt_kspec_kernel_name(s, name);
+  const char *hash = name + strlen("evt_kernel_");
+  evt_kspec_text(s, text, sizeof text);
+  sbuf b = {0};
+  sb_printf(&b, "// GENERATED by evt (src/evt/emit_cutlass.c) — do not edit; regenerate from the kernel spec.\n");
+  sb_printf(&b, "// Kernel %s: CUTLASS Sm90 GEMM with an epilogue visitor tree. Spec:\n", name);
+  for (char *line = text; *line;) {
+    char *nl = strchr(line, '\n');
+    int len = nl ? (int)(nl - line) : (int)strlen(line);
+    sb_printf(&b, "//   %.*s\n", len, line);
+    line += len + (nl ? 1 : 0);
+  }
+  sb_printf(&b,
+            "#include <cuda_runtime.h>\n"
+            "#include \"cutlass/cutlass.h\"\n"
+            "#include \"cute/tensor.hpp\"\n"
+            "#include \"cutlass/gemm/device/gemm_universal_adapter.h\"\n"
+            "#include \"cutlass/gemm/kernel/gemm_universal.hpp\"\n"
+            "#include \"cutlass/gemm/collective/collective_builder.hpp\"\n"
+            "#include \"cutlass/epilogue/collective/collective_builder.hpp\"\n"
+            "#include \"cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp\"\n"
+            "#include \"cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp\"\n"
+            "#include \"cutlass/epilogue/fusion/sm90_visitor_store_tma_warpspecialized.hpp\"\n"
+            "#include \"cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp\"\n"
+            "#include \"cutlass/epilogue/thread/activation.h\"\n"
+            "#include \"cutlass/util/packed_stride.hpp\"\n"
+            "#include \"evt_visitor_ops.h\"\n"
+            "#include \"evt_launch.h\"\n\n");
+  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
+  int coop = s->cfg.schedule == EVT_SCHED_COOPERATIVE;
+  sb_printf(&b, "namespace evt_gen_%s {\nusing namespace cute;\n\n", hash);
+  sb_printf(&b, "using ElementA = %s;\nusing LayoutA = %s;  // A stored %s\n", cxx_type(s->ab_dtype), layout_tag(at),
+            at ? "K x M" : "M x K");
+  sb_printf(&b, "using ElementB = %s;\nusing LayoutB = %s;  // B stored %s\n", cxx_type(s->ab_dtype), layout_tag(bt),
+            bt ? "N x K" : "K x N");
+  sb_printf(&b, "using ElementD = %s;\nusing LayoutD = cutlass::layout::RowMajor;\n", cxx_type(s->d_dtype));
+  sb_printf(&b, "using ElementAccumulator = float;\n[[maybe_unused]] constexpr auto RN = cutlass::FloatRoundStyle::round_to_nearest;\n");
+  sb_printf(&b, "constexpr int AlignmentAB = 16 / sizeof(ElementA);\nconstexpr int AlignmentD = 16 / sizeof(ElementD);\n");
+  sb_printf(&b, "using TileShape = Shape<_%d, _%d, _%d>;\nusing ClusterShape = Shape<_%d, _%d, _1>;\n", s->cfg.tile_m,
+            s->cfg.tile_n, s->cfg.tile_k, s->cfg.cluster_m, s->cfg.cluster_n);
+  sb_printf(&b, "using MainloopSchedule = cutlass::gemm::%s;\n",
+            coop ? "KernelTmaWarpSpecializedCooperative" : "KernelTmaWarpSpecializedPingpong");
+  sb_printf(&b, "using EpilogueSchedule = cutlass::epilogue::%s;\n", coop ? "TmaWarpSpecializedCooperative" : "TmaWarpSpecialized");
+  sb_printf(&b, "using EpilogueTileType = cutlass::epilogue::collective::EpilogueTileAuto;\n");
+  sb_printf(&b,
+            "using EpiDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<TileShape, EpilogueTileType, void, "
+            "ElementD, EpilogueSchedule>;\n\n");
+  sb_printf(&b, "// visitor nodes (bare)\n");
+  topo_ops o = {0};
+  if (t->topo_root >= 0) {
+    int seen[EVT_KSPEC_MAX_NODES] = {0};
+    topo_collect(t, t->topo_root, seen, &o);
+  }
+  /* emit bare node types for every node that the tree uses, in id order */
+  int used[EVT_KSPEC_MAX_NODES] = {0};
+  for (int v = 0; v < t->spec.nnodes; v++) used[v] = t->live[v];
+  for (int v = 0; v < t->spec.nnodes; v++)
+    if (used[v]) emit_node_type(&b, t, v);
+  sb_printf(&b, "\n// the tree (children first)\n");
+  int done[EVT_KSPEC_MAX_NODES] = {0};
+  emit_tree_types(&b, t, t->spec.d_node, done, &o);
+  sb_printf(&b, "using EVT = T%d;\n\n", t->spec.d_node);
+  sb_printf(&b,
+            "using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<\n"
+            "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTileType,\n"
+            "    ElementAccumulator, float, void, LayoutD, AlignmentD, ElementD, LayoutD, AlignmentD,\n"
+            "    EpilogueSchedule, EVT>::CollectiveOp;\n"
+            "using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<\n"
+            "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, AlignmentAB, ElementB, LayoutB,\n"
+            "    AlignmentAB, ElementAccumulator, TileShape, ClusterShape,\n"
+            "    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(\n"
+            "        sizeof(typename CollectiveEpilogue::SharedStorage))>,\n"
+            "    MainloopSchedule>::CollectiveOp;\n"
+            "using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,\n"
+            "    CollectiveEpilogue>;\n"
+            "using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;\n\n"
+            "static void *g_workspace = nullptr;\n"
+            "static size_t g_workspace_bytes = 0;\n"
+            "}  // namespace evt_gen_%s\n\n",
+            hash);
+  sb_printf(&b, "extern \"C\" int %s(const evt_launch_args *a) {\n  using namespace evt_gen_%s;\n", name, hash);
+  sb_printf(&b, "  if (!a || !a->a || !a->b || !a->d) return EVT_LAUNCH_BAD_ARGS;\n");
+  for (int v = 0; v < t->spec.nnodes; v++)
+    if (t->live[v] && evt_vop_has_memory(t->spec.nodes[v].op))
+      sb_printf(&b, "  if (!a->ptrs[%d]) return EVT_LAUNCH_BAD_ARGS;  // %s\n", v, t->spec.nodes[v].name);
+  sb_printf(&b,
+            "  int M = a->m, N = a->n, K = a->k;\n"
+            "  auto mn1 = cute::make_shape(M, N, 1);\n"
+            "  (void)mn1;\n"
+            "  cudaStream_t stream = static_cast<cudaStream_t>(a->stream);\n"
+            "  typename EVT::Arguments fusion_args =\n");
+  emit_tree_args(&b, t, t->spec.d_node, &o, 0, 1);
+  sb_printf(&b, "  ;\n");
+  sb_printf(&b,
+            "  typename Gemm::Arguments args{\n"
+            "      cutlass::gemm::GemmUniversalMode::kGemm,\n"
+            "      {M, N, K, 1},\n"
+            "      {static_cast<ElementA const *>(a->a),\n"
+            "       cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{}, cute::make_shape(M, K, 1)),\n"
+            "       static_cast<ElementB const *>(a->b),\n"
+            "       cutlass::make_cute_packed_stride(typename GemmKernel::StrideB{}, cute::make_shape(N, K, 1))},\n"
+            "      {fusion_args, nullptr,\n"
+            "       cutlass::make_cute_packed_stride(typename GemmKernel::StrideC{}, mn1),\n"
+            "       static_cast<ElementD *>(a->d),\n"
+            "       cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{}, mn1)}};\n"
+            "  static int sm_count = 0;\n"
+            "  if (sm_count == 0) sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);\n"
+            "  args.hw_info.sm_count = sm_count;\n"
+            "  Gemm gemm;\n"
+            "  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n"
+            "  size_t ws = Gemm::get_workspace_size(args);\n"
+            "  if (ws > g_workspace_bytes) {\n"
+            "    if (g_workspace) cudaFree(g_workspace);\n"
+            "    g_workspace = nullptr;\n"
+            "    g_workspace_bytes = 0;\n"
+            "    if (cudaMalloc(&g_workspace, ws) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n"
+            "    g_workspace_bytes = ws;\n"
+            "  }\n"
+            "  if (gemm.initialize(args, g_workspace, stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_INIT;\n"
+            "  if (gemm.run(stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
+            "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n"
+            "  return EVT_LAUNCH_OK;\n"
+            "}\n");
+  free(t);
+  return b.p;
+}

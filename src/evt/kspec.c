@@ -1,0 +1,170 @@
+/* Kernel specs: building, checking, canonical text and hash (contract in kspec.h).
+ *
+ * The canonical text lists the mainloop (layout, dtypes, tile, cluster, schedule) and then one line per
+ * node with its op, inputs, dtype, value and name; the hash (FNV-1a 64) of that text names the kernel.
+ * Names are part of the hash because they name the launcher's arguments in the generated source.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "evt/kspec.h"
+#include "evt_impl.h"
+
+static const struct {
+  const char *name;
+  int arity;
+  char cls;
+} vop_table[EVT_V_COUNT] = {
+#define X(e, s, a, c) [EVT_V_##e] = {s, a, c},
+    EVT_VOP_LIST(X)
+#undef X
+};
+
+const char *evt_vop_name(evt_vop op) { return (unsigned)op < EVT_V_COUNT ? vop_table[op].name : "?"; }
+int evt_vop_arity(evt_vop op) { return (unsigned)op < EVT_V_COUNT ? vop_table[op].arity : -1; }
+char evt_vop_class(evt_vop op) { return (unsigned)op < EVT_V_COUNT ? vop_table[op].cls : '?'; }
+int evt_vop_has_memory(evt_vop op) {
+  return op == EVT_V_ROW_BCAST || op == EVT_V_COL_BCAST || op == EVT_V_AUX_LOAD || evt_vop_class(op) == 'S';
+}
+
+void evt_kspec_init(evt_kspec *s, evt_gemm_layout layout, evt_dtype ab, evt_dtype d, evt_tile_config cfg) {
+  memset(s, 0, sizeof *s);
+  s->layout = layout;
+  s->ab_dtype = ab;
+  s->d_dtype = d;
+  s->cfg = cfg;
+  s->d_node = -1;
+}
+
+int evt_kspec_add(evt_kspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name) {
+  if ((unsigned)op >= EVT_V_COUNT || s->nnodes >= EVT_KSPEC_MAX_NODES) return -1;
+  int id = s->nnodes, arity = evt_vop_arity(op);
+  int ins[2] = {in0, in1};
+  for (int i = 0; i < 2; i++) {
+    if (i < arity && (ins[i] < 0 || ins[i] >= id)) return -1;
+    if (i >= arity && ins[i] != -1) return -1;
+  }
+  evt_vnode *v = &s->nodes[id];
+  memset(v, 0, sizeof *v);
+  v->op = op;
+  v->in[0] = in0;
+  v->in[1] = in1;
+  v->dtype = evt_vop_class(op) == 'C' || op == EVT_V_ACC || op == EVT_V_SCALAR ? EVT_F32 : dtype;
+  if (op == EVT_V_ROW_SUM || op == EVT_V_COL_SUM) v->dtype = EVT_F32;
+  snprintf(v->name, sizeof v->name, "%s", name && *name ? name : "");
+  if (!v->name[0]) snprintf(v->name, sizeof v->name, "v%d", id);
+  s->nnodes++;
+  return id;
+}
+
+int evt_kspec_scalar(evt_kspec *s, double value) {
+  int id = evt_kspec_add(s, EVT_V_SCALAR, -1, -1, EVT_F32, NULL);
+  if (id >= 0) s->nodes[id].value = value;
+  return id;
+}
+
+static evt_status fail(char *err, size_t errlen, evt_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+static int is_ident(const char *s) {
+  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_')) return 0;
+  return 1;
+}
+
+evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
+  if (s->ab_dtype != EVT_BF16 && s->ab_dtype != EVT_F16)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: operands must be bf16 or f16, not %s",
+                evt_dtype_name(s->ab_dtype));
+  if (s->d_dtype != EVT_BF16 && s->d_dtype != EVT_F16 && s->d_dtype != EVT_F32)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: D must be bf16, f16 or f32, not %s",
+                evt_dtype_name(s->d_dtype));
+  if ((unsigned)s->layout > EVT_LAYOUT_TN) return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: bad layout");
+  const evt_tile_config *c = &s->cfg;
+  int tiles_ok = (c->tile_m == 64 || c->tile_m == 128 || c->tile_m == 256) &&
+                 (c->tile_n == 64 || c->tile_n == 128 || c->tile_n == 256) && (c->tile_k == 64 || c->tile_k == 32);
+  if (!tiles_ok || c->cluster_m < 1 || c->cluster_n < 1 || c->cluster_m * c->cluster_n > 4)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: unsupported tile %dx%dx%d cluster %dx%d", c->tile_m,
+                c->tile_n, c->tile_k, c->cluster_m, c->cluster_n);
+  if (c->schedule == EVT_SCHED_COOPERATIVE && c->tile_m < 128)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: the cooperative schedule needs tile_m >= 128");
+  if (s->nnodes < 1) return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: empty epilogue");
+  if (s->d_node < 0 || s->d_node >= s->nnodes) return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: D is not set");
+  int acc = 0;
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_vnode *v = &s->nodes[i];
+    int ar = evt_vop_arity(v->op);
+    if (ar < 0) return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: node %d has a bad op", i);
+    for (int j = 0; j < ar; j++)
+      if (v->in[j] < 0 || v->in[j] >= i)
+        return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: node %d (%s %s): input %d is not an earlier node", i,
+                    evt_vop_name(v->op), v->name, j);
+    if (!is_ident(v->name))
+      return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: node %d: name '%s' is not an identifier", i, v->name);
+    for (int j = 0; j < i; j++)
+      if (evt_vop_has_memory(v->op) && evt_vop_has_memory(s->nodes[j].op) && !strcmp(s->nodes[j].name, v->name))
+        return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: node %d: name '%s' used twice", i, v->name);
+    if ((v->op == EVT_V_ROW_BCAST || v->op == EVT_V_COL_BCAST || v->op == EVT_V_AUX_LOAD || v->op == EVT_V_AUX_STORE) &&
+        v->dtype != EVT_BF16 && v->dtype != EVT_F16 && v->dtype != EVT_F32)
+      return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (%s %s): dtype %s not supported", i,
+                  evt_vop_name(v->op), v->name, evt_dtype_name(v->dtype));
+    acc += v->op == EVT_V_ACC;
+  }
+  if (acc != 1)
+    return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: the epilogue must read the accumulator exactly once (%d)", acc);
+  return EVT_OK;
+}
+
+static const char *layout_name(evt_gemm_layout l) { return l == EVT_LAYOUT_NN ? "NN" : l == EVT_LAYOUT_NT ? "NT" : "TN"; }
+
+int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
+  size_t pos = 0;
+#define OUT(...)                                                                 \
+  do {                                                                           \
+    int w_ = snprintf(buf ? buf + (pos < len ? pos : len) : NULL,                \
+                      buf && pos < len ? len - pos : 0, __VA_ARGS__);            \
+    if (w_ > 0) pos += (size_t)w_;                                               \
+  } while (0)
+  OUT("gemm %s %s->%s tile %dx%dx%d cluster %dx%d %s\n", layout_name(s->layout), evt_dtype_name(s->ab_dtype),
+      evt_dtype_name(s->d_dtype), s->cfg.tile_m, s->cfg.tile_n, s->cfg.tile_k, s->cfg.cluster_m, s->cfg.cluster_n,
+      s->cfg.schedule == EVT_SCHED_PINGPONG ? "pingpong" : "cooperative");
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_vnode *v = &s->nodes[i];
+    OUT("%%%d = %s", i, evt_vop_name(v->op));
+    for (int j = 0; j < evt_vop_arity(v->op); j++) OUT(" %%%d", v->in[j]);
+    if (evt_vop_has_memory(v->op)) OUT(" %s:%s", v->name, evt_dtype_name(v->dtype));
+    if (v->op == EVT_V_SCALAR) OUT(" %.17g", v->value);
+    OUT("\n");
+  }
+  OUT("D = %%%d\n", s->d_node);
+#undef OUT
+  return (int)pos;
+}
+
+uint64_t evt_hash_bytes(uint64_t h, const void *data, size_t n) {
+  if (h == 0) h = 14695981039346656037ull;
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+uint64_t evt_kspec_hash(const evt_kspec *s) {
+  char buf[4096];
+  int n = evt_kspec_text(s, buf, sizeof buf);
+  EVT_ASSERT(n > 0 && (size_t)n < sizeof buf);
+  return evt_hash_bytes(0, buf, (size_t)n);
+}
+
+void evt_kspec_kernel_name(const evt_kspec *s, char out[40]) {
+  snprintf(out, 40, "evt_kernel_%016llx", (unsigned long long)evt_kspec_hash(s));
+}

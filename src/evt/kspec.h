@@ -1,0 +1,149 @@
+/* Kernel specs for GEMM + epilogue-visitor-tree kernels (operator compiler, pipeline stage 5).
+ *
+ * A kernel spec is everything the CUTLASS emitter needs and nothing else; its hash names the kernel
+ * (`evt_kernel_<hash>`) and, together with the compiler flags, keys the JIT cache. It describes
+ *
+ *   acc[M,N] = A[M,K] · B[K,N]          (bf16 or f16 operands, f32 accumulation)
+ *   D[M,N]   = epilogue(acc, ...)       (row-major, bf16 / f16 / f32)
+ *
+ * where the epilogue is a visitor DAG: nodes in topological order (inputs have smaller ids). Loads:
+ * the accumulator, a per-column N-vector (CUTLASS Sm90RowBroadcast), a per-row M-vector (Sm90ColBroadcast),
+ * a scalar constant, a full M×N aux tensor. Computes: elementwise f32. Stores pass their input through:
+ * an aux M×N tensor, Σ over M into an N-vector (Sm90RowReduction, e.g. a bias gradient), Σ over N into
+ * an M-vector (Sm90ColReduction). One node is D. M, N, K are run-time arguments of the generated kernel;
+ * they are not part of the spec. Every M×N/N/M tensor is dense and row-major; M and N must be multiples
+ * of 8 (16-byte TMA alignment) — the launcher's can_implement rejects others.
+ *
+ * Operand layouts, in row-major terms: first letter A, second B; N = stored as in the formula
+ * (A as M×K, B as K×N), T = stored transposed (A as K×M, B as N×K).
+ *
+ * Lowering (tree.c): stores whose value is otherwise unused are threaded into the chain of their input
+ * (users of x read store(x) instead, which passes x through), so the DAG has the single sink D; nodes
+ * that still have several users are folded into one Sm90TopologicalVisitor spanning from the first
+ * shared node to the common post-dominator of all shared nodes; everything else is a Sm90EVT tree.
+ */
+#ifndef EVT_KSPEC_H
+#define EVT_KSPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "evt.h"
+
+#define EVT_KSPEC_MAX_NODES 32
+
+/* Visitor node kinds. X(enum, text name, arity, class) with class L = load, C = compute, S = store. */
+#define EVT_VOP_LIST(X)                                                                       \
+  X(ACC, "acc", 0, 'L')                 /* the f32 accumulator */                                \
+  X(ROW_BCAST, "row_bcast", 0, 'L')     /* N-vector broadcast over rows (per-column bias) */     \
+  X(COL_BCAST, "col_bcast", 0, 'L')     /* M-vector broadcast over columns */                    \
+  X(SCALAR, "scalar", 0, 'L')           /* compile-time constant `value` */                      \
+  X(AUX_LOAD, "aux_load", 0, 'L')       /* M×N tensor */                                         \
+  X(ADD, "add", 2, 'C')                                                                         \
+  X(SUB, "sub", 2, 'C')                                                                         \
+  X(MUL, "mul", 2, 'C')                                                                         \
+  X(DIV, "div", 2, 'C')                                                                         \
+  X(RELU, "relu", 1, 'C')                                                                       \
+  X(SIGMOID, "sigmoid", 1, 'C')                                                                 \
+  X(GELU_ERF, "gelu_erf", 1, 'C')       /* x·Φ(x) */                                             \
+  X(GELU_TANH, "gelu_tanh", 1, 'C')     /* tanh approximation */                                 \
+  X(GELU_ERF_GRAD, "gelu_erf_grad", 2, 'C')   /* (dy, x) → dy·gelu_erf'(x) */                    \
+  X(GELU_TANH_GRAD, "gelu_tanh_grad", 2, 'C') /* (dy, x) → dy·gelu_tanh'(x) */                   \
+  X(RELU_GRAD, "relu_grad", 2, 'C')     /* (dy, x) → x > 0 ? dy : 0 */                           \
+  X(AUX_STORE, "aux_store", 1, 'S')     /* stores its input (rounded to dtype) to an M×N tensor */ \
+  X(ROW_SUM, "row_sum", 1, 'S')         /* Σ over M → N-vector (f32, atomic) */                  \
+  X(COL_SUM, "col_sum", 1, 'S')         /* Σ over N → M-vector (f32, atomic) */
+
+typedef enum evt_vop {
+#define X(e, s, a, c) EVT_V_##e,
+  EVT_VOP_LIST(X)
+#undef X
+  EVT_V_COUNT
+} evt_vop;
+
+typedef enum evt_gemm_layout { EVT_LAYOUT_NN = 0, EVT_LAYOUT_NT, EVT_LAYOUT_TN } evt_gemm_layout;
+typedef enum evt_schedule { EVT_SCHED_COOPERATIVE = 0, EVT_SCHED_PINGPONG } evt_schedule;
+
+typedef struct evt_vnode {
+  evt_vop op;
+  int in[2];        /* input node ids (smaller than this node's id), -1 if unused */
+  evt_dtype dtype;  /* element type in memory of loads/stores; EVT_F32 for computes */
+  double value;     /* EVT_V_SCALAR */
+  char name[24];    /* argument name in the generated launcher and in messages */
+} evt_vnode;
+
+typedef struct evt_tile_config {
+  int tile_m, tile_n, tile_k;
+  int cluster_m, cluster_n;
+  evt_schedule schedule;
+} evt_tile_config;
+
+typedef struct evt_kspec {
+  evt_gemm_layout layout;
+  evt_dtype ab_dtype;  /* EVT_BF16 or EVT_F16 */
+  evt_dtype d_dtype;   /* EVT_BF16, EVT_F16 or EVT_F32 */
+  evt_tile_config cfg;
+  int nnodes;
+  evt_vnode nodes[EVT_KSPEC_MAX_NODES];
+  int d_node;          /* node whose value is D; -1 until set */
+} evt_kspec;
+
+/* ---- src/evt/kspec.c: building, checking, naming ------------------------------------------------- */
+void evt_kspec_init(evt_kspec *s, evt_gemm_layout layout, evt_dtype ab, evt_dtype d, evt_tile_config cfg);
+/* Appends a node; returns its id or -1 (too many nodes, bad input id, wrong arity). Loads and stores
+ * take `dtype` and `name`; computes ignore them (pass EVT_F32, NULL). */
+int evt_kspec_add(evt_kspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name);
+int evt_kspec_scalar(evt_kspec *s, double value);
+/* Checks the whole spec; EVT_OK or a status with a message in err naming the node. */
+evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen);
+const char *evt_vop_name(evt_vop op);
+int evt_vop_arity(evt_vop op);
+char evt_vop_class(evt_vop op);          /* 'L', 'C' or 'S' */
+int evt_vop_has_memory(evt_vop op);      /* node reads or writes a tensor given at launch */
+/* Canonical one-line-per-node text of the spec (what the hash covers). Returns bytes written (like
+ * snprintf). */
+int evt_kspec_text(const evt_kspec *s, char *buf, size_t len);
+uint64_t evt_kspec_hash(const evt_kspec *s);
+uint64_t evt_hash_bytes(uint64_t h, const void *data, size_t n);  /* FNV-1a 64; start with h = 0 */
+void evt_kspec_kernel_name(const evt_kspec *s, char out[40]);     /* "evt_kernel_<16 hex>" */
+
+/* ---- src/evt/tree.c: DAG → tree ------------------------------------------------------------------ */
+typedef struct evt_vtree {
+  evt_kspec spec;                    /* the spec with side stores threaded (same ids, rewired inputs) */
+  int nusers[EVT_KSPEC_MAX_NODES];   /* users after threading */
+  int live[EVT_KSPEC_MAX_NODES];     /* reaches D */
+  int topo_root;                     /* node that roots the topological visitor, -1 if a plain tree */
+  int in_region[EVT_KSPEC_MAX_NODES];/* node is a bare op inside the topological visitor */
+} evt_vtree;
+evt_status evt_vtree_build(const evt_kspec *s, evt_vtree *t, char *err, size_t errlen);
+
+/* ---- src/evt/emit_cutlass.c ---------------------------------------------------------------------- */
+/* CUDA C++ source of the kernel and its launcher `extern "C" int evt_kernel_<hash>(const
+ * evt_launch_args *)` (kernels/evt_launch.h). Returns a malloc'd string, or NULL with err set. */
+char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen);
+
+/* ---- src/evt/vref.c: CPU reference --------------------------------------------------------------- */
+/* Evaluates the spec on the CPU in double precision, rounding each stored value to its dtype as the
+ * kernel does. a: M×K (or K×M for layout T) values, b likewise; tensors[i] holds node i's memory
+ * (loads read it, stores write it; row/col sums are accumulated from 0); d: M×N output. All as double. */
+void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
+                         double *const *tensors, double *d);
+/* Elementwise semantics of a compute node (shared by the reference and tests). */
+double evt_vop_apply(evt_vop op, double x, double y);
+
+/* ---- src/evt/examples.c: named epilogues used by tests and benchmarks -------------------------- */
+/* Builds the named epilogue into *s (bf16 operands, layout NN, D bf16); EVT_ERR_INVALID for an unknown
+ * name. Names:
+ *   plain            D = acc
+ *   bias_gelu_aux    z = acc + bias[n] (stored bf16 as aux "z"); D = gelu_erf(z)      (MLP forward)
+ *   bias_relu_dbias  y = relu(acc + bias[n]); D = y; dbias[n] = Σ_m y  (row_sum "dbias", f32)
+ *   gelu_bwd         D = acc · gelu_erf'(x), x an aux load               (GELU backward, dX = dY·W^T)
+ *   bias_silu        z = acc + bias[n]; D = z · sigmoid(z)   (z is shared: topological visitor)
+ *   bias_relu_aux    z = acc + bias[n] (aux "z"); D = relu(z)
+ *   bias_gelu_aux_f16  bias_gelu_aux with f16 operands, bias, aux and D
+ *   mixed_f32        the remaining node kinds (scalar, col_bcast, sub, div, gelu_tanh, relu_grad,
+ *                    gelu_tanh_grad, col_sum) with a shared value and D in f32 (see examples.c) */
+evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg);
+extern const char *const evt_kspec_example_names[];
+
+#endif

@@ -1,0 +1,437 @@
+"""torch.compile(model, backend="evt") on the CPU: the same losses and gradients as eager PyTorch.
+
+Each model runs 3 SGD steps and then 3 AdamW steps, eager and compiled side by side from the same
+initial weights; losses and every gradient must agree to rel 1e-4 (fp32, dropout p=0). The evt log is
+captured to check which ops ran in evt and which fell back to PyTorch.
+"""
+import copy
+import logging
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "python"))
+import evt  # noqa: E402
+from evt import lib as evt_lib  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not evt_lib.has_interpreter(), reason="libevt has no CPU interpreter yet")
+
+torch.set_num_threads(1)
+
+
+def rel_err(a, b):
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-6)).item()
+
+
+def fallbacks(records):
+    """Names of the ATen ops the backend logged as falling back to PyTorch."""
+    out = set()
+    for r in records:
+        msg = r.getMessage()
+        if "fallback to PyTorch:" in msg:
+            out.add(msg.split("fallback to PyTorch: ")[1].split(" ")[0])
+    return out
+
+
+def check_training(make_model, make_inputs, caplog, steps=3, tol=1e-4):
+    """3 SGD + 3 AdamW steps eager vs evt; returns the set of ops that fell back."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    torch.manual_seed(0)
+    ref = make_model()
+    mod = copy.deepcopy(ref)
+    compiled = torch.compile(mod, backend="evt", fullgraph=True)
+    for make_opt in (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                     lambda p: torch.optim.AdamW(p, lr=1e-2)):
+        opt_ref, opt = make_opt(ref.parameters()), make_opt(mod.parameters())
+        for step in range(steps):
+            args = make_inputs()
+            opt_ref.zero_grad()
+            opt.zero_grad()
+            loss_ref = ref(*args)
+            loss_ref.backward()
+            loss = compiled(*args)
+            loss.backward()
+            assert rel_err(loss.detach(), loss_ref.detach()) <= tol, (step, loss.item(), loss_ref.item())
+            for (name, p_ref), (_, p) in zip(ref.named_parameters(), mod.named_parameters()):
+                assert p.grad is not None, name
+                assert rel_err(p.grad, p_ref.grad) <= tol, (step, name, rel_err(p.grad, p_ref.grad))
+            for (name, b_ref), (_, b) in zip(ref.named_buffers(), mod.named_buffers()):
+                assert rel_err(b.double(), b_ref.double()) <= tol, (step, name)
+            opt_ref.step()
+            opt.step()
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("evt segment" in m for m in msgs), msgs  # evt actually ran
+    return fallbacks(caplog.records)
+
+
+# ---- models (small sizes: CI has 2 cores) ----------------------------------------------------------------
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.ln, self.l2, self.out = nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x, y):
+        h = self.ln(F.gelu(self.l1(x)))
+        h = h + self.l2(h)
+        return F.cross_entropy(self.out(h), y)
+
+
+class Block(nn.Module):
+    """A post-LN transformer encoder layer with attention as matmul + softmax."""
+
+    def __init__(self, d=8, heads=2, ff=16):
+        super().__init__()
+        self.h = heads
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.f1, self.f2 = nn.Linear(d, ff), nn.Linear(ff, d)
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, x):
+        B, S, D = x.shape
+        q, k, v = self.qkv(x).split(D, dim=-1)
+        q, k, v = (t.view(B, S, self.h, D // self.h).transpose(1, 2) for t in (q, k, v))
+        a = torch.softmax(q @ k.transpose(-1, -2) / (D // self.h) ** 0.5, dim=-1)
+        a = (self.drop(a) @ v).transpose(1, 2).reshape(B, S, D)
+        x = self.ln1(x + self.o(a))
+        return self.ln2(x + self.drop(self.f2(F.gelu(self.f1(x)))))
+
+
+class Bert(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block, self.cls = Block(), nn.Linear(8, 3)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.cls(self.block(x)[:, 0]), y)
+
+
+class ViT(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.patch = nn.Conv2d(3, d, 2, stride=2)
+        self.cls = nn.Parameter(torch.randn(1, 1, d) * 0.1)
+        self.pos = nn.Parameter(torch.randn(1, 5, d) * 0.1)
+        self.block, self.ln, self.head = Block(d), nn.LayerNorm(d), nn.Linear(d, 3)
+
+    def forward(self, img, y):
+        h = self.patch(img).flatten(2).transpose(1, 2)
+        h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], dim=1) + self.pos
+        return F.cross_entropy(self.head(self.ln(self.block(h))[:, 0]), y)
+
+
+class XMLCNN(nn.Module):
+    def __init__(self, vocab=30, d=8, labels=5):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.convs = nn.ModuleList([nn.Conv1d(d, 4, k, padding=k // 2) for k in (3, 5)])
+        self.fc = nn.Linear(4 * 2 * 2, labels)
+
+    def forward(self, tokens, y):
+        h = self.emb(tokens).transpose(1, 2)
+        h = torch.cat([F.adaptive_max_pool1d(F.relu(c(h)), 2).flatten(1) for c in self.convs], dim=1)
+        return F.binary_cross_entropy_with_logits(self.fc(h), y)
+
+
+class ConvBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.bn1 = nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
+        self.c2, self.bn2 = nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4 * 2 * 2, 3)
+
+    def forward(self, x, y):
+        h = F.relu(self.bn1(self.c1(x)))
+        h = F.max_pool2d(F.relu(self.bn2(self.c2(h)) + h), 2)
+        return F.cross_entropy(self.fc(h.flatten(1)), y)
+
+
+class GCN(nn.Module):
+    """Two graph-convolution layers over a dense normalized adjacency (torch.sparse is not traced by
+    dynamo with fullgraph=True: 'Attempted to wrap sparse Tensor')."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(6, 8), nn.Linear(8, 3)
+
+    def forward(self, adj, x, y):
+        h = F.relu(adj @ self.l1(x))
+        return F.cross_entropy(adj @ self.l2(h), y)
+
+
+class GCNEdges(nn.Module):
+    """The same GCN as message passing over an edge list: gather x[src] (index -> evt index_select),
+    scale by the edge weight, scatter-add into dst (index_add_ -> index_put accumulate -> evt
+    index_select_backward). Its backward uses the same two ops the other way round."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(6, 8), nn.Linear(8, 3)
+
+    @staticmethod
+    def prop(h, src, dst, w):
+        return torch.zeros_like(h).index_add_(0, dst, h[src] * w[:, None])
+
+    def forward(self, src, dst, w, x, y):
+        h = F.relu(self.prop(self.l1(x), src, dst, w))
+        return F.cross_entropy(self.prop(self.l2(h), src, dst, w), y)
+
+
+def _adj(n=7):
+    a = (torch.rand(n, n) < 0.4).float()
+    a = ((a + a.t()) > 0).float() + torch.eye(n)
+    d = a.sum(1).rsqrt()
+    return d[:, None] * a * d[None, :]
+
+
+# ---- tests ---------------------------------------------------------------------------------------------
+
+def test_registered():
+    assert "evt" in torch._dynamo.list_backends(exclude_tags=())
+
+
+def test_mlp(caplog):
+    fb = check_training(MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,))), caplog)
+    assert fb == set(), fb
+    if hasattr(evt_lib.lib(), "evt_passes_run_all") and evt.backend.PASSES:
+        assert any("after the graph passes" in r.getMessage() for r in caplog.records)
+
+
+def test_min_cut_partitioner(caplog, monkeypatch):
+    """EVT_PARTITIONER=min_cut: forward values are recomputed in the backward instead of saved; exact."""
+    monkeypatch.setenv("EVT_PARTITIONER", "min_cut")
+    fb = check_training(MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,))), caplog, steps=2)
+    assert fb == set(), fb
+
+
+def test_bert_layer(caplog):
+    fb = check_training(Bert, lambda: (torch.randn(2, 5, 8), torch.randint(0, 3, (2,))), caplog)
+    assert fb == set(), fb
+
+
+def test_vit(caplog):
+    fb = check_training(ViT, lambda: (torch.randn(2, 3, 4, 4), torch.randint(0, 3, (2,))), caplog)
+    assert fb == set(), fb
+
+
+def test_xml_cnn(caplog):
+    fb = check_training(XMLCNN, lambda: (torch.randint(0, 30, (2, 7)), torch.rand(2, 5).round()), caplog)
+    assert fb == set(), fb
+
+
+def test_conv_batchnorm(caplog):
+    fb = check_training(ConvBN, lambda: (torch.randn(2, 3, 4, 4), torch.randint(0, 3, (2,))), caplog)
+    assert fb == set(), fb
+
+
+def test_gcn(caplog):
+    adj = _adj()
+    fb = check_training(GCN, lambda: (adj, torch.randn(7, 6), torch.randint(0, 3, (7,))), caplog)
+    assert fb == set(), fb
+
+
+def test_gcn_edge_list(caplog):
+    g = torch.Generator().manual_seed(3)
+    src, dst = torch.randint(0, 7, (12,), generator=g), torch.randint(0, 7, (12,), generator=g)
+    w = torch.rand(12, generator=g)
+    fb = check_training(GCNEdges, lambda: (src, dst, w, torch.randn(7, 6), torch.randint(0, 3, (7,))), caplog)
+    assert fb == set(), fb
+
+
+class WithCumsum(nn.Module):
+    """cumsum has no evt op: it (and its backward, a flip-cumsum-flip) must run in PyTorch."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(6, 8), nn.Linear(8, 3)
+
+    def forward(self, x, y):
+        h = torch.cumsum(torch.tanh(self.l1(x)), dim=1)
+        return F.cross_entropy(self.l2(h), y)
+
+
+def test_unsupported_op_falls_back(caplog):
+    fb = check_training(WithCumsum, lambda: (torch.randn(4, 6), torch.randint(0, 3, (4,))), caplog)
+    assert "cumsum.default" in fb, fb
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("evt segment" in m for m in msgs)
+
+
+def test_evt_log_env(tmp_path):
+    """EVT_LOG=1 prints the joint-graph histogram and the fallbacks on stderr."""
+    import subprocess
+    code = ("import torch, torch.nn.functional as F, evt\n"
+            "w = torch.randn(3, 4, requires_grad=True)\n"
+            "f = torch.compile(lambda x: torch.cumsum(x @ w, 1).sum(), backend='evt', fullgraph=True)\n"
+            "f(torch.randn(2, 3)).backward()\n")
+    env = dict(os.environ, EVT_LOG="1",
+               PYTHONPATH=os.path.join(os.path.dirname(evt.__file__), "..") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "[evt] joint graph:" in r.stderr
+    assert "fallback to PyTorch: cumsum.default" in r.stderr
+
+
+def test_segment_cache():
+    """Two compilations of the same graph reuse the parsed evt segments (keyed by text: shapes, dtypes)."""
+    from evt import backend
+    torch._dynamo.reset()
+    lin = nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    torch.compile(lin, backend="evt")(x).sum().backward()
+    n = len(backend._GRAPHS)
+    torch._dynamo.reset()
+    torch.compile(copy.deepcopy(lin), backend="evt")(x).sum().backward()
+    assert len(backend._GRAPHS) == n
+    torch.compile(copy.deepcopy(lin), backend="evt", dynamic=False)(torch.randn(5, 4)).sum().backward()
+    assert len(backend._GRAPHS) > n  # new shapes: new segments
+
+
+class SDPAModel(nn.Module):
+    """Causal attention through F.scaled_dot_product_attention (CPU flash attention in the graph)."""
+
+    def __init__(self, d=8, heads=2):
+        super().__init__()
+        self.h, self.qkv, self.out = heads, nn.Linear(d, 3 * d), nn.Linear(d, 3)
+
+    def forward(self, x, y):
+        B, S, D = x.shape
+        q, k, v = (t.view(B, S, self.h, D // self.h).transpose(1, 2) for t in self.qkv(x).split(D, dim=-1))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, S, D)
+        return F.cross_entropy(self.out(a).flatten(0, 1), y)
+
+
+def test_sdpa_causal(caplog):
+    fb = check_training(SDPAModel, lambda: (torch.randn(2, 5, 8), torch.randint(0, 3, (10,))), caplog)
+    assert fb == set(), fb
+
+
+def test_rejected_translation_falls_back(caplog, monkeypatch):
+    """A translation the evt parser rejects (here: a deliberately wrong one for relu) moves that node to
+    PyTorch; the rest still runs in evt and the step stays exact."""
+    from evt import aten as A
+    monkeypatch.setitem(A.TABLE, torch.ops.aten.relu, lambda b, node, used: b.result("sum", [b.val(node.args[0])]))
+    fb = check_training(GCN, lambda: (_adj(), torch.randn(7, 6), torch.randint(0, 3, (7,))), caplog)
+    assert fb == {"relu.default"}, fb
+    assert any("rejected by evt" in r.getMessage() for r in caplog.records)
+
+
+def test_runtime_failure_falls_back(caplog, monkeypatch):
+    """If the interpreter fails at run time the segment's nodes run in PyTorch (logged), still exact."""
+    def fail(self, inputs, outputs):
+        raise evt_lib.EvtError("injected failure")
+    monkeypatch.setattr(evt_lib.Graph, "run", fail)
+    check_training(MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,))), caplog, steps=1)
+    assert any("injected failure" in r.getMessage() for r in caplog.records)
+
+
+def test_dynamic_shapes(caplog):
+    """dynamic=True: the graph has symbolic sizes; evt specializes a plan per concrete batch size."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    torch.manual_seed(0)
+    ref = Bert()
+    mod = copy.deepcopy(ref)
+    compiled = torch.compile(mod, backend="evt", dynamic=True)
+    for n in (4, 3, 4):
+        x, y = torch.randn(n, 5, 8), torch.randint(0, 3, (n,))
+        ref.zero_grad()
+        mod.zero_grad()
+        loss_ref = ref(x, y)
+        loss_ref.backward()
+        loss = compiled(x, y)
+        loss.backward()
+        assert rel_err(loss.detach(), loss_ref.detach()) <= 1e-4
+        for (name, p_ref), (_, p) in zip(ref.named_parameters(), mod.named_parameters()):
+            assert rel_err(p.grad, p_ref.grad) <= 1e-4, name
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum("specialized to" in m for m in msgs) == 4, msgs  # fw + bw for n=4 and n=3; n=4 again is cached
+    assert fallbacks(caplog.records) == set()
+
+
+_LN_W, _LN_B = torch.linspace(0.5, 1.5, 6).view(2, 3), torch.linspace(-1, 1, 6).view(2, 3)
+ELEMENTWISE_CASES = {
+    "clamp": lambda t: t.clamp(-0.5, 0.5),
+    "hardtanh": F.hardtanh,  # backward: logical/bitwise ops on bool masks
+    "leaky_relu": lambda t: F.leaky_relu(t, 0.1),
+    "elu": F.elu,
+    "softplus_log1p": lambda t: torch.log1p(t.exp()),
+    "var": lambda t: t.var(1, keepdim=True) + t,
+    "norm": lambda t: t.norm(dim=1, keepdim=True) * t,
+    "layer_norm_2d": lambda t: F.layer_norm(t.view(4, 2, 3), [2, 3]).view(4, 6),
+    "layer_norm_2d_affine": lambda t: F.layer_norm(t.view(4, 2, 3), [2, 3], _LN_W, _LN_B).view(4, 6),
+    "rms_norm": lambda t: F.rms_norm(t, [6]),
+    "avg_pool": lambda t: F.avg_pool2d(t.view(1, 4, 2, 3), 2, 1).flatten(),
+    "mse": lambda t: F.mse_loss(t, torch.ones(4, 6)).expand(3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE_CASES))
+def test_more_ops(name, caplog):
+    """Ops beyond the six models: translated (no fallback) and exact, forward and backward."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    fn = ELEMENTWISE_CASES[name]
+    torch.manual_seed(1)
+    x = torch.randn(4, 6, requires_grad=True)
+    w = torch.randn_like(fn(x.detach()))
+
+    def f(t):
+        return (fn(t) * w).sum()
+    ref = f(x)
+    (g_ref,) = torch.autograd.grad(ref, x)
+    got = torch.compile(f, backend="evt", fullgraph=True)(x)
+    (g,) = torch.autograd.grad(got, x)
+    assert rel_err(got.detach(), ref.detach()) <= 1e-4
+    assert rel_err(g, g_ref) <= 1e-4
+    assert fallbacks(caplog.records) == set()
+
+
+def test_batchnorm_eval_no_grad(caplog):
+    """Inference (eval BatchNorm, no_grad) goes through the same path (fw compiler only)."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    torch.manual_seed(0)
+    m = ConvBN()
+    x, y = torch.randn(2, 3, 4, 4), torch.randint(0, 3, (2,))
+    m(x, y)  # moves the running statistics away from their initial values
+    m.eval()
+    c = torch.compile(copy.deepcopy(m), backend="evt", fullgraph=True)
+    with torch.no_grad():
+        assert rel_err(c(x, y), m(x, y)) <= 1e-4
+    assert fallbacks(caplog.records) == set()
+
+
+def test_outputs_views_and_input_grads(caplog):
+    """Several outputs (one a transposed view, one an input passed through), a gradient for a data input,
+    and a parameter the loss does not use (its gradient stays None): the structure PyTorch expects."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    torch.manual_seed(0)
+    lin, unused = nn.Linear(6, 4), nn.Parameter(torch.randn(3))
+
+    def f(x, y):
+        logits = lin(x)
+        return F.cross_entropy(logits, y), logits.t(), y
+
+    x0, y = torch.randn(5, 6), torch.randint(0, 4, (5,))
+    res = []
+    for fn in (f, torch.compile(f, backend="evt", fullgraph=True)):
+        lin.zero_grad()
+        x = x0.clone().requires_grad_()
+        loss, lt, yy = fn(x, y)
+        (loss + lt.square().sum()).backward()
+        assert lt.shape == (4, 5) and yy.dtype == torch.int64 and torch.equal(yy, y)
+        res.append((loss.detach(), lt.detach(), x.grad, lin.weight.grad.clone(), lin.bias.grad.clone()))
+    for a, b in zip(*res):
+        assert rel_err(b, a) <= 1e-4
+    assert unused.grad is None
+    assert fallbacks(caplog.records) == set()
