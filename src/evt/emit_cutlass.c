@@ -299,7 +299,7 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
   sb_printf(&b, "using ElementB = %s;\nusing LayoutB = %s;  // B stored %s\n", cxx_type(s->ab_dtype), layout_tag(bt),
             bt ? "N x K" : "K x N");
   sb_printf(&b, "using ElementD = %s;\nusing LayoutD = cutlass::layout::RowMajor;\n", cxx_type(s->d_dtype));
-  sb_printf(&b, "using ElementAccumulator = float;\nconstexpr auto RN = cutlass::FloatRoundStyle::round_to_nearest;\n");
+  sb_printf(&b, "using ElementAccumulator = float;\n[[maybe_unused]] constexpr auto RN = cutlass::FloatRoundStyle::round_to_nearest;\n");
   sb_printf(&b, "constexpr int AlignmentAB = 16 / sizeof(ElementA);\nconstexpr int AlignmentD = 16 / sizeof(ElementD);\n");
   sb_printf(&b, "using TileShape = Shape<_%d, _%d, _%d>;\nusing ClusterShape = Shape<_%d, _%d, _1>;\n", s->cfg.tile_m,
             s->cfg.tile_n, s->cfg.tile_k, s->cfg.cluster_m, s->cfg.cluster_n);

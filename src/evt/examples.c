@@ -4,7 +4,8 @@
 #include "evt/kspec.h"
 
 const char *const evt_kspec_example_names[] = {"plain",    "bias_gelu_aux", "bias_relu_dbias", "gelu_bwd",
-                                               "bias_silu", "bias_relu_aux", NULL};
+                                               "bias_silu", "bias_relu_aux", "bias_gelu_aux_f16", "mixed_f32",
+                                               NULL};
 
 evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg) {
   evt_kspec_init(s, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, cfg);
@@ -30,6 +31,30 @@ evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg
     int z = evt_kspec_add(s, EVT_V_ADD, acc, bias, EVT_F32, NULL);
     int sg = evt_kspec_add(s, EVT_V_SIGMOID, z, -1, EVT_F32, NULL);
     s->d_node = evt_kspec_add(s, EVT_V_MUL, z, sg, EVT_F32, NULL);
+  } else if (!strcmp(name, "bias_gelu_aux_f16")) {
+    evt_kspec_init(s, EVT_LAYOUT_NN, EVT_F16, EVT_F16, cfg);
+    acc = evt_kspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, "acc");
+    int bias = evt_kspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F16, "bias");
+    int z = evt_kspec_add(s, EVT_V_ADD, acc, bias, EVT_F32, NULL);
+    evt_kspec_add(s, EVT_V_AUX_STORE, z, -1, EVT_F16, "z");
+    s->d_node = evt_kspec_add(s, EVT_V_GELU_ERF, z, -1, EVT_F32, NULL);
+  } else if (!strcmp(name, "mixed_f32")) {
+    /* every remaining node kind once, D in f32: t = (acc·0.5 − c[m]) / 2 (shared); g = gelu_tanh(t);
+     * q = gelu_tanh_grad(relu_grad(g, x), t); rowsum[m] = Σ_n q; D = q */
+    evt_kspec_init(s, EVT_LAYOUT_NN, EVT_BF16, EVT_F32, cfg);
+    acc = evt_kspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, "acc");
+    int half = evt_kspec_scalar(s, 0.5);
+    int c = evt_kspec_add(s, EVT_V_COL_BCAST, -1, -1, EVT_BF16, "c");
+    int x = evt_kspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "x");
+    int two = evt_kspec_scalar(s, 2.0);
+    int t1 = evt_kspec_add(s, EVT_V_MUL, acc, half, EVT_F32, NULL);
+    int t2 = evt_kspec_add(s, EVT_V_SUB, t1, c, EVT_F32, NULL);
+    int t = evt_kspec_add(s, EVT_V_DIV, t2, two, EVT_F32, NULL);
+    int g = evt_kspec_add(s, EVT_V_GELU_TANH, t, -1, EVT_F32, NULL);
+    int r = evt_kspec_add(s, EVT_V_RELU_GRAD, g, x, EVT_F32, NULL);
+    int q = evt_kspec_add(s, EVT_V_GELU_TANH_GRAD, r, t, EVT_F32, NULL);
+    evt_kspec_add(s, EVT_V_COL_SUM, q, -1, EVT_F32, "rowsum");
+    s->d_node = q;
   } else {
     return EVT_ERR_INVALID;
   }

@@ -139,7 +139,10 @@ double evt_vop_apply(evt_vop op, double x, double y);
  *   bias_relu_dbias  y = relu(acc + bias[n]); D = y; dbias[n] = Σ_m y  (row_sum "dbias", f32)
  *   gelu_bwd         D = acc · gelu_erf'(x), x an aux load               (GELU backward, dX = dY·W^T)
  *   bias_silu        z = acc + bias[n]; D = z · sigmoid(z)   (z is shared: topological visitor)
- *   bias_relu_aux    z = acc + bias[n] (aux "z"); D = relu(z)  */
+ *   bias_relu_aux    z = acc + bias[n] (aux "z"); D = relu(z)
+ *   bias_gelu_aux_f16  bias_gelu_aux with f16 operands, bias, aux and D
+ *   mixed_f32        the remaining node kinds (scalar, col_bcast, sub, div, gelu_tanh, relu_grad,
+ *                    gelu_tanh_grad, col_sum) with a shared value and D in f32 (see examples.c) */
 evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg);
 extern const char *const evt_kspec_example_names[];
 

@@ -5,6 +5,7 @@
 #define EVT_GPU_UTIL_H
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
@@ -77,7 +78,8 @@ static KernelCase make_case(const char *epi, evt_tile_config cfg, evt_gemm_layou
 // Every kernel either program uses: compiled together so the 16 cores work in parallel.
 static std::vector<KernelCase> all_cases() {
   std::vector<KernelCase> v;
-  const char *checks[] = {"plain", "bias_gelu_aux", "bias_relu_dbias", "gelu_bwd", "bias_silu"};
+  const char *checks[] = {"plain",     "bias_gelu_aux",     "bias_relu_dbias", "gelu_bwd",
+                          "bias_silu", "bias_gelu_aux_f16", "mixed_f32"};
   for (const char *e : checks) v.push_back(make_case(e, kCfg128));
   v.push_back(make_case("plain", kCfg128, EVT_LAYOUT_NT));
   v.push_back(make_case("plain", kCfg128, EVT_LAYOUT_TN));
@@ -150,6 +152,31 @@ static void fill_bf16(std::vector<__nv_bfloat16> &h, std::vector<double> &ref, s
     h[i] = __float2bfloat16(r.uniform(lo, hi));
     ref[i] = (double)__bfloat162float(h[i]);
   }
+}
+
+static size_t dtype_bytes(evt_dtype dt) { return dt == EVT_F32 ? 4 : 2; }
+
+// n random values in [lo, hi) stored as dtype (bf16, f16 or f32); ref gets the stored values exactly.
+static std::vector<unsigned char> fill_dtype(evt_dtype dt, size_t n, Rng &r, float lo, float hi,
+                                             std::vector<double> &ref) {
+  std::vector<unsigned char> bytes(n * dtype_bytes(dt));
+  ref.resize(n);
+  for (size_t i = 0; i < n; i++) {
+    float v = r.uniform(lo, hi);
+    if (dt == EVT_BF16) {
+      __nv_bfloat16 h = __float2bfloat16(v);
+      memcpy(&bytes[2 * i], &h, 2);
+      ref[i] = __bfloat162float(h);
+    } else if (dt == EVT_F16) {
+      __half h = __float2half(v);
+      memcpy(&bytes[2 * i], &h, 2);
+      ref[i] = __half2float(h);
+    } else {
+      memcpy(&bytes[4 * i], &v, 4);
+      ref[i] = v;
+    }
+  }
+  return bytes;
 }
 
 template <class T>
