@@ -915,14 +915,22 @@ static evt_status infer_op(evt_graph *g, evt_node *n, int id) {
   case EVT_OP_AVG_POOL2D:
   case EVT_OP_AVG_POOL2D_BACKWARD:
     return infer_pool(g, n, id);
-  case EVT_OP_ADAPTIVE_MAX_POOL2D:
-    return adaptive_out(g, n, id, in_type(g, n, 0), &n->type);
+  case EVT_OP_ADAPTIVE_MAX_POOL2D: {
+    evt_type x, y;
+    CHECK_ST(layout_attr(g, n, id));
+    layout_view(in_type(g, n, 0), n->attr.layout, true, &x);
+    CHECK_ST(adaptive_out(g, n, id, &x, &y));
+    layout_view(&y, n->attr.layout, false, &n->type);
+    return EVT_OK;
+  }
   case EVT_OP_ADAPTIVE_MAX_POOL2D_BACKWARD: { /* (dy, x) */
-    const evt_type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
-    evt_type y;
-    CHECK_ST(adaptive_out(g, n, id, x, &y));
-    if (!evt_type_equal(dy, &y)) FAIL("dy must be %s (the pooled output), got %s", ts(&y), ts(dy));
-    n->type = *x;
+    evt_type dy, x, y;
+    CHECK_ST(layout_attr(g, n, id));
+    layout_view(in_type(g, n, 0), n->attr.layout, true, &dy);
+    layout_view(in_type(g, n, 1), n->attr.layout, true, &x);
+    CHECK_ST(adaptive_out(g, n, id, &x, &y));
+    if (!evt_type_equal(&dy, &y)) FAIL("dy must be %s (the pooled output), got %s", ts(&y), ts(&dy));
+    n->type = *in_type(g, n, 1);
     return EVT_OK;
   }
 

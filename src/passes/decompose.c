@@ -20,7 +20,7 @@
  *   gelu_backward(dy, x)                -> dy * (Phi(x) + x * phi(x))   (erf form; tanh form likewise)
  *   threshold_backward(dy, y)           -> where(y > value, dy, 0)
  *   conv2d / conv2d_backward_input / conv2d_backward_weight / max_pool2d / max_pool2d_backward /
- *   avg_pool2d / avg_pool2d_backward (layout nchw)
+ *   avg_pool2d / avg_pool2d_backward / adaptive_max_pool2d / its backward (layout nchw)
  *                                       -> permute(op(permute(a, [0,2,3,1]), ..., layout=nhwc), [0,3,1,2])
  *                                          the paper's channels-last forms (a shape attribute is permuted too;
  *                                          weights [O,C/g,kh,kw] become [O,kh,kw,C/g] by the same permute);
@@ -103,7 +103,8 @@ static int channels_last(evt_graph *g, int id) {
   uint64_t given = n->attr_given | (1ull << EVT_ATTR_LAYOUT);
   evt_op op = n->op;
   a.layout = EVT_LAYOUT_NHWC;
-  if ((evt_op_table[op].attrs >> EVT_ATTR_SHAPE) & 1u) {
+  bool adaptive = op == EVT_OP_ADAPTIVE_MAX_POOL2D || op == EVT_OP_ADAPTIVE_MAX_POOL2D_BACKWARD; /* shape=[Ho,Wo] */
+  if (((evt_op_table[op].attrs >> EVT_ATTR_SHAPE) & 1u) && !adaptive) {
     if (a.shape.n != 4) return id;
     for (int i = 0; i < 4; i++) a.shape.v[i] = n->attr.shape.v[to_nhwc.v[i]];
   }
@@ -224,6 +225,8 @@ static int decompose(evt_graph *g, int id) {
   case EVT_OP_MAX_POOL2D_BACKWARD:
   case EVT_OP_AVG_POOL2D:
   case EVT_OP_AVG_POOL2D_BACKWARD:
+  case EVT_OP_ADAPTIVE_MAX_POOL2D:
+  case EVT_OP_ADAPTIVE_MAX_POOL2D_BACKWARD:
     return channels_last(g, id);
   case EVT_OP_THRESHOLD_BACKWARD: {
     double v = n->attr.value;

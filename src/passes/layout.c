@@ -33,6 +33,8 @@ static int permute(evt_graph *g, int at, int x, const evt_ilist *p) {
   return evt_rw_op(g, at, EVT_OP_PERMUTE, &x, 1, &a, 1ull << EVT_ATTR_DIMS);
 }
 
+static bool pure_permute(const int64_t *s, const evt_ilist *p);
+
 /* permute(reshape(permute(y, q)), p) where the reshape only inserts or removes dims of size 1
  * -> reshape(permute(y, q'), ...): the reshape is moved below the permute (p restricted to the dims of size
  * > 1, the size-1 dims of the inner tensor last) so the two permutes meet and fold. */
@@ -81,6 +83,7 @@ static int push_permute(evt_graph *g, int id, const int *uses, int nuses) {
   }
   if (!evt_op_is_elementwise(n->op)) return id;
   int ins[EVT_MAX_INPUTS], nin = n->ninputs, found = 0;
+  bool other[EVT_MAX_INPUTS] = {0};
   evt_ilist perm = {0};
   const evt_type *shape = NULL;
   for (int k = 0; k < nin; k++) {
@@ -88,24 +91,83 @@ static int push_permute(evt_graph *g, int id, const int *uses, int nuses) {
     const evt_node *in = &g->nodes[x];
     ins[k] = x;
     if (in->type.rank == 0) continue;
-    if (x >= nuses || in->op != EVT_OP_PERMUTE || uses[x] != 1) return id;
-    const evt_type *ts = &g->nodes[in->inputs[0]].type;
-    if (found && (perm.n != in->attr.dims.n || memcmp(perm.v, in->attr.dims.v, sizeof(int64_t) * (size_t)perm.n) ||
-                  ts->rank != shape->rank || memcmp(ts->shape, shape->shape, sizeof(int64_t) * (size_t)ts->rank)))
-      return id;
+    const evt_type *ts = in->op == EVT_OP_PERMUTE ? &g->nodes[in->inputs[0]].type : NULL;
+    if (x >= nuses || in->op != EVT_OP_PERMUTE || uses[x] != 1 ||
+        (found && (perm.n != in->attr.dims.n || memcmp(perm.v, in->attr.dims.v, sizeof(int64_t) * (size_t)perm.n) ||
+                   ts->rank != shape->rank || memcmp(ts->shape, shape->shape, sizeof(int64_t) * (size_t)ts->rank)))) {
+      other[k] = true;
+      continue;
+    }
     perm = in->attr.dims;
     shape = ts;
     ins[k] = in->inputs[0];
     found++;
   }
   if (!found) return id;
+  /* other operands must be broadcasts whose order the permute does not change (a per-channel bias) */
+  int r = n->type.rank;
+  evt_ilist inv = {.n = perm.n};
+  for (int i = 0; i < perm.n; i++) inv.v[perm.v[i]] = i;
+  for (int k = 0; k < nin; k++) {
+    if (!other[k]) continue;
+    const evt_type *tb = &g->nodes[n->inputs[k]].type;
+    if (tb->rank > r || perm.n != r) return id;
+    int64_t s[EVT_MAX_RANK];
+    for (int i = 0; i < r; i++) s[i] = i < r - tb->rank ? 1 : tb->shape[i - (r - tb->rank)];
+    if (!pure_permute(s, &inv)) return id;
+  }
+  for (int k = 0; k < nin; k++) {
+    if (!other[k]) continue;
+    const evt_type *tb = &g->nodes[n->inputs[k]].type;
+    int64_t s[EVT_MAX_RANK], sp[EVT_MAX_RANK];
+    for (int i = 0; i < r; i++) s[i] = i < r - tb->rank ? 1 : tb->shape[i - (r - tb->rank)];
+    for (int i = 0; i < r; i++) sp[i] = s[inv.v[i]];
+    ins[k] = evt_rw_reshape(g, id, g->nodes[id].inputs[k], r, sp);
+  }
+  n = &g->nodes[id];
   evt_attrs attrs = n->attr;
   uint64_t given = n->attr_given;
   evt_op op = n->op;
   return permute(g, id, evt_rw_op(g, id, op, ins, nin, &attrs, given), &perm);
 }
 
-static bool pure_permute(const int64_t *s, const evt_ilist *p);
+/* Linear index into the input of permute/reshape node n of the element at linear index i of its output. */
+static int64_t view_index(const evt_graph *g, const evt_node *n, int64_t i) {
+  if (n->op == EVT_OP_RESHAPE) return i;
+  const evt_type *to = &n->type, *ti = &g->nodes[n->inputs[0]].type;
+  int64_t idx[EVT_MAX_RANK], in[EVT_MAX_RANK] = {0}, lin = 0;
+  for (int d = to->rank - 1; d >= 0; d--) idx[d] = i % to->shape[d], i /= to->shape[d];
+  for (int d = 0; d < to->rank; d++) in[n->attr.dims.v[d]] = idx[d]; /* output dim d is input dim dims[d] */
+  for (int d = 0; d < ti->rank; d++) lin = lin * ti->shape[d] + in[d];
+  return lin;
+}
+
+/* A chain of up to 4 permutes/reshapes (at least one permute) below node id whose composition keeps every
+ * element at its linear position is a reshape of the chain's root (vit's conv -> [B,C,HW] -> [B,HW,C] in
+ * NHWC: reshape(permute(reshape(permute(y)))) is a reshape of y). Checked element by element on small
+ * tensors. Returns the root, or -1. */
+static int identity_chain_root(const evt_graph *g, int id) {
+  const evt_type *t = &g->nodes[id].type;
+  int64_t numel = 1;
+  for (int d = 0; d < t->rank; d++) numel *= t->shape[d];
+  if (numel > (1 << 20)) return -1;
+  int chain[4], len = 0, permutes = 0;
+  for (int v = id; len < 4; v = g->nodes[v].inputs[0]) {
+    const evt_node *n = &g->nodes[v];
+    if (n->op != EVT_OP_PERMUTE && n->op != EVT_OP_RESHAPE) break;
+    chain[len++] = v;
+    permutes += n->op == EVT_OP_PERMUTE;
+    if (len < 2 || !permutes) continue;
+    bool ident = true;
+    for (int64_t i = 0; i < numel && ident; i++) {
+      int64_t j = i;
+      for (int k = 0; k < len; k++) j = view_index(g, &g->nodes[chain[k]], j);
+      ident = j == i;
+    }
+    if (ident) return n->inputs[0];
+  }
+  return -1;
+}
 
 static int fold(evt_graph *g, int id) {
   const evt_node *n = &g->nodes[id];
@@ -117,16 +179,21 @@ static int fold(evt_graph *g, int id) {
   case EVT_OP_SQUEEZE:
   case EVT_OP_UNSQUEEZE:
     return evt_rw_reshape(g, id, x, t.rank, t.shape);
-  case EVT_OP_RESHAPE:
+  case EVT_OP_RESHAPE: {
     if (in->op == EVT_OP_RESHAPE || in->op == EVT_OP_SQUEEZE || in->op == EVT_OP_UNSQUEEZE)
       return evt_rw_reshape(g, id, in->inputs[0], t.rank, t.shape);
-    return evt_type_equal(&t, &in->type) ? x : id;
+    if (evt_type_equal(&t, &in->type)) return x;
+    int root = identity_chain_root(g, id);
+    return root >= 0 ? evt_rw_reshape(g, id, root, t.rank, t.shape) : id;
+  }
   case EVT_OP_EXPAND:
     if (in->op == EVT_OP_EXPAND) return evt_rw_expand(g, id, in->inputs[0], &t);
     return evt_type_equal(&t, &in->type) ? x : id;
   case EVT_OP_PERMUTE: {
     if (identity(&n->attr.dims)) return x;
     if (pure_permute(in->type.shape, &n->attr.dims)) return evt_rw_reshape(g, id, x, t.rank, t.shape);
+    int root = identity_chain_root(g, id);
+    if (root >= 0) return evt_rw_reshape(g, id, root, t.rank, t.shape);
     if (in->op != EVT_OP_PERMUTE || in->attr.dims.n != n->attr.dims.n) return id;
     evt_ilist q = n->attr.dims;
     for (int i = 0; i < q.n; i++) q.v[i] = in->attr.dims.v[n->attr.dims.v[i]];

@@ -393,6 +393,16 @@ TEST(fd_max_pool2d_nhwc) {
   evt_graph_free(g);
 }
 
+TEST(fd_adaptive_max_pool2d_nhwc) {
+  evt_graph *g = evt_graph_new("adaptive_max_pool2d_nhwc");
+  int x = P(g, "x", SH(1, 5, 7, 2));
+  evt_attr a[] = {LIST("shape", 2, 3), EVT_ATTR_INT("layout", EVT_LAYOUT_NHWC)};
+  int y = OPA(g, "adaptive_max_pool2d", a, x);
+  CHECK(y >= 0 && g->nodes[y].type.shape[1] == 2 && g->nodes[y].type.shape[2] == 3 && g->nodes[y].type.shape[3] == 2);
+  fd_check(g, y, (fd_opts){0});
+  evt_graph_free(g);
+}
+
 TEST(fd_avg_pool2d_nhwc) {
   evt_graph *g = evt_graph_new("avg_pool2d_nhwc");
   int x = P(g, "x", SH(1, 5, 5, 2));

@@ -914,7 +914,7 @@ TEST(interp_zero_size_tensors) {
   evt_graph_free(g);
 }
 
-/* layout=nhwc: conv2d, its two backwards, max/avg pool and their backwards, fed the NHWC permutes of NCHW
+/* layout=nhwc: conv2d, its two backwards, max/avg/adaptive pool and their backwards, fed the NHWC permutes of NCHW
  * inputs (weights [O,kh,kw,C/g]), give exactly the NHWC permutes of the nchw results. */
 TEST(interp_nhwc_matches_nchw) {
   static const char *text =
@@ -948,7 +948,15 @@ TEST(interp_nhwc_matches_nchw) {
       "  %ab: f32[2,4,5,6] = avg_pool2d_backward(%dp, shape=[2,4,5,6], kernel=[3,2], stride=[2,2], padding=[1,1])\n"
       "  %abt: f32[2,5,6,4] = avg_pool2d_backward(%dpt, shape=[2,5,6,4], kernel=[3,2], stride=[2,2], padding=[1,1], layout=nhwc)\n"
       "  %ab2: f32[2,4,5,6] = permute(%abt, dims=[0,3,1,2])\n"
-      "  output %y, %y2, %dx, %dx2, %dw, %dw2, %p, %p2, %pb, %pb2, %a, %a2, %ab, %ab2\n"
+      "  %m: f32[2,4,2,3] = adaptive_max_pool2d(%x, shape=[2,3])\n"
+      "  %mt: f32[2,2,3,4] = adaptive_max_pool2d(%xt, shape=[2,3], layout=nhwc)\n"
+      "  %m2: f32[2,4,2,3] = permute(%mt, dims=[0,3,1,2])\n"
+      "  %dm: f32[2,4,2,3] = input()\n"
+      "  %dmt: f32[2,2,3,4] = permute(%dm, dims=[0,2,3,1])\n"
+      "  %mb: f32[2,4,5,6] = adaptive_max_pool2d_backward(%dm, %x, shape=[2,3])\n"
+      "  %mbt: f32[2,5,6,4] = adaptive_max_pool2d_backward(%dmt, %xt, shape=[2,3], layout=nhwc)\n"
+      "  %mb2: f32[2,4,5,6] = permute(%mbt, dims=[0,3,1,2])\n"
+      "  output %y, %y2, %dx, %dx2, %dw, %dw2, %p, %p2, %pb, %pb2, %a, %a2, %ab, %ab2, %m, %m2, %mb, %mb2\n"
       "}\n";
   char *err = NULL;
   evt_graph *g = evt_parse(text, "nhwc.evt", &err);

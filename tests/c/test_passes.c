@@ -725,15 +725,18 @@ static const char *kConvPoolOps =
     "  %pb: f32[2,4,5,6] = max_pool2d_backward(%dp, %x, kernel=[3,2], stride=[2,2], padding=[1,1])\n"
     "  %a: f32[2,4,3,4] = avg_pool2d(%x, kernel=[3,2], stride=[2,2], padding=[1,1])\n"
     "  %ab: f32[2,4,5,6] = avg_pool2d_backward(%dp, shape=[2,4,5,6], kernel=[3,2], stride=[2,2], padding=[1,1])\n"
-    "  output %y, %dx, %dw, %p, %pb, %a, %ab\n"
+    "  %m: f32[2,4,2,3] = adaptive_max_pool2d(%x, shape=[2,3])\n"
+    "  %dm: f32[2,4,2,3] = input()\n"
+    "  %mb: f32[2,4,5,6] = adaptive_max_pool2d_backward(%dm, %x, shape=[2,3])\n"
+    "  output %y, %dx, %dw, %p, %pb, %a, %ab, %m, %mb\n"
     "}\n";
 
 TEST(decompose_conv_pool_channels_last) {
   evt_graph *g = check_preserves(kConvPoolOps, evt_pass_decompose, 0, false);
   if (!g) return;
-  CHECK(count_layout(g, EVT_LAYOUT_NHWC) == 7 && count_layout(g, EVT_LAYOUT_NCHW) == 0);
-  /* x, w, dy, dp in (after CSE they would be shared; decompose alone makes one per use), 7 results out */
-  CHECK(count_op(g, EVT_OP_PERMUTE) == 2 + 2 + 2 + 1 + 2 + 1 + 1 + 7);
+  CHECK(count_layout(g, EVT_LAYOUT_NHWC) == 9 && count_layout(g, EVT_LAYOUT_NCHW) == 0);
+  /* x, w, dy, dp, dm in (after CSE they would be shared; decompose alone makes one per use), 9 results out */
+  CHECK(count_op(g, EVT_OP_PERMUTE) == 2 + 2 + 2 + 1 + 2 + 1 + 1 + 1 + 2 + 9);
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i].op == EVT_OP_CONV2D_BACKWARD_WEIGHT) /* weights [O,kh,kw,C/g] */
       CHECK(g->nodes[i].type.shape[0] == 6 && g->nodes[i].type.shape[1] == 3 && g->nodes[i].type.shape[3] == 2);
@@ -826,5 +829,28 @@ TEST(layout_resnet_block_permutes_cancel) {
     bool boundary = src == EVT_OP_INPUT || src == EVT_OP_PARAM || (n->flags & EVT_NODE_OUTPUT) || n->type.rank == 2;
     CHECK_MSG(boundary, "permute %%%s of %%%s inside the graph", n->name, g->nodes[n->inputs[0]].name);
   }
+  evt_graph_free(g);
+}
+
+/* vit's patch embedding: conv -> + per-channel bias -> [B,C,HW] -> permute to [B,HW,C] tokens. In NHWC the
+ * bias add moves below the conv's permute (the [C,1,1] bias as a [1,1,1,C] reshape) and permute(reshape(
+ * permute(y))) keeps every element in place, so the tokens are a reshape of the channels-last conv. */
+TEST(layout_patch_embedding_tokens_are_a_reshape) {
+  static const char *text = "graph t {\n"
+                            "  %img: f32[2,3,8,8] = input()\n"
+                            "  %w: f32[6,3,4,4] = param()\n"
+                            "  %c: f32[2,6,2,2] = conv2d(%img, %w, stride=[4,4])\n"
+                            "  %b: f32[6] = param()\n"
+                            "  %b3: f32[6,1,1] = reshape(%b, shape=[6,1,1])\n"
+                            "  %o: f32[2,6,2,2] = add(%c, %b3)\n"
+                            "  %f: f32[2,6,4] = reshape(%o, shape=[2,6,4])\n"
+                            "  %t: f32[2,4,6] = permute(%f, dims=[0,2,1])\n"
+                            "  output %t\n"
+                            "}\n";
+  evt_graph *g = check_preserves(text, decompose_then_layout, 0, false);
+  if (!g) return;
+  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 2, "%d permutes", count_op(g, EVT_OP_PERMUTE)); /* img, w */
+  int t = evt_graph_find(g, "t");
+  CHECK(t >= 0 && g->nodes[t].op == EVT_OP_RESHAPE && g->nodes[g->nodes[t].inputs[0]].op == EVT_OP_ADD);
   evt_graph_free(g);
 }
