@@ -21,7 +21,8 @@
 #include <time.h>
 
 evt_part_options evt_part_options_default(void) {
-  return (evt_part_options){.use_ilp = 1, .time_limit = 10.0, .decompose = 1, .use_cache = 1, .cache_dir = NULL};
+  return (evt_part_options){.use_ilp = 1, .time_limit = 10.0, .decompose = 1, .use_cache = 1, .cache_dir = NULL,
+                            .use_dp = 1};
 }
 
 static double now_s(void) {
@@ -204,6 +205,19 @@ static void solve_block(ctx *c, const evt_pblock *b, const int *greedy_group, co
     if (hit == 2) st->disk_hits++;
     if (!optimal) st->proven = 0;
     return;
+  }
+  if (opt->use_dp) {
+    double obj = 0;
+    long nsets = 0;
+    if (evt_dp_solve_block(b, opt->dp_max_sets > 0 ? opt->dp_max_sets : EVT_DP_MAX_SETS, EVT_DP_MAX_WORK, sol, &obj, &nsets)) {
+      if (!evt_pblock_legal(b, sol)) evt_fatal(__FILE__, __LINE__, "DP solution breaks a block constraint");
+      double cost = evt_pblock_cost(b, sol);
+      if (cost > obj * (1 + 1e-12) + 1e-9 || cost < obj * (1 - 1e-12) - 1e-9)
+        evt_fatal(__FILE__, __LINE__, "DP objective %.17g differs from the block cost %.17g", obj, cost);
+      st->dps++;
+      if (cache) evt_part_cache_put(cache, b, sol, 1);
+      return;
+    }
   }
   int *start = malloc((size_t)(n + 1) * sizeof(int));
   EVT_ASSERT(start);
