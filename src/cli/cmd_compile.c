@@ -34,6 +34,19 @@ static evt_status retype(evt_graph *g, evt_dtype dt) {
   return EVT_OK;
 }
 
+/* mkdir -p */
+static int make_dirs(const char *dir) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", dir);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return mkdir(buf, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 static int write_file(const char *dir, const char *name, const char *text) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -91,7 +104,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf
     fprintf(stderr, "usage: evtc compile FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf16|f16]\n");
     return EVTC_EXIT_USER;
   }
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+  if (make_dirs(dir) != 0) {
     fprintf(stderr, "evtc compile: cannot create '%s': %s\n", dir, strerror(errno));
     return EVTC_EXIT_USER;
   }
@@ -104,7 +117,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf
   }
   bool built = false;
   evt_status st = dtype >= 0 ? retype(g, (evt_dtype)dtype) : EVT_OK;
-  if (st == EVT_OK) st = evt_train_ensure_joint(g, &built);
+  if (st == EVT_OK && g->loss >= 0) st = evt_train_ensure_joint(g, &built); /* a forward-only graph stays as it is */
   if (st == EVT_OK) st = evt_passes_run_all(g, 0, 0);
   evt_part_plan part;
   bool have_part = false;
