@@ -104,10 +104,13 @@ static int cmp_pair(const void *a, const void *b) {
   return x[0] != y[0] ? x[0] - y[0] : x[1] != y[1] ? x[1] - y[1] : x[2] - y[2];
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
 char *evt_pblock_canonical(const evt_pblock *b, int *order) {
   int n = b->n;
   uint64_t *col = malloc((size_t)(n + 1) * sizeof(uint64_t)), *nc = malloc((size_t)(n + 1) * sizeof(uint64_t));
   int nadj = 2 * (b->nvar + b->nfix + b->nrel + b->nunrel);
+  for (int f = 0; f < b->nfam; f++) nadj += b->fam_len[f] * b->fam_len[f];
   uint64_t *sig = malloc((size_t)(nadj + 1) * sizeof(uint64_t));
   int *pos = malloc((size_t)(n + 1) * sizeof(int));
   EVT_ASSERT(col && nc && sig && pos);
@@ -137,6 +140,12 @@ char *evt_pblock_canonical(const evt_pblock *b, int *order) {
         if (b->unrel[i][0] == v) sig[k++] = mix(5, col[b->unrel[i][1]]);
         if (b->unrel[i][1] == v) sig[k++] = mix(5, col[b->unrel[i][0]]);
       }
+      for (int f = 0; f < b->nfam; f++)   /* co-consumers of one tensor */
+        for (int x = 0; x < b->fam_len[f]; x++) {
+          if (b->fam_cons[b->fam_start[f] + x] != v) continue;
+          for (int y = 0; y < b->fam_len[f]; y++)
+            if (y != x) sig[k++] = mix(mix(6, (uint64_t)b->fam_bytes[f]), col[b->fam_cons[b->fam_start[f] + y]]);
+        }
       qsort(sig, (size_t)k, sizeof(uint64_t), cmp_u64);
       uint64_t h = col[v];
       for (int i = 0; i < k; i++) h = mix(h, sig[i]);
@@ -174,6 +183,31 @@ char *evt_pblock_canonical(const evt_pblock *b, int *order) {
   put(&t, ";");
   for (int i = 0; i < ne; i++)   /* duplicate fixed arcs are harmless but must not make keys differ */
     if (i == 0 || cmp_pair(e[i], e[i - 1])) put(&t, " %d-%d:%d", e[i][0], e[i][1], e[i][2]);
+  /* read families: each as "bytes:consumer/producer ..." in canonical positions (producer -1: outside),
+   * members sorted, families sorted */
+  char **fams = malloc((size_t)(b->nfam + 1) * sizeof(char *));
+  EVT_ASSERT(fams);
+  for (int f = 0; f < b->nfam; f++) {
+    int len = b->fam_len[f];
+    int(*mb)[3] = malloc((size_t)(len + 1) * sizeof *mb);
+    EVT_ASSERT(mb);
+    for (int q = 0; q < len; q++) {
+      int i = b->fam_start[f] + q;
+      mb[q][0] = pos[b->fam_cons[i]];
+      mb[q][1] = b->fam_var[i] >= 0 ? pos[b->var[b->fam_var[i]][0]] : -1;
+      mb[q][2] = 0;
+    }
+    qsort(mb, (size_t)len, sizeof *mb, cmp_pair);
+    text ft = {0};
+    put(&ft, "%.17g:", b->fam_bytes[f]);
+    for (int q = 0; q < len; q++) put(&ft, "%d/%d,", mb[q][0], mb[q][1]);
+    fams[f] = ft.s;
+    free(mb);
+  }
+  qsort(fams, (size_t)b->nfam, sizeof(char *), cmp_str);
+  put(&t, "; reads");
+  for (int f = 0; f < b->nfam; f++) put(&t, " %s", fams[f]), free(fams[f]);
+  free(fams);
   free(e); free(col); free(nc); free(sig); free(pos);
   return t.s;
 }

@@ -8,31 +8,49 @@
 
 #include <stdlib.h>
 
+static int find(int *p, int x) {
+  while (p[x] != x) x = p[x] = p[p[x]];
+  return x;
+}
+
+/* comp[v]: the connected piece of v's group (union of internal edges); sources -1. */
+static void pieces(const evt_pgraph *g, const int *group, int *comp) {
+  for (int v = 0; v < g->n; v++) comp[v] = v;
+  for (int e = 0; e < g->m; e++) {
+    const evt_pedge *ed = &g->edges[e];
+    if (!evt_pgraph_kernel(g, ed->u) || group[ed->u] != group[ed->v]) continue;
+    int a = find(comp, ed->u), b = find(comp, ed->v);
+    if (a != b) comp[b] = a;
+  }
+  for (int v = 0; v < g->n; v++) comp[v] = evt_pgraph_kernel(g, v) ? find(comp, v) : -1;
+}
+
 evt_part_cost evt_part_evaluate(const evt_pgraph *g, const int *group) {
   evt_part_cost c = {0};
-  unsigned char *seen = calloc((size_t)g->n + 1, 1);
-  EVT_ASSERT(seen);
-  for (int v = 0; v < g->n; v++) {
-    if (!evt_pgraph_kernel(g, v)) continue;
+  int n = g->n;
+  int *comp = malloc((size_t)(n + 1) * sizeof(int)), *stamp = malloc((size_t)(n + 1) * sizeof(int));
+  EVT_ASSERT(comp && stamp);
+  for (int v = 0; v < n; v++) {
+    if (evt_pgraph_kernel(g, v)) EVT_ASSERT(group[v] >= 0 && group[v] < n);
+    stamp[v] = -1;
+  }
+  pieces(g, group, comp);
+  for (int v = 0; v < n; v++) {
     const evt_pnode *p = &g->nodes[v];
-    EVT_ASSERT(group[v] >= 0 && group[v] < g->n);
-    if (!seen[group[v]]) seen[group[v]] = 1, c.groups++;
-    bool written = p->flags & EVT_PN_OUTPUT, start = true;
-    for (int k = 0; k < p->nout; k++) {
+    if (evt_pgraph_kernel(g, v) && comp[v] == v) c.groups++;
+    bool written = evt_pgraph_kernel(g, v) && (p->flags & EVT_PN_OUTPUT);
+    for (int k = 0; k < p->nout; k++) {   /* one read per consuming piece other than v's own */
       int w = g->edges[g->out_edges[p->out0 + k]].v;
-      if (evt_pgraph_kernel(g, w) && group[w] != group[v]) written = true;
-    }
-    for (int k = 0; k < p->nin; k++) {
-      const evt_pedge *e = &g->edges[g->in_edges[p->in0 + k]];
-      if (!evt_pgraph_kernel(g, e->u)) c.read += g->nodes[e->u].bytes;
-      else if (group[e->u] != group[v]) c.read += g->nodes[e->u].bytes;
-      else start = false;
+      if (!evt_pgraph_kernel(g, w) || comp[w] == comp[v] || stamp[comp[w]] == v) continue;
+      stamp[comp[w]] = v;
+      c.read += p->bytes;
+      written = evt_pgraph_kernel(g, v);
     }
     if (written) c.written += p->bytes;
-    if (start) c.starts++;
   }
-  free(seen);
-  c.total = c.written + c.read + g->lambda * c.starts;
+  free(comp);
+  free(stamp);
+  c.total = c.written + c.read + g->lambda * c.groups;
   return c;
 }
 

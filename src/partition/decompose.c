@@ -59,6 +59,11 @@ static uint64_t mix(uint64_t h, uint64_t x) {
     (arr)[cnt][0] = (a), (arr)[cnt][1] = (b), (cnt)++;                              \
   } while (0)
 
+static int cmp3(const void *x, const void *y) {
+  const int *a = x, *b = y;
+  return a[0] != b[0] ? (a[0] < b[0] ? -1 : 1) : a[1] - b[1];
+}
+
 /* The block of the given global nodes (sorted ascending). */
 static void build_block(ctx *c, const int *nodes, int n, evt_pblock *b) {
   const evt_pgraph *g = c->g;
@@ -108,6 +113,44 @@ static void build_block(ctx *c, const int *nodes, int n, evt_pblock *b) {
       }
     }
   }
+  /* read families: per producer (inside, outside or source), its consumers inside, ascending */
+  int nmem = 0, capm = 0;
+  int(*mem)[3] = NULL;   /* (producer global id, consumer local, var edge or -1) */
+  for (int i = 0; i < n; i++) {
+    const evt_pnode *p = &g->nodes[nodes[i]];
+    for (int k = 0; k < p->nin; k++) {
+      int e = g->in_edges[p->in0 + k], u = g->edges[e].u;
+      if (g->nodes[u].bytes <= 0) continue;
+      if (nmem == capm) {
+        capm = capm ? 2 * capm : 32;
+        mem = realloc(mem, (size_t)capm * sizeof *mem);
+        EVT_ASSERT(mem);
+      }
+      int var = -1;
+      if (c->loc[u] >= 0 && !cut_for_sure(c, e))
+        for (int j = 0; j < b->nvar; j++)
+          if (b->var[j][0] == c->loc[u] && b->var[j][1] == i) { var = j; break; }
+      mem[nmem][0] = u, mem[nmem][1] = i, mem[nmem++][2] = var;
+    }
+  }
+  qsort(mem, (size_t)nmem, sizeof *mem, cmp3);
+  b->fam_start = malloc((size_t)(nmem + 1) * sizeof(int));
+  b->fam_len = malloc((size_t)(nmem + 1) * sizeof(int));
+  b->fam_bytes = malloc((size_t)(nmem + 1) * sizeof(double));
+  b->fam_cons = malloc((size_t)(nmem + 1) * sizeof(int));
+  b->fam_var = malloc((size_t)(nmem + 1) * sizeof(int));
+  EVT_ASSERT(b->fam_start && b->fam_len && b->fam_bytes && b->fam_cons && b->fam_var);
+  for (int i = 0; i < nmem; i++) {
+    if (i == 0 || mem[i][0] != mem[i - 1][0]) {
+      b->fam_start[b->nfam] = i;
+      b->fam_len[b->nfam] = 0;
+      b->fam_bytes[b->nfam++] = g->nodes[mem[i][0]].bytes;
+    }
+    b->fam_len[b->nfam - 1]++;
+    b->fam_cons[i] = mem[i][1];
+    b->fam_var[i] = mem[i][2];
+  }
+  free(mem);
   /* pairs joined by a path that leaves the block: ext(u) = U over successors s of u of
    * (s inside ? ext(s) : desc*(s) & block), computed in reverse order */
   int words = (n + 63) / 64;

@@ -10,16 +10,13 @@
  *     rejects for it (epilogue implementability);
  *   - contracting every group leaves a DAG (checked on the contracted graph; convexity is not enough).
  * Cost (cost.c) of a grouping, in bytes through global memory plus launch cost:
- *   write(u) = bytes(u)   if u has an out-edge to another group or is a graph output;
- *   read(e)  = bytes(u)   for every edge e = (u, v) whose ends are in different groups (a source's every
- *                         out-edge counts: sources are not in any group);
- *   kernels  = number of kernel nodes none of whose kernel producers is in their own group ("kernel
- *              starts"); each costs lambda bytes. A group with several such roots (two independent
- *              inputs of one elementwise kernel) counts each: the edge formulation cannot see group
- *              identity, so this is the exact objective the MIP and the brute force both optimize.
- *              evt_part_cost.groups reports the real number of kernels.
- * Groups are identified with the weakly connected pieces of their internal edges (a grouping whose group
- * is disconnected costs exactly as the split one and is legal iff the split is, so nothing is lost).
+ *   write(u) = bytes(u)   once, if u has a consumer in another group or is a graph output;
+ *   read(u, G) = bytes(u) once per group G that consumes u and does not contain u (a source is read once
+ *                         by every group that consumes it);
+ *   lambda per group (kernel launch).
+ * Groups are the weakly connected pieces of their internal edges (a group given as two unconnected
+ * pieces is costed as two kernels: horizontal fusion of unrelated ops is not a kernel evt can emit).
+ * The MIP (ilp.c) minimizes exactly this; the brute force in the tests enumerates it.
  */
 #ifndef EVT_PARTITION_H
 #define EVT_PARTITION_H
@@ -111,9 +108,8 @@ bool evt_part_pair_ok(const evt_pgraph *g, int a, int b);
 #define EVT_PART_LAMBDA_DEFAULT (4.0 * 1024 * 1024) /* ~1 us of launch + tail at ~4 TB/s, in bytes */
 typedef struct evt_part_cost {
   double written, read;   /* bytes */
-  int starts;             /* kernel starts (the objective's launch term) */
-  int groups;             /* real number of kernels */
-  double total;           /* written + read + lambda * starts */
+  int groups;             /* kernels */
+  double total;           /* written + read + lambda * groups */
 } evt_part_cost;
 /* group[v] for kernel nodes: an id in [0, n) (equal = same group); ignored for sources. */
 evt_part_cost evt_part_evaluate(const evt_pgraph *g, const int *group);
@@ -170,11 +166,16 @@ typedef struct evt_pblock {
   int (*rel)[2];
   int nunrel;               /* unrelated incompatible pairs: separated lazily */
   int (*unrel)[2];
+  int nfam;                 /* read families: the consumers inside of one producer's tensor */
+  int *fam_start, *fam_len; /* members fam_start[f] .. +fam_len[f], consumers in ascending local id */
+  int *fam_cons;            /* member's local consumer */
+  int *fam_var;             /* member's variable edge (the producer is inside), or -1: always a read */
+  double *fam_bytes;
   unsigned char *written;   /* forced write (graph output or an out-edge cut for sure) */
   unsigned char *has_var_out;
   double *bytes;
-  int *kin;                 /* kernel in-degree */
-  int *fixed_in;            /* in-edges cut for sure */
+  int *kin;                 /* kernel in-degree (part of the label) */
+  int *fixed_in;            /* in-edges cut for sure (part of the label) */
   uint64_t *label;
   double lambda;
 } evt_pblock;
@@ -191,7 +192,8 @@ typedef struct evt_ilp_result {
  * fallback. On return sol[] holds local group ids of the best legal grouping found. */
 void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *start, double time_limit,
                          int *sol, evt_ilp_result *res);
-/* The block's cost of a local grouping (the MIP objective). */
+/* The block's cost of a local grouping (the MIP objective): its writes, the reads by its groups, and
+ * lambda per group. The costs of all blocks add up to the graph's cost. */
 double evt_pblock_cost(const evt_pblock *b, const int *sol);
 /* Checks a local grouping against the block's constraints (acyclic with fixed arcs, pairs, fuse edges). */
 bool evt_pblock_legal(const evt_pblock *b, const int *sol);
