@@ -1,4 +1,4 @@
-/* cost.c — the cost of a grouping: bytes through global memory plus lambda per kernel start.
+/* cost.c — the cost of a grouping: bytes through global memory plus lambda per kernel (group).
  * This is exactly the objective the MIP (ilp.c) minimizes and the brute force in the tests enumerates;
  * see partition.h for the definition. A measured kernel-time model can replace it through
  * evt_part_kernel_time_fn (per group), which evt_part_evaluate_model applies: the total is then the sum of

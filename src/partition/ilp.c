@@ -9,8 +9,8 @@
  *                chain; the longest node path would not: a chain of groups can be longer.)
  *   fixed arcs (cut edges inside, and pairs joined by a path leaving the block): pi_v >= pi_u + 1.
  *   m_u in [0,1] >= x_e for u's variable out-edges (write), unless u is written anyway.
- *   s_vw in [0,1] for co-consumers v < w of one tensor: "v and w are in one group". Valid upper bounds: s <= 1 - x_e on an edge,
- *                |pi_w - pi_v| <= n (1 - s) (one group has one pi), s = 0 on fixed
+ *   s_vw in [0,1] for co-consumers v < w of one tensor: "v and w are in one group". Valid upper bounds:
+ *                s <= 1 - x_e on an edge, s = 0 on fixed
  *                arcs and incompatible pairs; and, lazily, the connectivity cut
  *                s_vw <= sum_{e in delta(S)} (1 - x_e) for the group S of v in a solution that claimed
  *                s_vw = 1 with w outside S (any uncut path from v to w crosses delta(S)).
@@ -378,7 +378,7 @@ static int solve_once(const evt_pblock *b, const layout *L, const lazy_rows *lz,
       row(m, 2, rc, rv, 'L', n);
     }
   }
-  {   /* valid: groups >= nodes - uncut edges; a node with every edge cut is a group of its own */
+  {   /* valid: groups >= nodes - uncut edges */
     int k = 0;
     if (n + b->nvar + 2 > cap) {
       cap = n + b->nvar + 2;
@@ -389,14 +389,6 @@ static int solve_once(const evt_pblock *b, const layout *L, const lazy_rows *lz,
     for (int v = 0; v < n; v++) rc[k] = L->lcol + v, rv[k++] = 1;
     for (int i = 0; i < b->nvar; i++) rc[k] = L->xcol + i, rv[k++] = -1;
     row(m, k, rc, rv, 'G', n - b->nvar);
-    for (int v = 0; v < n; v++) {
-      k = 0;
-      rc[k] = L->lcol + v, rv[k++] = 1;
-      int deg = 0;
-      for (int i = 0; i < b->nvar; i++)
-        if (b->var[i][0] == v || b->var[i][1] == v) rc[k] = L->xcol + i, rv[k++] = -1, deg++;
-      row(m, k, rc, rv, 'G', 1 - deg);
-    }
   }
   for (int v = 0; v < n; v++) {   /* inflow - outflow + g_v = 1; g_v <= n l_v */
     int k = 0;
@@ -421,15 +413,6 @@ static int solve_once(const evt_pblock *b, const layout *L, const lazy_rows *lz,
     rc[0] = L->picol + v, rc[1] = L->picol + u, rv[0] = 1, rv[1] = -1;
     row(m, 2, rc, rv, 'G', 1);
   }
-  for (int v = 0; v < n; v++)
-    for (int w = v + 1; w < n; w++) {
-      if (forbid[v * n + w] || L->scol[v * n + w] < 0) continue;
-      rc[0] = L->scol[v * n + w], rc[1] = L->picol + w, rc[2] = L->picol + v;   /* |pi_w - pi_v| <= n (1 - s) */
-      rv[0] = n, rv[1] = 1, rv[2] = -1;
-      row(m, 3, rc, rv, 'L', n);
-      rv[1] = -1, rv[2] = 1;
-      row(m, 3, rc, rv, 'L', n);
-    }
   for (int f = 0; f < b->nfam; f++)
     for (int a = 0; a < b->fam_len[f]; a++) {   /* y_i + sum_{j<i} s_{c_i c_j} - reads_i >= 0 */
       int i = b->fam_start[f] + a, k = 0;

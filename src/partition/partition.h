@@ -61,7 +61,7 @@ struct evt_pgraph {
   evt_pedge *edges;
   int *in_edges, *out_edges;   /* CSR, built by evt_pgraph_finish */
   int cap_m;
-  double lambda;               /* launch cost in bytes per kernel start */
+  double lambda;               /* launch cost of one kernel (group), in bytes */
   evt_part_compat_fn compat;   /* NULL: evt_part_compat_shape_class */
   const evt_graph *src;        /* the evt_graph this came from (adapter), or NULL */
   const char **names;          /* optional node names for messages */

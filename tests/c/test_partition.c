@@ -520,6 +520,14 @@ TEST(partition_bert_large_joint) {
   printf("  (BERT-large joint: %d nodes, %d kernels, %.3g GB, %d components, %d MIPs, %d cache hits, largest %d, %s, %.2f s)\n",
          g->nnodes, plan.ngroups, (plan.cost.written + plan.cost.read) / 1e9, s->components, s->mips, s->cache_hits,
          s->largest_component, s->proven ? "proven optimal" : "NOT proven", s->solve_seconds);
+  evt_part_plan gr;
+  evt_part_options og = o;
+  og.use_ilp = 0;
+  CHECK(evt_part_plan_build(g, &og, EVT_PART_LAMBDA_DEFAULT, &gr) == EVT_OK);
+  printf("  (greedy: %d kernels, %.4g GB; ilp objective %.6g vs greedy %.6g)\n", gr.ngroups,
+         (gr.cost.written + gr.cost.read) / 1e9, plan.cost.total, gr.cost.total);
+  CHECK(plan.cost.total <= gr.cost.total + 1e-6);
+  evt_part_plan_free(&gr);
   CHECK(s->proven);
   CHECK(s->cache_hits >= 20 * s->mips / 10);
   CHECK(s->solve_seconds <= 10.0);
