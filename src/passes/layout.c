@@ -140,40 +140,72 @@ static int push_permute(evt_graph *g, int id, const int *uses, int nuses) {
   return permute(g, id, evt_rw_op(g, id, op, ins, nin, &attrs, given), &perm);
 }
 
-/* Linear index into the input of permute/reshape node n of the element at linear index i of its output. */
-static int64_t view_index(const evt_graph *g, const evt_node *n, int64_t i) {
-  if (n->op == EVT_OP_RESHAPE) return i;
-  const evt_type *to = &n->type, *ti = &g->nodes[n->inputs[0]].type;
-  int64_t idx[EVT_MAX_RANK], in[EVT_MAX_RANK] = {0}, lin = 0;
-  for (int d = to->rank - 1; d >= 0; d--) idx[d] = i % to->shape[d], i /= to->shape[d];
-  for (int d = 0; d < to->rank; d++) in[n->attr.dims.v[d]] = idx[d]; /* output dim d is input dim dims[d] */
-  for (int d = 0; d < ti->rank; d++) lin = lin * ti->shape[d] + in[d];
-  return lin;
+/* Strides (in elements of the chain's root) of a reshape to ns (rank rn) of a strided view os/ost (rank ro),
+ * or false when the reshape cannot be a strided view. The old dims are cut into chunks that are contiguous
+ * among themselves (size-1 dims join any chunk); the new dims must cover each chunk exactly, innermost first,
+ * and get contiguous strides on top of the chunk's innermost stride. */
+static bool reshape_strides(int ro, const int64_t *os, const int64_t *ost, int rn, const int64_t *ns, int64_t *nst) {
+  int j = rn - 1;
+  int64_t base = ro ? ost[ro - 1] : 1, oprod = 1, nprod = 1;
+  for (int i = ro - 1; i >= 0; i--) {
+    oprod *= os[i];
+    bool chunk_end = i == 0 || (os[i - 1] != 1 && ost[i - 1] != oprod * base);
+    if (!chunk_end) continue;
+    while (j >= 0 && (nprod < oprod || ns[j] == 1)) {
+      nst[j] = nprod * base;
+      nprod *= ns[j--];
+    }
+    if (nprod != oprod) return false;
+    if (i > 0) base = ost[i - 1], oprod = nprod = 1;
+  }
+  for (; j >= 0; j--) {
+    if (ns[j] != 1) return false;
+    nst[j] = base;
+  }
+  return true;
 }
 
-/* A chain of up to 4 permutes/reshapes (at least one permute) below node id whose composition keeps every
- * element at its linear position is a reshape of the chain's root (vit's conv -> [B,C,HW] -> [B,HW,C] in
- * NHWC: reshape(permute(reshape(permute(y)))) is a reshape of y). Checked element by element on small
- * tensors. Returns the root, or -1. */
+/* A chain of up to 4 permutes/reshapes (at least one permute) below node id that, composed, keeps every
+ * element at its linear position is a reshape of the chain's root (vit's conv in NHWC -> [B,C,HW] ->
+ * [B,HW,C] tokens is a reshape of the conv). Decided exactly on strides: the root is viewed through the
+ * chain (permutes reorder shape and strides; reshapes recompute strides or give up), and the result must
+ * be contiguous. Returns the root, or -1. */
 static int identity_chain_root(const evt_graph *g, int id) {
-  const evt_type *t = &g->nodes[id].type;
-  int64_t numel = 1;
-  for (int d = 0; d < t->rank; d++) numel *= t->shape[d];
-  if (numel > (1 << 20)) return -1;
   int chain[4], len = 0, permutes = 0;
   for (int v = id; len < 4; v = g->nodes[v].inputs[0]) {
     const evt_node *n = &g->nodes[v];
     if (n->op != EVT_OP_PERMUTE && n->op != EVT_OP_RESHAPE) break;
     chain[len++] = v;
-    permutes += n->op == EVT_OP_PERMUTE;
-    if (len < 2 || !permutes) continue;
-    bool ident = true;
-    for (int64_t i = 0; i < numel && ident; i++) {
-      int64_t j = i;
-      for (int k = 0; k < len; k++) j = view_index(g, &g->nodes[chain[k]], j);
-      ident = j == i;
+  }
+  for (int l = 1; l <= len; l++) {
+    permutes += g->nodes[chain[l - 1]].op == EVT_OP_PERMUTE;
+    if (l < 2 || !permutes) continue;
+    int root = g->nodes[chain[l - 1]].inputs[0];
+    const evt_type *tr = &g->nodes[root].type;
+    int rank = tr->rank;
+    int64_t shape[EVT_MAX_RANK], st[EVT_MAX_RANK], numel = 1;
+    for (int d = rank - 1; d >= 0; d--) shape[d] = tr->shape[d], st[d] = numel, numel *= tr->shape[d];
+    if (numel == 0) return -1;
+    bool ok = true;
+    for (int k = l - 1; k >= 0 && ok; k--) {
+      const evt_node *n = &g->nodes[chain[k]];
+      int64_t s2[EVT_MAX_RANK], st2[EVT_MAX_RANK];
+      if (n->op == EVT_OP_PERMUTE) {
+        for (int d = 0; d < n->type.rank; d++) s2[d] = shape[n->attr.dims.v[d]], st2[d] = st[n->attr.dims.v[d]];
+      } else {
+        ok = reshape_strides(rank, shape, st, n->type.rank, n->type.shape, st2);
+        for (int d = 0; d < n->type.rank; d++) s2[d] = n->type.shape[d];
+      }
+      rank = n->type.rank;
+      memcpy(shape, s2, sizeof(int64_t) * (size_t)rank);
+      memcpy(st, st2, sizeof(int64_t) * (size_t)rank);
     }
-    if (ident) return n->inputs[0];
+    int64_t want = 1;
+    for (int d = rank - 1; d >= 0 && ok; d--) {
+      if (shape[d] != 1 && st[d] != want) ok = false;
+      want *= shape[d];
+    }
+    if (ok) return root;
   }
   return -1;
 }

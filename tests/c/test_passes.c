@@ -961,3 +961,70 @@ TEST(random_nchw_graphs_channels_last) {
   /* every intermediate is an output here (NCHW at the boundary), so only part of the permutes can go */
   CHECK_MSG(after < before, "layout left %d of %d permutes", after, before);
 }
+
+/* Random chains of permutes and reshapes (merge two adjacent dims, split one, insert a size-1 dim) on a
+ * [2,3,4] or [4,6] input: the layout pass (chain folding, identity chains as reshapes, unit-reshape and
+ * expand rules) keeps every value, and never leaves more permutes than the chain had. */
+TEST(random_view_chains_keep_values) {
+  int folded = 0;
+  for (uint64_t seed = 1; seed <= 300; seed++) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 3;
+    evt_graph *g = evt_graph_new("chain");
+    int64_t a[] = {2, 3, 4}, b[] = {4, 6};
+    int x = seed % 2 ? evt_input(g, "x", EVT_F32, 3, a) : evt_input(g, "x", EVT_F32, 2, b);
+    int steps = 2 + (int)(rng_next(&s) % 4), permutes = 0;
+    for (int k = 0; k < steps && x >= 0; k++) {
+      const evt_type *t = &g->nodes[x].type;
+      evt_attr at = {.name = "shape"};
+      int r = t->rank;
+      uint64_t kind = rng_next(&s) % 4;
+      if (kind <= 1 && r >= 2) { /* a random permutation */
+        at.name = "dims", at.n = r;
+        for (int i = 0; i < r; i++) at.list[i] = i;
+        for (int i = r - 1; i > 0; i--) {
+          int j = (int)(rng_next(&s) % (uint64_t)(i + 1));
+          int64_t tmp = at.list[i];
+          at.list[i] = at.list[j], at.list[j] = tmp;
+        }
+        x = evt_add_op(g, "permute", &x, 1, &at, 1);
+        permutes++;
+        continue;
+      }
+      int d = (int)(rng_next(&s) % (uint64_t)r);
+      if (kind == 2 && r >= 2 && d + 1 < r) { /* merge d and d+1 */
+        for (int i = 0, o = 0; i < r; i++) at.list[o++] = i == d ? t->shape[i] * t->shape[i + 1] : t->shape[i], i += i == d;
+        at.n = r - 1;
+      } else if (r < 5) { /* split d into (f, size/f) for its smallest factor f, or insert a 1 before d */
+        int64_t n = t->shape[d], f = 2;
+        while (f < n && n % f) f++;
+        for (int i = 0; i < r; i++) {
+          if (i == d) {
+            at.list[at.n++] = f < n ? f : 1;
+            at.list[at.n++] = f < n ? n / f : n;
+          } else {
+            at.list[at.n++] = t->shape[i];
+          }
+        }
+      } else {
+        continue;
+      }
+      x = evt_add_op(g, "reshape", &x, 1, &at, 1);
+    }
+    CHECK_MSG(x >= 0, "seed %llu: %s", (unsigned long long)seed, evt_graph_error(g));
+    if (x < 0) {
+      evt_graph_free(g);
+      continue;
+    }
+    evt_graph_add_output(g, x);
+    char *text = evt_graph_to_string(g);
+    evt_graph_free(g);
+    g = check_preserves(text, evt_pass_layout, 0, false);
+    free(text);
+    if (!g) continue;
+    int left = count_op(g, EVT_OP_PERMUTE);
+    CHECK_MSG(left <= permutes, "seed %llu: %d permutes -> %d", (unsigned long long)seed, permutes, left);
+    folded += left < permutes;
+    evt_graph_free(g);
+  }
+  CHECK(folded > 0);
+}
