@@ -1,0 +1,755 @@
+/* lower.c — partition groups → kernel specs (contract in lower.h).
+ *
+ * A GEMM group is lowered in graph id order (inputs before users), so visitor ids come out topological:
+ * the nucleus becomes `acc` (addmm adds its bias as one more operand); each member becomes a compute, an
+ * identity (views, casts to f32), or a row/col sum; each operand that is not a member's value becomes a
+ * load whose kind follows from its strides broadcast over the member's output shape, split into an M part
+ * (leading dims, product M) and an N part (trailing dims, product N). Stores come last: every member value
+ * that leaves the group; the latest is D. Strides of an operand look through views of sources (the
+ * partitioner puts permutes/reshapes/expands of inputs and params in no group: nobody materializes them),
+ * so a bias reached through `expand` is a row broadcast and a transposed input is refused as a tile.
+ */
+#include "evt/lower.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "partition/partition.h"
+
+const char *evt_lower_kind_name(evt_lower_kind k) {
+  static const char *names[EVT_LK_COUNT] = {"gemm+evt", "row", "pointwise", "unfused"};
+  return (unsigned)k < EVT_LK_COUNT ? names[k] : "?";
+}
+
+typedef struct lctx {
+  const evt_graph *g;
+  const int *group;   /* NULL: judging one node (evt_lower_can_fuse) */
+  int gi, nu;
+  int64_t m, n;
+  evt_kspec *s;
+  int *vid;           /* graph node -> visitor node of its tile value, or -1 */
+  int *vt;            /* visitor node -> graph node of its memory, or -1 */
+  int nload[5];       /* per load kind: a (aux), r (row), c (col), k (scalar, unnamed), p (placeholder) */
+  int nstore, nrsum, ncsum;
+  char *why;
+  size_t whylen;
+  int bad;
+  /* row kernels: the nucleus's M x N inputs (graph nodes) are read as acc(IN0/IN1), not loaded again */
+  int row, nrin, rin[2];
+  evt_row_value accsel[EVT_KSPEC_MAX_NODES];
+} lctx;
+
+static bool refuse(lctx *c, int node, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool refuse(lctx *c, int node, const char *fmt, ...) {
+  if (c->bad >= 0) return false; /* keep the first reason */
+  c->bad = node;
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (c->why && c->whylen) {
+    const evt_node *nd = &c->g->nodes[node];
+    if (c->group) snprintf(c->why, c->whylen, "group %d: %%%s (%s): %s", c->gi, nd->name, evt_op_table[nd->op].name, msg);
+    else snprintf(c->why, c->whylen, "%%%s (%s): %s", nd->name, evt_op_table[nd->op].name, msg);
+  }
+  return false;
+}
+
+static int64_t prod(const int64_t *d, int a, int b) {
+  int64_t p = 1;
+  for (int i = a; i < b; i++) p *= d[i];
+  return p;
+}
+
+static bool is_view_op(evt_op op) {
+  return op == EVT_OP_RESHAPE || op == EVT_OP_SQUEEZE || op == EVT_OP_UNSQUEEZE || op == EVT_OP_EXPAND ||
+         op == EVT_OP_PERMUTE || op == EVT_OP_TRANSPOSE;
+}
+
+/* A view (chain) of an input/param/constant: the partitioner puts it in no group. */
+static bool source_view(const evt_graph *g, int x) {
+  if (!is_view_op(g->nodes[x].op)) return evt_op_table[g->nodes[x].op].cls == EVT_CLASS_SOURCE;
+  return source_view(g, g->nodes[x].inputs[0]);
+}
+
+/* Strides (in elements of *base) of x's elements in the memory of *base: x itself, or, through views in
+ * group `through` (-1: views of sources), the tensor they alias. false if a view cannot be expressed with
+ * strides (a reshape that regroups a non-contiguous tensor). */
+static bool mem_strides(const evt_graph *g, const int *group, int through, int x, int64_t *st, int *base) {
+  const evt_node *nd = &g->nodes[x];
+  int r = nd->type.rank;
+  bool look = is_view_op(nd->op) && (group ? group[x] == through : through == -1 && source_view(g, x));
+  if (!look) {
+    *base = x;
+    for (int i = 0; i < r; i++) st[i] = nd->type.stride[i];
+    return true;
+  }
+  int in = nd->inputs[0];
+  const evt_type *it = &g->nodes[in].type;
+  int64_t ist[EVT_MAX_RANK];
+  if (!mem_strides(g, group, through, in, ist, base)) return false;
+  switch (nd->op) {
+  case EVT_OP_PERMUTE:
+    for (int i = 0; i < r; i++) st[i] = ist[nd->attr.dims.v[i] < 0 ? nd->attr.dims.v[i] + r : nd->attr.dims.v[i]];
+    return true;
+  case EVT_OP_TRANSPOSE: {
+    for (int i = 0; i < r; i++) st[i] = ist[i];
+    int64_t a = nd->attr.dims.v[0], b = nd->attr.dims.v[1];
+    if (a < 0) a += r;
+    if (b < 0) b += r;
+    int64_t t = st[a];
+    st[a] = st[b];
+    st[b] = t;
+    return true;
+  }
+  case EVT_OP_EXPAND:
+    for (int i = 0; i < r; i++) {
+      int j = i - (r - it->rank);
+      st[i] = (j < 0 || it->shape[j] != nd->type.shape[i] || it->shape[j] == 1) ? 0 : ist[j];
+    }
+    return true;
+  default: { /* reshape / squeeze / unsqueeze: carry strides if only unit dims move, else need contiguity */
+    int i = 0, j = 0;
+    bool same = true;
+    for (;;) {
+      while (i < it->rank && it->shape[i] == 1) i++;
+      while (j < r && nd->type.shape[j] == 1) j++;
+      if (i == it->rank || j == r) {
+        same = i == it->rank && j == r;
+        break;
+      }
+      if (it->shape[i] != nd->type.shape[j]) {
+        same = false;
+        break;
+      }
+      i++, j++;
+    }
+    if (same) {
+      i = 0;
+      for (j = 0; j < r; j++) {
+        if (nd->type.shape[j] == 1) {
+          st[j] = 0;
+          continue;
+        }
+        while (it->shape[i] == 1) i++;
+        st[j] = ist[i++];
+      }
+      return true;
+    }
+    int64_t want = 1;
+    for (int d = it->rank - 1; d >= 0; d--) {
+      if (it->shape[d] != 1 && ist[d] != want) return false;
+      want *= it->shape[d];
+    }
+    want = 1;
+    for (int d = r - 1; d >= 0; d--) st[d] = want, want *= nd->type.shape[d];
+    return true;
+  }
+  }
+}
+
+/* The split of shape (rank r, numel M*N) into the M dims [0, s) and the N dims [s, r); -1 if none. */
+static int tile_split(const evt_type *t, int64_t m, int64_t n) {
+  if (evt_type_numel(t) != m * n) return -1;
+  for (int s = 0; s <= t->rank; s++)
+    if (prod(t->shape, 0, s) == m) return s;
+  return -1;
+}
+
+/* Are the strides over dims [a, b) of shape the contiguous strides of that sub-shape times `step`
+ * (step 0: all zero)? Unit dims are ignored. */
+static bool dense(const int64_t *shape, const int64_t *st, int a, int b, int64_t step) {
+  int64_t want = step;
+  for (int d = b - 1; d >= a; d--) {
+    if (shape[d] == 1) continue;
+    if (st[d] != want) return false;
+    want *= shape[d];
+  }
+  return true;
+}
+
+static bool float_dtype(evt_dtype dt) { return dt == EVT_F32 || dt == EVT_F16 || dt == EVT_BF16; }
+
+static int add_node(lctx *c, int v, evt_vop op, int in0, int in1, evt_dtype dt, const char *name, int tensor) {
+  int id = evt_kspec_add(c->s, op, in0, in1, dt, name);
+  if (id < 0) {
+    refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
+    return -1;
+  }
+  c->vt[id] = tensor;
+  return id;
+}
+
+/* A visitor node for operand x of member v, whose output shape is `out`: x's tile value, or a load
+ * chosen from x's strides broadcast over `out`. -1 with the reason on failure. */
+static int operand(lctx *c, int v, int x, const evt_type *out) {
+  if (c->vid[x] >= 0) return c->vid[x];
+  const evt_graph *g = c->g;
+  const evt_node *xn = &g->nodes[x];
+  int s = tile_split(out, c->m, c->n);
+  if (s < 0) {
+    char tb[96];
+    refuse(c, v, "shape %s is not a split of the %lldx%lld %s", evt_type_str(out, tb, sizeof tb), (long long)c->m,
+           (long long)c->n, c->row ? "row space" : "tile");
+    return -1;
+  }
+  int64_t xs[EVT_MAX_RANK], bs[EVT_MAX_RANK];
+  int base = x;
+  if (!mem_strides(g, c->group, -1, x, xs, &base)) {
+    refuse(c, v, "operand %%%s: a reshape of a non-contiguous view", xn->name);
+    return -1;
+  }
+  const evt_node *bn = &g->nodes[base];
+  /* numpy broadcast of x over out */
+  for (int i = 0; i < out->rank; i++) {
+    int j = i - (out->rank - xn->type.rank);
+    bs[i] = (j < 0 || xn->type.shape[j] == 1) ? 0 : xs[j];
+  }
+  bool m0 = dense(out->shape, bs, 0, s, 0), n0 = dense(out->shape, bs, s, out->rank, 0);
+  bool mv = dense(out->shape, bs, 0, s, 1), mt = dense(out->shape, bs, 0, s, c->n);
+  bool nd = dense(out->shape, bs, s, out->rank, 1);
+  evt_vop op;
+  int64_t extent;
+  if (m0 && n0) {
+    if (bn->op != EVT_OP_SCALAR && bn->op != EVT_OP_FULL) {
+      refuse(c, v, "operand %%%s is a run-time scalar (%s); visitor scalars are compile-time constants", xn->name,
+             evt_op_table[bn->op].name);
+      return -1;
+    }
+    for (int i = 0; i < c->s->nnodes; i++)
+      if (c->s->nodes[i].op == EVT_V_SCALAR && c->s->nodes[i].value == bn->attr.value) return i;
+    int id = evt_kspec_scalar(c->s, bn->attr.value);
+    if (id < 0) refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
+    else c->vt[id] = -1;
+    return id;
+  }
+  if (!c->group && mt && nd && bn->op != EVT_OP_INPUT && bn->op != EVT_OP_PARAM && bn->op != EVT_OP_RAND) {
+    op = EVT_V_AUX_LOAD; /* judging one node: a tile value, fused or loaded */
+    extent = c->n;
+  } else if (mt && nd) op = EVT_V_AUX_LOAD, extent = c->n;
+  else if (m0 && nd) op = EVT_V_ROW_BCAST, extent = c->n;
+  else if (mv && n0) op = EVT_V_COL_BCAST, extent = c->m;
+  else {
+    refuse(c, v, "operand %%%s is not a broadcast of the %lldx%lld tile (strides do not match a tile, row or column)",
+           xn->name, (long long)c->m, (long long)c->n);
+    return -1;
+  }
+  if (bn->op == EVT_OP_RAND) {
+    refuse(c, v, "operand %%%s: rand is generated in-kernel and the visitor has no RNG node", xn->name);
+    return -1;
+  }
+  if (!float_dtype(bn->type.dtype)) {
+    refuse(c, v, "operand %%%s has dtype %s (loads take bf16, f16 or f32)", xn->name, evt_dtype_name(bn->type.dtype));
+    return -1;
+  }
+  size_t es = evt_dtype_size(bn->type.dtype);
+  if (!c->row && (extent * (int64_t)es) % 16) { /* TMA; row kernels fall back to element accesses */
+    refuse(c, v, "operand %%%s: %lld-byte rows are not 16-byte aligned", xn->name, (long long)(extent * (int64_t)es));
+    return -1;
+  }
+  for (int k = 0; op == EVT_V_AUX_LOAD && c->row && k < c->nrin; k++) {
+    if (c->rin[k] != base) continue;
+    evt_row_value sel = k == 0 ? EVT_RV_IN0 : EVT_RV_IN1;
+    for (int i = 0; i < c->s->nnodes; i++)
+      if (c->s->nodes[i].op == EVT_V_ACC && c->accsel[i] == sel) return i;
+    int id = add_node(c, v, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
+    if (id >= 0) c->accsel[id] = sel;
+    return id;
+  }
+  for (int i = 0; i < c->s->nnodes; i++)
+    if (c->s->nodes[i].op == op && c->vt[i] == base) return i;
+  char name[24];
+  int kind = op == EVT_V_AUX_LOAD ? 0 : op == EVT_V_ROW_BCAST ? 1 : 2;
+  snprintf(name, sizeof name, "%c%d", "arc"[kind], c->nload[kind]++);
+  return add_node(c, v, op, -1, -1, bn->type.dtype, name, base);
+}
+
+static bool member_uses_in_group(const lctx *c, int v) {
+  if (!c->group) return false;
+  for (int w = v + 1; w < c->g->nnodes; w++)
+    if (c->group[w] == c->gi)
+      for (int k = 0; k < c->g->nodes[w].ninputs; k++)
+        if (c->g->nodes[w].inputs[k] == v) return true;
+  return false;
+}
+
+/* Lowers member v (not the nucleus, not an operand permute). Sets c->vid[v] for tile values; a sum
+ * becomes a row/col sum store whose vt is set by the caller. Returns false with the reason. */
+static bool member(lctx *c, int v) {
+  const evt_graph *g = c->g;
+  const evt_node *nd = &g->nodes[v];
+  const evt_type *t = &nd->type;
+  if (!float_dtype(t->dtype)) return refuse(c, v, "dtype %s (the epilogue computes bf16/f16/f32 values)", evt_dtype_name(t->dtype));
+  int in[3] = {-1, -1, -1};
+  evt_vop op = EVT_V_COUNT;
+  switch (nd->op) {
+  case EVT_OP_ADD: op = EVT_V_ADD; break;
+  case EVT_OP_SUB: op = EVT_V_SUB; break;
+  case EVT_OP_MUL: op = EVT_V_MUL; break;
+  case EVT_OP_DIV: op = EVT_V_DIV; break;
+  case EVT_OP_RELU: op = EVT_V_RELU; break;
+  case EVT_OP_SIGMOID: op = EVT_V_SIGMOID; break;
+  case EVT_OP_NEG: op = EVT_V_MUL; break;
+  case EVT_OP_GELU: op = nd->attr.approximate == EVT_APPROXIMATE_TANH ? EVT_V_GELU_TANH : EVT_V_GELU_ERF; break;
+  case EVT_OP_GELU_BACKWARD:
+    op = nd->attr.approximate == EVT_APPROXIMATE_TANH ? EVT_V_GELU_TANH_GRAD : EVT_V_GELU_ERF_GRAD;
+    break;
+  case EVT_OP_THRESHOLD_BACKWARD:
+    if (nd->attr.value != 0) return refuse(c, v, "threshold %g (relu_grad thresholds at 0)", nd->attr.value);
+    op = EVT_V_RELU_GRAD;
+    break;
+  case EVT_OP_CAST:
+    if (!float_dtype(g->nodes[nd->inputs[0]].type.dtype))
+      return refuse(c, v, "cast from %s", evt_dtype_name(g->nodes[nd->inputs[0]].type.dtype));
+    if (t->dtype != EVT_F32 && member_uses_in_group(c, v))
+      return refuse(c, v, "cast to %s used inside the epilogue (visitor values are f32, rounded only at stores)",
+                    evt_dtype_name(t->dtype));
+    /* an identity on the f32 value */
+    /* fallthrough */
+  case EVT_OP_RESHAPE: case EVT_OP_SQUEEZE: case EVT_OP_UNSQUEEZE: {
+    int x = nd->inputs[0];
+    if (c->vid[x] < 0) {
+      if (nd->op != EVT_OP_CAST) return refuse(c, v, "view of a value that is not a tile value of this kernel");
+      c->vid[v] = operand(c, v, x, t);
+      return c->vid[v] >= 0;
+    }
+    if (evt_type_numel(t) != c->m * c->n || tile_split(t, c->m, c->n) < 0)
+      return refuse(c, v, "view changes the tile's element order");
+    c->vid[v] = c->vid[x];
+    return true;
+  }
+  case EVT_OP_SUM: {
+    int x = nd->inputs[0];
+    const evt_type *xt = &g->nodes[x].type;
+    int s = tile_split(xt, c->m, c->n);
+    if (s < 0) return refuse(c, v, "input is not a split of the tile");
+    int xv = operand(c, v, x, xt); /* a member's value, or a tile loaded from memory */
+    if (xv < 0) return false;
+    bool rd[EVT_MAX_RANK] = {0};
+    if (nd->attr.dims.n == 0)
+      for (int i = 0; i < xt->rank; i++) rd[i] = true;
+    for (int i = 0; i < nd->attr.dims.n; i++) rd[nd->attr.dims.v[i] < 0 ? nd->attr.dims.v[i] + xt->rank : nd->attr.dims.v[i]] = true;
+    bool over_m = true, over_n = true; /* reduces exactly the (non-unit) M dims / N dims */
+    for (int i = 0; i < xt->rank; i++) {
+      if (xt->shape[i] == 1) continue;
+      if ((i < s) != rd[i]) over_m = false;
+      if ((i >= s) != rd[i]) over_n = false;
+    }
+    if (over_m && over_n) over_n = false; /* a 1xN or Mx1 tile: prefer Σ over M */
+    if (!over_m && !over_n)
+      return refuse(c, v, "sum over dims that are neither the tile's M dims nor its N dims (visitor has row and column sums only)");
+    if (t->dtype != EVT_F32)
+      return refuse(c, v, "sum into %s (row/column sums are written in f32)", evt_dtype_name(t->dtype));
+    char name[24];
+    if (over_m) snprintf(name, sizeof name, "rs%d", c->nrsum++);
+    else snprintf(name, sizeof name, "cs%d", c->ncsum++);
+    int id = add_node(c, v, over_m ? EVT_V_ROW_SUM : EVT_V_COL_SUM, xv, -1, EVT_F32, name, v);
+    if (id < 0) return false;
+    c->vid[v] = -1;
+    return true;
+  }
+  case EVT_OP_MEAN: return refuse(c, v, "mean (the visitor sums; the decomposition pass writes it as sum and mul)");
+  default:
+    return refuse(c, v, "no visitor node for %s", evt_op_table[nd->op].name);
+  }
+  int ar = evt_vop_arity(op);
+  for (int k = 0; k < nd->ninputs && k < 2; k++) {
+    in[k] = operand(c, v, nd->inputs[k], t);
+    if (in[k] < 0) return false;
+  }
+  if (nd->op == EVT_OP_NEG) {
+    in[1] = evt_kspec_scalar(c->s, -1.0);
+    if (in[1] < 0) return refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
+    c->vt[in[1]] = -1;
+  }
+  int id = add_node(c, v, op, in[0], ar > 1 ? in[1] : -1, EVT_F32, NULL, -1);
+  if (id < 0) return false;
+  c->vid[v] = id;
+  return true;
+}
+
+/* A transposed 2-D operand: +1 if x's memory holds x^T (strides (1, rows)), 0 if row-major, -1 otherwise. */
+static int operand_layout(const evt_graph *g, const int *group, int gi, int x, int *base) {
+  int64_t st[EVT_MAX_RANK];
+  const evt_type *t = &g->nodes[x].type;
+  int through = group[x] == gi ? gi : -1;
+  if (t->rank != 2 || !mem_strides(g, group, through, x, st, base)) return -1;
+  if ((st[1] == 1 || t->shape[1] == 1) && (st[0] == t->shape[1] || t->shape[0] == 1)) return 0;
+  if ((st[0] == 1 || t->shape[0] == 1) && (st[1] == t->shape[0] || t->shape[1] == 1)) return 1;
+  return -1;
+}
+
+/* Members of group gi, in id order, except the nucleus and GEMM operand permutes (skip1, skip2). */
+static void members(lctx *c, int skip1, int skip2) {
+  const evt_graph *g = c->g;
+  for (int v = 0; v < g->nnodes && c->bad < 0; v++) {
+    if (c->group[v] != c->gi || v == c->nu || v == skip1 || v == skip2) continue;
+    const evt_node *vn = &g->nodes[v];
+    if (vn->op == EVT_OP_PERMUTE || vn->op == EVT_OP_TRANSPOSE) {
+      refuse(c, v, "a permute inside an epilogue (only GEMM operands absorb permutes, as layouts)");
+      break;
+    }
+    member(c, v);
+  }
+}
+
+/* Stores for every member value read outside the group (or a graph output): sums are bound to their
+ * tensor (or to the view of it that leaves); with want_d, the latest tile value is D (*dmem), the others
+ * aux stores; without, every one is an aux store. */
+static void add_stores(lctx *c, evt_lowered *L, bool want_d, int *dmem) {
+  const evt_graph *g = c->g;
+  const int *group = c->group;
+  int gi = c->gi, n = g->nnodes;
+  *dmem = -1;
+  unsigned char *leaves = calloc((size_t)n + 1, 1);
+  EVT_ASSERT(leaves);
+  for (int v = 0; v < n; v++)
+    if (group[v] == gi && (g->nodes[v].flags & EVT_NODE_OUTPUT)) leaves[v] = 1;
+  for (int w = 0; w < n; w++)
+    for (int k = 0; k < g->nodes[w].ninputs; k++) {
+      int u = g->nodes[w].inputs[k];
+      if (group[u] == gi && group[w] != gi) leaves[u] = 1;
+    }
+  for (int v = n - 1; v >= 0 && want_d && *dmem < 0; v--)
+    if (group[v] == gi && leaves[v] && c->vid[v] >= 0) *dmem = v;
+  for (int i = 0; i < c->s->nnodes; i++) {
+    evt_vop op = c->s->nodes[i].op;
+    if (op != EVT_V_ROW_SUM && op != EVT_V_COL_SUM) continue;
+    int v = L->vtensor[i];
+    if (leaves[v]) continue;
+    for (int w = v + 1; w < n; w++)
+      if (group[w] == gi && leaves[w] && g->nodes[w].ninputs == 1 && g->nodes[w].inputs[0] == v && is_view_op(g->nodes[w].op)) {
+        L->vtensor[i] = w;
+        leaves[w] = 2; /* bound */
+        break;
+      }
+  }
+  for (int v = 0; v < n && c->bad < 0; v++) {
+    if (group[v] != gi || leaves[v] != 1 || c->vid[v] < 0 || v == *dmem) continue;
+    char name[24];
+    snprintf(name, sizeof name, "s%d", c->nstore++);
+    add_node(c, v, EVT_V_AUX_STORE, c->vid[v], -1, g->nodes[v].type.dtype, name, v);
+  }
+  for (int v = 0; v < n && c->bad < 0; v++) /* a view of a sum that leaves beside the sum itself */
+    if (group[v] == gi && leaves[v] == 1 && c->vid[v] < 0 && g->nodes[v].op != EVT_OP_SUM) {
+      bool bound = false;
+      for (int i = 0; i < c->s->nnodes; i++) bound |= L->vtensor[i] == v;
+      if (!bound) refuse(c, v, "a second view of a reduction leaves the group");
+    }
+  free(leaves);
+}
+
+static void lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid) {
+  const evt_node *nn = &g->nodes[nu];
+  lctx c = {.g = g, .group = group, .gi = gi, .nu = nu, .s = &L->spec, .vid = vid, .vt = L->vtensor,
+            .why = L->reason, .whylen = sizeof L->reason, .bad = -1};
+  L->kind = EVT_LK_UNFUSED;
+  if (nn->op == EVT_OP_BMM) {
+    int64_t batch = prod(nn->type.shape, 0, nn->type.rank - 2);
+    refuse(&c, nu, "batched GEMM (batch %lld): the kernel spec and its emitter have no batch mode yet", (long long)batch);
+    L->bad_node = c.bad;
+    return;
+  }
+  int ai = nn->op == EVT_OP_ADDMM ? 1 : 0;
+  int a = nn->inputs[ai], b = nn->inputs[ai + 1];
+  L->m = nn->type.shape[0];
+  L->n = nn->type.shape[1];
+  L->k = g->nodes[a].type.shape[1];
+  c.m = L->m, c.n = L->n;
+  int ta = operand_layout(g, group, gi, a, &L->a_node), tb = operand_layout(g, group, gi, b, &L->b_node);
+  evt_dtype adt = g->nodes[L->a_node].type.dtype, bdt = g->nodes[L->b_node].type.dtype;
+  if (ta < 0 || tb < 0) refuse(&c, nu, "operand %%%s is neither row-major nor transposed in memory", g->nodes[ta < 0 ? a : b].name);
+  else if (ta && tb) refuse(&c, nu, "both operands transposed (layout TT is not in the kernel spec)");
+  else if (adt != bdt || (adt != EVT_BF16 && adt != EVT_F16))
+    refuse(&c, nu, "operands %s x %s (the kernel spec takes bf16 or f16 operands)", evt_dtype_name(adt), evt_dtype_name(bdt));
+  else if (L->m % 8 || L->n % 8 || L->k % 8)
+    refuse(&c, nu, "M=%lld N=%lld K=%lld: each must be a multiple of 8 (16-byte aligned rows)", (long long)L->m,
+           (long long)L->n, (long long)L->k);
+  if (c.bad >= 0) {
+    L->bad_node = c.bad;
+    return;
+  }
+  evt_tile_config cfg = {128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+  evt_kspec_init(&L->spec, ta ? EVT_LAYOUT_TN : tb ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, adt, EVT_BF16, cfg);
+  int acc = add_node(&c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
+  vid[nu] = acc;
+  if (nn->op == EVT_OP_ADDMM) {
+    vid[nu] = -1;
+    int bias = operand(&c, nu, nn->inputs[0], &nn->type);
+    vid[nu] = bias >= 0 ? add_node(&c, nu, EVT_V_ADD, acc, bias, EVT_F32, NULL, -1) : -1;
+  }
+  /* operand permutes fused as layouts are members too; they are not epilogue nodes */
+  members(&c, group[a] == gi ? a : -1, group[b] == gi ? b : -1);
+  int dmem = -1;
+  if (c.bad < 0) add_stores(&c, L, true, &dmem);
+  if (c.bad < 0) {
+    if (dmem >= 0) {
+      L->d_tensor = dmem;
+      L->spec.d_node = vid[dmem];
+      L->spec.d_dtype = g->nodes[dmem].type.dtype;
+    } else {
+      int last = -1;
+      for (int v = g->nnodes - 1; v >= 0 && last < 0; v--)
+        if (group[v] == gi && vid[v] >= 0) last = v;
+      L->d_tensor = -1;
+      L->spec.d_node = vid[last];
+      L->spec.d_dtype = L->spec.ab_dtype;
+    }
+  }
+  if (c.bad >= 0) {
+    L->bad_node = c.bad;
+    return;
+  }
+  char err[256];
+  evt_vtree *tree = malloc(sizeof *tree);
+  EVT_ASSERT(tree);
+  evt_status st = evt_kspec_check(&L->spec, err, sizeof err);
+  if (st == EVT_OK) st = evt_vtree_build(&L->spec, tree, err, sizeof err);
+  free(tree);
+  if (st != EVT_OK) {
+    refuse(&c, nu, "%s", err);
+    L->bad_node = c.bad;
+    return;
+  }
+  L->kind = EVT_LK_GEMM_EVT;
+  L->ok = 1;
+  L->reason[0] = 0;
+  evt_kspec_kernel_name(&L->spec, L->kernel);
+}
+
+/* A dense M x N (mn = 1) or N-vector (mn = 0) operand of a row nucleus: its memory node, or -1. */
+static int row_input(lctx *c, int x, bool mn) {
+  int64_t st[EVT_MAX_RANK];
+  int base;
+  const evt_type *t = &c->g->nodes[x].type;
+  if (!mem_strides(c->g, c->group, -1, x, st, &base)) return -1;
+  if (mn ? evt_type_numel(t) != c->m * c->n : evt_type_numel(t) != c->n) return -1;
+  return dense(t->shape, st, 0, t->rank, 1) ? base : -1;
+}
+
+/* A reduce-apply group (nu >= 0) or a nucleus-free group (nu = -1) → evt_rspec. The [M, N] space is the
+ * nucleus's output with N its last (row) dim, or, without a nucleus, the largest tensor a member writes or
+ * reads (N = its last dim). The epilogue is built exactly as for a GEMM into a scratch kspec (acc nodes
+ * carry which nucleus value they read) and then copied; every member value that leaves is an aux store. */
+static void lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid) {
+  evt_kspec *scratch = calloc(1, sizeof *scratch);
+  EVT_ASSERT(scratch);
+  lctx c = {.g = g, .group = group, .gi = gi, .nu = nu, .s = scratch, .vid = vid, .vt = L->vtensor,
+            .why = L->reason, .whylen = sizeof L->reason, .bad = -1, .row = 1};
+  L->kind = nu >= 0 ? EVT_LK_ROW : EVT_LK_POINTWISE;
+  const evt_type *space = NULL;
+  evt_row_nucleus rn = EVT_ROWN_NONE;
+  if (nu >= 0) {
+    const evt_node *nn = &g->nodes[nu];
+    space = &nn->type;
+    switch (nn->op) {
+    case EVT_OP_SOFTMAX: rn = EVT_ROWN_SOFTMAX; break;
+    case EVT_OP_SOFTMAX_BACKWARD: rn = EVT_ROWN_SOFTMAX_BWD; break;
+    case EVT_OP_LAYER_NORM: rn = EVT_ROWN_LAYERNORM; break;
+    case EVT_OP_LAYER_NORM_BACKWARD_INPUT: rn = EVT_ROWN_LAYERNORM_BWD; break;
+    default: refuse(&c, nu, "no row nucleus for %s", evt_op_table[nn->op].name); break;
+    }
+    if (rn == EVT_ROWN_SOFTMAX || rn == EVT_ROWN_SOFTMAX_BWD) {
+      int64_t d = nn->attr.dim < 0 ? nn->attr.dim + space->rank : nn->attr.dim;
+      if (d != space->rank - 1) refuse(&c, nu, "softmax over dim %lld (row kernels reduce the last dim)", (long long)d);
+    }
+    if (space->rank == 0) refuse(&c, nu, "a rank-0 row");
+  } else {
+    int64_t best = -1;
+    for (int v = 0; v < g->nnodes; v++) {
+      if (group[v] != gi) continue;
+      if (evt_type_numel(&g->nodes[v].type) > best) best = evt_type_numel(&g->nodes[v].type), space = &g->nodes[v].type;
+      for (int k = 0; k < g->nodes[v].ninputs; k++) {
+        const evt_type *t = &g->nodes[g->nodes[v].inputs[k]].type;
+        if (evt_type_numel(t) > best) best = evt_type_numel(t), space = t;
+      }
+    }
+  }
+  if (c.bad < 0) {
+    L->n = space->rank ? space->shape[space->rank - 1] : 1;
+    L->m = L->n ? evt_type_numel(space) / L->n : 0;
+    c.m = L->m, c.n = L->n;
+    evt_rspec_init(&L->rspec, rn, nu >= 0 ? g->nodes[g->nodes[nu].inputs[0]].type.dtype : EVT_F32);
+  }
+  if (c.bad < 0 && nu >= 0) {
+    const evt_node *nn = &g->nodes[nu];
+    int nmn = rn == EVT_ROWN_SOFTMAX || rn == EVT_ROWN_LAYERNORM ? 1 : 2;
+    for (int k = 0; k < nn->ninputs && c.bad < 0; k++) {
+      int x = nn->inputs[k];
+      bool mn = k < nmn;
+      int base = row_input(&c, x, mn);
+      evt_dtype dt = g->nodes[x].type.dtype;
+      if (base < 0) refuse(&c, nu, "input %%%s is not a dense %s", g->nodes[x].name, mn ? "M x N tile" : "N-vector");
+      else if (mn && dt != L->rspec.in_dtype)
+        refuse(&c, nu, "inputs of different dtypes (%s, %s)", evt_dtype_name(L->rspec.in_dtype), evt_dtype_name(dt));
+      else if (!float_dtype(dt)) refuse(&c, nu, "input dtype %s", evt_dtype_name(dt));
+      if (c.bad >= 0) break;
+      L->rin[k] = base;
+      if (mn) c.rin[c.nrin++] = base;
+      else {
+        L->rspec.w_dtype = dt;
+        if (k == nmn) L->rspec.has_w = 1;
+        else L->rspec.has_b = 1;
+      }
+    }
+    if (rn == EVT_ROWN_LAYERNORM || rn == EVT_ROWN_LAYERNORM_BWD) L->rspec.eps = nn->attr.eps;
+    if (c.bad < 0) {
+      int acc = add_node(&c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
+      if (acc >= 0) c.accsel[acc] = EVT_RV_OUT;
+      vid[nu] = acc;
+    }
+  }
+  if (c.bad < 0) members(&c, -1, -1);
+  int dmem;
+  if (c.bad < 0) add_stores(&c, L, false, &dmem);
+  /* copy the scratch DAG into the row spec (same ids) */
+  for (int i = 0; i < scratch->nnodes && c.bad < 0; i++) {
+    const evt_vnode *v = &scratch->nodes[i];
+    int id = v->op == EVT_V_ACC      ? evt_rspec_acc(&L->rspec, c.accsel[i])
+             : v->op == EVT_V_SCALAR ? evt_rspec_scalar(&L->rspec, v->value)
+                                     : evt_rspec_add(&L->rspec, v->op, v->in[0], v->in[1], v->dtype, v->name);
+    if (id != i) refuse(&c, nu >= 0 ? nu : c.bad, "row spec rejected node %d", i);
+  }
+  free(scratch);
+  char err[256];
+  if (c.bad < 0 && evt_rspec_check(&L->rspec, err, sizeof err) != EVT_OK) {
+    int first = nu;
+    for (int v = 0; v < g->nnodes && first < 0; v++)
+      if (group[v] == gi) first = v;
+    refuse(&c, first, "%s", err);
+  }
+  if (c.bad >= 0) {
+    L->bad_node = c.bad;
+    L->kind = EVT_LK_UNFUSED;
+    return;
+  }
+  L->ok = 1;
+  L->reason[0] = 0;
+  evt_rspec_kernel_name(&L->rspec, L->kernel);
+}
+
+evt_status evt_lower_plan(const evt_graph *g, const evt_part_plan *plan, evt_lower_result *out) {
+  memset(out, 0, sizeof *out);
+  if (!plan || !plan->group || plan->ngroups < 0) return EVT_ERR_INVALID;
+  int n = g->nnodes;
+  out->n = plan->ngroups;
+  out->k = calloc((size_t)plan->ngroups + 1, sizeof *out->k);
+  int *vid = malloc(((size_t)n + 1) * sizeof *vid);
+  EVT_ASSERT(out->k && vid);
+  for (int gi = 0; gi < plan->ngroups; gi++) {
+    evt_lowered *L = &out->k[gi];
+    L->group = gi;
+    L->nucleus = plan->nucleus[gi];
+    L->bad_node = -1;
+    L->a_node = L->b_node = L->d_tensor = -1;
+    L->rin[0] = L->rin[1] = L->rin[2] = -1;
+    for (int i = 0; i < EVT_KSPEC_MAX_NODES; i++) L->vtensor[i] = -1;
+    for (int v = 0; v < n; v++) vid[v] = -1;
+    int nu = L->nucleus;
+    if (nu >= n) {
+      free(vid);
+      return EVT_ERR_INVALID;
+    }
+    /* singletons (pool, embedding, sdpa, conv wgrad, ...) are groups without a NUCLEUS flag */
+    int single = -1;
+    for (int v = 0; v < n && single < 0; v++) {
+      if (plan->group[v] != gi) continue;
+      unsigned f = evt_part_op_flags(g, v);
+      if ((f & EVT_PN_CUT_IN) && (f & EVT_PN_CUT_OUT)) single = v;
+    }
+    evt_op_class cls = nu >= 0 ? evt_op_table[g->nodes[nu].op].cls : EVT_CLASS_COUNT;
+    if (single >= 0) {
+      L->kind = EVT_LK_UNFUSED;
+      L->bad_node = single;
+      snprintf(L->reason, sizeof L->reason, "group %d: %%%s (%s): a library kernel of its own; no kernel spec", gi,
+               g->nodes[single].name, evt_op_table[g->nodes[single].op].name);
+    } else if (nu >= 0 && cls == EVT_CLASS_GEMM) {
+      lower_gemm(g, plan->group, gi, nu, L, vid);
+    } else if (nu < 0 || cls == EVT_CLASS_ROW) {
+      lower_rows(g, plan->group, gi, nu, L, vid);
+    } else {
+      L->kind = EVT_LK_UNFUSED;
+      L->bad_node = nu;
+      snprintf(L->reason, sizeof L->reason, "group %d: %%%s (%s): no kernel spec for a %s nucleus", gi, g->nodes[nu].name,
+               evt_op_table[g->nodes[nu].op].name, evt_op_class_names[cls]);
+    }
+    out->count[L->kind]++;
+    out->lowered += L->ok;
+  }
+  free(vid);
+  return EVT_OK;
+}
+
+void evt_lower_free(evt_lower_result *r) {
+  free(r->k);
+  r->k = NULL;
+  r->n = 0;
+}
+
+bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, size_t whylen) {
+  if (why && whylen) why[0] = 0;
+  if (nucleus < 0 || nucleus >= g->nnodes || node < 0 || node >= g->nnodes) {
+    if (why && whylen) snprintf(why, whylen, "bad node id");
+    return false;
+  }
+  const evt_node *nn = &g->nodes[nucleus];
+  evt_kspec *s = malloc(sizeof *s);
+  int *vid = malloc(((size_t)g->nnodes + 1) * sizeof *vid);
+  EVT_ASSERT(s && vid);
+  for (int v = 0; v < g->nnodes; v++) vid[v] = -1;
+  int vt[EVT_KSPEC_MAX_NODES];
+  for (int i = 0; i < EVT_KSPEC_MAX_NODES; i++) vt[i] = -1;
+  lctx c = {.g = g, .group = NULL, .gi = -1, .nu = nucleus, .s = s, .vid = vid, .vt = vt, .why = why, .whylen = whylen, .bad = -1};
+  evt_kspec_init(s, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, (evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE});
+  if (nn->op != EVT_OP_MM && nn->op != EVT_OP_ADDMM) {
+    refuse(&c, nucleus, "not a GEMM nucleus the kernel spec takes (mm, addmm)");
+  } else {
+    c.m = nn->type.shape[0];
+    c.n = nn->type.shape[1];
+    vid[nucleus] = evt_kspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
+    if (node != nucleus) {
+      const evt_node *vn = &g->nodes[node];
+      if (vn->op == EVT_OP_PERMUTE || vn->op == EVT_OP_TRANSPOSE)
+        refuse(&c, node, "a permute inside an epilogue (only GEMM operands absorb permutes, as layouts)");
+      else member(&c, node);
+      /* stores: a tile value leaving the kernel is written with 16-byte aligned rows */
+      if (c.bad < 0 && vid[node] >= 0 && (c.n * (int64_t)evt_dtype_size(vn->type.dtype)) % 16)
+        refuse(&c, node, "%lld-byte rows are not 16-byte aligned", (long long)(c.n * (int64_t)evt_dtype_size(vn->type.dtype)));
+    }
+  }
+  bool ok = c.bad < 0;
+  free(s);
+  free(vid);
+  return ok;
+}
+
+/* Every f32 tensor becomes `dt`: source types and cast/one_hot targets, then types are re-inferred. */
+evt_status evt_lower_retype(evt_graph *g, evt_dtype dt) {
+  for (int i = 0; i < g->nnodes; i++) {
+    evt_node *n = &g->nodes[i];
+    bool typed = evt_op_table[n->op].flags & EVT_OPF_TYPED;
+    bool has_dtype = (evt_op_table[n->op].attrs >> EVT_ATTR_DTYPE) & 1u;
+    if ((typed || has_dtype) && n->attr.dtype == EVT_F32 && (typed ? n->type.dtype == EVT_F32 : true)) n->attr.dtype = dt;
+    if (n->op == EVT_OP_CAST && n->attr.dtype == EVT_F32) n->attr.dtype = dt;
+    evt_status st = evt_infer_node(g, n, i);
+    if (st != EVT_OK) return st;
+  }
+  return EVT_OK;
+}
+
+void evt_lower_print(const evt_graph *g, const evt_lower_result *r, FILE *out) {
+  static const char *lay[] = {"NN", "NT", "TN"};
+  for (int i = 0; i < r->n; i++) {
+    const evt_lowered *L = &r->k[i];
+    if (L->ok && L->kind == EVT_LK_GEMM_EVT)
+      fprintf(out, "group %d %s %s: %%%s %s %s->%s M=%lld N=%lld K=%lld, %d visitor nodes\n", i, evt_lower_kind_name(L->kind),
+              L->kernel, g->nodes[L->nucleus].name, lay[L->spec.layout], evt_dtype_name(L->spec.ab_dtype),
+              evt_dtype_name(L->spec.d_dtype), (long long)L->m, (long long)L->n, (long long)L->k, L->spec.nnodes);
+    else if (L->ok)
+      fprintf(out, "group %d %s %s: %s%s%s M=%lld N=%lld, %d nodes\n", i, evt_lower_kind_name(L->kind), L->kernel,
+              L->nucleus >= 0 ? "%" : "", L->nucleus >= 0 ? g->nodes[L->nucleus].name : "nucleus-free",
+              L->nucleus >= 0 ? "" : "", (long long)L->m, (long long)L->n, L->rspec.nnodes);
+    else fprintf(out, "group %d %s: %s\n", i, evt_lower_kind_name(L->kind), L->reason);
+  }
+}

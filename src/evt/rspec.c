@@ -1,0 +1,353 @@
+/* Row-kernel specs: building, checking, canonical text and hash, the CPU reference, named examples
+ * (contract in rspec.h).
+ *
+ * The canonical text is a header line (nucleus, dtypes, flags, eps) plus one line per node; its FNV-1a hash
+ * names the kernel. The reference evaluates the nucleus per row and the epilogue per element in double,
+ * rounding only where the kernel writes memory (aux stores to their dtype, sums to f32).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evt/rspec.h"
+#include "evt_impl.h"
+
+static const char *const nucleus_names[EVT_ROWN_COUNT] = {"none", "softmax", "softmax_bwd", "layernorm",
+                                                          "layernorm_bwd"};
+static const char *const value_names[EVT_RV_COUNT] = {"out", "xhat", "in0", "in1"};
+
+const char *evt_row_nucleus_name(evt_row_nucleus n) { return (unsigned)n < EVT_ROWN_COUNT ? nucleus_names[n] : "?"; }
+const char *evt_row_value_name(evt_row_value v) { return (unsigned)v < EVT_RV_COUNT ? value_names[v] : "?"; }
+
+int evt_row_nucleus_ninputs(const evt_rspec *s) {
+  switch (s->nucleus) {
+    case EVT_ROWN_SOFTMAX: return 1;
+    case EVT_ROWN_SOFTMAX_BWD: return 2;
+    case EVT_ROWN_LAYERNORM: return 1 + (s->has_w || s->has_b ? 2 : 0);
+    case EVT_ROWN_LAYERNORM_BWD: return 2 + (s->has_w ? 1 : 0);
+    default: return 0;
+  }
+}
+
+void evt_rspec_init(evt_rspec *s, evt_row_nucleus nucleus, evt_dtype in_dtype) {
+  memset(s, 0, sizeof *s);
+  s->nucleus = nucleus;
+  s->in_dtype = in_dtype;
+  s->w_dtype = in_dtype;
+  s->eps = 1e-5;
+}
+
+int evt_rspec_add(evt_rspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name) {
+  if ((unsigned)op >= EVT_V_COUNT || s->nnodes >= EVT_RSPEC_MAX_NODES) return -1;
+  int id = s->nnodes, arity = evt_vop_arity(op);
+  int ins[2] = {in0, in1};
+  for (int i = 0; i < 2; i++) {
+    if (i < arity && (ins[i] < 0 || ins[i] >= id)) return -1;
+    if (i >= arity && ins[i] != -1) return -1;
+  }
+  evt_rnode *v = &s->nodes[id];
+  memset(v, 0, sizeof *v);
+  v->op = op;
+  v->in[0] = in0;
+  v->in[1] = in1;
+  v->dtype = evt_vop_class(op) == 'C' || op == EVT_V_ACC || op == EVT_V_SCALAR ? EVT_F32 : dtype;
+  if (op == EVT_V_ROW_SUM || op == EVT_V_COL_SUM) v->dtype = EVT_F32;
+  v->sel = EVT_RV_OUT;
+  snprintf(v->name, sizeof v->name, "%s", name && *name ? name : "");
+  if (!v->name[0]) snprintf(v->name, sizeof v->name, "v%d", id);
+  s->nnodes++;
+  return id;
+}
+
+int evt_rspec_acc(evt_rspec *s, evt_row_value sel) {
+  int id = evt_rspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
+  if (id >= 0) s->nodes[id].sel = sel;
+  return id;
+}
+
+int evt_rspec_scalar(evt_rspec *s, double value) {
+  int id = evt_rspec_add(s, EVT_V_SCALAR, -1, -1, EVT_F32, NULL);
+  if (id >= 0) s->nodes[id].value = value;
+  return id;
+}
+
+static evt_status fail(char *err, size_t errlen, evt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static evt_status fail(char *err, size_t errlen, evt_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+static int is_ident(const char *s) {
+  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_')) return 0;
+  return 1;
+}
+
+static int storage_dtype(evt_dtype t) { return t == EVT_BF16 || t == EVT_F16 || t == EVT_F32; }
+
+evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen) {
+  if ((unsigned)s->nucleus >= EVT_ROWN_COUNT) return fail(err, errlen, EVT_ERR_INVALID, "row spec: bad nucleus");
+  const char *nn = evt_row_nucleus_name(s->nucleus);
+  int ln = s->nucleus == EVT_ROWN_LAYERNORM || s->nucleus == EVT_ROWN_LAYERNORM_BWD;
+  if (s->nucleus != EVT_ROWN_NONE && !storage_dtype(s->in_dtype))
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: %s inputs must be bf16, f16 or f32, not %s", nn,
+                evt_dtype_name(s->in_dtype));
+  if ((s->has_w && !ln) || (s->has_b && s->nucleus != EVT_ROWN_LAYERNORM))
+    return fail(err, errlen, EVT_ERR_INVALID, "row spec: %s takes no %s", nn, s->has_b ? "bias" : "weight");
+  if (s->has_b && !s->has_w)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: layernorm with a bias needs a weight");
+  if ((s->has_w || s->has_b) && !storage_dtype(s->w_dtype))
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: layer-norm weight dtype %s not supported",
+                evt_dtype_name(s->w_dtype));
+  if (s->store_stats && s->nucleus != EVT_ROWN_LAYERNORM)
+    return fail(err, errlen, EVT_ERR_INVALID, "row spec: only layernorm stores statistics");
+  if (ln && !(s->eps > 0 && isfinite(s->eps)))
+    return fail(err, errlen, EVT_ERR_INVALID, "row spec: layer-norm eps must be positive and finite (%g)", s->eps);
+  int outputs = s->store_stats;
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_rnode *v = &s->nodes[i];
+    int ar = evt_vop_arity(v->op);
+    if (ar < 0) return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d has a bad op", i);
+    for (int j = 0; j < ar; j++)
+      if (v->in[j] < 0 || v->in[j] >= i)
+        return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d (%s %s): input %d is not an earlier node", i,
+                    evt_vop_name(v->op), v->name, j);
+    if (!is_ident(v->name))
+      return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d: name '%s' is not an identifier", i, v->name);
+    for (int j = 0; j < i; j++)
+      if (evt_vop_has_memory(v->op) && evt_vop_has_memory(s->nodes[j].op) && !strcmp(s->nodes[j].name, v->name))
+        return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d: name '%s' used twice", i, v->name);
+    if (evt_vop_has_memory(v->op) && !storage_dtype(v->dtype))
+      return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: node %d (%s %s): dtype %s not supported", i,
+                  evt_vop_name(v->op), v->name, evt_dtype_name(v->dtype));
+    if (v->op == EVT_V_ACC) {
+      if (s->nucleus == EVT_ROWN_NONE)
+        return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d: acc in a nucleus-free group", i);
+      int ok = (unsigned)v->sel < EVT_RV_COUNT;
+      if (v->sel == EVT_RV_XHAT) ok = ln;
+      if (v->sel == EVT_RV_IN1) ok = s->nucleus == EVT_ROWN_SOFTMAX_BWD || s->nucleus == EVT_ROWN_LAYERNORM_BWD;
+      if (!ok)
+        return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d: %s has no value '%s'", i, nn,
+                    evt_row_value_name(v->sel));
+    }
+    outputs += evt_vop_class(v->op) == 'S';
+  }
+  if (!outputs) return fail(err, errlen, EVT_ERR_INVALID, "row spec: no outputs (no store, no statistics)");
+  return EVT_OK;
+}
+
+int evt_rspec_text(const evt_rspec *s, char *buf, size_t len) {
+  size_t pos = 0;
+#define OUT(...)                                                                                              \
+  do {                                                                                                        \
+    int w_ = snprintf(buf ? buf + (pos < len ? pos : len) : NULL, buf && pos < len ? len - pos : 0, __VA_ARGS__); \
+    if (w_ > 0) pos += (size_t)w_;                                                                            \
+  } while (0)
+  OUT("rows %s in:%s", evt_row_nucleus_name(s->nucleus), evt_dtype_name(s->in_dtype));
+  if (s->has_w || s->has_b) OUT(" w:%s%s%s", evt_dtype_name(s->w_dtype), s->has_w ? " +w" : "", s->has_b ? " +b" : "");
+  if (s->store_stats) OUT(" +stats");
+  if (s->nucleus == EVT_ROWN_LAYERNORM || s->nucleus == EVT_ROWN_LAYERNORM_BWD) OUT(" eps %.17g", s->eps);
+  OUT("\n");
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_rnode *v = &s->nodes[i];
+    OUT("%%%d = %s", i, evt_vop_name(v->op));
+    if (v->op == EVT_V_ACC) OUT(".%s", evt_row_value_name(v->sel));
+    for (int j = 0; j < evt_vop_arity(v->op); j++) OUT(" %%%d", v->in[j]);
+    if (evt_vop_has_memory(v->op)) OUT(" %s:%s", v->name, evt_dtype_name(v->dtype));
+    if (v->op == EVT_V_SCALAR) OUT(" %.17g", v->value);
+    OUT("\n");
+  }
+#undef OUT
+  return (int)pos;
+}
+
+uint64_t evt_rspec_hash(const evt_rspec *s) {
+  char buf[4096];
+  int n = evt_rspec_text(s, buf, sizeof buf);
+  EVT_ASSERT(n > 0 && (size_t)n < sizeof buf);
+  return evt_hash_bytes(0, buf, (size_t)n);
+}
+
+void evt_rspec_kernel_name(const evt_rspec *s, char out[40]) {
+  snprintf(out, 40, "evt_rowkernel_%016llx", (unsigned long long)evt_rspec_hash(s));
+}
+
+int64_t evt_rspec_node_elems(const evt_rspec *s, int i, int64_t m, int64_t n) {
+  evt_vop op = s->nodes[i].op;
+  if (op == EVT_V_ROW_BCAST || op == EVT_V_ROW_SUM) return n;
+  if (op == EVT_V_COL_BCAST || op == EVT_V_COL_SUM) return m;
+  if (op == EVT_V_AUX_LOAD || op == EVT_V_AUX_STORE) return m * n;
+  return 0;
+}
+
+/* ---- reference ---------------------------------------------------------------------------------------- */
+
+/* Nucleus of one row: out/xhat (may be unused), from inputs in[k] + row offset. */
+static void ref_nucleus(const evt_rspec *s, int64_t i, int64_t n, const double *const in[3], double *out, double *xhat,
+                        double *mean_out, double *rstd_out) {
+  const double *a = in[0] ? in[0] + i * n : NULL, *b = in[1] ? in[1] + i * n : NULL;
+  switch (s->nucleus) {
+    case EVT_ROWN_SOFTMAX: {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < n; j++) mx = a[j] > mx ? a[j] : mx;
+      for (int64_t j = 0; j < n; j++) sum += exp(a[j] - mx);
+      for (int64_t j = 0; j < n; j++) out[j] = exp(a[j] - mx) / sum;
+      break;
+    }
+    case EVT_ROWN_SOFTMAX_BWD: {
+      double dot = 0;
+      for (int64_t j = 0; j < n; j++) dot += a[j] * b[j];
+      for (int64_t j = 0; j < n; j++) out[j] = b[j] * (a[j] - dot);
+      break;
+    }
+    case EVT_ROWN_LAYERNORM:
+    case EVT_ROWN_LAYERNORM_BWD: {
+      const double *x = s->nucleus == EVT_ROWN_LAYERNORM ? a : b;
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < n; j++) mean += x[j];
+      mean /= (double)n;
+      for (int64_t j = 0; j < n; j++) var += (x[j] - mean) * (x[j] - mean);
+      var /= (double)n;
+      double rstd = 1.0 / sqrt(var + (double)(float)s->eps);
+      for (int64_t j = 0; j < n; j++) xhat[j] = (x[j] - mean) * rstd;
+      if (s->nucleus == EVT_ROWN_LAYERNORM) {
+        const double *w = s->has_w ? in[1] : NULL, *bb = s->has_b ? in[2] : NULL;
+        for (int64_t j = 0; j < n; j++) out[j] = xhat[j] * (w ? w[j] : 1.0) + (bb ? bb[j] : 0.0);
+        if (mean_out) *mean_out = mean;
+        if (rstd_out) *rstd_out = rstd;
+      } else {
+        const double *w = s->has_w ? in[2] : NULL;
+        double mg = 0, mgx = 0;
+        for (int64_t j = 0; j < n; j++) {
+          double g = a[j] * (w ? w[j] : 1.0);
+          mg += g;
+          mgx += g * xhat[j];
+        }
+        mg /= (double)n;
+        mgx /= (double)n;
+        for (int64_t j = 0; j < n; j++) out[j] = rstd * (a[j] * (w ? w[j] : 1.0) - mg - xhat[j] * mgx);
+      }
+      break;
+    }
+    default: break;
+  }
+}
+
+void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
+                         double *mean, double *rstd) {
+  for (int v = 0; v < s->nnodes; v++) {
+    evt_vop op = s->nodes[v].op;
+    if (op == EVT_V_ROW_SUM) memset(tensors[v], 0, sizeof(double) * (size_t)n);
+    if (op == EVT_V_COL_SUM) memset(tensors[v], 0, sizeof(double) * (size_t)m);
+  }
+  double *out = calloc((size_t)n, sizeof(double)), *xhat = calloc((size_t)n, sizeof(double));
+  EVT_ASSERT(out && xhat);
+  double val[EVT_RSPEC_MAX_NODES];
+  for (int64_t i = 0; i < m; i++) {
+    double mu = 0, rs = 0;
+    ref_nucleus(s, i, n, in, out, xhat, &mu, &rs);
+    if (s->store_stats) {
+      if (mean) mean[i] = (double)(float)mu;
+      if (rstd) rstd[i] = (double)(float)rs;
+    }
+    for (int64_t j = 0; j < n; j++) {
+      for (int v = 0; v < s->nnodes; v++) {
+        const evt_rnode *nd = &s->nodes[v];
+        double x = nd->in[0] >= 0 ? val[nd->in[0]] : 0, y = nd->in[1] >= 0 ? val[nd->in[1]] : 0;
+        switch (nd->op) {
+          case EVT_V_ACC:
+            val[v] = nd->sel == EVT_RV_OUT    ? out[j]
+                     : nd->sel == EVT_RV_XHAT ? xhat[j]
+                     : nd->sel == EVT_RV_IN0  ? in[0][i * n + j]
+                                              : in[1][i * n + j];
+            break;
+          case EVT_V_ROW_BCAST: val[v] = tensors[v][j]; break;
+          case EVT_V_COL_BCAST: val[v] = tensors[v][i]; break;
+          case EVT_V_SCALAR: val[v] = (double)(float)nd->value; break;
+          case EVT_V_AUX_LOAD: val[v] = tensors[v][i * n + j]; break;
+          case EVT_V_AUX_STORE:
+            tensors[v][i * n + j] = evt_round_to_dtype(x, nd->dtype);
+            val[v] = x;
+            break;
+          case EVT_V_ROW_SUM:
+            tensors[v][j] += x;
+            val[v] = x;
+            break;
+          case EVT_V_COL_SUM:
+            tensors[v][i] += x;
+            val[v] = x;
+            break;
+          default: val[v] = evt_vop_apply(nd->op, x, y); break;
+        }
+      }
+    }
+  }
+  for (int v = 0; v < s->nnodes; v++) {
+    evt_vop op = s->nodes[v].op;
+    int64_t cnt = op == EVT_V_ROW_SUM ? n : op == EVT_V_COL_SUM ? m : 0;
+    for (int64_t k = 0; k < cnt; k++) tensors[v][k] = (double)(float)tensors[v][k];
+  }
+  free(out);
+  free(xhat);
+}
+
+/* ---- examples ----------------------------------------------------------------------------------------- */
+
+const char *const evt_rspec_example_names[] = {"softmax",       "softmax_bwd", "layernorm",    "ln_residual",
+                                               "layernorm_bwd", "gelu_bwd",    "chain_rowsum", NULL};
+
+evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
+  if (!strcmp(name, "softmax")) {
+    evt_rspec_init(s, EVT_ROWN_SOFTMAX, dt);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_acc(s, EVT_RV_OUT), -1, dt, "y");
+  } else if (!strcmp(name, "softmax_bwd")) {
+    evt_rspec_init(s, EVT_ROWN_SOFTMAX_BWD, dt);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_acc(s, EVT_RV_OUT), -1, dt, "dx");
+  } else if (!strcmp(name, "layernorm") || !strcmp(name, "ln_residual")) {
+    evt_rspec_init(s, EVT_ROWN_LAYERNORM, dt);
+    s->has_w = s->has_b = 1;
+    s->store_stats = 1;
+    int y = evt_rspec_acc(s, EVT_RV_OUT);
+    if (!strcmp(name, "ln_residual")) {
+      int r = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "residual");
+      evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_ADD, y, r, EVT_F32, NULL), -1, dt, "h");
+    } else {
+      evt_rspec_add(s, EVT_V_AUX_STORE, y, -1, dt, "y");
+    }
+  } else if (!strcmp(name, "layernorm_bwd")) {
+    evt_rspec_init(s, EVT_ROWN_LAYERNORM_BWD, dt);
+    s->has_w = 1;
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_acc(s, EVT_RV_OUT), -1, dt, "dx");
+    int dy = evt_rspec_acc(s, EVT_RV_IN0), xh = evt_rspec_acc(s, EVT_RV_XHAT);
+    evt_rspec_add(s, EVT_V_ROW_SUM, evt_rspec_add(s, EVT_V_MUL, dy, xh, EVT_F32, NULL), -1, EVT_F32, "dgamma");
+    evt_rspec_add(s, EVT_V_ROW_SUM, dy, -1, EVT_F32, "dbeta");
+  } else if (!strcmp(name, "gelu_bwd")) {
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int dy = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "dy");
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
+    int b = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, dt, "bias");
+    int z = evt_rspec_add(s, EVT_V_ADD, x, b, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_GELU_ERF_GRAD, dy, z, EVT_F32, NULL), -1, dt, "dx");
+  } else if (!strcmp(name, "chain_rowsum")) {
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int a = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "a");
+    int sc = evt_rspec_add(s, EVT_V_COL_BCAST, -1, -1, dt, "scale");
+    int b = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "b");
+    int t = evt_rspec_add(s, EVT_V_RELU, evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_MUL, a, sc, EVT_F32, NULL),
+                                                        b, EVT_F32, NULL),
+                          -1, EVT_F32, NULL);
+    int h = evt_rspec_add(s, EVT_V_MUL, a, evt_rspec_scalar(s, 0.5), EVT_F32, NULL);
+    int z = evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_SUB, t, h, EVT_F32, NULL), -1, dt, "z");
+    evt_rspec_add(s, EVT_V_COL_SUM, z, -1, EVT_F32, "zsum");
+  } else {
+    return EVT_ERR_INVALID;
+  }
+  return EVT_OK;
+}

@@ -1,0 +1,466 @@
+/* Lowering of partition groups to kernel specs (src/evt/lower.c) and the runtime plan (src/runtime/plan.c). */
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evt/lower.h"
+#include "evt/rspec.h"
+#include "partition/partition.h"
+#include "passes/passes.h"
+#include "runtime/plan.h"
+#include "test.h"
+
+typedef struct lowered_graph {
+  evt_graph *g;
+  evt_part_plan part;
+  evt_lower_result low;
+} lowered_graph;
+
+static bool lower_text(const char *text, lowered_graph *lg) {
+  char *err = NULL;
+  memset(lg, 0, sizeof *lg);
+  lg->g = evt_parse(text, "lower", &err);
+  CHECK_MSG(lg->g, "parse: %s", err ? err : "?");
+  free(err);
+  if (!lg->g) return false;
+  evt_part_options o = evt_part_options_default();
+  o.use_cache = 0;
+  evt_status st = evt_part_plan_build(lg->g, &o, EVT_PART_LAMBDA_DEFAULT, &lg->part);
+  CHECK(st == EVT_OK);
+  if (st != EVT_OK) return false;
+  CHECK(evt_lower_plan(lg->g, &lg->part, &lg->low) == EVT_OK);
+  return true;
+}
+
+static void lowered_free(lowered_graph *lg) {
+  evt_lower_free(&lg->low);
+  evt_part_plan_free(&lg->part);
+  evt_graph_free(lg->g);
+}
+
+static const evt_lowered *group_of(const lowered_graph *lg, const char *node) {
+  int id = evt_graph_find(lg->g, node);
+  CHECK_MSG(id >= 0 && lg->part.group[id] >= 0, "node %s has no group", node);
+  return id >= 0 && lg->part.group[id] >= 0 ? &lg->low.k[lg->part.group[id]] : NULL;
+}
+
+TEST(lower_bias_gelu_gemm) {
+  lowered_graph lg;
+  if (!lower_text("graph t {\n"
+                  "  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %b: bf16[128] = param()\n"
+                  "  %m = mm(%x, %w)\n  %h = add(%m, %b)\n  %y = gelu(%h)\n  output %y\n}\n",
+                  &lg))
+    return;
+  CHECK(lg.low.n == 1);
+  const evt_lowered *L = &lg.low.k[0];
+  CHECK_MSG(L->ok && L->kind == EVT_LK_GEMM_EVT, "%s", L->reason);
+  const evt_kspec *s = &L->spec;
+  CHECK(s->layout == EVT_LAYOUT_NN && s->ab_dtype == EVT_BF16 && s->d_dtype == EVT_BF16);
+  CHECK(s->nnodes == 4);
+  CHECK(s->nodes[0].op == EVT_V_ACC);
+  CHECK(s->nodes[1].op == EVT_V_ROW_BCAST && L->vtensor[1] == evt_graph_find(lg.g, "b"));
+  CHECK(s->nodes[2].op == EVT_V_ADD && s->nodes[2].in[0] == 0 && s->nodes[2].in[1] == 1);
+  CHECK(s->nodes[3].op == EVT_V_GELU_ERF && s->nodes[3].in[0] == 2);
+  CHECK(s->d_node == 3 && L->d_tensor == evt_graph_find(lg.g, "y"));
+  CHECK(L->m == 32 && L->n == 128 && L->k == 64);
+  CHECK(!strncmp(L->kernel, "evt_kernel_", 11));
+  lowered_free(&lg);
+}
+
+TEST(lower_aux_store_and_bias_through_expand) {
+  /* %h leaves the group too: an aux store threaded before D; the bias reaches the add through an expand of a
+   * param (a source view): its strides (0, 1) make it a row broadcast */
+  lowered_graph lg;
+  if (!lower_text("graph t {\n"
+                  "  %x: f16[32,64] = input()\n  %w: f16[64,128] = param()\n  %b: f16[128] = param()\n"
+                  "  %be = expand(%b, shape=[32,128])\n"
+                  "  %m = mm(%x, %w)\n  %h = add(%m, %be)\n  %y = relu(%h)\n  output %y\n  output %h\n}\n",
+                  &lg))
+    return;
+  const evt_lowered *L = &lg.low.k[0];
+  CHECK_MSG(L->ok, "%s", L->reason);
+  int stores = 0, rows = 0;
+  for (int i = 0; i < L->spec.nnodes; i++) {
+    if (L->spec.nodes[i].op == EVT_V_AUX_STORE) {
+      stores++;
+      CHECK(L->vtensor[i] == evt_graph_find(lg.g, "h"));
+    }
+    if (L->spec.nodes[i].op == EVT_V_ROW_BCAST) {
+      rows++;
+      CHECK(L->vtensor[i] == evt_graph_find(lg.g, "b"));
+    }
+  }
+  CHECK(stores == 1 && rows == 1);
+  CHECK(L->spec.ab_dtype == EVT_F16 && L->spec.nodes[L->spec.d_node].op == EVT_V_RELU);
+  lowered_free(&lg);
+}
+
+TEST(lower_bias_gradient_is_row_sum) {
+  /* dW-style GEMM whose output's column sums (over M) are the bias gradient, and a sum over N */
+  lowered_graph lg;
+  if (!lower_text("graph t {\n"
+                  "  %a: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n"
+                  "  %m = mm(%a, %w)\n  %c = cast(%m, dtype=f32)\n  %db = sum(%c, dims=[0])\n  output %c\n  output %db\n}\n",
+                  &lg))
+    return;
+  const evt_lowered *L = &lg.low.k[0];
+  CHECK_MSG(L->ok, "%s", L->reason);
+  int rs = -1;
+  for (int i = 0; i < L->spec.nnodes; i++)
+    if (L->spec.nodes[i].op == EVT_V_ROW_SUM) rs = i;
+  CHECK(rs >= 0 && L->vtensor[rs] == evt_graph_find(lg.g, "db") && L->spec.nodes[rs].dtype == EVT_F32);
+  CHECK(L->d_tensor == evt_graph_find(lg.g, "c") && L->spec.d_dtype == EVT_F32);
+  lowered_free(&lg);
+  /* Σ over N (dims=[1], kept as [M,1]) is a column sum; no tile value leaves: D is a scratch tile */
+  if (!lower_text("graph t {\n"
+                  "  %a: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n"
+                  "  %m = mm(%a, %w)\n  %c = cast(%m, dtype=f32)\n  %s = sum(%c, dims=[1], keepdim=1)\n  output %s\n}\n",
+                  &lg))
+    return;
+  L = &lg.low.k[0];
+  CHECK_MSG(L->ok, "%s", L->reason);
+  int cs = -1;
+  for (int i = 0; i < L->spec.nnodes; i++)
+    if (L->spec.nodes[i].op == EVT_V_COL_SUM) cs = i;
+  CHECK(cs >= 0 && L->vtensor[cs] == evt_graph_find(lg.g, "s"));
+  CHECK(L->d_tensor == -1);
+  lowered_free(&lg);
+}
+
+TEST(lower_permute_operands_become_layouts) {
+  lowered_graph lg;
+  /* A stored as K x M (a permute of an input: a source view), B stored as N x K (a permute in the group) */
+  if (!lower_text("graph t {\n"
+                  "  %at: bf16[64,32] = input()\n  %w: bf16[64,128] = param()\n  %x: bf16[32,64] = input()\n"
+                  "  %wt: bf16[128,64] = param()\n  %u: bf16[128,64] = input()\n"
+                  "  %a = permute(%at, dims=[1,0])\n  %m1 = mm(%a, %w)\n"
+                  "  %ru = relu(%u)\n  %p = permute(%ru, dims=[1,0])\n  %m2 = mm(%x, %p)\n"
+                  "  %m3 = mm(%a, %p)\n"
+                  "  output %m1\n  output %m2\n  output %m3\n}\n",
+                  &lg))
+    return;
+  const evt_lowered *L1 = group_of(&lg, "m1"), *L2 = group_of(&lg, "m2"), *L3 = group_of(&lg, "m3");
+  if (!L1 || !L2 || !L3) return;
+  CHECK_MSG(L1->ok && L1->spec.layout == EVT_LAYOUT_TN, "%s", L1->reason);
+  CHECK(L1->a_node == evt_graph_find(lg.g, "at") && L1->b_node == evt_graph_find(lg.g, "w"));
+  CHECK(L1->m == 32 && L1->n == 128 && L1->k == 64);
+  /* %p has two GEMM consumers: it is materialized by its own kernel (a permute is not a pointwise spec),
+   * or fused as a layout; either way a B of N x K memory read as B^T is NT, or the plain buffer is NN */
+  CHECK_MSG(L2->ok, "%s", L2->reason);
+  if (lg.part.group[evt_graph_find(lg.g, "p")] == lg.part.group[evt_graph_find(lg.g, "m2")])
+    CHECK(L2->spec.layout == EVT_LAYOUT_NT && L2->b_node == evt_graph_find(lg.g, "ru"));
+  lowered_free(&lg);
+  /* both transposed: refused with a reason naming the GEMM */
+  if (!lower_text("graph t {\n"
+                  "  %at: bf16[64,32] = input()\n  %bt: bf16[128,64] = param()\n"
+                  "  %a = permute(%at, dims=[1,0])\n  %b = transpose(%bt, dims=[0,1])\n  %m = mm(%a, %b)\n  output %m\n}\n",
+                  &lg))
+    return;
+  CHECK(!lg.low.k[0].ok && lg.low.k[0].kind == EVT_LK_UNFUSED);
+  CHECK_MSG(strstr(lg.low.k[0].reason, "%m (mm)") && strstr(lg.low.k[0].reason, "TT"), "%s", lg.low.k[0].reason);
+  lowered_free(&lg);
+}
+
+TEST(lower_unsupported_nodes_give_reasons) {
+  struct {
+    const char *body, *want1, *want2;
+  } cases[] = {
+      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n  %e = erf(%m)\n  output %e\n",
+       "%e (erf)", "no visitor node for erf"},
+      {"  %x: f32[32,64] = input()\n  %w: f32[64,128] = param()\n  %m = mm(%x, %w)\n  output %m\n", "%m (mm)",
+       "operands f32 x f32"},
+      {"  %x: bf16[16,64] = input()\n  %w: bf16[64,10] = param()\n  %m = mm(%x, %w)\n  output %m\n", "%m (mm)",
+       "multiple of 8"},
+      /* a tile operand stored transposed (a permute of an input) is not a broadcast of the tile */
+      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %t: bf16[128,32] = input()\n"
+       "  %tt = permute(%t, dims=[1,0])\n  %m = mm(%x, %w)\n  %o = add(%m, %tt)\n  output %o\n",
+       "%o (add)", "not a broadcast of the"},
+      /* a scalar computed at run time (a sum in another kernel) */
+      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %v: bf16[8] = input()\n  %s = sum(%v)\n"
+       "  %m = mm(%x, %w)\n  %o = mul(%m, %s)\n  output %o\n",
+       "%o (mul)", "run-time scalar"},
+      /* a bias gradient summed into bf16: the visitor's sums are f32 atomics */
+      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n  %s = sum(%m, dims=[0])\n"
+       "  output %m\n  output %s\n",
+       "%s (sum)", "f32"},
+      {"  %q: bf16[2,32,64] = input()\n  %k: bf16[2,64,32] = input()\n  %m = bmm(%q, %k)\n  output %m\n", "%m (bmm)",
+       "batch"},
+  };
+  for (int i = 0; i < EVT_ARRAY_LEN(cases); i++) {
+    char text[1024];
+    snprintf(text, sizeof text, "graph t {\n%s}\n", cases[i].body);
+    lowered_graph lg;
+    if (!lower_text(text, &lg)) continue;
+    bool found = false;
+    for (int k = 0; k < lg.low.n; k++) {
+      const evt_lowered *L = &lg.low.k[k];
+      if (L->ok) continue;
+      if (strstr(L->reason, cases[i].want1) && strstr(L->reason, cases[i].want2) && L->bad_node >= 0 &&
+          strstr(L->reason, "group ")) {
+        found = true;
+        CHECK(L->kind == EVT_LK_UNFUSED);
+      }
+    }
+    CHECK_MSG(found, "case %d: no reason with '%s' and '%s' (first: %s)", i, cases[i].want1, cases[i].want2,
+              lg.low.n ? lg.low.k[0].reason : "");
+    lowered_free(&lg);
+  }
+}
+
+TEST(lower_can_fuse_one_node) {
+  char *err = NULL;
+  evt_graph *g = evt_parse("graph t {\n"
+                           "  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %b: bf16[128] = param()\n"
+                           "  %c: bf16[32,1] = input()\n  %t: bf16[128,32] = input()\n  %i: i64[32,128] = input()\n"
+                           "  %m = mm(%x, %w)\n  %h = add(%m, %b)\n  %hc = mul(%h, %c)\n  %e = exp(%hc)\n"
+                           "  %tt = permute(%t, dims=[1,0])\n  %bad = add(%hc, %tt)\n  %ci = cast(%i, dtype=bf16)\n"
+                           "  output %e\n  output %bad\n  output %ci\n}\n",
+                           "t", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  int m = evt_graph_find(g, "m");
+  char why[256];
+  CHECK(evt_lower_can_fuse(g, m, evt_graph_find(g, "h"), why, sizeof why));
+  CHECK(evt_lower_can_fuse(g, m, evt_graph_find(g, "hc"), why, sizeof why)); /* [M,1]: a column broadcast */
+  CHECK(!evt_lower_can_fuse(g, m, evt_graph_find(g, "e"), why, sizeof why) && strstr(why, "exp"));
+  CHECK(!evt_lower_can_fuse(g, m, evt_graph_find(g, "bad"), why, sizeof why) && strstr(why, "%tt"));
+  CHECK(!evt_lower_can_fuse(g, m, evt_graph_find(g, "ci"), why, sizeof why) && strstr(why, "cast from i64"));
+  CHECK(!evt_lower_can_fuse(g, evt_graph_find(g, "h"), evt_graph_find(g, "hc"), why, sizeof why) && strstr(why, "GEMM"));
+  evt_graph_free(g);
+}
+
+TEST(lower_equal_epilogues_share_a_kernel) {
+  lowered_graph lg;
+  if (!lower_text("graph t {\n"
+                  "  %x: bf16[32,64] = input()\n  %w1: bf16[64,64] = param()\n  %b1: bf16[64] = param()\n"
+                  "  %w2: bf16[64,64] = param()\n  %b2: bf16[64] = param()\n"
+                  "  %m1 = mm(%x, %w1)\n  %h1 = add(%m1, %b1)\n  %y1 = relu(%h1)\n"
+                  "  %m2 = mm(%y1, %w2)\n  %h2 = add(%m2, %b2)\n  %y2 = relu(%h2)\n  output %y2\n}\n",
+                  &lg))
+    return;
+  CHECK(lg.low.n == 2 && lg.low.k[0].ok && lg.low.k[1].ok);
+  CHECK(!strcmp(lg.low.k[0].kernel, lg.low.k[1].kernel));
+  lowered_free(&lg);
+}
+
+/* The whole pipeline on one example, as evtc compile runs it (greedy partition: fast). */
+static bool compile_example(const char *path, lowered_graph *lg, evt_plan *plan) {
+  char *err = NULL;
+  memset(lg, 0, sizeof *lg);
+  lg->g = evt_parse_file(path, &err);
+  CHECK_MSG(lg->g, "%s: %s", path, err ? err : "");
+  free(err);
+  if (!lg->g) return false;
+  CHECK(evt_train_ensure_joint(lg->g, NULL) == EVT_OK);
+  CHECK_MSG(evt_passes_run_all(lg->g, 0, 0) == EVT_OK, "%s", evt_graph_error(lg->g));
+  evt_part_options o = evt_part_options_default();
+  o.use_ilp = 0;
+  o.use_cache = 0;
+  CHECK(evt_part_plan_build(lg->g, &o, EVT_PART_LAMBDA_DEFAULT, &lg->part) == EVT_OK);
+  CHECK(evt_lower_plan(lg->g, &lg->part, &lg->low) == EVT_OK);
+  CHECK(evt_plan_build(lg->g, &lg->part, &lg->low, plan) == EVT_OK);
+  return true;
+}
+
+TEST(plan_invariants_on_every_example) {
+  glob_t gl;
+  if (glob("examples/*.evt", 0, NULL, &gl) != 0) {
+    CHECK_MSG(0, "no examples/*.evt (run from the repository root)");
+    return;
+  }
+  for (size_t e = 0; e < gl.gl_pathc; e++) {
+    lowered_graph lg;
+    evt_plan plan;
+    if (!compile_example(gl.gl_pathv[e], &lg, &plan)) continue;
+    char err[512] = "";
+    CHECK_MSG(evt_plan_check(lg.g, &plan, err, sizeof err) == EVT_OK, "%s: %s", gl.gl_pathv[e], err);
+    CHECK_MSG(plan.arena_bytes < plan.naive_bytes, "%s: arena %lld, sum %lld", gl.gl_pathv[e], (long long)plan.arena_bytes,
+              (long long)plan.naive_bytes);
+    /* every group is accounted for: lowered, or a reason naming its group */
+    CHECK(lg.low.n == lg.part.ngroups && plan.nlaunches == lg.part.ngroups);
+    int sum = 0;
+    for (int k = 0; k < EVT_LK_COUNT; k++) sum += lg.low.count[k];
+    CHECK(sum == lg.low.n);
+    for (int i = 0; i < lg.low.n; i++)
+      CHECK_MSG(lg.low.k[i].ok || strstr(lg.low.k[i].reason, "group "), "%s group %d: '%s'", gl.gl_pathv[e], i, lg.low.k[i].reason);
+    /* every graph output has a buffer, every tensor read across groups has one */
+    for (int i = 0; i < lg.g->noutputs; i++) CHECK(plan.buffer_of[lg.g->outputs[i]] >= 0);
+    for (int w = 0; w < lg.g->nnodes; w++)
+      for (int k = 0; k < lg.g->nodes[w].ninputs; k++) {
+        int u = lg.g->nodes[w].inputs[k];
+        if (lg.part.group[w] >= 0 && lg.part.group[u] >= 0 && lg.part.group[u] != lg.part.group[w])
+          CHECK_MSG(plan.buffer_of[u] >= 0, "%s: %%%s crosses groups without a buffer", gl.gl_pathv[e], lg.g->nodes[u].name);
+      }
+    printf("  %s: %d groups: gemm+evt %d (lowered %d), row %d, pointwise %d, unfused %d; arena %lld of %lld bytes\n",
+           gl.gl_pathv[e], lg.low.n, lg.low.count[EVT_LK_GEMM_EVT], lg.low.lowered, lg.low.count[EVT_LK_ROW],
+           lg.low.count[EVT_LK_POINTWISE], lg.low.count[EVT_LK_UNFUSED], (long long)plan.arena_bytes, (long long)plan.naive_bytes);
+    evt_plan_free(&plan);
+    lowered_free(&lg);
+  }
+  globfree(&gl);
+}
+
+TEST(plan_check_catches_overlap_and_dead_reads) {
+  lowered_graph lg;
+  evt_plan plan;
+  if (!compile_example("examples/mlp.evt", &lg, &plan)) return;
+  char err[512];
+  CHECK(evt_plan_check(lg.g, &plan, err, sizeof err) == EVT_OK);
+  /* two arena buffers whose lifetimes intersect, moved onto each other: the check must object */
+  int a = -1, b = -1;
+  for (int i = 0; i < plan.nbuffers && b < 0; i++)
+    for (int j = i + 1; j < plan.nbuffers && b < 0; j++) {
+      evt_plan_buffer *x = &plan.buffers[i], *y = &plan.buffers[j];
+      if (x->offset >= 0 && y->offset >= 0 && x->first <= y->last && y->first <= x->last) a = i, b = j;
+    }
+  CHECK(b >= 0);
+  if (b >= 0) {
+    int64_t save = plan.buffers[b].offset;
+    plan.buffers[b].offset = plan.buffers[a].offset;
+    CHECK(evt_plan_check(lg.g, &plan, err, sizeof err) == EVT_ERR_INTERNAL && strstr(err, "overlap"));
+    plan.buffers[b].offset = save;
+  }
+  /* a read after the buffer's last use */
+  int l = -1, buf = -1;
+  for (int i = 0; i < plan.nlaunches && buf < 0; i++)
+    for (int j = 0; j < plan.launches[i].nreads && buf < 0; j++)
+      if (plan.buffers[plan.launches[i].reads[j]].offset >= 0) l = i, buf = plan.launches[i].reads[j];
+  CHECK(buf >= 0);
+  if (buf >= 0) {
+    int save = plan.buffers[buf].last;
+    plan.buffers[buf].last = l - 1;
+    plan.buffers[buf].first = plan.buffers[buf].first < l - 1 ? plan.buffers[buf].first : l - 1;
+    CHECK(evt_plan_check(lg.g, &plan, err, sizeof err) == EVT_ERR_INTERNAL);
+    plan.buffers[buf].last = save;
+  }
+  evt_plan_free(&plan);
+  lowered_free(&lg);
+}
+
+/* max |ref - want| / max(max |want|, 1e-3) over n values */
+static double rel_err(const double *ref, const double *want, int64_t n) {
+  double diff = 0, scale = 1e-3;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs(ref[i] - want[i]);
+    if (!(d <= diff)) diff = d; /* NaN counts as worst */
+    if (fabs(want[i]) > scale) scale = fabs(want[i]);
+  }
+  return diff / scale;
+}
+
+/* Runs g (already joint/optimized) on the interpreter, partitions (greedy) and lowers it, and checks every
+ * lowered kernel's spec reference against the interpreter's values. Returns the number of kernels checked. */
+static int check_lowered_against_interp(evt_graph *g, const char *what, int *tensors_checked) {
+  evt_part_options o = evt_part_options_default();
+  o.use_ilp = 0;
+  o.use_cache = 0;
+  evt_part_plan part;
+  evt_lower_result low;
+  int checked = 0;
+  CHECK(evt_part_plan_build(g, &o, EVT_PART_LAMBDA_DEFAULT, &part) == EVT_OK);
+  CHECK(evt_lower_plan(g, &part, &low) == EVT_OK);
+  int n = g->nnodes;
+  evt_tensor *val = calloc((size_t)n, sizeof *val);
+  CHECK(evt_interp_init_inputs(g, val, 7) == EVT_OK);
+  CHECK(evt_interp_run(g, val, 0, 1) == EVT_OK);
+  for (int gi = 0; gi < low.n; gi++) {
+    const evt_lowered *L = &low.k[gi];
+    if (!L->ok) continue;
+    int nn = L->kind == EVT_LK_GEMM_EVT ? L->spec.nnodes : L->rspec.nnodes;
+    double *mem[EVT_KSPEC_MAX_NODES] = {0};
+    bool bad = false;
+    for (int i = 0; i < nn && !bad; i++) {
+      evt_vop op = L->kind == EVT_LK_GEMM_EVT ? L->spec.nodes[i].op : L->rspec.nodes[i].op;
+      if (L->vtensor[i] < 0) continue;
+      const evt_tensor *t = &val[L->vtensor[i]];
+      int64_t want = op == EVT_V_ROW_SUM || op == EVT_V_ROW_BCAST ? L->n : op == EVT_V_COL_SUM || op == EVT_V_COL_BCAST ? L->m : L->m * L->n;
+      CHECK_MSG(t->numel == want, "%s group %d node %d: %lld elements, want %lld", what, gi, i, (long long)t->numel, (long long)want);
+      bad = t->numel != want;
+      mem[i] = evt_vop_class(op) == 'S' ? calloc((size_t)want, sizeof(double)) : t->data;
+    }
+    double *d = NULL;
+    if (!bad && L->kind == EVT_LK_GEMM_EVT) {
+      d = calloc((size_t)(L->m * L->n), sizeof *d);
+      evt_kspec_reference(&L->spec, L->m, L->n, L->k, val[L->a_node].data, val[L->b_node].data, mem, d);
+      if (L->d_tensor >= 0) {
+        double r = rel_err(d, val[L->d_tensor].data, L->m * L->n);
+        CHECK_MSG(r < 3e-2, "%s group %d (%s): D vs %%%s: relative error %g", what, gi, L->kernel, g->nodes[L->d_tensor].name, r);
+        (*tensors_checked)++;
+      }
+    } else if (!bad) {
+      const double *in[3] = {NULL, NULL, NULL};
+      for (int k = 0; k < 3; k++)
+        if (L->rin[k] >= 0) in[k] = val[L->rin[k]].data;
+      evt_rspec_reference(&L->rspec, L->m, L->n, in, mem, NULL, NULL);
+    }
+    for (int i = 0; i < nn; i++) {
+      evt_vop op = L->kind == EVT_LK_GEMM_EVT ? L->spec.nodes[i].op : L->rspec.nodes[i].op;
+      if (L->vtensor[i] < 0 || evt_vop_class(op) != 'S') continue;
+      if (!bad) {
+        const evt_tensor *t = &val[L->vtensor[i]];
+        double r = rel_err(mem[i], t->data, t->numel);
+        CHECK_MSG(r < 3e-2, "%s group %d (%s): store %d vs %%%s: relative error %g", what, gi, L->kernel, i,
+                  g->nodes[L->vtensor[i]].name, r);
+        (*tensors_checked)++;
+      }
+      free(mem[i]);
+    }
+    free(d);
+    checked += !bad;
+  }
+  for (int i = 0; i < n; i++) evt_tensor_free(&val[i]);
+  free(val);
+  evt_lower_free(&low);
+  evt_part_plan_free(&part);
+  return checked;
+}
+
+/* Every lowered kernel of every example (as bf16), run through its spec's CPU reference on the values
+ * the interpreter computed for the whole graph, reproduces the group's outputs: the memory bindings
+ * (A/B layouts, loads, row/col broadcasts, stores, sums, nucleus inputs) mean what the graph means. */
+TEST(lower_specs_reproduce_the_interpreter) {
+  glob_t gl;
+  if (glob("examples/*.evt", 0, NULL, &gl) != 0) {
+    CHECK_MSG(0, "no examples/*.evt (run from the repository root)");
+    return;
+  }
+  int checked = 0, tensors_checked = 0;
+  for (size_t e = 0; e < gl.gl_pathc; e++) {
+    char *err = NULL;
+    evt_graph *g = evt_parse_file(gl.gl_pathv[e], &err);
+    free(err);
+    if (!g) continue;
+    CHECK(evt_lower_retype(g, EVT_BF16) == EVT_OK);
+    CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+    CHECK(evt_passes_run_all(g, 0, 0) == EVT_OK);
+    checked += check_lowered_against_interp(g, gl.gl_pathv[e], &tensors_checked);
+    evt_graph_free(g);
+  }
+  globfree(&gl);
+  printf("  %d lowered kernels, %d output tensors checked against the interpreter\n", checked, tensors_checked);
+  CHECK(checked >= 20);
+}
+
+/* Row groups whose epilogues read the nucleus inputs (acc IN0 / IN1), w/b vectors, broadcasts and sums. */
+TEST(lower_row_groups_reproduce_the_interpreter) {
+  const char *text =
+      "graph rows {\n"
+      "  %x: f32[16,24] = input()\n  %dy: f32[16,24] = input()\n  %w: f32[24] = param()\n  %b: f32[24] = param()\n"
+      "  %c: f32[16,1] = input()\n"
+      "  %dx = layer_norm_backward_input(%dy, %x, %w)\n  %o1 = add(%dx, %dy)\n  %o2 = mul(%o1, %x)\n"
+      "  %s1 = sum(%o2, dims=[0])\n"
+      "  %y = layer_norm(%x, %w, %b)\n  %o3 = sub(%y, %x)\n  %o4 = mul(%o3, %c)\n"
+      "  %p = softmax(%o4, dim=1)\n  %sb = softmax_backward(%dy, %p, dim=1)\n  %o5 = add(%sb, %p)\n  %o6 = relu(%o5)\n"
+      "  %s2 = sum(%o6, dims=[1])\n"
+      "  output %o2\n  output %s1\n  output %o6\n  output %s2\n}\n";
+  char *err = NULL;
+  evt_graph *g = evt_parse(text, "rows", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  int tensors = 0;
+  int checked = check_lowered_against_interp(g, "rows", &tensors);
+  CHECK_MSG(checked >= 3 && tensors >= 4, "%d kernels, %d tensors", checked, tensors);
+  evt_graph_free(g);
+}
