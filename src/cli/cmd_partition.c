@@ -94,7 +94,7 @@ EVTC_COMMAND(partition, "FILE [--solver=ilp|mip|greedy] [--time-limit S] [--dot 
     }
   }
   if (!path) {
-    fprintf(stderr, "usage: evtc partition FILE [--solver=ilp|greedy] [--time-limit S] [--dot OUT.dot|--svg OUT.svg] [--stats] [--joint] [--opt]\n");
+    fprintf(stderr, "usage: evtc partition FILE [--solver=ilp|mip|greedy] [--time-limit S] [--dot OUT.dot|--svg OUT.svg] [--stats] [--joint] [--opt]\n");
     return EVTC_EXIT_USER;
   }
   char *err = NULL;

@@ -206,25 +206,29 @@ static void solve_block(ctx *c, const evt_pblock *b, const int *greedy_group, co
     if (!optimal) st->proven = 0;
     return;
   }
-  if (opt->use_dp) {
-    double obj = 0;
-    long nsets = 0;
-    if (evt_dp_solve_block(b, opt->dp_max_sets > 0 ? opt->dp_max_sets : EVT_DP_MAX_SETS, EVT_DP_MAX_WORK, sol, &obj, &nsets)) {
-      if (!evt_pblock_legal(b, sol)) evt_fatal(__FILE__, __LINE__, "DP solution breaks a block constraint");
-      double cost = evt_pblock_cost(b, sol);
-      if (cost > obj * (1 + 1e-12) + 1e-9 || cost < obj * (1 - 1e-12) - 1e-9)
-        evt_fatal(__FILE__, __LINE__, "DP objective %.17g differs from the block cost %.17g", obj, cost);
-      st->dps++;
-      if (cache) evt_part_cache_put(cache, b, sol, 1);
-      return;
-    }
-  }
   int *start = malloc((size_t)(n + 1) * sizeof(int));
   EVT_ASSERT(start);
   for (int i = 0; i < n; i++) {   /* local ids of the greedy groups: the first member's index */
     start[i] = i;
     for (int j = 0; j < i; j++)
       if (greedy_group[b->gid[j]] == greedy_group[b->gid[i]]) { start[i] = j; break; }
+  }
+  if (opt->use_dp) {
+    double obj = 0;
+    long nsets = 0;
+    if (evt_dp_solve_block(b, opt->dp_max_sets > 0 ? opt->dp_max_sets : EVT_DP_MAX_SETS, EVT_DP_MAX_WORK, sol, &obj, &nsets)) {
+      if (!evt_pblock_legal(b, sol)) evt_fatal(__FILE__, __LINE__, "DP solution breaks a block constraint");
+      double cost = evt_pblock_cost(b, sol), tol = 1e-12 * (cost > 0 ? cost : 1) + 1e-9;
+      if (cost > obj + tol || cost < obj - tol)
+        evt_fatal(__FILE__, __LINE__, "DP objective %.17g differs from the block cost %.17g", obj, cost);
+      /* ties: keep the greedy grouping when it is optimal too (the MIP keeps its start the same way), so
+       * plans do not change with the solver */
+      if (evt_pblock_legal(b, start) && evt_pblock_cost(b, start) <= cost + tol) memcpy(sol, start, (size_t)n * sizeof(int));
+      st->dps++;
+      if (cache) evt_part_cache_put(cache, b, sol, 1);
+      free(start);
+      return;
+    }
   }
   evt_ilp_result r;
   evt_ilp_solve_block(c->g, b, start, opt->time_limit, sol, &r);
