@@ -139,15 +139,15 @@ EVTC_COMMAND(partition, "FILE [--solver=ilp|mip|greedy] [--time-limit S] [--dot 
       rc = evtc_exit_code(st);
     } else {
       const evt_part_stats *s = &plan.stats;
-      printf("solver: %s\n", opt.use_ilp ? "ilp" : "greedy");
+      printf("solver: %s\n", opt.use_ilp ? (opt.use_dp ? "ilp" : "mip") : "greedy");
       printf("kernels: %d (greedy %d)\n", plan.cost.groups, base.cost.groups);
       printf("bytes: %.0f (written %.0f, read %.0f); greedy %.0f\n", plan.cost.written + plan.cost.read,
              plan.cost.written, plan.cost.read, base.cost.written + base.cost.read);
       printf("objective: %.0f (bytes + %d kernels x lambda %.0f); greedy %.0f\n", plan.cost.total, plan.cost.groups,
              lambda, base.cost.total);
       if (opt.use_ilp) {
-        printf("components: %d (DP %d, MIPs %d, trivial %d, cache hits %d of them %d from disk, merged %d, lazy rows %d, largest %d nodes)\n",
-               s->components, s->dps, s->mips, s->trivial, s->cache_hits, s->disk_hits, s->merges, s->lazy_rows, s->largest_component);
+        printf("components: %d (DP %d [<= %ld down-sets], MIPs %d, trivial %d, cache hits %d of them %d from disk, merged %d, lazy rows %d, largest %d nodes)\n",
+               s->components, s->dps, s->dp_most_sets, s->mips, s->trivial, s->cache_hits, s->disk_hits, s->merges, s->lazy_rows, s->largest_component);
         if (s->proven) printf("optimality: proven\n");
         else printf("optimality: not proven (%d timeouts, largest gap %.2f%%)\n", s->timeouts, 100 * s->max_gap);
       }

@@ -6,8 +6,8 @@
  *    grouping (a and b together would need f and f's cut edge on the path inside the group). With
  *    descendant/ancestor bitsets this is one AND per edge: desc(a) & barriers & anc(b) != 0.
  * 3. Blocks: the weakly connected components of the remaining (FREE or FUSE) edges. Each is solved alone
- *    (ilp.c) with fixed arcs for its cut edges and for every pair u, v joined by a path that leaves it
- *    (pi_v >= pi_u + 1), so its groups are ordered consistently with the rest of the graph.
+ *    exactly — by the down-set DP (dp.c) when it is narrow enough, else by the MIP (ilp.c) — with fixed
+ *    arcs for its cut edges and for every pair u, v joined by a path that leaves it (pi_v >= pi_u + 1), so its groups are ordered consistently with the rest of the graph.
  * 4. Coupling: components can still close a cycle through each other without any path leaving one and
  *    coming back (u ~ v in one group of A, w1 ~ w2 in one group of B, edges u -> w1 and w2 -> v). After
  *    assembling, the contracted graph is checked; the blocks on a cycle are merged into one block and
@@ -225,6 +225,7 @@ static void solve_block(ctx *c, const evt_pblock *b, const int *greedy_group, co
        * plans do not change with the solver */
       if (evt_pblock_legal(b, start) && evt_pblock_cost(b, start) <= cost + tol) memcpy(sol, start, (size_t)n * sizeof(int));
       st->dps++;
+      if (nsets > st->dp_most_sets) st->dp_most_sets = nsets;
       if (cache) evt_part_cache_put(cache, b, sol, 1);
       free(start);
       return;

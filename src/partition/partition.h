@@ -144,6 +144,7 @@ evt_part_options evt_part_options_default(void);
 
 typedef struct evt_part_stats {
   int dps;                /* blocks solved exactly by the down-set DP (dp.c) */
+  long dp_most_sets;      /* the most down-sets of one DP block */
   int components, mips, trivial, cache_hits, disk_hits, merges, lazy_rows, timeouts;
   int proven;             /* 1 if every component is proven optimal */
   double max_gap;         /* largest relative gap of a component that timed out */

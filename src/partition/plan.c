@@ -84,23 +84,32 @@ void evt_part_plan_print(const evt_graph *eg, const evt_part_plan *p, FILE *out)
 void evt_part_plan_dot(const evt_graph *eg, const evt_part_plan *p, FILE *out) {
   int n = eg->nnodes;
   fprintf(out, "digraph \"%s\" {\n  rankdir=TB;\n  node [shape=box, fontsize=10];\n", eg->name ? eg->name : "graph");
+  fprintf(out, "  labelloc=t; fontsize=14;\n  label=\"%s: %d kernels (one box = one kernel; filled: its nucleus). "
+          "Solid edges stay in the kernel, dashed edges go through global memory.\";\n",
+          eg->name ? eg->name : "graph", p->ngroups);
   for (int gi = 0; gi < p->ngroups; gi++) {
-    fprintf(out, "  subgraph cluster_%d {\n    label=\"group %d\"; style=rounded; color=%s;\n", gi, gi,
-            p->nucleus[gi] >= 0 ? "blue" : "gray");
+    int nu = p->nucleus[gi], members = 0;
+    for (int v = 0; v < n; v++) members += p->group[v] == gi;
+    if (nu >= 0)
+      fprintf(out, "  subgraph cluster_%d {\n    label=\"kernel %d: %s +%d\"; fontsize=12; style=rounded; "
+              "color=blue; penwidth=2;\n", gi, gi, eg->nodes[nu].name, members - 1);
+    else
+      fprintf(out, "  subgraph cluster_%d {\n    label=\"kernel %d: %d ops\"; fontsize=12; style=rounded; "
+              "color=gray40;\n", gi, gi, members);
     for (int v = 0; v < n; v++)
       if (p->group[v] == gi)
         fprintf(out, "    n%d [label=\"%s\\n%s\"%s];\n", v, eg->nodes[v].name, evt_op_table[eg->nodes[v].op].name,
-                v == p->nucleus[gi] ? ", style=filled, fillcolor=lightblue" : "");
+                v == nu ? ", style=filled, fillcolor=lightblue" : "");
     fprintf(out, "  }\n");
   }
   for (int v = 0; v < n; v++)
     if (p->group[v] < 0)
-      fprintf(out, "  n%d [label=\"%s\", shape=ellipse, color=gray];\n", v, eg->nodes[v].name);
+      fprintf(out, "  n%d [label=\"%s\", shape=ellipse, color=gray, fontcolor=gray30, fontsize=8];\n", v, eg->nodes[v].name);
   for (int v = 0; v < n; v++)
     for (int k = 0; k < eg->nodes[v].ninputs; k++) {
       int u = eg->nodes[v].inputs[k];
       bool cut = p->group[u] < 0 || p->group[u] != p->group[v];
-      fprintf(out, "  n%d -> n%d%s;\n", u, v, cut ? " [style=dashed]" : "");
+      fprintf(out, "  n%d -> n%d%s;\n", u, v, p->group[u] < 0 ? " [style=dashed, color=gray]" : cut ? " [style=dashed]" : "");
     }
   fprintf(out, "}\n");
 }
