@@ -152,6 +152,25 @@ __device__ __forceinline__ float group_sum(float v, float *red) {
   for (int k = 0; k < WARPS; k++) s += red[k];
   return s;
 }
+// Two sums with one barrier pair; red must hold 2·WARPS floats.
+template <int WARPS>
+__device__ __forceinline__ void group_sum2(float &a, float &b, float *red) {
+  a = warp_sum(a);
+  b = warp_sum(b);
+  if (WARPS == 1) return;
+  group_sync<WARPS>();
+  if ((threadIdx.x & 31) == 0) {
+    red[(threadIdx.x >> 5) % WARPS] = a;
+    red[WARPS + (threadIdx.x >> 5) % WARPS] = b;
+  }
+  group_sync<WARPS>();
+  a = b = 0.f;
+#pragma unroll
+  for (int k = 0; k < WARPS; k++) {
+    a += red[k];
+    b += red[WARPS + k];
+  }
+}
 template <int WARPS>
 __device__ __forceinline__ float group_max(float v, float *red) {
   v = warp_max(v);
@@ -236,8 +255,8 @@ __device__ __forceinline__ void layernorm_bwd(const float (&dy)[VPT][8], const f
   EVT_ROWS_FOR_VALID((void)ok; g[v][e] = HW ? dy[v][e] * w[v][e] : dy[v][e];)
   float sg = 0.f, sgx = 0.f;
   EVT_ROWS_FOR_VALID(if (ok) { sg += g[v][e]; sgx += g[v][e] * xh[v][e]; })
-  const float mg = group_sum<WARPS>(sg, red) / (float)n;
-  const float mgx = group_sum<WARPS>(sgx, red) / (float)n;
+  group_sum2<WARPS>(sg, sgx, red);
+  const float mg = sg / (float)n, mgx = sgx / (float)n;
   EVT_ROWS_FOR_VALID((void)ok; dx[v][e] = rs * (g[v][e] - mg - xh[v][e] * mgx);)
 }
 

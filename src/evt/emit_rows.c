@@ -163,7 +163,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
 #undef RIN
   sb(&b, "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R) row_kernel(Params p) {\n");
   sb(&b, "  constexpr int T = WARPS * 32;\n");
-  if (nu != EVT_ROWN_NONE || ncolsum) sb(&b, "  __shared__ float red[R][WARPS];  // one slot per warp of each row-group\n");
+  if (nu != EVT_ROWN_NONE || ncolsum) sb(&b, "  __shared__ float red[R][2 * WARPS];  // two slots per warp of each row-group\n");
   sb(&b, "  const int g = threadIdx.x / T, t = threadIdx.x %% T;\n  const int n = p.n;\n");
   /* per-column vectors: loaded once */
   int hw = s->has_w, hb = s->has_b;
@@ -185,22 +185,31 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
              "    for (int e = 0; e < 8; e++) rs%d[v][e] = 0.f;\n", i, s->nodes[i].name, i);
   /* prefetch of the first row */
   sb(&b, "  const long long stride = (long long)gridDim.x * R;\n");
-  for (int k = 0; k < nrin; k++) sb(&b, "  evt_rows::Raw8<%s> f_%s[VPT];  // %s, one row ahead\n", rin[k].type, rin[k].arr, rin[k].field);
+  if (nrin) sb(&b, "  constexpr bool DEEP = VPT == 1;  // prefetch two rows ahead (one when the row needs more registers)\n");
+  for (int k = 0; k < nrin; k++)
+    sb(&b, "  evt_rows::Raw8<%s> f_%s[VPT], h_%s[VPT];  // %s, one and two rows ahead\n", rin[k].type, rin[k].arr,
+       rin[k].arr, rin[k].field);
   if (nrin) sb(&b, "  {  // the first row\n    const long long row = (long long)blockIdx.x * R + g;\n    const bool live = row < p.m;\n");
   for (int k = 0; k < nrin; k++)
     sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live ? row * n : 0), n, t, live, p.vec, f_%s);\n", rin[k].field,
+       rin[k].arr);
+  if (nrin) sb(&b, "    const long long row2 = row + stride;\n    const bool live2 = DEEP && row2 < p.m;\n");
+  for (int k = 0; k < nrin; k++)
+    sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live2 ? row2 * n : 0), n, t, live2, p.vec, h_%s);\n", rin[k].field,
        rin[k].arr);
   if (nrin) sb(&b, "  }\n");
   sb(&b, "  for (long long base = (long long)blockIdx.x * R; base < p.m; base += stride) {\n");
   sb(&b, "    const long long row = base + g;\n    const bool live = row < p.m;\n"
          "    const long long ro = live ? row * n : 0;  // row offset\n");
   if (nrin) {
-    sb(&b, "    const long long nrow = row + stride;\n    const bool nlive = nrow < p.m;\n");
+    sb(&b, "    const long long nrow = row + (DEEP ? 2 : 1) * stride;  // the row to fetch now\n"
+           "    const bool nlive = nrow < p.m;\n");
     for (int k = 0; k < nrin; k++) {
-      sb(&b, "    evt_rows::Raw8<%s> c_%s[VPT];\n#pragma unroll\n    for (int v = 0; v < VPT; v++) c_%s[v] = f_%s[v];\n",
-         rin[k].type, rin[k].arr, rin[k].arr, rin[k].arr);
-      sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, p.vec, f_%s);\n", rin[k].field,
-         rin[k].arr);
+      sb(&b, "    evt_rows::Raw8<%s> c_%s[VPT];\n#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n"
+             "      c_%s[v] = f_%s[v];\n      if (DEEP) f_%s[v] = h_%s[v];\n    }\n",
+         rin[k].type, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr);
+      sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, p.vec, DEEP ? h_%s : f_%s);\n",
+         rin[k].field, rin[k].arr, rin[k].arr);
     }
   }
   /* nucleus */
