@@ -200,7 +200,8 @@ __device__ __forceinline__ void softmax(const float (&x)[VPT][8], float (&y)[VPT
   EVT_ROWS_FOR_VALID(if (ok) mx = fmaxf(mx, x[v][e]);)
   mx = group_max<WARPS>(mx, red);
   float s = 0.f;
-  EVT_ROWS_FOR_VALID(y[v][e] = ok ? expf(x[v][e] - mx) : 0.f; s += y[v][e];)
+  const float mx2 = mx * 1.4426950408889634f;  // exp(x − max) = 2^(x·log2 e − max·log2 e): one FMA + MUFU.EX2
+  EVT_ROWS_FOR_VALID(y[v][e] = ok ? exp2f(fmaf(x[v][e], 1.4426950408889634f, -mx2)) : 0.f; s += y[v][e];)
   s = group_sum<WARPS>(s, red);
   const float inv = 1.f / s;
   EVT_ROWS_FOR_VALID((void)ok; y[v][e] *= inv;)
