@@ -161,9 +161,10 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
       RIN(f, ctype(s->nodes[i].dtype), a);
     }
 #undef RIN
-  sb(&b, "// one-chunk rows: at least 1024 resident threads per SM (caps registers at 64 per thread)\n"
-         "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : 1)\n"
-         "row_kernel(Params p) {\n");
+  sb(&b, nrowsum ? "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R) row_kernel(Params p) {\n"
+                 : "// one-chunk rows: at least 1024 resident threads per SM (caps registers at 64 per thread)\n"
+                   "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : 1)\n"
+                   "row_kernel(Params p) {\n");
   sb(&b, "  constexpr int T = WARPS * 32;\n");
   if (nu != EVT_ROWN_NONE || ncolsum) sb(&b, "  __shared__ float red[R][2 * WARPS];  // two slots per warp of each row-group\n");
   sb(&b, "  const int g = threadIdx.x / T, t = threadIdx.x %% T;\n  const int n = p.n;\n");
@@ -187,10 +188,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
              "    for (int e = 0; e < 8; e++) rs%d[v][e] = 0.f;\n", i, s->nodes[i].name, i);
   /* prefetch of the first row */
   sb(&b, "  const long long stride = (long long)gridDim.x * R;\n");
-  if (nrin && !nrowsum)
-    sb(&b, "  constexpr bool DEEP = VPT == 1;  // prefetch two rows ahead (one when the row needs more registers)\n");
-  else if (nrin)
-    sb(&b, "  constexpr bool DEEP = false;  // prefetch one row ahead (the row-sum partials need the registers)\n");
+  if (nrin) sb(&b, "  constexpr bool DEEP = VPT == 1;  // prefetch two rows ahead (one when the row needs more registers)\n");
   for (int k = 0; k < nrin; k++)
     sb(&b, "  evt_rows::Raw8<%s> f_%s[VPT], h_%s[VPT];  // %s, one and two rows ahead\n", rin[k].type, rin[k].arr,
        rin[k].arr, rin[k].field);

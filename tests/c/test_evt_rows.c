@@ -120,6 +120,7 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "const float v4 = v2 * v3;") != NULL);
   CHECK(strstr(a, "evt_rows::store8(p.n1_dx + ro, j0, n, full, S1);") != NULL);
   CHECK(strstr(a, "atomic") == NULL); /* row sums are a deterministic two-pass */
+  CHECK(strstr(a, "__launch_bounds__(WARPS * 32 * R) row_kernel") != NULL); /* no forced register cap */
   free(a);
   free(b);
   evt_rspec_example(&s, "chain_rowsum", EVT_F32);
@@ -128,6 +129,7 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "cs10 = evt_rows::group_sum<WARPS>(cs10, red[g]);") != NULL);
   CHECK(strstr(a, "const float v5 = evt_rows::relu(v4);") != NULL);
   CHECK(strstr(a, "rowsum_finalize") == NULL && strstr(a, "g_ws") == NULL);
+  CHECK(strstr(a, "1024 / (WARPS * 32 * R)") != NULL); /* one-chunk rows: >= 1024 resident threads */
   CHECK(strstr(a, "const float *n0_a;") != NULL);
   CHECK(strstr(a, "evt_rows::unpack8(c_L0[v], L0);") != NULL); /* aux loads come from the prefetched row */
   free(a);
