@@ -20,20 +20,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Every f32 tensor becomes `dt`: source types and cast/one_hot targets, then types are re-inferred. */
-static evt_status retype(evt_graph *g, evt_dtype dt) {
-  for (int i = 0; i < g->nnodes; i++) {
-    evt_node *n = &g->nodes[i];
-    bool typed = evt_op_table[n->op].flags & EVT_OPF_TYPED;
-    bool has_dtype = (evt_op_table[n->op].attrs >> EVT_ATTR_DTYPE) & 1u;
-    if ((typed || has_dtype) && n->attr.dtype == EVT_F32 && (typed ? n->type.dtype == EVT_F32 : true)) n->attr.dtype = dt;
-    if (n->op == EVT_OP_CAST && n->attr.dtype == EVT_F32) n->attr.dtype = dt;
-    evt_status st = evt_infer_node(g, n, i);
-    if (st != EVT_OK) return st;
-  }
-  return EVT_OK;
-}
-
 /* mkdir -p */
 static int make_dirs(const char *dir) {
   char buf[4096];
@@ -116,7 +102,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf
     return EVTC_EXIT_USER;
   }
   bool built = false;
-  evt_status st = dtype >= 0 ? retype(g, (evt_dtype)dtype) : EVT_OK;
+  evt_status st = dtype >= 0 ? evt_lower_retype(g, (evt_dtype)dtype) : EVT_OK;
   if (st == EVT_OK && g->loss >= 0) st = evt_train_ensure_joint(g, &built); /* a forward-only graph stays as it is */
   if (st == EVT_OK) st = evt_passes_run_all(g, 0, 0);
   evt_part_plan part;
@@ -173,7 +159,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf
   EVT_ASSERT(jobs && srcs);
   for (int j = 0; j < nk && rc == EVTC_EXIT_OK && emit; j++) {
     const evt_lowered *K = &low.k[uniq[j]];
-    srcs[j] = evt_emit_cutlass(&K->spec, msg, sizeof msg);
+    srcs[j] = K->kind == EVT_LK_GEMM_EVT ? evt_emit_cutlass(&K->spec, msg, sizeof msg) : evt_emit_rows(&K->rspec, msg, sizeof msg);
     if (!srcs[j]) {
       fprintf(stderr, "evtc compile: internal error: group %d: %s\n", K->group, msg);
       rc = EVTC_EXIT_INTERNAL;
@@ -192,8 +178,10 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf
       for (int i = 0; i < low.n; i++) lowered += low.k[i].kind == (evt_lower_kind)k && low.k[i].ok;
       printf("  %-10s %d (lowered %d)\n", evt_lower_kind_name((evt_lower_kind)k), low.count[k], lowered);
     }
-    printf("distinct gemm+evt kernels: %d\n", nk);
-    printf("not lowered:\n");
+    int nkg = 0;
+    for (int j = 0; j < nk; j++) nkg += low.k[uniq[j]].kind == EVT_LK_GEMM_EVT;
+    printf("distinct kernels: %d (gemm+evt %d, row/pointwise %d)\n", nk, nkg, nk - nkg);
+    printf("not lowered (%d):\n", low.n - low.lowered);
     for (int i = 0; i < low.n; i++)
       if (!low.k[i].ok) printf("  %s: %s\n", evt_lower_kind_name(low.k[i].kind), low.k[i].reason);
     printf("arena: %lld bytes (sum of buffers %lld, %.1f%%)\n", (long long)plan.arena_bytes, (long long)plan.naive_bytes,

@@ -25,7 +25,10 @@ static int by_name(const void *a, const void *b) { return strcmp(((const command
 static int usage(FILE *out) {
   fprintf(out, "evt: a compiler for deep-learning training steps\n\n"
                "usage: evtc COMMAND [ARGS]    (evtc COMMAND --help for details)\n\ncommands:\n");
-  for (int i = 0; i < ncommands; i++) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+  for (int i = 0; i < ncommands; i++) { /* first line of each command's help */
+    const char *h = commands[i].help, *nl = strchr(h, '\n');
+    fprintf(out, "  %-10s %.*s\n", commands[i].name, nl ? (int)(nl - h) : (int)strlen(h), h);
+  }
   fprintf(out, "\nexit codes: 0 ok, 1 user error, 2 internal error\n");
   return out == stdout ? EVTC_EXIT_OK : EVTC_EXIT_USER;
 }

@@ -34,6 +34,9 @@ typedef struct lctx {
   char *why;
   size_t whylen;
   int bad;
+  /* row kernels: the nucleus's M x N inputs (graph nodes) are read as acc(IN0/IN1), not loaded again */
+  int row, nrin, rin[2];
+  evt_row_value accsel[EVT_KSPEC_MAX_NODES];
 } lctx;
 
 static bool refuse(lctx *c, int node, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -186,7 +189,9 @@ static int operand(lctx *c, int v, int x, const evt_type *out) {
   const evt_node *xn = &g->nodes[x];
   int s = tile_split(out, c->m, c->n);
   if (s < 0) {
-    refuse(c, v, "shape [%d dims] is not a split of the %lldx%lld tile", out->rank, (long long)c->m, (long long)c->n);
+    char tb[96];
+    refuse(c, v, "shape %s is not a split of the %lldx%lld %s", evt_type_str(out, tb, sizeof tb), (long long)c->m,
+           (long long)c->n, c->row ? "row space" : "tile");
     return -1;
   }
   int64_t xs[EVT_MAX_RANK], bs[EVT_MAX_RANK];
@@ -239,9 +244,18 @@ static int operand(lctx *c, int v, int x, const evt_type *out) {
     return -1;
   }
   size_t es = evt_dtype_size(bn->type.dtype);
-  if ((extent * (int64_t)es) % 16) {
+  if (!c->row && (extent * (int64_t)es) % 16) { /* TMA; row kernels fall back to element accesses */
     refuse(c, v, "operand %%%s: %lld-byte rows are not 16-byte aligned", xn->name, (long long)(extent * (int64_t)es));
     return -1;
+  }
+  for (int k = 0; op == EVT_V_AUX_LOAD && c->row && k < c->nrin; k++) {
+    if (c->rin[k] != base) continue;
+    evt_row_value sel = k == 0 ? EVT_RV_IN0 : EVT_RV_IN1;
+    for (int i = 0; i < c->s->nnodes; i++)
+      if (c->s->nodes[i].op == EVT_V_ACC && c->accsel[i] == sel) return i;
+    int id = add_node(c, v, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
+    if (id >= 0) c->accsel[id] = sel;
+    return id;
   }
   for (int i = 0; i < c->s->nnodes; i++)
     if (c->s->nodes[i].op == op && c->vt[i] == base) return i;
@@ -308,9 +322,10 @@ static bool member(lctx *c, int v) {
   case EVT_OP_SUM: {
     int x = nd->inputs[0];
     const evt_type *xt = &g->nodes[x].type;
-    if (c->vid[x] < 0) return refuse(c, v, "sum of a tensor that is not a tile value of this kernel");
     int s = tile_split(xt, c->m, c->n);
     if (s < 0) return refuse(c, v, "input is not a split of the tile");
+    int xv = operand(c, v, x, xt); /* a member's value, or a tile loaded from memory */
+    if (xv < 0) return false;
     bool rd[EVT_MAX_RANK] = {0};
     if (nd->attr.dims.n == 0)
       for (int i = 0; i < xt->rank; i++) rd[i] = true;
@@ -325,11 +340,11 @@ static bool member(lctx *c, int v) {
     if (!over_m && !over_n)
       return refuse(c, v, "sum over dims that are neither the tile's M dims nor its N dims (visitor has row and column sums only)");
     if (t->dtype != EVT_F32)
-      return refuse(c, v, "sum into %s (row/column sums accumulate in f32 atomics)", evt_dtype_name(t->dtype));
+      return refuse(c, v, "sum into %s (row/column sums are written in f32)", evt_dtype_name(t->dtype));
     char name[24];
     if (over_m) snprintf(name, sizeof name, "rs%d", c->nrsum++);
     else snprintf(name, sizeof name, "cs%d", c->ncsum++);
-    int id = add_node(c, v, over_m ? EVT_V_ROW_SUM : EVT_V_COL_SUM, c->vid[x], -1, EVT_F32, name, v);
+    int id = add_node(c, v, over_m ? EVT_V_ROW_SUM : EVT_V_COL_SUM, xv, -1, EVT_F32, name, v);
     if (id < 0) return false;
     c->vid[v] = -1;
     return true;
@@ -365,6 +380,66 @@ static int operand_layout(const evt_graph *g, const int *group, int gi, int x, i
   return -1;
 }
 
+/* Members of group gi, in id order, except the nucleus and GEMM operand permutes (skip1, skip2). */
+static void members(lctx *c, int skip1, int skip2) {
+  const evt_graph *g = c->g;
+  for (int v = 0; v < g->nnodes && c->bad < 0; v++) {
+    if (c->group[v] != c->gi || v == c->nu || v == skip1 || v == skip2) continue;
+    const evt_node *vn = &g->nodes[v];
+    if (vn->op == EVT_OP_PERMUTE || vn->op == EVT_OP_TRANSPOSE) {
+      refuse(c, v, "a permute inside an epilogue (only GEMM operands absorb permutes, as layouts)");
+      break;
+    }
+    member(c, v);
+  }
+}
+
+/* Stores for every member value read outside the group (or a graph output): sums are bound to their
+ * tensor (or to the view of it that leaves); with want_d, the latest tile value is D (*dmem), the others
+ * aux stores; without, every one is an aux store. */
+static void add_stores(lctx *c, evt_lowered *L, bool want_d, int *dmem) {
+  const evt_graph *g = c->g;
+  const int *group = c->group;
+  int gi = c->gi, n = g->nnodes;
+  *dmem = -1;
+  unsigned char *leaves = calloc((size_t)n + 1, 1);
+  EVT_ASSERT(leaves);
+  for (int v = 0; v < n; v++)
+    if (group[v] == gi && (g->nodes[v].flags & EVT_NODE_OUTPUT)) leaves[v] = 1;
+  for (int w = 0; w < n; w++)
+    for (int k = 0; k < g->nodes[w].ninputs; k++) {
+      int u = g->nodes[w].inputs[k];
+      if (group[u] == gi && group[w] != gi) leaves[u] = 1;
+    }
+  for (int v = n - 1; v >= 0 && want_d && *dmem < 0; v--)
+    if (group[v] == gi && leaves[v] && c->vid[v] >= 0) *dmem = v;
+  for (int i = 0; i < c->s->nnodes; i++) {
+    evt_vop op = c->s->nodes[i].op;
+    if (op != EVT_V_ROW_SUM && op != EVT_V_COL_SUM) continue;
+    int v = L->vtensor[i];
+    if (leaves[v]) continue;
+    for (int w = v + 1; w < n; w++)
+      if (group[w] == gi && leaves[w] && g->nodes[w].ninputs == 1 && g->nodes[w].inputs[0] == v && is_view_op(g->nodes[w].op)) {
+        L->vtensor[i] = w;
+        leaves[w] = 2; /* bound */
+        break;
+      }
+  }
+  for (int v = 0; v < n && c->bad < 0; v++) {
+    if (group[v] != gi || leaves[v] != 1 || c->vid[v] < 0 || v == *dmem) continue;
+    char name[24];
+    snprintf(name, sizeof name, "s%d", c->nstore++);
+    add_node(c, v, EVT_V_AUX_STORE, c->vid[v], -1, g->nodes[v].type.dtype, name, v);
+  }
+  for (int v = 0; v < n && c->bad < 0; v++) /* a view of a sum that leaves beside the sum itself */
+    if (group[v] == gi && leaves[v] == 1 && c->vid[v] < 0 && g->nodes[v].op != EVT_OP_SUM) {
+      bool bound = false;
+      for (int i = 0; i < c->s->nnodes; i++) bound |= L->vtensor[i] == v;
+      if (!bound) refuse(c, v, "a second view of a reduction leaves the group");
+    }
+  free(leaves);
+}
+
 static void lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid) {
   const evt_node *nn = &g->nodes[nu];
   lctx c = {.g = g, .group = group, .gi = gi, .nu = nu, .s = &L->spec, .vid = vid, .vt = L->vtensor,
@@ -397,70 +472,17 @@ static void lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt
   }
   evt_tile_config cfg = {128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
   evt_kspec_init(&L->spec, ta ? EVT_LAYOUT_TN : tb ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, adt, EVT_BF16, cfg);
-  for (int i = 0; i < EVT_KSPEC_MAX_NODES; i++) L->vtensor[i] = -1;
   int acc = add_node(&c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
   vid[nu] = acc;
   if (nn->op == EVT_OP_ADDMM) {
     vid[nu] = -1;
     int bias = operand(&c, nu, nn->inputs[0], &nn->type);
-    int id = bias >= 0 ? add_node(&c, nu, EVT_V_ADD, acc, bias, EVT_F32, NULL, -1) : -1;
-    vid[nu] = id;
+    vid[nu] = bias >= 0 ? add_node(&c, nu, EVT_V_ADD, acc, bias, EVT_F32, NULL, -1) : -1;
   }
-  for (int v = nu + 1; v < g->nnodes && c.bad < 0; v++) {
-    if (group[v] != gi) continue;
-    const evt_node *vn = &g->nodes[v];
-    if ((vn->op == EVT_OP_PERMUTE || vn->op == EVT_OP_TRANSPOSE)) {
-      refuse(&c, v, "a permute inside an epilogue (only GEMM operands absorb permutes, as layouts)");
-      break;
-    }
-    member(&c, v);
-  }
-  /* operand permutes come before the nucleus in id order: nothing else may */
-  for (int v = 0; v < nu && c.bad < 0; v++)
-    if (group[v] == gi && v != a && v != b) refuse(&c, v, "member before the GEMM that is not one of its operands");
-  if (c.bad >= 0) {
-    L->bad_node = c.bad;
-    return;
-  }
-  /* stores: every member that leaves the group; D = the latest tile value among them */
-  int n = g->nnodes, dmem = -1;
-  unsigned char *leaves = calloc((size_t)n + 1, 1);
-  EVT_ASSERT(leaves);
-  for (int v = 0; v < n; v++)
-    if (group[v] == gi && (g->nodes[v].flags & EVT_NODE_OUTPUT)) leaves[v] = 1;
-  for (int w = 0; w < n; w++)
-    for (int k = 0; k < g->nodes[w].ninputs; k++) {
-      int u = g->nodes[w].inputs[k];
-      if (group[u] == gi && group[w] != gi) leaves[u] = 1;
-    }
-  for (int v = n - 1; v >= nu && dmem < 0; v--)
-    if (group[v] == gi && leaves[v] && vid[v] >= 0) dmem = v;
-  /* a reduction's memory is the sum node, or the view of it that leaves the group */
-  for (int i = 0; i < L->spec.nnodes; i++) {
-    evt_vop op = L->spec.nodes[i].op;
-    if (op != EVT_V_ROW_SUM && op != EVT_V_COL_SUM) continue;
-    int v = L->vtensor[i];
-    if (leaves[v]) continue;
-    for (int w = v + 1; w < n; w++)
-      if (group[w] == gi && leaves[w] && g->nodes[w].ninputs == 1 && g->nodes[w].inputs[0] == v && is_view_op(g->nodes[w].op)) {
-        L->vtensor[i] = w;
-        leaves[w] = 2; /* bound */
-        break;
-      }
-  }
-  for (int v = nu; v < n && c.bad < 0; v++) {
-    if (group[v] != gi || !leaves[v] || leaves[v] == 2 || vid[v] < 0 || v == dmem) continue;
-    evt_dtype dt = g->nodes[v].type.dtype;
-    char name[24];
-    snprintf(name, sizeof name, "s%d", c.nstore++);
-    add_node(&c, v, EVT_V_AUX_STORE, vid[v], -1, dt, name, v);
-  }
-  for (int v = nu; v < n && c.bad < 0; v++) /* a view of a sum that leaves beside the sum itself */
-    if (group[v] == gi && leaves[v] == 1 && vid[v] < 0 && g->nodes[v].op != EVT_OP_SUM) {
-      bool bound = false;
-      for (int i = 0; i < L->spec.nnodes; i++) bound |= L->vtensor[i] == v;
-      if (!bound) refuse(&c, v, "a second view of a reduction leaves the group");
-    }
+  /* operand permutes fused as layouts are members too; they are not epilogue nodes */
+  members(&c, group[a] == gi ? a : -1, group[b] == gi ? b : -1);
+  int dmem = -1;
+  if (c.bad < 0) add_stores(&c, L, true, &dmem);
   if (c.bad < 0) {
     if (dmem >= 0) {
       L->d_tensor = dmem;
@@ -468,14 +490,13 @@ static void lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt
       L->spec.d_dtype = g->nodes[dmem].type.dtype;
     } else {
       int last = -1;
-      for (int v = n - 1; v >= nu && last < 0; v--)
+      for (int v = g->nnodes - 1; v >= 0 && last < 0; v--)
         if (group[v] == gi && vid[v] >= 0) last = v;
       L->d_tensor = -1;
       L->spec.d_node = vid[last];
       L->spec.d_dtype = L->spec.ab_dtype;
     }
   }
-  free(leaves);
   if (c.bad >= 0) {
     L->bad_node = c.bad;
     return;
@@ -497,6 +518,117 @@ static void lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt
   evt_kspec_kernel_name(&L->spec, L->kernel);
 }
 
+/* A dense M x N (mn = 1) or N-vector (mn = 0) operand of a row nucleus: its memory node, or -1. */
+static int row_input(lctx *c, int x, bool mn) {
+  int64_t st[EVT_MAX_RANK];
+  int base;
+  const evt_type *t = &c->g->nodes[x].type;
+  if (!mem_strides(c->g, c->group, -1, x, st, &base)) return -1;
+  if (mn ? evt_type_numel(t) != c->m * c->n : evt_type_numel(t) != c->n) return -1;
+  return dense(t->shape, st, 0, t->rank, 1) ? base : -1;
+}
+
+/* A reduce-apply group (nu >= 0) or a nucleus-free group (nu = -1) → evt_rspec. The [M, N] space is the
+ * nucleus's output with N its last (row) dim, or, without a nucleus, the largest tensor a member writes or
+ * reads (N = its last dim). The epilogue is built exactly as for a GEMM into a scratch kspec (acc nodes
+ * carry which nucleus value they read) and then copied; every member value that leaves is an aux store. */
+static void lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid) {
+  evt_kspec *scratch = calloc(1, sizeof *scratch);
+  EVT_ASSERT(scratch);
+  lctx c = {.g = g, .group = group, .gi = gi, .nu = nu, .s = scratch, .vid = vid, .vt = L->vtensor,
+            .why = L->reason, .whylen = sizeof L->reason, .bad = -1, .row = 1};
+  L->kind = nu >= 0 ? EVT_LK_ROW : EVT_LK_POINTWISE;
+  const evt_type *space = NULL;
+  evt_row_nucleus rn = EVT_ROWN_NONE;
+  if (nu >= 0) {
+    const evt_node *nn = &g->nodes[nu];
+    space = &nn->type;
+    switch (nn->op) {
+    case EVT_OP_SOFTMAX: rn = EVT_ROWN_SOFTMAX; break;
+    case EVT_OP_SOFTMAX_BACKWARD: rn = EVT_ROWN_SOFTMAX_BWD; break;
+    case EVT_OP_LAYER_NORM: rn = EVT_ROWN_LAYERNORM; break;
+    case EVT_OP_LAYER_NORM_BACKWARD_INPUT: rn = EVT_ROWN_LAYERNORM_BWD; break;
+    default: refuse(&c, nu, "no row nucleus for %s", evt_op_table[nn->op].name); break;
+    }
+    if (rn == EVT_ROWN_SOFTMAX || rn == EVT_ROWN_SOFTMAX_BWD) {
+      int64_t d = nn->attr.dim < 0 ? nn->attr.dim + space->rank : nn->attr.dim;
+      if (d != space->rank - 1) refuse(&c, nu, "softmax over dim %lld (row kernels reduce the last dim)", (long long)d);
+    }
+    if (space->rank == 0) refuse(&c, nu, "a rank-0 row");
+  } else {
+    int64_t best = -1;
+    for (int v = 0; v < g->nnodes; v++) {
+      if (group[v] != gi) continue;
+      if (evt_type_numel(&g->nodes[v].type) > best) best = evt_type_numel(&g->nodes[v].type), space = &g->nodes[v].type;
+      for (int k = 0; k < g->nodes[v].ninputs; k++) {
+        const evt_type *t = &g->nodes[g->nodes[v].inputs[k]].type;
+        if (evt_type_numel(t) > best) best = evt_type_numel(t), space = t;
+      }
+    }
+  }
+  if (c.bad < 0) {
+    L->n = space->rank ? space->shape[space->rank - 1] : 1;
+    L->m = L->n ? evt_type_numel(space) / L->n : 0;
+    c.m = L->m, c.n = L->n;
+    evt_rspec_init(&L->rspec, rn, nu >= 0 ? g->nodes[g->nodes[nu].inputs[0]].type.dtype : EVT_F32);
+  }
+  if (c.bad < 0 && nu >= 0) {
+    const evt_node *nn = &g->nodes[nu];
+    int nmn = rn == EVT_ROWN_SOFTMAX || rn == EVT_ROWN_LAYERNORM ? 1 : 2;
+    for (int k = 0; k < nn->ninputs && c.bad < 0; k++) {
+      int x = nn->inputs[k];
+      bool mn = k < nmn;
+      int base = row_input(&c, x, mn);
+      evt_dtype dt = g->nodes[x].type.dtype;
+      if (base < 0) refuse(&c, nu, "input %%%s is not a dense %s", g->nodes[x].name, mn ? "M x N tile" : "N-vector");
+      else if (mn && dt != L->rspec.in_dtype)
+        refuse(&c, nu, "inputs of different dtypes (%s, %s)", evt_dtype_name(L->rspec.in_dtype), evt_dtype_name(dt));
+      else if (!float_dtype(dt)) refuse(&c, nu, "input dtype %s", evt_dtype_name(dt));
+      if (c.bad >= 0) break;
+      L->rin[k] = base;
+      if (mn) c.rin[c.nrin++] = base;
+      else {
+        L->rspec.w_dtype = dt;
+        if (k == nmn) L->rspec.has_w = 1;
+        else L->rspec.has_b = 1;
+      }
+    }
+    if (rn == EVT_ROWN_LAYERNORM || rn == EVT_ROWN_LAYERNORM_BWD) L->rspec.eps = nn->attr.eps;
+    if (c.bad < 0) {
+      int acc = add_node(&c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
+      if (acc >= 0) c.accsel[acc] = EVT_RV_OUT;
+      vid[nu] = acc;
+    }
+  }
+  if (c.bad < 0) members(&c, -1, -1);
+  int dmem;
+  if (c.bad < 0) add_stores(&c, L, false, &dmem);
+  /* copy the scratch DAG into the row spec (same ids) */
+  for (int i = 0; i < scratch->nnodes && c.bad < 0; i++) {
+    const evt_vnode *v = &scratch->nodes[i];
+    int id = v->op == EVT_V_ACC      ? evt_rspec_acc(&L->rspec, c.accsel[i])
+             : v->op == EVT_V_SCALAR ? evt_rspec_scalar(&L->rspec, v->value)
+                                     : evt_rspec_add(&L->rspec, v->op, v->in[0], v->in[1], v->dtype, v->name);
+    if (id != i) refuse(&c, nu >= 0 ? nu : c.bad, "row spec rejected node %d", i);
+  }
+  free(scratch);
+  char err[256];
+  if (c.bad < 0 && evt_rspec_check(&L->rspec, err, sizeof err) != EVT_OK) {
+    int first = nu;
+    for (int v = 0; v < g->nnodes && first < 0; v++)
+      if (group[v] == gi) first = v;
+    refuse(&c, first, "%s", err);
+  }
+  if (c.bad >= 0) {
+    L->bad_node = c.bad;
+    L->kind = EVT_LK_UNFUSED;
+    return;
+  }
+  L->ok = 1;
+  L->reason[0] = 0;
+  evt_rspec_kernel_name(&L->rspec, L->kernel);
+}
+
 evt_status evt_lower_plan(const evt_graph *g, const evt_part_plan *plan, evt_lower_result *out) {
   memset(out, 0, sizeof *out);
   if (!plan || !plan->group || plan->ngroups < 0) return EVT_ERR_INVALID;
@@ -511,46 +643,36 @@ evt_status evt_lower_plan(const evt_graph *g, const evt_part_plan *plan, evt_low
     L->nucleus = plan->nucleus[gi];
     L->bad_node = -1;
     L->a_node = L->b_node = L->d_tensor = -1;
+    L->rin[0] = L->rin[1] = L->rin[2] = -1;
     for (int i = 0; i < EVT_KSPEC_MAX_NODES; i++) L->vtensor[i] = -1;
+    for (int v = 0; v < n; v++) vid[v] = -1;
     int nu = L->nucleus;
-    if (nu >= n) return EVT_ERR_INVALID;
-    if (nu < 0) {
-      int first = -1;
-      for (int v = 0; v < n && first < 0; v++)
-        if (plan->group[v] == gi) first = v;
-      L->kind = EVT_LK_POINTWISE;
-      L->bad_node = first;
-      snprintf(L->reason, sizeof L->reason, "group %d: nucleus-free kernel: row/pointwise kernel specs (src/evt/rspec.h) are not on main yet", gi);
-    } else {
-      evt_op_class cls = evt_op_table[g->nodes[nu].op].cls;
-      if (cls == EVT_CLASS_GEMM) {
-        for (int v = 0; v < n; v++) vid[v] = -1;
-        lower_gemm(g, plan->group, gi, nu, L, vid);
-      } else if (cls == EVT_CLASS_ROW && (evt_part_op_flags(g, nu) & EVT_PN_NUCLEUS)) {
-        L->kind = EVT_LK_ROW;
-        L->bad_node = nu;
-        snprintf(L->reason, sizeof L->reason, "group %d: %%%s (%s): row kernel specs (src/evt/rspec.h) are not on main yet", gi,
-                 g->nodes[nu].name, evt_op_table[g->nodes[nu].op].name);
-      } else {
-        L->kind = EVT_LK_UNFUSED;
-        L->bad_node = nu;
-        snprintf(L->reason, sizeof L->reason, "group %d: %%%s (%s): no kernel spec for a %s nucleus", gi, g->nodes[nu].name,
-                 evt_op_table[g->nodes[nu].op].name, evt_op_class_names[cls]);
-      }
+    if (nu >= n) {
+      free(vid);
+      return EVT_ERR_INVALID;
     }
-    /* singletons (pool, embedding, sdpa, ...) are groups without a NUCLEUS flag: not pointwise kernels */
-    if (L->kind == EVT_LK_POINTWISE) {
-      for (int v = 0; v < n; v++) {
-        if (plan->group[v] != gi) continue;
-        unsigned f = evt_part_op_flags(g, v);
-        if ((f & EVT_PN_CUT_IN) && (f & EVT_PN_CUT_OUT)) {
-          L->kind = EVT_LK_UNFUSED;
-          L->bad_node = v;
-          snprintf(L->reason, sizeof L->reason, "group %d: %%%s (%s): a library kernel of its own; no kernel spec", gi,
-                   g->nodes[v].name, evt_op_table[g->nodes[v].op].name);
-          break;
-        }
-      }
+    /* singletons (pool, embedding, sdpa, conv wgrad, ...) are groups without a NUCLEUS flag */
+    int single = -1;
+    for (int v = 0; v < n && single < 0; v++) {
+      if (plan->group[v] != gi) continue;
+      unsigned f = evt_part_op_flags(g, v);
+      if ((f & EVT_PN_CUT_IN) && (f & EVT_PN_CUT_OUT)) single = v;
+    }
+    evt_op_class cls = nu >= 0 ? evt_op_table[g->nodes[nu].op].cls : EVT_CLASS_COUNT;
+    if (single >= 0) {
+      L->kind = EVT_LK_UNFUSED;
+      L->bad_node = single;
+      snprintf(L->reason, sizeof L->reason, "group %d: %%%s (%s): a library kernel of its own; no kernel spec", gi,
+               g->nodes[single].name, evt_op_table[g->nodes[single].op].name);
+    } else if (nu >= 0 && cls == EVT_CLASS_GEMM) {
+      lower_gemm(g, plan->group, gi, nu, L, vid);
+    } else if (nu < 0 || cls == EVT_CLASS_ROW) {
+      lower_rows(g, plan->group, gi, nu, L, vid);
+    } else {
+      L->kind = EVT_LK_UNFUSED;
+      L->bad_node = nu;
+      snprintf(L->reason, sizeof L->reason, "group %d: %%%s (%s): no kernel spec for a %s nucleus", gi, g->nodes[nu].name,
+               evt_op_table[g->nodes[nu].op].name, evt_op_class_names[cls]);
     }
     out->count[L->kind]++;
     out->lowered += L->ok;
@@ -602,14 +724,32 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
   return ok;
 }
 
+/* Every f32 tensor becomes `dt`: source types and cast/one_hot targets, then types are re-inferred. */
+evt_status evt_lower_retype(evt_graph *g, evt_dtype dt) {
+  for (int i = 0; i < g->nnodes; i++) {
+    evt_node *n = &g->nodes[i];
+    bool typed = evt_op_table[n->op].flags & EVT_OPF_TYPED;
+    bool has_dtype = (evt_op_table[n->op].attrs >> EVT_ATTR_DTYPE) & 1u;
+    if ((typed || has_dtype) && n->attr.dtype == EVT_F32 && (typed ? n->type.dtype == EVT_F32 : true)) n->attr.dtype = dt;
+    if (n->op == EVT_OP_CAST && n->attr.dtype == EVT_F32) n->attr.dtype = dt;
+    evt_status st = evt_infer_node(g, n, i);
+    if (st != EVT_OK) return st;
+  }
+  return EVT_OK;
+}
+
 void evt_lower_print(const evt_graph *g, const evt_lower_result *r, FILE *out) {
   static const char *lay[] = {"NN", "NT", "TN"};
   for (int i = 0; i < r->n; i++) {
     const evt_lowered *L = &r->k[i];
-    if (L->ok)
+    if (L->ok && L->kind == EVT_LK_GEMM_EVT)
       fprintf(out, "group %d %s %s: %%%s %s %s->%s M=%lld N=%lld K=%lld, %d visitor nodes\n", i, evt_lower_kind_name(L->kind),
               L->kernel, g->nodes[L->nucleus].name, lay[L->spec.layout], evt_dtype_name(L->spec.ab_dtype),
               evt_dtype_name(L->spec.d_dtype), (long long)L->m, (long long)L->n, (long long)L->k, L->spec.nnodes);
+    else if (L->ok)
+      fprintf(out, "group %d %s %s: %s%s%s M=%lld N=%lld, %d nodes\n", i, evt_lower_kind_name(L->kind), L->kernel,
+              L->nucleus >= 0 ? "%" : "", L->nucleus >= 0 ? g->nodes[L->nucleus].name : "nucleus-free",
+              L->nucleus >= 0 ? "" : "", (long long)L->m, (long long)L->n, L->rspec.nnodes);
     else fprintf(out, "group %d %s: %s\n", i, evt_lower_kind_name(L->kind), L->reason);
   }
 }

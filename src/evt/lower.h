@@ -13,12 +13,15 @@
  *              latest one is D, the others aux_store); sum over the M dims a row_sum, over the N dims a
  *              col_sum. The finished spec must pass evt_kspec_check and evt_vtree_build (a side output
  *              outside D's tree is refused there, with its message).
- *   ROW        a group whose nucleus is a reduce-apply row op (softmax, layer norm, ...)
- *   POINTWISE  a nucleus-free group (elementwise / reductions)
- *              Both wait for the row/pointwise kernel specs (src/evt/rspec.h, not on main yet): they are
- *              listed with kind ROW / POINTWISE, ok = 0 and that reason, never dropped.
+ *   ROW        a group whose nucleus is softmax, softmax_backward, layer_norm or layer_norm_backward_input:
+ *              an evt_rspec (src/evt/rspec.h) over [M, N] = [rows, last dim]; its M x N inputs (x; dy, y;
+ *              dy, x) are read once by the nucleus and reused as acc(IN0/IN1) by the epilogue; w / b are
+ *              N-vectors. The epilogue is built with the same rules as a GEMM's, all outputs are aux stores.
+ *   POINTWISE  a nucleus-free group: an evt_rspec without nucleus over the largest tensor the group writes
+ *              or reads ([M, N] = [rest, last dim]); sums over rows / within rows are row_sum / col_sum.
+ *              Row kernels need no 16-byte alignment (they fall back to element accesses).
  *   UNFUSED    anything that cannot be expressed: a conv / SpMM / bmm nucleus, a library singleton
- *              (pool, embedding, sdpa, ...), or a GEMM group with a member the epilogue cannot hold. The
+ *              (pool, embedding, sdpa, ...), or a group with a member its spec cannot hold. The
  *              reason names the group and the node ("group 3: %erf.118 (erf): no visitor compute for erf").
  *
  * Rules for one epilogue node (evt_lower_can_fuse answers them for one node, so the partitioner's rules
@@ -35,6 +38,7 @@
 #define EVT_LOWER_H
 
 #include "evt/kspec.h"
+#include "evt/rspec.h"
 #include "evt_impl.h"
 
 struct evt_part_plan;
@@ -45,17 +49,20 @@ const char *evt_lower_kind_name(evt_lower_kind k);   /* "gemm+evt", "row", "poin
 typedef struct evt_lowered {
   int group;
   evt_lower_kind kind;
-  int ok;                 /* 1: a complete kernel spec (GEMM+EVT) */
+  int ok;                 /* 1: a complete kernel spec (spec for GEMM+EVT, rspec for ROW / POINTWISE) */
   int nucleus;            /* graph node or -1 */
   int bad_node;           /* node named by the reason, or -1 */
   char reason[320];       /* why not lowered ("" when ok) */
   /* GEMM+EVT only */
   evt_kspec spec;
-  char kernel[40];        /* evt_kernel_<hash> */
+  char kernel[40];        /* evt_kernel_<hash> (GEMM+EVT) or evt_rowkernel_<hash> (ROW / POINTWISE) */
   int64_t m, n, k;
   int a_node, b_node;     /* graph nodes holding A and B in memory (permutes resolved to their input) */
   int d_tensor;           /* graph node stored as D, or -1: D is a scratch tile nobody reads */
-  int vtensor[EVT_KSPEC_MAX_NODES]; /* per visitor node with memory: the graph node it reads/writes; else -1 */
+  int vtensor[EVT_KSPEC_MAX_NODES]; /* per visitor/row node with memory: the graph node it reads/writes; else -1 */
+  /* ROW / POINTWISE only (m, n: the [M, N] iteration space; kernel: evt_rowkernel_<hash>) */
+  evt_rspec rspec;
+  int rin[3];             /* graph nodes read as the nucleus inputs in[0..2] (x / dy, y / x, w, b), or -1 */
 } evt_lowered;
 
 typedef struct evt_lower_result {
@@ -75,6 +82,10 @@ void evt_lower_free(evt_lower_result *r);
  * operands that are themselves tile-shaped count as tile values (fused or aux-loaded). false with the
  * reason in why (may be NULL). */
 bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, size_t whylen);
+
+/* Every f32 tensor of g becomes dt (bf16/f16): source types and cast targets, then every type is
+ * re-inferred. The examples are f32 and GEMM kernel specs take 16-bit operands (evtc compile --dtype). */
+evt_status evt_lower_retype(evt_graph *g, evt_dtype dt);
 
 /* One line per group: "group 3 gemm+evt evt_kernel_...: NT bf16->bf16, 7 visitor nodes" or the reason. */
 void evt_lower_print(const evt_graph *g, const evt_lower_result *r, FILE *out);

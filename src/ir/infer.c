@@ -473,6 +473,15 @@ static void layout_view(const evt_type *t, int64_t layout, bool to_nchw, evt_typ
   evt_type_set_contiguous(out);
 }
 
+/* Messages about an nhwc node name the NCHW views; say so. */
+static evt_status nhwc_note(evt_graph *g, const evt_node *n, evt_status st) {
+  if (st != EVT_OK && n->attr.layout == EVT_LAYOUT_NHWC) {
+    size_t len = strlen(g->error);
+    snprintf(g->error + len, sizeof g->error - len, " (layout=nhwc: shapes shown as NCHW)");
+  }
+  return st;
+}
+
 static evt_status layout_attr(evt_graph *g, const evt_node *n, int id) {
   if (n->attr.layout != EVT_LAYOUT_NCHW && n->attr.layout != EVT_LAYOUT_NHWC)
     FAIL("layout must be nchw or nhwc, got %lld", (long long)n->attr.layout);
@@ -509,7 +518,7 @@ static evt_status conv_out(evt_graph *g, evt_node *n, int id, const evt_type *x,
   return EVT_OK;
 }
 
-static evt_status infer_conv(evt_graph *g, evt_node *n, int id) {
+static evt_status infer_conv_view(evt_graph *g, evt_node *n, int id) {
   CHECK_ST(conv_attrs(g, n, id));
   CHECK_ST(layout_attr(g, n, id));
   int64_t lay = n->attr.layout;
@@ -563,7 +572,7 @@ static evt_status pool_out(evt_graph *g, evt_node *n, int id, const evt_type *x,
   return EVT_OK;
 }
 
-static evt_status infer_pool(evt_graph *g, evt_node *n, int id) {
+static evt_status infer_pool_view(evt_graph *g, evt_node *n, int id) {
   CHECK_ST(layout_attr(g, n, id));
   int64_t lay = n->attr.layout;
   evt_type av, t;
@@ -594,6 +603,9 @@ static evt_status infer_pool(evt_graph *g, evt_node *n, int id) {
   layout_view(&x, lay, false, &n->type);
   return EVT_OK;
 }
+
+static evt_status infer_conv(evt_graph *g, evt_node *n, int id) { return nhwc_note(g, n, infer_conv_view(g, n, id)); }
+static evt_status infer_pool(evt_graph *g, evt_node *n, int id) { return nhwc_note(g, n, infer_pool_view(g, n, id)); }
 
 static evt_status adaptive_out(evt_graph *g, evt_node *n, int id, const evt_type *x, evt_type *out) {
   const evt_ilist *s = &n->attr.shape;
@@ -919,7 +931,7 @@ static evt_status infer_op(evt_graph *g, evt_node *n, int id) {
     evt_type x, y;
     CHECK_ST(layout_attr(g, n, id));
     layout_view(in_type(g, n, 0), n->attr.layout, true, &x);
-    CHECK_ST(adaptive_out(g, n, id, &x, &y));
+    CHECK_ST(nhwc_note(g, n, adaptive_out(g, n, id, &x, &y)));
     layout_view(&y, n->attr.layout, false, &n->type);
     return EVT_OK;
   }
@@ -928,8 +940,8 @@ static evt_status infer_op(evt_graph *g, evt_node *n, int id) {
     CHECK_ST(layout_attr(g, n, id));
     layout_view(in_type(g, n, 0), n->attr.layout, true, &dy);
     layout_view(in_type(g, n, 1), n->attr.layout, true, &x);
-    CHECK_ST(adaptive_out(g, n, id, &x, &y));
-    if (!evt_type_equal(&dy, &y)) FAIL("dy must be %s (the pooled output), got %s", ts(&y), ts(&dy));
+    CHECK_ST(nhwc_note(g, n, adaptive_out(g, n, id, &x, &y)));
+    if (!evt_type_equal(&dy, &y)) return nhwc_note(g, n, evt_graph_errorf(g, id, EVT_ERR_TYPE, "dy must be %s (the pooled output), got %s", ts(&y), ts(&dy)));
     n->type = *in_type(g, n, 1);
     return EVT_OK;
   }

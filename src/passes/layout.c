@@ -1,15 +1,24 @@
 /* Pass: layout folding and permute propagation (to a fixpoint).
  *
  * Contract: requires a well-formed graph; preserves every output value exactly (only data movement changes).
- * Rules:
+ * Local rules (local_sweeps, to a fixpoint):
  *   squeeze(x), unsqueeze(x)              -> reshape(x)       (one view op for the chains below)
  *   reshape(reshape(x)), expand(expand(x))-> one reshape / one expand of x
  *   permute(permute(x, p), q)             -> permute(x, p o q);  permute by the identity -> x
  *   reshape / expand to x's own shape     -> x
- *   elementwise op whose every non-scalar operand is permute(x_i, p), all x_i of one shape, each permute
- *   used only here                        -> permute(op(x_1, ...), p)
- * Pushing permutes down through elementwise chains makes NCHW -> NHWC -> NCHW pairs meet and cancel,
- * without ever adding nodes. Last (the only rule that adds nodes):
+ *   permute moving only size-1 dims       -> reshape
+ *   a chain of <= 4 permutes/reshapes keeping every element at its linear position -> reshape of its root
+ *   permute(expand(u)), expand used once  -> expand(permute of u padded to the rank; often a reshape)
+ *   permute(reshape(permute(y))), the reshape only adding/removing size-1 dims and used once
+ *                                         -> reshape(permute(y)) (the two permutes then fold)
+ *   elementwise op whose non-scalar operands are permute(x_i, p), all x_i of one shape, each permute used
+ *   only here, plus broadcast operands whose order p does not change (a per-channel bias)
+ *                                         -> permute(op(x_1, ..., reshaped broadcasts), p)
+ * Permute propagation (propagate_all; the paper's NCHW <-> NHWC cancellation): for a permutation p undone
+ * by some permute of a computed tensor, the region of elementwise ops and sum/mean/amax reachable from such
+ * permutes is rebuilt in the p order (dims remapped; per-channel broadcasts reshaped), users outside read a
+ * permute back, and the attempt is kept only if, after the local rules, fewer permutes remain (else undone).
+ * Last (the only rule that adds permutes):
  *   permute(y) used by several nodes, some of them GEMMs (mm, bmm), y not an input/param
  *                                         -> one copy per GEMM user, so each GEMM absorbs its own copy as an
  *                                            operand layout (the partitioner fuses a permute into one consumer)
@@ -131,40 +140,72 @@ static int push_permute(evt_graph *g, int id, const int *uses, int nuses) {
   return permute(g, id, evt_rw_op(g, id, op, ins, nin, &attrs, given), &perm);
 }
 
-/* Linear index into the input of permute/reshape node n of the element at linear index i of its output. */
-static int64_t view_index(const evt_graph *g, const evt_node *n, int64_t i) {
-  if (n->op == EVT_OP_RESHAPE) return i;
-  const evt_type *to = &n->type, *ti = &g->nodes[n->inputs[0]].type;
-  int64_t idx[EVT_MAX_RANK], in[EVT_MAX_RANK] = {0}, lin = 0;
-  for (int d = to->rank - 1; d >= 0; d--) idx[d] = i % to->shape[d], i /= to->shape[d];
-  for (int d = 0; d < to->rank; d++) in[n->attr.dims.v[d]] = idx[d]; /* output dim d is input dim dims[d] */
-  for (int d = 0; d < ti->rank; d++) lin = lin * ti->shape[d] + in[d];
-  return lin;
+/* Strides (in elements of the chain's root) of a reshape to ns (rank rn) of a strided view os/ost (rank ro),
+ * or false when the reshape cannot be a strided view. The old dims are cut into chunks that are contiguous
+ * among themselves (size-1 dims join any chunk); the new dims must cover each chunk exactly, innermost first,
+ * and get contiguous strides on top of the chunk's innermost stride. */
+static bool reshape_strides(int ro, const int64_t *os, const int64_t *ost, int rn, const int64_t *ns, int64_t *nst) {
+  int j = rn - 1;
+  int64_t base = ro ? ost[ro - 1] : 1, oprod = 1, nprod = 1;
+  for (int i = ro - 1; i >= 0; i--) {
+    oprod *= os[i];
+    bool chunk_end = i == 0 || (os[i - 1] != 1 && ost[i - 1] != oprod * base);
+    if (!chunk_end) continue;
+    while (j >= 0 && (nprod < oprod || ns[j] == 1)) {
+      nst[j] = nprod * base;
+      nprod *= ns[j--];
+    }
+    if (nprod != oprod) return false;
+    if (i > 0) base = ost[i - 1], oprod = nprod = 1;
+  }
+  for (; j >= 0; j--) {
+    if (ns[j] != 1) return false;
+    nst[j] = base;
+  }
+  return true;
 }
 
-/* A chain of up to 4 permutes/reshapes (at least one permute) below node id whose composition keeps every
- * element at its linear position is a reshape of the chain's root (vit's conv -> [B,C,HW] -> [B,HW,C] in
- * NHWC: reshape(permute(reshape(permute(y)))) is a reshape of y). Checked element by element on small
- * tensors. Returns the root, or -1. */
+/* A chain of up to 4 permutes/reshapes (at least one permute) below node id that, composed, keeps every
+ * element at its linear position is a reshape of the chain's root (vit's conv in NHWC -> [B,C,HW] ->
+ * [B,HW,C] tokens is a reshape of the conv). Decided exactly on strides: the root is viewed through the
+ * chain (permutes reorder shape and strides; reshapes recompute strides or give up), and the result must
+ * be contiguous. Returns the root, or -1. */
 static int identity_chain_root(const evt_graph *g, int id) {
-  const evt_type *t = &g->nodes[id].type;
-  int64_t numel = 1;
-  for (int d = 0; d < t->rank; d++) numel *= t->shape[d];
-  if (numel > (1 << 20)) return -1;
   int chain[4], len = 0, permutes = 0;
   for (int v = id; len < 4; v = g->nodes[v].inputs[0]) {
     const evt_node *n = &g->nodes[v];
     if (n->op != EVT_OP_PERMUTE && n->op != EVT_OP_RESHAPE) break;
     chain[len++] = v;
-    permutes += n->op == EVT_OP_PERMUTE;
-    if (len < 2 || !permutes) continue;
-    bool ident = true;
-    for (int64_t i = 0; i < numel && ident; i++) {
-      int64_t j = i;
-      for (int k = 0; k < len; k++) j = view_index(g, &g->nodes[chain[k]], j);
-      ident = j == i;
+  }
+  for (int l = 1; l <= len; l++) {
+    permutes += g->nodes[chain[l - 1]].op == EVT_OP_PERMUTE;
+    if (l < 2 || !permutes) continue;
+    int root = g->nodes[chain[l - 1]].inputs[0];
+    const evt_type *tr = &g->nodes[root].type;
+    int rank = tr->rank;
+    int64_t shape[EVT_MAX_RANK], st[EVT_MAX_RANK], numel = 1;
+    for (int d = rank - 1; d >= 0; d--) shape[d] = tr->shape[d], st[d] = numel, numel *= tr->shape[d];
+    if (numel == 0) return -1;
+    bool ok = true;
+    for (int k = l - 1; k >= 0 && ok; k--) {
+      const evt_node *n = &g->nodes[chain[k]];
+      int64_t s2[EVT_MAX_RANK], st2[EVT_MAX_RANK];
+      if (n->op == EVT_OP_PERMUTE) {
+        for (int d = 0; d < n->type.rank; d++) s2[d] = shape[n->attr.dims.v[d]], st2[d] = st[n->attr.dims.v[d]];
+      } else {
+        ok = reshape_strides(rank, shape, st, n->type.rank, n->type.shape, st2);
+        for (int d = 0; d < n->type.rank; d++) s2[d] = n->type.shape[d];
+      }
+      rank = n->type.rank;
+      memcpy(shape, s2, sizeof(int64_t) * (size_t)rank);
+      memcpy(st, st2, sizeof(int64_t) * (size_t)rank);
     }
-    if (ident) return n->inputs[0];
+    int64_t want = 1;
+    for (int d = rank - 1; d >= 0 && ok; d--) {
+      if (shape[d] != 1 && st[d] != want) ok = false;
+      want *= shape[d];
+    }
+    if (ok) return root;
   }
   return -1;
 }
@@ -231,6 +272,7 @@ typedef struct prop {
   int *lift;     /* lift[u]: permute(u, p) (or the reshape it is) built or found for a node u outside S */
   int *absorbed; /* absorbed[v]: the same value as v read from the permuted input (keepdim=0 reductions) */
   char *seed;    /* seed[v]: v = permute(x, inverse(p)) of a computed x, pv[v] = x */
+  bool strict;   /* an elementwise op joins only if every operand of its own shape is already permuted */
   int new_permutes;
 } prop;
 
@@ -263,8 +305,11 @@ static int prop_node(prop *P, int v) {
   const evt_node *n = &g->nodes[v];
   int r = P->r;
   if (P->seed[v]) {
-    P->pv[v] = n->inputs[0];
-    return 0;
+    if (P->pv[n->inputs[0]] < 0) {
+      P->pv[v] = n->inputs[0];
+      return 0;
+    }
+    P->seed[v] = 0; /* p is an involution and v permutes a node of S: v is a permute user, it cancels */
   }
   if (is_reduction(n->op)) {
     int u = n->inputs[0];
@@ -299,8 +344,9 @@ static int prop_node(prop *P, int v) {
   for (int k = 0; k < n->ninputs; k++) {
     const evt_type *t = &g->nodes[n->inputs[k]].type;
     if (t->rank > r) return 0;
-    full = full || (P->pv[n->inputs[k]] >= 0 && evt_type_equal(t, &n->type)) ||
-           (P->pv[n->inputs[k]] >= 0 && t->rank == r && !memcmp(t->shape, n->type.shape, sizeof(int64_t) * (size_t)r));
+    bool own = t->rank == r && !memcmp(t->shape, n->type.shape, sizeof(int64_t) * (size_t)r);
+    if (own && P->strict && P->pv[n->inputs[k]] < 0) return 0;
+    full = full || (own && P->pv[n->inputs[k]] >= 0);
   }
   if (!full) return 0; /* follow the activations: some operand of v's own shape is already permuted */
   int ins[EVT_MAX_INPUTS];
@@ -311,11 +357,11 @@ static int prop_node(prop *P, int v) {
   return P->pv[v] < 0 ? -1 : 0;
 }
 
-/* One attempt: builds the permuted forms, estimates the change in real (non-reshape) permutes, and rewires
- * the graph only if the count drops. Returns 1 if rewired, 0 if not, -1 on a builder failure. */
-static int propagate(evt_graph *g, const evt_ilist *p) {
+/* One attempt: builds the permuted forms and rewires the graph (the caller measures the result and may undo
+ * it). Returns 1 if something moved, 0 if not, -1 on a builder failure. */
+static int propagate(evt_graph *g, const evt_ilist *p, bool strict) {
   int n0 = g->nnodes, res = 0;
-  prop P = {.g = g, .n0 = n0, .r = p->n, .p = *p, .inv = *p};
+  prop P = {.g = g, .n0 = n0, .r = p->n, .p = *p, .inv = *p, .strict = strict};
   for (int i = 0; i < p->n; i++) P.inv.v[p->v[i]] = i;
   size_t sz = (size_t)(n0 ? n0 : 1);
   P.pv = malloc(sizeof(int) * sz), P.lift = malloc(sizeof(int) * sz), P.absorbed = malloc(sizeof(int) * sz);
@@ -331,39 +377,22 @@ static int propagate(evt_graph *g, const evt_ilist *p) {
     if (!memcmp(n->attr.dims.v, P.inv.v, sizeof(int64_t) * (size_t)p->n) && !is_source(g->nodes[x].op)) P.seed[i] = 1;
     if (!memcmp(n->attr.dims.v, p->v, sizeof(int64_t) * (size_t)p->n) && P.lift[x] < 0) P.lift[x] = i; /* reuse */
   }
-  for (int v = 0; v < n0 && res == 0; v++) res = prop_node(&P, v);
-  if (res < 0) goto done;
-
-  /* the estimate: seeds all of whose users moved go away; permutes of an S node by p become identities;
-   * an S node read by anything else (or an output) needs a permute back unless that one is a reshape */
-  int delta = P.new_permutes;
-  for (int v = 0; v < n0; v++) {
-    if (P.pv[v] < 0) continue;
-    bool needs_back = false, all_moved = true;
-    for (int w = v + 1; w < n0; w++) {
-      const evt_node *u = &g->nodes[w];
-      for (int k = 0; k < u->ninputs; k++) {
-        if (u->inputs[k] != v) continue;
-        bool moved = (P.pv[w] >= 0 && !P.seed[w]) || P.absorbed[w] >= 0;
-        all_moved = all_moved && moved;
-        if (moved) continue;
-        if (u->op == EVT_OP_PERMUTE) {
-          if (!P.seed[v] && !memcmp(u->attr.dims.v, p->v, sizeof(int64_t) * (size_t)p->n)) delta--;
-        } else {
-          needs_back = true;
-        }
-      }
-    }
-    if (P.seed[v]) {
-      if (all_moved && !(g->nodes[v].flags & EVT_NODE_OUTPUT) && uses[v] > 0) {
-        delta--;
-        P.seed[v] = 2; /* goes away */
-      }
-    } else if ((needs_back || (g->nodes[v].flags & EVT_NODE_OUTPUT)) && !pure_permute(g->nodes[v].type.shape, p)) {
-      delta++;
-    }
+  int moved = 0;
+  for (int v = 0; v < n0 && res == 0; v++) {
+    res = prop_node(&P, v);
+    moved += (P.pv[v] >= 0 && !P.seed[v]) || P.absorbed[v] >= 0;
   }
-  if (delta >= 0) goto done;
+  if (res < 0 || !moved) goto done;
+
+  /* seeds all of whose users moved go away: their names move to what they permuted (below) */
+  for (int v = 0; v < n0; v++) {
+    if (!P.seed[v] || (g->nodes[v].flags & EVT_NODE_OUTPUT) || !uses[v]) continue;
+    bool all_moved = true;
+    for (int w = v + 1; w < n0 && all_moved; w++)
+      for (int k = 0; k < g->nodes[w].ninputs; k++)
+        if (g->nodes[w].inputs[k] == v) all_moved = all_moved && ((P.pv[w] >= 0 && !P.seed[w]) || P.absorbed[w] >= 0);
+    if (all_moved) P.seed[v] = 2;
+  }
 
   for (int v = 0; v < n0 && res == 0; v++) {
     if (P.absorbed[v] >= 0) {
@@ -401,9 +430,19 @@ done:
   return res;
 }
 
-/* Tries propagation once for each permutation that some permute of a computed tensor undoes. Returns the
- * number of committed attempts, -1 on failure. */
-static int propagate_all(evt_graph *g) {
+static int count_permutes(const evt_graph *g) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) c += g->nodes[i].op == EVT_OP_PERMUTE;
+  return c;
+}
+
+static evt_status local_sweeps(evt_graph *g, evt_pass_stats *st);
+
+/* Tries propagation once for each permutation that some permute of a computed tensor undoes. Each attempt is
+ * measured: the rewired graph is folded (local_sweeps) and kept only if fewer permutes remain; otherwise
+ * the node array, outputs and loss saved before the attempt come back (compaction never shrinks the
+ * array's capacity, and names stay valid in the arena). Returns the number of kept attempts, -1 on failure. */
+static int propagate_all(evt_graph *g, evt_pass_stats *st) {
   evt_ilist tried[8];
   int ntried = 0, done = 0;
   for (int i = 0; i < g->nnodes && ntried < 8; i++) {
@@ -417,14 +456,34 @@ static int propagate_all(evt_graph *g) {
     if (seen) continue;
     tried[ntried++] = p;
   }
-  for (int t = 0; t < ntried; t++) {
-    int r = propagate(g, &tried[t]);
-    if (r < 0) return -1;
-    if (r > 0) {
-      done++;
-      evt_status s = evt_graph_compact(g, NULL);
-      if (s != EVT_OK) return -1;
+  for (int t = 0; t < 2 * ntried; t++) { /* each permutation: the whole forward region, then a strict one */
+    int n0 = g->nnodes, no = g->noutputs, loss = g->loss, before = count_permutes(g);
+    evt_node *nodes = malloc(sizeof(evt_node) * (size_t)(n0 ? n0 : 1));
+    int *outs = malloc(sizeof(int) * (size_t)(no ? no : 1));
+    if (!nodes || !outs) evt_fatal(__FILE__, __LINE__, "out of memory");
+    memcpy(nodes, g->nodes, sizeof(evt_node) * (size_t)n0);
+    memcpy(outs, g->outputs, sizeof(int) * (size_t)no);
+    evt_pass_stats trial = *st;
+    int r = propagate(g, &tried[t / 2], t % 2 == 1);
+    evt_status s = r > 0 ? local_sweeps(g, &trial) : EVT_OK;
+    if (r < 0 || s != EVT_OK) {
+      free(nodes), free(outs);
+      return -1;
     }
+    if (r > 0 && count_permutes(g) < before) {
+      *st = trial;
+      done++;
+    } else if (r > 0) {
+      EVT_ASSERT(g->cap >= n0);
+      memcpy(g->nodes, nodes, sizeof(evt_node) * (size_t)n0);
+      g->nnodes = n0;
+      memcpy(g->outputs, outs, sizeof(int) * (size_t)no);
+      g->noutputs = no;
+      g->loss = loss;
+    } else {
+      g->nnodes = n0; /* nothing rewired: drop what the attempt appended */
+    }
+    free(nodes), free(outs);
   }
   return done;
 }
@@ -500,7 +559,8 @@ static void inherit_names(evt_graph *g) {
   free(live);
 }
 
-evt_status evt_pass_layout(evt_graph *g, evt_pass_stats *st) {
+/* The local rules (fold, push_permute) over every node, to a fixpoint, each sweep ending with a compaction. */
+static evt_status local_sweeps(evt_graph *g, evt_pass_stats *st) {
   for (int sweep = 0; sweep < 32; sweep++) {
     int changed = 0, n0 = g->nnodes;
     int *uses = malloc(sizeof(int) * (size_t)(n0 ? n0 : 1));
@@ -523,14 +583,19 @@ evt_status evt_pass_layout(evt_graph *g, evt_pass_stats *st) {
     int removed = 0;
     evt_status s = evt_graph_compact(g, &removed);
     st->removed += removed;
-    if (s != EVT_OK) return s;
-    if (!changed) {
-      int moved = propagate_all(g);
-      if (moved < 0) return EVT_ERR_INTERNAL;
-      if (!moved) break;
-      st->rewrites += moved;
-    }
+    if (s != EVT_OK || !changed) return s;
   }
+  return EVT_OK;
+}
+
+evt_status evt_pass_layout(evt_graph *g, evt_pass_stats *st) {
+  evt_status s = local_sweeps(g, st);
+  for (int round = 0; round < 8 && s == EVT_OK; round++) { /* each kept round removes permutes */
+    int moved = propagate_all(g, st);
+    if (moved < 0) return EVT_ERR_INTERNAL;
+    if (!moved) break;
+  }
+  if (s != EVT_OK) return s;
   int copies = duplicate_gemm_permutes(g);
   if (copies < 0) return EVT_ERR_INTERNAL;
   st->rewrites += copies;

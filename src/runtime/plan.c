@@ -142,7 +142,7 @@ evt_status evt_plan_build(const evt_graph *g, const evt_part_plan *part, const e
     evt_plan_launch *la = &p->launches[i];
     la->group = i;
     la->kernel = &low->k[i];
-    if (la->kernel->ok && la->kernel->d_tensor < 0) {
+    if (la->kernel->ok && la->kernel->kind == EVT_LK_GEMM_EVT && la->kernel->d_tensor < 0) {
       const evt_lowered *K = la->kernel;
       int b = add_buffer(p, K->nucleus, EVT_BUF_SCRATCH, K->m * K->n * (int64_t)evt_dtype_size(K->spec.d_dtype), i, i);
       add_id(&la->writes, &la->nwrites, b);
@@ -223,19 +223,29 @@ void evt_plan_print(const evt_graph *g, const evt_plan *p, FILE *out) {
   for (int i = 0; i < p->nlaunches; i++) {
     const evt_plan_launch *la = &p->launches[i];
     const evt_lowered *K = la->kernel;
-    if (K->ok) fprintf(out, "  %d: group %d %s %s (%%%s)\n", i, la->group, evt_lower_kind_name(K->kind), K->kernel, g->nodes[K->nucleus].name);
+    if (K->ok)
+      fprintf(out, "  %d: group %d %s %s (%s%s)\n", i, la->group, evt_lower_kind_name(K->kind), K->kernel, K->nucleus >= 0 ? "%" : "",
+              K->nucleus >= 0 ? g->nodes[K->nucleus].name : "nucleus-free");
     else fprintf(out, "  %d: group %d %s -- %s\n", i, la->group, evt_lower_kind_name(K->kind), K->reason);
     fprintf(out, "     reads:");
     for (int j = 0; j < la->nreads; j++) fprintf(out, " b%d", la->reads[j]);
     fprintf(out, "\n     writes:");
     for (int j = 0; j < la->nwrites; j++) fprintf(out, " b%d", la->writes[j]);
     fprintf(out, "\n");
-    if (K->ok) {
-      fprintf(out, "     args: A=b%d B=b%d D=", p->buffer_of[K->a_node], p->buffer_of[K->b_node]);
+    if (K->ok && K->kind == EVT_LK_GEMM_EVT) {
+      fprintf(out, "     args: M=%lld N=%lld K=%lld A=b%d B=b%d D=", (long long)K->m, (long long)K->n, (long long)K->k,
+              p->buffer_of[K->a_node], p->buffer_of[K->b_node]);
       if (K->d_tensor >= 0) fprintf(out, "b%d", p->buffer_of[K->d_tensor]);
       else fprintf(out, "scratch");
       for (int v = 0; v < K->spec.nnodes; v++)
         if (K->vtensor[v] >= 0) fprintf(out, " %s=b%d", K->spec.nodes[v].name, p->buffer_of[K->vtensor[v]]);
+      fprintf(out, "\n");
+    } else if (K->ok) {
+      fprintf(out, "     args: M=%lld N=%lld", (long long)K->m, (long long)K->n);
+      for (int k = 0; k < 3; k++)
+        if (K->rin[k] >= 0) fprintf(out, " in%d=b%d", k, p->buffer_of[K->rin[k]]);
+      for (int v = 0; v < K->rspec.nnodes; v++)
+        if (K->vtensor[v] >= 0) fprintf(out, " %s=b%d", K->rspec.nodes[v].name, p->buffer_of[K->vtensor[v]]);
       fprintf(out, "\n");
     }
   }

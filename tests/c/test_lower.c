@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "evt/lower.h"
+#include "evt/rspec.h"
 #include "partition/partition.h"
 #include "passes/passes.h"
 #include "runtime/plan.h"
@@ -335,4 +336,131 @@ TEST(plan_check_catches_overlap_and_dead_reads) {
   }
   evt_plan_free(&plan);
   lowered_free(&lg);
+}
+
+/* max |ref - want| / max(max |want|, 1e-3) over n values */
+static double rel_err(const double *ref, const double *want, int64_t n) {
+  double diff = 0, scale = 1e-3;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs(ref[i] - want[i]);
+    if (!(d <= diff)) diff = d; /* NaN counts as worst */
+    if (fabs(want[i]) > scale) scale = fabs(want[i]);
+  }
+  return diff / scale;
+}
+
+/* Runs g (already joint/optimized) on the interpreter, partitions (greedy) and lowers it, and checks every
+ * lowered kernel's spec reference against the interpreter's values. Returns the number of kernels checked. */
+static int check_lowered_against_interp(evt_graph *g, const char *what, int *tensors_checked) {
+  evt_part_options o = evt_part_options_default();
+  o.use_ilp = 0;
+  o.use_cache = 0;
+  evt_part_plan part;
+  evt_lower_result low;
+  int checked = 0;
+  CHECK(evt_part_plan_build(g, &o, EVT_PART_LAMBDA_DEFAULT, &part) == EVT_OK);
+  CHECK(evt_lower_plan(g, &part, &low) == EVT_OK);
+  int n = g->nnodes;
+  evt_tensor *val = calloc((size_t)n, sizeof *val);
+  CHECK(evt_interp_init_inputs(g, val, 7) == EVT_OK);
+  CHECK(evt_interp_run(g, val, 0, 1) == EVT_OK);
+  for (int gi = 0; gi < low.n; gi++) {
+    const evt_lowered *L = &low.k[gi];
+    if (!L->ok) continue;
+    int nn = L->kind == EVT_LK_GEMM_EVT ? L->spec.nnodes : L->rspec.nnodes;
+    double *mem[EVT_KSPEC_MAX_NODES] = {0};
+    bool bad = false;
+    for (int i = 0; i < nn && !bad; i++) {
+      evt_vop op = L->kind == EVT_LK_GEMM_EVT ? L->spec.nodes[i].op : L->rspec.nodes[i].op;
+      if (L->vtensor[i] < 0) continue;
+      const evt_tensor *t = &val[L->vtensor[i]];
+      int64_t want = op == EVT_V_ROW_SUM || op == EVT_V_ROW_BCAST ? L->n : op == EVT_V_COL_SUM || op == EVT_V_COL_BCAST ? L->m : L->m * L->n;
+      CHECK_MSG(t->numel == want, "%s group %d node %d: %lld elements, want %lld", what, gi, i, (long long)t->numel, (long long)want);
+      bad = t->numel != want;
+      mem[i] = evt_vop_class(op) == 'S' ? calloc((size_t)want, sizeof(double)) : t->data;
+    }
+    double *d = NULL;
+    if (!bad && L->kind == EVT_LK_GEMM_EVT) {
+      d = calloc((size_t)(L->m * L->n), sizeof *d);
+      evt_kspec_reference(&L->spec, L->m, L->n, L->k, val[L->a_node].data, val[L->b_node].data, mem, d);
+      if (L->d_tensor >= 0) {
+        double r = rel_err(d, val[L->d_tensor].data, L->m * L->n);
+        CHECK_MSG(r < 3e-2, "%s group %d (%s): D vs %%%s: relative error %g", what, gi, L->kernel, g->nodes[L->d_tensor].name, r);
+        (*tensors_checked)++;
+      }
+    } else if (!bad) {
+      const double *in[3] = {NULL, NULL, NULL};
+      for (int k = 0; k < 3; k++)
+        if (L->rin[k] >= 0) in[k] = val[L->rin[k]].data;
+      evt_rspec_reference(&L->rspec, L->m, L->n, in, mem, NULL, NULL);
+    }
+    for (int i = 0; i < nn; i++) {
+      evt_vop op = L->kind == EVT_LK_GEMM_EVT ? L->spec.nodes[i].op : L->rspec.nodes[i].op;
+      if (L->vtensor[i] < 0 || evt_vop_class(op) != 'S') continue;
+      if (!bad) {
+        const evt_tensor *t = &val[L->vtensor[i]];
+        double r = rel_err(mem[i], t->data, t->numel);
+        CHECK_MSG(r < 3e-2, "%s group %d (%s): store %d vs %%%s: relative error %g", what, gi, L->kernel, i,
+                  g->nodes[L->vtensor[i]].name, r);
+        (*tensors_checked)++;
+      }
+      free(mem[i]);
+    }
+    free(d);
+    checked += !bad;
+  }
+  for (int i = 0; i < n; i++) evt_tensor_free(&val[i]);
+  free(val);
+  evt_lower_free(&low);
+  evt_part_plan_free(&part);
+  return checked;
+}
+
+/* Every lowered kernel of every example (as bf16), run through its spec's CPU reference on the values
+ * the interpreter computed for the whole graph, reproduces the group's outputs: the memory bindings
+ * (A/B layouts, loads, row/col broadcasts, stores, sums, nucleus inputs) mean what the graph means. */
+TEST(lower_specs_reproduce_the_interpreter) {
+  glob_t gl;
+  if (glob("examples/*.evt", 0, NULL, &gl) != 0) {
+    CHECK_MSG(0, "no examples/*.evt (run from the repository root)");
+    return;
+  }
+  int checked = 0, tensors_checked = 0;
+  for (size_t e = 0; e < gl.gl_pathc; e++) {
+    char *err = NULL;
+    evt_graph *g = evt_parse_file(gl.gl_pathv[e], &err);
+    free(err);
+    if (!g) continue;
+    CHECK(evt_lower_retype(g, EVT_BF16) == EVT_OK);
+    CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+    CHECK(evt_passes_run_all(g, 0, 0) == EVT_OK);
+    checked += check_lowered_against_interp(g, gl.gl_pathv[e], &tensors_checked);
+    evt_graph_free(g);
+  }
+  globfree(&gl);
+  printf("  %d lowered kernels, %d output tensors checked against the interpreter\n", checked, tensors_checked);
+  CHECK(checked >= 20);
+}
+
+/* Row groups whose epilogues read the nucleus inputs (acc IN0 / IN1), w/b vectors, broadcasts and sums. */
+TEST(lower_row_groups_reproduce_the_interpreter) {
+  const char *text =
+      "graph rows {\n"
+      "  %x: f32[16,24] = input()\n  %dy: f32[16,24] = input()\n  %w: f32[24] = param()\n  %b: f32[24] = param()\n"
+      "  %c: f32[16,1] = input()\n"
+      "  %dx = layer_norm_backward_input(%dy, %x, %w)\n  %o1 = add(%dx, %dy)\n  %o2 = mul(%o1, %x)\n"
+      "  %s1 = sum(%o2, dims=[0])\n"
+      "  %y = layer_norm(%x, %w, %b)\n  %o3 = sub(%y, %x)\n  %o4 = mul(%o3, %c)\n"
+      "  %p = softmax(%o4, dim=1)\n  %sb = softmax_backward(%dy, %p, dim=1)\n  %o5 = add(%sb, %p)\n  %o6 = relu(%o5)\n"
+      "  %s2 = sum(%o6, dims=[1])\n"
+      "  output %o2\n  output %s1\n  output %o6\n  output %s2\n}\n";
+  char *err = NULL;
+  evt_graph *g = evt_parse(text, "rows", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  int tensors = 0;
+  int checked = check_lowered_against_interp(g, "rows", &tensors);
+  CHECK_MSG(checked >= 3 && tensors >= 4, "%d kernels, %d tensors", checked, tensors);
+  evt_graph_free(g);
 }

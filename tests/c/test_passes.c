@@ -854,3 +854,177 @@ TEST(layout_patch_embedding_tokens_are_a_reshape) {
   CHECK(t >= 0 && g->nodes[t].op == EVT_OP_RESHAPE && g->nodes[g->nodes[t].inputs[0]].op == EVT_OP_ADD);
   evt_graph_free(g);
 }
+
+/* An involution (a transpose): the permute back of a node already moved to the transposed order is a
+ * permute user that cancels, not a new seed; both transposes go. */
+TEST(layout_propagation_involution) {
+  static const char *text = "graph t {\n"
+                            "  %x: f32[3,4] = input()\n"
+                            "  %a: f32[3,4] = exp(%x)\n"
+                            "  %t: f32[4,3] = permute(%a, dims=[1,0])\n"
+                            "  %b: f32[4,3] = relu(%t)\n"
+                            "  %c: f32[3,4] = permute(%b, dims=[1,0])\n"
+                            "  %d: f32[3,4] = sigmoid(%c)\n"
+                            "  %s: f32[4] = sum(%b, dims=[1])\n"
+                            "  output %d, %s\n"
+                            "}\n";
+  evt_graph *g = check_preserves(text, evt_pass_layout, 0, false);
+  if (!g) return;
+  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 0, "%d permutes", count_op(g, EVT_OP_PERMUTE));
+  evt_graph_free(g);
+}
+
+/* Random NCHW DAGs: elementwise ops over activations [2,3,4,5] and per-channel / per-sample broadcasts,
+ * keepdim reductions over random dims (keepdim=0 ones are outputs), conv2d and shape-keeping max/avg pools.
+ * Decompose (channels-last), CSE, then layout keep every value, and layout never leaves more permutes than it
+ * got. */
+static evt_graph *random_nchw_graph(uint64_t seed) {
+  uint64_t s = seed * 2654435761u + 7;
+  evt_graph *g = evt_graph_new("rnd4");
+  int nodes[64], n = 0, full[64], nf = 0;
+  int64_t xs[] = {2, 3, 4, 5}, bs[] = {3}, ws[] = {3, 3, 3, 3};
+  full[nf++] = nodes[n++] = evt_input(g, "x", EVT_F32, 4, xs);
+  full[nf++] = nodes[n++] = evt_input(g, "y", EVT_F32, 4, xs);
+  int b = evt_param(g, "b", EVT_F32, 1, bs), w = evt_param(g, "w", EVT_F32, 4, ws);
+  evt_attr c3[] = {{.name = "shape", .n = 3, .list = {3, 1, 1}}};
+  nodes[n++] = evt_add_op(g, "reshape", &b, 1, c3, 1);
+  static const char *bin[] = {"add", "sub", "mul", "maximum"};
+  static const char *un[] = {"neg", "tanh", "relu", "exp"};
+  for (int tries = 0; n < 28 && tries < 400; tries++) {
+    int a = nodes[rng_next(&s) % (uint64_t)n], c = nodes[rng_next(&s) % (uint64_t)n], f = full[rng_next(&s) % (uint64_t)nf];
+    int id = -1;
+    bool is_full = false;
+    switch (rng_next(&s) % 8) {
+    case 0: case 1: id = evt_add_op(g, bin[rng_next(&s) % 4], (int[]){f, c}, 2, NULL, 0), is_full = true; break;
+    case 2: id = evt_add_op(g, bin[rng_next(&s) % 4], (int[]){a, c}, 2, NULL, 0); break;
+    case 3: id = evt_add_op(g, un[rng_next(&s) % 4], &a, 1, NULL, 0), is_full = a == f; break;
+    case 4: { /* reduction over a random non-empty subset of dims */
+      evt_attr at[2] = {{.name = "dims"}, EVT_ATTR_INT("keepdim", (int64_t)(rng_next(&s) % 3 != 0))};
+      uint64_t mask = 1 + rng_next(&s) % 15;
+      for (int d = 0; d < 4; d++)
+        if (mask >> d & 1) at[0].list[at[0].n++] = d;
+      id = evt_add_op(g, rng_next(&s) % 2 ? "sum" : "mean", &f, 1, at, 2);
+      if (id >= 0 && g->nodes[id].type.rank != 4) {
+        evt_graph_add_output(g, id);
+        id = -1;
+      }
+      break;
+    }
+    case 5: {
+      evt_attr pa[] = {{.name = "padding", .n = 2, .list = {1, 1}}};
+      id = evt_add_op(g, "conv2d", (int[]){f, w}, 2, pa, 1), is_full = true;
+      break;
+    }
+    case 6: case 7: {
+      evt_attr pa[] = {{.name = "kernel", .n = 2, .list = {3, 3}}, {.name = "padding", .n = 2, .list = {1, 1}}};
+      id = evt_add_op(g, rng_next(&s) % 2 ? "max_pool2d" : "avg_pool2d", &f, 1, pa, 2), is_full = true;
+      break;
+    }
+    }
+    if (id < 0) continue;
+    nodes[n++] = id;
+    if (is_full && g->nodes[id].type.shape[0] == 2 && g->nodes[id].type.shape[2] == 4) full[nf++] = id;
+  }
+  int *uses = calloc((size_t)g->nnodes, sizeof(int));
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].ninputs; k++) uses[g->nodes[i].inputs[k]]++;
+  for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i]]++;
+  for (int i = 0; i < g->nnodes; i++)
+    if (!uses[i] && g->nodes[i].op != EVT_OP_INPUT && g->nodes[i].op != EVT_OP_PARAM) evt_graph_add_output(g, i);
+  free(uses);
+  return g;
+}
+
+TEST(random_nchw_graphs_channels_last) {
+  int before = 0, after = 0;
+  for (uint64_t seed = 1; seed <= 60; seed++) {
+    evt_graph *g = random_nchw_graph(seed);
+    CHECK_MSG(evt_graph_verify(g) == EVT_OK, "seed %llu: %s", (unsigned long long)seed, evt_graph_error(g));
+    char *text = evt_graph_to_string(g);
+    evt_graph_free(g);
+    g = text ? check_preserves(text, evt_pass_decompose, 0, false) : NULL;
+    free(text);
+    if (!g) continue;
+    evt_pass_stats st = {0};
+    run_pass(g, evt_pass_cse, &st); /* the pipeline merges the permutes of a shared input before layout */
+    int p1 = count_op(g, EVT_OP_PERMUTE);
+    text = evt_graph_to_string(g);
+    evt_graph_free(g);
+    g = text ? check_preserves(text, evt_pass_layout, 0, false) : NULL;
+    free(text);
+    if (!g) continue;
+    int p2 = count_op(g, EVT_OP_PERMUTE);
+    CHECK_MSG(p2 <= p1, "seed %llu: %d permutes after decompose, %d after layout", (unsigned long long)seed, p1, p2);
+    before += p1, after += p2;
+    evt_graph_free(g);
+  }
+  /* every intermediate is an output here (NCHW at the boundary), so only part of the permutes can go */
+  CHECK_MSG(after < before, "layout left %d of %d permutes", after, before);
+}
+
+/* Random chains of permutes and reshapes (merge two adjacent dims, split one, insert a size-1 dim) on a
+ * [2,3,4] or [4,6] input: the layout pass (chain folding, identity chains as reshapes, unit-reshape and
+ * expand rules) keeps every value, and never leaves more permutes than the chain had. */
+TEST(random_view_chains_keep_values) {
+  int folded = 0;
+  for (uint64_t seed = 1; seed <= 300; seed++) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 3;
+    evt_graph *g = evt_graph_new("chain");
+    int64_t a[] = {2, 3, 4}, b[] = {4, 6};
+    int x = seed % 2 ? evt_input(g, "x", EVT_F32, 3, a) : evt_input(g, "x", EVT_F32, 2, b);
+    int steps = 2 + (int)(rng_next(&s) % 4), permutes = 0;
+    for (int k = 0; k < steps && x >= 0; k++) {
+      const evt_type *t = &g->nodes[x].type;
+      evt_attr at = {.name = "shape"};
+      int r = t->rank;
+      uint64_t kind = rng_next(&s) % 4;
+      if (kind <= 1 && r >= 2) { /* a random permutation */
+        at.name = "dims", at.n = r;
+        for (int i = 0; i < r; i++) at.list[i] = i;
+        for (int i = r - 1; i > 0; i--) {
+          int j = (int)(rng_next(&s) % (uint64_t)(i + 1));
+          int64_t tmp = at.list[i];
+          at.list[i] = at.list[j], at.list[j] = tmp;
+        }
+        x = evt_add_op(g, "permute", &x, 1, &at, 1);
+        permutes++;
+        continue;
+      }
+      int d = (int)(rng_next(&s) % (uint64_t)r);
+      if (kind == 2 && r >= 2 && d + 1 < r) { /* merge d and d+1 */
+        for (int i = 0, o = 0; i < r; i++) at.list[o++] = i == d ? t->shape[i] * t->shape[i + 1] : t->shape[i], i += i == d;
+        at.n = r - 1;
+      } else if (r < 5) { /* split d into (f, size/f) for its smallest factor f, or insert a 1 before d */
+        int64_t n = t->shape[d], f = 2;
+        while (f < n && n % f) f++;
+        for (int i = 0; i < r; i++) {
+          if (i == d) {
+            at.list[at.n++] = f < n ? f : 1;
+            at.list[at.n++] = f < n ? n / f : n;
+          } else {
+            at.list[at.n++] = t->shape[i];
+          }
+        }
+      } else {
+        continue;
+      }
+      x = evt_add_op(g, "reshape", &x, 1, &at, 1);
+    }
+    CHECK_MSG(x >= 0, "seed %llu: %s", (unsigned long long)seed, evt_graph_error(g));
+    if (x < 0) {
+      evt_graph_free(g);
+      continue;
+    }
+    evt_graph_add_output(g, x);
+    char *text = evt_graph_to_string(g);
+    evt_graph_free(g);
+    g = check_preserves(text, evt_pass_layout, 0, false);
+    free(text);
+    if (!g) continue;
+    int left = count_op(g, EVT_OP_PERMUTE);
+    CHECK_MSG(left <= permutes, "seed %llu: %d permutes -> %d", (unsigned long long)seed, permutes, left);
+    folded += left < permutes;
+    evt_graph_free(g);
+  }
+  CHECK(folded > 0);
+}
