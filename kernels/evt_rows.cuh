@@ -7,8 +7,9 @@
 // (the launcher checked N % 8 == 0 and 16-byte aligned pointers, and the chunk lies inside the row),
 // otherwise element by element with bounds checks. Reductions within a row: butterfly warp shuffles, then
 // one shared-memory slot per warp, summed by every thread in the same order (deterministic; all threads of
-// a group see the same value). Every thread of the CTA calls each group reduction (it contains
-// __syncthreads), so callers iterate uniformly. Elementwise math matches evt_vop_apply (src/evt/vref.c).
+// a group see the same value); the group synchronizes on its own named barrier. Kernels are persistent (one
+// wave of CTAs, a grid-stride loop over rows) and fetch the next row's M×N inputs into raw registers before
+// working on the current one; per-column N-vectors (w, b, row broadcasts) are loaded once per thread. Elementwise math matches evt_vop_apply (src/evt/vref.c).
 #ifndef EVT_ROWS_CUH
 #define EVT_ROWS_CUH
 
@@ -75,6 +76,49 @@ __device__ __forceinline__ void load_row(const E *__restrict__ p, int n, int t, 
   }
 }
 
+// A chunk of 8 elements in its storage type (4 or 8 registers): the prefetch buffer of the next row, so
+// its loads stay in flight while the current row is reduced and written.
+template <class T>
+struct Raw8 {
+  uint4 u[(int)sizeof(T) * 8 / 16];
+};
+template <class T>
+__device__ __forceinline__ void fetch8(const T *__restrict__ p, int j0, int n, bool full, Raw8<T> &r) {
+  if (full) {
+#pragma unroll
+    for (int k = 0; k < (int)sizeof(T) * 8 / 16; k++) r.u[k] = reinterpret_cast<const uint4 *>(p + j0)[k];
+  } else {
+    T *q = reinterpret_cast<T *>(r.u);
+#pragma unroll
+    for (int e = 0; e < 8; e++) q[e] = j0 + e < n ? p[j0 + e] : from_f<T>(0.f);
+  }
+}
+template <class T>
+__device__ __forceinline__ void unpack8(const Raw8<T> &r, float (&o)[8]) {
+  const T *q = reinterpret_cast<const T *>(r.u);
+#pragma unroll
+  for (int e = 0; e < 8; e++) o[e] = to_f(q[e]);
+}
+// Row `p` (already offset to the row) into raw chunks; zeros outside the row or when !live.
+template <int T, int VPT, class E>
+__device__ __forceinline__ void fetch_row(const E *__restrict__ p, int n, int t, bool live, bool vec, Raw8<E> (&r)[VPT]) {
+#pragma unroll
+  for (int v = 0; v < VPT; v++) {
+    const int j0 = (v * T + t) * 8;
+    if (live && j0 < n) {
+      fetch8(p, j0, n, vec && j0 + 8 <= n, r[v]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < (int)sizeof(E) * 8 / 16; k++) r[v].u[k] = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+template <int VPT, class E>
+__device__ __forceinline__ void unpack_row(const Raw8<E> (&r)[VPT], float (&o)[VPT][8]) {
+#pragma unroll
+  for (int v = 0; v < VPT; v++) unpack8(r[v], o[v]);
+}
+
 // ---- reductions --------------------------------------------------------------------------------------------
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -86,26 +130,54 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// Barrier of this thread's row-group only (named barrier g + 1; id 0 is __syncthreads), so row-groups of a
+// CTA do not wait for each other.
+template <int WARPS>
+__device__ __forceinline__ void group_sync() {
+  if (WARPS == 1)
+    __syncwarp();
+  else
+    asm volatile("bar.sync %0, %1;" ::"r"((int)(threadIdx.x / (WARPS * 32)) + 1), "r"(WARPS * 32) : "memory");
+}
 // red: this row-group's WARPS shared floats.
 template <int WARPS>
 __device__ __forceinline__ float group_sum(float v, float *red) {
   v = warp_sum(v);
   if (WARPS == 1) return v;
-  __syncthreads();  // earlier readers of red are done
+  group_sync<WARPS>();  // earlier readers of red are done
   if ((threadIdx.x & 31) == 0) red[(threadIdx.x >> 5) % WARPS] = v;
-  __syncthreads();
+  group_sync<WARPS>();
   float s = 0.f;
 #pragma unroll
   for (int k = 0; k < WARPS; k++) s += red[k];
   return s;
 }
+// Two sums with one barrier pair; red must hold 2·WARPS floats.
+template <int WARPS>
+__device__ __forceinline__ void group_sum2(float &a, float &b, float *red) {
+  a = warp_sum(a);
+  b = warp_sum(b);
+  if (WARPS == 1) return;
+  group_sync<WARPS>();
+  if ((threadIdx.x & 31) == 0) {
+    red[(threadIdx.x >> 5) % WARPS] = a;
+    red[WARPS + (threadIdx.x >> 5) % WARPS] = b;
+  }
+  group_sync<WARPS>();
+  a = b = 0.f;
+#pragma unroll
+  for (int k = 0; k < WARPS; k++) {
+    a += red[k];
+    b += red[WARPS + k];
+  }
+}
 template <int WARPS>
 __device__ __forceinline__ float group_max(float v, float *red) {
   v = warp_max(v);
   if (WARPS == 1) return v;
-  __syncthreads();
+  group_sync<WARPS>();
   if ((threadIdx.x & 31) == 0) red[(threadIdx.x >> 5) % WARPS] = v;
-  __syncthreads();
+  group_sync<WARPS>();
   float s = -INFINITY;
 #pragma unroll
   for (int k = 0; k < WARPS; k++) s = fmaxf(s, red[k]);
@@ -128,7 +200,8 @@ __device__ __forceinline__ void softmax(const float (&x)[VPT][8], float (&y)[VPT
   EVT_ROWS_FOR_VALID(if (ok) mx = fmaxf(mx, x[v][e]);)
   mx = group_max<WARPS>(mx, red);
   float s = 0.f;
-  EVT_ROWS_FOR_VALID(y[v][e] = ok ? expf(x[v][e] - mx) : 0.f; s += y[v][e];)
+  const float mx2 = mx * 1.4426950408889634f;  // exp(x − max) = 2^(x·log2 e − max·log2 e): one FMA + MUFU.EX2
+  EVT_ROWS_FOR_VALID(y[v][e] = ok ? exp2f(fmaf(x[v][e], 1.4426950408889634f, -mx2)) : 0.f; s += y[v][e];)
   s = group_sum<WARPS>(s, red);
   const float inv = 1.f / s;
   EVT_ROWS_FOR_VALID((void)ok; y[v][e] *= inv;)
@@ -161,38 +234,30 @@ __device__ __forceinline__ void ln_stats(const float (&x)[VPT][8], float eps, fl
   *rstd = rs;
 }
 
-// y = x̂ (· w) (+ b)
-template <int WARPS, int VPT, class W>
-__device__ __forceinline__ void layernorm(const float (&x)[VPT][8], const W *w, const W *b, float eps, float (&xh)[VPT][8],
-                                          float (&y)[VPT][8], float *mean, float *rstd, int n, int t, bool live,
-                                          bool vec, float *red) {
+// y = x̂ (· w) (+ b); w, b: this thread's columns of the N-vectors (HW / HB: present)
+template <int WARPS, int VPT, bool HW, bool HB>
+__device__ __forceinline__ void layernorm(const float (&x)[VPT][8], const float (&w)[VPT][8], const float (&b)[VPT][8],
+                                          float eps, float (&xh)[VPT][8], float (&y)[VPT][8], float *mean, float *rstd,
+                                          int n, int t, float *red) {
   constexpr int T = WARPS * 32;
   ln_stats<WARPS, VPT>(x, eps, xh, mean, rstd, n, t, red);
-  float wv[VPT][8], bv[VPT][8];
-  if (w) load_row<T, VPT>(w, n, t, live, vec, wv);
-  if (b) load_row<T, VPT>(b, n, t, live, vec, bv);
-  EVT_ROWS_FOR_VALID((void)ok; y[v][e] = xh[v][e] * (w ? wv[v][e] : 1.f) + (b ? bv[v][e] : 0.f);)
+  EVT_ROWS_FOR_VALID((void)ok; y[v][e] = xh[v][e] * (HW ? w[v][e] : 1.f) + (HB ? b[v][e] : 0.f);)
 }
 
 // dx = rstd · (g − mean(g) − x̂ · mean(g·x̂)), g = dy (· w); mean/rstd recomputed from x.
-template <int WARPS, int VPT, class W>
-__device__ __forceinline__ void layernorm_bwd(const float (&dy)[VPT][8], const float (&x)[VPT][8], const W *w, float eps,
-                                              float (&xh)[VPT][8], float (&dx)[VPT][8], int n, int t, bool live,
-                                              bool vec, float *red) {
+template <int WARPS, int VPT, bool HW>
+__device__ __forceinline__ void layernorm_bwd(const float (&dy)[VPT][8], const float (&x)[VPT][8], const float (&w)[VPT][8],
+                                              float eps, float (&xh)[VPT][8], float (&dx)[VPT][8], int n, int t,
+                                              float *red) {
   constexpr int T = WARPS * 32;
   float mu, rs;
   ln_stats<WARPS, VPT>(x, eps, xh, &mu, &rs, n, t, red);
   float g[VPT][8];
-  if (w) {
-    load_row<T, VPT>(w, n, t, live, vec, g);
-    EVT_ROWS_FOR_VALID((void)ok; g[v][e] *= dy[v][e];)
-  } else {
-    EVT_ROWS_FOR_VALID((void)ok; g[v][e] = dy[v][e];)
-  }
+  EVT_ROWS_FOR_VALID((void)ok; g[v][e] = HW ? dy[v][e] * w[v][e] : dy[v][e];)
   float sg = 0.f, sgx = 0.f;
   EVT_ROWS_FOR_VALID(if (ok) { sg += g[v][e]; sgx += g[v][e] * xh[v][e]; })
-  const float mg = group_sum<WARPS>(sg, red) / (float)n;
-  const float mgx = group_sum<WARPS>(sgx, red) / (float)n;
+  group_sum2<WARPS>(sg, sgx, red);
+  const float mg = sg / (float)n, mgx = sgx / (float)n;
   EVT_ROWS_FOR_VALID((void)ok; dx[v][e] = rs * (g[v][e] - mg - xh[v][e] * mgx);)
 }
 
@@ -235,21 +300,28 @@ __device__ __forceinline__ void flush_rowsum(const float (&acc)[VPT][8], float *
 }
 
 // out[j] = Σ_{b < parts} ws[b·n + j] in a fixed order: thread (x, y) of a 32×32 block sums b ≡ y (mod 32)
-// ascending, then y = 0..31 are added in order. Grid: ceil(n / 32) blocks.
+// ascending (loads unrolled by 8, so they are in flight together), then y = 0..31 are added in order.
+// Grid: (ceil(n / 32), number of sums); sum k reads ws + k·parts·n and writes out.p[k].
+struct RowSumOuts {
+  float *p[8];
+};
 static __global__ void __launch_bounds__(1024) rowsum_finalize(const float *__restrict__ ws, int parts, int n,
-                                                               float *__restrict__ out) {
+                                                               RowSumOuts out) {
   __shared__ float s[32][33];
   const int j = blockIdx.x * 32 + threadIdx.x;
+  const float *w = ws + (size_t)blockIdx.y * parts * n;
   float a = 0.f;
-  if (j < n)
-    for (int b = threadIdx.y; b < parts; b += 32) a += ws[(size_t)b * n + j];
+  if (j < n) {
+#pragma unroll 8
+    for (int b = threadIdx.y; b < parts; b += 32) a += w[(size_t)b * n + j];
+  }
   s[threadIdx.y][threadIdx.x] = a;
   __syncthreads();
   if (threadIdx.y == 0 && j < n) {
     float r = 0.f;
 #pragma unroll
     for (int k = 0; k < 32; k++) r += s[k][threadIdx.x];
-    out[j] = r;
+    out.p[blockIdx.y][j] = r;
   }
 }
 

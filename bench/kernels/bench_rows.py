@@ -84,14 +84,14 @@ def main():
         f"Copy bandwidth (1 GiB cudaMemcpyAsync D2D, read+write): {res['copy_bandwidth_GBps']:.1f} GB/s; "
         f"median of {res['reps']} L2-flushed launches; torch {torch.__version__} eager, same method.",
         "",
-        "| op | dtype | M | N | MB moved | evt µs | floor µs | evt/floor | torch µs | torch/evt |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| op | dtype | M | N | MB moved | evt µs | floor µs | evt/floor | copy of same bytes µs | torch µs | torch/evt |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in res["results"]:
         t = e.get("torch_us")
         lines.append(
             f"| {e['op']} | {e['dtype']} | {e['m']} | {e['n']} | {e['bytes'] / 1e6:.1f} | {e['evt_us']:.1f} | "
-            f"{e['floor_us']:.1f} | {e['ratio']:.2f} | {t if t is not None else 'n/a'} | "
+            f"{e['floor_us']:.1f} | {e['ratio']:.2f} | {e.get('copy_same_bytes_us', 'n/a')} | {t if t is not None else 'n/a'} | "
             f"{e.get('speedup_vs_torch', 'n/a')} |"
         )
     lines += ["", "Machine:", "```", res["machine"].strip(), "```", ""]

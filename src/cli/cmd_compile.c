@@ -46,7 +46,7 @@ static int write_file(const char *dir, const char *name, const char *text) {
   return 0;
 }
 
-EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf16|f16] [--solver=ilp|greedy] [--no-cache]",
+EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf16|f16] [--solver=ilp|greedy] [--no-cache] [--fuse-rules=lower]",
              "optimize, partition, lower every group to a kernel spec, plan memory; write DIR/plan.txt\n"
              "  -o DIR           output folder (created if missing)\n"
              "  --emit-cuda      also write DIR/<kernel>.cu for every distinct lowered kernel (generated CUDA C++)\n"
@@ -55,9 +55,11 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf
              "  --build          JIT-compile the emitted kernels with nvcc (needs nvcc and CUTLASS; minutes each)\n"
              "  --dtype bf16|f16 read every f32 tensor of FILE as bf16/f16 (kernel specs take 16-bit operands)\n"
              "  --solver=greedy  partition greedily instead of exactly\n"
-             "  --no-cache       do not read or write the partition cache") {
+             "  --no-cache       do not read or write the partition cache\n"
+             "  --fuse-rules=lower  partition with the lowering's rules (evt_lower_compat): a GEMM group only takes\n"
+             "                   members its kernel spec can hold; default --fuse-rules=shape (the partitioner's own)") {
   const char *path = NULL, *dir = NULL;
-  int emit = 0, stats = 0, build = 0;
+  int emit = 0, stats = 0, build = 0, lower_rules = 0;
   int dtype = -1;
   evt_part_options opt = evt_part_options_default();
   for (int i = 1; i < argc; i++) {
@@ -66,6 +68,8 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf
     else if (!strcmp(a, "--stats")) stats = 1;
     else if (!strcmp(a, "--build")) build = emit = 1;
     else if (!strcmp(a, "--no-cache")) opt.use_cache = 0;
+    else if (!strcmp(a, "--fuse-rules=lower")) lower_rules = 1;
+    else if (!strcmp(a, "--fuse-rules=shape")) lower_rules = 0;
     else if (!strcmp(a, "--solver=ilp")) opt.use_ilp = 1;
     else if (!strcmp(a, "--solver=greedy")) opt.use_ilp = 0;
     else if (!strcmp(a, "-o") && i + 1 < argc) dir = argv[++i];
@@ -108,7 +112,8 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf
   evt_part_plan part;
   bool have_part = false;
   if (st == EVT_OK) {
-    st = evt_part_plan_build(g, &opt, EVT_PART_LAMBDA_DEFAULT, &part);
+    st = lower_rules ? evt_lower_partition(g, &opt, EVT_PART_LAMBDA_DEFAULT, &part)
+                     : evt_part_plan_build(g, &opt, EVT_PART_LAMBDA_DEFAULT, &part);
     have_part = st == EVT_OK;
   }
   if (st != EVT_OK) {

@@ -128,38 +128,109 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "};\n\n");
 
   /* 2b. kernel */
-  sb(&b, "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R) row_kernel(Params p) {\n");
   int ncolsum = 0;
   for (int i = 0; i < s->nnodes; i++) ncolsum += s->nodes[i].op == EVT_V_COL_SUM;
+  /* M×N row inputs fetched one row ahead: (pointer field, element type, register array) */
+  struct {
+    char field[40];
+    const char *type;
+    char arr[16];
+  } rin[EVT_RSPEC_MAX_NODES + 2];
+  int nrin = 0;
+#define RIN(f, ty, a)                                           \
+  do {                                                          \
+    snprintf(rin[nrin].field, sizeof rin[nrin].field, "%s", f); \
+    rin[nrin].type = ty;                                        \
+    snprintf(rin[nrin].arr, sizeof rin[nrin].arr, "%s", a);     \
+    nrin++;                                                     \
+  } while (0)
+  if (nu == EVT_ROWN_SOFTMAX || nu == EVT_ROWN_LAYERNORM) RIN("x", in_t, "in0");
+  if (nu == EVT_ROWN_SOFTMAX_BWD) {
+    RIN("dy", in_t, "in0");
+    RIN("y", in_t, "in1");
+  }
+  if (nu == EVT_ROWN_LAYERNORM_BWD) {
+    RIN("dy", in_t, "in0");
+    RIN("x", in_t, "in1");
+  }
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_AUX_LOAD) {
+      char f[40], a[16];
+      snprintf(f, sizeof f, "n%d_%s", i, s->nodes[i].name);
+      snprintf(a, sizeof a, "L%d", i);
+      RIN(f, ctype(s->nodes[i].dtype), a);
+    }
+#undef RIN
+  sb(&b, nrowsum ? "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R) row_kernel(Params p) {\n"
+                 : "// one-chunk rows: at least 1024 resident threads per SM (caps registers at 64 per thread)\n"
+                   "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : 1)\n"
+                   "row_kernel(Params p) {\n");
   sb(&b, "  constexpr int T = WARPS * 32;\n");
-  if (nu != EVT_ROWN_NONE || ncolsum) sb(&b, "  __shared__ float red[R][WARPS];  // one slot per warp of each row-group\n");
+  if (nu != EVT_ROWN_NONE || ncolsum) sb(&b, "  __shared__ float red[R][2 * WARPS];  // two slots per warp of each row-group\n");
   sb(&b, "  const int g = threadIdx.x / T, t = threadIdx.x %% T;\n  const int n = p.n;\n");
+  /* per-column vectors: loaded once */
+  int hw = s->has_w, hb = s->has_b;
+  if (nu == EVT_ROWN_LAYERNORM || nu == EVT_ROWN_LAYERNORM_BWD) {
+    sb(&b, "  float nu_w[VPT][8], nu_b[VPT][8];  // this thread's columns of w / b (loaded once)\n");
+    sb(&b, hw ? "  evt_rows::load_row<T, VPT>(p.w, n, t, true, p.vec, nu_w);\n"
+              : "  evt_rows::load_row<T, VPT>((const float *)nullptr, n, t, false, false, nu_w);  // no w\n");
+    sb(&b, hb ? "  evt_rows::load_row<T, VPT>(p.b, n, t, true, p.vec, nu_b);\n"
+              : "  evt_rows::load_row<T, VPT>((const float *)nullptr, n, t, false, false, nu_b);  // no b\n");
+  }
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_ROW_BCAST)
+      sb(&b, "  float L%d[VPT][8];  // row_bcast %s (loaded once)\n  evt_rows::load_row<T, VPT>(p.n%d_%s, n, t, true, p.vec, L%d);\n",
+         i, s->nodes[i].name, i, s->nodes[i].name, i);
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_ROW_SUM)
       sb(&b, "  float rs%d[VPT][8];  // partial %s = sum over this CTA's rows\n"
              "#pragma unroll\n  for (int v = 0; v < VPT; v++)\n#pragma unroll\n"
              "    for (int e = 0; e < 8; e++) rs%d[v][e] = 0.f;\n", i, s->nodes[i].name, i);
-  sb(&b, "  for (long long base = (long long)blockIdx.x * R; base < p.m; base += (long long)gridDim.x * R) {\n");
+  /* prefetch of the first row */
+  sb(&b, "  const long long stride = (long long)gridDim.x * R;\n");
+  if (nrin) sb(&b, "  constexpr bool DEEP = VPT == 1;  // prefetch two rows ahead (one when the row needs more registers)\n");
+  for (int k = 0; k < nrin; k++)
+    sb(&b, "  evt_rows::Raw8<%s> f_%s[VPT], h_%s[VPT];  // %s, one and two rows ahead\n", rin[k].type, rin[k].arr,
+       rin[k].arr, rin[k].field);
+  if (nrin) sb(&b, "  {  // the first row\n    const long long row = (long long)blockIdx.x * R + g;\n    const bool live = row < p.m;\n");
+  for (int k = 0; k < nrin; k++)
+    sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live ? row * n : 0), n, t, live, p.vec, f_%s);\n", rin[k].field,
+       rin[k].arr);
+  if (nrin) sb(&b, "    const long long row2 = row + stride;\n    const bool live2 = DEEP && row2 < p.m;\n");
+  for (int k = 0; k < nrin; k++)
+    sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live2 ? row2 * n : 0), n, t, live2, p.vec, h_%s);\n", rin[k].field,
+       rin[k].arr);
+  if (nrin) sb(&b, "  }\n");
+  sb(&b, "  for (long long base = (long long)blockIdx.x * R; base < p.m; base += stride) {\n");
   sb(&b, "    const long long row = base + g;\n    const bool live = row < p.m;\n"
          "    const long long ro = live ? row * n : 0;  // row offset\n");
+  if (nrin) {
+    sb(&b, "    const long long nrow = row + (DEEP ? 2 : 1) * stride;  // the row to fetch now\n"
+           "    const bool nlive = nrow < p.m;\n");
+    for (int k = 0; k < nrin; k++) {
+      sb(&b, "    evt_rows::Raw8<%s> c_%s[VPT];\n#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n"
+             "      c_%s[v] = f_%s[v];\n      if (DEEP) f_%s[v] = h_%s[v];\n    }\n",
+         rin[k].type, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr);
+      sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, p.vec, DEEP ? h_%s : f_%s);\n",
+         rin[k].field, rin[k].arr, rin[k].arr);
+    }
+  }
   /* nucleus */
   switch (nu) {
     case EVT_ROWN_SOFTMAX:
-      sb(&b, "    float nu_in0[VPT][8], nu_out[VPT][8];\n"
-             "    evt_rows::load_row<T, VPT>(p.x + ro, n, t, live, p.vec, nu_in0);\n"
+      sb(&b, "    float nu_in0[VPT][8], nu_out[VPT][8];\n    evt_rows::unpack_row(c_in0, nu_in0);\n"
              "    evt_rows::softmax<WARPS, VPT>(nu_in0, nu_out, n, t, red[g]);\n");
       break;
     case EVT_ROWN_SOFTMAX_BWD:
       sb(&b, "    float nu_in0[VPT][8], nu_in1[VPT][8], nu_out[VPT][8];\n"
-             "    evt_rows::load_row<T, VPT>(p.dy + ro, n, t, live, p.vec, nu_in0);\n"
-             "    evt_rows::load_row<T, VPT>(p.y + ro, n, t, live, p.vec, nu_in1);\n"
+             "    evt_rows::unpack_row(c_in0, nu_in0);\n    evt_rows::unpack_row(c_in1, nu_in1);\n"
              "    evt_rows::softmax_bwd<WARPS, VPT>(nu_in0, nu_in1, nu_out, n, t, red[g]);\n");
       break;
     case EVT_ROWN_LAYERNORM:
       sb(&b, "    float nu_in0[VPT][8], nu_xhat[VPT][8], nu_out[VPT][8], mean, rstd;\n"
-             "    evt_rows::load_row<T, VPT>(p.x + ro, n, t, live, p.vec, nu_in0);\n"
-             "    evt_rows::layernorm<WARPS, VPT>(nu_in0, p.w, p.b, p.eps, nu_xhat, nu_out, &mean, &rstd, n, t, live, "
-             "p.vec, red[g]);\n");
+             "    evt_rows::unpack_row(c_in0, nu_in0);\n"
+             "    evt_rows::layernorm<WARPS, VPT, %s, %s>(nu_in0, nu_w, nu_b, p.eps, nu_xhat, nu_out, &mean, &rstd, n, t, "
+             "red[g]);\n", hw ? "true" : "false", hb ? "true" : "false");
       if (s->store_stats)
         sb(&b, "    if (live && t == 0) {\n      p.mean[row] = mean;\n      p.rstd[row] = rstd;\n    }\n");
       else
@@ -167,10 +238,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
       break;
     case EVT_ROWN_LAYERNORM_BWD:
       sb(&b, "    float nu_in0[VPT][8], nu_in1[VPT][8], nu_xhat[VPT][8], nu_out[VPT][8];\n"
-             "    evt_rows::load_row<T, VPT>(p.dy + ro, n, t, live, p.vec, nu_in0);\n"
-             "    evt_rows::load_row<T, VPT>(p.x + ro, n, t, live, p.vec, nu_in1);\n"
-             "    evt_rows::layernorm_bwd<WARPS, VPT>(nu_in0, nu_in1, p.w, p.eps, nu_xhat, nu_out, n, t, live, p.vec, "
-             "red[g]);\n");
+             "    evt_rows::unpack_row(c_in0, nu_in0);\n    evt_rows::unpack_row(c_in1, nu_in1);\n"
+             "    evt_rows::layernorm_bwd<WARPS, VPT, %s>(nu_in0, nu_in1, nu_w, p.eps, nu_xhat, nu_out, n, t, red[g]);\n",
+         hw ? "true" : "false");
       break;
     default: break;
   }
@@ -181,13 +251,10 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     if (v->op == EVT_V_COL_SUM) sb(&b, "    float cs%d = 0.f;  // col_sum %s\n", i, v->name);
   }
   sb(&b, "#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n      const int j0 = (v * T + t) * 8;\n"
-         "      if (!live || j0 >= n) continue;\n      const bool full = p.vec && j0 + 8 <= n;\n");
+         "      if (!live || j0 >= n) continue;\n      const bool full = p.vec && j0 + 8 <= n;\n      (void)full;\n");
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
-    if (v->op == EVT_V_AUX_LOAD)
-      sb(&b, "      float L%d[8];\n      evt_rows::load8(p.n%d_%s + ro, j0, n, full, L%d);\n", i, i, v->name, i);
-    if (v->op == EVT_V_ROW_BCAST)
-      sb(&b, "      float L%d[8];\n      evt_rows::load8(p.n%d_%s, j0, n, full, L%d);\n", i, i, v->name, i);
+    if (v->op == EVT_V_AUX_LOAD) sb(&b, "      float L%d[8];\n      evt_rows::unpack8(c_L%d[v], L%d);\n", i, i, i);
     if (v->op == EVT_V_AUX_STORE) sb(&b, "      float S%d[8];\n", i);
   }
   sb(&b, "#pragma unroll\n      for (int e = 0; e < 8; e++) {\n        const bool ok = j0 + e < n;\n        (void)ok;\n");
@@ -196,8 +263,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     int a = v->in[0], c = v->in[1];
     switch (v->op) {
       case EVT_V_ACC: sb(&b, "        const float v%d = %s[v][e];\n", i, acc_arrays[v->sel]); break;
-      case EVT_V_AUX_LOAD:
-      case EVT_V_ROW_BCAST: sb(&b, "        const float v%d = L%d[e];  // %s\n", i, i, v->name); break;
+      case EVT_V_AUX_LOAD: sb(&b, "        const float v%d = L%d[e];  // %s\n", i, i, v->name); break;
+      case EVT_V_ROW_BCAST: sb(&b, "        const float v%d = L%d[v][e];  // %s\n", i, i, v->name); break;
       case EVT_V_COL_BCAST: sb(&b, "        const float v%d = cb%d;\n", i, i); break;
       case EVT_V_SCALAR: sb(&b, "        const float v%d = (float)(%.17g);\n", i, v->value); break;
       case EVT_V_AUX_STORE: sb(&b, "        S%d[e] = v%d;  // %s\n        const float v%d = v%d;\n", i, a, v->name, i, a); break;
@@ -241,27 +308,26 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "template <int WARPS, int VPT>\nstatic int launch(Params p, cudaStream_t st) {\n");
   sb(&b, "  constexpr int R = (%d / WARPS) > 1 ? (%d / WARPS) : 1;\n", nrowsum ? 16 : 8, nrowsum ? 16 : 8);
   sb(&b, "  const long long blocks = ((long long)p.m + R - 1) / R;\n");
+  sb(&b, "  static int resident = 0;  // CTAs of this shape that fit on the GPU at once: the grid (persistent)\n"
+         "  if (!resident) {\n    int dev = 0, sms = 0, occ = 0;\n    cudaGetDevice(&dev);\n"
+         "    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n"
+         "    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, row_kernel<WARPS, VPT, R>, WARPS * 32 * R, 0);\n"
+         "    resident = sms * (occ > 0 ? occ : 1);\n  }\n"
+         "  const int grid = (int)(blocks < resident ? blocks : resident);\n");
   if (nrowsum) {
-    sb(&b, "  static int resident = 0;  // CTAs of this shape that fit on the GPU at once\n"
-           "  if (!resident) {\n    int dev = 0, sms = 0, occ = 0;\n    cudaGetDevice(&dev);\n"
-           "    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n"
-           "    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, row_kernel<WARPS, VPT, R>, WARPS * 32 * R, 0);\n"
-           "    resident = sms * (occ > 0 ? occ : 1);\n  }\n"
-           "  const int grid = (int)(blocks < resident ? blocks : resident);\n"
-           "  const size_t need = (size_t)%d * grid * p.n * sizeof(float);\n"
+    sb(&b, "  const size_t need = (size_t)%d * grid * p.n * sizeof(float);\n"
            "  if (need > g_ws_bytes) {\n    if (g_ws) cudaFree(g_ws);\n    g_ws = nullptr;\n    g_ws_bytes = 0;\n"
            "    if (cudaMalloc(&g_ws, need) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n    g_ws_bytes = need;\n  }\n"
            "  p.ws = g_ws;\n", nrowsum);
-  } else {
-    sb(&b, "  if (blocks > 0x7fffffffLL) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n  const int grid = (int)blocks;\n");
   }
   sb(&b, "  row_kernel<WARPS, VPT, R><<<grid, WARPS * 32 * R, 0, st>>>(p);\n");
-  for (int i = 0, k = 0; i < s->nnodes; i++)
-    if (s->nodes[i].op == EVT_V_ROW_SUM) {
-      sb(&b, "  evt_rows::rowsum_finalize<<<(p.n + 31) / 32, dim3(32, 32), 0, st>>>(p.ws + (size_t)%d * grid * p.n, grid, "
-             "p.n, p.n%d_%s);\n", k, i, s->nodes[i].name);
-      k++;
-    }
+  if (nrowsum) {
+    sb(&b, "  evt_rows::RowSumOuts outs = {};\n");
+    for (int i = 0, k = 0; i < s->nnodes; i++)
+      if (s->nodes[i].op == EVT_V_ROW_SUM) sb(&b, "  outs.p[%d] = p.n%d_%s;\n", k++, i, s->nodes[i].name);
+    sb(&b, "  evt_rows::rowsum_finalize<<<dim3((p.n + 31) / 32, %d), dim3(32, 32), 0, st>>>(p.ws, grid, p.n, outs);\n",
+       nrowsum);
+  }
   sb(&b, "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
   sb(&b, "static bool aligned16(const void *q) { return ((uintptr_t)q & 15) == 0; }\n\n}  // namespace evt_gen_%s\n\n",
      hash);

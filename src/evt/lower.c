@@ -710,6 +710,16 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
     vid[nucleus] = evt_kspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
     if (node != nucleus) {
       const evt_node *vn = &g->nodes[node];
+      /* inputs that are tile values of some kernel: fused members or aux loads, either is fine here */
+      for (int k = 0; k < vn->ninputs; k++) {
+        int x = vn->inputs[k];
+        const evt_node *xn = &g->nodes[x];
+        if (x == nucleus || vid[x] >= 0 || evt_op_table[xn->op].cls == EVT_CLASS_SOURCE || source_view(g, x)) continue;
+        if (evt_type_numel(&xn->type) != c.m * c.n || !float_dtype(xn->type.dtype)) continue;
+        char name[24];
+        snprintf(name, sizeof name, "p%d", k);
+        vid[x] = add_node(&c, x, EVT_V_AUX_LOAD, -1, -1, xn->type.dtype, name, x);
+      }
       if (vn->op == EVT_OP_PERMUTE || vn->op == EVT_OP_TRANSPOSE)
         refuse(&c, node, "a permute inside an epilogue (only GEMM operands absorb permutes, as layouts)");
       else member(&c, node);
@@ -735,6 +745,54 @@ evt_status evt_lower_retype(evt_graph *g, evt_dtype dt) {
     evt_status st = evt_infer_node(g, n, i);
     if (st != EVT_OK) return st;
   }
+  return EVT_OK;
+}
+
+bool evt_lower_compat(const evt_pgraph *g, int nucleus, int member) { /* contract in lower.h */
+  if (!evt_part_compat_evt(g, nucleus, member)) return false;
+  const evt_graph *eg = g->src;
+  if (!eg || member == nucleus) return true;
+  const evt_node *nn = &eg->nodes[nucleus];
+  if (nn->op != EVT_OP_MM && nn->op != EVT_OP_ADDMM) return true;
+  /* a GEMM that cannot lower anyway (operand dtypes, alignment) gains nothing from smaller groups */
+  int ai = nn->op == EVT_OP_ADDMM ? 1 : 0;
+  const evt_type *ta = &eg->nodes[nn->inputs[ai]].type, *tb = &eg->nodes[nn->inputs[ai + 1]].type;
+  if (ta->dtype != tb->dtype || (ta->dtype != EVT_BF16 && ta->dtype != EVT_F16) || nn->type.shape[0] % 8 ||
+      nn->type.shape[1] % 8 || ta->shape[1] % 8)
+    return true;
+  const evt_node *m = &eg->nodes[member];
+  if ((g->nodes[member].flags & EVT_PN_VIEW) && m->ninputs == 1 && evt_pgraph_kernel(g, m->inputs[0]))
+    return evt_lower_compat(g, nucleus, m->inputs[0]); /* a view is its producer's tensor */
+  return evt_lower_can_fuse(eg, nucleus, member, NULL, 0);
+}
+
+evt_status evt_lower_partition(evt_graph *eg, const evt_part_options *opt, double lambda, evt_part_plan *plan) {
+  memset(plan, 0, sizeof *plan);
+  evt_pgraph *g = evt_part_from_graph(eg, lambda);
+  g->compat = evt_lower_compat;
+  evt_pgraph_finish(g); /* edge statuses depend on the hook (FUSE edges that break a pair rule become FREE) */
+  int n = eg->nnodes;
+  plan->group = malloc((size_t)(n + 1) * sizeof(int));
+  EVT_ASSERT(plan->group);
+  evt_status st = evt_part_solve(g, opt, plan->group, &plan->stats);
+  if (st != EVT_OK) {
+    snprintf(eg->error, sizeof eg->error, "%s", g->error);
+    evt_pgraph_free(g);
+    free(plan->group);
+    plan->group = NULL;
+    return st;
+  }
+  plan->cost = evt_part_evaluate(g, plan->group);
+  int k = 0;
+  for (int v = 0; v < n; v++)
+    if (plan->group[v] + 1 > k) k = plan->group[v] + 1;
+  plan->ngroups = k;
+  plan->nucleus = malloc((size_t)(k + 1) * sizeof(int));
+  EVT_ASSERT(plan->nucleus);
+  for (int i = 0; i < k; i++) plan->nucleus[i] = -1;
+  for (int v = 0; v < n; v++)
+    if (plan->group[v] >= 0 && (g->nodes[v].flags & EVT_PN_NUCLEUS)) plan->nucleus[plan->group[v]] = v;
+  evt_pgraph_free(g);
   return EVT_OK;
 }
 

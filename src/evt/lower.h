@@ -42,6 +42,8 @@
 #include "evt_impl.h"
 
 struct evt_part_plan;
+struct evt_part_options;
+struct evt_pgraph;
 
 typedef enum evt_lower_kind { EVT_LK_GEMM_EVT = 0, EVT_LK_ROW, EVT_LK_POINTWISE, EVT_LK_UNFUSED, EVT_LK_COUNT } evt_lower_kind;
 const char *evt_lower_kind_name(evt_lower_kind k);   /* "gemm+evt", "row", "pointwise", "unfused" */
@@ -82,6 +84,15 @@ void evt_lower_free(evt_lower_result *r);
  * operands that are themselves tile-shaped count as tile values (fused or aux-loaded). false with the
  * reason in why (may be NULL). */
 bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, size_t whylen);
+
+/* The partitioner's epilogue-implementability hook (evt_part_compat_fn) with the lowering's rules: the
+ * partitioner's own shape rule (evt_part_compat_evt), and for an mm/addmm nucleus that can lower (16-bit
+ * operands, M, N, K multiples of 8) evt_lower_can_fuse (a view is judged as its producer). Other nuclei: the
+ * shape rule only. */
+bool evt_lower_compat(const struct evt_pgraph *g, int nucleus, int member);
+/* evt_part_plan_build with evt_lower_compat as the hook: GEMM groups then only take members their kernel
+ * spec can hold (evtc compile --fuse-rules=lower). */
+evt_status evt_lower_partition(evt_graph *eg, const struct evt_part_options *opt, double lambda, struct evt_part_plan *plan);
 
 /* Every f32 tensor of g becomes dt (bf16/f16): source types and cast targets, then every type is
  * re-inferred. The examples are f32 and GEMM kernel specs take 16-bit operands (evtc compile --dtype). */

@@ -139,6 +139,9 @@ evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen) {
     }
     outputs += evt_vop_class(v->op) == 'S';
   }
+  int nrs = 0;
+  for (int i = 0; i < s->nnodes; i++) nrs += s->nodes[i].op == EVT_V_ROW_SUM;
+  if (nrs > 8) return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: at most 8 row_sum nodes (%d)", nrs);
   if (!outputs) return fail(err, errlen, EVT_ERR_INVALID, "row spec: no outputs (no store, no statistics)");
   return EVT_OK;
 }

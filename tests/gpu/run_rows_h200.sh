@@ -38,7 +38,6 @@ ls "$K"/*.cu | sed 's/\.cu$//' | xargs -P "$(nproc)" -I{} sh -c \
   'nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC \
    -Ikernels -shared -lcuda -Xptxas -v -o {}.so {}.cu >{}.log 2>&1 || echo "nvcc failed: {}"'
 grep -h "spill" "$K"/*.log | sort | uniq -c | sort -rn | head -5 >"$OUT/ptxas_spills.txt"
-cp "$K"/*.cu "$OUT/" 2>/dev/null
 echo "built in $(( $(date +%s) - t0 )) s"
 rc=0
 if [ "$what" = check ] || [ "$what" = all ]; then
