@@ -38,9 +38,11 @@ static int run_check(evt_graph *g, const evt_part_plan *plan) {
   return rc;
 }
 
-EVTC_COMMAND(partition, "FILE [--solver=ilp|greedy] [--time-limit S] [--dot OUT.dot|--svg OUT.svg] [--stats] [--joint] [--opt]",
+EVTC_COMMAND(partition, "FILE [--solver=ilp|mip|greedy] [--time-limit S] [--dot OUT.dot|--svg OUT.svg] [--stats] [--joint] [--opt]",
              "split FILE into fused kernels and print the groups\n"
-             "  --solver=ilp     exact: decomposition + one CBC MIP per component (default)\n"
+             "  --solver=ilp     exact: decomposition, then per component the down-set DP when the\n"
+             "                   component is narrow, else a CBC MIP (default)\n"
+             "  --solver=mip     exact, without the DP: one CBC MIP per component\n"
              "  --solver=greedy  greedy fusion along the heaviest edges\n"
              "  --time-limit S   seconds per component MIP (default 10); a timeout keeps the best legal grouping\n"
              "  --dot OUT.dot    write the grouped graph as Graphviz; --svg OUT.svg renders it with `dot`\n"
@@ -59,6 +61,7 @@ EVTC_COMMAND(partition, "FILE [--solver=ilp|greedy] [--time-limit S] [--dot OUT.
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--solver=ilp")) opt.use_ilp = 1;
+    else if (!strcmp(a, "--solver=mip")) opt.use_ilp = 1, opt.use_dp = 0;
     else if (!strcmp(a, "--solver=greedy")) opt.use_ilp = 0;
     else if (!strcmp(a, "--stats")) stats = 1;
     else if (!strcmp(a, "--joint")) joint = 1;
@@ -91,7 +94,7 @@ EVTC_COMMAND(partition, "FILE [--solver=ilp|greedy] [--time-limit S] [--dot OUT.
     }
   }
   if (!path) {
-    fprintf(stderr, "usage: evtc partition FILE [--solver=ilp|greedy] [--time-limit S] [--dot OUT.dot|--svg OUT.svg] [--stats] [--joint] [--opt]\n");
+    fprintf(stderr, "usage: evtc partition FILE [--solver=ilp|mip|greedy] [--time-limit S] [--dot OUT.dot|--svg OUT.svg] [--stats] [--joint] [--opt]\n");
     return EVTC_EXIT_USER;
   }
   char *err = NULL;
@@ -143,8 +146,8 @@ EVTC_COMMAND(partition, "FILE [--solver=ilp|greedy] [--time-limit S] [--dot OUT.
       printf("objective: %.0f (bytes + %d kernels x lambda %.0f); greedy %.0f\n", plan.cost.total, plan.cost.groups,
              lambda, base.cost.total);
       if (opt.use_ilp) {
-        printf("components: %d (MIPs %d, trivial %d, cache hits %d of them %d from disk, merged %d, lazy rows %d, largest %d nodes)\n",
-               s->components, s->mips, s->trivial, s->cache_hits, s->disk_hits, s->merges, s->lazy_rows, s->largest_component);
+        printf("components: %d (DP %d, MIPs %d, trivial %d, cache hits %d of them %d from disk, merged %d, lazy rows %d, largest %d nodes)\n",
+               s->components, s->dps, s->mips, s->trivial, s->cache_hits, s->disk_hits, s->merges, s->lazy_rows, s->largest_component);
         if (s->proven) printf("optimality: proven\n");
         else printf("optimality: not proven (%d timeouts, largest gap %.2f%%)\n", s->timeouts, 100 * s->max_gap);
       }

@@ -21,7 +21,8 @@
 #include <time.h>
 
 evt_part_options evt_part_options_default(void) {
-  return (evt_part_options){.use_ilp = 1, .time_limit = 10.0, .decompose = 1, .use_cache = 1, .cache_dir = NULL};
+  return (evt_part_options){.use_ilp = 1, .time_limit = 10.0, .decompose = 1, .use_cache = 1, .cache_dir = NULL,
+                            .use_dp = 1};
 }
 
 static double now_s(void) {
@@ -211,6 +212,23 @@ static void solve_block(ctx *c, const evt_pblock *b, const int *greedy_group, co
     start[i] = i;
     for (int j = 0; j < i; j++)
       if (greedy_group[b->gid[j]] == greedy_group[b->gid[i]]) { start[i] = j; break; }
+  }
+  if (opt->use_dp) {
+    double obj = 0;
+    long nsets = 0;
+    if (evt_dp_solve_block(b, opt->dp_max_sets > 0 ? opt->dp_max_sets : EVT_DP_MAX_SETS, EVT_DP_MAX_WORK, sol, &obj, &nsets)) {
+      if (!evt_pblock_legal(b, sol)) evt_fatal(__FILE__, __LINE__, "DP solution breaks a block constraint");
+      double cost = evt_pblock_cost(b, sol), tol = 1e-12 * (cost > 0 ? cost : 1) + 1e-9;
+      if (cost > obj + tol || cost < obj - tol)
+        evt_fatal(__FILE__, __LINE__, "DP objective %.17g differs from the block cost %.17g", obj, cost);
+      /* ties: keep the greedy grouping when it is optimal too (the MIP keeps its start the same way), so
+       * plans do not change with the solver */
+      if (evt_pblock_legal(b, start) && evt_pblock_cost(b, start) <= cost + tol) memcpy(sol, start, (size_t)n * sizeof(int));
+      st->dps++;
+      if (cache) evt_part_cache_put(cache, b, sol, 1);
+      free(start);
+      return;
+    }
   }
   evt_ilp_result r;
   evt_ilp_solve_block(c->g, b, start, opt->time_limit, sol, &r);

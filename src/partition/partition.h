@@ -137,10 +137,13 @@ typedef struct evt_part_options {
   int decompose;          /* 0: one MIP for the whole graph (tests) */
   int use_cache;          /* in-memory + disk cache of component solutions */
   const char *cache_dir;  /* NULL: $EVT_CACHE_DIR, $XDG_CACHE_HOME/evt, ~/.cache/evt; "" = memory only */
+  int use_dp;             /* 1: try the exact down-set DP (dp.c) before the MIP; 0: MIP only (tests) */
+  long dp_max_sets;       /* DP cap on down-sets per block (0: EVT_DP_MAX_SETS); over it, the MIP */
 } evt_part_options;
 evt_part_options evt_part_options_default(void);
 
 typedef struct evt_part_stats {
+  int dps;                /* blocks solved exactly by the down-set DP (dp.c) */
   int components, mips, trivial, cache_hits, disk_hits, merges, lazy_rows, timeouts;
   int proven;             /* 1 if every component is proven optimal */
   double max_gap;         /* largest relative gap of a component that timed out */
@@ -197,6 +200,14 @@ void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *st
 double evt_pblock_cost(const evt_pblock *b, const int *sol);
 /* Checks a local grouping against the block's constraints (acyclic with fixed arcs, pairs, fuse edges). */
 bool evt_pblock_legal(const evt_pblock *b, const int *sol);
+
+/* ---- dp.c: exact DP over down-sets ---------------------------------------------------------------------- */
+/* Solves block b exactly (n <= 64) when it has at most max_sets down-sets and the group enumeration takes
+ * at most max_work steps: returns 1 with sol[] (local group ids: each group's smallest member) and the
+ * optimal block cost in *objective; 0 when over a cap (the caller uses the MIP). *nsets: down-sets seen. */
+int evt_dp_solve_block(const evt_pblock *b, long max_sets, long max_work, int *sol, double *objective, long *nsets);
+#define EVT_DP_MAX_SETS 200000
+#define EVT_DP_MAX_WORK 20000000L
 
 /* ---- cache.c ------------------------------------------------------------------------------------------ */
 typedef struct evt_part_cache evt_part_cache;

@@ -2,6 +2,7 @@
  * reduce-apply nuclei and nucleus-free groups. No GPU needed; tests/gpu/check_rows.cu runs the kernels. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "evt/rspec.h"
 #include "test.h"
@@ -292,4 +293,70 @@ TEST(reference_nucleus_free_groups) {
   evt_rspec_reference(&s, 2, 2, (const double *const[3]){NULL, NULL, NULL}, t2, NULL, NULL);
   for (int k = 0; k < 4; k++)
     CHECK_NEAR(dx[k], evt_round_to_dtype(evt_vop_apply(EVT_V_GELU_ERF_GRAD, dy[k], x[k] + bias[k % 2]), EVT_BF16), 0);
+}
+
+/* CI compile check: every example (bf16, plus f32 / f16 variants) emitted into one translation unit and
+ * compiled by nvcc for sm_90a, ptxas included (row kernels need no CUTLASS: ~15 s on 2 cores). Cached in
+ * build/rows_ci/ by the FNV hash of the text, so repeated runs skip it until the emitter or header change.
+ * Without nvcc it prints a note and checks nothing. */
+TEST(ci_nvcc_compiles_generated_row_kernels) {
+  if (system("nvcc --version >/dev/null 2>&1") != 0) {
+    fprintf(stderr, "note: ci_nvcc_compiles_generated_row_kernels: no nvcc here, nothing checked\n");
+    return;
+  }
+  size_t cap = 1 << 20, len = 0;
+  char *all = malloc(cap), err[256];
+  CHECK(all != NULL);
+  if (!all) return;
+  all[0] = 0;
+  const evt_dtype dts[3] = {EVT_BF16, EVT_F32, EVT_F16};
+  for (int k = 0; evt_rspec_example_names[k]; k++)
+    for (int d = 0; d < 3; d++) {
+      if (d == 2 && k > 1) continue; /* f16: softmax, softmax_bwd */
+      evt_rspec s;
+      evt_rspec_example(&s, evt_rspec_example_names[k], dts[d]);
+      char *src = evt_emit_rows(&s, err, sizeof err);
+      CHECK_MSG(src != NULL, "%s: %s", evt_rspec_example_names[k], err);
+      if (!src) continue;
+      size_t n = strlen(src);
+      while (len + n + 1 > cap) {
+        cap *= 2;
+        all = realloc(all, cap);
+        if (!all) abort();
+      }
+      memcpy(all + len, src, n + 1);
+      len += n;
+      free(src);
+    }
+  /* the header is part of what is compiled: hash it too */
+  uint64_t h = evt_hash_bytes(0, all, len);
+  FILE *hf = fopen("kernels/evt_rows.cuh", "rb");
+  CHECK(hf != NULL);
+  if (hf) {
+    char buf[4096];
+    size_t r;
+    while ((r = fread(buf, 1, sizeof buf, hf)) > 0) h = evt_hash_bytes(h, buf, r);
+    fclose(hf);
+  }
+  char cu[128], obj[128], cmd[2048];
+  snprintf(cu, sizeof cu, "build/rows_ci/rows-%016llx.cu", (unsigned long long)h);
+  snprintf(obj, sizeof obj, "build/rows_ci/rows-%016llx.o", (unsigned long long)h);
+  struct stat st;
+  if (stat(obj, &st) == 0) { /* compiled before */
+    free(all);
+    return;
+  }
+  CHECK(system("mkdir -p build/rows_ci") == 0);
+  FILE *f = fopen(cu, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs(all, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Ikernels "
+             "-c -o %s.tmp %s >%s.log 2>&1 && mv %s.tmp %s",
+             obj, cu, obj, obj, obj);
+    CHECK_MSG(system(cmd) == 0, "nvcc rejected the generated row kernels; see %s.log", obj);
+  }
+  free(all);
 }
