@@ -9,7 +9,7 @@ CBC_CFLAGS := $(shell pkg-config --cflags cbc 2>/dev/null)
 CBC_LIBS   := $(shell pkg-config --libs cbc 2>/dev/null)
 CFLAGS  = -std=c11 $(OPT) -g -fPIC -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-field-initializers \
           -Werror=switch -D_GNU_SOURCE -Iinclude -Isrc -Ikernels $(CBC_CFLAGS) $(SAN) -MMD -MP
-LDLIBS  = $(CBC_LIBS) -lm -lpthread
+LDLIBS  = $(CBC_LIBS) -lm -lpthread -ldl
 
 LIB_SRC  := $(sort $(shell find src -name '*.c' ! -path 'src/cli/*'))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
@@ -18,7 +18,9 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test asan fuzz clean
+.PHONY: all test asan fuzz clean cuda
+NVCC ?= nvcc
+CUDA_ARCH ?= sm_90
 all: $(BUILD)/libevt.a $(BUILD)/libevt.so $(BUILD)/evtc $(BUILD)/unit_tests
 
 $(BUILD)/obj/%.o: %.c
@@ -37,6 +39,13 @@ $(BUILD)/evtc: $(CLI_OBJ) $(BUILD)/libevt.a
 
 $(BUILD)/unit_tests: $(TEST_OBJ) $(BUILD)/libevt.a
 	$(CC) $(SAN) -o $@ $(TEST_OBJ) $(BUILD)/libevt.a $(LDLIBS)
+
+# The per-node CUDA kernel library, loaded by src/runtime/cuda.c with dlopen (libevt itself never links CUDA).
+# --fmad=false keeps a*b+c as two roundings, like the CPU interpreter.
+cuda: $(BUILD)/libevt_fallback.so
+$(BUILD)/libevt_fallback.so: kernels/evt_fallback.cu kernels/evt_fallback.h kernels/philox.h src/ir/ops.def
+	@mkdir -p $(BUILD)
+	$(NVCC) -O2 --fmad=false -arch=$(CUDA_ARCH) -Xcompiler -fPIC -shared -Ikernels -Isrc -o $@ kernels/evt_fallback.cu
 
 test: all
 	@bash tests/run.sh $(BUILD)

@@ -1,6 +1,6 @@
-/* evtc run: train a `.evt` model with SGD on the CPU interpreter.
+/* evtc run: train a `.evt` model with SGD on the CPU interpreter or on the GPU.
  *
- *   evtc run FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [--every K] [--fp64] [--opt]
+ *   evtc run FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check]
  *
  * Parses FILE ("-": standard input); if it has a loss and no gradient outputs, builds the joint graph;
  * fills inputs and params from their init attributes (seed S); with --opt runs the graph-pass pipeline on
@@ -8,9 +8,13 @@
  * then N times: run the interpreter, print `step K loss L (T ms)`, and update every param
  * p -= lr * grad.p. The data inputs stay the same every step, so a working backward makes the loss go
  * down. Ends with `done: N steps, loss A -> B, T ms/step`.
+ * --device cuda (or gpu) runs each step on the GPU (src/runtime/cuda.h) and the SGD update on the host;
+ * with --check every step is also run on the interpreter and every output compared (check_step); the
+ * step time printed excludes the check. No GPU or no kernel library: exit 1 with "no CUDA device".
  * Exit codes: 0 ok; 1 bad flags, a bad file, no loss, a non-finite loss; 2 an internal error. */
 #include "cli.h"
 #include "passes/passes.h"
+#include "runtime/cuda.h"
 
 #include <errno.h>
 #include <math.h>
@@ -24,7 +28,7 @@ typedef struct {
   double lr;
   unsigned long long seed;
   const char *device;
-  bool fp64, opt;
+  bool fp64, opt, check;
 } run_options;
 
 static double now_ms(void) {
@@ -52,6 +56,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
       o->fp64 = true;
     } else if (!strcmp(a, "--opt")) {
       o->opt = true;
+    } else if (!strcmp(a, "--check")) {
+      o->check = true;
     } else if (!strcmp(a, "--steps") || !strcmp(a, "--every") || !strcmp(a, "--lr") || !strcmp(a, "--seed") ||
                !strcmp(a, "--device")) {
       if (!has_value) {
@@ -98,6 +104,15 @@ static int parse_options(int argc, char **argv, run_options *o) {
   }
   if (o->steps < 0) {
     fprintf(stderr, "evtc run: --steps N is required\n");
+    return EVTC_EXIT_USER;
+  }
+  bool gpu = !strcmp(o->device, "gpu") || !strcmp(o->device, "cuda");
+  if (o->check && !gpu) {
+    fprintf(stderr, "evtc run: --check needs --device cuda\n");
+    return EVTC_EXIT_USER;
+  }
+  if (o->fp64 && gpu) {
+    fprintf(stderr, "evtc run: --fp64 is not supported with --device %s (the GPU rounds to each dtype)\n", o->device);
     return EVTC_EXIT_USER;
   }
   return EVTC_EXIT_OK;
@@ -172,13 +187,72 @@ static evt_status optimize(evt_graph *g, evt_tensor **values) {
   return st;
 }
 
-static int train(evt_graph *g, const run_options *o, evt_tensor *values) {
+/* --check: the largest error of a GPU output against the interpreter's, relative to the largest magnitude of
+ * the interpreter's tensor; NaN anywhere (or a shape mismatch) gives +inf. */
+static double rel_error(const evt_tensor *gpu, const evt_tensor *cpu) {
+  if (!gpu->data || !cpu->data || gpu->numel != cpu->numel) return INFINITY;
+  double maxabs = 0, maxdiff = 0;
+  for (int64_t i = 0; i < cpu->numel; i++) {
+    double a = gpu->data[i], b = cpu->data[i];
+    if (isnan(a) || isnan(b)) return INFINITY;
+    if (isinf(a) || isinf(b)) {
+      if (a != b) return INFINITY;
+      continue;
+    }
+    if (fabs(b) > maxabs) maxabs = fabs(b);
+    if (fabs(a - b) > maxdiff) maxdiff = fabs(a - b);
+  }
+  return maxdiff == 0 ? 0 : maxdiff / (maxabs > 0 ? maxabs : 1e-300);
+}
+
+/* Runs the interpreter on the same inputs as the GPU step that filled the outputs of `values` and compares
+ * every graph output (loss first, then gradients). Leaves the GPU's outputs in `values`. Returns false
+ * (message printed) on a mismatch; *worst gets the largest relative error. */
+static bool check_step(evt_graph *g, evt_tensor *values, long step, double *worst, evt_status *st) {
+  int no = g->noutputs;
+  evt_tensor *saved = calloc((size_t)(no ? no : 1), sizeof *saved);
+  if (!saved) evt_fatal(__FILE__, __LINE__, "out of memory");
+  for (int k = 0; k < no; k++) {
+    saved[k] = values[g->outputs[k]];
+    memset(&values[g->outputs[k]], 0, sizeof(evt_tensor));
+  }
+  *st = evt_interp_run(g, values, 0, 0);
+  bool ok = *st == EVT_OK;
+  for (int k = 0; k < no && ok; k++) {
+    int id = g->outputs[k];
+    evt_dtype dt = g->nodes[id].type.dtype;
+    double tol = dt == EVT_F32 ? 1e-4 : 1e-2;
+    double e = rel_error(&saved[k], &values[id]);
+    if (e > *worst || isnan(e)) *worst = e;
+    if (!(e <= tol)) {
+      printf("check: step %ld output %%%s (%s): max rel error %.3g > %.0e: MISMATCH\n", step,
+             g->nodes[id].name ? g->nodes[id].name : "?", evt_dtype_name(dt), e, tol);
+      ok = false;
+    }
+  }
+  evt_train_release(g, values);
+  for (int k = 0; k < no; k++) values[g->outputs[k]] = saved[k];
+  free(saved);
+  return ok;
+}
+
+static int train(evt_graph *g, const run_options *o, evt_tensor *values, evt_cuda *cuda) {
   evt_status st;
-  double first = NAN, last = NAN, total_ms = 0;
+  double first = NAN, last = NAN, total_ms = 0, check_ms = 0, worst = 0;
+  bool mismatch = false;
   for (long step = 1; step <= o->steps; step++) {
     double t0 = now_ms();
-    st = evt_interp_run(g, values, o->fp64 ? EVT_RUN_FP64 : 0, 0);
+    st = cuda ? evt_cuda_step(cuda, g, values) : evt_interp_run(g, values, o->fp64 ? EVT_RUN_FP64 : 0, 0);
     if (st != EVT_OK) return fail(g, st);
+    double step_ms = now_ms() - t0;
+    if (cuda && o->check) {
+      double c0 = now_ms();
+      if (!check_step(g, values, step, &worst, &st)) {
+        if (st != EVT_OK) return fail(g, st);
+        mismatch = true;
+      }
+      check_ms += now_ms() - c0; /* the step's time excludes the check */
+    }
     const evt_tensor *l = &values[g->loss];
     if (!l->data || l->numel != 1) {
       fprintf(stderr, "evtc run: internal error: the interpreter left no loss value\n");
@@ -191,39 +265,44 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values) {
       fprintf(stderr, "evtc run: the loss is %g at step %ld (try a smaller --lr)\n", last, step);
       return EVTC_EXIT_USER;
     }
+    double u0 = now_ms();
     st = evt_train_sgd_update(g, values, o->lr, o->fp64 ? EVT_RUN_FP64 : 0);
     if (st != EVT_OK) return fail(g, st);
     evt_train_release(g, values);
-    double ms = now_ms() - t0;
+    double ms = step_ms + (now_ms() - u0);
     total_ms += ms;
     if (step == 1 || step == o->steps || step % o->every == 0) printf("step %ld loss %.6f (%.1f ms)\n", step, last, ms);
     fflush(stdout);
   }
   if (o->steps > 0)
     printf("done: %ld steps, loss %.6f -> %.6f, %.1f ms/step\n", o->steps, first, last, total_ms / (double)o->steps);
+  if (cuda && o->check && o->steps > 0) {
+    printf("check: %s, %ld steps against the interpreter, max rel error %.3g (interpreter %.1f ms/step)\n",
+           mismatch ? "MISMATCH" : "matched", o->steps, worst, check_ms / (double)o->steps);
+    if (mismatch) return EVTC_EXIT_USER;
+  }
   return EVTC_EXIT_OK;
 }
 
-EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [--every K] [--fp64] [--opt]",
-             "train a model with SGD on the CPU interpreter\n"
+EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check]",
+             "train a model with SGD on the CPU interpreter or the GPU\n"
              "  FILE          a .evt graph with a loss (- for stdin; the joint graph is built if it has no gradients)\n"
              "  --steps N     training steps (required; 0 only checks that the graph can be prepared)\n"
              "  --lr X        SGD learning rate: p -= X * grad (default 0.01)\n"
              "  --seed S      seed of the input/param initializers (default 0)\n"
-             "  --device D    cpu (default); auto picks the best available (today the CPU interpreter);\n"
-             "                gpu is refused: the GPU runtime does not exist yet\n"
+             "  --device D    cpu (default); auto (today the CPU interpreter); cuda (or gpu): each step runs\n"
+             "                on the GPU node by node (build/libevt_fallback.so, `make cuda`), SGD on the host\n"
              "  --every K     print every K-th step (the first and last always; default 1)\n"
              "  --fp64        compute (and update params) in fp64 instead of rounding to each tensor's dtype\n"
              "  --opt         run the graph passes (evtc opt's pipeline) on the joint graph first\n"
+             "  --check       with --device cuda: compare every step's loss and gradients with the interpreter\n"
+             "                (max error relative to the tensor's largest magnitude: f32 1e-4, f16/bf16 1e-2)\n"
              "prints `step K loss L (T ms)` per step, then `done: N steps, loss A -> B, T ms/step`") {
   run_options o;
   int rc = parse_options(argc, argv, &o);
   if (rc != EVTC_EXIT_OK) return rc;
-  if (!strcmp(o.device, "gpu") || !strcmp(o.device, "cuda")) {
-    fprintf(stderr, "evtc run: --device %s: the GPU runtime does not exist yet; use --device cpu or auto\n", o.device);
-    return EVTC_EXIT_USER;
-  }
-  if (!strcmp(o.device, "auto")) printf("device: cpu interpreter (auto: no GPU runtime in this build yet)\n");
+  bool gpu = !strcmp(o.device, "gpu") || !strcmp(o.device, "cuda");
+  if (!strcmp(o.device, "auto")) printf("device: cpu interpreter (auto never picks the GPU yet: use --device cuda)\n");
 
   char *err = NULL;
   evt_graph *g = load(o.path, &err);
@@ -249,7 +328,13 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|gpu] [-
     if (o.opt) printf(", %d after the passes", g->nnodes);
     printf(", %d params, lr %g, seed %llu\n", evt_train_param_count(g), o.lr, o.seed);
   }
-  rc = st == EVT_OK ? train(g, &o, values) : fail(g, st);
+  evt_cuda *cuda = NULL;
+  if (st == EVT_OK && gpu) {
+    st = evt_cuda_open(g, &cuda);
+    if (st == EVT_OK) printf("device: cuda (node-by-node kernels, libevt_fallback.so)\n");
+  }
+  rc = st == EVT_OK ? train(g, &o, values, cuda) : fail(g, st);
+  evt_cuda_close(cuda);
   for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&values[i]);
   free(values);
   evt_graph_free(g);

@@ -1,0 +1,1147 @@
+/* The unfused CUDA path: per-node kernels with the CPU interpreter's semantics. Contract: evt_fallback.h.
+ * Design: every node computes in double into a zeroed scratch S (numel doubles), then `finish` rounds S to
+ * the output dtype. Kernels are one thread per output element (or per row / group) with grid-stride loops,
+ * mirroring the interpreter's loops so that sums run in the same order. Build: `make cuda` (nvcc, sm_90,
+ * --fmad=false). */
+#include "evt_fallback.h"
+#include "philox.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define R EVT_FB_MAX_RANK
+typedef long long ll;
+
+/* ---- device helpers -------------------------------------------------------------------------------- */
+
+__device__ int g_bad_node; /* 0, or node id + 1 of the first run-time index error */
+
+__device__ __forceinline__ double ld(const void *p, int dt, ll i) {
+  switch (dt) {
+  case EVT_FB_F32: return (double)((const float *)p)[i];
+  case EVT_FB_F16: return (double)__half2float(((const __half *)p)[i]);
+  case EVT_FB_BF16: return (double)__bfloat162float(((const __nv_bfloat16 *)p)[i]);
+  case EVT_FB_I64: return (double)((const ll *)p)[i];
+  case EVT_FB_I32: return (double)((const int *)p)[i];
+  default: return (double)((const unsigned char *)p)[i];
+  }
+}
+
+__device__ __forceinline__ void st(void *p, int dt, ll i, double v) {
+  switch (dt) {
+  case EVT_FB_F32: ((float *)p)[i] = (float)v; break;
+  case EVT_FB_F16: ((__half *)p)[i] = __float2half_rn((float)v); break;
+  case EVT_FB_BF16: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v); break;
+  case EVT_FB_I64: ((ll *)p)[i] = isfinite(v) ? (ll)trunc(v) : 0; break;
+  case EVT_FB_I32: ((int *)p)[i] = isfinite(v) ? (int)fmax(fmin(trunc(v), 2147483647.0), -2147483648.0) : 0; break;
+  default: ((unsigned char *)p)[i] = v != 0.0; break;
+  }
+}
+
+__device__ void flag_bad(int node) { atomicCAS(&g_bad_node, 0, node + 1); }
+
+/* index value v in [0, limit) and integral, else flags the node and returns -1 */
+__device__ __forceinline__ ll as_index(double v, ll limit, int node) {
+  if (!(v >= 0 && v < (double)limit) || v != floor(v)) {
+    flag_bad(node);
+    return -1;
+  }
+  return (ll)v;
+}
+
+#define GRID_FOR(i, n) for (ll i = blockIdx.x * (ll)blockDim.x + threadIdx.x; i < (n); i += (ll)gridDim.x * blockDim.x)
+
+typedef struct tv { /* a tensor view passed by value */
+  const void *p;
+  int dt;
+} tv;
+
+typedef struct strides {
+  ll s[R];
+} strides;
+
+typedef struct shape_t {
+  int rank;
+  ll d[R];
+} shape_t;
+
+/* offset of the row-major element e of shape sh under strides st */
+__device__ __forceinline__ ll strided_off(ll e, const shape_t &sh, const strides &stv) {
+  ll o = 0;
+  for (int d = sh.rank - 1; d >= 0; d--) {
+    ll i = e % sh.d[d];
+    e /= sh.d[d];
+    o += i * stv.s[d];
+  }
+  return o;
+}
+
+/* ---- elementwise ----------------------------------------------------------------------------------- */
+
+#define GELU_K 0.7978845608028654
+#define GELU_C 0.044715
+
+__device__ double gelu(double x, int tanh_) {
+  if (tanh_) return 0.5 * x * (1.0 + tanh(GELU_K * (x + GELU_C * x * x * x)));
+  return 0.5 * x * (1.0 + erf(x * M_SQRT1_2));
+}
+
+__device__ double gelu_grad(double x, int tanh_) {
+  if (tanh_) {
+    double t = tanh(GELU_K * (x + GELU_C * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * x * x);
+  }
+  double cdf = 0.5 * (1.0 + erf(x * M_SQRT1_2));
+  double pdf = exp(-0.5 * x * x) * (0.5 * M_2_SQRTPI * M_SQRT1_2);
+  return cdf + x * pdf;
+}
+
+__device__ double ew(int op, const evt_fb_attrs &a, double x, double y, double z) {
+  switch (op) {
+  case EVT_FB_OP_NEG: return -x;
+  case EVT_FB_OP_EXP: return exp(x);
+  case EVT_FB_OP_LOG: return log(x);
+  case EVT_FB_OP_SQRT: return sqrt(x);
+  case EVT_FB_OP_RSQRT: return 1.0 / sqrt(x);
+  case EVT_FB_OP_RECIPROCAL: return 1.0 / x;
+  case EVT_FB_OP_ABS: return fabs(x);
+  case EVT_FB_OP_SIGN: return isnan(x) ? x : x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0;
+  case EVT_FB_OP_TANH: return tanh(x);
+  case EVT_FB_OP_SIGMOID: return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+  case EVT_FB_OP_RELU: return x > 0 || isnan(x) ? x : 0.0;
+  case EVT_FB_OP_GELU: return gelu(x, a.approx_tanh);
+  case EVT_FB_OP_ERF: return erf(x);
+  case EVT_FB_OP_CAST: return x;
+  case EVT_FB_OP_POW: return pow(x, a.value);
+  case EVT_FB_OP_ADD: return x + y;
+  case EVT_FB_OP_SUB: return x - y;
+  case EVT_FB_OP_MUL: return x * y;
+  case EVT_FB_OP_DIV: return x / y;
+  case EVT_FB_OP_MAXIMUM: return isnan(x) || isnan(y) ? (double)NAN : x > y ? x : y;
+  case EVT_FB_OP_MINIMUM: return isnan(x) || isnan(y) ? (double)NAN : x < y ? x : y;
+  case EVT_FB_OP_EQ: return x == y;
+  case EVT_FB_OP_NE: return x != y;
+  case EVT_FB_OP_LT: return x < y;
+  case EVT_FB_OP_LE: return x <= y;
+  case EVT_FB_OP_GT: return x > y;
+  case EVT_FB_OP_GE: return x >= y;
+  case EVT_FB_OP_GELU_BACKWARD: return x * gelu_grad(y, a.approx_tanh);
+  case EVT_FB_OP_THRESHOLD_BACKWARD: return y > a.value ? x : 0.0;
+  case EVT_FB_OP_WHERE: return x != 0 ? y : z;
+  default: return NAN;
+  }
+}
+
+__global__ void k_elementwise(double *S, ll n, int op, evt_fb_attrs a, shape_t sh, int nin, tv x0, tv x1, tv x2,
+                              strides s0, strides s1, strides s2) {
+  GRID_FOR(e, n) {
+    double x = ld(x0.p, x0.dt, strided_off(e, sh, s0));
+    double y = nin > 1 ? ld(x1.p, x1.dt, strided_off(e, sh, s1)) : 0;
+    double z = nin > 2 ? ld(x2.p, x2.dt, strided_off(e, sh, s2)) : 0;
+    S[e] = ew(op, a, x, y, z);
+  }
+}
+
+/* ---- sources, rng ---------------------------------------------------------------------------------- */
+
+__global__ void k_fill(double *S, ll n, double v) {
+  GRID_FOR(e, n) S[e] = v;
+}
+
+__global__ void k_rand(double *S, ll n, evt_fb_attrs a, tv x, int dropout) {
+  double scale = a.p < 1 ? 1.0 / (1.0 - a.p) : 0.0;
+  GRID_FOR(e, n) {
+    double u = (double)evt_philox_uniform((uint64_t)a.seed, (uint64_t)a.offset, (uint64_t)e);
+    if (!dropout) S[e] = u;
+    else S[e] = ld(x.p, x.dt, e) * (a.p < 1 && u >= a.p ? 1.0 : 0.0) * scale;
+  }
+}
+
+/* ---- reductions: one thread per output element, reduced dims visited row-major -------------------- */
+
+__global__ void k_reduce(double *S, ll nout, int op, tv x, shape_t kept, strides kst, shape_t red, strides rst,
+                         ll count) {
+  GRID_FOR(o, nout) {
+    ll base = strided_off(o, kept, kst);
+    double acc = op == EVT_FB_OP_AMAX ? -INFINITY : 0.0;
+    for (ll r = 0; r < count; r++) {
+      double v = ld(x.p, x.dt, base + strided_off(r, red, rst));
+      if (op == EVT_FB_OP_AMAX) {
+        if (isnan(v) || v > acc) acc = isnan(acc) ? acc : v;
+      } else {
+        acc += v;
+      }
+    }
+    S[o] = op == EVT_FB_OP_MEAN ? acc / (double)count : acc;
+  }
+}
+
+/* ---- softmax family: one thread per row ------------------------------------------------------------ */
+
+__global__ void k_softmax(double *S, int op, tv a_, tv b_, ll outer, ll len, ll inner) {
+  GRID_FOR(r, outer * inner) {
+    ll o = r / inner, i = r % inner, base = o * len * inner + i, sd = inner;
+#define A(k) ld(a_.p, a_.dt, base + (k) * sd)
+#define B(k) ld(b_.p, b_.dt, base + (k) * sd)
+    if (op == EVT_FB_OP_SOFTMAX || op == EVT_FB_OP_LOG_SOFTMAX) {
+      double m = -INFINITY, sum = 0;
+      for (ll k = 0; k < len; k++) {
+        double v = A(k);
+        if (isnan(v) || v > m) m = isnan(m) ? m : v;
+      }
+      for (ll k = 0; k < len; k++) sum += exp(A(k) - m);
+      if (op == EVT_FB_OP_SOFTMAX) {
+        for (ll k = 0; k < len; k++) S[base + k * sd] = exp(A(k) - m) / sum;
+      } else {
+        double lse = m + log(sum);
+        for (ll k = 0; k < len; k++) S[base + k * sd] = A(k) - lse;
+      }
+    } else if (op == EVT_FB_OP_SOFTMAX_BACKWARD) {
+      double dot = 0;
+      for (ll k = 0; k < len; k++) dot += A(k) * B(k);
+      for (ll k = 0; k < len; k++) S[base + k * sd] = B(k) * (A(k) - dot);
+    } else {
+      double sum = 0;
+      for (ll k = 0; k < len; k++) sum += A(k);
+      for (ll k = 0; k < len; k++) S[base + k * sd] = A(k) - exp(B(k)) * sum;
+    }
+#undef A
+#undef B
+  }
+}
+
+/* ---- norms: one thread per group (layer: a row of the last dim; batch: a channel) ------------------ */
+
+__global__ void k_norm(double *S, int op, double eps, tv x, tv dy, tv w, tv b, int per_row, ll groups, ll outer,
+                       ll inner, ll len, ll count) {
+  bool forward = op == EVT_FB_OP_LAYER_NORM || op == EVT_FB_OP_BATCH_NORM;
+  bool wgrad = op == EVT_FB_OP_LAYER_NORM_BACKWARD_WEIGHT || op == EVT_FB_OP_BATCH_NORM_BACKWARD_WEIGHT;
+  double inv_count = count ? 1.0 / (double)count : (double)NAN;
+  GRID_FOR(g, groups) {
+    ll n_ = per_row ? len : outer * inner;
+#define ELEM(k) (per_row ? g * len + (k) : (((k) / inner) * groups + g) * inner + (k) % inner)
+#define WI(k) (per_row ? (k) : g)
+    double mean = 0, var = 0;
+    for (ll k = 0; k < n_; k++) mean += ld(x.p, x.dt, ELEM(k));
+    mean *= inv_count;
+    for (ll k = 0; k < n_; k++) {
+      double d = ld(x.p, x.dt, ELEM(k)) - mean;
+      var += d * d;
+    }
+    var *= inv_count;
+    double rstd = 1.0 / sqrt(var + eps);
+    if (forward) {
+      for (ll k = 0; k < n_; k++) {
+        ll e = ELEM(k);
+        S[e] = (ld(x.p, x.dt, e) - mean) * rstd * (w.p ? ld(w.p, w.dt, WI(k)) : 1.0) + (b.p ? ld(b.p, b.dt, WI(k)) : 0.0);
+      }
+    } else if (wgrad) {
+      if (per_row) {
+        for (ll k = 0; k < n_; k++) {
+          ll e = ELEM(k);
+          atomicAdd(&S[k], ld(dy.p, dy.dt, e) * (ld(x.p, x.dt, e) - mean) * rstd);
+        }
+      } else {
+        double s = 0;
+        for (ll k = 0; k < n_; k++) {
+          ll e = ELEM(k);
+          s += ld(dy.p, dy.dt, e) * (ld(x.p, x.dt, e) - mean) * rstd;
+        }
+        S[g] = s;
+      }
+    } else {
+      double mg = 0, mgx = 0;
+      for (ll k = 0; k < n_; k++) {
+        ll e = ELEM(k);
+        double gv = ld(dy.p, dy.dt, e) * (w.p ? ld(w.p, w.dt, WI(k)) : 1.0);
+        mg += gv;
+        mgx += gv * (ld(x.p, x.dt, e) - mean) * rstd;
+      }
+      mg *= inv_count;
+      mgx *= inv_count;
+      for (ll k = 0; k < n_; k++) {
+        ll e = ELEM(k);
+        double xe = ld(x.p, x.dt, e);
+        S[e] = rstd * (ld(dy.p, dy.dt, e) * (w.p ? ld(w.p, w.dt, WI(k)) : 1.0) - mg - (xe - mean) * rstd * mgx);
+      }
+    }
+#undef ELEM
+#undef WI
+  }
+}
+
+/* ---- losses ---------------------------------------------------------------------------------------- */
+
+/* Class losses, per (n, i) position: term and counted flag into T[2*k], T[2*k+1]. */
+__global__ void k_class_terms(double *T, int op, ll ignore, tv x, tv t, int soft, ll N, ll C, ll inner, int node) {
+  GRID_FOR(k, N * inner) {
+    ll n = k / inner, i = k % inner;
+    ll rb = n * C * inner + i;
+    double lse = 0;
+    if (op == EVT_FB_OP_CROSS_ENTROPY) {
+      double mx = -INFINITY, s = 0;
+      for (ll c = 0; c < C; c++) {
+        double v = ld(x.p, x.dt, rb + c * inner);
+        if (isnan(v) || v > mx) mx = isnan(mx) ? mx : v;
+      }
+      for (ll c = 0; c < C; c++) s += exp(ld(x.p, x.dt, rb + c * inner) - mx);
+      lse = mx + log(s);
+    }
+    if (soft) {
+      double s = 0;
+      for (ll c = 0; c < C; c++) s -= ld(t.p, t.dt, rb + c * inner) * (ld(x.p, x.dt, rb + c * inner) - lse);
+      T[2 * k] = s;
+      T[2 * k + 1] = 1;
+      continue;
+    }
+    double tv_ = ld(t.p, t.dt, k);
+    if (tv_ == (double)ignore) {
+      T[2 * k] = 0;
+      T[2 * k + 1] = 0;
+      continue;
+    }
+    ll c = as_index(tv_, C, node);
+    if (c < 0) {
+      T[2 * k] = NAN;
+      T[2 * k + 1] = 0;
+      continue;
+    }
+    T[2 * k] = -(ld(x.p, x.dt, rb + c * inner) - lse);
+    T[2 * k + 1] = 1;
+  }
+}
+
+/* One thread: sums the terms in order (reduction mean/sum) into S[0], or copies them (none). Also used
+ * by the backward op to get the counted total into *counted. */
+__global__ void k_class_reduce(double *S, const double *T, ll m, int reduction, double *counted) {
+  if (blockIdx.x || threadIdx.x) return;
+  double s = 0, c = 0;
+  for (ll k = 0; k < m; k++) {
+    if (reduction == 0 && S) S[k] = T[2 * k];
+    s += T[2 * k];
+    c += T[2 * k + 1];
+  }
+  if (S && reduction != 0) S[0] = reduction == 1 ? s / c : s;
+  if (counted) *counted = c;
+}
+
+__global__ void k_nll_backward(double *S, const double *counted, ll ignore, int reduction, tv dy, tv t, ll N, ll C,
+                               ll inner) {
+  GRID_FOR(k, N * inner) {
+    ll n = k / inner, i = k % inner;
+    double tv_ = ld(t.p, t.dt, k);
+    if (tv_ == (double)ignore) continue;
+    ll c = (ll)tv_;
+    if (c < 0 || c >= C) continue; /* flagged by k_class_terms */
+    double d = reduction == 0 ? ld(dy.p, dy.dt, k) : reduction == 1 ? ld(dy.p, dy.dt, 0) / *counted : ld(dy.p, dy.dt, 0);
+    S[(n * C + c) * inner + i] = -d;
+  }
+}
+
+__global__ void k_pointwise_loss(double *T, int bce, tv x, tv y, ll m) {
+  GRID_FOR(i, m) {
+    double xv = ld(x.p, x.dt, i), yv = ld(y.p, y.dt, i);
+    T[2 * i] = bce ? fmax(xv, 0.0) - xv * yv + log1p(exp(-fabs(xv))) : (xv - yv) * (xv - yv);
+    T[2 * i + 1] = 1;
+  }
+}
+
+__global__ void k_pointwise_loss_bwd(double *S, int bce, int reduction, tv dy, tv x, tv y, ll m) {
+  GRID_FOR(i, m) {
+    double xv = ld(x.p, x.dt, i), yv = ld(y.p, y.dt, i);
+    double d = reduction == 0 ? ld(dy.p, dy.dt, i) : reduction == 1 ? ld(dy.p, dy.dt, 0) / (double)m : ld(dy.p, dy.dt, 0);
+    double sig = xv >= 0 ? 1.0 / (1.0 + exp(-xv)) : exp(xv) / (1.0 + exp(xv));
+    S[i] = bce ? (sig - yv) * d : 2.0 * (xv - yv) * d;
+  }
+}
+
+/* ---- gathers / scatters ---------------------------------------------------------------------------- */
+
+__global__ void k_one_hot(double *S, tv idx, ll n, ll C, int node) {
+  GRID_FOR(i, n) {
+    ll c = as_index(ld(idx.p, idx.dt, i), C, node);
+    if (c >= 0) S[i * C + c] = 1;
+  }
+}
+
+/* index_select over (outer, len, inner) with n indices; embedding is outer=1, dim 0. fwd gathers,
+ * bwd scatter-adds. */
+__global__ void k_index_select(double *S, int fwd, tv src, tv idx, ll outer, ll len, ll inner, ll n, int node) {
+  GRID_FOR(e, outer * n * inner) {
+    ll i = e % inner, j = (e / inner) % n, o = e / (inner * n);
+    ll r = as_index(ld(idx.p, idx.dt, j), len, node);
+    if (r < 0) continue;
+    ll f = (o * len + r) * inner + i;
+    if (fwd) S[e] = ld(src.p, src.dt, f);
+    else atomicAdd(&S[f], ld(src.p, src.dt, e));
+  }
+}
+
+/* ---- layout ---------------------------------------------------------------------------------------- */
+
+/* S[e] = x[base + strided(e)] (gather); or S[base + strided(e)] = x[e] (scatter, distinct targets) */
+__global__ void k_strided(double *S, tv x, ll n, shape_t sh, strides stv, ll base, int scatter) {
+  GRID_FOR(e, n) {
+    ll o = base + strided_off(e, sh, stv);
+    if (scatter) S[o] = ld(x.p, x.dt, e);
+    else S[e] = ld(x.p, x.dt, o);
+  }
+}
+
+__global__ void k_concat_part(double *S, tv x, ll outer, ll chunk, ll row, ll at) {
+  GRID_FOR(e, outer * chunk) {
+    ll o = e / chunk, c = e % chunk;
+    S[o * row + at + c] = ld(x.p, x.dt, e);
+  }
+}
+
+/* ---- gemm: out[b] = a[b] @ b[b], double, k increasing; 16x16 tiles ---------------------------------- */
+
+#define TILE 16
+__global__ void k_gemm(double *S, tv A, tv B, ll M, ll K, ll N, shape_t bsh, strides sa, strides sb) {
+  __shared__ double ta[TILE][TILE], tb[TILE][TILE];
+  ll b = blockIdx.z;
+  ll oa = strided_off(b, bsh, sa), ob = strided_off(b, bsh, sb);
+  ll i = blockIdx.y * TILE + threadIdx.y, j = blockIdx.x * TILE + threadIdx.x;
+  double acc = 0;
+  for (ll k0 = 0; k0 < K; k0 += TILE) {
+    ll ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
+    ta[threadIdx.y][threadIdx.x] = i < M && ka < K ? ld(A.p, A.dt, oa + i * K + ka) : 0.0;
+    tb[threadIdx.y][threadIdx.x] = kb < K && j < N ? ld(B.p, B.dt, ob + kb * N + j) : 0.0;
+    __syncthreads();
+    ll kend = K - k0 < TILE ? K - k0 : TILE;
+    for (ll k = 0; k < kend; k++) acc += ta[threadIdx.y][k] * tb[k][threadIdx.x];
+    __syncthreads();
+  }
+  if (i < M && j < N) S[(b * M + i) * N + j] = acc;
+}
+
+__global__ void k_addmm_bias(double *S, tv c, ll M, ll N, ll cs0, ll cs1) {
+  GRID_FOR(e, M * N) S[e] += ld(c.p, c.dt, (e / N) * cs0 + (e % N) * cs1);
+}
+
+/* ---- CSR spmm -------------------------------------------------------------------------------------- */
+
+__global__ void k_csr_check(tv rowptr, tv col, ll M, ll nnz, ll K, int node) {
+  GRID_FOR(i, M + 1 > nnz ? M + 1 : nnz) {
+    if (i <= M) {
+      ll r = as_index(ld(rowptr.p, rowptr.dt, i), nnz + 1, node);
+      if (r >= 0 && i > 0 && r < ld(rowptr.p, rowptr.dt, i - 1)) flag_bad(node);
+      if (i == 0 && r < 0) flag_bad(node);
+    }
+    if (i < nnz) as_index(ld(col.p, col.dt, i), K, node);
+  }
+}
+
+__global__ void k_spmm(double *S, int transposed, tv rowptr, tv col, tv val, tv x, ll M, ll N, ll K, ll nnz) {
+  GRID_FOR(e, M * N) {
+    ll i = e / N, j = e % N;
+    double p0 = ld(rowptr.p, rowptr.dt, i), p1 = ld(rowptr.p, rowptr.dt, i + 1);
+    if (!(p0 >= 0 && p1 <= (double)nnz)) continue;
+    double acc = 0;
+    for (ll p = (ll)p0; p < (ll)p1; p++) {
+      double cv = ld(col.p, col.dt, p);
+      if (!(cv >= 0 && cv < (double)K)) continue;
+      ll c = (ll)cv;
+      double v = ld(val.p, val.dt, p);
+      if (!transposed) acc += v * ld(x.p, x.dt, c * N + j);
+      else atomicAdd(&S[c * N + j], v * ld(x.p, x.dt, i * N + j));
+    }
+    if (!transposed) S[e] = acc;
+  }
+}
+
+/* ---- conv2d (any layout) --------------------------------------------------------------------------- */
+
+typedef struct conv_geom {
+  ll N, C, H, W, O, Cg, KH, KW, Ho, Wo, G, sh, sw, ph, pw, dh, dw;
+  int nhwc;
+} conv_geom;
+
+__device__ __forceinline__ ll xoff(const conv_geom &g, ll n, ll c, ll h, ll w) {
+  return g.nhwc ? ((n * g.H + h) * g.W + w) * g.C + c : ((n * g.C + c) * g.H + h) * g.W + w;
+}
+__device__ __forceinline__ ll yoff(const conv_geom &g, ll n, ll o, ll h, ll w) {
+  return g.nhwc ? ((n * g.Ho + h) * g.Wo + w) * g.O + o : ((n * g.O + o) * g.Ho + h) * g.Wo + w;
+}
+__device__ __forceinline__ ll woff(const conv_geom &g, ll o, ll cg, ll ki, ll kj) {
+  return g.nhwc ? ((o * g.KH + ki) * g.KW + kj) * g.Cg + cg : ((o * g.Cg + cg) * g.KH + ki) * g.KW + kj;
+}
+
+/* fwd: thread per y element, terms in (cg, ki, kj) order; bwd_input: same walk, scatter into dx */
+__global__ void k_conv_fwd_or_dx(double *S, int fwd, tv a, tv wt, conv_geom g) {
+  GRID_FOR(e, g.N * g.O * g.Ho * g.Wo) {
+    ll ow = e % g.Wo, oh = (e / g.Wo) % g.Ho, o = (e / (g.Wo * g.Ho)) % g.O, n = e / (g.Wo * g.Ho * g.O);
+    ll grp = o / (g.O / g.G);
+    double acc = 0, dyv = fwd ? 0 : ld(a.p, a.dt, yoff(g, n, o, oh, ow));
+    for (ll cg = 0; cg < g.Cg; cg++) {
+      ll c = grp * g.Cg + cg;
+      for (ll ki = 0; ki < g.KH; ki++) {
+        ll ih = oh * g.sh - g.ph + ki * g.dh;
+        if (ih < 0 || ih >= g.H) continue;
+        for (ll kj = 0; kj < g.KW; kj++) {
+          ll iw = ow * g.sw - g.pw + kj * g.dw;
+          if (iw < 0 || iw >= g.W) continue;
+          double wv = ld(wt.p, wt.dt, woff(g, o, cg, ki, kj));
+          if (fwd) acc += wv * ld(a.p, a.dt, xoff(g, n, c, ih, iw));
+          else atomicAdd(&S[xoff(g, n, c, ih, iw)], dyv * wv);
+        }
+      }
+    }
+    if (fwd) S[yoff(g, n, o, oh, ow)] = acc;
+  }
+}
+
+/* dw: thread per weight element, terms in (n, oh, ow) order */
+__global__ void k_conv_dw(double *S, tv x, tv dy, conv_geom g) {
+  GRID_FOR(e, g.O * g.Cg * g.KH * g.KW) {
+    ll kj = e % g.KW, ki = (e / g.KW) % g.KH, cg = (e / (g.KW * g.KH)) % g.Cg, o = e / (g.KW * g.KH * g.Cg);
+    ll c = (o / (g.O / g.G)) * g.Cg + cg;
+    double acc = 0;
+    for (ll n = 0; n < g.N; n++)
+      for (ll oh = 0; oh < g.Ho; oh++) {
+        ll ih = oh * g.sh - g.ph + ki * g.dh;
+        if (ih < 0 || ih >= g.H) continue;
+        double s = 0;
+        for (ll ow = 0; ow < g.Wo; ow++) {
+          ll iw = ow * g.sw - g.pw + kj * g.dw;
+          if (iw < 0 || iw >= g.W) continue;
+          s += ld(dy.p, dy.dt, yoff(g, n, o, oh, ow)) * ld(x.p, x.dt, xoff(g, n, c, ih, iw));
+        }
+        acc += s;
+      }
+    S[woff(g, o, cg, ki, kj)] = acc;
+  }
+}
+
+/* ---- pools ----------------------------------------------------------------------------------------- */
+
+typedef struct pool_geom {
+  ll planes, C, H, W, Ho, Wo;
+  int nhwc, adaptive, avg;
+  ll kh, kw, sh, sw, ph, pw;
+} pool_geom;
+
+__device__ __forceinline__ ll poff(const pool_geom &p, ll pl, ll h, ll w, ll HH, ll WW) {
+  if (!p.nhwc) return (pl * HH + h) * WW + w;
+  ll n = pl / p.C, c = pl % p.C;
+  return ((n * HH + h) * WW + w) * p.C + c;
+}
+
+/* mode 0 forward, 1 backward (dy = a, x = b for max; dy = a for avg) */
+__global__ void k_pool(double *S, int backward, tv a, tv b, pool_geom p) {
+  double inv_area = p.avg ? 1.0 / (double)(p.kh * p.kw) : 0;
+  GRID_FOR(e, p.planes * p.Ho * p.Wo) {
+    ll ow = e % p.Wo, oh = (e / p.Wo) % p.Ho, pl = e / (p.Wo * p.Ho);
+    ll h0, h1, w0, w1;
+    if (p.adaptive) {
+      h0 = oh * p.H / p.Ho;
+      h1 = ((oh + 1) * p.H + p.Ho - 1) / p.Ho;
+      w0 = ow * p.W / p.Wo;
+      w1 = ((ow + 1) * p.W + p.Wo - 1) / p.Wo;
+    } else {
+      h0 = oh * p.sh - p.ph;
+      w0 = ow * p.sw - p.pw;
+      h1 = h0 + p.kh;
+      w1 = w0 + p.kw;
+      if (h0 < 0) h0 = 0;
+      if (w0 < 0) w0 = 0;
+      if (h1 > p.H) h1 = p.H;
+      if (w1 > p.W) w1 = p.W;
+    }
+    ll yo = poff(p, pl, oh, ow, p.Ho, p.Wo);
+    const tv &x = backward ? b : a;
+    if (p.avg) {
+      if (!backward) {
+        double s = 0;
+        for (ll h = h0; h < h1; h++)
+          for (ll w = w0; w < w1; w++) s += ld(a.p, a.dt, poff(p, pl, h, w, p.H, p.W));
+        S[yo] = s * inv_area;
+      } else {
+        double gv = ld(a.p, a.dt, yo) * inv_area;
+        for (ll h = h0; h < h1; h++)
+          for (ll w = w0; w < w1; w++) atomicAdd(&S[poff(p, pl, h, w, p.H, p.W)], gv);
+      }
+      continue;
+    }
+    ll best = -1;
+    double m = -INFINITY;
+    for (ll h = h0; h < h1; h++)
+      for (ll w = w0; w < w1; w++) {
+        ll off = poff(p, pl, h, w, p.H, p.W);
+        double v = ld(x.p, x.dt, off);
+        if (best < 0 || (!isnan(m) && (v > m || isnan(v)))) {
+          best = off;
+          m = v;
+        }
+      }
+    if (!backward) S[yo] = best >= 0 ? m : -INFINITY;
+    else if (best >= 0) atomicAdd(&S[best], ld(a.p, a.dt, yo));
+  }
+}
+
+/* ---- sdpa: one thread per (batch, query row); P and dP rows in scratch W (2 * Skv doubles each) ----- */
+
+__global__ void k_sdpa(double *S, double *Wk, int op, tv dout, tv q, tv k, tv v, ll B, ll Sq, ll Skv, ll D, ll Dv,
+                       double scale, int causal) {
+  GRID_FOR(r, B * Sq) {
+    ll b = r / Sq, i = r % Sq;
+    double *p = Wk + r * 2 * Skv, *dp = p + Skv;
+    ll qb = b * Sq * D, kb = b * Skv * D, vb = b * Skv * Dv, db = b * Sq * Dv;
+    ll nk = causal ? (i + 1 < Skv ? i + 1 : Skv) : Skv;
+    double m = -INFINITY;
+    for (ll j = 0; j < nk; j++) {
+      double s = 0;
+      for (ll d = 0; d < D; d++) s += ld(q.p, q.dt, qb + i * D + d) * ld(k.p, k.dt, kb + j * D + d);
+      p[j] = s * scale;
+      if (isnan(p[j]) || p[j] > m) m = isnan(m) ? m : p[j];
+    }
+    double sum = 0;
+    for (ll j = 0; j < nk; j++) sum += (p[j] = exp(p[j] - m));
+    for (ll j = 0; j < nk; j++) p[j] /= sum;
+    if (op == EVT_FB_OP_SDPA) {
+      for (ll d = 0; d < Dv; d++) {
+        double acc = 0;
+        for (ll j = 0; j < nk; j++) acc += p[j] * ld(v.p, v.dt, vb + j * Dv + d);
+        S[(b * Sq + i) * Dv + d] = acc;
+      }
+      continue;
+    }
+    if (op == EVT_FB_OP_SDPA_BACKWARD_V) {
+      for (ll j = 0; j < nk; j++)
+        for (ll d = 0; d < Dv; d++) atomicAdd(&S[(b * Skv + j) * Dv + d], p[j] * ld(dout.p, dout.dt, db + i * Dv + d));
+      continue;
+    }
+    double dot = 0;
+    for (ll j = 0; j < nk; j++) {
+      double s = 0;
+      for (ll d = 0; d < Dv; d++) s += ld(dout.p, dout.dt, db + i * Dv + d) * ld(v.p, v.dt, vb + j * Dv + d);
+      dp[j] = s;
+      dot += p[j] * s;
+    }
+    for (ll j = 0; j < nk; j++) dp[j] = p[j] * (dp[j] - dot) * scale;
+    if (op == EVT_FB_OP_SDPA_BACKWARD_Q) {
+      for (ll d = 0; d < D; d++) {
+        double acc = 0;
+        for (ll j = 0; j < nk; j++) acc += dp[j] * ld(k.p, k.dt, kb + j * D + d);
+        S[(b * Sq + i) * D + d] = acc;
+      }
+    } else {
+      for (ll j = 0; j < nk; j++)
+        for (ll d = 0; d < D; d++) atomicAdd(&S[(b * Skv + j) * D + d], dp[j] * ld(q.p, q.dt, qb + i * D + d));
+    }
+  }
+}
+
+/* ---- finish: round the scratch to the output dtype ------------------------------------------------- */
+
+__global__ void k_finish(void *out, int dt, const double *S, ll n) {
+  GRID_FOR(e, n) st(out, dt, e, S[e]);
+}
+
+__global__ void k_to_double(double *S, tv x, ll n) {
+  GRID_FOR(e, n) S[e] = ld(x.p, x.dt, e);
+}
+
+/* ---- host side ------------------------------------------------------------------------------------- */
+
+static double *g_scratch, *g_scratch2;
+static size_t g_scratch_n, g_scratch2_n;
+
+#define CK(call)                                                                                           \
+  do {                                                                                                     \
+    cudaError_t e_ = (call);                                                                               \
+    if (e_ != cudaSuccess) {                                                                               \
+      snprintf(err, errlen, "%s: %s", #call, cudaGetErrorString(e_));                                      \
+      return 2;                                                                                            \
+    }                                                                                                      \
+  } while (0)
+
+static int blocks(ll n) {
+  ll b = (n + 255) / 256;
+  return (int)(b < 1 ? 1 : b > 65535 * 4 ? 65535 * 4 : b);
+}
+
+static int ensure(double **buf, size_t *cap, size_t n, char *err, size_t errlen) {
+  if (n <= *cap) return 0;
+  if (*buf) cudaFree(*buf);
+  *buf = NULL;
+  *cap = 0;
+  CK(cudaMalloc((void **)buf, n * sizeof(double)));
+  *cap = n;
+  return 0;
+}
+
+static tv view(const evt_fb_tensor &t) { return tv{t.ptr, t.dtype}; }
+
+static shape_t shape_of(const evt_fb_tensor &t) {
+  shape_t s;
+  s.rank = t.rank;
+  for (int i = 0; i < R; i++) s.d[i] = i < t.rank ? t.shape[i] : 1;
+  return s;
+}
+
+static void contig(const evt_fb_tensor &t, ll *stv) {
+  ll s = 1;
+  for (int d = t.rank - 1; d >= 0; d--) {
+    stv[d] = s;
+    s *= t.shape[d];
+  }
+}
+
+/* numpy broadcast strides of t read at out's shape; false if it does not broadcast */
+static bool bcast(const evt_fb_tensor &t, const evt_fb_tensor &out, strides *st_) {
+  memset(st_, 0, sizeof *st_);
+  if (t.rank > out.rank) return false;
+  ll s = 1;
+  for (int i = out.rank - 1; i >= 0; i--) {
+    int j = i - (out.rank - t.rank);
+    if (j < 0) continue;
+    if (t.shape[j] != out.shape[i] && t.shape[j] != 1) return false;
+    st_->s[i] = (t.shape[j] == 1 && out.shape[i] != 1) ? 0 : s;
+    s *= t.shape[j];
+  }
+  return true;
+}
+
+static int normdim(ll d, int rank) {
+  if (d < 0) d += rank;
+  return d >= 0 && d < rank ? (int)d : -1;
+}
+
+static ll prod(const int64_t *s, int lo, int hi) {
+  ll p = 1;
+  for (int i = lo; i < hi; i++) p *= s[i];
+  return p;
+}
+
+extern "C" int evt_fb_dtype_bytes(int dt) {
+  switch (dt) {
+  case EVT_FB_F32: case EVT_FB_I32: return 4;
+  case EVT_FB_F16: case EVT_FB_BF16: return 2;
+  case EVT_FB_I64: return 8;
+  default: return 1;
+  }
+}
+
+extern "C" int evt_fb_init(char *err, size_t errlen) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    snprintf(err, errlen, "%s", e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0 devices");
+    return 1;
+  }
+  CK(cudaSetDevice(0));
+  int zero = 0;
+  CK(cudaMemcpyToSymbol(g_bad_node, &zero, sizeof zero));
+  return 0;
+}
+
+extern "C" void *evt_fb_alloc(int64_t bytes, char *err, size_t errlen) {
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, (size_t)(bytes > 0 ? bytes : 1));
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "cudaMalloc(%lld): %s", (long long)bytes, cudaGetErrorString(e));
+    return NULL;
+  }
+  return p;
+}
+
+extern "C" void evt_fb_free(void *p) {
+  if (p) cudaFree(p);
+}
+
+extern "C" int evt_fb_upload(const evt_fb_tensor *t, const double *host, char *err, size_t errlen) {
+  if (ensure(&g_scratch, &g_scratch_n, (size_t)(t->numel ? t->numel : 1), err, errlen)) return 2;
+  CK(cudaMemcpy(g_scratch, host, sizeof(double) * (size_t)t->numel, cudaMemcpyHostToDevice));
+  k_finish<<<blocks(t->numel), 256>>>(t->ptr, t->dtype, g_scratch, t->numel);
+  CK(cudaGetLastError());
+  return 0;
+}
+
+extern "C" int evt_fb_download(const evt_fb_tensor *t, double *host, char *err, size_t errlen) {
+  if (ensure(&g_scratch, &g_scratch_n, (size_t)(t->numel ? t->numel : 1), err, errlen)) return 2;
+  k_to_double<<<blocks(t->numel), 256>>>(g_scratch, view(*t), t->numel);
+  CK(cudaGetLastError());
+  CK(cudaMemcpy(host, g_scratch, sizeof(double) * (size_t)t->numel, cudaMemcpyDeviceToHost));
+  return 0;
+}
+
+extern "C" int evt_fb_sync(int *bad_node, char *err, size_t errlen) {
+  CK(cudaDeviceSynchronize());
+  int b = 0;
+  CK(cudaMemcpyFromSymbol(&b, g_bad_node, sizeof b));
+  *bad_node = b - 1;
+  if (b) {
+    int zero = 0;
+    CK(cudaMemcpyToSymbol(g_bad_node, &zero, sizeof zero));
+  }
+  return 0;
+}
+
+#define UNSUPPORTED(msg)                                                                                   \
+  do {                                                                                                     \
+    snprintf(err, errlen, "%s", msg);                                                                      \
+    return 1;                                                                                              \
+  } while (0)
+
+extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
+  const evt_fb_tensor &out = nd->out;
+  const evt_fb_tensor *in = nd->in;
+  const evt_fb_attrs &a = nd->a;
+  ll n = out.numel;
+  int op = nd->op;
+  if (ensure(&g_scratch, &g_scratch_n, (size_t)(n ? n : 1), err, errlen)) return 2;
+  double *S = g_scratch;
+  CK(cudaMemsetAsync(S, 0, sizeof(double) * (size_t)(n ? n : 1)));
+  int nb = blocks(n);
+  tv none = {NULL, 0};
+  switch (op) {
+  case EVT_FB_OP_INPUT: case EVT_FB_OP_PARAM:
+    UNSUPPORTED("an input or parameter has no computation");
+  case EVT_FB_OP_FULL: case EVT_FB_OP_SCALAR:
+    k_fill<<<nb, 256>>>(S, n, a.value);
+    break;
+  case EVT_FB_OP_RAND: case EVT_FB_OP_DROPOUT:
+    if (op == EVT_FB_OP_DROPOUT && !(a.p >= 0 && a.p <= 1)) UNSUPPORTED("dropout p is not in [0, 1]");
+    k_rand<<<nb, 256>>>(S, n, a, op == EVT_FB_OP_DROPOUT ? view(in[0]) : none, op == EVT_FB_OP_DROPOUT);
+    break;
+  case EVT_FB_OP_NEG: case EVT_FB_OP_EXP: case EVT_FB_OP_LOG: case EVT_FB_OP_SQRT: case EVT_FB_OP_RSQRT:
+  case EVT_FB_OP_RECIPROCAL: case EVT_FB_OP_ABS: case EVT_FB_OP_SIGN: case EVT_FB_OP_TANH: case EVT_FB_OP_SIGMOID:
+  case EVT_FB_OP_RELU: case EVT_FB_OP_GELU: case EVT_FB_OP_ERF: case EVT_FB_OP_CAST: case EVT_FB_OP_POW:
+  case EVT_FB_OP_GELU_BACKWARD: case EVT_FB_OP_THRESHOLD_BACKWARD:
+  case EVT_FB_OP_ADD: case EVT_FB_OP_SUB: case EVT_FB_OP_MUL: case EVT_FB_OP_DIV: case EVT_FB_OP_MAXIMUM:
+  case EVT_FB_OP_MINIMUM: case EVT_FB_OP_EQ: case EVT_FB_OP_NE: case EVT_FB_OP_LT: case EVT_FB_OP_LE:
+  case EVT_FB_OP_GT: case EVT_FB_OP_GE: case EVT_FB_OP_WHERE: {
+    strides s[3];
+    memset(s, 0, sizeof s);
+    for (int k = 0; k < nd->ninputs; k++)
+      if (!bcast(in[k], out, &s[k])) UNSUPPORTED("the operands do not broadcast to the output shape");
+    k_elementwise<<<nb, 256>>>(S, n, op, a, shape_of(out), nd->ninputs, view(in[0]),
+                               nd->ninputs > 1 ? view(in[1]) : none, nd->ninputs > 2 ? view(in[2]) : none, s[0],
+                               s[1], s[2]);
+    break;
+  }
+  case EVT_FB_OP_SUM: case EVT_FB_OP_MEAN: case EVT_FB_OP_AMAX: {
+    const evt_fb_tensor &x = in[0];
+    bool red[R] = {0};
+    if (a.ndims == 0)
+      for (int d = 0; d < x.rank; d++) red[d] = true;
+    for (int k = 0; k < a.ndims; k++) {
+      int d = normdim(a.dims[k], x.rank);
+      if (d < 0) UNSUPPORTED("reduction dim out of range");
+      red[d] = true;
+    }
+    ll xs[R];
+    contig(x, xs);
+    shape_t kept = {0, {1, 1, 1, 1, 1, 1}}, rs = {0, {1, 1, 1, 1, 1, 1}};
+    strides kst, rst;
+    memset(&kst, 0, sizeof kst);
+    memset(&rst, 0, sizeof rst);
+    ll count = 1;
+    for (int d = 0; d < x.rank; d++) {
+      if (red[d]) {
+        rst.s[rs.rank] = xs[d];
+        rs.d[rs.rank++] = x.shape[d];
+        count *= x.shape[d];
+      } else {
+        kst.s[kept.rank] = xs[d];
+        kept.d[kept.rank++] = x.shape[d];
+      }
+    }
+    if (op == EVT_FB_OP_AMAX && count == 0) UNSUPPORTED("amax over zero elements");
+    k_reduce<<<nb, 256>>>(S, n, op, view(x), kept, kst, rs, rst, count);
+    break;
+  }
+  case EVT_FB_OP_SOFTMAX: case EVT_FB_OP_LOG_SOFTMAX: case EVT_FB_OP_SOFTMAX_BACKWARD:
+  case EVT_FB_OP_LOG_SOFTMAX_BACKWARD: {
+    const evt_fb_tensor &x = in[0];
+    int d = x.rank == 0 ? 0 : normdim(a.dim, x.rank);
+    if (d < 0) UNSUPPORTED("dim out of range");
+    ll outer = x.rank ? prod(x.shape, 0, d) : 1, len = x.rank ? x.shape[d] : 1;
+    ll inner = x.rank ? prod(x.shape, d + 1, x.rank) : 1;
+    k_softmax<<<blocks(outer * inner), 256>>>(S, op, view(in[0]), nd->ninputs > 1 ? view(in[1]) : none, outer, len,
+                                              inner);
+    break;
+  }
+  case EVT_FB_OP_LAYER_NORM: case EVT_FB_OP_LAYER_NORM_BACKWARD_INPUT: case EVT_FB_OP_LAYER_NORM_BACKWARD_WEIGHT:
+  case EVT_FB_OP_BATCH_NORM: case EVT_FB_OP_BATCH_NORM_BACKWARD_INPUT: case EVT_FB_OP_BATCH_NORM_BACKWARD_WEIGHT: {
+    bool layer = op == EVT_FB_OP_LAYER_NORM || op == EVT_FB_OP_LAYER_NORM_BACKWARD_INPUT ||
+                 op == EVT_FB_OP_LAYER_NORM_BACKWARD_WEIGHT;
+    bool fwd = op == EVT_FB_OP_LAYER_NORM || op == EVT_FB_OP_BATCH_NORM;
+    const evt_fb_tensor &x = fwd ? in[0] : in[1];
+    tv dy = fwd ? none : view(in[0]), w = none, b = none;
+    if (fwd) {
+      if (nd->ninputs > 1) w = view(in[1]);
+      if (nd->ninputs > 2) b = view(in[2]);
+    } else if (nd->ninputs > 2) {
+      w = view(in[2]);
+    }
+    ll groups, outer = 0, inner = 0, len = 0, count;
+    if (layer) {
+      if (x.rank < 1) UNSUPPORTED("layer_norm needs rank >= 1");
+      len = x.shape[x.rank - 1];
+      groups = len ? x.numel / len : 0;
+      count = len;
+    } else {
+      if (x.rank < 2) UNSUPPORTED("batch_norm needs rank >= 2");
+      outer = x.shape[0];
+      groups = x.shape[1];
+      inner = prod(x.shape, 2, x.rank);
+      count = outer * inner;
+    }
+    k_norm<<<blocks(groups), 256>>>(S, op, a.eps, view(x), dy, w, b, layer, groups, outer, inner, len, count);
+    break;
+  }
+  case EVT_FB_OP_NLL_LOSS: case EVT_FB_OP_NLL_LOSS_BACKWARD: case EVT_FB_OP_CROSS_ENTROPY: {
+    bool bwd = op == EVT_FB_OP_NLL_LOSS_BACKWARD;
+    const evt_fb_tensor &x = in[bwd ? 1 : 0], &t = in[bwd ? 2 : 1];
+    bool soft = op == EVT_FB_OP_CROSS_ENTROPY && (t.dtype == EVT_FB_F32 || t.dtype == EVT_FB_F16 || t.dtype == EVT_FB_BF16);
+    ll N, C, inner;
+    if (x.rank == 1) { N = 1; C = x.shape[0]; inner = 1; }
+    else if (x.rank >= 2) { N = x.shape[0]; C = x.shape[1]; inner = prod(x.shape, 2, x.rank); }
+    else UNSUPPORTED("the input needs a class dimension");
+    ll m = N * inner;
+    if (ensure(&g_scratch2, &g_scratch2_n, (size_t)(2 * m + 1), err, errlen)) return 2;
+    double *T = g_scratch2, *counted = g_scratch2 + 2 * m;
+    k_class_terms<<<blocks(m), 256>>>(T, bwd ? EVT_FB_OP_NLL_LOSS : op, a.ignore_index, view(x), view(t), soft, N, C,
+                                      inner, nd->id);
+    if (!bwd) {
+      k_class_reduce<<<1, 1>>>(S, T, m, a.reduction, NULL);
+    } else {
+      k_class_reduce<<<1, 1>>>(NULL, T, m, a.reduction, counted);
+      k_nll_backward<<<blocks(m), 256>>>(S, counted, a.ignore_index, a.reduction, view(in[0]), view(t), N, C, inner);
+    }
+    break;
+  }
+  case EVT_FB_OP_BCE_WITH_LOGITS: case EVT_FB_OP_MSE_LOSS: {
+    ll m = in[0].numel;
+    if (ensure(&g_scratch2, &g_scratch2_n, (size_t)(2 * m + 1), err, errlen)) return 2;
+    k_pointwise_loss<<<blocks(m), 256>>>(g_scratch2, op == EVT_FB_OP_BCE_WITH_LOGITS, view(in[0]), view(in[1]), m);
+    k_class_reduce<<<1, 1>>>(S, g_scratch2, m, a.reduction, NULL); /* every term counts: mean divides by m */
+    break;
+  }
+  case EVT_FB_OP_BCE_WITH_LOGITS_BACKWARD: case EVT_FB_OP_MSE_LOSS_BACKWARD:
+    k_pointwise_loss_bwd<<<nb, 256>>>(S, op == EVT_FB_OP_BCE_WITH_LOGITS_BACKWARD, a.reduction, view(in[0]),
+                                       view(in[1]), view(in[2]), n);
+    break;
+  case EVT_FB_OP_ONE_HOT: {
+    ll C = out.rank ? out.shape[out.rank - 1] : 0;
+    k_one_hot<<<blocks(in[0].numel), 256>>>(S, view(in[0]), in[0].numel, C, nd->id);
+    break;
+  }
+  case EVT_FB_OP_EMBEDDING: case EVT_FB_OP_EMBEDDING_BACKWARD: {
+    bool fwd = op == EVT_FB_OP_EMBEDDING;
+    const evt_fb_tensor &table = fwd ? in[0] : out, &idx = in[1];
+    if (table.rank != 2) UNSUPPORTED("the embedding table must be [V, D]");
+    ll V = table.shape[0], D = table.shape[1];
+    k_index_select<<<blocks(idx.numel * D), 256>>>(S, fwd, view(in[0]), view(idx), 1, V, D, idx.numel, nd->id);
+    break;
+  }
+  case EVT_FB_OP_INDEX_SELECT: case EVT_FB_OP_INDEX_SELECT_BACKWARD: {
+    bool fwd = op == EVT_FB_OP_INDEX_SELECT;
+    const evt_fb_tensor &full = fwd ? in[0] : out;
+    int d = normdim(a.dim, full.rank);
+    if (d < 0) UNSUPPORTED("dim out of range");
+    ll outer = prod(full.shape, 0, d), len = full.shape[d], inner = prod(full.shape, d + 1, full.rank);
+    ll ni = in[1].numel;
+    k_index_select<<<blocks(outer * ni * inner), 256>>>(S, fwd, view(in[0]), view(in[1]), outer, len, inner, ni,
+                                                         nd->id);
+    break;
+  }
+  case EVT_FB_OP_RESHAPE: case EVT_FB_OP_SQUEEZE: case EVT_FB_OP_UNSQUEEZE: {
+    if (in[0].numel != n) UNSUPPORTED("element counts differ");
+    shape_t sh = {1, {n, 1, 1, 1, 1, 1}};
+    strides s1;
+    memset(&s1, 0, sizeof s1);
+    s1.s[0] = 1;
+    k_strided<<<nb, 256>>>(S, view(in[0]), n, sh, s1, 0, 0);
+    break;
+  }
+  case EVT_FB_OP_PERMUTE: case EVT_FB_OP_TRANSPOSE: {
+    const evt_fb_tensor &x = in[0];
+    int perm[R];
+    for (int d = 0; d < x.rank; d++) perm[d] = d;
+    if (op == EVT_FB_OP_PERMUTE) {
+      if (a.ndims != x.rank) UNSUPPORTED("permute needs one dim per input dim");
+      for (int d = 0; d < x.rank; d++) perm[d] = normdim(a.dims[d], x.rank);
+    } else if (x.rank > 0) {
+      int p0 = a.ndims == 2 ? normdim(a.dims[0], x.rank) : -1, p1 = a.ndims == 2 ? normdim(a.dims[1], x.rank) : -1;
+      if (p0 < 0 || p1 < 0) UNSUPPORTED("transpose needs dims=[a,b]");
+      perm[p0] = p1;
+      perm[p1] = p0;
+    }
+    ll xs[R];
+    contig(x, xs);
+    strides s1;
+    memset(&s1, 0, sizeof s1);
+    for (int d = 0; d < x.rank; d++) {
+      if (perm[d] < 0 || out.shape[d] != x.shape[perm[d]]) UNSUPPORTED("bad permutation");
+      s1.s[d] = xs[perm[d]];
+    }
+    k_strided<<<nb, 256>>>(S, view(x), n, shape_of(out), s1, 0, 0);
+    break;
+  }
+  case EVT_FB_OP_EXPAND: {
+    strides s1;
+    if (!bcast(in[0], out, &s1)) UNSUPPORTED("cannot expand to this shape");
+    k_strided<<<nb, 256>>>(S, view(in[0]), n, shape_of(out), s1, 0, 0);
+    break;
+  }
+  case EVT_FB_OP_SLICE: case EVT_FB_OP_SLICE_BACKWARD: {
+    bool fwd = op == EVT_FB_OP_SLICE;
+    const evt_fb_tensor &full = fwd ? in[0] : out, &part = fwd ? out : in[0];
+    int d = normdim(a.dim, full.rank);
+    if (d < 0 || part.rank != full.rank || a.step < 1) UNSUPPORTED("bad slice dim or step");
+    ll fs[R];
+    contig(full, fs);
+    ll size = full.shape[d];
+    ll s0 = a.start < 0 ? a.start + size : a.start;
+    s0 = s0 < 0 ? 0 : s0 > size ? size : s0;
+    strides s1;
+    memset(&s1, 0, sizeof s1);
+    for (int k = 0; k < full.rank; k++) s1.s[k] = k == d ? fs[k] * a.step : fs[k];
+    k_strided<<<blocks(part.numel), 256>>>(S, view(in[0]), part.numel, shape_of(part), s1, s0 * fs[d], !fwd);
+    break;
+  }
+  case EVT_FB_OP_CONCAT: {
+    int d = normdim(a.dim, out.rank);
+    if (d < 0) UNSUPPORTED("dim out of range");
+    ll outer = prod(out.shape, 0, d), inner = prod(out.shape, d + 1, out.rank), row = out.shape[d] * inner, at = 0;
+    for (int k = 0; k < nd->ninputs; k++) {
+      ll chunk = in[k].shape[d] * inner;
+      if (at + chunk > row) UNSUPPORTED("concat input does not fit");
+      k_concat_part<<<blocks(outer * chunk), 256>>>(S, view(in[k]), outer, chunk, row, at);
+      at += chunk;
+    }
+    break;
+  }
+  case EVT_FB_OP_MM: case EVT_FB_OP_BMM: case EVT_FB_OP_ADDMM: {
+    const evt_fb_tensor &A = in[op == EVT_FB_OP_ADDMM ? 1 : 0], &B = in[op == EVT_FB_OP_ADDMM ? 2 : 1];
+    if (A.rank < 2 || B.rank < 2 || out.rank < 2) UNSUPPORTED("operands must have rank >= 2");
+    ll M = A.shape[A.rank - 2], K = A.shape[A.rank - 1], N = B.shape[B.rank - 1];
+    if (B.shape[B.rank - 2] != K || out.shape[out.rank - 2] != M || out.shape[out.rank - 1] != N)
+      UNSUPPORTED("operand shapes do not match the output");
+    /* batch strides (in matrices, scaled to elements) with numpy broadcast over batch dims */
+    int rb = out.rank - 2;
+    shape_t bsh = {rb, {1, 1, 1, 1, 1, 1}};
+    for (int i = 0; i < rb; i++) bsh.d[i] = out.shape[i];
+    strides sa, sb;
+    const evt_fb_tensor *ops2[2] = {&A, &B};
+    strides *ss[2] = {&sa, &sb};
+    for (int q = 0; q < 2; q++) {
+      const evt_fb_tensor &t = *ops2[q];
+      memset(ss[q], 0, sizeof(strides));
+      int tb = t.rank - 2;
+      if (tb > rb) UNSUPPORTED("batch dims of the operands do not match the output");
+      ll s = t.shape[t.rank - 2] * t.shape[t.rank - 1];
+      for (int i = rb - 1; i >= 0; i--) {
+        int j = i - (rb - tb);
+        if (j < 0) continue;
+        if (t.shape[j] != out.shape[i] && t.shape[j] != 1) UNSUPPORTED("batch dims of the operands do not match");
+        ss[q]->s[i] = (t.shape[j] == 1 && out.shape[i] != 1) ? 0 : s;
+        s *= t.shape[j];
+      }
+    }
+    ll nbat = prod(out.shape, 0, rb);
+    if (nbat > 65535) UNSUPPORTED("more than 65535 batch matrices");
+    dim3 grid((unsigned)((N + TILE - 1) / TILE), (unsigned)((M + TILE - 1) / TILE), (unsigned)(nbat ? nbat : 1));
+    if (nbat && M && N) k_gemm<<<grid, dim3(TILE, TILE)>>>(S, view(A), view(B), M, K, N, bsh, sa, sb);
+    if (op == EVT_FB_OP_ADDMM) {
+      strides cs;
+      if (out.rank != 2 || !bcast(in[0], out, &cs)) UNSUPPORTED("addmm bias does not broadcast to the product");
+      k_addmm_bias<<<nb, 256>>>(S, view(in[0]), M, N, cs.s[0], cs.s[1]);
+    }
+    break;
+  }
+  case EVT_FB_OP_SPMM: case EVT_FB_OP_SPMM_T: {
+    bool tr = op == EVT_FB_OP_SPMM_T;
+    const evt_fb_tensor &x = in[3];
+    if (x.rank != 2 || out.rank != 2 || in[0].rank != 1 || in[1].numel != in[2].numel)
+      UNSUPPORTED("expects rowptr[M+1], col[nnz], val[nnz] and a rank-2 dense operand");
+    ll M = in[0].numel - 1, N = x.shape[1], nnz = in[1].numel, K = tr ? out.shape[0] : x.shape[0];
+    if (M < 0 || (tr ? x.shape[0] : out.shape[0]) != M || out.shape[1] != N)
+      UNSUPPORTED("rowptr does not match the dense shapes");
+    k_csr_check<<<blocks((M + 1 > nnz ? M + 1 : nnz)), 256>>>(view(in[0]), view(in[1]), M, nnz, K, nd->id);
+    k_spmm<<<blocks(M * N), 256>>>(S, tr, view(in[0]), view(in[1]), view(in[2]), view(x), M, N, K, nnz);
+    break;
+  }
+  case EVT_FB_OP_CONV2D: case EVT_FB_OP_CONV2D_BACKWARD_INPUT: case EVT_FB_OP_CONV2D_BACKWARD_WEIGHT: {
+    int mode = op == EVT_FB_OP_CONV2D ? 0 : op == EVT_FB_OP_CONV2D_BACKWARD_INPUT ? 1 : 2;
+    const evt_fb_tensor &x = mode == 1 ? out : in[0], &w = mode == 2 ? out : in[1];
+    const evt_fb_tensor &y = mode == 0 ? out : mode == 1 ? in[0] : in[1];
+    if (x.rank != 4 || w.rank != 4 || y.rank != 4) UNSUPPORTED("conv2d tensors must have rank 4");
+    conv_geom g;
+    g.nhwc = a.nhwc;
+    g.N = x.shape[0];
+    g.C = a.nhwc ? x.shape[3] : x.shape[1];
+    g.H = a.nhwc ? x.shape[1] : x.shape[2];
+    g.W = a.nhwc ? x.shape[2] : x.shape[3];
+    g.O = w.shape[0];
+    g.Cg = a.nhwc ? w.shape[3] : w.shape[1];
+    g.KH = a.nhwc ? w.shape[1] : w.shape[2];
+    g.KW = a.nhwc ? w.shape[2] : w.shape[3];
+    g.Ho = a.nhwc ? y.shape[1] : y.shape[2];
+    g.Wo = a.nhwc ? y.shape[2] : y.shape[3];
+    g.G = a.groups;
+    g.sh = a.stride[0]; g.sw = a.stride[1]; g.ph = a.padding[0]; g.pw = a.padding[1];
+    g.dh = a.dilation[0]; g.dw = a.dilation[1];
+    if (g.G < 1 || g.Cg * g.G != g.C || g.O % g.G != 0) UNSUPPORTED("input, weight and output shapes do not agree");
+    if (mode == 2) k_conv_dw<<<blocks(w.numel), 256>>>(S, view(in[0]), view(in[1]), g);
+    else k_conv_fwd_or_dx<<<blocks(y.numel), 256>>>(S, mode == 0, view(in[0]), view(in[1]), g);
+    break;
+  }
+  case EVT_FB_OP_MAX_POOL2D: case EVT_FB_OP_MAX_POOL2D_BACKWARD: case EVT_FB_OP_ADAPTIVE_MAX_POOL2D:
+  case EVT_FB_OP_ADAPTIVE_MAX_POOL2D_BACKWARD: case EVT_FB_OP_AVG_POOL2D: case EVT_FB_OP_AVG_POOL2D_BACKWARD: {
+    bool bwd = op == EVT_FB_OP_MAX_POOL2D_BACKWARD || op == EVT_FB_OP_ADAPTIVE_MAX_POOL2D_BACKWARD ||
+               op == EVT_FB_OP_AVG_POOL2D_BACKWARD;
+    pool_geom p;
+    memset(&p, 0, sizeof p);
+    p.adaptive = op == EVT_FB_OP_ADAPTIVE_MAX_POOL2D || op == EVT_FB_OP_ADAPTIVE_MAX_POOL2D_BACKWARD;
+    p.avg = op == EVT_FB_OP_AVG_POOL2D || op == EVT_FB_OP_AVG_POOL2D_BACKWARD;
+    const evt_fb_tensor &x = op == EVT_FB_OP_AVG_POOL2D_BACKWARD ? out : bwd ? in[1] : in[0];
+    const evt_fb_tensor &y = bwd ? in[0] : out;
+    p.nhwc = a.nhwc;
+    int r = x.rank;
+    if (r < 2 || y.rank != r || (a.nhwc && r != 4)) UNSUPPORTED("pooling needs rank >= 2 (rank 4 for nhwc)");
+    if (a.nhwc) {
+      p.C = x.shape[3]; p.planes = x.shape[0] * p.C;
+      p.H = x.shape[1]; p.W = x.shape[2]; p.Ho = y.shape[1]; p.Wo = y.shape[2];
+    } else {
+      p.planes = prod(x.shape, 0, r - 2);
+      p.H = x.shape[r - 2]; p.W = x.shape[r - 1]; p.Ho = y.shape[r - 2]; p.Wo = y.shape[r - 1];
+    }
+    p.kh = a.kernel[0]; p.kw = a.kernel[1]; p.sh = a.stride[0]; p.sw = a.stride[1];
+    p.ph = a.padding[0]; p.pw = a.padding[1];
+    if (!p.adaptive && (p.kh < 1 || p.kw < 1 || p.sh < 1 || p.sw < 1)) UNSUPPORTED("kernel and stride must be positive");
+    if (p.adaptive && (p.Ho < 1 || p.Wo < 1)) UNSUPPORTED("adaptive pool output must be at least 1x1");
+    k_pool<<<blocks(p.planes * p.Ho * p.Wo), 256>>>(S, bwd, view(in[0]), nd->ninputs > 1 ? view(in[1]) : none, p);
+    break;
+  }
+  case EVT_FB_OP_SDPA: case EVT_FB_OP_SDPA_BACKWARD_Q: case EVT_FB_OP_SDPA_BACKWARD_K:
+  case EVT_FB_OP_SDPA_BACKWARD_V: {
+    int base = op == EVT_FB_OP_SDPA ? 0 : 1;
+    const evt_fb_tensor &q = in[base], &k = in[base + 1], &v = in[base + 2];
+    int r = q.rank;
+    if (r < 2 || k.rank != r || v.rank != r) UNSUPPORTED("q, k, v must have the same rank >= 2");
+    ll Sq = q.shape[r - 2], D = q.shape[r - 1], Skv = k.shape[r - 2], Dv = v.shape[r - 1];
+    ll B = prod(q.shape, 0, r - 2);
+    double scale = a.scale != 0 ? a.scale : 1.0 / sqrt((double)D);
+    if (ensure(&g_scratch2, &g_scratch2_n, (size_t)(B * Sq * 2 * Skv + 1), err, errlen)) return 2;
+    k_sdpa<<<blocks(B * Sq), 256>>>(S, g_scratch2, op, base ? view(in[0]) : none, view(q), view(k), view(v), B, Sq,
+                                    Skv, D, Dv, scale, a.causal);
+    break;
+  }
+  default:
+    snprintf(err, errlen, "op %d is not supported by the CUDA fallback library", op);
+    return 1;
+  }
+  CK(cudaGetLastError());
+  k_finish<<<nb, 256>>>(out.ptr, out.dtype, S, n);
+  CK(cudaGetLastError());
+  return 0;
+}

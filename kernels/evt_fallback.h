@@ -1,0 +1,81 @@
+/* The unfused CUDA path: one kernel (or a few) per graph node, the semantics of the CPU interpreter
+ * (src/runtime/interp*.c) on the GPU. Built once by nvcc into build/libevt_fallback.so (`make cuda`) and
+ * loaded by src/runtime/cuda.c with dlopen, so libevt never links CUDA.
+ *
+ * Contract
+ * - A tensor lives on the device in its node's dtype (f32, f16, bf16, i64, i32, bool as one byte),
+ *   contiguous row-major. Every node computes in double into a zeroed double scratch and then rounds to
+ *   its dtype exactly as evt_round_to_dtype does (f16/bf16 through float, ints truncated, bool != 0), so
+ *   with the library compiled with --fmad=false most ops give the interpreter's bits; transcendental
+ *   functions (exp, log, tanh, erf) differ from glibc by an ulp of double, below any dtype's rounding.
+ * - Summation orders follow the interpreter where a thread owns an output element (reductions, softmax,
+ *   norms, mm, conv forward / weight gradient); scatter ops (embedding/index_select/pool/conv input
+ *   backward, spmm_t, sdpa_backward_k/v, layer_norm_backward_weight) add with double atomics.
+ * - Run-time index errors (an index out of range, a CSR row pointer not monotone) set a device flag with
+ *   the node id; evt_fb_sync reports the first one.
+ * - Every entry returns 0 on success; otherwise non-zero with a message in err (a CUDA error string, or
+ *   "op X is not supported" for an op this library does not cover).
+ * The op numbers are those of src/ir/ops.def (EVT_FB_OP_<NAME> == EVT_OP_<NAME>). */
+#ifndef EVT_FALLBACK_H
+#define EVT_FALLBACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+#define X(U, name, mn, mx, cls, attrs, flags) EVT_FB_OP_##U,
+#include "ir/ops.def"
+#undef X
+  EVT_FB_OP_COUNT
+};
+
+/* dtypes: the numbering of evt_dtype */
+enum { EVT_FB_F32 = 0, EVT_FB_F16, EVT_FB_BF16, EVT_FB_I64, EVT_FB_I32, EVT_FB_BOOL };
+
+#define EVT_FB_MAX_RANK 6
+#define EVT_FB_MAX_IN 8
+
+typedef struct evt_fb_tensor {
+  void *ptr; /* device memory */
+  int dtype, rank;
+  int64_t shape[EVT_FB_MAX_RANK];
+  int64_t numel;
+} evt_fb_tensor;
+
+typedef struct evt_fb_attrs {
+  int ndims;
+  int64_t dims[EVT_FB_MAX_RANK];
+  int64_t dim, keepdim, start, end, step;
+  double value, eps, p, scale;
+  int64_t seed, offset, ignore_index;
+  int reduction;          /* 0 none, 1 mean, 2 sum */
+  int approx_tanh, nhwc, causal;
+  int64_t stride[2], padding[2], dilation[2], kernel[2], groups;
+} evt_fb_attrs;
+
+typedef struct evt_fb_node {
+  int id, op, ninputs;
+  evt_fb_tensor in[EVT_FB_MAX_IN];
+  evt_fb_tensor out;
+  evt_fb_attrs a;
+} evt_fb_node;
+
+int evt_fb_init(char *err, size_t errlen);                 /* picks device 0; fails if there is none */
+void *evt_fb_alloc(int64_t bytes, char *err, size_t errlen); /* NULL on failure */
+void evt_fb_free(void *p);
+int evt_fb_upload(const evt_fb_tensor *t, const double *host, char *err, size_t errlen);
+int evt_fb_download(const evt_fb_tensor *t, double *host, char *err, size_t errlen);
+int evt_fb_run(const evt_fb_node *n, char *err, size_t errlen);   /* enqueues the node's kernels */
+/* Waits for the device; *bad_node = node id of the first run-time index error (else -1). */
+int evt_fb_sync(int *bad_node, char *err, size_t errlen);
+int evt_fb_dtype_bytes(int dtype);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

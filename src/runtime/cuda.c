@@ -1,0 +1,215 @@
+/* The CUDA runtime (contract: cuda.h). Loads build/libevt_fallback.so with dlopen and drives it node by
+ * node; the library owns every CUDA call. */
+#include "runtime/cuda.h"
+
+#include "evt_fallback.h"
+
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct fb_api {
+  int (*init)(char *, size_t);
+  void *(*alloc)(int64_t, char *, size_t);
+  void (*free_)(void *);
+  int (*upload)(const evt_fb_tensor *, const double *, char *, size_t);
+  int (*download)(const evt_fb_tensor *, double *, char *, size_t);
+  int (*run)(const evt_fb_node *, char *, size_t);
+  int (*sync)(int *, char *, size_t);
+  int (*dtype_bytes)(int);
+} fb_api;
+
+struct evt_cuda {
+  void *lib;
+  fb_api api;
+  char *arena;            /* device memory */
+  int64_t arena_bytes;
+  int nnodes;
+  evt_fb_tensor *t;       /* per node: its device tensor */
+};
+
+static void *open_library(char *why, size_t n) {
+  const char *env = getenv("EVT_FALLBACK_LIB");
+  if (env && *env) {
+    void *h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    if (!h) snprintf(why, n, "%s", dlerror());
+    return h;
+  }
+  char exe[PATH_MAX];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len > 0) {
+    exe[len] = '\0';
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/libevt_fallback.so", dirname(exe));
+    if (access(path, F_OK) == 0) {
+      void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      if (!h) snprintf(why, n, "%s", dlerror());
+      return h;
+    }
+  }
+  void *h = dlopen("libevt_fallback.so", RTLD_NOW | RTLD_LOCAL);
+  if (!h) snprintf(why, n, "libevt_fallback.so not found (build it with `make cuda`): %s", dlerror());
+  return h;
+}
+
+static bool load_api(void *lib, fb_api *a) {
+#define SYM(field, name) *(void **)(&a->field) = dlsym(lib, name)
+  SYM(init, "evt_fb_init");
+  SYM(alloc, "evt_fb_alloc");
+  SYM(free_, "evt_fb_free");
+  SYM(upload, "evt_fb_upload");
+  SYM(download, "evt_fb_download");
+  SYM(run, "evt_fb_run");
+  SYM(sync, "evt_fb_sync");
+  SYM(dtype_bytes, "evt_fb_dtype_bytes");
+#undef SYM
+  return a->init && a->alloc && a->free_ && a->upload && a->download && a->run && a->sync && a->dtype_bytes;
+}
+
+static evt_status global_error(evt_graph *g, evt_status st, const char *msg) {
+  return evt_graph_errorf_at(g, (evt_origin){0}, st, "%s", msg);
+}
+
+void evt_cuda_close(evt_cuda *c) {
+  if (!c) return;
+  if (c->arena) c->api.free_(c->arena);
+  if (c->lib) dlclose(c->lib);
+  free(c->t);
+  free(c);
+}
+
+static void copy_attrs(const evt_attrs *s, evt_fb_attrs *d) {
+  memset(d, 0, sizeof *d);
+  d->ndims = s->dims.n;
+  for (int i = 0; i < s->dims.n && i < EVT_FB_MAX_RANK; i++) d->dims[i] = s->dims.v[i];
+  d->dim = s->dim;
+  d->keepdim = s->keepdim;
+  d->start = s->start;
+  d->end = s->end;
+  d->step = s->step;
+  d->value = s->value;
+  d->eps = s->eps;
+  d->p = s->p;
+  d->scale = s->scale;
+  d->seed = s->seed;
+  d->offset = s->offset;
+  d->ignore_index = s->ignore_index;
+  d->reduction = s->reduction == EVT_REDUCTION_NONE ? 0 : s->reduction == EVT_REDUCTION_MEAN ? 1 : 2;
+  d->approx_tanh = s->approximate == EVT_APPROXIMATE_TANH;
+  d->nhwc = s->layout == EVT_LAYOUT_NHWC;
+  d->causal = s->causal != 0;
+  const evt_ilist *l2[4] = {&s->stride, &s->padding, &s->dilation, &s->kernel};
+  int64_t *o2[4] = {d->stride, d->padding, d->dilation, d->kernel};
+  for (int k = 0; k < 4; k++) {
+    o2[k][0] = l2[k]->n > 0 ? l2[k]->v[0] : 0;
+    o2[k][1] = l2[k]->n > 1 ? l2[k]->v[1] : o2[k][0];
+  }
+  d->groups = s->groups;
+}
+
+evt_status evt_cuda_open(evt_graph *g, evt_cuda **out) {
+  *out = NULL;
+  char why[512] = "";
+  evt_cuda *c = calloc(1, sizeof *c);
+  if (!c) return global_error(g, EVT_ERR_INTERNAL, "out of memory");
+  c->lib = open_library(why, sizeof why);
+  if (!c->lib) {
+    char msg[700];
+    snprintf(msg, sizeof msg, "no CUDA device: cannot load the CUDA kernel library (%s)", why);
+    evt_cuda_close(c);
+    return global_error(g, EVT_ERR_UNSUPPORTED, msg);
+  }
+  if (!load_api(c->lib, &c->api)) {
+    evt_cuda_close(c);
+    return global_error(g, EVT_ERR_UNSUPPORTED, "no CUDA device: libevt_fallback.so lacks the evt_fb_* entries");
+  }
+  if (c->api.init(why, sizeof why)) {
+    char msg[700];
+    snprintf(msg, sizeof msg, "no CUDA device: %s", why);
+    evt_cuda_close(c);
+    return global_error(g, EVT_ERR_UNSUPPORTED, msg);
+  }
+  c->nnodes = g->nnodes;
+  c->t = calloc((size_t)(g->nnodes > 0 ? g->nnodes : 1), sizeof *c->t);
+  if (!c->t) {
+    evt_cuda_close(c);
+    return global_error(g, EVT_ERR_INTERNAL, "out of memory");
+  }
+  int64_t off = 0;
+  int64_t *offs = malloc(sizeof(int64_t) * (size_t)(g->nnodes > 0 ? g->nnodes : 1));
+  if (!offs) {
+    evt_cuda_close(c);
+    return global_error(g, EVT_ERR_INTERNAL, "out of memory");
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    const evt_type *ty = &g->nodes[i].type;
+    evt_fb_tensor *t = &c->t[i];
+    t->dtype = (int)ty->dtype;
+    t->rank = ty->rank;
+    t->numel = 1;
+    for (int d = 0; d < ty->rank; d++) {
+      t->shape[d] = ty->shape[d];
+      t->numel *= ty->shape[d];
+    }
+    offs[i] = off;
+    int64_t bytes = t->numel * c->api.dtype_bytes(t->dtype);
+    off += (bytes + 255) / 256 * 256;
+  }
+  c->arena_bytes = off;
+  c->arena = c->api.alloc(off, why, sizeof why);
+  if (!c->arena) {
+    free(offs);
+    evt_cuda_close(c);
+    return global_error(g, EVT_ERR_UNSUPPORTED, why);
+  }
+  for (int i = 0; i < g->nnodes; i++) c->t[i].ptr = c->arena + offs[i];
+  free(offs);
+  *out = c;
+  return EVT_OK;
+}
+
+evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values) {
+  char err[512];
+  if (!c || g->nnodes != c->nnodes) return global_error(g, EVT_ERR_INVALID, "the CUDA runtime was opened for another graph");
+  for (int i = 0; i < g->nnodes; i++) {
+    const evt_node *n = &g->nodes[i];
+    if (n->op != EVT_OP_INPUT && n->op != EVT_OP_PARAM) continue;
+    if (!values[i].data || values[i].numel != c->t[i].numel)
+      return evt_graph_errorf(g, i, EVT_ERR_INVALID, "no value given for this input");
+    if (c->api.upload(&c->t[i], values[i].data, err, sizeof err))
+      return evt_graph_errorf(g, i, EVT_ERR_INTERNAL, "CUDA upload failed: %s", err);
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    const evt_node *n = &g->nodes[i];
+    if (n->op == EVT_OP_INPUT || n->op == EVT_OP_PARAM) continue;
+    evt_fb_node fn;
+    memset(&fn, 0, sizeof fn);
+    fn.id = i;
+    fn.op = (int)n->op;
+    fn.ninputs = n->ninputs;
+    for (int j = 0; j < n->ninputs && j < EVT_FB_MAX_IN; j++) fn.in[j] = c->t[n->inputs[j]];
+    fn.out = c->t[i];
+    copy_attrs(&n->attr, &fn.a);
+    int rc = c->api.run(&fn, err, sizeof err);
+    if (rc == 1) return evt_graph_errorf(g, i, EVT_ERR_UNSUPPORTED, "not supported on CUDA: %s", err);
+    if (rc) return evt_graph_errorf(g, i, EVT_ERR_INTERNAL, "CUDA error: %s", err);
+  }
+  int bad = -1;
+  if (c->api.sync(&bad, err, sizeof err)) return global_error(g, EVT_ERR_INTERNAL, err);
+  if (bad >= 0 && bad < g->nnodes)
+    return evt_graph_errorf(g, bad, EVT_ERR_INVALID, "an index is out of range (or a CSR rowptr is not monotone) on the GPU");
+  for (int k = 0; k < g->noutputs; k++) {
+    int id = g->outputs[k];
+    if (g->nodes[id].op == EVT_OP_INPUT || g->nodes[id].op == EVT_OP_PARAM) continue; /* the caller's slot */
+    const evt_type *ty = &g->nodes[id].type;
+    evt_tensor_free(&values[id]);
+    if (evt_tensor_alloc(&values[id], ty->dtype, ty->rank, ty->shape) != EVT_OK)
+      return evt_graph_errorf(g, id, EVT_ERR_INTERNAL, "cannot allocate the host copy");
+    if (c->api.download(&c->t[id], values[id].data, err, sizeof err))
+      return evt_graph_errorf(g, id, EVT_ERR_INTERNAL, "CUDA download failed: %s", err);
+  }
+  return EVT_OK;
+}

@@ -1,0 +1,29 @@
+/* The CUDA runtime: runs a whole graph (a training step) on the GPU, node by node, through the per-node
+ * kernel library kernels/evt_fallback.cu (build/libevt_fallback.so, built by `make cuda`).
+ *
+ * Contract
+ * - libevt never links CUDA: evt_cuda_open loads the library with dlopen (path: $EVT_FALLBACK_LIB, else
+ *   libevt_fallback.so next to the running executable, else the dynamic loader's search path). No library,
+ *   no libcudart, or no device: EVT_ERR_UNSUPPORTED with "no CUDA device: ..." in the graph's error.
+ * - Memory: one device arena holding a buffer for every node (inputs and params included), each 256-byte
+ *   aligned, allocated once at open and reused by every step. Intermediates are not yet shared between
+ *   nodes with disjoint lifetimes (the plan's arena, src/runtime/plan.h, packs only group-crossing
+ *   buffers; a node-by-node run needs every node's tensor).
+ * - evt_cuda_step uploads every input and param slot of `values` (double host tensors, the interpreter's
+ *   representation), runs every other node in id order, then fills the slot of every graph output with
+ *   the downloaded result (other slots are left untouched). The values match the interpreter's within the
+ *   rounding of each dtype (see kernels/evt_fallback.h).
+ * - Errors name the node: an op the library does not cover, a CUDA error, an index out of range found at
+ *   run time. Every CUDA call is checked. */
+#ifndef EVT_RUNTIME_CUDA_H
+#define EVT_RUNTIME_CUDA_H
+
+#include "evt_impl.h"
+
+typedef struct evt_cuda evt_cuda;
+
+evt_status evt_cuda_open(evt_graph *g, evt_cuda **out);
+evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values);
+void evt_cuda_close(evt_cuda *c);
+
+#endif
