@@ -79,7 +79,8 @@ static bool source_view(const evt_graph *g, int x) {
 static bool mem_strides(const evt_graph *g, const int *group, int through, int x, int64_t *st, int *base) {
   const evt_node *nd = &g->nodes[x];
   int r = nd->type.rank;
-  bool look = is_view_op(nd->op) && (group ? group[x] == through : through == -1 && source_view(g, x));
+  bool look = is_view_op(nd->op) && (group ? group[x] == through || (group[x] < 0 && source_view(g, x))
+                                            : through == -1 && source_view(g, x));
   if (!look) {
     *base = x;
     for (int i = 0; i < r; i++) st[i] = nd->type.stride[i];

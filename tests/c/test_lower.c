@@ -423,7 +423,8 @@ static int check_lowered_against_interp(evt_graph *g, const char *what, int *ten
   return check_lowered_against_interp_rules(g, what, tensors_checked, false, NULL);
 }
 
-/* Every lowered kernel of every example (as bf16), run through its spec's CPU reference on the values
+/* Every lowered kernel of every example (as bf16; partitioned with the partitioner's rules and with the
+ * lowering's), run through its spec's CPU reference on the values
  * the interpreter computed for the whole graph, reproduces the group's outputs: the memory bindings
  * (A/B layouts, loads, row/col broadcasts, stores, sums, nucleus inputs) mean what the graph means. */
 TEST(lower_specs_reproduce_the_interpreter) {
@@ -442,6 +443,7 @@ TEST(lower_specs_reproduce_the_interpreter) {
     CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
     CHECK(evt_passes_run_all(g, 0, 0) == EVT_OK);
     checked += check_lowered_against_interp(g, gl.gl_pathv[e], &tensors_checked);
+    checked += check_lowered_against_interp_rules(g, gl.gl_pathv[e], &tensors_checked, true, NULL); /* --fuse-rules=lower */
     evt_graph_free(g);
   }
   globfree(&gl);
