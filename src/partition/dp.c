@@ -42,7 +42,7 @@ typedef struct dp {
   mask *set;
   double *best;
   int *arg;
-  int nsets, capsets;
+  int nsets, capsets, maxsets;
   int *slot;
   size_t hcap;
   long work, max_work;
@@ -69,14 +69,34 @@ static int lookup(const dp *s, mask m) {
   return -1;
 }
 
+/* Doubles the arrays and the hash table (up to the cap). Returns false at the cap. */
+static bool grow_table(dp *s) {
+  if (s->capsets >= s->maxsets) return false;
+  int cap = s->capsets * 2 < s->maxsets ? s->capsets * 2 : s->maxsets;
+  s->set = realloc(s->set, (size_t)cap * sizeof(mask));
+  s->best = realloc(s->best, (size_t)cap * sizeof(double));
+  s->arg = realloc(s->arg, (size_t)cap * sizeof(int));
+  s->capsets = cap;
+  while (s->hcap < 2 * (size_t)cap) s->hcap <<= 1;
+  free(s->slot);
+  s->slot = malloc(s->hcap * sizeof(int));
+  EVT_ASSERT(s->set && s->best && s->arg && s->slot);
+  memset(s->slot, -1, s->hcap * sizeof(int));
+  for (int i = 0; i < s->nsets; i++) {
+    size_t h = hash_mask(s->set[i]) & (s->hcap - 1);
+    while (s->slot[h] >= 0) h = (h + 1) & (s->hcap - 1);
+    s->slot[h] = i;
+  }
+  return true;
+}
+
 /* Inserts m; returns its index, or -1 when the cap is reached. */
 static int insert(dp *s, mask m) {
+  int at = lookup(s, m);
+  if (at >= 0) return at;
+  if (s->nsets == s->capsets && !grow_table(s)) return -1;
   size_t h = hash_mask(m) & (s->hcap - 1);
-  while (s->slot[h] >= 0) {
-    if (s->set[s->slot[h]] == m) return s->slot[h];
-    h = (h + 1) & (s->hcap - 1);
-  }
-  if (s->nsets == s->capsets) return -1;
+  while (s->slot[h] >= 0) h = (h + 1) & (s->hcap - 1);
   s->slot[h] = s->nsets;
   s->set[s->nsets] = m;
   s->best[s->nsets] = 1e300;
@@ -169,9 +189,10 @@ int evt_dp_solve_block(const evt_pblock *b, long max_sets, long max_work, int *s
       }
     }
   }
-  s.capsets = (int)max_sets;
+  s.maxsets = max_sets < 1 ? 1 : max_sets > (1 << 26) ? (1 << 26) : (int)max_sets;
+  s.capsets = s.maxsets < 256 ? s.maxsets : 256;
   s.hcap = 1;
-  while (s.hcap < 2 * (size_t)max_sets) s.hcap <<= 1;
+  while (s.hcap < 2 * (size_t)s.capsets) s.hcap <<= 1;
   s.set = malloc((size_t)s.capsets * sizeof(mask));
   s.best = malloc((size_t)s.capsets * sizeof(double));
   s.arg = malloc((size_t)s.capsets * sizeof(int));

@@ -208,7 +208,7 @@ bool evt_pblock_legal(const evt_pblock *b, const int *sol);
  * optimal block cost in *objective; 0 when over a cap (the caller uses the MIP). *nsets: down-sets seen. */
 int evt_dp_solve_block(const evt_pblock *b, long max_sets, long max_work, int *sol, double *objective, long *nsets);
 #define EVT_DP_MAX_SETS 200000
-#define EVT_DP_MAX_WORK 20000000L
+#define EVT_DP_MAX_WORK 4000000L
 
 /* ---- cache.c ------------------------------------------------------------------------------------------ */
 typedef struct evt_part_cache evt_part_cache;
