@@ -187,24 +187,6 @@ static evt_status optimize(evt_graph *g, evt_tensor **values) {
   return st;
 }
 
-/* --check: the largest error of a GPU output against the interpreter's, relative to the largest magnitude of
- * the interpreter's tensor; NaN anywhere (or a shape mismatch) gives +inf. */
-static double rel_error(const evt_tensor *gpu, const evt_tensor *cpu) {
-  if (!gpu->data || !cpu->data || gpu->numel != cpu->numel) return INFINITY;
-  double maxabs = 0, maxdiff = 0;
-  for (int64_t i = 0; i < cpu->numel; i++) {
-    double a = gpu->data[i], b = cpu->data[i];
-    if (isnan(a) || isnan(b)) return INFINITY;
-    if (isinf(a) || isinf(b)) {
-      if (a != b) return INFINITY;
-      continue;
-    }
-    if (fabs(b) > maxabs) maxabs = fabs(b);
-    if (fabs(a - b) > maxdiff) maxdiff = fabs(a - b);
-  }
-  return maxdiff == 0 ? 0 : maxdiff / (maxabs > 0 ? maxabs : 1e-300);
-}
-
 /* Runs the interpreter on the same inputs as the GPU step that filled the outputs of `values` and compares
  * every graph output (loss first, then gradients). Leaves the GPU's outputs in `values`. Returns false
  * (message printed) on a mismatch; *worst gets the largest relative error. */
@@ -222,7 +204,7 @@ static bool check_step(evt_graph *g, evt_tensor *values, long step, double *wors
     int id = g->outputs[k];
     evt_dtype dt = g->nodes[id].type.dtype;
     double tol = dt == EVT_F32 ? 1e-4 : 1e-2;
-    double e = rel_error(&saved[k], &values[id]);
+    double e = evt_cuda_rel_error(&saved[k], &values[id]);
     if (e > *worst || isnan(e)) *worst = e;
     if (!(e <= tol)) {
       printf("check: step %ld output %%%s (%s): max rel error %.3g > %.0e: MISMATCH\n", step,

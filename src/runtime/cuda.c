@@ -5,6 +5,7 @@
 #include "evt_fallback.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -212,4 +213,20 @@ evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values) {
       return evt_graph_errorf(g, id, EVT_ERR_INTERNAL, "CUDA download failed: %s", err);
   }
   return EVT_OK;
+}
+
+double evt_cuda_rel_error(const evt_tensor *gpu, const evt_tensor *cpu) {
+  if (!gpu->data || !cpu->data || gpu->numel != cpu->numel) return INFINITY;
+  double maxabs = 0, maxdiff = 0;
+  for (int64_t i = 0; i < cpu->numel; i++) {
+    double a = gpu->data[i], b = cpu->data[i];
+    if (isnan(a) || isnan(b)) return INFINITY;
+    if (isinf(a) || isinf(b)) {
+      if (a != b) return INFINITY;
+      continue;
+    }
+    if (fabs(b) > maxabs) maxabs = fabs(b);
+    if (fabs(a - b) > maxdiff) maxdiff = fabs(a - b);
+  }
+  return maxdiff == 0 ? 0 : maxdiff / (maxabs > 0 ? maxabs : 1e-300);
 }

@@ -1,0 +1,49 @@
+/* The CUDA runtime's host side without a GPU: the --check metric, and a clean "no CUDA device" when the
+ * kernel library cannot be loaded. */
+#include "runtime/cuda.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static evt_tensor vec(const double *v, int n) {
+  evt_tensor t;
+  int64_t shape[1] = {n};
+  evt_tensor_alloc(&t, EVT_F32, 1, shape);
+  memcpy(t.data, v, sizeof(double) * (size_t)n);
+  return t;
+}
+
+TEST(cuda_rel_error_metric) {
+  double a[3] = {1, -2, 4}, b[3] = {1, -2, 4}, c[3] = {1, -2.04, 4}, d[3] = {1, NAN, 4}, e[3] = {1, INFINITY, 4};
+  evt_tensor ta = vec(a, 3), tb = vec(b, 3), tc = vec(c, 3), td = vec(d, 3), te = vec(e, 3), tshort = vec(a, 2);
+  CHECK(evt_cuda_rel_error(&ta, &tb) == 0);
+  CHECK_NEAR(evt_cuda_rel_error(&tc, &ta), 0.04 / 4, 1e-12); /* relative to the largest magnitude, 4 */
+  CHECK(isinf(evt_cuda_rel_error(&td, &ta)));                 /* NaN never passes, either side */
+  CHECK(isinf(evt_cuda_rel_error(&ta, &td)));
+  CHECK(isinf(evt_cuda_rel_error(&te, &ta)));                 /* an unmatched infinity */
+  CHECK(evt_cuda_rel_error(&te, &te) == 0);
+  CHECK(isinf(evt_cuda_rel_error(&tshort, &ta)));             /* size mismatch */
+  evt_tensor *all[] = {&ta, &tb, &tc, &td, &te, &tshort};
+  for (int i = 0; i < 6; i++) evt_tensor_free(all[i]);
+}
+
+TEST(cuda_open_without_library_is_unsupported) {
+  char *err = NULL;
+  evt_graph *g = evt_parse("graph g {\n  %w: f32[4] = param(init=ones)\n  %t: f32[4] = input(init=zeros)\n"
+                           "  %loss: f32[] = mse_loss(%w, %t)\n  loss %loss\n}\n", "t.evt", &err);
+  CHECK(g != NULL);
+  const char *old = getenv("EVT_FALLBACK_LIB");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("EVT_FALLBACK_LIB", "/nonexistent/libevt_fallback.so", 1);
+  evt_cuda *c = (evt_cuda *)1;
+  CHECK(evt_cuda_open(g, &c) == EVT_ERR_UNSUPPORTED);
+  CHECK(c == NULL);
+  CHECK(strstr(evt_graph_error(g), "no CUDA device") != NULL);
+  if (saved) setenv("EVT_FALLBACK_LIB", saved, 1);
+  else unsetenv("EVT_FALLBACK_LIB");
+  free(saved);
+  free(err);
+  evt_graph_free(g);
+}
