@@ -21,6 +21,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 .PHONY: all test asan fuzz clean cuda
 NVCC ?= nvcc
 CUDA_ARCH ?= sm_90
+CUDA_LIB ?= $(abspath $(dir $(shell command -v $(NVCC) 2>/dev/null))/../lib64)
 all: $(BUILD)/libevt.a $(BUILD)/libevt.so $(BUILD)/evtc $(BUILD)/unit_tests
 
 $(BUILD)/obj/%.o: %.c
@@ -45,7 +46,8 @@ $(BUILD)/unit_tests: $(TEST_OBJ) $(BUILD)/libevt.a
 cuda: $(BUILD)/libevt_fallback.so
 $(BUILD)/libevt_fallback.so: kernels/evt_fallback.cu kernels/evt_fallback.h kernels/philox.h src/ir/ops.def
 	@mkdir -p $(BUILD)
-	$(NVCC) -O2 --fmad=false -arch=$(CUDA_ARCH) -Xcompiler -fPIC -shared -Ikernels -Isrc -o $@ kernels/evt_fallback.cu
+	$(NVCC) -O2 --fmad=false -arch=$(CUDA_ARCH) -Xcompiler -fPIC -shared -Ikernels -Isrc -o $@ kernels/evt_fallback.cu \
+	  -L$(CUDA_LIB) -Xlinker -rpath -Xlinker $(CUDA_LIB) -lcublas
 
 test: all
 	@bash tests/run.sh $(BUILD)

@@ -5,8 +5,8 @@
 steps=${1:-3}
 logs=${2:-/tmp/evt-cuda-check}
 mkdir -p "$logs"
-echo "| example | graph | matched | max rel error | GPU ms/step | interpreter ms/step | loss first -> last |"
-echo "|---|---|---|---|---|---|---|"
+echo "| example | graph | matched | max rel error | GPU ms/step (mean) | GPU ms (last step) | interpreter ms/step | loss first -> last |"
+echo "|---|---|---|---|---|---|---|---|"
 for f in examples/*.evt $(ls bench/graphs/*.evt | grep -v bad_index); do
   base=$(basename "$f" .evt)
   for mode in joint opt; do
@@ -20,7 +20,8 @@ for f in examples/*.evt $(ls bench/graphs/*.evt | grep -v bad_index); do
     err=$(echo "$chk" | sed -n 's/.*max rel error \([^ ]*\).*/\1/p')
     ims=$(echo "$chk" | sed -n 's/.*interpreter \([0-9.]*\) ms.*/\1/p')
     gms=$(echo "$done_" | sed -n 's/.*, \([0-9.]*\) ms\/step/\1/p')
+    lastms=$(grep '^step ' "$log" | tail -1 | sed -n 's/.*(\([0-9.]*\) ms)/\1/p')
     loss=$(echo "$done_" | sed -n 's/.*loss \(.*\), [0-9.]* ms\/step/\1/p')
-    echo "| $base | $mode | $matched | ${err:--} | ${gms:--} | ${ims:--} | ${loss:--} |"
+    echo "| $base | $mode | $matched | ${err:--} | ${gms:--} | ${lastms:--} | ${ims:--} | ${loss:--} |"
   done
 done

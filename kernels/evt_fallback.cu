@@ -8,8 +8,10 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -420,6 +422,10 @@ __global__ void k_gemm(double *S, tv A, tv B, ll M, ll K, ll N, shape_t bsh, str
   if (i < M && j < N) S[(b * M + i) * N + j] = acc;
 }
 
+__global__ void k_float_to_double(double *S, const float *F, ll n) {
+  GRID_FOR(e, n) S[e] = (double)F[e];
+}
+
 __global__ void k_addmm_bias(double *S, tv c, ll M, ll N, ll cs0, ll cs1) {
   GRID_FOR(e, M * N) S[e] += ld(c.p, c.dt, (e / N) * cs0 + (e % N) * cs1);
 }
@@ -650,6 +656,8 @@ __global__ void k_to_double(double *S, tv x, ll n) {
 /* ---- host side ------------------------------------------------------------------------------------- */
 
 static double *g_scratch, *g_scratch2;
+static cublasHandle_t g_cublas;
+static bool g_exact_gemm; /* $EVT_CUDA_EXACT_GEMM=1: every product on the f64 tiled kernel */
 static size_t g_scratch_n, g_scratch2_n;
 
 #define CK(call)                                                                                           \
@@ -708,6 +716,23 @@ static bool bcast(const evt_fb_tensor &t, const evt_fb_tensor &out, strides *st_
   return true;
 }
 
+/* true if batch b (row-major over bsh) sits at b * (*u) elements for a constant *u: batch dims contiguous,
+ * or every batch dim broadcast (u = 0) */
+static bool uniform_stride(const shape_t &bsh, const strides &st_, ll *u) {
+  *u = 0;
+  int last = -1;
+  for (int i = 0; i < bsh.rank; i++)
+    if (bsh.d[i] != 1) last = i;
+  if (last < 0) return true;
+  *u = st_.s[last];
+  ll inner = 1;
+  for (int i = bsh.rank - 1; i >= 0; i--) {
+    if (bsh.d[i] != 1 && st_.s[i] != *u * inner) return false;
+    inner *= bsh.d[i];
+  }
+  return true;
+}
+
 static int normdim(ll d, int rank) {
   if (d < 0) d += rank;
   return d >= 0 && d < rank ? (int)d : -1;
@@ -736,6 +761,16 @@ extern "C" int evt_fb_init(char *err, size_t errlen) {
     return 1;
   }
   CK(cudaSetDevice(0));
+  if (!g_cublas) {
+    cublasStatus_t cs = cublasCreate(&g_cublas);
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+      snprintf(err, errlen, "cublasCreate failed (status %d)", (int)cs);
+      return 2;
+    }
+    cublasSetMathMode(g_cublas, CUBLAS_PEDANTIC_MATH); /* no TF32, no reduced-precision reductions */
+  }
+  const char *ex = getenv("EVT_CUDA_EXACT_GEMM");
+  g_exact_gemm = ex && *ex && strcmp(ex, "0");
   int zero = 0;
   CK(cudaMemcpyToSymbol(g_bad_node, &zero, sizeof zero));
   return 0;
@@ -1048,9 +1083,30 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
       }
     }
     ll nbat = prod(out.shape, 0, rb);
-    if (nbat > 65535) UNSUPPORTED("more than 65535 batch matrices");
-    dim3 grid((unsigned)((N + TILE - 1) / TILE), (unsigned)((M + TILE - 1) / TILE), (unsigned)(nbat ? nbat : 1));
-    if (nbat && M && N) k_gemm<<<grid, dim3(TILE, TILE)>>>(S, view(A), view(B), M, K, N, bsh, sa, sb);
+    /* cuBLAS (f32 compute, pedantic math: no TF32) when both operands share a floating dtype and each
+     * operand's batch matrices sit at a constant stride; else the f64 tiled kernel */
+    ll ua = 0, ub = 0;
+    bool uniform = uniform_stride(bsh, sa, &ua) && uniform_stride(bsh, sb, &ub);
+    cudaDataType_t ct = A.dtype == EVT_FB_F32 ? CUDA_R_32F : A.dtype == EVT_FB_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    bool floating = A.dtype == B.dtype && (A.dtype == EVT_FB_F32 || A.dtype == EVT_FB_BF16 || A.dtype == EVT_FB_F16);
+    if (!g_exact_gemm && uniform && floating && nbat && M && N && K && nbat <= INT32_MAX && M <= INT32_MAX &&
+        N <= INT32_MAX && K <= INT32_MAX) {
+      if (ensure(&g_scratch2, &g_scratch2_n, (size_t)((n + 1) / 2 + 1), err, errlen)) return 2;
+      float *F = (float *)g_scratch2, alpha = 1.0f, beta = 0.0f;
+      /* row-major C[M,N] = A B  <=>  column-major C^T[N,M] = B^T A^T */
+      cublasStatus_t cs = cublasGemmStridedBatchedEx(
+          g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B.ptr, ct, (int)N, ub, A.ptr, ct,
+          (int)K, ua, &beta, F, CUDA_R_32F, (int)N, M * N, (int)nbat, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      if (cs != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cublasGemmStridedBatchedEx failed (status %d)", (int)cs);
+        return 2;
+      }
+      k_float_to_double<<<nb, 256>>>(S, F, n);
+    } else {
+      if (nbat > 65535) UNSUPPORTED("more than 65535 batch matrices with broadcast batch dims");
+      dim3 grid((unsigned)((N + TILE - 1) / TILE), (unsigned)((M + TILE - 1) / TILE), (unsigned)(nbat ? nbat : 1));
+      if (nbat && M && N) k_gemm<<<grid, dim3(TILE, TILE)>>>(S, view(A), view(B), M, K, N, bsh, sa, sb);
+    }
     if (op == EVT_FB_OP_ADDMM) {
       strides cs;
       if (out.rank != 2 || !bcast(in[0], out, &cs)) UNSUPPORTED("addmm bias does not broadcast to the product");

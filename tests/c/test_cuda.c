@@ -18,13 +18,15 @@ static evt_tensor vec(const double *v, int n) {
 TEST(cuda_rel_error_metric) {
   double a[3] = {1, -2, 4}, b[3] = {1, -2, 4}, c[3] = {1, -2.04, 4}, d[3] = {1, NAN, 4}, e[3] = {1, INFINITY, 4};
   evt_tensor ta = vec(a, 3), tb = vec(b, 3), tc = vec(c, 3), td = vec(d, 3), te = vec(e, 3), tshort = vec(a, 2);
-  CHECK(evt_cuda_rel_error(&ta, &tb) == 0);
-  CHECK_NEAR(evt_cuda_rel_error(&tc, &ta), 0.04 / 4, 1e-12); /* relative to the largest magnitude, 4 */
-  CHECK(isinf(evt_cuda_rel_error(&td, &ta)));                 /* NaN never passes, either side */
-  CHECK(isinf(evt_cuda_rel_error(&ta, &td)));
-  CHECK(isinf(evt_cuda_rel_error(&te, &ta)));                 /* an unmatched infinity */
-  CHECK(evt_cuda_rel_error(&te, &te) == 0);
-  CHECK(isinf(evt_cuda_rel_error(&tshort, &ta)));             /* size mismatch */
+  CHECK(evt_cuda_rel_error(&ta, &tb, 0) == 0);
+  CHECK_NEAR(evt_cuda_rel_error(&tc, &ta, 0), 0.04 / 4, 1e-12); /* relative to the largest magnitude, 4 */
+  CHECK_NEAR(evt_cuda_rel_error(&tc, &ta, 2), 0.04 / 4, 1e-12); /* a floor below it changes nothing */
+  CHECK_NEAR(evt_cuda_rel_error(&tc, &ta, 8), 0.04 / 8, 1e-12); /* a floor above it is the denominator */
+  CHECK(isinf(evt_cuda_rel_error(&td, &ta, 8)));                /* NaN never passes, either side */
+  CHECK(isinf(evt_cuda_rel_error(&ta, &td, 8)));
+  CHECK(isinf(evt_cuda_rel_error(&te, &ta, 8)));                /* an unmatched infinity */
+  CHECK(evt_cuda_rel_error(&te, &te, 0) == 0);
+  CHECK(isinf(evt_cuda_rel_error(&tshort, &ta, 0)));            /* size mismatch */
   evt_tensor *all[] = {&ta, &tb, &tc, &td, &te, &tshort};
   for (int i = 0; i < 6; i++) evt_tensor_free(all[i]);
 }
