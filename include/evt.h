@@ -4,7 +4,8 @@
  * parse it from the `.evt` text format), let evt add the backward (the *joint* graph), and run it on the
  * CPU interpreter (the reference every other backend is checked against).
  *
- * Worked example: a linear layer with a cross-entropy loss, one SGD step.
+ * Worked example: a linear layer with a cross-entropy loss, one SGD step (tests/c/test_api_example.c
+ * compiles and runs exactly this).
  *
  *     evt_graph *g = evt_graph_new("linear");
  *     int64_t xs[] = {32, 64}, ws[] = {64, 10}, ys[] = {32};
@@ -13,11 +14,19 @@
  *     int y = evt_input(g, "y", EVT_I64, 1, ys);
  *     int logits = evt_add_op(g, "mm", (int[]){x, w}, 2, NULL, 0);
  *     int loss = evt_add_op(g, "cross_entropy", (int[]){logits, y}, 2, NULL, 0);
- *     if (loss < 0) { fprintf(stderr, "%s\n", evt_graph_error(g)); ... }
+ *     if (loss < 0) { fprintf(stderr, "%s\n", evt_graph_error(g)); return 1; }
  *     evt_graph_set_loss(g, loss);
- *     evt_graph_build_joint(g, 0);          // outputs: loss, then d loss / d w
- *     evt_graph_print(g, stdout);           // the joint graph as text
- *     ... evt_run(g, bindings) on the interpreter ...
+ *     evt_graph_build_joint(g, 0);                   // outputs: loss, then d loss / d w ("grad.w")
+ *     evt_graph_print(g, stdout);                    // the joint graph as text
+ *
+ *     evt_tensor *v = calloc(evt_graph_node_count(g), sizeof *v);   // one slot per node
+ *     evt_interp_init_inputs(g, v, 0);               // x ~ N(0,1), w ~ N(0,1); labels are ours:
+ *     for (int i = 0; i < 32; i++) v[y].data[i] = i % 10;
+ *     if (evt_interp_run(g, v, 0, 0) != EVT_OK) { fprintf(stderr, "%s\n", evt_graph_error(g)); return 1; }
+ *     int gw = evt_graph_output(g, 1);               // the gradient of w
+ *     for (int64_t i = 0; i < v[w].numel; i++) v[w].data[i] -= 0.1 * v[gw].data[i];   // SGD
+ *     for (int i = 0; i < evt_graph_node_count(g); i++) evt_tensor_free(&v[i]);
+ *     free(v);
  *     evt_graph_free(g);
  *
  * Errors: calls that can fail return an evt_status (or -1 for a node id) and leave a message on the graph,
@@ -83,6 +92,8 @@ int evt_param(evt_graph *g, const char *name, evt_dtype dt, int rank, const int6
 evt_status evt_graph_set_name(evt_graph *g, int node, const char *name);
 evt_status evt_graph_set_loss(evt_graph *g, int node);      /* also makes it the first output */
 evt_status evt_graph_add_output(evt_graph *g, int node);
+int evt_graph_output_count(const evt_graph *g);
+int evt_graph_output(const evt_graph *g, int i);            /* node id of output i, or -1 */
 
 /* ---- autodiff -------------------------------------------------------------------------------------- */
 #define EVT_GRAD_INPUTS 1u  /* also differentiate w.r.t. floating-point inputs, not only params */

@@ -35,6 +35,8 @@ void evt_graph_free(evt_graph *g) {
 
 const char *evt_graph_error(const evt_graph *g) { return g ? g->error : "no graph"; }
 int evt_graph_node_count(const evt_graph *g) { return g->nnodes; }
+int evt_graph_output_count(const evt_graph *g) { return g->noutputs; }
+int evt_graph_output(const evt_graph *g, int i) { return i >= 0 && i < g->noutputs ? g->outputs[i] : -1; }
 
 static size_t format_origin(char *buf, size_t n, evt_origin o) {
   if (o.file && o.line > 0) return (size_t)snprintf(buf, n, "%s:%d:%d: ", o.file, o.line, o.col);
