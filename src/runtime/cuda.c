@@ -111,6 +111,80 @@ static void copy_attrs(const evt_attrs *s, evt_fb_attrs *d) {
   d->groups = s->groups;
 }
 
+/* ---- the arena: lifetimes in node order, first fit by address, largest buffers first -------------- */
+
+static int64_t slot_bytes(const evt_node *n) {
+  static const int64_t size[EVT_DTYPE_COUNT] = {[EVT_F32] = 4, [EVT_F16] = 2, [EVT_BF16] = 2, [EVT_I64] = 8,
+                                                 [EVT_I32] = 4, [EVT_BOOL] = 1};
+  int64_t numel = 1;
+  for (int d = 0; d < n->type.rank; d++) numel *= n->type.shape[d];
+  int64_t b = numel * size[n->type.dtype];
+  return (b > 0 ? b + 255 : 256) / 256 * 256;
+}
+
+typedef struct slot {
+  int id;
+  int64_t bytes;
+  int first, last;
+} slot;
+
+static int by_size_desc(const void *a, const void *b) {
+  const slot *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+  return x->id - y->id;
+}
+
+static int by_offset(const void *a, const void *b) {
+  const int64_t *x = a, *y = b;
+  return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+int64_t evt_cuda_arena_layout(const evt_graph *g, int64_t *offsets, int64_t *naive) {
+  int n = g->nnodes;
+  slot *s = malloc(sizeof(slot) * (size_t)(n > 0 ? n : 1));
+  int64_t(*busy)[2] = malloc(sizeof(*busy) * (size_t)(n > 0 ? n : 1));
+  if (!s || !busy) {
+    free(s);
+    free(busy);
+    return -1;
+  }
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    const evt_node *nd = &g->nodes[i];
+    bool whole = nd->op == EVT_OP_INPUT || nd->op == EVT_OP_PARAM || (nd->flags & EVT_NODE_OUTPUT);
+    s[i] = (slot){.id = i, .bytes = slot_bytes(nd), .first = whole ? -1 : i, .last = whole ? n : i};
+    total += s[i].bytes;
+  }
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < g->nodes[i].ninputs; j++) {
+      slot *p = &s[g->nodes[i].inputs[j]];
+      if (p->last < i) p->last = i;
+    }
+  qsort(s, (size_t)n, sizeof *s, by_size_desc);
+  int64_t top = 0;
+  for (int k = 0; k < n; k++) {
+    int nb = 0;
+    for (int q = 0; q < k; q++) /* placed buffers alive at the same time */
+      if (s[q].first <= s[k].last && s[k].first <= s[q].last) {
+        busy[nb][0] = offsets[s[q].id];
+        busy[nb][1] = offsets[s[q].id] + s[q].bytes;
+        nb++;
+      }
+    qsort(busy, (size_t)nb, sizeof *busy, by_offset);
+    int64_t at = 0;
+    for (int q = 0; q < nb; q++) {
+      if (busy[q][0] >= at + s[k].bytes) break;
+      if (busy[q][1] > at) at = busy[q][1];
+    }
+    offsets[s[k].id] = at;
+    if (at + s[k].bytes > top) top = at + s[k].bytes;
+  }
+  free(s);
+  free(busy);
+  if (naive) *naive = total;
+  return top;
+}
+
 evt_status evt_cuda_open(evt_graph *g, evt_cuda **out) {
   *out = NULL;
   char why[512] = "";
@@ -139,7 +213,6 @@ evt_status evt_cuda_open(evt_graph *g, evt_cuda **out) {
     evt_cuda_close(c);
     return global_error(g, EVT_ERR_INTERNAL, "out of memory");
   }
-  int64_t off = 0;
   int64_t *offs = malloc(sizeof(int64_t) * (size_t)(g->nnodes > 0 ? g->nnodes : 1));
   if (!offs) {
     evt_cuda_close(c);
@@ -155,9 +228,12 @@ evt_status evt_cuda_open(evt_graph *g, evt_cuda **out) {
       t->shape[d] = ty->shape[d];
       t->numel *= ty->shape[d];
     }
-    offs[i] = off;
-    int64_t bytes = t->numel * c->api.dtype_bytes(t->dtype);
-    off += (bytes + 255) / 256 * 256;
+  }
+  int64_t off = evt_cuda_arena_layout(g, offs, NULL);
+  if (off < 0) {
+    free(offs);
+    evt_cuda_close(c);
+    return global_error(g, EVT_ERR_INTERNAL, "out of memory");
   }
   c->arena_bytes = off;
   c->arena = c->api.alloc(off, why, sizeof why);

@@ -5,10 +5,12 @@
  * - libevt never links CUDA: evt_cuda_open loads the library with dlopen (path: $EVT_FALLBACK_LIB, else
  *   libevt_fallback.so next to the running executable, else the dynamic loader's search path). No library,
  *   no libcudart, or no device: EVT_ERR_UNSUPPORTED with "no CUDA device: ..." in the graph's error.
- * - Memory: one device arena holding a buffer for every node (inputs and params included), each 256-byte
- *   aligned, allocated once at open and reused by every step. Intermediates are not yet shared between
- *   nodes with disjoint lifetimes (the plan's arena, src/runtime/plan.h, packs only group-crossing
- *   buffers; a node-by-node run needs every node's tensor).
+ * - Memory: one device arena, allocated once at open and reused by every step, with a 256-byte aligned
+ *   buffer for every node (evt_cuda_arena_layout). Inputs, params and graph outputs live the whole step;
+ *   any other node lives from its own launch to its last reader's, and buffers whose lifetimes intersect
+ *   never share bytes (a node's output never aliases its inputs). Placement: largest first, each at the
+ *   lowest address that fits among the live-overlapping ones already placed. (The plan's arena,
+ *   src/runtime/plan.h, packs only group-crossing buffers; a node-by-node run needs every node's tensor.)
  * - evt_cuda_step uploads every input and param slot of `values` (double host tensors, the interpreter's
  *   representation), runs every other node in id order, then fills the slot of every graph output with
  *   the downloaded result (other slots are left untouched). The values match the interpreter's within the
@@ -30,6 +32,10 @@ void evt_cuda_close(evt_cuda *c);
  * (0 when equal); +inf when either holds a NaN, when an infinity is not matched exactly, or when the sizes
  * differ. The floor keeps a tensor that is zero in exact arithmetic (rounding noise only) from failing on
  * noise: evtc passes 0.1 x the largest |gradient| of the step. */
+/* The arena layout above: offsets[i] of every node's buffer; returns the arena size (-1: out of memory);
+ * *naive (optional) gets the sum of the aligned sizes (no reuse). Pure host code. */
+int64_t evt_cuda_arena_layout(const evt_graph *g, int64_t *offsets, int64_t *naive);
+
 double evt_cuda_rel_error(const evt_tensor *gpu, const evt_tensor *cpu, double floor_);
 
 #endif

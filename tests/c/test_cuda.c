@@ -49,3 +49,51 @@ TEST(cuda_open_without_library_is_unsupported) {
   free(err);
   evt_graph_free(g);
 }
+
+/* Every pair of buffers alive at the same time (lifetimes recomputed here from the contract in cuda.h)
+ * occupies disjoint bytes, for every example's joint graph; and the arena reuses memory. */
+TEST(cuda_arena_layout_disjoint_when_live) {
+  const char *files[] = {"examples/mlp.evt", "examples/bert_layer.evt", "examples/resnet_block.evt",
+                         "examples/vit.evt", "examples/gcn.evt", "examples/xmlcnn.evt"};
+  for (int f = 0; f < 6; f++) {
+    char *err = NULL;
+    evt_graph *g = evt_parse_file(files[f], &err);
+    CHECK_MSG(g != NULL, "%s: %s (run from the repository root)", files[f], err ? err : "");
+    free(err);
+    if (!g) continue;
+    bool built = false;
+    CHECK(evt_train_ensure_joint(g, &built) == EVT_OK);
+    int n = g->nnodes;
+    int64_t *off = calloc((size_t)n, sizeof *off), naive = 0;
+    int *first = calloc((size_t)n, sizeof *first), *last = calloc((size_t)n, sizeof *last);
+    int64_t *bytes = calloc((size_t)n, sizeof *bytes);
+    int64_t arena = evt_cuda_arena_layout(g, off, &naive);
+    CHECK(arena > 0 && arena < naive);
+    static const int64_t sz[] = {4, 2, 2, 8, 4, 1};
+    for (int i = 0; i < n; i++) {
+      const evt_node *nd = &g->nodes[i];
+      bool whole = nd->op == EVT_OP_INPUT || nd->op == EVT_OP_PARAM || (nd->flags & EVT_NODE_OUTPUT);
+      first[i] = whole ? -1 : i;
+      last[i] = whole ? n : i;
+      int64_t numel = 1;
+      for (int d = 0; d < nd->type.rank; d++) numel *= nd->type.shape[d];
+      bytes[i] = numel * sz[nd->type.dtype];
+      CHECK(off[i] % 256 == 0 && off[i] + bytes[i] <= arena);
+    }
+    for (int i = 0; i < n; i++)
+      for (int j = 0; j < g->nodes[i].ninputs; j++)
+        if (last[g->nodes[i].inputs[j]] < i) last[g->nodes[i].inputs[j]] = i;
+    int bad = 0;
+    for (int a = 0; a < n; a++)
+      for (int b = a + 1; b < n; b++)
+        if (first[a] <= last[b] && first[b] <= last[a] && bytes[a] && bytes[b] && off[a] < off[b] + bytes[b] &&
+            off[b] < off[a] + bytes[a])
+          bad++;
+    CHECK_MSG(bad == 0, "%s: %d live pairs share bytes", files[f], bad);
+    free(off);
+    free(first);
+    free(last);
+    free(bytes);
+    evt_graph_free(g);
+  }
+}
