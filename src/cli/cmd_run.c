@@ -28,7 +28,7 @@ typedef struct {
   double lr;
   unsigned long long seed;
   const char *device;
-  bool fp64, opt, check;
+  bool fp64, opt, check, fused, stats;
 } run_options;
 
 static double now_ms(void) {
@@ -58,6 +58,10 @@ static int parse_options(int argc, char **argv, run_options *o) {
       o->opt = true;
     } else if (!strcmp(a, "--check")) {
       o->check = true;
+    } else if (!strcmp(a, "--fused")) {
+      o->fused = true;
+    } else if (!strcmp(a, "--stats")) {
+      o->stats = true;
     } else if (!strcmp(a, "--steps") || !strcmp(a, "--every") || !strcmp(a, "--lr") || !strcmp(a, "--seed") ||
                !strcmp(a, "--device")) {
       if (!has_value) {
@@ -111,6 +115,15 @@ static int parse_options(int argc, char **argv, run_options *o) {
     fprintf(stderr, "evtc run: --check needs --device cuda\n");
     return EVTC_EXIT_USER;
   }
+  if ((o->fused || o->stats) && !gpu) {
+    fprintf(stderr, "evtc run: %s needs --device cuda\n", o->fused ? "--fused" : "--stats");
+    return EVTC_EXIT_USER;
+  }
+  if (o->stats && !o->fused) {
+    fprintf(stderr, "evtc run: --stats needs --fused (it lists the path each partition group runs on)\n");
+    return EVTC_EXIT_USER;
+  }
+  if (o->fused) o->opt = true; /* groups are partitioned on the optimized graph, as evtc compile does */
   if (o->fp64 && gpu) {
     fprintf(stderr, "evtc run: --fp64 is not supported with --device %s (the GPU rounds to each dtype)\n", o->device);
     return EVTC_EXIT_USER;
@@ -274,7 +287,7 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values, evt_cud
   return EVTC_EXIT_OK;
 }
 
-EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check]",
+EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check] [--fused] [--stats]",
              "train a model with SGD on the CPU interpreter or the GPU\n"
              "  FILE          a .evt graph with a loss (- for stdin; the joint graph is built if it has no gradients)\n"
              "  --steps N     training steps (required; 0 only checks that the graph can be prepared)\n"
@@ -288,6 +301,10 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "  --check       with --device cuda: compare every step's loss and gradients with the interpreter\n"
              "                (max error / max(the tensor's largest magnitude, 0.1 x the step's largest gradient):\n"
              "                f32 1e-4, f16/bf16 1e-2; NaN fails)\n"
+             "  --fused       with --device cuda (implies --opt): partition + lower the graph, JIT-compile the row /\n"
+             "                pointwise kernels (nvcc, cache $EVT_JIT_CACHE) and run each such group as one generated\n"
+             "                kernel; other groups (GEMM+EVT included, for now) run node by node, one warning each\n"
+             "  --stats       with --fused: list every group with the path it runs on, and launches per path"
              "prints `step K loss L (T ms)` per step, then `done: N steps, loss A -> B, T ms/step`") {
   run_options o;
   int rc = parse_options(argc, argv, &o);
@@ -321,10 +338,23 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
   }
   evt_cuda *cuda = NULL;
   if (st == EVT_OK && gpu) {
-    st = evt_cuda_open(g, &cuda);
-    if (st == EVT_OK) printf("device: cuda (node-by-node kernels, libevt_fallback.so)\n");
+    st = o.fused ? evt_cuda_open_fused(g, &cuda) : evt_cuda_open(g, &cuda);
+    if (st == EVT_OK && !o.fused) printf("device: cuda (node-by-node kernels, libevt_fallback.so)\n");
+    if (st == EVT_OK && o.fused) {
+      int nf, nb;
+      long lf, lb;
+      evt_cuda_fused_counts(cuda, &nf, &nb, &lf, &lb);
+      printf("device: cuda --fused (%d groups: %d generated kernels, %d node by node)\n", nf + nb, nf, nb);
+      if (o.stats) evt_cuda_print_plan(cuda, g, stdout);
+    }
   }
   rc = st == EVT_OK ? train(g, &o, values, cuda) : fail(g, st);
+  if (st == EVT_OK && o.fused && o.stats) {
+    int nf, nb;
+    long lf, lb;
+    evt_cuda_fused_counts(cuda, &nf, &nb, &lf, &lb);
+    printf("stats: groups fused %d, fallback %d; group launches: generated %ld, node by node %ld\n", nf, nb, lf, lb);
+  }
   evt_cuda_close(cuda);
   for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&values[i]);
   free(values);

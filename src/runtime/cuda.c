@@ -3,6 +3,9 @@
 #include "runtime/cuda.h"
 
 #include "evt_fallback.h"
+#include "evt_row_launch.h"
+#include "runtime/exec_plan.h"
+#include "runtime/jit.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -30,6 +33,11 @@ struct evt_cuda {
   int64_t arena_bytes;
   int nnodes;
   evt_fb_tensor *t;       /* per node: its device tensor */
+  /* --fused (evt_cuda_open_fused): the plan, one shared object and entry per distinct kernel */
+  evt_exec_plan *xp;
+  void **so;
+  int (**kfn)(const evt_row_launch_args *);
+  long launches_fused, launches_fallback; /* group executions so far, by path */
 };
 
 static void *open_library(char *why, size_t n) {
@@ -77,6 +85,14 @@ static evt_status global_error(evt_graph *g, evt_status st, const char *msg) {
 void evt_cuda_close(evt_cuda *c) {
   if (!c) return;
   if (c->arena) c->api.free_(c->arena);
+  if (c->xp) {
+    for (int k = 0; k < c->xp->nkernels; k++)
+      if (c->so && c->so[k]) dlclose(c->so[k]);
+    evt_exec_plan_free(c->xp);
+    free(c->xp);
+  }
+  free(c->so);
+  free(c->kfn);
   if (c->lib) dlclose(c->lib);
   free(c->t);
   free(c);
@@ -185,7 +201,7 @@ int64_t evt_cuda_arena_layout(const evt_graph *g, int64_t *offsets, int64_t *nai
   return top;
 }
 
-evt_status evt_cuda_open(evt_graph *g, evt_cuda **out) {
+static evt_status open_impl(evt_graph *g, bool reuse, evt_cuda **out) {
   *out = NULL;
   char why[512] = "";
   evt_cuda *c = calloc(1, sizeof *c);
@@ -229,7 +245,15 @@ evt_status evt_cuda_open(evt_graph *g, evt_cuda **out) {
       t->numel *= ty->shape[d];
     }
   }
-  int64_t off = evt_cuda_arena_layout(g, offs, NULL);
+  int64_t off = 0;
+  if (reuse) {
+    off = evt_cuda_arena_layout(g, offs, NULL);
+  } else { /* groups run out of node order: every node its own bytes */
+    for (int i = 0; i < g->nnodes; i++) {
+      offs[i] = off;
+      off += slot_bytes(&g->nodes[i]);
+    }
+  }
   if (off < 0) {
     free(offs);
     evt_cuda_close(c);
@@ -248,6 +272,132 @@ evt_status evt_cuda_open(evt_graph *g, evt_cuda **out) {
   return EVT_OK;
 }
 
+evt_status evt_cuda_open(evt_graph *g, evt_cuda **out) { return open_impl(g, true, out); }
+
+/* Enqueues node i on the fallback library. */
+static evt_status run_node(evt_cuda *c, evt_graph *g, int i) {
+  char err[512];
+  const evt_node *n = &g->nodes[i];
+  evt_fb_node fn;
+  memset(&fn, 0, sizeof fn);
+  fn.id = i;
+  fn.op = (int)n->op;
+  fn.ninputs = n->ninputs;
+  for (int j = 0; j < n->ninputs && j < EVT_FB_MAX_IN; j++) fn.in[j] = c->t[n->inputs[j]];
+  fn.out = c->t[i];
+  copy_attrs(&n->attr, &fn.a);
+  int rc = c->api.run(&fn, err, sizeof err);
+  if (rc == 1) return evt_graph_errorf(g, i, EVT_ERR_UNSUPPORTED, "not supported on CUDA: %s", err);
+  if (rc) return evt_graph_errorf(g, i, EVT_ERR_INTERNAL, "CUDA error: %s", err);
+  return EVT_OK;
+}
+
+evt_status evt_cuda_open_fused(evt_graph *g, evt_cuda **out) {
+  evt_status st = open_impl(g, false, out);
+  if (st != EVT_OK) return st;
+  evt_cuda *c = *out;
+  c->xp = calloc(1, sizeof *c->xp);
+  if (!c->xp) evt_fatal(__FILE__, __LINE__, "out of memory");
+  st = evt_exec_plan_build(g, c->xp);
+  if (st != EVT_OK) {
+    free(c->xp);
+    c->xp = NULL;
+    evt_cuda_close(c);
+    *out = NULL;
+    return st;
+  }
+  evt_exec_plan *p = c->xp;
+  int nk = p->nkernels;
+  c->so = calloc((size_t)nk + 1, sizeof *c->so);
+  c->kfn = calloc((size_t)nk + 1, sizeof *c->kfn);
+  evt_jit_job *jobs = calloc((size_t)nk + 1, sizeof *jobs);
+  char **src = calloc((size_t)nk + 1, sizeof *src);
+  if (!c->so || !c->kfn || !jobs || !src) evt_fatal(__FILE__, __LINE__, "out of memory");
+  char msg[1024];
+  int njobs = 0, *job_of = calloc((size_t)nk + 1, sizeof *job_of);
+  if (!job_of) evt_fatal(__FILE__, __LINE__, "out of memory");
+  for (int k = 0; k < nk; k++) {
+    job_of[k] = -1;
+    src[k] = evt_emit_rows(p->kspec[k], msg, sizeof msg);
+    if (!src[k]) {
+      evt_exec_plan_demote(p, k, msg);
+      continue;
+    }
+    jobs[njobs].name = p->kname[k];
+    jobs[njobs].source = src[k];
+    job_of[k] = njobs++;
+  }
+  evt_jit_options jo = {0};
+  jo.no_cutlass = 1;
+  evt_status js = njobs ? evt_jit_compile(jobs, njobs, &jo, msg, sizeof msg) : EVT_OK;
+  for (int k = 0; k < nk; k++) {
+    int j = job_of[k];
+    if (j < 0) continue;
+    if (js != EVT_OK && js != EVT_ERR_INVALID) { /* no nvcc at all */
+      evt_exec_plan_demote(p, k, msg);
+      continue;
+    }
+    if (!jobs[j].ok) {
+      evt_exec_plan_demote(p, k, jobs[j].error[0] ? jobs[j].error : "failed to compile");
+      continue;
+    }
+    c->so[k] = dlopen(jobs[j].so_path, RTLD_NOW | RTLD_LOCAL);
+    if (c->so[k]) *(void **)(&c->kfn[k]) = dlsym(c->so[k], p->kname[k]);
+    if (!c->so[k] || !c->kfn[k]) {
+      char why[600];
+      snprintf(why, sizeof why, "cannot load %.300s: %.250s", jobs[j].so_path, dlerror());
+      evt_exec_plan_demote(p, k, why);
+    }
+  }
+  for (int k = 0; k < nk; k++) free(src[k]);
+  free(src);
+  free(jobs);
+  free(job_of);
+  for (int gi = 0; gi < p->ngroups; gi++)
+    if (!p->groups[gi].fused)
+      fprintf(stderr, "evtc run: warning: group %d (%s) runs node by node: %s\n", gi,
+              evt_lower_kind_name(p->groups[gi].kind), p->groups[gi].why);
+  return EVT_OK;
+}
+
+void evt_cuda_fused_counts(const evt_cuda *c, int *fused, int *fallback, long *launched_fused, long *launched_fallback) {
+  *fused = *fallback = 0;
+  *launched_fused = c ? c->launches_fused : 0;
+  *launched_fallback = c ? c->launches_fallback : 0;
+  if (c && c->xp) evt_exec_plan_counts(c->xp, fused, fallback);
+}
+
+void evt_cuda_print_plan(const evt_cuda *c, const evt_graph *g, FILE *out) {
+  if (c && c->xp) evt_exec_plan_print(g, c->xp, out);
+}
+
+/* One fused step after the upload: sources, then every group on its path. */
+static evt_status fused_groups(evt_cuda *c, evt_graph *g) {
+  const evt_exec_plan *p = c->xp;
+  evt_status st = EVT_OK;
+  for (int k = 0; k < p->nsources && st == EVT_OK; k++) st = run_node(c, g, p->sources[k]);
+  for (int gi = 0; gi < p->ngroups && st == EVT_OK; gi++) {
+    const evt_group_exec *x = &p->groups[gi];
+    if (!x->fused) {
+      for (int k = 0; k < x->nmembers && st == EVT_OK; k++) st = run_node(c, g, x->members[k]);
+      c->launches_fallback++;
+      continue;
+    }
+    evt_row_launch_args a;
+    memset(&a, 0, sizeof a);
+    a.m = (int)x->m;
+    a.n = (int)x->n;
+    for (int k = 0; k < 3; k++) a.in[k] = x->in_node[k] >= 0 ? c->t[x->in_node[k]].ptr : NULL;
+    for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) a.ptrs[i] = x->ptr_node[i] >= 0 ? c->t[x->ptr_node[i]].ptr : NULL;
+    int rc = c->kfn[x->kernel](&a);
+    if (rc != EVT_LAUNCH_OK)
+      return evt_graph_errorf(g, x->members[0], EVT_ERR_INTERNAL, "group %d: generated kernel %s returned %d", gi,
+                              p->kname[x->kernel], rc);
+    c->launches_fused++;
+  }
+  return st;
+}
+
 evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values) {
   char err[512];
   if (!c || g->nnodes != c->nnodes) return global_error(g, EVT_ERR_INVALID, "the CUDA runtime was opened for another graph");
@@ -259,20 +409,16 @@ evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values) {
     if (c->api.upload(&c->t[i], values[i].data, err, sizeof err))
       return evt_graph_errorf(g, i, EVT_ERR_INTERNAL, "CUDA upload failed: %s", err);
   }
-  for (int i = 0; i < g->nnodes; i++) {
-    const evt_node *n = &g->nodes[i];
-    if (n->op == EVT_OP_INPUT || n->op == EVT_OP_PARAM) continue;
-    evt_fb_node fn;
-    memset(&fn, 0, sizeof fn);
-    fn.id = i;
-    fn.op = (int)n->op;
-    fn.ninputs = n->ninputs;
-    for (int j = 0; j < n->ninputs && j < EVT_FB_MAX_IN; j++) fn.in[j] = c->t[n->inputs[j]];
-    fn.out = c->t[i];
-    copy_attrs(&n->attr, &fn.a);
-    int rc = c->api.run(&fn, err, sizeof err);
-    if (rc == 1) return evt_graph_errorf(g, i, EVT_ERR_UNSUPPORTED, "not supported on CUDA: %s", err);
-    if (rc) return evt_graph_errorf(g, i, EVT_ERR_INTERNAL, "CUDA error: %s", err);
+  if (c->xp) {
+    evt_status st = fused_groups(c, g);
+    if (st != EVT_OK) return st;
+  } else {
+    for (int i = 0; i < g->nnodes; i++) {
+      const evt_node *n = &g->nodes[i];
+      if (n->op == EVT_OP_INPUT || n->op == EVT_OP_PARAM) continue;
+      evt_status st = run_node(c, g, i);
+      if (st != EVT_OK) return st;
+    }
   }
   int bad = -1;
   if (c->api.sync(&bad, err, sizeof err)) return global_error(g, EVT_ERR_INTERNAL, err);

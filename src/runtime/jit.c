@@ -78,7 +78,10 @@ evt_status evt_jit_find_cutlass(const char *cutlass_path, char *inc, size_t incl
 
 evt_status evt_jit_flags(const evt_jit_options *opt, char *out, size_t outlen) {
   char inc[1024], util[1024];
-  if (evt_jit_find_cutlass(opt ? opt->cutlass_path : NULL, inc, sizeof inc, util, sizeof util) != EVT_OK) {
+  int nocut = opt && opt->no_cutlass;
+  if (nocut) {
+    inc[0] = util[0] = 0;
+  } else if (evt_jit_find_cutlass(opt ? opt->cutlass_path : NULL, inc, sizeof inc, util, sizeof util) != EVT_OK) {
     msgf(out, outlen, "CUTLASS not found: set CUTLASS_PATH or pip install nvidia-cutlass==4.2.0.0");
     return EVT_ERR_UNSUPPORTED;
   }
@@ -91,8 +94,8 @@ evt_status evt_jit_flags(const evt_jit_options *opt, char *out, size_t outlen) {
   }
   int n = snprintf(out, outlen,
                    "-std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a "
-                   "-Xcompiler -fPIC -I'%s' -I'%s' -I'%s'%s%s%s",
-                   kdir, inc, util,
+                   "-Xcompiler -fPIC -I'%s'%s%s%s%s%s%s%s%s%s",
+                   kdir, nocut ? "" : " -I'", inc, nocut ? "" : "'", nocut ? "" : " -I'", util, nocut ? "" : "'",
                    opt && opt->frontend_only  ? " -cuda"
                    : opt && opt->compile_only ? " -c"
                                               : " -shared -lcuda", *extra ? " " : "", extra);

@@ -42,6 +42,7 @@ typedef struct evt_jit_options {
   int frontend_only;        /* -cuda: the C++ front end only (parsing and every template instantiation, host
                              * and device code) with no code generation; ~30 s instead of ~50-200 s. The CI
                              * check of generated kernels on machines without a GPU. */
+  int no_cutlass;           /* row / pointwise kernels (emit_rows.c): no CUTLASS include paths, none needed */
 } evt_jit_options;
 
 /* Compiles every job (cache hits are free). EVT_OK if all succeeded; otherwise EVT_ERR_UNSUPPORTED when

@@ -1,0 +1,65 @@
+/* The fused execution plan of `evtc run --device cuda --fused` (src/runtime/exec_plan.c): which path
+ * every partition group takes on the GPU, and how a generated kernel's pointers bind to tensors.
+ *
+ * Built from an (optimized) graph: evt_part_plan_build (as `evtc compile` does, no partition cache),
+ * evt_lower_plan, then per group:
+ *   ROW / POINTWISE lowered groups whose binding checks pass run as a generated row kernel
+ *     (src/evt/emit_rows.c, ABI kernels/evt_row_launch.h): in_node[k] = the graph node read as nucleus input
+ *     k, ptr_node[i] = the graph node read / written by spec node i (loads: the memory source the lowering
+ *     resolved through views; stores: the member, or the view of a sum the lowering bound). Checks: every
+ *     such node exists, its dtype equals the spec's memory dtype (stores are in the spec's dtypes, sums f32),
+ *     its element count equals evt_rspec_node_elems (M×N, N or M), N ≤ 32768 (register-resident rows), and
+ *     every member read outside the group or a graph output is written by a store of the spec.
+ *   everything else runs node by node through the fallback library: groups that did not lower (reason of
+ *     the lowering), GEMM+EVT groups (not wired into the runtime yet), groups failing a check above, and
+ *     groups whose kernel failed to compile (evt_exec_plan_demote).
+ * Execution order: `sources` (partition group -1 nodes other than inputs/params: views of sources,
+ * constants, rand) in id order, then groups in group order (a topological order of the contracted graph),
+ * a fallback group's members in id order. Members of a fused group that no one outside reads are never
+ * written (not materialized). Pure host code; no GPU. */
+#ifndef EVT_RUNTIME_EXEC_PLAN_H
+#define EVT_RUNTIME_EXEC_PLAN_H
+
+#include <stdio.h>
+
+#include "evt/lower.h"
+#include "evt_row_launch.h"
+#include "partition/partition.h"
+
+typedef struct evt_group_exec {
+  int group;
+  evt_lower_kind kind;
+  int fused;              /* 1: the generated kernel kernels[kernel] runs this group */
+  int kernel;             /* index into evt_exec_plan.kname, or -1 */
+  char why[400];          /* fallback: the reason (lowering, check, compile failure) */
+  int64_t m, n;
+  int in_node[3];                          /* nucleus inputs, -1 unused */
+  int ptr_node[EVT_ROW_LAUNCH_MAX_PTRS];   /* per spec node with memory, else -1 */
+  int *members, nmembers;                  /* graph nodes in id order */
+} evt_group_exec;
+
+typedef struct evt_exec_plan {
+  evt_part_plan part;
+  evt_lower_result low;
+  int ngroups;
+  evt_group_exec *groups;
+  int *sources, nsources;
+  int nkernels;             /* distinct generated kernels of fused groups */
+  char (*kname)[40];
+  const evt_rspec **kspec;  /* the spec of each distinct kernel (owned by low) */
+} evt_exec_plan;
+
+/* Partitions, lowers and decides as above. EVT_OK, or the partitioner's error (message in g's error). */
+evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p);
+/* The binding checks of one lowered ROW / POINTWISE group (also used by build): fills x->in_node/ptr_node;
+ * true if it can run as its generated kernel, else false with the reason in x->why. */
+bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x);
+/* Kernel k failed to compile: every group using it falls back, with `why`. */
+void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why);
+void evt_exec_plan_free(evt_exec_plan *p);
+/* Groups per path: *fused, *fallback. */
+void evt_exec_plan_counts(const evt_exec_plan *p, int *fused, int *fallback);
+/* One line per group: "group 3 row evt_rowkernel_... fused (m x n)" or "group 4 unfused fallback: reason". */
+void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out);
+
+#endif
