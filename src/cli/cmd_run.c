@@ -11,6 +11,9 @@
  * --device cuda (or gpu) runs each step on the GPU (src/runtime/cuda.h) and the SGD update on the host;
  * with --check every step is also run on the interpreter and every output compared (check_step); the
  * step time printed excludes the check. No GPU or no kernel library: exit 1 with "no CUDA device".
+ * --fused (implies --opt) partitions and lowers the graph and runs row / pointwise groups as generated
+ * kernels (src/runtime/exec_plan.h, evt_cuda_open_fused); --stats lists each group's path. Off by default:
+ * in bf16 the fused groups (f32 inside a group) can differ from the interpreter by more than --check's 1e-2. 
  * Exit codes: 0 ok; 1 bad flags, a bad file, no loss, a non-finite loss; 2 an internal error. */
 #include "cli.h"
 #include "passes/passes.h"

@@ -179,3 +179,47 @@ void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out) 
       fprintf(out, "group %d %s fallback, %d nodes: %s\n", gi, evt_lower_kind_name(x->kind), x->nmembers, x->why);
   }
 }
+
+/* CPU model of a fused step: the GPU path's order, fused groups through evt_rspec_reference. */
+evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tensor *values) {
+  evt_status st = EVT_OK;
+  const evt_tensor *ins[EVT_MAX_INPUTS];
+  for (int k = 0; k < p->nsources && st == EVT_OK; k++) {
+    int v = p->sources[k];
+    for (int j = 0; j < g->nodes[v].ninputs; j++) ins[j] = &values[g->nodes[v].inputs[j]];
+    evt_tensor_free(&values[v]);
+    st = evt_interp_node(g, v, ins, &values[v], 0);
+  }
+  for (int gi = 0; gi < p->ngroups && st == EVT_OK; gi++) {
+    const evt_group_exec *x = &p->groups[gi];
+    if (!x->fused) {
+      for (int k = 0; k < x->nmembers && st == EVT_OK; k++) {
+        int v = x->members[k];
+        for (int j = 0; j < g->nodes[v].ninputs; j++) ins[j] = &values[g->nodes[v].inputs[j]];
+        evt_tensor_free(&values[v]);
+        st = evt_interp_node(g, v, ins, &values[v], 0);
+      }
+      continue;
+    }
+    const evt_rspec *s = &p->low.k[gi].rspec;
+    const double *in[3] = {NULL, NULL, NULL};
+    double *mem[EVT_ROW_LAUNCH_MAX_PTRS] = {0};
+    for (int k = 0; k < 3; k++)
+      if (x->in_node[k] >= 0) in[k] = values[x->in_node[k]].data;
+    for (int k = 0; k < x->nmembers; k++) evt_tensor_free(&values[x->members[k]]); /* not materialized */
+    for (int i = 0; i < s->nnodes && st == EVT_OK; i++) {
+      int v = x->ptr_node[i];
+      if (v < 0) continue;
+      if (evt_vop_class(s->nodes[i].op) != 'L') {
+        const evt_type *t = &g->nodes[v].type;
+        evt_tensor_free(&values[v]);
+        st = evt_tensor_alloc(&values[v], t->dtype, t->rank, t->shape);
+      }
+      if (st == EVT_OK && !values[v].data)
+        st = evt_graph_errorf(g, v, EVT_ERR_INTERNAL, "group %d: tensor not computed before its kernel", gi);
+      if (st == EVT_OK) mem[i] = values[v].data;
+    }
+    if (st == EVT_OK) evt_rspec_reference(s, x->m, x->n, in, mem, NULL, NULL);
+  }
+  return st;
+}

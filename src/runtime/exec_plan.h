@@ -61,5 +61,11 @@ void evt_exec_plan_free(evt_exec_plan *p);
 void evt_exec_plan_counts(const evt_exec_plan *p, int *fused, int *fallback);
 /* One line per group: "group 3 row evt_rowkernel_... fused (m x n)" or "group 4 unfused fallback: reason". */
 void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out);
+/* CPU model of one fused step (what the GPU runs, in the same order): inputs / params already in values;
+ * sources and fallback groups through the interpreter node by node, fused groups through their spec's CPU
+ * reference (evt_rspec_reference: f32-or-better inside the group, rounding only at stores), reading and
+ * writing exactly the bound tensors; members a kernel does not store are left empty. Checks the bindings
+ * without a GPU. */
+evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tensor *values);
 
 #endif

@@ -1,9 +1,11 @@
 /* The fused execution plan of `evtc run --fused` (src/runtime/exec_plan.c) and the JIT's CUTLASS-free
  * flags: which groups take which path, how spec pointers bind to tensors, and the refusals. No GPU. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes/passes.h"
+#include "runtime/cuda.h"
 #include "runtime/exec_plan.h"
 #include "runtime/jit.h"
 #include "test.h"
@@ -128,4 +130,49 @@ TEST(jit_flags_without_cutlass) {
             "%s", flags);
   o.no_cutlass = 0;
   CHECK(evt_jit_flags(&o, flags, sizeof flags) == EVT_ERR_UNSUPPORTED);
+}
+
+/* The CPU model of the fused step (fused groups through their spec's reference, bound exactly as the GPU
+ * binds them) reproduces the interpreter: f32 to rounding noise on every output; bf16 within the check's
+ * 1e-2 on a first step (the model keeps f32 inside a group, the interpreter rounds every node to bf16). A
+ * wrong pointer binding (a swapped input, a store into the wrong tensor) fails the f32 bound. */
+TEST(exec_plan_cpu_model_matches_interpreter) {
+  const char *files[] = {"examples/mlp.evt", "examples/vit.evt", "examples/bert_layer.evt", "bench/graphs/mlp_bf16.evt",
+                         "bench/graphs/vit_bf16.evt"};
+  for (int f = 0; f < 5; f++) {
+    evt_graph *g = load_opt(files[f]);
+    if (!g) continue;
+    evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
+    CHECK(evt_interp_init_inputs(g, v, 0) == EVT_OK);
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    int nf, nb;
+    evt_exec_plan_counts(&p, &nf, &nb);
+    CHECK(nf > 0);
+    for (int i = 0; i < g->nnodes; i++)
+      if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
+        CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
+        memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
+      }
+    CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
+    CHECK(evt_interp_run(g, v, 0, 0) == EVT_OK);
+    double scale = 0;
+    for (int k = 0; k < g->noutputs; k++)
+      if (g->outputs[k] != g->loss)
+        for (int64_t i = 0; i < v[g->outputs[k]].numel; i++) scale = fmax(scale, fabs(v[g->outputs[k]].data[i]));
+    bool bf = strstr(files[f], "bf16") != NULL;
+    for (int k = 0; k < g->noutputs; k++) {
+      int id = g->outputs[k];
+      double e = evt_cuda_rel_error(&w[id], &v[id], 0.1 * scale);
+      CHECK_MSG(e <= (bf ? 1e-2 : 1e-5), "%s: %%%s rel error %g", files[f], g->nodes[id].name, e);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+      evt_tensor_free(&v[i]);
+      evt_tensor_free(&w[i]);
+    }
+    free(v);
+    free(w);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
 }
