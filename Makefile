@@ -23,6 +23,10 @@ NVCC ?= nvcc
 CUDA_ARCH ?= sm_90
 CUDA_LIB ?= $(abspath $(dir $(shell command -v $(NVCC) 2>/dev/null))/../lib64)
 all: $(BUILD)/libevt.a $(BUILD)/libevt.so $(BUILD)/evtc $(BUILD)/unit_tests
+# With nvcc present, `make` also builds the CUDA kernel library, so `evtc run --device auto` can use a GPU.
+ifneq ($(shell command -v $(NVCC) 2>/dev/null),)
+all: $(BUILD)/libevt_fallback.so
+endif
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -296,7 +296,8 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "  --steps N     training steps (required; 0 only checks that the graph can be prepared)\n"
              "  --lr X        SGD learning rate: p -= X * grad (default 0.01)\n"
              "  --seed S      seed of the input/param initializers (default 0)\n"
-             "  --device D    cpu (default); auto (today the CPU interpreter); cuda (or gpu): each step runs\n"
+             "  --device D    cpu (default); auto: cuda when a GPU and build/libevt_fallback.so are there, else cpu;\n"
+             "                cuda (or gpu): each step runs\n"
              "                on the GPU node by node (build/libevt_fallback.so, `make cuda`), SGD on the host\n"
              "  --every K     print every K-th step (the first and last always; default 1)\n"
              "  --fp64        compute (and update params) in fp64 instead of rounding to each tensor's dtype\n"
@@ -307,13 +308,13 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "  --fused       with --device cuda (implies --opt): partition + lower the graph, JIT-compile the row /\n"
              "                pointwise kernels (nvcc, cache $EVT_JIT_CACHE) and run each such group as one generated\n"
              "                kernel; other groups (GEMM+EVT included, for now) run node by node, one warning each\n"
-             "  --stats       with --fused: list every group with the path it runs on, and launches per path"
+             "  --stats       with --fused: list every group with the path it runs on, and launches per path\n"
              "prints `step K loss L (T ms)` per step, then `done: N steps, loss A -> B, T ms/step`") {
   run_options o;
   int rc = parse_options(argc, argv, &o);
   if (rc != EVTC_EXIT_OK) return rc;
   bool gpu = !strcmp(o.device, "gpu") || !strcmp(o.device, "cuda");
-  if (!strcmp(o.device, "auto")) printf("device: cpu interpreter (auto never picks the GPU yet: use --device cuda)\n");
+  bool autodev = !strcmp(o.device, "auto") && !o.fp64;
 
   char *err = NULL;
   evt_graph *g = load(o.path, &err);
@@ -340,6 +341,17 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
     printf(", %d params, lr %g, seed %llu\n", evt_train_param_count(g), o.lr, o.seed);
   }
   evt_cuda *cuda = NULL;
+  if (st == EVT_OK && autodev) { /* auto: the GPU when there is one (node by node), else the interpreter */
+    evt_status cst = evt_cuda_open(g, &cuda);
+    if (cst == EVT_OK) {
+      printf("device: cuda (auto; node-by-node kernels, libevt_fallback.so)\n");
+    } else if (cst == EVT_ERR_UNSUPPORTED) {
+      printf("device: cpu interpreter (auto: %s)\n", evt_graph_error(g));
+      cuda = NULL;
+    } else {
+      st = cst;
+    }
+  }
   if (st == EVT_OK && gpu) {
     st = o.fused ? evt_cuda_open_fused(g, &cuda) : evt_cuda_open(g, &cuda);
     if (st == EVT_OK && !o.fused) printf("device: cuda (node-by-node kernels, libevt_fallback.so)\n");
