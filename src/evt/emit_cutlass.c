@@ -21,31 +21,8 @@
 #include "evt/kspec.h"
 #include "evt_impl.h"
 
-typedef struct sbuf {
-  char *p;
-  size_t len, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-  va_list ap, ap2;
-  va_start(ap, fmt);
-  va_copy(ap2, ap);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  EVT_ASSERT(n >= 0);
-  if (b->len + (size_t)n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    EVT_ASSERT(p);
-    b->p = p;
-    b->cap = cap;
-  }
-  vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap2);
-  va_end(ap2);
-  b->len += (size_t)n;
-}
+typedef evt_sbuf sbuf;
+#define sb_printf evt_sbuf_printf
 
 static const char *cxx_type(evt_dtype t) {
   switch (t) {

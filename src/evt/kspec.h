@@ -146,4 +146,11 @@ double evt_vop_apply(evt_vop op, double x, double y);
 evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg);
 extern const char *const evt_kspec_example_names[];
 
+/* ---- sbuf.c: a growing text buffer for the source emitters (emit_cutlass.c, emit_rows.c) ---------- */
+typedef struct evt_sbuf {
+  char *p;          /* NUL-terminated text, malloc'd; the caller owns it */
+  size_t len, cap;
+} evt_sbuf;
+void evt_sbuf_printf(evt_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif
