@@ -33,6 +33,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import default_partition
 
 from . import aten as A
+from . import diskcache
 from .lib import EvtError, Graph
 
 log = logging.getLogger("evt")
@@ -106,20 +107,28 @@ PASSES = os.environ.get("EVT_PASSES", "1") not in ("", "0")
 
 
 def _graph_for(text):
-    """The parsed (and, unless EVT_PASSES=0, pass-optimized) graph of a segment text, cached."""
+    """The parsed (and, unless EVT_PASSES=0, pass-optimized) graph of a segment text, cached in memory
+    and, unless EVT_CACHE=0, on disk (diskcache.py: the optimized text, reused by later processes)."""
     key = hashlib.sha256(text.encode()).hexdigest()
     g = _GRAPHS.get((key, PASSES))
     if g is None:
         name = f"evt-{key[:12]}.evt"
-        g = None
-        if PASSES:
-            try:
-                g = Graph(text, name, optimize=True)
-            except EvtError as e:
-                if "no graph passes" not in str(e):
-                    log.warning("evt graph passes failed on %s (%s); running it unoptimized", name, e)
+        dkey = diskcache.key(text, PASSES) if diskcache.enabled() else None
+        g = diskcache.load(dkey, name) if dkey else None
         if g is None:
-            g = Graph(text, name)
+            optimized = False
+            if PASSES:
+                try:
+                    g = Graph(text, name, optimize=True)
+                    optimized = True
+                except EvtError as e:
+                    if "no graph passes" not in str(e):
+                        log.warning("evt graph passes failed on %s (%s); running it unoptimized", name, e)
+            if g is None:
+                g = Graph(text, name)
+            if dkey:
+                diskcache.store(dkey, g, optimized)
+        log.info("  segment %s: %d evt nodes, %d after the graph passes", name, g.parsed_nodes, g.node_count)
         _GRAPHS[(key, PASSES)] = g
         d = os.environ.get("EVT_DUMP")
         if d:
@@ -128,7 +137,6 @@ def _graph_for(text):
                 f.write(text)
             with open(os.path.join(d, f"{key[:16]}.opt.evt"), "w") as f:
                 f.write(g.text())
-        log.info("  segment %s: %d evt nodes, %d after the graph passes", name, g.parsed_nodes, g.node_count)
     return g
 
 

@@ -23,6 +23,7 @@ from evt import lib as evt_lib  # noqa: E402
 pytestmark = pytest.mark.skipif(not evt_lib.has_interpreter(), reason="libevt has no CPU interpreter yet")
 
 torch.set_num_threads(1)
+os.environ.setdefault("EVT_CACHE", "0")  # in-process tests stay off the disk cache; test_disk_cache turns it on
 
 
 def rel_err(a, b):
@@ -435,3 +436,36 @@ def test_outputs_views_and_input_grads(caplog):
         assert rel_err(b, a) <= 1e-4
     assert unused.grad is None
     assert fallbacks(caplog.records) == set()
+
+
+def test_disk_cache(tmp_path):
+    """A second fresh process reuses the first one's segments from $EVT_CACHE_DIR (hits, no misses, no
+    passes rerun) with the same loss and gradients as eager; a corrupted entry is recompiled."""
+    import subprocess
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cache_step.py")
+    env = dict(os.environ, EVT_LOG="1", EVT_CACHE="1", EVT_CACHE_DIR=str(tmp_path))
+
+    def step():
+        r = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert float(r.stdout.split("maxrel ")[1].split()[0]) <= 1e-4, r.stdout
+        return r.stderr
+
+    cold = step()
+    entries = sorted((tmp_path / "torch").glob("*.json"))
+    assert cold.count("disk cache miss") == len(entries) >= 2, (cold, entries)
+    assert "disk cache hit" not in cold
+    assert not list((tmp_path / "torch").glob(".tmp-*"))  # atomic writes leave no temp files
+    warm = step()
+    assert warm.count("disk cache hit") == len(entries) and "disk cache miss" not in warm, warm
+    import json
+    entries[0].write_text(entries[0].read_text()[:-40] + "garbage")  # truncated JSON
+    e1 = json.loads(entries[1].read_text())
+    e1["text"] = e1["text"].replace("graph", "grpah", 1)  # valid JSON, evt text the parser rejects
+    entries[1].write_text(json.dumps(e1))
+    bad = step()
+    assert bad.count("ignoring corrupt entry") == 2 and bad.count("disk cache hit") == len(entries) - 2, bad
+    assert step().count("disk cache hit") == len(entries)  # the recompiled entry was rewritten
+    env["EVT_CACHE"] = "0"
+    off = step()
+    assert "disk cache" not in off
