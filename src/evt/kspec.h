@@ -130,6 +130,11 @@ void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, co
                          double *const *tensors, double *d);
 /* Elementwise semantics of a compute node (shared by the reference and tests). */
 double evt_vop_apply(evt_vop op, double x, double y);
+/* Element (i, j) of an M×N epilogue through one node other than EVT_V_ACC, for the CPU references of
+ * kspec and rspec: broadcasts and aux loads read tensors[v], aux stores (rounded to dtype) and row/column
+ * sums write it, computes apply evt_vop_apply to the inputs' values x, y. Returns the node's value. */
+double evt_vop_visit(evt_vop op, evt_dtype dtype, double value, double *const *tensors, int v, int64_t i,
+                     int64_t j, int64_t n, double x, double y);
 
 /* ---- src/evt/examples.c: named epilogues used by tests and benchmarks -------------------------- */
 /* Builds the named epilogue into *s (bf16 operands, layout NN, D bf16); EVT_ERR_INVALID for an unknown

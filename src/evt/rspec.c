@@ -271,23 +271,7 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
                      : nd->sel == EVT_RV_IN0  ? in[0][i * n + j]
                                               : in[1][i * n + j];
             break;
-          case EVT_V_ROW_BCAST: val[v] = tensors[v][j]; break;
-          case EVT_V_COL_BCAST: val[v] = tensors[v][i]; break;
-          case EVT_V_SCALAR: val[v] = (double)(float)nd->value; break;
-          case EVT_V_AUX_LOAD: val[v] = tensors[v][i * n + j]; break;
-          case EVT_V_AUX_STORE:
-            tensors[v][i * n + j] = evt_round_to_dtype(x, nd->dtype);
-            val[v] = x;
-            break;
-          case EVT_V_ROW_SUM:
-            tensors[v][j] += x;
-            val[v] = x;
-            break;
-          case EVT_V_COL_SUM:
-            tensors[v][i] += x;
-            val[v] = x;
-            break;
-          default: val[v] = evt_vop_apply(nd->op, x, y); break;
+          default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, x, y); break;
         }
       }
     }

@@ -42,6 +42,20 @@ double evt_vop_apply(evt_vop op, double x, double y) {
   }
 }
 
+double evt_vop_visit(evt_vop op, evt_dtype dtype, double value, double *const *tensors, int v, int64_t i,
+                     int64_t j, int64_t n, double x, double y) {
+  switch (op) {
+    case EVT_V_ROW_BCAST: return tensors[v][j];
+    case EVT_V_COL_BCAST: return tensors[v][i];
+    case EVT_V_SCALAR: return (double)(float)value;
+    case EVT_V_AUX_LOAD: return tensors[v][i * n + j];
+    case EVT_V_AUX_STORE: tensors[v][i * n + j] = evt_round_to_dtype(x, dtype); return x;
+    case EVT_V_ROW_SUM: tensors[v][j] += x; return x;
+    case EVT_V_COL_SUM: tensors[v][i] += x; return x;
+    default: return evt_vop_apply(op, x, y);
+  }
+}
+
 void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
                          double *const *tensors, double *d) {
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
@@ -69,23 +83,7 @@ void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, co
         double x = nd->in[0] >= 0 ? val[nd->in[0]] : 0, y = nd->in[1] >= 0 ? val[nd->in[1]] : 0;
         switch (nd->op) {
           case EVT_V_ACC: val[v] = (double)(float)row[j]; break;
-          case EVT_V_ROW_BCAST: val[v] = tensors[v][j]; break;
-          case EVT_V_COL_BCAST: val[v] = tensors[v][i]; break;
-          case EVT_V_SCALAR: val[v] = (double)(float)nd->value; break;
-          case EVT_V_AUX_LOAD: val[v] = tensors[v][i * n + j]; break;
-          case EVT_V_AUX_STORE:
-            tensors[v][i * n + j] = evt_round_to_dtype(x, nd->dtype);
-            val[v] = x;
-            break;
-          case EVT_V_ROW_SUM:
-            tensors[v][j] += x;
-            val[v] = x;
-            break;
-          case EVT_V_COL_SUM:
-            tensors[v][i] += x;
-            val[v] = x;
-            break;
-          default: val[v] = evt_vop_apply(nd->op, x, y); break;
+          default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, x, y); break;
         }
       }
       d[i * n + j] = evt_round_to_dtype(val[s->d_node], s->d_dtype);
