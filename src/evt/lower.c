@@ -768,33 +768,7 @@ bool evt_lower_compat(const evt_pgraph *g, int nucleus, int member) { /* contrac
 }
 
 evt_status evt_lower_partition(evt_graph *eg, const evt_part_options *opt, double lambda, evt_part_plan *plan) {
-  memset(plan, 0, sizeof *plan);
-  evt_pgraph *g = evt_part_from_graph(eg, lambda);
-  g->compat = evt_lower_compat;
-  evt_pgraph_finish(g); /* edge statuses depend on the hook (FUSE edges that break a pair rule become FREE) */
-  int n = eg->nnodes;
-  plan->group = malloc((size_t)(n + 1) * sizeof(int));
-  EVT_ASSERT(plan->group);
-  evt_status st = evt_part_solve(g, opt, plan->group, &plan->stats);
-  if (st != EVT_OK) {
-    snprintf(eg->error, sizeof eg->error, "%s", g->error);
-    evt_pgraph_free(g);
-    free(plan->group);
-    plan->group = NULL;
-    return st;
-  }
-  plan->cost = evt_part_evaluate(g, plan->group);
-  int k = 0;
-  for (int v = 0; v < n; v++)
-    if (plan->group[v] + 1 > k) k = plan->group[v] + 1;
-  plan->ngroups = k;
-  plan->nucleus = malloc((size_t)(k + 1) * sizeof(int));
-  EVT_ASSERT(plan->nucleus);
-  for (int i = 0; i < k; i++) plan->nucleus[i] = -1;
-  for (int v = 0; v < n; v++)
-    if (plan->group[v] >= 0 && (g->nodes[v].flags & EVT_PN_NUCLEUS)) plan->nucleus[plan->group[v]] = v;
-  evt_pgraph_free(g);
-  return EVT_OK;
+  return evt_part_plan_build_compat(eg, opt, lambda, evt_lower_compat, plan);
 }
 
 void evt_lower_print(const evt_graph *g, const evt_lower_result *r, FILE *out) {

@@ -236,6 +236,10 @@ typedef struct evt_part_plan {
   evt_part_stats stats;
 } evt_part_plan;
 evt_status evt_part_plan_build(evt_graph *eg, const evt_part_options *opt, double lambda, evt_part_plan *plan);
+/* The same with a pair-compatibility hook other than the default shape-class rule (e.g. the code
+ * generator's evt_lower_compat). */
+evt_status evt_part_plan_build_compat(evt_graph *eg, const evt_part_options *opt, double lambda,
+                                      evt_part_compat_fn compat, evt_part_plan *plan);
 void evt_part_plan_free(evt_part_plan *plan);
 /* Text listing of the groups (nucleus, members, boundary tensors). */
 void evt_part_plan_print(const evt_graph *eg, const evt_part_plan *plan, FILE *out);

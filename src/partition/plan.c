@@ -7,8 +7,17 @@
 #include <string.h>
 
 evt_status evt_part_plan_build(evt_graph *eg, const evt_part_options *opt, double lambda, evt_part_plan *plan) {
+  return evt_part_plan_build_compat(eg, opt, lambda, NULL, plan);
+}
+
+evt_status evt_part_plan_build_compat(evt_graph *eg, const evt_part_options *opt, double lambda,
+                                      evt_part_compat_fn compat, evt_part_plan *plan) {
   memset(plan, 0, sizeof *plan);
   evt_pgraph *g = evt_part_from_graph(eg, lambda);
+  if (compat) {
+    g->compat = compat;
+    evt_pgraph_finish(g); /* edge statuses depend on the hook (FUSE edges that break a pair rule become FREE) */
+  }
   int n = eg->nnodes;
   plan->group = malloc((size_t)(n + 1) * sizeof(int));
   EVT_ASSERT(plan->group);
