@@ -25,6 +25,7 @@
 #ifndef EVT_KSPEC_H
 #define EVT_KSPEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -130,6 +131,10 @@ void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, co
                          double *const *tensors, double *d);
 /* Elementwise semantics of a compute node (shared by the reference and tests). */
 double evt_vop_apply(evt_vop op, double x, double y);
+/* Rules shared by kspec and rspec when a node is added: its inputs are exactly its arity's earlier nodes
+ * (unused ones -1), and the dtype it carries (memory dtype for loads/stores, f32 for computes and sums). */
+bool evt_vop_inputs_ok(evt_vop op, int in0, int in1, int id);
+evt_dtype evt_vop_node_dtype(evt_vop op, evt_dtype dtype);
 /* Element (i, j) of an M×N epilogue through one node other than EVT_V_ACC, for the CPU references of
  * kspec and rspec: broadcasts and aux loads read tensors[v], aux stores (rounded to dtype) and row/column
  * sums write it, computes apply evt_vop_apply to the inputs' values x, y. Returns the node's value. */

@@ -41,19 +41,14 @@ void evt_rspec_init(evt_rspec *s, evt_row_nucleus nucleus, evt_dtype in_dtype) {
 
 int evt_rspec_add(evt_rspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name) {
   if ((unsigned)op >= EVT_V_COUNT || s->nnodes >= EVT_RSPEC_MAX_NODES) return -1;
-  int id = s->nnodes, arity = evt_vop_arity(op);
-  int ins[2] = {in0, in1};
-  for (int i = 0; i < 2; i++) {
-    if (i < arity && (ins[i] < 0 || ins[i] >= id)) return -1;
-    if (i >= arity && ins[i] != -1) return -1;
-  }
+  int id = s->nnodes;
+  if (!evt_vop_inputs_ok(op, in0, in1, id)) return -1;
   evt_rnode *v = &s->nodes[id];
   memset(v, 0, sizeof *v);
   v->op = op;
   v->in[0] = in0;
   v->in[1] = in1;
-  v->dtype = evt_vop_class(op) == 'C' || op == EVT_V_ACC || op == EVT_V_SCALAR ? EVT_F32 : dtype;
-  if (op == EVT_V_ROW_SUM || op == EVT_V_COL_SUM) v->dtype = EVT_F32;
+  v->dtype = evt_vop_node_dtype(op, dtype);
   v->sel = EVT_RV_OUT;
   snprintf(v->name, sizeof v->name, "%s", name && *name ? name : "");
   if (!v->name[0]) snprintf(v->name, sizeof v->name, "v%d", id);
