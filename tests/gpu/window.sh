@@ -8,7 +8,7 @@
 out=${1:?OUTDIR}; shift
 t0=$SECONDS
 w=$PWD/.gpuwork/w
-export EVTC=$w/hostbin/evtc EVT_HOSTBIN=$w/hostbin
+export EVTC=$w/hostbin/evtc EVT_HOSTBIN=$w/hostbin EVT_LIB=$w/hostbin/libevt.so
 export LD_LIBRARY_PATH=$w/hostbin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CUTLASS_PATH=$PWD/.cutlass/cutlass_library/source EVT_KERNELS_DIR=$PWD/kernels
 export EVT_JIT_CACHE=/tmp/evt-jit EVT_JIT_JOBS=16 PYTHONUNBUFFERED=1
