@@ -60,6 +60,8 @@ static bool bind_gemm(const evt_graph *g, const int *group, const evt_lowered *L
   if (L->m < 1 || L->n < 1 || L->k < 1 || L->m > 2147483647 || L->n > 2147483647 || L->k > 2147483647)
     return WHY("group %d: GEMM [%lld x %lld x %lld] is empty or exceeds the launcher's int sizes", gi, (long long)L->m,
                (long long)L->n, (long long)L->k);
+  if (L->l > 1 || L->l_outer > 1)
+    return WHY("group %d: batched GEMM (%d x %d): the fused runtime binds unbatched GEMMs only", gi, L->l, L->l_outer);
   if (s->nnodes > EVT_LAUNCH_MAX_PTRS) return WHY("group %d: %d visitor nodes (at most %d pointers)", gi, s->nnodes, EVT_LAUNCH_MAX_PTRS);
   if (s->d_node < 0 || s->d_node >= s->nnodes) return WHY("group %d: the spec has no D node", gi);
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
