@@ -264,3 +264,66 @@ TEST(exec_bind_gemm_refusals) {
   evt_exec_plan_free(&p);
   evt_graph_free(g);
 }
+
+/* The --check rule (evt_check_step, cuda.h) on the CPU model of the fused step, trained 3 SGD steps on its own
+ * gradients as `evtc run --fused` does: bf16 graphs pass the rule (the GPU must), and the quantities it reports
+ * are consistent; a gradient off by 5% and a wrong tensor fail it; f32 stays tight (1e-4). */
+TEST(check_rule_on_the_fused_cpu_model) {
+  const char *files[] = {"bench/graphs/mlp_bf16.evt", "bench/graphs/bert_layer_bf16.evt", "examples/mlp.evt"};
+  for (int f = 0; f < 3; f++) {
+    evt_graph *g = load_opt(files[f]);
+    if (!g) continue;
+    bool bf = strstr(files[f], "bf16") != NULL;
+    int n = g->nnodes, no = g->noutputs;
+    evt_tensor *v = calloc((size_t)n, sizeof *v), *w = calloc((size_t)n, sizeof *w), *gpu = calloc((size_t)no, sizeof *gpu);
+    CHECK(evt_interp_init_inputs(g, v, 1) == EVT_OK);
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    FILE *sink = fopen("/dev/null", "w");
+    for (long step = 1; step <= 3; step++) {
+      for (int i = 0; i < n; i++)
+        if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
+          evt_tensor_free(&w[i]);
+          CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
+          memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
+        }
+      CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
+      for (int k = 0; k < no; k++) {
+        gpu[k] = w[g->outputs[k]];
+        memset(&w[g->outputs[k]], 0, sizeof(evt_tensor));
+      }
+      evt_train_release(g, w);
+      evt_check_result r;
+      CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK);
+      CHECK_MSG(r.mismatches == 0, "%s step %ld: gpu-exact %g bound %g ref-exact %g gpu-ref %g f32 %g", files[f], step,
+                r.gpu_exact, r.bound, r.ref_exact, r.gpu_ref, r.f32_ref);
+      if (bf) CHECK(r.bound >= 1e-2 && r.ref_exact > 0 && r.gpu_exact > 0 && r.gpu_exact <= r.bound);
+      else CHECK(r.bound == 0 && r.f32_ref <= 1e-5);
+      /* a gradient 5% off, then a gradient replaced by another output of the same size: both caught */
+      int last = no - 1;
+      for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] *= 1.05;
+      CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK && r.mismatches == 1);
+      for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] = -gpu[last].data[i];
+      CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK && r.mismatches == 1);
+      for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] = -gpu[last].data[i] / 1.05;
+      /* SGD on the model's gradients, as evtc run does with the GPU's */
+      for (int k = 0; k < no; k++) {
+        evt_tensor_free(&v[g->outputs[k]]);
+        v[g->outputs[k]] = gpu[k];
+        memset(&gpu[k], 0, sizeof(evt_tensor));
+      }
+      CHECK(evt_train_sgd_update(g, v, 0.01, 0) == EVT_OK);
+      evt_train_release(g, v);
+    }
+    fclose(sink);
+    for (int i = 0; i < n; i++) {
+      evt_tensor_free(&v[i]);
+      evt_tensor_free(&w[i]);
+    }
+    free(v);
+    free(w);
+    free(gpu);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
+}
