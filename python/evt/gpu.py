@@ -123,13 +123,18 @@ def _api():
 class Program:
     """One evt GPU program for one segment text (owns its graph and the evt_program)."""
 
-    def __init__(self, text, flags, name="<segment>"):
+    def __init__(self, text, flags, name="<segment>", host=False):
+        """host=True: evt_program_create_host, the same plan without a device (tests: runs fail)."""
         lib = _api()
         self.flags = flags
         self.graph = L.Graph(text, name)  # a graph of its own: the program may keep pointers into it
         self._p = None
         p = ctypes.c_void_p()
-        st = lib.evt_program_create(self.graph._g, flags | EVT_PROGRAM_NO_OPT, ctypes.byref(p))
+        create = lib.evt_program_create
+        if host:
+            create = L._declare("evt_program_create_host", ctypes.c_int,
+                                [ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)])
+        st = create(self.graph._g, flags | EVT_PROGRAM_NO_OPT, ctypes.byref(p))
         if st != 0 or not p.value:
             msg = lib.evt_graph_error(self.graph._g).decode() if self.graph._g else ""
             if p.value:

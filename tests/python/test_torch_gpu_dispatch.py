@@ -259,3 +259,31 @@ def test_compile_with_options_on_cpu():
 def test_backend_registered_with_options_signature():
     import inspect
     assert "options" in inspect.signature(evt.evt_backend).parameters
+
+
+# ---- the ctypes binding of evt_program_* on a host-only plan (no device: runs must fail cleanly) ----------
+
+def _host_api():
+    return evt_lib.has_interpreter() and hasattr(evt_lib.lib(), "evt_program_create_host")
+
+
+@pytest.mark.skipif(not _host_api(), reason="libevt has no evt_program_create_host")
+def test_program_binding_on_a_host_plan():
+    text = ("graph seg {\n  %in.x: f32[4,8] = input()\n  %in.w: f32[8,3] = input()\n"
+            "  %mm: f32[4,3] = mm(%in.x, %in.w)\n  %r: f32[4,3] = relu(%mm)\n  output %r, %mm\n}\n")
+    p = G.Program(text, G.EVT_PROGRAM_FUSED, host=True)
+    assert isinstance(p.launch_count(), int)
+    x, w = torch.zeros(4, 8), torch.zeros(8, 3)
+    outs = [torch.empty(4, 3), torch.empty(4, 3)]
+    with pytest.raises(G.ProgramError, match="no input or param named 'in.y'"):
+        p.run([("in.y", x)], outs, 0)
+    with pytest.raises(G.ProgramError, match="run"):  # bound, but planned without a device
+        p.run([("in.x", x), ("in.w", w)], outs, 0)
+    assert p.runs == 0
+    del p  # evt_program_destroy
+
+
+@pytest.mark.skipif(not _host_api(), reason="libevt has no evt_program_create_host")
+def test_program_create_error_is_a_program_error():
+    with pytest.raises(G.ProgramError, match="no outputs"):
+        G.Program("graph seg {\n  %in.x: f32[4] = input()\n}\n", 0, host=True)

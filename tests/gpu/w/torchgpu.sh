@@ -21,6 +21,10 @@ if [ -z "${EVT_LIB:-}" ]; then
   export EVT_LIB=$PWD/build/libevt.so
 fi
 export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache}
+# GEMM+EVT groups need CUTLASS JIT compiles (minutes each): hidden unless TORCHGPU_CUTLASS=1, so GEMM
+# groups run node by node (cuBLAS) and row / pointwise groups as generated kernels.
+if [ "${TORCHGPU_CUTLASS:-0}" != 1 ]; then export CUTLASS_PATH=/nonexistent-torchgpu-no-cutlass; fi
+echo "CUTLASS_PATH=${CUTLASS_PATH:-} (TORCHGPU_CUTLASS=${TORCHGPU_CUTLASS:-0})"
 export PYTHONUNBUFFERED=1
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 echo "EVT_LIB=$EVT_LIB EVT_FALLBACK_LIB=${EVT_FALLBACK_LIB:-} EVT_JIT_CACHE=${EVT_JIT_CACHE:-}"
