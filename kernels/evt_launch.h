@@ -21,6 +21,10 @@ typedef struct evt_launch_args {
   void *d;           /* D: M×N row-major, the kernel's D dtype */
   void *ptrs[EVT_LAUNCH_MAX_PTRS];
   void *stream;      /* cudaStream_t; NULL = default stream */
+  /* Tile scheduler (launch-time, not part of the kernel; chosen by the tuner, src/runtime/tune.h):
+   * swizzle = CUTLASS max_swizzle_size (0 or 1: none; 2, 4, 8: groups of tiles for L2 reuse);
+   * raster: 0 = CUTLASS's heuristic, 1 = along M, 2 = along N. Zero-initialized args keep the defaults. */
+  int swizzle, raster;
 } evt_launch_args;
 
 /* Launcher return codes. */
