@@ -29,10 +29,11 @@ evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values);
 void evt_cuda_close(evt_cuda *c);
 /* `evtc run --fused`: like evt_cuda_open, but every node gets its own bytes (groups run out of node order)
  * and the graph is partitioned and lowered (src/runtime/exec_plan.h); the distinct row / pointwise kernels
- * are JIT-compiled (src/runtime/jit.h, no CUTLASS; cache $EVT_JIT_CACHE) and loaded; a step then runs each
- * fused group as one generated kernel launch and every other group node by node. A group that falls back
- * (not lowered, GEMM+EVT, a binding check, a kernel that failed to compile or load) gets one warning line
- * on stderr naming the group and the reason. */
+ * are JIT-compiled (src/runtime/jit.h, no CUTLASS; cache $EVT_JIT_CACHE) and loaded, the distinct GEMM+EVT
+ * kernels likewise with CUTLASS (src/runtime/gemm_launch.h); a step then runs each fused group as one
+ * generated kernel launch and every other group node by node. A group that falls back (not lowered, a
+ * binding check, a kernel that failed to compile or load, a GEMM launcher that refused the problem) gets
+ * one warning line on stderr naming the group and the reason. */
 evt_status evt_cuda_open_fused(evt_graph *g, evt_cuda **out);
 /* Groups per path of a fused runtime (0, 0 otherwise) and group executions so far per path. */
 void evt_cuda_fused_counts(const evt_cuda *c, int *fused, int *fallback, long *launched_fused, long *launched_fallback);
