@@ -126,6 +126,31 @@ evt_status evt_interp_run(evt_graph *g, evt_tensor *values, unsigned flags, int 
 /* Fills every input/param slot from the node's init attributes with a counter-based generator. */
 evt_status evt_interp_init_inputs(evt_graph *g, evt_tensor *values, uint64_t seed);
 
+/* ---- running a step on the GPU (src/runtime/program.c) ---------------------------------------------
+ * A program is a graph compiled for the GPU: optimized (unless EVT_PROGRAM_NO_OPT), partitioned, lowered,
+ * its fused groups JIT-compiled (cache $EVT_JIT_CACHE) and loaded, its intermediates planned by liveness
+ * in one device arena. The caller owns the memory of every input, param and graph output: dense row-major
+ * in the node's dtype (bf16/f16 as 16-bit, f32, i64 for integer inputs, u8 for bool), bound before a run.
+ * A run enqueues the whole step on the caller's stream (cudaStream_t; NULL = the legacy default stream)
+ * and returns without synchronizing; with EVT_PROGRAM_CUDA_GRAPH the step is captured once as a CUDA graph
+ * and replayed (captured again when a binding changed). Needs libevt_fallback.so and a CUDA device;
+ * otherwise EVT_ERR_UNSUPPORTED with the reason in evt_program_error / the graph's error. Errors of a run
+ * name the group or node. g must outlive the program (the program may optimize g in place). */
+typedef struct evt_program evt_program;
+#define EVT_PROGRAM_FUSED 1u       /* run lowered groups as generated kernels (else node by node) */
+#define EVT_PROGRAM_CUDA_GRAPH 2u  /* capture the step as a CUDA graph, replay it */
+#define EVT_PROGRAM_NO_OPT 4u      /* skip the graph passes (g is run as given) */
+evt_status evt_program_create(evt_graph *g, unsigned flags, evt_program **out);
+/* Binds device memory to an input or param, by node name. */
+evt_status evt_program_bind(evt_program *p, const char *name, void *device_ptr);
+/* Binds device memory to graph output i (evt_graph_output order of the graph passed to create). */
+evt_status evt_program_bind_output(evt_program *p, int i, void *device_ptr);
+evt_status evt_program_run(evt_program *p, void *cuda_stream);
+const char *evt_program_error(const evt_program *p);   /* message of the last failed call, "" if none */
+/* Kernel launches one run enqueues (generated + library kernels; memsets and copies not counted). */
+int evt_program_launch_count(const evt_program *p);
+void evt_program_destroy(evt_program *p);
+
 #ifdef __cplusplus
 }
 #endif
