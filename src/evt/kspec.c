@@ -125,6 +125,12 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
         v->dtype != EVT_BF16 && v->dtype != EVT_F16 && v->dtype != EVT_F32)
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (%s %s): dtype %s not supported", i,
                   evt_vop_name(v->op), v->name, evt_dtype_name(v->dtype));
+    if (v->shared && (!s->batched || !evt_vop_has_memory(v->op)))
+      return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: node %d (%s %s): 'shared' needs a batched spec and a node with memory",
+                  i, evt_vop_name(v->op), v->name);
+    if (v->shared && v->op == EVT_V_AUX_STORE)
+      return fail(err, errlen, EVT_ERR_UNSUPPORTED,
+                  "kernel spec: node %d (aux_store %s): an aux store shared by all batches (the batches would race)", i, v->name);
     acc += v->op == EVT_V_ACC;
   }
   if (acc != 1)
@@ -145,12 +151,14 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
   OUT("gemm %s %s->%s tile %dx%dx%d cluster %dx%d %s\n", layout_name(s->layout), evt_dtype_name(s->ab_dtype),
       evt_dtype_name(s->d_dtype), s->cfg.tile_m, s->cfg.tile_n, s->cfg.tile_k, s->cfg.cluster_m, s->cfg.cluster_n,
       s->cfg.schedule == EVT_SCHED_PINGPONG ? "pingpong" : "cooperative");
+  if (s->batched) OUT("batched\n"); /* unbatched specs keep their text (and hash) */
   for (int i = 0; i < s->nnodes; i++) {
     const evt_vnode *v = &s->nodes[i];
     OUT("%%%d = %s", i, evt_vop_name(v->op));
     for (int j = 0; j < evt_vop_arity(v->op); j++) OUT(" %%%d", v->in[j]);
     if (evt_vop_has_memory(v->op)) OUT(" %s:%s", v->name, evt_dtype_name(v->dtype));
     if (v->op == EVT_V_SCALAR) OUT(" %.17g", v->value);
+    if (v->shared) OUT(" shared");
     OUT("\n");
   }
   OUT("D = %%%d\n", s->d_node);
