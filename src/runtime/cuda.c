@@ -5,6 +5,7 @@
 #include "evt_fallback.h"
 #include "evt_row_launch.h"
 #include "runtime/exec_plan.h"
+#include "runtime/gemm_launch.h"
 #include "runtime/jit.h"
 
 #include <dlfcn.h>
@@ -37,6 +38,8 @@ struct evt_cuda {
   evt_exec_plan *xp;
   void **so;
   int (**kfn)(const evt_row_launch_args *);
+  evt_gemm_kernels *gk;   /* GEMM+EVT kernels (src/runtime/gemm_launch.h) */
+  void *scratch;          /* xp->scratch_bytes of device memory for D tiles nobody reads */
   long launches_fused, launches_fallback; /* group executions so far, by path */
 };
 
@@ -85,6 +88,8 @@ static evt_status global_error(evt_graph *g, evt_status st, const char *msg) {
 void evt_cuda_close(evt_cuda *c) {
   if (!c) return;
   if (c->arena) c->api.free_(c->arena);
+  if (c->scratch) c->api.free_(c->scratch);
+  evt_gemm_kernels_free(c->gk);
   /* Loaded libraries stay loaded for the life of the process (no dlclose): the CUDA runtime does not
    * support being unloaded, and unloading drops the only reference to their C++ runtime's allocations,
    * which LeakSanitizer then reports. dlopen of the same path again returns the same handle. */
@@ -318,6 +323,7 @@ evt_status evt_cuda_open_fused(evt_graph *g, evt_cuda **out) {
   if (!job_of) evt_fatal(__FILE__, __LINE__, "out of memory");
   for (int k = 0; k < nk; k++) {
     job_of[k] = -1;
+    if (!p->kspec[k]) continue; /* a GEMM+EVT kernel: gemm_launch.c */
     src[k] = evt_emit_rows(p->kspec[k], msg, sizeof msg);
     if (!src[k]) {
       evt_exec_plan_demote(p, k, msg);
@@ -353,6 +359,12 @@ evt_status evt_cuda_open_fused(evt_graph *g, evt_cuda **out) {
   free(src);
   free(jobs);
   free(job_of);
+  c->gk = evt_gemm_kernels_load(p);
+  if (p->scratch_bytes > 0 && !(c->scratch = c->api.alloc(p->scratch_bytes, msg, sizeof msg))) {
+    evt_cuda_close(c);
+    *out = NULL;
+    return global_error(g, EVT_ERR_UNSUPPORTED, msg);
+  }
   for (int gi = 0; gi < p->ngroups; gi++)
     if (!p->groups[gi].fused)
       fprintf(stderr, "evtc run: warning: group %d (%s) runs node by node: %s\n", gi,
@@ -371,13 +383,19 @@ void evt_cuda_print_plan(const evt_cuda *c, const evt_graph *g, FILE *out) {
   if (c && c->xp) evt_exec_plan_print(g, c->xp, out);
 }
 
+static void *node_ptr(void *ctx, int v) { return ((evt_cuda *)ctx)->t[v].ptr; }
+
 /* One fused step after the upload: sources, then every group on its path. */
 static evt_status fused_groups(evt_cuda *c, evt_graph *g) {
-  const evt_exec_plan *p = c->xp;
+  evt_exec_plan *p = c->xp;
   evt_status st = EVT_OK;
   for (int k = 0; k < p->nsources && st == EVT_OK; k++) st = run_node(c, g, p->sources[k]);
   for (int gi = 0; gi < p->ngroups && st == EVT_OK; gi++) {
     const evt_group_exec *x = &p->groups[gi];
+    if (x->fused && x->kind == EVT_LK_GEMM_EVT && evt_gemm_group_run(c->gk, p, gi, node_ptr, c, c->scratch, NULL)) {
+      c->launches_fused++;
+      continue;
+    }
     if (!x->fused) {
       for (int k = 0; k < x->nmembers && st == EVT_OK; k++) st = run_node(c, g, x->members[k]);
       c->launches_fallback++;
