@@ -4,7 +4,8 @@
  * problem with CUTLASS's can_implement, initializes (which fills atomic reduction outputs with 0), and
  * launches on `stream`; it does not synchronize. ptrs[i] is the device memory of visitor node i (loads,
  * stores, reductions; NULL for the others), dense row-major in the node's dtype: M×N for aux tensors,
- * N for row broadcasts / row sums, M for column broadcasts / column sums. Workspace, if CUTLASS needs
+ * N for row broadcasts / row sums, M for column broadcasts / column sums (a batched kernel: the same per
+ * batch, placed by the batch fields at the end of the struct). Workspace, if CUTLASS needs
  * any, is allocated and kept by the launcher (one buffer per shared object; not thread-safe).
  * Compiles as C and as C++.
  */
@@ -21,6 +22,29 @@ typedef struct evt_launch_args {
   void *d;           /* D: M×N row-major, the kernel's D dtype */
   void *ptrs[EVT_LAUNCH_MAX_PTRS];
   void *stream;      /* cudaStream_t; NULL = default stream */
+
+  /* ---- batch mode (helper bmm; appended: a zero-filled struct is exactly the unbatched call) -------------
+   * NOTE for the runtime (gemmrt, src/runtime/exec_plan.c / gemm_launch.c): memset the struct to 0, fill the
+   * fields above as before; for a batched kernel (evt_kspec.batched, evt_lowered.batch) copy the values that
+   * lowering computed (evt_lowered.l, .ld*, .bs*, .os*: same names) into the fields below. Unbatched kernels
+   * ignore all of them. All strides and leading dims are in ELEMENTS of the tensor's own dtype.
+   *
+   * A batched kernel computes l GEMMs (0 means 1): for batch i, A_i = a + i*bs_a, B_i = b + i*bs_b,
+   * D_i = d + i*bs_d, and visitor node v's tensor ptrs[v] + i*bs_ptrs[v] (0 = one tensor shared by every
+   * batch, e.g. a bias broadcast to all heads, or a row/col sum accumulated over all batches).
+   * Leading dims (distance between consecutive rows of the stored matrix): 0 = packed (A: K, or M when A is
+   * stored transposed; B: N, or K when transposed; D and M×N aux tensors: N).
+   * Two batch levels (heads [B,H] of a [B,S,H,D] tensor: no single stride covers them): l_outer > 1 repeats
+   * the launch l_outer times, each time with every pointer advanced by its os_* stride; the total batch
+   * is l_outer * l, batch index = outer * l + inner. 0 or 1 = one level. */
+  int l;                                /* batch count of one launch; 0 means 1 */
+  int l_outer;                          /* outer batch count (launch repeats); 0 means 1 */
+  int64_t lda, ldb, ldd;                /* leading dims of A, B, D; 0 = packed */
+  int64_t bs_a, bs_b, bs_d;             /* batch strides (inner level) */
+  int64_t os_a, os_b, os_d;             /* outer batch strides */
+  int64_t ld_ptrs[EVT_LAUNCH_MAX_PTRS]; /* leading dim of an M×N aux tensor of node v; 0 = packed (N) */
+  int64_t bs_ptrs[EVT_LAUNCH_MAX_PTRS]; /* batch stride of node v's tensor; 0 = shared by all batches */
+  int64_t os_ptrs[EVT_LAUNCH_MAX_PTRS]; /* outer batch stride of node v's tensor */
 } evt_launch_args;
 
 /* Launcher return codes. */

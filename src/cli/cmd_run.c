@@ -11,7 +11,7 @@
  * --device cuda (or gpu) runs each step on the GPU (src/runtime/cuda.h) and the SGD update on the host;
  * with --check every step is also run on the interpreter and every output compared (check_step); the
  * step time printed excludes the check. No GPU or no kernel library: exit 1 with "no CUDA device".
- * --fused (implies --opt) partitions and lowers the graph and runs row / pointwise groups as generated
+ * --fused (implies --opt) partitions and lowers the graph and runs GEMM+EVT / row / pointwise groups as generated
  * kernels (src/runtime/exec_plan.h, evt_cuda_open_fused); --stats lists each group's path. Off by default:
  * in bf16 the fused groups (f32 inside a group) can differ from the interpreter by more than --check's 1e-2.
  * --cuda-graph (with --device cuda) replays the step as a CUDA graph (EVT_PROGRAM_CUDA_GRAPH). The GPU
@@ -310,9 +310,9 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "  --check       with --device cuda: compare every step's loss and gradients with the interpreter\n"
              "                (max error / max(the tensor's largest magnitude, 0.1 x the step's largest gradient):\n"
              "                f32 1e-4, f16/bf16 1e-2; NaN fails)\n"
-             "  --fused       with --device cuda (implies --opt): partition + lower the graph, JIT-compile the row /\n"
-             "                pointwise kernels (nvcc, cache $EVT_JIT_CACHE) and run each such group as one generated\n"
-             "                kernel; other groups (GEMM+EVT included, for now) run node by node, one warning each\n"
+             "  --fused       with --device cuda (implies --opt): partition + lower the graph, JIT-compile the\n"
+             "                GEMM+EVT / row / pointwise kernels (nvcc, cache $EVT_JIT_CACHE) and run each such group\n"
+             "                as one generated kernel; other groups run node by node, one warning each\n"
              "  --cuda-graph  with --device cuda: capture the step as a CUDA graph once, replay it every step\n"
              "  --stats       with --fused: list every group with the path it runs on, and launches per path\n"
              "prints `step K loss L (T ms)` per step, then `done: N steps, loss A -> B, T ms/step`") {

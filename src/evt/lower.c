@@ -682,6 +682,19 @@ evt_status evt_lower_plan(const evt_graph *g, const evt_part_plan *plan, evt_low
   return EVT_OK;
 }
 
+void evt_lower_launch_batch(const evt_lowered *L, evt_launch_args *a) {
+  a->l = L->l, a->l_outer = L->l_outer;
+  a->lda = L->lda, a->ldb = L->ldb, a->ldd = L->ldd;
+  a->bs_a = L->bs_a, a->bs_b = L->bs_b, a->bs_d = L->bs_d;
+  a->os_a = L->os_a, a->os_b = L->os_b, a->os_d = L->os_d;
+  for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++) {
+    int ok = i < EVT_KSPEC_MAX_NODES;
+    a->ld_ptrs[i] = ok ? L->ld_ptrs[i] : 0;
+    a->bs_ptrs[i] = ok ? L->bs_ptrs[i] : 0;
+    a->os_ptrs[i] = ok ? L->os_ptrs[i] : 0;
+  }
+}
+
 void evt_lower_free(evt_lower_result *r) {
   free(r->k);
   r->k = NULL;

@@ -40,6 +40,7 @@
 #include "evt/kspec.h"
 #include "evt/rspec.h"
 #include "evt_impl.h"
+#include "evt_launch.h"
 
 struct evt_part_plan;
 struct evt_part_options;
@@ -62,6 +63,11 @@ typedef struct evt_lowered {
   int a_node, b_node;     /* graph nodes holding A and B in memory (permutes resolved to their input) */
   int d_tensor;           /* graph node stored as D, or -1: D is a scratch tile nobody reads */
   int vtensor[EVT_KSPEC_MAX_NODES]; /* per visitor/row node with memory: the graph node it reads/writes; else -1 */
+  /* GEMM+EVT of a bmm nucleus (spec.batched): the launch's batch fields, same names and meaning as in
+   * evt_launch_args (kernels/evt_launch.h); all 0 for an unbatched GEMM. evt_lower_launch_batch copies them. */
+  int l, l_outer;
+  int64_t lda, ldb, ldd, bs_a, bs_b, bs_d, os_a, os_b, os_d;
+  int64_t ld_ptrs[EVT_KSPEC_MAX_NODES], bs_ptrs[EVT_KSPEC_MAX_NODES], os_ptrs[EVT_KSPEC_MAX_NODES];
   /* ROW / POINTWISE only (m, n: the [M, N] iteration space; kernel: evt_rowkernel_<hash>) */
   evt_rspec rspec;
   int rin[3];             /* graph nodes read as the nucleus inputs in[0..2] (x / dy, y / x, w, b), or -1 */
@@ -78,6 +84,9 @@ typedef struct evt_lower_result {
  * reason); returns EVT_ERR_INVALID only for a plan that does not belong to g. */
 evt_status evt_lower_plan(const evt_graph *g, const struct evt_part_plan *plan, evt_lower_result *out);
 void evt_lower_free(evt_lower_result *r);
+/* Copies L's batch fields (l, l_outer, ld*, bs*, os*) into a's; the runtime calls it for every GEMM+EVT
+ * launch after filling m/n/k/a/b/d/ptrs (a no-op apart from zeroing them for an unbatched GEMM). */
+void evt_lower_launch_batch(const evt_lowered *L, evt_launch_args *a);
 
 /* Can node `node` be part of the epilogue of GEMM nucleus `nucleus` (mm/addmm)? Judges the node alone:
  * its op, dtype, and each operand (a tile value, or a load chosen from its strides and alignment);

@@ -149,6 +149,7 @@ evt_status evt_gpu_launch_node(evt_program *p, int i, void *stream) {
 }
 
 static void *dev(const evt_program *p, int node) { return node >= 0 ? p->t[node].ptr : NULL; }
+static void *node_ptr(void *p, int node) { return dev(p, node); }
 
 evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
   const evt_group_exec *x = &p->xp->groups[gi];
@@ -159,7 +160,10 @@ evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
     }
     return EVT_OK;
   }
-  /* GEMM+EVT groups: src/runtime/gemm_launch.c hooks in here (x->kind == EVT_LK_GEMM_EVT). */
+  if (x->kind == EVT_LK_GEMM_EVT) {
+    if (!evt_gemm_group_run(p->gk, p->xp, gi, node_ptr, p, p->gemm_scratch, stream)) p->replan = true;
+    return EVT_OK;
+  }
   evt_row_launch_args a;
   memset(&a, 0, sizeof a);
   a.m = (int)x->m;
@@ -177,6 +181,7 @@ evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
 int evt_gpu_group_launches(const evt_program *p, int gi) {
   const evt_group_exec *x = &p->xp->groups[gi];
   const evt_rspec *s = p->xp->kspec[x->kernel];
+  if (x->kind == EVT_LK_GEMM_EVT || !s) return 1; /* the CUTLASS kernel */
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_ROW_SUM) return 2; /* the row kernel, then the deterministic row-sum finalize */
   return 1;

@@ -7,8 +7,8 @@
  *              executable, else the loader's search path; no library, no libcudart or no device:
  *              EVT_ERR_UNSUPPORTED with "no CUDA device: ..." -, and launches one step of a program on a
  *              stream: evt_gpu_launch_node (one node through the library) and evt_gpu_launch_group (one
- *              partition group on its path: a generated row kernel, [GEMM+EVT: src/runtime/gemm_launch.c],
- *              or its members node by node). Nothing there synchronizes or copies to the host.
+ *              partition group on its path: a generated row kernel, a generated GEMM+EVT kernel
+ *              (src/runtime/gemm_launch.c), or its members node by node). Nothing there synchronizes or copies to the host.
  *   program.c  builds a program: optional passes, the fused plan (src/runtime/exec_plan.h) and its JIT'd
  *              kernels, the step list, the arena; binds caller memory; runs (eager or CUDA graph).
  *   cuda.c     also evt_cuda_*: `evtc run`'s double host tensors -> native device buffers -> program ->
@@ -30,6 +30,7 @@
 #include "evt_impl.h"
 #include "evt_row_launch.h"
 #include "runtime/exec_plan.h"
+#include "runtime/gemm_launch.h"
 
 /* ---- the kernel library (cuda.c) ------------------------------------------------------------------- */
 typedef struct evt_fb_api {
@@ -95,7 +96,10 @@ struct evt_program {
   evt_fb_ctx *ctx;
   /* EVT_PROGRAM_FUSED: the groups' paths and one loaded entry per distinct generated kernel */
   evt_exec_plan *xp;
-  int (**kfn)(const evt_row_launch_args *);
+  int (**kfn)(const evt_row_launch_args *);  /* row / pointwise kernel k (NULL: a GEMM kernel or a failure) */
+  evt_gemm_kernels *gk;     /* GEMM+EVT kernels (src/runtime/gemm_launch.h) */
+  void *gemm_scratch;       /* xp->scratch_bytes: D tiles nobody reads */
+  bool replan;              /* a GEMM launcher refused its group during a run: re-plan, run the step again */
   int nsteps;
   evt_prog_step *steps;
   evt_fb_tensor *t;         /* per node: shape, dtype, device pointer (arena, caller, or NULL: none) */
@@ -116,7 +120,9 @@ struct evt_program {
 
 /* ---- launches (cuda.c): enqueue on `stream`, no synchronization ------------------------------------ */
 evt_status evt_gpu_launch_node(evt_program *p, int node, void *stream);
-/* Group gi of p->xp on its path (fused: its generated kernel; else its members node by node). */
+/* Group gi of p->xp on its path (fused: its generated kernel; else its members node by node). A GEMM+EVT
+ * launcher that refuses the problem demotes the group (gemm_launch.h) before launching anything: this sets
+ * p->replan and returns EVT_OK; the run then re-plans the memory and enqueues the step again. */
 evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream);
 /* Kernel launches one execution of group gi enqueues on its generated path. */
 int evt_gpu_group_launches(const evt_program *p, int gi);

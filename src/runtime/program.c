@@ -50,6 +50,7 @@ int evt_program_steps(const evt_graph *g, const evt_exec_plan *xp, evt_prog_step
 }
 
 #define MAX_ACCESS (EVT_MAX_INPUTS + 3 + EVT_ROW_LAUNCH_MAX_PTRS)
+_Static_assert(EVT_ROW_LAUNCH_MAX_PTRS <= EVT_LAUNCH_MAX_PTRS, "ptr_node serves both ABIs");
 
 /* The nodes step s reads and writes. */
 static void step_access(const evt_graph *g, const evt_exec_plan *xp, evt_prog_step s, int *reads, int *nr,
@@ -62,13 +63,22 @@ static void step_access(const evt_graph *g, const evt_exec_plan *xp, evt_prog_st
     return;
   }
   const evt_group_exec *x = &xp->groups[s.group];
-  const evt_rspec *sp = &xp->low.k[s.group].rspec;
-  for (int k = 0; k < 3; k++)
-    if (x->in_node[k] >= 0) reads[(*nr)++] = x->in_node[k];
-  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS && i < sp->nnodes; i++) {
+  const evt_lowered *L = &xp->low.k[s.group];
+  bool gemm = x->kind == EVT_LK_GEMM_EVT;
+  int nspec = gemm ? L->spec.nnodes : L->rspec.nnodes;
+  if (gemm) {
+    reads[(*nr)++] = x->a_node;
+    reads[(*nr)++] = x->b_node;
+    if (x->d_node >= 0) writes[(*nw)++] = x->d_node;
+  } else {
+    for (int k = 0; k < 3; k++)
+      if (x->in_node[k] >= 0) reads[(*nr)++] = x->in_node[k];
+  }
+  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS && i < nspec; i++) {
     int v = x->ptr_node[i];
     if (v < 0) continue;
-    if (evt_vop_class(sp->nodes[i].op) == 'L') reads[(*nr)++] = v;
+    evt_vop op = gemm ? L->spec.nodes[i].op : L->rspec.nodes[i].op;
+    if (evt_vop_class(op) == 'L') reads[(*nr)++] = v;
     else writes[(*nw)++] = v;
   }
 }
@@ -128,8 +138,6 @@ evt_status evt_program_layout(const evt_graph *g, const evt_exec_plan *xp, evt_a
   return st;
 }
 
-/* ---- create / destroy ------------------------------------------------------------------------------ */
-
 /* Records the graph's current error as the program's, returns st. */
 static evt_status fail(evt_program *p, evt_status st) {
   snprintf(p->err, sizeof p->err, "%s", evt_graph_error(p->g));
@@ -142,12 +150,79 @@ static evt_status failf(evt_program *p, int node, evt_status st, const char *msg
   return fail(p, st);
 }
 
+/* ---- device memory --------------------------------------------------------------------------------- */
+
+/* Sets every node's tensor description; arena slots get their address, fused-only members none; caller
+ * pointers (bound inputs/params) are kept. */
+static void set_tensors(evt_program *p) {
+  const evt_graph *g = p->g;
+  for (int v = 0; v < g->nnodes; v++) {
+    const evt_type *ty = &g->nodes[v].type;
+    evt_fb_tensor *t = &p->t[v];
+    void *keep = p->slots[v].kind == EVT_SLOT_CALLER ? t->ptr : NULL;
+    t->dtype = (int)ty->dtype;
+    t->rank = ty->rank;
+    t->numel = 1;
+    for (int d = 0; d < ty->rank; d++) {
+      t->shape[d] = ty->shape[d];
+      t->numel *= ty->shape[d];
+    }
+    t->ptr = p->slots[v].kind == EVT_SLOT_ARENA ? p->arena + p->slots[v].offset : keep;
+  }
+}
+
+/* Allocates the arena (and the GEMM scratch) for the current layout, points the tensors at it and
+ * reserves the library's scratch for every node step. */
+static evt_status place_on_device(evt_program *p) {
+  evt_graph *g = p->g;
+  char why[512];
+  p->api->free_(p->arena); /* a re-plan: waits for the device (cudaFree) */
+  p->arena = p->api->alloc(p->arena_bytes, why, sizeof why);
+  if (!p->arena)
+    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "the arena of %lld bytes: %s",
+                               (long long)p->arena_bytes, why);
+  if (p->xp && p->xp->scratch_bytes > 0 && !p->gemm_scratch &&
+      !(p->gemm_scratch = p->api->alloc(p->xp->scratch_bytes, why, sizeof why)))
+    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "GEMM scratch: %s", why);
+  set_tensors(p);
+  for (int s = 0; s < p->nsteps; s++) {
+    int v = p->steps[s].node;
+    if (v < 0) continue;
+    evt_fb_node fn;
+    memset(&fn, 0, sizeof fn);
+    fn.id = v;
+    fn.op = (int)g->nodes[v].op;
+    fn.ninputs = g->nodes[v].ninputs;
+    for (int j = 0; j < fn.ninputs && j < EVT_FB_MAX_IN; j++) fn.in[j] = p->t[g->nodes[v].inputs[j]];
+    fn.out = p->t[v];
+    if (p->api->reserve(p->ctx, &fn, why, sizeof why))
+      return evt_graph_errorf(g, v, EVT_ERR_UNSUPPORTED, "scratch memory: %s", why);
+  }
+  return EVT_OK;
+}
+
+/* A GEMM launcher refused its group (now demoted): new steps, layout and arena. */
+static evt_status replan(evt_program *p) {
+  char why[512];
+  p->replan = false;
+  p->dirty = true;
+  evt_exec_plan_counts(p->xp, &p->groups_fused, &p->groups_fallback);
+  p->nsteps = evt_program_steps(p->g, p->xp, p->steps);
+  evt_status st = evt_program_layout(p->g, p->xp, p->slots, &p->arena_bytes, &p->naive_bytes, why, sizeof why);
+  if (st != EVT_OK) evt_graph_errorf_at(p->g, (evt_origin){0}, st, "memory plan: %s", why);
+  if (st == EVT_OK) st = place_on_device(p);
+  return st == EVT_OK ? EVT_OK : fail(p, st);
+}
+
+/* ---- create / destroy ------------------------------------------------------------------------------ */
+
 void evt_program_destroy(evt_program *p) {
   if (!p) return;
   if (p->api) {
     p->api->graph_free(p->graph_exec);
     p->api->stream_free(p->capture_stream);
     p->api->free_(p->arena);
+    p->api->free_(p->gemm_scratch);
     p->api->ctx_free(p->ctx);
   }
   /* generated kernels stay loaded (no dlclose; see evt_gpu_library) */
@@ -155,6 +230,7 @@ void evt_program_destroy(evt_program *p) {
     evt_exec_plan_free(p->xp);
     free(p->xp);
   }
+  evt_gemm_kernels_free(p->gk);
   free(p->kfn);
   free(p->steps);
   free(p->t);
@@ -188,6 +264,7 @@ static evt_status build_fused(evt_program *p, bool device) {
   char msg[1024];
   for (int k = 0; k < nk; k++) {
     job_of[k] = -1;
+    if (!xp->kspec[k]) continue; /* a GEMM+EVT kernel: gemm_launch.c */
     src[k] = evt_emit_rows(xp->kspec[k], msg, sizeof msg);
     if (!src[k]) {
       evt_exec_plan_demote(xp, k, msg);
@@ -223,6 +300,7 @@ static evt_status build_fused(evt_program *p, bool device) {
   free(src);
   free(jobs);
   free(job_of);
+  p->gk = evt_gemm_kernels_load(xp);
   evt_exec_plan_counts(xp, &p->groups_fused, &p->groups_fallback);
   return EVT_OK;
 }
@@ -271,35 +349,11 @@ static evt_status create(evt_graph *g, unsigned flags, bool device, evt_program 
       evt_program_destroy(p);
       return st;
     }
+    set_tensors(p);
     *out = p;
     return EVT_OK;
   }
-  if (st == EVT_OK && !(p->arena = p->api->alloc(p->arena_bytes, why, sizeof why)))
-    st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "the arena of %lld bytes: %s", (long long)p->arena_bytes, why);
-  for (int v = 0; v < n && st == EVT_OK; v++) {
-    const evt_type *ty = &g->nodes[v].type;
-    evt_fb_tensor *t = &p->t[v];
-    t->dtype = (int)ty->dtype;
-    t->rank = ty->rank;
-    t->numel = 1;
-    for (int d = 0; d < ty->rank; d++) {
-      t->shape[d] = ty->shape[d];
-      t->numel *= ty->shape[d];
-    }
-    t->ptr = p->slots[v].kind == EVT_SLOT_ARENA ? p->arena + p->slots[v].offset : NULL;
-  }
-  for (int s = 0; s < p->nsteps && st == EVT_OK; s++) {
-    if (p->steps[s].node < 0) continue;
-    evt_fb_node fn;
-    memset(&fn, 0, sizeof fn);
-    fn.id = p->steps[s].node;
-    fn.op = (int)g->nodes[fn.id].op;
-    fn.ninputs = g->nodes[fn.id].ninputs;
-    for (int j = 0; j < fn.ninputs && j < EVT_FB_MAX_IN; j++) fn.in[j] = p->t[g->nodes[fn.id].inputs[j]];
-    fn.out = p->t[fn.id];
-    if (p->api->reserve(p->ctx, &fn, why, sizeof why))
-      st = evt_graph_errorf(g, fn.id, EVT_ERR_UNSUPPORTED, "scratch memory: %s", why);
-  }
+  if (st == EVT_OK) st = place_on_device(p);
   if (st == EVT_OK && (flags & EVT_PROGRAM_CUDA_GRAPH) && p->api->stream_new(&p->capture_stream, why, sizeof why))
     st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "capture stream: %s", why);
   if (st != EVT_OK) {
@@ -375,11 +429,12 @@ static evt_status check_bindings(evt_program *p) {
   return EVT_OK;
 }
 
+/* Enqueues the step. Stops early (EVT_OK, p->replan set) when a GEMM launcher refused its group. */
 static evt_status enqueue(evt_program *p, void *stream) {
   char err[512];
   long before = p->api->launches(p->ctx), generated = 0;
   evt_status st = EVT_OK;
-  for (int s = 0; s < p->nsteps && st == EVT_OK; s++) {
+  for (int s = 0; s < p->nsteps && st == EVT_OK && !p->replan; s++) {
     const evt_prog_step *sp = &p->steps[s];
     if (sp->node >= 0) {
       st = evt_gpu_launch_node(p, sp->node, stream);
@@ -388,6 +443,7 @@ static evt_status enqueue(evt_program *p, void *stream) {
       generated += evt_gpu_group_launches(p, sp->group);
     }
   }
+  if (p->replan) return EVT_OK;
   for (int i = 0; i < p->noutputs && st == EVT_OK; i++) {
     int v = p->out_node[i];
     if (p->out_ptr[i] == p->t[v].ptr) continue;
@@ -399,31 +455,55 @@ static evt_status enqueue(evt_program *p, void *stream) {
   return st == EVT_OK ? EVT_OK : fail(p, st);
 }
 
+/* Eager: enqueue; a refused GEMM group re-plans and the whole step is enqueued again (it only reads the
+ * inputs, so running its first groups twice is harmless). At most one re-plan per group. */
+static evt_status run_eager(evt_program *p, void *stream) {
+  for (int tries = 0;; tries++) {
+    evt_status st = enqueue(p, stream);
+    if (st != EVT_OK || !p->replan) return st;
+    if (tries > p->xp->ngroups) return failf(p, -1, EVT_ERR_INTERNAL, "evt_program_run: re-planning does not converge");
+    if ((st = check_bindings(p)) != EVT_OK) return st;
+    if ((st = replan(p)) != EVT_OK) return st;
+    if ((st = check_bindings(p)) != EVT_OK) return st;
+  }
+}
+
+/* Captures the step on the private stream into p->graph_exec (re-planning as run_eager does). */
+static evt_status capture(evt_program *p) {
+  char err[512];
+  p->api->graph_free(p->graph_exec);
+  p->graph_exec = NULL;
+  for (int tries = 0;; tries++) {
+    if (p->api->capture_begin(p->capture_stream, err, sizeof err)) return failf(p, -1, EVT_ERR_INTERNAL, err);
+    evt_status st = enqueue(p, p->capture_stream);
+    void *exec = NULL;
+    bool again = st == EVT_OK && p->replan;
+    if (p->api->capture_end(p->capture_stream, st != EVT_OK || again, &exec, err, sizeof err))
+      return failf(p, -1, EVT_ERR_INTERNAL, err);
+    if (st != EVT_OK) return st;
+    if (!again) {
+      p->graph_exec = exec;
+      p->dirty = false;
+      return EVT_OK;
+    }
+    if (tries > p->xp->ngroups) return failf(p, -1, EVT_ERR_INTERNAL, "evt_program_run: re-planning does not converge");
+    if ((st = replan(p)) != EVT_OK || (st = check_bindings(p)) != EVT_OK) return st;
+  }
+}
+
 evt_status evt_program_run(evt_program *p, void *cuda_stream) {
   if (!p) return EVT_ERR_INVALID;
   evt_status st = check_bindings(p);
   if (st != EVT_OK) return st;
   if (!p->api) return failf(p, -1, EVT_ERR_UNSUPPORTED, "evt_program_run: the program was planned without a device");
   if (!(p->flags & EVT_PROGRAM_CUDA_GRAPH) || !p->warmed) {
-    st = enqueue(p, cuda_stream);
+    st = run_eager(p, cuda_stream);
     p->warmed = st == EVT_OK;
     if (st == EVT_OK) p->runs++;
     return st;
   }
+  if ((p->dirty || !p->graph_exec) && (st = capture(p)) != EVT_OK) return st;
   char err[512];
-  if (p->dirty || !p->graph_exec) {
-    p->api->graph_free(p->graph_exec);
-    p->graph_exec = NULL;
-    if (p->api->capture_begin(p->capture_stream, err, sizeof err))
-      return failf(p, -1, EVT_ERR_INTERNAL, err);
-    st = enqueue(p, p->capture_stream);
-    void *exec = NULL;
-    if (p->api->capture_end(p->capture_stream, st != EVT_OK, &exec, err, sizeof err))
-      return failf(p, -1, EVT_ERR_INTERNAL, err);
-    if (st != EVT_OK) return st;
-    p->graph_exec = exec;
-    p->dirty = false;
-  }
   if (p->api->graph_launch(p->graph_exec, cuda_stream, err, sizeof err)) return failf(p, -1, EVT_ERR_INTERNAL, err);
   p->runs++;
   return EVT_OK;

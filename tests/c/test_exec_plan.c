@@ -21,8 +21,8 @@ static evt_graph *load_opt(const char *path) {
   return g;
 }
 
-/* Every lowered row / pointwise group is fused with a complete binding; everything else falls back with a
- * reason; each fused group's kernel is listed once. */
+/* Every lowered group (row / pointwise / GEMM+EVT) is fused with a complete binding; everything else falls
+ * back with the lowering's reason; each fused group's kernel is listed once, with its kind's spec. */
 TEST(exec_plan_paths_and_bindings_bf16) {
   const char *files[] = {"bench/graphs/mlp_bf16.evt", "bench/graphs/bert_layer_bf16.evt"};
   for (int f = 0; f < 2; f++) {
@@ -30,17 +30,32 @@ TEST(exec_plan_paths_and_bindings_bf16) {
     if (!g) continue;
     evt_exec_plan p;
     CHECK_MSG(evt_exec_plan_build(g, &p) == EVT_OK, "%s", evt_graph_error(g));
-    int nf, nb, rowlow = 0;
+    int nf, nb, rowlow = 0, gemmlow = 0;
     evt_exec_plan_counts(&p, &nf, &nb);
     CHECK(nf + nb == p.ngroups && p.ngroups == p.part.ngroups);
     for (int gi = 0; gi < p.ngroups; gi++) {
       const evt_lowered *L = &p.low.k[gi];
       const evt_group_exec *x = &p.groups[gi];
       rowlow += L->ok && (L->kind == EVT_LK_ROW || L->kind == EVT_LK_POINTWISE);
+      gemmlow += L->ok && L->kind == EVT_LK_GEMM_EVT;
       if (!L->ok) CHECK(!x->fused && !strcmp(x->why, L->reason));
-      if (L->ok && L->kind == EVT_LK_GEMM_EVT) CHECK(!x->fused && strstr(x->why, "not wired"));
       if (!x->fused) continue;
       CHECK(x->kernel >= 0 && x->kernel < p.nkernels && !strcmp(p.kname[x->kernel], L->kernel));
+      if (L->kind == EVT_LK_GEMM_EVT) {
+        const evt_kspec *s = &L->spec;
+        CHECK(p.gspec[x->kernel] && !p.kspec[x->kernel] && x->k == L->k);
+        CHECK(x->a_node >= 0 && x->b_node >= 0 && p.part.group[x->a_node] != gi && p.part.group[x->b_node] != gi);
+        CHECK(g->nodes[x->a_node].type.dtype == s->ab_dtype && g->nodes[x->b_node].type.dtype == s->ab_dtype);
+        if (x->d_node >= 0) CHECK(p.part.group[x->d_node] == gi && g->nodes[x->d_node].type.dtype == s->d_dtype);
+        else CHECK(p.scratch_bytes >= x->m * x->n * (int64_t)evt_dtype_size(s->d_dtype));
+        for (int i = 0; i < s->nnodes; i++) {
+          int v = x->ptr_node[i];
+          CHECK(evt_vop_has_memory(s->nodes[i].op) ? v >= 0 && g->nodes[v].type.dtype == s->nodes[i].dtype : v == -1);
+          if (v >= 0) CHECK((evt_vop_class(s->nodes[i].op) == 'L') == (p.part.group[v] != gi));
+        }
+        continue;
+      }
+      CHECK(p.kspec[x->kernel] && !p.gspec[x->kernel]);
       for (int i = 0; i < L->rspec.nnodes; i++) {
         const evt_rnode *r = &L->rspec.nodes[i];
         if (!evt_vop_has_memory(r->op)) {
@@ -55,7 +70,8 @@ TEST(exec_plan_paths_and_bindings_bf16) {
       for (int k = 0; k < evt_row_nucleus_ninputs(&L->rspec); k++) CHECK(x->in_node[k] >= 0);
       for (int k = 0; k < x->nmembers; k++) CHECK(p.part.group[x->members[k]] == gi);
     }
-    CHECK_MSG(rowlow > 0 && nf == rowlow, "%s: %d fused of %d lowered row groups", files[f], nf, rowlow);
+    CHECK_MSG(rowlow > 0 && gemmlow > 0 && nf == rowlow + gemmlow, "%s: %d fused of %d lowered row and %d GEMM groups",
+              files[f], nf, rowlow, gemmlow);
     for (int a = 0; a < p.nkernels; a++)
       for (int b = a + 1; b < p.nkernels; b++) CHECK(strcmp(p.kname[a], p.kname[b]));
     for (int k = 0; k < p.nsources; k++) CHECK(p.part.group[p.sources[k]] < 0);
@@ -75,14 +91,14 @@ TEST(exec_plan_paths_and_bindings_bf16) {
   }
 }
 
-/* The binding checks refuse a spec whose memory does not match the graph. */
+/* The binding checks refuse a row spec whose memory does not match the graph. */
 TEST(exec_bind_refusals) {
   evt_graph *g = load_opt("bench/graphs/bert_layer_bf16.evt");
   if (!g) return;
   evt_exec_plan p;
   CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
   int gi = 0;
-  while (gi < p.ngroups && !p.groups[gi].fused) gi++;
+  while (gi < p.ngroups && !(p.groups[gi].fused && p.groups[gi].kind == EVT_LK_ROW)) gi++;
   CHECK(gi < p.ngroups);
   if (gi < p.ngroups) {
     evt_lowered *L = malloc(sizeof *L);
@@ -175,4 +191,76 @@ TEST(exec_plan_cpu_model_matches_interpreter) {
     evt_exec_plan_free(&p);
     evt_graph_free(g);
   }
+}
+
+/* The binding checks of a GEMM+EVT group refuse operands, D and visitor tensors that do not match the
+ * graph, each with a reason naming the group; a D nobody reads is bound to scratch memory. */
+TEST(exec_bind_gemm_refusals) {
+  evt_graph *g = load_opt("bench/graphs/bert_layer_bf16.evt");
+  if (!g) return;
+  evt_exec_plan p;
+  CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+  int gi = 0;
+  while (gi < p.ngroups && !(p.groups[gi].fused && p.groups[gi].kind == EVT_LK_GEMM_EVT && p.groups[gi].d_node >= 0)) gi++;
+  CHECK(gi < p.ngroups);
+  if (gi < p.ngroups) {
+    evt_lowered *L = malloc(sizeof *L);
+    evt_group_exec *x = calloc(1, sizeof *x);
+    const int *grp = p.part.group;
+    char tag[32];
+    snprintf(tag, sizeof tag, "group %d:", gi);
+    *L = p.low.k[gi];
+    CHECK(evt_exec_bind(g, grp, L, x) && x->a_node == L->a_node && x->d_node == L->d_tensor);
+    /* operand dtype */
+    L->spec.ab_dtype = EVT_F16;
+    CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "operand A") && strstr(x->why, tag));
+    /* unbound operand */
+    *L = p.low.k[gi];
+    L->b_node = -1;
+    CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "operand B is not bound"));
+    /* K that does not match A's element count */
+    *L = p.low.k[gi];
+    L->k += 8;
+    CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "elements"));
+    /* D dtype */
+    *L = p.low.k[gi];
+    L->spec.d_dtype = L->spec.d_dtype == EVT_F32 ? EVT_BF16 : EVT_F32;
+    CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "D needs"));
+    /* D read outside but left to scratch: the value leaves unwritten */
+    *L = p.low.k[gi];
+    L->d_tensor = -1;
+    CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "leaves the group"));
+    /* a load bound to a member of the group (not in memory before the kernel) */
+    *L = p.low.k[gi];
+    int ld = -1;
+    for (int i = 0; i < L->spec.nnodes && ld < 0; i++)
+      if (L->spec.nodes[i].op == EVT_V_AUX_LOAD || L->spec.nodes[i].op == EVT_V_ROW_BCAST) ld = i;
+    if (ld >= 0) {
+      int mem = -1;
+      for (int k = 0; k < p.groups[gi].nmembers && mem < 0; k++) {
+        int v = p.groups[gi].members[k];
+        if (g->nodes[v].type.dtype == L->spec.nodes[ld].dtype &&
+            evt_type_numel(&g->nodes[v].type) == evt_type_numel(&g->nodes[L->vtensor[ld]].type))
+          mem = v;
+      }
+      if (mem >= 0) {
+        L->vtensor[ld] = mem;
+        CHECK_MSG(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "member of its own group"), "%s", x->why);
+      }
+    }
+    /* an empty problem */
+    *L = p.low.k[gi];
+    L->m = 0;
+    CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "empty"));
+    free(L);
+    free(x);
+  }
+  /* a D tile nobody reads: scratch, sized for the largest such D */
+  int64_t need = 0;
+  for (int k = 0; k < p.ngroups; k++)
+    if (p.groups[k].fused && p.groups[k].kind == EVT_LK_GEMM_EVT && p.groups[k].d_node < 0)
+      need = need > p.groups[k].m * p.groups[k].n * 2 ? need : p.groups[k].m * p.groups[k].n * 2;
+  CHECK(p.scratch_bytes >= need);
+  evt_exec_plan_free(&p);
+  evt_graph_free(g);
 }

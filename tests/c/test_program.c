@@ -131,8 +131,14 @@ static int check_layout(const evt_graph *g, const evt_exec_plan *xp, const evt_a
       for (int j = 0; j < g->nodes[steps[k].node].ninputs; j++) reads[nr++] = g->nodes[steps[k].node].inputs[j];
     } else {
       const evt_group_exec *x = &xp->groups[steps[k].group];
-      for (int j = 0; j < 3; j++)
-        if (x->in_node[j] >= 0) reads[nr++] = x->in_node[j];
+      if (x->kind == EVT_LK_GEMM_EVT) {
+        reads[nr++] = x->a_node;
+        reads[nr++] = x->b_node;
+        if (x->d_node >= 0) reads[nr++] = x->d_node;
+      } else {
+        for (int j = 0; j < 3; j++)
+          if (x->in_node[j] >= 0) reads[nr++] = x->in_node[j];
+      }
       for (int j = 0; j < EVT_ROW_LAUNCH_MAX_PTRS && nr < 64; j++)
         if (x->ptr_node[j] >= 0) reads[nr++] = x->ptr_node[j]; /* loads and stores: both live at k */
     }

@@ -26,15 +26,15 @@ if ! nm -D "$FB" 2>/dev/null | grep -q " T evt_fb_ctx_new"; then
   make -s cuda BUILD="$B" >>"$LOG" 2>&1 && FB=$B/libevt_fallback.so
 fi
 export EVT_FALLBACK_LIB=$FB
-# libevt: the lead's build/libevt.so (same tree), else build one
-LIBEVT=$PWD/build/libevt.so
+# libevt: $EVT_LIB (window.sh: evtc's libevt.so from the dev machine, CBC libs on LD_LIBRARY_PATH), else build/
+LIBEVT=${EVT_LIB:-$PWD/build/libevt.so}
 if [ ! -f "$LIBEVT" ] || ! nm -D "$LIBEVT" 2>/dev/null | grep -q " T evt_program_create"; then
   log "build/libevt.so missing or without evt_program_create: make build/libevt.so"
   timeout $(( $(left) / 3 )) make -s -j16 build/libevt.so >>"$LOG" 2>&1
 fi
 RPL=$(echo "${LD_LIBRARY_PATH:-}" | tr ':' '\n' | grep . | sed 's/^/-Wl,-rpath-link,/' | tr '\n' ' ')
 CFLAGS="-std=gnu11 -O2 -Iinclude -Isrc -Ikernels -I$CUDA_HOME/include"
-LDF="$LIBEVT -L$CUDA_HOME/lib64 -lcudart -lm -ldl -Wl,-rpath,$PWD/build -Wl,-rpath,$CUDA_HOME/lib64 -Wl,--allow-shlib-undefined $RPL"
+LDF="$LIBEVT -L$CUDA_HOME/lib64 -lcudart -lm -ldl -Wl,-rpath,$(dirname "$LIBEVT") -Wl,-rpath,$CUDA_HOME/lib64 -Wl,--allow-shlib-undefined $RPL"
 gcc $CFLAGS tests/gpu/program_check.c $LDF -o "$B/program_check" >>"$LOG" 2>&1 || log "BUILD FAILED: program_check"
 gcc $CFLAGS examples/c/train_step.c $LDF -o "$B/train_step" >>"$LOG" 2>&1 || log "BUILD FAILED: examples/c/train_step.c"
 log "built drivers in $(( $(date +%s) - T0 )) s; EVT_FALLBACK_LIB=$EVT_FALLBACK_LIB"
