@@ -49,6 +49,12 @@ static const char *compute_fn(evt_vop op) {
   }
 }
 
+/* Row/col sums: atomics into the output, or (WORKSPACE) partials in CUTLASS's workspace that the last CTA
+ * of each tile column/row adds in order (FinalReduction with a non-atomic global reduce). */
+static const char *gmem_reduce(const evt_kspec *s) {
+  return s->cfg.reduction == EVT_RED_WORKSPACE ? "cutlass::plus" : "cutlass::atomic_add";
+}
+
 /* `using N<i> = <bare CUTLASS node>;` */
 static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
   const evt_vnode *v = &t->spec.nodes[i];
@@ -85,15 +91,15 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
       break;
     case EVT_V_ROW_SUM:
       sb_printf(b,
-                "using N%d = %sSm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add, 0, TileShape, "
+                "using N%d = %sSm90RowReduction<cutlass::plus, cutlass::plus, %s, 0, TileShape, "
                 "float, float, RN>;",
-                i, fus);
+                i, fus, gmem_reduce(&t->spec));
       break;
     case EVT_V_COL_SUM:
       sb_printf(b,
-                "using N%d = %sSm90ColReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add, 0, TileShape, "
+                "using N%d = %sSm90ColReduction<cutlass::plus, cutlass::plus, %s, 0, TileShape, "
                 "float, float, RN>;",
-                i, fus);
+                i, fus, gmem_reduce(&t->spec));
       break;
     default: {
       const char *fn = compute_fn(v->op);
@@ -302,6 +308,13 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
   int done[EVT_KSPEC_MAX_NODES] = {0};
   emit_tree_types(&b, t, t->spec.d_node, done, &o);
   sb_printf(&b, "using EVT = T%d;\n\n", t->spec.d_node);
+  char stages[160];
+  if (s->cfg.stages)
+    snprintf(stages, sizeof stages, "cutlass::gemm::collective::StageCount<%d>", s->cfg.stages);
+  else
+    snprintf(stages, sizeof stages,
+             "cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(\n"
+             "        sizeof(typename CollectiveEpilogue::SharedStorage))>");
   sb_printf(&b,
             "using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<\n"
             "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTileType,\n"
@@ -310,8 +323,7 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<\n"
             "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, AlignmentAB, ElementB, LayoutB,\n"
             "    AlignmentAB, ElementAccumulator, TileShape, ClusterShape,\n"
-            "    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(\n"
-            "        sizeof(typename CollectiveEpilogue::SharedStorage))>,\n"
+            "    %s,\n"
             "    MainloopSchedule>::CollectiveOp;\n"
             "using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,\n"
             "    CollectiveEpilogue>;\n"
@@ -319,7 +331,7 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "static void *g_workspace = nullptr;\n"
             "static size_t g_workspace_bytes = 0;\n"
             "}  // namespace evt_gen_%s\n\n",
-            hash);
+            stages, hash);
   sb_printf(&b, "extern \"C\" int %s(const evt_launch_args *a) {\n  using namespace evt_gen_%s;\n", name, hash);
   sb_printf(&b, "  if (!a || !a->a || !a->b || !a->d) return EVT_LAUNCH_BAD_ARGS;\n");
   for (int v = 0; v < t->spec.nnodes; v++)
@@ -345,6 +357,9 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "       cutlass::make_cute_packed_stride(typename GemmKernel::StrideC{}, mn1),\n"
             "       static_cast<ElementD *>(a->d),\n"
             "       cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{}, mn1)}};\n"
+            "  if (a->swizzle > 1) args.scheduler.max_swizzle_size = a->swizzle;\n"
+            "  if (a->raster == 1 || a->raster == 2)\n"
+            "    args.scheduler.raster_order = static_cast<decltype(args.scheduler.raster_order)>(a->raster);\n"
             "  static int sm_count = 0;\n"
             "  if (sm_count == 0) sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);\n"
             "  args.hw_info.sm_count = sm_count;\n"

@@ -73,11 +73,24 @@ typedef struct evt_vnode {
   char name[24];    /* argument name in the generated launcher and in messages */
 } evt_vnode;
 
+/* Row / column sum (Sm90RowReduction / Sm90ColReduction) strategy: ATOMIC adds each CTA's partial sums
+ * into the f32 output with atomics (output zeroed by Gemm::initialize; order, hence the last bits, vary
+ * from run to run); WORKSPACE writes the partials to a CUTLASS workspace and the last CTA of each
+ * column (row) tile adds them in a fixed order (deterministic; no atomics). */
+typedef enum evt_reduce_strategy { EVT_RED_ATOMIC = 0, EVT_RED_WORKSPACE } evt_reduce_strategy;
+
+/* The mainloop configuration of a GEMM kernel (part of the spec, its canonical text and its hash).
+ * The zero of the trailing fields is the default, so `{128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE}`
+ * (EVT_TILE_CONFIG_DEFAULT) is today's configuration. Legal combinations: evt_tile_config_check. */
 typedef struct evt_tile_config {
   int tile_m, tile_n, tile_k;
   int cluster_m, cluster_n;
   evt_schedule schedule;
+  int stages;                     /* mainloop pipeline stages; 0 = as many as fit (StageCountAutoCarveout) */
+  evt_reduce_strategy reduction;  /* row/col sums only; must stay ATOMIC for an epilogue without sums */
 } evt_tile_config;
+
+#define EVT_TILE_CONFIG_DEFAULT ((evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC})
 
 typedef struct evt_kspec {
   evt_gemm_layout layout;
@@ -95,8 +108,32 @@ void evt_kspec_init(evt_kspec *s, evt_gemm_layout layout, evt_dtype ab, evt_dtyp
  * take `dtype` and `name`; computes ignore them (pass EVT_F32, NULL). */
 int evt_kspec_add(evt_kspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name);
 int evt_kspec_scalar(evt_kspec *s, double value);
-/* Checks the whole spec; EVT_OK or a status with a message in err naming the node. */
+/* Checks the whole spec (including evt_tile_config_check); EVT_OK or a status with a message in err
+ * naming the node. */
 evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen);
+/* Is `c` a legal mainloop for spec s (its dtypes and whether its epilogue has sums)? EVT_OK, or
+ * EVT_ERR_UNSUPPORTED with the reason in err ("kernel spec: config 128x256x64 c1x1 pingpong: ..."). Rules
+ * (CUTLASS 4.2 Sm90 TMA warp-specialized kernels, 128 threads per consumer warp group, f32 accumulators):
+ *   tile_m, tile_n in {64, 128, 256}; tile_k in {32, 64, 128}; cluster_m, cluster_n in {1, 2, 4}, product <= 4;
+ *   cooperative: two consumer warp groups split the tile's M, so tile_m % 128 == 0, and each holds
+ *     tile_m*tile_n/256 accumulators per thread <= 128 (tile_m*tile_n <= 128*256);
+ *   ping-pong: each consumer warp group owns a whole tile, tile_m*tile_n/128 <= 128 accumulators per thread
+ *     (64x128, 64x256, 128x128, 128x64, 64x64);
+ *   stages 0 or 2..8, and stages x (tile_m + tile_n) x tile_k x operand bytes <= 227 KiB - 32 KiB (the
+ *     epilogue's shared memory; CUTLASS's static_assert is the final word, a candidate that still fails to
+ *     compile is dropped by the tuner);
+ *   reduction WORKSPACE only when the epilogue has a row_sum / col_sum. */
+evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, char *err, size_t errlen);
+/* Short label, e.g. "128x256x64 c2x1 coop", "128x128x64 c1x1 pingpong s4 red=workspace" (non-default
+ * stages / reduction only). Returns out. */
+char *evt_tile_config_label(const evt_tile_config *c, char *out, size_t len);
+/* Parses what evt_tile_config_label writes; EVT_OK or EVT_ERR_INVALID. */
+evt_status evt_tile_config_parse(const char *text, evt_tile_config *c);
+/* Has the epilogue a row_sum or col_sum node? */
+int evt_kspec_has_sums(const evt_kspec *s);
+/* Hash of the spec without its mainloop configuration (the key of tuning results: every config of one
+ * epilogue, layout and dtypes shares it). */
+uint64_t evt_kspec_epilogue_hash(const evt_kspec *s);
 const char *evt_vop_name(evt_vop op);
 int evt_vop_arity(evt_vop op);
 char evt_vop_class(evt_vop op);          /* 'L', 'C' or 'S' */

@@ -26,6 +26,8 @@
 #ifndef EVT_RUNTIME_CUDA_H
 #define EVT_RUNTIME_CUDA_H
 
+#include <stdio.h>
+
 #include "evt_fallback.h"
 #include "evt_impl.h"
 #include "evt_row_launch.h"
@@ -155,5 +157,37 @@ void evt_cuda_print_plan(const evt_cuda *c, const evt_graph *g, FILE *out);
  * differ. The floor keeps a tensor that is zero in exact arithmetic (rounding noise only) from failing on
  * noise: evtc passes 0.1 x the largest |gradient| of the step. */
 double evt_cuda_rel_error(const evt_tensor *gpu, const evt_tensor *cpu, double floor_);
+
+/* `evtc run --check` (src/runtime/gpu_check.c): one GPU step's outputs gpu[k] (for g->outputs[k]) against the
+ * CPU interpreter run on the same inputs / params (`values`: its other slots are used and released).
+ * The rule, per output, with errors measured by evt_cuda_rel_error (floor: 0.1 x the step's largest |gradient|
+ * of the reference it is compared with):
+ * - f32 outputs: within 1e-4 of the interpreter (which rounds every node to f32, like the node-by-node GPU;
+ *   a fused group keeps f32-or-better inside, which differs by f32 rounding only).
+ * - bf16 / f16 outputs: within `bound` of the EXACT answer, the interpreter in EVT_RUN_FP64 mode on the same
+ *   (already bf16) inputs: bound = max(1e-2, 2 x ref_exact), where ref_exact is the largest distance of the
+ *   per-node-rounding interpreter (every node rounded to bf16, the semantics of the node-by-node path) from
+ *   that exact answer over this step's 16-bit outputs; or, as before, within 1e-2 of the per-node interpreter.
+ *   Why: a fused kernel rounds only what it stores (f32 inside: acc + bias rounded once where the interpreter
+ *   rounds mm's result and then the sum), so it is a different, valid bf16 evaluation of the same step. Two
+ *   valid bf16 evaluations each sit about ref_exact from the exact answer, with independent errors, so their
+ *   mutual distance can reach twice that; measured on the CPU model of the fused step (evt_exec_plan_run_cpu)
+ *   over 7 bf16 graphs x 3 seeds x 4 SGD steps, the per-node interpreter itself is 0.005-0.033 from exact
+ *   (0.11-0.40 where max-pool / comparison decisions flip: resnet_block, xmlcnn) and the fused step at most
+ *   1.44 x max(1e-2, ref_exact) from it (the old rule, fused within 1e-2 of the per-node interpreter, fails by
+ *   construction whenever ref_exact is above about 5e-3). Where decisions flip the bound is correspondingly loose;
+ *   the f32 runs stay the tight check of the same kernels.
+ * Prints one line per mismatching output to `out` and fills r (maxima over the outputs); returns the
+ * interpreter's status. */
+typedef struct evt_check_result {
+  int mismatches;
+  double f32_ref;   /* f32 outputs: max error against the interpreter */
+  double gpu_exact; /* bf16/f16 outputs: max error of the GPU against the exact answer */
+  double ref_exact; /* bf16/f16 outputs: max error of the per-node interpreter against the exact answer */
+  double gpu_ref;   /* bf16/f16 outputs: max error of the GPU against the per-node interpreter */
+  double bound;     /* max(1e-2, 2 x ref_exact) */
+} evt_check_result;
+evt_status evt_check_step(evt_graph *g, evt_tensor *values, const evt_tensor *gpu, long step, FILE *out,
+                          evt_check_result *r);
 
 #endif

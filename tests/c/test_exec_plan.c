@@ -230,23 +230,12 @@ TEST(exec_bind_gemm_refusals) {
     *L = p.low.k[gi];
     L->d_tensor = -1;
     CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "leaves the group"));
-    /* a load bound to a member of the group (not in memory before the kernel) */
+    /* A with as many elements but rows of 4 x bf16 (8 bytes): not 16-byte aligned */
     *L = p.low.k[gi];
-    int ld = -1;
-    for (int i = 0; i < L->spec.nnodes && ld < 0; i++)
-      if (L->spec.nodes[i].op == EVT_V_AUX_LOAD || L->spec.nodes[i].op == EVT_V_ROW_BCAST) ld = i;
-    if (ld >= 0) {
-      int mem = -1;
-      for (int k = 0; k < p.groups[gi].nmembers && mem < 0; k++) {
-        int v = p.groups[gi].members[k];
-        if (g->nodes[v].type.dtype == L->spec.nodes[ld].dtype &&
-            evt_type_numel(&g->nodes[v].type) == evt_type_numel(&g->nodes[L->vtensor[ld]].type))
-          mem = v;
-      }
-      if (mem >= 0) {
-        L->vtensor[ld] = mem;
-        CHECK_MSG(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "member of its own group"), "%s", x->why);
-      }
+    if (L->spec.layout == EVT_LAYOUT_NN && (L->m * L->k) % 4 == 0) {
+      L->m = L->m * L->k / 4;
+      L->k = 4;
+      CHECK_MSG(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "16 bytes") && strstr(x->why, "operand A"), "%s", x->why);
     }
     /* an empty problem */
     *L = p.low.k[gi];
@@ -255,6 +244,28 @@ TEST(exec_bind_gemm_refusals) {
     free(L);
     free(x);
   }
+  /* a load bound to a member of its own group (members are not in memory before the kernel): refused */
+  int tried = 0;
+  for (int k = 0; k < p.ngroups && !tried; k++) {
+    const evt_group_exec *y = &p.groups[k];
+    if (!y->fused || y->kind != EVT_LK_GEMM_EVT) continue;
+    evt_lowered *L = malloc(sizeof *L);
+    evt_group_exec *x = calloc(1, sizeof *x);
+    *L = p.low.k[k];
+    for (int i = 0; i < L->spec.nnodes && !tried; i++) {
+      if (L->spec.nodes[i].op != EVT_V_AUX_LOAD) continue;
+      for (int m = 0; m < y->nmembers && !tried; m++) {
+        int v = y->members[m];
+        if (g->nodes[v].type.dtype != L->spec.nodes[i].dtype || evt_type_numel(&g->nodes[v].type) != L->m * L->n) continue;
+        L->vtensor[i] = v;
+        CHECK_MSG(!evt_exec_bind(g, p.part.group, L, x) && strstr(x->why, "member of its own group"), "%s", x->why);
+        tried = 1;
+      }
+    }
+    free(L);
+    free(x);
+  }
+  CHECK(tried);
   /* a D tile nobody reads: scratch, sized for the largest such D */
   int64_t need = 0;
   for (int k = 0; k < p.ngroups; k++)
@@ -263,4 +274,67 @@ TEST(exec_bind_gemm_refusals) {
   CHECK(p.scratch_bytes >= need);
   evt_exec_plan_free(&p);
   evt_graph_free(g);
+}
+
+/* The --check rule (evt_check_step, cuda.h) on the CPU model of the fused step, trained 3 SGD steps on its own
+ * gradients as `evtc run --fused` does: bf16 graphs pass the rule (the GPU must), and the quantities it reports
+ * are consistent; a gradient off by 5% and a wrong tensor fail it; f32 stays tight (1e-4). */
+TEST(check_rule_on_the_fused_cpu_model) {
+  const char *files[] = {"bench/graphs/mlp_bf16.evt", "bench/graphs/bert_layer_bf16.evt", "examples/mlp.evt"};
+  for (int f = 0; f < 3; f++) {
+    evt_graph *g = load_opt(files[f]);
+    if (!g) continue;
+    bool bf = strstr(files[f], "bf16") != NULL;
+    int n = g->nnodes, no = g->noutputs;
+    evt_tensor *v = calloc((size_t)n, sizeof *v), *w = calloc((size_t)n, sizeof *w), *gpu = calloc((size_t)no, sizeof *gpu);
+    CHECK(evt_interp_init_inputs(g, v, 1) == EVT_OK);
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    FILE *sink = fopen("/dev/null", "w");
+    for (long step = 1; step <= 3; step++) {
+      for (int i = 0; i < n; i++)
+        if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
+          evt_tensor_free(&w[i]);
+          CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
+          memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
+        }
+      CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
+      for (int k = 0; k < no; k++) {
+        gpu[k] = w[g->outputs[k]];
+        memset(&w[g->outputs[k]], 0, sizeof(evt_tensor));
+      }
+      evt_train_release(g, w);
+      evt_check_result r;
+      CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK);
+      CHECK_MSG(r.mismatches == 0, "%s step %ld: gpu-exact %g bound %g ref-exact %g gpu-ref %g f32 %g", files[f], step,
+                r.gpu_exact, r.bound, r.ref_exact, r.gpu_ref, r.f32_ref);
+      if (bf) CHECK(r.bound >= 1e-2 && r.ref_exact > 0 && r.gpu_exact > 0 && r.gpu_exact <= r.bound);
+      else CHECK(r.bound == 0 && r.f32_ref <= 1e-5);
+      /* a gradient 5% off, then a gradient replaced by another output of the same size: both caught */
+      int last = no - 1;
+      for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] *= 1.05;
+      CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK && r.mismatches == 1);
+      for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] = -gpu[last].data[i];
+      CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK && r.mismatches == 1);
+      for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] = -gpu[last].data[i] / 1.05;
+      /* SGD on the model's gradients, as evtc run does with the GPU's */
+      for (int k = 0; k < no; k++) {
+        evt_tensor_free(&v[g->outputs[k]]);
+        v[g->outputs[k]] = gpu[k];
+        memset(&gpu[k], 0, sizeof(evt_tensor));
+      }
+      CHECK(evt_train_sgd_update(g, v, 0.01, 0) == EVT_OK);
+      evt_train_release(g, v);
+    }
+    fclose(sink);
+    for (int i = 0; i < n; i++) {
+      evt_tensor_free(&v[i]);
+      evt_tensor_free(&w[i]);
+    }
+    free(v);
+    free(w);
+    free(gpu);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
 }
