@@ -15,6 +15,9 @@
  * kernels (src/runtime/exec_plan.h, evt_cuda_open_fused); --stats lists each group's path. Off by default.
  * --check's rule (evt_check_step, src/runtime/cuda.h): f32 outputs within 1e-4 of the interpreter; bf16/f16
  * outputs within max(1e-2, 2 x the per-node interpreter's own distance) of the exact (fp64) answer.
+ * --cuda-graph (with --device cuda) replays the step as a CUDA graph (EVT_PROGRAM_CUDA_GRAPH). The GPU
+ * runs through the public evt_program API (src/runtime/program.c); the printed step time is the
+ * program's run measured with CUDA events (host conversions, uploads and the SGD update excluded).
  * Exit codes: 0 ok; 1 bad flags, a bad file, no loss, a non-finite loss; 2 an internal error. */
 #include "cli.h"
 #include "passes/passes.h"
@@ -32,7 +35,7 @@ typedef struct {
   double lr;
   unsigned long long seed;
   const char *device;
-  bool fp64, opt, check, fused, stats;
+  bool fp64, opt, check, fused, stats, cuda_graph;
 } run_options;
 
 static double now_ms(void) {
@@ -64,6 +67,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
       o->check = true;
     } else if (!strcmp(a, "--fused")) {
       o->fused = true;
+    } else if (!strcmp(a, "--cuda-graph")) {
+      o->cuda_graph = true;
     } else if (!strcmp(a, "--stats")) {
       o->stats = true;
     } else if (!strcmp(a, "--steps") || !strcmp(a, "--every") || !strcmp(a, "--lr") || !strcmp(a, "--seed") ||
@@ -119,8 +124,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
     fprintf(stderr, "evtc run: --check needs --device cuda\n");
     return EVTC_EXIT_USER;
   }
-  if ((o->fused || o->stats) && !gpu) {
-    fprintf(stderr, "evtc run: %s needs --device cuda\n", o->fused ? "--fused" : "--stats");
+  if ((o->fused || o->stats || o->cuda_graph) && !gpu) {
+    fprintf(stderr, "evtc run: %s needs --device cuda\n", o->fused ? "--fused" : o->stats ? "--stats" : "--cuda-graph");
     return EVTC_EXIT_USER;
   }
   if (o->stats && !o->fused) {
@@ -237,7 +242,7 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values, evt_cud
     double t0 = now_ms();
     st = cuda ? evt_cuda_step(cuda, g, values) : evt_interp_run(g, values, o->fp64 ? EVT_RUN_FP64 : 0, 0);
     if (st != EVT_OK) return fail(g, st);
-    double step_ms = now_ms() - t0;
+    double step_ms = cuda ? evt_cuda_last_ms(cuda) : now_ms() - t0; /* GPU: the program's run (events) */
     if (cuda && o->check) {
       double c0 = now_ms();
       if (!check_step(g, values, step, &acc, &st)) {
@@ -262,7 +267,7 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values, evt_cud
     st = evt_train_sgd_update(g, values, o->lr, o->fp64 ? EVT_RUN_FP64 : 0);
     if (st != EVT_OK) return fail(g, st);
     evt_train_release(g, values);
-    double ms = step_ms + (now_ms() - u0);
+    double ms = step_ms + (cuda ? 0 : now_ms() - u0); /* the CPU's step includes the update */
     total_ms += ms;
     if (step == 1 || step == o->steps || step % o->every == 0) printf("step %ld loss %.6f (%.1f ms)\n", step, last, ms);
     fflush(stdout);
@@ -282,7 +287,7 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values, evt_cud
   return EVTC_EXIT_OK;
 }
 
-EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check] [--fused] [--stats]",
+EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check] [--fused] [--cuda-graph] [--stats]",
              "train a model with SGD on the CPU interpreter or the GPU\n"
              "  FILE          a .evt graph with a loss (- for stdin; the joint graph is built if it has no gradients)\n"
              "  --steps N     training steps (required; 0 only checks that the graph can be prepared)\n"
@@ -302,6 +307,7 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "  --fused       with --device cuda (implies --opt): partition + lower the graph, JIT-compile the\n"
              "                GEMM+EVT / row / pointwise kernels (nvcc, cache $EVT_JIT_CACHE) and run each such group\n"
              "                as one generated kernel; other groups run node by node, one warning each\n"
+             "  --cuda-graph  with --device cuda: capture the step as a CUDA graph once, replay it every step\n"
              "  --stats       with --fused: list every group with the path it runs on, and launches per path\n"
              "prints `step K loss L (T ms)` per step, then `done: N steps, loss A -> B, T ms/step`") {
   run_options o;
@@ -347,13 +353,15 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
     }
   }
   if (st == EVT_OK && gpu) {
-    st = o.fused ? evt_cuda_open_fused(g, &cuda) : evt_cuda_open(g, &cuda);
-    if (st == EVT_OK && !o.fused) printf("device: cuda (node-by-node kernels, libevt_fallback.so)\n");
+    unsigned pf = (o.fused ? EVT_PROGRAM_FUSED : 0) | (o.cuda_graph ? EVT_PROGRAM_CUDA_GRAPH : 0);
+    st = evt_cuda_open_flags(g, pf, &cuda);
+    const char *graph_note = o.cuda_graph ? ", replayed as a CUDA graph" : "";
+    if (st == EVT_OK && !o.fused) printf("device: cuda (node-by-node kernels, libevt_fallback.so%s)\n", graph_note);
     if (st == EVT_OK && o.fused) {
       int nf, nb;
       long lf, lb;
       evt_cuda_fused_counts(cuda, &nf, &nb, &lf, &lb);
-      printf("device: cuda --fused (%d groups: %d generated kernels, %d node by node)\n", nf + nb, nf, nb);
+      printf("device: cuda --fused (%d groups: %d generated kernels, %d node by node%s)\n", nf + nb, nf, nb, graph_note);
       if (o.stats) evt_cuda_print_plan(cuda, g, stdout);
     }
   }
