@@ -37,7 +37,7 @@ echo "pre-compile done at $((SECONDS - t0)) s"
 rows=()
 for f in $files; do
   b=$(basename "$f" .evt)
-  if [ "$(left)" -lt 40 ]; then rows+=("| $b | skipped (time) | | | | | | |"); continue; fi
+  if [ "$(left)" -lt 40 ]; then rows+=("| $b | skipped (time) | | | | | | | | | |"); continue; fi
   per=$(( $(left) / 2 )); [ $per -gt 240 ] && per=240
   echo; echo "--- $b: fused"
   timeout -k 5 $per "$EVTC" run "$f" --device cuda --fused --check --stats --steps 3 > "$tmp/$b.fused" 2>&1
@@ -55,12 +55,16 @@ for f in $files; do
   late=$(grep -c 'runs node by node from now on' "$fz")
   chk() { grep -E '^check: (matched|MISMATCH)' "$1" | sed -E 's/^check: ([A-Za-z]+),.*max rel error ([^ ,]+).*/\1 \2/'; }
   last() { grep -E '^step 3 ' "$1" | sed -E 's/.*\(([0-9.]+) ms\).*/\1/'; }
+  # bf16/f16 detail: GPU vs exact, bound, per-node interpreter vs exact, GPU vs per-node interpreter
+  det() { grep -E '^check: bf16/f16 outputs' "$1" | sed -E 's/.*exact \(fp64 interpreter\) ([^,]+), bound ([^ ]+) = max\(1e-2, 2 x ([^,]+),.*per-node interpreter ([^;]+);.*/\1 \/ \2 \/ \3 \/ \4/'; }
   cf=$(chk "$fz"); cn=$(chk "$tmp/$b.nbn")
-  rows+=("| $b | $ng / $nr / $np | $nb (+$late at launch) | ${cf% *} | ${cf#* } | ${cn% *} ${cn#* } | $(last "$fz") | $(last "$tmp/$b.nbn") | rc $rcf/$rcn |")
+  rows+=("| $b | $ng / $nr / $np | $nb (+$late at launch) | ${cf% *} | ${cf#* } | $(det "$fz") | ${cn% *} ${cn#* } | $(det "$tmp/$b.nbn") | $(last "$fz") | $(last "$tmp/$b.nbn") | rc $rcf/$rcn |")
 done
 echo
 echo "=== gemmrt summary ($((SECONDS - t0)) s): evtc run F --device cuda --fused --check --stats --steps 3 vs --opt (node by node)"
-echo "| graph | fused gemm / row / pointwise | fallback groups | fused check | fused max rel err | node-by-node check, err | fused ms (step 3) | node-by-node ms (step 3) | rc |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "max rel err: bf16 graphs: GPU vs the exact (fp64) interpreter; f32: vs the interpreter. 16-bit detail columns:"
+echo "GPU vs exact / bound = max(1e-2, 2 x per-node-interpreter vs exact) / per-node interpreter vs exact / GPU vs per-node interpreter"
+echo "| graph | fused gemm / row / pointwise | fallback groups | fused check | fused max rel err | fused 16-bit detail | node-by-node check, err | node-by-node 16-bit detail | fused ms (step 3) | node-by-node ms (step 3) | rc |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for r in "${rows[@]}"; do echo "$r"; done
 rm -rf "$tmp"
