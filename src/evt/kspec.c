@@ -195,8 +195,18 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
         v->dtype != EVT_BF16 && v->dtype != EVT_F16 && v->dtype != EVT_F32)
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (%s %s): dtype %s not supported", i,
                   evt_vop_name(v->op), v->name, evt_dtype_name(v->dtype));
+    if (v->shared && (!s->batched || !evt_vop_has_memory(v->op)))
+      return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: node %d (%s %s): 'shared' needs a batched spec and a node with memory",
+                  i, evt_vop_name(v->op), v->name);
+    if (v->shared && v->op == EVT_V_AUX_STORE)
+      return fail(err, errlen, EVT_ERR_UNSUPPORTED,
+                  "kernel spec: node %d (aux_store %s): an aux store shared by all batches (the batches would race)", i, v->name);
     acc += v->op == EVT_V_ACC;
   }
+  if (s->batched && s->cfg.reduction == EVT_RED_WORKSPACE)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED,
+                "kernel spec: batched: row/col sums need the atomic reduction (CUTLASS's workspace reduction keeps "
+                "one tile counter per column, not per batch)");
   if (acc != 1)
     return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: the epilogue must read the accumulator exactly once (%d)", acc);
   return EVT_OK;
@@ -219,12 +229,14 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
   if (s->cfg.stages) OUT(" stages %d", s->cfg.stages);
   if (s->cfg.reduction == EVT_RED_WORKSPACE) OUT(" reduction workspace");
   OUT("\n");
+  if (s->batched) OUT("batched\n"); /* unbatched specs keep their text (and hash) */
   for (int i = 0; i < s->nnodes; i++) {
     const evt_vnode *v = &s->nodes[i];
     OUT("%%%d = %s", i, evt_vop_name(v->op));
     for (int j = 0; j < evt_vop_arity(v->op); j++) OUT(" %%%d", v->in[j]);
     if (evt_vop_has_memory(v->op)) OUT(" %s:%s", v->name, evt_dtype_name(v->dtype));
     if (v->op == EVT_V_SCALAR) OUT(" %.17g", v->value);
+    if (v->shared) OUT(" shared");
     OUT("\n");
   }
   OUT("D = %%%d\n", s->d_node);

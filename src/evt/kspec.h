@@ -17,6 +17,14 @@
  * Operand layouts, in row-major terms: first letter A, second B; N = stored as in the formula
  * (A as M×K, B as K×N), T = stored transposed (A as K×M, B as N×K).
  *
+ * Batch mode (`batched` = 1, a bmm nucleus): the kernel computes L independent GEMMs + epilogues over
+ * [L, M, N], L a run-time argument like M, N, K. A, B and D are per batch; each node with memory is per
+ * batch (its own M×N tile / N-vector / M-vector in every batch, summed per batch for row/col sums) or,
+ * with `shared` = 1, one tensor for every batch (a bias broadcast to all heads; a row/col sum accumulated
+ * over all batches too). An aux store cannot be shared (batches would race). Where the batches lie in
+ * memory (batch strides, leading dims, an outer batch level) is a launch argument (kernels/evt_launch.h),
+ * not part of the spec; the layout letters hold per batch. `shared` is ignored (must be 0) unbatched.
+ *
  * Lowering (tree.c): stores whose value is otherwise unused are threaded into the chain of their input
  * (users of x read store(x) instead, which passes x through), so the DAG has the single sink D; nodes
  * that still have several users are folded into one Sm90TopologicalVisitor spanning from the first
@@ -70,6 +78,7 @@ typedef struct evt_vnode {
   int in[2];        /* input node ids (smaller than this node's id), -1 if unused */
   evt_dtype dtype;  /* element type in memory of loads/stores; EVT_F32 for computes */
   double value;     /* EVT_V_SCALAR */
+  int shared;       /* batched specs: 1 = one tensor for every batch (see batch mode above) */
   char name[24];    /* argument name in the generated launcher and in messages */
 } evt_vnode;
 
@@ -100,6 +109,7 @@ typedef struct evt_kspec {
   int nnodes;
   evt_vnode nodes[EVT_KSPEC_MAX_NODES];
   int d_node;          /* node whose value is D; -1 until set */
+  int batched;         /* 1: batch mode (L GEMMs over [L, M, N]); 0: one GEMM */
 } evt_kspec;
 
 /* ---- src/evt/kspec.c: building, checking, naming ------------------------------------------------- */
@@ -166,6 +176,15 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen);
  * (loads read it, stores write it; row/col sums are accumulated from 0); d: M×N output. All as double. */
 void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
                          double *const *tensors, double *d);
+/* Batched reference (s->batched; an unbatched spec is the l = 1 case): every per-batch array holds l
+ * packed batches one after another (a: l × M×K or l × K×M, b likewise, d: l × M×N, per-batch node
+ * tensors l × (M×N | N | M)); shared node tensors (nodes[v].shared) hold one batch's worth, and shared
+ * row/col sums accumulate over every batch. */
+void evt_kspec_reference_batched(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
+                                 const double *b, double *const *tensors, double *d);
+/* Elements of node v's tensor for one batch of an m×n problem: m*n (aux), n (row bcast / row sum),
+ * m (col bcast / col sum), 0 for nodes without memory. */
+int64_t evt_vnode_numel(const evt_kspec *s, int v, int64_t m, int64_t n);
 /* Elementwise semantics of a compute node (shared by the reference and tests). */
 double evt_vop_apply(evt_vop op, double x, double y);
 /* Rules shared by kspec and rspec when a node is added: its inputs are exactly its arity's earlier nodes
@@ -189,7 +208,13 @@ double evt_vop_visit(evt_vop op, evt_dtype dtype, double value, double *const *t
  *   bias_relu_aux    z = acc + bias[n] (aux "z"); D = relu(z)
  *   bias_gelu_aux_f16  bias_gelu_aux with f16 operands, bias, aux and D
  *   mixed_f32        the remaining node kinds (scalar, col_bcast, sub, div, gelu_tanh, relu_grad,
- *                    gelu_tanh_grad, col_sum) with a shared value and D in f32 (see examples.c) */
+ *                    gelu_tanh_grad, col_sum) with a shared value and D in f32 (see examples.c)
+ * Batched (batched = 1; attention-style epilogues):
+ *   bmm_plain        D = acc
+ *   bmm_scale        D = acc · 0.125                               (attention scores q·k^T / sqrt(d))
+ *   bmm_scale_mask_stats  z = acc·0.125 + mask (aux, per batch) + bias[n] (shared); D = z;
+ *                    rowstat[m] = Σ_n z per batch (col_sum); colstat[n] = Σ over m and all batches (shared)
+ *   bmm_softmax_bwd  D = p · (acc − rowdot[m]) · 0.125, p aux per batch, rowdot f32 per batch */
 evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg);
 extern const char *const evt_kspec_example_names[];
 

@@ -1,12 +1,16 @@
 /* The fused execution plan of `evtc run --fused` (src/runtime/exec_plan.c) and the JIT's CUTLASS-free
  * flags: which groups take which path, how spec pointers bind to tensors, and the refusals. No GPU. */
 #include <math.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes/passes.h"
 #include "runtime/cuda.h"
 #include "runtime/exec_plan.h"
+#include "runtime/gemm_launch.h"
 #include "runtime/jit.h"
 #include "test.h"
 
@@ -337,4 +341,150 @@ TEST(check_rule_on_the_fused_cpu_model) {
     evt_exec_plan_free(&p);
     evt_graph_free(g);
   }
+}
+
+/* ---- the GEMM launch path without a GPU: a fake nvcc builds each evt_kernel_<hash> as a stub launcher that
+ * logs the evt_launch_args it gets and returns $EVT_TEST_LAUNCH_RC ------------------------------------- */
+static char gl_dir[256];
+
+static void gl_write_nvcc(const char *name, bool fail) {
+  char path[400], cwd[256];
+  snprintf(path, sizeof path, "%s/%s", gl_dir, name);
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fprintf(f, "#!/bin/sh\n[ \"$1\" = --version ] && exit 0\n");
+  if (fail) fprintf(f, "echo 'x.cu(1): error: this nvcc always fails'; exit 2\n");
+  fprintf(f,
+          "out=''; src=''\n"
+          "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; *.cu) src=$1;; esac; shift; done\n"
+          "name=$(sed -n 's/^extern \"C\" int \\(evt_kernel_[0-9a-f]*\\)(.*/\\1/p' \"$src\")\n"
+          "cat > \"$out.c\" <<EOT\n"
+          "#include <stdio.h>\n#include <stdlib.h>\n#include \"evt_launch.h\"\n"
+          "int $name(const evt_launch_args *a) {\n"
+          "  FILE *f = fopen(getenv(\"EVT_TEST_LAUNCH_LOG\"), \"a\");\n"
+          "  fprintf(f, \"$name %%d %%d %%d %%lu %%lu %%lu\", a->m, a->n, a->k, (unsigned long)a->a, (unsigned long)a->b,"
+          " (unsigned long)a->d);\n"
+          "  for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++) fprintf(f, \" %%lu\", (unsigned long)a->ptrs[i]);\n"
+          "  fprintf(f, \"\\\\n\");\n  fclose(f);\n  return atoi(getenv(\"EVT_TEST_LAUNCH_RC\"));\n}\nEOT\n"
+          "cc -shared -fPIC -I'%s/kernels' -o \"$out\" \"$out.c\"\n",
+          cwd);
+  fclose(f);
+  chmod(path, 0755);
+}
+
+static void *gl_ptr(void *ctx, int v) {
+  const int *misalign = ctx;
+  return (void *)(uintptr_t)(0x100000 + (uintptr_t)v * 256 + (v == *misalign ? 8 : 0));
+}
+
+/* Reads the last logged launch; returns false if there is none. */
+static bool gl_last(const char *log, char *name, long *vals, int nvals) {
+  FILE *f = fopen(log, "r");
+  if (!f) return false;
+  char line[4096], last[4096] = "";
+  while (fgets(line, sizeof line, f)) snprintf(last, sizeof last, "%s", line);
+  fclose(f);
+  char *p = last;
+  int used = 0;
+  if (sscanf(p, "%63s%n", name, &used) != 1) return false;
+  p += used;
+  for (int i = 0; i < nvals; i++) {
+    if (sscanf(p, "%ld%n", &vals[i], &used) != 1) return false;
+    p += used;
+  }
+  return true;
+}
+
+TEST(gemm_launch_binds_args_and_falls_back) {
+  snprintf(gl_dir, sizeof gl_dir, "/tmp/evt-gemmrt-test-%ld", (long)getpid());
+  char cmd[2048], log[400], cache[400], cut[400], nvcc[400], bad[400];
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s/cut/include/cutlass %s/cut/tools/util/include %s/cache && touch %s/cut/include/cutlass/cutlass.h",
+           gl_dir, gl_dir, gl_dir, gl_dir, gl_dir);
+  CHECK(system(cmd) == 0);
+  gl_write_nvcc("nvcc", false);
+  gl_write_nvcc("nvcc_bad", true);
+  snprintf(log, sizeof log, "%s/launches.txt", gl_dir);
+  snprintf(cache, sizeof cache, "%s/cache", gl_dir);
+  snprintf(cut, sizeof cut, "%s/cut", gl_dir);
+  snprintf(nvcc, sizeof nvcc, "%s/nvcc", gl_dir);
+  snprintf(bad, sizeof bad, "%s/nvcc_bad", gl_dir);
+  const char *keys[] = {"EVT_NVCC", "EVT_JIT_CACHE", "CUTLASS_PATH", "EVT_TEST_LAUNCH_LOG", "EVT_TEST_LAUNCH_RC"};
+  char *saved[5];
+  for (int i = 0; i < 5; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
+  setenv("EVT_NVCC", nvcc, 1);
+  setenv("EVT_JIT_CACHE", cache, 1);
+  setenv("CUTLASS_PATH", cut, 1);
+  setenv("EVT_TEST_LAUNCH_LOG", log, 1);
+  setenv("EVT_TEST_LAUNCH_RC", "0", 1);
+  evt_graph *g = load_opt("bench/graphs/mlp_bf16.evt");
+  if (g) {
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    int ngemm = 0, wanted, loaded, misalign = -1;
+    for (int k = 0; k < p.nkernels; k++) ngemm += p.gspec[k] != NULL;
+    evt_gemm_kernels *gk = evt_gemm_kernels_load(&p);
+    evt_gemm_kernels_counts(gk, &wanted, &loaded);
+    CHECK_MSG(ngemm > 0 && wanted == ngemm && loaded == ngemm, "%d %d %d", ngemm, wanted, loaded);
+    void *scratch = (void *)(uintptr_t)0x900000;
+    int ran = 0, first = -1;
+    for (int gi = 0; gi < p.ngroups; gi++) {
+      const evt_group_exec *x = &p.groups[gi];
+      if (!x->fused || x->kind != EVT_LK_GEMM_EVT) continue;
+      if (first < 0) first = gi;
+      CHECK(evt_gemm_group_run(gk, &p, gi, gl_ptr, &misalign, scratch, NULL));
+      char name[64];
+      long v[6 + EVT_LAUNCH_MAX_PTRS];
+      CHECK(gl_last(log, name, v, 6 + EVT_LAUNCH_MAX_PTRS));
+      CHECK(!strcmp(name, p.kname[x->kernel]) && v[0] == x->m && v[1] == x->n && v[2] == x->k);
+      CHECK(v[3] == (long)(uintptr_t)gl_ptr(&misalign, x->a_node) && v[4] == (long)(uintptr_t)gl_ptr(&misalign, x->b_node));
+      CHECK(v[5] == (long)(uintptr_t)(x->d_node >= 0 ? gl_ptr(&misalign, x->d_node) : scratch));
+      for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++)
+        CHECK(v[6 + i] == (x->ptr_node[i] >= 0 ? (long)(uintptr_t)gl_ptr(&misalign, x->ptr_node[i]) : 0));
+      ran++;
+    }
+    CHECK(ran > 0 && first >= 0);
+    /* the launcher refuses (CANNOT_IMPLEMENT): that group alone falls back, with the reason */
+    if (first >= 0) {
+      int nf, nb, nf2, nb2;
+      evt_exec_plan_counts(&p, &nf, &nb);
+      setenv("EVT_TEST_LAUNCH_RC", "1", 1);
+      CHECK(!evt_gemm_group_run(gk, &p, first, gl_ptr, &misalign, scratch, NULL));
+      evt_exec_plan_counts(&p, &nf2, &nb2);
+      CHECK(nf2 == nf - 1 && nb2 == nb + 1 && !p.groups[first].fused);
+      CHECK_MSG(strstr(p.groups[first].why, "cannot implement") && strstr(p.groups[first].why, p.kname[p.groups[first].kernel]),
+                "%s", p.groups[first].why);
+      /* a misaligned tensor: refused before the launcher runs */
+      setenv("EVT_TEST_LAUNCH_RC", "0", 1);
+      int second = first + 1;
+      while (second < p.ngroups && !(p.groups[second].fused && p.groups[second].kind == EVT_LK_GEMM_EVT)) second++;
+      if (second < p.ngroups) {
+        misalign = p.groups[second].a_node;
+        CHECK(!evt_gemm_group_run(gk, &p, second, gl_ptr, &misalign, scratch, NULL));
+        CHECK(strstr(p.groups[second].why, "16-byte aligned"));
+      }
+    }
+    evt_gemm_kernels_free(gk);
+    evt_exec_plan_free(&p);
+    /* every kernel fails to compile: all GEMM groups fall back, naming the kernel and nvcc's error */
+    setenv("EVT_NVCC", bad, 1);
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    gk = evt_gemm_kernels_load(&p);
+    evt_gemm_kernels_counts(gk, &wanted, &loaded);
+    CHECK(wanted == ngemm && loaded == 0);
+    for (int gi = 0; gi < p.ngroups; gi++)
+      if (p.groups[gi].kind == EVT_LK_GEMM_EVT && p.low.k[gi].ok)
+        CHECK_MSG(!p.groups[gi].fused && strstr(p.groups[gi].why, "always fails"), "%s", p.groups[gi].why);
+    evt_gemm_kernels_free(gk);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
+  for (int i = 0; i < 5; i++) {
+    if (saved[i]) setenv(keys[i], saved[i], 1);
+    else unsetenv(keys[i]);
+    free(saved[i]);
+  }
+  snprintf(cmd, sizeof cmd, "rm -rf %s", gl_dir);
+  CHECK(system(cmd) == 0);
 }
