@@ -221,7 +221,8 @@ class Segment:
             self.path, self.why = "torch", f"evt GPU program: {msg}"
             return
         self.pool = G.OutputPool() if flags & G.EVT_PROGRAM_CUDA_GRAPH else None
-        self.staged = {}  # CUDA graphs: input name -> static buffer for inputs that need a copy
+        self.staged = {}  # CUDA graphs: input name -> staging buffer (see _input)
+        self.seen = {}    # CUDA graphs: input name -> the pointer it was first bound with
 
     def run(self, env):
         if self.path == "interp":
@@ -244,9 +245,14 @@ class Segment:
     def _input(self, name, t):
         if self.pool is None:
             return G.to_device_layout(t)
-        if t.dtype == G.device_dtype(t.dtype) and t.is_contiguous():
-            return t
-        buf = self.staged.get(name)  # CUDA graphs: a stable pointer for a converted input
+        # CUDA graphs: an input is bound as it is while its pointer stays the same (parameters); once it
+        # changed (a new batch, an activation in another block), it is copied into a staging buffer of
+        # its own from then on, as are inputs that need a conversion.
+        if name not in self.staged and t.dtype == G.device_dtype(t.dtype) and t.is_contiguous():
+            last = self.seen.setdefault(name, t.data_ptr())
+            if last == t.data_ptr():
+                return t
+        buf = self.staged.get(name)
         if buf is None:
             buf = self.staged[name] = torch.empty(t.shape, dtype=G.device_dtype(t.dtype), device=t.device)
         buf.copy_(t)

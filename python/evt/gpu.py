@@ -20,7 +20,8 @@ Contract
   the buffer, and anything that keeps it, autograd's saved tensors included, holds that view). A busy
   buffer is replaced by a new one (the program then captures again: a pointer changed). Small outputs
   (the loss, statistics) are written to a private buffer that is never handed out and returned as a
-  copy, so they never force a capture.
+  copy, so they never force a capture. (Inputs: backend.Segment._input stages inputs whose pointer
+  changes.)
 """
 import ctypes
 import os

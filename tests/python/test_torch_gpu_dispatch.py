@@ -287,3 +287,101 @@ def test_program_binding_on_a_host_plan():
 def test_program_create_error_is_a_program_error():
     with pytest.raises(G.ProgramError, match="no outputs"):
         G.Program("graph seg {\n  %in.x: f32[4] = input()\n}\n", 0, host=True)
+
+
+# ---- the GPU path's Python glue end to end, with the interpreter standing in for the device -------------
+# choose_path sends CPU segments down the GPU path and _program_for returns a program object whose run()
+# executes the bound inputs on the CPU interpreter and writes the bound output buffers. Everything the GPU
+# path does around evt_program_run (names and pointers bound, output order and dtypes, int64 inputs,
+# strides, the CUDA-graph pool and input staging, STATS) runs for real; the values come from evt.
+
+class InterpProgram:
+    def __init__(self, text, flags):
+        self.graph = evt_lib.Graph(text, "interp-program")
+        self.flags = flags
+        self.runs = self.captures = 0
+        self._last = None
+        self.bound = []
+
+    def run(self, inputs, outputs, stream):
+        assert stream == 0
+        for _, t in inputs:
+            assert t.is_contiguous() and t.dtype == G.device_dtype(t.dtype)
+        key = tuple(t.data_ptr() for _, t in inputs) + tuple(t.data_ptr() for t in outputs)
+        if key != self._last:
+            self.captures += 1
+            self._last = key
+        ids = self.graph.ids
+        res = self.graph.run([(ids[name], t) for name, t in inputs],
+                             [(self.graph.outputs[k], t.dtype) for k, t in enumerate(outputs)])
+        for t, r in zip(outputs, res):
+            assert t.shape == r.shape and t.dtype == r.dtype
+            t.copy_(r)
+        self.runs += 1
+        self.bound.append([name for name, _ in inputs])
+
+    def launch_count(self):
+        return 1
+
+
+class _Stream:
+    cuda_stream = 0
+
+
+def _glue_setup(monkeypatch):
+    monkeypatch.setattr(G, "choose_path", lambda dev, api: "gpu")
+    made = []
+
+    def program_for(graph, flags, device):
+        made.append(InterpProgram(graph.text(), flags))
+        return made[-1]
+    monkeypatch.setattr(B, "_program_for", program_for)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+    return made
+
+
+@needs_lib
+@pytest.mark.parametrize("options", [None, {"cudagraphs": True}])
+@pytest.mark.parametrize("model", ["MLP", "Bert", "XMLCNN"])
+def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
+    import copy
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import test_torch_backend as T
+    made = _glue_setup(monkeypatch)
+    make, inputs = {
+        "MLP": (T.MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,)))),
+        "Bert": (T.Bert, lambda: (torch.randn(2, 5, 8), torch.randint(0, 3, (2,)))),
+        "XMLCNN": (T.XMLCNN, lambda: (torch.randint(0, 30, (2, 7)), torch.rand(2, 5).round())),
+    }[model]
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = make()
+    mod = copy.deepcopy(ref)
+    f = torch.compile(mod, backend="evt", fullgraph=True, options=options)
+    opt_ref, opt = torch.optim.SGD(ref.parameters(), lr=0.1), torch.optim.SGD(mod.parameters(), lr=0.1)
+    B.reset_stats()
+    captures = []
+    losses = []
+    for step in range(4):
+        args = inputs()
+        before = B.STATS["captures"]
+        loss = f(*args)  # (the previous step's loss is still held: small outputs are copies)
+        loss.backward()
+        losses.append(loss)
+        captures.append(B.STATS["captures"] - before)
+        loss_ref = ref(*args)
+        loss_ref.backward()
+        assert T.rel_err(loss.detach(), loss_ref.detach()) <= 1e-4
+        for (n, p_ref), (_, p) in zip(ref.named_parameters(), mod.named_parameters()):
+            assert T.rel_err(p.grad, p_ref.grad) <= 1e-4, (step, n)
+        opt.step()
+        opt_ref.step()
+        opt.zero_grad()
+        opt_ref.zero_grad()
+    assert made and all(p.runs == 4 for p in made)
+    assert all(p.flags & G.EVT_PROGRAM_NO_OPT for p in made)
+    assert bool(options) == all(p.flags & G.EVT_PROGRAM_CUDA_GRAPH for p in made)
+    assert B.STATS["gpu_segment_runs"] == 4 * len(made) and B.STATS["interp_segment_runs"] == 0
+    if options:
+        # after the first steps the bindings no longer change (no capture per step)
+        assert captures[-1] == 0 and captures[-2] == 0, captures
