@@ -12,6 +12,7 @@
 // Usage:
 //   bench_tune compile MAXCFG          JIT-compile every kernel the cases need (parallel, cached)
 //   bench_tune run MAXCFG OUT.md REPS  time and check, using only kernels already in the JIT cache
+//   bench_tune tune MAXCFG             run the autotuner (evt_tune_run_many) on every case, print its choices
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -130,7 +131,8 @@ static void spec_gelu_bwd_dbias(evt_kspec *s) {
   int acc = evt_kspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, "acc");
   int x = evt_kspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "x");
   int g = evt_kspec_add(s, EVT_V_GELU_ERF_GRAD, acc, x, EVT_F32, NULL);
-  s->d_node = evt_kspec_add(s, EVT_V_ROW_SUM, g, -1, EVT_F32, "dbias");
+  evt_kspec_add(s, EVT_V_ROW_SUM, g, -1, EVT_F32, "dbias");
+  s->d_node = g;
 }
 
 static std::vector<Case> bench_cases() {
@@ -316,7 +318,49 @@ int main(int argc, char **argv) {
   bool compile = !strcmp(argv[1], "compile");
   int maxcfg = atoi(argv[2]);
   std::vector<Plan> plans = make_plans(maxcfg);
+  if (!strcmp(argv[1], "tune")) {
+    // the autotuner itself (src/runtime/tune_gpu.c) on every case: records under $EVT_TUNE_CACHE
+    std::vector<evt_tune_problem> probs;
+    for (Plan &p : plans) {
+      evt_tune_problem q;
+      q.spec = p.c.spec;
+      q.m = p.c.M, q.n = p.c.N, q.k = p.c.K;
+      probs.push_back(q);
+    }
+    std::vector<evt_tune_record> rec(probs.size());
+    std::vector<evt_status> sts(probs.size());
+    evt_tune_options o;
+    memset(&o, 0, sizeof o);
+    o.max_configs = maxcfg;
+    o.force = 1;
+    char msg[1024] = "";
+    evt_status st = evt_tune_run_many(probs.data(), (int)probs.size(), &o, rec.data(), sts.data(), msg, sizeof msg);
+    if (st != EVT_OK) printf("evt_tune_run_many: %s\n", msg);
+    for (size_t i = 0; i < probs.size(); i++) {
+      char line[400] = "not tuned";
+      if (sts[i] == EVT_OK) evt_tune_describe(&rec[i], rec[i].choice, &probs[i].spec, line, sizeof line);
+      printf("TUNED %-10s %dx%dx%d %s %-16s %s; sampled check %.1e\n", plans[i].c.what, plans[i].c.M, plans[i].c.N,
+             plans[i].c.K, lname(plans[i].c.layout), plans[i].c.epi.c_str(), line, sts[i] == EVT_OK ? rec[i].check_err : -1.0);
+    }
+    return st == EVT_OK ? 0 : 1;
+  }
   if (compile) {
+    // the autotuner's timing helper too (same name and source as src/runtime/tune_gpu.c uses: one cache entry)
+    {
+      const char *kd = getenv("EVT_KERNELS_DIR") ? getenv("EVT_KERNELS_DIR") : "kernels";
+      std::string path = std::string(kd) + "/evt_tune_bench.cu";
+      FILE *f = fopen(path.c_str(), "rb");
+      if (f) {
+        std::string txt;
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, f)) > 0) txt.append(buf, n);
+        fclose(f);
+        Kern k;
+        k.name = "evt_tune_bench", k.src = txt;
+        g_kern[k.name] = k;
+      }
+    }
     std::vector<evt_jit_job> jobs;
     for (auto &kv : g_kern) {
       evt_jit_job j;

@@ -1,6 +1,8 @@
 /* The fused execution plan (contract: exec_plan.h). */
 #include "runtime/exec_plan.h"
 
+#include "runtime/tune.h"
+
 #include "evt_launch.h"
 
 #include <stdlib.h>
@@ -147,6 +149,8 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
   evt_status st = evt_lower_partition(g, &opt, EVT_PART_LAMBDA_DEFAULT, &p->part);
   if (st != EVT_OK) return st;
   st = evt_lower_plan(g, &p->part, &p->low);
+  evt_tune_group *tg = st == EVT_OK ? calloc((size_t)p->low.n + 1, sizeof *tg) : NULL;
+  if (tg) evt_tune_apply_lowered(&p->low, NULL, NULL, tg); /* tuned configs / unfused choices (tune.h) */
   if (st != EVT_OK) {
     evt_part_plan_free(&p->part);
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "the lowering does not match the partition");
@@ -170,6 +174,7 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
     for (int k = 0; k < g->nodes[v].ninputs; k++)
       if (p->part.group[g->nodes[v].inputs[k]] >= 0) {
         evt_exec_plan_free(p);
+        free(tg);
         return evt_graph_errorf(g, v, EVT_ERR_INTERNAL, "a partition source reads a grouped tensor");
       }
     p->sources[p->nsources++] = v;
@@ -192,6 +197,16 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
     x->kind = L->kind;
     x->kernel = -1;
     x->fused = evt_exec_bind(g, p->part.group, L, x);
+    if (L->kind == EVT_LK_GEMM_EVT && tg) {
+      x->tuned = tg[gi].choice;
+      x->swizzle = tg[gi].swizzle;
+      x->raster = tg[gi].raster;
+      snprintf(x->tune_desc, sizeof x->tune_desc, "%s", tg[gi].desc);
+      if (x->fused && tg[gi].choice == EVT_TUNE_UNFUSED) {
+        x->fused = 0;
+        snprintf(x->why, sizeof x->why, "group %d: tuned: %.360s", gi, tg[gi].desc);
+      }
+    }
     if (!x->fused) continue;
     int k = 0;
     while (k < p->nkernels && strcmp(p->kname[k], L->kernel)) k++;
@@ -207,6 +222,7 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
       if (bytes > p->scratch_bytes) p->scratch_bytes = bytes;
     }
   }
+  free(tg);
   return EVT_OK;
 }
 

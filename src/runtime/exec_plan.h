@@ -49,6 +49,11 @@ typedef struct evt_group_exec {
   int a_node, b_node, d_node;              /* GEMM: A, B, D's tensor (-1: D goes to the scratch buffer) */
   int ptr_node[EVT_ROW_LAUNCH_MAX_PTRS];   /* per spec / visitor node with memory, else -1 */
   int *members, nmembers;                  /* graph nodes in id order */
+  /* GEMM: the tuning record (src/runtime/tune.h; evt_tune_apply_lowered at build): FUSED → the spec was
+   * given the tuned config and these launch-time scheduler values; UNFUSED → the group falls back (why). */
+  int tuned;                               /* evt_tune_choice */
+  int swizzle, raster;
+  char tune_desc[240];                     /* evt_tune_describe's line ("not tuned (default config ...)") */
 } evt_group_exec;
 
 typedef struct evt_exec_plan {

@@ -109,6 +109,8 @@ bool evt_gemm_group_run(evt_gemm_kernels *gk, evt_exec_plan *p, int gi, evt_node
   a.b = node_ptr(ctx, x->b_node);
   a.d = x->d_node >= 0 ? node_ptr(ctx, x->d_node) : scratch;
   a.stream = stream;
+  a.swizzle = x->swizzle; /* the tuned tile scheduler (0: CUTLASS's default) */
+  a.raster = x->raster;
   evt_lower_launch_batch(&p->low.k[gi], &a); /* batch fields (all 0: the binding refuses batched GEMMs) */
   bool aligned = ((uintptr_t)a.a | (uintptr_t)a.b | (uintptr_t)a.d) % 16 == 0;
   for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++)

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "evt/lower.h"
 #include "evt_impl.h"
 
 /* ---- candidates --------------------------------------------------------------------------------- */
@@ -276,6 +277,8 @@ double evt_tune_check_sampled(const evt_kspec *s, int64_t m, int64_t n, int64_t 
 static void cache_root(const char *cache_dir, char *out, size_t len) {
   if (cache_dir && *cache_dir)
     snprintf(out, len, "%s", cache_dir);
+  else if (getenv("EVT_TUNE_CACHE") && *getenv("EVT_TUNE_CACHE"))
+    snprintf(out, len, "%s", getenv("EVT_TUNE_CACHE"));
   else if (getenv("EVT_JIT_CACHE") && *getenv("EVT_JIT_CACHE"))
     snprintf(out, len, "%s", getenv("EVT_JIT_CACHE"));
   else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME"))
@@ -469,4 +472,52 @@ void evt_tune_describe(const evt_tune_record *r, evt_tune_choice c, const evt_ks
   } else {
     snprintf(out, len, "not tuned (default config %s)", evt_tile_config_label(&s->cfg, lab, sizeof lab));
   }
+}
+
+int evt_tune_apply_lowered(evt_lower_result *low, const char *cache_dir, const char *gpu, evt_tune_group *out) {
+  int found = 0;
+  for (int i = 0; i < low->n; i++) {
+    evt_lowered *L = &low->k[i];
+    evt_tune_group *o = &out[i];
+    memset(o, 0, sizeof *o);
+    if (L->kind != EVT_LK_GEMM_EVT || !L->ok) continue;
+    if (L->spec.batched) {
+      snprintf(o->desc, sizeof o->desc, "not tuned (batched GEMMs are not tuned; default config)");
+      continue;
+    }
+    evt_tune_record r;
+    o->choice = evt_tune_apply(&L->spec, L->m, L->n, L->k, cache_dir, gpu, &r);
+    if (o->choice == EVT_TUNE_FUSED) {
+      evt_kspec_kernel_name(&L->spec, L->kernel);
+      o->swizzle = r.swizzle;
+      o->raster = r.raster;
+    }
+    found += o->choice != EVT_TUNE_NONE;
+    evt_tune_describe(&r, o->choice, &L->spec, o->desc, sizeof o->desc);
+  }
+  return found;
+}
+
+int evt_tune_collect(const evt_lower_result *low, const int *want, evt_tune_problem **out, int *prob_of) {
+  evt_tune_problem *p = calloc((size_t)low->n + 1, sizeof *p);
+  EVT_ASSERT(p);
+  int np = 0;
+  for (int gi = 0; gi < low->n; gi++) {
+    const evt_lowered *L = &low->k[gi];
+    if (prob_of) prob_of[gi] = -1;
+    if (L->kind != EVT_LK_GEMM_EVT || !L->ok || L->spec.batched || (want && !want[gi])) continue;
+    evt_kspec s = L->spec;
+    s.cfg = EVT_TILE_CONFIG_DEFAULT;
+    uint64_t h = evt_kspec_epilogue_hash(&s);
+    int j = 0;
+    while (j < np && !(evt_kspec_epilogue_hash(&p[j].spec) == h && p[j].m == L->m && p[j].n == L->n && p[j].k == L->k)) j++;
+    if (j == np) {
+      p[np].spec = s;
+      p[np].m = L->m, p[np].n = L->n, p[np].k = L->k;
+      np++;
+    }
+    if (prob_of) prob_of[gi] = j;
+  }
+  *out = p;
+  return np;
 }

@@ -17,8 +17,9 @@
  * with a note. The choice: FUSED (config + scheduler) when the best fused time <= the unfused time, else
  * UNFUSED. The compiler never ships a fused kernel slower than the unfused alternative it measured.
  *
- * Where the result lives: one text file per (spec, shape, GPU) under <JIT cache>/tune/ (the JIT cache
- * directory of jit.h: $EVT_JIT_CACHE, $XDG_CACHE_HOME/evt or ~/.cache/evt), named
+ * Where the result lives: one text file per (spec, shape, GPU) under <root>/tune/, root = the cache_dir
+ * argument, else $EVT_TUNE_CACHE, else the JIT cache directory of jit.h ($EVT_JIT_CACHE, $XDG_CACHE_HOME/evt
+ * or ~/.cache/evt), named
  * <epilogue hash>-<M>x<N>x<K>-<GPU name with [^A-Za-z0-9] as _>.txt, written atomically (tmp + rename).
  * The key is evt_kspec_epilogue_hash (the spec without its config), so every config of an epilogue shares
  * it. Format (line oriented, `key value`; unknown keys are ignored on read):
@@ -41,6 +42,8 @@
 #include "evt/kspec.h"
 #include "evt/rspec.h"
 #include "evt_launch.h"
+
+struct evt_lower_result;
 
 #define EVT_TUNE_MAX_CAND 48
 
@@ -127,7 +130,31 @@ void evt_tune_launch_apply(const evt_tune_record *r, evt_launch_args *a);
  * 0.140 ms)", "unfused (measured 0.150 ms vs fused 0.170 ms)", or "not tuned (default config ...)". */
 void evt_tune_describe(const evt_tune_record *r, evt_tune_choice c, const evt_kspec *s, char *out, size_t len);
 
+/* ---- applying records to a lowering (evtc compile, the fused runtime) ------------------------------ */
+typedef struct evt_tune_group {
+  evt_tune_choice choice;   /* NONE for non-GEMM groups and untuned ones */
+  int swizzle, raster;      /* FUSED: launch-time scheduler */
+  char desc[240];           /* evt_tune_describe's line */
+} evt_tune_group;
+/* For every lowered GEMM+EVT group of `low` (low->n entries in out): evt_tune_apply on its spec (a FUSED
+ * record replaces the config and renames L->kernel), and the description. Returns the number of groups
+ * with a record. */
+int evt_tune_apply_lowered(struct evt_lower_result *low, const char *cache_dir, const char *gpu, evt_tune_group *out);
+
 /* ---- GPU ------------------------------------------------------------------------------------------- */
+typedef struct evt_tune_problem {
+  evt_kspec spec;          /* its cfg is ignored: the candidates replace it */
+  int64_t m, n, k;
+} evt_tune_problem;
+/* The distinct (epilogue, shape) problems of the lowered GEMM+EVT groups of `low` (those with want[gi] != 0,
+ * or every lowered one when want is NULL), with the default config. *out is malloc'd (caller frees);
+ * prob_of[gi] (low->n entries, may be NULL) gets the problem index of group gi or -1. Returns the count. */
+int evt_tune_collect(const struct evt_lower_result *low, const int *want, evt_tune_problem **out, int *prob_of);
+/* evt_tune_run for several problems at once: every candidate of every problem compiles in one parallel
+ * JIT batch, then each problem is measured in turn. out[i] / st[i] per problem (st may be NULL); returns
+ * EVT_OK if every problem got a record, else the first failure (message in msg). */
+evt_status evt_tune_run_many(const evt_tune_problem *p, int np, const evt_tune_options *opt, evt_tune_record *out,
+                             evt_status *st, char *msg, size_t msglen);
 /* Measures and chooses as described on top, writes the record, fills *out. A record already on disk is
  * returned as is unless opt->force. EVT_ERR_UNSUPPORTED (message in msg) without nvcc, CUTLASS, a CUDA
  * device or cuBLASLt; nothing is written then. */

@@ -7,6 +7,8 @@
 
 #include "evt/kspec.h"
 #include "evt/rspec.h"
+#include "passes/passes.h"
+#include "runtime/exec_plan.h"
 #include "runtime/tune.h"
 #include "test.h"
 
@@ -327,4 +329,71 @@ TEST(tune_check_sampled_finds_a_wrong_element) {
     rd[15 * 24 + 9] = 0x7fc0;
     CHECK(isinf(evt_tune_check_sampled(&s, m, n, k, ra, rb, mem, rd, rows, 2, cols, 2)));
   }
+}
+
+/* The fused runtime's plan reads the records (EVT_TUNE_CACHE/tune): no record → default config, "not tuned";
+ * FUSED → the group's kernel gets the tuned config (new name) and launch-time scheduler; UNFUSED → the group
+ * falls back with the measured times as its reason. */
+TEST(tune_records_steer_the_fused_plan) {
+  char dir[128];
+  tmpdir(dir, sizeof dir);
+  const char *old = getenv("EVT_TUNE_CACHE");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("EVT_TUNE_CACHE", dir, 1);
+  char *err = NULL;
+  evt_graph *g = evt_parse_file("bench/graphs/mlp_bf16.evt", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (g) {
+    CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+    CHECK(evt_passes_run_all(g, 0, 0) == EVT_OK);
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    int gi = -1;
+    for (int i = 0; i < p.ngroups && gi < 0; i++)
+      if (p.groups[i].fused && p.groups[i].kind == EVT_LK_GEMM_EVT) gi = i;
+    CHECK(gi >= 0);
+    if (gi >= 0) {
+      char before[40];
+      snprintf(before, sizeof before, "%s", p.kname[p.groups[gi].kernel]);
+      CHECK(p.groups[gi].tuned == EVT_TUNE_NONE && strstr(p.groups[gi].tune_desc, "not tuned (default config"));
+      evt_tune_record r;
+      memset(&r, 0, sizeof r);
+      r.spec_hash = evt_kspec_epilogue_hash(&p.low.k[gi].spec);
+      r.m = p.groups[gi].m, r.n = p.groups[gi].n, r.k = p.groups[gi].k;
+      snprintf(r.gpu, sizeof r.gpu, "Test GPU");
+      r.choice = EVT_TUNE_UNFUSED;
+      r.cfg = EVT_TILE_CONFIG_DEFAULT;
+      r.fused_ms = 0.2, r.unfused_ms = 0.1;
+      snprintf(r.unfused_how, sizeof r.unfused_how, "cublasLt + row kernel");
+      char msg[256];
+      CHECK(evt_tune_record_write(NULL, &r, msg, sizeof msg) == EVT_OK);
+      evt_exec_plan_free(&p);
+      CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+      CHECK(!p.groups[gi].fused && p.groups[gi].tuned == EVT_TUNE_UNFUSED &&
+            strstr(p.groups[gi].why, "tuned: unfused (measured 0.1000 ms via cublasLt + row kernel vs fused 0.2000 ms)"));
+      r.choice = EVT_TUNE_FUSED;
+      r.cfg = (evt_tile_config){128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC};
+      r.swizzle = 4, r.raster = 1;
+      r.fused_ms = 0.05;
+      CHECK(evt_tune_record_write(NULL, &r, msg, sizeof msg) == EVT_OK);
+      evt_exec_plan_free(&p);
+      CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+      const evt_group_exec *x = &p.groups[gi];
+      CHECK(x->fused && x->tuned == EVT_TUNE_FUSED && x->swizzle == 4 && x->raster == 1);
+      CHECK(x->kernel >= 0 && strcmp(p.kname[x->kernel], before) && p.gspec[x->kernel]->cfg.tile_n == 256);
+      CHECK(strstr(x->tune_desc, "fused 128x256x64 c1x1 coop swizzle 4 along-M (0.0500 ms"));
+      evt_exec_plan_free(&p);
+    }
+    evt_graph_free(g);
+  }
+  if (saved) {
+    setenv("EVT_TUNE_CACHE", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("EVT_TUNE_CACHE");
+  }
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  CHECK(system(cmd) == 0);
 }
