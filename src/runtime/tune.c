@@ -45,6 +45,10 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
   ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_WORKSPACE);
   ADD(128, 256, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_WORKSPACE);
   ADD(128, 128, 1, 1, EVT_SCHED_PINGPONG, EVT_RED_WORKSPACE);
+  ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+  list[nl - 1].epi_n = 64; /* a wider epilogue subtile (fewer, larger TMA stores; less smem for stages) */
+  ADD(128, 256, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+  list[nl - 1].epi_n = 64;
 #undef ADD
   int cnt = 0;
   for (int i = 0; i < nl && cnt < max; i++) {
