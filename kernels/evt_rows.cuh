@@ -680,8 +680,8 @@ __device__ __forceinline__ void trigger_dependents() {
 }
 
 // ---- launch configuration -----------------------------------------------------------------------------------------
-// The original rule (evt_row_config.h with warp_vpt 1), kept for callers of this name.
-static inline int pick_config(int n, int *warps, int *vpt) { return evt_row_pick_config(n, 1, warps, vpt); }
+// The original rule (evt_row_config.h with warp_vpt 1, w1cap 8), kept for callers of this name.
+static inline int pick_config(int n, int *warps, int *vpt) { return evt_row_pick_config(n, 1, 8, warps, vpt); }
 
 }  // namespace evt_rows
 
