@@ -1174,11 +1174,23 @@ def _(dout, q, k, v, is_causal, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def cuda_attention_in_evt():
-    """EVT_ATTENTION=evt: CUDA attention (flash / efficient / cuDNN SDPA) is translated to evt's sdpa and
-    its backward to evt::sdpa_backward; default: it stays PyTorch's fused kernels."""
+def cuda_all_ops():
+    """EVT_CUDA_OPS=all: on CUDA, translate every op evt can run. Default ("fast"): convolutions and
+    attention stay PyTorch's (cuDNN, flash attention), whose evt GPU kernels are direct loops (the
+    node-by-node library has no implicit-GEMM convolution or tiled attention)."""
     import os
-    return os.environ.get("EVT_ATTENTION", "torch") == "evt"
+    return os.environ.get("EVT_CUDA_OPS", "fast") == "all"
+
+
+def cuda_attention_in_evt():
+    """EVT_ATTENTION=evt (or EVT_CUDA_OPS=all): CUDA attention (flash / efficient / cuDNN SDPA) is
+    translated to evt's sdpa and its backward to evt::sdpa_backward; default: PyTorch's fused kernels."""
+    import os
+    return os.environ.get("EVT_ATTENTION", "torch") == "evt" or cuda_all_ops()
+
+
+# Ops that stay in PyTorch on CUDA unless EVT_CUDA_OPS=all (see cuda_all_ops).
+CUDA_TORCH_OPS = {aten.convolution, aten.convolution_backward}
 
 
 # CUDA SDPA backward ops: (index of dropout_p, index of is_causal, index of attn_bias or None)
@@ -1379,5 +1391,7 @@ def translate(b, node, used):
             if t.device.type not in ("cpu", "cuda"):
                 raise Unsupported(f"tensor on {t.device.type}")
             b.on_device(t.device)
+    if packet in CUDA_TORCH_OPS and b.device is not None and b.device.type == "cuda" and not cuda_all_ops():
+        raise Unsupported("CUDA convolution stays in PyTorch (cuDNN); EVT_CUDA_OPS=all translates it")
     b.cur = node
     return fn(b, node, used)

@@ -4,8 +4,9 @@
 
 MODEL is one of the CI models of tests/python/test_torch_backend.py (mlp, bert, vit, xmlcnn, convbn, gcn,
 gcn_edges), built at small sizes on CUDA. For each mode (evt: default flags; evt_cg: options
-{"cudagraphs": True}; evt_fp32: no autocast; evt_attn: EVT_ATTENTION=evt, CUDA attention translated to evt,
-only for the models with SDPA; evt_nopass: EVT_PASSES=0, the segments as translated, without evt's graph
+{"cudagraphs": True}; evt_fp32: no autocast; evt_all: EVT_CUDA_OPS=all, convolutions and CUDA
+attention translated to evt too (by default they stay cuDNN / flash attention), only for the models
+that have them; evt_nopass: EVT_PASSES=0, the segments as translated, without evt's graph
 passes, whose decompositions add bf16 roundings) the model trains eager and compiled side by side from the
 same weights: 2 SGD (momentum) steps then 2 AdamW steps, under bf16 autocast (fp32 for evt_fp32). Every
 step's loss and every parameter gradient are compared with eager's: rel = max|a - b| / max|b|; matched
@@ -56,7 +57,7 @@ def models():
     }
 
 
-SDPA_MODELS = {"sdpa"}  # the models with F.scaled_dot_product_attention (mode evt_attn)
+ALL_OPS_MODELS = {"sdpa", "convbn", "vit", "xmlcnn"}  # models with attention or convolutions (mode evt_all)
 
 
 def rel(a, b):
@@ -78,10 +79,10 @@ def run(name, mode):
     amp = mode != "evt_fp32"
     tol = 1e-2 if amp else 1e-3
     opts = {"cudagraphs": True} if mode == "evt_cg" else None
-    if mode == "evt_attn":
-        os.environ["EVT_ATTENTION"] = "evt"
+    if mode == "evt_all":
+        os.environ["EVT_CUDA_OPS"] = "all"
     else:
-        os.environ.pop("EVT_ATTENTION", None)
+        os.environ.pop("EVT_CUDA_OPS", None)
     os.environ["EVT_PASSES"] = "0" if mode == "evt_nopass" else "1"
     torch._dynamo.reset()
     cap = Capture()
@@ -167,7 +168,7 @@ def main():
     print(f"program API in libevt: {G.has_program_api()}; EVT_FUSED={os.environ.get('EVT_FUSED', '1')}", flush=True)
     for mode in a.modes.split(","):  # modes outermost: every model's first mode before any second mode
         for name in a.models.split(","):
-            if mode == "evt_attn" and name not in SDPA_MODELS:
+            if mode == "evt_all" and name not in ALL_OPS_MODELS:
                 continue
             t0 = time.time()
             try:

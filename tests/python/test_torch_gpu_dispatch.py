@@ -436,3 +436,26 @@ def test_cuda_attention_translation_is_opt_in(monkeypatch):
     plan = B.build_plan(gm)
     segs = _segments(plan)
     assert plan.fallbacks == [] and len(segs) == 1 and "sdpa(" in segs[0].text
+
+
+@needs_lib
+def test_cuda_convolution_stays_in_pytorch_unless_all_ops(monkeypatch):
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    def f(x, w):
+        return [torch.relu(torch.ops.aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))]
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(2, 3, 6, 6, device="cuda"), torch.empty(4, 3, 3, 3, device="cuda")]
+        gm = make_fx(f)(*fakes)
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    why = {n.name: w for n, w in B.build_plan(gm).fallbacks}
+    assert list(why) == ["convolution"] and "cuDNN" in why["convolution"], why
+    monkeypatch.setenv("EVT_CUDA_OPS", "all")
+    plan = B.build_plan(gm)
+    assert plan.fallbacks == [] and "conv2d(" in _segments(plan)[0].text
