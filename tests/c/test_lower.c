@@ -165,8 +165,8 @@ TEST(lower_unsupported_nodes_give_reasons) {
   struct {
     const char *body, *want1, *want2;
   } cases[] = {
-      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n  %e = erf(%m)\n  output %e\n",
-       "%e (erf)", "no visitor node for erf"},
+      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n  %e = pow(%m, value=3)\n  output %e\n",
+       "%e (pow)", "no visitor node for pow"},
       {"  %x: f32[32,64] = input()\n  %w: f32[64,128] = param()\n  %m = mm(%x, %w)\n  output %m\n", "%m (mm)",
        "operands f32 x f32"},
       {"  %x: bf16[16,64] = input()\n  %w: bf16[64,10] = param()\n  %m = mm(%x, %w)\n  output %m\n", "%m (mm)",
@@ -175,10 +175,14 @@ TEST(lower_unsupported_nodes_give_reasons) {
       {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %t: bf16[128,32] = input()\n"
        "  %tt = permute(%t, dims=[1,0])\n  %m = mm(%x, %w)\n  %o = add(%m, %tt)\n  output %o\n",
        "%o (add)", "not a broadcast of the"},
-      /* a scalar computed at run time (a sum in another kernel) */
-      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %v: bf16[8] = input()\n  %s = sum(%v)\n"
-       "  %m = mm(%x, %w)\n  %o = mul(%m, %s)\n  output %o\n",
-       "%o (mul)", "run-time scalar"},
+      /* a run-time scalar of an integer dtype (float ones are scalar_load nodes) */
+      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %v: i64[] = input()\n  %c = cast(%v, dtype=bf16)\n"
+       "  %m = mm(%x, %w)\n  %o = mul(%m, %c)\n  output %o\n",
+       "(cast)", "cast from i64"},
+      /* amax in a GEMM epilogue: row kernels only */
+      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n  %a = amax(%m, dims=[1])\n"
+       "  output %m\n  output %a\n",
+       "%a (amax)", "GEMM"},
       /* a bias gradient summed into bf16: the visitor's sums are f32 atomics */
       {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n  %s = sum(%m, dims=[0])\n"
        "  output %m\n  output %s\n",
@@ -223,7 +227,7 @@ TEST(lower_can_fuse_one_node) {
   char why[256];
   CHECK(evt_lower_can_fuse(g, m, evt_graph_find(g, "h"), why, sizeof why));
   CHECK(evt_lower_can_fuse(g, m, evt_graph_find(g, "hc"), why, sizeof why)); /* [M,1]: a column broadcast */
-  CHECK(!evt_lower_can_fuse(g, m, evt_graph_find(g, "e"), why, sizeof why) && strstr(why, "exp"));
+  CHECK(evt_lower_can_fuse(g, m, evt_graph_find(g, "e"), why, sizeof why)); /* exp: an evt_ops functor */
   CHECK(!evt_lower_can_fuse(g, m, evt_graph_find(g, "bad"), why, sizeof why) && strstr(why, "%tt"));
   CHECK(!evt_lower_can_fuse(g, m, evt_graph_find(g, "ci"), why, sizeof why) && strstr(why, "cast from i64"));
   CHECK(!evt_lower_can_fuse(g, evt_graph_find(g, "h"), evt_graph_find(g, "hc"), why, sizeof why) && strstr(why, "GEMM"));
@@ -376,7 +380,7 @@ static int check_lowered_against_interp_rules(evt_graph *g, const char *what, in
       evt_vop op = L->kind == EVT_LK_GEMM_EVT ? L->spec.nodes[i].op : L->rspec.nodes[i].op;
       if (L->vtensor[i] < 0) continue;
       const evt_tensor *t = &val[L->vtensor[i]];
-      int64_t want = op == EVT_V_ROW_SUM || op == EVT_V_ROW_BCAST ? L->n : op == EVT_V_COL_SUM || op == EVT_V_COL_BCAST ? L->m : L->m * L->n;
+      int64_t want = evt_vop_elems(op, L->m, L->n);
       CHECK_MSG(t->numel == want, "%s group %d node %d: %lld elements, want %lld", what, gi, i, (long long)t->numel, (long long)want);
       bad = t->numel != want;
       mem[i] = evt_vop_class(op) == 'S' ? calloc((size_t)want, sizeof(double)) : t->data;
