@@ -19,6 +19,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "philox.h"
+
 namespace evt_rows {
 
 // ---- conversions and chunk access ------------------------------------------------------------------------
@@ -339,6 +341,11 @@ __device__ __forceinline__ float le(float x, float y) { return x <= y ? 1.f : 0.
 __device__ __forceinline__ float gt(float x, float y) { return x > y ? 1.f : 0.f; }
 __device__ __forceinline__ float ge(float x, float y) { return x >= y ? 1.f : 0.f; }
 __device__ __forceinline__ float where(float c, float a, float b) { return c != 0.f ? a : b; }
+// rand: element e of a Philox stream (kernels/philox.h, as the interpreter draws it), rounded to T like the tensor
+template <class T>
+__device__ __forceinline__ float rand_u(unsigned long long seed, unsigned long long offset, unsigned long long e) {
+  return to_f(from_f<T>(evt_philox_uniform(seed, offset, e)));
+}
 // max that lets NaN win (amax propagates NaN); the running value m starts at -inf
 __device__ __forceinline__ float nanmax(float m, float x) { return m != m ? m : (x != x || x > m) ? x : m; }
 template <int WARPS>

@@ -68,7 +68,6 @@ struct ReluGrad<cutlass::Array<T, N>> {
     CUTLASS_HOST_DEVICE A operator() ARGS const {                                                   \
       A r;                                                                                          \
       Name<T> op;                                                                                   \
-      CUTLASS_PRAGMA_UNROLL                                                                         \
       for (int i = 0; i < N; ++i) r[i] = EVT_OPS_CALL##NARGS;                                       \
       return r;                                                                                     \
     }                                                                                               \

@@ -273,6 +273,10 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
       case EVT_V_COL_BCAST: sb(&b, "        const float v%d = cb%d;\n", i, i); break;
       case EVT_V_SCALAR: sb(&b, "        const float v%d = (float)(%.17g);\n", i, v->value); break;
       case EVT_V_SCALAR_LOAD: sb(&b, "        const float v%d = sl%d;  // %s\n", i, i, v->name); break;
+      case EVT_V_RAND:
+        sb(&b, "        const float v%d = evt_rows::rand_u<%s>(%lluull, %lluull, (unsigned long long)(row * n + j0 + e));  // rand\n",
+           i, ctype(v->dtype), (unsigned long long)v->seed, (unsigned long long)v->offset);
+        break;
       case EVT_V_ONE_HOT: sb(&b, "        const float v%d = (long long)(j0 + e) == oh%d ? 1.f : 0.f;  // %s\n", i, i, v->name); break;
       case EVT_V_COL_MAX:
         sb(&b, "        if (ok) cm%d = evt_rows::nanmax(cm%d, v%d);  // %s\n        const float v%d = v%d;\n", i, i, a, v->name, i, a);

@@ -58,9 +58,9 @@ int evt_vop_storage_ok(evt_vop op, evt_dtype dtype, int gemm) {
   switch (op) {
     case EVT_V_ONE_HOT: return dtype == EVT_I64 || dtype == EVT_I32;
     case EVT_V_ROW_SUM: case EVT_V_COL_SUM: return gemm ? dtype == EVT_F32 : fl;
-    case EVT_V_COL_MAX: return !gemm && fl;
-    case EVT_V_AUX_LOAD: case EVT_V_AUX_STORE: case EVT_V_ROW_BCAST: case EVT_V_COL_BCAST: case EVT_V_SCALAR_LOAD:
-      return fl || (!gemm && dtype == EVT_BOOL);
+    case EVT_V_COL_MAX: case EVT_V_RAND: return !gemm && fl;
+    case EVT_V_AUX_LOAD: case EVT_V_AUX_STORE: return fl || dtype == EVT_BOOL; /* GEMM: u8 aux tiles (N % 16) */
+    case EVT_V_ROW_BCAST: case EVT_V_COL_BCAST: case EVT_V_SCALAR_LOAD: return fl || (!gemm && dtype == EVT_BOOL);
     default: return 1;
   }
 }
@@ -137,7 +137,7 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
     for (int j = 0; j < i; j++)
       if (evt_vop_has_memory(v->op) && evt_vop_has_memory(s->nodes[j].op) && !strcmp(s->nodes[j].name, v->name))
         return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: node %d: name '%s' used twice", i, v->name);
-    if (v->op == EVT_V_COL_MAX || v->op == EVT_V_ONE_HOT)
+    if (v->op == EVT_V_COL_MAX || v->op == EVT_V_ONE_HOT || v->op == EVT_V_RAND)
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (%s %s): no GEMM epilogue visitor for %s (row "
                   "kernels only)", i, evt_vop_name(v->op), v->name, evt_vop_name(v->op));
     if ((v->op == EVT_V_ROW_SUM || v->op == EVT_V_COL_SUM) && v->dtype != EVT_F32)
@@ -173,6 +173,8 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
     for (int j = 0; j < evt_vop_arity(v->op); j++) OUT(" %%%d", v->in[j]);
     if (evt_vop_has_memory(v->op)) OUT(" %s:%s", v->name, evt_dtype_name(v->dtype));
     if (v->op == EVT_V_SCALAR) OUT(" %.17g", v->value);
+    if (v->op == EVT_V_RAND) OUT(" seed %llu offset %llu %s", (unsigned long long)v->seed, (unsigned long long)v->offset,
+                                 evt_dtype_name(v->dtype));
     OUT("\n");
   }
   OUT("D = %%%d\n", s->d_node);

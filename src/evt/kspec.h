@@ -74,6 +74,7 @@
   X(KEEP, "keep", 2, 'C')               /* (a, b) → a; b is visited for its stores (tree.c) */   \
   X(SCALAR_LOAD, "scalar_load", 0, 'L') /* a rank-0 tensor read from memory at run time */       \
   X(ONE_HOT, "one_hot", 0, 'L')         /* M-vector of class indices t (i64/i32): j == t[i] */   \
+  X(RAND, "rand", 0, 'L')               /* Philox uniform of element i·N + j (seed, offset) */   \
   X(AUX_STORE, "aux_store", 1, 'S')     /* stores its input (rounded to dtype) to an M×N tensor */ \
   X(ROW_SUM, "row_sum", 1, 'S')         /* Σ over M → N-vector (f32, atomic) */                  \
   X(COL_SUM, "col_sum", 1, 'S')         /* Σ over N → M-vector (f32, atomic) */                  \
@@ -94,6 +95,7 @@ typedef struct evt_vnode {
   int in[3];        /* input node ids (smaller than this node's id), -1 if unused */
   evt_dtype dtype;  /* element type in memory of loads/stores; EVT_F32 for computes */
   double value;     /* EVT_V_SCALAR */
+  uint64_t seed, offset; /* EVT_V_RAND: the rand op's Philox key and counter offset (dtype: its rounding) */
   char name[24];    /* argument name in the generated launcher and in messages */
 } evt_vnode;
 
@@ -172,6 +174,8 @@ int evt_vop_storage_ok(evt_vop op, evt_dtype dtype, int gemm);
  * inputs' values in[0..2]. Returns the node's value. */
 double evt_vop_visit(evt_vop op, evt_dtype dtype, double value, double *const *tensors, int v, int64_t i,
                      int64_t j, int64_t n, const double in[3]);
+/* EVT_V_RAND's value for element e = i·N + j: evt_philox_uniform(seed, offset, e) rounded to dtype. */
+double evt_vop_rand(uint64_t seed, uint64_t offset, evt_dtype dtype, int64_t e);
 /* Number of elements of a node's memory for an M×N problem (0 for nodes without memory). */
 int64_t evt_vop_elems(evt_vop op, int64_t m, int64_t n);
 

@@ -257,9 +257,27 @@ static int operand(lctx *c, int v, int x, const evt_type *out) {
            xn->name, (long long)c->m, (long long)c->n);
     return -1;
   }
-  if (bn->op == EVT_OP_RAND) {
-    refuse(c, v, "operand %%%s: rand is generated in-kernel and the visitor has no RNG node", xn->name);
-    return -1;
+  if (bn->op == EVT_OP_RAND) { /* drawn in the kernel: element (i, j) of a dense M x N rand is Philox counter i*N+j */
+    if (!c->row) {
+      refuse(c, v, "operand %%%s: rand in a GEMM epilogue (the Philox visitor is a row-kernel node)", xn->name);
+      return -1;
+    }
+    if (op != EVT_V_AUX_LOAD || !float_dtype(bn->type.dtype)) {
+      refuse(c, v, "operand %%%s: a rand that is not a dense %lldx%lld float tile", xn->name, (long long)c->m, (long long)c->n);
+      return -1;
+    }
+    for (int i = 0; i < c->s->nnodes; i++) {
+      const evt_vnode *r = &c->s->nodes[i];
+      if (r->op == EVT_V_RAND && r->seed == (uint64_t)bn->attr.seed && r->offset == (uint64_t)bn->attr.offset &&
+          r->dtype == bn->type.dtype)
+        return i;
+    }
+    int id = add_node(c, v, EVT_V_RAND, -1, -1, bn->type.dtype, NULL, -1); /* no memory */
+    if (id >= 0) {
+      c->s->nodes[id].seed = (uint64_t)bn->attr.seed;
+      c->s->nodes[id].offset = (uint64_t)bn->attr.offset;
+    }
+    return id;
   }
   if (!evt_vop_storage_ok(op, bn->type.dtype, !c->row)) {
     refuse(c, v, "operand %%%s has dtype %s (loads take bf16, f16, f32%s)", xn->name, evt_dtype_name(bn->type.dtype),
@@ -698,6 +716,7 @@ static void lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt
     const evt_vnode *v = &scratch->nodes[i];
     int id = v->op == EVT_V_ACC      ? evt_rspec_acc(&L->rspec, c.accsel[i])
              : v->op == EVT_V_SCALAR ? evt_rspec_scalar(&L->rspec, v->value)
+             : v->op == EVT_V_RAND   ? evt_rspec_rand(&L->rspec, v->seed, v->offset, v->dtype)
                                      : evt_rspec_add3(&L->rspec, v->op, v->in[0], v->in[1], v->in[2], v->dtype, v->name);
     if (id != i) refuse(&c, nu >= 0 ? nu : c.bad, "row spec rejected node %d", i);
   }
@@ -817,8 +836,10 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
       for (int k = 0; k < vn->ninputs; k++) {
         int x = vn->inputs[k];
         const evt_node *xn = &g->nodes[x];
-        if (x == nucleus || vid[x] >= 0 || evt_op_table[xn->op].cls == EVT_CLASS_SOURCE || source_view(g, x)) continue;
-        if (evt_type_numel(&xn->type) != c.m * c.n || !float_dtype(xn->type.dtype)) continue;
+        if (x == nucleus || vid[x] >= 0 || evt_op_table[xn->op].cls == EVT_CLASS_SOURCE || xn->op == EVT_OP_RAND ||
+            source_view(g, x))
+          continue; /* (rand: generated in-kernel, judged as an operand) */
+        if (evt_type_numel(&xn->type) != c.m * c.n || (!float_dtype(xn->type.dtype) && xn->type.dtype != EVT_BOOL)) continue;
         char name[24];
         snprintf(name, sizeof name, "p%d", k);
         vid[x] = add_node(&c, x, EVT_V_AUX_LOAD, -1, -1, xn->type.dtype, name, x);

@@ -65,6 +65,12 @@ int evt_rspec_acc(evt_rspec *s, evt_row_value sel) {
   return id;
 }
 
+int evt_rspec_rand(evt_rspec *s, uint64_t seed, uint64_t offset, evt_dtype dtype) {
+  int id = evt_rspec_add(s, EVT_V_RAND, -1, -1, dtype, NULL);
+  if (id >= 0) s->nodes[id].seed = seed, s->nodes[id].offset = offset;
+  return id;
+}
+
 int evt_rspec_scalar(evt_rspec *s, double value) {
   int id = evt_rspec_add(s, EVT_V_SCALAR, -1, -1, EVT_F32, NULL);
   if (id >= 0) s->nodes[id].value = value;
@@ -122,7 +128,7 @@ evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen) {
     for (int j = 0; j < i; j++)
       if (evt_vop_has_memory(v->op) && evt_vop_has_memory(s->nodes[j].op) && !strcmp(s->nodes[j].name, v->name))
         return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d: name '%s' used twice", i, v->name);
-    if (evt_vop_has_memory(v->op) && !evt_vop_storage_ok(v->op, v->dtype, 0))
+    if ((evt_vop_has_memory(v->op) || v->op == EVT_V_RAND) && !evt_vop_storage_ok(v->op, v->dtype, 0))
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: node %d (%s %s): dtype %s not supported", i,
                   evt_vop_name(v->op), v->name, evt_dtype_name(v->dtype));
     if (v->op == EVT_V_ACC) {
@@ -163,6 +169,8 @@ int evt_rspec_text(const evt_rspec *s, char *buf, size_t len) {
     for (int j = 0; j < evt_vop_arity(v->op); j++) OUT(" %%%d", v->in[j]);
     if (evt_vop_has_memory(v->op)) OUT(" %s:%s", v->name, evt_dtype_name(v->dtype));
     if (v->op == EVT_V_SCALAR) OUT(" %.17g", v->value);
+    if (v->op == EVT_V_RAND) OUT(" seed %llu offset %llu %s", (unsigned long long)v->seed, (unsigned long long)v->offset,
+                                 evt_dtype_name(v->dtype));
     OUT("\n");
   }
 #undef OUT
@@ -268,6 +276,7 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
                      : nd->sel == EVT_RV_IN0  ? in[0][i * n + j]
                                               : in[1][i * n + j];
             break;
+          case EVT_V_RAND: val[v] = evt_vop_rand(nd->seed, nd->offset, nd->dtype, i * n + j); break;
           default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, vin); break;
         }
       }
@@ -372,6 +381,9 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
                             EVT_F32, NULL);
     evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_ADD, sel, cnt, EVT_F32, NULL), -1, dt, "y");
     evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add3(s, EVT_V_WHERE, ge, m, eq, EVT_F32, NULL), -1, EVT_BOOL, "mb");
+    int u = evt_rspec_rand(s, 1234567, 89, dt); /* a dropout mask drawn in the kernel */
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_GE, u, evt_rspec_scalar(s, 0.25), EVT_F32, NULL), -1,
+                  EVT_BOOL, "keep");
   } else if (!strcmp(name, "softmax_xent")) {
     /* cross-entropy backward on a softmax row: (softmax(x) − one_hot(t)) · k with k a run-time scalar, the
      * row max (col_max), Σ_N x·one_hot (col_sum) and Σ_M of the gradient (row_sum), all stored in dt */

@@ -19,6 +19,8 @@
  *   aux_load   M×N tensor; row_bcast: N-vector (indexed by j); col_bcast: M-vector (indexed by i);
  *   scalar     constant `value` (f32); scalar_load: a rank-0 tensor read from memory (another kernel's result);
  *   one_hot    an M-vector of integer class indices t (i64 / i32): 1 where j == t[i], else 0;
+ *   rand       Philox uniform of element e = i·N + j with the rand op's seed / offset (kernels/philox.h,
+ *              bit-identical to the interpreter), rounded to dtype: dropout masks drawn in the kernel;
  *   computes: f32, semantics of evt_vop_apply3 (vref.c); bool values are 0/1 (comparisons give them);
  *   aux_store  stores its input rounded to dtype (M×N; bool: u8 0/1, nonzero → 1) and passes the value on;
  *              aux_load of a bool tensor reads u8 0/1;
@@ -56,6 +58,7 @@ typedef struct evt_rnode {
   int in[3];          /* input node ids (smaller than this node's id), -1 if unused */
   evt_dtype dtype;    /* memory dtype of loads / stores; EVT_F32 for the rest */
   double value;       /* EVT_V_SCALAR */
+  uint64_t seed, offset; /* EVT_V_RAND (see kspec.h) */
   evt_row_value sel;  /* EVT_V_ACC: which nucleus value */
   char name[24];      /* argument name in the generated source and in messages */
 } evt_rnode;
@@ -78,6 +81,7 @@ int evt_rspec_add(evt_rspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, c
 int evt_rspec_add3(evt_rspec *s, evt_vop op, int in0, int in1, int in2, evt_dtype dtype, const char *name);
 int evt_rspec_acc(evt_rspec *s, evt_row_value sel);  /* an acc node reading nucleus value `sel` */
 int evt_rspec_scalar(evt_rspec *s, double value);
+int evt_rspec_rand(evt_rspec *s, uint64_t seed, uint64_t offset, evt_dtype dtype); /* a rand node */
 evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen);
 const char *evt_row_nucleus_name(evt_row_nucleus n);
 const char *evt_row_value_name(evt_row_value v);
@@ -103,7 +107,8 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
  *   gelu_bwd        nucleus-free: dx = gelu_erf'(x + bias[j]) · dy (aux loads dy, x; row_bcast bias)
  *   chain_rowsum    nucleus-free: z = relu(a·s[i] + b) − 0.5·a (col_bcast s), aux_store z, col_sum Σ_N z
  *   unary_math      nucleus-free: neg exp log erf tanh sqrt rsqrt reciprocal abs sign maximum minimum (3 stores)
- *   cmp_where       nucleus-free: eq ne lt le gt ge where on loaded values, a bool load, two bool stores
+ *   cmp_where       nucleus-free: eq ne lt le gt ge where on loaded values, a bool load, bool stores, a
+ *                   dropout-style mask ge(rand, 0.25) drawn in the kernel
  *   softmax_xent    softmax, one_hot (i64 targets), scalar_load k, aux/row_sum/col_max/col_sum stores in dt
  * Returns EVT_ERR_INVALID for an unknown name. */
 evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt);

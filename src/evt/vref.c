@@ -12,6 +12,7 @@
 
 #include "evt/kspec.h"
 #include "evt_impl.h"
+#include "philox.h"
 
 double evt_vop_apply(evt_vop op, double x, double y) {
   switch (op) {
@@ -64,6 +65,10 @@ double evt_vop_apply(evt_vop op, double x, double y) {
 double evt_vop_apply3(evt_vop op, double x, double y, double z) {
   if (op == EVT_V_WHERE) return x != 0 ? y : z;
   return evt_vop_apply(op, x, y);
+}
+
+double evt_vop_rand(uint64_t seed, uint64_t offset, evt_dtype dtype, int64_t e) {
+  return evt_round_to_dtype((double)evt_philox_uniform(seed, offset, (uint64_t)e), dtype);
 }
 
 int64_t evt_vop_elems(evt_vop op, int64_t m, int64_t n) {
