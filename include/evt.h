@@ -135,7 +135,28 @@ evt_status evt_interp_init_inputs(evt_graph *g, evt_tensor *values, uint64_t see
  * and returns without synchronizing; with EVT_PROGRAM_CUDA_GRAPH the step is captured once as a CUDA graph
  * and replayed (captured again when a binding changed). Needs libevt_fallback.so and a CUDA device;
  * otherwise EVT_ERR_UNSUPPORTED with the reason in evt_program_error / the graph's error. Errors of a run
- * name the group or node. g must outlive the program (the program may optimize g in place). */
+ * name the group or node. g must outlive the program (the program may optimize g in place).
+ * Outputs must not alias inputs or params. The first run of a CUDA-graph program runs eagerly (it loads
+ * kernels and workspaces), later runs replay the captured graph. A program runs one step at a time: runs
+ * on different streams must be ordered by the caller. An index out of range at run time (embedding,
+ * one_hot, spmm) is skipped by the kernel and flagged on the device, not reported by evt_program_run
+ * (`evtc run --device cuda` synchronizes and reports it). Launch count: known after the first run.
+ *
+ * Example (examples/c/train_step.c builds and runs it; error checks shortened):
+ *
+ *     evt_program *p;
+ *     if (evt_program_create(g, EVT_PROGRAM_FUSED | EVT_PROGRAM_CUDA_GRAPH, &p) != EVT_OK)
+ *       fprintf(stderr, "%s\n", evt_graph_error(g));      // e.g. "no CUDA device: ..."
+ *     cudaMalloc(&dx, 32 * 64 * 4); cudaMalloc(&dw, 64 * 10 * 4); cudaMalloc(&dy, 32 * 8);   // f32, f32, i64
+ *     cudaMalloc(&dloss, 4); cudaMalloc(&dgw, 64 * 10 * 4);
+ *     evt_program_bind(p, "x", dx); evt_program_bind(p, "w", dw); evt_program_bind(p, "y", dy);
+ *     evt_program_bind_output(p, 0, dloss); evt_program_bind_output(p, 1, dgw);            // loss, grad.w
+ *     for (int step = 0; step < 100; step++) {
+ *       if (evt_program_run(p, stream) != EVT_OK) fprintf(stderr, "%s\n", evt_program_error(p));
+ *       sgd_kernel<<<..., stream>>>(dw, dgw);                 // the caller's update, same stream
+ *     }
+ *     cudaStreamSynchronize(stream);
+ *     evt_program_destroy(p);                                  // the caller frees its buffers */
 typedef struct evt_program evt_program;
 #define EVT_PROGRAM_FUSED 1u       /* run lowered groups as generated kernels (else node by node) */
 #define EVT_PROGRAM_CUDA_GRAPH 2u  /* capture the step as a CUDA graph, replay it */

@@ -655,10 +655,24 @@ __global__ void k_to_double(double *S, tv x, ll n) {
 
 /* ---- host side ------------------------------------------------------------------------------------- */
 
-static double *g_scratch, *g_scratch2;
-static cublasHandle_t g_cublas;
+/* Per-runtime state (one per evt_program): the stream of the node being enqueued, a cuBLAS handle with its
+ * own workspace (cuBLAS under CUDA-graph capture must not allocate), the double scratch S of every node,
+ * the second scratch S2 (loss terms, cuBLAS f32 product, sdpa rows) and a staging buffer for host
+ * conversions (never read by a captured step, so growing it cannot invalidate a CUDA graph). */
+struct evt_fb_ctx {
+  cudaStream_t stream;
+  cublasHandle_t cublas;
+  void *cublas_ws;
+  size_t cublas_ws_bytes;
+  double *s1, *s2, *stage;
+  size_t n1, n2, nstage;
+  long launches;
+};
+
 static bool g_exact_gemm; /* $EVT_CUDA_EXACT_GEMM=1: every product on the f64 tiled kernel */
-static size_t g_scratch_n, g_scratch2_n;
+
+/* the stream argument of every launch in evt_fb_run: counts the launch */
+#define ST (ctx->launches++, ctx->stream)
 
 #define CK(call)                                                                                           \
   do {                                                                                                     \
@@ -674,6 +688,8 @@ static int blocks(ll n) {
   return (int)(b < 1 ? 1 : b > 65535 * 4 ? 65535 * 4 : b);
 }
 
+/* Grows *buf to n doubles. Growing frees the old buffer (cudaFree waits for the device): runs reserve
+ * every node's scratch before the first step, so a step never grows it (see evt_fb_reserve). */
 static int ensure(double **buf, size_t *cap, size_t n, char *err, size_t errlen) {
   if (n <= *cap) return 0;
   if (*buf) cudaFree(*buf);
@@ -744,6 +760,26 @@ static ll prod(const int64_t *s, int lo, int hi) {
   return p;
 }
 
+/* Doubles of S2 node nd needs (0: none); mirrors the uses in evt_fb_run. */
+static ll scratch2_need(const evt_fb_node *nd) {
+  const evt_fb_tensor *in = nd->in;
+  switch (nd->op) {
+  case EVT_FB_OP_NLL_LOSS: case EVT_FB_OP_NLL_LOSS_BACKWARD: case EVT_FB_OP_CROSS_ENTROPY: {
+    const evt_fb_tensor &x = in[nd->op == EVT_FB_OP_NLL_LOSS_BACKWARD ? 1 : 0];
+    ll m = x.rank == 1 ? 1 : x.rank >= 2 ? x.shape[0] * prod(x.shape, 2, x.rank) : 0;
+    return 2 * m + 1;
+  }
+  case EVT_FB_OP_BCE_WITH_LOGITS: case EVT_FB_OP_MSE_LOSS: return 2 * in[0].numel + 1;
+  case EVT_FB_OP_MM: case EVT_FB_OP_BMM: case EVT_FB_OP_ADDMM: return (nd->out.numel + 1) / 2 + 1;
+  case EVT_FB_OP_SDPA: case EVT_FB_OP_SDPA_BACKWARD_Q: case EVT_FB_OP_SDPA_BACKWARD_K: case EVT_FB_OP_SDPA_BACKWARD_V: {
+    const evt_fb_tensor &q = in[nd->op == EVT_FB_OP_SDPA ? 0 : 1], &k = in[nd->op == EVT_FB_OP_SDPA ? 1 : 2];
+    if (q.rank < 2 || k.rank != q.rank) return 0;
+    return prod(q.shape, 0, q.rank - 2) * q.shape[q.rank - 2] * 2 * k.shape[k.rank - 2] + 1;
+  }
+  default: return 0;
+  }
+}
+
 extern "C" int evt_fb_dtype_bytes(int dt) {
   switch (dt) {
   case EVT_FB_F32: case EVT_FB_I32: return 4;
@@ -761,18 +797,52 @@ extern "C" int evt_fb_init(char *err, size_t errlen) {
     return 1;
   }
   CK(cudaSetDevice(0));
-  if (!g_cublas) {
-    cublasStatus_t cs = cublasCreate(&g_cublas);
-    if (cs != CUBLAS_STATUS_SUCCESS) {
-      snprintf(err, errlen, "cublasCreate failed (status %d)", (int)cs);
-      return 2;
-    }
-    cublasSetMathMode(g_cublas, CUBLAS_PEDANTIC_MATH); /* no TF32, no reduced-precision reductions */
-  }
   const char *ex = getenv("EVT_CUDA_EXACT_GEMM");
   g_exact_gemm = ex && *ex && strcmp(ex, "0");
-  int zero = 0;
-  CK(cudaMemcpyToSymbol(g_bad_node, &zero, sizeof zero));
+  return 0;
+}
+
+extern "C" void evt_fb_ctx_free(evt_fb_ctx *c) {
+  if (!c) return;
+  if (c->cublas) cublasDestroy(c->cublas);
+  cudaFree(c->cublas_ws);
+  cudaFree(c->s1);
+  cudaFree(c->s2);
+  cudaFree(c->stage);
+  free(c);
+}
+
+extern "C" evt_fb_ctx *evt_fb_ctx_new(char *err, size_t errlen) {
+  evt_fb_ctx *c = (evt_fb_ctx *)calloc(1, sizeof *c);
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  cublasStatus_t cs = cublasCreate(&c->cublas);
+  if (cs != CUBLAS_STATUS_SUCCESS) {
+    snprintf(err, errlen, "cublasCreate failed (status %d)", (int)cs);
+    c->cublas = NULL;
+    evt_fb_ctx_free(c);
+    return NULL;
+  }
+  cublasSetMathMode(c->cublas, CUBLAS_PEDANTIC_MATH); /* no TF32, no reduced-precision reductions */
+  c->cublas_ws_bytes = (size_t)32 << 20;
+  cudaError_t e = cudaMalloc(&c->cublas_ws, c->cublas_ws_bytes);
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "cudaMalloc(cuBLAS workspace): %s", cudaGetErrorString(e));
+    c->cublas_ws = NULL;
+    evt_fb_ctx_free(c);
+    return NULL;
+  }
+  return c;
+}
+
+extern "C" long evt_fb_launches(const evt_fb_ctx *c) { return c ? c->launches : 0; }
+
+extern "C" int evt_fb_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, size_t errlen) {
+  ll n = nd->out.numel, n2 = scratch2_need(nd);
+  if (ensure(&c->s1, &c->n1, (size_t)(n > 0 ? n : 1), err, errlen)) return 2;
+  if (n2 > 0 && ensure(&c->s2, &c->n2, (size_t)n2, err, errlen)) return 2;
   return 0;
 }
 
@@ -790,24 +860,35 @@ extern "C" void evt_fb_free(void *p) {
   if (p) cudaFree(p);
 }
 
-extern "C" int evt_fb_upload(const evt_fb_tensor *t, const double *host, char *err, size_t errlen) {
-  if (ensure(&g_scratch, &g_scratch_n, (size_t)(t->numel ? t->numel : 1), err, errlen)) return 2;
-  CK(cudaMemcpy(g_scratch, host, sizeof(double) * (size_t)t->numel, cudaMemcpyHostToDevice));
-  k_finish<<<blocks(t->numel), 256>>>(t->ptr, t->dtype, g_scratch, t->numel);
+extern "C" int evt_fb_upload(evt_fb_ctx *ctx, const evt_fb_tensor *t, const double *host, void *stream, char *err,
+                             size_t errlen) {
+  cudaStream_t s = (cudaStream_t)stream;
+  if (ensure(&ctx->stage, &ctx->nstage, (size_t)(t->numel ? t->numel : 1), err, errlen)) return 2;
+  CK(cudaMemcpyAsync(ctx->stage, host, sizeof(double) * (size_t)t->numel, cudaMemcpyHostToDevice, s));
+  k_finish<<<blocks(t->numel), 256, 0, s>>>(t->ptr, t->dtype, ctx->stage, t->numel);
   CK(cudaGetLastError());
+  CK(cudaStreamSynchronize(s)); /* the staging buffer is reused by the next upload */
   return 0;
 }
 
-extern "C" int evt_fb_download(const evt_fb_tensor *t, double *host, char *err, size_t errlen) {
-  if (ensure(&g_scratch, &g_scratch_n, (size_t)(t->numel ? t->numel : 1), err, errlen)) return 2;
-  k_to_double<<<blocks(t->numel), 256>>>(g_scratch, view(*t), t->numel);
+extern "C" int evt_fb_download(evt_fb_ctx *ctx, const evt_fb_tensor *t, double *host, void *stream, char *err,
+                               size_t errlen) {
+  cudaStream_t s = (cudaStream_t)stream;
+  if (ensure(&ctx->stage, &ctx->nstage, (size_t)(t->numel ? t->numel : 1), err, errlen)) return 2;
+  k_to_double<<<blocks(t->numel), 256, 0, s>>>(ctx->stage, view(*t), t->numel);
   CK(cudaGetLastError());
-  CK(cudaMemcpy(host, g_scratch, sizeof(double) * (size_t)t->numel, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpyAsync(host, ctx->stage, sizeof(double) * (size_t)t->numel, cudaMemcpyDeviceToHost, s));
+  CK(cudaStreamSynchronize(s));
   return 0;
 }
 
-extern "C" int evt_fb_sync(int *bad_node, char *err, size_t errlen) {
-  CK(cudaDeviceSynchronize());
+extern "C" int evt_fb_copy(void *dst, const void *src, int64_t bytes, void *stream, char *err, size_t errlen) {
+  if (bytes > 0) CK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+  return 0;
+}
+
+extern "C" int evt_fb_sync(void *stream, int *bad_node, char *err, size_t errlen) {
+  CK(cudaStreamSynchronize((cudaStream_t)stream));
   int b = 0;
   CK(cudaMemcpyFromSymbol(&b, g_bad_node, sizeof b));
   *bad_node = b - 1;
@@ -818,32 +899,114 @@ extern "C" int evt_fb_sync(int *bad_node, char *err, size_t errlen) {
   return 0;
 }
 
+extern "C" int evt_fb_stream_new(void **stream, char *err, size_t errlen) {
+  cudaStream_t s = NULL;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  *stream = (void *)s;
+  return 0;
+}
+
+extern "C" void evt_fb_stream_free(void *stream) {
+  if (stream) cudaStreamDestroy((cudaStream_t)stream);
+}
+
+/* ---- CUDA graphs: capture a step enqueued on a stream, replay it ----------------------------------- */
+
+extern "C" int evt_fb_capture_begin(void *stream, char *err, size_t errlen) {
+  /* relaxed: a generated launcher may cudaMalloc its workspace on first use while being captured */
+  CK(cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeRelaxed));
+  return 0;
+}
+
+/* Ends the capture; instantiates the graph into *exec unless discard (a failed step: capture abandoned). */
+extern "C" int evt_fb_capture_end(void *stream, int discard, void **exec, char *err, size_t errlen) {
+  cudaGraph_t graph = NULL;
+  *exec = NULL;
+  cudaError_t e = cudaStreamEndCapture((cudaStream_t)stream, &graph);
+  if (discard) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return 0;
+  }
+  if (e != cudaSuccess) {
+    if (graph) cudaGraphDestroy(graph);
+    snprintf(err, errlen, "cudaStreamEndCapture: %s", cudaGetErrorString(e));
+    return 2;
+  }
+  cudaGraphExec_t x = NULL;
+  e = cudaGraphInstantiate(&x, graph, 0);
+  cudaGraphDestroy(graph);
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "cudaGraphInstantiate: %s", cudaGetErrorString(e));
+    return 2;
+  }
+  *exec = (void *)x;
+  return 0;
+}
+
+extern "C" int evt_fb_graph_launch(void *exec, void *stream, char *err, size_t errlen) {
+  CK(cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream));
+  return 0;
+}
+
+extern "C" void evt_fb_graph_free(void *exec) {
+  if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}
+
+/* ---- events (evt_cuda_step's step time) ------------------------------------------------------------ */
+
+extern "C" int evt_fb_event_new(void **ev, char *err, size_t errlen) {
+  cudaEvent_t e = NULL;
+  CK(cudaEventCreate(&e));
+  *ev = (void *)e;
+  return 0;
+}
+
+extern "C" int evt_fb_event_record(void *ev, void *stream, char *err, size_t errlen) {
+  CK(cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)stream));
+  return 0;
+}
+
+/* Waits for `to`; milliseconds between the two events. */
+extern "C" int evt_fb_event_ms(void *from, void *to, double *ms, char *err, size_t errlen) {
+  float f = 0;
+  CK(cudaEventSynchronize((cudaEvent_t)to));
+  CK(cudaEventElapsedTime(&f, (cudaEvent_t)from, (cudaEvent_t)to));
+  *ms = f;
+  return 0;
+}
+
+extern "C" void evt_fb_event_free(void *ev) {
+  if (ev) cudaEventDestroy((cudaEvent_t)ev);
+}
+
 #define UNSUPPORTED(msg)                                                                                   \
   do {                                                                                                     \
     snprintf(err, errlen, "%s", msg);                                                                      \
     return 1;                                                                                              \
   } while (0)
 
-extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
+extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, char *err, size_t errlen) {
   const evt_fb_tensor &out = nd->out;
   const evt_fb_tensor *in = nd->in;
   const evt_fb_attrs &a = nd->a;
   ll n = out.numel;
   int op = nd->op;
-  if (ensure(&g_scratch, &g_scratch_n, (size_t)(n ? n : 1), err, errlen)) return 2;
-  double *S = g_scratch;
-  CK(cudaMemsetAsync(S, 0, sizeof(double) * (size_t)(n ? n : 1)));
+  ctx->stream = (cudaStream_t)stream;
+  if (evt_fb_reserve(ctx, nd, err, errlen)) return 2; /* no-op when reserved before the step */
+  double *S = ctx->s1;
+  CK(cudaMemsetAsync(S, 0, sizeof(double) * (size_t)(n ? n : 1), ctx->stream));
   int nb = blocks(n);
   tv none = {NULL, 0};
   switch (op) {
   case EVT_FB_OP_INPUT: case EVT_FB_OP_PARAM:
     UNSUPPORTED("an input or parameter has no computation");
   case EVT_FB_OP_FULL: case EVT_FB_OP_SCALAR:
-    k_fill<<<nb, 256>>>(S, n, a.value);
+    k_fill<<<nb, 256, 0, ST>>>(S, n, a.value);
     break;
   case EVT_FB_OP_RAND: case EVT_FB_OP_DROPOUT:
     if (op == EVT_FB_OP_DROPOUT && !(a.p >= 0 && a.p <= 1)) UNSUPPORTED("dropout p is not in [0, 1]");
-    k_rand<<<nb, 256>>>(S, n, a, op == EVT_FB_OP_DROPOUT ? view(in[0]) : none, op == EVT_FB_OP_DROPOUT);
+    k_rand<<<nb, 256, 0, ST>>>(S, n, a, op == EVT_FB_OP_DROPOUT ? view(in[0]) : none, op == EVT_FB_OP_DROPOUT);
     break;
   case EVT_FB_OP_NEG: case EVT_FB_OP_EXP: case EVT_FB_OP_LOG: case EVT_FB_OP_SQRT: case EVT_FB_OP_RSQRT:
   case EVT_FB_OP_RECIPROCAL: case EVT_FB_OP_ABS: case EVT_FB_OP_SIGN: case EVT_FB_OP_TANH: case EVT_FB_OP_SIGMOID:
@@ -856,7 +1019,7 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     memset(s, 0, sizeof s);
     for (int k = 0; k < nd->ninputs; k++)
       if (!bcast(in[k], out, &s[k])) UNSUPPORTED("the operands do not broadcast to the output shape");
-    k_elementwise<<<nb, 256>>>(S, n, op, a, shape_of(out), nd->ninputs, view(in[0]),
+    k_elementwise<<<nb, 256, 0, ST>>>(S, n, op, a, shape_of(out), nd->ninputs, view(in[0]),
                                nd->ninputs > 1 ? view(in[1]) : none, nd->ninputs > 2 ? view(in[2]) : none, s[0],
                                s[1], s[2]);
     break;
@@ -889,7 +1052,7 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
       }
     }
     if (op == EVT_FB_OP_AMAX && count == 0) UNSUPPORTED("amax over zero elements");
-    k_reduce<<<nb, 256>>>(S, n, op, view(x), kept, kst, rs, rst, count);
+    k_reduce<<<nb, 256, 0, ST>>>(S, n, op, view(x), kept, kst, rs, rst, count);
     break;
   }
   case EVT_FB_OP_SOFTMAX: case EVT_FB_OP_LOG_SOFTMAX: case EVT_FB_OP_SOFTMAX_BACKWARD:
@@ -899,7 +1062,7 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     if (d < 0) UNSUPPORTED("dim out of range");
     ll outer = x.rank ? prod(x.shape, 0, d) : 1, len = x.rank ? x.shape[d] : 1;
     ll inner = x.rank ? prod(x.shape, d + 1, x.rank) : 1;
-    k_softmax<<<blocks(outer * inner), 256>>>(S, op, view(in[0]), nd->ninputs > 1 ? view(in[1]) : none, outer, len,
+    k_softmax<<<blocks(outer * inner), 256, 0, ST>>>(S, op, view(in[0]), nd->ninputs > 1 ? view(in[1]) : none, outer, len,
                                               inner);
     break;
   }
@@ -929,7 +1092,7 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
       inner = prod(x.shape, 2, x.rank);
       count = outer * inner;
     }
-    k_norm<<<blocks(groups), 256>>>(S, op, a.eps, view(x), dy, w, b, layer, groups, outer, inner, len, count);
+    k_norm<<<blocks(groups), 256, 0, ST>>>(S, op, a.eps, view(x), dy, w, b, layer, groups, outer, inner, len, count);
     break;
   }
   case EVT_FB_OP_NLL_LOSS: case EVT_FB_OP_NLL_LOSS_BACKWARD: case EVT_FB_OP_CROSS_ENTROPY: {
@@ -941,32 +1104,30 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     else if (x.rank >= 2) { N = x.shape[0]; C = x.shape[1]; inner = prod(x.shape, 2, x.rank); }
     else UNSUPPORTED("the input needs a class dimension");
     ll m = N * inner;
-    if (ensure(&g_scratch2, &g_scratch2_n, (size_t)(2 * m + 1), err, errlen)) return 2;
-    double *T = g_scratch2, *counted = g_scratch2 + 2 * m;
-    k_class_terms<<<blocks(m), 256>>>(T, bwd ? EVT_FB_OP_NLL_LOSS : op, a.ignore_index, view(x), view(t), soft, N, C,
+    double *T = ctx->s2, *counted = ctx->s2 + 2 * m;
+    k_class_terms<<<blocks(m), 256, 0, ST>>>(T, bwd ? EVT_FB_OP_NLL_LOSS : op, a.ignore_index, view(x), view(t), soft, N, C,
                                       inner, nd->id);
     if (!bwd) {
-      k_class_reduce<<<1, 1>>>(S, T, m, a.reduction, NULL);
+      k_class_reduce<<<1, 1, 0, ST>>>(S, T, m, a.reduction, NULL);
     } else {
-      k_class_reduce<<<1, 1>>>(NULL, T, m, a.reduction, counted);
-      k_nll_backward<<<blocks(m), 256>>>(S, counted, a.ignore_index, a.reduction, view(in[0]), view(t), N, C, inner);
+      k_class_reduce<<<1, 1, 0, ST>>>(NULL, T, m, a.reduction, counted);
+      k_nll_backward<<<blocks(m), 256, 0, ST>>>(S, counted, a.ignore_index, a.reduction, view(in[0]), view(t), N, C, inner);
     }
     break;
   }
   case EVT_FB_OP_BCE_WITH_LOGITS: case EVT_FB_OP_MSE_LOSS: {
     ll m = in[0].numel;
-    if (ensure(&g_scratch2, &g_scratch2_n, (size_t)(2 * m + 1), err, errlen)) return 2;
-    k_pointwise_loss<<<blocks(m), 256>>>(g_scratch2, op == EVT_FB_OP_BCE_WITH_LOGITS, view(in[0]), view(in[1]), m);
-    k_class_reduce<<<1, 1>>>(S, g_scratch2, m, a.reduction, NULL); /* every term counts: mean divides by m */
+    k_pointwise_loss<<<blocks(m), 256, 0, ST>>>(ctx->s2, op == EVT_FB_OP_BCE_WITH_LOGITS, view(in[0]), view(in[1]), m);
+    k_class_reduce<<<1, 1, 0, ST>>>(S, ctx->s2, m, a.reduction, NULL); /* every term counts: mean divides by m */
     break;
   }
   case EVT_FB_OP_BCE_WITH_LOGITS_BACKWARD: case EVT_FB_OP_MSE_LOSS_BACKWARD:
-    k_pointwise_loss_bwd<<<nb, 256>>>(S, op == EVT_FB_OP_BCE_WITH_LOGITS_BACKWARD, a.reduction, view(in[0]),
+    k_pointwise_loss_bwd<<<nb, 256, 0, ST>>>(S, op == EVT_FB_OP_BCE_WITH_LOGITS_BACKWARD, a.reduction, view(in[0]),
                                        view(in[1]), view(in[2]), n);
     break;
   case EVT_FB_OP_ONE_HOT: {
     ll C = out.rank ? out.shape[out.rank - 1] : 0;
-    k_one_hot<<<blocks(in[0].numel), 256>>>(S, view(in[0]), in[0].numel, C, nd->id);
+    k_one_hot<<<blocks(in[0].numel), 256, 0, ST>>>(S, view(in[0]), in[0].numel, C, nd->id);
     break;
   }
   case EVT_FB_OP_EMBEDDING: case EVT_FB_OP_EMBEDDING_BACKWARD: {
@@ -974,7 +1135,7 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     const evt_fb_tensor &table = fwd ? in[0] : out, &idx = in[1];
     if (table.rank != 2) UNSUPPORTED("the embedding table must be [V, D]");
     ll V = table.shape[0], D = table.shape[1];
-    k_index_select<<<blocks(idx.numel * D), 256>>>(S, fwd, view(in[0]), view(idx), 1, V, D, idx.numel, nd->id);
+    k_index_select<<<blocks(idx.numel * D), 256, 0, ST>>>(S, fwd, view(in[0]), view(idx), 1, V, D, idx.numel, nd->id);
     break;
   }
   case EVT_FB_OP_INDEX_SELECT: case EVT_FB_OP_INDEX_SELECT_BACKWARD: {
@@ -984,7 +1145,7 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     if (d < 0) UNSUPPORTED("dim out of range");
     ll outer = prod(full.shape, 0, d), len = full.shape[d], inner = prod(full.shape, d + 1, full.rank);
     ll ni = in[1].numel;
-    k_index_select<<<blocks(outer * ni * inner), 256>>>(S, fwd, view(in[0]), view(in[1]), outer, len, inner, ni,
+    k_index_select<<<blocks(outer * ni * inner), 256, 0, ST>>>(S, fwd, view(in[0]), view(in[1]), outer, len, inner, ni,
                                                          nd->id);
     break;
   }
@@ -994,7 +1155,7 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     strides s1;
     memset(&s1, 0, sizeof s1);
     s1.s[0] = 1;
-    k_strided<<<nb, 256>>>(S, view(in[0]), n, sh, s1, 0, 0);
+    k_strided<<<nb, 256, 0, ST>>>(S, view(in[0]), n, sh, s1, 0, 0);
     break;
   }
   case EVT_FB_OP_PERMUTE: case EVT_FB_OP_TRANSPOSE: {
@@ -1018,13 +1179,13 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
       if (perm[d] < 0 || out.shape[d] != x.shape[perm[d]]) UNSUPPORTED("bad permutation");
       s1.s[d] = xs[perm[d]];
     }
-    k_strided<<<nb, 256>>>(S, view(x), n, shape_of(out), s1, 0, 0);
+    k_strided<<<nb, 256, 0, ST>>>(S, view(x), n, shape_of(out), s1, 0, 0);
     break;
   }
   case EVT_FB_OP_EXPAND: {
     strides s1;
     if (!bcast(in[0], out, &s1)) UNSUPPORTED("cannot expand to this shape");
-    k_strided<<<nb, 256>>>(S, view(in[0]), n, shape_of(out), s1, 0, 0);
+    k_strided<<<nb, 256, 0, ST>>>(S, view(in[0]), n, shape_of(out), s1, 0, 0);
     break;
   }
   case EVT_FB_OP_SLICE: case EVT_FB_OP_SLICE_BACKWARD: {
@@ -1040,7 +1201,7 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     strides s1;
     memset(&s1, 0, sizeof s1);
     for (int k = 0; k < full.rank; k++) s1.s[k] = k == d ? fs[k] * a.step : fs[k];
-    k_strided<<<blocks(part.numel), 256>>>(S, view(in[0]), part.numel, shape_of(part), s1, s0 * fs[d], !fwd);
+    k_strided<<<blocks(part.numel), 256, 0, ST>>>(S, view(in[0]), part.numel, shape_of(part), s1, s0 * fs[d], !fwd);
     break;
   }
   case EVT_FB_OP_CONCAT: {
@@ -1050,7 +1211,7 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     for (int k = 0; k < nd->ninputs; k++) {
       ll chunk = in[k].shape[d] * inner;
       if (at + chunk > row) UNSUPPORTED("concat input does not fit");
-      k_concat_part<<<blocks(outer * chunk), 256>>>(S, view(in[k]), outer, chunk, row, at);
+      k_concat_part<<<blocks(outer * chunk), 256, 0, ST>>>(S, view(in[k]), outer, chunk, row, at);
       at += chunk;
     }
     break;
@@ -1091,26 +1252,28 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     bool floating = A.dtype == B.dtype && (A.dtype == EVT_FB_F32 || A.dtype == EVT_FB_BF16 || A.dtype == EVT_FB_F16);
     if (!g_exact_gemm && uniform && floating && nbat && M && N && K && nbat <= INT32_MAX && M <= INT32_MAX &&
         N <= INT32_MAX && K <= INT32_MAX) {
-      if (ensure(&g_scratch2, &g_scratch2_n, (size_t)((n + 1) / 2 + 1), err, errlen)) return 2;
-      float *F = (float *)g_scratch2, alpha = 1.0f, beta = 0.0f;
+      float *F = (float *)ctx->s2, alpha = 1.0f, beta = 0.0f;
+      cublasSetStream(ctx->cublas, ctx->stream);
+      cublasSetWorkspace(ctx->cublas, ctx->cublas_ws, ctx->cublas_ws_bytes); /* after SetStream, which resets it */
+      ctx->launches++;
       /* row-major C[M,N] = A B  <=>  column-major C^T[N,M] = B^T A^T */
       cublasStatus_t cs = cublasGemmStridedBatchedEx(
-          g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B.ptr, ct, (int)N, ub, A.ptr, ct,
+          ctx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B.ptr, ct, (int)N, ub, A.ptr, ct,
           (int)K, ua, &beta, F, CUDA_R_32F, (int)N, M * N, (int)nbat, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       if (cs != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, errlen, "cublasGemmStridedBatchedEx failed (status %d)", (int)cs);
         return 2;
       }
-      k_float_to_double<<<nb, 256>>>(S, F, n);
+      k_float_to_double<<<nb, 256, 0, ST>>>(S, F, n);
     } else {
       if (nbat > 65535) UNSUPPORTED("more than 65535 batch matrices with broadcast batch dims");
       dim3 grid((unsigned)((N + TILE - 1) / TILE), (unsigned)((M + TILE - 1) / TILE), (unsigned)(nbat ? nbat : 1));
-      if (nbat && M && N) k_gemm<<<grid, dim3(TILE, TILE)>>>(S, view(A), view(B), M, K, N, bsh, sa, sb);
+      if (nbat && M && N) k_gemm<<<grid, dim3(TILE, TILE), 0, ST>>>(S, view(A), view(B), M, K, N, bsh, sa, sb);
     }
     if (op == EVT_FB_OP_ADDMM) {
       strides cs;
       if (out.rank != 2 || !bcast(in[0], out, &cs)) UNSUPPORTED("addmm bias does not broadcast to the product");
-      k_addmm_bias<<<nb, 256>>>(S, view(in[0]), M, N, cs.s[0], cs.s[1]);
+      k_addmm_bias<<<nb, 256, 0, ST>>>(S, view(in[0]), M, N, cs.s[0], cs.s[1]);
     }
     break;
   }
@@ -1122,8 +1285,8 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     ll M = in[0].numel - 1, N = x.shape[1], nnz = in[1].numel, K = tr ? out.shape[0] : x.shape[0];
     if (M < 0 || (tr ? x.shape[0] : out.shape[0]) != M || out.shape[1] != N)
       UNSUPPORTED("rowptr does not match the dense shapes");
-    k_csr_check<<<blocks((M + 1 > nnz ? M + 1 : nnz)), 256>>>(view(in[0]), view(in[1]), M, nnz, K, nd->id);
-    k_spmm<<<blocks(M * N), 256>>>(S, tr, view(in[0]), view(in[1]), view(in[2]), view(x), M, N, K, nnz);
+    k_csr_check<<<blocks(M + 1 > nnz ? M + 1 : nnz), 256, 0, ST>>>(view(in[0]), view(in[1]), M, nnz, K, nd->id);
+    k_spmm<<<blocks(M * N), 256, 0, ST>>>(S, tr, view(in[0]), view(in[1]), view(in[2]), view(x), M, N, K, nnz);
     break;
   }
   case EVT_FB_OP_CONV2D: case EVT_FB_OP_CONV2D_BACKWARD_INPUT: case EVT_FB_OP_CONV2D_BACKWARD_WEIGHT: {
@@ -1147,8 +1310,8 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     g.sh = a.stride[0]; g.sw = a.stride[1]; g.ph = a.padding[0]; g.pw = a.padding[1];
     g.dh = a.dilation[0]; g.dw = a.dilation[1];
     if (g.G < 1 || g.Cg * g.G != g.C || g.O % g.G != 0) UNSUPPORTED("input, weight and output shapes do not agree");
-    if (mode == 2) k_conv_dw<<<blocks(w.numel), 256>>>(S, view(in[0]), view(in[1]), g);
-    else k_conv_fwd_or_dx<<<blocks(y.numel), 256>>>(S, mode == 0, view(in[0]), view(in[1]), g);
+    if (mode == 2) k_conv_dw<<<blocks(w.numel), 256, 0, ST>>>(S, view(in[0]), view(in[1]), g);
+    else k_conv_fwd_or_dx<<<blocks(y.numel), 256, 0, ST>>>(S, mode == 0, view(in[0]), view(in[1]), g);
     break;
   }
   case EVT_FB_OP_MAX_POOL2D: case EVT_FB_OP_MAX_POOL2D_BACKWARD: case EVT_FB_OP_ADAPTIVE_MAX_POOL2D:
@@ -1175,7 +1338,7 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     p.ph = a.padding[0]; p.pw = a.padding[1];
     if (!p.adaptive && (p.kh < 1 || p.kw < 1 || p.sh < 1 || p.sw < 1)) UNSUPPORTED("kernel and stride must be positive");
     if (p.adaptive && (p.Ho < 1 || p.Wo < 1)) UNSUPPORTED("adaptive pool output must be at least 1x1");
-    k_pool<<<blocks(p.planes * p.Ho * p.Wo), 256>>>(S, bwd, view(in[0]), nd->ninputs > 1 ? view(in[1]) : none, p);
+    k_pool<<<blocks(p.planes * p.Ho * p.Wo), 256, 0, ST>>>(S, bwd, view(in[0]), nd->ninputs > 1 ? view(in[1]) : none, p);
     break;
   }
   case EVT_FB_OP_SDPA: case EVT_FB_OP_SDPA_BACKWARD_Q: case EVT_FB_OP_SDPA_BACKWARD_K:
@@ -1187,8 +1350,7 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     ll Sq = q.shape[r - 2], D = q.shape[r - 1], Skv = k.shape[r - 2], Dv = v.shape[r - 1];
     ll B = prod(q.shape, 0, r - 2);
     double scale = a.scale != 0 ? a.scale : 1.0 / sqrt((double)D);
-    if (ensure(&g_scratch2, &g_scratch2_n, (size_t)(B * Sq * 2 * Skv + 1), err, errlen)) return 2;
-    k_sdpa<<<blocks(B * Sq), 256>>>(S, g_scratch2, op, base ? view(in[0]) : none, view(q), view(k), view(v), B, Sq,
+    k_sdpa<<<blocks(B * Sq), 256, 0, ST>>>(S, ctx->s2, op, base ? view(in[0]) : none, view(q), view(k), view(v), B, Sq,
                                     Skv, D, Dv, scale, a.causal);
     break;
   }
@@ -1197,7 +1359,7 @@ extern "C" int evt_fb_run(const evt_fb_node *nd, char *err, size_t errlen) {
     return 1;
   }
   CK(cudaGetLastError());
-  k_finish<<<nb, 256>>>(out.ptr, out.dtype, S, n);
+  k_finish<<<nb, 256, 0, ST>>>(out.ptr, out.dtype, S, n);
   CK(cudaGetLastError());
   return 0;
 }

@@ -11,8 +11,11 @@
  * - Summation orders follow the interpreter where a thread owns an output element (reductions, softmax,
  *   norms, mm, conv forward / weight gradient); scatter ops (embedding/index_select/pool/conv input
  *   backward, spmm_t, sdpa_backward_k/v, layer_norm_backward_weight) add with double atomics.
- * - Run-time index errors (an index out of range, a CSR row pointer not monotone) set a device flag with
- *   the node id; evt_fb_sync reports the first one.
+ * - Streams: every launch of a node goes to the caller's stream (evt_fb_run); nothing inside a node
+ *   synchronizes, copies to the host or allocates (scratch is reserved per context beforehand), so a
+ *   whole step can be captured as a CUDA graph.
+ * - Run-time index errors (an index out of range, a CSR row pointer not monotone) do not stop the kernel
+ *   (the element is skipped); they set a device flag with the node id; evt_fb_sync reports the first one.
  * - Every entry returns 0 on success; otherwise non-zero with a message in err (a CUDA error string, or
  *   "op X is not supported" for an op this library does not cover).
  * The op numbers are those of src/ir/ops.def (EVT_FB_OP_<NAME> == EVT_OP_<NAME>). */
@@ -64,14 +67,43 @@ typedef struct evt_fb_node {
   evt_fb_attrs a;
 } evt_fb_node;
 
+/* Per-runtime state: cuBLAS handle and workspace, node scratch, staging for host conversions, launch
+ * counter. One per evt_program; a context enqueues on one stream at a time (not thread-safe). */
+typedef struct evt_fb_ctx evt_fb_ctx;
+
+/* Streams, events and graph executables cross this ABI as void * (cudaStream_t / cudaEvent_t /
+ * cudaGraphExec_t); stream NULL is the legacy default stream. */
 int evt_fb_init(char *err, size_t errlen);                 /* picks device 0; fails if there is none */
+evt_fb_ctx *evt_fb_ctx_new(char *err, size_t errlen);      /* NULL on failure */
+void evt_fb_ctx_free(evt_fb_ctx *c);
 void *evt_fb_alloc(int64_t bytes, char *err, size_t errlen); /* NULL on failure */
 void evt_fb_free(void *p);
-int evt_fb_upload(const evt_fb_tensor *t, const double *host, char *err, size_t errlen);
-int evt_fb_download(const evt_fb_tensor *t, double *host, char *err, size_t errlen);
-int evt_fb_run(const evt_fb_node *n, char *err, size_t errlen);   /* enqueues the node's kernels */
-/* Waits for the device; *bad_node = node id of the first run-time index error (else -1). */
-int evt_fb_sync(int *bad_node, char *err, size_t errlen);
+/* Sizes the context's scratch for node n (allocates; call before a step / a capture, never inside one). */
+int evt_fb_reserve(evt_fb_ctx *c, const evt_fb_node *n, char *err, size_t errlen);
+/* Enqueues the node's kernels on stream: no synchronization, no host copies, no allocation once the node
+ * was reserved. Graph-capturable. */
+int evt_fb_run(evt_fb_ctx *c, const evt_fb_node *n, void *stream, char *err, size_t errlen);
+long evt_fb_launches(const evt_fb_ctx *c);                  /* kernel launches enqueued so far (cuBLAS: 1) */
+/* Host doubles <-> device tensor in its dtype, through the context's staging buffer; both wait for the
+ * stream (the host buffer is free / filled on return). */
+int evt_fb_upload(evt_fb_ctx *c, const evt_fb_tensor *t, const double *host, void *stream, char *err, size_t errlen);
+int evt_fb_download(evt_fb_ctx *c, const evt_fb_tensor *t, double *host, void *stream, char *err, size_t errlen);
+int evt_fb_copy(void *dst, const void *src, int64_t bytes, void *stream, char *err, size_t errlen); /* async */
+/* Waits for the stream; *bad_node = node id of the first run-time index error since the last call (else
+ * -1). The index flag is one per process. */
+int evt_fb_sync(void *stream, int *bad_node, char *err, size_t errlen);
+int evt_fb_stream_new(void **stream, char *err, size_t errlen); /* a non-blocking stream */
+void evt_fb_stream_free(void *stream);
+/* CUDA graphs: begin (relaxed capture mode), end + instantiate (discard != 0: abandon a failed capture),
+ * replay, free. */
+int evt_fb_capture_begin(void *stream, char *err, size_t errlen);
+int evt_fb_capture_end(void *stream, int discard, void **exec, char *err, size_t errlen);
+int evt_fb_graph_launch(void *exec, void *stream, char *err, size_t errlen);
+void evt_fb_graph_free(void *exec);
+int evt_fb_event_new(void **ev, char *err, size_t errlen);
+int evt_fb_event_record(void *ev, void *stream, char *err, size_t errlen);
+int evt_fb_event_ms(void *from, void *to, double *ms, char *err, size_t errlen); /* waits for `to` */
+void evt_fb_event_free(void *ev);
 int evt_fb_dtype_bytes(int dtype);
 
 #ifdef __cplusplus

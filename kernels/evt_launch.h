@@ -45,6 +45,11 @@ typedef struct evt_launch_args {
   int64_t ld_ptrs[EVT_LAUNCH_MAX_PTRS]; /* leading dim of an M×N aux tensor of node v; 0 = packed (N) */
   int64_t bs_ptrs[EVT_LAUNCH_MAX_PTRS]; /* batch stride of node v's tensor; 0 = shared by all batches */
   int64_t os_ptrs[EVT_LAUNCH_MAX_PTRS]; /* outer batch stride of node v's tensor */
+
+  /* Tile scheduler (launch-time, not part of the kernel; chosen by the tuner, src/runtime/tune.h):
+   * swizzle = CUTLASS max_swizzle_size (0 or 1: none; 2, 4, 8: groups of tiles for L2 reuse);
+   * raster: 0 = CUTLASS's heuristic, 1 = along M, 2 = along N. Zero-initialized args keep the defaults. */
+  int swizzle, raster;
 } evt_launch_args;
 
 /* Launcher return codes. */

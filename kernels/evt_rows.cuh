@@ -19,7 +19,12 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "evt_row_config.h"
 #include "philox.h"
+
+#ifndef EVT_ROWS_PDL  // programmatic dependent launch of the row-sum finalize kernel (Hopper)
+#define EVT_ROWS_PDL 1
+#endif
 
 namespace evt_rows {
 
@@ -163,6 +168,7 @@ __device__ __forceinline__ void unpack_row(const Raw8<E> (&r)[VPT], float (&o)[V
 }
 
 // ---- reductions --------------------------------------------------------------------------------------------
+constexpr int kRedVals = 5;  // values one group_reduce (below) can carry
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -182,9 +188,11 @@ __device__ __forceinline__ void group_sync() {
   else
     asm volatile("bar.sync %0, %1;" ::"r"((int)(threadIdx.x / (WARPS * 32)) + 1), "r"(WARPS * 32) : "memory");
 }
-// red: this row-group's WARPS shared floats.
+// Two-barrier reductions. red: this row-group's shared buffer (red_floats<WARPS>() floats); they use its last
+// 2·WARPS floats, apart from the parity slots of group_reduce, so the two kinds may be mixed in one kernel.
 template <int WARPS>
 __device__ __forceinline__ float group_sum(float v, float *red) {
+  red += 2 * kRedVals * WARPS;
   v = warp_sum(v);
   if (WARPS == 1) return v;
   group_sync<WARPS>();  // earlier readers of red are done
@@ -198,6 +206,7 @@ __device__ __forceinline__ float group_sum(float v, float *red) {
 // Two sums with one barrier pair; red must hold 2·WARPS floats.
 template <int WARPS>
 __device__ __forceinline__ void group_sum2(float &a, float &b, float *red) {
+  red += 2 * kRedVals * WARPS;
   a = warp_sum(a);
   b = warp_sum(b);
   if (WARPS == 1) return;
@@ -216,6 +225,7 @@ __device__ __forceinline__ void group_sum2(float &a, float &b, float *red) {
 }
 template <int WARPS>
 __device__ __forceinline__ float group_max(float v, float *red) {
+  red += 2 * kRedVals * WARPS;
   v = warp_max(v);
   if (WARPS == 1) return v;
   group_sync<WARPS>();
@@ -227,6 +237,105 @@ __device__ __forceinline__ float group_max(float v, float *red) {
   return s;
 }
 
+// ---- one-barrier group reductions (the nuclei and col_sum use these) ---------------------------------------------
+// A row-group's reductions alternate between two parity slots of its shared buffer (Red::k counts them; every
+// thread of the group runs the same sequence, so the counters agree). Reduction i writes slot i % 2, passes the
+// group barrier and reads it; reduction i + 1 writes the other slot, and reduction i + 2 can only start writing
+// slot i % 2 again after every thread passed barrier i + 1, i.e. after everyone finished reading reduction i:
+// one barrier per reduction instead of two. Up to kRedVals values per reduction. Within a warp: an xor butterfly
+// (SYM: the combine is bitwise commutative, so every lane ends with the same bits; otherwise lane 0's result is
+// broadcast); across warps: warp leaders write, and every thread combines the WARPS results in warp order.
+// Deterministic for a given configuration.
+template <int WARPS>
+struct Red {
+  float *s;  // this group's 2 · kRedVals · WARPS floats (+ the legacy region used by group_sum / group_max)
+  int k;
+};
+// Floats of shared memory one row-group needs (parity slots + the region of the two-barrier functions above).
+template <int WARPS>
+constexpr int red_floats() {
+  return (2 * kRedVals + 2) * WARPS;
+}
+template <int WARPS, int K, bool SYM, class Op>
+__device__ __forceinline__ void group_reduce(float (&a)[K], Red<WARPS> &r, Op op) {
+  static_assert(K <= kRedVals, "too many values in one reduction");
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float b[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) b[k] = __shfl_xor_sync(0xffffffffu, a[k], o);
+    op(a, b);
+  }
+  if (WARPS == 1) {
+    if (!SYM) {
+#pragma unroll
+      for (int k = 0; k < K; k++) a[k] = __shfl_sync(0xffffffffu, a[k], 0);
+    }
+    return;
+  }
+  float *slot = r.s + (r.k & 1) * kRedVals * WARPS;
+  r.k++;
+  const int w = (threadIdx.x >> 5) % WARPS;
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int k = 0; k < K; k++) slot[k * WARPS + w] = a[k];
+  }
+  group_sync<WARPS>();
+#pragma unroll
+  for (int k = 0; k < K; k++) a[k] = slot[k * WARPS];
+#pragma unroll
+  for (int ww = 1; ww < WARPS; ww++) {
+    float b[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) b[k] = slot[k * WARPS + ww];
+    op(a, b);
+  }
+}
+struct AddOp {
+  template <int K>
+  __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const {
+#pragma unroll
+    for (int k = 0; k < K; k++) a[k] += b[k];
+  }
+};
+template <int WARPS>
+__device__ __forceinline__ float group_sum1(float v, Red<WARPS> &r) {
+  float a[1] = {v};
+  group_reduce<WARPS, 1, true>(a, r, AddOp());
+  return a[0];
+}
+// Online softmax pair (m, s): m = max of x·log2 e, s = Σ 2^(x·log2 e − m). Both terms are computed the same
+// way whichever operand comes first and + is commutative: symmetric.
+struct SoftmaxOp {
+  __device__ __forceinline__ void operator()(float (&a)[2], const float (&b)[2]) const {
+    const float m = fmaxf(a[0], b[0]);
+    const float sa = a[0] == m ? a[1] : a[1] * exp2f(a[0] - m);
+    const float sb = b[0] == m ? b[1] : b[1] * exp2f(b[0] - m);
+    a[0] = m;
+    a[1] = sa + sb;
+  }
+};
+// Chan et al. parallel merge of (count, mean, M2 = Σ(x − mean)²) and, for layer-norm backward, (G = Σg,
+// C = Σ g·(x − mean)): C moves to the merged mean by (mean_part − mean)·G_part. Exact-variance quality (no
+// E[x²] − E[x]² cancellation) in one reduction round.
+template <int K>
+struct ChanOp {
+  static_assert(K == 3 || K == 5, "ChanOp merges (count, mean, M2) or (count, mean, M2, G, C)");
+  __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const {
+    const float n = a[0] + b[0];
+    const float f = n > 0.f ? b[0] / n : 0.f;
+    const float d = b[1] - a[1];
+    const float mu = fmaf(d, f, a[1]);
+    a[2] = a[2] + b[2] + d * d * a[0] * f;
+    if constexpr (K == 5) {
+      a[4] = a[4] + b[4] + (a[1] - mu) * a[3] + (b[1] - mu) * b[3];
+      a[3] += b[3];
+    }
+    a[0] = n;
+    a[1] = mu;
+  }
+};
+
 #define EVT_ROWS_FOR_VALID(body)                   \
   _Pragma("unroll") for (int v = 0; v < VPT; v++)  \
     _Pragma("unroll") for (int e = 0; e < 8; e++) { \
@@ -235,44 +344,57 @@ __device__ __forceinline__ float group_max(float v, float *red) {
     }
 
 // ---- nuclei --------------------------------------------------------------------------------------------------
-// y = exp(x − max) / Σ exp(x − max)
+// y = exp(x − max) / Σ exp(x − max), one reduction round: each thread exponentiates against its own max, the
+// (max, sum) pairs are merged (SoftmaxOp), and each thread rescales by 2^(own max − row max) / Σ.
 template <int WARPS, int VPT>
-__device__ __forceinline__ void softmax(const float (&x)[VPT][8], float (&y)[VPT][8], int n, int t, float *red) {
+__device__ __forceinline__ void softmax(const float (&x)[VPT][8], float (&y)[VPT][8], int n, int t, Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
+  constexpr float L2E = 1.4426950408889634f;
   float mx = -INFINITY;
   EVT_ROWS_FOR_VALID(if (ok) mx = fmaxf(mx, x[v][e]);)
-  mx = group_max<WARPS>(mx, red);
+  const float m2 = mx * L2E;
   float s = 0.f;
-  const float mx2 = mx * 1.4426950408889634f;  // exp(x − max) = 2^(x·log2 e − max·log2 e): one FMA + MUFU.EX2
-  EVT_ROWS_FOR_VALID(y[v][e] = ok ? exp2f(fmaf(x[v][e], 1.4426950408889634f, -mx2)) : 0.f; s += y[v][e];)
-  s = group_sum<WARPS>(s, red);
-  const float inv = 1.f / s;
-  EVT_ROWS_FOR_VALID((void)ok; y[v][e] *= inv;)
+  EVT_ROWS_FOR_VALID(y[v][e] = ok ? exp2f(fmaf(x[v][e], L2E, -m2)) : 0.f; s += y[v][e];)
+  float a[2] = {m2, s};
+  group_reduce<WARPS, 2, true>(a, r, SoftmaxOp());
+  const float scale = (m2 == a[0] ? 1.f : exp2f(m2 - a[0])) / a[1];
+  EVT_ROWS_FOR_VALID((void)ok; y[v][e] *= scale;)
 }
 
 // dx = y · (dy − Σ dy·y)
 template <int WARPS, int VPT>
 __device__ __forceinline__ void softmax_bwd(const float (&dy)[VPT][8], const float (&y)[VPT][8], float (&dx)[VPT][8],
-                                            int n, int t, float *red) {
+                                            int n, int t, Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
   float dot = 0.f;
   EVT_ROWS_FOR_VALID(if (ok) dot += dy[v][e] * y[v][e];)
-  dot = group_sum<WARPS>(dot, red);
+  dot = group_sum1<WARPS>(dot, r);
   EVT_ROWS_FOR_VALID((void)ok; dx[v][e] = y[v][e] * (dy[v][e] - dot);)
 }
 
-// mean, rstd of x (two passes over the registers: exact variance, no E[x²] − E[x]² cancellation); x̂.
+// This thread's (count, mean, M2) of its valid elements: two passes over its registers.
+template <int T, int VPT>
+__device__ __forceinline__ void thread_moments(const float (&x)[VPT][8], int n, int t, float &cnt, float &mu, float &m2) {
+  float c = 0.f, s = 0.f;
+  EVT_ROWS_FOR_VALID(if (ok) { c += 1.f; s += x[v][e]; })
+  mu = c > 0.f ? s / c : 0.f;
+  float q = 0.f;
+  EVT_ROWS_FOR_VALID(const float d = x[v][e] - mu; if (ok) q = fmaf(d, d, q);)
+  cnt = c;
+  m2 = q;
+}
+
+// mean, rstd of x in one reduction round (ChanOp over per-thread exact moments); x̂.
 template <int WARPS, int VPT>
 __device__ __forceinline__ void ln_stats(const float (&x)[VPT][8], float eps, float (&xh)[VPT][8], float *mean,
-                                         float *rstd, int n, int t, float *red) {
+                                         float *rstd, int n, int t, Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
-  float s = 0.f;
-  EVT_ROWS_FOR_VALID(if (ok) s += x[v][e];)
-  const float mu = group_sum<WARPS>(s, red) / (float)n;
-  float q = 0.f;
-  EVT_ROWS_FOR_VALID(const float d = ok ? x[v][e] - mu : 0.f; q += d * d; xh[v][e] = d;)
-  const float rs = rsqrtf(group_sum<WARPS>(q, red) / (float)n + eps);
-  EVT_ROWS_FOR_VALID((void)ok; xh[v][e] *= rs;)
+  float a[3];
+  thread_moments<T, VPT>(x, n, t, a[0], a[1], a[2]);
+  group_reduce<WARPS, 3, false>(a, r, ChanOp<3>());
+  const float mu = a[1];
+  const float rs = rsqrtf(a[2] / (float)n + eps);
+  EVT_ROWS_FOR_VALID(xh[v][e] = ok ? (x[v][e] - mu) * rs : 0.f;)
   *mean = mu;
   *rstd = rs;
 }
@@ -281,27 +403,36 @@ __device__ __forceinline__ void ln_stats(const float (&x)[VPT][8], float eps, fl
 template <int WARPS, int VPT, bool HW, bool HB>
 __device__ __forceinline__ void layernorm(const float (&x)[VPT][8], const float (&w)[VPT][8], const float (&b)[VPT][8],
                                           float eps, float (&xh)[VPT][8], float (&y)[VPT][8], float *mean, float *rstd,
-                                          int n, int t, float *red) {
+                                          int n, int t, Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
-  ln_stats<WARPS, VPT>(x, eps, xh, mean, rstd, n, t, red);
+  ln_stats<WARPS, VPT>(x, eps, xh, mean, rstd, n, t, r);
   EVT_ROWS_FOR_VALID((void)ok; y[v][e] = xh[v][e] * (HW ? w[v][e] : 1.f) + (HB ? b[v][e] : 0.f);)
 }
 
-// dx = rstd · (g − mean(g) − x̂ · mean(g·x̂)), g = dy (· w); mean/rstd recomputed from x.
+// dx = rstd · (g − mean(g) − x̂ · mean(g·x̂)), g = dy (· w); mean/rstd recomputed from x. One reduction round:
+// per thread (count, mean, M2) of x and G = Σg, C = Σ g·(x − own mean); merged with ChanOp plus the shift of C
+// to the merged mean; then Σ g·x̂ = rstd · C.
 template <int WARPS, int VPT, bool HW>
 __device__ __forceinline__ void layernorm_bwd(const float (&dy)[VPT][8], const float (&x)[VPT][8], const float (&w)[VPT][8],
                                               float eps, float (&xh)[VPT][8], float (&dx)[VPT][8], int n, int t,
-                                              float *red) {
+                                              Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
-  float mu, rs;
-  ln_stats<WARPS, VPT>(x, eps, xh, &mu, &rs, n, t, red);
-  float g[VPT][8];
-  EVT_ROWS_FOR_VALID((void)ok; g[v][e] = HW ? dy[v][e] * w[v][e] : dy[v][e];)
-  float sg = 0.f, sgx = 0.f;
-  EVT_ROWS_FOR_VALID(if (ok) { sg += g[v][e]; sgx += g[v][e] * xh[v][e]; })
-  group_sum2<WARPS>(sg, sgx, red);
-  const float mg = sg / (float)n, mgx = sgx / (float)n;
-  EVT_ROWS_FOR_VALID((void)ok; dx[v][e] = rs * (g[v][e] - mg - xh[v][e] * mgx);)
+  float cnt, mu_t, m2_t;
+  thread_moments<T, VPT>(x, n, t, cnt, mu_t, m2_t);
+  float sg = 0.f, sc = 0.f;
+  EVT_ROWS_FOR_VALID(if (ok) {
+    const float g = HW ? dy[v][e] * w[v][e] : dy[v][e];
+    sg += g;
+    sc = fmaf(g, x[v][e] - mu_t, sc);
+  })
+  float a[5] = {cnt, mu_t, m2_t, sg, sc};
+  group_reduce<WARPS, 5, false>(a, r, ChanOp<5>());
+  const float mu = a[1];
+  const float rs = rsqrtf(a[2] / (float)n + eps);
+  const float inv_n = 1.f / (float)n;
+  const float mg = a[3] * inv_n, mgx = rs * a[4] * inv_n;
+  EVT_ROWS_FOR_VALID(xh[v][e] = ok ? (x[v][e] - mu) * rs : 0.f;
+                     dx[v][e] = ok ? rs * ((HW ? dy[v][e] * w[v][e] : dy[v][e]) - mg - xh[v][e] * mgx) : 0.f;)
 }
 
 // ---- elementwise ops (evt_vop_apply) --------------------------------------------------------------------------
@@ -348,18 +479,18 @@ __device__ __forceinline__ float rand_u(unsigned long long seed, unsigned long l
 }
 // max that lets NaN win (amax propagates NaN); the running value m starts at -inf
 __device__ __forceinline__ float nanmax(float m, float x) { return m != m ? m : (x != x || x > m) ? x : m; }
+struct NanMaxOp {  // not bitwise symmetric for two NaNs: group_reduce broadcasts lane 0's result
+  template <int K>
+  __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const {
+#pragma unroll
+    for (int k = 0; k < K; k++) a[k] = nanmax(a[k], b[k]);
+  }
+};
 template <int WARPS>
-__device__ __forceinline__ float group_nanmax(float v, float *red) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if (WARPS == 1) return v;
-  group_sync<WARPS>();
-  if ((threadIdx.x & 31) == 0) red[(threadIdx.x >> 5) % WARPS] = v;
-  group_sync<WARPS>();
-  float s = -INFINITY;
-#pragma unroll
-  for (int k = 0; k < WARPS; k++) s = nanmax(s, red[k]);
-  return s;
+__device__ __forceinline__ float group_nanmax1(float v, Red<WARPS> &r) {
+  float a[1] = {v};
+  group_reduce<WARPS, 1, false>(a, r, NanMaxOp());
+  return a[0];
 }
 
 // ---- deterministic Σ over M (row_sum) ---------------------------------------------------------------------------
@@ -391,6 +522,9 @@ struct RowSumOuts {
 static __global__ void __launch_bounds__(1024) rowsum_finalize(const float *__restrict__ ws, int parts, int n,
                                                                RowSumOuts out) {
   __shared__ float s[32][33];
+#if EVT_ROWS_PDL
+  cudaGridDependencySynchronize();  // launched early (programmatic dependent launch): wait for the row kernel
+#endif
   const int j = blockIdx.x * 32 + threadIdx.x;
   const float *w = ws + (size_t)blockIdx.y * parts * n;
   float a = 0.f;
@@ -412,24 +546,35 @@ static __global__ void __launch_bounds__(1024) rowsum_finalize(const float *__re
   }
 }
 
-// ---- launch configuration -----------------------------------------------------------------------------------------
-// Smallest VPT (1, 2, 4) whose warp count fits (8, 16, 32 warps), warps rounded up to a power of two.
-// Returns 0 when N is longer than 32 warps × 32 lanes × 4 chunks × 8 = 32768 elements.
-static inline int pick_config(int n, int *warps, int *vpt) {
-  const int chunks = (n + 7) / 8;
-  const int caps[3][2] = {{1, 8}, {2, 16}, {4, 32}};
-  for (int k = 0; k < 3; k++) {
-    const int need = (chunks + 32 * caps[k][0] - 1) / (32 * caps[k][0]);
-    if (need <= caps[k][1]) {
-      int w = 1;
-      while (w < need) w *= 2;
-      *warps = w;
-      *vpt = caps[k][0];
-      return 1;
-    }
-  }
-  return 0;
+// The finalize launch. With EVT_ROWS_PDL (default) it is a programmatic dependent launch: it may start while the
+// row kernel's last CTAs run (the row kernel triggers it once its partials are being flushed), and waits in
+// cudaGridDependencySynchronize() until the row kernel completed and its writes are visible.
+static inline void launch_rowsum_finalize(dim3 grid, cudaStream_t st, const float *ws, int parts, int n, RowSumOuts outs) {
+#if EVT_ROWS_PDL
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(32, 32);
+  cfg.stream = st;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, rowsum_finalize, ws, parts, n, outs) == cudaSuccess) return;
+  (void)cudaGetLastError();  // PDL refused (e.g. an old driver): a plain launch; the wait is then a no-op
+#endif
+  rowsum_finalize<<<grid, dim3(32, 32), 0, st>>>(ws, parts, n, outs);
 }
+// Called by a row kernel with row sums after its last row: lets the dependent finalize launch begin.
+__device__ __forceinline__ void trigger_dependents() {
+#if EVT_ROWS_PDL
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+
+// ---- launch configuration -----------------------------------------------------------------------------------------
+// The original rule (evt_row_config.h with warp_vpt 1), kept for callers of this name.
+static inline int pick_config(int n, int *warps, int *vpt) { return evt_row_pick_config(n, 1, warps, vpt); }
 
 }  // namespace evt_rows
 

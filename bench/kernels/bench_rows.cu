@@ -8,8 +8,10 @@
 // cudaMemcpyAsync of 1 GiB measured in the same run (2 × bytes ÷ time, also L2-flushed, median). For context
 // each row also times a plain copy that moves the same number of bytes (small copies do not reach the 1 GiB rate).
 //   bench_rows DIR OUT.json [REPS]    (DIR holds the compiled kernels; see tests/gpu/run_rows_h200.sh)
+//   bench_rows perf LABEL=DIR...      before/after comparison (tests/gpu/w/rowperf.sh; see perf_main below)
 #include <algorithm>
 #include <functional>
+#include <map>
 
 #include "../../tests/gpu/rows_gpu.h"
 
@@ -39,7 +41,10 @@ static double median_us(const std::function<void()> &f, int reps) {
   return t[t.size() / 2];
 }
 
+static int perf_main(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "perf")) return perf_main(argc - 2, argv + 2);
   if (argc < 3) {
     fprintf(stderr, "usage: bench_rows DIR OUT.json [REPS]\n");
     return 2;
@@ -104,5 +109,204 @@ int main(int argc, char **argv) {
   }
   fprintf(js, "\n  ]\n}\n");
   fclose(js);
+  return 0;
+}
+
+// ---- perf: the same kernels from several directories (variants), three timing methods, outputs checked -----------
+// For each BERT-large case and each LABEL=DIR variant (DIR/<kernel>.so; a missing one is reported and skipped):
+//   match   outputs of one launch at this size vs the CPU reference (evt_rspec_reference): relative Frobenius
+//           error, bf16 tolerance 1e-2 (f32 1e-5); NaN never matches
+//   dirty   the method of bench/results/rows-h200.md: 256 MiB cudaMemsetAsync before each launch, events around
+//           the launch, median. The memset leaves up to L2-size dirty lines that the timed kernel then evicts,
+//           i.e. writes back to DRAM inside its timing.
+//   clean   the same with a read-only flush (a kernel reads 256 MiB): L2 holds none of the operands and no dirty
+//           lines; launch latency still included.
+//   steady  K copies of every tensor (K · bytes >= 3 × L2), launches back to back rotating over them, events
+//           around 4K launches: time per launch in a stream of kernels (each launch finds its operands evicted).
+// x floor = time / (bytes / copy bandwidth of a 1 GiB device-to-device cudaMemcpyAsync, dirty method as before).
+__global__ void read_flush_kernel(const uint4 *p, size_t n, unsigned *out) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *out = acc;  // practically never: keeps the loads
+}
+static unsigned *g_sink = nullptr;
+static void read_flush() {
+  read_flush_kernel<<<132 * 8, 512>>>((const uint4 *)g_flush, kFlush / 16, g_sink);
+  CUDA_CHECK(cudaGetLastError());
+}
+static double median_us_m(const std::function<void()> &f, int reps, bool clean) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  f();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (int r = 0; r < reps; r++) {
+    if (clean)
+      read_flush();
+    else
+      CUDA_CHECK(cudaMemsetAsync(g_flush, r & 0xff, kFlush));
+    CUDA_CHECK(cudaEventRecord(a));
+    f();
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.f);
+  }
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return t[t.size() / 2];
+}
+// f(i) launches on rotation slot i; median over 3 batches of `count` launches of the time per launch
+static double steady_us(const std::function<void(int)> &f, int count) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < count; i++) f(i);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> t;
+  for (int r = 0; r < 3; r++) {
+    CUDA_CHECK(cudaEventRecord(a));
+    for (int i = 0; i < count; i++) f(i);
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.f / count);
+  }
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return t[1];
+}
+
+static double rel_err_v(const std::vector<double> &out, const std::vector<double> &ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < out.size(); i++) {
+    if (!std::isfinite(out[i])) return INFINITY;
+    double d = out[i] - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static int perf_main(int argc, char **argv) {
+  int reps = getenv("REPS") ? atoi(getenv("REPS")) : 20;
+  std::vector<std::string> labels;
+  std::vector<std::vector<RowCase>> vars;
+  for (int k = 0; k < argc; k++) {
+    const char *eq = strchr(argv[k], '=');
+    if (!eq) {
+      fprintf(stderr, "perf: expected LABEL=DIR, got %s\n", argv[k]);
+      return 2;
+    }
+    labels.push_back(std::string(argv[k], eq - argv[k]));
+    vars.push_back(all_row_cases());
+    load_all(vars.back(), eq + 1, true);
+  }
+  CUDA_CHECK(cudaMalloc(&g_flush, kFlush));
+  CUDA_CHECK(cudaMemset(g_flush, 1, kFlush));
+  CUDA_CHECK(cudaMalloc(&g_sink, 16));
+  const size_t cb = 1u << 30;
+  void *src, *dst;
+  CUDA_CHECK(cudaMalloc(&src, cb));
+  CUDA_CHECK(cudaMalloc(&dst, cb));
+  CUDA_CHECK(cudaMemset(src, 1, cb));
+  double copy_d = median_us_m([&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice)); }, 10, false);
+  double copy_c = median_us_m([&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice)); }, 10, true);
+  const double bw = 2.0 * cb / (copy_d * 1e-6);
+  printf("copy 1 GiB D2D: %.1f us dirty-flush -> %.1f GB/s (the floor's bandwidth); %.1f us clean-flush -> %.1f GB/s\n",
+         copy_d, bw / 1e9, copy_c, 2.0 * cb / (copy_c * 1e-6) / 1e9);
+  struct B {
+    const char *ex;
+    evt_dtype dt;
+    int m, n;
+  };
+  const B list[] = {{"softmax", EVT_BF16, 16384, 1024},     {"softmax", EVT_BF16, 262144, 512},
+                    {"softmax_bwd", EVT_BF16, 16384, 1024}, {"softmax_bwd", EVT_BF16, 262144, 512},
+                    {"layernorm", EVT_BF16, 16384, 1024},   {"ln_residual", EVT_BF16, 16384, 1024},
+                    {"layernorm_bwd", EVT_BF16, 16384, 1024}, {"layernorm", EVT_BF16, 16384, 4096},
+                    {"layernorm_bwd", EVT_BF16, 16384, 4096}, {"gelu_bwd", EVT_BF16, 16384, 4096},
+                    {"chain_rowsum", EVT_BF16, 16384, 1024}};
+  const char *only = getenv("ROWPERF_ONLY");  // comma list of ops (debug)
+  printf("\n%-14s %-5s %6s %5s %-10s %7s | %8s %5s | %8s %5s | %8s %5s | %s\n", "op", "dtype", "M", "N", "variant", "MB",
+         "dirty us", "xflr", "clean us", "xflr", "steady", "xflr", "match (rel err)");
+  std::vector<std::string> summary;
+  for (const B &b : list) {
+    if (only && !strstr(only, b.ex)) continue;
+    const RowCase *c0 = nullptr;
+    for (auto &k : vars[0])
+      if (k.example == b.ex && k.dt == b.dt) c0 = &k;
+    if (!c0) continue;
+    RowProblem P(&c0->spec, b.m, b.n, 7);
+    P.reference();
+    const double bytes = (double)(P.bytes_read + P.bytes_written), floor_us = bytes / bw * 1e6;
+    const int K = std::max(2, (int)ceil(150e6 / bytes));
+    std::vector<RowProblem *> rot;
+    for (int k = 1; k < K; k++) rot.push_back(new RowProblem(&c0->spec, b.m, b.n, 100 + k, false));
+    std::map<std::string, double> steady_of;
+    for (size_t vi = 0; vi < vars.size(); vi++) {
+      const RowCase *c = nullptr;
+      for (auto &k : vars[vi])
+        if (k.example == b.ex && k.dt == b.dt) c = &k;
+      if (!c || !c->fn) {
+        printf("%-14s %-5s %6d %5d %-10s: not compiled\n", b.ex, dt_name(b.dt), b.m, b.n, labels[vi].c_str());
+        continue;
+      }
+      P.poison();
+      int rc = c->fn(&P.args);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      double worst = 0;
+      bool match = rc == 0;
+      const double tol = b.dt == EVT_F32 ? 1e-5 : 1e-2;
+      for (int i = 0; i < c->spec.nnodes && rc == 0; i++) {
+        if (evt_vop_class(c->spec.nodes[i].op) != 'S') continue;
+        auto out = download(P.args.ptrs[i], (size_t)evt_rspec_node_elems(&c->spec, i, b.m, b.n), c->spec.nodes[i].dtype);
+        double e = rel_err_v(out, P.node_h[i]);
+        worst = std::max(worst, e);
+        match = match && e <= tol;
+      }
+      if (rc == 0 && c->spec.store_stats) {
+        double e = std::max(rel_err_v(download(P.args.mean, b.m, EVT_F32), P.mean_h),
+                            rel_err_v(download(P.args.rstd, b.m, EVT_F32), P.rstd_h));
+        worst = std::max(worst, e);
+        match = match && e <= tol;
+      }
+      double td = median_us_m([&] { rc |= c->fn(&P.args); }, reps, false);
+      double tc = median_us_m([&] { rc |= c->fn(&P.args); }, reps, true);
+      double ts = steady_us([&](int i) { rc |= c->fn(i % K == 0 ? &P.args : &rot[i % K - 1]->args); }, 4 * K);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      char line[512];
+      snprintf(line, sizeof line, "%-14s %-5s %6d %5d %-10s %7.1f | %8.1f %5.2f | %8.1f %5.2f | %8.1f %5.2f | %s (%.2e)%s",
+               b.ex, dt_name(b.dt), b.m, b.n, labels[vi].c_str(), bytes / 1e6, td, td / floor_us, tc, tc / floor_us, ts,
+               ts / floor_us, match ? "matched" : "NOT MATCHED", worst, rc ? " launch error" : "");
+      printf("%s\n", line);
+      fflush(stdout);
+      summary.push_back(line);
+    }
+    // context: a plain copy of the same bytes, same three methods
+    size_t half = std::min((size_t)(bytes / 2) & ~(size_t)255, cb / 4);
+    double cd = median_us_m([&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, half, cudaMemcpyDeviceToDevice)); }, reps, false);
+    double cc = median_us_m([&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, half, cudaMemcpyDeviceToDevice)); }, reps, true);
+    double cs = steady_us([&](int i) {
+      const size_t o = (size_t)(i % 4) * (cb / 4);
+      CUDA_CHECK(cudaMemcpyAsync((char *)dst + o, (char *)src + o, half, cudaMemcpyDeviceToDevice));
+    }, 16);
+    char line[512];
+    snprintf(line, sizeof line, "%-14s %-5s %6d %5d %-10s %7.1f | %8.1f %5.2f | %8.1f %5.2f | %8.1f %5.2f | (memcpy of the same bytes)",
+             b.ex, dt_name(b.dt), b.m, b.n, "memcpy", bytes / 1e6, cd, cd / floor_us, cc, cc / floor_us, cs, cs / floor_us);
+    printf("%s\n", line);
+    summary.push_back(line);
+    for (auto *r : rot) delete r;
+  }
+  printf("\nSUMMARY (x flr = time / (bytes / %.0f GB/s); dirty = old method, clean = read-flushed L2, steady = back-to-back rotating buffers)\n",
+         bw / 1e9);
+  for (auto &l : summary) printf("%s\n", l.c_str());
   return 0;
 }

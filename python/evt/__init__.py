@@ -1,14 +1,16 @@
-"""evt: a torch.compile backend for training steps (CPU path: the evt interpreter).
+"""evt: a torch.compile backend for training steps (CPU: the evt interpreter; CUDA: evt GPU programs).
 
     import evt                      # registers the backend name "evt"
     model = torch.compile(model, backend="evt")
+    model = torch.compile(model, backend="evt", options={"cudagraphs": True})   # CUDA graph replay
 
 See docs/pytorch.md. Logging: EVT_LOG=1 (logger "evt"). Library: $EVT_LIB or <repo>/build/libevt.so.
 """
-from .backend import DECOMPOSITIONS, compile_module, evt_backend, partition_fn  # noqa: F401
+from .backend import DECOMPOSITIONS, STATS, compile_module, evt_backend, partition_fn, reset_stats  # noqa: F401
 from .lib import EvtError, Graph  # noqa: F401
 
-__all__ = ["evt_backend", "compile_module", "partition_fn", "DECOMPOSITIONS", "Graph", "EvtError"]
+__all__ = ["evt_backend", "compile_module", "partition_fn", "DECOMPOSITIONS", "Graph", "EvtError", "STATS",
+           "reset_stats"]
 
 
 def _register():

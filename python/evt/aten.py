@@ -90,15 +90,24 @@ class Builder:
         self.origin = {}  # evt name -> FX node that emitted it
         self.cur = None
         self.k = 0
+        self.device = None  # torch.device of every tensor in the segment (one device per segment)
 
     def snapshot(self):
-        return (len(self.lines), len(self.inputs), dict(self.names), dict(self.origin))
+        return (len(self.lines), len(self.inputs), dict(self.names), dict(self.origin), self.device)
 
     def rollback(self, s):
         del self.lines[s[0]:]
         del self.stmt_names[s[0]:]
         del self.inputs[s[1]:]
-        self.names, self.origin = s[2], s[3]
+        self.names, self.origin, self.device = s[2], s[3], s[4]
+
+    def on_device(self, dev):
+        """Claims the segment for dev (the first tensor decides); a tensor elsewhere is Unsupported."""
+        dev = torch.device(dev)
+        if self.device is None:
+            self.device = dev
+        elif dev != self.device:
+            raise Unsupported(f"tensor on {dev}, segment on {self.device}")
 
     def _stmt(self, name, typ, op, operands, attrs):
         args = [f"%{o}" for o in operands]
@@ -132,6 +141,7 @@ class Builder:
             raise Unsupported("tuple used as a tensor")
         if n is not None:
             return n
+        self.on_device(meta_val(x).device)
         name = f"in.{x.name}"
         self._stmt(name, type_str(meta_val(x)), "input", [], {})
         self.origin[name] = x
@@ -452,10 +462,9 @@ def _identity(b, node, used):
 
 @rule(aten._to_copy)
 def _to_copy(b, node, used):
-    dev = node.kwargs.get("device")
-    if dev is not None and torch.device(dev).type != "cpu":
-        raise Unsupported("device change")
     x, v = node.args[0], out(node)
+    if v.device != meta_val(x).device:
+        raise Unsupported("device change")
     if meta_val(x).dtype == v.dtype:
         return b.val(x)
     return b.result("cast", [b.val(x)], {"dtype": DTYPE_NAMES.get(v.dtype, "?")})
@@ -869,6 +878,23 @@ def _row_stats(b, xn, eps, dims, dt):
     return m, var, b.op("rsqrt", [b.op("add", [var, b.scalar(eps, dt)])])
 
 
+def _ln_compute_dtype(x, w):
+    """The dtype a layer norm computes in: x's, or the affine weight's when they differ (CPU autocast runs
+    layer norm on a bf16 x with f32 weights, computing in f32 and returning x's dtype)."""
+    xdt = meta_val(x).dtype
+    wdt = meta_val(w).dtype if is_tensor_node(w) else xdt
+    return xdt if wdt == xdt else torch.promote_types(xdt, wdt)
+
+
+def _ln_result(b, name, k, cdt, val):
+    """The statement holding a layer-norm output computed in cdt: reshaped back (k > 1), cast to val's dtype."""
+    if val.dtype == cdt:
+        return b.result("reshape", [name], {"shape": static_shape(val)}, val=val)
+    if k > 1:
+        name = b.op("reshape", [name], {"shape": static_shape(val)})
+    return b.result("cast", [name], {"dtype": DTYPE_NAMES[val.dtype]}, val=val)
+
+
 @rule(aten.native_layer_norm)
 def _layer_norm(b, node, used):
     x, ns, w, bias, eps = node.args[:5]
@@ -877,20 +903,20 @@ def _layer_norm(b, node, used):
     if w is None and bias is not None:
         raise Unsupported("layer norm with a bias but no weight")
     vals, res = out(node), {}
-    xn = _flat(b, b.val(x), rows, feat, k)
-    aff = [_flat(b, b.val(t), [], feat, k) for t in (w, bias) if t is not None]
+    cdt = _ln_compute_dtype(x, w)
+    xn = _flat(b, b.cast(x, cdt), rows, feat, k)
+    aff = [_flat(b, b.cast(t, cdt), [], feat, k) for t in (w, bias) if t is not None]
     if 0 in used:
-        if k == 1:
+        if k == 1 and cdt == vals[0].dtype:
             res[0] = b.result("layer_norm", [xn] + aff, {"eps": float(eps)}, val=vals[0])
         else:
-            y = b.op("layer_norm", [xn] + aff, {"eps": float(eps)})
-            res[0] = b.result("reshape", [y], {"shape": static_shape(vals[0])}, val=vals[0])
+            res[0] = _ln_result(b, b.op("layer_norm", [xn] + aff, {"eps": float(eps)}), k, cdt, vals[0])
     if used & {1, 2}:
-        m, _, r = _row_stats(b, xn, float(eps), [-1], meta_val(x).dtype)
+        m, _, r = _row_stats(b, xn, float(eps), [-1], cdt)
         if 1 in used:
-            res[1] = b.result("reshape", [m], {"shape": static_shape(vals[1])}, val=vals[1])
+            res[1] = _ln_result(b, m, 2, cdt, vals[1])  # (k=2: always reshaped)
         if 2 in used:
-            res[2] = b.result("reshape", [r], {"shape": static_shape(vals[2])}, val=vals[2])
+            res[2] = _ln_result(b, r, 2, cdt, vals[2])
     return res
 
 
@@ -901,8 +927,9 @@ def _layer_norm_bwd(b, node, used):
     k = len(ns)
     vals, res = out(node), {}
     eps = node.meta.get("evt_eps")
-    dyn, xn = _flat(b, b.val(dy), rows, feat, k), _flat(b, b.val(x), rows, feat, k)
-    wn = _flat(b, b.val(w), [], feat, k) if w is not None else None
+    cdt = _ln_compute_dtype(x, w)
+    dyn, xn = _flat(b, b.cast(dy, cdt), rows, feat, k), _flat(b, b.cast(x, cdt), rows, feat, k)
+    wn = _flat(b, b.cast(w, cdt), [], feat, k) if w is not None else None
     rdims = list(range(len(rows)))
     back = lambda i, name: name if k == 1 else b.op("reshape", [name], {"shape": static_shape(vals[i])})  # noqa
     final = {}
@@ -914,7 +941,7 @@ def _layer_norm_bwd(b, node, used):
             final[1] = ("layer_norm_backward_weight", [dyn, xn], {"eps": float(eps)})
     elif used & {0, 1}:
         # No eps known: the same math from the saved statistics (as PyTorch's own kernel does).
-        mn, rn = _flat(b, b.val(mean), rows, 1, k), _flat(b, b.val(rstd), rows, 1, k)
+        mn, rn = _flat(b, b.cast(mean, cdt), rows, 1, k), _flat(b, b.cast(rstd, cdt), rows, 1, k)
         xhat = b.op("mul", [b.op("sub", [xn, mn]), rn])
         if 1 in used:
             final[1] = ("sum", [b.op("mul", [dyn, xhat])], {"dims": rdims})
@@ -927,10 +954,10 @@ def _layer_norm_bwd(b, node, used):
     if 2 in used:
         final[2] = ("sum", [dyn], {"dims": rdims})
     for i, (op, ops, attrs) in sorted(final.items()):
-        if k == 1:
+        if k == 1 and vals[i].dtype == cdt:
             res[i] = b.result(op, ops, attrs, val=vals[i])
         else:
-            res[i] = b.result("reshape", [b.op(op, ops, attrs)], {"shape": static_shape(vals[i])}, val=vals[i])
+            res[i] = _ln_result(b, b.op(op, ops, attrs), k, cdt, vals[i])
     return res
 
 
@@ -1283,7 +1310,9 @@ def translate(b, node, used):
     for t in (v if isinstance(v, (tuple, list)) else [v]):
         if t is not None and not isinstance(t, torch.Tensor):
             raise Unsupported("non-tensor result")
-        if t is not None and t.device.type != "cpu":
-            raise Unsupported(f"tensor on {t.device.type}")
+        if t is not None:
+            if t.device.type not in ("cpu", "cuda"):
+                raise Unsupported(f"tensor on {t.device.type}")
+            b.on_device(t.device)
     b.cur = node
     return fn(b, node, used)

@@ -1,7 +1,10 @@
-"""The `evt` torch.compile backend (CPU path): AOTAutograd joint graph -> evt segments on the interpreter.
+"""The `evt` torch.compile backend: AOTAutograd joint graph -> evt segments, run on the CPU interpreter
+(CPU tensors) or as evt GPU programs (CUDA tensors; gpu.py), PyTorch for the rest.
 
 Contract
-- `evt_backend` (registered as "evt") is aot_autograd with DECOMPOSITIONS (PyTorch's core ATen set minus
+- `evt_backend(gm, example_inputs, options=None)` (registered as "evt"; options from
+  torch.compile(..., options={"cudagraphs": bool, "fused": bool}), checked by gpu.parse_options) is
+  aot_autograd with DECOMPOSITIONS (PyTorch's core ATen set minus
   the ops evt wants whole: layer/batch norm and their backward, softmax/log_softmax and theirs, gelu
   backward, nll_loss, embedding backward, pooling backward, select/slice backward, ...), partition_fn
   (sees the joint forward+backward graph; logs its op histogram, records each layer-norm backward's eps
@@ -13,6 +16,18 @@ Contract
   segments and is logged (`EVT_LOG=1`, logger `evt`). If the evt parser rejects a statement the node it
   names is moved to PyTorch and the plan is rebuilt; if the interpreter fails at run time the segment's
   nodes run in PyTorch instead. Nothing evt cannot do ever fails the step.
+- Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a
+  node on another device starts a PyTorch step). CPU segments run on the interpreter. CUDA segments get
+  an evt GPU program at plan time (gpu.Program: flags FUSED unless EVT_FUSED=0 / fused=False, CUDA_GRAPH
+  with cudagraphs=True; cached by optimized text + flags + device, except CUDA-graph programs, which are
+  per segment). If program creation names a node of the segment, that node moves to PyTorch and the plan
+  is rebuilt (at most MAX_PROGRAM_REBUILDS times); any other creation failure, or a libevt without the
+  program API, runs the segment in PyTorch (logged as fallbacks). A CUDA segment never runs on the
+  interpreter. At run time inputs are made contiguous in evt's device dtype, outputs are torch.empty in
+  the node's dtype on the device, and the step is enqueued on torch.cuda.current_stream() of the call.
+  A GPU run that raises runs the segment in PyTorch from then on.
+- STATS counts segment runs per path, GPU kernel launches (evt_program_launch_count per run) and CUDA
+  graph captures since reset_stats().
 - The returned callable is boxed (takes the argument list) and returns values in the module's output
   order; tensors evt produced are fresh, with the strides recorded in meta["val"]; outputs that are
   graph inputs (or PyTorch results) are returned as the module would return them.
@@ -34,6 +49,7 @@ from torch._functorch.partitioners import default_partition
 
 from . import aten as A
 from . import diskcache
+from . import gpu as G
 from .lib import EvtError, Graph
 
 log = logging.getLogger("evt")
@@ -141,13 +157,18 @@ def _graph_for(text):
 
 
 class Segment:
-    """A run of FX nodes translated into one evt graph."""
+    """A run of FX nodes translated into one evt graph, run on the device of its tensors: the CPU
+    interpreter, an evt GPU program, or (when the program cannot run it) PyTorch."""
 
-    def __init__(self):
+    def __init__(self, options=None):
         self.b = A.Builder()
         self.members = []
+        self.options = options or {}
+        self.path = None      # "interp", "gpu" or "torch" (set by finalize)
+        self.program = None
+        self.why = None       # why a CUDA segment runs in PyTorch
 
-    def finalize(self, users_outside):
+    def finalize(self, users_outside, program_node_fallback=True):
         b, members = self.b, set(self.members)
         inputs = {name for _, name in b.inputs}
         self.outputs, self.aliases, out_names = [], [], []
@@ -165,21 +186,135 @@ class Segment:
         self.text = "graph seg {\n  " + "\n  ".join(b.lines) + "\n" + \
             (f"  output {', '.join('%' + n for n in out_names)}\n" if out_names else "") + "}\n"
         self.graph = _graph_for(self.text) if self.outputs else None
-        if self.graph is not None:  # node ids after the passes renumbered them
-            self.inputs = [(x, self.graph.ids[name]) for x, name in b.inputs if name in self.graph.ids]
-            self.outputs = [(m, self.graph.outputs[k]) for m, k in self.outputs]
+        if self.graph is None:
+            self.path = "none"
+            return
+        self.out_index = list(self.outputs)  # (FX node, index of the graph output)
+        # the type of each graph output, from the first FX node it holds
+        self.out_types = {}
+        for m, k in self.out_index:
+            v = A.meta_val(m)
+            self.out_types.setdefault(k, (tuple(int(s) for s in v.shape), v.dtype))
+        # node ids after the passes renumbered them
+        self.inputs = [(x, self.graph.ids[name]) for x, name in b.inputs if name in self.graph.ids]
+        self.input_names = [(x, name) for x, name in b.inputs if name in self.graph.ids]
+        self.outputs = [(m, self.graph.outputs[k]) for m, k in self.outputs]
+        dev = b.device or torch.device("cpu")
+        self.device = dev
+        self.path = G.choose_path(dev.type, G.has_program_api())
+        if self.path == "torch":
+            self.why = f"libevt has no GPU program API (evt_program_create) for {dev}"
+        elif self.path == "gpu":
+            self._create_program(program_node_fallback)
+
+    def _create_program(self, node_fallback):
+        flags = G.program_flags(self.options)
+        try:
+            self.program = _program_for(self.graph, flags, self.device)
+        except G.ProgramError as e:
+            msg = str(e)
+            m = _NODE_IN_MSG.search(msg)
+            bad = self.b.origin.get(m.group(1)) if m else None
+            if node_fallback and bad in self.members:
+                e.node = bad  # build_plan moves this FX node to PyTorch and rebuilds
+                raise
+            self.path, self.why = "torch", f"evt GPU program: {msg}"
+            return
+        self.pool = G.OutputPool() if flags & G.EVT_PROGRAM_CUDA_GRAPH else None
+        self.staged = {}  # CUDA graphs: input name -> staging buffer (see _input)
+        self.seen = {}    # CUDA graphs: input name -> the pointer it was first bound with
 
     def run(self, env):
-        if self.graph is not None:
+        if self.path == "interp":
             res = self.graph.run([(i, env[x]) for x, i in self.inputs],
                                  [(i, A.meta_val(m).dtype) for m, i in self.outputs])
             for (m, _), t in zip(self.outputs, res):
-                v = A.meta_val(m)
-                if t.dim() > 1 and t.stride() != v.stride() and is_non_overlapping_and_dense(v):
-                    t = torch.empty_strided(t.shape, v.stride(), dtype=t.dtype).copy_(t)
-                env[m] = t
+                env[m] = _with_meta_strides(t, A.meta_val(m))
+            STATS["interp_segment_runs"] += 1
+        elif self.path == "gpu":
+            self._run_gpu(env)
+        elif self.path == "torch":
+            for m in self.members:
+                env[m] = _run_torch(m, env)
+            STATS["torch_segment_runs"] += 1
+            STATS["torch_nodes_run"] += len(self.members)
+            return
         for m, src in self.aliases:
             env[m] = env[src]
+
+    def _input(self, name, t):
+        if self.pool is None:
+            return G.to_device_layout(t)
+        # CUDA graphs: an input is bound as it is while its pointer stays the same (parameters); once it
+        # changed (a new batch, an activation in another block), it is copied into a staging buffer of
+        # its own from then on, as are inputs that need a conversion.
+        if name not in self.staged and t.dtype == G.device_dtype(t.dtype) and t.is_contiguous():
+            last = self.seen.setdefault(name, t.data_ptr())
+            if last == t.data_ptr():
+                return t
+        buf = self.staged.get(name)
+        if buf is None:
+            buf = self.staged[name] = torch.empty(t.shape, dtype=G.device_dtype(t.dtype), device=t.device)
+        buf.copy_(t)
+        return buf
+
+    def _run_gpu(self, env):
+        dev = self.device
+        ins = [(name, self._input(name, env[x])) for x, name in self.input_names]
+        bufs, handed = [], []
+        for k in range(len(self.out_types)):
+            shape, dt = self.out_types[k]
+            if self.pool is not None:
+                buf, h = self.pool.get(k, shape, G.device_dtype(dt), dev)
+            else:
+                buf, h = torch.empty(shape, dtype=G.device_dtype(dt), device=dev), True
+            bufs.append(buf)
+            handed.append(h)
+        before = self.program.captures
+        self.program.run(ins, bufs, torch.cuda.current_stream(dev).cuda_stream)
+        STATS["gpu_segment_runs"] += 1
+        STATS["gpu_launches"] += self.program.launch_count()
+        STATS["captures"] += self.program.captures - before
+        vals = [G.OutputPool.hand_out(b_, h) if self.pool is not None else b_ for b_, h in zip(bufs, handed)]
+        for m, k in self.out_index:
+            v = A.meta_val(m)
+            t = vals[k]
+            if t.dtype != v.dtype:
+                t = t.to(v.dtype)
+            env[m] = _with_meta_strides(t, v)
+
+
+# Counters of what ran where since the last reset_stats() (read by the benchmark and the GPU tests).
+STATS = collections.Counter()
+
+
+def reset_stats():
+    STATS.clear()
+
+
+_PROGRAMS = {}  # (sha256 of the optimized text, flags, device) -> Program (not for CUDA graphs)
+
+
+def _program_for(graph, flags, device):
+    text = graph.text()
+    key = (hashlib.sha256(text.encode()).hexdigest(), flags, str(device))
+    p = _PROGRAMS.get(key) if not flags & G.EVT_PROGRAM_CUDA_GRAPH else None
+    if p is None:
+        with torch.cuda.device(device):
+            p = G.Program(text, flags, f"evt-{key[0][:12]}.evt")
+        log.info("  GPU program for evt-%s: %d kernel launches per run (flags %d)", key[0][:12],
+                 p.launch_count(), flags)
+        if not flags & G.EVT_PROGRAM_CUDA_GRAPH:
+            _PROGRAMS[key] = p
+    return p
+
+
+def _with_meta_strides(t, v):
+    """t (contiguous) laid out with the strides PyTorch recorded for it, when they describe a dense
+    permutation (the backward relies on e.g. transposed gradients)."""
+    if t.dim() > 1 and t.stride() != v.stride() and is_non_overlapping_and_dense(v):
+        t = torch.empty_strided(t.shape, v.stride(), dtype=t.dtype, device=t.device).copy_(t)
+    return t
 
 
 def is_non_overlapping_and_dense(v):
@@ -208,8 +343,10 @@ def _run_torch(node, env):
 class Plan:
     """The ordered steps of one FX module: Segments and PyTorch nodes."""
 
-    def __init__(self, gm, force_torch):
+    def __init__(self, gm, force_torch, options=None, program_node_fallback=True):
         self.gm = gm
+        self.options = options or {}
+        self.program_node_fallback = program_node_fallback
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.steps, self.fallbacks = [], []
@@ -231,7 +368,8 @@ class Plan:
                     continue
                 except A.Unsupported:
                     pass
-            cur = self.steps[-1] if self.steps and isinstance(self.steps[-1], Segment) else Segment()
+            cur = self.steps[-1] if self.steps and isinstance(self.steps[-1], Segment) else \
+                Segment(self.options)
             used = {u.args[1] for u in node.users if u.target is operator.getitem}
             snap = cur.b.snapshot()
             try:
@@ -251,7 +389,10 @@ class Plan:
         """Parses every segment (raises EvtError with the parser's message on a rejected statement)."""
         for s in self.steps:
             if isinstance(s, Segment):
-                s.finalize(lambda m: m.users)
+                s.finalize(lambda m: m.users, self.program_node_fallback)
+                if s.path == "torch":
+                    for m in s.members:
+                        self.fallbacks.append((m, s.why))
         # Liveness: each value is dropped from the environment after the last step that reads it.
         step_of = {}
         for i, s in enumerate(self.steps):
@@ -275,8 +416,10 @@ class Plan:
                     if _CHECK:
                         _check_segment(s, env)
                 except Exception as e:  # noqa: BLE001 (never fail the step: PyTorch runs the segment)
-                    log.warning("evt segment failed at run time (%s: %s); running its %d nodes in PyTorch",
-                                type(e).__name__, e, len(s.members))
+                    log.warning("evt segment failed at run time on %s (%s: %s); running its %d nodes in PyTorch",
+                                s.path, type(e).__name__, e, len(s.members))
+                    if s.path == "gpu":  # (a GPU program that failed once is not tried again)
+                        s.path, s.why = "torch", f"GPU program failed at run time: {e}"
                     for m in s.members:
                         env[m] = _run_torch(m, env)
             else:
@@ -311,14 +454,27 @@ def _check_segment(seg, env):
 _NODE_IN_MSG = re.compile(r"node %([A-Za-z0-9_.]+)")
 
 
-def build_plan(gm):
-    """A Plan for gm; nodes the evt parser rejects move to PyTorch one by one (with the message)."""
+# A CUDA segment whose program creation names a node moves that node to PyTorch and the plan is rebuilt,
+# at most this many times per module; later failures run their whole segment in PyTorch.
+MAX_PROGRAM_REBUILDS = 16
+
+
+def build_plan(gm, options=None):
+    """A Plan for gm; nodes the evt parser (or the GPU program) rejects move to PyTorch one by one."""
     force = {}
+    rebuilds = 0
     while True:
-        plan = Plan(gm, force)
+        plan = Plan(gm, force, options, program_node_fallback=rebuilds < MAX_PROGRAM_REBUILDS)
         try:
             plan.finalize()
             return plan
+        except G.ProgramError as e:
+            bad = getattr(e, "node", None)
+            if bad is None or bad in force:  # (finalize only raises with a node; defensive)
+                log.warning("evt could not build a plan (%s); running the module in PyTorch", e)
+                return None
+            force[bad] = f"evt GPU program: {e}"
+            rebuilds += 1
         except EvtError as e:
             msg = str(e)
             m = _NODE_IN_MSG.search(msg)
@@ -346,9 +502,11 @@ def _symbolic(gm):
 
 def _log_plan(plan, kind):
     if log.isEnabledFor(logging.INFO):
-        segs = [s for s in plan.steps if isinstance(s, Segment)]
+        segs = [s for s in plan.steps if isinstance(s, Segment) and s.path != "torch"]
         n_evt = sum(len(s.members) for s in segs)
-        log.info("%s: %d ops in %d evt segment(s), %d in PyTorch", kind, n_evt, len(segs), len(plan.fallbacks))
+        where = collections.Counter(s.path for s in segs)
+        log.info("%s: %d ops in %d evt segment(s) (%s), %d in PyTorch", kind, n_evt, len(segs),
+                 ", ".join(f"{v} on {k}" for k, v in sorted(where.items())) or "none", len(plan.fallbacks))
         for node, why in plan.fallbacks:
             log.info("  fallback to PyTorch: %s (%s): %s", _op_name(node), node.name, why)
 
@@ -364,7 +522,7 @@ def _specialize(gm, args):
     return g2
 
 
-def compile_module(gm, example_inputs, kind="module"):
+def compile_module(gm, example_inputs, kind="module", options=None):
     """fw/bw compiler: a boxed callable running gm through evt segments and PyTorch fallbacks.
     A module with symbolic shapes gets one plan per concrete argument signature, built at the first call
     with that signature (shapes re-derived with FakeTensorProp)."""
@@ -377,7 +535,7 @@ def compile_module(gm, example_inputs, kind="module"):
             plan = plans.get(key)
             if plan is None:
                 try:
-                    plan = build_plan(_specialize(gm, args))
+                    plan = build_plan(_specialize(gm, args), options)
                 except Exception as e:  # noqa: BLE001 (any failure to specialize: run the module as is)
                     log.warning("%s: could not specialize symbolic shapes (%s)", kind, e)
                     plan = None
@@ -390,7 +548,7 @@ def compile_module(gm, example_inputs, kind="module"):
             return plan(args)
         run_dynamic._boxed_call = True
         return run_dynamic
-    plan = build_plan(gm)
+    plan = build_plan(gm, options)
     if plan is None:
         log.info("%s: no plan: runs in PyTorch", kind)
 
@@ -407,13 +565,19 @@ def compile_module(gm, example_inputs, kind="module"):
     return run
 
 
-def _fw(gm, example_inputs):
-    return compile_module(gm, example_inputs, "forward")
+def make_backend(options=None):
+    """aot_autograd with evt's decompositions, partition_fn and fw/bw compilers for these options."""
+    opts = G.parse_options(options)
+    return aot_autograd(fw_compiler=lambda gm, ex: compile_module(gm, ex, "forward", opts),
+                        bw_compiler=lambda gm, ex: compile_module(gm, ex, "backward", opts),
+                        partition_fn=partition_fn, decompositions=DECOMPOSITIONS)
 
 
-def _bw(gm, example_inputs):
-    return compile_module(gm, example_inputs, "backward")
+_DEFAULT = make_backend()
 
 
-evt_backend = aot_autograd(fw_compiler=_fw, bw_compiler=_bw, partition_fn=partition_fn,
-                           decompositions=DECOMPOSITIONS)
+def evt_backend(gm, example_inputs, options=None, mode=None):
+    """The "evt" backend: torch.compile(m, backend="evt", options={"cudagraphs": True, "fused": False}).
+    `mode` is accepted and ignored (evt has one mode)."""
+    backend = _DEFAULT if not options else make_backend(options)
+    return backend(gm, example_inputs)

@@ -14,6 +14,7 @@
 #include "passes/passes.h"
 #include "runtime/jit.h"
 #include "runtime/plan.h"
+#include "runtime/tune.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -46,20 +47,25 @@ static int write_file(const char *dir, const char *name, const char *text) {
   return 0;
 }
 
-EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf16|f16] [--solver=ilp|greedy] [--no-cache] [--fuse-rules=lower]",
+EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--tune] [--tune-cache DIR] [--dtype bf16|f16] [--solver=ilp|greedy] [--no-cache] [--fuse-rules=lower]",
              "optimize, partition, lower every group to a kernel spec, plan memory; write DIR/plan.txt\n"
              "  -o DIR           output folder (created if missing)\n"
              "  --emit-cuda      also write DIR/<kernel>.cu for every distinct lowered kernel (generated CUDA C++)\n"
              "  --stats          print kernels by kind (gemm+evt / row / pointwise / unfused, with reasons),\n"
              "                   distinct kernels, arena bytes vs the sum of buffers, bytes through global memory\n"
              "  --build          JIT-compile the emitted kernels with nvcc (needs nvcc and CUTLASS; minutes each)\n"
+             "  --tune           first tune every lowered GEMM+EVT kernel on the GPU (as evtc tune; needs nvcc, CUTLASS\n"
+             "                   and a GPU; without them every GEMM keeps the default config). Tuning records found\n"
+             "                   are always applied: a GEMM group gets its tuned config, or runs unfused\n"
+             "  --tune-cache DIR where tuning records live (default: the JIT cache, $EVT_JIT_CACHE)\n"
              "  --dtype bf16|f16 read every f32 tensor of FILE as bf16/f16 (kernel specs take 16-bit operands)\n"
              "  --solver=greedy  partition greedily instead of exactly\n"
              "  --no-cache       do not read or write the partition cache\n"
              "  --fuse-rules=lower  partition with the lowering's rules (evt_lower_compat): a GEMM group only takes\n"
              "                   members its kernel spec can hold; default --fuse-rules=shape (the partitioner's own)") {
   const char *path = NULL, *dir = NULL;
-  int emit = 0, stats = 0, build = 0, lower_rules = 0;
+  int emit = 0, stats = 0, build = 0, lower_rules = 0, tune = 0;
+  const char *tune_cache = NULL;
   int dtype = -1;
   evt_part_options opt = evt_part_options_default();
   for (int i = 1; i < argc; i++) {
@@ -68,6 +74,8 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf
     else if (!strcmp(a, "--stats")) stats = 1;
     else if (!strcmp(a, "--build")) build = emit = 1;
     else if (!strcmp(a, "--no-cache")) opt.use_cache = 0;
+    else if (!strcmp(a, "--tune")) tune = 1;
+    else if (!strcmp(a, "--tune-cache") && i + 1 < argc) tune_cache = argv[++i];
     else if (!strcmp(a, "--fuse-rules=lower")) lower_rules = 1;
     else if (!strcmp(a, "--fuse-rules=shape")) lower_rules = 0;
     else if (!strcmp(a, "--solver=ilp")) opt.use_ilp = 1;
@@ -126,6 +134,22 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf
   evt_plan plan;
   memset(&plan, 0, sizeof plan);
   st = evt_lower_plan(g, &part, &low);
+  evt_tune_group *tg = calloc((size_t)(st == EVT_OK ? low.n : 0) + 1, sizeof *tg);
+  EVT_ASSERT(tg);
+  if (st == EVT_OK && tune) {
+    evt_tune_problem *probs = NULL;
+    int np = evt_tune_collect(&low, NULL, &probs, NULL);
+    evt_tune_record *rec = calloc((size_t)np + 1, sizeof *rec);
+    EVT_ASSERT(rec);
+    evt_tune_options to = {0};
+    to.cache_dir = tune_cache;
+    char tmsg[1024] = "";
+    if (np > 0 && evt_tune_run_many(probs, np, &to, rec, NULL, tmsg, sizeof tmsg) != EVT_OK)
+      fprintf(stderr, "evtc compile: --tune: %s; GEMM groups without a record keep the default config\n", tmsg);
+    free(rec);
+    free(probs);
+  }
+  int ntuned = st == EVT_OK ? evt_tune_apply_lowered(&low, tune_cache, NULL, tg) : 0;
   if (st == EVT_OK) st = evt_plan_build(g, &part, &low, &plan);
   char msg[512];
   if (st == EVT_OK && evt_plan_check(g, &plan, msg, sizeof msg) != EVT_OK) {
@@ -193,6 +217,13 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf
            plan.naive_bytes ? 100.0 * (double)plan.arena_bytes / (double)plan.naive_bytes : 0.0);
     printf("inputs+params: %lld bytes\n", (long long)plan.external_bytes);
     printf("global memory traffic: %lld bytes\n", (long long)plan.global_bytes);
+    int nlg = 0;
+    for (int i = 0; i < low.n; i++) nlg += low.k[i].kind == EVT_LK_GEMM_EVT && low.k[i].ok;
+    printf("gemm+evt tuning (%d of %d groups with a record):\n", ntuned, nlg);
+    for (int i = 0; i < low.n; i++)
+      if (low.k[i].kind == EVT_LK_GEMM_EVT && low.k[i].ok)
+        printf("  group %d %s %lldx%lldx%lld: %s\n", i, low.k[i].kernel, (long long)low.k[i].m, (long long)low.k[i].n,
+               (long long)low.k[i].k, tg[i].desc);
   }
   if (rc == EVTC_EXIT_OK && build && nk > 0) {
     evt_jit_options jo = {0};
@@ -210,6 +241,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf
   free(srcs);
   free(jobs);
   free(uniq);
+  free(tg);
   evt_plan_free(&plan);
   evt_lower_free(&low);
   if (have_part) evt_part_plan_free(&part);

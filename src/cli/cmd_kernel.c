@@ -6,18 +6,20 @@
 #include "cli.h"
 #include "evt/kspec.h"
 
-EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--spec]",
+EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--stages N] [--reduction atomic|workspace] [--spec]",
              "print the generated CUTLASS Sm90 GEMM + epilogue-visitor-tree source of a named epilogue\n"
              "  EPILOGUE     plain, bias_gelu_aux, bias_relu_dbias, gelu_bwd, bias_silu, bias_relu_aux\n"
              "  --tile       CTA tile (default 128x128x64)\n"
              "  --cluster    cluster shape (default 1x1)\n"
              "  --pingpong   ping-pong schedule instead of cooperative\n"
+             "  --stages N   mainloop pipeline stages (default 0: as many as fit)\n"
+             "  --reduction  row/col sums with atomics (default) or a deterministic workspace reduction\n"
              "  --spec       print the canonical spec text and the kernel name instead of the source") {
   if (argc < 2) {
     fprintf(stderr, "evtc kernel: which epilogue? (evtc kernel --help)\n");
     return EVTC_EXIT_USER;
   }
-  evt_tile_config cfg = {128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+  evt_tile_config cfg = EVT_TILE_CONFIG_DEFAULT;
   int spec_only = 0;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--tile") && i + 1 < argc) {
@@ -26,6 +28,13 @@ EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--sp
       if (sscanf(argv[++i], "%dx%d", &cfg.cluster_m, &cfg.cluster_n) != 2) goto bad;
     } else if (!strcmp(argv[i], "--pingpong")) {
       cfg.schedule = EVT_SCHED_PINGPONG;
+    } else if (!strcmp(argv[i], "--stages") && i + 1 < argc) {
+      if (sscanf(argv[++i], "%d", &cfg.stages) != 1) goto bad;
+    } else if (!strcmp(argv[i], "--reduction") && i + 1 < argc) {
+      i++;
+      if (!strcmp(argv[i], "atomic")) cfg.reduction = EVT_RED_ATOMIC;
+      else if (!strcmp(argv[i], "workspace")) cfg.reduction = EVT_RED_WORKSPACE;
+      else goto bad;
     } else if (!strcmp(argv[i], "--spec")) {
       spec_only = 1;
     } else {

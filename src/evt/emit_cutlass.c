@@ -70,6 +70,12 @@ static const char *compute_fn(evt_vop op) {
   }
 }
 
+/* Row/col sums: atomics into the output, or (WORKSPACE) partials in CUTLASS's workspace that the last CTA
+ * of each tile column/row adds in order (FinalReduction with a non-atomic global reduce). */
+static const char *gmem_reduce(const evt_kspec *s) {
+  return s->cfg.reduction == EVT_RED_WORKSPACE ? "cutlass::plus" : "cutlass::atomic_add";
+}
+
 /* `using N<i> = <bare CUTLASS node>;` */
 static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
   const evt_vnode *v = &t->spec.nodes[i];
@@ -107,15 +113,15 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
       break;
     case EVT_V_ROW_SUM:
       sb_printf(b,
-                "using N%d = %sSm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add, 0, TileShape, "
-                "float, float, RN>;",
-                i, fus);
+                "using N%d = %sSm90RowReduction<cutlass::plus, cutlass::plus, %s, 0, TileShape, "
+                "float, float, RN%s>;",
+                i, fus, gmem_reduce(&t->spec), t->spec.batched ? ", Stride<_0, _1, int64_t>" : "");
       break;
     case EVT_V_COL_SUM:
       sb_printf(b,
-                "using N%d = %sSm90ColReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add, 0, TileShape, "
-                "float, float, RN>;",
-                i, fus);
+                "using N%d = %sSm90ColReduction<cutlass::plus, cutlass::plus, %s, 0, TileShape, "
+                "float, float, RN%s>;",
+                i, fus, gmem_reduce(&t->spec), t->spec.batched ? ", Stride<_1, _0, int64_t>" : "");
       break;
     default: {
       const char *fn = compute_fn(v->op);
@@ -198,10 +204,41 @@ static void emit_tree_types(sbuf *b, const evt_vtree *t, int v, int *done, const
 
 static void indent(sbuf *b, int depth) { sb_printf(b, "%*s", 4 + 2 * depth, ""); }
 
+/* A batched node's Arguments: its pointer advanced to the outer batch `o`, its strides from ld<v> / bs<v>
+ * (variables of the generated launcher). */
+static void emit_node_args_batched(sbuf *b, const evt_vnode *nd, int v) {
+  const char *e = cxx_type(nd->dtype);
+  switch (nd->op) {
+    case EVT_V_ROW_BCAST:
+    case EVT_V_COL_BCAST:
+      sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]) + o * os%d, %s(0), bstride<Stride<%s, int64_t>>(0, bs%d)}", e, v, v,
+                e, nd->op == EVT_V_ROW_BCAST ? "_0, _1" : "_1, _0", v);
+      break;
+    case EVT_V_AUX_LOAD:
+      sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]) + o * os%d, %s(0), bstride<Aux%dDesc::Stride>(ld%d, bs%d)}", e, v,
+                v, e, v, v, v);
+      break;
+    case EVT_V_AUX_STORE:
+      sb_printf(b, "{static_cast<%s *>(a->ptrs[%d]) + o * os%d, bstride<Aux%dDesc::Stride>(ld%d, bs%d)}", e, v, v, v, v, v);
+      break;
+    case EVT_V_ROW_SUM:
+    case EVT_V_COL_SUM:
+      sb_printf(b, "{static_cast<float *>(a->ptrs[%d]) + o * os%d, 0.0f, bstride<Stride<%s, int64_t>>(0, bs%d)}", v, v,
+                nd->op == EVT_V_ROW_SUM ? "_0, _1" : "_1, _0", v);
+      break;
+    default: EVT_ASSERT(!"emit_node_args_batched: no memory"); break;
+  }
+}
+
 /* One node's own Arguments, then `,` unless last, then a comment naming the node. */
 static void emit_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
   const evt_vnode *nd = &t->spec.nodes[v];
   const char *e = cxx_type(nd->dtype);
+  if (t->spec.batched && evt_vop_has_memory(nd->op)) {
+    emit_node_args_batched(b, nd, v);
+    sb_printf(b, "%s  // %%%d %s %s%s\n", last ? "" : ",", v, evt_vop_name(nd->op), nd->name, nd->shared ? " (shared)" : "");
+    return;
+  }
   switch (nd->op) {
     case EVT_V_ROW_BCAST:
     case EVT_V_COL_BCAST: sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]), %s(0), {}}", e, v, e); break;
@@ -251,6 +288,95 @@ static void emit_tree_args(sbuf *b, const evt_vtree *t, int v, const topo_ops *o
   emit_node_args(b, t, v, 1);
   indent(b, depth);
   sb_printf(b, "}%s\n", last ? "" : ",");
+}
+
+/* Batched kernels: a stride type S (M/N/K, M/N/K, L modes) with its run-time modes set: the dynamic one of
+ * modes 0 and 1 is the leading dim, mode 2 the batch stride. */
+static const char *const bstride_helper =
+    "// batched: stride S with its dynamic mode 0 or 1 = ld (leading dim) and its mode 2 = batch (elements)\n"
+    "template <class S> static S bstride(int64_t ld, int64_t batch) {\n"
+    "  S s{};\n"
+    "  if constexpr (!cute::is_static<cute::remove_cvref_t<decltype(cute::get<0>(s))>>::value) cute::get<0>(s) = ld;\n"
+    "  if constexpr (!cute::is_static<cute::remove_cvref_t<decltype(cute::get<1>(s))>>::value) cute::get<1>(s) = ld;\n"
+    "  if constexpr (!cute::is_static<cute::remove_cvref_t<decltype(cute::get<2>(s))>>::value) cute::get<2>(s) = batch;\n"
+    "  return s;\n"
+    "}\n\n";
+
+/* The launcher of a batched spec: problem (M, N, K, L) with leading dims and batch strides from the launch
+ * arguments (0 = packed), per-node strides (shared nodes: batch stride 0), and l_outer launches, each with
+ * every pointer advanced by its outer stride. */
+static void emit_batched_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const char *name, const char *hash) {
+  const evt_kspec *s = &t->spec;
+  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
+  sb_printf(b, "extern \"C\" int %s(const evt_launch_args *a) {\n  using namespace evt_gen_%s;\n", name, hash);
+  sb_printf(b, "  if (!a || !a->a || !a->b || !a->d) return EVT_LAUNCH_BAD_ARGS;\n");
+  for (int v = 0; v < s->nnodes; v++)
+    if (t->live[v] && evt_vop_has_memory(s->nodes[v].op))
+      sb_printf(b, "  if (!a->ptrs[%d]) return EVT_LAUNCH_BAD_ARGS;  // %s\n", v, s->nodes[v].name);
+  sb_printf(b,
+            "  int M = a->m, N = a->n, K = a->k;\n"
+            "  int L = a->l > 0 ? a->l : 1, LO = a->l_outer > 1 ? a->l_outer : 1;\n"
+            "  if (M < 0 || N < 0 || K < 0) return EVT_LAUNCH_BAD_ARGS;\n"
+            "  int64_t lda = a->lda ? a->lda : %s, ldb = a->ldb ? a->ldb : %s, ldd = a->ldd ? a->ldd : N;\n"
+            "  int64_t bsa = a->bs_a ? a->bs_a : %s * lda, bsb = a->bs_b ? a->bs_b : %s * ldb;\n"
+            "  int64_t bsd = a->bs_d ? a->bs_d : (int64_t)M * ldd;\n",
+            at ? "(int64_t)M" : "(int64_t)K", bt ? "(int64_t)K" : "(int64_t)N", at ? "(int64_t)K" : "(int64_t)M",
+            bt ? "(int64_t)N" : "(int64_t)K");
+  int shared_sum = 0;
+  for (int v = 0; v < s->nnodes; v++) {
+    const evt_vnode *nd = &s->nodes[v];
+    if (!t->live[v] || !evt_vop_has_memory(nd->op)) continue;
+    int tile = nd->op == EVT_V_AUX_LOAD || nd->op == EVT_V_AUX_STORE;
+    const char *vec = nd->op == EVT_V_ROW_BCAST || nd->op == EVT_V_ROW_SUM ? "(int64_t)N" : "(int64_t)M";
+    if (tile) sb_printf(b, "  int64_t ld%d = a->ld_ptrs[%d] ? a->ld_ptrs[%d] : N;\n", v, v, v);
+    if (nd->shared) {
+      sb_printf(b, "  int64_t bs%d = 0, os%d = 0;  // %s: shared by all batches\n", v, v, nd->name);
+      shared_sum |= evt_vop_class(nd->op) == 'S';
+    } else if (tile)
+      sb_printf(b, "  int64_t bs%d = a->bs_ptrs[%d] ? a->bs_ptrs[%d] : (int64_t)M * ld%d, os%d = a->os_ptrs[%d];\n", v, v, v, v,
+                v, v);
+    else
+      sb_printf(b, "  int64_t bs%d = a->bs_ptrs[%d] ? a->bs_ptrs[%d] : %s, os%d = a->os_ptrs[%d];\n", v, v, v, vec, v, v);
+  }
+  if (shared_sum)
+    sb_printf(b, "  if (LO > 1) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // initialize() would reset the shared sums per launch\n");
+  sb_printf(b,
+            "  cudaStream_t stream = static_cast<cudaStream_t>(a->stream);\n"
+            "  static int sm_count = 0;\n"
+            "  if (sm_count == 0) sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);\n"
+            "  for (int64_t o = 0; o < LO; o++) {\n"
+            "  typename EVT::Arguments fusion_args =\n");
+  emit_tree_args(b, t, s->d_node, o, 0, 1);
+  sb_printf(b,
+            "  ;\n"
+            "  typename Gemm::Arguments args{\n"
+            "      cutlass::gemm::GemmUniversalMode::kGemm,\n"
+            "      {M, N, K, L},\n"
+            "      {static_cast<ElementA const *>(a->a) + o * a->os_a,\n"
+            "       bstride<typename GemmKernel::StrideA>(lda, bsa),\n"
+            "       static_cast<ElementB const *>(a->b) + o * a->os_b,\n"
+            "       bstride<typename GemmKernel::StrideB>(ldb, bsb)},\n"
+            "      {fusion_args, nullptr,\n"
+            "       bstride<typename GemmKernel::StrideC>(ldd, bsd),\n"
+            "       static_cast<ElementD *>(a->d) + o * a->os_d,\n"
+            "       bstride<typename GemmKernel::StrideD>(ldd, bsd)}};\n"
+            "  args.hw_info.sm_count = sm_count;\n"
+            "  Gemm gemm;\n"
+            "  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n"
+            "  size_t ws = Gemm::get_workspace_size(args);\n"
+            "  if (ws > g_workspace_bytes) {\n"
+            "    if (g_workspace) cudaFree(g_workspace);\n"
+            "    g_workspace = nullptr;\n"
+            "    g_workspace_bytes = 0;\n"
+            "    if (cudaMalloc(&g_workspace, ws) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n"
+            "    g_workspace_bytes = ws;\n"
+            "  }\n"
+            "  if (gemm.initialize(args, g_workspace, stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_INIT;\n"
+            "  if (gemm.run(stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
+            "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n"
+            "  }\n"
+            "  return EVT_LAUNCH_OK;\n"
+            "}\n");
 }
 
 static const char *layout_tag(int transposed) { return transposed ? "cutlass::layout::ColumnMajor" : "cutlass::layout::RowMajor"; }
@@ -325,6 +451,13 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
   int done[EVT_KSPEC_MAX_NODES] = {0};
   emit_tree_types(&b, t, t->spec.d_node, done, &o);
   sb_printf(&b, "using EVT = T%d;\n\n", t->spec.d_node);
+  char stages[160];
+  if (s->cfg.stages)
+    snprintf(stages, sizeof stages, "cutlass::gemm::collective::StageCount<%d>", s->cfg.stages);
+  else
+    snprintf(stages, sizeof stages,
+             "cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(\n"
+             "        sizeof(typename CollectiveEpilogue::SharedStorage))>");
   sb_printf(&b,
             "using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<\n"
             "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTileType,\n"
@@ -333,16 +466,21 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<\n"
             "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, AlignmentAB, ElementB, LayoutB,\n"
             "    AlignmentAB, ElementAccumulator, TileShape, ClusterShape,\n"
-            "    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(\n"
-            "        sizeof(typename CollectiveEpilogue::SharedStorage))>,\n"
+            "    %s,\n"
             "    MainloopSchedule>::CollectiveOp;\n"
             "using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,\n"
             "    CollectiveEpilogue>;\n"
             "using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;\n\n"
+            "%s"
             "static void *g_workspace = nullptr;\n"
             "static size_t g_workspace_bytes = 0;\n"
             "}  // namespace evt_gen_%s\n\n",
-            hash);
+            stages, s->batched ? bstride_helper : "", hash);
+  if (s->batched) {
+    emit_batched_launcher(&b, t, &o, name, hash);
+    free(t);
+    return b.p;
+  }
   sb_printf(&b, "extern \"C\" int %s(const evt_launch_args *a) {\n  using namespace evt_gen_%s;\n", name, hash);
   sb_printf(&b, "  if (!a || !a->a || !a->b || !a->d) return EVT_LAUNCH_BAD_ARGS;\n");
   for (int v = 0; v < t->spec.nnodes; v++)
@@ -368,6 +506,9 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "       cutlass::make_cute_packed_stride(typename GemmKernel::StrideC{}, mn1),\n"
             "       static_cast<ElementD *>(a->d),\n"
             "       cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{}, mn1)}};\n"
+            "  if (a->swizzle > 1) args.scheduler.max_swizzle_size = a->swizzle;\n"
+            "  if (a->raster == 1 || a->raster == 2)\n"
+            "    args.scheduler.raster_order = static_cast<decltype(args.scheduler.raster_order)>(a->raster);\n"
             "  static int sm_count = 0;\n"
             "  if (sm_count == 0) sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);\n"
             "  args.hw_info.sm_count = sm_count;\n"

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "evt/rspec.h"
+#include "evt_row_config.h"
 #include "evt_impl.h"
 
 typedef evt_sbuf sbuf;
@@ -39,8 +40,6 @@ static const char *ctype(evt_dtype t) {
   }
 }
 
-/* The (WARPS, VPT) pairs evt_rows::pick_config can return. */
-static const int configs[][2] = {{1, 1}, {2, 1}, {4, 1}, {8, 1}, {8, 2}, {16, 2}, {16, 4}, {32, 4}};
 
 static const char *binop(evt_vop op) {
   switch (op) {
@@ -109,7 +108,18 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     sb(&b, "//   %.*s\n", len, p);
     p += len + (e ? 1 : 0);
   }
-  sb(&b, "#include \"evt_rows.cuh\"\n#include \"evt_row_launch.h\"\n\nnamespace evt_gen_%s {\n\n", hash);
+  sb(&b, "#include \"evt_rows.cuh\"\n#include \"evt_row_launch.h\"\n\n");
+  /* tuning knobs: defaults here, overridable with -D (the H200 measurements in bench/results/rows-* chose them) */
+  sb(&b, "#ifndef EVT_ROWS_WARP_VPT  // one warp per row while a row fits 32 lanes x this many chunks\n"
+         "#define EVT_ROWS_WARP_VPT %d\n#endif\n"
+         "#ifndef EVT_ROWS_CTA_WARPS  // warps per CTA (several row-groups per CTA)\n#define EVT_ROWS_CTA_WARPS %d\n#endif\n"
+         "#ifndef EVT_ROWS_CTA_WARPS_SUM  // the same with row sums (fewer CTAs: fewer partials)\n"
+         "#define EVT_ROWS_CTA_WARPS_SUM %d\n#endif\n"
+         "#ifndef EVT_ROWS_DEEP_SUM  // row sums: prefetch two rows ahead (1) or one (0)\n#define EVT_ROWS_DEEP_SUM 1\n#endif\n"
+         "#ifndef EVT_ROWS_MINB_SUM  // row sums: __launch_bounds__ minimum CTAs per SM (caps registers)\n"
+         "#define EVT_ROWS_MINB_SUM 1\n#endif\n\n",
+     EVT_ROWS_DEFAULT_WARP_VPT, EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM);
+  sb(&b, "namespace evt_gen_%s {\n\n", hash);
 
   /* 2a. Params */
   sb(&b, "struct Params {\n  int m, n;\n  bool vec;  // 16-byte chunk accesses allowed\n");
@@ -160,13 +170,16 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
       RIN(f, ctype(s->nodes[i].dtype), a);
     }
 #undef RIN
-  sb(&b, nrowsum ? "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R) row_kernel(Params p) {\n"
+  sb(&b, nrowsum ? "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel(Params p) {\n"
                  : "// one-chunk rows: at least 1024 resident threads per SM (caps registers at 64 per thread)\n"
                    "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : 1)\n"
                    "row_kernel(Params p) {\n");
   sb(&b, "  constexpr int T = WARPS * 32;\n");
-  if (nu != EVT_ROWN_NONE || ncolsum) sb(&b, "  __shared__ float red[R][2 * WARPS];  // two slots per warp of each row-group\n");
+  sb(&b, "  static_assert(WARPS == 1 || R <= 15, \"named barriers 1..15: one per row-group\");\n");
   sb(&b, "  const int g = threadIdx.x / T, t = threadIdx.x %% T;\n  const int n = p.n;\n");
+  if (nu != EVT_ROWN_NONE || ncolsum)
+    sb(&b, "  __shared__ float red[R][evt_rows::red_floats<WARPS>()];  // per row-group reduction slots\n"
+           "  evt_rows::Red<WARPS> rk = {red[g], 0};\n");
   /* per-column vectors: loaded once */
   int hw = s->has_w, hb = s->has_b;
   if (nu == EVT_ROWN_LAYERNORM || nu == EVT_ROWN_LAYERNORM_BWD) {
@@ -190,7 +203,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
       sb(&b, "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n", i, i, s->nodes[i].name);
   /* prefetch of the first row */
   sb(&b, "  const long long stride = (long long)gridDim.x * R;\n");
-  if (nrin) sb(&b, "  constexpr bool DEEP = VPT == 1;  // prefetch two rows ahead (one when the row needs more registers)\n");
+  if (nrin)
+    sb(&b, "  constexpr bool DEEP = VPT == 1 && %s;  // prefetch two rows ahead (one when the row needs more registers)\n",
+       nrowsum ? "EVT_ROWS_DEEP_SUM" : "true");
   for (int k = 0; k < nrin; k++)
     sb(&b, "  evt_rows::Raw8<%s> f_%s[VPT], h_%s[VPT];  // %s, one and two rows ahead\n", rin[k].type, rin[k].arr,
        rin[k].arr, rin[k].field);
@@ -221,18 +236,18 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   switch (nu) {
     case EVT_ROWN_SOFTMAX:
       sb(&b, "    float nu_in0[VPT][8], nu_out[VPT][8];\n    evt_rows::unpack_row(c_in0, nu_in0);\n"
-             "    evt_rows::softmax<WARPS, VPT>(nu_in0, nu_out, n, t, red[g]);\n");
+             "    evt_rows::softmax<WARPS, VPT>(nu_in0, nu_out, n, t, rk);\n");
       break;
     case EVT_ROWN_SOFTMAX_BWD:
       sb(&b, "    float nu_in0[VPT][8], nu_in1[VPT][8], nu_out[VPT][8];\n"
              "    evt_rows::unpack_row(c_in0, nu_in0);\n    evt_rows::unpack_row(c_in1, nu_in1);\n"
-             "    evt_rows::softmax_bwd<WARPS, VPT>(nu_in0, nu_in1, nu_out, n, t, red[g]);\n");
+             "    evt_rows::softmax_bwd<WARPS, VPT>(nu_in0, nu_in1, nu_out, n, t, rk);\n");
       break;
     case EVT_ROWN_LAYERNORM:
       sb(&b, "    float nu_in0[VPT][8], nu_xhat[VPT][8], nu_out[VPT][8], mean, rstd;\n"
              "    evt_rows::unpack_row(c_in0, nu_in0);\n"
              "    evt_rows::layernorm<WARPS, VPT, %s, %s>(nu_in0, nu_w, nu_b, p.eps, nu_xhat, nu_out, &mean, &rstd, n, t, "
-             "red[g]);\n", hw ? "true" : "false", hb ? "true" : "false");
+             "rk);\n", hw ? "true" : "false", hb ? "true" : "false");
       if (s->store_stats)
         sb(&b, "    if (live && t == 0) {\n      p.mean[row] = mean;\n      p.rstd[row] = rstd;\n    }\n");
       else
@@ -241,7 +256,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     case EVT_ROWN_LAYERNORM_BWD:
       sb(&b, "    float nu_in0[VPT][8], nu_in1[VPT][8], nu_xhat[VPT][8], nu_out[VPT][8];\n"
              "    evt_rows::unpack_row(c_in0, nu_in0);\n    evt_rows::unpack_row(c_in1, nu_in1);\n"
-             "    evt_rows::layernorm_bwd<WARPS, VPT, %s>(nu_in0, nu_in1, nu_w, p.eps, nu_xhat, nu_out, n, t, red[g]);\n",
+             "    evt_rows::layernorm_bwd<WARPS, VPT, %s>(nu_in0, nu_in1, nu_w, p.eps, nu_xhat, nu_out, n, t, rk);\n",
          hw ? "true" : "false");
       break;
     default: break;
@@ -308,12 +323,13 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "    }\n");
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_COL_SUM)
-      sb(&b, "    cs%d = evt_rows::group_sum<WARPS>(cs%d, red[g]);\n    if (live && t == 0) p.n%d_%s[row] = evt_rows::from_f<%s>(cs%d);\n", i, i,
+      sb(&b, "    cs%d = evt_rows::group_sum1<WARPS>(cs%d, rk);\n    if (live && t == 0) p.n%d_%s[row] = evt_rows::from_f<%s>(cs%d);\n", i, i,
          i, s->nodes[i].name, ctype(s->nodes[i].dtype), i);
     else if (s->nodes[i].op == EVT_V_COL_MAX)
-      sb(&b, "    cm%d = evt_rows::group_nanmax<WARPS>(cm%d, red[g]);\n    if (live && t == 0) p.n%d_%s[row] = evt_rows::from_f<%s>(cm%d);\n", i, i,
+      sb(&b, "    cm%d = evt_rows::group_nanmax1<WARPS>(cm%d, rk);\n    if (live && t == 0) p.n%d_%s[row] = evt_rows::from_f<%s>(cm%d);\n", i, i,
          i, s->nodes[i].name, ctype(s->nodes[i].dtype), i);
   sb(&b, "  }\n");
+  if (nrowsum) sb(&b, "  evt_rows::trigger_dependents();  // the finalize kernel may start launching\n");
   for (int i = 0, k = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_ROW_SUM) {
       sb(&b, "  evt_rows::flush_rowsum<T, VPT, R>(rs%d, p.ws + ((size_t)%d * gridDim.x + blockIdx.x) * n, n, g, t);\n", i,
@@ -325,7 +341,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   /* 2c. launch<WARPS, VPT> */
   if (nrowsum) sb(&b, "static float *g_ws = nullptr;  // row_sum workspace, kept (not thread-safe)\nstatic size_t g_ws_bytes = 0;\n\n");
   sb(&b, "template <int WARPS, int VPT>\nstatic int launch(Params p, cudaStream_t st) {\n");
-  sb(&b, "  constexpr int R = (%d / WARPS) > 1 ? (%d / WARPS) : 1;\n", nrowsum ? 16 : 8, nrowsum ? 16 : 8);
+  sb(&b, "  constexpr int CW = %s, R0 = CW / WARPS > 1 ? CW / WARPS : 1;\n"
+         "  constexpr int R = WARPS == 1 || R0 <= 15 ? R0 : 15;  // row-groups per CTA\n",
+     nrowsum ? "EVT_ROWS_CTA_WARPS_SUM" : "EVT_ROWS_CTA_WARPS");
   sb(&b, "  const long long blocks = ((long long)p.m + R - 1) / R;\n");
   sb(&b, "  static int resident = 0;  // CTAs of this shape that fit on the GPU at once: the grid (persistent)\n"
          "  if (!resident) {\n    int dev = 0, sms = 0, occ = 0;\n    cudaGetDevice(&dev);\n"
@@ -341,6 +359,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   }
   sb(&b, "  row_kernel<WARPS, VPT, R><<<grid, WARPS * 32 * R, 0, st>>>(p);\n");
   if (nrowsum) {
+    sb(&b, "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n");
     sb(&b, "  evt_rows::RowSumOuts outs = {};\n");
     for (int i = 0, k = 0; i < s->nnodes; i++)
       if (s->nodes[i].op == EVT_V_ROW_SUM) {
@@ -349,8 +368,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            dt == EVT_F32 ? 0 : dt == EVT_F16 ? 1 : 2, evt_dtype_name(dt));
         k++;
       }
-    sb(&b, "  evt_rows::rowsum_finalize<<<dim3((p.n + 31) / 32, %d), dim3(32, 32), 0, st>>>(p.ws, grid, p.n, outs);\n",
-       nrowsum);
+    sb(&b, "  evt_rows::launch_rowsum_finalize(dim3((p.n + 31) / 32, %d), st, p.ws, grid, p.n, outs);\n", nrowsum);
   }
   sb(&b, "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
   sb(&b, "static bool aligned16(const void *q) { return ((uintptr_t)q & 15) == 0; }\n\n}  // namespace evt_gen_%s\n\n",
@@ -390,10 +408,11 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     if (v->op == EVT_V_COL_MAX) sb(&b, "    if (p.m > 0) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // max over no columns\n");
   }
   sb(&b, "    return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n  }\n");
-  sb(&b, "  int warps = 0, vpt = 0;\n  if (!evt_rows::pick_config(p.n, &warps, &vpt)) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n");
-  for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++)
-    sb(&b, "  if (warps == %d && vpt == %d) return launch<%d, %d>(p, st);\n", configs[k][0], configs[k][1], configs[k][0],
-       configs[k][1]);
+  sb(&b, "  int warps = 0, vpt = 0;\n"
+         "  if (!evt_row_pick_config(p.n, EVT_ROWS_WARP_VPT, &warps, &vpt)) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n");
+  for (int k = 0; k < EVT_ROW_NCONFIGS; k++)
+    sb(&b, "  if (warps == %d && vpt == %d) return launch<%d, %d>(p, st);\n", evt_row_configs[k][0], evt_row_configs[k][1],
+       evt_row_configs[k][0], evt_row_configs[k][1]);
   sb(&b, "  return EVT_LAUNCH_CANNOT_IMPLEMENT;\n}\n");
   return b.p;
 }

@@ -5,6 +5,7 @@
 
 const char *const evt_kspec_example_names[] = {"plain",    "bias_gelu_aux", "bias_relu_dbias", "gelu_bwd",
                                                "bias_silu", "bias_relu_aux", "bias_gelu_aux_f16", "mixed_f32",
+                                               "bmm_plain", "bmm_scale", "bmm_scale_mask_stats", "bmm_softmax_bwd",
                                                "visitor_ops", "visitor_cmp", NULL};
 
 evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg) {
@@ -105,6 +106,34 @@ evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg
                            -1, EVT_F32, NULL);
     s->d_node = evt_kspec_add(s, EVT_V_ADD, evt_kspec_add(s, EVT_V_ADD, cmp, mm, EVT_F32, NULL),
                               evt_kspec_add(s, EVT_V_MUL, sq, rc, EVT_F32, NULL), EVT_F32, NULL);
+  } else if (!strncmp(name, "bmm_", 4)) {
+    s->batched = 1;
+    if (!strcmp(name, "bmm_plain")) {
+      s->d_node = acc;
+    } else if (!strcmp(name, "bmm_scale")) {
+      s->d_node = evt_kspec_add(s, EVT_V_MUL, acc, evt_kspec_scalar(s, 0.125), EVT_F32, NULL);
+    } else if (!strcmp(name, "bmm_scale_mask_stats")) {
+      int sc = evt_kspec_scalar(s, 0.125);
+      int mask = evt_kspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "mask");
+      int bias = evt_kspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_BF16, "bias");
+      s->nodes[bias].shared = 1;
+      int t = evt_kspec_add(s, EVT_V_MUL, acc, sc, EVT_F32, NULL);
+      int u = evt_kspec_add(s, EVT_V_ADD, t, mask, EVT_F32, NULL);
+      int z = evt_kspec_add(s, EVT_V_ADD, u, bias, EVT_F32, NULL);
+      evt_kspec_add(s, EVT_V_COL_SUM, z, -1, EVT_F32, "rowstat");
+      int cs = evt_kspec_add(s, EVT_V_ROW_SUM, z, -1, EVT_F32, "colstat");
+      s->nodes[cs].shared = 1;
+      s->d_node = z;
+    } else if (!strcmp(name, "bmm_softmax_bwd")) {
+      int c = evt_kspec_add(s, EVT_V_COL_BCAST, -1, -1, EVT_F32, "rowdot");
+      int p = evt_kspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "p");
+      int sc = evt_kspec_scalar(s, 0.125);
+      int t = evt_kspec_add(s, EVT_V_SUB, acc, c, EVT_F32, NULL);
+      int u = evt_kspec_add(s, EVT_V_MUL, p, t, EVT_F32, NULL);
+      s->d_node = evt_kspec_add(s, EVT_V_MUL, u, sc, EVT_F32, NULL);
+    } else {
+      return EVT_ERR_INVALID;
+    }
   } else {
     return EVT_ERR_INVALID;
   }

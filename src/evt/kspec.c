@@ -105,6 +105,82 @@ static int is_ident(const char *s) {
   return 1;
 }
 
+int evt_kspec_has_sums(const evt_kspec *s) {
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_ROW_SUM || s->nodes[i].op == EVT_V_COL_SUM) return 1;
+  return 0;
+}
+
+char *evt_tile_config_label(const evt_tile_config *c, char *out, size_t len) {
+  int w = snprintf(out, len, "%dx%dx%d c%dx%d %s", c->tile_m, c->tile_n, c->tile_k, c->cluster_m, c->cluster_n,
+                   c->schedule == EVT_SCHED_PINGPONG ? "pingpong" : "coop");
+  if (w > 0 && (size_t)w < len && c->stages) w += snprintf(out + w, len - (size_t)w, " s%d", c->stages);
+  if (w > 0 && (size_t)w < len && c->reduction == EVT_RED_WORKSPACE) snprintf(out + w, len - (size_t)w, " red=workspace");
+  return out;
+}
+
+evt_status evt_tile_config_parse(const char *text, evt_tile_config *c) {
+  evt_tile_config r = EVT_TILE_CONFIG_DEFAULT;
+  char sched[16] = "", rest[2][24] = {"", ""};
+  int n = sscanf(text, "%dx%dx%d c%dx%d %15s %23s %23s", &r.tile_m, &r.tile_n, &r.tile_k, &r.cluster_m, &r.cluster_n,
+                 sched, rest[0], rest[1]);
+  if (n < 6) return EVT_ERR_INVALID;
+  if (!strcmp(sched, "coop")) r.schedule = EVT_SCHED_COOPERATIVE;
+  else if (!strcmp(sched, "pingpong")) r.schedule = EVT_SCHED_PINGPONG;
+  else return EVT_ERR_INVALID;
+  for (int i = 0; i < n - 6; i++) {
+    int st;
+    char tail;
+    if (sscanf(rest[i], "s%d%c", &st, &tail) == 1 && st > 0) r.stages = st;
+    else if (!strcmp(rest[i], "red=workspace")) r.reduction = EVT_RED_WORKSPACE;
+    else if (!strcmp(rest[i], "red=atomic")) r.reduction = EVT_RED_ATOMIC;
+    else return EVT_ERR_INVALID;
+  }
+  *c = r;
+  return EVT_OK;
+}
+
+static int pow2_le4(int v) { return v == 1 || v == 2 || v == 4; }
+
+evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, char *err, size_t errlen) {
+  char lab[64];
+  evt_tile_config_label(c, lab, sizeof lab);
+#define BAD(...)                                                                        \
+  do {                                                                                  \
+    char why_[160];                                                                     \
+    snprintf(why_, sizeof why_, __VA_ARGS__);                                           \
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: config %s: %s", lab, why_); \
+  } while (0)
+  int tm = c->tile_m, tn = c->tile_n, tk = c->tile_k;
+  if (!((tm == 64 || tm == 128 || tm == 256) && (tn == 64 || tn == 128 || tn == 256)))
+    BAD("unsupported tile %dx%d (tile_m and tile_n must be 64, 128 or 256)", tm, tn);
+  if (tk != 32 && tk != 64 && tk != 128) BAD("unsupported tile_k %d (32, 64 or 128)", tk);
+  if (!pow2_le4(c->cluster_m) || !pow2_le4(c->cluster_n) || c->cluster_m * c->cluster_n > 4)
+    BAD("unsupported cluster %dx%d (1, 2 or 4 each, at most 4 CTAs)", c->cluster_m, c->cluster_n);
+  if (c->schedule == EVT_SCHED_COOPERATIVE) {
+    if (tm % 128) BAD("the cooperative schedule needs tile_m >= 128 (two consumer warp groups split M by 64 rows)");
+    if (tm * tn > 128 * 256) BAD("the cooperative schedule holds tile_m*tile_n/256 = %d accumulators per thread (max 128)", tm * tn / 256);
+  } else if (c->schedule == EVT_SCHED_PINGPONG) {
+    if (tm * tn > 128 * 128)
+      BAD("ping-pong gives each consumer warp group a whole tile: tile_m*tile_n/128 = %d accumulators per thread "
+          "(max 128; use 64x256, 128x128 or a cooperative schedule)", tm * tn / 128);
+  } else {
+    BAD("unknown schedule %d", (int)c->schedule);
+  }
+  if (c->stages != 0) {
+    int ab = s->ab_dtype == EVT_F32 ? 4 : 2;
+    long per = (long)(tm + tn) * tk * ab;
+    if (c->stages < 2 || c->stages > 8) BAD("stages %d (0 = auto, or 2..8)", c->stages);
+    if (per * c->stages > 227L * 1024 - 32 * 1024)
+      BAD("%d stages x %ld bytes of A+B tiles exceed the shared memory left for the mainloop (195 KiB)", c->stages, per);
+  }
+  if (c->reduction != EVT_RED_ATOMIC && c->reduction != EVT_RED_WORKSPACE) BAD("unknown reduction strategy %d", (int)c->reduction);
+  if (c->reduction == EVT_RED_WORKSPACE && !evt_kspec_has_sums(s))
+    BAD("reduction strategy 'workspace' given but the epilogue has no row_sum / col_sum");
+#undef BAD
+  return EVT_OK;
+}
+
 evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
   if (s->ab_dtype != EVT_BF16 && s->ab_dtype != EVT_F16)
     return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: operands must be bf16 or f16, not %s",
@@ -113,14 +189,8 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
     return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: D must be bf16, f16 or f32, not %s",
                 evt_dtype_name(s->d_dtype));
   if ((unsigned)s->layout > EVT_LAYOUT_TN) return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: bad layout");
-  const evt_tile_config *c = &s->cfg;
-  int tiles_ok = (c->tile_m == 64 || c->tile_m == 128 || c->tile_m == 256) &&
-                 (c->tile_n == 64 || c->tile_n == 128 || c->tile_n == 256) && (c->tile_k == 64 || c->tile_k == 32);
-  if (!tiles_ok || c->cluster_m < 1 || c->cluster_n < 1 || c->cluster_m * c->cluster_n > 4)
-    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: unsupported tile %dx%dx%d cluster %dx%d", c->tile_m,
-                c->tile_n, c->tile_k, c->cluster_m, c->cluster_n);
-  if (c->schedule == EVT_SCHED_COOPERATIVE && c->tile_m < 128)
-    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: the cooperative schedule needs tile_m >= 128");
+  evt_status cst = evt_tile_config_check(s, &s->cfg, err, errlen);
+  if (cst != EVT_OK) return cst;
   if (s->nnodes < 1) return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: empty epilogue");
   if (s->d_node < 0 || s->d_node >= s->nnodes) return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: D is not set");
   int acc = 0;
@@ -147,8 +217,18 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
     if (evt_vop_has_memory(v->op) && !evt_vop_storage_ok(v->op, v->dtype, 1))
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (%s %s): dtype %s not supported", i,
                   evt_vop_name(v->op), v->name, evt_dtype_name(v->dtype));
+    if (v->shared && (!s->batched || !evt_vop_has_memory(v->op)))
+      return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: node %d (%s %s): 'shared' needs a batched spec and a node with memory",
+                  i, evt_vop_name(v->op), v->name);
+    if (v->shared && v->op == EVT_V_AUX_STORE)
+      return fail(err, errlen, EVT_ERR_UNSUPPORTED,
+                  "kernel spec: node %d (aux_store %s): an aux store shared by all batches (the batches would race)", i, v->name);
     acc += v->op == EVT_V_ACC;
   }
+  if (s->batched && s->cfg.reduction == EVT_RED_WORKSPACE)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED,
+                "kernel spec: batched: row/col sums need the atomic reduction (CUTLASS's workspace reduction keeps "
+                "one tile counter per column, not per batch)");
   if (acc != 1)
     return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: the epilogue must read the accumulator exactly once (%d)", acc);
   return EVT_OK;
@@ -164,9 +244,14 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
                       buf && pos < len ? len - pos : 0, __VA_ARGS__);            \
     if (w_ > 0) pos += (size_t)w_;                                               \
   } while (0)
-  OUT("gemm %s %s->%s tile %dx%dx%d cluster %dx%d %s\n", layout_name(s->layout), evt_dtype_name(s->ab_dtype),
+  /* the default stages / reduction add nothing, so the default config keeps its text (and hash) */
+  OUT("gemm %s %s->%s tile %dx%dx%d cluster %dx%d %s", layout_name(s->layout), evt_dtype_name(s->ab_dtype),
       evt_dtype_name(s->d_dtype), s->cfg.tile_m, s->cfg.tile_n, s->cfg.tile_k, s->cfg.cluster_m, s->cfg.cluster_n,
       s->cfg.schedule == EVT_SCHED_PINGPONG ? "pingpong" : "cooperative");
+  if (s->cfg.stages) OUT(" stages %d", s->cfg.stages);
+  if (s->cfg.reduction == EVT_RED_WORKSPACE) OUT(" reduction workspace");
+  OUT("\n");
+  if (s->batched) OUT("batched\n"); /* unbatched specs keep their text (and hash) */
   for (int i = 0; i < s->nnodes; i++) {
     const evt_vnode *v = &s->nodes[i];
     OUT("%%%d = %s", i, evt_vop_name(v->op));
@@ -175,6 +260,7 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
     if (v->op == EVT_V_SCALAR) OUT(" %.17g", v->value);
     if (v->op == EVT_V_RAND) OUT(" seed %llu offset %llu %s", (unsigned long long)v->seed, (unsigned long long)v->offset,
                                  evt_dtype_name(v->dtype));
+    if (v->shared) OUT(" shared");
     OUT("\n");
   }
   OUT("D = %%%d\n", s->d_node);
@@ -197,6 +283,12 @@ uint64_t evt_kspec_hash(const evt_kspec *s) {
   int n = evt_kspec_text(s, buf, sizeof buf);
   EVT_ASSERT(n > 0 && (size_t)n < sizeof buf);
   return evt_hash_bytes(0, buf, (size_t)n);
+}
+
+uint64_t evt_kspec_epilogue_hash(const evt_kspec *s) {
+  evt_kspec t = *s;
+  t.cfg = EVT_TILE_CONFIG_DEFAULT;
+  return evt_kspec_hash(&t);
 }
 
 void evt_kspec_kernel_name(const evt_kspec *s, char out[40]) {

@@ -18,6 +18,14 @@
  * Operand layouts, in row-major terms: first letter A, second B; N = stored as in the formula
  * (A as M×K, B as K×N), T = stored transposed (A as K×M, B as N×K).
  *
+ * Batch mode (`batched` = 1, a bmm nucleus): the kernel computes L independent GEMMs + epilogues over
+ * [L, M, N], L a run-time argument like M, N, K. A, B and D are per batch; each node with memory is per
+ * batch (its own M×N tile / N-vector / M-vector in every batch, summed per batch for row/col sums) or,
+ * with `shared` = 1, one tensor for every batch (a bias broadcast to all heads; a row/col sum accumulated
+ * over all batches too). An aux store cannot be shared (batches would race). Where the batches lie in
+ * memory (batch strides, leading dims, an outer batch level) is a launch argument (kernels/evt_launch.h),
+ * not part of the spec; the layout letters hold per batch. `shared` is ignored (must be 0) unbatched.
+ *
  * Lowering (tree.c): stores whose value is otherwise unused are threaded into the chain of their input
  * (users of x read store(x) instead, which passes x through), so the DAG has the single sink D; nodes
  * that still have several users are folded into one Sm90TopologicalVisitor spanning from the first
@@ -96,14 +104,28 @@ typedef struct evt_vnode {
   evt_dtype dtype;  /* element type in memory of loads/stores; EVT_F32 for computes */
   double value;     /* EVT_V_SCALAR */
   uint64_t seed, offset; /* EVT_V_RAND: the rand op's Philox key and counter offset (dtype: its rounding) */
+  int shared;       /* batched specs: 1 = one tensor for every batch (see batch mode above) */
   char name[24];    /* argument name in the generated launcher and in messages */
 } evt_vnode;
 
+/* Row / column sum (Sm90RowReduction / Sm90ColReduction) strategy: ATOMIC adds each CTA's partial sums
+ * into the f32 output with atomics (output zeroed by Gemm::initialize; order, hence the last bits, vary
+ * from run to run); WORKSPACE writes the partials to a CUTLASS workspace and the last CTA of each
+ * column (row) tile adds them in a fixed order (deterministic; no atomics). */
+typedef enum evt_reduce_strategy { EVT_RED_ATOMIC = 0, EVT_RED_WORKSPACE } evt_reduce_strategy;
+
+/* The mainloop configuration of a GEMM kernel (part of the spec, its canonical text and its hash).
+ * The zero of the trailing fields is the default, so `{128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE}`
+ * (EVT_TILE_CONFIG_DEFAULT) is today's configuration. Legal combinations: evt_tile_config_check. */
 typedef struct evt_tile_config {
   int tile_m, tile_n, tile_k;
   int cluster_m, cluster_n;
   evt_schedule schedule;
+  int stages;                     /* mainloop pipeline stages; 0 = as many as fit (StageCountAutoCarveout) */
+  evt_reduce_strategy reduction;  /* row/col sums only; must stay ATOMIC for an epilogue without sums */
 } evt_tile_config;
+
+#define EVT_TILE_CONFIG_DEFAULT ((evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC})
 
 typedef struct evt_kspec {
   evt_gemm_layout layout;
@@ -113,6 +135,7 @@ typedef struct evt_kspec {
   int nnodes;
   evt_vnode nodes[EVT_KSPEC_MAX_NODES];
   int d_node;          /* node whose value is D; -1 until set */
+  int batched;         /* 1: batch mode (L GEMMs over [L, M, N]); 0: one GEMM */
 } evt_kspec;
 
 /* ---- src/evt/kspec.c: building, checking, naming ------------------------------------------------- */
@@ -122,8 +145,32 @@ void evt_kspec_init(evt_kspec *s, evt_gemm_layout layout, evt_dtype ab, evt_dtyp
 int evt_kspec_add(evt_kspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name);
 int evt_kspec_add3(evt_kspec *s, evt_vop op, int in0, int in1, int in2, evt_dtype dtype, const char *name);
 int evt_kspec_scalar(evt_kspec *s, double value);
-/* Checks the whole spec; EVT_OK or a status with a message in err naming the node. */
+/* Checks the whole spec (including evt_tile_config_check); EVT_OK or a status with a message in err
+ * naming the node. */
 evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen);
+/* Is `c` a legal mainloop for spec s (its dtypes and whether its epilogue has sums)? EVT_OK, or
+ * EVT_ERR_UNSUPPORTED with the reason in err ("kernel spec: config 128x256x64 c1x1 pingpong: ..."). Rules
+ * (CUTLASS 4.2 Sm90 TMA warp-specialized kernels, 128 threads per consumer warp group, f32 accumulators):
+ *   tile_m, tile_n in {64, 128, 256}; tile_k in {32, 64, 128}; cluster_m, cluster_n in {1, 2, 4}, product <= 4;
+ *   cooperative: two consumer warp groups split the tile's M, so tile_m % 128 == 0, and each holds
+ *     tile_m*tile_n/256 accumulators per thread <= 128 (tile_m*tile_n <= 128*256);
+ *   ping-pong: each consumer warp group owns a whole tile, tile_m*tile_n/128 <= 128 accumulators per thread
+ *     (64x128, 64x256, 128x128, 128x64, 64x64);
+ *   stages 0 or 2..8, and stages x (tile_m + tile_n) x tile_k x operand bytes <= 227 KiB - 32 KiB (the
+ *     epilogue's shared memory; CUTLASS's static_assert is the final word, a candidate that still fails to
+ *     compile is dropped by the tuner);
+ *   reduction WORKSPACE only when the epilogue has a row_sum / col_sum. */
+evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, char *err, size_t errlen);
+/* Short label, e.g. "128x256x64 c2x1 coop", "128x128x64 c1x1 pingpong s4 red=workspace" (non-default
+ * stages / reduction only). Returns out. */
+char *evt_tile_config_label(const evt_tile_config *c, char *out, size_t len);
+/* Parses what evt_tile_config_label writes; EVT_OK or EVT_ERR_INVALID. */
+evt_status evt_tile_config_parse(const char *text, evt_tile_config *c);
+/* Has the epilogue a row_sum or col_sum node? */
+int evt_kspec_has_sums(const evt_kspec *s);
+/* Hash of the spec without its mainloop configuration (the key of tuning results: every config of one
+ * epilogue, layout and dtypes shares it). */
+uint64_t evt_kspec_epilogue_hash(const evt_kspec *s);
 const char *evt_vop_name(evt_vop op);
 int evt_vop_arity(evt_vop op);
 char evt_vop_class(evt_vop op);          /* 'L', 'C' or 'S' */
@@ -156,6 +203,15 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen);
  * (loads read it, stores write it; row/col sums are accumulated from 0); d: M×N output. All as double. */
 void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
                          double *const *tensors, double *d);
+/* Batched reference (s->batched; an unbatched spec is the l = 1 case): every per-batch array holds l
+ * packed batches one after another (a: l × M×K or l × K×M, b likewise, d: l × M×N, per-batch node
+ * tensors l × (M×N | N | M)); shared node tensors (nodes[v].shared) hold one batch's worth, and shared
+ * row/col sums accumulate over every batch. */
+void evt_kspec_reference_batched(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
+                                 const double *b, double *const *tensors, double *d);
+/* Elements of node v's tensor for one batch of an m×n problem: evt_vop_elems of its op (m*n aux, n row
+ * bcast / row sum, m col bcast / col sum / col_max / one_hot, 1 scalar_load, 0 for nodes without memory). */
+int64_t evt_vnode_numel(const evt_kspec *s, int v, int64_t m, int64_t n);
 /* Elementwise semantics of a compute node (shared by the reference and tests); evt_vop_apply3 also takes
  * the third operand of where. Comparisons give 1.0 / 0.0 (false when an operand is NaN, except ne). */
 double evt_vop_apply(evt_vop op, double x, double y);
@@ -190,7 +246,13 @@ int64_t evt_vop_elems(evt_vop op, int64_t m, int64_t n);
  *   bias_relu_aux    z = acc + bias[n] (aux "z"); D = relu(z)
  *   bias_gelu_aux_f16  bias_gelu_aux with f16 operands, bias, aux and D
  *   mixed_f32        the remaining node kinds (scalar, col_bcast, sub, div, gelu_tanh, relu_grad,
- *                    gelu_tanh_grad, col_sum) with a shared value and D in f32 (see examples.c) */
+ *                    gelu_tanh_grad, col_sum) with a shared value and D in f32 (see examples.c)
+ * Batched (batched = 1; attention-style epilogues):
+ *   bmm_plain        D = acc
+ *   bmm_scale        D = acc · 0.125                               (attention scores q·k^T / sqrt(d))
+ *   bmm_scale_mask_stats  z = acc·0.125 + mask (aux, per batch) + bias[n] (shared); D = z;
+ *                    rowstat[m] = Σ_n z per batch (col_sum); colstat[n] = Σ over m and all batches (shared)
+ *   bmm_softmax_bwd  D = p · (acc − rowdot[m]) · 0.125, p aux per batch, rowdot f32 per batch */
 evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg);
 extern const char *const evt_kspec_example_names[];
 

@@ -103,14 +103,12 @@ double evt_vop_visit(evt_vop op, evt_dtype dtype, double value, double *const *t
   }
 }
 
-void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
-                         double *const *tensors, double *d) {
+int64_t evt_vnode_numel(const evt_kspec *s, int v, int64_t m, int64_t n) { return evt_vop_elems(s->nodes[v].op, m, n); }
+
+/* One batch: tensors already point at this batch's memory; sums were zeroed by the caller. */
+static void reference_one(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
+                          double *const *tensors, double *d) {
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
-  for (int v = 0; v < s->nnodes; v++) {
-    evt_vop op = s->nodes[v].op;
-    if (op == EVT_V_ROW_SUM) memset(tensors[v], 0, sizeof(double) * (size_t)n);
-    if (op == EVT_V_COL_SUM) memset(tensors[v], 0, sizeof(double) * (size_t)m);
-  }
   double *row = malloc(sizeof(double) * (size_t)n);
   EVT_ASSERT(row);
   double val[EVT_KSPEC_MAX_NODES];
@@ -138,4 +136,24 @@ void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, co
     }
   }
   free(row);
+}
+
+void evt_kspec_reference_batched(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
+                                 const double *b, double *const *tensors, double *d) {
+  for (int v = 0; v < s->nnodes; v++) {
+    evt_vop op = s->nodes[v].op;
+    if (op == EVT_V_ROW_SUM || op == EVT_V_COL_SUM)
+      memset(tensors[v], 0, sizeof(double) * (size_t)(evt_vnode_numel(s, v, m, n) * (s->nodes[v].shared ? 1 : l)));
+  }
+  double *tb[EVT_KSPEC_MAX_NODES];
+  for (int64_t bi = 0; bi < l; bi++) {
+    for (int v = 0; v < s->nnodes; v++)
+      tb[v] = tensors[v] && !s->nodes[v].shared ? tensors[v] + bi * evt_vnode_numel(s, v, m, n) : tensors[v];
+    reference_one(s, m, n, k, a + bi * m * k, b + bi * k * n, tb, d + bi * m * n);
+  }
+}
+
+void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
+                         double *const *tensors, double *d) {
+  evt_kspec_reference_batched(s, 1, m, n, k, a, b, tensors, d);
 }

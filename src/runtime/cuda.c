@@ -1,44 +1,16 @@
-/* The CUDA runtime (contract: cuda.h). Loads build/libevt_fallback.so with dlopen and drives it node by
- * node; the library owns every CUDA call. */
+/* The GPU runtime's launches and `evtc run`'s host wrapper (contract: cuda.h). Loads build/libevt_fallback.so
+ * with dlopen; the library owns every CUDA call of the node-by-node path, the generated kernels their own. */
 #include "runtime/cuda.h"
 
-#include "evt_fallback.h"
-#include "evt_row_launch.h"
-#include "runtime/exec_plan.h"
-#include "runtime/jit.h"
-
 #include <dlfcn.h>
-#include <math.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-typedef struct fb_api {
-  int (*init)(char *, size_t);
-  void *(*alloc)(int64_t, char *, size_t);
-  void (*free_)(void *);
-  int (*upload)(const evt_fb_tensor *, const double *, char *, size_t);
-  int (*download)(const evt_fb_tensor *, double *, char *, size_t);
-  int (*run)(const evt_fb_node *, char *, size_t);
-  int (*sync)(int *, char *, size_t);
-  int (*dtype_bytes)(int);
-} fb_api;
-
-struct evt_cuda {
-  void *lib;
-  fb_api api;
-  char *arena;            /* device memory */
-  int64_t arena_bytes;
-  int nnodes;
-  evt_fb_tensor *t;       /* per node: its device tensor */
-  /* --fused (evt_cuda_open_fused): the plan, one shared object and entry per distinct kernel */
-  evt_exec_plan *xp;
-  void **so;
-  int (**kfn)(const evt_row_launch_args *);
-  long launches_fused, launches_fallback; /* group executions so far, by path */
-};
+/* ---- the library: loaded once per process ---------------------------------------------------------- */
 
 static void *open_library(char *why, size_t n) {
   const char *env = getenv("EVT_FALLBACK_LIB");
@@ -64,39 +36,66 @@ static void *open_library(char *why, size_t n) {
   return h;
 }
 
-static bool load_api(void *lib, fb_api *a) {
+static bool load_api(void *lib, evt_fb_api *a) {
 #define SYM(field, name) *(void **)(&a->field) = dlsym(lib, name)
   SYM(init, "evt_fb_init");
+  SYM(ctx_new, "evt_fb_ctx_new");
+  SYM(ctx_free, "evt_fb_ctx_free");
   SYM(alloc, "evt_fb_alloc");
   SYM(free_, "evt_fb_free");
+  SYM(reserve, "evt_fb_reserve");
+  SYM(run, "evt_fb_run");
+  SYM(launches, "evt_fb_launches");
   SYM(upload, "evt_fb_upload");
   SYM(download, "evt_fb_download");
-  SYM(run, "evt_fb_run");
+  SYM(copy, "evt_fb_copy");
   SYM(sync, "evt_fb_sync");
-  SYM(dtype_bytes, "evt_fb_dtype_bytes");
+  SYM(stream_new, "evt_fb_stream_new");
+  SYM(stream_free, "evt_fb_stream_free");
+  SYM(capture_begin, "evt_fb_capture_begin");
+  SYM(capture_end, "evt_fb_capture_end");
+  SYM(graph_launch, "evt_fb_graph_launch");
+  SYM(graph_free, "evt_fb_graph_free");
+  SYM(event_new, "evt_fb_event_new");
+  SYM(event_record, "evt_fb_event_record");
+  SYM(event_ms, "evt_fb_event_ms");
+  SYM(event_free, "evt_fb_event_free");
 #undef SYM
-  return a->init && a->alloc && a->free_ && a->upload && a->download && a->run && a->sync && a->dtype_bytes;
+  void *const *f = (void *const *)a;
+  for (size_t i = 0; i < sizeof *a / sizeof(void *); i++)
+    if (!f[i]) return false;
+  return true;
 }
 
-static evt_status global_error(evt_graph *g, evt_status st, const char *msg) {
-  return evt_graph_errorf_at(g, (evt_origin){0}, st, "%s", msg);
-}
-
-void evt_cuda_close(evt_cuda *c) {
-  if (!c) return;
-  if (c->arena) c->api.free_(c->arena);
-  /* Loaded libraries stay loaded for the life of the process (no dlclose): the CUDA runtime does not
-   * support being unloaded, and unloading drops the only reference to their C++ runtime's allocations,
-   * which LeakSanitizer then reports. dlopen of the same path again returns the same handle. */
-  if (c->xp) {
-    evt_exec_plan_free(c->xp);
-    free(c->xp);
+/* The library stays loaded for the life of the process (no dlclose): the CUDA runtime does not support
+ * being unloaded, and unloading drops the only reference to its C++ runtime's allocations, which
+ * LeakSanitizer then reports. A failed load is retried by the next call (the environment may change). */
+const evt_fb_api *evt_gpu_library(char *why, size_t n) {
+  static evt_fb_api api;
+  static bool ready;
+  if (ready) return &api;
+  char reason[512] = "";
+  void *lib = open_library(reason, sizeof reason);
+  if (!lib) {
+    snprintf(why, n, "no CUDA device: cannot load the CUDA kernel library (%s)", reason);
+    return NULL;
   }
-  free(c->so);
-  free(c->kfn);
-  free(c->t);
-  free(c);
+  evt_fb_api a;
+  memset(&a, 0, sizeof a);
+  if (!load_api(lib, &a)) {
+    snprintf(why, n, "no CUDA device: the CUDA kernel library lacks an evt_fb_* entry (rebuild it with `make cuda`)");
+    return NULL;
+  }
+  if (a.init(reason, sizeof reason)) {
+    snprintf(why, n, "no CUDA device: %s", reason);
+    return NULL;
+  }
+  api = a;
+  ready = true;
+  return &api;
 }
+
+/* ---- launches ---------------------------------------------------------------------------------------- */
 
 static void copy_attrs(const evt_attrs *s, evt_fb_attrs *d) {
   memset(d, 0, sizeof *d);
@@ -127,314 +126,197 @@ static void copy_attrs(const evt_attrs *s, evt_fb_attrs *d) {
   d->groups = s->groups;
 }
 
-/* ---- the arena: lifetimes in node order, first fit by address, largest buffers first -------------- */
-
-static int64_t slot_bytes(const evt_node *n) {
-  static const int64_t size[EVT_DTYPE_COUNT] = {[EVT_F32] = 4, [EVT_F16] = 2, [EVT_BF16] = 2, [EVT_I64] = 8,
-                                                 [EVT_I32] = 4, [EVT_BOOL] = 1};
-  int64_t numel = 1;
-  for (int d = 0; d < n->type.rank; d++) numel *= n->type.shape[d];
-  int64_t b = numel * size[n->type.dtype];
-  return (b > 0 ? b + 255 : 256) / 256 * 256;
+/* The library's description of node i with the program's device pointers. */
+static void fb_node(const evt_program *p, int i, evt_fb_node *fn) {
+  const evt_node *n = &p->g->nodes[i];
+  memset(fn, 0, sizeof *fn);
+  fn->id = i;
+  fn->op = (int)n->op;
+  fn->ninputs = n->ninputs;
+  for (int j = 0; j < n->ninputs && j < EVT_FB_MAX_IN; j++) fn->in[j] = p->t[n->inputs[j]];
+  fn->out = p->t[i];
+  copy_attrs(&n->attr, &fn->a);
 }
 
-typedef struct slot {
-  int id;
-  int64_t bytes;
-  int first, last;
-} slot;
-
-static int by_size_desc(const void *a, const void *b) {
-  const slot *x = a, *y = b;
-  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
-  return x->id - y->id;
+evt_status evt_gpu_launch_node(evt_program *p, int i, void *stream) {
+  char err[512];
+  evt_fb_node fn;
+  fb_node(p, i, &fn);
+  int rc = p->api->run(p->ctx, &fn, stream, err, sizeof err);
+  if (rc == 1) return evt_graph_errorf(p->g, i, EVT_ERR_UNSUPPORTED, "not supported on CUDA: %s", err);
+  if (rc) return evt_graph_errorf(p->g, i, EVT_ERR_INTERNAL, "CUDA error: %s", err);
+  return EVT_OK;
 }
 
-static int by_offset(const void *a, const void *b) {
-  const int64_t *x = a, *y = b;
-  return x[0] < y[0] ? -1 : x[0] > y[0];
-}
+static void *dev(const evt_program *p, int node) { return node >= 0 ? p->t[node].ptr : NULL; }
+static void *node_ptr(void *p, int node) { return dev(p, node); }
 
-int64_t evt_cuda_arena_layout(const evt_graph *g, int64_t *offsets, int64_t *naive) {
-  int n = g->nnodes;
-  slot *s = malloc(sizeof(slot) * (size_t)(n > 0 ? n : 1));
-  int64_t(*busy)[2] = malloc(sizeof(*busy) * (size_t)(n > 0 ? n : 1));
-  if (!s || !busy) {
-    free(s);
-    free(busy);
-    return -1;
-  }
-  int64_t total = 0;
-  for (int i = 0; i < n; i++) {
-    const evt_node *nd = &g->nodes[i];
-    bool whole = nd->op == EVT_OP_INPUT || nd->op == EVT_OP_PARAM || (nd->flags & EVT_NODE_OUTPUT);
-    s[i] = (slot){.id = i, .bytes = slot_bytes(nd), .first = whole ? -1 : i, .last = whole ? n : i};
-    total += s[i].bytes;
-  }
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < g->nodes[i].ninputs; j++) {
-      slot *p = &s[g->nodes[i].inputs[j]];
-      if (p->last < i) p->last = i;
+evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
+  const evt_group_exec *x = &p->xp->groups[gi];
+  if (!x->fused) {
+    for (int k = 0; k < x->nmembers; k++) {
+      evt_status st = evt_gpu_launch_node(p, x->members[k], stream);
+      if (st != EVT_OK) return st;
     }
-  qsort(s, (size_t)n, sizeof *s, by_size_desc);
-  int64_t top = 0;
-  for (int k = 0; k < n; k++) {
-    int nb = 0;
-    for (int q = 0; q < k; q++) /* placed buffers alive at the same time */
-      if (s[q].first <= s[k].last && s[k].first <= s[q].last) {
-        busy[nb][0] = offsets[s[q].id];
-        busy[nb][1] = offsets[s[q].id] + s[q].bytes;
-        nb++;
-      }
-    qsort(busy, (size_t)nb, sizeof *busy, by_offset);
-    int64_t at = 0;
-    for (int q = 0; q < nb; q++) {
-      if (busy[q][0] >= at + s[k].bytes) break;
-      if (busy[q][1] > at) at = busy[q][1];
-    }
-    offsets[s[k].id] = at;
-    if (at + s[k].bytes > top) top = at + s[k].bytes;
+    return EVT_OK;
   }
-  free(s);
-  free(busy);
-  if (naive) *naive = total;
-  return top;
+  if (x->kind == EVT_LK_GEMM_EVT) {
+    if (!evt_gemm_group_run(p->gk, p->xp, gi, node_ptr, p, p->gemm_scratch, stream)) p->replan = true;
+    return EVT_OK;
+  }
+  evt_row_launch_args a;
+  memset(&a, 0, sizeof a);
+  a.m = (int)x->m;
+  a.n = (int)x->n;
+  for (int k = 0; k < 3; k++) a.in[k] = dev(p, x->in_node[k]);
+  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) a.ptrs[i] = dev(p, x->ptr_node[i]);
+  a.stream = stream;
+  int rc = p->kfn[x->kernel](&a);
+  if (rc != EVT_LAUNCH_OK)
+    return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: generated kernel %s returned %d", gi,
+                            p->xp->kname[x->kernel], rc);
+  return EVT_OK;
 }
 
-static evt_status open_impl(evt_graph *g, bool reuse, evt_cuda **out) {
+int evt_gpu_group_launches(const evt_program *p, int gi) {
+  const evt_group_exec *x = &p->xp->groups[gi];
+  const evt_rspec *s = p->xp->kspec[x->kernel];
+  if (x->kind == EVT_LK_GEMM_EVT || !s) return 1; /* the CUTLASS kernel */
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_ROW_SUM) return 2; /* the row kernel, then the deterministic row-sum finalize */
+  return 1;
+}
+
+/* ---- evtc run: host doubles over a program ----------------------------------------------------------- */
+
+struct evt_cuda {
+  evt_program *p;
+  void *stream, *ev0, *ev1;
+  void **mem;          /* per node: a device buffer for inputs, params, outputs (else NULL) */
+  double last_ms;
+  long launched_fused, launched_fallback;
+};
+
+static int64_t node_bytes(const evt_graph *g, int v) {
+  return evt_type_numel(&g->nodes[v].type) * (int64_t)evt_dtype_size(g->nodes[v].type.dtype);
+}
+
+void evt_cuda_close(evt_cuda *c) {
+  if (!c) return;
+  const evt_fb_api *api = c->p ? c->p->api : NULL;
+  if (api && c->mem)
+    for (int i = 0; i < c->p->g->nnodes; i++) api->free_(c->mem[i]);
+  if (api) {
+    api->event_free(c->ev0);
+    api->event_free(c->ev1);
+    api->stream_free(c->stream);
+  }
+  evt_program_destroy(c->p);
+  free(c->mem);
+  free(c);
+}
+
+static evt_status open_impl(evt_graph *g, unsigned flags, evt_cuda **out) {
   *out = NULL;
-  char why[512] = "";
   evt_cuda *c = calloc(1, sizeof *c);
-  if (!c) return global_error(g, EVT_ERR_INTERNAL, "out of memory");
-  c->lib = open_library(why, sizeof why);
-  if (!c->lib) {
-    char msg[700];
-    snprintf(msg, sizeof msg, "no CUDA device: cannot load the CUDA kernel library (%s)", why);
+  if (!c) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "out of memory");
+  evt_status st = evt_program_create(g, flags | EVT_PROGRAM_NO_OPT, &c->p);
+  if (st != EVT_OK) {
+    free(c);
+    return st;
+  }
+  char err[512];
+  const evt_fb_api *api = c->p->api;
+  c->mem = calloc((size_t)g->nnodes + 1, sizeof *c->mem);
+  if (!c->mem) evt_fatal(__FILE__, __LINE__, "out of memory");
+  if (api->stream_new(&c->stream, err, sizeof err) || api->event_new(&c->ev0, err, sizeof err) ||
+      api->event_new(&c->ev1, err, sizeof err)) {
     evt_cuda_close(c);
-    return global_error(g, EVT_ERR_UNSUPPORTED, msg);
+    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "CUDA: %s", err);
   }
-  if (!load_api(c->lib, &c->api)) {
+  for (int i = 0; i < g->nnodes && st == EVT_OK; i++) {
+    const evt_node *n = &g->nodes[i];
+    bool source = n->op == EVT_OP_INPUT || n->op == EVT_OP_PARAM;
+    if (!source && !(n->flags & EVT_NODE_OUTPUT)) continue;
+    c->mem[i] = api->alloc(node_bytes(g, i), err, sizeof err);
+    if (!c->mem[i]) st = evt_graph_errorf(g, i, EVT_ERR_UNSUPPORTED, "%s", err);
+    else if (source) st = evt_program_bind(c->p, n->name, c->mem[i]);
+  }
+  for (int k = 0; k < g->noutputs && st == EVT_OK; k++) st = evt_program_bind_output(c->p, k, c->mem[g->outputs[k]]);
+  if (st != EVT_OK) {
     evt_cuda_close(c);
-    return global_error(g, EVT_ERR_UNSUPPORTED, "no CUDA device: libevt_fallback.so lacks the evt_fb_* entries");
+    return st;
   }
-  if (c->api.init(why, sizeof why)) {
-    char msg[700];
-    snprintf(msg, sizeof msg, "no CUDA device: %s", why);
-    evt_cuda_close(c);
-    return global_error(g, EVT_ERR_UNSUPPORTED, msg);
-  }
-  c->nnodes = g->nnodes;
-  c->t = calloc((size_t)(g->nnodes > 0 ? g->nnodes : 1), sizeof *c->t);
-  if (!c->t) {
-    evt_cuda_close(c);
-    return global_error(g, EVT_ERR_INTERNAL, "out of memory");
-  }
-  int64_t *offs = malloc(sizeof(int64_t) * (size_t)(g->nnodes > 0 ? g->nnodes : 1));
-  if (!offs) {
-    evt_cuda_close(c);
-    return global_error(g, EVT_ERR_INTERNAL, "out of memory");
-  }
-  for (int i = 0; i < g->nnodes; i++) {
-    const evt_type *ty = &g->nodes[i].type;
-    evt_fb_tensor *t = &c->t[i];
-    t->dtype = (int)ty->dtype;
-    t->rank = ty->rank;
-    t->numel = 1;
-    for (int d = 0; d < ty->rank; d++) {
-      t->shape[d] = ty->shape[d];
-      t->numel *= ty->shape[d];
-    }
-  }
-  int64_t off = 0;
-  if (reuse) {
-    off = evt_cuda_arena_layout(g, offs, NULL);
-  } else { /* groups run out of node order: every node its own bytes */
-    for (int i = 0; i < g->nnodes; i++) {
-      offs[i] = off;
-      off += slot_bytes(&g->nodes[i]);
-    }
-  }
-  if (off < 0) {
-    free(offs);
-    evt_cuda_close(c);
-    return global_error(g, EVT_ERR_INTERNAL, "out of memory");
-  }
-  c->arena_bytes = off;
-  c->arena = c->api.alloc(off, why, sizeof why);
-  if (!c->arena) {
-    free(offs);
-    evt_cuda_close(c);
-    return global_error(g, EVT_ERR_UNSUPPORTED, why);
-  }
-  for (int i = 0; i < g->nnodes; i++) c->t[i].ptr = c->arena + offs[i];
-  free(offs);
+  const evt_exec_plan *xp = c->p->xp;
+  for (int gi = 0; xp && gi < xp->ngroups; gi++)
+    if (!xp->groups[gi].fused)
+      fprintf(stderr, "evtc run: warning: group %d (%s) runs node by node: %s\n", gi,
+              evt_lower_kind_name(xp->groups[gi].kind), xp->groups[gi].why);
   *out = c;
   return EVT_OK;
 }
 
-evt_status evt_cuda_open(evt_graph *g, evt_cuda **out) { return open_impl(g, true, out); }
+evt_status evt_cuda_open_flags(evt_graph *g, unsigned flags, evt_cuda **out) { return open_impl(g, flags, out); }
+evt_status evt_cuda_open(evt_graph *g, evt_cuda **out) { return open_impl(g, 0, out); }
+evt_status evt_cuda_open_fused(evt_graph *g, evt_cuda **out) { return open_impl(g, EVT_PROGRAM_FUSED, out); }
 
-/* Enqueues node i on the fallback library. */
-static evt_status run_node(evt_cuda *c, evt_graph *g, int i) {
+double evt_cuda_last_ms(const evt_cuda *c) { return c ? c->last_ms : 0; }
+const evt_program *evt_cuda_program(const evt_cuda *c) { return c ? c->p : NULL; }
+
+evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values) {
   char err[512];
-  const evt_node *n = &g->nodes[i];
-  evt_fb_node fn;
-  memset(&fn, 0, sizeof fn);
-  fn.id = i;
-  fn.op = (int)n->op;
-  fn.ninputs = n->ninputs;
-  for (int j = 0; j < n->ninputs && j < EVT_FB_MAX_IN; j++) fn.in[j] = c->t[n->inputs[j]];
-  fn.out = c->t[i];
-  copy_attrs(&n->attr, &fn.a);
-  int rc = c->api.run(&fn, err, sizeof err);
-  if (rc == 1) return evt_graph_errorf(g, i, EVT_ERR_UNSUPPORTED, "not supported on CUDA: %s", err);
-  if (rc) return evt_graph_errorf(g, i, EVT_ERR_INTERNAL, "CUDA error: %s", err);
-  return EVT_OK;
-}
-
-evt_status evt_cuda_open_fused(evt_graph *g, evt_cuda **out) {
-  evt_status st = open_impl(g, false, out);
+  if (!c || g != c->p->g) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "the CUDA runtime was opened for another graph");
+  const evt_fb_api *api = c->p->api;
+  for (int i = 0; i < g->nnodes; i++) {
+    const evt_node *n = &g->nodes[i];
+    if (n->op != EVT_OP_INPUT && n->op != EVT_OP_PARAM) continue;
+    evt_fb_tensor t = c->p->t[i];
+    t.ptr = c->mem[i];
+    if (!values[i].data || values[i].numel != t.numel)
+      return evt_graph_errorf(g, i, EVT_ERR_INVALID, "no value given for this input");
+    if (api->upload(c->p->ctx, &t, values[i].data, c->stream, err, sizeof err))
+      return evt_graph_errorf(g, i, EVT_ERR_INTERNAL, "CUDA upload failed: %s", err);
+  }
+  if (api->event_record(c->ev0, c->stream, err, sizeof err))
+    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "CUDA: %s", err);
+  evt_status st = evt_program_run(c->p, c->stream);
   if (st != EVT_OK) return st;
-  evt_cuda *c = *out;
-  c->xp = calloc(1, sizeof *c->xp);
-  if (!c->xp) evt_fatal(__FILE__, __LINE__, "out of memory");
-  st = evt_exec_plan_build(g, c->xp);
-  if (st != EVT_OK) {
-    free(c->xp);
-    c->xp = NULL;
-    evt_cuda_close(c);
-    *out = NULL;
-    return st;
+  if (api->event_record(c->ev1, c->stream, err, sizeof err) || api->event_ms(c->ev0, c->ev1, &c->last_ms, err, sizeof err))
+    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "CUDA: %s", err);
+  int bad = -1;
+  if (api->sync(c->stream, &bad, err, sizeof err)) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "%s", err);
+  if (bad >= 0 && bad < g->nnodes)
+    return evt_graph_errorf(g, bad, EVT_ERR_INVALID, "an index is out of range (or a CSR rowptr is not monotone) on the GPU");
+  if (c->p->xp) {
+    int nf = 0, nb = 0;
+    evt_exec_plan_counts(c->p->xp, &nf, &nb);
+    c->launched_fused += nf;
+    c->launched_fallback += nb;
   }
-  evt_exec_plan *p = c->xp;
-  int nk = p->nkernels;
-  c->so = calloc((size_t)nk + 1, sizeof *c->so);
-  c->kfn = calloc((size_t)nk + 1, sizeof *c->kfn);
-  evt_jit_job *jobs = calloc((size_t)nk + 1, sizeof *jobs);
-  char **src = calloc((size_t)nk + 1, sizeof *src);
-  if (!c->so || !c->kfn || !jobs || !src) evt_fatal(__FILE__, __LINE__, "out of memory");
-  char msg[1024];
-  int njobs = 0, *job_of = calloc((size_t)nk + 1, sizeof *job_of);
-  if (!job_of) evt_fatal(__FILE__, __LINE__, "out of memory");
-  for (int k = 0; k < nk; k++) {
-    job_of[k] = -1;
-    src[k] = evt_emit_rows(p->kspec[k], msg, sizeof msg);
-    if (!src[k]) {
-      evt_exec_plan_demote(p, k, msg);
-      continue;
-    }
-    jobs[njobs].name = p->kname[k];
-    jobs[njobs].source = src[k];
-    job_of[k] = njobs++;
+  for (int k = 0; k < g->noutputs; k++) {
+    int id = g->outputs[k];
+    if (g->nodes[id].op == EVT_OP_INPUT || g->nodes[id].op == EVT_OP_PARAM) continue; /* the caller's slot */
+    const evt_type *ty = &g->nodes[id].type;
+    evt_fb_tensor t = c->p->t[id];
+    t.ptr = c->mem[id];
+    evt_tensor_free(&values[id]);
+    if (evt_tensor_alloc(&values[id], ty->dtype, ty->rank, ty->shape) != EVT_OK)
+      return evt_graph_errorf(g, id, EVT_ERR_INTERNAL, "cannot allocate the host copy");
+    if (api->download(c->p->ctx, &t, values[id].data, c->stream, err, sizeof err))
+      return evt_graph_errorf(g, id, EVT_ERR_INTERNAL, "CUDA download failed: %s", err);
   }
-  evt_jit_options jo = {0};
-  jo.no_cutlass = 1;
-  evt_status js = njobs ? evt_jit_compile(jobs, njobs, &jo, msg, sizeof msg) : EVT_OK;
-  for (int k = 0; k < nk; k++) {
-    int j = job_of[k];
-    if (j < 0) continue;
-    if (js != EVT_OK && js != EVT_ERR_INVALID) { /* no nvcc at all */
-      evt_exec_plan_demote(p, k, msg);
-      continue;
-    }
-    if (!jobs[j].ok) {
-      evt_exec_plan_demote(p, k, jobs[j].error[0] ? jobs[j].error : "failed to compile");
-      continue;
-    }
-    c->so[k] = dlopen(jobs[j].so_path, RTLD_NOW | RTLD_LOCAL);
-    if (c->so[k]) *(void **)(&c->kfn[k]) = dlsym(c->so[k], p->kname[k]);
-    if (!c->so[k] || !c->kfn[k]) {
-      char why[600];
-      snprintf(why, sizeof why, "cannot load %.300s: %.250s", jobs[j].so_path, dlerror());
-      evt_exec_plan_demote(p, k, why);
-    }
-  }
-  for (int k = 0; k < nk; k++) free(src[k]);
-  free(src);
-  free(jobs);
-  free(job_of);
-  for (int gi = 0; gi < p->ngroups; gi++)
-    if (!p->groups[gi].fused)
-      fprintf(stderr, "evtc run: warning: group %d (%s) runs node by node: %s\n", gi,
-              evt_lower_kind_name(p->groups[gi].kind), p->groups[gi].why);
   return EVT_OK;
 }
 
 void evt_cuda_fused_counts(const evt_cuda *c, int *fused, int *fallback, long *launched_fused, long *launched_fallback) {
   *fused = *fallback = 0;
-  *launched_fused = c ? c->launches_fused : 0;
-  *launched_fallback = c ? c->launches_fallback : 0;
-  if (c && c->xp) evt_exec_plan_counts(c->xp, fused, fallback);
+  *launched_fused = c ? c->launched_fused : 0;
+  *launched_fallback = c ? c->launched_fallback : 0;
+  if (c && c->p->xp) evt_exec_plan_counts(c->p->xp, fused, fallback);
 }
 
 void evt_cuda_print_plan(const evt_cuda *c, const evt_graph *g, FILE *out) {
-  if (c && c->xp) evt_exec_plan_print(g, c->xp, out);
-}
-
-/* One fused step after the upload: sources, then every group on its path. */
-static evt_status fused_groups(evt_cuda *c, evt_graph *g) {
-  const evt_exec_plan *p = c->xp;
-  evt_status st = EVT_OK;
-  for (int k = 0; k < p->nsources && st == EVT_OK; k++) st = run_node(c, g, p->sources[k]);
-  for (int gi = 0; gi < p->ngroups && st == EVT_OK; gi++) {
-    const evt_group_exec *x = &p->groups[gi];
-    if (!x->fused) {
-      for (int k = 0; k < x->nmembers && st == EVT_OK; k++) st = run_node(c, g, x->members[k]);
-      c->launches_fallback++;
-      continue;
-    }
-    evt_row_launch_args a;
-    memset(&a, 0, sizeof a);
-    a.m = (int)x->m;
-    a.n = (int)x->n;
-    for (int k = 0; k < 3; k++) a.in[k] = x->in_node[k] >= 0 ? c->t[x->in_node[k]].ptr : NULL;
-    for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) a.ptrs[i] = x->ptr_node[i] >= 0 ? c->t[x->ptr_node[i]].ptr : NULL;
-    int rc = c->kfn[x->kernel](&a);
-    if (rc != EVT_LAUNCH_OK)
-      return evt_graph_errorf(g, x->members[0], EVT_ERR_INTERNAL, "group %d: generated kernel %s returned %d", gi,
-                              p->kname[x->kernel], rc);
-    c->launches_fused++;
-  }
-  return st;
-}
-
-evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values) {
-  char err[512];
-  if (!c || g->nnodes != c->nnodes) return global_error(g, EVT_ERR_INVALID, "the CUDA runtime was opened for another graph");
-  for (int i = 0; i < g->nnodes; i++) {
-    const evt_node *n = &g->nodes[i];
-    if (n->op != EVT_OP_INPUT && n->op != EVT_OP_PARAM) continue;
-    if (!values[i].data || values[i].numel != c->t[i].numel)
-      return evt_graph_errorf(g, i, EVT_ERR_INVALID, "no value given for this input");
-    if (c->api.upload(&c->t[i], values[i].data, err, sizeof err))
-      return evt_graph_errorf(g, i, EVT_ERR_INTERNAL, "CUDA upload failed: %s", err);
-  }
-  if (c->xp) {
-    evt_status st = fused_groups(c, g);
-    if (st != EVT_OK) return st;
-  } else {
-    for (int i = 0; i < g->nnodes; i++) {
-      const evt_node *n = &g->nodes[i];
-      if (n->op == EVT_OP_INPUT || n->op == EVT_OP_PARAM) continue;
-      evt_status st = run_node(c, g, i);
-      if (st != EVT_OK) return st;
-    }
-  }
-  int bad = -1;
-  if (c->api.sync(&bad, err, sizeof err)) return global_error(g, EVT_ERR_INTERNAL, err);
-  if (bad >= 0 && bad < g->nnodes)
-    return evt_graph_errorf(g, bad, EVT_ERR_INVALID, "an index is out of range (or a CSR rowptr is not monotone) on the GPU");
-  for (int k = 0; k < g->noutputs; k++) {
-    int id = g->outputs[k];
-    if (g->nodes[id].op == EVT_OP_INPUT || g->nodes[id].op == EVT_OP_PARAM) continue; /* the caller's slot */
-    const evt_type *ty = &g->nodes[id].type;
-    evt_tensor_free(&values[id]);
-    if (evt_tensor_alloc(&values[id], ty->dtype, ty->rank, ty->shape) != EVT_OK)
-      return evt_graph_errorf(g, id, EVT_ERR_INTERNAL, "cannot allocate the host copy");
-    if (c->api.download(&c->t[id], values[id].data, err, sizeof err))
-      return evt_graph_errorf(g, id, EVT_ERR_INTERNAL, "CUDA download failed: %s", err);
-  }
-  return EVT_OK;
+  if (c && c->p->xp) evt_exec_plan_print(g, c->p->xp, out);
 }
 
 double evt_cuda_rel_error(const evt_tensor *gpu, const evt_tensor *cpu, double floor_) {

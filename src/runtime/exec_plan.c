@@ -1,90 +1,156 @@
 /* The fused execution plan (contract: exec_plan.h). */
 #include "runtime/exec_plan.h"
 
+#include "runtime/tune.h"
+
+#include "evt_launch.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 static bool caller_slot(const evt_node *n) { return n->op == EVT_OP_INPUT || n->op == EVT_OP_PARAM; }
 
-bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
-  const evt_rspec *s = &L->rspec;
-  for (int k = 0; k < 3; k++) x->in_node[k] = -1;
-  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) x->ptr_node[i] = -1;
-  x->m = L->m;
-  x->n = L->n;
-  if (!L->ok || (L->kind != EVT_LK_ROW && L->kind != EVT_LK_POINTWISE)) {
-    snprintf(x->why, sizeof x->why, "%s", L->ok ? "gemm+evt kernels are not wired into the runtime yet" : L->reason);
-    return false;
-  }
-  if (L->n > 32768 || L->m > 2147483647 || L->n < 0 || L->m < 0) {
-    snprintf(x->why, sizeof x->why, "group %d: [%lld, %lld] does not fit a register-resident row kernel", L->group,
-             (long long)L->m, (long long)L->n);
-    return false;
-  }
-  if (s->nnodes > EVT_ROW_LAUNCH_MAX_PTRS) {
-    snprintf(x->why, sizeof x->why, "group %d: %d spec nodes (at most %d pointers)", L->group, s->nnodes,
-             EVT_ROW_LAUNCH_MAX_PTRS);
-    return false;
-  }
-  int nin = evt_row_nucleus_ninputs(s);
-  for (int k = 0; k < nin && k < 3; k++) {
-    int v = L->rin[k];
-    if (v < 0 || v >= g->nnodes) {
-      snprintf(x->why, sizeof x->why, "group %d: nucleus input %d is not bound", L->group, k);
-      return false;
-    }
-    x->in_node[k] = v;
-  }
-  for (int i = 0; i < s->nnodes; i++) {
-    const evt_rnode *r = &s->nodes[i];
-    if (!evt_vop_has_memory(r->op)) continue;
-    int v = L->vtensor[i];
-    if (v < 0 || v >= g->nnodes) {
-      snprintf(x->why, sizeof x->why, "group %d: spec node %s is not bound to a tensor", L->group, r->name);
-      return false;
-    }
-    const evt_type *t = &g->nodes[v].type;
-    if (t->dtype != r->dtype) {
-      snprintf(x->why, sizeof x->why, "group %d: %%%s is %s but spec node %s has %s", L->group, g->nodes[v].name,
-               evt_dtype_name(t->dtype), r->name, evt_dtype_name(r->dtype));
-      return false;
-    }
-    if (evt_type_numel(t) != evt_rspec_node_elems(s, i, L->m, L->n)) {
-      snprintf(x->why, sizeof x->why, "group %d: %%%s has %lld elements, spec node %s needs %lld", L->group,
-               g->nodes[v].name, (long long)evt_type_numel(t), r->name,
-               (long long)evt_rspec_node_elems(s, i, L->m, L->n));
-      return false;
-    }
-    x->ptr_node[i] = v;
-  }
-  /* every value leaving the group must be written by a store */
+_Static_assert(EVT_KSPEC_MAX_NODES <= EVT_ROW_LAUNCH_MAX_PTRS && EVT_KSPEC_MAX_NODES <= EVT_LAUNCH_MAX_PTRS,
+               "a visitor node index must fit the launchers' pointer arrays");
+
+#define WHY(...) (snprintf(x->why, sizeof x->why, __VA_ARGS__), false)
+
+/* Both kinds: loads read no member of the group (members are not materialized before the kernel), and every
+ * member value that leaves the group (read outside, or a graph output) is written by a store (or is D). */
+static bool bind_group_io(const evt_graph *g, const int *group, int gi, const evt_vop *ops, int nnodes, int d,
+                          evt_group_exec *x) {
+  for (int i = 0; i < nnodes; i++)
+    if (evt_vop_class(ops[i]) == 'L' && x->ptr_node[i] >= 0 && group[x->ptr_node[i]] == gi)
+      return WHY("group %d: visitor node %d loads %%%s, a member of its own group (not in memory yet)", gi, i,
+                 g->nodes[x->ptr_node[i]].name);
   for (int w = 0; w < g->nnodes; w++) {
     const evt_node *nd = &g->nodes[w];
     for (int k = -1; k < nd->ninputs; k++) {
       int u = k < 0 ? w : nd->inputs[k];
-      if (group[u] != L->group) continue;
-      bool leaves = k < 0 ? (nd->flags & EVT_NODE_OUTPUT) != 0 : group[w] != L->group;
+      if (group[u] != gi) continue;
+      bool leaves = k < 0 ? (nd->flags & EVT_NODE_OUTPUT) != 0 : group[w] != gi;
       if (!leaves) continue;
-      bool stored = false;
-      for (int i = 0; i < s->nnodes && !stored; i++)
-        stored = x->ptr_node[i] == u && evt_vop_class(s->nodes[i].op) != 'L';
-      if (!stored) {
-        snprintf(x->why, sizeof x->why, "group %d: %%%s leaves the group but no store of the spec writes it", L->group,
-                 g->nodes[u].name);
-        return false;
-      }
+      bool stored = d >= 0 && d == u;
+      for (int i = 0; i < nnodes && !stored; i++) stored = x->ptr_node[i] == u && evt_vop_class(ops[i]) != 'L';
+      if (!stored) return WHY("group %d: %%%s leaves the group but no store of the spec writes it", gi, g->nodes[u].name);
     }
   }
   return true;
+}
+
+/* A tensor of the GEMM kernel: bound, dtype, element count and 16-byte rows (row = elements per row). */
+static bool gemm_tensor(const evt_graph *g, int gi, int v, const char *what, evt_dtype dt, int64_t elems, int64_t row,
+                        evt_group_exec *x) {
+  if (v < 0 || v >= g->nnodes) return WHY("group %d: %s is not bound to a tensor", gi, what);
+  const evt_type *t = &g->nodes[v].type;
+  if (t->dtype != dt)
+    return WHY("group %d: %%%s is %s but %s needs %s", gi, g->nodes[v].name, evt_dtype_name(t->dtype), what,
+               evt_dtype_name(dt));
+  if (evt_type_numel(t) != elems)
+    return WHY("group %d: %%%s has %lld elements, %s needs %lld", gi, g->nodes[v].name, (long long)evt_type_numel(t),
+               what, (long long)elems);
+  if (row * (int64_t)evt_dtype_size(dt) % 16)
+    return WHY("group %d: %s (%%%s): rows of %lld x %s are not a multiple of 16 bytes", gi, what, g->nodes[v].name,
+               (long long)row, evt_dtype_name(dt));
+  return true;
+}
+
+static bool bind_gemm(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
+  const evt_kspec *s = &L->spec;
+  int gi = L->group;
+  x->k = L->k;
+  if (L->m < 1 || L->n < 1 || L->k < 1 || L->m > 2147483647 || L->n > 2147483647 || L->k > 2147483647)
+    return WHY("group %d: GEMM [%lld x %lld x %lld] is empty or exceeds the launcher's int sizes", gi, (long long)L->m,
+               (long long)L->n, (long long)L->k);
+  if (L->l > 1 || L->l_outer > 1)
+    return WHY("group %d: batched GEMM (%d x %d): the fused runtime binds unbatched GEMMs only", gi, L->l, L->l_outer);
+  if (s->nnodes > EVT_LAUNCH_MAX_PTRS) return WHY("group %d: %d visitor nodes (at most %d pointers)", gi, s->nnodes, EVT_LAUNCH_MAX_PTRS);
+  if (s->d_node < 0 || s->d_node >= s->nnodes) return WHY("group %d: the spec has no D node", gi);
+  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
+  if (!gemm_tensor(g, gi, L->a_node, "operand A", s->ab_dtype, L->m * L->k, at ? L->m : L->k, x)) return false;
+  if (!gemm_tensor(g, gi, L->b_node, "operand B", s->ab_dtype, L->k * L->n, bt ? L->k : L->n, x)) return false;
+  x->a_node = L->a_node;
+  x->b_node = L->b_node;
+  if (group[L->a_node] == gi || group[L->b_node] == gi)
+    return WHY("group %d: an operand of the GEMM is a member of its own group", gi);
+  if (L->d_tensor >= 0) {
+    if (!gemm_tensor(g, gi, L->d_tensor, "D", s->d_dtype, L->m * L->n, L->n, x)) return false;
+    if (group[L->d_tensor] != gi) return WHY("group %d: D is bound to %%%s, not a member", gi, g->nodes[L->d_tensor].name);
+  } else if (L->n * (int64_t)evt_dtype_size(s->d_dtype) % 16) {
+    return WHY("group %d: scratch D rows of %lld x %s are not a multiple of 16 bytes", gi, (long long)L->n,
+               evt_dtype_name(s->d_dtype));
+  }
+  x->d_node = L->d_tensor;
+  evt_vop ops[EVT_KSPEC_MAX_NODES];
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_vnode *r = &s->nodes[i];
+    ops[i] = r->op;
+    if (!evt_vop_has_memory(r->op)) continue;
+    bool row = r->op == EVT_V_ROW_BCAST || r->op == EVT_V_ROW_SUM, col = r->op == EVT_V_COL_BCAST || r->op == EVT_V_COL_SUM;
+    int64_t elems = row ? L->n : col ? L->m : L->m * L->n;
+    char what[64];
+    snprintf(what, sizeof what, "visitor node %s (%s)", r->name, evt_vop_name(r->op));
+    if (!gemm_tensor(g, gi, L->vtensor[i], what, r->dtype, elems, row ? L->n : col ? L->m : L->n, x)) return false;
+    x->ptr_node[i] = L->vtensor[i];
+    if (evt_vop_class(r->op) == 'S' && group[L->vtensor[i]] != gi)
+      return WHY("group %d: %s stores into %%%s, not a member of the group", gi, what, g->nodes[L->vtensor[i]].name);
+  }
+  return bind_group_io(g, group, gi, ops, s->nnodes, x->d_node, x);
+}
+
+bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
+  const evt_rspec *s = &L->rspec;
+  for (int k = 0; k < 3; k++) x->in_node[k] = -1;
+  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) x->ptr_node[i] = -1;
+  x->a_node = x->b_node = x->d_node = -1;
+  x->m = L->m;
+  x->n = L->n;
+  x->k = 0;
+  x->why[0] = 0;
+  if (!L->ok) return WHY("%s", L->reason);
+  if (L->kind == EVT_LK_GEMM_EVT) return bind_gemm(g, group, L, x);
+  if (L->kind != EVT_LK_ROW && L->kind != EVT_LK_POINTWISE) return WHY("group %d: no generated kernel for this kind", L->group);
+  if (L->n > 32768 || L->m > 2147483647 || L->n < 0 || L->m < 0)
+    return WHY("group %d: [%lld, %lld] does not fit a register-resident row kernel", L->group, (long long)L->m,
+               (long long)L->n);
+  if (s->nnodes > EVT_ROW_LAUNCH_MAX_PTRS)
+    return WHY("group %d: %d spec nodes (at most %d pointers)", L->group, s->nnodes, EVT_ROW_LAUNCH_MAX_PTRS);
+  int nin = evt_row_nucleus_ninputs(s);
+  for (int k = 0; k < nin && k < 3; k++) {
+    int v = L->rin[k];
+    if (v < 0 || v >= g->nnodes) return WHY("group %d: nucleus input %d is not bound", L->group, k);
+    if (group[v] == L->group)
+      return WHY("group %d: nucleus input %d is %%%s, a member of its own group", L->group, k, g->nodes[v].name);
+    x->in_node[k] = v;
+  }
+  evt_vop ops[EVT_ROW_LAUNCH_MAX_PTRS];
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_rnode *r = &s->nodes[i];
+    ops[i] = r->op;
+    if (!evt_vop_has_memory(r->op)) continue;
+    int v = L->vtensor[i];
+    if (v < 0 || v >= g->nnodes) return WHY("group %d: spec node %s is not bound to a tensor", L->group, r->name);
+    const evt_type *t = &g->nodes[v].type;
+    if (t->dtype != r->dtype)
+      return WHY("group %d: %%%s is %s but spec node %s has %s", L->group, g->nodes[v].name, evt_dtype_name(t->dtype),
+                 r->name, evt_dtype_name(r->dtype));
+    if (evt_type_numel(t) != evt_rspec_node_elems(s, i, L->m, L->n))
+      return WHY("group %d: %%%s has %lld elements, spec node %s needs %lld", L->group, g->nodes[v].name,
+                 (long long)evt_type_numel(t), r->name, (long long)evt_rspec_node_elems(s, i, L->m, L->n));
+    x->ptr_node[i] = v;
+  }
+  return bind_group_io(g, group, L->group, ops, s->nnodes, -1, x);
 }
 
 evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
   memset(p, 0, sizeof *p);
   evt_part_options opt = evt_part_options_default();
   opt.use_cache = 0;
-  evt_status st = evt_part_plan_build(g, &opt, EVT_PART_LAMBDA_DEFAULT, &p->part);
+  evt_status st = evt_lower_partition(g, &opt, EVT_PART_LAMBDA_DEFAULT, &p->part);
   if (st != EVT_OK) return st;
   st = evt_lower_plan(g, &p->part, &p->low);
+  evt_tune_group *tg = st == EVT_OK ? calloc((size_t)p->low.n + 1, sizeof *tg) : NULL;
+  if (tg) evt_tune_apply_lowered(&p->low, NULL, NULL, tg); /* tuned configs / unfused choices (tune.h) */
   if (st != EVT_OK) {
     evt_part_plan_free(&p->part);
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "the lowering does not match the partition");
@@ -95,7 +161,8 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
   p->sources = malloc(sizeof(int) * ((size_t)n + 1));
   p->kname = calloc((size_t)ng + 1, sizeof *p->kname);
   p->kspec = calloc((size_t)ng + 1, sizeof *p->kspec);
-  EVT_ASSERT(p->groups && p->sources && p->kname && p->kspec);
+  p->gspec = calloc((size_t)ng + 1, sizeof *p->gspec);
+  EVT_ASSERT(p->groups && p->sources && p->kname && p->kspec && p->gspec);
   for (int v = 0; v < n; v++) {
     int gi = p->part.group[v];
     if (gi >= 0) {
@@ -107,6 +174,7 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
     for (int k = 0; k < g->nodes[v].ninputs; k++)
       if (p->part.group[g->nodes[v].inputs[k]] >= 0) {
         evt_exec_plan_free(p);
+        free(tg);
         return evt_graph_errorf(g, v, EVT_ERR_INTERNAL, "a partition source reads a grouped tensor");
       }
     p->sources[p->nsources++] = v;
@@ -129,16 +197,32 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
     x->kind = L->kind;
     x->kernel = -1;
     x->fused = evt_exec_bind(g, p->part.group, L, x);
+    if (L->kind == EVT_LK_GEMM_EVT && tg) {
+      x->tuned = tg[gi].choice;
+      x->swizzle = tg[gi].swizzle;
+      x->raster = tg[gi].raster;
+      snprintf(x->tune_desc, sizeof x->tune_desc, "%s", tg[gi].desc);
+      if (x->fused && tg[gi].choice == EVT_TUNE_UNFUSED) {
+        x->fused = 0;
+        snprintf(x->why, sizeof x->why, "group %d: tuned: %.360s", gi, tg[gi].desc);
+      }
+    }
     if (!x->fused) continue;
     int k = 0;
     while (k < p->nkernels && strcmp(p->kname[k], L->kernel)) k++;
     if (k == p->nkernels) {
       snprintf(p->kname[k], sizeof p->kname[k], "%s", L->kernel);
-      p->kspec[k] = &L->rspec;
+      if (L->kind == EVT_LK_GEMM_EVT) p->gspec[k] = &L->spec;
+      else p->kspec[k] = &L->rspec;
       p->nkernels++;
     }
     x->kernel = k;
+    if (L->kind == EVT_LK_GEMM_EVT && x->d_node < 0) {
+      int64_t bytes = x->m * x->n * (int64_t)evt_dtype_size(L->spec.d_dtype);
+      if (bytes > p->scratch_bytes) p->scratch_bytes = bytes;
+    }
   }
+  free(tg);
   return EVT_OK;
 }
 
@@ -149,6 +233,13 @@ void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why) {
     x->fused = 0;
     snprintf(x->why, sizeof x->why, "group %d: kernel %s: %.340s", gi, p->kname[k], why);
   }
+}
+
+void evt_exec_plan_demote_group(evt_exec_plan *p, int gi, const char *why) {
+  EVT_ASSERT(gi >= 0 && gi < p->ngroups);
+  evt_group_exec *x = &p->groups[gi];
+  x->fused = 0;
+  snprintf(x->why, sizeof x->why, "group %d: kernel %s: %.340s", gi, x->kernel >= 0 ? p->kname[x->kernel] : "?", why);
 }
 
 void evt_exec_plan_counts(const evt_exec_plan *p, int *fused, int *fallback) {
@@ -163,6 +254,7 @@ void evt_exec_plan_free(evt_exec_plan *p) {
   free(p->sources);
   free(p->kname);
   free(p->kspec);
+  free(p->gspec);
   if (p->low.k) evt_lower_free(&p->low);
   evt_part_plan_free(&p->part);
   memset(p, 0, sizeof *p);
@@ -172,7 +264,11 @@ void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out) 
   (void)g;
   for (int gi = 0; gi < p->ngroups; gi++) {
     const evt_group_exec *x = &p->groups[gi];
-    if (x->fused)
+    if (x->fused && x->kind == EVT_LK_GEMM_EVT)
+      fprintf(out, "group %d %s %s fused [%lld x %lld x %lld]%s, %d nodes\n", gi, evt_lower_kind_name(x->kind),
+              p->kname[x->kernel], (long long)x->m, (long long)x->n, (long long)x->k, x->d_node < 0 ? " (D scratch)" : "",
+              x->nmembers);
+    else if (x->fused)
       fprintf(out, "group %d %s %s fused [%lld x %lld], %d nodes\n", gi, evt_lower_kind_name(x->kind),
               p->kname[x->kernel], (long long)x->m, (long long)x->n, x->nmembers);
     else
@@ -180,7 +276,41 @@ void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out) 
   }
 }
 
-/* CPU model of a fused step: the GPU path's order, fused groups through evt_rspec_reference. */
+/* A fused GEMM group on the CPU: evt_kspec_reference on the bound tensors (stores and D freshly allocated,
+ * a scratch D in a host buffer). */
+static evt_status run_gemm_cpu(evt_graph *g, const evt_exec_plan *p, int gi, evt_tensor *values) {
+  const evt_group_exec *x = &p->groups[gi];
+  const evt_kspec *s = &p->low.k[gi].spec;
+  double *mem[EVT_KSPEC_MAX_NODES] = {0};
+  for (int k = 0; k < x->nmembers; k++) evt_tensor_free(&values[x->members[k]]); /* not materialized */
+  const double *a = values[x->a_node].data, *b = values[x->b_node].data;
+  if (!a || !b) return evt_graph_errorf(g, x->members[0], EVT_ERR_INTERNAL, "group %d: an operand is not computed before its kernel", gi);
+  evt_status st = EVT_OK;
+  for (int i = -1; i < s->nnodes && st == EVT_OK; i++) {
+    int v = i < 0 ? x->d_node : x->ptr_node[i];
+    if (v < 0) continue;
+    if (i < 0 || evt_vop_class(s->nodes[i].op) != 'L') {
+      const evt_type *t = &g->nodes[v].type;
+      evt_tensor_free(&values[v]);
+      st = evt_tensor_alloc(&values[v], t->dtype, t->rank, t->shape);
+    }
+    if (st == EVT_OK && !values[v].data)
+      st = evt_graph_errorf(g, v, EVT_ERR_INTERNAL, "group %d: tensor not computed before its kernel", gi);
+    if (st == EVT_OK && i >= 0) mem[i] = values[v].data;
+  }
+  if (st != EVT_OK) return st;
+  double *scratch = NULL, *d = x->d_node >= 0 ? values[x->d_node].data : NULL;
+  if (!d) {
+    scratch = malloc(sizeof(double) * (size_t)(x->m * x->n));
+    EVT_ASSERT(scratch);
+    d = scratch;
+  }
+  evt_kspec_reference(s, x->m, x->n, x->k, a, b, mem, d);
+  free(scratch);
+  return EVT_OK;
+}
+
+/* CPU model of a fused step: the GPU path's order, fused groups through their spec's reference. */
 evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tensor *values) {
   evt_status st = EVT_OK;
   const evt_tensor *ins[EVT_MAX_INPUTS];
@@ -199,6 +329,10 @@ evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tenso
         evt_tensor_free(&values[v]);
         st = evt_interp_node(g, v, ins, &values[v], 0);
       }
+      continue;
+    }
+    if (x->kind == EVT_LK_GEMM_EVT) {
+      st = run_gemm_cpu(g, p, gi, values);
       continue;
     }
     const evt_rspec *s = &p->low.k[gi].rspec;

@@ -1,18 +1,30 @@
 /* The fused execution plan of `evtc run --device cuda --fused` (src/runtime/exec_plan.c): which path
  * every partition group takes on the GPU, and how a generated kernel's pointers bind to tensors.
  *
- * Built from an (optimized) graph: evt_part_plan_build (as `evtc compile` does, no partition cache),
- * evt_lower_plan, then per group:
+ * Built from an (optimized) graph: evt_lower_partition (the partitioner with the lowering's rules, as
+ * `evtc compile --fuse-rules=lower`: a GEMM group only takes members its kernel spec can hold; no
+ * partition cache), evt_lower_plan, then per group:
  *   ROW / POINTWISE lowered groups whose binding checks pass run as a generated row kernel
  *     (src/evt/emit_rows.c, ABI kernels/evt_row_launch.h): in_node[k] = the graph node read as nucleus input
  *     k, ptr_node[i] = the graph node read / written by spec node i (loads: the memory source the lowering
  *     resolved through views; stores: the member, or the view of a sum the lowering bound). Checks: every
  *     such node exists, its dtype equals the spec's memory dtype (stores are in the spec's dtypes, sums f32),
- *     its element count equals evt_rspec_node_elems (M×N, N or M), N ≤ 32768 (register-resident rows), and
- *     every member read outside the group or a graph output is written by a store of the spec.
+ *     its element count equals evt_rspec_node_elems (M×N, N or M), N ≤ 32768 (register-resident rows).
+ *   GEMM+EVT lowered groups whose binding checks pass run as a generated CUTLASS kernel (src/evt/emit_cutlass.c,
+ *     ABI kernels/evt_launch.h, launched by src/runtime/gemm_launch.c): a_node / b_node = the graph nodes
+ *     holding A and B in the spec's layout, d_node = D's tensor or -1 (D is a tile nobody reads: it goes to
+ *     the plan's scratch buffer, scratch_bytes), ptr_node[i] = visitor node i's tensor. Checks: 1 ≤ M, N, K
+ *     < 2^31; A, B in the spec's operand dtype with M·K and K·N elements; D in d_dtype with M·N; each
+ *     visitor tensor in its node's dtype with M·N (aux), N (row broadcast / row sum) or M (column broadcast
+ *     / column sum) elements; 16-byte alignment: every row of A, B (K or M / N elements), of D and of each
+ *     aux tensor (N elements), and each vector, is a multiple of 16 bytes (base pointers are 256-byte
+ *     aligned in the runtime's arena; gemm_launch.c checks them again at launch).
+ *   Both kinds: a load (and A, B) never reads a member of its own group (members are not materialized
+ *     before the kernel), and every member read outside the group or a graph output is written by a store
+ *     of the spec (D included).
  *   everything else runs node by node through the fallback library: groups that did not lower (reason of
- *     the lowering), GEMM+EVT groups (not wired into the runtime yet), groups failing a check above, and
- *     groups whose kernel failed to compile (evt_exec_plan_demote).
+ *     the lowering), groups failing a check above, groups whose kernel failed to compile or load
+ *     (evt_exec_plan_demote), and GEMM groups whose launcher refused (evt_exec_plan_demote_group).
  * Execution order: `sources` (partition group -1 nodes other than inputs/params: views of sources,
  * constants, rand) in id order, then groups in group order (a topological order of the contracted graph),
  * a fallback group's members in id order. Members of a fused group that no one outside reads are never
@@ -32,10 +44,16 @@ typedef struct evt_group_exec {
   int fused;              /* 1: the generated kernel kernels[kernel] runs this group */
   int kernel;             /* index into evt_exec_plan.kname, or -1 */
   char why[400];          /* fallback: the reason (lowering, check, compile failure) */
-  int64_t m, n;
-  int in_node[3];                          /* nucleus inputs, -1 unused */
-  int ptr_node[EVT_ROW_LAUNCH_MAX_PTRS];   /* per spec node with memory, else -1 */
+  int64_t m, n, k;                         /* k: GEMM only */
+  int in_node[3];                          /* ROW: nucleus inputs, -1 unused */
+  int a_node, b_node, d_node;              /* GEMM: A, B, D's tensor (-1: D goes to the scratch buffer) */
+  int ptr_node[EVT_ROW_LAUNCH_MAX_PTRS];   /* per spec / visitor node with memory, else -1 */
   int *members, nmembers;                  /* graph nodes in id order */
+  /* GEMM: the tuning record (src/runtime/tune.h; evt_tune_apply_lowered at build): FUSED → the spec was
+   * given the tuned config and these launch-time scheduler values; UNFUSED → the group falls back (why). */
+  int tuned;                               /* evt_tune_choice */
+  int swizzle, raster;
+  char tune_desc[240];                     /* evt_tune_describe's line ("not tuned (default config ...)") */
 } evt_group_exec;
 
 typedef struct evt_exec_plan {
@@ -46,26 +64,32 @@ typedef struct evt_exec_plan {
   int *sources, nsources;
   int nkernels;             /* distinct generated kernels of fused groups */
   char (*kname)[40];
-  const evt_rspec **kspec;  /* the spec of each distinct kernel (owned by low) */
+  const evt_rspec **kspec;  /* row / pointwise kernel k: its spec (owned by low), NULL for a GEMM kernel */
+  const evt_kspec **gspec;  /* GEMM+EVT kernel k: its spec (owned by low), NULL for a row kernel */
+  int64_t scratch_bytes;    /* device bytes for D tiles nobody reads (largest such D; 0 if none) */
 } evt_exec_plan;
 
 /* Partitions, lowers and decides as above. EVT_OK, or the partitioner's error (message in g's error). */
 evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p);
-/* The binding checks of one lowered ROW / POINTWISE group (also used by build): fills x->in_node/ptr_node;
- * true if it can run as its generated kernel, else false with the reason in x->why. */
+/* The binding checks of one lowered group (also used by build; ROW / POINTWISE and GEMM+EVT): fills
+ * x->m/n/k, in_node, a/b/d_node, ptr_node; true if it can run as its generated kernel, else false with the
+ * reason in x->why (naming the group and the tensor). */
 bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x);
 /* Kernel k failed to compile: every group using it falls back, with `why`. */
 void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why);
+/* Group gi alone falls back (its launcher refused the problem), with `why`. */
+void evt_exec_plan_demote_group(evt_exec_plan *p, int gi, const char *why);
 void evt_exec_plan_free(evt_exec_plan *p);
 /* Groups per path: *fused, *fallback. */
 void evt_exec_plan_counts(const evt_exec_plan *p, int *fused, int *fallback);
-/* One line per group: "group 3 row evt_rowkernel_... fused (m x n)" or "group 4 unfused fallback: reason". */
+/* One line per group: "group 3 row evt_rowkernel_... fused [m x n]", "group 5 gemm+evt evt_kernel_... fused
+ * [m x n x k]" or "group 4 unfused fallback, 3 nodes: reason". */
 void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out);
 /* CPU model of one fused step (what the GPU runs, in the same order): inputs / params already in values;
  * sources and fallback groups through the interpreter node by node, fused groups through their spec's CPU
- * reference (evt_rspec_reference: f32-or-better inside the group, rounding only at stores), reading and
- * writing exactly the bound tensors; members a kernel does not store are left empty. Checks the bindings
- * without a GPU. */
+ * reference (row: evt_rspec_reference; GEMM: evt_kspec_reference; both f32-or-better inside the group,
+ * rounding only at stores), reading and writing exactly the bound tensors (a scratch D in a host buffer);
+ * members a kernel does not store are left empty. Checks the bindings without a GPU. */
 evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tensor *values);
 
 #endif

@@ -1,9 +1,9 @@
 /* plan.c — the runtime plan: launches, buffers, liveness, one arena (contract in plan.h).
  *
- * Lifetimes come from the launch order (launch i runs group i). Placement is greedy best fit: buffers by
- * decreasing size; for each, the placed buffers whose lifetimes intersect its own are the obstacles; among
- * the gaps between obstacles (by offset) the smallest that fits wins, else the buffer goes on top of the
- * highest obstacle. Exact optimal placement is NP-hard (dynamic storage allocation); this heuristic is the
+ * Lifetimes come from the launch order (launch i runs group i). Placement (evt_arena_place, also the GPU
+ * program's arena, src/runtime/cuda.h) is greedy best fit: buffers by decreasing size; for each, the
+ * placed buffers whose lifetimes intersect its own are the obstacles; among the gaps between obstacles
+ * (by offset) the smallest that fits wins, else the buffer goes on top of the highest obstacle. Exact optimal placement is NP-hard (dynamic storage allocation); this heuristic is the
  * usual one for static memory planning and is checked by evt_plan_check, not trusted.
  */
 #include "runtime/plan.h"
@@ -43,48 +43,76 @@ static bool external(const evt_plan_buffer *b) { return b->kind == EVT_BUF_INPUT
 
 static bool intersect(const evt_plan_buffer *a, const evt_plan_buffer *b) { return a->first <= b->last && b->first <= a->last; }
 
-static const evt_plan_buffer *sort_bufs;
+typedef struct place_item {
+  int id;
+  int64_t size;
+  int first, last;
+} place_item;
+
 static int by_size(const void *x, const void *y) {
-  const evt_plan_buffer *a = &sort_bufs[*(const int *)x], *b = &sort_bufs[*(const int *)y];
-  if (a->bytes != b->bytes) return a->bytes > b->bytes ? -1 : 1;
+  const place_item *a = x, *b = y;
+  if (a->size != b->size) return a->size > b->size ? -1 : 1;
   if (a->first != b->first) return a->first < b->first ? -1 : 1;
-  return *(const int *)x - *(const int *)y;
-}
-static int by_offset(const void *x, const void *y) {
-  const evt_plan_buffer *a = &sort_bufs[*(const int *)x], *b = &sort_bufs[*(const int *)y];
-  return a->offset < b->offset ? -1 : a->offset > b->offset;
+  return a->id - b->id;
 }
 
-static void place(evt_plan *p) {
-  int nb = p->nbuffers, *order = malloc((size_t)(nb + 1) * sizeof *order), *obst = malloc((size_t)(nb + 1) * sizeof *obst);
+static int64_t *sort_offsets;
+static int by_offset(const void *x, const void *y) {
+  int64_t a = sort_offsets[((const place_item *)x)->id], b = sort_offsets[((const place_item *)y)->id];
+  return a < b ? -1 : a > b;
+}
+
+int64_t evt_arena_place(int n, const int64_t *bytes, const int *first, const int *last, int64_t *offsets) {
+  place_item *order = malloc((size_t)(n + 1) * sizeof *order), *obst = malloc((size_t)(n + 1) * sizeof *obst);
   EVT_ASSERT(order && obst);
   int k = 0;
-  for (int i = 0; i < nb; i++)
-    if (!external(&p->buffers[i])) order[k++] = i;
-  sort_bufs = p->buffers;
+  for (int i = 0; i < n; i++) {
+    offsets[i] = -1;
+    if (bytes[i] >= 0) order[k++] = (place_item){i, align_up(bytes[i] > 0 ? bytes[i] : 1), first[i], last[i]};
+  }
   qsort(order, (size_t)k, sizeof *order, by_size);
-  p->arena_bytes = p->naive_bytes = 0;
+  int64_t top = 0;
+  sort_offsets = offsets;
   for (int i = 0; i < k; i++) {
-    evt_plan_buffer *b = &p->buffers[order[i]];
-    int64_t size = align_up(b->bytes > 0 ? b->bytes : 1);
-    p->naive_bytes += size;
+    const place_item *b = &order[i];
     int no = 0;
     for (int j = 0; j < i; j++)
-      if (intersect(&p->buffers[order[j]], b)) obst[no++] = order[j];
+      if (order[j].first <= b->last && b->first <= order[j].last) obst[no++] = order[j];
     qsort(obst, (size_t)no, sizeof *obst, by_offset);
     int64_t best = -1, best_gap = INT64_MAX, cur = 0;
     for (int j = 0; j < no; j++) {
-      const evt_plan_buffer *o = &p->buffers[obst[j]];
-      int64_t gap = o->offset - cur;
-      if (gap >= size && gap < best_gap) best = cur, best_gap = gap;
-      int64_t end = o->offset + align_up(o->bytes > 0 ? o->bytes : 1);
+      int64_t gap = offsets[obst[j].id] - cur;
+      if (gap >= b->size && gap < best_gap) best = cur, best_gap = gap;
+      int64_t end = offsets[obst[j].id] + obst[j].size;
       if (end > cur) cur = end;
     }
-    b->offset = best >= 0 ? best : cur;
-    if (b->offset + size > p->arena_bytes) p->arena_bytes = b->offset + size;
+    offsets[b->id] = best >= 0 ? best : cur;
+    if (offsets[b->id] + b->size > top) top = offsets[b->id] + b->size;
   }
   free(order);
   free(obst);
+  return top;
+}
+
+static void place(evt_plan *p) {
+  int nb = p->nbuffers;
+  int64_t *bytes = malloc((size_t)(nb + 1) * sizeof *bytes), *offs = malloc((size_t)(nb + 1) * sizeof *offs);
+  int *first = malloc((size_t)(nb + 1) * sizeof *first), *last = malloc((size_t)(nb + 1) * sizeof *last);
+  EVT_ASSERT(bytes && offs && first && last);
+  p->naive_bytes = 0;
+  for (int i = 0; i < nb; i++) {
+    const evt_plan_buffer *b = &p->buffers[i];
+    bytes[i] = external(b) ? -1 : b->bytes;
+    first[i] = b->first;
+    last[i] = b->last;
+    if (!external(b)) p->naive_bytes += align_up(b->bytes > 0 ? b->bytes : 1);
+  }
+  p->arena_bytes = evt_arena_place(nb, bytes, first, last, offs);
+  for (int i = 0; i < nb; i++) p->buffers[i].offset = offs[i];
+  free(bytes);
+  free(offs);
+  free(first);
+  free(last);
 }
 
 evt_status evt_plan_build(const evt_graph *g, const evt_part_plan *part, const evt_lower_result *low, evt_plan *p) {

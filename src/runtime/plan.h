@@ -55,6 +55,11 @@ typedef struct evt_plan {
   int64_t global_bytes;       /* Σ over launches of bytes read + written */
 } evt_plan;
 
+/* Best-fit placement shared by the plan and the GPU program (src/runtime/cuda.h): item i with bytes[i] >= 0
+ * (< 0: not placed, offset -1) lives over steps [first[i], last[i]]; gets an EVT_PLAN_ALIGN-aligned
+ * offsets[i] (size rounded up, at least EVT_PLAN_ALIGN) so that items whose lifetimes intersect never
+ * overlap. Returns the arena size. Pure host code. */
+int64_t evt_arena_place(int n, const int64_t *bytes, const int *first, const int *last, int64_t *offsets);
 /* Builds the plan; EVT_ERR_INVALID if lowered/part do not match g. */
 evt_status evt_plan_build(const evt_graph *g, const struct evt_part_plan *part, const evt_lower_result *low, evt_plan *plan);
 void evt_plan_free(evt_plan *plan);

@@ -176,10 +176,10 @@ TEST(emit_cutlass_structure) {
   CHECK(src && strstr(src, "Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add"));
   CHECK(src && strstr(src, "{a->ptrs[4], 0.0f, {}}  // %4 row_sum dbias"));
   free(src);
-  evt_kspec_example(&s, "gelu_bwd", (evt_tile_config){128, 256, 64, 2, 1, EVT_SCHED_PINGPONG});
+  evt_kspec_example(&s, "gelu_bwd", (evt_tile_config){64, 256, 64, 2, 1, EVT_SCHED_PINGPONG, 0, EVT_RED_ATOMIC});
   src = evt_emit_cutlass(&s, err, sizeof err);
   CHECK(src && strstr(src, "Sm90AuxLoad<Aux1Desc::Stages") && strstr(src, "evt_ops::GeluErfGrad, ElementD") &&
-        strstr(src, "Shape<_128, _256, _64>") && strstr(src, "Shape<_2, _1, _1>") &&
+        strstr(src, "Shape<_64, _256, _64>") && strstr(src, "Shape<_2, _1, _1>") &&
         strstr(src, "KernelTmaWarpSpecializedPingpong"));
   free(src);
   s.layout = EVT_LAYOUT_TN;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "evt/rspec.h"
+#include "evt_row_config.h"
 #include "test.h"
 
 TEST(rspec_add_rejects_bad_inputs) {
@@ -120,18 +121,22 @@ TEST(emit_rows_structure) {
   const char *pf = strstr(a, "evt_rows::fetch_row<T, VPT>(p.x + (nlive ? nrow * n : 0)");
   CHECK(pf && strstr(pf, "layernorm_bwd<WARPS") != NULL);
   CHECK(strstr(a, "evt_rows::load_row<T, VPT>(p.w, n, t, true, p.vec, nu_w);") != NULL);
-  CHECK(strstr(a, "rowsum_finalize<<<dim3((p.n + 31) / 32, 2)") != NULL);
+  CHECK(strstr(a, "launch_rowsum_finalize(dim3((p.n + 31) / 32, 2), st,") != NULL);
+  /* the finalize may launch early (PDL) only after the partial flush begins */
+  const char *trig = strstr(a, "evt_rows::trigger_dependents();");
+  CHECK(trig && strstr(trig, "flush_rowsum<T, VPT, R>(rs5") != NULL);
   CHECK(strstr(a, "if (ok) rs5[v][e] += v4;  // dgamma") != NULL);
   CHECK(strstr(a, "const float v4 = v2 * v3;") != NULL);
   CHECK(strstr(a, "evt_rows::store8(p.n1_dx + ro, j0, n, full, S1);") != NULL);
   CHECK(strstr(a, "atomic") == NULL); /* row sums are a deterministic two-pass */
-  CHECK(strstr(a, "__launch_bounds__(WARPS * 32 * R) row_kernel") != NULL); /* no forced register cap */
+  CHECK(strstr(a, "__launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel") != NULL);
+  CHECK(strstr(a, "#define EVT_ROWS_MINB_SUM 1\n") != NULL); /* no forced register cap by default */
   free(a);
   free(b);
   evt_rspec_example(&s, "chain_rowsum", EVT_F32);
   a = evt_emit_rows(&s, err, sizeof err);
   CHECK(a && strstr(a, "const float cb1 = live ? evt_rows::to_f(p.n1_scale[row]) : 0.f;"));
-  CHECK(strstr(a, "cs10 = evt_rows::group_sum<WARPS>(cs10, red[g]);") != NULL);
+  CHECK(strstr(a, "cs10 = evt_rows::group_sum1<WARPS>(cs10, rk);") != NULL); /* one-barrier reduction */
   CHECK(strstr(a, "const float v5 = evt_rows::relu(v4);") != NULL);
   CHECK(strstr(a, "rowsum_finalize") == NULL && strstr(a, "g_ws") == NULL);
   CHECK(strstr(a, "1024 / (WARPS * 32 * R)") != NULL); /* one-chunk rows: >= 1024 resident threads */
@@ -363,4 +368,30 @@ TEST(ci_nvcc_compiles_generated_row_kernels) {
     CHECK_MSG(system(cmd) == 0, "nvcc rejected the generated row kernels; see %s.log", obj);
   }
   free(all);
+}
+
+/* Launch-configuration choice (kernels/evt_row_config.h): warp-per-row for short rows up to the knob, else the
+ * smallest chunks-per-thread whose warp count fits; every returned pair is instantiated (EVT_ROW_CONFIGS) and
+ * covers the row. */
+TEST(row_pick_config) {
+  int w = 0, v = 0;
+  CHECK(evt_row_pick_config(1024, 1, &w, &v) && w == 4 && v == 1);  /* the original rule */
+  CHECK(evt_row_pick_config(1024, 2, &w, &v) && w == 4 && v == 1);  /* 128 chunks > 64: not one warp */
+  CHECK(evt_row_pick_config(1024, 4, &w, &v) && w == 1 && v == 4);  /* one warp, 4 chunks per lane */
+  CHECK(evt_row_pick_config(512, 2, &w, &v) && w == 1 && v == 2);
+  CHECK(evt_row_pick_config(512, 1, &w, &v) && w == 2 && v == 1);
+  CHECK(evt_row_pick_config(100, 4, &w, &v) && w == 1 && v == 1);   /* 13 chunks: one per lane is enough */
+  CHECK(evt_row_pick_config(4096, 4, &w, &v) && w == 8 && v == 2);
+  CHECK(evt_row_pick_config(32768, 2, &w, &v) && w == 32 && v == 4);
+  CHECK(!evt_row_pick_config(32769, 2, &w, &v));
+  CHECK(!evt_row_pick_config(0, 2, &w, &v));
+  for (int knob = 1; knob <= 4; knob *= 2)
+    for (int n = 1; n <= 32768; n += (n < 300 ? 1 : 97)) {
+      CHECK(evt_row_pick_config(n, knob, &w, &v));
+      CHECK(w * 32 * v * 8 >= n);                    /* the row fits */
+      CHECK(w == 1 || w * 32 * v * 8 / 2 < n || v > 1); /* no group twice as large as needed */
+      int listed = 0;
+      for (int k = 0; k < EVT_ROW_NCONFIGS; k++) listed |= evt_row_configs[k][0] == w && evt_row_configs[k][1] == v;
+      CHECK_MSG(listed, "n %d knob %d: (%d, %d) not instantiated", n, knob, w, v);
+    }
 }

@@ -1,12 +1,16 @@
 /* The fused execution plan of `evtc run --fused` (src/runtime/exec_plan.c) and the JIT's CUTLASS-free
  * flags: which groups take which path, how spec pointers bind to tensors, and the refusals. No GPU. */
 #include <math.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes/passes.h"
 #include "runtime/cuda.h"
 #include "runtime/exec_plan.h"
+#include "runtime/gemm_launch.h"
 #include "runtime/jit.h"
 #include "test.h"
 
@@ -21,8 +25,8 @@ static evt_graph *load_opt(const char *path) {
   return g;
 }
 
-/* Every lowered row / pointwise group is fused with a complete binding; everything else falls back with a
- * reason; each fused group's kernel is listed once. */
+/* Every lowered group (row / pointwise / GEMM+EVT) is fused with a complete binding; everything else falls
+ * back with the lowering's reason; each fused group's kernel is listed once, with its kind's spec. */
 TEST(exec_plan_paths_and_bindings_bf16) {
   const char *files[] = {"bench/graphs/mlp_bf16.evt", "bench/graphs/bert_layer_bf16.evt"};
   for (int f = 0; f < 2; f++) {
@@ -30,17 +34,32 @@ TEST(exec_plan_paths_and_bindings_bf16) {
     if (!g) continue;
     evt_exec_plan p;
     CHECK_MSG(evt_exec_plan_build(g, &p) == EVT_OK, "%s", evt_graph_error(g));
-    int nf, nb, rowlow = 0;
+    int nf, nb, rowlow = 0, gemmlow = 0;
     evt_exec_plan_counts(&p, &nf, &nb);
     CHECK(nf + nb == p.ngroups && p.ngroups == p.part.ngroups);
     for (int gi = 0; gi < p.ngroups; gi++) {
       const evt_lowered *L = &p.low.k[gi];
       const evt_group_exec *x = &p.groups[gi];
       rowlow += L->ok && (L->kind == EVT_LK_ROW || L->kind == EVT_LK_POINTWISE);
+      gemmlow += L->ok && L->kind == EVT_LK_GEMM_EVT;
       if (!L->ok) CHECK(!x->fused && !strcmp(x->why, L->reason));
-      if (L->ok && L->kind == EVT_LK_GEMM_EVT) CHECK(!x->fused && strstr(x->why, "not wired"));
       if (!x->fused) continue;
       CHECK(x->kernel >= 0 && x->kernel < p.nkernels && !strcmp(p.kname[x->kernel], L->kernel));
+      if (L->kind == EVT_LK_GEMM_EVT) {
+        const evt_kspec *s = &L->spec;
+        CHECK(p.gspec[x->kernel] && !p.kspec[x->kernel] && x->k == L->k);
+        CHECK(x->a_node >= 0 && x->b_node >= 0 && p.part.group[x->a_node] != gi && p.part.group[x->b_node] != gi);
+        CHECK(g->nodes[x->a_node].type.dtype == s->ab_dtype && g->nodes[x->b_node].type.dtype == s->ab_dtype);
+        if (x->d_node >= 0) CHECK(p.part.group[x->d_node] == gi && g->nodes[x->d_node].type.dtype == s->d_dtype);
+        else CHECK(p.scratch_bytes >= x->m * x->n * (int64_t)evt_dtype_size(s->d_dtype));
+        for (int i = 0; i < s->nnodes; i++) {
+          int v = x->ptr_node[i];
+          CHECK(evt_vop_has_memory(s->nodes[i].op) ? v >= 0 && g->nodes[v].type.dtype == s->nodes[i].dtype : v == -1);
+          if (v >= 0) CHECK((evt_vop_class(s->nodes[i].op) == 'L') == (p.part.group[v] != gi));
+        }
+        continue;
+      }
+      CHECK(p.kspec[x->kernel] && !p.gspec[x->kernel]);
       for (int i = 0; i < L->rspec.nnodes; i++) {
         const evt_rnode *r = &L->rspec.nodes[i];
         if (!evt_vop_has_memory(r->op)) {
@@ -55,7 +74,8 @@ TEST(exec_plan_paths_and_bindings_bf16) {
       for (int k = 0; k < evt_row_nucleus_ninputs(&L->rspec); k++) CHECK(x->in_node[k] >= 0);
       for (int k = 0; k < x->nmembers; k++) CHECK(p.part.group[x->members[k]] == gi);
     }
-    CHECK_MSG(rowlow > 0 && nf == rowlow, "%s: %d fused of %d lowered row groups", files[f], nf, rowlow);
+    CHECK_MSG(rowlow > 0 && gemmlow > 0 && nf == rowlow + gemmlow, "%s: %d fused of %d lowered row and %d GEMM groups",
+              files[f], nf, rowlow, gemmlow);
     for (int a = 0; a < p.nkernels; a++)
       for (int b = a + 1; b < p.nkernels; b++) CHECK(strcmp(p.kname[a], p.kname[b]));
     for (int k = 0; k < p.nsources; k++) CHECK(p.part.group[p.sources[k]] < 0);
@@ -75,14 +95,14 @@ TEST(exec_plan_paths_and_bindings_bf16) {
   }
 }
 
-/* The binding checks refuse a spec whose memory does not match the graph. */
+/* The binding checks refuse a row spec whose memory does not match the graph. */
 TEST(exec_bind_refusals) {
   evt_graph *g = load_opt("bench/graphs/bert_layer_bf16.evt");
   if (!g) return;
   evt_exec_plan p;
   CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
   int gi = 0;
-  while (gi < p.ngroups && !p.groups[gi].fused) gi++;
+  while (gi < p.ngroups && !(p.groups[gi].fused && p.groups[gi].kind == EVT_LK_ROW)) gi++;
   CHECK(gi < p.ngroups);
   if (gi < p.ngroups) {
     evt_lowered *L = malloc(sizeof *L);
@@ -178,4 +198,296 @@ TEST(exec_plan_cpu_model_matches_interpreter) {
     evt_exec_plan_free(&p);
     evt_graph_free(g);
   }
+}
+
+/* The binding checks of a GEMM+EVT group refuse operands, D and visitor tensors that do not match the
+ * graph, each with a reason naming the group; a D nobody reads is bound to scratch memory. */
+TEST(exec_bind_gemm_refusals) {
+  evt_graph *g = load_opt("bench/graphs/bert_layer_bf16.evt");
+  if (!g) return;
+  evt_exec_plan p;
+  CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+  int gi = 0;
+  while (gi < p.ngroups && !(p.groups[gi].fused && p.groups[gi].kind == EVT_LK_GEMM_EVT && p.groups[gi].d_node >= 0)) gi++;
+  CHECK(gi < p.ngroups);
+  if (gi < p.ngroups) {
+    evt_lowered *L = malloc(sizeof *L);
+    evt_group_exec *x = calloc(1, sizeof *x);
+    const int *grp = p.part.group;
+    char tag[32];
+    snprintf(tag, sizeof tag, "group %d:", gi);
+    *L = p.low.k[gi];
+    CHECK(evt_exec_bind(g, grp, L, x) && x->a_node == L->a_node && x->d_node == L->d_tensor);
+    /* operand dtype */
+    L->spec.ab_dtype = EVT_F16;
+    CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "operand A") && strstr(x->why, tag));
+    /* unbound operand */
+    *L = p.low.k[gi];
+    L->b_node = -1;
+    CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "operand B is not bound"));
+    /* K that does not match A's element count */
+    *L = p.low.k[gi];
+    L->k += 8;
+    CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "elements"));
+    /* D dtype */
+    *L = p.low.k[gi];
+    L->spec.d_dtype = L->spec.d_dtype == EVT_F32 ? EVT_BF16 : EVT_F32;
+    CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "D needs"));
+    /* D read outside but left to scratch: the value leaves unwritten */
+    *L = p.low.k[gi];
+    L->d_tensor = -1;
+    CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "leaves the group"));
+    /* A with as many elements but rows of 4 x bf16 (8 bytes): not 16-byte aligned */
+    *L = p.low.k[gi];
+    if (L->spec.layout == EVT_LAYOUT_NN && (L->m * L->k) % 4 == 0) {
+      L->m = L->m * L->k / 4;
+      L->k = 4;
+      CHECK_MSG(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "16 bytes") && strstr(x->why, "operand A"), "%s", x->why);
+    }
+    /* an empty problem */
+    *L = p.low.k[gi];
+    L->m = 0;
+    CHECK(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "empty"));
+    free(L);
+    free(x);
+  }
+  /* a load bound to a member of its own group (members are not in memory before the kernel): refused */
+  int tried = 0;
+  for (int k = 0; k < p.ngroups && !tried; k++) {
+    const evt_group_exec *y = &p.groups[k];
+    if (!y->fused || y->kind != EVT_LK_GEMM_EVT) continue;
+    evt_lowered *L = malloc(sizeof *L);
+    evt_group_exec *x = calloc(1, sizeof *x);
+    *L = p.low.k[k];
+    for (int i = 0; i < L->spec.nnodes && !tried; i++) {
+      if (L->spec.nodes[i].op != EVT_V_AUX_LOAD) continue;
+      for (int m = 0; m < y->nmembers && !tried; m++) {
+        int v = y->members[m];
+        if (g->nodes[v].type.dtype != L->spec.nodes[i].dtype || evt_type_numel(&g->nodes[v].type) != L->m * L->n) continue;
+        L->vtensor[i] = v;
+        CHECK_MSG(!evt_exec_bind(g, p.part.group, L, x) && strstr(x->why, "member of its own group"), "%s", x->why);
+        tried = 1;
+      }
+    }
+    free(L);
+    free(x);
+  }
+  CHECK(tried);
+  /* a D tile nobody reads: scratch, sized for the largest such D */
+  int64_t need = 0;
+  for (int k = 0; k < p.ngroups; k++)
+    if (p.groups[k].fused && p.groups[k].kind == EVT_LK_GEMM_EVT && p.groups[k].d_node < 0)
+      need = need > p.groups[k].m * p.groups[k].n * 2 ? need : p.groups[k].m * p.groups[k].n * 2;
+  CHECK(p.scratch_bytes >= need);
+  evt_exec_plan_free(&p);
+  evt_graph_free(g);
+}
+
+/* The --check rule (evt_check_step, cuda.h) on the CPU model of the fused step, trained 3 SGD steps on its own
+ * gradients as `evtc run --fused` does: bf16 graphs pass the rule (the GPU must), and the quantities it reports
+ * are consistent; a gradient off by 5% and a wrong tensor fail it; f32 stays tight (1e-4). */
+TEST(check_rule_on_the_fused_cpu_model) {
+  const char *files[] = {"bench/graphs/mlp_bf16.evt", "bench/graphs/bert_layer_bf16.evt", "examples/mlp.evt"};
+  for (int f = 0; f < 3; f++) {
+    evt_graph *g = load_opt(files[f]);
+    if (!g) continue;
+    bool bf = strstr(files[f], "bf16") != NULL;
+    int n = g->nnodes, no = g->noutputs;
+    evt_tensor *v = calloc((size_t)n, sizeof *v), *w = calloc((size_t)n, sizeof *w), *gpu = calloc((size_t)no, sizeof *gpu);
+    CHECK(evt_interp_init_inputs(g, v, 1) == EVT_OK);
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    FILE *sink = fopen("/dev/null", "w");
+    for (long step = 1; step <= 3; step++) {
+      for (int i = 0; i < n; i++)
+        if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
+          evt_tensor_free(&w[i]);
+          CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
+          memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
+        }
+      CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
+      for (int k = 0; k < no; k++) {
+        gpu[k] = w[g->outputs[k]];
+        memset(&w[g->outputs[k]], 0, sizeof(evt_tensor));
+      }
+      evt_train_release(g, w);
+      evt_check_result r;
+      CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK);
+      CHECK_MSG(r.mismatches == 0, "%s step %ld: gpu-exact %g bound %g ref-exact %g gpu-ref %g f32 %g", files[f], step,
+                r.gpu_exact, r.bound, r.ref_exact, r.gpu_ref, r.f32_ref);
+      if (bf) CHECK(r.bound >= 1e-2 && r.ref_exact > 0 && r.gpu_exact > 0 && r.gpu_exact <= r.bound);
+      else CHECK(r.bound == 0 && r.f32_ref <= 1e-5);
+      /* a gradient 5% off, then a gradient replaced by another output of the same size: both caught */
+      int last = no - 1;
+      for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] *= 1.05;
+      CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK && r.mismatches == 1);
+      for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] = -gpu[last].data[i];
+      CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK && r.mismatches == 1);
+      for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] = -gpu[last].data[i] / 1.05;
+      /* SGD on the model's gradients, as evtc run does with the GPU's */
+      for (int k = 0; k < no; k++) {
+        evt_tensor_free(&v[g->outputs[k]]);
+        v[g->outputs[k]] = gpu[k];
+        memset(&gpu[k], 0, sizeof(evt_tensor));
+      }
+      CHECK(evt_train_sgd_update(g, v, 0.01, 0) == EVT_OK);
+      evt_train_release(g, v);
+    }
+    fclose(sink);
+    for (int i = 0; i < n; i++) {
+      evt_tensor_free(&v[i]);
+      evt_tensor_free(&w[i]);
+    }
+    free(v);
+    free(w);
+    free(gpu);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
+}
+
+/* ---- the GEMM launch path without a GPU: a fake nvcc builds each evt_kernel_<hash> as a stub launcher that
+ * logs the evt_launch_args it gets and returns $EVT_TEST_LAUNCH_RC ------------------------------------- */
+static char gl_dir[256];
+
+static void gl_write_nvcc(const char *name, bool fail) {
+  char path[400], cwd[256];
+  snprintf(path, sizeof path, "%s/%s", gl_dir, name);
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fprintf(f, "#!/bin/sh\n[ \"$1\" = --version ] && exit 0\n");
+  if (fail) fprintf(f, "echo 'x.cu(1): error: this nvcc always fails'; exit 2\n");
+  fprintf(f,
+          "out=''; src=''\n"
+          "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; *.cu) src=$1;; esac; shift; done\n"
+          "name=$(sed -n 's/^extern \"C\" int \\(evt_kernel_[0-9a-f]*\\)(.*/\\1/p' \"$src\")\n"
+          "cat > \"$out.c\" <<EOT\n"
+          "#include <stdio.h>\n#include <stdlib.h>\n#include \"evt_launch.h\"\n"
+          "int $name(const evt_launch_args *a) {\n"
+          "  FILE *f = fopen(getenv(\"EVT_TEST_LAUNCH_LOG\"), \"a\");\n"
+          "  fprintf(f, \"$name %%d %%d %%d %%lu %%lu %%lu\", a->m, a->n, a->k, (unsigned long)a->a, (unsigned long)a->b,"
+          " (unsigned long)a->d);\n"
+          "  for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++) fprintf(f, \" %%lu\", (unsigned long)a->ptrs[i]);\n"
+          "  fprintf(f, \"\\\\n\");\n  fclose(f);\n  return atoi(getenv(\"EVT_TEST_LAUNCH_RC\"));\n}\nEOT\n"
+          "cc -shared -fPIC -I'%s/kernels' -o \"$out\" \"$out.c\"\n",
+          cwd);
+  fclose(f);
+  chmod(path, 0755);
+}
+
+static void *gl_ptr(void *ctx, int v) {
+  const int *misalign = ctx;
+  return (void *)(uintptr_t)(0x100000 + (uintptr_t)v * 256 + (v == *misalign ? 8 : 0));
+}
+
+/* Reads the last logged launch; returns false if there is none. */
+static bool gl_last(const char *log, char *name, long *vals, int nvals) {
+  FILE *f = fopen(log, "r");
+  if (!f) return false;
+  char line[4096], last[4096] = "";
+  while (fgets(line, sizeof line, f)) snprintf(last, sizeof last, "%s", line);
+  fclose(f);
+  char *p = last;
+  int used = 0;
+  if (sscanf(p, "%63s%n", name, &used) != 1) return false;
+  p += used;
+  for (int i = 0; i < nvals; i++) {
+    if (sscanf(p, "%ld%n", &vals[i], &used) != 1) return false;
+    p += used;
+  }
+  return true;
+}
+
+TEST(gemm_launch_binds_args_and_falls_back) {
+  snprintf(gl_dir, sizeof gl_dir, "/tmp/evt-gemmrt-test-%ld", (long)getpid());
+  char cmd[2048], log[400], cache[400], cut[400], nvcc[400], bad[400];
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s/cut/include/cutlass %s/cut/tools/util/include %s/cache && touch %s/cut/include/cutlass/cutlass.h",
+           gl_dir, gl_dir, gl_dir, gl_dir, gl_dir);
+  CHECK(system(cmd) == 0);
+  gl_write_nvcc("nvcc", false);
+  gl_write_nvcc("nvcc_bad", true);
+  snprintf(log, sizeof log, "%s/launches.txt", gl_dir);
+  snprintf(cache, sizeof cache, "%s/cache", gl_dir);
+  snprintf(cut, sizeof cut, "%s/cut", gl_dir);
+  snprintf(nvcc, sizeof nvcc, "%s/nvcc", gl_dir);
+  snprintf(bad, sizeof bad, "%s/nvcc_bad", gl_dir);
+  const char *keys[] = {"EVT_NVCC", "EVT_JIT_CACHE", "CUTLASS_PATH", "EVT_TEST_LAUNCH_LOG", "EVT_TEST_LAUNCH_RC"};
+  char *saved[5];
+  for (int i = 0; i < 5; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
+  setenv("EVT_NVCC", nvcc, 1);
+  setenv("EVT_JIT_CACHE", cache, 1);
+  setenv("CUTLASS_PATH", cut, 1);
+  setenv("EVT_TEST_LAUNCH_LOG", log, 1);
+  setenv("EVT_TEST_LAUNCH_RC", "0", 1);
+  evt_graph *g = load_opt("bench/graphs/mlp_bf16.evt");
+  if (g) {
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    int ngemm = 0, wanted, loaded, misalign = -1;
+    for (int k = 0; k < p.nkernels; k++) ngemm += p.gspec[k] != NULL;
+    evt_gemm_kernels *gk = evt_gemm_kernels_load(&p);
+    evt_gemm_kernels_counts(gk, &wanted, &loaded);
+    CHECK_MSG(ngemm > 0 && wanted == ngemm && loaded == ngemm, "%d %d %d", ngemm, wanted, loaded);
+    void *scratch = (void *)(uintptr_t)0x900000;
+    int ran = 0, first = -1;
+    for (int gi = 0; gi < p.ngroups; gi++) {
+      const evt_group_exec *x = &p.groups[gi];
+      if (!x->fused || x->kind != EVT_LK_GEMM_EVT) continue;
+      if (first < 0) first = gi;
+      CHECK(evt_gemm_group_run(gk, &p, gi, gl_ptr, &misalign, scratch, NULL));
+      char name[64];
+      long v[6 + EVT_LAUNCH_MAX_PTRS];
+      CHECK(gl_last(log, name, v, 6 + EVT_LAUNCH_MAX_PTRS));
+      CHECK(!strcmp(name, p.kname[x->kernel]) && v[0] == x->m && v[1] == x->n && v[2] == x->k);
+      CHECK(v[3] == (long)(uintptr_t)gl_ptr(&misalign, x->a_node) && v[4] == (long)(uintptr_t)gl_ptr(&misalign, x->b_node));
+      CHECK(v[5] == (long)(uintptr_t)(x->d_node >= 0 ? gl_ptr(&misalign, x->d_node) : scratch));
+      for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++)
+        CHECK(v[6 + i] == (x->ptr_node[i] >= 0 ? (long)(uintptr_t)gl_ptr(&misalign, x->ptr_node[i]) : 0));
+      ran++;
+    }
+    CHECK(ran > 0 && first >= 0);
+    /* the launcher refuses (CANNOT_IMPLEMENT): that group alone falls back, with the reason */
+    if (first >= 0) {
+      int nf, nb, nf2, nb2;
+      evt_exec_plan_counts(&p, &nf, &nb);
+      setenv("EVT_TEST_LAUNCH_RC", "1", 1);
+      CHECK(!evt_gemm_group_run(gk, &p, first, gl_ptr, &misalign, scratch, NULL));
+      evt_exec_plan_counts(&p, &nf2, &nb2);
+      CHECK(nf2 == nf - 1 && nb2 == nb + 1 && !p.groups[first].fused);
+      CHECK_MSG(strstr(p.groups[first].why, "cannot implement") && strstr(p.groups[first].why, p.kname[p.groups[first].kernel]),
+                "%s", p.groups[first].why);
+      /* a misaligned tensor: refused before the launcher runs */
+      setenv("EVT_TEST_LAUNCH_RC", "0", 1);
+      int second = first + 1;
+      while (second < p.ngroups && !(p.groups[second].fused && p.groups[second].kind == EVT_LK_GEMM_EVT)) second++;
+      if (second < p.ngroups) {
+        misalign = p.groups[second].a_node;
+        CHECK(!evt_gemm_group_run(gk, &p, second, gl_ptr, &misalign, scratch, NULL));
+        CHECK(strstr(p.groups[second].why, "16-byte aligned"));
+      }
+    }
+    evt_gemm_kernels_free(gk);
+    evt_exec_plan_free(&p);
+    /* every kernel fails to compile: all GEMM groups fall back, naming the kernel and nvcc's error */
+    setenv("EVT_NVCC", bad, 1);
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    gk = evt_gemm_kernels_load(&p);
+    evt_gemm_kernels_counts(gk, &wanted, &loaded);
+    CHECK(wanted == ngemm && loaded == 0);
+    for (int gi = 0; gi < p.ngroups; gi++)
+      if (p.groups[gi].kind == EVT_LK_GEMM_EVT && p.low.k[gi].ok)
+        CHECK_MSG(!p.groups[gi].fused && strstr(p.groups[gi].why, "always fails"), "%s", p.groups[gi].why);
+    evt_gemm_kernels_free(gk);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
+  for (int i = 0; i < 5; i++) {
+    if (saved[i]) setenv(keys[i], saved[i], 1);
+    else unsetenv(keys[i]);
+    free(saved[i]);
+  }
+  snprintf(cmd, sizeof cmd, "rm -rf %s", gl_dir);
+  CHECK(system(cmd) == 0);
 }

@@ -52,7 +52,8 @@ def test_fallback_library_compiles_and_loads():
         assert r.returncode == 0, r.stderr
         lib = os.path.join(d, "libevt_fallback.so")
         syms = subprocess.run(["nm", "-D", lib], capture_output=True, text=True, check=True).stdout
-        for s in ("evt_fb_init", "evt_fb_run", "evt_fb_upload", "evt_fb_download", "evt_fb_sync"):
+        for s in ("evt_fb_init", "evt_fb_ctx_new", "evt_fb_run", "evt_fb_upload", "evt_fb_download", "evt_fb_sync",
+                  "evt_fb_capture_begin", "evt_fb_graph_launch"):
             assert f" T {s}" in syms, s
         r = run_cuda({"EVT_FALLBACK_LIB": lib})
         if r.returncode == 0:  # a machine with a GPU: the step ran
@@ -60,3 +61,17 @@ def test_fallback_library_compiles_and_loads():
         else:  # no device / no driver: a clean message, exit 1
             assert r.returncode == 1, r
             assert "evtc run: no CUDA device" in r.stderr
+
+
+cuda_include = next((d for d in ("/usr/local/cuda/include",) if os.path.exists(os.path.join(d, "cuda_runtime.h"))), None)
+
+
+@pytest.mark.skipif(cuda_include is None, reason="no CUDA headers")
+def test_program_api_example_compiles():
+    """examples/c/train_step.c (the evt_program_* example of include/evt.h) compiles against the public header
+    with warnings as errors; it runs on the GPU in tests/gpu/w/devapi.sh."""
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + os.path.join(ROOT, "include"),
+                            "-I" + cuda_include, os.path.join(ROOT, "examples", "c", "train_step.c"),
+                            "-o", os.path.join(d, "train_step.o")], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr

@@ -1,0 +1,400 @@
+"""End-to-end training-step benchmark: PyTorch eager, torch.compile (Inductor), optionally max-autotune,
+and evt (torch.compile(backend="evt"), optionally with CUDA graphs), side by side on the paper's workloads.
+
+    python3 bench/e2e/run.py                       # every workload, modes eager,inductor,evt
+    python3 bench/e2e/run.py --quick               # fewer steps, a subset, a time budget (GPU windows)
+    python3 bench/e2e/run.py --autotune --cudagraphs --workloads mlp,bert_large
+    python3 bench/e2e/run.py --render FILE.json    # markdown + PNG again from a JSON result
+
+Each workload runs in a child process (all its modes side by side in that one process) under a timeout,
+so a workload that hangs, runs out of memory or takes too long to compile is reported as such and the
+others still run. A step is forward + backward of the loss (no optimizer), bf16 autocast except the GCN.
+Per mode: median / min / max ms per step (CUDA events), speedup over eager and over torch.compile,
+peak memory (torch allocator's max_memory_allocated, and the device's used memory after the steps,
+which also counts evt's own device arenas), compile time (cold: first step minus a median step, with the
+caches as found; warm: the same after torch._dynamo.reset() in the same process, in-memory and disk
+caches warm; skipped with --quick), kernels per step (CUDA kernels in a profiler trace of one step; for
+evt also evt_program_launch_count summed over the step's programs), evt's coverage (ops in evt segments,
+ops in PyTorch, segments on the GPU, CUDA graph captures), and the gradient match: one step from the same
+initial weights and inputs as eager, rel = max over parameters of max|g - g_eager| / max|g_eager|
+(dropout is off by default for this reason; --dropout keeps the paper's rates and skips the check).
+Writes bench/results/e2e_<tag>.json, .md and .png (matplotlib, when present).
+"""
+import argparse
+import copy
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+ALL_MODES = ("eager", "inductor", "autotune", "evt", "evt_cg")
+QUICK_WORKLOADS = ("mlp", "xmlcnn_paper", "gcn_mag", "vit_p14")
+
+
+# ---- child: one workload, every mode ---------------------------------------------------------------
+
+class _Capture(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.msgs = []
+
+    def emit(self, r):
+        self.msgs.append(r.getMessage())
+
+
+def _compile(model, mode):
+    import torch
+    if mode == "eager":
+        return model
+    if mode == "inductor":
+        return torch.compile(model)
+    if mode == "autotune":
+        return torch.compile(model, mode="max-autotune-no-cudagraphs")
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    import evt  # noqa: F401 (registers the backend)
+    opts = {"cudagraphs": True} if mode == "evt_cg" else None
+    return torch.compile(model, backend="evt", options=opts)
+
+
+def _step_fn(f, args, amp):
+    import torch
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            loss = f(*args)
+        loss.backward()
+        return loss
+    return step
+
+
+def _time_steps(step, warmup, iters):
+    import torch
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b))
+    return ts
+
+
+def _kernels_in_one_step(step):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    n = 0
+    for e in prof.events():
+        if str(getattr(e, "device_type", "")).endswith("CUDA") and not any(
+                k in e.name for k in ("Memcpy", "Memset", "memcpy", "memset")):
+            n += 1
+    return n
+
+
+def _grad_rel(model, ref_grads):
+    worst, where = 0.0, ""
+    for n, p in model.named_parameters():
+        r = ref_grads.get(n)
+        if r is None:
+            continue
+        if p.grad is None:
+            return float("inf"), f"{n}: no gradient"
+        d = (p.grad.float() - r).abs().max().item()
+        s = max(r.abs().max().item(), 1e-12)
+        if d / s > worst or d != d:
+            worst, where = d / s, n
+    return worst, where
+
+
+def run_workload(name, modes, a):
+    import torch
+    import models as M
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    dropout = None if a.dropout else 0.0
+    ref_grads, rows = None, []
+    for mode in modes:
+        row = dict(workload=name, mode=mode)
+        cap = _Capture()
+        evt_log = logging.getLogger("evt")
+        evt_log.addHandler(cap)
+        evt_log.setLevel(logging.INFO)
+        t_mode = time.time()
+        try:
+            torch._dynamo.reset()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            torch.manual_seed(0)
+            m, args, amp = M.make(name, "cuda", dropout, a.scale)
+            m.train()
+            f = _compile(m, mode)
+            step = _step_fn(f, args, amp)
+            if mode.startswith("evt"):
+                from evt import backend as B
+                B.reset_stats()
+            t0 = time.time()
+            step()
+            torch.cuda.synchronize()
+            first = time.time() - t0
+            # the gradient of the first step (same weights and inputs in every mode)
+            if mode == "eager":
+                ref_grads = {n: p.grad.detach().float().clone() for n, p in m.named_parameters()
+                             if p.grad is not None} if not a.dropout else None
+            elif ref_grads is not None:
+                row["grad_rel"], row["grad_worst"] = _grad_rel(m, ref_grads)
+            m.zero_grad(set_to_none=True)
+            if mode.startswith("evt"):
+                B.reset_stats()
+                step()
+                torch.cuda.synchronize()
+                st = dict(B.STATS)
+                row.update(evt_launches=st.get("gpu_launches", 0), gpu_segments=st.get("gpu_segment_runs", 0),
+                           torch_segments=st.get("torch_segment_runs", 0), interp_segments=st.get("interp_segment_runs", 0))
+            ts = _time_steps(step, a.warmup, a.iters)
+            med = statistics.median(ts)
+            row.update(ms=round(med, 3), ms_min=round(min(ts), 3), ms_max=round(max(ts), 3),
+                       compile_cold_s=round(max(first - med / 1e3, 0.0), 2))
+            if mode.startswith("evt"):
+                B.reset_stats()
+                step()
+                torch.cuda.synchronize()
+                row["captures_per_step"] = B.STATS.get("captures", 0)
+            row["peak_alloc_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+            free, total = torch.cuda.mem_get_info()
+            row["device_used_gib"] = round((total - free) / 2**30, 2)
+            if not a.no_profile:
+                row["kernels"] = _kernels_in_one_step(step)
+            if mode != "eager" and not a.quick:
+                torch._dynamo.reset()
+                f2 = _compile(m, mode)
+                step2 = _step_fn(f2, args, amp)
+                t0 = time.time()
+                step2()
+                torch.cuda.synchronize()
+                row["compile_warm_s"] = round(max(time.time() - t0 - med / 1e3, 0.0), 2)
+            if mode.startswith("evt"):
+                ops_evt = ops_torch = 0
+                for msg in cap.msgs:
+                    if " evt segment(s)" in msg:  # "<kind>: N ops in K evt segment(s) (...), M in PyTorch"
+                        parts = msg.split()
+                        ops_evt += int(parts[parts.index("ops") - 1])
+                        ops_torch += int(parts[parts.index("PyTorch") - 2])
+                fb = {}
+                for msg in cap.msgs:
+                    if "fallback to PyTorch:" in msg:
+                        op = msg.split("fallback to PyTorch: ")[1].split(" ")[0]
+                        fb[op] = fb.get(op, 0) + 1
+                row.update(ops_in_evt=ops_evt, ops_in_pytorch=ops_torch,
+                           fallback_ops=dict(sorted(fb.items(), key=lambda kv: -kv[1])[:12]))
+                if row.get("gpu_segments", 0) == 0:
+                    row["status"] = "evt cannot run it: every segment ran in PyTorch"
+        except Exception as e:  # noqa: BLE001 (a failure is a result)
+            row["error"] = f"{type(e).__name__}: {e}"[:600]
+        row["mode_s"] = round(time.time() - t_mode, 1)
+        evt_log.removeHandler(cap)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        m = args = f = step = None
+        torch.cuda.synchronize()
+    return rows
+
+
+# ---- parent: run the children, write the report -----------------------------------------------------
+
+def _speedups(rows):
+    by = {(r["workload"], r["mode"]): r for r in rows}
+    for r in rows:
+        e, i = by.get((r["workload"], "eager")), by.get((r["workload"], "inductor"))
+        if "ms" in r and e and "ms" in e:
+            r["x_eager"] = round(e["ms"] / r["ms"], 3)
+        if "ms" in r and i and "ms" in i:
+            r["x_inductor"] = round(i["ms"] / r["ms"], 3)
+
+
+def render(result, base):
+    rows = result["rows"]
+    _speedups(rows)
+    lines = [f"# End-to-end training step: eager vs torch.compile vs evt ({result.get('device', '?')})", "",
+             f"Command: `{result.get('command', '')}`  ", f"torch {result.get('torch', '?')}, "
+             f"{result.get('date', '')}. Median of {result.get('iters', '?')} steps (forward + backward, "
+             f"bf16 autocast except gcn_mag), dropout {'as in the paper' if result.get('dropout') else 'off'}. "
+             "grad rel: max over parameters of max|g - g_eager| / max|g_eager| after one step from the same "
+             "weights. Memory: torch allocator peak / device memory in use (includes evt's arenas).", "",
+             "| workload | mode | ms/step | vs eager | vs compile | peak GiB (alloc/device) | compile s (cold/warm) "
+             "| kernels/step | grad rel | evt: ops evt/PyTorch, launches, captures | status |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "ms" not in r:
+            lines.append(f"| {r['workload']} | {r['mode']} | – | | | | | | | | {r.get('error', r.get('status', 'not run'))} |")
+            continue
+        g = r.get("grad_rel")
+        gs = "–" if g is None else f"{g:.1e}"
+        evtcol = ""
+        if r["mode"].startswith("evt"):
+            evtcol = (f"{r.get('ops_in_evt', 0)}/{r.get('ops_in_pytorch', 0)}, {r.get('evt_launches', 0)}, "
+                      f"{r.get('captures_per_step', '-')}")
+        k = r.get("kernels", "–")
+        if r["mode"].startswith("evt") and "evt_launches" in r:
+            k = f"{k} ({r['evt_launches']} evt)"
+        lines.append(
+            f"| {r['workload']} | {r['mode']} | {r['ms']:.2f} | {r.get('x_eager', 0):.2f}x | "
+            f"{r.get('x_inductor', 0):.2f}x | {r.get('peak_alloc_gib', '–')}/{r.get('device_used_gib', '–')} | "
+            f"{r.get('compile_cold_s', '–')}/{r.get('compile_warm_s', '–')} | {k} | {gs} | {evtcol} | "
+            f"{r.get('status', r.get('error', ''))} |")
+    fb = [(r["workload"], r["mode"], r["fallback_ops"]) for r in rows if r.get("fallback_ops")]
+    if fb:
+        lines += ["", "Ops that ran in PyTorch under evt (most frequent first):", ""]
+        for w, m, ops in fb:
+            lines.append(f"- {w} ({m}): " + ", ".join(f"{k} x{v}" for k, v in ops.items()))
+    md = "\n".join(lines) + "\n"
+    with open(base + ".md", "w") as f:
+        f.write(md)
+    png = _chart(rows, base + ".png")
+    return md, png
+
+
+def _chart(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    wls = [w for w in dict.fromkeys(r["workload"] for r in rows)]
+    modes = [m for m in ALL_MODES if any(r["mode"] == m for r in rows)]
+    fig, ax = plt.subplots(figsize=(1.8 * len(wls) + 2, 4))
+    width = 0.8 / max(len(modes), 1)
+    for j, mode in enumerate(modes):
+        xs, ys = [], []
+        for i, w in enumerate(wls):
+            r = next((r for r in rows if r["workload"] == w and r["mode"] == mode), None)
+            if r and r.get("x_eager"):
+                xs.append(i + j * width)
+                ys.append(r["x_eager"])
+        ax.bar(xs, ys, width, label=mode)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xticks([i + width * (len(modes) - 1) / 2 for i in range(len(wls))])
+    ax.set_xticklabels(wls)
+    ax.set_ylabel("speedup over eager (x)")
+    ax.set_title("training step (fwd+bwd), H200")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workloads", default=None, help="comma list (default: all; --quick: a subset)")
+    ap.add_argument("--modes", default=None, help="comma list of " + ",".join(ALL_MODES))
+    ap.add_argument("--autotune", action="store_true", help="add torch.compile max-autotune (slow to compile)")
+    ap.add_argument("--cudagraphs", action="store_true", help="add evt with options={'cudagraphs': True}")
+    ap.add_argument("--quick", action="store_true", help="3 warm-up + 5 timed steps, no warm compile, a subset")
+    ap.add_argument("--iters", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per workload (all its modes)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds for the whole run")
+    ap.add_argument("--dropout", action="store_true", help="paper dropout rates (no gradient check)")
+    ap.add_argument("--scale", type=float, default=1.0, help="shrink batch sizes (smoke tests)")
+    ap.add_argument("--no-profile", action="store_true", help="skip the kernel count")
+    ap.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+    ap.add_argument("--tag", default=None)
+    ap.add_argument("--render", default=None, help="re-render a JSON result (markdown + PNG)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--json", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    a.iters = a.iters or (5 if a.quick else 20)
+    a.warmup = a.warmup if a.warmup is not None else (2 if a.quick else 3)
+    modes = a.modes.split(",") if a.modes else ["eager", "inductor", "evt"]
+    if a.autotune and "autotune" not in modes:
+        modes.insert(2, "autotune")
+    if a.cudagraphs and "evt_cg" not in modes:
+        modes.append("evt_cg")
+    if "eager" in modes:
+        modes = ["eager"] + [m for m in modes if m != "eager"]
+    bad = [m for m in modes if m not in ALL_MODES]
+    if bad:
+        ap.error(f"unknown mode(s) {bad}")
+
+    if a.render:
+        result = json.load(open(a.render))
+        md, png = render(result, os.path.splitext(a.render)[0])
+        print(md)
+        print("chart:", png or "matplotlib not available")
+        return
+
+    if a.child:
+        rows = run_workload(a.child, modes, a)
+        with open(a.json, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        return
+
+    import models as M
+    wls = a.workloads.split(",") if a.workloads else list(QUICK_WORKLOADS if a.quick else M.WORKLOADS)
+    os.makedirs(a.out, exist_ok=True)
+    tag = a.tag or time.strftime("%Y%m%d_%H%M%S", time.gmtime())
+    tmp = os.path.join(a.out, f".e2e_{tag}.jsonl")
+    start = time.time()
+    rows = []
+    for i, w in enumerate(wls):
+        left = (a.budget - (time.time() - start)) if a.budget else None
+        to = a.timeout if left is None else min(a.timeout, left / (len(wls) - i))
+        if to < 20:
+            rows += [dict(workload=w, mode=m, error="not run: no time left in the budget") for m in modes]
+            continue
+        print(f"== {w}: {','.join(modes)} (timeout {to:.0f}s)", flush=True)
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", w, "--json", tmp, "--modes", ",".join(modes),
+               "--iters", str(a.iters), "--warmup", str(a.warmup), "--scale", str(a.scale)]
+        cmd += [f for f, on in (("--quick", a.quick), ("--dropout", a.dropout), ("--no-profile", a.no_profile)) if on]
+        before = _read_rows(tmp)
+        try:
+            subprocess.run(cmd, timeout=to, check=False)
+            status = None
+        except subprocess.TimeoutExpired:
+            status = f"timeout after {to:.0f}s"
+        got = _read_rows(tmp)[len(before):]
+        done = {r["mode"] for r in got}
+        for m in modes:
+            if m not in done:
+                got.append(dict(workload=w, mode=m, error=status or "child process died (see the log above)"))
+        rows += got
+    import torch
+    result = dict(command="python3 bench/e2e/run.py " + " ".join(sys.argv[1:]), torch=torch.__version__,
+                  device=torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU",
+                  date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), iters=a.iters,
+                  dropout=a.dropout, modes=modes, rows=rows)
+    _speedups(rows)
+    base = os.path.join(a.out, f"e2e_{tag}")
+    with open(base + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+    md, png = render(result, base)
+    print("\n" + md)
+    print("E2E_JSON " + json.dumps(result))  # (the GPU window returns only the log: the JSON travels in it)
+    print(f"wrote {base}.json, {base}.md, {png or '(no PNG: matplotlib not available)'}")
+    if os.path.exists(tmp):
+        os.remove(tmp)
+
+
+def _read_rows(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""GPU path of the torch.compile backend: a segment on CUDA tensors runs as an evt GPU program.
+
+Contract
+- Program(text, flags) parses the segment's (already pass-optimized) `.evt` text into a graph of its own
+  and calls evt_program_create(g, flags | EVT_PROGRAM_NO_OPT) (include/evt.h; the passes already ran in
+  the backend). A failure raises ProgramError with the library's message (which names the node when a
+  node is the reason), so the backend can move that node to PyTorch or run the segment in PyTorch.
+- Program.run(inputs, outputs, stream): binds device pointers of inputs by node name and of graph
+  outputs by output index, then enqueues the step on `stream` (a cudaStream_t as an int, fetched by the
+  caller at call time); it does not synchronize.
+- Memory contract of evt_program: dense row-major in the node's dtype, integers as i64, bool as u8.
+  device_dtype() is the torch dtype evt reads/writes for a torch dtype; to_device_layout() makes a tensor
+  fit it (contiguous, integer -> int64).
+- choose_path(device type, program API present) is the dispatch rule: CPU tensors -> the interpreter;
+  CUDA tensors -> a GPU program when libevt has the program API; anything else -> PyTorch.
+- program_flags(options, env) turns the backend options and EVT_FUSED into evt_program flags.
+- OutputPool (CUDA graphs): a captured graph replays with the pointers bound at capture, so each output
+  keeps a base buffer that is bound again whenever it is free. A buffer is free when no tensor handed out
+  from it is alive (the storage's use count is the pool's own reference; the caller gets a fresh view of
+  the buffer, and anything that keeps it, autograd's saved tensors included, holds that view). A busy
+  buffer is replaced by a new one (the program then captures again: a pointer changed). Small outputs
+  (the loss, statistics) are written to a private buffer that is never handed out and returned as a
+  copy, so they never force a capture. (Inputs: backend.Segment._input stages inputs whose pointer
+  changes.)
+"""
+import ctypes
+import os
+
+import torch
+
+from . import lib as L
+
+EVT_PROGRAM_FUSED = 1
+EVT_PROGRAM_CUDA_GRAPH = 2
+EVT_PROGRAM_NO_OPT = 4
+
+OPTIONS = {"cudagraphs", "fused"}
+
+# Outputs of at most this many elements are copied out of a private buffer under CUDA graphs.
+SMALL_OUTPUT = 1 << 16
+
+
+class ProgramError(L.EvtError):
+    pass
+
+
+def parse_options(options):
+    """The backend's options dict (torch.compile(..., options=...)) checked and with defaults."""
+    options = dict(options or {})
+    unknown = set(options) - OPTIONS
+    if unknown:
+        raise ValueError(f"evt backend: unknown option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
+    return {"cudagraphs": bool(options.get("cudagraphs", False)),
+            "fused": options.get("fused")}
+
+
+def program_flags(options, env=None):
+    """evt_program flags: FUSED unless options['fused'] is False or EVT_FUSED=0 (the option wins);
+    CUDA_GRAPH when options['cudagraphs']; NO_OPT always (the backend ran the passes)."""
+    env = os.environ if env is None else env
+    opts = parse_options(options)
+    fused = opts["fused"]
+    if fused is None:
+        fused = env.get("EVT_FUSED", "1") not in ("", "0")
+    flags = EVT_PROGRAM_NO_OPT
+    if fused:
+        flags |= EVT_PROGRAM_FUSED
+    if opts["cudagraphs"]:
+        flags |= EVT_PROGRAM_CUDA_GRAPH
+    return flags
+
+
+def device_dtype(dtype):
+    """The torch dtype of evt's device representation of a torch dtype (integers are i64)."""
+    if dtype in (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8):
+        return torch.int64
+    if dtype in (torch.float32, torch.float16, torch.bfloat16, torch.bool):
+        return dtype
+    raise ProgramError(f"dtype {dtype} has no evt device representation")
+
+
+def to_device_layout(t):
+    """t as evt's program reads it: dense row-major, in device_dtype(t.dtype)."""
+    dt = device_dtype(t.dtype)
+    if t.dtype != dt:
+        t = t.to(dt)
+    return t.contiguous()
+
+
+def has_program_api():
+    """True when the loaded libevt exports the GPU program API (evt_program_create)."""
+    try:
+        return hasattr(L.lib(), "evt_program_create")
+    except Exception:  # noqa: BLE001 (no library at all: no GPU path either)
+        return False
+
+
+def choose_path(device_type, program_api):
+    """'interp' (CPU interpreter), 'gpu' (evt program) or 'torch' (the segment runs in PyTorch)."""
+    if device_type == "cpu":
+        return "interp"
+    if device_type == "cuda" and program_api:
+        return "gpu"
+    return "torch"
+
+
+def _api():
+    lib = L.lib()
+    P = ctypes.c_void_p
+    sigs = {
+        "evt_program_create": (ctypes.c_int, [P, ctypes.c_uint, ctypes.POINTER(P)]),
+        "evt_program_bind": (ctypes.c_int, [P, ctypes.c_char_p, P]),
+        "evt_program_bind_output": (ctypes.c_int, [P, ctypes.c_int, P]),
+        "evt_program_run": (ctypes.c_int, [P, P]),
+        "evt_program_error": (ctypes.c_char_p, [P]),
+        "evt_program_launch_count": (ctypes.c_int, [P]),
+        "evt_program_destroy": (None, [P]),
+    }
+    for name, (res, args) in sigs.items():
+        L._declare(name, res, args)
+    return lib
+
+
+class Program:
+    """One evt GPU program for one segment text (owns its graph and the evt_program)."""
+
+    def __init__(self, text, flags, name="<segment>", host=False):
+        """host=True: evt_program_create_host, the same plan without a device (tests: runs fail)."""
+        lib = _api()
+        self.flags = flags
+        self.graph = L.Graph(text, name)  # a graph of its own: the program may keep pointers into it
+        self._p = None
+        p = ctypes.c_void_p()
+        create = lib.evt_program_create
+        if host:
+            create = L._declare("evt_program_create_host", ctypes.c_int,
+                                [ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)])
+        st = create(self.graph._g, flags | EVT_PROGRAM_NO_OPT, ctypes.byref(p))
+        if st != 0 or not p.value:
+            msg = lib.evt_graph_error(self.graph._g).decode() if self.graph._g else ""
+            if p.value:
+                msg = lib.evt_program_error(p).decode() or msg
+                lib.evt_program_destroy(p)
+            raise ProgramError(msg or f"evt_program_create failed (status {st})")
+        self._p = p
+        self.runs = 0
+        self.captures = 0     # CUDA graphs: runs whose bindings differed from the previous run's
+        self._last = None
+
+    def _err(self, what):
+        return ProgramError(f"{what}: {L.lib().evt_program_error(self._p).decode()}")
+
+    def run(self, inputs, outputs, stream):
+        """inputs: [(node name, tensor)], outputs: [tensor per graph output]; tensors already in the
+        device layout. Enqueues the step on `stream` (int cudaStream_t)."""
+        lib = L.lib()
+        ptrs = []
+        for name, t in inputs:
+            ptr = t.data_ptr()
+            if lib.evt_program_bind(self._p, name.encode(), ptr) != 0:
+                raise self._err(f"bind {name}")
+            ptrs.append(ptr)
+        for i, t in enumerate(outputs):
+            ptr = t.data_ptr()
+            if lib.evt_program_bind_output(self._p, i, ptr) != 0:
+                raise self._err(f"bind output {i}")
+            ptrs.append(ptr)
+        key = tuple(ptrs)
+        if key != self._last:
+            self.captures += 1
+            self._last = key
+        if lib.evt_program_run(self._p, stream) != 0:
+            raise self._err("run")
+        self.runs += 1
+
+    def launch_count(self):
+        return int(L.lib().evt_program_launch_count(self._p))
+
+    def __del__(self):
+        p = getattr(self, "_p", None)
+        if p is not None and L._lib is not None:
+            L._lib.evt_program_destroy(p)
+            self._p = None
+
+
+def _use_count(t):
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+class OutputPool:
+    """Stable output buffers for CUDA-graph replay (see the module contract)."""
+
+    def __init__(self):
+        self.base = {}    # output index -> the pool's own tensor
+        self.idle = None  # use count of a buffer nobody else holds (measured once)
+
+    def _free(self, buf):
+        if self.idle is None:
+            probe = torch.empty(1, device=buf.device)
+            self.idle = _use_count(probe)
+        return _use_count(buf) <= self.idle
+
+    def get(self, i, shape, dtype, device):
+        """(buffer to bind, handed_out): handed_out is False for a small output (copy it out)."""
+        buf = self.base.get(i)
+        small = int(torch.Size(shape).numel()) <= SMALL_OUTPUT
+        if buf is None or (not small and not self._free(buf)):
+            buf = torch.empty(shape, dtype=dtype, device=device)
+            self.base[i] = buf
+        return buf, not small
+
+    @staticmethod
+    def hand_out(buf, handed_out):
+        """The tensor the caller gets for a buffer bound by get()."""
+        return buf.view(buf.shape) if handed_out else buf.clone()

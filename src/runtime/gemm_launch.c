@@ -1,0 +1,141 @@
+/* GEMM+EVT kernels of a fused plan: JIT, load, launch (contract: gemm_launch.h). */
+#include "runtime/gemm_launch.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evt_launch.h"
+#include "runtime/jit.h"
+
+typedef int (*gemm_entry)(const evt_launch_args *);
+
+struct evt_gemm_kernels {
+  int nk;             /* = p->nkernels at load */
+  gemm_entry *fn;     /* per plan kernel: the loaded entry, NULL for row kernels and failures */
+  int wanted, loaded;
+};
+
+evt_gemm_kernels *evt_gemm_kernels_load(evt_exec_plan *p) {
+  int nk = p->nkernels;
+  evt_gemm_kernels *gk = calloc(1, sizeof *gk);
+  gemm_entry *fn = calloc((size_t)nk + 1, sizeof *fn);
+  evt_jit_job *jobs = calloc((size_t)nk + 1, sizeof *jobs);
+  char **src = calloc((size_t)nk + 1, sizeof *src);
+  int *job_of = calloc((size_t)nk + 1, sizeof *job_of);
+  if (!gk || !fn || !jobs || !src || !job_of) evt_fatal(__FILE__, __LINE__, "out of memory");
+  gk->nk = nk;
+  gk->fn = fn;
+  char msg[1024];
+  int njobs = 0;
+  for (int k = 0; k < nk; k++) {
+    job_of[k] = -1;
+    if (!p->gspec[k]) continue;
+    gk->wanted++;
+    src[k] = evt_emit_cutlass(p->gspec[k], msg, sizeof msg);
+    if (!src[k]) {
+      evt_exec_plan_demote(p, k, msg);
+      continue;
+    }
+    jobs[njobs].name = p->kname[k];
+    jobs[njobs].source = src[k];
+    job_of[k] = njobs++;
+  }
+  evt_jit_options jo = {0}; /* evtc compile --build's options: one cache entry for both */
+  msg[0] = 0;
+  evt_status js = njobs ? evt_jit_compile(jobs, njobs, &jo, msg, sizeof msg) : EVT_OK;
+  for (int k = 0; k < nk; k++) {
+    int j = job_of[k];
+    if (j < 0) continue;
+    if (js != EVT_OK && js != EVT_ERR_INVALID) { /* no nvcc / CUTLASS / cache dir: nothing compiled */
+      evt_exec_plan_demote(p, k, msg[0] ? msg : "the JIT failed");
+      continue;
+    }
+    if (!jobs[j].ok) {
+      evt_exec_plan_demote(p, k, jobs[j].error[0] ? jobs[j].error : "failed to compile");
+      continue;
+    }
+    /* never dlclosed: see evt_cuda_close (CUDA code cannot be unloaded) */
+    void *so = dlopen(jobs[j].so_path, RTLD_NOW | RTLD_LOCAL);
+    if (so) *(void **)(&fn[k]) = dlsym(so, p->kname[k]);
+    if (!so || !fn[k]) {
+      char why[700];
+      const char *e = dlerror();
+      snprintf(why, sizeof why, "cannot load %.300s: %.300s", jobs[j].so_path, e ? e : "no entry");
+      fn[k] = NULL;
+      evt_exec_plan_demote(p, k, why);
+      continue;
+    }
+    gk->loaded++;
+  }
+  for (int k = 0; k < nk; k++) free(src[k]);
+  free(src);
+  free(jobs);
+  free(job_of);
+  return gk;
+}
+
+const char *evt_gemm_launch_status_name(int rc) {
+  switch (rc) {
+    case EVT_LAUNCH_OK: return "ok";
+    case EVT_LAUNCH_CANNOT_IMPLEMENT: return "cannot implement (CUTLASS can_implement refused the problem)";
+    case EVT_LAUNCH_WORKSPACE: return "workspace allocation failed";
+    case EVT_LAUNCH_INIT: return "Gemm::initialize failed";
+    case EVT_LAUNCH_RUN: return "the launch failed";
+    case EVT_LAUNCH_BAD_ARGS: return "a needed pointer is NULL";
+    default: return "unknown launcher code";
+  }
+}
+
+static bool refuse(evt_exec_plan *p, int gi, const char *why) {
+  evt_exec_plan_demote_group(p, gi, why);
+  fprintf(stderr, "evtc run: warning: group %d (gemm+evt) runs node by node from now on: %s\n", gi, p->groups[gi].why);
+  return false;
+}
+
+bool evt_gemm_group_run(evt_gemm_kernels *gk, evt_exec_plan *p, int gi, evt_node_ptr_fn node_ptr, void *ctx,
+                        void *scratch, void *stream) {
+  evt_group_exec *x = &p->groups[gi];
+  EVT_ASSERT(x->fused && x->kind == EVT_LK_GEMM_EVT && x->kernel >= 0 && x->kernel < gk->nk);
+  gemm_entry f = gk->fn[x->kernel];
+  if (!f) return refuse(p, gi, "the kernel is not loaded");
+  evt_launch_args a;
+  memset(&a, 0, sizeof a);
+  a.m = (int)x->m;
+  a.n = (int)x->n;
+  a.k = (int)x->k;
+  a.a = node_ptr(ctx, x->a_node);
+  a.b = node_ptr(ctx, x->b_node);
+  a.d = x->d_node >= 0 ? node_ptr(ctx, x->d_node) : scratch;
+  a.stream = stream;
+  a.swizzle = x->swizzle; /* the tuned tile scheduler (0: CUTLASS's default) */
+  a.raster = x->raster;
+  evt_lower_launch_batch(&p->low.k[gi], &a); /* batch fields (all 0: the binding refuses batched GEMMs) */
+  bool aligned = ((uintptr_t)a.a | (uintptr_t)a.b | (uintptr_t)a.d) % 16 == 0;
+  for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++)
+    if (x->ptr_node[i] >= 0) {
+      a.ptrs[i] = node_ptr(ctx, x->ptr_node[i]);
+      aligned = aligned && (uintptr_t)a.ptrs[i] % 16 == 0;
+    }
+  if (!a.a || !a.b || !a.d) return refuse(p, gi, "no device memory for A, B or D");
+  if (!aligned) return refuse(p, gi, "a tensor is not 16-byte aligned");
+  int rc = f(&a);
+  if (rc != EVT_LAUNCH_OK) {
+    char why[200];
+    snprintf(why, sizeof why, "the launcher returned %d: %s", rc, evt_gemm_launch_status_name(rc));
+    return refuse(p, gi, why);
+  }
+  return true;
+}
+
+void evt_gemm_kernels_counts(const evt_gemm_kernels *gk, int *wanted, int *loaded) {
+  *wanted = gk ? gk->wanted : 0;
+  *loaded = gk ? gk->loaded : 0;
+}
+
+void evt_gemm_kernels_free(evt_gemm_kernels *gk) {
+  if (!gk) return;
+  free(gk->fn);
+  free(gk);
+}

@@ -1,0 +1,514 @@
+/* program.c — a training step compiled for the GPU, run on the caller's memory and stream (public contract:
+ * the evt_program_* comment in include/evt.h; internals: src/runtime/cuda.h).
+ *
+ * Create: load the kernel library (first, so a machine without a GPU fails before g is touched), run the
+ * passes (unless EVT_PROGRAM_NO_OPT), with EVT_PROGRAM_FUSED partition + lower + JIT the distinct row /
+ * pointwise kernels (a group whose kernel fails to compile or load falls back to node by node, reason in
+ * its `why`), list the steps, plan the arena, allocate it, and reserve the library's scratch for every
+ * node step (a run never allocates).
+ * Run: check every binding, then enqueue every step (cuda.c) and the output copies (an output that is an
+ * input/param, or a node listed twice as an output, is copied into the caller's output memory). With
+ * EVT_PROGRAM_CUDA_GRAPH the first run is eager (it loads lazily loaded kernels and lets generated
+ * launchers allocate their workspaces), later runs replay a graph captured on a private stream, captured
+ * again after any binding changed. Nothing synchronizes; a run-time index error (an out-of-range index)
+ * is skipped by the kernel and flagged on the device (evt_fb_sync reads it; evt_cuda_step reports it).
+ */
+#include "evt.h"
+#include "passes/passes.h"
+#include "runtime/cuda.h"
+#include "runtime/jit.h"
+#include "runtime/plan.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool caller_source(const evt_node *n) { return n->op == EVT_OP_INPUT || n->op == EVT_OP_PARAM; }
+
+static int64_t aligned_bytes(const evt_graph *g, int v) {
+  int64_t b = evt_type_numel(&g->nodes[v].type) * (int64_t)evt_dtype_size(g->nodes[v].type.dtype);
+  return (b > 0 ? b + 255 : 256) / 256 * 256;
+}
+
+/* ---- steps and memory (pure host code) ------------------------------------------------------------- */
+
+int evt_program_steps(const evt_graph *g, const evt_exec_plan *xp, evt_prog_step *steps) {
+  int n = 0;
+  if (!xp) {
+    for (int v = 0; v < g->nnodes; v++)
+      if (!caller_source(&g->nodes[v])) steps[n++] = (evt_prog_step){v, -1};
+    return n;
+  }
+  for (int k = 0; k < xp->nsources; k++) steps[n++] = (evt_prog_step){xp->sources[k], -1};
+  for (int gi = 0; gi < xp->ngroups; gi++) {
+    const evt_group_exec *x = &xp->groups[gi];
+    if (x->fused) steps[n++] = (evt_prog_step){-1, gi};
+    else
+      for (int k = 0; k < x->nmembers; k++) steps[n++] = (evt_prog_step){x->members[k], -1};
+  }
+  return n;
+}
+
+#define MAX_ACCESS (EVT_MAX_INPUTS + 3 + EVT_ROW_LAUNCH_MAX_PTRS)
+_Static_assert(EVT_ROW_LAUNCH_MAX_PTRS <= EVT_LAUNCH_MAX_PTRS, "ptr_node serves both ABIs");
+
+/* The nodes step s reads and writes. */
+static void step_access(const evt_graph *g, const evt_exec_plan *xp, evt_prog_step s, int *reads, int *nr,
+                        int *writes, int *nw) {
+  *nr = *nw = 0;
+  if (s.node >= 0) {
+    const evt_node *n = &g->nodes[s.node];
+    for (int j = 0; j < n->ninputs; j++) reads[(*nr)++] = n->inputs[j];
+    writes[(*nw)++] = s.node;
+    return;
+  }
+  const evt_group_exec *x = &xp->groups[s.group];
+  const evt_lowered *L = &xp->low.k[s.group];
+  bool gemm = x->kind == EVT_LK_GEMM_EVT;
+  int nspec = gemm ? L->spec.nnodes : L->rspec.nnodes;
+  if (gemm) {
+    reads[(*nr)++] = x->a_node;
+    reads[(*nr)++] = x->b_node;
+    if (x->d_node >= 0) writes[(*nw)++] = x->d_node;
+  } else {
+    for (int k = 0; k < 3; k++)
+      if (x->in_node[k] >= 0) reads[(*nr)++] = x->in_node[k];
+  }
+  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS && i < nspec; i++) {
+    int v = x->ptr_node[i];
+    if (v < 0) continue;
+    evt_vop op = gemm ? L->spec.nodes[i].op : L->rspec.nodes[i].op;
+    if (evt_vop_class(op) == 'L') reads[(*nr)++] = v;
+    else writes[(*nw)++] = v;
+  }
+}
+
+evt_status evt_program_layout(const evt_graph *g, const evt_exec_plan *xp, evt_arena_slot *slots, int64_t *arena,
+                              int64_t *naive, char *err, size_t errlen) {
+  int n = g->nnodes;
+  evt_prog_step *steps = malloc(sizeof *steps * (size_t)(n + 1));
+  int64_t *bytes = malloc(sizeof *bytes * (size_t)(n + 1)), *offs = malloc(sizeof *offs * (size_t)(n + 1));
+  int *first = malloc(sizeof *first * (size_t)(n + 1)), *last = malloc(sizeof *last * (size_t)(n + 1));
+  EVT_ASSERT(steps && bytes && offs && first && last);
+  int64_t sum = 0;
+  for (int v = 0; v < n; v++) {
+    const evt_node *nd = &g->nodes[v];
+    bool caller = caller_source(nd) || (nd->flags & EVT_NODE_OUTPUT);
+    slots[v] = (evt_arena_slot){caller ? EVT_SLOT_CALLER : EVT_SLOT_NONE, -1, 0, -1, -1};
+    first[v] = last[v] = -1;
+    if (!caller) sum += aligned_bytes(g, v);
+  }
+  int ns = evt_program_steps(g, xp, steps), reads[MAX_ACCESS], writes[MAX_ACCESS], nr, nw;
+  evt_status st = EVT_OK;
+  for (int s = 0; s < ns && st == EVT_OK; s++) {
+    step_access(g, xp, steps[s], reads, &nr, writes, &nw);
+    for (int k = 0; k < nr; k++) {
+      int v = reads[k];
+      if (slots[v].kind == EVT_SLOT_CALLER) continue;
+      if (first[v] < 0) {
+        snprintf(err, errlen, "step %d reads %%%s before any step writes it", s, g->nodes[v].name);
+        st = EVT_ERR_INTERNAL;
+        break;
+      }
+      last[v] = s;
+    }
+    for (int k = 0; k < nw; k++) {
+      int v = writes[k];
+      if (slots[v].kind == EVT_SLOT_CALLER || first[v] >= 0) continue;
+      slots[v].kind = EVT_SLOT_ARENA;
+      first[v] = last[v] = s;
+    }
+  }
+  for (int v = 0; v < n; v++) bytes[v] = slots[v].kind == EVT_SLOT_ARENA ? aligned_bytes(g, v) : -1;
+  int64_t top = st == EVT_OK ? evt_arena_place(n, bytes, first, last, offs) : 0;
+  for (int v = 0; v < n && st == EVT_OK; v++)
+    if (slots[v].kind == EVT_SLOT_ARENA) {
+      slots[v].offset = offs[v];
+      slots[v].bytes = bytes[v];
+      slots[v].first = first[v];
+      slots[v].last = last[v];
+    }
+  free(steps);
+  free(bytes);
+  free(offs);
+  free(first);
+  free(last);
+  *arena = top;
+  if (naive) *naive = sum;
+  return st;
+}
+
+/* Records the graph's current error as the program's, returns st. */
+static evt_status fail(evt_program *p, evt_status st) {
+  snprintf(p->err, sizeof p->err, "%s", evt_graph_error(p->g));
+  return st;
+}
+
+static evt_status failf(evt_program *p, int node, evt_status st, const char *msg) {
+  if (node >= 0) evt_graph_errorf(p->g, node, st, "%s", msg);
+  else evt_graph_errorf_at(p->g, (evt_origin){0}, st, "%s", msg);
+  return fail(p, st);
+}
+
+/* ---- device memory --------------------------------------------------------------------------------- */
+
+/* Sets every node's tensor description; arena slots get their address, fused-only members none; caller
+ * pointers (bound inputs/params) are kept. */
+static void set_tensors(evt_program *p) {
+  const evt_graph *g = p->g;
+  for (int v = 0; v < g->nnodes; v++) {
+    const evt_type *ty = &g->nodes[v].type;
+    evt_fb_tensor *t = &p->t[v];
+    void *keep = p->slots[v].kind == EVT_SLOT_CALLER ? t->ptr : NULL;
+    t->dtype = (int)ty->dtype;
+    t->rank = ty->rank;
+    t->numel = 1;
+    for (int d = 0; d < ty->rank; d++) {
+      t->shape[d] = ty->shape[d];
+      t->numel *= ty->shape[d];
+    }
+    t->ptr = p->slots[v].kind == EVT_SLOT_ARENA ? p->arena + p->slots[v].offset : keep;
+  }
+}
+
+/* Allocates the arena (and the GEMM scratch) for the current layout, points the tensors at it and
+ * reserves the library's scratch for every node step. */
+static evt_status place_on_device(evt_program *p) {
+  evt_graph *g = p->g;
+  char why[512];
+  p->api->free_(p->arena); /* a re-plan: waits for the device (cudaFree) */
+  p->arena = p->api->alloc(p->arena_bytes, why, sizeof why);
+  if (!p->arena)
+    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "the arena of %lld bytes: %s",
+                               (long long)p->arena_bytes, why);
+  if (p->xp && p->xp->scratch_bytes > 0 && !p->gemm_scratch &&
+      !(p->gemm_scratch = p->api->alloc(p->xp->scratch_bytes, why, sizeof why)))
+    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "GEMM scratch: %s", why);
+  set_tensors(p);
+  for (int s = 0; s < p->nsteps; s++) {
+    int v = p->steps[s].node;
+    if (v < 0) continue;
+    evt_fb_node fn;
+    memset(&fn, 0, sizeof fn);
+    fn.id = v;
+    fn.op = (int)g->nodes[v].op;
+    fn.ninputs = g->nodes[v].ninputs;
+    for (int j = 0; j < fn.ninputs && j < EVT_FB_MAX_IN; j++) fn.in[j] = p->t[g->nodes[v].inputs[j]];
+    fn.out = p->t[v];
+    if (p->api->reserve(p->ctx, &fn, why, sizeof why))
+      return evt_graph_errorf(g, v, EVT_ERR_UNSUPPORTED, "scratch memory: %s", why);
+  }
+  return EVT_OK;
+}
+
+/* A GEMM launcher refused its group (now demoted): new steps, layout and arena. */
+static evt_status replan(evt_program *p) {
+  char why[512];
+  p->replan = false;
+  p->dirty = true;
+  evt_exec_plan_counts(p->xp, &p->groups_fused, &p->groups_fallback);
+  p->nsteps = evt_program_steps(p->g, p->xp, p->steps);
+  evt_status st = evt_program_layout(p->g, p->xp, p->slots, &p->arena_bytes, &p->naive_bytes, why, sizeof why);
+  if (st != EVT_OK) evt_graph_errorf_at(p->g, (evt_origin){0}, st, "memory plan: %s", why);
+  if (st == EVT_OK) st = place_on_device(p);
+  return st == EVT_OK ? EVT_OK : fail(p, st);
+}
+
+/* ---- create / destroy ------------------------------------------------------------------------------ */
+
+void evt_program_destroy(evt_program *p) {
+  if (!p) return;
+  if (p->api) {
+    p->api->graph_free(p->graph_exec);
+    p->api->stream_free(p->capture_stream);
+    p->api->free_(p->arena);
+    p->api->free_(p->gemm_scratch);
+    p->api->ctx_free(p->ctx);
+  }
+  /* generated kernels stay loaded (no dlclose; see evt_gpu_library) */
+  if (p->xp) {
+    evt_exec_plan_free(p->xp);
+    free(p->xp);
+  }
+  evt_gemm_kernels_free(p->gk);
+  free(p->kfn);
+  free(p->steps);
+  free(p->t);
+  free(p->slots);
+  free(p->out_node);
+  free(p->out_ptr);
+  free(p->bound);
+  free(p);
+}
+
+/* EVT_PROGRAM_FUSED: the plan, then one JIT job per distinct kernel; failures demote their groups. */
+static evt_status build_fused(evt_program *p, bool device) {
+  evt_graph *g = p->g;
+  p->xp = calloc(1, sizeof *p->xp);
+  if (!p->xp) evt_fatal(__FILE__, __LINE__, "out of memory");
+  evt_status st = evt_exec_plan_build(g, p->xp);
+  if (st != EVT_OK) {
+    free(p->xp);
+    p->xp = NULL;
+    return fail(p, st);
+  }
+  evt_exec_plan *xp = p->xp;
+  evt_exec_plan_counts(xp, &p->groups_fused, &p->groups_fallback);
+  if (!device) return EVT_OK;
+  int nk = xp->nkernels;
+  p->kfn = calloc((size_t)nk + 1, sizeof *p->kfn);
+  evt_jit_job *jobs = calloc((size_t)nk + 1, sizeof *jobs);
+  char **src = calloc((size_t)nk + 1, sizeof *src);
+  int njobs = 0, *job_of = calloc((size_t)nk + 1, sizeof *job_of);
+  if (!p->kfn || !jobs || !src || !job_of) evt_fatal(__FILE__, __LINE__, "out of memory");
+  char msg[1024];
+  for (int k = 0; k < nk; k++) {
+    job_of[k] = -1;
+    if (!xp->kspec[k]) continue; /* a GEMM+EVT kernel: gemm_launch.c */
+    src[k] = evt_emit_rows(xp->kspec[k], msg, sizeof msg);
+    if (!src[k]) {
+      evt_exec_plan_demote(xp, k, msg);
+      continue;
+    }
+    jobs[njobs].name = xp->kname[k];
+    jobs[njobs].source = src[k];
+    job_of[k] = njobs++;
+  }
+  evt_jit_options jo = {0};
+  jo.no_cutlass = 1;
+  evt_status js = njobs ? evt_jit_compile(jobs, njobs, &jo, msg, sizeof msg) : EVT_OK;
+  for (int k = 0; k < nk; k++) {
+    int j = job_of[k];
+    if (j < 0) continue;
+    if (js != EVT_OK && js != EVT_ERR_INVALID) { /* no nvcc at all */
+      evt_exec_plan_demote(xp, k, msg);
+      continue;
+    }
+    if (!jobs[j].ok) {
+      evt_exec_plan_demote(xp, k, jobs[j].error[0] ? jobs[j].error : "failed to compile");
+      continue;
+    }
+    void *so = dlopen(jobs[j].so_path, RTLD_NOW | RTLD_LOCAL);
+    if (so) *(void **)(&p->kfn[k]) = dlsym(so, xp->kname[k]);
+    if (!so || !p->kfn[k]) {
+      char why[600];
+      snprintf(why, sizeof why, "cannot load %.300s: %.250s", jobs[j].so_path, dlerror());
+      evt_exec_plan_demote(xp, k, why);
+    }
+  }
+  for (int k = 0; k < nk; k++) free(src[k]);
+  free(src);
+  free(jobs);
+  free(job_of);
+  p->gk = evt_gemm_kernels_load(xp);
+  evt_exec_plan_counts(xp, &p->groups_fused, &p->groups_fallback);
+  return EVT_OK;
+}
+
+static evt_status create(evt_graph *g, unsigned flags, bool device, evt_program **out) {
+  if (!out) return EVT_ERR_INVALID;
+  *out = NULL;
+  if (!g) return EVT_ERR_INVALID;
+  if (flags & ~(unsigned)(EVT_PROGRAM_FUSED | EVT_PROGRAM_CUDA_GRAPH | EVT_PROGRAM_NO_OPT))
+    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "evt_program_create: unknown flags 0x%x", flags);
+  evt_program *p = calloc(1, sizeof *p);
+  if (!p) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "out of memory");
+  p->g = g;
+  p->flags = flags;
+  char why[1024];
+  p->api = device ? evt_gpu_library(why, sizeof why) : NULL;
+  evt_status st = EVT_OK;
+  if (device && !p->api) {
+    evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "%s", why);
+    evt_program_destroy(p);
+    return EVT_ERR_UNSUPPORTED;
+  }
+  if (!(flags & EVT_PROGRAM_NO_OPT)) st = evt_passes_run_all(g, 0, 0);
+  if (st == EVT_OK && g->noutputs == 0) st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "the graph has no outputs");
+  if (st == EVT_OK && device && !(p->ctx = p->api->ctx_new(why, sizeof why)))
+    st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "no CUDA device: %s", why);
+  if (st == EVT_OK && (flags & EVT_PROGRAM_FUSED)) st = build_fused(p, device);
+  int n = g->nnodes;
+  if (st == EVT_OK) {
+    p->steps = malloc(sizeof *p->steps * (size_t)(n + 1));
+    p->t = calloc((size_t)n + 1, sizeof *p->t);
+    p->slots = calloc((size_t)n + 1, sizeof *p->slots);
+    p->bound = calloc((size_t)n + 1, 1);
+    p->noutputs = g->noutputs;
+    p->out_node = malloc(sizeof(int) * (size_t)(g->noutputs + 1));
+    p->out_ptr = calloc((size_t)g->noutputs + 1, sizeof(void *));
+    if (!p->steps || !p->t || !p->slots || !p->bound || !p->out_node || !p->out_ptr)
+      evt_fatal(__FILE__, __LINE__, "out of memory");
+    for (int k = 0; k < g->noutputs; k++) p->out_node[k] = g->outputs[k];
+    p->nsteps = evt_program_steps(g, p->xp, p->steps);
+    st = evt_program_layout(g, p->xp, p->slots, &p->arena_bytes, &p->naive_bytes, why, sizeof why);
+    if (st != EVT_OK) evt_graph_errorf_at(g, (evt_origin){0}, st, "memory plan: %s", why);
+  }
+  if (!device) {
+    if (st != EVT_OK) {
+      evt_program_destroy(p);
+      return st;
+    }
+    set_tensors(p);
+    *out = p;
+    return EVT_OK;
+  }
+  if (st == EVT_OK) st = place_on_device(p);
+  if (st == EVT_OK && (flags & EVT_PROGRAM_CUDA_GRAPH) && p->api->stream_new(&p->capture_stream, why, sizeof why))
+    st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "capture stream: %s", why);
+  if (st != EVT_OK) {
+    evt_program_destroy(p);
+    return st;
+  }
+  p->dirty = true;
+  *out = p;
+  return EVT_OK;
+}
+
+evt_status evt_program_create(evt_graph *g, unsigned flags, evt_program **out) { return create(g, flags, true, out); }
+
+evt_status evt_program_create_host(evt_graph *g, unsigned flags, evt_program **out) {
+  return create(g, flags, false, out);
+}
+
+/* ---- bindings ------------------------------------------------------------------------------------- */
+
+evt_status evt_program_bind(evt_program *p, const char *name, void *device_ptr) {
+  if (!p) return EVT_ERR_INVALID;
+  char msg[600];
+  if (!name) return failf(p, -1, EVT_ERR_INVALID, "evt_program_bind: no name given");
+  int v = evt_graph_find(p->g, name);
+  if (v < 0) {
+    snprintf(msg, sizeof msg, "evt_program_bind: the graph has no input or param named '%.200s'", name);
+    return failf(p, -1, EVT_ERR_INVALID, msg);
+  }
+  if (!caller_source(&p->g->nodes[v])) {
+    snprintf(msg, sizeof msg, "evt_program_bind: '%.200s' is a %s node, not an input or param (bind graph outputs with "
+             "evt_program_bind_output)", name, evt_op_get(p->g->nodes[v].op)->name);
+    return failf(p, v, EVT_ERR_INVALID, msg);
+  }
+  if (!device_ptr) return failf(p, v, EVT_ERR_INVALID, "evt_program_bind: NULL device pointer");
+  if (p->t[v].ptr != device_ptr) p->dirty = true;
+  p->t[v].ptr = device_ptr;
+  p->bound[v] = 1;
+  return EVT_OK;
+}
+
+evt_status evt_program_bind_output(evt_program *p, int i, void *device_ptr) {
+  if (!p) return EVT_ERR_INVALID;
+  char msg[200];
+  if (i < 0 || i >= p->noutputs) {
+    snprintf(msg, sizeof msg, "evt_program_bind_output: output index %d is out of range (the graph has %d outputs)", i,
+             p->noutputs);
+    return failf(p, -1, EVT_ERR_INVALID, msg);
+  }
+  if (!device_ptr) return failf(p, p->out_node[i], EVT_ERR_INVALID, "evt_program_bind_output: NULL device pointer");
+  if (p->out_ptr[i] != device_ptr) p->dirty = true;
+  p->out_ptr[i] = device_ptr;
+  return EVT_OK;
+}
+
+/* ---- run ----------------------------------------------------------------------------------------- */
+
+/* Every input/param and output bound; computed outputs get their caller pointer (the first output index
+ * listing the node wins; the others are copies). */
+static evt_status check_bindings(evt_program *p) {
+  evt_graph *g = p->g;
+  for (int v = 0; v < g->nnodes; v++)
+    if (caller_source(&g->nodes[v]) && !p->bound[v])
+      return failf(p, v, EVT_ERR_INVALID, "evt_program_run: this input/param is not bound (evt_program_bind)");
+  for (int i = p->noutputs - 1; i >= 0; i--) {
+    if (!p->out_ptr[i]) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "evt_program_run: output %d is not bound (evt_program_bind_output)", i);
+      return failf(p, p->out_node[i], EVT_ERR_INVALID, msg);
+    }
+    int v = p->out_node[i];
+    if (!caller_source(&g->nodes[v])) p->t[v].ptr = p->out_ptr[i];
+  }
+  return EVT_OK;
+}
+
+/* Enqueues the step. Stops early (EVT_OK, p->replan set) when a GEMM launcher refused its group. */
+static evt_status enqueue(evt_program *p, void *stream) {
+  char err[512];
+  long before = p->api->launches(p->ctx), generated = 0;
+  evt_status st = EVT_OK;
+  for (int s = 0; s < p->nsteps && st == EVT_OK && !p->replan; s++) {
+    const evt_prog_step *sp = &p->steps[s];
+    if (sp->node >= 0) {
+      st = evt_gpu_launch_node(p, sp->node, stream);
+    } else {
+      st = evt_gpu_launch_group(p, sp->group, stream);
+      generated += evt_gpu_group_launches(p, sp->group);
+    }
+  }
+  if (p->replan) return EVT_OK;
+  for (int i = 0; i < p->noutputs && st == EVT_OK; i++) {
+    int v = p->out_node[i];
+    if (p->out_ptr[i] == p->t[v].ptr) continue;
+    int64_t bytes = p->t[v].numel * (int64_t)evt_dtype_size((evt_dtype)p->t[v].dtype);
+    if (p->api->copy(p->out_ptr[i], p->t[v].ptr, bytes, stream, err, sizeof err))
+      st = evt_graph_errorf(p->g, v, EVT_ERR_INTERNAL, "CUDA copy to output %d: %s", i, err);
+  }
+  p->launches = p->api->launches(p->ctx) - before + generated;
+  return st == EVT_OK ? EVT_OK : fail(p, st);
+}
+
+/* Eager: enqueue; a refused GEMM group re-plans and the whole step is enqueued again (it only reads the
+ * inputs, so running its first groups twice is harmless). At most one re-plan per group. */
+static evt_status run_eager(evt_program *p, void *stream) {
+  for (int tries = 0;; tries++) {
+    evt_status st = enqueue(p, stream);
+    if (st != EVT_OK || !p->replan) return st;
+    if (tries > p->xp->ngroups) return failf(p, -1, EVT_ERR_INTERNAL, "evt_program_run: re-planning does not converge");
+    if ((st = check_bindings(p)) != EVT_OK) return st;
+    if ((st = replan(p)) != EVT_OK) return st;
+    if ((st = check_bindings(p)) != EVT_OK) return st;
+  }
+}
+
+/* Captures the step on the private stream into p->graph_exec (re-planning as run_eager does). */
+static evt_status capture(evt_program *p) {
+  char err[512];
+  p->api->graph_free(p->graph_exec);
+  p->graph_exec = NULL;
+  for (int tries = 0;; tries++) {
+    if (p->api->capture_begin(p->capture_stream, err, sizeof err)) return failf(p, -1, EVT_ERR_INTERNAL, err);
+    evt_status st = enqueue(p, p->capture_stream);
+    void *exec = NULL;
+    bool again = st == EVT_OK && p->replan;
+    if (p->api->capture_end(p->capture_stream, st != EVT_OK || again, &exec, err, sizeof err))
+      return failf(p, -1, EVT_ERR_INTERNAL, err);
+    if (st != EVT_OK) return st;
+    if (!again) {
+      p->graph_exec = exec;
+      p->dirty = false;
+      return EVT_OK;
+    }
+    if (tries > p->xp->ngroups) return failf(p, -1, EVT_ERR_INTERNAL, "evt_program_run: re-planning does not converge");
+    if ((st = replan(p)) != EVT_OK || (st = check_bindings(p)) != EVT_OK) return st;
+  }
+}
+
+evt_status evt_program_run(evt_program *p, void *cuda_stream) {
+  if (!p) return EVT_ERR_INVALID;
+  evt_status st = check_bindings(p);
+  if (st != EVT_OK) return st;
+  if (!p->api) return failf(p, -1, EVT_ERR_UNSUPPORTED, "evt_program_run: the program was planned without a device");
+  if (!(p->flags & EVT_PROGRAM_CUDA_GRAPH) || !p->warmed) {
+    st = run_eager(p, cuda_stream);
+    p->warmed = st == EVT_OK;
+    if (st == EVT_OK) p->runs++;
+    return st;
+  }
+  if ((p->dirty || !p->graph_exec) && (st = capture(p)) != EVT_OK) return st;
+  char err[512];
+  if (p->api->graph_launch(p->graph_exec, cuda_stream, err, sizeof err)) return failf(p, -1, EVT_ERR_INTERNAL, err);
+  p->runs++;
+  return EVT_OK;
+}
+
+const char *evt_program_error(const evt_program *p) { return p ? p->err : "no program"; }
+
+int evt_program_launch_count(const evt_program *p) { return p ? (int)p->launches : 0; }

@@ -1,0 +1,519 @@
+/* Mainloop autotuning and the fused-vs-unfused choice: host side (contract in tune.h).
+ *
+ * This file holds everything that needs no GPU: candidate configs, the unfused alternative's row spec,
+ * the sampled CPU check, and the record files. The measurement (evt_tune_run) is in tune_gpu.c.
+ */
+#include "runtime/tune.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "evt/lower.h"
+#include "evt_impl.h"
+
+/* ---- candidates --------------------------------------------------------------------------------- */
+
+int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt_tile_config *out, int max) {
+  (void)k;
+  const evt_tile_config C = EVT_TILE_CONFIG_DEFAULT;
+  /* In the order they are worth trying (a cap keeps the first ones): the default, the large cooperative
+   * tiles with and without a 2-CTA cluster (the best configs of bench/results/h200-run4), ping-pong, then
+   * the deterministic workspace reduction for specs with sums. */
+  evt_tile_config list[24];
+  int nl = 0;
+  list[nl++] = C;
+#define ADD(tm, tn, cm, cn, sc, red)                                                                  \
+  do {                                                                                                \
+    evt_tile_config c_ = C;                                                                           \
+    c_.tile_m = tm, c_.tile_n = tn, c_.cluster_m = cm, c_.cluster_n = cn, c_.schedule = sc, c_.reduction = red; \
+    list[nl++] = c_;                                                                                  \
+  } while (0)
+  ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+  ADD(128, 256, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+  ADD(256, 128, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+  ADD(256, 128, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+  ADD(128, 128, 1, 1, EVT_SCHED_PINGPONG, EVT_RED_ATOMIC);
+  ADD(128, 128, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+  ADD(128, 128, 2, 1, EVT_SCHED_PINGPONG, EVT_RED_ATOMIC);
+  ADD(64, 256, 1, 1, EVT_SCHED_PINGPONG, EVT_RED_ATOMIC);
+  ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_WORKSPACE);
+  ADD(128, 256, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_WORKSPACE);
+  ADD(128, 128, 1, 1, EVT_SCHED_PINGPONG, EVT_RED_WORKSPACE);
+#undef ADD
+  int cnt = 0;
+  for (int i = 0; i < nl && cnt < max; i++) {
+    evt_tile_config c = list[i];
+    if (i > 0 && (m < c.tile_m || n < c.tile_n)) continue; /* a tile larger than the problem */
+    if (evt_tile_config_check(s, &c, NULL, 0) != EVT_OK) continue;
+    out[cnt++] = c;
+  }
+  return cnt;
+}
+
+int evt_tune_sched_variants(int64_t m, int64_t n, int (*out)[2], int max) {
+  /* swizzle only matters when a wave of tiles spans more than a few tile rows / columns */
+  static const int all[][2] = {{1, 0}, {2, 0}, {4, 0}, {8, 0}, {4, 1}, {4, 2}, {8, 1}, {8, 2}};
+  int nv = (m * n >= (int64_t)4096 * 4096) ? 8 : 4;
+  int c = 0;
+  for (int i = 0; i < nv && c < max; i++) {
+    out[c][0] = all[i][0];
+    out[c][1] = all[i][1];
+    c++;
+  }
+  return c;
+}
+
+/* ---- the unfused alternative's row spec ----------------------------------------------------------- */
+
+static int nusers(const evt_kspec *s, int v) {
+  int u = 0;
+  for (int i = 0; i < s->nnodes; i++)
+    for (int j = 0; j < evt_vop_arity(s->nodes[i].op); j++) u += s->nodes[i].in[j] == v;
+  return u;
+}
+
+evt_status evt_tune_unfused_rspec(const evt_kspec *s, evt_dtype t_dtype, int absorb_bias, evt_rspec *out, int *map,
+                                  int *t_node, int *d_node, int *bias_node, char *err, size_t errlen) {
+  *t_node = *d_node = *bias_node = -1;
+  int acc = -1;
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_ACC) acc = i;
+  if (acc < 0 || s->d_node < 0) {
+    snprintf(err, errlen, "spec has no accumulator or no D");
+    return EVT_ERR_INVALID;
+  }
+  /* the node that becomes T: the accumulator, or acc + row_bcast when cuBLASLt adds the bias */
+  int tsrc = acc, bias = -1;
+  if (absorb_bias && nusers(s, acc) == 1) {
+    for (int i = 0; i < s->nnodes; i++) {
+      const evt_vnode *v = &s->nodes[i];
+      if (v->op != EVT_V_ADD) continue;
+      int o = v->in[0] == acc ? v->in[1] : v->in[1] == acc ? v->in[0] : -1;
+      if (o < 0 || s->nodes[o].op != EVT_V_ROW_BCAST || s->nodes[o].dtype != t_dtype) continue;
+      tsrc = i;
+      bias = o;
+      break;
+    }
+  }
+  if (s->d_node == tsrc && s->nnodes == (bias >= 0 ? 3 : 1)) {
+    *bias_node = bias;
+    snprintf(err, errlen, "D is the GEMM output itself: no row kernel");
+    return EVT_ERR_UNSUPPORTED;
+  }
+  int remap[EVT_KSPEC_MAX_NODES];
+  evt_rspec_init(out, EVT_ROWN_NONE, t_dtype);
+  int id = -1;
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_vnode *v = &s->nodes[i];
+    remap[i] = -1;
+    if (i == acc && tsrc != acc) continue;                  /* folded into T */
+    if (i == bias && nusers(s, bias) == 1) continue;        /* added by cuBLASLt */
+    if (i == tsrc) {
+      id = evt_rspec_add(out, EVT_V_AUX_LOAD, -1, -1, t_dtype, "t_gemm");
+      if (id >= 0) map[id] = -1, *t_node = id;
+    } else {
+      int in0 = v->in[0] >= 0 ? remap[v->in[0]] : -1, in1 = v->in[1] >= 0 ? remap[v->in[1]] : -1;
+      if (v->op == EVT_V_SCALAR) {
+        id = evt_rspec_scalar(out, v->value);
+      } else {
+        id = evt_rspec_add(out, v->op, in0, in1, v->dtype, v->name);
+      }
+      if (id >= 0) map[id] = evt_vop_has_memory(v->op) ? i : -1;
+    }
+    if (id < 0) {
+      snprintf(err, errlen, "node %d (%s) does not fit a row spec", i, evt_vop_name(v->op));
+      return EVT_ERR_UNSUPPORTED;
+    }
+    remap[i] = id;
+  }
+  int dsrc = remap[s->d_node];
+  EVT_ASSERT(dsrc >= 0);
+  id = evt_rspec_add(out, EVT_V_AUX_STORE, dsrc, -1, s->d_dtype, "d_out");
+  if (id < 0) {
+    snprintf(err, errlen, "too many nodes for a row spec");
+    return EVT_ERR_UNSUPPORTED;
+  }
+  map[id] = -1;
+  *d_node = id;
+  *bias_node = bias;
+  return evt_rspec_check(out, err, errlen);
+}
+
+/* ---- sampled CPU check ---------------------------------------------------------------------------- */
+
+static double f16_to_double(uint16_t h) {
+  int e = (h >> 10) & 31, mant = h & 1023;
+  double sgn = (h & 0x8000) ? -1.0 : 1.0;
+  if (e == 0) return sgn * ldexp(mant, -24);
+  if (e == 31) return mant ? NAN : sgn * INFINITY;
+  return sgn * ldexp(mant + 1024, e - 25);
+}
+
+static double raw_get(const void *p, evt_dtype dt, int64_t i) {
+  if (dt == EVT_F32) return ((const float *)p)[i];
+  uint16_t h = ((const uint16_t *)p)[i];
+  if (dt == EVT_F16) return f16_to_double(h);
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+typedef struct erracc {
+  double maxdiff, maxref;
+  int nan_bad;
+} erracc;
+
+static void err_add(erracc *e, double g, double r) {
+  if (isnan(g) || isnan(r)) {
+    if (!(isnan(g) && isnan(r))) e->nan_bad = 1;
+    return;
+  }
+  if (isinf(g) || isinf(r)) {
+    if (g != r) e->nan_bad = 1;
+    return;
+  }
+  double d = fabs(g - r);
+  if (d > e->maxdiff) e->maxdiff = d;
+  if (fabs(r) > e->maxref) e->maxref = fabs(r);
+}
+
+static double err_value(const erracc *e) {
+  if (e->nan_bad) return INFINITY;
+  return e->maxdiff / (e->maxref > 1e-3 ? e->maxref : 1e-3);
+}
+
+/* One sub-problem: rows (sub = 0: rows[0..cnt) × all N) or columns (sub = 1: all M × cols[0..cnt)). */
+static double check_sub(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const void *a, const void *b,
+                        const void *const *mem, const void *d, const int64_t *idx, int cnt, int sub) {
+  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
+  int64_t sm = sub ? m : cnt, sn = sub ? cnt : n;
+  double *A = malloc(sizeof(double) * (size_t)(sm * k)), *B = malloc(sizeof(double) * (size_t)(k * sn));
+  double *D = malloc(sizeof(double) * (size_t)(sm * sn));
+  EVT_ASSERT(A && B && D);
+  /* A' (sm × k in A's layout) */
+  for (int64_t i = 0; i < sm; i++) {
+    int64_t gi = sub ? i : idx[i];
+    for (int64_t kk = 0; kk < k; kk++)
+      A[at ? kk * sm + i : i * k + kk] = raw_get(a, s->ab_dtype, at ? kk * m + gi : gi * k + kk);
+  }
+  for (int64_t j = 0; j < sn; j++) {
+    int64_t gj = sub ? idx[j] : j;
+    for (int64_t kk = 0; kk < k; kk++)
+      B[bt ? j * k + kk : kk * sn + j] = raw_get(b, s->ab_dtype, bt ? gj * k + kk : kk * n + gj);
+  }
+  double *T[EVT_KSPEC_MAX_NODES] = {0};
+  for (int v = 0; v < s->nnodes; v++) {
+    const evt_vnode *nd = &s->nodes[v];
+    int64_t len = 0;
+    switch (nd->op) {
+      case EVT_V_ROW_BCAST:
+      case EVT_V_ROW_SUM: len = sn; break;
+      case EVT_V_COL_BCAST:
+      case EVT_V_COL_SUM: len = sm; break;
+      case EVT_V_AUX_LOAD:
+      case EVT_V_AUX_STORE: len = sm * sn; break;
+      default: break;
+    }
+    if (!len) continue;
+    T[v] = calloc((size_t)len, sizeof(double));
+    EVT_ASSERT(T[v]);
+    if (nd->op == EVT_V_ROW_BCAST)
+      for (int64_t j = 0; j < sn; j++) T[v][j] = raw_get(mem[v], nd->dtype, sub ? idx[j] : j);
+    if (nd->op == EVT_V_COL_BCAST)
+      for (int64_t i = 0; i < sm; i++) T[v][i] = raw_get(mem[v], nd->dtype, sub ? i : idx[i]);
+    if (nd->op == EVT_V_AUX_LOAD)
+      for (int64_t i = 0; i < sm; i++)
+        for (int64_t j = 0; j < sn; j++)
+          T[v][i * sn + j] = raw_get(mem[v], nd->dtype, (sub ? i : idx[i]) * n + (sub ? idx[j] : j));
+  }
+  evt_kspec_reference(s, sm, sn, k, A, B, T, D);
+  double worst = 0;
+  erracc e = {0};
+  for (int64_t i = 0; i < sm; i++)
+    for (int64_t j = 0; j < sn; j++)
+      err_add(&e, raw_get(d, s->d_dtype, (sub ? i : idx[i]) * n + (sub ? idx[j] : j)), D[i * sn + j]);
+  worst = fmax(worst, err_value(&e));
+  for (int v = 0; v < s->nnodes; v++) {
+    const evt_vnode *nd = &s->nodes[v];
+    erracc ev = {0};
+    if (nd->op == EVT_V_AUX_STORE) {
+      for (int64_t i = 0; i < sm; i++)
+        for (int64_t j = 0; j < sn; j++)
+          err_add(&ev, raw_get(mem[v], nd->dtype, (sub ? i : idx[i]) * n + (sub ? idx[j] : j)), T[v][i * sn + j]);
+    } else if (nd->op == EVT_V_ROW_SUM && sub == 1) {
+      for (int64_t j = 0; j < sn; j++) err_add(&ev, raw_get(mem[v], EVT_F32, idx[j]), T[v][j]);
+    } else if (nd->op == EVT_V_COL_SUM && sub == 0) {
+      for (int64_t i = 0; i < sm; i++) err_add(&ev, raw_get(mem[v], EVT_F32, idx[i]), T[v][i]);
+    } else {
+      continue;
+    }
+    worst = fmax(worst, err_value(&ev));
+  }
+  for (int v = 0; v < s->nnodes; v++) free(T[v]);
+  free(A);
+  free(B);
+  free(D);
+  return worst;
+}
+
+double evt_tune_check_sampled(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const void *a, const void *b,
+                              const void *const *mem, const void *d, const int64_t *rows, int nr, const int64_t *cols,
+                              int nc) {
+  double e = 0;
+  if (nr > 0) e = fmax(e, check_sub(s, m, n, k, a, b, mem, d, rows, nr, 0));
+  if (nc > 0) e = fmax(e, check_sub(s, m, n, k, a, b, mem, d, cols, nc, 1));
+  return e;
+}
+
+/* ---- record files ------------------------------------------------------------------------------- */
+
+static void cache_root(const char *cache_dir, char *out, size_t len) {
+  if (cache_dir && *cache_dir)
+    snprintf(out, len, "%s", cache_dir);
+  else if (getenv("EVT_TUNE_CACHE") && *getenv("EVT_TUNE_CACHE"))
+    snprintf(out, len, "%s", getenv("EVT_TUNE_CACHE"));
+  else if (getenv("EVT_JIT_CACHE") && *getenv("EVT_JIT_CACHE"))
+    snprintf(out, len, "%s", getenv("EVT_JIT_CACHE"));
+  else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME"))
+    snprintf(out, len, "%s/evt", getenv("XDG_CACHE_HOME"));
+  else
+    snprintf(out, len, "%s/.cache/evt", getenv("HOME") ? getenv("HOME") : "/tmp");
+}
+
+void evt_tune_dir(const char *cache_dir, char *out, size_t len) {
+  char root[900];
+  cache_root(cache_dir, root, sizeof root);
+  snprintf(out, len, "%s/tune", root);
+}
+
+static void gpu_slug(const char *gpu, char *out, size_t len) {
+  if (!gpu || !*gpu) gpu = "any";
+  size_t i = 0;
+  for (; gpu[i] && i + 1 < len; i++) out[i] = isalnum((unsigned char)gpu[i]) ? gpu[i] : '_';
+  out[i] = 0;
+}
+
+void evt_tune_record_name(uint64_t spec_hash, int64_t m, int64_t n, int64_t k, const char *gpu, char *out, size_t len) {
+  char slug[80];
+  gpu_slug(gpu, slug, sizeof slug);
+  snprintf(out, len, "%016llx-%lldx%lldx%lld-%s.txt", (unsigned long long)spec_hash, (long long)m, (long long)n,
+           (long long)k, slug);
+}
+
+static int mkdirs(const char *path) {
+  char tmp[1024];
+  if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return -1;
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+      *p = '/';
+    }
+  return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+evt_status evt_tune_record_write(const char *cache_dir, const evt_tune_record *r, char *msg, size_t msglen) {
+  char dir[1000], name[200], path[1300], tmp[1400];
+  evt_tune_dir(cache_dir, dir, sizeof dir);
+  if (mkdirs(dir) != 0) {
+    snprintf(msg, msglen, "cannot create %s: %s", dir, strerror(errno));
+    return EVT_ERR_IO;
+  }
+  evt_tune_record_name(r->spec_hash, r->m, r->n, r->k, r->gpu, name, sizeof name);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    snprintf(msg, msglen, "cannot write %s: %s", tmp, strerror(errno));
+    return EVT_ERR_IO;
+  }
+  char lab[96];
+  fprintf(f, "evt-tune 1\nspec %016llx\nshape %lld %lld %lld\ngpu %s\n", (unsigned long long)r->spec_hash,
+          (long long)r->m, (long long)r->n, (long long)r->k, r->gpu[0] ? r->gpu : "any");
+  fprintf(f, "choice %s\n", r->choice == EVT_TUNE_FUSED ? "fused" : r->choice == EVT_TUNE_UNFUSED ? "unfused" : "none");
+  fprintf(f, "config %s\nswizzle %d\nraster %d\n", evt_tile_config_label(&r->cfg, lab, sizeof lab), r->swizzle, r->raster);
+  fprintf(f, "fused_ms %.6f\nunfused_ms %.6f\ndefault_ms %.6f\nunfused %s\ncheck %.6g\n", r->fused_ms, r->unfused_ms,
+          r->default_ms, r->unfused_how[0] ? r->unfused_how : "-", r->check_err);
+  for (int i = 0; i < r->ncand; i++) {
+    const evt_tune_cand *c = &r->cand[i];
+    fprintf(f, "cand %.6f %d %d %s%s%s\n", c->ms, c->swizzle, c->raster, evt_tile_config_label(&c->cfg, lab, sizeof lab),
+            c->note[0] ? " ; " : "", c->note);
+  }
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
+    snprintf(msg, msglen, "cannot write %s: %s", path, strerror(errno));
+    unlink(tmp);
+    return EVT_ERR_IO;
+  }
+  return EVT_OK;
+}
+
+static evt_status parse_record(FILE *f, evt_tune_record *r) {
+  memset(r, 0, sizeof *r);
+  r->unfused_ms = r->default_ms = r->check_err = -1;
+  char line[512];
+  int version = 0, have_choice = 0, have_shape = 0;
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    char *sp = strchr(line, ' ');
+    if (!sp) continue;
+    *sp = 0;
+    const char *key = line, *val = sp + 1;
+    if (!strcmp(key, "evt-tune")) version = atoi(val);
+    else if (!strcmp(key, "spec")) r->spec_hash = strtoull(val, NULL, 16);
+    else if (!strcmp(key, "shape")) {
+      long long m, n, k;
+      if (sscanf(val, "%lld %lld %lld", &m, &n, &k) != 3) return EVT_ERR_INVALID;
+      r->m = m, r->n = n, r->k = k;
+      have_shape = 1;
+    } else if (!strcmp(key, "gpu")) snprintf(r->gpu, sizeof r->gpu, "%s", val);
+    else if (!strcmp(key, "choice")) {
+      have_choice = 1;
+      if (!strcmp(val, "fused")) r->choice = EVT_TUNE_FUSED;
+      else if (!strcmp(val, "unfused")) r->choice = EVT_TUNE_UNFUSED;
+      else if (!strcmp(val, "none")) r->choice = EVT_TUNE_NONE;
+      else return EVT_ERR_INVALID;
+    } else if (!strcmp(key, "config")) {
+      if (evt_tile_config_parse(val, &r->cfg) != EVT_OK) return EVT_ERR_INVALID;
+    } else if (!strcmp(key, "swizzle")) r->swizzle = atoi(val);
+    else if (!strcmp(key, "raster")) r->raster = atoi(val);
+    else if (!strcmp(key, "fused_ms")) r->fused_ms = atof(val);
+    else if (!strcmp(key, "unfused_ms")) r->unfused_ms = atof(val);
+    else if (!strcmp(key, "default_ms")) r->default_ms = atof(val);
+    else if (!strcmp(key, "check")) r->check_err = atof(val);
+    else if (!strcmp(key, "unfused")) snprintf(r->unfused_how, sizeof r->unfused_how, "%s", strcmp(val, "-") ? val : "");
+    else if (!strcmp(key, "cand") && r->ncand < EVT_TUNE_MAX_CAND) {
+      evt_tune_cand *c = &r->cand[r->ncand];
+      memset(c, 0, sizeof *c);
+      int off = 0;
+      if (sscanf(val, "%lf %d %d %n", &c->ms, &c->swizzle, &c->raster, &off) < 3) return EVT_ERR_INVALID;
+      char lab[200];
+      snprintf(lab, sizeof lab, "%s", val + off);
+      char *semi = strstr(lab, " ; ");
+      if (semi) {
+        snprintf(c->note, sizeof c->note, "%s", semi + 3);
+        *semi = 0;
+      }
+      if (evt_tile_config_parse(lab, &c->cfg) != EVT_OK) return EVT_ERR_INVALID;
+      r->ncand++;
+    }
+  }
+  if (version != 1 || !have_choice || !have_shape) return EVT_ERR_INVALID;
+  return EVT_OK;
+}
+
+evt_status evt_tune_record_read(const char *cache_dir, uint64_t spec_hash, int64_t m, int64_t n, int64_t k,
+                                const char *gpu, evt_tune_record *r) {
+  char dir[1000], name[200], path[1300];
+  evt_tune_dir(cache_dir, dir, sizeof dir);
+  if (gpu) {
+    evt_tune_record_name(spec_hash, m, n, k, gpu, name, sizeof name);
+  } else {
+    /* any GPU: the first file (in name order) with this spec and shape */
+    char prefix[100];
+    snprintf(prefix, sizeof prefix, "%016llx-%lldx%lldx%lld-", (unsigned long long)spec_hash, (long long)m,
+             (long long)n, (long long)k);
+    DIR *dp = opendir(dir);
+    if (!dp) return EVT_ERR_IO;
+    name[0] = 0;
+    struct dirent *de;
+    while ((de = readdir(dp)))
+      if (!strncmp(de->d_name, prefix, strlen(prefix)) && strlen(de->d_name) > 4 &&
+          !strcmp(de->d_name + strlen(de->d_name) - 4, ".txt") && (!name[0] || strcmp(de->d_name, name) < 0))
+        snprintf(name, sizeof name, "%s", de->d_name);
+    closedir(dp);
+    if (!name[0]) return EVT_ERR_IO;
+  }
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "r");
+  if (!f) return EVT_ERR_IO;
+  evt_status st = parse_record(f, r);
+  fclose(f);
+  if (st == EVT_OK && (r->spec_hash != spec_hash || r->m != m || r->n != n || r->k != k)) st = EVT_ERR_INVALID;
+  return st;
+}
+
+evt_tune_choice evt_tune_apply(evt_kspec *s, int64_t m, int64_t n, int64_t k, const char *cache_dir, const char *gpu,
+                               evt_tune_record *rec) {
+  evt_tune_record r;
+  if (evt_tune_record_read(cache_dir, evt_kspec_epilogue_hash(s), m, n, k, gpu, &r) != EVT_OK) return EVT_TUNE_NONE;
+  if (rec) *rec = r;
+  if (r.choice == EVT_TUNE_FUSED) {
+    if (evt_tile_config_check(s, &r.cfg, NULL, 0) != EVT_OK) return EVT_TUNE_NONE;
+    s->cfg = r.cfg;
+  }
+  return r.choice;
+}
+
+void evt_tune_launch_apply(const evt_tune_record *r, evt_launch_args *a) {
+  if (!r || r->choice != EVT_TUNE_FUSED) return;
+  a->swizzle = r->swizzle;
+  a->raster = r->raster;
+}
+
+static const char *raster_name(int r) { return r == 1 ? " along-M" : r == 2 ? " along-N" : ""; }
+
+void evt_tune_describe(const evt_tune_record *r, evt_tune_choice c, const evt_kspec *s, char *out, size_t len) {
+  char lab[96];
+  if (c == EVT_TUNE_FUSED) {
+    snprintf(out, len, "fused %s swizzle %d%s (%.4f ms; unfused %.4f ms via %s; default config %.4f ms)",
+             evt_tile_config_label(&r->cfg, lab, sizeof lab), r->swizzle > 1 ? r->swizzle : 1, raster_name(r->raster),
+             r->fused_ms, r->unfused_ms, r->unfused_how[0] ? r->unfused_how : "-", r->default_ms);
+  } else if (c == EVT_TUNE_UNFUSED) {
+    snprintf(out, len, "unfused (measured %.4f ms via %s vs fused %.4f ms)", r->unfused_ms,
+             r->unfused_how[0] ? r->unfused_how : "-", r->fused_ms);
+  } else {
+    snprintf(out, len, "not tuned (default config %s)", evt_tile_config_label(&s->cfg, lab, sizeof lab));
+  }
+}
+
+int evt_tune_apply_lowered(evt_lower_result *low, const char *cache_dir, const char *gpu, evt_tune_group *out) {
+  int found = 0;
+  for (int i = 0; i < low->n; i++) {
+    evt_lowered *L = &low->k[i];
+    evt_tune_group *o = &out[i];
+    memset(o, 0, sizeof *o);
+    if (L->kind != EVT_LK_GEMM_EVT || !L->ok) continue;
+    evt_tune_record r;
+    o->choice = evt_tune_apply(&L->spec, L->m, L->n, L->k, cache_dir, gpu, &r);
+    if (o->choice == EVT_TUNE_FUSED) {
+      evt_kspec_kernel_name(&L->spec, L->kernel);
+      o->swizzle = r.swizzle;
+      o->raster = r.raster;
+    }
+    found += o->choice != EVT_TUNE_NONE;
+    evt_tune_describe(&r, o->choice, &L->spec, o->desc, sizeof o->desc);
+  }
+  return found;
+}
+
+int evt_tune_collect(const evt_lower_result *low, const int *want, evt_tune_problem **out, int *prob_of) {
+  evt_tune_problem *p = calloc((size_t)low->n + 1, sizeof *p);
+  EVT_ASSERT(p);
+  int np = 0;
+  for (int gi = 0; gi < low->n; gi++) {
+    const evt_lowered *L = &low->k[gi];
+    if (prob_of) prob_of[gi] = -1;
+    if (L->kind != EVT_LK_GEMM_EVT || !L->ok || (want && !want[gi])) continue;
+    evt_kspec s = L->spec;
+    s.cfg = EVT_TILE_CONFIG_DEFAULT;
+    uint64_t h = evt_kspec_epilogue_hash(&s);
+    int j = 0;
+    while (j < np && !(evt_kspec_epilogue_hash(&p[j].spec) == h && p[j].m == L->m && p[j].n == L->n && p[j].k == L->k)) j++;
+    if (j == np) {
+      p[np].spec = s;
+      p[np].m = L->m, p[np].n = L->n, p[np].k = L->k;
+      np++;
+    }
+    if (prob_of) prob_of[gi] = j;
+  }
+  *out = p;
+  return np;
+}

@@ -1,0 +1,237 @@
+/* The GPU program API (src/runtime/program.c) without a GPU: create fails cleanly, bindings name what is
+ * wrong (through evt_program_create_host, the host half of create), and the arena plan never lets two live
+ * tensors share bytes while taking less than one buffer per node. The GPU half: tests/gpu/program_check.c. */
+#include "passes/passes.h"
+#include "runtime/cuda.h"
+#include "runtime/exec_plan.h"
+#include "test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *k_small = "graph g {\n  %x: f32[4, 8] = input(init=normal)\n  %w: f32[8, 3] = param(init=normal)\n"
+                             "  %y: i64[4] = input(init=zeros)\n  %h: f32[4, 3] = mm(%x, %w)\n"
+                             "  %loss: f32[] = cross_entropy(%h, %y)\n  loss %loss\n}\n";
+
+static evt_graph *parse_joint(const char *text) {
+  char *err = NULL;
+  evt_graph *g = evt_parse(text, "t.evt", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (g) CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+  return g;
+}
+
+/* Runs f with EVT_FALLBACK_LIB pointing nowhere (then restores it). */
+static void without_library(void (*f)(void)) {
+  const char *old = getenv("EVT_FALLBACK_LIB");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("EVT_FALLBACK_LIB", "/nonexistent/libevt_fallback.so", 1);
+  f();
+  if (saved) setenv("EVT_FALLBACK_LIB", saved, 1);
+  else unsetenv("EVT_FALLBACK_LIB");
+  free(saved);
+}
+
+static void create_without_gpu(void) {
+  evt_graph *g = parse_joint(k_small);
+  if (!g) return;
+  int before = g->nnodes;
+  unsigned modes[] = {0, EVT_PROGRAM_FUSED, EVT_PROGRAM_FUSED | EVT_PROGRAM_CUDA_GRAPH, EVT_PROGRAM_NO_OPT};
+  for (int m = 0; m < 4; m++) {
+    evt_program *p = (evt_program *)1;
+    CHECK(evt_program_create(g, modes[m], &p) == EVT_ERR_UNSUPPORTED);
+    CHECK(p == NULL);
+    CHECK_MSG(strstr(evt_graph_error(g), "no CUDA device") != NULL, "%s", evt_graph_error(g));
+    CHECK(g->nnodes == before); /* the library is checked before the passes touch g */
+  }
+  evt_graph_free(g);
+}
+
+TEST(program_create_without_gpu_is_unsupported) { without_library(create_without_gpu); }
+
+TEST(program_create_rejects_bad_arguments) {
+  evt_program *p = NULL;
+  CHECK(evt_program_create(NULL, 0, &p) == EVT_ERR_INVALID && p == NULL);
+  evt_graph *g = parse_joint(k_small);
+  if (!g) return;
+  CHECK(evt_program_create(g, 0, NULL) == EVT_ERR_INVALID);
+  CHECK(evt_program_create(g, 64, &p) == EVT_ERR_INVALID && p == NULL);
+  CHECK(strstr(evt_graph_error(g), "unknown flags") != NULL);
+  /* every entry tolerates a NULL program */
+  CHECK(evt_program_bind(NULL, "x", (void *)16) == EVT_ERR_INVALID);
+  CHECK(evt_program_bind_output(NULL, 0, (void *)16) == EVT_ERR_INVALID);
+  CHECK(evt_program_run(NULL, NULL) == EVT_ERR_INVALID);
+  CHECK(evt_program_launch_count(NULL) == 0);
+  CHECK(strlen(evt_program_error(NULL)) > 0);
+  evt_program_destroy(NULL);
+  evt_graph_free(g);
+}
+
+TEST(program_bind_errors_name_what_is_wrong) {
+  evt_graph *g = parse_joint(k_small);
+  if (!g) return;
+  evt_program *p = NULL;
+  CHECK_MSG(evt_program_create_host(g, 0, &p) == EVT_OK, "%s", evt_graph_error(g));
+  if (!p) {
+    evt_graph_free(g);
+    return;
+  }
+  CHECK(!strcmp(evt_program_error(p), ""));
+  void *mem = (void *)(uintptr_t)4096;
+  CHECK(evt_program_bind(p, "nosuch", mem) == EVT_ERR_INVALID);
+  CHECK_MSG(strstr(evt_program_error(p), "no input or param named 'nosuch'"), "%s", evt_program_error(p));
+  CHECK(evt_program_bind(p, "h", mem) == EVT_ERR_INVALID);
+  CHECK_MSG(strstr(evt_program_error(p), "'h' is a mm node, not an input or param"), "%s", evt_program_error(p));
+  CHECK(evt_program_bind(p, "x", NULL) == EVT_ERR_INVALID);
+  CHECK_MSG(strstr(evt_program_error(p), "%x") && strstr(evt_program_error(p), "NULL device pointer"), "%s",
+            evt_program_error(p));
+  CHECK(evt_program_bind(p, NULL, mem) == EVT_ERR_INVALID);
+  int no = evt_graph_output_count(g);
+  CHECK(no == 2); /* loss, grad.w */
+  CHECK(evt_program_bind_output(p, no, mem) == EVT_ERR_INVALID);
+  CHECK_MSG(strstr(evt_program_error(p), "output index 2 is out of range (the graph has 2 outputs)"), "%s",
+            evt_program_error(p));
+  CHECK(evt_program_bind_output(p, -1, mem) == EVT_ERR_INVALID);
+  /* a run names the first missing binding */
+  CHECK(evt_program_bind(p, "x", mem) == EVT_OK);
+  CHECK(evt_program_bind(p, "w", mem) == EVT_OK);
+  CHECK(evt_program_run(p, NULL) == EVT_ERR_INVALID);
+  CHECK_MSG(strstr(evt_program_error(p), "%y") && strstr(evt_program_error(p), "not bound"), "%s", evt_program_error(p));
+  CHECK(evt_program_bind(p, "y", mem) == EVT_OK);
+  CHECK(evt_program_bind_output(p, 0, mem) == EVT_OK);
+  CHECK(evt_program_run(p, NULL) == EVT_ERR_INVALID);
+  CHECK_MSG(strstr(evt_program_error(p), "output 1 is not bound"), "%s", evt_program_error(p));
+  CHECK(evt_program_bind_output(p, 1, mem) == EVT_OK);
+  CHECK(evt_program_run(p, NULL) == EVT_ERR_UNSUPPORTED); /* all bound; no device */
+  evt_program_destroy(p);
+  evt_graph_free(g);
+}
+
+/* Independent check of a layout: aligned, inside the arena, the lifetime of every arena tensor covers
+ * every step that reads it (recomputed here from the steps), and tensors alive together never overlap. */
+static int check_layout(const evt_graph *g, const evt_exec_plan *xp, const evt_arena_slot *s, int64_t arena,
+                        const char *what) {
+  int n = g->nnodes, bad = 0;
+  evt_prog_step *steps = malloc(sizeof *steps * (size_t)(n + 1));
+  int ns = evt_program_steps(g, xp, steps);
+  for (int v = 0; v < n; v++) {
+    const evt_node *nd = &g->nodes[v];
+    bool caller = nd->op == EVT_OP_INPUT || nd->op == EVT_OP_PARAM || (nd->flags & EVT_NODE_OUTPUT);
+    CHECK_MSG(caller == (s[v].kind == EVT_SLOT_CALLER), "%s: %%%s", what, nd->name);
+    if (s[v].kind != EVT_SLOT_ARENA) continue;
+    int64_t need = evt_type_numel(&nd->type) * (int64_t)evt_dtype_size(nd->type.dtype);
+    CHECK_MSG(s[v].offset % 256 == 0 && s[v].offset + s[v].bytes <= arena && s[v].bytes >= need, "%s: %%%s", what,
+              nd->name);
+  }
+  for (int k = 0; k < ns; k++) {
+    int reads[64], nr = 0;
+    if (steps[k].node >= 0) {
+      CHECK(s[steps[k].node].kind != EVT_SLOT_ARENA || s[steps[k].node].first == k);
+      for (int j = 0; j < g->nodes[steps[k].node].ninputs; j++) reads[nr++] = g->nodes[steps[k].node].inputs[j];
+    } else {
+      const evt_group_exec *x = &xp->groups[steps[k].group];
+      if (x->kind == EVT_LK_GEMM_EVT) {
+        reads[nr++] = x->a_node;
+        reads[nr++] = x->b_node;
+        if (x->d_node >= 0) reads[nr++] = x->d_node;
+      } else {
+        for (int j = 0; j < 3; j++)
+          if (x->in_node[j] >= 0) reads[nr++] = x->in_node[j];
+      }
+      for (int j = 0; j < EVT_ROW_LAUNCH_MAX_PTRS && nr < 64; j++)
+        if (x->ptr_node[j] >= 0) reads[nr++] = x->ptr_node[j]; /* loads and stores: both live at k */
+    }
+    for (int j = 0; j < nr; j++) {
+      const evt_arena_slot *r = &s[reads[j]];
+      if (r->kind == EVT_SLOT_NONE && steps[k].node >= 0) bad++; /* a node step reads memory that is not there */
+      if (r->kind == EVT_SLOT_ARENA && (k < r->first || k > r->last)) bad++;
+    }
+  }
+  CHECK_MSG(bad == 0, "%s: %d reads outside a lifetime", what, bad);
+  int overlaps = 0;
+  for (int a = 0; a < n; a++)
+    for (int b = a + 1; b < n; b++) {
+      if (s[a].kind != EVT_SLOT_ARENA || s[b].kind != EVT_SLOT_ARENA) continue;
+      bool live = s[a].first <= s[b].last && s[b].first <= s[a].last;
+      bool share = s[a].offset < s[b].offset + s[b].bytes && s[b].offset < s[a].offset + s[a].bytes;
+      overlaps += live && share;
+    }
+  CHECK_MSG(overlaps == 0, "%s: %d live pairs share bytes", what, overlaps);
+  free(steps);
+  return overlaps + bad;
+}
+
+/* Random DAGs of elementwise ops and reductions (node by node), some nodes marked as outputs. */
+TEST(program_layout_random_graphs_never_overlap_live_tensors) {
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  for (int trial = 0; trial < 60; trial++) {
+    evt_graph *g = evt_graph_new("rand");
+    int64_t shapes[3][2] = {{8, 16}, {8, 1}, {64, 16}};
+    int ids[80], nid = 0;
+    for (int i = 0; i < 3; i++) {
+      char nm[8];
+      snprintf(nm, sizeof nm, "x%d", i);
+      ids[nid++] = evt_input(g, nm, EVT_F32, 2, shapes[i == 2 ? 0 : i]);
+    }
+    int count = 10 + trial % 50;
+    for (int i = 0; i < count; i++) {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      int a = ids[(rng >> 33) % (uint64_t)nid], b = ids[(rng >> 45) % (uint64_t)nid], op = (int)((rng >> 20) % 5);
+      const char *names[] = {"add", "mul", "relu", "exp", "sub"};
+      int in[2] = {a, b};
+      int id = evt_add_op(g, names[op], in, op == 2 || op == 3 ? 1 : 2, NULL, 0);
+      CHECK_MSG(id >= 0, "%s", evt_graph_error(g));
+      if (id < 0) break;
+      ids[nid++] = id;
+      if ((rng >> 40) % 7 == 0) evt_graph_add_output(g, id);
+    }
+    evt_graph_add_output(g, ids[nid - 1]);
+    int n = g->nnodes;
+    evt_arena_slot *s = calloc((size_t)n, sizeof *s);
+    int64_t arena = 0, naive = 0;
+    char err[256];
+    CHECK_MSG(evt_program_layout(g, NULL, s, &arena, &naive, err, sizeof err) == EVT_OK, "%s", err);
+    check_layout(g, NULL, s, arena, "random");
+    CHECK(arena <= naive);
+    free(s);
+    evt_graph_free(g);
+  }
+}
+
+/* Every example, node by node and fused: a valid layout that takes less than one buffer per node. */
+TEST(program_layout_examples_smaller_than_a_buffer_per_node) {
+  const char *files[] = {"examples/mlp.evt",  "examples/bert_layer.evt", "examples/resnet_block.evt",
+                         "examples/vit.evt",  "examples/gcn.evt",        "examples/xmlcnn.evt",
+                         "bench/graphs/bert_layer_bf16.evt"};
+  for (int f = 0; f < 7; f++) {
+    for (int fused = 0; fused < 2; fused++) {
+      char *err = NULL;
+      evt_graph *g = evt_parse_file(files[f], &err);
+      CHECK_MSG(g != NULL, "%s: %s (run from the repository root)", files[f], err ? err : "");
+      free(err);
+      if (!g) continue;
+      CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+      evt_program *p = NULL;
+      CHECK_MSG(evt_program_create_host(g, fused ? EVT_PROGRAM_FUSED : 0, &p) == EVT_OK, "%s: %s", files[f],
+                evt_graph_error(g));
+      if (p) {
+        char what[128];
+        snprintf(what, sizeof what, "%s %s", files[f], fused ? "fused" : "node by node");
+        CHECK_MSG(p->arena_bytes > 0 && p->arena_bytes < p->naive_bytes, "%s: arena %lld, naive %lld", what,
+                  (long long)p->arena_bytes, (long long)p->naive_bytes);
+        check_layout(g, p->xp, p->slots, p->arena_bytes, what);
+        if (getenv("EVT_TEST_VERBOSE"))
+          printf("  %s: arena %lld bytes, one buffer per node %lld\n", what, (long long)p->arena_bytes, (long long)p->naive_bytes);
+        bool has_rows = f == 0 || f == 1 || f == 6; /* examples with lowered row / pointwise groups */
+        if (fused && has_rows) CHECK_MSG(p->xp && p->groups_fused > 0, "%s: no fused group", what);
+        /* members of fused groups that no store writes take no memory */
+        int none = 0;
+        for (int v = 0; v < g->nnodes; v++) none += p->slots[v].kind == EVT_SLOT_NONE && g->nodes[v].op != EVT_OP_SCALAR;
+        if (fused && has_rows) CHECK_MSG(none > 0, "%s: every node has memory", what);
+      }
+      evt_program_destroy(p);
+      evt_graph_free(g);
+    }
+  }
+}

@@ -1,0 +1,399 @@
+/* Mainloop configurations (kspec.c, emit_cutlass.c) and the tuning host code (src/runtime/tune.c): config
+ * checks and emission, candidate lists, the unfused alternative's row spec, the sampled CPU check, and
+ * the tune record files. No GPU needed. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "evt/kspec.h"
+#include "evt/rspec.h"
+#include "passes/passes.h"
+#include "runtime/exec_plan.h"
+#include "runtime/tune.h"
+#include "test.h"
+
+TEST(tune_default_config_keeps_its_text) {
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "plain", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  char text[1024];
+  evt_kspec_text(&s, text, sizeof text);
+  CHECK(strstr(text, "tile 128x128x64 cluster 1x1 cooperative\n"));
+  CHECK(!strstr(text, "stages") && !strstr(text, "reduction"));
+  char *src = evt_emit_cutlass(&s, NULL, 0);
+  CHECK(src && strstr(src, "StageCountAutoCarveout") && strstr(src, "args.scheduler.max_swizzle_size = a->swizzle"));
+  free(src);
+}
+
+TEST(tune_each_config_emits_different_source_and_hash) {
+  evt_kspec base;
+  CHECK(evt_kspec_example(&base, "bias_relu_dbias", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  evt_tile_config c[EVT_TUNE_MAX_CAND];
+  int n = evt_tune_candidates(&base, 8192, 8192, 8192, c, EVT_TUNE_MAX_CAND);
+  CHECK(n >= 8);
+  evt_tile_config dflt = EVT_TILE_CONFIG_DEFAULT;
+  CHECK(!memcmp(&c[0], &dflt, sizeof c[0]));
+  /* plus a fixed stage count */
+  c[n] = c[1];
+  c[n].stages = 3;
+  n++;
+  char *srcs[EVT_TUNE_MAX_CAND + 1];
+  uint64_t h[EVT_TUNE_MAX_CAND + 1];
+  for (int i = 0; i < n; i++) {
+    evt_kspec s = base;
+    s.cfg = c[i];
+    char err[256];
+    CHECK_MSG(evt_kspec_check(&s, err, sizeof err) == EVT_OK, "config %d: %s", i, err);
+    srcs[i] = evt_emit_cutlass(&s, err, sizeof err);
+    CHECK(srcs[i] != NULL);
+    h[i] = evt_kspec_hash(&s);
+    CHECK(evt_kspec_epilogue_hash(&s) == evt_kspec_epilogue_hash(&base));
+    for (int j = 0; j < i; j++) {
+      CHECK_MSG(h[i] != h[j], "configs %d and %d share a hash", i, j);
+      CHECK_MSG(srcs[i] && srcs[j] && strcmp(srcs[i], srcs[j]), "configs %d and %d emit the same source", i, j);
+    }
+    if (!srcs[i]) continue;
+    char want[64];
+    snprintf(want, sizeof want, "Shape<_%d, _%d, _%d>", c[i].tile_m, c[i].tile_n, c[i].tile_k);
+    CHECK(strstr(srcs[i], want));
+    snprintf(want, sizeof want, "Shape<_%d, _%d, _1>", c[i].cluster_m, c[i].cluster_n);
+    CHECK(strstr(srcs[i], want));
+    CHECK(strstr(srcs[i], c[i].schedule == EVT_SCHED_PINGPONG ? "KernelTmaWarpSpecializedPingpong"
+                                                                : "KernelTmaWarpSpecializedCooperative"));
+    CHECK(strstr(srcs[i], c[i].reduction == EVT_RED_WORKSPACE ? "Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus"
+                                                                : "Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add"));
+    if (c[i].stages) CHECK(strstr(srcs[i], "cutlass::gemm::collective::StageCount<3>"));
+    else CHECK(strstr(srcs[i], "StageCountAutoCarveout"));
+  }
+  for (int i = 0; i < n; i++) free(srcs[i]);
+  /* epilogues without sums get no workspace variant */
+  evt_kspec g;
+  CHECK(evt_kspec_example(&g, "bias_gelu_aux", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  int ng = evt_tune_candidates(&g, 8192, 8192, 8192, c, EVT_TUNE_MAX_CAND);
+  CHECK(ng >= 6 && ng < n);
+  for (int i = 0; i < ng; i++) CHECK(c[i].reduction == EVT_RED_ATOMIC);
+  /* a small problem drops tiles larger than itself; the cap holds */
+  CHECK(evt_tune_candidates(&g, 128, 128, 64, c, EVT_TUNE_MAX_CAND) < ng);
+  CHECK(evt_tune_candidates(&g, 8192, 8192, 8192, c, 3) == 3);
+}
+
+TEST(tune_invalid_configs_are_refused_with_a_reason) {
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "bias_gelu_aux", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  struct {
+    evt_tile_config c;
+    const char *why;
+  } bad[] = {
+      {{128, 256, 64, 1, 1, EVT_SCHED_PINGPONG, 0, EVT_RED_ATOMIC}, "accumulators per thread"},
+      {{256, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC}, "accumulators per thread"},
+      {{64, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC}, "cooperative schedule needs tile_m"},
+      {{128, 96, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC}, "unsupported tile"},
+      {{128, 128, 48, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC}, "tile_k"},
+      {{128, 128, 64, 3, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC}, "cluster"},
+      {{128, 128, 64, 4, 2, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC}, "cluster"},
+      {{128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 9, EVT_RED_ATOMIC}, "stages 9"},
+      {{128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 5, EVT_RED_ATOMIC}, "exceed the shared memory"},
+      {{128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_WORKSPACE}, "no row_sum / col_sum"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char err[300] = "";
+    s.cfg = bad[i].c;
+    CHECK_MSG(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, bad[i].why) &&
+                  strstr(err, "config "),
+              "case %zu: '%s'", i, err);
+    CHECK(evt_emit_cutlass(&s, err, sizeof err) == NULL);
+  }
+  s.cfg = (evt_tile_config){128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 4, EVT_RED_ATOMIC};
+  CHECK(evt_kspec_check(&s, NULL, 0) == EVT_OK);
+}
+
+TEST(tune_config_label_round_trip) {
+  evt_tile_config cs[] = {EVT_TILE_CONFIG_DEFAULT,
+                          {64, 256, 64, 2, 1, EVT_SCHED_PINGPONG, 4, EVT_RED_WORKSPACE},
+                          {256, 128, 32, 1, 2, EVT_SCHED_COOPERATIVE, 0, EVT_RED_WORKSPACE}};
+  for (size_t i = 0; i < 3; i++) {
+    char lab[96];
+    evt_tile_config back;
+    evt_tile_config_label(&cs[i], lab, sizeof lab);
+    CHECK_MSG(evt_tile_config_parse(lab, &back) == EVT_OK && !memcmp(&back, &cs[i], sizeof back), "'%s'", lab);
+  }
+  evt_tile_config x;
+  CHECK(evt_tile_config_parse("128x128x64 c1x1 fast", &x) == EVT_ERR_INVALID);
+  CHECK(evt_tile_config_parse("128x128 c1x1 coop", &x) == EVT_ERR_INVALID);
+  CHECK(evt_tile_config_parse("128x128x64 c1x1 coop s4 extra", &x) == EVT_ERR_INVALID);
+}
+
+static void tmpdir(char *out, size_t len) {
+  snprintf(out, len, "/tmp/evt-tune-test-%ld-XXXXXX", (long)getpid());
+  CHECK(mkdtemp(out) != NULL);
+}
+
+TEST(tune_record_round_trip_and_apply) {
+  char dir[128];
+  tmpdir(dir, sizeof dir);
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "bias_relu_dbias", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  evt_tune_record r;
+  memset(&r, 0, sizeof r);
+  r.spec_hash = evt_kspec_epilogue_hash(&s);
+  r.m = 8192, r.n = 4096, r.k = 1024;
+  snprintf(r.gpu, sizeof r.gpu, "NVIDIA H200");
+  r.choice = EVT_TUNE_FUSED;
+  r.cfg = (evt_tile_config){128, 256, 64, 2, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_WORKSPACE};
+  r.swizzle = 8, r.raster = 2;
+  r.fused_ms = 0.118, r.unfused_ms = 0.150, r.default_ms = 0.240, r.check_err = 3e-3;
+  snprintf(r.unfused_how, sizeof r.unfused_how, "cublasLt(bias) + row kernel");
+  r.ncand = 2;
+  r.cand[0].cfg = EVT_TILE_CONFIG_DEFAULT, r.cand[0].ms = 0.24, r.cand[0].swizzle = 1;
+  r.cand[1].cfg = r.cfg, r.cand[1].ms = -1, r.cand[1].swizzle = 4, r.cand[1].raster = 1;
+  snprintf(r.cand[1].note, sizeof r.cand[1].note, "compile failed");
+  char msg[256];
+  CHECK(evt_tune_record_write(dir, &r, msg, sizeof msg) == EVT_OK);
+  evt_tune_record q;
+  CHECK(evt_tune_record_read(dir, r.spec_hash, 8192, 4096, 1024, "NVIDIA H200", &q) == EVT_OK);
+  CHECK(q.choice == EVT_TUNE_FUSED && !memcmp(&q.cfg, &r.cfg, sizeof q.cfg) && q.swizzle == 8 && q.raster == 2);
+  CHECK_NEAR(q.fused_ms, 0.118, 1e-9);
+  CHECK_NEAR(q.unfused_ms, 0.150, 1e-9);
+  CHECK(!strcmp(q.unfused_how, r.unfused_how) && !strcmp(q.gpu, "NVIDIA H200"));
+  CHECK(q.ncand == 2 && !strcmp(q.cand[1].note, "compile failed") && q.cand[1].ms < 0 && q.cand[1].raster == 1);
+  /* any GPU; another shape or GPU has no record */
+  CHECK(evt_tune_record_read(dir, r.spec_hash, 8192, 4096, 1024, NULL, &q) == EVT_OK && q.swizzle == 8);
+  CHECK(evt_tune_record_read(dir, r.spec_hash, 8192, 4096, 1025, NULL, &q) == EVT_ERR_IO);
+  CHECK(evt_tune_record_read(dir, r.spec_hash, 8192, 4096, 1024, "NVIDIA A100", &q) == EVT_ERR_IO);
+  /* apply: the spec gets the tuned config (and a new kernel name); launch args the scheduler */
+  evt_kspec t = s;
+  char before[40], after[40];
+  evt_kspec_kernel_name(&t, before);
+  CHECK(evt_tune_apply(&t, 8192, 4096, 1024, dir, NULL, &q) == EVT_TUNE_FUSED);
+  evt_kspec_kernel_name(&t, after);
+  CHECK(!memcmp(&t.cfg, &r.cfg, sizeof t.cfg) && strcmp(before, after));
+  evt_launch_args a;
+  memset(&a, 0, sizeof a);
+  evt_tune_launch_apply(&q, &a);
+  CHECK(a.swizzle == 8 && a.raster == 2);
+  char line[300];
+  evt_tune_describe(&q, EVT_TUNE_FUSED, &t, line, sizeof line);
+  CHECK(strstr(line, "fused 128x256x64 c2x1 coop red=workspace swizzle 8 along-N") && strstr(line, "0.1180 ms"));
+  /* unfused record */
+  r.choice = EVT_TUNE_UNFUSED;
+  r.m = 64;
+  CHECK(evt_tune_record_write(dir, &r, msg, sizeof msg) == EVT_OK);
+  t = s;
+  CHECK(evt_tune_apply(&t, 64, 4096, 1024, dir, "NVIDIA H200", &q) == EVT_TUNE_UNFUSED);
+  CHECK(!memcmp(&t.cfg, &s.cfg, sizeof t.cfg));
+  evt_tune_describe(&q, EVT_TUNE_UNFUSED, &t, line, sizeof line);
+  CHECK(strstr(line, "unfused (measured 0.1500 ms") && strstr(line, "vs fused 0.1180 ms"));
+  /* no record: not tuned, default config */
+  CHECK(evt_tune_apply(&t, 1, 2, 3, dir, NULL, &q) == EVT_TUNE_NONE);
+  evt_tune_describe(NULL, EVT_TUNE_NONE, &t, line, sizeof line);
+  CHECK(strstr(line, "not tuned (default config 128x128x64 c1x1 coop)"));
+  /* a corrupt record does not parse; a record with a config illegal for the spec is ignored */
+  char name[200], path[400];
+  evt_tune_record_name(r.spec_hash, 7, 7, 7, "g", name, sizeof name);
+  snprintf(path, sizeof path, "%s/tune/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs("evt-tune 1\nshape 7 7 7\nchoice maybe\n", f);
+    fclose(f);
+  }
+  CHECK(evt_tune_record_read(dir, r.spec_hash, 7, 7, 7, "g", &q) == EVT_ERR_INVALID);
+  r.choice = EVT_TUNE_FUSED, r.m = 32;
+  r.cfg.reduction = EVT_RED_WORKSPACE;
+  evt_kspec g;
+  evt_kspec_example(&g, "bias_gelu_aux", EVT_TILE_CONFIG_DEFAULT);
+  r.spec_hash = evt_kspec_epilogue_hash(&g);
+  CHECK(evt_tune_record_write(dir, &r, msg, sizeof msg) == EVT_OK);
+  CHECK(evt_tune_apply(&g, 32, 4096, 1024, dir, NULL, &q) == EVT_TUNE_NONE);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  CHECK(system(cmd) == 0);
+}
+
+static uint16_t bf16_bits(double v) {
+  float f = (float)evt_round_to_dtype(v, EVT_BF16);
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)(u >> 16);
+}
+
+static double lcg(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)((*s >> 11) & 0xFFFF) / 32768.0 - 1.0;
+}
+
+/* The unfused row spec computes what the fused spec computes, given T = the accumulator (f32). */
+TEST(tune_unfused_rspec_matches_fused_reference) {
+  const char *names[] = {"bias_gelu_aux", "bias_relu_dbias", "gelu_bwd", "bias_silu", "mixed_f32"};
+  for (int ni = 0; ni < 5; ni++)
+    for (int absorb = 0; absorb < 2; absorb++) {
+      evt_kspec s;
+      CHECK(evt_kspec_example(&s, names[ni], EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+      evt_rspec r;
+      int map[EVT_RSPEC_MAX_NODES], tn, dn, bn;
+      char err[256];
+      evt_dtype tdt = absorb ? EVT_BF16 : EVT_F32;
+      evt_status st = evt_tune_unfused_rspec(&s, tdt, absorb, &r, map, &tn, &dn, &bn, err, sizeof err);
+      CHECK_MSG(st == EVT_OK, "%s: %s", names[ni], err);
+      if (st != EVT_OK) continue;
+      int64_t m = 6, n = 8, k = 5;
+      double a[30], b[40], d[48], t[48], dref[48];
+      uint64_t sd = 7 + ni;
+      for (int i = 0; i < 30; i++) a[i] = evt_round_to_dtype(lcg(&sd), EVT_BF16);
+      for (int i = 0; i < 40; i++) b[i] = evt_round_to_dtype(lcg(&sd), EVT_BF16);
+      double store[EVT_KSPEC_MAX_NODES][48];
+      double *tens[EVT_KSPEC_MAX_NODES] = {0};
+      for (int v = 0; v < s.nnodes; v++) {
+        tens[v] = store[v];
+        for (int i = 0; i < 48; i++) store[v][i] = evt_round_to_dtype(lcg(&sd) + 1.5, s.nodes[v].dtype);
+      }
+      evt_kspec_reference(&s, m, n, k, a, b, tens, dref);
+      double fused_mem[EVT_KSPEC_MAX_NODES][48];
+      memcpy(fused_mem, store, sizeof fused_mem);
+      /* T: acc in f32 (plus the bias, rounded to bf16, when cuBLASLt adds it) */
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+          double acc = 0;
+          for (int64_t kk = 0; kk < k; kk++) acc += a[i * k + kk] * b[kk * n + j];
+          acc = (double)(float)acc;
+          t[i * n + j] = bn >= 0 ? evt_round_to_dtype(acc + store[bn][j], EVT_BF16) : acc;
+        }
+      CHECK(absorb ? bn >= 0 || !strcmp(names[ni], "gelu_bwd") || !strcmp(names[ni], "mixed_f32") : bn < 0);
+      double rmem[EVT_RSPEC_MAX_NODES][48];
+      double *rt[EVT_RSPEC_MAX_NODES] = {0};
+      for (int i = 0; i < r.nnodes; i++) {
+        rt[i] = rmem[i];
+        if (i == tn) memcpy(rmem[i], t, sizeof t);
+        else if (map[i] >= 0) memcpy(rmem[i], store[map[i]], sizeof rmem[i]);
+      }
+      const double *noin[3] = {NULL, NULL, NULL};
+      evt_rspec_reference(&r, m, n, noin, rt, NULL, NULL);
+      memcpy(d, rmem[dn], sizeof d);
+      /* compare D and every stored output */
+      double tol = absorb ? 0.02 : 1e-6;
+      for (int i = 0; i < 48; i++) CHECK_NEAR(d[i], dref[i], tol * (1 + fabs(dref[i])));
+      for (int i = 0; i < r.nnodes; i++)
+        if (map[i] >= 0 && evt_vop_class(r.nodes[i].op) == 'S') {
+          int64_t cnt = evt_rspec_node_elems(&r, i, m, n);
+          for (int64_t e = 0; e < cnt; e++) CHECK_NEAR(rmem[i][e], tens[map[i]][e], tol * 4 * (1 + fabs(tens[map[i]][e])));
+        }
+    }
+  evt_kspec p;
+  evt_kspec_example(&p, "plain", EVT_TILE_CONFIG_DEFAULT);
+  evt_rspec r;
+  int map[EVT_RSPEC_MAX_NODES], tn, dn, bn;
+  char err[256];
+  CHECK(evt_tune_unfused_rspec(&p, EVT_BF16, 0, &r, map, &tn, &dn, &bn, err, sizeof err) == EVT_ERR_UNSUPPORTED &&
+        dn == -1 && strstr(err, "no row kernel"));
+}
+
+TEST(tune_check_sampled_finds_a_wrong_element) {
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "bias_relu_dbias", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  for (int lay = 0; lay < 3; lay++) {
+    s.layout = (evt_gemm_layout)lay;
+    int64_t m = 16, n = 24, k = 8;
+    double a[128], b[192], d[384], bias[24], y[384], db[24];
+    uint16_t ra[128], rb[192], rd[384], rbias[24], ry[384];
+    float rdb[24];
+    uint64_t sd = 99 + lay;
+    for (int i = 0; i < 128; i++) a[i] = evt_round_to_dtype(lcg(&sd), EVT_BF16), ra[i] = bf16_bits(a[i]);
+    for (int i = 0; i < 192; i++) b[i] = evt_round_to_dtype(lcg(&sd), EVT_BF16), rb[i] = bf16_bits(b[i]);
+    for (int i = 0; i < 24; i++) bias[i] = evt_round_to_dtype(lcg(&sd), EVT_BF16), rbias[i] = bf16_bits(bias[i]);
+    double *tens[EVT_KSPEC_MAX_NODES] = {0};
+    /* nodes: acc, bias, add, relu (aux? no: D), row_sum dbias — find them by op */
+    for (int v = 0; v < s.nnodes; v++) {
+      if (s.nodes[v].op == EVT_V_ROW_BCAST) tens[v] = bias;
+      if (s.nodes[v].op == EVT_V_ROW_SUM) tens[v] = db;
+      if (s.nodes[v].op == EVT_V_AUX_STORE) tens[v] = y;
+    }
+    evt_kspec_reference(&s, m, n, k, a, b, tens, d);
+    for (int i = 0; i < 384; i++) rd[i] = bf16_bits(d[i]), ry[i] = bf16_bits(y[i]);
+    for (int i = 0; i < 24; i++) rdb[i] = (float)db[i];
+    const void *mem[EVT_KSPEC_MAX_NODES] = {0};
+    for (int v = 0; v < s.nnodes; v++) {
+      if (s.nodes[v].op == EVT_V_ROW_BCAST) mem[v] = rbias;
+      if (s.nodes[v].op == EVT_V_ROW_SUM) mem[v] = rdb;
+      if (s.nodes[v].op == EVT_V_AUX_STORE) mem[v] = ry;
+    }
+    int64_t rows[2] = {3, 15}, cols[2] = {0, 17};
+    CHECK(evt_tune_check_sampled(&s, m, n, k, ra, rb, mem, rd, rows, 2, cols, 2) < 1e-6);
+    uint16_t keep = rd[3 * 24 + 5];
+    rd[3 * 24 + 5] = bf16_bits(d[3 * 24 + 5] + 3.0); /* a sampled row */
+    CHECK(evt_tune_check_sampled(&s, m, n, k, ra, rb, mem, rd, rows, 2, cols, 2) > 0.05);
+    rd[3 * 24 + 5] = keep;
+    rdb[17] += 5.0f; /* a sampled column's sum */
+    CHECK(evt_tune_check_sampled(&s, m, n, k, ra, rb, mem, rd, rows, 2, cols, 2) > 0.05);
+    rdb[17] -= 5.0f;
+    rd[7 * 24 + 9] = 0x7fc0; /* NaN outside the samples is not seen; inside it is */
+    CHECK(evt_tune_check_sampled(&s, m, n, k, ra, rb, mem, rd, rows, 2, cols, 2) < 1e-6);
+    rd[15 * 24 + 9] = 0x7fc0;
+    CHECK(isinf(evt_tune_check_sampled(&s, m, n, k, ra, rb, mem, rd, rows, 2, cols, 2)));
+  }
+}
+
+/* The fused runtime's plan reads the records (EVT_TUNE_CACHE/tune): no record → default config, "not tuned";
+ * FUSED → the group's kernel gets the tuned config (new name) and launch-time scheduler; UNFUSED → the group
+ * falls back with the measured times as its reason. */
+TEST(tune_records_steer_the_fused_plan) {
+  char dir[128];
+  tmpdir(dir, sizeof dir);
+  const char *old = getenv("EVT_TUNE_CACHE");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("EVT_TUNE_CACHE", dir, 1);
+  char *err = NULL;
+  evt_graph *g = evt_parse_file("bench/graphs/mlp_bf16.evt", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (g) {
+    CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+    CHECK(evt_passes_run_all(g, 0, 0) == EVT_OK);
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    int gi = -1;
+    for (int i = 0; i < p.ngroups && gi < 0; i++)
+      if (p.groups[i].fused && p.groups[i].kind == EVT_LK_GEMM_EVT) gi = i;
+    CHECK(gi >= 0);
+    if (gi >= 0) {
+      char before[40];
+      snprintf(before, sizeof before, "%s", p.kname[p.groups[gi].kernel]);
+      CHECK(p.groups[gi].tuned == EVT_TUNE_NONE && strstr(p.groups[gi].tune_desc, "not tuned (default config"));
+      evt_tune_record r;
+      memset(&r, 0, sizeof r);
+      r.spec_hash = evt_kspec_epilogue_hash(&p.low.k[gi].spec);
+      r.m = p.groups[gi].m, r.n = p.groups[gi].n, r.k = p.groups[gi].k;
+      snprintf(r.gpu, sizeof r.gpu, "Test GPU");
+      r.choice = EVT_TUNE_UNFUSED;
+      r.cfg = EVT_TILE_CONFIG_DEFAULT;
+      r.fused_ms = 0.2, r.unfused_ms = 0.1;
+      snprintf(r.unfused_how, sizeof r.unfused_how, "cublasLt + row kernel");
+      char msg[256];
+      CHECK(evt_tune_record_write(NULL, &r, msg, sizeof msg) == EVT_OK);
+      evt_exec_plan_free(&p);
+      CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+      CHECK(!p.groups[gi].fused && p.groups[gi].tuned == EVT_TUNE_UNFUSED &&
+            strstr(p.groups[gi].why, "tuned: unfused (measured 0.1000 ms via cublasLt + row kernel vs fused 0.2000 ms)"));
+      r.choice = EVT_TUNE_FUSED;
+      r.cfg = (evt_tile_config){128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC};
+      r.swizzle = 4, r.raster = 1;
+      r.fused_ms = 0.05;
+      CHECK(evt_tune_record_write(NULL, &r, msg, sizeof msg) == EVT_OK);
+      evt_exec_plan_free(&p);
+      CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+      const evt_group_exec *x = &p.groups[gi];
+      CHECK(x->fused && x->tuned == EVT_TUNE_FUSED && x->swizzle == 4 && x->raster == 1);
+      CHECK(x->kernel >= 0 && strcmp(p.kname[x->kernel], before) && p.gspec[x->kernel]->cfg.tile_n == 256);
+      CHECK(strstr(x->tune_desc, "fused 128x256x64 c1x1 coop swizzle 4 along-M (0.0500 ms"));
+      evt_exec_plan_free(&p);
+    }
+    evt_graph_free(g);
+  }
+  if (saved) {
+    setenv("EVT_TUNE_CACHE", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("EVT_TUNE_CACHE");
+  }
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  CHECK(system(cmd) == 0);
+}

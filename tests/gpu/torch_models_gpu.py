@@ -1,0 +1,170 @@
+"""torch.compile(backend="evt") on CUDA vs eager PyTorch (run by tests/gpu/w/torchgpu.sh on the H200).
+
+    python3 tests/gpu/torch_models_gpu.py MODEL [--modes evt,evt_cg] [--json FILE]
+
+MODEL is one of the CI models of tests/python/test_torch_backend.py (mlp, bert, vit, xmlcnn, convbn, gcn,
+gcn_edges), built at small sizes on CUDA. For each mode (evt: default flags; evt_cg: options
+{"cudagraphs": True}; evt_fp32: no autocast) the model trains eager and compiled side by side from the
+same weights: 2 SGD (momentum) steps then 2 AdamW steps, under bf16 autocast (fp32 for evt_fp32). Every
+step's loss and every parameter gradient are compared with eager's: rel = max|a - b| / max|b|; matched
+when rel <= 1e-2 (bf16) or 1e-3 (fp32). Under bf16 each step starts from the same weights (the eager
+model's after its optimizer step are copied into the compiled one), and an fp32 eager copy gives the
+bf16 noise: noise_ratio = max over loss/gradients of rel(evt, fp32) / rel(eager bf16, fp32); a result
+that misses 1e-2 with noise_ratio <= 2 is reported as "within bf16 noise", not as matched. One JSON line per mode: matched, the worst rel and where, which
+path each segment took (GPU program / PyTorch), the ops that fell back, evt kernel launches per step and
+CUDA graph captures.
+"""
+import argparse
+import copy
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+import evt  # noqa: E402
+from evt import backend as B  # noqa: E402
+from evt import gpu as G  # noqa: E402
+import test_torch_backend as T  # noqa: E402  (the CI models)
+
+dev = os.environ.get("EVT_TEST_DEVICE", "cuda")  # "cpu": a smoke test of this script without a GPU
+
+
+def models():
+    g = torch.Generator().manual_seed(3)
+    src, dst = torch.randint(0, 7, (12,), generator=g), torch.randint(0, 7, (12,), generator=g)
+    w = torch.rand(12, generator=g)
+    adj = T._adj()
+    return {
+        "mlp": (T.MLP, lambda: (torch.randn(16, 8), torch.randint(0, 4, (16,)))),
+        "bert": (T.Bert, lambda: (torch.randn(4, 6, 8), torch.randint(0, 3, (4,)))),
+        "vit": (T.ViT, lambda: (torch.randn(4, 3, 4, 4), torch.randint(0, 3, (4,)))),
+        "xmlcnn": (T.XMLCNN, lambda: (torch.randint(0, 30, (4, 7)), torch.rand(4, 5).round())),
+        "convbn": (T.ConvBN, lambda: (torch.randn(4, 3, 4, 4), torch.randint(0, 3, (4,)))),
+        "gcn": (T.GCN, lambda: (adj, torch.randn(7, 6), torch.randint(0, 3, (7,)))),
+        "gcn_edges": (T.GCNEdges, lambda: (src, dst, w, torch.randn(7, 6), torch.randint(0, 3, (7,)))),
+    }
+
+
+def rel(a, b):
+    a, b = a.detach().double(), b.detach().double()
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-6)).item()
+
+
+class Capture(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.msgs = []
+
+    def emit(self, r):
+        self.msgs.append(r.getMessage())
+
+
+def run(name, mode):
+    make_model, make_inputs = models()[name]
+    amp = mode != "evt_fp32"
+    tol = 1e-2 if amp else 1e-3
+    opts = {"cudagraphs": True} if mode == "evt_cg" else None
+    torch._dynamo.reset()
+    cap = Capture()
+    log = logging.getLogger("evt")
+    log.addHandler(cap)
+    log.setLevel(logging.INFO)
+    torch.manual_seed(0)
+    ref = make_model().to(dev)
+    mod = copy.deepcopy(ref)
+    ref32 = copy.deepcopy(ref)  # fp32 eager: measures how far bf16 rounding alone moves eager's gradients
+    compiled = torch.compile(mod, backend="evt", fullgraph=True, options=opts)
+    worst, where, steps = 0.0, "", []
+    noise_ratio = 0.0  # max over tensors of rel(evt, fp32) / rel(eager bf16, fp32)
+    t0 = time.time()
+    first_step_s = None
+    for make_opt in (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                     lambda p: torch.optim.AdamW(p, lr=1e-2)):
+        opt_ref, opt = make_opt(ref.parameters()), make_opt(mod.parameters())
+        for step in range(2):
+            args = [a.to(dev) for a in make_inputs()]
+            opt_ref.zero_grad()
+            opt.zero_grad()
+            with torch.autocast(dev, dtype=torch.bfloat16, enabled=amp):
+                loss_ref = ref(*args)
+            loss_ref.backward()
+            if amp:
+                for p in ref32.parameters():
+                    p.grad = None
+                loss32 = ref32(*args)
+                loss32.backward()
+            B.reset_stats()
+            with torch.autocast(dev, dtype=torch.bfloat16, enabled=amp):
+                loss = compiled(*args)
+            loss.backward()
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            steps.append(dict(B.STATS))
+            if first_step_s is None:
+                first_step_s = time.time() - t0
+            r = rel(loss, loss_ref)
+            if r > worst:
+                worst, where = r, f"loss (step {len(steps)})"
+            if amp:
+                noise_ratio = max(noise_ratio, rel(loss, loss32) / max(rel(loss_ref, loss32), 1e-6))
+            for (pn, p_ref), (_, p), (_, p32) in zip(ref.named_parameters(), mod.named_parameters(),
+                                                    ref32.named_parameters()):
+                if p.grad is None:
+                    worst, where = float("inf"), f"grad {pn} missing"
+                    continue
+                r = rel(p.grad, p_ref.grad)
+                if r > worst or r != r:
+                    worst, where = r, f"grad {pn} (step {len(steps)})"
+                if amp:
+                    noise_ratio = max(noise_ratio, rel(p.grad, p32.grad) / max(rel(p_ref.grad, p32.grad), 1e-6))
+            opt_ref.step()
+            opt.step()
+            if amp:  # next step from the same weights (bf16 differences would compound through the optimizer)
+                with torch.no_grad():
+                    for p_ref, p, p32 in zip(ref.parameters(), mod.parameters(), ref32.parameters()):
+                        p.copy_(p_ref)
+                        p32.copy_(p_ref)
+    log.removeHandler(cap)
+    fallbacks = sorted({m.split("fallback to PyTorch: ")[1].split(":")[0] for m in cap.msgs
+                        if "fallback to PyTorch:" in m})
+    plans = [m for m in cap.msgs if " evt segment(s)" in m]
+    last = steps[-1] if steps else {}
+    within_noise = bool(amp and noise_ratio <= 2.0)
+    return dict(model=name, mode=mode, matched=bool(worst <= tol), rel=worst, worst=where, tol=tol,
+                noise_ratio=round(noise_ratio, 3), within_bf16_noise=within_noise,
+                gpu_segment_runs=last.get("gpu_segment_runs", 0), torch_segment_runs=last.get("torch_segment_runs", 0),
+                gpu_launches_per_step=last.get("gpu_launches", 0),
+                captures_per_step=[s.get("captures", 0) for s in steps],
+                first_step_s=round(first_step_s or 0.0, 2), plans=plans, fallbacks=fallbacks,
+                warnings=[m for m in cap.msgs if "failed" in m][:5])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--modes", default="evt,evt_cg")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    print(f"program API in libevt: {G.has_program_api()}; EVT_FUSED={os.environ.get('EVT_FUSED', '1')}", flush=True)
+    for mode in a.modes.split(","):
+        try:
+            r = run(a.model, mode)
+        except Exception as e:  # noqa: BLE001 (a crash is a result: not matched, with the error)
+            r = dict(model=a.model, mode=mode, matched=False, rel=float("inf"), worst="exception",
+                     error=f"{type(e).__name__}: {e}"[:800], trace=traceback.format_exc()[-1500:])
+        print(json.dumps(r), flush=True)
+        if a.json:
+            with open(a.json, "a") as f:
+                f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# GPU window script of helper "gemmrt" (see tests/gpu/window.sh): GEMM+EVT groups in the fused runtime.
+# Usage (device machine, repo root): bash tests/gpu/w/gemmrt.sh LOGFILE SECONDS
+# Environment from window.sh: EVTC, LD_LIBRARY_PATH, EVT_FALLBACK_LIB, CUTLASS_PATH, EVT_JIT_CACHE,
+# EVT_KERNELS_DIR. For every bench/graphs/*_bf16.evt and examples/*.evt:
+#   1. pre-compile every generated kernel (`evtc run F --device cuda --fused --steps 0` opens the fused
+#      runtime, which JIT-compiles the graph's distinct row and CUTLASS GEMM kernels; several graphs at once);
+#   2. fused:        evtc run F --device cuda --fused --check --stats --steps 3
+#   3. node by node: evtc run F --device cuda --opt --check --steps 3
+# and ends the log with a table: groups fused by kind / fallback, check result and error (against the CPU
+# interpreter, the oracle), ms of the last step fused vs node by node.
+log=${1:?LOGFILE}; secs=${2:-600}
+t0=$SECONDS
+: "${EVTC:=build/evtc}"
+exec >>"$log" 2>&1
+left() { echo $((secs - (SECONDS - t0))); }
+echo "=== gemmrt.sh: $(date -u +%H:%M:%S) budget ${secs}s, evtc=$EVTC cache=${EVT_JIT_CACHE:-default}"
+files=$(ls bench/graphs/*_bf16.evt examples/*.evt)
+tmp=$(mktemp -d)
+
+echo "--- 1. pre-compile (parallel per graph, EVT_JIT_JOBS=8 each)"
+pids=()
+for f in $files; do
+  b=$(basename "$f" .evt)
+  EVT_JIT_JOBS=8 timeout -k 5 $(( $(left) * 6 / 10 )) "$EVTC" run "$f" --device cuda --fused --steps 0 \
+    > "$tmp/$b.pre" 2>&1 &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+for f in $files; do
+  b=$(basename "$f" .evt)
+  echo "[$b] $(grep -c 'compiled in' "$tmp/$b.pre") compiled, $(grep -c 'FAILED' "$tmp/$b.pre") failed; $(grep '^device:' "$tmp/$b.pre")"
+  grep -E 'FAILED|error' "$tmp/$b.pre" | head -5
+done
+echo "pre-compile done at $((SECONDS - t0)) s"
+
+rows=()
+for f in $files; do
+  b=$(basename "$f" .evt)
+  if [ "$(left)" -lt 40 ]; then rows+=("| $b | skipped (time) | | | | | | | | | |"); continue; fi
+  per=$(( $(left) / 2 )); [ $per -gt 240 ] && per=240
+  echo; echo "--- $b: fused"
+  timeout -k 5 $per "$EVTC" run "$f" --device cuda --fused --check --stats --steps 3 > "$tmp/$b.fused" 2>&1
+  rcf=$?
+  cat "$tmp/$b.fused"; echo "(rc $rcf)"
+  echo "--- $b: node by node"
+  timeout -k 5 $per "$EVTC" run "$f" --device cuda --opt --check --steps 3 > "$tmp/$b.nbn" 2>&1
+  rcn=$?
+  grep -E '^(step|done|check|device)' "$tmp/$b.nbn"; echo "(rc $rcn)"
+  fz=$tmp/$b.fused
+  ng=$(grep -cE '^group [0-9]+ gemm\+evt .* fused' "$fz")
+  nr=$(grep -cE '^group [0-9]+ row .* fused' "$fz")
+  np=$(grep -cE '^group [0-9]+ pointwise .* fused' "$fz")
+  nb=$(grep -cE '^group [0-9]+ [a-z+]+ fallback' "$fz")
+  late=$(grep -c 'runs node by node from now on' "$fz")
+  chk() { grep -E '^check: (matched|MISMATCH)' "$1" | sed -E 's/^check: ([A-Za-z]+),.*max rel error ([^ ,]+).*/\1 \2/'; }
+  last() { grep -E '^step 3 ' "$1" | sed -E 's/.*\(([0-9.]+) ms\).*/\1/'; }
+  # bf16/f16 detail: GPU vs exact, bound, per-node interpreter vs exact, GPU vs per-node interpreter
+  det() { grep -E '^check: bf16/f16 outputs' "$1" | sed -E 's/.*exact \(fp64 interpreter\) ([^,]+), bound ([^ ]+) = max\(1e-2, 2 x ([^,]+),.*per-node interpreter ([^;]+);.*/\1 \/ \2 \/ \3 \/ \4/'; }
+  cf=$(chk "$fz"); cn=$(chk "$tmp/$b.nbn")
+  rows+=("| $b | $ng / $nr / $np | $nb (+$late at launch) | ${cf% *} | ${cf#* } | $(det "$fz") | ${cn% *} ${cn#* } | $(det "$tmp/$b.nbn") | $(last "$fz") | $(last "$tmp/$b.nbn") | rc $rcf/$rcn |")
+done
+echo
+echo "=== gemmrt summary ($((SECONDS - t0)) s): evtc run F --device cuda --fused --check --stats --steps 3 vs --opt (node by node)"
+echo "max rel err: bf16 graphs: GPU vs the exact (fp64) interpreter; f32: vs the interpreter. 16-bit detail columns:"
+echo "GPU vs exact / bound = max(1e-2, 2 x per-node-interpreter vs exact) / per-node interpreter vs exact / GPU vs per-node interpreter"
+echo "| graph | fused gemm / row / pointwise | fallback groups | fused check | fused max rel err | fused 16-bit detail | node-by-node check, err | node-by-node 16-bit detail | fused ms (step 3) | node-by-node ms (step 3) | rc |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+for r in "${rows[@]}"; do echo "$r"; done
+rm -rf "$tmp"

@@ -1,0 +1,387 @@
+"""The GPU parts of the torch.compile backend that need no GPU: options and evt_program flags, the device
+dtype mapping, the dispatch rule (interpreter / GPU program / PyTorch) and how a plan for CUDA tensors
+is built when the program API is missing or rejects a node, the CUDA-graph output pool's reuse policy.
+
+CUDA graphs of FX modules are made with fake CUDA tensors (FakeTensorProp needs no GPU); no test here
+runs anything on a GPU or produces GPU results: those are tests/gpu/w/torchgpu.sh's.
+"""
+import logging
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "python"))
+import evt  # noqa: E402
+from evt import aten as A  # noqa: E402
+from evt import backend as B  # noqa: E402
+from evt import gpu as G  # noqa: E402
+from evt import lib as evt_lib  # noqa: E402
+
+needs_lib = pytest.mark.skipif(not evt_lib.has_interpreter(), reason="libevt has no CPU interpreter yet")
+os.environ.setdefault("EVT_CACHE", "0")
+
+
+# ---- options and flags -----------------------------------------------------------------------------------
+
+def test_parse_options_defaults_and_unknown():
+    assert G.parse_options(None) == {"cudagraphs": False, "fused": None}
+    assert G.parse_options({"cudagraphs": True})["cudagraphs"] is True
+    with pytest.raises(ValueError, match="unknown option"):
+        G.parse_options({"cudagraph": True})
+
+
+def test_program_flags():
+    F_, CG, NO = G.EVT_PROGRAM_FUSED, G.EVT_PROGRAM_CUDA_GRAPH, G.EVT_PROGRAM_NO_OPT
+    assert G.program_flags(None, {}) == F_ | NO
+    assert G.program_flags(None, {"EVT_FUSED": "0"}) == NO
+    assert G.program_flags(None, {"EVT_FUSED": "1"}) == F_ | NO
+    assert G.program_flags({"cudagraphs": True}, {}) == F_ | CG | NO
+    assert G.program_flags({"cudagraphs": True, "fused": False}, {}) == CG | NO
+    assert G.program_flags({"fused": True}, {"EVT_FUSED": "0"}) == F_ | NO  # the option wins
+    # the values agree with include/evt.h
+    h = open(os.path.join(evt_lib.REPO, "include", "evt.h")).read()
+    for name, v in (("FUSED", F_), ("CUDA_GRAPH", CG), ("NO_OPT", NO)):
+        assert f"#define EVT_PROGRAM_{name} {v}u" in h.replace("  ", " ").replace("  ", " ")
+
+
+def test_device_dtype_mapping():
+    assert G.device_dtype(torch.bfloat16) is torch.bfloat16
+    assert G.device_dtype(torch.float16) is torch.float16
+    assert G.device_dtype(torch.float32) is torch.float32
+    assert G.device_dtype(torch.int32) is torch.int64
+    assert G.device_dtype(torch.int64) is torch.int64
+    assert G.device_dtype(torch.bool) is torch.bool
+    with pytest.raises(G.ProgramError):
+        G.device_dtype(torch.float64)
+    t = torch.arange(6, dtype=torch.int32).view(2, 3).t()
+    d = G.to_device_layout(t)
+    assert d.dtype == torch.int64 and d.is_contiguous() and torch.equal(d, t.long())
+    x = torch.randn(4, 4, dtype=torch.bfloat16)
+    assert G.to_device_layout(x) is x  # already right: no copy
+
+
+def test_choose_path():
+    assert G.choose_path("cpu", True) == "interp"
+    assert G.choose_path("cpu", False) == "interp"
+    assert G.choose_path("cuda", True) == "gpu"
+    assert G.choose_path("cuda", False) == "torch"
+    assert G.choose_path("mps", True) == "torch"
+
+
+def test_builder_one_device_per_segment():
+    b = A.Builder()
+    b.on_device("cuda:0")
+    b.on_device(torch.device("cuda", 0))
+    with pytest.raises(A.Unsupported, match="segment on cuda:0"):
+        b.on_device("cpu")
+    snap = A.Builder().snapshot()
+    b2 = A.Builder()
+    b2.on_device("cpu")
+    b2.rollback(snap)
+    assert b2.device is None
+
+
+# ---- plans for CUDA tensors (fake CUDA tensors; nothing runs) --------------------------------------------
+
+def _cuda_module(with_cumsum=True):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    def f(x, w, y):
+        h = torch.relu(x @ w)
+        if with_cumsum:
+            h = torch.cumsum(h, 1)
+        return F.cross_entropy(torch.tanh(h) * 2.0, y)
+    gm = make_fx(f)(torch.randn(4, 8), torch.randn(8, 3), torch.randint(0, 3, (4,)))
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(4, 8, device="cuda"), torch.empty(8, 3, device="cuda"),
+                 torch.zeros(4, dtype=torch.long, device="cuda")]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    return gm
+
+
+def _segments(plan):
+    return [s for s in plan.steps if isinstance(s, B.Segment)]
+
+
+@needs_lib
+def test_cuda_segments_without_program_api_run_in_pytorch(monkeypatch, caplog):
+    monkeypatch.setattr(G, "has_program_api", lambda: False)
+    caplog.set_level(logging.INFO, logger="evt")
+    plan = B.build_plan(_cuda_module())
+    segs = _segments(plan)
+    assert segs and all(s.path == "torch" and s.device.type == "cuda" for s in segs)
+    why = {n.name: w for n, w in plan.fallbacks}
+    assert "no translation" in why["cumsum"]
+    assert "no GPU program API" in why["mm"] and "no GPU program API" in why["tanh"]
+    assert all(s.program is None for s in segs)
+
+
+class _Created:
+    """Stands in for a created program: plan construction only records it (nothing is run)."""
+
+    def __init__(self, text):
+        self.text = text
+
+
+@needs_lib
+def test_program_rejecting_a_node_moves_it_to_pytorch(monkeypatch):
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    made = []
+
+    def fake_program_for(graph, flags, device):
+        text = graph.text()
+        if "tanh(" in text:
+            raise G.ProgramError("seg.evt:3:3: node %tanh (tanh): no GPU kernel for this op")
+        made.append((flags, device))
+        return _Created(text)
+    monkeypatch.setattr(B, "_program_for", fake_program_for)
+    plan = B.build_plan(_cuda_module(with_cumsum=False))
+    why = {n.name: w for n, w in plan.fallbacks}
+    assert set(why) == {"tanh"} and "evt GPU program" in why["tanh"], why
+    segs = _segments(plan)
+    assert len(segs) == 2 and all(s.path == "gpu" and isinstance(s.program, _Created) for s in segs)
+    assert all(flags == G.EVT_PROGRAM_FUSED | G.EVT_PROGRAM_NO_OPT for flags, _ in made)
+    assert all(str(d) == "cuda:0" for _, d in made)
+
+
+@needs_lib
+def test_program_failure_without_a_node_runs_its_segment_in_pytorch(monkeypatch):
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+
+    def fake_program_for(graph, flags, device):
+        if "mm(" in graph.text():
+            raise G.ProgramError("out of device memory for the arena")
+        return _Created(graph.text())
+    monkeypatch.setattr(B, "_program_for", fake_program_for)
+    plan = B.build_plan(_cuda_module(with_cumsum=True), {"cudagraphs": True})
+    segs = _segments(plan)
+    assert [s.path for s in segs] == ["torch", "gpu"], [(s.path, s.text) for s in segs]
+    why = {n.name: w for n, w in plan.fallbacks}
+    assert "out of device memory" in why["mm"] and "out of device memory" in why["relu"]
+    assert isinstance(segs[1].pool, G.OutputPool)  # cudagraphs: stable output buffers
+
+
+@needs_lib
+def test_rebuilds_are_bounded(monkeypatch):
+    """Past MAX_PROGRAM_REBUILDS node rejections, a rejecting segment runs whole in PyTorch."""
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "MAX_PROGRAM_REBUILDS", 1)
+
+    def fake_program_for(graph, flags, device):
+        t = graph.text()
+        for op in ("tanh", "relu"):
+            if f"{op}(" in t:
+                raise G.ProgramError(f"x: node %{op} ({op}): unsupported")
+        return _Created(t)
+    monkeypatch.setattr(B, "_program_for", fake_program_for)
+    plan = B.build_plan(_cuda_module(with_cumsum=False))
+    why = {n.name: w for n, w in plan.fallbacks}
+    assert "relu" in why and "tanh" in why
+    assert any(s.path == "torch" and len(s.members) > 1 for s in _segments(plan))
+
+
+@needs_lib
+def test_cpu_segments_use_the_interpreter():
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    gm = make_fx(lambda x, w: [torch.relu(x @ w).sum()])(torch.randn(4, 8), torch.randn(8, 3))
+    FakeTensorProp(gm).propagate(torch.randn(4, 8), torch.randn(8, 3))
+    plan = B.build_plan(gm)
+    assert [s.path for s in _segments(plan)] == ["interp"]
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    B.reset_stats()
+    (out,) = plan([x, w])
+    assert B.STATS["interp_segment_runs"] == 1 and B.STATS["gpu_segment_runs"] == 0
+    assert torch.allclose(out, torch.relu(x @ w).sum(), rtol=1e-5)
+
+
+# ---- CUDA-graph output pool (policy only; exercised with CPU tensors) ------------------------------------
+
+def test_output_pool_reuses_only_free_buffers():
+    pool = G.OutputPool()
+    big = (G.SMALL_OUTPUT + 1,)
+    b1, handed = pool.get(0, big, torch.float32, "cpu")
+    assert handed
+    out1 = G.OutputPool.hand_out(b1, handed)
+    assert out1.data_ptr() == b1.data_ptr()
+    b2, _ = pool.get(0, big, torch.float32, "cpu")  # out1 alive: a new buffer
+    assert b2.data_ptr() != b1.data_ptr()
+    out2 = G.OutputPool.hand_out(b2, True)
+    a = torch.randn(big, requires_grad=True)
+    y = a * out2  # autograd saves out2
+    del out2
+    b3, _ = pool.get(0, big, torch.float32, "cpu")
+    assert b3 is not b2  # still saved for backward: busy
+    y.sum().backward()
+    del y
+    b4, _ = pool.get(0, big, torch.float32, "cpu")
+    b5, _ = pool.get(0, big, torch.float32, "cpu")
+    assert b5 is b4  # nothing handed out in between: reused
+    del b1, b2
+
+
+def test_output_pool_small_outputs_are_copied():
+    pool = G.OutputPool()
+    b1, handed = pool.get(0, (), torch.float32, "cpu")
+    assert not handed
+    b1.fill_(3.0)
+    loss = G.OutputPool.hand_out(b1, handed)
+    assert loss.data_ptr() != b1.data_ptr() and loss.item() == 3.0
+    b2, _ = pool.get(0, (), torch.float32, "cpu")
+    assert b2 is b1  # the caller holding `loss` does not force a new buffer
+
+
+# ---- the backend's options through torch.compile ----------------------------------------------------------
+
+@needs_lib
+def test_compile_with_options_on_cpu():
+    torch._dynamo.reset()
+    m = nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    f = torch.compile(m, backend="evt", options={"cudagraphs": True, "fused": False})
+    assert torch.allclose(f(x), m(x), rtol=1e-5, atol=1e-6)
+    torch._dynamo.reset()
+    g = torch.compile(nn.Linear(4, 3), backend="evt", options={"no_such_option": 1})
+    with pytest.raises(Exception, match="unknown option"):
+        g(x)
+    torch._dynamo.reset()
+
+
+def test_backend_registered_with_options_signature():
+    import inspect
+    assert "options" in inspect.signature(evt.evt_backend).parameters
+
+
+# ---- the ctypes binding of evt_program_* on a host-only plan (no device: runs must fail cleanly) ----------
+
+def _host_api():
+    return evt_lib.has_interpreter() and hasattr(evt_lib.lib(), "evt_program_create_host")
+
+
+@pytest.mark.skipif(not _host_api(), reason="libevt has no evt_program_create_host")
+def test_program_binding_on_a_host_plan():
+    text = ("graph seg {\n  %in.x: f32[4,8] = input()\n  %in.w: f32[8,3] = input()\n"
+            "  %mm: f32[4,3] = mm(%in.x, %in.w)\n  %r: f32[4,3] = relu(%mm)\n  output %r, %mm\n}\n")
+    p = G.Program(text, G.EVT_PROGRAM_FUSED, host=True)
+    assert isinstance(p.launch_count(), int)
+    x, w = torch.zeros(4, 8), torch.zeros(8, 3)
+    outs = [torch.empty(4, 3), torch.empty(4, 3)]
+    with pytest.raises(G.ProgramError, match="no input or param named 'in.y'"):
+        p.run([("in.y", x)], outs, 0)
+    with pytest.raises(G.ProgramError, match="run"):  # bound, but planned without a device
+        p.run([("in.x", x), ("in.w", w)], outs, 0)
+    assert p.runs == 0
+    del p  # evt_program_destroy
+
+
+@pytest.mark.skipif(not _host_api(), reason="libevt has no evt_program_create_host")
+def test_program_create_error_is_a_program_error():
+    with pytest.raises(G.ProgramError, match="no outputs"):
+        G.Program("graph seg {\n  %in.x: f32[4] = input()\n}\n", 0, host=True)
+
+
+# ---- the GPU path's Python glue end to end, with the interpreter standing in for the device -------------
+# choose_path sends CPU segments down the GPU path and _program_for returns a program object whose run()
+# executes the bound inputs on the CPU interpreter and writes the bound output buffers. Everything the GPU
+# path does around evt_program_run (names and pointers bound, output order and dtypes, int64 inputs,
+# strides, the CUDA-graph pool and input staging, STATS) runs for real; the values come from evt.
+
+class InterpProgram:
+    def __init__(self, text, flags):
+        self.graph = evt_lib.Graph(text, "interp-program")
+        self.flags = flags
+        self.runs = self.captures = 0
+        self._last = None
+        self.bound = []
+
+    def run(self, inputs, outputs, stream):
+        assert stream == 0
+        for _, t in inputs:
+            assert t.is_contiguous() and t.dtype == G.device_dtype(t.dtype)
+        key = tuple(t.data_ptr() for _, t in inputs) + tuple(t.data_ptr() for t in outputs)
+        if key != self._last:
+            self.captures += 1
+            self._last = key
+        ids = self.graph.ids
+        res = self.graph.run([(ids[name], t) for name, t in inputs],
+                             [(self.graph.outputs[k], t.dtype) for k, t in enumerate(outputs)])
+        for t, r in zip(outputs, res):
+            assert t.shape == r.shape and t.dtype == r.dtype
+            t.copy_(r)
+        self.runs += 1
+        self.bound.append([name for name, _ in inputs])
+
+    def launch_count(self):
+        return 1
+
+
+class _Stream:
+    cuda_stream = 0
+
+
+def _glue_setup(monkeypatch):
+    monkeypatch.setattr(G, "choose_path", lambda dev, api: "gpu")
+    made = []
+
+    def program_for(graph, flags, device):
+        made.append(InterpProgram(graph.text(), flags))
+        return made[-1]
+    monkeypatch.setattr(B, "_program_for", program_for)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+    return made
+
+
+@needs_lib
+@pytest.mark.parametrize("options", [None, {"cudagraphs": True}])
+@pytest.mark.parametrize("model", ["MLP", "Bert", "XMLCNN"])
+def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
+    import copy
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import test_torch_backend as T
+    made = _glue_setup(monkeypatch)
+    make, inputs = {
+        "MLP": (T.MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,)))),
+        "Bert": (T.Bert, lambda: (torch.randn(2, 5, 8), torch.randint(0, 3, (2,)))),
+        "XMLCNN": (T.XMLCNN, lambda: (torch.randint(0, 30, (2, 7)), torch.rand(2, 5).round())),
+    }[model]
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = make()
+    mod = copy.deepcopy(ref)
+    f = torch.compile(mod, backend="evt", fullgraph=True, options=options)
+    opt_ref, opt = torch.optim.SGD(ref.parameters(), lr=0.1), torch.optim.SGD(mod.parameters(), lr=0.1)
+    B.reset_stats()
+    captures = []
+    losses = []
+    for step in range(4):
+        args = inputs()
+        before = B.STATS["captures"]
+        loss = f(*args)  # (the previous step's loss is still held: small outputs are copies)
+        loss.backward()
+        losses.append(loss)
+        captures.append(B.STATS["captures"] - before)
+        loss_ref = ref(*args)
+        loss_ref.backward()
+        assert T.rel_err(loss.detach(), loss_ref.detach()) <= 1e-4
+        for (n, p_ref), (_, p) in zip(ref.named_parameters(), mod.named_parameters()):
+            assert T.rel_err(p.grad, p_ref.grad) <= 1e-4, (step, n)
+        opt.step()
+        opt_ref.step()
+        opt.zero_grad()
+        opt_ref.zero_grad()
+    assert made and all(p.runs == 4 for p in made)
+    assert all(p.flags & G.EVT_PROGRAM_NO_OPT for p in made)
+    assert bool(options) == all(p.flags & G.EVT_PROGRAM_CUDA_GRAPH for p in made)
+    assert B.STATS["gpu_segment_runs"] == 4 * len(made) and B.STATS["interp_segment_runs"] == 0
+    if options:
+        # after the first steps the bindings no longer change (no capture per step)
+        assert captures[-1] == 0 and captures[-2] == 0, captures
