@@ -220,6 +220,9 @@ class Segment:
                 raise
             self.path, self.why = "torch", f"evt GPU program: {msg}"
             return
+        except Exception as e:  # noqa: BLE001 (anything else: this segment runs in PyTorch, logged)
+            self.path, self.why = "torch", f"evt GPU program: {type(e).__name__}: {e}"
+            return
         self.pool = G.OutputPool() if flags & G.EVT_PROGRAM_CUDA_GRAPH else None
         self.staged = {}  # CUDA graphs: input name -> staging buffer (see _input)
         self.seen = {}    # CUDA graphs: input name -> the pointer it was first bound with
@@ -248,7 +251,7 @@ class Segment:
         # CUDA graphs: an input is bound as it is while its pointer stays the same (parameters); once it
         # changed (a new batch, an activation in another block), it is copied into a staging buffer of
         # its own from then on, as are inputs that need a conversion.
-        if name not in self.staged and t.dtype == G.device_dtype(t.dtype) and t.is_contiguous():
+        if name not in self.staged and G.bindable(t):
             last = self.seen.setdefault(name, t.data_ptr())
             if last == t.data_ptr():
                 return t
@@ -548,7 +551,11 @@ def compile_module(gm, example_inputs, kind="module", options=None):
             return plan(args)
         run_dynamic._boxed_call = True
         return run_dynamic
-    plan = build_plan(gm, options)
+    try:
+        plan = build_plan(gm, options)
+    except Exception as e:  # noqa: BLE001 (a bug in the translation must not fail the user's step)
+        log.warning("%s: evt failed to build a plan (%s: %s); the module runs in PyTorch", kind, type(e).__name__, e)
+        plan = None
     if plan is None:
         log.info("%s: no plan: runs in PyTorch", kind)
 

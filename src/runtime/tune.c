@@ -481,6 +481,10 @@ int evt_tune_apply_lowered(evt_lower_result *low, const char *cache_dir, const c
     evt_tune_group *o = &out[i];
     memset(o, 0, sizeof *o);
     if (L->kind != EVT_LK_GEMM_EVT || !L->ok) continue;
+    if (L->spec.batched) {
+      snprintf(o->desc, sizeof o->desc, "not tuned (batched GEMMs are not tuned; default config)");
+      continue;
+    }
     evt_tune_record r;
     o->choice = evt_tune_apply(&L->spec, L->m, L->n, L->k, cache_dir, gpu, &r);
     if (o->choice == EVT_TUNE_FUSED) {
@@ -501,7 +505,7 @@ int evt_tune_collect(const evt_lower_result *low, const int *want, evt_tune_prob
   for (int gi = 0; gi < low->n; gi++) {
     const evt_lowered *L = &low->k[gi];
     if (prob_of) prob_of[gi] = -1;
-    if (L->kind != EVT_LK_GEMM_EVT || !L->ok || (want && !want[gi])) continue;
+    if (L->kind != EVT_LK_GEMM_EVT || !L->ok || L->spec.batched || (want && !want[gi])) continue;
     evt_kspec s = L->spec;
     s.cfg = EVT_TILE_CONFIG_DEFAULT;
     uint64_t h = evt_kspec_epilogue_hash(&s);

@@ -390,6 +390,12 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
     evt_status *sp = sts ? &sts[i] : NULL;
     if (sp) *sp = EVT_OK;
     const evt_kspec *s = &P[i].spec;
+    if (s->batched) { /* the timing runs one GEMM: batched kernels are not tuned */
+      if (sp) *sp = EVT_ERR_UNSUPPORTED;
+      W[i].have_record = 1;
+      memset(&out[i], 0, sizeof out[i]);
+      continue;
+    }
     if (!opt->force &&
         evt_tune_record_read(opt->cache_dir, evt_kspec_epilogue_hash(s), P[i].m, P[i].n, P[i].k, NULL, &out[i]) == EVT_OK) {
       W[i].have_record = 1;

@@ -157,9 +157,10 @@ TEST(jit_flags_without_cutlass) {
  * on a first step (the model keeps f32 inside a group, the interpreter rounds every node to bf16). A
  * wrong pointer binding (a swapped input, a store into the wrong tensor) fails the f32 bound. */
 TEST(exec_plan_cpu_model_matches_interpreter) {
-  const char *files[] = {"examples/mlp.evt", "examples/vit.evt", "examples/bert_layer.evt", "bench/graphs/mlp_bf16.evt",
-                         "bench/graphs/vit_bf16.evt"};
-  for (int f = 0; f < 5; f++) {
+  const char *files[] = {"examples/mlp.evt",        "examples/vit.evt",          "examples/bert_layer.evt",
+                         "examples/bert_layer_sdpa.evt", "examples/gcn.evt",     "examples/resnet_block.evt",
+                         "examples/xmlcnn.evt",     "bench/graphs/mlp_bf16.evt", "bench/graphs/vit_bf16.evt"};
+  for (int f = 0; f < 9; f++) {
     evt_graph *g = load_opt(files[f]);
     if (!g) continue;
     evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
@@ -168,7 +169,7 @@ TEST(exec_plan_cpu_model_matches_interpreter) {
     CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
     int nf, nb;
     evt_exec_plan_counts(&p, &nf, &nb);
-    CHECK(nf > 0);
+    CHECK_MSG(nf > 0 || strstr(files[f], "gcn"), "%s", files[f]); /* gcn f32: nothing lowers */
     for (int i = 0; i < g->nnodes; i++)
       if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
         CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
@@ -284,11 +285,14 @@ TEST(exec_bind_gemm_refusals) {
 }
 
 /* The --check rule (evt_check_step, cuda.h) on the CPU model of the fused step, trained 3 SGD steps on its own
- * gradients as `evtc run --fused` does: bf16 graphs pass the rule (the GPU must), and the quantities it reports
- * are consistent; a gradient off by 5% and a wrong tensor fail it; f32 stays tight (1e-4). */
+ * gradients as `evtc run --fused` does: every bf16 graph passes the rule (the GPU must), and the quantities it
+ * reports are consistent; a gradient off by 5% and a negated one fail it; f32 stays tight. */
 TEST(check_rule_on_the_fused_cpu_model) {
-  const char *files[] = {"bench/graphs/mlp_bf16.evt", "bench/graphs/bert_layer_bf16.evt", "examples/mlp.evt"};
-  for (int f = 0; f < 3; f++) {
+  const char *files[] = {"bench/graphs/mlp_bf16.evt",          "bench/graphs/bert_layer_bf16.evt",
+                         "bench/graphs/bert_layer_sdpa_bf16.evt", "bench/graphs/gcn_bf16.evt",
+                         "bench/graphs/resnet_block_bf16.evt",    "bench/graphs/vit_bf16.evt",
+                         "bench/graphs/xmlcnn_bf16.evt",          "examples/mlp.evt"};
+  for (int f = 0; f < 8; f++) {
     evt_graph *g = load_opt(files[f]);
     if (!g) continue;
     bool bf = strstr(files[f], "bf16") != NULL;
@@ -317,10 +321,16 @@ TEST(check_rule_on_the_fused_cpu_model) {
                 r.gpu_exact, r.bound, r.ref_exact, r.gpu_ref, r.f32_ref);
       if (bf) CHECK(r.bound >= 1e-2 && r.ref_exact > 0 && r.gpu_exact > 0 && r.gpu_exact <= r.bound);
       else CHECK(r.bound == 0 && r.f32_ref <= 1e-5);
-      /* a gradient 5% off, then a gradient replaced by another output of the same size: both caught */
-      int last = no - 1;
+      /* a gradient 5% off (caught where the bound is below 2.5%: not where bf16 flips max-pool / comparison
+       * decisions and the per-node interpreter itself is 0.1-0.4 from exact), then a negated one: caught */
+      int last = no - 1; /* the output holding the largest gradient (the floor cannot hide its error) */
+      double big = 0;
+      for (int k = 0; k < no; k++)
+        for (int64_t i = 0; i < gpu[k].numel && g->outputs[k] != g->loss; i++)
+          if (fabs(gpu[k].data[i]) > big) big = fabs(gpu[k].data[i]), last = k;
+      double bound = r.bound;
       for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] *= 1.05;
-      CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK && r.mismatches == 1);
+      CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK && (bound > 0.025 || r.mismatches == 1));
       for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] = -gpu[last].data[i];
       CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK && r.mismatches == 1);
       for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] = -gpu[last].data[i] / 1.05;

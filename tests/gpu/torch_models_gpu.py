@@ -1,6 +1,6 @@
 """torch.compile(backend="evt") on CUDA vs eager PyTorch (run by tests/gpu/w/torchgpu.sh on the H200).
 
-    python3 tests/gpu/torch_models_gpu.py MODEL [--modes evt,evt_cg] [--json FILE]
+    python3 tests/gpu/torch_models_gpu.py MODEL[,MODEL...] [--modes evt,evt_cg,evt_fp32] [--json FILE]
 
 MODEL is one of the CI models of tests/python/test_torch_backend.py (mlp, bert, vit, xmlcnn, convbn, gcn,
 gcn_edges), built at small sizes on CUDA. For each mode (evt: default flags; evt_cg: options
@@ -149,21 +149,24 @@ def run(name, mode):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("model")
+    ap.add_argument("models", help="comma list of " + ",".join(models()))
     ap.add_argument("--modes", default="evt,evt_cg")
     ap.add_argument("--json")
     a = ap.parse_args()
     print(f"program API in libevt: {G.has_program_api()}; EVT_FUSED={os.environ.get('EVT_FUSED', '1')}", flush=True)
-    for mode in a.modes.split(","):
-        try:
-            r = run(a.model, mode)
-        except Exception as e:  # noqa: BLE001 (a crash is a result: not matched, with the error)
-            r = dict(model=a.model, mode=mode, matched=False, rel=float("inf"), worst="exception",
-                     error=f"{type(e).__name__}: {e}"[:800], trace=traceback.format_exc()[-1500:])
-        print(json.dumps(r), flush=True)
-        if a.json:
-            with open(a.json, "a") as f:
-                f.write(json.dumps(r) + "\n")
+    for mode in a.modes.split(","):  # modes outermost: every model's first mode before any second mode
+        for name in a.models.split(","):
+            t0 = time.time()
+            try:
+                r = run(name, mode)
+            except Exception as e:  # noqa: BLE001 (a crash is a result: not matched, with the error)
+                r = dict(model=name, mode=mode, matched=False, rel=float("inf"), worst="exception",
+                         error=f"{type(e).__name__}: {e}"[:800], trace=traceback.format_exc()[-1500:])
+            r["seconds"] = round(time.time() - t0, 1)
+            print(json.dumps(r), flush=True)
+            if a.json:
+                with open(a.json, "a") as f:
+                    f.write(json.dumps(r) + "\n")
 
 
 if __name__ == "__main__":

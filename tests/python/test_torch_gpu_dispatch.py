@@ -64,6 +64,10 @@ def test_device_dtype_mapping():
     assert d.dtype == torch.int64 and d.is_contiguous() and torch.equal(d, t.long())
     x = torch.randn(4, 4, dtype=torch.bfloat16)
     assert G.to_device_layout(x) is x  # already right: no copy
+    v = torch.randn(65)[1:]  # contiguous, 4 bytes past an aligned start
+    assert v.is_contiguous() and not G.bindable(v)
+    d = G.to_device_layout(v)
+    assert d.data_ptr() % 16 == 0 and torch.equal(d, v)
 
 
 def test_choose_path():
@@ -337,6 +341,7 @@ def _glue_setup(monkeypatch):
         return made[-1]
     monkeypatch.setattr(B, "_program_for", program_for)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+    monkeypatch.setattr(B, "_GRAPHS", {})  # (other tests expect to see their segments parsed)
     return made
 
 
@@ -362,7 +367,8 @@ def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
     B.reset_stats()
     captures = []
     losses = []
-    for step in range(4):
+    steps = 6
+    for step in range(steps):
         args = inputs()
         before = B.STATS["captures"]
         loss = f(*args)  # (the previous step's loss is still held: small outputs are copies)
@@ -378,10 +384,12 @@ def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
         opt_ref.step()
         opt.zero_grad()
         opt_ref.zero_grad()
-    assert made and all(p.runs == 4 for p in made)
+    assert made and all(p.runs == steps for p in made)
     assert all(p.flags & G.EVT_PROGRAM_NO_OPT for p in made)
     assert bool(options) == all(p.flags & G.EVT_PROGRAM_CUDA_GRAPH for p in made)
-    assert B.STATS["gpu_segment_runs"] == 4 * len(made) and B.STATS["interp_segment_runs"] == 0
+    assert B.STATS["gpu_segment_runs"] == steps * len(made) and B.STATS["interp_segment_runs"] == 0
     if options:
-        # after the first steps the bindings no longer change (no capture per step)
-        assert captures[-1] == 0 and captures[-2] == 0, captures
+        # Each input can force one more capture, when its pointer first changes (it is staged from then
+        # on; when that happens depends on the allocator), then the bindings stay put.
+        assert captures[-1] == 0, captures
+        assert sum(captures) <= sum(1 + len(p.bound[0]) for p in made), captures
