@@ -512,6 +512,54 @@ __device__ __forceinline__ void flush_rowsum(const float (&acc)[VPT][8], float *
   }
 }
 
+// The Σ-over-M accumulators of a kernel's NRS row sums, per thread: VPT·8 columns each. In registers (SMEM
+// false) or in this row-group's slots of dynamic shared memory (SMEM true: smem_floats() floats per CTA; frees
+// the registers for occupancy; each thread owns its slots, laid out so a warp's accesses hit 32 banks).
+// flush writes the CTA's partial of sum k to ws + k·kstride[0..n): the R row-groups added in group order.
+template <int T, int VPT, int R, int NRS, bool SMEM>
+struct RowSums {
+  static constexpr int kPer = NRS * VPT * 8 * T;  // floats per row-group
+  static constexpr size_t smem_bytes() { return SMEM ? sizeof(float) * (size_t)kPer * R : 0; }
+  float a[SMEM ? 1 : NRS][VPT][8];
+  float *s;
+  __device__ __forceinline__ void init(float *dyn, int g, int t) {
+    s = dyn + (size_t)g * kPer + t;
+#pragma unroll
+    for (int k = 0; k < NRS; k++)
+#pragma unroll
+      for (int v = 0; v < VPT; v++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+          if constexpr (SMEM)
+            s[((k * VPT + v) * 8 + e) * T] = 0.f;
+          else
+            a[k][v][e] = 0.f;
+        }
+  }
+  __device__ __forceinline__ float &at(int k, int v, int e) {
+    if constexpr (SMEM)
+      return s[((k * VPT + v) * 8 + e) * T];
+    else
+      return a[SMEM ? 0 : k][v][e];
+  }
+  __device__ __forceinline__ void flush(float *ws, size_t kstride, int n, int g, int t) {
+    if constexpr (!SMEM) {
+#pragma unroll
+      for (int k = 0; k < NRS; k++) flush_rowsum<T, VPT, R>(a[SMEM ? 0 : k], ws + k * kstride, n, g, t);
+    } else {
+      __syncthreads();
+      const float *base = s - (size_t)g * kPer - t;
+      for (int k = 0; k < NRS; k++)
+        for (int j = threadIdx.x; j < n; j += T * R) {
+          const int c = j >> 3, e = j & 7, v = c / T, tt = c % T;
+          float acc = 0.f;
+          for (int gg = 0; gg < R; gg++) acc += base[(size_t)gg * kPer + ((k * VPT + v) * 8 + e) * T + tt];
+          ws[k * kstride + j] = acc;
+        }
+    }
+  }
+};
+
 // out[j] = Σ_{b < parts} ws[b·n + j] in a fixed order: thread (x, y) of a 32×32 block sums b ≡ y (mod 32)
 // ascending (loads unrolled by 8, so they are in flight together), then y = 0..31 are added in order.
 // Grid: (ceil(n / 32), number of sums); sum k reads ws + k·parts·n and writes out.p[k].

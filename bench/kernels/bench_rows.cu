@@ -288,8 +288,15 @@ static int perf_main(int argc, char **argv) {
   const char *only = getenv("ROWPERF_ONLY");  // comma list of ops (debug)
   printf("\n%-14s %-5s %6s %5s %-10s %7s | %8s %5s | %8s %5s | %8s %5s | %s\n", "op", "dtype", "M", "N", "variant", "MB",
          "dirty us", "xflr", "clean us", "xflr", "steady", "xflr", "match (rel err)");
+  struct Res {
+    std::string var;
+    double d, c, st;
+    bool match;
+    double err;
+  };
   std::vector<std::string> summary;
   for (const B &b : list) {
+    std::vector<Res> res;
     if (only && !strstr(only, b.ex)) continue;
     const RowCase *c0 = nullptr;
     for (auto &k : vars[0])
@@ -339,7 +346,7 @@ static int perf_main(int argc, char **argv) {
                ts / floor_us, match ? "matched" : "NOT MATCHED", worst, rc ? " launch error" : "");
       printf("%s\n", line);
       fflush(stdout);
-      summary.push_back(line);
+      res.push_back({labels[vi], td / floor_us, tc / floor_us, ts / floor_us, match && rc == 0, worst});
     }
     // context: a plain copy of the same bytes, same three methods
     size_t half = std::min((size_t)(bytes / 2) & ~(size_t)255, cb / 4);
@@ -353,11 +360,25 @@ static int perf_main(int argc, char **argv) {
     snprintf(line, sizeof line, "%-14s %-5s %6d %5d %-10s %7.1f | %8.1f %5.2f | %8.1f %5.2f | %8.1f %5.2f | (memcpy of the same bytes)",
              b.ex, dt_name(b.dt), b.m, b.n, "memcpy", bytes / 1e6, cd, cd / floor_us, cc, cc / floor_us, cs, cs / floor_us);
     printf("%s\n", line);
-    summary.push_back(line);
     for (auto *r : rot) delete r;
+    // summary: v0 and new (dirty / steady x floor), the best variant by steady time
+    const Res *v0 = nullptr, *nw = nullptr, *best = nullptr;
+    for (auto &r : res) {
+      if (r.var == "v0") v0 = &r;
+      if (r.var == "new") nw = &r;
+      if (r.match && (!best || r.st < best->st)) best = &r;
+    }
+    char sl[512];
+    snprintf(sl, sizeof sl, "| %-13s | %5d x %-4d | %7.1f | %5.2f / %5.2f | %5.2f / %5.2f | %-11s | %-6s %5.2f | %4.2f / %4.2f |", b.ex, b.m,
+             b.n, bytes / 1e6, v0 ? v0->d : NAN, v0 ? v0->st : NAN, nw ? nw->d : NAN, nw ? nw->st : NAN,
+             nw ? (nw->match ? "matched" : "NOT MATCHED") : "n/a", best ? best->var.c_str() : "-", best ? best->st : NAN,
+             cd / floor_us, cs / floor_us);
+    summary.push_back(sl);
   }
-  printf("\nSUMMARY (x flr = time / (bytes / %.0f GB/s); dirty = old method, clean = read-flushed L2, steady = back-to-back rotating buffers)\n",
+  printf("\nSUMMARY (bf16; x floor = time / (bytes / %.0f GB/s); dirty = the old method (memset flush, one launch), "
+         "steady = back-to-back launches over rotating buffers; best = fastest matched variant by steady)\n",
          bw / 1e9);
+  printf("| op            | M x N        |      MB | v0 dirty/steady | new dirty/steady | new output  | best  steady | memcpy d/s  |\n");
   for (auto &l : summary) printf("%s\n", l.c_str());
   return 0;
 }

@@ -91,9 +91,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   evt_rspec_kernel_name(s, kname);
   const char *hash = kname + strlen("evt_rowkernel_");
   evt_rspec_text(s, text, sizeof text);
-  int nrowsum = 0, users[EVT_RSPEC_MAX_NODES] = {0};
+  int nrowsum = 0, users[EVT_RSPEC_MAX_NODES] = {0}, rsk[EVT_RSPEC_MAX_NODES] = {0};
   for (int i = 0; i < s->nnodes; i++) {
-    nrowsum += s->nodes[i].op == EVT_V_ROW_SUM;
+    if (s->nodes[i].op == EVT_V_ROW_SUM) rsk[i] = nrowsum++;
     for (int j = 0; j < evt_vop_arity(s->nodes[i].op); j++) users[s->nodes[i].in[j]]++;
   }
   const char *in_t = ctype(s->in_dtype), *w_t = ctype(s->w_dtype);
@@ -117,7 +117,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_CTA_WARPS_SUM %d\n#endif\n"
          "#ifndef EVT_ROWS_DEEP_SUM  // row sums: prefetch two rows ahead (1) or one (0)\n#define EVT_ROWS_DEEP_SUM 1\n#endif\n"
          "#ifndef EVT_ROWS_MINB_SUM  // row sums: __launch_bounds__ minimum CTAs per SM (caps registers)\n"
-         "#define EVT_ROWS_MINB_SUM 1\n#endif\n\n",
+         "#define EVT_ROWS_MINB_SUM 1\n#endif\n"
+         "#ifndef EVT_ROWS_SMEM_SUM  // row sums: accumulate in shared memory (1) or registers (0)\n"
+         "#define EVT_ROWS_SMEM_SUM 0\n#endif\n\n",
      EVT_ROWS_DEFAULT_WARP_VPT, EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
 
@@ -137,6 +139,10 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "};\n\n");
 
   /* 2b. kernel */
+  if (nrowsum)
+    sb(&b, "// row-sum accumulators: shared memory when asked for and at most 96 KiB per CTA, else registers\n"
+           "template <int WARPS, int VPT, int R>\nusing RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, %d,\n"
+           "    EVT_ROWS_SMEM_SUM && (size_t)%d * VPT * 8 * WARPS * 32 * R * 4 <= 98304>;\n\n", nrowsum, nrowsum);
   int ncolsum = 0;  /* per-row reductions (col_sum, col_max): they need the group's shared slots */
   for (int i = 0; i < s->nnodes; i++) ncolsum += s->nodes[i].op == EVT_V_COL_SUM || s->nodes[i].op == EVT_V_COL_MAX;
   /* M×N row inputs fetched one row ahead: (pointer field, element type, register array) */
@@ -175,6 +181,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
                    "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : 1)\n"
                    "row_kernel(Params p) {\n");
   sb(&b, "  constexpr int T = WARPS * 32;\n");
+  if (nrowsum) sb(&b, "  using RSums = RSumsOf<WARPS, VPT, R>;\n");
   sb(&b, "  static_assert(WARPS == 1 || R <= 15, \"named barriers 1..15: one per row-group\");\n");
   sb(&b, "  const int g = threadIdx.x / T, t = threadIdx.x %% T;\n  const int n = p.n;\n");
   if (nu != EVT_ROWN_NONE || ncolsum)
@@ -194,13 +201,11 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
       sb(&b, "  float L%d[VPT][8];  // row_bcast %s (loaded once)\n  evt_rows::load_row<T, VPT>(p.n%d_%s, n, t, true, p.vec, L%d);\n",
          i, s->nodes[i].name, i, s->nodes[i].name, i);
   for (int i = 0; i < s->nnodes; i++)
-    if (s->nodes[i].op == EVT_V_ROW_SUM)
-      sb(&b, "  float rs%d[VPT][8];  // partial %s = sum over this CTA's rows\n"
-             "#pragma unroll\n  for (int v = 0; v < VPT; v++)\n#pragma unroll\n"
-             "    for (int e = 0; e < 8; e++) rs%d[v][e] = 0.f;\n", i, s->nodes[i].name, i);
-  for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_SCALAR_LOAD)
       sb(&b, "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n", i, i, s->nodes[i].name);
+  if (nrowsum)
+    sb(&b, "  extern __shared__ float dyn_smem[];\n"
+           "  RSums rsum;  // this thread's columns of the row sums over the CTA's rows\n  rsum.init(dyn_smem, g, t);\n");
   /* prefetch of the first row */
   sb(&b, "  const long long stride = (long long)gridDim.x * R;\n");
   if (nrin)
@@ -298,7 +303,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
         break;
       case EVT_V_AUX_STORE: sb(&b, "        S%d[e] = v%d;  // %s\n        const float v%d = v%d;\n", i, a, v->name, i, a); break;
       case EVT_V_ROW_SUM:
-        sb(&b, "        if (ok) rs%d[v][e] += v%d;  // %s\n        const float v%d = v%d;\n", i, a, v->name, i, a);
+        sb(&b, "        if (ok) rsum.at(%d, v, e) += v%d;  // %s\n        const float v%d = v%d;\n", rsk[i], a, v->name, i,
+           a);
         break;
       case EVT_V_COL_SUM:
         sb(&b, "        if (ok) cs%d += v%d;  // %s\n        const float v%d = v%d;\n", i, a, v->name, i, a);
@@ -330,12 +336,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          i, s->nodes[i].name, ctype(s->nodes[i].dtype), i);
   sb(&b, "  }\n");
   if (nrowsum) sb(&b, "  evt_rows::trigger_dependents();  // the finalize kernel may start launching\n");
-  for (int i = 0, k = 0; i < s->nnodes; i++)
-    if (s->nodes[i].op == EVT_V_ROW_SUM) {
-      sb(&b, "  evt_rows::flush_rowsum<T, VPT, R>(rs%d, p.ws + ((size_t)%d * gridDim.x + blockIdx.x) * n, n, g, t);\n", i,
-         k);
-      k++;
-    }
+  if (nrowsum) sb(&b, "  rsum.flush(p.ws + (size_t)blockIdx.x * n, (size_t)gridDim.x * n, n, g, t);\n");
   sb(&b, "}\n\n");
 
   /* 2c. launch<WARPS, VPT> */
@@ -345,10 +346,14 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "  constexpr int R = WARPS == 1 || R0 <= 15 ? R0 : 15;  // row-groups per CTA\n",
      nrowsum ? "EVT_ROWS_CTA_WARPS_SUM" : "EVT_ROWS_CTA_WARPS");
   sb(&b, "  const long long blocks = ((long long)p.m + R - 1) / R;\n");
+  sb(&b, nrowsum ? "  constexpr size_t SMEM = RSumsOf<WARPS, VPT, R>::smem_bytes();  // dynamic shared memory\n"
+                 : "  constexpr size_t SMEM = 0;  // dynamic shared memory\n");
   sb(&b, "  static int resident = 0;  // CTAs of this shape that fit on the GPU at once: the grid (persistent)\n"
          "  if (!resident) {\n    int dev = 0, sms = 0, occ = 0;\n    cudaGetDevice(&dev);\n"
          "    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n"
-         "    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, row_kernel<WARPS, VPT, R>, WARPS * 32 * R, 0);\n"
+         "    if (SMEM > 48 * 1024)\n"
+         "      cudaFuncSetAttribute(row_kernel<WARPS, VPT, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM);\n"
+         "    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, row_kernel<WARPS, VPT, R>, WARPS * 32 * R, SMEM);\n"
          "    resident = sms * (occ > 0 ? occ : 1);\n  }\n"
          "  const int grid = (int)(blocks < resident ? blocks : resident);\n");
   if (nrowsum) {
@@ -357,7 +362,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "    if (cudaMalloc(&g_ws, need) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n    g_ws_bytes = need;\n  }\n"
            "  p.ws = g_ws;\n", nrowsum);
   }
-  sb(&b, "  row_kernel<WARPS, VPT, R><<<grid, WARPS * 32 * R, 0, st>>>(p);\n");
+  sb(&b, "  row_kernel<WARPS, VPT, R><<<grid, WARPS * 32 * R, SMEM, st>>>(p);\n");
   if (nrowsum) {
     sb(&b, "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n");
     sb(&b, "  evt_rows::RowSumOuts outs = {};\n");

@@ -124,8 +124,11 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "launch_rowsum_finalize(dim3((p.n + 31) / 32, 2), st,") != NULL);
   /* the finalize may launch early (PDL) only after the partial flush begins */
   const char *trig = strstr(a, "evt_rows::trigger_dependents();");
-  CHECK(trig && strstr(trig, "flush_rowsum<T, VPT, R>(rs5") != NULL);
-  CHECK(strstr(a, "if (ok) rs5[v][e] += v4;  // dgamma") != NULL);
+  CHECK(trig && strstr(trig, "rsum.flush(p.ws + (size_t)blockIdx.x * n, (size_t)gridDim.x * n, n, g, t);") != NULL);
+  CHECK(strstr(a, "if (ok) rsum.at(0, v, e) += v4;  // dgamma") != NULL);
+  CHECK(strstr(a, "if (ok) rsum.at(1, v, e) += v2;  // dbeta") != NULL);
+  CHECK(strstr(a, "using RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, 2,") != NULL);
+  CHECK(strstr(a, "row_kernel<WARPS, VPT, R><<<grid, WARPS * 32 * R, SMEM, st>>>(p);") != NULL);
   CHECK(strstr(a, "const float v4 = v2 * v3;") != NULL);
   CHECK(strstr(a, "evt_rows::store8(p.n1_dx + ro, j0, n, full, S1);") != NULL);
   CHECK(strstr(a, "atomic") == NULL); /* row sums are a deterministic two-pass */
