@@ -432,7 +432,11 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
   sb_printf(&b, "using MainloopSchedule = cutlass::gemm::%s;\n",
             coop ? "KernelTmaWarpSpecializedCooperative" : "KernelTmaWarpSpecializedPingpong");
   sb_printf(&b, "using EpilogueSchedule = cutlass::epilogue::%s;\n", coop ? "TmaWarpSpecializedCooperative" : "TmaWarpSpecialized");
-  sb_printf(&b, "using EpilogueTileType = cutlass::epilogue::collective::EpilogueTileAuto;\n");
+  if (s->cfg.epi_n)
+    sb_printf(&b, "using EpilogueTileType = Shape<_%d, _%d>;\n", coop ? (s->cfg.tile_m < 128 ? s->cfg.tile_m : 128) : 64,
+              s->cfg.epi_n);
+  else
+    sb_printf(&b, "using EpilogueTileType = cutlass::epilogue::collective::EpilogueTileAuto;\n");
   sb_printf(&b,
             "using EpiDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<TileShape, EpilogueTileType, void, "
             "ElementD, EpilogueSchedule>;\n\n");

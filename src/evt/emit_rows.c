@@ -115,12 +115,14 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#ifndef EVT_ROWS_CTA_WARPS  // warps per CTA (several row-groups per CTA)\n#define EVT_ROWS_CTA_WARPS %d\n#endif\n"
          "#ifndef EVT_ROWS_CTA_WARPS_SUM  // the same with row sums (fewer CTAs: fewer partials)\n"
          "#define EVT_ROWS_CTA_WARPS_SUM %d\n#endif\n"
-         "#ifndef EVT_ROWS_DEEP_SUM  // row sums: prefetch two rows ahead (1) or one (0)\n#define EVT_ROWS_DEEP_SUM 1\n#endif\n"
+         "#ifndef EVT_ROWS_DEPTH  // rows prefetched ahead when a thread holds one chunk (else 1)\n"
+         "#define EVT_ROWS_DEPTH %d\n#endif\n"
+         "#ifndef EVT_ROWS_DEEP_SUM  // row sums: EVT_ROWS_DEPTH rows ahead (1) or one (0)\n#define EVT_ROWS_DEEP_SUM 1\n#endif\n"
          "#ifndef EVT_ROWS_MINB_SUM  // row sums: __launch_bounds__ minimum CTAs per SM (caps registers)\n"
          "#define EVT_ROWS_MINB_SUM 1\n#endif\n"
          "#ifndef EVT_ROWS_SMEM_SUM  // row sums: accumulate in shared memory (1) or registers (0)\n"
          "#define EVT_ROWS_SMEM_SUM 0\n#endif\n\n",
-     EVT_ROWS_DEFAULT_WARP_VPT, EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM);
+     EVT_ROWS_DEFAULT_WARP_VPT, EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_DEPTH);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
 
   /* 2a. Params */
@@ -209,32 +211,31 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   /* prefetch of the first row */
   sb(&b, "  const long long stride = (long long)gridDim.x * R;\n");
   if (nrin)
-    sb(&b, "  constexpr bool DEEP = VPT == 1 && %s;  // prefetch two rows ahead (one when the row needs more registers)\n",
+    sb(&b, "  // prefetch ring: rows i+1 .. i+D of this row-group in flight while row i is worked on\n"
+           "  constexpr int D = VPT == 1 && %s ? EVT_ROWS_DEPTH : 1;\n",
        nrowsum ? "EVT_ROWS_DEEP_SUM" : "true");
   for (int k = 0; k < nrin; k++)
-    sb(&b, "  evt_rows::Raw8<%s> f_%s[VPT], h_%s[VPT];  // %s, one and two rows ahead\n", rin[k].type, rin[k].arr,
-       rin[k].arr, rin[k].field);
-  if (nrin) sb(&b, "  {  // the first row\n    const long long row = (long long)blockIdx.x * R + g;\n    const bool live = row < p.m;\n");
+    sb(&b, "  evt_rows::Raw8<%s> q_%s[D][VPT];  // %s, the next D rows\n", rin[k].type, rin[k].arr, rin[k].field);
+  if (nrin)
+    sb(&b, "#pragma unroll\n  for (int d = 0; d < D; d++) {  // the first D rows\n"
+           "    const long long row = (long long)blockIdx.x * R + g + d * stride;\n    const bool live = row < p.m;\n");
   for (int k = 0; k < nrin; k++)
-    sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live ? row * n : 0), n, t, live, p.vec, f_%s);\n", rin[k].field,
-       rin[k].arr);
-  if (nrin) sb(&b, "    const long long row2 = row + stride;\n    const bool live2 = DEEP && row2 < p.m;\n");
-  for (int k = 0; k < nrin; k++)
-    sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live2 ? row2 * n : 0), n, t, live2, p.vec, h_%s);\n", rin[k].field,
+    sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live ? row * n : 0), n, t, live, p.vec, q_%s[d]);\n", rin[k].field,
        rin[k].arr);
   if (nrin) sb(&b, "  }\n");
   sb(&b, "  for (long long base = (long long)blockIdx.x * R; base < p.m; base += stride) {\n");
   sb(&b, "    const long long row = base + g;\n    const bool live = row < p.m;\n"
          "    const long long ro = live ? row * n : 0;  // row offset\n");
   if (nrin) {
-    sb(&b, "    const long long nrow = row + (DEEP ? 2 : 1) * stride;  // the row to fetch now\n"
+    sb(&b, "    const long long nrow = row + D * stride;  // the row to fetch now\n"
            "    const bool nlive = nrow < p.m;\n");
     for (int k = 0; k < nrin; k++) {
       sb(&b, "    evt_rows::Raw8<%s> c_%s[VPT];\n#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n"
-             "      c_%s[v] = f_%s[v];\n      if (DEEP) f_%s[v] = h_%s[v];\n    }\n",
+             "      c_%s[v] = q_%s[0][v];\n#pragma unroll\n      for (int d = 0; d + 1 < D; d++) q_%s[d][v] = q_%s[d + 1][v];\n"
+             "    }\n",
          rin[k].type, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr);
-      sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, p.vec, DEEP ? h_%s : f_%s);\n",
-         rin[k].field, rin[k].arr, rin[k].arr);
+      sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, p.vec, q_%s[D - 1]);\n",
+         rin[k].field, rin[k].arr);
     }
   }
   /* nucleus */

@@ -115,15 +115,16 @@ char *evt_tile_config_label(const evt_tile_config *c, char *out, size_t len) {
   int w = snprintf(out, len, "%dx%dx%d c%dx%d %s", c->tile_m, c->tile_n, c->tile_k, c->cluster_m, c->cluster_n,
                    c->schedule == EVT_SCHED_PINGPONG ? "pingpong" : "coop");
   if (w > 0 && (size_t)w < len && c->stages) w += snprintf(out + w, len - (size_t)w, " s%d", c->stages);
-  if (w > 0 && (size_t)w < len && c->reduction == EVT_RED_WORKSPACE) snprintf(out + w, len - (size_t)w, " red=workspace");
+  if (w > 0 && (size_t)w < len && c->reduction == EVT_RED_WORKSPACE) w += snprintf(out + w, len - (size_t)w, " red=workspace");
+  if (w > 0 && (size_t)w < len && c->epi_n) snprintf(out + w, len - (size_t)w, " e%d", c->epi_n);
   return out;
 }
 
 evt_status evt_tile_config_parse(const char *text, evt_tile_config *c) {
   evt_tile_config r = EVT_TILE_CONFIG_DEFAULT;
-  char sched[16] = "", rest[2][24] = {"", ""};
-  int n = sscanf(text, "%dx%dx%d c%dx%d %15s %23s %23s", &r.tile_m, &r.tile_n, &r.tile_k, &r.cluster_m, &r.cluster_n,
-                 sched, rest[0], rest[1]);
+  char sched[16] = "", rest[3][24] = {"", "", ""};
+  int n = sscanf(text, "%dx%dx%d c%dx%d %15s %23s %23s %23s", &r.tile_m, &r.tile_n, &r.tile_k, &r.cluster_m,
+                 &r.cluster_n, sched, rest[0], rest[1], rest[2]);
   if (n < 6) return EVT_ERR_INVALID;
   if (!strcmp(sched, "coop")) r.schedule = EVT_SCHED_COOPERATIVE;
   else if (!strcmp(sched, "pingpong")) r.schedule = EVT_SCHED_PINGPONG;
@@ -132,6 +133,7 @@ evt_status evt_tile_config_parse(const char *text, evt_tile_config *c) {
     int st;
     char tail;
     if (sscanf(rest[i], "s%d%c", &st, &tail) == 1 && st > 0) r.stages = st;
+    else if (sscanf(rest[i], "e%d%c", &st, &tail) == 1 && st > 0) r.epi_n = st;
     else if (!strcmp(rest[i], "red=workspace")) r.reduction = EVT_RED_WORKSPACE;
     else if (!strcmp(rest[i], "red=atomic")) r.reduction = EVT_RED_ATOMIC;
     else return EVT_ERR_INVALID;
@@ -174,6 +176,8 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
     if (per * c->stages > 227L * 1024 - 32 * 1024)
       BAD("%d stages x %ld bytes of A+B tiles exceed the shared memory left for the mainloop (195 KiB)", c->stages, per);
   }
+  if (c->epi_n != 0 && ((c->epi_n != 32 && c->epi_n != 64 && c->epi_n != 128) || tn % c->epi_n))
+    BAD("epilogue subtile N %d (0 = auto, or 32, 64, 128 dividing tile_n)", c->epi_n);
   if (c->reduction != EVT_RED_ATOMIC && c->reduction != EVT_RED_WORKSPACE) BAD("unknown reduction strategy %d", (int)c->reduction);
   if (c->reduction == EVT_RED_WORKSPACE && !evt_kspec_has_sums(s))
     BAD("reduction strategy 'workspace' given but the epilogue has no row_sum / col_sum");
@@ -250,6 +254,7 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
       s->cfg.schedule == EVT_SCHED_PINGPONG ? "pingpong" : "cooperative");
   if (s->cfg.stages) OUT(" stages %d", s->cfg.stages);
   if (s->cfg.reduction == EVT_RED_WORKSPACE) OUT(" reduction workspace");
+  if (s->cfg.epi_n) OUT(" epilogue_n %d", s->cfg.epi_n);
   OUT("\n");
   if (s->batched) OUT("batched\n"); /* unbatched specs keep their text (and hash) */
   for (int i = 0; i < s->nnodes; i++) {

@@ -123,9 +123,10 @@ typedef struct evt_tile_config {
   evt_schedule schedule;
   int stages;                     /* mainloop pipeline stages; 0 = as many as fit (StageCountAutoCarveout) */
   evt_reduce_strategy reduction;  /* row/col sums only; must stay ATOMIC for an epilogue without sums */
+  int epi_n;                      /* epilogue subtile N (32, 64, 128); 0 = CUTLASS's EpilogueTileAuto (32) */
 } evt_tile_config;
 
-#define EVT_TILE_CONFIG_DEFAULT ((evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC})
+#define EVT_TILE_CONFIG_DEFAULT ((evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC, 0})
 
 typedef struct evt_kspec {
   evt_gemm_layout layout;
@@ -159,10 +160,12 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen);
  *   stages 0 or 2..8, and stages x (tile_m + tile_n) x tile_k x operand bytes <= 227 KiB - 32 KiB (the
  *     epilogue's shared memory; CUTLASS's static_assert is the final word, a candidate that still fails to
  *     compile is dropped by the tuner);
- *   reduction WORKSPACE only when the epilogue has a row_sum / col_sum. */
+ *   reduction WORKSPACE only when the epilogue has a row_sum / col_sum;
+ *   epi_n 0 or 32, 64, 128 dividing tile_n (the epilogue subtile is min(tile_m, 128) x epi_n cooperative,
+ *     64 x epi_n ping-pong, as CUTLASS's auto choice with N = 32). */
 evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, char *err, size_t errlen);
-/* Short label, e.g. "128x256x64 c2x1 coop", "128x128x64 c1x1 pingpong s4 red=workspace" (non-default
- * stages / reduction only). Returns out. */
+/* Short label, e.g. "128x256x64 c2x1 coop", "128x128x64 c1x1 pingpong s4 red=workspace e64" (non-default
+ * stages / reduction / epilogue subtile only). Returns out. */
 char *evt_tile_config_label(const evt_tile_config *c, char *out, size_t len);
 /* Parses what evt_tile_config_label writes; EVT_OK or EVT_ERR_INVALID. */
 evt_status evt_tile_config_parse(const char *text, evt_tile_config *c);

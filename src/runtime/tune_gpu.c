@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "evt_impl.h"
 #include "evt_row_launch.h"
@@ -374,6 +375,16 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
   pwork *W = calloc((size_t)np + 1, sizeof *W);
   EVT_ASSERT(W);
   jobs_t J = {0};
+  /* no GPU: say so before minutes of nvcc (EVT_TUNE_NO_DEVICE=1 pretends there is none, for tests) */
+  const char *nodev = getenv("EVT_TUNE_NO_DEVICE");
+  if ((nodev && *nodev && strcmp(nodev, "0")) || access("/dev/nvidiactl", F_OK) != 0) {
+    snprintf(msg, msglen, "no CUDA device (%s): nothing measured, every GEMM keeps the default config",
+             nodev && *nodev && strcmp(nodev, "0") ? "EVT_TUNE_NO_DEVICE is set" : "no /dev/nvidiactl");
+    for (int i = 0; i < np; i++)
+      if (sts) sts[i] = EVT_ERR_UNSUPPORTED;
+    free(W);
+    return EVT_ERR_UNSUPPORTED;
+  }
   /* the timing helper first */
   const char *kdir = getenv("EVT_KERNELS_DIR") && *getenv("EVT_KERNELS_DIR") ? getenv("EVT_KERNELS_DIR") : "kernels";
   char hpath[1100];

@@ -187,8 +187,9 @@ TEST(lower_unsupported_nodes_give_reasons) {
       {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n  %s = sum(%m, dims=[0])\n"
        "  output %m\n  output %s\n",
        "%s (sum)", "f32"},
-      {"  %q: bf16[2,32,64] = input()\n  %k: bf16[2,64,32] = input()\n  %m = bmm(%q, %k)\n  output %m\n", "%m (bmm)",
-       "batch"},
+      /* a bmm operand shared by every batch (an expanded matrix): each batch needs its own B */
+      {"  %q: bf16[2,32,64] = input()\n  %k: bf16[64,32] = input()\n  %ke = expand(%k, shape=[2,64,32])\n"
+       "  %m = bmm(%q, %ke)\n  output %m\n", "%m (bmm)", "broadcast over a batch dim"},
   };
   for (int i = 0; i < EVT_ARRAY_LEN(cases); i++) {
     char text[1024];
@@ -381,16 +382,18 @@ static int check_lowered_against_interp_rules(evt_graph *g, const char *what, in
       if (L->vtensor[i] < 0) continue;
       const evt_tensor *t = &val[L->vtensor[i]];
       int64_t want = evt_vop_elems(op, L->m, L->n);
+      if (L->kind == EVT_LK_GEMM_EVT && L->spec.batched) want = t->numel; /* whole tensors, placed by the launch strides */
       CHECK_MSG(t->numel == want, "%s group %d node %d: %lld elements, want %lld", what, gi, i, (long long)t->numel, (long long)want);
       bad = t->numel != want;
       mem[i] = evt_vop_class(op) == 'S' ? calloc((size_t)want, sizeof(double)) : t->data;
     }
     double *d = NULL;
     if (!bad && L->kind == EVT_LK_GEMM_EVT) {
-      d = calloc((size_t)(L->m * L->n), sizeof *d);
-      evt_kspec_reference(&L->spec, L->m, L->n, L->k, val[L->a_node].data, val[L->b_node].data, mem, d);
+      int64_t dn = L->spec.batched ? evt_type_numel(&g->nodes[L->nucleus].type) : L->m * L->n;
+      d = calloc((size_t)dn, sizeof *d);
+      evt_lower_gemm_reference(L, val[L->a_node].data, val[L->b_node].data, mem, d);
       if (L->d_tensor >= 0) {
-        double r = rel_err(d, val[L->d_tensor].data, L->m * L->n);
+        double r = rel_err(d, val[L->d_tensor].data, dn);
         CHECK_MSG(r < 3e-2, "%s group %d (%s): D vs %%%s: relative error %g", what, gi, L->kernel, g->nodes[L->d_tensor].name, r);
         (*tensors_checked)++;
       }
