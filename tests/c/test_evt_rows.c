@@ -17,7 +17,11 @@ TEST(rspec_add_rejects_bad_inputs) {
   CHECK(evt_rspec_add(&s, EVT_V_RELU, acc, acc, EVT_F32, NULL) == -1); /* unary with two inputs */
   CHECK(evt_rspec_add(&s, EVT_V_MUL, acc, -1, EVT_F32, NULL) == -1);   /* binary with one */
   CHECK(evt_rspec_add(&s, EVT_V_ROW_SUM, acc, -1, EVT_BF16, "s") == 1);
-  CHECK(s.nodes[1].dtype == EVT_F32); /* sums are f32 whatever was asked */
+  CHECK(s.nodes[1].dtype == EVT_BF16); /* sums keep their storage dtype (f32 accumulation, rounded at the store) */
+  CHECK(evt_rspec_add(&s, EVT_V_EXP, acc, -1, EVT_BF16, NULL) == 2 && s.nodes[2].dtype == EVT_F32); /* computes: f32 */
+  CHECK(evt_rspec_add(&s, EVT_V_WHERE, acc, 2, EVT_F32, NULL) == -1);           /* ternary with two inputs */
+  CHECK(evt_rspec_add3(&s, EVT_V_ADD, acc, 2, 2, EVT_F32, NULL) == -1);         /* binary with three */
+  CHECK(evt_rspec_add3(&s, EVT_V_WHERE, acc, 2, acc, EVT_F32, NULL) == 3);
 }
 
 static evt_status chk(const evt_rspec *s, char *err) { return evt_rspec_check(s, err, 256); }
