@@ -357,6 +357,44 @@ struct ChanOp {
   }
 };
 
+// Mode 2 building blocks: plain xor-butterfly sums / max inside a warp (bitwise identical on every lane), then
+// one exchange of each warp's values through the group's parity slot (one barrier); the caller merges the
+// WARPS entries in warp order (identical on every thread).
+template <int K>
+__device__ __forceinline__ void warp_sums(float (&a)[K]) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float b[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) b[k] = __shfl_xor_sync(0xffffffffu, a[k], o);
+#pragma unroll
+    for (int k = 0; k < K; k++) a[k] += b[k];
+  }
+}
+__device__ __forceinline__ float warp_max_all(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Returns the slot: entry (k, w) at [k * WARPS + w].
+template <int WARPS, int K>
+__device__ __forceinline__ const float *group_exchange(const float (&a)[K], Red<WARPS> &r) {
+  static_assert(K <= kRedVals, "too many values in one exchange");
+  float *slot = r.s + (r.k & 1) * kRedVals * WARPS;
+  r.k++;
+  if ((threadIdx.x & 31) == 0) {
+    const int w = (threadIdx.x >> 5) % WARPS;
+#pragma unroll
+    for (int k = 0; k < K; k++) slot[k * WARPS + w] = a[k];
+  }
+  group_sync<WARPS>();
+  return slot;
+}
+
+#ifndef EVT_ROWS_RED  // 1: merge operators at every butterfly level; 2: warp sums + one cross-warp merge
+#define EVT_ROWS_RED 1
+#endif
+
 #define EVT_ROWS_FOR_VALID(body)                   \
   _Pragma("unroll") for (int v = 0; v < VPT; v++)  \
     _Pragma("unroll") for (int e = 0; e < 8; e++) { \
@@ -365,14 +403,39 @@ struct ChanOp {
     }
 
 // ---- nuclei --------------------------------------------------------------------------------------------------
-// y = exp(x − max) / Σ exp(x − max), one reduction round: each thread exponentiates against its own max, the
-// (max, sum) pairs are merged (SoftmaxOp), and each thread rescales by 2^(own max − row max) / Σ.
+// y = exp(x − max) / Σ exp(x − max) with one barrier. EVT_ROWS_RED 2: warp max, exponentials against the warp's
+// max, warp sum; the warps' (max, Σ) pairs are exchanged once and merged, each thread rescales by
+// 2^(warp max − row max) / Σ. EVT_ROWS_RED 1: the same with per-thread maxima and SoftmaxOp at every level.
 template <int WARPS, int VPT>
 __device__ __forceinline__ void softmax(const float (&x)[VPT][8], float (&y)[VPT][8], int n, int t, Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
   constexpr float L2E = 1.4426950408889634f;
   float mx = -INFINITY;
   EVT_ROWS_FOR_VALID(if (ok) mx = fmaxf(mx, x[v][e]);)
+#if EVT_ROWS_RED == 2
+  {
+    const float m2 = warp_max_all(mx) * L2E;
+    float sm[1] = {0.f};
+    EVT_ROWS_FOR_VALID(y[v][e] = ok ? exp2f(fmaf(x[v][e], L2E, -m2)) : 0.f; sm[0] += y[v][e];)
+    warp_sums<1>(sm);
+    float scale;
+    if (WARPS == 1) {
+      scale = 1.f / sm[0];
+    } else {
+      const float a[2] = {m2, sm[0]};
+      const float *q = group_exchange<WARPS, 2>(a, r);
+      float M = q[0];
+#pragma unroll
+      for (int w = 1; w < WARPS; w++) M = fmaxf(M, q[w]);
+      float S = 0.f;
+#pragma unroll
+      for (int w = 0; w < WARPS; w++) S += q[w] == M ? q[WARPS + w] : q[WARPS + w] * exp2f(q[w] - M);
+      scale = (m2 == M ? 1.f : exp2f(m2 - M)) / S;
+    }
+    EVT_ROWS_FOR_VALID((void)ok; y[v][e] *= scale;)
+    return;
+  }
+#endif
   const float m2 = mx * L2E;
   float s = 0.f;
   EVT_ROWS_FOR_VALID(y[v][e] = ok ? exp2f(fmaf(x[v][e], L2E, -m2)) : 0.f; s += y[v][e];)
@@ -405,11 +468,79 @@ __device__ __forceinline__ void thread_moments(const float (&x)[VPT][8], int n, 
   m2 = q;
 }
 
-// mean, rstd of x in one reduction round (ChanOp over per-thread exact moments); x̂.
+// Mode 2 moments of a row-group with one barrier: warp sums of (count, Σx) give the warp mean; warp sums of
+// Σ(x − warp mean)² (and, with G, of Σg and Σ g·(x − warp mean)); then the warps' (count, Σx, M2[, G, C]) are
+// exchanged and merged in warp order: mean = ΣΣx / Σcount, M2 = Σ (M2_w + count_w·(mean_w − mean)²),
+// C = Σ (C_w + (mean_w − mean)·G_w). g: this thread's g values (used when G).
+template <int WARPS, int VPT, bool G>
+__device__ __forceinline__ void group_moments(const float (&x)[VPT][8], const float (&g)[VPT][8], int n, int t,
+                                              Red<WARPS> &r, float &mean, float &m2, float &sg, float &sc) {
+  constexpr int T = WARPS * 32;
+  float a[2] = {0.f, 0.f};
+  EVT_ROWS_FOR_VALID(if (ok) { a[0] += 1.f; a[1] += x[v][e]; })
+  warp_sums<2>(a);
+  const float mw = a[0] > 0.f ? a[1] / a[0] : 0.f;
+  float b[3] = {0.f, 0.f, 0.f};
+  EVT_ROWS_FOR_VALID(if (ok) {
+    const float d = x[v][e] - mw;
+    b[0] = fmaf(d, d, b[0]);
+    if (G) {
+      b[1] += g[v][e];
+      b[2] = fmaf(g[v][e], d, b[2]);
+    }
+  })
+  if (G)
+    warp_sums<3>(b);
+  else
+    warp_sums<1>(reinterpret_cast<float(&)[1]>(b));
+  if (WARPS == 1) {
+    mean = mw;
+    m2 = b[0];
+    sg = b[1];
+    sc = b[2];
+    return;
+  }
+  const float e5[5] = {a[0], a[1], b[0], b[1], b[2]};
+  const float *q = group_exchange<WARPS, G ? 5 : 3>(reinterpret_cast<const float(&)[G ? 5 : 3]>(e5), r);
+  float cnt = 0.f, sx = 0.f;
+#pragma unroll
+  for (int w = 0; w < WARPS; w++) {
+    cnt += q[w];
+    sx += q[WARPS + w];
+  }
+  const float mu = cnt > 0.f ? sx / cnt : 0.f;
+  float M2 = 0.f, S = 0.f, C = 0.f;
+#pragma unroll
+  for (int w = 0; w < WARPS; w++) {
+    const float c = q[w], mwq = c > 0.f ? q[WARPS + w] / c : 0.f, dm = mwq - mu;
+    M2 += q[2 * WARPS + w] + c * dm * dm;
+    if (G) {
+      S += q[3 * WARPS + w];
+      C += q[4 * WARPS + w] + dm * q[3 * WARPS + w];
+    }
+  }
+  mean = mu;
+  m2 = M2;
+  sg = S;
+  sc = C;
+}
+
+// mean, rstd of x in one reduction round; x̂.
 template <int WARPS, int VPT>
 __device__ __forceinline__ void ln_stats(const float (&x)[VPT][8], float eps, float (&xh)[VPT][8], float *mean,
                                          float *rstd, int n, int t, Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
+#if EVT_ROWS_RED == 2
+  {
+    float mu, m2, sg, sc;
+    group_moments<WARPS, VPT, false>(x, x, n, t, r, mu, m2, sg, sc);
+    const float rs = rsqrtf(m2 / (float)n + eps);
+    EVT_ROWS_FOR_VALID(xh[v][e] = ok ? (x[v][e] - mu) * rs : 0.f;)
+    *mean = mu;
+    *rstd = rs;
+    return;
+  }
+#endif
   float a[3];
   thread_moments<T, VPT>(x, n, t, a[0], a[1], a[2]);
   group_reduce<WARPS, 3, false>(a, r, ChanOp<3>());
@@ -438,6 +569,20 @@ __device__ __forceinline__ void layernorm_bwd(const float (&dy)[VPT][8], const f
                                               float eps, float (&xh)[VPT][8], float (&dx)[VPT][8], int n, int t,
                                               Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
+#if EVT_ROWS_RED == 2
+  {
+    float g[VPT][8];
+    EVT_ROWS_FOR_VALID((void)ok; g[v][e] = HW ? dy[v][e] * w[v][e] : dy[v][e];)
+    float mu, m2, sg, sc;
+    group_moments<WARPS, VPT, true>(x, g, n, t, r, mu, m2, sg, sc);
+    const float rs = rsqrtf(m2 / (float)n + eps);
+    const float inv_n = 1.f / (float)n;
+    const float mg = sg * inv_n, mgx = rs * sc * inv_n;
+    EVT_ROWS_FOR_VALID(xh[v][e] = ok ? (x[v][e] - mu) * rs : 0.f;
+                       dx[v][e] = ok ? rs * (g[v][e] - mg - xh[v][e] * mgx) : 0.f;)
+    return;
+  }
+#endif
   float cnt, mu_t, m2_t;
   thread_moments<T, VPT>(x, n, t, cnt, mu_t, m2_t);
   float sg = 0.f, sc = 0.f;
