@@ -119,21 +119,22 @@ def partition_fn(joint, joint_inputs, **kwargs):
 _GRAPHS = {}  # sha256 of the segment text -> parsed Graph (the text holds every shape and dtype)
 
 
-PASSES = os.environ.get("EVT_PASSES", "1") not in ("", "0")
+PASSES = os.environ.get("EVT_PASSES", "1") not in ("", "0")  # (at import; _graph_for reads it per compile)
 
 
 def _graph_for(text):
     """The parsed (and, unless EVT_PASSES=0, pass-optimized) graph of a segment text, cached in memory
     and, unless EVT_CACHE=0, on disk (diskcache.py: the optimized text, reused by later processes)."""
     key = hashlib.sha256(text.encode()).hexdigest()
-    g = _GRAPHS.get((key, PASSES))
+    passes = os.environ.get("EVT_PASSES", "1") not in ("", "0")  # (read at each compile)
+    g = _GRAPHS.get((key, passes))
     if g is None:
         name = f"evt-{key[:12]}.evt"
-        dkey = diskcache.key(text, PASSES) if diskcache.enabled() else None
+        dkey = diskcache.key(text, passes) if diskcache.enabled() else None
         g = diskcache.load(dkey, name) if dkey else None
         if g is None:
             optimized = False
-            if PASSES:
+            if passes:
                 try:
                     g = Graph(text, name, optimize=True)
                     optimized = True
@@ -145,7 +146,7 @@ def _graph_for(text):
             if dkey:
                 diskcache.store(dkey, g, optimized)
         log.info("  segment %s: %d evt nodes, %d after the graph passes", name, g.parsed_nodes, g.node_count)
-        _GRAPHS[(key, PASSES)] = g
+        _GRAPHS[(key, passes)] = g
         d = os.environ.get("EVT_DUMP")
         if d:
             os.makedirs(d, exist_ok=True)
@@ -220,6 +221,9 @@ class Segment:
                 raise
             self.path, self.why = "torch", f"evt GPU program: {msg}"
             return
+        except Exception as e:  # noqa: BLE001 (anything else: this segment runs in PyTorch, logged)
+            self.path, self.why = "torch", f"evt GPU program: {type(e).__name__}: {e}"
+            return
         self.pool = G.OutputPool() if flags & G.EVT_PROGRAM_CUDA_GRAPH else None
         self.staged = {}  # CUDA graphs: input name -> staging buffer (see _input)
         self.seen = {}    # CUDA graphs: input name -> the pointer it was first bound with
@@ -248,7 +252,7 @@ class Segment:
         # CUDA graphs: an input is bound as it is while its pointer stays the same (parameters); once it
         # changed (a new batch, an activation in another block), it is copied into a staging buffer of
         # its own from then on, as are inputs that need a conversion.
-        if name not in self.staged and t.dtype == G.device_dtype(t.dtype) and t.is_contiguous():
+        if name not in self.staged and G.bindable(t):
             last = self.seen.setdefault(name, t.data_ptr())
             if last == t.data_ptr():
                 return t
@@ -548,7 +552,11 @@ def compile_module(gm, example_inputs, kind="module", options=None):
             return plan(args)
         run_dynamic._boxed_call = True
         return run_dynamic
-    plan = build_plan(gm, options)
+    try:
+        plan = build_plan(gm, options)
+    except Exception as e:  # noqa: BLE001 (a bug in the translation must not fail the user's step)
+        log.warning("%s: evt failed to build a plan (%s: %s); the module runs in PyTorch", kind, type(e).__name__, e)
+        plan = None
     if plan is None:
         log.info("%s: no plan: runs in PyTorch", kind)
 

@@ -10,7 +10,7 @@ Contract
   caller at call time); it does not synchronize.
 - Memory contract of evt_program: dense row-major in the node's dtype, integers as i64, bool as u8.
   device_dtype() is the torch dtype evt reads/writes for a torch dtype; to_device_layout() makes a tensor
-  fit it (contiguous, integer -> int64).
+  fit it (contiguous, integer -> int64, and 16-byte aligned: a view at an odd offset is copied).
 - choose_path(device type, program API present) is the dispatch rule: CPU tensors -> the interpreter;
   CUDA tensors -> a GPU program when libevt has the program API; anything else -> PyTorch.
 - program_flags(options, env) turns the backend options and EVT_FUSED into evt_program flags.
@@ -79,12 +79,18 @@ def device_dtype(dtype):
     raise ProgramError(f"dtype {dtype} has no evt device representation")
 
 
+def bindable(t):
+    """True when t can be bound as it is: dense row-major, in evt's dtype, 16-byte aligned (a view at an
+    odd offset would keep the generated kernels off their vector loads and CUTLASS off the GEMM)."""
+    return t.dtype == device_dtype(t.dtype) and t.is_contiguous() and t.data_ptr() % 16 == 0
+
+
 def to_device_layout(t):
-    """t as evt's program reads it: dense row-major, in device_dtype(t.dtype)."""
+    """t as evt's program reads it: dense row-major, in device_dtype(t.dtype), 16-byte aligned."""
+    if bindable(t):
+        return t
     dt = device_dtype(t.dtype)
-    if t.dtype != dt:
-        t = t.to(dt)
-    return t.contiguous()
+    return torch.empty(t.shape, dtype=dt, device=t.device).copy_(t)
 
 
 def has_program_api():

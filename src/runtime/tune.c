@@ -36,15 +36,19 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
   } while (0)
   ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
   ADD(128, 256, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
-  ADD(256, 128, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
-  ADD(256, 128, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
   ADD(128, 128, 1, 1, EVT_SCHED_PINGPONG, EVT_RED_ATOMIC);
+  ADD(256, 128, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+  ADD(256, 128, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
   ADD(128, 128, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
   ADD(128, 128, 2, 1, EVT_SCHED_PINGPONG, EVT_RED_ATOMIC);
   ADD(64, 256, 1, 1, EVT_SCHED_PINGPONG, EVT_RED_ATOMIC);
   ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_WORKSPACE);
   ADD(128, 256, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_WORKSPACE);
   ADD(128, 128, 1, 1, EVT_SCHED_PINGPONG, EVT_RED_WORKSPACE);
+  ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+  list[nl - 1].epi_n = 64; /* a wider epilogue subtile (fewer, larger TMA stores; less smem for stages) */
+  ADD(128, 256, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+  list[nl - 1].epi_n = 64;
 #undef ADD
   int cnt = 0;
   for (int i = 0; i < nl && cnt < max; i++) {
@@ -481,6 +485,10 @@ int evt_tune_apply_lowered(evt_lower_result *low, const char *cache_dir, const c
     evt_tune_group *o = &out[i];
     memset(o, 0, sizeof *o);
     if (L->kind != EVT_LK_GEMM_EVT || !L->ok) continue;
+    if (L->spec.batched) {
+      snprintf(o->desc, sizeof o->desc, "not tuned (batched GEMMs are not tuned; default config)");
+      continue;
+    }
     evt_tune_record r;
     o->choice = evt_tune_apply(&L->spec, L->m, L->n, L->k, cache_dir, gpu, &r);
     if (o->choice == EVT_TUNE_FUSED) {
@@ -501,7 +509,7 @@ int evt_tune_collect(const evt_lower_result *low, const int *want, evt_tune_prob
   for (int gi = 0; gi < low->n; gi++) {
     const evt_lowered *L = &low->k[gi];
     if (prob_of) prob_of[gi] = -1;
-    if (L->kind != EVT_LK_GEMM_EVT || !L->ok || (want && !want[gi])) continue;
+    if (L->kind != EVT_LK_GEMM_EVT || !L->ok || L->spec.batched || (want && !want[gi])) continue;
     evt_kspec s = L->spec;
     s.cfg = EVT_TILE_CONFIG_DEFAULT;
     uint64_t h = evt_kspec_epilogue_hash(&s);

@@ -29,25 +29,30 @@ export PYTHONUNBUFFERED=1
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 echo "EVT_LIB=$EVT_LIB EVT_FALLBACK_LIB=${EVT_FALLBACK_LIB:-} EVT_JIT_CACHE=${EVT_JIT_CACHE:-}"
 J=$(mktemp /tmp/torchgpu.XXXXXX.jsonl)
-models=(mlp bert vit xmlcnn convbn gcn gcn_edges)
-reserve=${TORCHGPU_BENCH_S:-90}   # seconds kept for the benchmark
-n=${#models[@]}
-for m in "${models[@]}"; do
-  budget=$(( ($(left) - reserve) / n ))
-  n=$((n - 1))
-  if [ "$budget" -lt 15 ]; then
-    echo "{\"model\": \"$m\", \"mode\": \"all\", \"matched\": false, \"worst\": \"not run: no time left\"}" >>"$J"
-    continue
-  fi
-  echo "-- $m (timeout ${budget}s)"
-  timeout -k 5 "$budget" python3 tests/gpu/torch_models_gpu.py "$m" --modes evt,evt_cg,evt_fp32 --json "$J"
-  rc=$?
-  [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "{\"model\": \"$m\", \"mode\": \"?\", \"matched\": false, \"worst\": \"timeout after ${budget}s (modes after the last line above)\"}" >>"$J"
-done
+models=mlp,bert,gcn,xmlcnn,convbn,vit,gcn_edges,sdpa
+modes=${TORCHGPU_MODES:-evt,evt_nopass,evt_cg,evt_all,evt_fp32}
+reserve=${TORCHGPU_BENCH_S:-100}   # seconds kept for the benchmark
+budget=$(( $(left) - reserve ))
+echo "-- models $models, modes $modes (one process, timeout ${budget}s; modes outermost)"
+timeout -k 5 "$budget" python3 tests/gpu/torch_models_gpu.py "$models" --modes "$modes" --json "$J"
+rc=$?
+[ $rc -ne 0 ] && echo "torch_models_gpu.py exited with $rc"
+python3 - "$J" "$models" "$modes" "$rc" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+done = {(r["model"], r["mode"]) for r in rows}
+with open(sys.argv[1], "a") as f:
+    for mode in sys.argv[3].split(","):
+        for m in sys.argv[2].split(","):
+            if (m, mode) not in done and (mode != "evt_all" or m in ("sdpa", "convbn", "vit", "xmlcnn")):
+                why = "timeout: not reached" if sys.argv[4] in ("124", "137") else f"not run (exit {sys.argv[4]})"
+                f.write(json.dumps(dict(model=m, mode=mode, matched=False, worst=why)) + "\n")
+PY
 b=$(( $(left) - 10 ))
 if [ "$b" -ge 40 ]; then
   echo "-- bench/e2e/run.py --quick (timeout ${b}s)"
-  timeout -k 5 "$b" python3 bench/e2e/run.py --quick --budget $((b - 5)) --out "${OUT:-/tmp}/e2e" || echo "bench exited with $?"
+  timeout -k 5 "$b" python3 bench/e2e/run.py --quick --workloads "${TORCHGPU_BENCH:-mlp}" --cudagraphs \
+    --budget $((b - 5)) --out "/tmp/torchgpu-e2e" || echo "bench exited with $?"
 else
   echo "-- bench skipped: ${b}s left"
 fi
@@ -59,7 +64,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print(f"{'model':10s} {'mode':9s} {'result':11s} {'rel':>9s}  {'gpu/torch segs':>14s} {'launches':>8s} {'captures':>12s}  worst / error / fallbacks")
 ok = bad = 0
 for r in rows:
-    res = "matched" if r.get("matched") else "NOT MATCHED"
+    res = "matched" if r.get("matched") else "bf16 noise" if r.get("within_bf16_noise") else "NOT MATCHED"
     ok += bool(r.get("matched")); bad += not r.get("matched")
     rel = r.get("rel"); rel = f"{rel:.2e}" if isinstance(rel, float) else "-"
     segs = f"{r.get('gpu_segment_runs', '-')}/{r.get('torch_segment_runs', '-')}"
@@ -69,6 +74,7 @@ for r in rows:
     if fb:
         extra += "; fallbacks: " + ", ".join(fb)[:200]
     print(f"{r['model']:10s} {r['mode']:9s} {res:11s} {rel:>9s}  {segs:>14s} {str(r.get('gpu_launches_per_step', '-')):>8s} {cap:>12s}  {extra}")
-print(f"torchgpu: {ok} matched, {bad} not matched")
+print(f"torchgpu: {ok} matched, {bad} not matched ('bf16 noise': misses 1e-2 but evt's distance to an fp32 eager "
+      "run is at most 2x eager-bf16's own; counted as not matched)")
 PY
 echo "torchgpu done in $(( $(date +%s) - start ))s"

@@ -36,8 +36,8 @@ nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Ikern
   "$B/libevt_tune.a" -lcublasLt -ldl -lm -o "$B/bench_tune" || { echo "tune.sh: driver build failed"; exit 1; }
 echo "driver built at +$(( $(date +%s) - T0 ))s"
 
-# 2. compile candidates + the tuner's timing helper (leave ~150 s for measuring)
-CT=$(( $(left) - 150 ))
+# 2. compile candidates + the tuner's timing helper (leave ~110 s for measuring)
+CT=$(( $(left) - 110 ))
 if [ "$CT" -gt 20 ]; then
   echo "compiling (limit ${CT}s, max $MAXCFG configs per epilogue)"
   timeout "$CT" "$B/bench_tune" compile "$MAXCFG" 2>&1 | grep -v "^\[evt-jit\] [0-9]*/" | tail -20
@@ -48,7 +48,7 @@ fi
 ls -la "$EVT_JIT_CACHE"/*.so 2>/dev/null | awk '{s+=$5; n++} END {printf "JIT cache: %d .so files, %.1f MB\n", n, s/1e6}'
 
 # 3. benchmark + checks (only what is in the JIT cache)
-RT=$(( ($(left) - 10) * 55 / 100 ))
+RT=$(( ($(left) - 10) * 60 / 100 ))
 echo "benchmark (limit ${RT}s)"
 timeout "$RT" "$B/bench_tune" run "$MAXCFG" "$B/tune.md" 30
 echo "bench step exit $? at +$(( $(date +%s) - T0 ))s"
