@@ -251,11 +251,14 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
       if (c == 0 && vi == 0) r->default_ms = ms;
       if (cd->ms < 0 || ms < cd->ms) cd->ms = ms, cd->swizzle = sv[vi][0], cd->raster = sv[vi][1];
     }
-    if (!opt->quiet)
-      fprintf(stderr, "[evt-tune] %lldx%lldx%lld %s: %s%s\n", (long long)M, (long long)N, (long long)K,
-              evt_tile_config_label(&cd->cfg, lab, sizeof lab), cd->ms >= 0 ? "" : cd->note,
-              cd->ms >= 0 ? "" : "");
-    if (!opt->quiet && cd->ms >= 0) fprintf(stderr, "            best %.4f ms (swizzle %d raster %d)\n", cd->ms, cd->swizzle, cd->raster);
+    if (!opt->quiet) {
+      evt_tile_config_label(&cd->cfg, lab, sizeof lab);
+      if (cd->ms >= 0)
+        fprintf(stderr, "[evt-tune] %lldx%lldx%lld %-34s %.4f ms (swizzle %d raster %d)%s%s\n", (long long)M,
+                (long long)N, (long long)K, lab, cd->ms, cd->swizzle, cd->raster, cd->note[0] ? "; " : "", cd->note);
+      else
+        fprintf(stderr, "[evt-tune] %lldx%lldx%lld %-34s %s\n", (long long)M, (long long)N, (long long)K, lab, cd->note);
+    }
   }
   /* unfused: cuBLASLt (+ bias) + the row kernel; the faster variant */
   for (int ab = 0; ab < 2; ab++) {
@@ -287,6 +290,9 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
     double ms = -1;
     int rc = tb->time_unfused(lt, A, B, alone ? D : T, rf, &ra, warm, reps, &ms);
     tb->lt_free(lt);
+    if (!opt->quiet)
+      fprintf(stderr, "[evt-tune] %lldx%lldx%lld unfused %s%s: %.4f ms%s\n", (long long)M, (long long)N, (long long)K,
+              ab ? "cublasLt(bias)" : "cublasLt", alone ? "" : " + row kernel", rc ? -1.0 : ms, rc ? " (failed)" : "");
     if (rc) continue;
     if (r->unfused_ms < 0 || ms < r->unfused_ms) {
       r->unfused_ms = ms;
@@ -345,6 +351,9 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
     snprintf(cd->note, sizeof cd->note, "check vs CPU reference failed (%.2e)", err);
   }
   if (r->choice == EVT_TUNE_FUSED && r->unfused_ms >= 0 && r->unfused_ms < r->fused_ms) r->choice = EVT_TUNE_UNFUSED;
+  if (!opt->quiet && r->check_err >= 0)
+    fprintf(stderr, "[evt-tune] %lldx%lldx%lld best fused %s passed the sampled CPU check (%.1e)\n", (long long)M,
+            (long long)N, (long long)K, evt_tile_config_label(&r->cfg, lab, sizeof lab), r->check_err);
   if (r->choice == EVT_TUNE_NONE) {
     if (r->unfused_ms >= 0) {
       r->choice = EVT_TUNE_UNFUSED; /* no fused candidate ran and passed its check */
