@@ -124,7 +124,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#ifndef EVT_ROWS_MINB_SUM  // row sums: __launch_bounds__ minimum CTAs per SM (caps registers)\n"
          "#define EVT_ROWS_MINB_SUM 1\n#endif\n"
          "#ifndef EVT_ROWS_SMEM_SUM  // row sums: accumulate in shared memory (1) or registers (0)\n"
-         "#define EVT_ROWS_SMEM_SUM 0\n#endif\n\n",
+         "#define EVT_ROWS_SMEM_SUM 0\n#endif\n"
+         "#ifndef EVT_ROWS_INST  // which (warps, vpt) configurations to instantiate (benchmarks compile fewer)\n"
+         "#define EVT_ROWS_INST(w, v) 1\n#endif\n\n",
      EVT_ROWS_DEFAULT_WARP_VPT, EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
      EVT_ROWS_DEFAULT_DEPTH);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
@@ -427,8 +429,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "  int warps = 0, vpt = 0;\n"
          "  if (!evt_row_pick_config(p.n, EVT_ROWS_WARP_VPT, EVT_ROWS_W1CAP, &warps, &vpt)) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n");
   for (int k = 0; k < EVT_ROW_NCONFIGS; k++)
-    sb(&b, "  if (warps == %d && vpt == %d) return launch<%d, %d>(p, st);\n", evt_row_configs[k][0], evt_row_configs[k][1],
-       evt_row_configs[k][0], evt_row_configs[k][1]);
+    sb(&b, "#if EVT_ROWS_INST(%d, %d)\n  if (warps == %d && vpt == %d) return launch<%d, %d>(p, st);\n#endif\n",
+       evt_row_configs[k][0], evt_row_configs[k][1], evt_row_configs[k][0], evt_row_configs[k][1], evt_row_configs[k][0],
+       evt_row_configs[k][1]);
   sb(&b, "  return EVT_LAUNCH_CANNOT_IMPLEMENT;\n}\n");
   return b.p;
 }
