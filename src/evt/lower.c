@@ -201,7 +201,8 @@ static int operand(lctx *c, int v, int x, const evt_type *out) {
   if (c->nbd) return operand_batched(c, v, x, out);
   const evt_graph *g = c->g;
   const evt_node *xn = &g->nodes[x];
-  int s = tile_split(out, c->m, c->n);
+  bool one = evt_type_numel(out) == 1; /* a value computed alike for every element (rank 0 in a larger space) */
+  int s = one ? out->rank : tile_split(out, c->m, c->n);
   if (s < 0) {
     char tb[96];
     refuse(c, v, "shape %s is not a split of the %lldx%lld %s", evt_type_str(out, tb, sizeof tb), (long long)c->m,
@@ -225,12 +226,32 @@ static int operand(lctx *c, int v, int x, const evt_type *out) {
   bool nd = dense(out->shape, bs, s, out->rank, 1);
   evt_vop op;
   int64_t extent;
-  if (m0 && n0) {
-    if (bn->op != EVT_OP_SCALAR && bn->op != EVT_OP_FULL) {
-      refuse(c, v, "operand %%%s is a run-time scalar (%s); visitor scalars are compile-time constants", xn->name,
-             evt_op_table[bn->op].name);
+  if (m0 && n0 && bn->op != EVT_OP_SCALAR && bn->op != EVT_OP_FULL) {
+    /* a run-time scalar: one element of memory (another kernel's rank-0 result), read by every element */
+    if (evt_type_numel(&bn->type) != 1) {
+      refuse(c, v, "operand %%%s broadcasts one element of a larger tensor", xn->name);
       return -1;
     }
+    if (!evt_vop_storage_ok(EVT_V_SCALAR_LOAD, bn->type.dtype, !c->row)) {
+      refuse(c, v, "operand %%%s: a run-time scalar of dtype %s (scalar loads take bf16, f16, f32%s)", xn->name,
+             evt_dtype_name(bn->type.dtype), c->row ? ", bool" : "");
+      return -1;
+    }
+    if (bn->op == EVT_OP_RAND) {
+      refuse(c, v, "operand %%%s: rand is generated in-kernel and the visitor has no RNG node", xn->name);
+      return -1;
+    }
+    for (int i = 0; i < c->s->nnodes; i++)
+      if (c->s->nodes[i].op == EVT_V_SCALAR_LOAD && c->vt[i] == base) return i;
+    char name[24];
+    snprintf(name, sizeof name, "k%d", c->nload[3]++);
+    return add_node(c, v, EVT_V_SCALAR_LOAD, -1, -1, bn->type.dtype, name, base);
+  }
+  if (one && !(m0 && n0)) {
+    refuse(c, v, "operand %%%s of a rank-0 value is not a scalar", xn->name);
+    return -1;
+  }
+  if (m0 && n0) {
     for (int i = 0; i < c->s->nnodes; i++)
       if (c->s->nodes[i].op == EVT_V_SCALAR && c->s->nodes[i].value == bn->attr.value) return i;
     int id = evt_kspec_scalar(c->s, bn->attr.value);
@@ -249,12 +270,31 @@ static int operand(lctx *c, int v, int x, const evt_type *out) {
            xn->name, (long long)c->m, (long long)c->n);
     return -1;
   }
-  if (bn->op == EVT_OP_RAND) {
-    refuse(c, v, "operand %%%s: rand is generated in-kernel and the visitor has no RNG node", xn->name);
-    return -1;
+  if (bn->op == EVT_OP_RAND) { /* drawn in the kernel: element (i, j) of a dense M x N rand is Philox counter i*N+j */
+    if (!c->row) {
+      refuse(c, v, "operand %%%s: rand in a GEMM epilogue (the Philox visitor is a row-kernel node)", xn->name);
+      return -1;
+    }
+    if (op != EVT_V_AUX_LOAD || !float_dtype(bn->type.dtype)) {
+      refuse(c, v, "operand %%%s: a rand that is not a dense %lldx%lld float tile", xn->name, (long long)c->m, (long long)c->n);
+      return -1;
+    }
+    for (int i = 0; i < c->s->nnodes; i++) {
+      const evt_vnode *r = &c->s->nodes[i];
+      if (r->op == EVT_V_RAND && r->seed == (uint64_t)bn->attr.seed && r->offset == (uint64_t)bn->attr.offset &&
+          r->dtype == bn->type.dtype)
+        return i;
+    }
+    int id = add_node(c, v, EVT_V_RAND, -1, -1, bn->type.dtype, NULL, -1); /* no memory */
+    if (id >= 0) {
+      c->s->nodes[id].seed = (uint64_t)bn->attr.seed;
+      c->s->nodes[id].offset = (uint64_t)bn->attr.offset;
+    }
+    return id;
   }
-  if (!float_dtype(bn->type.dtype)) {
-    refuse(c, v, "operand %%%s has dtype %s (loads take bf16, f16 or f32)", xn->name, evt_dtype_name(bn->type.dtype));
+  if (!evt_vop_storage_ok(op, bn->type.dtype, !c->row)) {
+    refuse(c, v, "operand %%%s has dtype %s (loads take bf16, f16, f32%s)", xn->name, evt_dtype_name(bn->type.dtype),
+           c->row ? " or bool" : "");
     return -1;
   }
   size_t es = evt_dtype_size(bn->type.dtype);
@@ -520,7 +560,12 @@ static bool member(lctx *c, int v) {
   const evt_graph *g = c->g;
   const evt_node *nd = &g->nodes[v];
   const evt_type *t = &nd->type;
-  if (!float_dtype(t->dtype)) return refuse(c, v, "dtype %s (the epilogue computes bf16/f16/f32 values)", evt_dtype_name(t->dtype));
+  bool int_ok = c->row && (nd->op == EVT_OP_WHERE || nd->op == EVT_OP_ADD || nd->op == EVT_OP_SUB || nd->op == EVT_OP_MUL ||
+                            nd->op == EVT_OP_NEG || nd->op == EVT_OP_ABS || nd->op == EVT_OP_MAXIMUM ||
+                            nd->op == EVT_OP_MINIMUM || is_view_op(nd->op));
+  if (!float_dtype(t->dtype) && t->dtype != EVT_BOOL && !((t->dtype == EVT_I64 || t->dtype == EVT_I32) && int_ok))
+    return refuse(c, v, "dtype %s (the epilogue computes bf16/f16/f32 values and bools as 0/1%s)", evt_dtype_name(t->dtype),
+                  c->row ? "; integers only through where / add / sub / mul / neg / abs / maximum / minimum" : "");
   if (c->nbd && c->alias) {
     if (is_view_op(nd->op)) {
       int x = nd->inputs[0];
@@ -547,7 +592,46 @@ static bool member(lctx *c, int v) {
   case EVT_OP_DIV: op = EVT_V_DIV; break;
   case EVT_OP_RELU: op = EVT_V_RELU; break;
   case EVT_OP_SIGMOID: op = EVT_V_SIGMOID; break;
-  case EVT_OP_NEG: op = EVT_V_MUL; break;
+  case EVT_OP_NEG: op = EVT_V_NEG; break;
+  case EVT_OP_EXP: op = EVT_V_EXP; break;
+  case EVT_OP_LOG: op = EVT_V_LOG; break;
+  case EVT_OP_ERF: op = EVT_V_ERF; break;
+  case EVT_OP_TANH: op = EVT_V_TANH; break;
+  case EVT_OP_SQRT: op = EVT_V_SQRT; break;
+  case EVT_OP_RSQRT: op = EVT_V_RSQRT; break;
+  case EVT_OP_RECIPROCAL: op = EVT_V_RECIPROCAL; break;
+  case EVT_OP_ABS: op = EVT_V_ABS; break;
+  case EVT_OP_SIGN: op = EVT_V_SIGN; break;
+  case EVT_OP_MAXIMUM: op = EVT_V_MAXIMUM; break;
+  case EVT_OP_MINIMUM: op = EVT_V_MINIMUM; break;
+  case EVT_OP_EQ: op = EVT_V_EQ; break;
+  case EVT_OP_NE: op = EVT_V_NE; break;
+  case EVT_OP_LT: op = EVT_V_LT; break;
+  case EVT_OP_LE: op = EVT_V_LE; break;
+  case EVT_OP_GT: op = EVT_V_GT; break;
+  case EVT_OP_GE: op = EVT_V_GE; break;
+  case EVT_OP_WHERE: op = EVT_V_WHERE; break;
+  case EVT_OP_ONE_HOT: {
+    /* one_hot(idx [...]) -> [..., C]: the row space is [numel(idx), C]; idx is a dense M-vector of classes */
+    int x = nd->inputs[0];
+    const evt_type *xt = &g->nodes[x].type;
+    int64_t st[EVT_MAX_RANK];
+    int base;
+    if (!c->row) return refuse(c, v, "one_hot in a GEMM epilogue (a row-kernel visitor only)");
+    if (t->rank < 1 || t->shape[t->rank - 1] != c->n || evt_type_numel(xt) != c->m)
+      return refuse(c, v, "one_hot over %lld classes is not the %lldx%lld row space", (long long)(t->rank ? t->shape[t->rank - 1] : 0),
+                    (long long)c->m, (long long)c->n);
+    if (!mem_strides(g, c->group, -1, x, st, &base) || !dense(xt->shape, st, 0, xt->rank, 1))
+      return refuse(c, v, "one_hot of %%%s: the class indices are not a dense vector in memory", g->nodes[x].name);
+    if (c->vid[x] >= 0 || !evt_vop_storage_ok(EVT_V_ONE_HOT, g->nodes[base].type.dtype, 0))
+      return refuse(c, v, "one_hot of %%%s: class indices must be an i64/i32 tensor in memory", g->nodes[x].name);
+    for (int i = 0; i < c->s->nnodes; i++)
+      if (c->s->nodes[i].op == EVT_V_ONE_HOT && c->vt[i] == base) return (c->vid[v] = i), true;
+    char name[24];
+    snprintf(name, sizeof name, "h%d", c->nload[4]++);
+    c->vid[v] = add_node(c, v, EVT_V_ONE_HOT, -1, -1, g->nodes[base].type.dtype, name, base);
+    return c->vid[v] >= 0;
+  }
   case EVT_OP_GELU: op = nd->attr.approximate == EVT_APPROXIMATE_TANH ? EVT_V_GELU_TANH : EVT_V_GELU_ERF; break;
   case EVT_OP_GELU_BACKWARD:
     op = nd->attr.approximate == EVT_APPROXIMATE_TANH ? EVT_V_GELU_TANH_GRAD : EVT_V_GELU_ERF_GRAD;
@@ -556,12 +640,29 @@ static bool member(lctx *c, int v) {
     if (nd->attr.value != 0) return refuse(c, v, "threshold %g (relu_grad thresholds at 0)", nd->attr.value);
     op = EVT_V_RELU_GRAD;
     break;
-  case EVT_OP_CAST:
-    if (!float_dtype(g->nodes[nd->inputs[0]].type.dtype))
-      return refuse(c, v, "cast from %s", evt_dtype_name(g->nodes[nd->inputs[0]].type.dtype));
-    if (t->dtype != EVT_F32 && member_uses_in_group(c, v))
+  case EVT_OP_CAST: {
+    evt_dtype from = g->nodes[nd->inputs[0]].type.dtype;
+    bool from_int = from == EVT_I64 || from == EVT_I32;
+    if (!float_dtype(from) && from != EVT_BOOL && !(from_int && c->row)) return refuse(c, v, "cast from %s", evt_dtype_name(from));
+    if (t->dtype == EVT_BOOL && from != EVT_BOOL) { /* x != 0 as 0/1 */
+      op = EVT_V_NE;
+      in[0] = operand(c, v, nd->inputs[0], t);
+      if (in[0] < 0) return false;
+      in[1] = -1;
+      for (int i = 0; i < c->s->nnodes && in[1] < 0; i++)
+        if (c->s->nodes[i].op == EVT_V_SCALAR && c->s->nodes[i].value == 0) in[1] = i;
+      if (in[1] < 0 && (in[1] = evt_kspec_scalar(c->s, 0.0)) < 0)
+        return refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
+      c->vt[in[1]] = -1;
+      int id = add_node(c, v, op, in[0], in[1], EVT_F32, NULL, -1);
+      c->vid[v] = id;
+      return id >= 0;
+    }
+    /* a bool's 0/1 is exact in every float type; other casts to 16 bits round, which the epilogue does only at stores */
+    if (t->dtype != EVT_F32 && from != EVT_BOOL && !from_int && member_uses_in_group(c, v))
       return refuse(c, v, "cast to %s used inside the epilogue (visitor values are f32, rounded only at stores)",
                     evt_dtype_name(t->dtype));
+  }
     /* an identity on the f32 value */
     /* fallthrough */
   case EVT_OP_RESHAPE: case EVT_OP_SQUEEZE: case EVT_OP_UNSQUEEZE: {
@@ -576,7 +677,10 @@ static bool member(lctx *c, int v) {
     c->vid[v] = c->vid[x];
     return true;
   }
-  case EVT_OP_SUM: {
+  case EVT_OP_SUM:
+  case EVT_OP_AMAX: {
+    bool mx = nd->op == EVT_OP_AMAX;
+    if (c->nbd && mx) return refuse(c, v, "amax in a batched GEMM epilogue (row kernels take a max within rows)");
     if (c->nbd) return sum_batched(c, v);
     int x = nd->inputs[0];
     const evt_type *xt = &g->nodes[x].type;
@@ -594,15 +698,22 @@ static bool member(lctx *c, int v) {
       if ((i < s) != rd[i]) over_m = false;
       if ((i >= s) != rd[i]) over_n = false;
     }
-    if (over_m && over_n) over_n = false; /* a 1xN or Mx1 tile: prefer Σ over M */
+    if (over_m && over_n) over_n = mx; /* a 1xN or Mx1 tile: prefer Σ over M (max: over N, within rows) */
+    if (over_m && over_n) over_m = false;
     if (!over_m && !over_n)
-      return refuse(c, v, "sum over dims that are neither the tile's M dims nor its N dims (visitor has row and column sums only)");
-    if (t->dtype != EVT_F32)
-      return refuse(c, v, "sum into %s (row/column sums are written in f32)", evt_dtype_name(t->dtype));
+      return refuse(c, v, "%s over dims that are neither the %s's M dims nor its N dims (visitor has row and column %s only)",
+                    mx ? "amax" : "sum", c->row ? "row space" : "tile", mx ? "maxima" : "sums");
+    if (mx && !c->row) return refuse(c, v, "amax in a GEMM epilogue (row kernels take a max within rows)");
+    if (mx && over_m) return refuse(c, v, "amax over rows (row kernels take a max within rows, over the last dim)");
+    if (!c->row && t->dtype != EVT_F32)
+      return refuse(c, v, "sum into %s: CTAs of a GEMM add partial sums with f32 atomics, so the sum's tensor must be "
+                    "f32 (row kernels round once at the store)", evt_dtype_name(t->dtype));
+    if (!float_dtype(t->dtype)) return refuse(c, v, "%s into %s", mx ? "amax" : "sum", evt_dtype_name(t->dtype));
     char name[24];
-    if (over_m) snprintf(name, sizeof name, "rs%d", c->nrsum++);
+    if (mx) snprintf(name, sizeof name, "cm%d", c->ncsum++);
+    else if (over_m) snprintf(name, sizeof name, "rs%d", c->nrsum++);
     else snprintf(name, sizeof name, "cs%d", c->ncsum++);
-    int id = add_node(c, v, over_m ? EVT_V_ROW_SUM : EVT_V_COL_SUM, xv, -1, EVT_F32, name, v);
+    int id = add_node(c, v, mx ? EVT_V_COL_MAX : over_m ? EVT_V_ROW_SUM : EVT_V_COL_SUM, xv, -1, t->dtype, name, v);
     if (id < 0) return false;
     c->vid[v] = -1;
     return true;
@@ -612,16 +723,13 @@ static bool member(lctx *c, int v) {
     return refuse(c, v, "no visitor node for %s", evt_op_table[nd->op].name);
   }
   int ar = evt_vop_arity(op);
-  for (int k = 0; k < nd->ninputs && k < 2; k++) {
+  for (int k = 0; k < nd->ninputs && k < ar; k++) {
     in[k] = operand(c, v, nd->inputs[k], t);
     if (in[k] < 0) return false;
   }
-  if (nd->op == EVT_OP_NEG) {
-    in[1] = evt_kspec_scalar(c->s, -1.0);
-    if (in[1] < 0) return refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
-    c->vt[in[1]] = -1;
-  }
-  int id = add_node(c, v, op, in[0], ar > 1 ? in[1] : -1, EVT_F32, NULL, -1);
+  int id = evt_kspec_add3(c->s, op, in[0], ar > 1 ? in[1] : -1, ar > 2 ? in[2] : -1, EVT_F32, NULL);
+  if (id < 0) return refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
+  c->vt[id] = -1;
   if (id < 0) return false;
   c->vid[v] = id;
   return true;
@@ -673,7 +781,7 @@ static void add_stores(lctx *c, evt_lowered *L, bool want_d, int *dmem) {
     if (group[v] == gi && leaves[v] && c->vid[v] >= 0) *dmem = v;
   for (int i = 0; i < c->s->nnodes; i++) {
     evt_vop op = c->s->nodes[i].op;
-    if (op != EVT_V_ROW_SUM && op != EVT_V_COL_SUM) continue;
+    if (op != EVT_V_ROW_SUM && op != EVT_V_COL_SUM && op != EVT_V_COL_MAX) continue;
     int v = L->vtensor[i];
     if (leaves[v]) continue;
     for (int w = v + 1; w < n; w++)
@@ -685,12 +793,17 @@ static void add_stores(lctx *c, evt_lowered *L, bool want_d, int *dmem) {
   }
   for (int v = 0; v < n && c->bad < 0; v++) {
     if (group[v] != gi || leaves[v] != 1 || c->vid[v] < 0 || v == *dmem) continue;
+    if (evt_type_numel(&g->nodes[v].type) != c->m * c->n) {
+      refuse(c, v, "a value with %lld elements leaves a kernel over %lldx%lld (stores write whole tiles)",
+             (long long)evt_type_numel(&g->nodes[v].type), (long long)c->m, (long long)c->n);
+      break;
+    }
     char name[24];
     snprintf(name, sizeof name, "s%d", c->nstore++);
     add_node(c, v, EVT_V_AUX_STORE, c->vid[v], -1, g->nodes[v].type.dtype, name, v);
   }
   for (int v = 0; v < n && c->bad < 0; v++) /* a view of a sum that leaves beside the sum itself */
-    if (group[v] == gi && leaves[v] == 1 && c->vid[v] < 0 && g->nodes[v].op != EVT_OP_SUM) {
+    if (group[v] == gi && leaves[v] == 1 && c->vid[v] < 0 && g->nodes[v].op != EVT_OP_SUM && g->nodes[v].op != EVT_OP_AMAX) {
       bool bound = false;
       for (int i = 0; i < c->s->nnodes; i++) bound |= L->vtensor[i] == v;
       if (!bound) refuse(c, v, "a second view of a reduction leaves the group");
@@ -1057,7 +1170,8 @@ static void lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt
     const evt_vnode *v = &scratch->nodes[i];
     int id = v->op == EVT_V_ACC      ? evt_rspec_acc(&L->rspec, c.accsel[i])
              : v->op == EVT_V_SCALAR ? evt_rspec_scalar(&L->rspec, v->value)
-                                     : evt_rspec_add(&L->rspec, v->op, v->in[0], v->in[1], v->dtype, v->name);
+             : v->op == EVT_V_RAND   ? evt_rspec_rand(&L->rspec, v->seed, v->offset, v->dtype)
+                                     : evt_rspec_add3(&L->rspec, v->op, v->in[0], v->in[1], v->in[2], v->dtype, v->name);
     if (id != i) refuse(&c, nu >= 0 ? nu : c.bad, "row spec rejected node %d", i);
   }
   free(scratch);
@@ -1250,8 +1364,10 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
       for (int k = 0; k < vn->ninputs; k++) {
         int x = vn->inputs[k];
         const evt_node *xn = &g->nodes[x];
-        if (x == nucleus || vid[x] >= 0 || evt_op_table[xn->op].cls == EVT_CLASS_SOURCE || source_view(g, x)) continue;
-        if (evt_type_numel(&xn->type) != c.m * c.n || !float_dtype(xn->type.dtype)) continue;
+        if (x == nucleus || vid[x] >= 0 || evt_op_table[xn->op].cls == EVT_CLASS_SOURCE || xn->op == EVT_OP_RAND ||
+            source_view(g, x))
+          continue; /* (rand: generated in-kernel, judged as an operand) */
+        if (evt_type_numel(&xn->type) != c.m * c.n || (!float_dtype(xn->type.dtype) && xn->type.dtype != EVT_BOOL)) continue;
         char name[24];
         snprintf(name, sizeof name, "p%d", k);
         vid[x] = add_node(&c, x, EVT_V_AUX_LOAD, -1, -1, xn->type.dtype, name, x);
