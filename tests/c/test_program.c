@@ -235,3 +235,35 @@ TEST(program_layout_examples_smaller_than_a_buffer_per_node) {
     }
   }
 }
+
+/* A GEMM launcher that refuses its problem demotes the group at run time (gemm_launch.h); the program then
+ * re-plans. The re-planned layout (every fused group demoted, one by one) stays valid: the demoted groups'
+ * members get memory, nothing is read before it is written, live tensors never overlap. */
+TEST(program_layout_after_demotions_stays_valid) {
+  evt_graph *g = parse_joint("graph g {\n  %x: bf16[64, 32] = input(init=normal)\n"
+                             "  %w: bf16[32, 64] = param(init=normal)\n  %b: bf16[64] = param(init=normal)\n"
+                             "  %h: bf16[64, 64] = mm(%x, %w)\n  %hb: bf16[64, 64] = add(%h, %b)\n"
+                             "  %a: bf16[64, 64] = gelu(%hb)\n  %s: bf16[64, 64] = softmax(%a, dim=1)\n"
+                             "  %loss: bf16[] = sum(%s)\n  loss %loss\n}\n");
+  if (!g) return;
+  evt_program *p = NULL;
+  CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s", evt_graph_error(g));
+  if (!p) {
+    evt_graph_free(g);
+    return;
+  }
+  char err[256];
+  int demoted = 0;
+  for (int gi = 0; gi < p->xp->ngroups; gi++) {
+    if (!p->xp->groups[gi].fused) continue;
+    evt_exec_plan_demote_group(p->xp, gi, "test: refused");
+    demoted++;
+    p->nsteps = evt_program_steps(g, p->xp, p->steps);
+    CHECK_MSG(evt_program_layout(g, p->xp, p->slots, &p->arena_bytes, NULL, err, sizeof err) == EVT_OK, "%s", err);
+    check_layout(g, p->xp, p->slots, p->arena_bytes, "after a demotion");
+  }
+  CHECK(demoted > 0);
+  for (int v = 0; v < g->nnodes; v++) CHECK(p->slots[v].kind != EVT_SLOT_NONE); /* all node by node now */
+  evt_program_destroy(p);
+  evt_graph_free(g);
+}
