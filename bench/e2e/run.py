@@ -210,8 +210,9 @@ def run_workload(name, modes, a):
                         fb[op] = fb.get(op, 0) + 1
                 row.update(ops_in_evt=ops_evt, ops_in_pytorch=ops_torch,
                            fallback_ops=dict(sorted(fb.items(), key=lambda kv: -kv[1])[:12]))
-                if row.get("gpu_segments", 0) == 0:
-                    row["status"] = "evt cannot run it: every segment ran in PyTorch"
+                if row.get("gpu_segments", 0) == 0 and row.get("interp_segments", 0) == 0:
+                    row["status"] = ("evt cannot run it: no evt segment" if ops_evt == 0 else
+                                     "evt cannot run it: every segment ran in PyTorch")
         except Exception as e:  # noqa: BLE001 (a failure is a result)
             row["error"] = f"{type(e).__name__}: {e}"[:600]
         row["mode_s"] = round(time.time() - t_mode, 1)
