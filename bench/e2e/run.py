@@ -5,6 +5,7 @@ and evt (torch.compile(backend="evt"), optionally with CUDA graphs), side by sid
     python3 bench/e2e/run.py --quick               # fewer steps, a subset, a time budget (GPU windows)
     python3 bench/e2e/run.py --autotune --cudagraphs --workloads mlp,bert_large
     python3 bench/e2e/run.py --render FILE.json    # markdown + PNG again from a JSON result
+    python3 bench/e2e/run.py --render W.log --tag w3   # ... from a GPU window's log (its E2E_JSON line)
 
 Each workload runs in a child process (all its modes side by side in that one process) under a timeout,
 so a workload that hangs, runs out of memory or takes too long to compile is reported as such and the
@@ -342,8 +343,18 @@ def main():
         ap.error(f"unknown mode(s) {bad}")
 
     if a.render:
-        result = json.load(open(a.render))
-        md, png = render(result, os.path.splitext(a.render)[0])
+        if a.render.endswith(".json"):
+            result, base = json.load(open(a.render)), os.path.splitext(a.render)[0]
+        else:  # a GPU window's log: the last E2E_JSON line, written to --out/e2e_<--tag>.json
+            lines = [ln for ln in open(a.render) if ln.startswith("E2E_JSON ")]
+            if not lines:
+                ap.error(f"{a.render}: no E2E_JSON line")
+            result = json.loads(lines[-1][len("E2E_JSON "):])
+            base = os.path.join(a.out, f"e2e_{a.tag or 'window'}")
+            os.makedirs(a.out, exist_ok=True)
+            with open(base + ".json", "w") as f:
+                json.dump(result, f, indent=1)
+        md, png = render(result, base)
         print(md)
         print("chart:", png or "matplotlib not available")
         return
