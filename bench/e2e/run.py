@@ -220,6 +220,9 @@ def run_workload(name, modes, a):
         evt_log.removeHandler(cap)
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if a.json:  # (each mode as it ends: a timeout keeps the modes done)
+            with open(a.json, "a") as f:
+                f.write(json.dumps(row) + "\n")
         m = args = f = step = None
         torch.cuda.synchronize()
     return rows
@@ -360,10 +363,7 @@ def main():
         return
 
     if a.child:
-        rows = run_workload(a.child, modes, a)
-        with open(a.json, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+        run_workload(a.child, modes, a)
         return
 
     import models as M
