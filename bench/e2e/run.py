@@ -334,11 +334,12 @@ def main():
     a = ap.parse_args()
     a.iters = a.iters or (5 if a.quick else 20)
     a.warmup = a.warmup if a.warmup is not None else (2 if a.quick else 3)
-    modes = a.modes.split(",") if a.modes else ["eager", "inductor", "evt"]
-    if a.autotune and "autotune" not in modes:
-        modes.insert(2, "autotune")
+    # order: evt right after eager, so that a workload cut short by its timeout still has evt's row
+    modes = a.modes.split(",") if a.modes else ["eager", "evt", "inductor"]
     if a.cudagraphs and "evt_cg" not in modes:
-        modes.append("evt_cg")
+        modes.insert(modes.index("evt") + 1 if "evt" in modes else len(modes), "evt_cg")
+    if a.autotune and "autotune" not in modes:
+        modes.append("autotune")
     if "eager" in modes:
         modes = ["eager"] + [m for m in modes if m != "eager"]
     bad = [m for m in modes if m not in ALL_MODES]
