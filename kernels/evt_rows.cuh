@@ -36,6 +36,11 @@ template <class T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+// integer tensors (i64 / i32): their values ride in doubles (exact below 2^53); stores truncate like the
+// interpreter (non-finite → 0)
+template <> __device__ __forceinline__ long long from_f<long long>(float x) { return (long long)x; }
+template <> __device__ __forceinline__ int from_f<int>(float x) { return (int)x; }
+__device__ __forceinline__ long long to_int64(double v) { return isfinite(v) ? (long long)trunc(v) : 0; }
 // bool tensors are u8 0/1 (as the interpreter and evt_fallback.cu store them): nonzero (NaN too) → 1
 __device__ __forceinline__ float to_f(unsigned char x) { return (float)x; }
 template <> __device__ __forceinline__ unsigned char from_f<unsigned char>(float x) { return x != 0.f ? 1 : 0; }
@@ -149,6 +154,22 @@ __device__ __forceinline__ void unpack8(const Raw8<T> &r, float (&o)[8]) {
   for (int e = 0; e < 8; e++) o[e] = to_f(q[e]);
 }
 // Row `p` (already offset to the row) into raw chunks; zeros outside the row or when !live.
+template <class T>
+__device__ __forceinline__ void unpack8(const Raw8<T> &r, double (&o)[8]) {  // integer chunks, exact
+  const T *q = reinterpret_cast<const T *>(r.u);
+#pragma unroll
+  for (int e = 0; e < 8; e++) o[e] = (double)q[e];
+}
+__device__ __forceinline__ void store8(long long *__restrict__ p, int j0, int n, bool full, const double (&v)[8]) {
+#pragma unroll
+  for (int e = 0; e < 8; e++)
+    if (full || j0 + e < n) p[j0 + e] = to_int64(v[e]);
+}
+__device__ __forceinline__ void store8(int *__restrict__ p, int j0, int n, bool full, const double (&v)[8]) {
+#pragma unroll
+  for (int e = 0; e < 8; e++)
+    if (full || j0 + e < n) p[j0 + e] = (int)to_int64(v[e]);
+}
 template <int T, int VPT, class E>
 __device__ __forceinline__ void fetch_row(const E *__restrict__ p, int n, int t, bool live, bool vec, Raw8<E> (&r)[VPT]) {
 #pragma unroll
@@ -608,15 +629,28 @@ __device__ __forceinline__ float rsqrt_(float x) { return rsqrtf(x); }
 __device__ __forceinline__ float reciprocal(float x) { return 1.f / x; }
 __device__ __forceinline__ float abs_(float x) { return fabsf(x); }
 __device__ __forceinline__ float sign(float x) { return x > 0.f ? 1.f : x < 0.f ? -1.f : x != x ? x : 0.f; }
-__device__ __forceinline__ float maximum(float x, float y) { return x != x || y != y ? __int_as_float(0x7fc00000) : x > y ? x : y; }
-__device__ __forceinline__ float minimum(float x, float y) { return x != x || y != y ? __int_as_float(0x7fc00000) : x < y ? x : y; }
-__device__ __forceinline__ float eq(float x, float y) { return x == y ? 1.f : 0.f; }
-__device__ __forceinline__ float ne(float x, float y) { return x != y ? 1.f : 0.f; }
-__device__ __forceinline__ float lt(float x, float y) { return x < y ? 1.f : 0.f; }
-__device__ __forceinline__ float le(float x, float y) { return x <= y ? 1.f : 0.f; }
-__device__ __forceinline__ float gt(float x, float y) { return x > y ? 1.f : 0.f; }
-__device__ __forceinline__ float ge(float x, float y) { return x >= y ? 1.f : 0.f; }
-__device__ __forceinline__ float where(float c, float a, float b) { return c != 0.f ? a : b; }
+// Templates: a value is a float, or a double when it holds an integer tensor's elements (exact); mixed
+// operands compare / select in the common type.
+template <class X, class Y>
+__device__ __forceinline__ auto maximum(X x, Y y) -> decltype(x + y) {
+  return x != x || y != y ? (decltype(x + y))NAN : x > y ? x : y;
+}
+template <class X, class Y>
+__device__ __forceinline__ auto minimum(X x, Y y) -> decltype(x + y) {
+  return x != x || y != y ? (decltype(x + y))NAN : x < y ? x : y;
+}
+template <class X, class Y> __device__ __forceinline__ float eq(X x, Y y) { return x == y ? 1.f : 0.f; }
+template <class X, class Y> __device__ __forceinline__ float ne(X x, Y y) { return x != y ? 1.f : 0.f; }
+template <class X, class Y> __device__ __forceinline__ float lt(X x, Y y) { return x < y ? 1.f : 0.f; }
+template <class X, class Y> __device__ __forceinline__ float le(X x, Y y) { return x <= y ? 1.f : 0.f; }
+template <class X, class Y> __device__ __forceinline__ float gt(X x, Y y) { return x > y ? 1.f : 0.f; }
+template <class X, class Y> __device__ __forceinline__ float ge(X x, Y y) { return x >= y ? 1.f : 0.f; }
+template <class C, class A, class B>
+__device__ __forceinline__ auto where(C c, A a, B b) -> decltype(a + b) {
+  return c != 0 ? (decltype(a + b))a : (decltype(a + b))b;
+}
+__device__ __forceinline__ double neg(double x) { return -x; }
+__device__ __forceinline__ double abs_(double x) { return fabs(x); }
 // rand: element e of a Philox stream (kernels/philox.h, as the interpreter draws it), rounded to T like the tensor
 template <class T>
 __device__ __forceinline__ float rand_u(unsigned long long seed, unsigned long long offset, unsigned long long e) {

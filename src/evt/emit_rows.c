@@ -41,6 +41,8 @@ static const char *ctype(evt_dtype t) {
 }
 
 
+static int is_int(evt_dtype t) { return t == EVT_I64 || t == EVT_I32; }
+
 static const char *binop(evt_vop op) {
   switch (op) {
     case EVT_V_ADD: return "+";
@@ -204,7 +206,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          i, s->nodes[i].name, i, s->nodes[i].name, i);
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_SCALAR_LOAD)
-      sb(&b, "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n", i, i, s->nodes[i].name);
+      sb(&b, is_int(s->nodes[i].dtype) ? "  const double sl%d = (double)p.n%d_%s[0];  // scalar_load (rank-0 tensor)\n"
+                                        : "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n",
+         i, i, s->nodes[i].name);
   if (nrowsum)
     sb(&b, "  extern __shared__ float dyn_smem[];\n"
            "  RSums rsum;  // this thread's columns of the row sums over the CTA's rows\n  rsum.init(dyn_smem, g, t);\n");
@@ -270,7 +274,10 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   /* epilogue */
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
-    if (v->op == EVT_V_COL_BCAST) sb(&b, "    const float cb%d = live ? evt_rows::to_f(p.n%d_%s[row]) : 0.f;  // col_bcast\n", i, i, v->name);
+    if (v->op == EVT_V_COL_BCAST && is_int(v->dtype)) /* integers ride in doubles: exact */
+      sb(&b, "    const double cb%d = live ? (double)p.n%d_%s[row] : 0.0;  // col_bcast\n", i, i, v->name);
+    else if (v->op == EVT_V_COL_BCAST)
+      sb(&b, "    const float cb%d = live ? evt_rows::to_f(p.n%d_%s[row]) : 0.f;  // col_bcast\n", i, i, v->name);
     if (v->op == EVT_V_COL_SUM) sb(&b, "    float cs%d = 0.f;  // col_sum %s\n", i, v->name);
     if (v->op == EVT_V_COL_MAX) sb(&b, "    float cm%d = -INFINITY;  // col_max %s\n", i, v->name);
     if (v->op == EVT_V_ONE_HOT)
@@ -280,45 +287,46 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "      if (!live || j0 >= n) continue;\n      const bool full = p.vec && j0 + 8 <= n;\n      (void)full;\n");
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
-    if (v->op == EVT_V_AUX_LOAD) sb(&b, "      float L%d[8];\n      evt_rows::unpack8(c_L%d[v], L%d);\n", i, i, i);
-    if (v->op == EVT_V_AUX_STORE) sb(&b, "      float S%d[8];\n", i);
+    const char *et = is_int(v->dtype) ? "double" : "float"; /* integer tensors: values in doubles (exact) */
+    if (v->op == EVT_V_AUX_LOAD) sb(&b, "      %s L%d[8];\n      evt_rows::unpack8(c_L%d[v], L%d);\n", et, i, i, i);
+    if (v->op == EVT_V_AUX_STORE) sb(&b, "      %s S%d[8];\n", et, i);
   }
   sb(&b, "#pragma unroll\n      for (int e = 0; e < 8; e++) {\n        const bool ok = j0 + e < n;\n        (void)ok;\n");
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
     int a = v->in[0], c = v->in[1];
     switch (v->op) {
-      case EVT_V_ACC: sb(&b, "        const float v%d = %s[v][e];\n", i, acc_arrays[v->sel]); break;
-      case EVT_V_AUX_LOAD: sb(&b, "        const float v%d = L%d[e];  // %s\n", i, i, v->name); break;
-      case EVT_V_ROW_BCAST: sb(&b, "        const float v%d = L%d[v][e];  // %s\n", i, i, v->name); break;
-      case EVT_V_COL_BCAST: sb(&b, "        const float v%d = cb%d;\n", i, i); break;
-      case EVT_V_SCALAR: sb(&b, "        const float v%d = (float)(%.17g);\n", i, v->value); break;
-      case EVT_V_SCALAR_LOAD: sb(&b, "        const float v%d = sl%d;  // %s\n", i, i, v->name); break;
+      case EVT_V_ACC: sb(&b, "        const auto v%d = %s[v][e];\n", i, acc_arrays[v->sel]); break;
+      case EVT_V_AUX_LOAD: sb(&b, "        const auto v%d = L%d[e];  // %s\n", i, i, v->name); break;
+      case EVT_V_ROW_BCAST: sb(&b, "        const auto v%d = L%d[v][e];  // %s\n", i, i, v->name); break;
+      case EVT_V_COL_BCAST: sb(&b, "        const auto v%d = cb%d;\n", i, i); break;
+      case EVT_V_SCALAR: sb(&b, "        const auto v%d = (float)(%.17g);\n", i, v->value); break;
+      case EVT_V_SCALAR_LOAD: sb(&b, "        const auto v%d = sl%d;  // %s\n", i, i, v->name); break;
       case EVT_V_RAND:
-        sb(&b, "        const float v%d = evt_rows::rand_u<%s>(%lluull, %lluull, (unsigned long long)(row * n + j0 + e));  // rand\n",
+        sb(&b, "        const auto v%d = evt_rows::rand_u<%s>(%lluull, %lluull, (unsigned long long)(row * n + j0 + e));  // rand\n",
            i, ctype(v->dtype), (unsigned long long)v->seed, (unsigned long long)v->offset);
         break;
-      case EVT_V_ONE_HOT: sb(&b, "        const float v%d = (long long)(j0 + e) == oh%d ? 1.f : 0.f;  // %s\n", i, i, v->name); break;
+      case EVT_V_ONE_HOT: sb(&b, "        const auto v%d = (long long)(j0 + e) == oh%d ? 1.f : 0.f;  // %s\n", i, i, v->name); break;
       case EVT_V_COL_MAX:
-        sb(&b, "        if (ok) cm%d = evt_rows::nanmax(cm%d, v%d);  // %s\n        const float v%d = v%d;\n", i, i, a, v->name, i, a);
+        sb(&b, "        if (ok) cm%d = evt_rows::nanmax(cm%d, v%d);  // %s\n        const auto v%d = v%d;\n", i, i, a, v->name, i, a);
         break;
-      case EVT_V_AUX_STORE: sb(&b, "        S%d[e] = v%d;  // %s\n        const float v%d = v%d;\n", i, a, v->name, i, a); break;
+      case EVT_V_AUX_STORE: sb(&b, "        S%d[e] = v%d;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a); break;
       case EVT_V_ROW_SUM:
-        sb(&b, "        if (ok) rsum.at(%d, v, e) += v%d;  // %s\n        const float v%d = v%d;\n", rsk[i], a, v->name, i,
+        sb(&b, "        if (ok) rsum.at(%d, v, e) += v%d;  // %s\n        const auto v%d = v%d;\n", rsk[i], a, v->name, i,
            a);
         break;
       case EVT_V_COL_SUM:
-        sb(&b, "        if (ok) cs%d += v%d;  // %s\n        const float v%d = v%d;\n", i, a, v->name, i, a);
+        sb(&b, "        if (ok) cs%d += v%d;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a);
         break;
       default:
         if (binop(v->op))
-          sb(&b, "        const float v%d = v%d %s v%d;\n", i, a, binop(v->op), c);
+          sb(&b, "        const auto v%d = v%d %s v%d;\n", i, a, binop(v->op), c);
         else if (evt_vop_arity(v->op) == 3)
-          sb(&b, "        const float v%d = evt_rows::%s(v%d, v%d, v%d);\n", i, fn(v->op), a, c, v->in[2]);
+          sb(&b, "        const auto v%d = evt_rows::%s(v%d, v%d, v%d);\n", i, fn(v->op), a, c, v->in[2]);
         else if (evt_vop_arity(v->op) == 2)
-          sb(&b, "        const float v%d = evt_rows::%s(v%d, v%d);\n", i, fn(v->op), a, c);
+          sb(&b, "        const auto v%d = evt_rows::%s(v%d, v%d);\n", i, fn(v->op), a, c);
         else
-          sb(&b, "        const float v%d = evt_rows::%s(v%d);\n", i, fn(v->op), a);
+          sb(&b, "        const auto v%d = evt_rows::%s(v%d);\n", i, fn(v->op), a);
         break;
     }
     if (!users[i]) sb(&b, "        (void)v%d;\n", i);

@@ -59,8 +59,11 @@ int evt_vop_storage_ok(evt_vop op, evt_dtype dtype, int gemm) {
     case EVT_V_ONE_HOT: return dtype == EVT_I64 || dtype == EVT_I32;
     case EVT_V_ROW_SUM: case EVT_V_COL_SUM: return gemm ? dtype == EVT_F32 : fl;
     case EVT_V_COL_MAX: case EVT_V_RAND: return !gemm && fl;
-    case EVT_V_AUX_LOAD: case EVT_V_AUX_STORE: return fl || dtype == EVT_BOOL; /* GEMM: u8 aux tiles (N % 16) */
-    case EVT_V_ROW_BCAST: case EVT_V_COL_BCAST: case EVT_V_SCALAR_LOAD: return fl || (!gemm && dtype == EVT_BOOL);
+    case EVT_V_AUX_LOAD: case EVT_V_AUX_STORE: /* GEMM: u8 aux tiles (N % 16); rows: integers in doubles */
+      return fl || dtype == EVT_BOOL || (!gemm && (dtype == EVT_I64 || dtype == EVT_I32));
+    case EVT_V_COL_BCAST: case EVT_V_SCALAR_LOAD:
+      return fl || (!gemm && (dtype == EVT_BOOL || dtype == EVT_I64 || dtype == EVT_I32));
+    case EVT_V_ROW_BCAST: return fl || (!gemm && dtype == EVT_BOOL);
     default: return 1;
   }
 }

@@ -223,9 +223,10 @@ double evt_vop_apply3(evt_vop op, double x, double y, double z);
  * (unused ones -1), and the dtype it carries (memory dtype for loads/stores, f32 for computes and sums). */
 bool evt_vop_inputs_ok(evt_vop op, const int in[3], int id);
 evt_dtype evt_vop_node_dtype(evt_vop op, evt_dtype dtype);
-/* May node `op` keep `dtype` in memory? gemm = 1: the GEMM epilogue (bf16/f16/f32 loads and stores; row/col
- * sums f32 because CTAs add into them with atomics), 0: row kernels (also bool loads/stores as u8 0/1, sums
- * and col_max rounded to bf16/f16 at their single store). one_hot reads i64 or i32 class indices. */
+/* May node `op` keep `dtype` in memory? gemm = 1: the GEMM epilogue (bf16/f16/f32 loads and stores, u8 bool
+ * aux tiles; row/col sums f32 because CTAs add into them with atomics), 0: row kernels (also bool loads/stores
+ * as u8 0/1; sums and col_max rounded to bf16/f16 at their single store; i64 / i32 aux loads / stores, column
+ * broadcasts and scalar loads, whose values ride in doubles: exact). one_hot reads i64 or i32 class indices. */
 int evt_vop_storage_ok(evt_vop op, evt_dtype dtype, int gemm);
 /* Element (i, j) of an M×N epilogue through one node other than EVT_V_ACC, for the CPU references of
  * kspec and rspec: broadcasts, aux/scalar loads and one_hot read tensors[v], aux stores (rounded to dtype)

@@ -560,8 +560,12 @@ static bool member(lctx *c, int v) {
   const evt_graph *g = c->g;
   const evt_node *nd = &g->nodes[v];
   const evt_type *t = &nd->type;
-  if (!float_dtype(t->dtype) && t->dtype != EVT_BOOL)
-    return refuse(c, v, "dtype %s (the epilogue computes bf16/f16/f32 values and bools as 0/1)", evt_dtype_name(t->dtype));
+  bool int_ok = c->row && (nd->op == EVT_OP_WHERE || nd->op == EVT_OP_ADD || nd->op == EVT_OP_SUB || nd->op == EVT_OP_MUL ||
+                            nd->op == EVT_OP_NEG || nd->op == EVT_OP_ABS || nd->op == EVT_OP_MAXIMUM ||
+                            nd->op == EVT_OP_MINIMUM || is_view_op(nd->op));
+  if (!float_dtype(t->dtype) && t->dtype != EVT_BOOL && !((t->dtype == EVT_I64 || t->dtype == EVT_I32) && int_ok))
+    return refuse(c, v, "dtype %s (the epilogue computes bf16/f16/f32 values and bools as 0/1%s)", evt_dtype_name(t->dtype),
+                  c->row ? "; integers only through where / add / sub / mul / neg / abs / maximum / minimum" : "");
   if (c->nbd && c->alias) {
     if (is_view_op(nd->op)) {
       int x = nd->inputs[0];
@@ -638,7 +642,8 @@ static bool member(lctx *c, int v) {
     break;
   case EVT_OP_CAST: {
     evt_dtype from = g->nodes[nd->inputs[0]].type.dtype;
-    if (!float_dtype(from) && from != EVT_BOOL) return refuse(c, v, "cast from %s", evt_dtype_name(from));
+    bool from_int = from == EVT_I64 || from == EVT_I32;
+    if (!float_dtype(from) && from != EVT_BOOL && !(from_int && c->row)) return refuse(c, v, "cast from %s", evt_dtype_name(from));
     if (t->dtype == EVT_BOOL && from != EVT_BOOL) { /* x != 0 as 0/1 */
       op = EVT_V_NE;
       in[0] = operand(c, v, nd->inputs[0], t);
@@ -654,7 +659,7 @@ static bool member(lctx *c, int v) {
       return id >= 0;
     }
     /* a bool's 0/1 is exact in every float type; other casts to 16 bits round, which the epilogue does only at stores */
-    if (t->dtype != EVT_F32 && from != EVT_BOOL && member_uses_in_group(c, v))
+    if (t->dtype != EVT_F32 && from != EVT_BOOL && !from_int && member_uses_in_group(c, v))
       return refuse(c, v, "cast to %s used inside the epilogue (visitor values are f32, rounded only at stores)",
                     evt_dtype_name(t->dtype));
   }

@@ -381,6 +381,10 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
                             EVT_F32, NULL);
     evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_ADD, sel, cnt, EVT_F32, NULL), -1, dt, "y");
     evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add3(s, EVT_V_WHERE, ge, m, eq, EVT_F32, NULL), -1, EVT_BOOL, "mb");
+    /* integer labels (values in doubles): where(ne(lab, 2), lab, 0) stored as i64, as the loss's ignore mask */
+    int lab = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_I64, "lab");
+    int keep = evt_rspec_add(s, EVT_V_NE, lab, evt_rspec_scalar(s, 2.0), EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add3(s, EVT_V_WHERE, keep, lab, z, EVT_F32, NULL), -1, EVT_I64, "labo");
     int u = evt_rspec_rand(s, 1234567, 89, dt); /* a dropout mask drawn in the kernel */
     evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_GE, u, evt_rspec_scalar(s, 0.25), EVT_F32, NULL), -1,
                   EVT_BOOL, "keep");

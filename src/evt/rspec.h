@@ -108,7 +108,7 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
  *   chain_rowsum    nucleus-free: z = relu(a·s[i] + b) − 0.5·a (col_bcast s), aux_store z, col_sum Σ_N z
  *   unary_math      nucleus-free: neg exp log erf tanh sqrt rsqrt reciprocal abs sign maximum minimum (3 stores)
  *   cmp_where       nucleus-free: eq ne lt le gt ge where on loaded values, a bool load, bool stores, a
- *                   dropout-style mask ge(rand, 0.25) drawn in the kernel
+ *                   dropout-style mask ge(rand, 0.25) drawn in the kernel, i64 labels where(ne(lab, 2), lab, 0)
  *   softmax_xent    softmax, one_hot (i64 targets), scalar_load k, aux/row_sum/col_max/col_sum stores in dt
  * Returns EVT_ERR_INVALID for an unknown name. */
 evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt);

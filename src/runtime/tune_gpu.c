@@ -386,7 +386,7 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
   jobs_t J = {0};
   /* no GPU: say so before minutes of nvcc (EVT_TUNE_NO_DEVICE=1 pretends there is none, for tests) */
   const char *nodev = getenv("EVT_TUNE_NO_DEVICE");
-  if ((nodev && *nodev && strcmp(nodev, "0")) || access("/dev/nvidiactl", F_OK) != 0) {
+  if (!opt->compile_only && ((nodev && *nodev && strcmp(nodev, "0")) || access("/dev/nvidiactl", F_OK) != 0)) {
     snprintf(msg, msglen, "no CUDA device (%s): nothing measured, every GEMM keeps the default config",
              nodev && *nodev && strcmp(nodev, "0") ? "EVT_TUNE_NO_DEVICE is set" : "no /dev/nvidiactl");
     for (int i = 0; i < np; i++)
@@ -462,7 +462,12 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
     jo.jobs = opt->jobs;
     jo.quiet = opt->quiet;
     st = evt_jit_compile(J.j, J.n, &jo, tmp, sizeof tmp);
-    if (st == EVT_ERR_UNSUPPORTED || st == EVT_ERR_IO) {
+    if (opt->compile_only) {
+      first = st;
+      if (st != EVT_OK) snprintf(msg, msglen, "%s", tmp);
+      for (int i = 0; i < np && sts; i++)
+        if (!W[i].have_record) sts[i] = EVT_ERR_UNSUPPORTED; /* compiled, not measured */
+    } else if (st == EVT_ERR_UNSUPPORTED || st == EVT_ERR_IO) {
       snprintf(msg, msglen, "%s", tmp);
       first = st;
     } else if (!J.j[0].ok) {
@@ -470,14 +475,16 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
       first = EVT_ERR_UNSUPPORTED;
     }
     tb_api tb;
+    memset(&tb, 0, sizeof tb);
     char gpu[128] = "";
     int sms = 0;
-    if (first == EVT_OK && tb_load(J.j[0].so_path, &tb, msg, msglen) != 0) first = EVT_ERR_UNSUPPORTED;
-    if (first == EVT_OK && tb.device(gpu, sizeof gpu, &sms) != 0) {
+    int go = !opt->compile_only;
+    if (go && first == EVT_OK && tb_load(J.j[0].so_path, &tb, msg, msglen) != 0) first = EVT_ERR_UNSUPPORTED;
+    if (go && first == EVT_OK && tb.device(gpu, sizeof gpu, &sms) != 0) {
       snprintf(msg, msglen, "no CUDA device: %s", tb.last_error());
       first = EVT_ERR_UNSUPPORTED;
     }
-    for (int i = 0; i < np && first == EVT_OK; i++) {
+    for (int i = 0; i < np && go && first == EVT_OK; i++) {
       if (W[i].have_record) continue;
       char m2[512] = "";
       evt_status s2 = measure(&tb, gpu, &P[i], &W[i], &J, opt, &out[i], m2, sizeof m2);
@@ -488,7 +495,7 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
         snprintf(msg, msglen, "%s", m2);
       }
     }
-    if (first != EVT_OK && sts)
+    if (go && first != EVT_OK && sts)
       for (int i = 0; i < np; i++)
         if (!W[i].have_record && sts[i] == EVT_OK) sts[i] = first;
   }

@@ -566,6 +566,9 @@ TEST(lower_new_visitor_nodes_match_the_interpreter) {
       {"  %c = gt(%x, %r)\n  %y = where(%c, %x, %p)\n", EVT_V_WHERE, false},
       {"  %c = lt(%x, %r)\n  %y = cast(%c, dtype=f32)\n  %z = mul(%y, %x)\n  output %z\n", EVT_V_LT, false},
       {"  %y = mul(%x, %k)\n", EVT_V_SCALAR_LOAD, false},
+      /* integer labels (the loss's ignore mask): values ride in doubles, stored as i64 */
+      {"  %ig: i64[] = scalar(value=5)\n  %z0: i64[] = scalar(value=0)\n  %c = ne(%t, %ig)\n  %y = where(%c, %t, %z0)\n"
+       "  %f = cast(%c, dtype=f32)\n  %s = sum(%f)\n  output %s\n", EVT_V_WHERE, false},
       {"  %c = ge(%u, %p)\n  %y = cast(%c, dtype=f32)\n", EVT_V_RAND, false},
       {"  %y = one_hot(%t, num_classes=24)\n  %z = mul(%y, %x)\n  output %z\n", EVT_V_ONE_HOT, false},
       {"  %y = amax(%x, dims=[1])\n", EVT_V_COL_MAX, false},

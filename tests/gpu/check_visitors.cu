@@ -102,6 +102,8 @@ static std::vector<double> download(const void *d, size_t n, evt_dtype dt) {
       case EVT_BF16: { __nv_bfloat16 x; memcpy(&x, p, 2); out[i] = __bfloat162float(x); break; }
       case EVT_F16: { __half x; memcpy(&x, p, 2); out[i] = __half2float(x); break; }
       case EVT_F32: { float x; memcpy(&x, p, 4); out[i] = x; break; }
+      case EVT_I64: { long long x; memcpy(&x, p, 8); out[i] = (double)x; break; }
+      case EVT_I32: { int x; memcpy(&x, p, 4); out[i] = x; break; }
       default: out[i] = *p; break;
     }
   }
@@ -147,6 +149,7 @@ struct Buffers {
         double v;
         if (op == EVT_V_ONE_HOT) v = (double)((int64_t)(r.next() % (uint64_t)(ncols + 1)) - 1);  // -1: a zero row
         else if (d == EVT_BOOL) v = (double)(r.next() & 1);
+        else if (d == EVT_I64 || d == EVT_I32) v = (double)((int64_t)(r.next() % 7) - 1);  // labels, some = 2
         else if (op == EVT_V_SCALAR_LOAD) v = r.uniform(0.5f, 1.5f);
         else v = r.uniform(-3.f, 3.f);
         host[i][k] = put(bytes, k, d, v);
@@ -187,8 +190,9 @@ static bool compare_stores(const char *label, int m, int n, const evt_vop *ops, 
     size_t nd;
     double e = rel_err(out, B.host[i], &nd);
     bool same = out.size() == first[i].size() && memcmp(out.data(), first[i].data(), out.size() * sizeof(double)) == 0;
-    bool ok = same && (dts[i] == EVT_BOOL ? nd <= max_bool_diff && std::isfinite(e) : e <= tol);
-    if (dts[i] != EVT_BOOL && e > *worst) *worst = e;
+    bool exact = dts[i] == EVT_BOOL || dts[i] == EVT_I64 || dts[i] == EVT_I32;  // 0/1 or labels: count mismatches
+    bool ok = same && (exact ? nd <= max_bool_diff && std::isfinite(e) : e <= tol);
+    if (!exact && e > *worst) *worst = e;
     printf("%s %-26s %5dx%-5d: %-7s %-11s %-4s rel err %.3e, %zu/%zu elements differ: %s%s\n", ok ? "ok  " : "FAIL", label,
            m, n, names[i], evt_vop_name(ops[i]), evt_dtype_name(dts[i]), e, nd, out.size(),
            ok ? "matched" : "NOT MATCHED", same ? "" : " (second launch differs)");
