@@ -13,11 +13,12 @@
 #ifndef EVT_ROW_CONFIG_H
 #define EVT_ROW_CONFIG_H
 
-/* Defaults of the generated kernels' tuning macros (EVT_ROWS_WARP_VPT, EVT_ROWS_CTA_WARPS, EVT_ROWS_CTA_WARPS_SUM;
+/* Defaults of the generated kernels' tuning macros (EVT_ROWS_WARP_VPT, EVT_ROWS_CTA_WARPS, EVT_ROWS_CTA_WARPS_SUM, EVT_ROWS_DEPTH;
  * each can be overridden with -D when the kernel is compiled, which the H200 benchmark uses to compare). */
 #define EVT_ROWS_DEFAULT_WARP_VPT 2
 #define EVT_ROWS_DEFAULT_CTA_WARPS 8
 #define EVT_ROWS_DEFAULT_CTA_WARPS_SUM 16
+#define EVT_ROWS_DEFAULT_DEPTH 2
 
 /* (warps, vpt) of every configuration evt_row_pick_config can return. */
 #define EVT_ROW_NCONFIGS 10

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "evt_row_config.h"
+#include "philox.h"
 
 #ifndef EVT_ROWS_PDL  // programmatic dependent launch of the row-sum finalize kernel (Hopper)
 #define EVT_ROWS_PDL 1
@@ -35,6 +36,40 @@ template <class T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+// integer tensors (i64 / i32): their values ride in doubles (exact below 2^53); stores truncate like the
+// interpreter (non-finite → 0)
+template <> __device__ __forceinline__ long long from_f<long long>(float x) { return (long long)x; }
+template <> __device__ __forceinline__ int from_f<int>(float x) { return (int)x; }
+__device__ __forceinline__ long long to_int64(double v) { return isfinite(v) ? (long long)trunc(v) : 0; }
+// bool tensors are u8 0/1 (as the interpreter and evt_fallback.cu store them): nonzero (NaN too) → 1
+__device__ __forceinline__ float to_f(unsigned char x) { return (float)x; }
+template <> __device__ __forceinline__ unsigned char from_f<unsigned char>(float x) { return x != 0.f ? 1 : 0; }
+
+// u8 chunks (bool tensors) are 8 bytes: one uint2 (the launcher's vector flag implies 8-byte alignment).
+__device__ __forceinline__ void load8(const unsigned char *__restrict__ p, int j0, int n, bool full, float (&o)[8]) {
+  if (full) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p + j0);
+    const unsigned char *q = reinterpret_cast<const unsigned char *>(&u);
+#pragma unroll
+    for (int e = 0; e < 8; e++) o[e] = (float)q[e];
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; e++) o[e] = j0 + e < n ? (float)p[j0 + e] : 0.f;
+  }
+}
+__device__ __forceinline__ void store8(unsigned char *__restrict__ p, int j0, int n, bool full, const float (&v)[8]) {
+  if (full) {
+    uint2 u;
+    unsigned char *q = reinterpret_cast<unsigned char *>(&u);
+#pragma unroll
+    for (int e = 0; e < 8; e++) q[e] = from_f<unsigned char>(v[e]);
+    *reinterpret_cast<uint2 *>(p + j0) = u;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+      if (j0 + e < n) p[j0 + e] = from_f<unsigned char>(v[e]);
+  }
+}
 
 template <class T>
 __device__ __forceinline__ void load8(const T *__restrict__ p, int j0, int n, bool full, float (&o)[8]) {
@@ -88,6 +123,19 @@ template <class T>
 struct Raw8 {
   uint4 u[(int)sizeof(T) * 8 / 16];
 };
+template <>
+struct Raw8<unsigned char> {  // a bool chunk: 8 bytes
+  uint2 u[1];
+};
+__device__ __forceinline__ void fetch8(const unsigned char *__restrict__ p, int j0, int n, bool full, Raw8<unsigned char> &r) {
+  if (full) {
+    r.u[0] = *reinterpret_cast<const uint2 *>(p + j0);
+  } else {
+    unsigned char *q = reinterpret_cast<unsigned char *>(r.u);
+#pragma unroll
+    for (int e = 0; e < 8; e++) q[e] = j0 + e < n ? p[j0 + e] : 0;
+  }
+}
 template <class T>
 __device__ __forceinline__ void fetch8(const T *__restrict__ p, int j0, int n, bool full, Raw8<T> &r) {
   if (full) {
@@ -106,6 +154,22 @@ __device__ __forceinline__ void unpack8(const Raw8<T> &r, float (&o)[8]) {
   for (int e = 0; e < 8; e++) o[e] = to_f(q[e]);
 }
 // Row `p` (already offset to the row) into raw chunks; zeros outside the row or when !live.
+template <class T>
+__device__ __forceinline__ void unpack8(const Raw8<T> &r, double (&o)[8]) {  // integer chunks, exact
+  const T *q = reinterpret_cast<const T *>(r.u);
+#pragma unroll
+  for (int e = 0; e < 8; e++) o[e] = (double)q[e];
+}
+__device__ __forceinline__ void store8(long long *__restrict__ p, int j0, int n, bool full, const double (&v)[8]) {
+#pragma unroll
+  for (int e = 0; e < 8; e++)
+    if (full || j0 + e < n) p[j0 + e] = to_int64(v[e]);
+}
+__device__ __forceinline__ void store8(int *__restrict__ p, int j0, int n, bool full, const double (&v)[8]) {
+#pragma unroll
+  for (int e = 0; e < 8; e++)
+    if (full || j0 + e < n) p[j0 + e] = (int)to_int64(v[e]);
+}
 template <int T, int VPT, class E>
 __device__ __forceinline__ void fetch_row(const E *__restrict__ p, int n, int t, bool live, bool vec, Raw8<E> (&r)[VPT]) {
 #pragma unroll
@@ -114,8 +178,7 @@ __device__ __forceinline__ void fetch_row(const E *__restrict__ p, int n, int t,
     if (live && j0 < n) {
       fetch8(p, j0, n, vec && j0 + 8 <= n, r[v]);
     } else {
-#pragma unroll
-      for (int k = 0; k < (int)sizeof(E) * 8 / 16; k++) r[v].u[k] = make_uint4(0, 0, 0, 0);
+      r[v] = Raw8<E>{};  // zeros
     }
   }
 }
@@ -294,6 +357,44 @@ struct ChanOp {
   }
 };
 
+// Mode 2 building blocks: plain xor-butterfly sums / max inside a warp (bitwise identical on every lane), then
+// one exchange of each warp's values through the group's parity slot (one barrier); the caller merges the
+// WARPS entries in warp order (identical on every thread).
+template <int K>
+__device__ __forceinline__ void warp_sums(float (&a)[K]) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float b[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) b[k] = __shfl_xor_sync(0xffffffffu, a[k], o);
+#pragma unroll
+    for (int k = 0; k < K; k++) a[k] += b[k];
+  }
+}
+__device__ __forceinline__ float warp_max_all(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Returns the slot: entry (k, w) at [k * WARPS + w].
+template <int WARPS, int K>
+__device__ __forceinline__ const float *group_exchange(const float (&a)[K], Red<WARPS> &r) {
+  static_assert(K <= kRedVals, "too many values in one exchange");
+  float *slot = r.s + (r.k & 1) * kRedVals * WARPS;
+  r.k++;
+  if ((threadIdx.x & 31) == 0) {
+    const int w = (threadIdx.x >> 5) % WARPS;
+#pragma unroll
+    for (int k = 0; k < K; k++) slot[k * WARPS + w] = a[k];
+  }
+  group_sync<WARPS>();
+  return slot;
+}
+
+#ifndef EVT_ROWS_RED  // 1: merge operators at every butterfly level; 2: warp sums + one cross-warp merge
+#define EVT_ROWS_RED 1
+#endif
+
 #define EVT_ROWS_FOR_VALID(body)                   \
   _Pragma("unroll") for (int v = 0; v < VPT; v++)  \
     _Pragma("unroll") for (int e = 0; e < 8; e++) { \
@@ -302,14 +403,39 @@ struct ChanOp {
     }
 
 // ---- nuclei --------------------------------------------------------------------------------------------------
-// y = exp(x − max) / Σ exp(x − max), one reduction round: each thread exponentiates against its own max, the
-// (max, sum) pairs are merged (SoftmaxOp), and each thread rescales by 2^(own max − row max) / Σ.
+// y = exp(x − max) / Σ exp(x − max) with one barrier. EVT_ROWS_RED 2: warp max, exponentials against the warp's
+// max, warp sum; the warps' (max, Σ) pairs are exchanged once and merged, each thread rescales by
+// 2^(warp max − row max) / Σ. EVT_ROWS_RED 1: the same with per-thread maxima and SoftmaxOp at every level.
 template <int WARPS, int VPT>
 __device__ __forceinline__ void softmax(const float (&x)[VPT][8], float (&y)[VPT][8], int n, int t, Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
   constexpr float L2E = 1.4426950408889634f;
   float mx = -INFINITY;
   EVT_ROWS_FOR_VALID(if (ok) mx = fmaxf(mx, x[v][e]);)
+#if EVT_ROWS_RED == 2
+  {
+    const float m2 = warp_max_all(mx) * L2E;
+    float sm[1] = {0.f};
+    EVT_ROWS_FOR_VALID(y[v][e] = ok ? exp2f(fmaf(x[v][e], L2E, -m2)) : 0.f; sm[0] += y[v][e];)
+    warp_sums<1>(sm);
+    float scale;
+    if (WARPS == 1) {
+      scale = 1.f / sm[0];
+    } else {
+      const float a[2] = {m2, sm[0]};
+      const float *q = group_exchange<WARPS, 2>(a, r);
+      float M = q[0];
+#pragma unroll
+      for (int w = 1; w < WARPS; w++) M = fmaxf(M, q[w]);
+      float S = 0.f;
+#pragma unroll
+      for (int w = 0; w < WARPS; w++) S += q[w] == M ? q[WARPS + w] : q[WARPS + w] * exp2f(q[w] - M);
+      scale = (m2 == M ? 1.f : exp2f(m2 - M)) / S;
+    }
+    EVT_ROWS_FOR_VALID((void)ok; y[v][e] *= scale;)
+    return;
+  }
+#endif
   const float m2 = mx * L2E;
   float s = 0.f;
   EVT_ROWS_FOR_VALID(y[v][e] = ok ? exp2f(fmaf(x[v][e], L2E, -m2)) : 0.f; s += y[v][e];)
@@ -342,11 +468,79 @@ __device__ __forceinline__ void thread_moments(const float (&x)[VPT][8], int n, 
   m2 = q;
 }
 
-// mean, rstd of x in one reduction round (ChanOp over per-thread exact moments); x̂.
+// Mode 2 moments of a row-group with one barrier: warp sums of (count, Σx) give the warp mean; warp sums of
+// Σ(x − warp mean)² (and, with G, of Σg and Σ g·(x − warp mean)); then the warps' (count, Σx, M2[, G, C]) are
+// exchanged and merged in warp order: mean = ΣΣx / Σcount, M2 = Σ (M2_w + count_w·(mean_w − mean)²),
+// C = Σ (C_w + (mean_w − mean)·G_w). g: this thread's g values (used when G).
+template <int WARPS, int VPT, bool G>
+__device__ __forceinline__ void group_moments(const float (&x)[VPT][8], const float (&g)[VPT][8], int n, int t,
+                                              Red<WARPS> &r, float &mean, float &m2, float &sg, float &sc) {
+  constexpr int T = WARPS * 32;
+  float a[2] = {0.f, 0.f};
+  EVT_ROWS_FOR_VALID(if (ok) { a[0] += 1.f; a[1] += x[v][e]; })
+  warp_sums<2>(a);
+  const float mw = a[0] > 0.f ? a[1] / a[0] : 0.f;
+  float b[3] = {0.f, 0.f, 0.f};
+  EVT_ROWS_FOR_VALID(if (ok) {
+    const float d = x[v][e] - mw;
+    b[0] = fmaf(d, d, b[0]);
+    if (G) {
+      b[1] += g[v][e];
+      b[2] = fmaf(g[v][e], d, b[2]);
+    }
+  })
+  if (G)
+    warp_sums<3>(b);
+  else
+    warp_sums<1>(reinterpret_cast<float(&)[1]>(b));
+  if (WARPS == 1) {
+    mean = mw;
+    m2 = b[0];
+    sg = b[1];
+    sc = b[2];
+    return;
+  }
+  const float e5[5] = {a[0], a[1], b[0], b[1], b[2]};
+  const float *q = group_exchange<WARPS, G ? 5 : 3>(reinterpret_cast<const float(&)[G ? 5 : 3]>(e5), r);
+  float cnt = 0.f, sx = 0.f;
+#pragma unroll
+  for (int w = 0; w < WARPS; w++) {
+    cnt += q[w];
+    sx += q[WARPS + w];
+  }
+  const float mu = cnt > 0.f ? sx / cnt : 0.f;
+  float M2 = 0.f, S = 0.f, C = 0.f;
+#pragma unroll
+  for (int w = 0; w < WARPS; w++) {
+    const float c = q[w], mwq = c > 0.f ? q[WARPS + w] / c : 0.f, dm = mwq - mu;
+    M2 += q[2 * WARPS + w] + c * dm * dm;
+    if (G) {
+      S += q[3 * WARPS + w];
+      C += q[4 * WARPS + w] + dm * q[3 * WARPS + w];
+    }
+  }
+  mean = mu;
+  m2 = M2;
+  sg = S;
+  sc = C;
+}
+
+// mean, rstd of x in one reduction round; x̂.
 template <int WARPS, int VPT>
 __device__ __forceinline__ void ln_stats(const float (&x)[VPT][8], float eps, float (&xh)[VPT][8], float *mean,
                                          float *rstd, int n, int t, Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
+#if EVT_ROWS_RED == 2
+  {
+    float mu, m2, sg, sc;
+    group_moments<WARPS, VPT, false>(x, x, n, t, r, mu, m2, sg, sc);
+    const float rs = rsqrtf(m2 / (float)n + eps);
+    EVT_ROWS_FOR_VALID(xh[v][e] = ok ? (x[v][e] - mu) * rs : 0.f;)
+    *mean = mu;
+    *rstd = rs;
+    return;
+  }
+#endif
   float a[3];
   thread_moments<T, VPT>(x, n, t, a[0], a[1], a[2]);
   group_reduce<WARPS, 3, false>(a, r, ChanOp<3>());
@@ -375,6 +569,20 @@ __device__ __forceinline__ void layernorm_bwd(const float (&dy)[VPT][8], const f
                                               float eps, float (&xh)[VPT][8], float (&dx)[VPT][8], int n, int t,
                                               Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
+#if EVT_ROWS_RED == 2
+  {
+    float g[VPT][8];
+    EVT_ROWS_FOR_VALID((void)ok; g[v][e] = HW ? dy[v][e] * w[v][e] : dy[v][e];)
+    float mu, m2, sg, sc;
+    group_moments<WARPS, VPT, true>(x, g, n, t, r, mu, m2, sg, sc);
+    const float rs = rsqrtf(m2 / (float)n + eps);
+    const float inv_n = 1.f / (float)n;
+    const float mg = sg * inv_n, mgx = rs * sc * inv_n;
+    EVT_ROWS_FOR_VALID(xh[v][e] = ok ? (x[v][e] - mu) * rs : 0.f;
+                       dx[v][e] = ok ? rs * (g[v][e] - mg - xh[v][e] * mgx) : 0.f;)
+    return;
+  }
+#endif
   float cnt, mu_t, m2_t;
   thread_moments<T, VPT>(x, n, t, cnt, mu_t, m2_t);
   float sg = 0.f, sc = 0.f;
@@ -411,6 +619,58 @@ __device__ __forceinline__ float gelu_tanh_grad(float dy, float x) {
   return dy * (0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * k0 * (1.f + 3.f * k1 * x * x));
 }
 __device__ __forceinline__ float relu_grad(float dy, float x) { return x > 0.f ? dy : 0.f; }
+__device__ __forceinline__ float neg(float x) { return -x; }
+__device__ __forceinline__ float exp_(float x) { return expf(x); }
+__device__ __forceinline__ float log_(float x) { return logf(x); }
+__device__ __forceinline__ float erf_(float x) { return erff(x); }
+__device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
+__device__ __forceinline__ float sqrt_(float x) { return sqrtf(x); }
+__device__ __forceinline__ float rsqrt_(float x) { return rsqrtf(x); }
+__device__ __forceinline__ float reciprocal(float x) { return 1.f / x; }
+__device__ __forceinline__ float abs_(float x) { return fabsf(x); }
+__device__ __forceinline__ float sign(float x) { return x > 0.f ? 1.f : x < 0.f ? -1.f : x != x ? x : 0.f; }
+// Templates: a value is a float, or a double when it holds an integer tensor's elements (exact); mixed
+// operands compare / select in the common type.
+template <class X, class Y>
+__device__ __forceinline__ auto maximum(X x, Y y) -> decltype(x + y) {
+  return x != x || y != y ? (decltype(x + y))NAN : x > y ? x : y;
+}
+template <class X, class Y>
+__device__ __forceinline__ auto minimum(X x, Y y) -> decltype(x + y) {
+  return x != x || y != y ? (decltype(x + y))NAN : x < y ? x : y;
+}
+template <class X, class Y> __device__ __forceinline__ float eq(X x, Y y) { return x == y ? 1.f : 0.f; }
+template <class X, class Y> __device__ __forceinline__ float ne(X x, Y y) { return x != y ? 1.f : 0.f; }
+template <class X, class Y> __device__ __forceinline__ float lt(X x, Y y) { return x < y ? 1.f : 0.f; }
+template <class X, class Y> __device__ __forceinline__ float le(X x, Y y) { return x <= y ? 1.f : 0.f; }
+template <class X, class Y> __device__ __forceinline__ float gt(X x, Y y) { return x > y ? 1.f : 0.f; }
+template <class X, class Y> __device__ __forceinline__ float ge(X x, Y y) { return x >= y ? 1.f : 0.f; }
+template <class C, class A, class B>
+__device__ __forceinline__ auto where(C c, A a, B b) -> decltype(a + b) {
+  return c != 0 ? (decltype(a + b))a : (decltype(a + b))b;
+}
+__device__ __forceinline__ double neg(double x) { return -x; }
+__device__ __forceinline__ double abs_(double x) { return fabs(x); }
+// rand: element e of a Philox stream (kernels/philox.h, as the interpreter draws it), rounded to T like the tensor
+template <class T>
+__device__ __forceinline__ float rand_u(unsigned long long seed, unsigned long long offset, unsigned long long e) {
+  return to_f(from_f<T>(evt_philox_uniform(seed, offset, e)));
+}
+// max that lets NaN win (amax propagates NaN); the running value m starts at -inf
+__device__ __forceinline__ float nanmax(float m, float x) { return m != m ? m : (x != x || x > m) ? x : m; }
+struct NanMaxOp {  // not bitwise symmetric for two NaNs: group_reduce broadcasts lane 0's result
+  template <int K>
+  __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const {
+#pragma unroll
+    for (int k = 0; k < K; k++) a[k] = nanmax(a[k], b[k]);
+  }
+};
+template <int WARPS>
+__device__ __forceinline__ float group_nanmax1(float v, Red<WARPS> &r) {
+  float a[1] = {v};
+  group_reduce<WARPS, 1, false>(a, r, NanMaxOp());
+  return a[0];
+}
 
 // ---- deterministic Σ over M (row_sum) ---------------------------------------------------------------------------
 // Adds this CTA's R row-group partials into its workspace row ws_row[0..n) in group order.
@@ -483,7 +743,8 @@ struct RowSums {
 // ascending (loads unrolled by 8, so they are in flight together), then y = 0..31 are added in order.
 // Grid: (ceil(n / 32), number of sums); sum k reads ws + k·parts·n and writes out.p[k].
 struct RowSumOuts {
-  float *p[8];
+  void *p[8];
+  unsigned char dt[8];  // storage of each sum: 0 f32, 1 f16, 2 bf16 (rounded once, here)
 };
 static __global__ void __launch_bounds__(1024) rowsum_finalize(const float *__restrict__ ws, int parts, int n,
                                                                RowSumOuts out) {
@@ -504,7 +765,11 @@ static __global__ void __launch_bounds__(1024) rowsum_finalize(const float *__re
     float r = 0.f;
 #pragma unroll
     for (int k = 0; k < 32; k++) r += s[k][threadIdx.x];
-    out.p[blockIdx.y][j] = r;
+    void *o = out.p[blockIdx.y];
+    const int dt = out.dt[blockIdx.y];
+    if (dt == 0) static_cast<float *>(o)[j] = r;
+    else if (dt == 1) static_cast<__half *>(o)[j] = __float2half_rn(r);
+    else static_cast<__nv_bfloat16 *>(o)[j] = __float2bfloat16_rn(r);
   }
 }
 

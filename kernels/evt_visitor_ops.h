@@ -5,6 +5,7 @@
  * for fragments, binary operator()(dy, x). Semantics match evt_vop_apply in src/evt/vref.c:
  *   evt_ops::GeluErfGrad: dy · (Φ(x) + x·φ(x))   (derivative of the exact, erf-based GELU)
  *   evt_ops::ReluGrad:    x > 0 ? dy : 0
+ *   evt_ops::Neg ... Where, Keep: the other computes of src/evt/kspec.h (see below)
  */
 #ifndef EVT_VISITOR_OPS_H
 #define EVT_VISITOR_OPS_H
@@ -52,6 +53,53 @@ struct ReluGrad<cutlass::Array<T, N>> {
     return y;
   }
 };
+
+// Unary / binary / ternary functors in f32 (evaluated per element of a fragment), for the visitor computes
+// CUTLASS has no functor for with our semantics (evt_vop_apply3): NaN propagates through maximum/minimum
+// and sign, comparisons give 1/0, where selects on c != 0, keep returns its first operand.
+#define EVT_OPS_ELEMENTWISE(Name, NARGS, PARAMS, ARGS, EXPR)                                       \
+  template <class T>                                                                                \
+  struct Name {                                                                                     \
+    CUTLASS_HOST_DEVICE T operator() PARAMS const { return T(EXPR); }                              \
+  };                                                                                                \
+  template <class T, int N>                                                                         \
+  struct Name<cutlass::Array<T, N>> {                                                               \
+    using A = cutlass::Array<T, N>;                                                                 \
+    CUTLASS_HOST_DEVICE A operator() ARGS const {                                                   \
+      A r;                                                                                          \
+      Name<T> op;                                                                                   \
+      for (int i = 0; i < N; ++i) r[i] = EVT_OPS_CALL##NARGS;                                       \
+      return r;                                                                                     \
+    }                                                                                               \
+  };
+#define EVT_OPS_CALL1 op(a[i])
+#define EVT_OPS_CALL2 op(a[i], b[i])
+#define EVT_OPS_CALL3 op(a[i], b[i], c[i])
+#define EVT_OPS_U(Name, EXPR) EVT_OPS_ELEMENTWISE(Name, 1, (T const &x_), (A const &a), ([&] { float x = float(x_); return EXPR; }()))
+#define EVT_OPS_B(Name, EXPR) \
+  EVT_OPS_ELEMENTWISE(Name, 2, (T const &x_, T const &y_), (A const &a, A const &b), ([&] { float x = float(x_), y = float(y_); return EXPR; }()))
+
+EVT_OPS_U(Neg, -x)
+EVT_OPS_U(Exp, expf(x))
+EVT_OPS_U(Log, logf(x))
+EVT_OPS_U(Erf, erff(x))
+EVT_OPS_U(Tanh, tanhf(x))
+EVT_OPS_U(Sqrt, sqrtf(x))
+EVT_OPS_U(Rsqrt, 1.0f / sqrtf(x))
+EVT_OPS_U(Reciprocal, 1.0f / x)
+EVT_OPS_U(Abs, fabsf(x))
+EVT_OPS_U(Sign, x > 0.f ? 1.f : x < 0.f ? -1.f : (x != x ? x : 0.f))
+EVT_OPS_B(Maximum, x != x || y != y ? x + y : (x > y ? x : y))
+EVT_OPS_B(Minimum, x != x || y != y ? x + y : (x < y ? x : y))
+EVT_OPS_B(Eq, x == y ? 1.f : 0.f)
+EVT_OPS_B(Ne, x != y ? 1.f : 0.f)
+EVT_OPS_B(Lt, x < y ? 1.f : 0.f)
+EVT_OPS_B(Le, x <= y ? 1.f : 0.f)
+EVT_OPS_B(Gt, x > y ? 1.f : 0.f)
+EVT_OPS_B(Ge, x >= y ? 1.f : 0.f)
+EVT_OPS_B(Keep, x)
+EVT_OPS_ELEMENTWISE(Where, 3, (T const &c_, T const &a_, T const &b_), (A const &a, A const &b, A const &c),
+                    (float(c_) != 0.f ? a_ : b_))
 
 }  // namespace evt_ops
 

@@ -119,6 +119,16 @@ def _grad_rel(model, ref_grads):
     return worst, where
 
 
+def _release_evt():
+    """Drops evt's cached GPU programs (their device arenas) of the previous mode."""
+    import gc
+    gc.collect()
+    b = sys.modules.get("evt.backend")
+    if b is not None:
+        b._PROGRAMS.clear()
+        gc.collect()
+
+
 def run_workload(name, modes, a):
     import torch
     import models as M
@@ -135,6 +145,7 @@ def run_workload(name, modes, a):
         t_mode = time.time()
         try:
             torch._dynamo.reset()
+            _release_evt()
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
             torch.manual_seed(0)

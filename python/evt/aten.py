@@ -1150,10 +1150,20 @@ def _(dy, x, output_size):
     return torch.empty_like(x)
 
 
+def sdpa_grad_recompute(dout, q, k, v, is_causal, scale):
+    """(dq, dk, dv) of scaled_dot_product_attention, recomputed with autograd (any device)."""
+    with torch.enable_grad():
+        qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+        o = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=is_causal, scale=scale)
+        return tuple(g.contiguous() for g in torch.autograd.grad(o, (qq, kk, vv), dout))
+
+
 @torch.library.custom_op("evt::sdpa_backward", mutates_args=())
 def sdpa_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
                   scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     sc = scale if scale > 0 else None
+    if q.device.type != "cpu":
+        return sdpa_grad_recompute(dout, q, k, v, is_causal, sc)
     out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, scale=sc)
     return aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, is_causal,
                                                                      scale=sc)
@@ -1162,6 +1172,39 @@ def sdpa_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 @sdpa_backward.register_fake
 def _(dout, q, k, v, is_causal, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def cuda_all_ops():
+    """EVT_CUDA_OPS=all: on CUDA, translate every op evt can run. Default ("fast"): convolutions and
+    attention stay PyTorch's (cuDNN, flash attention), whose evt GPU kernels are direct loops (the
+    node-by-node library has no implicit-GEMM convolution or tiled attention)."""
+    import os
+    return os.environ.get("EVT_CUDA_OPS", "fast") == "all"
+
+
+def cuda_attention_in_evt():
+    """EVT_ATTENTION=evt (or EVT_CUDA_OPS=all): CUDA attention (flash / efficient / cuDNN SDPA) is
+    translated to evt's sdpa and its backward to evt::sdpa_backward; default: PyTorch's fused kernels."""
+    import os
+    return os.environ.get("EVT_ATTENTION", "torch") == "evt" or cuda_all_ops()
+
+
+# Ops that stay in PyTorch on CUDA unless EVT_CUDA_OPS=all (see cuda_all_ops).
+CUDA_TORCH_OPS = {aten.convolution, aten.convolution_backward}
+
+
+# CUDA SDPA backward ops: (index of dropout_p, index of is_causal, index of attn_bias or None)
+_CUDA_SDPA_BWD = {
+    aten._scaled_dot_product_flash_attention_backward.default: (10, 11, None),
+    aten._scaled_dot_product_efficient_attention_backward.default: (9, 11, 4),
+    aten._scaled_dot_product_cudnn_attention_backward.default: (13, 14, 8),
+}
+# CUDA SDPA forward ops: (index of dropout_p, index of is_causal, index of attn_bias or None)
+_CUDA_SDPA_FWD = {
+    aten._scaled_dot_product_flash_attention: (3, 4, None),
+    aten._scaled_dot_product_efficient_attention: (5, 6, 3),
+    aten._scaled_dot_product_cudnn_attention: (5, 6, 3),
+}
 
 
 def rewrite_joint(gm):
@@ -1180,6 +1223,17 @@ def rewrite_joint(gm):
                 continue
             new_args = (dy, x, static_shape(meta_val(dy))[2:])
             target = torch.ops.evt.adaptive_max_pool2d_backward.default
+        elif n.target in _CUDA_SDPA_BWD and cuda_attention_in_evt():
+            dout, q, k, v = n.args[:4]
+            i_p, i_causal, i_bias = _CUDA_SDPA_BWD[n.target]
+            p, causal = n.args[i_p], n.args[i_causal]
+            if p != 0.0 or (i_bias is not None and n.args[i_bias] is not None):
+                continue
+            if any(u.target is operator.getitem and u.args[1] > 2 for u in n.users):
+                continue  # (the efficient kernel's attn_bias gradient)
+            sc = n.kwargs.get("scale")
+            new_args = (dout, q, k, v, bool(causal), float(sc) if sc is not None else 0.0)
+            target = torch.ops.evt.sdpa_backward.default
         elif n.target == aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
             dout, q, k, v, o, lse, p, causal = n.args[:8]
             if p != 0.0 or n.kwargs.get("attn_mask") is not None:
@@ -1225,6 +1279,29 @@ def _sdpa(b, node, used):
     p, causal = arg(node, 3, "dropout_p", 0.0), arg(node, 4, "is_causal", False)
     if p != 0.0 or node.kwargs.get("attn_mask") is not None:
         raise Unsupported("dropout or attn_mask")
+    if used - {0}:
+        raise Unsupported("the logsumexp output")
+    if meta_val(q).dim() != 4:
+        raise Unsupported("q must be [B, H, S, D]")
+    sc = node.kwargs.get("scale")
+    attrs = {"causal": 1} if causal else {}
+    if sc is not None:
+        attrs["scale"] = float(sc)
+    return {0: b.result("sdpa", [b.val(q), b.val(k), b.val(v)], attrs, val=out(node)[0])}
+
+
+@rule(*_CUDA_SDPA_FWD)
+def _sdpa_cuda(b, node, used):
+    """CUDA SDPA forward (EVT_ATTENTION=evt): evt sdpa when only the output is used (the backward was
+    rewritten to evt::sdpa_backward, so the logsumexp and RNG state are dead)."""
+    if not cuda_attention_in_evt():
+        raise Unsupported("CUDA attention stays in PyTorch (EVT_ATTENTION=evt translates it)")
+    i_p, i_causal, i_bias = _CUDA_SDPA_FWD[node.target.overloadpacket]
+    q, k, v = node.args[:3]
+    p = node.args[i_p] if len(node.args) > i_p else 0.0
+    causal = node.args[i_causal] if len(node.args) > i_causal else False
+    if p != 0.0 or (i_bias is not None and len(node.args) > i_bias and node.args[i_bias] is not None):
+        raise Unsupported("dropout or attn_bias")
     if used - {0}:
         raise Unsupported("the logsumexp output")
     if meta_val(q).dim() != 4:
@@ -1314,5 +1391,7 @@ def translate(b, node, used):
             if t.device.type not in ("cpu", "cuda"):
                 raise Unsupported(f"tensor on {t.device.type}")
             b.on_device(t.device)
+    if packet in CUDA_TORCH_OPS and b.device is not None and b.device.type == "cuda" and not cuda_all_ops():
+        raise Unsupported("CUDA convolution stays in PyTorch (cuDNN); EVT_CUDA_OPS=all translates it")
     b.cur = node
     return fn(b, node, used)

@@ -119,21 +119,22 @@ def partition_fn(joint, joint_inputs, **kwargs):
 _GRAPHS = {}  # sha256 of the segment text -> parsed Graph (the text holds every shape and dtype)
 
 
-PASSES = os.environ.get("EVT_PASSES", "1") not in ("", "0")
+PASSES = os.environ.get("EVT_PASSES", "1") not in ("", "0")  # (at import; _graph_for reads it per compile)
 
 
 def _graph_for(text):
     """The parsed (and, unless EVT_PASSES=0, pass-optimized) graph of a segment text, cached in memory
     and, unless EVT_CACHE=0, on disk (diskcache.py: the optimized text, reused by later processes)."""
     key = hashlib.sha256(text.encode()).hexdigest()
-    g = _GRAPHS.get((key, PASSES))
+    passes = os.environ.get("EVT_PASSES", "1") not in ("", "0")  # (read at each compile)
+    g = _GRAPHS.get((key, passes))
     if g is None:
         name = f"evt-{key[:12]}.evt"
-        dkey = diskcache.key(text, PASSES) if diskcache.enabled() else None
+        dkey = diskcache.key(text, passes) if diskcache.enabled() else None
         g = diskcache.load(dkey, name) if dkey else None
         if g is None:
             optimized = False
-            if PASSES:
+            if passes:
                 try:
                     g = Graph(text, name, optimize=True)
                     optimized = True
@@ -145,7 +146,7 @@ def _graph_for(text):
             if dkey:
                 diskcache.store(dkey, g, optimized)
         log.info("  segment %s: %d evt nodes, %d after the graph passes", name, g.parsed_nodes, g.node_count)
-        _GRAPHS[(key, PASSES)] = g
+        _GRAPHS[(key, passes)] = g
         d = os.environ.get("EVT_DUMP")
         if d:
             os.makedirs(d, exist_ok=True)

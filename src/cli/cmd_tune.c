@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-EVTC_COMMAND(tune, "FILE [--dtype bf16|f16] [--max-configs N] [--reps N] [--jobs N] [--force] [--cache DIR]",
+EVTC_COMMAND(tune, "FILE [--dtype bf16|f16] [--max-configs N] [--reps N] [--jobs N] [--force] [--compile-only] [--cache DIR]",
              "tune every GEMM+EVT kernel of FILE's training step on the GPU: time the candidate mainloop configs\n"
              "(tile, cluster, schedule, stages, sum strategy) x tile-scheduler swizzles and the unfused alternative\n"
              "(cuBLASLt + a row kernel), keep the fastest; records go to <JIT cache>/tune (read by evtc compile\n"
@@ -26,6 +26,7 @@ EVTC_COMMAND(tune, "FILE [--dtype bf16|f16] [--max-configs N] [--reps N] [--jobs
              "  --reps N          timed calls per candidate, median (default 30, at least 20)\n"
              "  --jobs N          parallel nvcc (default $EVT_JIT_JOBS or the CPU count)\n"
              "  --force           measure again even where a record exists\n"
+             "  --compile-only    only JIT-compile the candidates (into the JIT cache) and stop: nothing measured\n"
              "  --cache DIR       the cache directory (default: the JIT cache, $EVT_JIT_CACHE)") {
   const char *path = NULL, *cache = NULL;
   int dtype = -1;
@@ -33,6 +34,7 @@ EVTC_COMMAND(tune, "FILE [--dtype bf16|f16] [--max-configs N] [--reps N] [--jobs
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--force")) o.force = 1;
+    else if (!strcmp(a, "--compile-only")) o.compile_only = 1;
     else if (!strcmp(a, "--max-configs") && i + 1 < argc) o.max_configs = atoi(argv[++i]);
     else if (!strcmp(a, "--reps") && i + 1 < argc) o.reps = atoi(argv[++i]);
     else if (!strcmp(a, "--jobs") && i + 1 < argc) o.jobs = atoi(argv[++i]);
@@ -91,6 +93,7 @@ EVTC_COMMAND(tune, "FILE [--dtype bf16|f16] [--max-configs N] [--reps N] [--jobs
   int ng = 0;
   for (int gi = 0; gi < p.ngroups; gi++) ng += want[gi];
   printf("gemm+evt groups to tune: %d (%d distinct kernel/shape problems)\n", ng, np);
+  fflush(stdout); /* before the tuner's progress lines on stderr */
   if (np > 0) {
     evt_tune_record *rec = calloc((size_t)np, sizeof *rec);
     evt_status *sts = calloc((size_t)np, sizeof *sts);
@@ -112,7 +115,10 @@ EVTC_COMMAND(tune, "FILE [--dtype bf16|f16] [--max-configs N] [--reps N] [--jobs
       nf += rec[i].choice == EVT_TUNE_FUSED;
       nu += rec[i].choice == EVT_TUNE_UNFUSED;
     }
-    if (st != EVT_OK) {
+    if (o.compile_only) {
+      printf("compile only: %s\n", st == EVT_OK ? "every candidate compiled (JIT cache)" : msg);
+      rc = st == EVT_OK ? EVTC_EXIT_OK : evtc_exit_code(st);
+    } else if (st != EVT_OK) {
       fprintf(stderr, "evtc tune: %s\nevtc tune: the GEMM groups above that are not tuned keep the default config\n",
               msg);
       rc = evtc_exit_code(st);

@@ -28,6 +28,7 @@ static const char *cxx_type(evt_dtype t) {
   switch (t) {
     case EVT_BF16: return "cutlass::bfloat16_t";
     case EVT_F16: return "cutlass::half_t";
+    case EVT_BOOL: return "uint8_t";
     default: return "float";
   }
 }
@@ -45,6 +46,26 @@ static const char *compute_fn(evt_vop op) {
     case EVT_V_GELU_TANH_GRAD: return "cutlass::epilogue::thread::dGELU";
     case EVT_V_GELU_ERF_GRAD: return "evt_ops::GeluErfGrad";
     case EVT_V_RELU_GRAD: return "evt_ops::ReluGrad";
+    case EVT_V_NEG: return "evt_ops::Neg";
+    case EVT_V_EXP: return "evt_ops::Exp";
+    case EVT_V_LOG: return "evt_ops::Log";
+    case EVT_V_ERF: return "evt_ops::Erf";
+    case EVT_V_TANH: return "evt_ops::Tanh";
+    case EVT_V_SQRT: return "evt_ops::Sqrt";
+    case EVT_V_RSQRT: return "evt_ops::Rsqrt";
+    case EVT_V_RECIPROCAL: return "evt_ops::Reciprocal";
+    case EVT_V_ABS: return "evt_ops::Abs";
+    case EVT_V_SIGN: return "evt_ops::Sign";
+    case EVT_V_MAXIMUM: return "evt_ops::Maximum";
+    case EVT_V_MINIMUM: return "evt_ops::Minimum";
+    case EVT_V_EQ: return "evt_ops::Eq";
+    case EVT_V_NE: return "evt_ops::Ne";
+    case EVT_V_LT: return "evt_ops::Lt";
+    case EVT_V_LE: return "evt_ops::Le";
+    case EVT_V_GT: return "evt_ops::Gt";
+    case EVT_V_GE: return "evt_ops::Ge";
+    case EVT_V_WHERE: return "evt_ops::Where";
+    case EVT_V_KEEP: return "evt_ops::Keep";
     default: return NULL;
   }
 }
@@ -69,6 +90,7 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
       sb_printf(b, "using N%d = %sSm90ColBroadcast<0, TileShape, %s, float, Stride<_1, _0, int64_t>>;", i, fus, e);
       break;
     case EVT_V_SCALAR: sb_printf(b, "using N%d = %sSm90ScalarBroadcast<float>;", i, fus); break;
+    case EVT_V_SCALAR_LOAD: sb_printf(b, "using N%d = %sSm90ScalarBroadcast<%s>;", i, fus, e); break;
     case EVT_V_AUX_LOAD:
       sb_printf(b,
                 "using Aux%dDesc = cutlass::epilogue::collective::detail::AuxLoadDescriptor<EpiDesc, "
@@ -221,6 +243,7 @@ static void emit_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
     case EVT_V_ROW_BCAST:
     case EVT_V_COL_BCAST: sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]), %s(0), {}}", e, v, e); break;
     case EVT_V_SCALAR: sb_printf(b, "{{float(%.17g)}, {}, {}}", nd->value); break;
+    case EVT_V_SCALAR_LOAD: sb_printf(b, "{{}, {static_cast<%s const *>(a->ptrs[%d])}, {}}", e, v); break;
     case EVT_V_AUX_LOAD:
       sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]), %s(0), cutlass::make_cute_packed_stride(Aux%dDesc::Stride{}, mn1)}",
                 e, v, e, v);
@@ -337,6 +360,9 @@ static void emit_batched_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o
             "       bstride<typename GemmKernel::StrideC>(ldd, bsd),\n"
             "       static_cast<ElementD *>(a->d) + o * a->os_d,\n"
             "       bstride<typename GemmKernel::StrideD>(ldd, bsd)}};\n"
+            "  if (a->swizzle > 1) args.scheduler.max_swizzle_size = a->swizzle;\n"
+            "  if (a->raster == 1 || a->raster == 2)\n"
+            "    args.scheduler.raster_order = static_cast<decltype(args.scheduler.raster_order)>(a->raster);\n"
             "  args.hw_info.sm_count = sm_count;\n"
             "  Gemm gemm;\n"
             "  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n"
@@ -409,7 +435,11 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
   sb_printf(&b, "using MainloopSchedule = cutlass::gemm::%s;\n",
             coop ? "KernelTmaWarpSpecializedCooperative" : "KernelTmaWarpSpecializedPingpong");
   sb_printf(&b, "using EpilogueSchedule = cutlass::epilogue::%s;\n", coop ? "TmaWarpSpecializedCooperative" : "TmaWarpSpecialized");
-  sb_printf(&b, "using EpilogueTileType = cutlass::epilogue::collective::EpilogueTileAuto;\n");
+  if (s->cfg.epi_n)
+    sb_printf(&b, "using EpilogueTileType = Shape<_%d, _%d>;\n", coop ? (s->cfg.tile_m < 128 ? s->cfg.tile_m : 128) : 64,
+              s->cfg.epi_n);
+  else
+    sb_printf(&b, "using EpilogueTileType = cutlass::epilogue::collective::EpilogueTileAuto;\n");
   sb_printf(&b,
             "using EpiDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<TileShape, EpilogueTileType, void, "
             "ElementD, EpilogueSchedule>;\n\n");

@@ -33,10 +33,15 @@ static const char *ctype(evt_dtype t) {
   switch (t) {
     case EVT_BF16: return "__nv_bfloat16";
     case EVT_F16: return "__half";
+    case EVT_BOOL: return "unsigned char";
+    case EVT_I64: return "long long";
+    case EVT_I32: return "int";
     default: return "float";
   }
 }
 
+
+static int is_int(evt_dtype t) { return t == EVT_I64 || t == EVT_I32; }
 
 static const char *binop(evt_vop op) {
   switch (op) {
@@ -57,6 +62,25 @@ static const char *fn(evt_vop op) {
     case EVT_V_GELU_ERF_GRAD: return "gelu_erf_grad";
     case EVT_V_GELU_TANH_GRAD: return "gelu_tanh_grad";
     case EVT_V_RELU_GRAD: return "relu_grad";
+    case EVT_V_NEG: return "neg";
+    case EVT_V_EXP: return "exp_";
+    case EVT_V_LOG: return "log_";
+    case EVT_V_ERF: return "erf_";
+    case EVT_V_TANH: return "tanh_";
+    case EVT_V_SQRT: return "sqrt_";
+    case EVT_V_RSQRT: return "rsqrt_";
+    case EVT_V_RECIPROCAL: return "reciprocal";
+    case EVT_V_ABS: return "abs_";
+    case EVT_V_SIGN: return "sign";
+    case EVT_V_MAXIMUM: return "maximum";
+    case EVT_V_MINIMUM: return "minimum";
+    case EVT_V_EQ: return "eq";
+    case EVT_V_NE: return "ne";
+    case EVT_V_LT: return "lt";
+    case EVT_V_LE: return "le";
+    case EVT_V_GT: return "gt";
+    case EVT_V_GE: return "ge";
+    case EVT_V_WHERE: return "where";
     default: return NULL;
   }
 }
@@ -93,12 +117,14 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#ifndef EVT_ROWS_CTA_WARPS  // warps per CTA (several row-groups per CTA)\n#define EVT_ROWS_CTA_WARPS %d\n#endif\n"
          "#ifndef EVT_ROWS_CTA_WARPS_SUM  // the same with row sums (fewer CTAs: fewer partials)\n"
          "#define EVT_ROWS_CTA_WARPS_SUM %d\n#endif\n"
-         "#ifndef EVT_ROWS_DEEP_SUM  // row sums: prefetch two rows ahead (1) or one (0)\n#define EVT_ROWS_DEEP_SUM 1\n#endif\n"
+         "#ifndef EVT_ROWS_DEPTH  // rows prefetched ahead when a thread holds one chunk (else 1)\n"
+         "#define EVT_ROWS_DEPTH %d\n#endif\n"
+         "#ifndef EVT_ROWS_DEEP_SUM  // row sums: EVT_ROWS_DEPTH rows ahead (1) or one (0)\n#define EVT_ROWS_DEEP_SUM 1\n#endif\n"
          "#ifndef EVT_ROWS_MINB_SUM  // row sums: __launch_bounds__ minimum CTAs per SM (caps registers)\n"
          "#define EVT_ROWS_MINB_SUM 1\n#endif\n"
          "#ifndef EVT_ROWS_SMEM_SUM  // row sums: accumulate in shared memory (1) or registers (0)\n"
          "#define EVT_ROWS_SMEM_SUM 0\n#endif\n\n",
-     EVT_ROWS_DEFAULT_WARP_VPT, EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM);
+     EVT_ROWS_DEFAULT_WARP_VPT, EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_DEPTH);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
 
   /* 2a. Params */
@@ -121,8 +147,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     sb(&b, "// row-sum accumulators: shared memory when asked for and at most 96 KiB per CTA, else registers\n"
            "template <int WARPS, int VPT, int R>\nusing RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, %d,\n"
            "    EVT_ROWS_SMEM_SUM && (size_t)%d * VPT * 8 * WARPS * 32 * R * 4 <= 98304>;\n\n", nrowsum, nrowsum);
-  int ncolsum = 0;
-  for (int i = 0; i < s->nnodes; i++) ncolsum += s->nodes[i].op == EVT_V_COL_SUM;
+  int ncolsum = 0;  /* per-row reductions (col_sum, col_max): they need the group's shared slots */
+  for (int i = 0; i < s->nnodes; i++) ncolsum += s->nodes[i].op == EVT_V_COL_SUM || s->nodes[i].op == EVT_V_COL_MAX;
   /* M×N row inputs fetched one row ahead: (pointer field, element type, register array) */
   struct {
     char field[40];
@@ -178,38 +204,42 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     if (s->nodes[i].op == EVT_V_ROW_BCAST)
       sb(&b, "  float L%d[VPT][8];  // row_bcast %s (loaded once)\n  evt_rows::load_row<T, VPT>(p.n%d_%s, n, t, true, p.vec, L%d);\n",
          i, s->nodes[i].name, i, s->nodes[i].name, i);
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_SCALAR_LOAD)
+      sb(&b, is_int(s->nodes[i].dtype) ? "  const double sl%d = (double)p.n%d_%s[0];  // scalar_load (rank-0 tensor)\n"
+                                        : "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n",
+         i, i, s->nodes[i].name);
   if (nrowsum)
     sb(&b, "  extern __shared__ float dyn_smem[];\n"
            "  RSums rsum;  // this thread's columns of the row sums over the CTA's rows\n  rsum.init(dyn_smem, g, t);\n");
   /* prefetch of the first row */
   sb(&b, "  const long long stride = (long long)gridDim.x * R;\n");
   if (nrin)
-    sb(&b, "  constexpr bool DEEP = VPT == 1 && %s;  // prefetch two rows ahead (one when the row needs more registers)\n",
+    sb(&b, "  // prefetch ring: rows i+1 .. i+D of this row-group in flight while row i is worked on\n"
+           "  constexpr int D = VPT == 1 && %s ? EVT_ROWS_DEPTH : 1;\n",
        nrowsum ? "EVT_ROWS_DEEP_SUM" : "true");
   for (int k = 0; k < nrin; k++)
-    sb(&b, "  evt_rows::Raw8<%s> f_%s[VPT], h_%s[VPT];  // %s, one and two rows ahead\n", rin[k].type, rin[k].arr,
-       rin[k].arr, rin[k].field);
-  if (nrin) sb(&b, "  {  // the first row\n    const long long row = (long long)blockIdx.x * R + g;\n    const bool live = row < p.m;\n");
+    sb(&b, "  evt_rows::Raw8<%s> q_%s[D][VPT];  // %s, the next D rows\n", rin[k].type, rin[k].arr, rin[k].field);
+  if (nrin)
+    sb(&b, "#pragma unroll\n  for (int d = 0; d < D; d++) {  // the first D rows\n"
+           "    const long long row = (long long)blockIdx.x * R + g + d * stride;\n    const bool live = row < p.m;\n");
   for (int k = 0; k < nrin; k++)
-    sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live ? row * n : 0), n, t, live, p.vec, f_%s);\n", rin[k].field,
-       rin[k].arr);
-  if (nrin) sb(&b, "    const long long row2 = row + stride;\n    const bool live2 = DEEP && row2 < p.m;\n");
-  for (int k = 0; k < nrin; k++)
-    sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live2 ? row2 * n : 0), n, t, live2, p.vec, h_%s);\n", rin[k].field,
+    sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live ? row * n : 0), n, t, live, p.vec, q_%s[d]);\n", rin[k].field,
        rin[k].arr);
   if (nrin) sb(&b, "  }\n");
   sb(&b, "  for (long long base = (long long)blockIdx.x * R; base < p.m; base += stride) {\n");
   sb(&b, "    const long long row = base + g;\n    const bool live = row < p.m;\n"
          "    const long long ro = live ? row * n : 0;  // row offset\n");
   if (nrin) {
-    sb(&b, "    const long long nrow = row + (DEEP ? 2 : 1) * stride;  // the row to fetch now\n"
+    sb(&b, "    const long long nrow = row + D * stride;  // the row to fetch now\n"
            "    const bool nlive = nrow < p.m;\n");
     for (int k = 0; k < nrin; k++) {
       sb(&b, "    evt_rows::Raw8<%s> c_%s[VPT];\n#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n"
-             "      c_%s[v] = f_%s[v];\n      if (DEEP) f_%s[v] = h_%s[v];\n    }\n",
+             "      c_%s[v] = q_%s[0][v];\n#pragma unroll\n      for (int d = 0; d + 1 < D; d++) q_%s[d][v] = q_%s[d + 1][v];\n"
+             "    }\n",
          rin[k].type, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr);
-      sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, p.vec, DEEP ? h_%s : f_%s);\n",
-         rin[k].field, rin[k].arr, rin[k].arr);
+      sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, p.vec, q_%s[D - 1]);\n",
+         rin[k].field, rin[k].arr);
     }
   }
   /* nucleus */
@@ -244,41 +274,59 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   /* epilogue */
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
-    if (v->op == EVT_V_COL_BCAST) sb(&b, "    const float cb%d = live ? evt_rows::to_f(p.n%d_%s[row]) : 0.f;  // col_bcast\n", i, i, v->name);
+    if (v->op == EVT_V_COL_BCAST && is_int(v->dtype)) /* integers ride in doubles: exact */
+      sb(&b, "    const double cb%d = live ? (double)p.n%d_%s[row] : 0.0;  // col_bcast\n", i, i, v->name);
+    else if (v->op == EVT_V_COL_BCAST)
+      sb(&b, "    const float cb%d = live ? evt_rows::to_f(p.n%d_%s[row]) : 0.f;  // col_bcast\n", i, i, v->name);
     if (v->op == EVT_V_COL_SUM) sb(&b, "    float cs%d = 0.f;  // col_sum %s\n", i, v->name);
+    if (v->op == EVT_V_COL_MAX) sb(&b, "    float cm%d = -INFINITY;  // col_max %s\n", i, v->name);
+    if (v->op == EVT_V_ONE_HOT)
+      sb(&b, "    const long long oh%d = live ? (long long)p.n%d_%s[row] : -1;  // one_hot class of this row\n", i, i, v->name);
   }
   sb(&b, "#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n      const int j0 = (v * T + t) * 8;\n"
          "      if (!live || j0 >= n) continue;\n      const bool full = p.vec && j0 + 8 <= n;\n      (void)full;\n");
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
-    if (v->op == EVT_V_AUX_LOAD) sb(&b, "      float L%d[8];\n      evt_rows::unpack8(c_L%d[v], L%d);\n", i, i, i);
-    if (v->op == EVT_V_AUX_STORE) sb(&b, "      float S%d[8];\n", i);
+    const char *et = is_int(v->dtype) ? "double" : "float"; /* integer tensors: values in doubles (exact) */
+    if (v->op == EVT_V_AUX_LOAD) sb(&b, "      %s L%d[8];\n      evt_rows::unpack8(c_L%d[v], L%d);\n", et, i, i, i);
+    if (v->op == EVT_V_AUX_STORE) sb(&b, "      %s S%d[8];\n", et, i);
   }
   sb(&b, "#pragma unroll\n      for (int e = 0; e < 8; e++) {\n        const bool ok = j0 + e < n;\n        (void)ok;\n");
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
     int a = v->in[0], c = v->in[1];
     switch (v->op) {
-      case EVT_V_ACC: sb(&b, "        const float v%d = %s[v][e];\n", i, acc_arrays[v->sel]); break;
-      case EVT_V_AUX_LOAD: sb(&b, "        const float v%d = L%d[e];  // %s\n", i, i, v->name); break;
-      case EVT_V_ROW_BCAST: sb(&b, "        const float v%d = L%d[v][e];  // %s\n", i, i, v->name); break;
-      case EVT_V_COL_BCAST: sb(&b, "        const float v%d = cb%d;\n", i, i); break;
-      case EVT_V_SCALAR: sb(&b, "        const float v%d = (float)(%.17g);\n", i, v->value); break;
-      case EVT_V_AUX_STORE: sb(&b, "        S%d[e] = v%d;  // %s\n        const float v%d = v%d;\n", i, a, v->name, i, a); break;
+      case EVT_V_ACC: sb(&b, "        const auto v%d = %s[v][e];\n", i, acc_arrays[v->sel]); break;
+      case EVT_V_AUX_LOAD: sb(&b, "        const auto v%d = L%d[e];  // %s\n", i, i, v->name); break;
+      case EVT_V_ROW_BCAST: sb(&b, "        const auto v%d = L%d[v][e];  // %s\n", i, i, v->name); break;
+      case EVT_V_COL_BCAST: sb(&b, "        const auto v%d = cb%d;\n", i, i); break;
+      case EVT_V_SCALAR: sb(&b, "        const auto v%d = (float)(%.17g);\n", i, v->value); break;
+      case EVT_V_SCALAR_LOAD: sb(&b, "        const auto v%d = sl%d;  // %s\n", i, i, v->name); break;
+      case EVT_V_RAND:
+        sb(&b, "        const auto v%d = evt_rows::rand_u<%s>(%lluull, %lluull, (unsigned long long)(row * n + j0 + e));  // rand\n",
+           i, ctype(v->dtype), (unsigned long long)v->seed, (unsigned long long)v->offset);
+        break;
+      case EVT_V_ONE_HOT: sb(&b, "        const auto v%d = (long long)(j0 + e) == oh%d ? 1.f : 0.f;  // %s\n", i, i, v->name); break;
+      case EVT_V_COL_MAX:
+        sb(&b, "        if (ok) cm%d = evt_rows::nanmax(cm%d, v%d);  // %s\n        const auto v%d = v%d;\n", i, i, a, v->name, i, a);
+        break;
+      case EVT_V_AUX_STORE: sb(&b, "        S%d[e] = v%d;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a); break;
       case EVT_V_ROW_SUM:
-        sb(&b, "        if (ok) rsum.at(%d, v, e) += v%d;  // %s\n        const float v%d = v%d;\n", rsk[i], a, v->name, i,
+        sb(&b, "        if (ok) rsum.at(%d, v, e) += v%d;  // %s\n        const auto v%d = v%d;\n", rsk[i], a, v->name, i,
            a);
         break;
       case EVT_V_COL_SUM:
-        sb(&b, "        if (ok) cs%d += v%d;  // %s\n        const float v%d = v%d;\n", i, a, v->name, i, a);
+        sb(&b, "        if (ok) cs%d += v%d;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a);
         break;
       default:
         if (binop(v->op))
-          sb(&b, "        const float v%d = v%d %s v%d;\n", i, a, binop(v->op), c);
+          sb(&b, "        const auto v%d = v%d %s v%d;\n", i, a, binop(v->op), c);
+        else if (evt_vop_arity(v->op) == 3)
+          sb(&b, "        const auto v%d = evt_rows::%s(v%d, v%d, v%d);\n", i, fn(v->op), a, c, v->in[2]);
         else if (evt_vop_arity(v->op) == 2)
-          sb(&b, "        const float v%d = evt_rows::%s(v%d, v%d);\n", i, fn(v->op), a, c);
+          sb(&b, "        const auto v%d = evt_rows::%s(v%d, v%d);\n", i, fn(v->op), a, c);
         else
-          sb(&b, "        const float v%d = evt_rows::%s(v%d);\n", i, fn(v->op), a);
+          sb(&b, "        const auto v%d = evt_rows::%s(v%d);\n", i, fn(v->op), a);
         break;
     }
     if (!users[i]) sb(&b, "        (void)v%d;\n", i);
@@ -290,8 +338,11 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "    }\n");
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_COL_SUM)
-      sb(&b, "    cs%d = evt_rows::group_sum1<WARPS>(cs%d, rk);\n    if (live && t == 0) p.n%d_%s[row] = cs%d;\n", i, i,
-         i, s->nodes[i].name, i);
+      sb(&b, "    cs%d = evt_rows::group_sum1<WARPS>(cs%d, rk);\n    if (live && t == 0) p.n%d_%s[row] = evt_rows::from_f<%s>(cs%d);\n", i, i,
+         i, s->nodes[i].name, ctype(s->nodes[i].dtype), i);
+    else if (s->nodes[i].op == EVT_V_COL_MAX)
+      sb(&b, "    cm%d = evt_rows::group_nanmax1<WARPS>(cm%d, rk);\n    if (live && t == 0) p.n%d_%s[row] = evt_rows::from_f<%s>(cm%d);\n", i, i,
+         i, s->nodes[i].name, ctype(s->nodes[i].dtype), i);
   sb(&b, "  }\n");
   if (nrowsum) sb(&b, "  evt_rows::trigger_dependents();  // the finalize kernel may start launching\n");
   if (nrowsum) sb(&b, "  rsum.flush(p.ws + (size_t)blockIdx.x * n, (size_t)gridDim.x * n, n, g, t);\n");
@@ -325,7 +376,12 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     sb(&b, "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n");
     sb(&b, "  evt_rows::RowSumOuts outs = {};\n");
     for (int i = 0, k = 0; i < s->nnodes; i++)
-      if (s->nodes[i].op == EVT_V_ROW_SUM) sb(&b, "  outs.p[%d] = p.n%d_%s;\n", k++, i, s->nodes[i].name);
+      if (s->nodes[i].op == EVT_V_ROW_SUM) {
+        evt_dtype dt = s->nodes[i].dtype;
+        sb(&b, "  outs.p[%d] = p.n%d_%s;\n  outs.dt[%d] = %d;  // %s\n", k, i, s->nodes[i].name, k,
+           dt == EVT_F32 ? 0 : dt == EVT_F16 ? 1 : 2, evt_dtype_name(dt));
+        k++;
+      }
     sb(&b, "  evt_rows::launch_rowsum_finalize(dim3((p.n + 31) / 32, %d), st, p.ws, grid, p.n, outs);\n", nrowsum);
   }
   sb(&b, "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
@@ -361,8 +417,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "  if (p.m == 0 || p.n == 0) {  // empty: sums are 0\n");
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
-    if (v->op == EVT_V_ROW_SUM) sb(&b, "    cudaMemsetAsync(p.n%d_%s, 0, sizeof(float) * p.n, st);\n", i, v->name);
-    if (v->op == EVT_V_COL_SUM) sb(&b, "    cudaMemsetAsync(p.n%d_%s, 0, sizeof(float) * p.m, st);\n", i, v->name);
+    if (v->op == EVT_V_ROW_SUM) sb(&b, "    cudaMemsetAsync(p.n%d_%s, 0, sizeof(%s) * p.n, st);\n", i, v->name, ctype(v->dtype));
+    if (v->op == EVT_V_COL_SUM) sb(&b, "    cudaMemsetAsync(p.n%d_%s, 0, sizeof(%s) * p.m, st);\n", i, v->name, ctype(v->dtype));
+    if (v->op == EVT_V_COL_MAX) sb(&b, "    if (p.m > 0) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // max over no columns\n");
   }
   sb(&b, "    return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n  }\n");
   sb(&b, "  int warps = 0, vpt = 0;\n"

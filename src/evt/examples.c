@@ -6,7 +6,7 @@
 const char *const evt_kspec_example_names[] = {"plain",    "bias_gelu_aux", "bias_relu_dbias", "gelu_bwd",
                                                "bias_silu", "bias_relu_aux", "bias_gelu_aux_f16", "mixed_f32",
                                                "bmm_plain", "bmm_scale", "bmm_scale_mask_stats", "bmm_softmax_bwd",
-                                               NULL};
+                                               "visitor_ops", "visitor_cmp", NULL};
 
 evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg) {
   evt_kspec_init(s, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, cfg);
@@ -56,6 +56,56 @@ evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg
     int q = evt_kspec_add(s, EVT_V_GELU_TANH_GRAD, r, t, EVT_F32, NULL);
     evt_kspec_add(s, EVT_V_COL_SUM, q, -1, EVT_F32, "rowsum");
     s->d_node = q;
+  } else if (!strcmp(name, "visitor_ops")) {
+    /* z = acc + bias[n]; a leaky ReLU with a run-time slope k (scalar_load) through gt / where; the mask
+     * stored as bool (u8); unary math; a side output (tanh(z)·rsqrt(|z|+1)) D does not use (keep);
+     * D = where(mask, w, exp(−|z|)·log(|z|+0.5)) + erf(z) */
+    int bias = evt_kspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_BF16, "bias");
+    int k = evt_kspec_add(s, EVT_V_SCALAR_LOAD, -1, -1, EVT_BF16, "k");
+    int msk = evt_kspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BOOL, "mask");
+    int z = evt_kspec_add(s, EVT_V_ADD, acc, bias, EVT_F32, NULL);
+    int ax = evt_kspec_add(s, EVT_V_ABS, z, -1, EVT_F32, NULL);
+    int e = evt_kspec_add(s, EVT_V_EXP, evt_kspec_add(s, EVT_V_NEG, ax, -1, EVT_F32, NULL), -1, EVT_F32, NULL);
+    int l = evt_kspec_add(s, EVT_V_LOG, evt_kspec_add(s, EVT_V_ADD, ax, evt_kspec_scalar(s, 0.5), EVT_F32, NULL), -1,
+                          EVT_F32, NULL);
+    int er = evt_kspec_add(s, EVT_V_ERF, z, -1, EVT_F32, NULL);
+    int th = evt_kspec_add(s, EVT_V_TANH, z, -1, EVT_F32, NULL);
+    int rs = evt_kspec_add(s, EVT_V_RSQRT, evt_kspec_add(s, EVT_V_ADD, ax, evt_kspec_scalar(s, 1.0), EVT_F32, NULL), -1,
+                           EVT_F32, NULL);
+    int c = evt_kspec_add(s, EVT_V_GT, z, evt_kspec_scalar(s, 0.0), EVT_F32, NULL);
+    int w = evt_kspec_add3(s, EVT_V_WHERE, c, z, evt_kspec_add(s, EVT_V_MUL, z, k, EVT_F32, NULL), EVT_F32, NULL);
+    evt_kspec_add(s, EVT_V_AUX_STORE, c, -1, EVT_BOOL, "pos");
+    evt_kspec_add(s, EVT_V_AUX_STORE, evt_kspec_add(s, EVT_V_MUL, th, rs, EVT_F32, NULL), -1, EVT_BF16, "side");
+    int sel = evt_kspec_add3(s, EVT_V_WHERE, msk, w, evt_kspec_add(s, EVT_V_MUL, e, l, EVT_F32, NULL), EVT_F32, NULL);
+    s->d_node = evt_kspec_add(s, EVT_V_ADD, sel, er, EVT_F32, NULL);
+  } else if (!strcmp(name, "visitor_cmp")) {
+    /* the remaining computes, D in f32: comparisons of acc with a column broadcast r[m] (0/1 values),
+     * maximum / minimum / sign / sqrt / reciprocal: D = (acc≥r)+(acc<r)·2+(acc≤r)·4+(acc==acc)·8+(acc!=r)·16
+     *   + max(acc, r) − min(acc, r) + sign(acc)·sqrt(|acc|) · reciprocal(|acc| + 1) */
+    evt_kspec_init(s, EVT_LAYOUT_NN, EVT_BF16, EVT_F32, cfg);
+    acc = evt_kspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, "acc");
+    int r = evt_kspec_add(s, EVT_V_COL_BCAST, -1, -1, EVT_BF16, "r");
+    int ge = evt_kspec_add(s, EVT_V_GE, acc, r, EVT_F32, NULL);
+    int lt = evt_kspec_add(s, EVT_V_MUL, evt_kspec_add(s, EVT_V_LT, acc, r, EVT_F32, NULL), evt_kspec_scalar(s, 2.0),
+                           EVT_F32, NULL);
+    int le = evt_kspec_add(s, EVT_V_MUL, evt_kspec_add(s, EVT_V_LE, acc, r, EVT_F32, NULL), evt_kspec_scalar(s, 4.0),
+                           EVT_F32, NULL);
+    int eq = evt_kspec_add(s, EVT_V_MUL, evt_kspec_add(s, EVT_V_EQ, acc, acc, EVT_F32, NULL), evt_kspec_scalar(s, 8.0),
+                           EVT_F32, NULL);
+    int ne = evt_kspec_add(s, EVT_V_MUL, evt_kspec_add(s, EVT_V_NE, acc, r, EVT_F32, NULL), evt_kspec_scalar(s, 16.0),
+                           EVT_F32, NULL);
+    int cmp = evt_kspec_add(s, EVT_V_ADD, evt_kspec_add(s, EVT_V_ADD, ge, lt, EVT_F32, NULL),
+                            evt_kspec_add(s, EVT_V_ADD, le, evt_kspec_add(s, EVT_V_ADD, eq, ne, EVT_F32, NULL), EVT_F32, NULL),
+                            EVT_F32, NULL);
+    int mm = evt_kspec_add(s, EVT_V_SUB, evt_kspec_add(s, EVT_V_MAXIMUM, acc, r, EVT_F32, NULL),
+                           evt_kspec_add(s, EVT_V_MINIMUM, acc, r, EVT_F32, NULL), EVT_F32, NULL);
+    int ax = evt_kspec_add(s, EVT_V_ABS, acc, -1, EVT_F32, NULL);
+    int sq = evt_kspec_add(s, EVT_V_MUL, evt_kspec_add(s, EVT_V_SIGN, acc, -1, EVT_F32, NULL),
+                           evt_kspec_add(s, EVT_V_SQRT, ax, -1, EVT_F32, NULL), EVT_F32, NULL);
+    int rc = evt_kspec_add(s, EVT_V_RECIPROCAL, evt_kspec_add(s, EVT_V_ADD, ax, evt_kspec_scalar(s, 1.0), EVT_F32, NULL),
+                           -1, EVT_F32, NULL);
+    s->d_node = evt_kspec_add(s, EVT_V_ADD, evt_kspec_add(s, EVT_V_ADD, cmp, mm, EVT_F32, NULL),
+                              evt_kspec_add(s, EVT_V_MUL, sq, rc, EVT_F32, NULL), EVT_F32, NULL);
   } else if (!strncmp(name, "bmm_", 4)) {
     s->batched = 1;
     if (!strcmp(name, "bmm_plain")) {

@@ -25,7 +25,8 @@ const char *evt_vop_name(evt_vop op) { return (unsigned)op < EVT_V_COUNT ? vop_t
 int evt_vop_arity(evt_vop op) { return (unsigned)op < EVT_V_COUNT ? vop_table[op].arity : -1; }
 char evt_vop_class(evt_vop op) { return (unsigned)op < EVT_V_COUNT ? vop_table[op].cls : '?'; }
 int evt_vop_has_memory(evt_vop op) {
-  return op == EVT_V_ROW_BCAST || op == EVT_V_COL_BCAST || op == EVT_V_AUX_LOAD || evt_vop_class(op) == 'S';
+  return op == EVT_V_ROW_BCAST || op == EVT_V_COL_BCAST || op == EVT_V_AUX_LOAD || op == EVT_V_SCALAR_LOAD ||
+         op == EVT_V_ONE_HOT || evt_vop_class(op) == 'S';
 }
 
 void evt_kspec_init(evt_kspec *s, evt_gemm_layout layout, evt_dtype ab, evt_dtype d, evt_tile_config cfg) {
@@ -37,35 +38,53 @@ void evt_kspec_init(evt_kspec *s, evt_gemm_layout layout, evt_dtype ab, evt_dtyp
   s->d_node = -1;
 }
 
-bool evt_vop_inputs_ok(evt_vop op, int in0, int in1, int id) {
-  int arity = evt_vop_arity(op), ins[2] = {in0, in1};
-  for (int i = 0; i < 2; i++) {
-    if (i < arity && (ins[i] < 0 || ins[i] >= id)) return false;
-    if (i >= arity && ins[i] != -1) return false;
+bool evt_vop_inputs_ok(evt_vop op, const int in[3], int id) {
+  int arity = evt_vop_arity(op);
+  if (arity < 0) return false;
+  for (int i = 0; i < 3; i++) {
+    if (i < arity && (in[i] < 0 || in[i] >= id)) return false;
+    if (i >= arity && in[i] != -1) return false;
   }
   return true;
 }
 
 evt_dtype evt_vop_node_dtype(evt_vop op, evt_dtype dtype) {
   if (evt_vop_class(op) == 'C' || op == EVT_V_ACC || op == EVT_V_SCALAR) return EVT_F32;
-  if (op == EVT_V_ROW_SUM || op == EVT_V_COL_SUM) return EVT_F32;
   return dtype;
 }
 
-int evt_kspec_add(evt_kspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name) {
+int evt_vop_storage_ok(evt_vop op, evt_dtype dtype, int gemm) {
+  bool fl = dtype == EVT_BF16 || dtype == EVT_F16 || dtype == EVT_F32;
+  switch (op) {
+    case EVT_V_ONE_HOT: return dtype == EVT_I64 || dtype == EVT_I32;
+    case EVT_V_ROW_SUM: case EVT_V_COL_SUM: return gemm ? dtype == EVT_F32 : fl;
+    case EVT_V_COL_MAX: case EVT_V_RAND: return !gemm && fl;
+    case EVT_V_AUX_LOAD: case EVT_V_AUX_STORE: /* GEMM: u8 aux tiles (N % 16); rows: integers in doubles */
+      return fl || dtype == EVT_BOOL || (!gemm && (dtype == EVT_I64 || dtype == EVT_I32));
+    case EVT_V_COL_BCAST: case EVT_V_SCALAR_LOAD:
+      return fl || (!gemm && (dtype == EVT_BOOL || dtype == EVT_I64 || dtype == EVT_I32));
+    case EVT_V_ROW_BCAST: return fl || (!gemm && dtype == EVT_BOOL);
+    default: return 1;
+  }
+}
+
+int evt_kspec_add3(evt_kspec *s, evt_vop op, int in0, int in1, int in2, evt_dtype dtype, const char *name) {
   if ((unsigned)op >= EVT_V_COUNT || s->nnodes >= EVT_KSPEC_MAX_NODES) return -1;
-  int id = s->nnodes;
-  if (!evt_vop_inputs_ok(op, in0, in1, id)) return -1;
+  int id = s->nnodes, in[3] = {in0, in1, in2};
+  if (!evt_vop_inputs_ok(op, in, id)) return -1;
   evt_vnode *v = &s->nodes[id];
   memset(v, 0, sizeof *v);
   v->op = op;
-  v->in[0] = in0;
-  v->in[1] = in1;
+  for (int k = 0; k < 3; k++) v->in[k] = in[k];
   v->dtype = evt_vop_node_dtype(op, dtype);
   snprintf(v->name, sizeof v->name, "%s", name && *name ? name : "");
   if (!v->name[0]) snprintf(v->name, sizeof v->name, "v%d", id);
   s->nnodes++;
   return id;
+}
+
+int evt_kspec_add(evt_kspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name) {
+  return evt_kspec_add3(s, op, in0, in1, -1, dtype, name);
 }
 
 int evt_kspec_scalar(evt_kspec *s, double value) {
@@ -99,15 +118,16 @@ char *evt_tile_config_label(const evt_tile_config *c, char *out, size_t len) {
   int w = snprintf(out, len, "%dx%dx%d c%dx%d %s", c->tile_m, c->tile_n, c->tile_k, c->cluster_m, c->cluster_n,
                    c->schedule == EVT_SCHED_PINGPONG ? "pingpong" : "coop");
   if (w > 0 && (size_t)w < len && c->stages) w += snprintf(out + w, len - (size_t)w, " s%d", c->stages);
-  if (w > 0 && (size_t)w < len && c->reduction == EVT_RED_WORKSPACE) snprintf(out + w, len - (size_t)w, " red=workspace");
+  if (w > 0 && (size_t)w < len && c->reduction == EVT_RED_WORKSPACE) w += snprintf(out + w, len - (size_t)w, " red=workspace");
+  if (w > 0 && (size_t)w < len && c->epi_n) snprintf(out + w, len - (size_t)w, " e%d", c->epi_n);
   return out;
 }
 
 evt_status evt_tile_config_parse(const char *text, evt_tile_config *c) {
   evt_tile_config r = EVT_TILE_CONFIG_DEFAULT;
-  char sched[16] = "", rest[2][24] = {"", ""};
-  int n = sscanf(text, "%dx%dx%d c%dx%d %15s %23s %23s", &r.tile_m, &r.tile_n, &r.tile_k, &r.cluster_m, &r.cluster_n,
-                 sched, rest[0], rest[1]);
+  char sched[16] = "", rest[3][24] = {"", "", ""};
+  int n = sscanf(text, "%dx%dx%d c%dx%d %15s %23s %23s %23s", &r.tile_m, &r.tile_n, &r.tile_k, &r.cluster_m,
+                 &r.cluster_n, sched, rest[0], rest[1], rest[2]);
   if (n < 6) return EVT_ERR_INVALID;
   if (!strcmp(sched, "coop")) r.schedule = EVT_SCHED_COOPERATIVE;
   else if (!strcmp(sched, "pingpong")) r.schedule = EVT_SCHED_PINGPONG;
@@ -116,6 +136,7 @@ evt_status evt_tile_config_parse(const char *text, evt_tile_config *c) {
     int st;
     char tail;
     if (sscanf(rest[i], "s%d%c", &st, &tail) == 1 && st > 0) r.stages = st;
+    else if (sscanf(rest[i], "e%d%c", &st, &tail) == 1 && st > 0) r.epi_n = st;
     else if (!strcmp(rest[i], "red=workspace")) r.reduction = EVT_RED_WORKSPACE;
     else if (!strcmp(rest[i], "red=atomic")) r.reduction = EVT_RED_ATOMIC;
     else return EVT_ERR_INVALID;
@@ -158,6 +179,8 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
     if (per * c->stages > 227L * 1024 - 32 * 1024)
       BAD("%d stages x %ld bytes of A+B tiles exceed the shared memory left for the mainloop (195 KiB)", c->stages, per);
   }
+  if (c->epi_n != 0 && ((c->epi_n != 32 && c->epi_n != 64 && c->epi_n != 128) || tn % c->epi_n))
+    BAD("epilogue subtile N %d (0 = auto, or 32, 64, 128 dividing tile_n)", c->epi_n);
   if (c->reduction != EVT_RED_ATOMIC && c->reduction != EVT_RED_WORKSPACE) BAD("unknown reduction strategy %d", (int)c->reduction);
   if (c->reduction == EVT_RED_WORKSPACE && !evt_kspec_has_sums(s))
     BAD("reduction strategy 'workspace' given but the epilogue has no row_sum / col_sum");
@@ -191,8 +214,14 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
     for (int j = 0; j < i; j++)
       if (evt_vop_has_memory(v->op) && evt_vop_has_memory(s->nodes[j].op) && !strcmp(s->nodes[j].name, v->name))
         return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: node %d: name '%s' used twice", i, v->name);
-    if ((v->op == EVT_V_ROW_BCAST || v->op == EVT_V_COL_BCAST || v->op == EVT_V_AUX_LOAD || v->op == EVT_V_AUX_STORE) &&
-        v->dtype != EVT_BF16 && v->dtype != EVT_F16 && v->dtype != EVT_F32)
+    if (v->op == EVT_V_COL_MAX || v->op == EVT_V_ONE_HOT || v->op == EVT_V_RAND)
+      return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (%s %s): no GEMM epilogue visitor for %s (row "
+                  "kernels only)", i, evt_vop_name(v->op), v->name, evt_vop_name(v->op));
+    if ((v->op == EVT_V_ROW_SUM || v->op == EVT_V_COL_SUM) && v->dtype != EVT_F32)
+      return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (%s %s): %s sum: CTAs add into it with atomics "
+                  "in f32, so it cannot be rounded to %s at the store", i, evt_vop_name(v->op), v->name,
+                  evt_dtype_name(v->dtype), evt_dtype_name(v->dtype));
+    if (evt_vop_has_memory(v->op) && !evt_vop_storage_ok(v->op, v->dtype, 1))
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (%s %s): dtype %s not supported", i,
                   evt_vop_name(v->op), v->name, evt_dtype_name(v->dtype));
     if (v->shared && (!s->batched || !evt_vop_has_memory(v->op)))
@@ -228,6 +257,7 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
       s->cfg.schedule == EVT_SCHED_PINGPONG ? "pingpong" : "cooperative");
   if (s->cfg.stages) OUT(" stages %d", s->cfg.stages);
   if (s->cfg.reduction == EVT_RED_WORKSPACE) OUT(" reduction workspace");
+  if (s->cfg.epi_n) OUT(" epilogue_n %d", s->cfg.epi_n);
   OUT("\n");
   if (s->batched) OUT("batched\n"); /* unbatched specs keep their text (and hash) */
   for (int i = 0; i < s->nnodes; i++) {
@@ -236,6 +266,8 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
     for (int j = 0; j < evt_vop_arity(v->op); j++) OUT(" %%%d", v->in[j]);
     if (evt_vop_has_memory(v->op)) OUT(" %s:%s", v->name, evt_dtype_name(v->dtype));
     if (v->op == EVT_V_SCALAR) OUT(" %.17g", v->value);
+    if (v->op == EVT_V_RAND) OUT(" seed %llu offset %llu %s", (unsigned long long)v->seed, (unsigned long long)v->offset,
+                                 evt_dtype_name(v->dtype));
     if (v->shared) OUT(" shared");
     OUT("\n");
   }

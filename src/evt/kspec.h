@@ -8,7 +8,8 @@
  *
  * where the epilogue is a visitor DAG: nodes in topological order (inputs have smaller ids). Loads:
  * the accumulator, a per-column N-vector (CUTLASS Sm90RowBroadcast), a per-row M-vector (Sm90ColBroadcast),
- * a scalar constant, a full M×N aux tensor. Computes: elementwise f32. Stores pass their input through:
+ * a scalar constant, a rank-0 tensor read at run time (scalar_load: Sm90ScalarBroadcast's pointer), a full
+ * M×N aux tensor. Computes: elementwise f32 (comparisons give 0/1, where selects). Stores pass their input through:
  * an aux M×N tensor, Σ over M into an N-vector (Sm90RowReduction, e.g. a bias gradient), Σ over N into
  * an M-vector (Sm90ColReduction). One node is D. M, N, K are run-time arguments of the generated kernel;
  * they are not part of the spec. Every M×N/N/M tensor is dense and row-major; M and N must be multiples
@@ -59,9 +60,33 @@
   X(GELU_ERF_GRAD, "gelu_erf_grad", 2, 'C')   /* (dy, x) → dy·gelu_erf'(x) */                    \
   X(GELU_TANH_GRAD, "gelu_tanh_grad", 2, 'C') /* (dy, x) → dy·gelu_tanh'(x) */                   \
   X(RELU_GRAD, "relu_grad", 2, 'C')     /* (dy, x) → x > 0 ? dy : 0 */                           \
+  X(NEG, "neg", 1, 'C')                                                                         \
+  X(EXP, "exp", 1, 'C')                                                                         \
+  X(LOG, "log", 1, 'C')                                                                         \
+  X(ERF, "erf", 1, 'C')                                                                         \
+  X(TANH, "tanh", 1, 'C')                                                                       \
+  X(SQRT, "sqrt", 1, 'C')                                                                       \
+  X(RSQRT, "rsqrt", 1, 'C')                                                                     \
+  X(RECIPROCAL, "reciprocal", 1, 'C')                                                           \
+  X(ABS, "abs", 1, 'C')                                                                         \
+  X(SIGN, "sign", 1, 'C')               /* -1, 0, 1; NaN stays NaN */                            \
+  X(MAXIMUM, "maximum", 2, 'C')         /* NaN if either is NaN */                               \
+  X(MINIMUM, "minimum", 2, 'C')                                                                 \
+  X(EQ, "eq", 2, 'C')                   /* comparisons give 1 or 0 (bool values are 0/1 floats) */ \
+  X(NE, "ne", 2, 'C')                                                                           \
+  X(LT, "lt", 2, 'C')                                                                           \
+  X(LE, "le", 2, 'C')                                                                           \
+  X(GT, "gt", 2, 'C')                                                                           \
+  X(GE, "ge", 2, 'C')                                                                           \
+  X(WHERE, "where", 3, 'C')             /* (c, a, b) → c != 0 ? a : b */                         \
+  X(KEEP, "keep", 2, 'C')               /* (a, b) → a; b is visited for its stores (tree.c) */   \
+  X(SCALAR_LOAD, "scalar_load", 0, 'L') /* a rank-0 tensor read from memory at run time */       \
+  X(ONE_HOT, "one_hot", 0, 'L')         /* M-vector of class indices t (i64/i32): j == t[i] */   \
+  X(RAND, "rand", 0, 'L')               /* Philox uniform of element i·N + j (seed, offset) */   \
   X(AUX_STORE, "aux_store", 1, 'S')     /* stores its input (rounded to dtype) to an M×N tensor */ \
   X(ROW_SUM, "row_sum", 1, 'S')         /* Σ over M → N-vector (f32, atomic) */                  \
-  X(COL_SUM, "col_sum", 1, 'S')         /* Σ over N → M-vector (f32, atomic) */
+  X(COL_SUM, "col_sum", 1, 'S')         /* Σ over N → M-vector (f32, atomic) */                  \
+  X(COL_MAX, "col_max", 1, 'S')         /* max over N → M-vector (row kernels only; NaN wins) */
 
 typedef enum evt_vop {
 #define X(e, s, a, c) EVT_V_##e,
@@ -75,9 +100,10 @@ typedef enum evt_schedule { EVT_SCHED_COOPERATIVE = 0, EVT_SCHED_PINGPONG } evt_
 
 typedef struct evt_vnode {
   evt_vop op;
-  int in[2];        /* input node ids (smaller than this node's id), -1 if unused */
+  int in[3];        /* input node ids (smaller than this node's id), -1 if unused */
   evt_dtype dtype;  /* element type in memory of loads/stores; EVT_F32 for computes */
   double value;     /* EVT_V_SCALAR */
+  uint64_t seed, offset; /* EVT_V_RAND: the rand op's Philox key and counter offset (dtype: its rounding) */
   int shared;       /* batched specs: 1 = one tensor for every batch (see batch mode above) */
   char name[24];    /* argument name in the generated launcher and in messages */
 } evt_vnode;
@@ -97,9 +123,10 @@ typedef struct evt_tile_config {
   evt_schedule schedule;
   int stages;                     /* mainloop pipeline stages; 0 = as many as fit (StageCountAutoCarveout) */
   evt_reduce_strategy reduction;  /* row/col sums only; must stay ATOMIC for an epilogue without sums */
+  int epi_n;                      /* epilogue subtile N (32, 64, 128); 0 = CUTLASS's EpilogueTileAuto (32) */
 } evt_tile_config;
 
-#define EVT_TILE_CONFIG_DEFAULT ((evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC})
+#define EVT_TILE_CONFIG_DEFAULT ((evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC, 0})
 
 typedef struct evt_kspec {
   evt_gemm_layout layout;
@@ -117,6 +144,7 @@ void evt_kspec_init(evt_kspec *s, evt_gemm_layout layout, evt_dtype ab, evt_dtyp
 /* Appends a node; returns its id or -1 (too many nodes, bad input id, wrong arity). Loads and stores
  * take `dtype` and `name`; computes ignore them (pass EVT_F32, NULL). */
 int evt_kspec_add(evt_kspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name);
+int evt_kspec_add3(evt_kspec *s, evt_vop op, int in0, int in1, int in2, evt_dtype dtype, const char *name);
 int evt_kspec_scalar(evt_kspec *s, double value);
 /* Checks the whole spec (including evt_tile_config_check); EVT_OK or a status with a message in err
  * naming the node. */
@@ -132,10 +160,12 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen);
  *   stages 0 or 2..8, and stages x (tile_m + tile_n) x tile_k x operand bytes <= 227 KiB - 32 KiB (the
  *     epilogue's shared memory; CUTLASS's static_assert is the final word, a candidate that still fails to
  *     compile is dropped by the tuner);
- *   reduction WORKSPACE only when the epilogue has a row_sum / col_sum. */
+ *   reduction WORKSPACE only when the epilogue has a row_sum / col_sum;
+ *   epi_n 0 or 32, 64, 128 dividing tile_n (the epilogue subtile is min(tile_m, 128) x epi_n cooperative,
+ *     64 x epi_n ping-pong, as CUTLASS's auto choice with N = 32). */
 evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, char *err, size_t errlen);
-/* Short label, e.g. "128x256x64 c2x1 coop", "128x128x64 c1x1 pingpong s4 red=workspace" (non-default
- * stages / reduction only). Returns out. */
+/* Short label, e.g. "128x256x64 c2x1 coop", "128x128x64 c1x1 pingpong s4 red=workspace e64" (non-default
+ * stages / reduction / epilogue subtile only). Returns out. */
 char *evt_tile_config_label(const evt_tile_config *c, char *out, size_t len);
 /* Parses what evt_tile_config_label writes; EVT_OK or EVT_ERR_INVALID. */
 evt_status evt_tile_config_parse(const char *text, evt_tile_config *c);
@@ -182,20 +212,32 @@ void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, co
  * row/col sums accumulate over every batch. */
 void evt_kspec_reference_batched(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
                                  const double *b, double *const *tensors, double *d);
-/* Elements of node v's tensor for one batch of an m×n problem: m*n (aux), n (row bcast / row sum),
- * m (col bcast / col sum), 0 for nodes without memory. */
+/* Elements of node v's tensor for one batch of an m×n problem: evt_vop_elems of its op (m*n aux, n row
+ * bcast / row sum, m col bcast / col sum / col_max / one_hot, 1 scalar_load, 0 for nodes without memory). */
 int64_t evt_vnode_numel(const evt_kspec *s, int v, int64_t m, int64_t n);
-/* Elementwise semantics of a compute node (shared by the reference and tests). */
+/* Elementwise semantics of a compute node (shared by the reference and tests); evt_vop_apply3 also takes
+ * the third operand of where. Comparisons give 1.0 / 0.0 (false when an operand is NaN, except ne). */
 double evt_vop_apply(evt_vop op, double x, double y);
+double evt_vop_apply3(evt_vop op, double x, double y, double z);
 /* Rules shared by kspec and rspec when a node is added: its inputs are exactly its arity's earlier nodes
  * (unused ones -1), and the dtype it carries (memory dtype for loads/stores, f32 for computes and sums). */
-bool evt_vop_inputs_ok(evt_vop op, int in0, int in1, int id);
+bool evt_vop_inputs_ok(evt_vop op, const int in[3], int id);
 evt_dtype evt_vop_node_dtype(evt_vop op, evt_dtype dtype);
+/* May node `op` keep `dtype` in memory? gemm = 1: the GEMM epilogue (bf16/f16/f32 loads and stores, u8 bool
+ * aux tiles; row/col sums f32 because CTAs add into them with atomics), 0: row kernels (also bool loads/stores
+ * as u8 0/1; sums and col_max rounded to bf16/f16 at their single store; i64 / i32 aux loads / stores, column
+ * broadcasts and scalar loads, whose values ride in doubles: exact). one_hot reads i64 or i32 class indices. */
+int evt_vop_storage_ok(evt_vop op, evt_dtype dtype, int gemm);
 /* Element (i, j) of an M×N epilogue through one node other than EVT_V_ACC, for the CPU references of
- * kspec and rspec: broadcasts and aux loads read tensors[v], aux stores (rounded to dtype) and row/column
- * sums write it, computes apply evt_vop_apply to the inputs' values x, y. Returns the node's value. */
+ * kspec and rspec: broadcasts, aux/scalar loads and one_hot read tensors[v], aux stores (rounded to dtype)
+ * and row/column sums / col_max write it (col_max starts at -inf), computes apply evt_vop_apply3 to the
+ * inputs' values in[0..2]. Returns the node's value. */
 double evt_vop_visit(evt_vop op, evt_dtype dtype, double value, double *const *tensors, int v, int64_t i,
-                     int64_t j, int64_t n, double x, double y);
+                     int64_t j, int64_t n, const double in[3]);
+/* EVT_V_RAND's value for element e = i·N + j: evt_philox_uniform(seed, offset, e) rounded to dtype. */
+double evt_vop_rand(uint64_t seed, uint64_t offset, evt_dtype dtype, int64_t e);
+/* Number of elements of a node's memory for an M×N problem (0 for nodes without memory). */
+int64_t evt_vop_elems(evt_vop op, int64_t m, int64_t n);
 
 /* ---- src/evt/examples.c: named epilogues used by tests and benchmarks -------------------------- */
 /* Builds the named epilogue into *s (bf16 operands, layout NN, D bf16); EVT_ERR_INVALID for an unknown

@@ -37,6 +37,11 @@ typedef struct lctx {
   /* row kernels: the nucleus's M x N inputs (graph nodes) are read as acc(IN0/IN1), not loaded again */
   int row, nrin, rin[2];
   evt_row_value accsel[EVT_KSPEC_MAX_NODES];
+  /* batched GEMM (bmm nucleus): the tile is the nucleus's shape [batch..., M, N] (m = L*M, n = N) */
+  int nbd;                 /* batch dims (nucleus rank - 2); 0 for every other kernel */
+  const evt_type *bt;      /* the nucleus's type */
+  int *alias;              /* graph node -> the tile value a member view (permute / reshape ...) shows, or -1 */
+  int64_t vst[EVT_KSPEC_MAX_NODES][EVT_MAX_RANK]; /* loads: strides of node i's memory over bt's dims */
 } lctx;
 
 static bool refuse(lctx *c, int node, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -184,11 +189,20 @@ static int add_node(lctx *c, int v, evt_vop op, int in0, int in1, evt_dtype dt, 
 
 /* A visitor node for operand x of member v, whose output shape is `out`: x's tile value, or a load
  * chosen from x's strides broadcast over `out`. -1 with the reason on failure. */
+static int operand_batched(lctx *c, int v, int x, const evt_type *out);
+
 static int operand(lctx *c, int v, int x, const evt_type *out) {
+  if (c->nbd && c->vid[x] >= 0 && c->alias && c->alias[x] >= 0) {
+    refuse(c, v, "reads %%%s, a view of the batched tile in another element order (only stores take views)",
+           c->g->nodes[x].name);
+    return -1;
+  }
   if (c->vid[x] >= 0) return c->vid[x];
+  if (c->nbd) return operand_batched(c, v, x, out);
   const evt_graph *g = c->g;
   const evt_node *xn = &g->nodes[x];
-  int s = tile_split(out, c->m, c->n);
+  bool one = evt_type_numel(out) == 1; /* a value computed alike for every element (rank 0 in a larger space) */
+  int s = one ? out->rank : tile_split(out, c->m, c->n);
   if (s < 0) {
     char tb[96];
     refuse(c, v, "shape %s is not a split of the %lldx%lld %s", evt_type_str(out, tb, sizeof tb), (long long)c->m,
@@ -212,12 +226,32 @@ static int operand(lctx *c, int v, int x, const evt_type *out) {
   bool nd = dense(out->shape, bs, s, out->rank, 1);
   evt_vop op;
   int64_t extent;
-  if (m0 && n0) {
-    if (bn->op != EVT_OP_SCALAR && bn->op != EVT_OP_FULL) {
-      refuse(c, v, "operand %%%s is a run-time scalar (%s); visitor scalars are compile-time constants", xn->name,
-             evt_op_table[bn->op].name);
+  if (m0 && n0 && bn->op != EVT_OP_SCALAR && bn->op != EVT_OP_FULL) {
+    /* a run-time scalar: one element of memory (another kernel's rank-0 result), read by every element */
+    if (evt_type_numel(&bn->type) != 1) {
+      refuse(c, v, "operand %%%s broadcasts one element of a larger tensor", xn->name);
       return -1;
     }
+    if (!evt_vop_storage_ok(EVT_V_SCALAR_LOAD, bn->type.dtype, !c->row)) {
+      refuse(c, v, "operand %%%s: a run-time scalar of dtype %s (scalar loads take bf16, f16, f32%s)", xn->name,
+             evt_dtype_name(bn->type.dtype), c->row ? ", bool" : "");
+      return -1;
+    }
+    if (bn->op == EVT_OP_RAND) {
+      refuse(c, v, "operand %%%s: rand is generated in-kernel and the visitor has no RNG node", xn->name);
+      return -1;
+    }
+    for (int i = 0; i < c->s->nnodes; i++)
+      if (c->s->nodes[i].op == EVT_V_SCALAR_LOAD && c->vt[i] == base) return i;
+    char name[24];
+    snprintf(name, sizeof name, "k%d", c->nload[3]++);
+    return add_node(c, v, EVT_V_SCALAR_LOAD, -1, -1, bn->type.dtype, name, base);
+  }
+  if (one && !(m0 && n0)) {
+    refuse(c, v, "operand %%%s of a rank-0 value is not a scalar", xn->name);
+    return -1;
+  }
+  if (m0 && n0) {
     for (int i = 0; i < c->s->nnodes; i++)
       if (c->s->nodes[i].op == EVT_V_SCALAR && c->s->nodes[i].value == bn->attr.value) return i;
     int id = evt_kspec_scalar(c->s, bn->attr.value);
@@ -236,12 +270,31 @@ static int operand(lctx *c, int v, int x, const evt_type *out) {
            xn->name, (long long)c->m, (long long)c->n);
     return -1;
   }
-  if (bn->op == EVT_OP_RAND) {
-    refuse(c, v, "operand %%%s: rand is generated in-kernel and the visitor has no RNG node", xn->name);
-    return -1;
+  if (bn->op == EVT_OP_RAND) { /* drawn in the kernel: element (i, j) of a dense M x N rand is Philox counter i*N+j */
+    if (!c->row) {
+      refuse(c, v, "operand %%%s: rand in a GEMM epilogue (the Philox visitor is a row-kernel node)", xn->name);
+      return -1;
+    }
+    if (op != EVT_V_AUX_LOAD || !float_dtype(bn->type.dtype)) {
+      refuse(c, v, "operand %%%s: a rand that is not a dense %lldx%lld float tile", xn->name, (long long)c->m, (long long)c->n);
+      return -1;
+    }
+    for (int i = 0; i < c->s->nnodes; i++) {
+      const evt_vnode *r = &c->s->nodes[i];
+      if (r->op == EVT_V_RAND && r->seed == (uint64_t)bn->attr.seed && r->offset == (uint64_t)bn->attr.offset &&
+          r->dtype == bn->type.dtype)
+        return i;
+    }
+    int id = add_node(c, v, EVT_V_RAND, -1, -1, bn->type.dtype, NULL, -1); /* no memory */
+    if (id >= 0) {
+      c->s->nodes[id].seed = (uint64_t)bn->attr.seed;
+      c->s->nodes[id].offset = (uint64_t)bn->attr.offset;
+    }
+    return id;
   }
-  if (!float_dtype(bn->type.dtype)) {
-    refuse(c, v, "operand %%%s has dtype %s (loads take bf16, f16 or f32)", xn->name, evt_dtype_name(bn->type.dtype));
+  if (!evt_vop_storage_ok(op, bn->type.dtype, !c->row)) {
+    refuse(c, v, "operand %%%s has dtype %s (loads take bf16, f16, f32%s)", xn->name, evt_dtype_name(bn->type.dtype),
+           c->row ? " or bool" : "");
     return -1;
   }
   size_t es = evt_dtype_size(bn->type.dtype);
@@ -266,6 +319,232 @@ static int operand(lctx *c, int v, int x, const evt_type *out) {
   return add_node(c, v, op, -1, -1, bn->type.dtype, name, base);
 }
 
+/* ---- batched GEMM (bmm nucleus) --------------------------------------------------------------------
+ * Every epilogue value has the nucleus's shape [batch..., M, N]. A node with memory is described by its
+ * strides over those dims (vst): M and N strides pick the load kind as for a GEMM (aux tile: N stride 1,
+ * M stride = leading dim; row / col broadcast; scalar), the batch strides say per batch or shared (all 0).
+ * Member views (permute, reshape, ...) of a tile value only change where a store writes it: their strides
+ * are mapped back onto the tile's dims. The batch dims are then collapsed (lower_bmm) into at most two
+ * strided levels common to A, B, D and every per-batch tensor. */
+
+/* Strides of a tensor of shape `fs` (rank fr, strides fst) re-viewed as shape `ts` (rank tr, same element
+ * order); false if the memory cannot be described with strides (a merged run that is not contiguous). */
+static bool reshape_strides(const int64_t *fs, const int64_t *fst, int fr, const int64_t *ts, int tr, int64_t *tst) {
+  int i = 0, j = 0;
+  for (int d = 0; d < tr; d++) tst[d] = 0;
+  for (;;) {
+    while (i < fr && fs[i] == 1) i++;
+    while (j < tr && ts[j] == 1) j++;
+    if (i == fr || j == tr) return i == fr && j == tr;
+    int i0 = i, j0 = j;
+    int64_t pf = fs[i++], pt = ts[j++];
+    while (pf != pt) {
+      if (pf < pt) {
+        if (i == fr) return false;
+        pf *= fs[i++];
+      } else {
+        if (j == tr) return false;
+        pt *= ts[j++];
+      }
+    }
+    /* from-dims [i0, i) hold one contiguous run (unit dims skipped) */
+    int last = -1;
+    for (int d = i0; d < i; d++) {
+      if (fs[d] == 1) continue;
+      if (last >= 0 && fst[last] != fst[d] * fs[d]) return false;
+      last = d;
+    }
+    int64_t st = fst[last];
+    for (int d = j - 1; d >= j0; d--) {
+      if (ts[d] == 1) continue;
+      tst[d] = st;
+      st *= ts[d];
+    }
+  }
+}
+
+static void contiguous(const evt_type *t, int64_t *st) {
+  int64_t w = 1;
+  for (int d = t->rank - 1; d >= 0; d--) st[d] = w, w *= t->shape[d];
+}
+
+static bool same_shape(const evt_type *a, const evt_type *b) {
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->shape[d] != b->shape[d]) return false;
+  return true;
+}
+
+static int64_t bmm_batch(const evt_type *t) { return prod(t->shape, 0, t->rank - 2); }
+
+/* Strides over the tile's dims of the memory a store of member value v writes: v's own (contiguous) memory,
+ * or, for a member view, its memory mapped back through the view chain to the tile value it shows. */
+static bool store_strides(const lctx *c, int v, int64_t *st) {
+  const evt_graph *g = c->g;
+  int64_t cur[EVT_MAX_RANK];
+  contiguous(&g->nodes[v].type, cur);
+  while (c->alias[v] >= 0) {
+    const evt_node *nd = &g->nodes[v];
+    int x = nd->inputs[0];
+    const evt_type *xt = &g->nodes[x].type;
+    int64_t nx[EVT_MAX_RANK];
+    int r = nd->type.rank;
+    switch (nd->op) {
+    case EVT_OP_PERMUTE:
+      for (int j = 0; j < r; j++) nx[nd->attr.dims.v[j] < 0 ? nd->attr.dims.v[j] + r : nd->attr.dims.v[j]] = cur[j];
+      break;
+    case EVT_OP_TRANSPOSE: {
+      for (int j = 0; j < r; j++) nx[j] = cur[j];
+      int64_t a = nd->attr.dims.v[0] < 0 ? nd->attr.dims.v[0] + r : nd->attr.dims.v[0];
+      int64_t b = nd->attr.dims.v[1] < 0 ? nd->attr.dims.v[1] + r : nd->attr.dims.v[1];
+      nx[a] = cur[b], nx[b] = cur[a];
+      break;
+    }
+    case EVT_OP_EXPAND: return false;
+    default:
+      if (!reshape_strides(nd->type.shape, cur, r, xt->shape, xt->rank, nx)) return false;
+      break;
+    }
+    for (int d = 0; d < xt->rank; d++) cur[d] = nx[d];
+    v = x;
+  }
+  if (!same_shape(&g->nodes[v].type, c->bt)) return false;
+  for (int d = 0; d < c->bt->rank; d++) st[d] = cur[d];
+  return true;
+}
+
+/* Is every batch stride 0 (extent-1 dims ignored)? any: is some batch stride 0? */
+static bool batch_zero(const lctx *c, const int64_t *st, bool any) {
+  bool all = true, some = false;
+  for (int d = 0; d < c->nbd; d++) {
+    if (c->bt->shape[d] == 1) continue;
+    all &= st[d] == 0;
+    some |= st[d] == 0;
+  }
+  return any ? some : all;
+}
+
+/* A load for operand x of batched member v (out: v's shape, the tile's). */
+static int operand_batched(lctx *c, int v, int x, const evt_type *out) {
+  const evt_graph *g = c->g;
+  const evt_node *xn = &g->nodes[x];
+  const evt_type *bt = c->bt;
+  int r = bt->rank, nbd = c->nbd;
+  if (!same_shape(out, bt)) {
+    char tb[96], bb[96];
+    refuse(c, v, "shape %s is not the batched tile %s", evt_type_str(out, tb, sizeof tb), evt_type_str(bt, bb, sizeof bb));
+    return -1;
+  }
+  int64_t xs[EVT_MAX_RANK], bs[EVT_MAX_RANK];
+  int base = x;
+  if (!mem_strides(g, c->group, -1, x, xs, &base)) {
+    refuse(c, v, "operand %%%s: a reshape of a non-contiguous view", xn->name);
+    return -1;
+  }
+  const evt_node *bn = &g->nodes[base];
+  for (int i = 0; i < r; i++) {
+    int j = i - (r - xn->type.rank);
+    bs[i] = (j < 0 || xn->type.shape[j] == 1 || bt->shape[i] == 1) ? 0 : xs[j];
+  }
+  if (!c->group && evt_type_numel(&xn->type) == evt_type_numel(bt) && bn->op != EVT_OP_INPUT && bn->op != EVT_OP_PARAM &&
+      bn->op != EVT_OP_RAND && !is_view_op(xn->op))
+    contiguous(bt, bs); /* judging one node: a tile value, fused or loaded */
+  int64_t sm = bs[nbd], sn = bs[nbd + 1], M = bt->shape[nbd], N = bt->shape[nbd + 1];
+  bool shared = batch_zero(c, bs, false);
+  if (!shared && batch_zero(c, bs, true)) {
+    refuse(c, v, "operand %%%s is broadcast over some batch dims but not all (a per-batch tensor or one shared by every batch)",
+           xn->name);
+    return -1;
+  }
+  evt_vop op;
+  int64_t extent;
+  if (sm == 0 && sn == 0) {
+    if (!shared) {
+      refuse(c, v, "operand %%%s is a per-batch scalar (visitor scalars are compile-time constants)", xn->name);
+      return -1;
+    }
+    if (bn->op != EVT_OP_SCALAR && bn->op != EVT_OP_FULL) {
+      refuse(c, v, "operand %%%s is a run-time scalar (%s); visitor scalars are compile-time constants", xn->name,
+             evt_op_table[bn->op].name);
+      return -1;
+    }
+    for (int i = 0; i < c->s->nnodes; i++)
+      if (c->s->nodes[i].op == EVT_V_SCALAR && c->s->nodes[i].value == bn->attr.value) return i;
+    int id = evt_kspec_scalar(c->s, bn->attr.value);
+    if (id < 0) refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
+    else c->vt[id] = -1;
+    return id;
+  }
+  if ((sn == 1 || N == 1) && sm != 0 && (sm >= N || M == 1)) op = EVT_V_AUX_LOAD, extent = M == 1 ? N : sm;
+  else if (sm == 0 && (sn == 1 || N == 1)) op = EVT_V_ROW_BCAST, extent = N;
+  else if (sn == 0 && (sm == 1 || M == 1)) op = EVT_V_COL_BCAST, extent = M;
+  else {
+    refuse(c, v, "operand %%%s is not a broadcast of the batched tile (M, N strides %lld, %lld)", xn->name, (long long)sm,
+           (long long)sn);
+    return -1;
+  }
+  if (bn->op == EVT_OP_RAND) {
+    refuse(c, v, "operand %%%s: rand is generated in-kernel and the visitor has no RNG node", xn->name);
+    return -1;
+  }
+  if (!float_dtype(bn->type.dtype)) {
+    refuse(c, v, "operand %%%s has dtype %s (loads take bf16, f16 or f32)", xn->name, evt_dtype_name(bn->type.dtype));
+    return -1;
+  }
+  int64_t es = (int64_t)evt_dtype_size(bn->type.dtype);
+  if ((extent * es) % 16) {
+    refuse(c, v, "operand %%%s: %lld-byte rows are not 16-byte aligned", xn->name, (long long)(extent * es));
+    return -1;
+  }
+  for (int i = 0; i < c->s->nnodes; i++)
+    if (c->s->nodes[i].op == op && c->vt[i] == base && !memcmp(c->vst[i], bs, sizeof(int64_t) * (size_t)r)) return i;
+  char name[24];
+  int kind = op == EVT_V_AUX_LOAD ? 0 : op == EVT_V_ROW_BCAST ? 1 : 2;
+  snprintf(name, sizeof name, "%c%d", "arc"[kind], c->nload[kind]++);
+  int id = add_node(c, v, op, -1, -1, bn->type.dtype, name, base);
+  if (id < 0) return -1;
+  c->s->nodes[id].shared = shared;
+  memcpy(c->vst[id], bs, sizeof(int64_t) * (size_t)r);
+  return id;
+}
+
+/* A sum in a batched epilogue: over M (row_sum) or N (col_sum), per batch (no batch dim reduced) or over
+ * every batch too (shared). */
+static bool sum_batched(lctx *c, int v) {
+  const evt_graph *g = c->g;
+  const evt_node *nd = &g->nodes[v];
+  int x = nd->inputs[0];
+  const evt_type *xt = &g->nodes[x].type;
+  if (!same_shape(xt, c->bt)) return refuse(c, v, "sum of a tensor that is not shaped like the batched tile");
+  int xv = operand(c, v, x, xt);
+  if (xv < 0) return false;
+  int r = xt->rank, nbd = c->nbd;
+  bool rd[EVT_MAX_RANK] = {0};
+  if (nd->attr.dims.n == 0)
+    for (int i = 0; i < r; i++) rd[i] = true;
+  for (int i = 0; i < nd->attr.dims.n; i++) rd[nd->attr.dims.v[i] < 0 ? nd->attr.dims.v[i] + r : nd->attr.dims.v[i]] = true;
+  int nb = 0, nbr = 0;
+  for (int d = 0; d < nbd; d++)
+    if (xt->shape[d] != 1) nb++, nbr += rd[d];
+  bool m1 = xt->shape[nbd] == 1, n1 = xt->shape[nbd + 1] == 1;
+  bool over_m = (rd[nbd] || m1) && !rd[nbd + 1], over_n = (rd[nbd + 1] || n1) && !rd[nbd];
+  if (over_m && over_n) over_n = false;
+  if (nbr != 0 && nbr != nb)
+    return refuse(c, v, "sum over some batch dims but not all (per-batch sums or sums over every batch only)");
+  if (!over_m && !over_n)
+    return refuse(c, v, "sum over dims that are neither M nor N of the batched tile (visitor has row and column sums only)");
+  if (nd->type.dtype != EVT_F32)
+    return refuse(c, v, "sum into %s (row/column sums are written in f32)", evt_dtype_name(nd->type.dtype));
+  char name[24];
+  if (over_m) snprintf(name, sizeof name, "rs%d", c->nrsum++);
+  else snprintf(name, sizeof name, "cs%d", c->ncsum++);
+  int id = add_node(c, v, over_m ? EVT_V_ROW_SUM : EVT_V_COL_SUM, xv, -1, EVT_F32, name, v);
+  if (id < 0) return false;
+  c->s->nodes[id].shared = nbr > 0;
+  c->vid[v] = -1;
+  return true;
+}
+
 static bool member_uses_in_group(const lctx *c, int v) {
   if (!c->group) return false;
   for (int w = v + 1; w < c->g->nnodes; w++)
@@ -281,7 +560,29 @@ static bool member(lctx *c, int v) {
   const evt_graph *g = c->g;
   const evt_node *nd = &g->nodes[v];
   const evt_type *t = &nd->type;
-  if (!float_dtype(t->dtype)) return refuse(c, v, "dtype %s (the epilogue computes bf16/f16/f32 values)", evt_dtype_name(t->dtype));
+  bool int_ok = c->row && (nd->op == EVT_OP_WHERE || nd->op == EVT_OP_ADD || nd->op == EVT_OP_SUB || nd->op == EVT_OP_MUL ||
+                            nd->op == EVT_OP_NEG || nd->op == EVT_OP_ABS || nd->op == EVT_OP_MAXIMUM ||
+                            nd->op == EVT_OP_MINIMUM || is_view_op(nd->op));
+  if (!float_dtype(t->dtype) && t->dtype != EVT_BOOL && !((t->dtype == EVT_I64 || t->dtype == EVT_I32) && int_ok))
+    return refuse(c, v, "dtype %s (the epilogue computes bf16/f16/f32 values and bools as 0/1%s)", evt_dtype_name(t->dtype),
+                  c->row ? "; integers only through where / add / sub / mul / neg / abs / maximum / minimum" : "");
+  if (c->nbd && c->alias) {
+    if (is_view_op(nd->op)) {
+      int x = nd->inputs[0];
+      if (c->vid[x] < 0) return refuse(c, v, "view of a value that is not a tile value of this kernel");
+      c->vid[v] = c->vid[x];
+      c->alias[v] = x; /* the same values; only a store of v writes them in v's order */
+      return true;
+    }
+    for (int k = 0; k < nd->ninputs; k++)
+      if (c->vid[nd->inputs[k]] >= 0 && c->alias[nd->inputs[k]] >= 0)
+        return refuse(c, v, "reads %%%s, a view of the batched tile in another element order (only stores take views)",
+                      g->nodes[nd->inputs[k]].name);
+    if (nd->op != EVT_OP_SUM && !same_shape(t, c->bt)) {
+      char tb[96], bb[96];
+      return refuse(c, v, "shape %s is not the batched tile %s", evt_type_str(t, tb, sizeof tb), evt_type_str(c->bt, bb, sizeof bb));
+    }
+  }
   int in[3] = {-1, -1, -1};
   evt_vop op = EVT_V_COUNT;
   switch (nd->op) {
@@ -291,7 +592,46 @@ static bool member(lctx *c, int v) {
   case EVT_OP_DIV: op = EVT_V_DIV; break;
   case EVT_OP_RELU: op = EVT_V_RELU; break;
   case EVT_OP_SIGMOID: op = EVT_V_SIGMOID; break;
-  case EVT_OP_NEG: op = EVT_V_MUL; break;
+  case EVT_OP_NEG: op = EVT_V_NEG; break;
+  case EVT_OP_EXP: op = EVT_V_EXP; break;
+  case EVT_OP_LOG: op = EVT_V_LOG; break;
+  case EVT_OP_ERF: op = EVT_V_ERF; break;
+  case EVT_OP_TANH: op = EVT_V_TANH; break;
+  case EVT_OP_SQRT: op = EVT_V_SQRT; break;
+  case EVT_OP_RSQRT: op = EVT_V_RSQRT; break;
+  case EVT_OP_RECIPROCAL: op = EVT_V_RECIPROCAL; break;
+  case EVT_OP_ABS: op = EVT_V_ABS; break;
+  case EVT_OP_SIGN: op = EVT_V_SIGN; break;
+  case EVT_OP_MAXIMUM: op = EVT_V_MAXIMUM; break;
+  case EVT_OP_MINIMUM: op = EVT_V_MINIMUM; break;
+  case EVT_OP_EQ: op = EVT_V_EQ; break;
+  case EVT_OP_NE: op = EVT_V_NE; break;
+  case EVT_OP_LT: op = EVT_V_LT; break;
+  case EVT_OP_LE: op = EVT_V_LE; break;
+  case EVT_OP_GT: op = EVT_V_GT; break;
+  case EVT_OP_GE: op = EVT_V_GE; break;
+  case EVT_OP_WHERE: op = EVT_V_WHERE; break;
+  case EVT_OP_ONE_HOT: {
+    /* one_hot(idx [...]) -> [..., C]: the row space is [numel(idx), C]; idx is a dense M-vector of classes */
+    int x = nd->inputs[0];
+    const evt_type *xt = &g->nodes[x].type;
+    int64_t st[EVT_MAX_RANK];
+    int base;
+    if (!c->row) return refuse(c, v, "one_hot in a GEMM epilogue (a row-kernel visitor only)");
+    if (t->rank < 1 || t->shape[t->rank - 1] != c->n || evt_type_numel(xt) != c->m)
+      return refuse(c, v, "one_hot over %lld classes is not the %lldx%lld row space", (long long)(t->rank ? t->shape[t->rank - 1] : 0),
+                    (long long)c->m, (long long)c->n);
+    if (!mem_strides(g, c->group, -1, x, st, &base) || !dense(xt->shape, st, 0, xt->rank, 1))
+      return refuse(c, v, "one_hot of %%%s: the class indices are not a dense vector in memory", g->nodes[x].name);
+    if (c->vid[x] >= 0 || !evt_vop_storage_ok(EVT_V_ONE_HOT, g->nodes[base].type.dtype, 0))
+      return refuse(c, v, "one_hot of %%%s: class indices must be an i64/i32 tensor in memory", g->nodes[x].name);
+    for (int i = 0; i < c->s->nnodes; i++)
+      if (c->s->nodes[i].op == EVT_V_ONE_HOT && c->vt[i] == base) return (c->vid[v] = i), true;
+    char name[24];
+    snprintf(name, sizeof name, "h%d", c->nload[4]++);
+    c->vid[v] = add_node(c, v, EVT_V_ONE_HOT, -1, -1, g->nodes[base].type.dtype, name, base);
+    return c->vid[v] >= 0;
+  }
   case EVT_OP_GELU: op = nd->attr.approximate == EVT_APPROXIMATE_TANH ? EVT_V_GELU_TANH : EVT_V_GELU_ERF; break;
   case EVT_OP_GELU_BACKWARD:
     op = nd->attr.approximate == EVT_APPROXIMATE_TANH ? EVT_V_GELU_TANH_GRAD : EVT_V_GELU_ERF_GRAD;
@@ -300,12 +640,29 @@ static bool member(lctx *c, int v) {
     if (nd->attr.value != 0) return refuse(c, v, "threshold %g (relu_grad thresholds at 0)", nd->attr.value);
     op = EVT_V_RELU_GRAD;
     break;
-  case EVT_OP_CAST:
-    if (!float_dtype(g->nodes[nd->inputs[0]].type.dtype))
-      return refuse(c, v, "cast from %s", evt_dtype_name(g->nodes[nd->inputs[0]].type.dtype));
-    if (t->dtype != EVT_F32 && member_uses_in_group(c, v))
+  case EVT_OP_CAST: {
+    evt_dtype from = g->nodes[nd->inputs[0]].type.dtype;
+    bool from_int = from == EVT_I64 || from == EVT_I32;
+    if (!float_dtype(from) && from != EVT_BOOL && !(from_int && c->row)) return refuse(c, v, "cast from %s", evt_dtype_name(from));
+    if (t->dtype == EVT_BOOL && from != EVT_BOOL) { /* x != 0 as 0/1 */
+      op = EVT_V_NE;
+      in[0] = operand(c, v, nd->inputs[0], t);
+      if (in[0] < 0) return false;
+      in[1] = -1;
+      for (int i = 0; i < c->s->nnodes && in[1] < 0; i++)
+        if (c->s->nodes[i].op == EVT_V_SCALAR && c->s->nodes[i].value == 0) in[1] = i;
+      if (in[1] < 0 && (in[1] = evt_kspec_scalar(c->s, 0.0)) < 0)
+        return refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
+      c->vt[in[1]] = -1;
+      int id = add_node(c, v, op, in[0], in[1], EVT_F32, NULL, -1);
+      c->vid[v] = id;
+      return id >= 0;
+    }
+    /* a bool's 0/1 is exact in every float type; other casts to 16 bits round, which the epilogue does only at stores */
+    if (t->dtype != EVT_F32 && from != EVT_BOOL && !from_int && member_uses_in_group(c, v))
       return refuse(c, v, "cast to %s used inside the epilogue (visitor values are f32, rounded only at stores)",
                     evt_dtype_name(t->dtype));
+  }
     /* an identity on the f32 value */
     /* fallthrough */
   case EVT_OP_RESHAPE: case EVT_OP_SQUEEZE: case EVT_OP_UNSQUEEZE: {
@@ -320,7 +677,11 @@ static bool member(lctx *c, int v) {
     c->vid[v] = c->vid[x];
     return true;
   }
-  case EVT_OP_SUM: {
+  case EVT_OP_SUM:
+  case EVT_OP_AMAX: {
+    bool mx = nd->op == EVT_OP_AMAX;
+    if (c->nbd && mx) return refuse(c, v, "amax in a batched GEMM epilogue (row kernels take a max within rows)");
+    if (c->nbd) return sum_batched(c, v);
     int x = nd->inputs[0];
     const evt_type *xt = &g->nodes[x].type;
     int s = tile_split(xt, c->m, c->n);
@@ -337,15 +698,22 @@ static bool member(lctx *c, int v) {
       if ((i < s) != rd[i]) over_m = false;
       if ((i >= s) != rd[i]) over_n = false;
     }
-    if (over_m && over_n) over_n = false; /* a 1xN or Mx1 tile: prefer Σ over M */
+    if (over_m && over_n) over_n = mx; /* a 1xN or Mx1 tile: prefer Σ over M (max: over N, within rows) */
+    if (over_m && over_n) over_m = false;
     if (!over_m && !over_n)
-      return refuse(c, v, "sum over dims that are neither the tile's M dims nor its N dims (visitor has row and column sums only)");
-    if (t->dtype != EVT_F32)
-      return refuse(c, v, "sum into %s (row/column sums are written in f32)", evt_dtype_name(t->dtype));
+      return refuse(c, v, "%s over dims that are neither the %s's M dims nor its N dims (visitor has row and column %s only)",
+                    mx ? "amax" : "sum", c->row ? "row space" : "tile", mx ? "maxima" : "sums");
+    if (mx && !c->row) return refuse(c, v, "amax in a GEMM epilogue (row kernels take a max within rows)");
+    if (mx && over_m) return refuse(c, v, "amax over rows (row kernels take a max within rows, over the last dim)");
+    if (!c->row && t->dtype != EVT_F32)
+      return refuse(c, v, "sum into %s: CTAs of a GEMM add partial sums with f32 atomics, so the sum's tensor must be "
+                    "f32 (row kernels round once at the store)", evt_dtype_name(t->dtype));
+    if (!float_dtype(t->dtype)) return refuse(c, v, "%s into %s", mx ? "amax" : "sum", evt_dtype_name(t->dtype));
     char name[24];
-    if (over_m) snprintf(name, sizeof name, "rs%d", c->nrsum++);
+    if (mx) snprintf(name, sizeof name, "cm%d", c->ncsum++);
+    else if (over_m) snprintf(name, sizeof name, "rs%d", c->nrsum++);
     else snprintf(name, sizeof name, "cs%d", c->ncsum++);
-    int id = add_node(c, v, over_m ? EVT_V_ROW_SUM : EVT_V_COL_SUM, xv, -1, EVT_F32, name, v);
+    int id = add_node(c, v, mx ? EVT_V_COL_MAX : over_m ? EVT_V_ROW_SUM : EVT_V_COL_SUM, xv, -1, t->dtype, name, v);
     if (id < 0) return false;
     c->vid[v] = -1;
     return true;
@@ -355,16 +723,13 @@ static bool member(lctx *c, int v) {
     return refuse(c, v, "no visitor node for %s", evt_op_table[nd->op].name);
   }
   int ar = evt_vop_arity(op);
-  for (int k = 0; k < nd->ninputs && k < 2; k++) {
+  for (int k = 0; k < nd->ninputs && k < ar; k++) {
     in[k] = operand(c, v, nd->inputs[k], t);
     if (in[k] < 0) return false;
   }
-  if (nd->op == EVT_OP_NEG) {
-    in[1] = evt_kspec_scalar(c->s, -1.0);
-    if (in[1] < 0) return refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
-    c->vt[in[1]] = -1;
-  }
-  int id = add_node(c, v, op, in[0], ar > 1 ? in[1] : -1, EVT_F32, NULL, -1);
+  int id = evt_kspec_add3(c->s, op, in[0], ar > 1 ? in[1] : -1, ar > 2 ? in[2] : -1, EVT_F32, NULL);
+  if (id < 0) return refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
+  c->vt[id] = -1;
   if (id < 0) return false;
   c->vid[v] = id;
   return true;
@@ -387,7 +752,7 @@ static void members(lctx *c, int skip1, int skip2) {
   for (int v = 0; v < g->nnodes && c->bad < 0; v++) {
     if (c->group[v] != c->gi || v == c->nu || v == skip1 || v == skip2) continue;
     const evt_node *vn = &g->nodes[v];
-    if (vn->op == EVT_OP_PERMUTE || vn->op == EVT_OP_TRANSPOSE) {
+    if ((vn->op == EVT_OP_PERMUTE || vn->op == EVT_OP_TRANSPOSE) && !c->nbd) {
       refuse(c, v, "a permute inside an epilogue (only GEMM operands absorb permutes, as layouts)");
       break;
     }
@@ -416,7 +781,7 @@ static void add_stores(lctx *c, evt_lowered *L, bool want_d, int *dmem) {
     if (group[v] == gi && leaves[v] && c->vid[v] >= 0) *dmem = v;
   for (int i = 0; i < c->s->nnodes; i++) {
     evt_vop op = c->s->nodes[i].op;
-    if (op != EVT_V_ROW_SUM && op != EVT_V_COL_SUM) continue;
+    if (op != EVT_V_ROW_SUM && op != EVT_V_COL_SUM && op != EVT_V_COL_MAX) continue;
     int v = L->vtensor[i];
     if (leaves[v]) continue;
     for (int w = v + 1; w < n; w++)
@@ -428,17 +793,215 @@ static void add_stores(lctx *c, evt_lowered *L, bool want_d, int *dmem) {
   }
   for (int v = 0; v < n && c->bad < 0; v++) {
     if (group[v] != gi || leaves[v] != 1 || c->vid[v] < 0 || v == *dmem) continue;
+    if (evt_type_numel(&g->nodes[v].type) != c->m * c->n) {
+      refuse(c, v, "a value with %lld elements leaves a kernel over %lldx%lld (stores write whole tiles)",
+             (long long)evt_type_numel(&g->nodes[v].type), (long long)c->m, (long long)c->n);
+      break;
+    }
     char name[24];
     snprintf(name, sizeof name, "s%d", c->nstore++);
     add_node(c, v, EVT_V_AUX_STORE, c->vid[v], -1, g->nodes[v].type.dtype, name, v);
   }
   for (int v = 0; v < n && c->bad < 0; v++) /* a view of a sum that leaves beside the sum itself */
-    if (group[v] == gi && leaves[v] == 1 && c->vid[v] < 0 && g->nodes[v].op != EVT_OP_SUM) {
+    if (group[v] == gi && leaves[v] == 1 && c->vid[v] < 0 && g->nodes[v].op != EVT_OP_SUM && g->nodes[v].op != EVT_OP_AMAX) {
       bool bound = false;
       for (int i = 0; i < c->s->nnodes; i++) bound |= L->vtensor[i] == v;
       if (!bound) refuse(c, v, "a second view of a reduction leaves the group");
     }
   free(leaves);
+}
+
+/* A stored operand of a batched GEMM: strides (rs, cs) of its rows x cols matrix -> 0 row-major with
+ * leading dim *ld, 1 stored transposed, -1 neither. */
+static int bmm_matrix(int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t *ld) {
+  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols)) return *ld = rows == 1 ? cols : rs, 0;
+  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= rows)) return *ld = cols == 1 ? rows : cs, 1;
+  return -1;
+}
+
+/* The bmm group gi -> a batched kernel spec (see the batched section above) and its launch layout. */
+static void lower_bmm(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid) {
+  const evt_node *nn = &g->nodes[nu];
+  int n = g->nnodes, r = nn->type.rank, nbd = r - 2;
+  int *alias = malloc(((size_t)n + 1) * sizeof *alias);
+  lctx *cp = calloc(1, sizeof *cp);
+  EVT_ASSERT(alias && cp);
+  for (int v = 0; v < n; v++) alias[v] = -1;
+  lctx *c = cp;
+  *c = (lctx){.g = g, .group = group, .gi = gi, .nu = nu, .s = &L->spec, .vid = vid, .vt = L->vtensor,
+              .why = L->reason, .whylen = sizeof L->reason, .bad = -1, .nbd = nbd, .bt = &nn->type, .alias = alias};
+  L->kind = EVT_LK_UNFUSED;
+  int a = nn->inputs[0], b = nn->inputs[1];
+  int64_t M = nn->type.shape[nbd], N = nn->type.shape[nbd + 1], K = g->nodes[a].type.shape[nbd + 1];
+  L->m = M, L->n = N, L->k = K;
+  c->m = bmm_batch(&nn->type) * M, c->n = N;
+  int64_t sa[EVT_MAX_RANK], sb[EVT_MAX_RANK], sd[EVT_MAX_RANK];
+  int64_t lda = 0, ldb = 0, ldd = 0;
+  int ta = -1, tb = -1;
+  if (!mem_strides(g, group, group[a] == gi ? gi : -1, a, sa, &L->a_node) ||
+      (ta = bmm_matrix(M, K, sa[nbd], sa[nbd + 1], &lda)) < 0)
+    refuse(c, nu, "operand %%%s: per batch neither row-major nor transposed in memory", g->nodes[a].name);
+  else if (!mem_strides(g, group, group[b] == gi ? gi : -1, b, sb, &L->b_node) ||
+           (tb = bmm_matrix(K, N, sb[nbd], sb[nbd + 1], &ldb)) < 0)
+    refuse(c, nu, "operand %%%s: per batch neither row-major nor transposed in memory", g->nodes[b].name);
+  else if (ta && tb)
+    refuse(c, nu, "both operands transposed (layout TT is not in the kernel spec)");
+  evt_dtype adt = L->a_node >= 0 ? g->nodes[L->a_node].type.dtype : EVT_F32;
+  evt_dtype bdt = L->b_node >= 0 ? g->nodes[L->b_node].type.dtype : EVT_F32;
+  if (c->bad < 0 && (adt != bdt || (adt != EVT_BF16 && adt != EVT_F16)))
+    refuse(c, nu, "operands %s x %s (the kernel spec takes bf16 or f16 operands)", evt_dtype_name(adt), evt_dtype_name(bdt));
+  else if (c->bad < 0 && (M % 8 || N % 8 || K % 8))
+    refuse(c, nu, "M=%lld N=%lld K=%lld: each must be a multiple of 8 (16-byte aligned rows)", (long long)M, (long long)N,
+           (long long)K);
+  if (c->bad < 0) {
+    evt_tile_config cfg = {128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+    evt_kspec_init(&L->spec, ta ? EVT_LAYOUT_TN : tb ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, adt, EVT_BF16, cfg);
+    L->spec.batched = 1;
+    vid[nu] = add_node(c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
+    members(c, group[a] == gi ? a : -1, group[b] == gi ? b : -1);
+  }
+  int dmem = -1;
+  if (c->bad < 0) add_stores(c, L, true, &dmem);
+  if (c->bad < 0) {
+    if (dmem >= 0) {
+      L->d_tensor = dmem;
+      L->spec.d_node = vid[dmem];
+      L->spec.d_dtype = g->nodes[dmem].type.dtype;
+      if (!store_strides(c, dmem, sd)) refuse(c, dmem, "D: the view chain to %%%s cannot be written with strides", g->nodes[dmem].name);
+    } else {
+      int last = -1;
+      for (int v = n - 1; v >= 0 && last < 0; v--)
+        if (group[v] == gi && vid[v] >= 0) last = v;
+      L->d_tensor = -1;
+      L->spec.d_node = vid[last];
+      L->spec.d_dtype = L->spec.ab_dtype;
+      contiguous(&nn->type, sd);
+    }
+  }
+  int td = c->bad < 0 ? bmm_matrix(M, N, sd[nbd], sd[nbd + 1], &ldd) : 0;
+  bool tiles = false;
+  for (int i = 0; i < L->spec.nnodes; i++)
+    tiles |= L->spec.nodes[i].op == EVT_V_AUX_LOAD || L->spec.nodes[i].op == EVT_V_AUX_STORE;
+  if (td == 1 && !tiles) {
+    /* D stored transposed (a permute swapped the last two dims): compute D^T = B^T A^T instead. Row and
+     * column broadcasts / sums trade places; M x N aux tiles would need column-major visitor tiles. */
+    int64_t t[EVT_MAX_RANK];
+    int ta2 = bmm_matrix(N, K, sb[nbd + 1], sb[nbd], &lda), tb2 = bmm_matrix(K, M, sa[nbd + 1], sa[nbd], &ldb);
+    if (ta2 < 0 || tb2 < 0 || (ta2 && tb2)) {
+      refuse(c, dmem >= 0 ? dmem : nu, "D is stored transposed and B^T A^T needs layout TT");
+    } else {
+      memcpy(t, sa, sizeof t), memcpy(sa, sb, sizeof t), memcpy(sb, t, sizeof t);
+      int tn = L->a_node;
+      L->a_node = L->b_node, L->b_node = tn;
+      evt_dtype tdt = adt;
+      adt = bdt, bdt = tdt;
+      L->m = N, L->n = M, M = L->m, N = L->n;
+      L->spec.layout = ta2 ? EVT_LAYOUT_TN : tb2 ? EVT_LAYOUT_NT : EVT_LAYOUT_NN;
+      int64_t x = sd[nbd];
+      sd[nbd] = sd[nbd + 1], sd[nbd + 1] = x;
+      for (int i = 0; i < L->spec.nnodes; i++) {
+        evt_vnode *vn = &L->spec.nodes[i];
+        switch (vn->op) {
+        case EVT_V_ROW_BCAST: vn->op = EVT_V_COL_BCAST; break;
+        case EVT_V_COL_BCAST: vn->op = EVT_V_ROW_BCAST; break;
+        case EVT_V_ROW_SUM: vn->op = EVT_V_COL_SUM; break;
+        case EVT_V_COL_SUM: vn->op = EVT_V_ROW_SUM; break;
+        default: break;
+        }
+        x = c->vst[i][nbd], c->vst[i][nbd] = c->vst[i][nbd + 1], c->vst[i][nbd + 1] = x;
+      }
+      td = bmm_matrix(M, N, sd[nbd], sd[nbd + 1], &ldd);
+    }
+  }
+  if (c->bad < 0 && td)
+    refuse(c, dmem >= 0 ? dmem : nu, "D %s (D is written row-major per batch)",
+           td > 0 ? "is stored transposed and the epilogue has M x N tiles" : "is neither row-major nor transposed");
+  /* stores: strides of their memory over the tile's dims */
+  for (int i = 0; i < L->spec.nnodes && c->bad < 0; i++) {
+    evt_vnode *vn = &L->spec.nodes[i];
+    int64_t ld = 0;
+    if (vn->op == EVT_V_AUX_STORE) {
+      if (!store_strides(c, L->vtensor[i], c->vst[i]) || bmm_matrix(M, N, c->vst[i][nbd], c->vst[i][nbd + 1], &ld))
+        refuse(c, L->vtensor[i], "a store whose memory is not row-major per batch");
+    } else if (vn->op == EVT_V_ROW_SUM || vn->op == EVT_V_COL_SUM) {
+      int64_t w = vn->op == EVT_V_ROW_SUM ? N : M; /* per batch: [batch..., len] packed */
+      for (int d = nbd - 1; d >= 0; d--) c->vst[i][d] = vn->shared ? 0 : w, w *= nn->type.shape[d];
+    }
+  }
+  /* batch levels: runs of batch dims that every per-batch tensor steps through with one stride */
+  const int64_t *bsh = nn->type.shape;
+  const int64_t *part[EVT_KSPEC_MAX_NODES + 3];
+  const char *pname[EVT_KSPEC_MAX_NODES + 3];
+  int64_t pes[EVT_KSPEC_MAX_NODES + 3];
+  int np = 0;
+  if (c->bad < 0) {
+    part[np] = sa, pname[np] = "A", pes[np++] = (int64_t)evt_dtype_size(adt);
+    part[np] = sb, pname[np] = "B", pes[np++] = (int64_t)evt_dtype_size(bdt);
+    part[np] = sd, pname[np] = "D", pes[np++] = (int64_t)evt_dtype_size(L->spec.d_dtype);
+    for (int i = 0; i < L->spec.nnodes; i++)
+      if (evt_vop_has_memory(L->spec.nodes[i].op) && !L->spec.nodes[i].shared)
+        part[np] = c->vst[i], pname[np] = L->spec.nodes[i].name, pes[np++] = (int64_t)evt_dtype_size(L->spec.nodes[i].dtype);
+    for (int p = 0; p < np && c->bad < 0; p++)
+      if (batch_zero(c, part[p], true))
+        refuse(c, nu, "%s is broadcast over a batch dim (every batch needs its own %s)", pname[p], pname[p]);
+  }
+  int lev_last[EVT_MAX_RANK], nlev = 0;
+  int64_t lev_ext[EVT_MAX_RANK];
+  for (int d = 0; d < nbd && c->bad < 0; d++) {
+    if (bsh[d] == 1) continue;
+    bool merge = nlev > 0;
+    for (int p = 0; p < np && merge; p++) merge = part[p][lev_last[nlev - 1]] == part[p][d] * bsh[d];
+    if (merge) lev_ext[nlev - 1] *= bsh[d], lev_last[nlev - 1] = d;
+    else lev_ext[nlev] = bsh[d], lev_last[nlev++] = d;
+  }
+  if (c->bad < 0 && nlev > 2)
+    refuse(c, nu, "batch dims need %d strided levels (the launcher has an inner batch and an outer loop)", nlev);
+  for (int k = 0; k < nlev && c->bad < 0; k++)
+    if (lev_ext[k] > 2147483647) refuse(c, nu, "batch of %lld exceeds the launcher's int", (long long)lev_ext[k]);
+  for (int p = 0; p < np && c->bad < 0; p++)
+    for (int k = 0; k < nlev; k++)
+      if ((part[p][lev_last[k]] * pes[p]) % 16) {
+        refuse(c, nu, "%s: batch stride %lld x %lld bytes is not 16-byte aligned", pname[p], (long long)part[p][lev_last[k]],
+               (long long)pes[p]);
+        break;
+      }
+  if (c->bad < 0 && ((M > 1 && (ta ? K : M) > 1 && (lda * pes[0]) % 16) || (ldb * pes[1]) % 16 || (ldd * pes[2]) % 16))
+    refuse(c, nu, "a leading dim (A %lld, B %lld, D %lld elements) is not 16-byte aligned", (long long)lda, (long long)ldb,
+           (long long)ldd);
+  if (c->bad < 0) {
+    int in = nlev == 2 && lev_ext[0] > lev_ext[1] ? 0 : nlev - 1, out = nlev == 2 ? 1 - in : -1;
+    L->l = nlev ? (int)lev_ext[in] : 1;
+    L->l_outer = out >= 0 ? (int)lev_ext[out] : 1;
+    L->lda = lda, L->ldb = ldb, L->ldd = ldd;
+    if (nlev) L->bs_a = sa[lev_last[in]], L->bs_b = sb[lev_last[in]], L->bs_d = sd[lev_last[in]];
+    if (out >= 0) L->os_a = sa[lev_last[out]], L->os_b = sb[lev_last[out]], L->os_d = sd[lev_last[out]];
+    for (int i = 0; i < L->spec.nnodes; i++) {
+      const evt_vnode *vn = &L->spec.nodes[i];
+      if (!evt_vop_has_memory(vn->op)) continue;
+      if (vn->op == EVT_V_AUX_LOAD || vn->op == EVT_V_AUX_STORE) L->ld_ptrs[i] = c->vst[i][nbd];
+      if (vn->shared) continue;
+      if (nlev) L->bs_ptrs[i] = c->vst[i][lev_last[in]];
+      if (out >= 0) L->os_ptrs[i] = c->vst[i][lev_last[out]];
+    }
+    char err[256];
+    evt_vtree *tree = malloc(sizeof *tree);
+    EVT_ASSERT(tree);
+    evt_status st = evt_kspec_check(&L->spec, err, sizeof err);
+    if (st == EVT_OK) st = evt_vtree_build(&L->spec, tree, err, sizeof err);
+    free(tree);
+    if (st != EVT_OK) refuse(c, nu, "%s", err);
+  }
+  if (c->bad >= 0) {
+    L->bad_node = c->bad;
+    L->l = L->l_outer = 0;
+  } else {
+    L->kind = EVT_LK_GEMM_EVT;
+    L->ok = 1;
+    L->reason[0] = 0;
+    evt_kspec_kernel_name(&L->spec, L->kernel);
+  }
+  free(alias);
+  free(cp);
 }
 
 static void lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid) {
@@ -447,9 +1010,7 @@ static void lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt
             .why = L->reason, .whylen = sizeof L->reason, .bad = -1};
   L->kind = EVT_LK_UNFUSED;
   if (nn->op == EVT_OP_BMM) {
-    int64_t batch = prod(nn->type.shape, 0, nn->type.rank - 2);
-    refuse(&c, nu, "batched GEMM (batch %lld): the kernel spec and its emitter have no batch mode yet", (long long)batch);
-    L->bad_node = c.bad;
+    lower_bmm(g, group, gi, nu, L, vid);
     return;
   }
   int ai = nn->op == EVT_OP_ADDMM ? 1 : 0;
@@ -609,7 +1170,8 @@ static void lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt
     const evt_vnode *v = &scratch->nodes[i];
     int id = v->op == EVT_V_ACC      ? evt_rspec_acc(&L->rspec, c.accsel[i])
              : v->op == EVT_V_SCALAR ? evt_rspec_scalar(&L->rspec, v->value)
-                                     : evt_rspec_add(&L->rspec, v->op, v->in[0], v->in[1], v->dtype, v->name);
+             : v->op == EVT_V_RAND   ? evt_rspec_rand(&L->rspec, v->seed, v->offset, v->dtype)
+                                     : evt_rspec_add3(&L->rspec, v->op, v->in[0], v->in[1], v->in[2], v->dtype, v->name);
     if (id != i) refuse(&c, nu >= 0 ? nu : c.bad, "row spec rejected node %d", i);
   }
   free(scratch);
@@ -695,6 +1257,72 @@ void evt_lower_launch_batch(const evt_lowered *L, evt_launch_args *a) {
   }
 }
 
+/* Gathers / scatters one stored rows x cols matrix (leading dim ld) at `off` to / from packed p. */
+static void mat_io(double *mem, int64_t off, int64_t ld, int64_t rows, int64_t cols, double *p, bool load) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) {
+      if (load) p[i * cols + j] = mem[off + i * ld + j];
+      else mem[off + i * ld + j] = p[i * cols + j];
+    }
+}
+
+void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d) {
+  const evt_kspec *s = &L->spec;
+  if (!s->batched) {
+    evt_kspec_reference(s, L->m, L->n, L->k, a, b, mem, d);
+    return;
+  }
+  int64_t M = L->m, N = L->n, K = L->k, l = L->l > 0 ? L->l : 1, lo = L->l_outer > 1 ? L->l_outer : 1;
+  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
+  int64_t ar = at ? K : M, ac = at ? M : K, br = bt ? N : K, bc = bt ? K : N;
+  /* the launcher's defaults (kernels/evt_launch.h: 0 = packed) */
+  int64_t lda = L->lda ? L->lda : ac, ldb = L->ldb ? L->ldb : bc, ldd = L->ldd ? L->ldd : N;
+  int64_t bsa = L->bs_a ? L->bs_a : ar * lda, bsb = L->bs_b ? L->bs_b : br * ldb, bsd = L->bs_d ? L->bs_d : M * ldd;
+  double *pa = malloc(sizeof(double) * (size_t)(ar * ac)), *pb = malloc(sizeof(double) * (size_t)(br * bc));
+  double *pd = malloc(sizeof(double) * (size_t)(M * N));
+  double *pt[EVT_KSPEC_MAX_NODES] = {0};
+  EVT_ASSERT(pa && pb && pd);
+  for (int v = 0; v < s->nnodes; v++) {
+    int64_t ne = evt_vnode_numel(s, v, M, N);
+    if (!ne) continue;
+    pt[v] = malloc(sizeof(double) * (size_t)ne);
+    EVT_ASSERT(pt[v]);
+    if ((s->nodes[v].op == EVT_V_ROW_SUM || s->nodes[v].op == EVT_V_COL_SUM) && s->nodes[v].shared)
+      memset(mem[v], 0, sizeof(double) * (size_t)ne);
+  }
+  for (int64_t o = 0; o < lo; o++)
+    for (int64_t i = 0; i < l; i++) {
+      mat_io((double *)a, o * L->os_a + i * bsa, lda, ar, ac, pa, true);
+      mat_io((double *)b, o * L->os_b + i * bsb, ldb, br, bc, pb, true);
+      for (int v = 0; v < s->nnodes; v++) {
+        if (!pt[v]) continue;
+        const evt_vnode *vn = &s->nodes[v];
+        bool tile = vn->op == EVT_V_AUX_LOAD || vn->op == EVT_V_AUX_STORE;
+        int64_t rows = tile ? M : 1, cols = evt_vnode_numel(s, v, M, N) / rows;
+        int64_t ld = tile && L->ld_ptrs[v] ? L->ld_ptrs[v] : cols;
+        int64_t off = vn->shared ? 0 : o * L->os_ptrs[v] + i * (L->bs_ptrs[v] ? L->bs_ptrs[v] : rows * ld);
+        if (evt_vop_class(vn->op) == 'L') mat_io(mem[v], off, ld, rows, cols, pt[v], true);
+      }
+      evt_kspec_reference_batched(s, 1, M, N, K, pa, pb, pt, pd);
+      mat_io(d, o * L->os_d + i * bsd, ldd, M, N, pd, false);
+      for (int v = 0; v < s->nnodes; v++) {
+        if (!pt[v] || evt_vop_class(s->nodes[v].op) != 'S') continue;
+        const evt_vnode *vn = &s->nodes[v];
+        bool tile = vn->op == EVT_V_AUX_STORE;
+        int64_t rows = tile ? M : 1, cols = evt_vnode_numel(s, v, M, N) / rows;
+        int64_t ld = tile && L->ld_ptrs[v] ? L->ld_ptrs[v] : cols;
+        if (vn->shared) {
+          for (int64_t j = 0; j < cols; j++) mem[v][j] += pt[v][j];
+          continue;
+        }
+        int64_t off = o * L->os_ptrs[v] + i * (L->bs_ptrs[v] ? L->bs_ptrs[v] : rows * ld);
+        mat_io(mem[v], off, ld, rows, cols, pt[v], false);
+      }
+    }
+  for (int v = 0; v < s->nnodes; v++) free(pt[v]);
+  free(pa), free(pb), free(pd);
+}
+
 void evt_lower_free(evt_lower_result *r) {
   free(r->k);
   r->k = NULL;
@@ -716,11 +1344,19 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
   for (int i = 0; i < EVT_KSPEC_MAX_NODES; i++) vt[i] = -1;
   lctx c = {.g = g, .group = NULL, .gi = -1, .nu = nucleus, .s = s, .vid = vid, .vt = vt, .why = why, .whylen = whylen, .bad = -1};
   evt_kspec_init(s, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, (evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE});
-  if (nn->op != EVT_OP_MM && nn->op != EVT_OP_ADDMM) {
-    refuse(&c, nucleus, "not a GEMM nucleus the kernel spec takes (mm, addmm)");
+  int *alias = NULL;
+  if (nn->op == EVT_OP_BMM && nn->type.rank >= 3) { /* batched: members judged over the nucleus's [batch..., M, N] */
+    alias = malloc(((size_t)g->nnodes + 1) * sizeof *alias);
+    EVT_ASSERT(alias);
+    for (int v = 0; v < g->nnodes; v++) alias[v] = -1;
+    c.nbd = nn->type.rank - 2, c.bt = &nn->type, c.alias = alias;
+    s->batched = 1;
+  }
+  if (nn->op != EVT_OP_MM && nn->op != EVT_OP_ADDMM && !c.nbd) {
+    refuse(&c, nucleus, "not a GEMM nucleus the kernel spec takes (mm, addmm, bmm)");
   } else {
-    c.m = nn->type.shape[0];
-    c.n = nn->type.shape[1];
+    c.m = c.nbd ? bmm_batch(&nn->type) * nn->type.shape[c.nbd] : nn->type.shape[0];
+    c.n = nn->type.shape[c.nbd + 1];
     vid[nucleus] = evt_kspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
     if (node != nucleus) {
       const evt_node *vn = &g->nodes[node];
@@ -728,13 +1364,15 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
       for (int k = 0; k < vn->ninputs; k++) {
         int x = vn->inputs[k];
         const evt_node *xn = &g->nodes[x];
-        if (x == nucleus || vid[x] >= 0 || evt_op_table[xn->op].cls == EVT_CLASS_SOURCE || source_view(g, x)) continue;
-        if (evt_type_numel(&xn->type) != c.m * c.n || !float_dtype(xn->type.dtype)) continue;
+        if (x == nucleus || vid[x] >= 0 || evt_op_table[xn->op].cls == EVT_CLASS_SOURCE || xn->op == EVT_OP_RAND ||
+            source_view(g, x))
+          continue; /* (rand: generated in-kernel, judged as an operand) */
+        if (evt_type_numel(&xn->type) != c.m * c.n || (!float_dtype(xn->type.dtype) && xn->type.dtype != EVT_BOOL)) continue;
         char name[24];
         snprintf(name, sizeof name, "p%d", k);
         vid[x] = add_node(&c, x, EVT_V_AUX_LOAD, -1, -1, xn->type.dtype, name, x);
       }
-      if (vn->op == EVT_OP_PERMUTE || vn->op == EVT_OP_TRANSPOSE)
+      if ((vn->op == EVT_OP_PERMUTE || vn->op == EVT_OP_TRANSPOSE) && !c.nbd)
         refuse(&c, node, "a permute inside an epilogue (only GEMM operands absorb permutes, as layouts)");
       else member(&c, node);
       /* stores: a tile value leaving the kernel is written with 16-byte aligned rows */
@@ -745,6 +1383,7 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
   bool ok = c.bad < 0;
   free(s);
   free(vid);
+  free(alias);
   return ok;
 }
 
@@ -767,12 +1406,13 @@ bool evt_lower_compat(const evt_pgraph *g, int nucleus, int member) { /* contrac
   const evt_graph *eg = g->src;
   if (!eg || member == nucleus) return true;
   const evt_node *nn = &eg->nodes[nucleus];
-  if (nn->op != EVT_OP_MM && nn->op != EVT_OP_ADDMM) return true;
+  bool bmm = nn->op == EVT_OP_BMM && nn->type.rank >= 3;
+  if (nn->op != EVT_OP_MM && nn->op != EVT_OP_ADDMM && !bmm) return true;
   /* a GEMM that cannot lower anyway (operand dtypes, alignment) gains nothing from smaller groups */
-  int ai = nn->op == EVT_OP_ADDMM ? 1 : 0;
+  int ai = nn->op == EVT_OP_ADDMM ? 1 : 0, md = bmm ? nn->type.rank - 2 : 0;
   const evt_type *ta = &eg->nodes[nn->inputs[ai]].type, *tb = &eg->nodes[nn->inputs[ai + 1]].type;
-  if (ta->dtype != tb->dtype || (ta->dtype != EVT_BF16 && ta->dtype != EVT_F16) || nn->type.shape[0] % 8 ||
-      nn->type.shape[1] % 8 || ta->shape[1] % 8)
+  if (ta->dtype != tb->dtype || (ta->dtype != EVT_BF16 && ta->dtype != EVT_F16) || nn->type.shape[md] % 8 ||
+      nn->type.shape[md + 1] % 8 || ta->shape[md + 1] % 8)
     return true;
   const evt_node *m = &eg->nodes[member];
   if ((g->nodes[member].flags & EVT_PN_VIEW) && m->ninputs == 1 && evt_pgraph_kernel(g, m->inputs[0]))
@@ -792,6 +1432,11 @@ void evt_lower_print(const evt_graph *g, const evt_lower_result *r, FILE *out) {
       fprintf(out, "group %d %s %s: %%%s %s %s->%s M=%lld N=%lld K=%lld, %d visitor nodes\n", i, evt_lower_kind_name(L->kind),
               L->kernel, g->nodes[L->nucleus].name, lay[L->spec.layout], evt_dtype_name(L->spec.ab_dtype),
               evt_dtype_name(L->spec.d_dtype), (long long)L->m, (long long)L->n, (long long)L->k, L->spec.nnodes);
+    if (L->ok && L->kind == EVT_LK_GEMM_EVT && L->spec.batched)
+      fprintf(out, "  batched: %d x %d (outer launches x batches per launch), lda %lld ldb %lld ldd %lld, batch strides "
+                   "A %lld B %lld D %lld, outer A %lld B %lld D %lld\n",
+              L->l_outer, L->l, (long long)L->lda, (long long)L->ldb, (long long)L->ldd, (long long)L->bs_a,
+              (long long)L->bs_b, (long long)L->bs_d, (long long)L->os_a, (long long)L->os_b, (long long)L->os_d);
     else if (L->ok)
       fprintf(out, "group %d %s %s: %s%s%s M=%lld N=%lld, %d nodes\n", i, evt_lower_kind_name(L->kind), L->kernel,
               L->nucleus >= 0 ? "%" : "", L->nucleus >= 0 ? g->nodes[L->nucleus].name : "nucleus-free",

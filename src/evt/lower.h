@@ -87,6 +87,11 @@ void evt_lower_free(evt_lower_result *r);
 /* Copies L's batch fields (l, l_outer, ld*, bs*, os*) into a's; the runtime calls it for every GEMM+EVT
  * launch after filling m/n/k/a/b/d/ptrs (a no-op apart from zeroing them for an unbatched GEMM). */
 void evt_lower_launch_batch(const evt_lowered *L, evt_launch_args *a);
+/* CPU reference of a lowered GEMM+EVT group on whole tensors, laid out as the launch puts them: a, b the
+ * memory of a_node / b_node, mem[i] the memory of vtensor[i] (loads read, stores write; sums from 0), d the
+ * memory of D (d_tensor, or an L*M*N scratch). Unbatched: evt_kspec_reference. Batched: per batch through
+ * the lowered leading dims, batch and outer strides (0 = packed, as the launcher reads them). */
+void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d);
 
 /* Can node `node` be part of the epilogue of GEMM nucleus `nucleus` (mm/addmm)? Judges the node alone:
  * its op, dtype, and each operand (a tile value, or a load chosen from its strides and alignment);

@@ -39,15 +39,14 @@ void evt_rspec_init(evt_rspec *s, evt_row_nucleus nucleus, evt_dtype in_dtype) {
   s->eps = 1e-5;
 }
 
-int evt_rspec_add(evt_rspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name) {
+int evt_rspec_add3(evt_rspec *s, evt_vop op, int in0, int in1, int in2, evt_dtype dtype, const char *name) {
   if ((unsigned)op >= EVT_V_COUNT || s->nnodes >= EVT_RSPEC_MAX_NODES) return -1;
-  int id = s->nnodes;
-  if (!evt_vop_inputs_ok(op, in0, in1, id)) return -1;
+  int id = s->nnodes, in[3] = {in0, in1, in2};
+  if (!evt_vop_inputs_ok(op, in, id)) return -1;
   evt_rnode *v = &s->nodes[id];
   memset(v, 0, sizeof *v);
   v->op = op;
-  v->in[0] = in0;
-  v->in[1] = in1;
+  for (int k = 0; k < 3; k++) v->in[k] = in[k];
   v->dtype = evt_vop_node_dtype(op, dtype);
   v->sel = EVT_RV_OUT;
   snprintf(v->name, sizeof v->name, "%s", name && *name ? name : "");
@@ -56,9 +55,19 @@ int evt_rspec_add(evt_rspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, c
   return id;
 }
 
+int evt_rspec_add(evt_rspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name) {
+  return evt_rspec_add3(s, op, in0, in1, -1, dtype, name);
+}
+
 int evt_rspec_acc(evt_rspec *s, evt_row_value sel) {
   int id = evt_rspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
   if (id >= 0) s->nodes[id].sel = sel;
+  return id;
+}
+
+int evt_rspec_rand(evt_rspec *s, uint64_t seed, uint64_t offset, evt_dtype dtype) {
+  int id = evt_rspec_add(s, EVT_V_RAND, -1, -1, dtype, NULL);
+  if (id >= 0) s->nodes[id].seed = seed, s->nodes[id].offset = offset;
   return id;
 }
 
@@ -119,7 +128,7 @@ evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen) {
     for (int j = 0; j < i; j++)
       if (evt_vop_has_memory(v->op) && evt_vop_has_memory(s->nodes[j].op) && !strcmp(s->nodes[j].name, v->name))
         return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d: name '%s' used twice", i, v->name);
-    if (evt_vop_has_memory(v->op) && !storage_dtype(v->dtype))
+    if ((evt_vop_has_memory(v->op) || v->op == EVT_V_RAND) && !evt_vop_storage_ok(v->op, v->dtype, 0))
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: node %d (%s %s): dtype %s not supported", i,
                   evt_vop_name(v->op), v->name, evt_dtype_name(v->dtype));
     if (v->op == EVT_V_ACC) {
@@ -160,6 +169,8 @@ int evt_rspec_text(const evt_rspec *s, char *buf, size_t len) {
     for (int j = 0; j < evt_vop_arity(v->op); j++) OUT(" %%%d", v->in[j]);
     if (evt_vop_has_memory(v->op)) OUT(" %s:%s", v->name, evt_dtype_name(v->dtype));
     if (v->op == EVT_V_SCALAR) OUT(" %.17g", v->value);
+    if (v->op == EVT_V_RAND) OUT(" seed %llu offset %llu %s", (unsigned long long)v->seed, (unsigned long long)v->offset,
+                                 evt_dtype_name(v->dtype));
     OUT("\n");
   }
 #undef OUT
@@ -178,11 +189,7 @@ void evt_rspec_kernel_name(const evt_rspec *s, char out[40]) {
 }
 
 int64_t evt_rspec_node_elems(const evt_rspec *s, int i, int64_t m, int64_t n) {
-  evt_vop op = s->nodes[i].op;
-  if (op == EVT_V_ROW_BCAST || op == EVT_V_ROW_SUM) return n;
-  if (op == EVT_V_COL_BCAST || op == EVT_V_COL_SUM) return m;
-  if (op == EVT_V_AUX_LOAD || op == EVT_V_AUX_STORE) return m * n;
-  return 0;
+  return evt_vop_elems(s->nodes[i].op, m, n);
 }
 
 /* ---- reference ---------------------------------------------------------------------------------------- */
@@ -244,6 +251,8 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
     evt_vop op = s->nodes[v].op;
     if (op == EVT_V_ROW_SUM) memset(tensors[v], 0, sizeof(double) * (size_t)n);
     if (op == EVT_V_COL_SUM) memset(tensors[v], 0, sizeof(double) * (size_t)m);
+    if (op == EVT_V_COL_MAX)
+      for (int64_t k = 0; k < m; k++) tensors[v][k] = -INFINITY;
   }
   double *out = calloc((size_t)n, sizeof(double)), *xhat = calloc((size_t)n, sizeof(double));
   EVT_ASSERT(out && xhat);
@@ -258,7 +267,8 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
     for (int64_t j = 0; j < n; j++) {
       for (int v = 0; v < s->nnodes; v++) {
         const evt_rnode *nd = &s->nodes[v];
-        double x = nd->in[0] >= 0 ? val[nd->in[0]] : 0, y = nd->in[1] >= 0 ? val[nd->in[1]] : 0;
+        double vin[3];
+        for (int k = 0; k < 3; k++) vin[k] = nd->in[k] >= 0 ? val[nd->in[k]] : 0;
         switch (nd->op) {
           case EVT_V_ACC:
             val[v] = nd->sel == EVT_RV_OUT    ? out[j]
@@ -266,15 +276,16 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
                      : nd->sel == EVT_RV_IN0  ? in[0][i * n + j]
                                               : in[1][i * n + j];
             break;
-          default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, x, y); break;
+          case EVT_V_RAND: val[v] = evt_vop_rand(nd->seed, nd->offset, nd->dtype, i * n + j); break;
+          default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, vin); break;
         }
       }
     }
   }
   for (int v = 0; v < s->nnodes; v++) {
     evt_vop op = s->nodes[v].op;
-    int64_t cnt = op == EVT_V_ROW_SUM ? n : op == EVT_V_COL_SUM ? m : 0;
-    for (int64_t k = 0; k < cnt; k++) tensors[v][k] = (double)(float)tensors[v][k];
+    int64_t cnt = op == EVT_V_ROW_SUM ? n : op == EVT_V_COL_SUM || op == EVT_V_COL_MAX ? m : 0;
+    for (int64_t k = 0; k < cnt; k++) tensors[v][k] = evt_round_to_dtype((double)(float)tensors[v][k], s->nodes[v].dtype);
   }
   free(out);
   free(xhat);
@@ -282,8 +293,9 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
 
 /* ---- examples ----------------------------------------------------------------------------------------- */
 
-const char *const evt_rspec_example_names[] = {"softmax",       "softmax_bwd", "layernorm",    "ln_residual",
-                                               "layernorm_bwd", "gelu_bwd",    "chain_rowsum", NULL};
+const char *const evt_rspec_example_names[] = {"softmax",      "softmax_bwd", "layernorm",    "ln_residual",
+                                               "layernorm_bwd", "gelu_bwd",    "chain_rowsum", "unary_math",
+                                               "cmp_where",     "softmax_xent", NULL};
 
 evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
   if (!strcmp(name, "softmax")) {
@@ -328,6 +340,66 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
     int h = evt_rspec_add(s, EVT_V_MUL, a, evt_rspec_scalar(s, 0.5), EVT_F32, NULL);
     int z = evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_SUB, t, h, EVT_F32, NULL), -1, dt, "z");
     evt_rspec_add(s, EVT_V_COL_SUM, z, -1, EVT_F32, "zsum");
+  } else if (!strcmp(name, "unary_math")) {
+    /* nucleus-free: every unary compute on safe arguments, maximum / minimum */
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
+    int ax = evt_rspec_add(s, EVT_V_ABS, x, -1, EVT_F32, NULL);
+    int h = evt_rspec_scalar(s, 0.5), one = evt_rspec_scalar(s, 1.0);
+    int e = evt_rspec_add(s, EVT_V_EXP, evt_rspec_add(s, EVT_V_NEG, ax, -1, EVT_F32, NULL), -1, EVT_F32, NULL);
+    int l = evt_rspec_add(s, EVT_V_LOG, evt_rspec_add(s, EVT_V_ADD, ax, h, EVT_F32, NULL), -1, EVT_F32, NULL);
+    int er = evt_rspec_add(s, EVT_V_ERF, x, -1, EVT_F32, NULL);
+    int y1 = evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_ADD, e, l, EVT_F32, NULL), er, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, y1, -1, dt, "y1");
+    int th = evt_rspec_add(s, EVT_V_TANH, x, -1, EVT_F32, NULL);
+    int sq = evt_rspec_add(s, EVT_V_SQRT, ax, -1, EVT_F32, NULL);
+    int ax1 = evt_rspec_add(s, EVT_V_ADD, ax, one, EVT_F32, NULL);
+    int rs = evt_rspec_add(s, EVT_V_RSQRT, ax1, -1, EVT_F32, NULL);
+    int rc = evt_rspec_add(s, EVT_V_RECIPROCAL, ax1, -1, EVT_F32, NULL);
+    int sg = evt_rspec_add(s, EVT_V_SIGN, x, -1, EVT_F32, NULL);
+    int y2 = evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_MUL, th, sq, EVT_F32, NULL),
+                           evt_rspec_add(s, EVT_V_SUB, evt_rspec_add(s, EVT_V_MUL, rs, rc, EVT_F32, NULL), sg, EVT_F32, NULL),
+                           EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, y2, -1, dt, "y2");
+    int y3 = evt_rspec_add(s, EVT_V_SUB, evt_rspec_add(s, EVT_V_MAXIMUM, x, er, EVT_F32, NULL),
+                           evt_rspec_add(s, EVT_V_MINIMUM, x, th, EVT_F32, NULL), EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, y3, -1, dt, "y3");
+  } else if (!strcmp(name, "cmp_where")) {
+    /* nucleus-free: comparisons of loaded values (exact on both sides), where, bool loads and stores (u8) */
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
+    int m = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BOOL, "mask");
+    int r = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, dt, "r");
+    int z = evt_rspec_scalar(s, 0.0);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_GT, x, r, EVT_F32, NULL), -1, EVT_BOOL, "gt");
+    int ge = evt_rspec_add(s, EVT_V_GE, x, z, EVT_F32, NULL), lt = evt_rspec_add(s, EVT_V_LT, x, r, EVT_F32, NULL);
+    int le = evt_rspec_add(s, EVT_V_LE, r, z, EVT_F32, NULL), eq = evt_rspec_add(s, EVT_V_EQ, m, z, EVT_F32, NULL);
+    int ne = evt_rspec_add(s, EVT_V_NE, x, r, EVT_F32, NULL);
+    int sel = evt_rspec_add3(s, EVT_V_WHERE, m, x, r, EVT_F32, NULL);
+    int cnt = evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_ADD, ge, lt, EVT_F32, NULL),
+                            evt_rspec_add(s, EVT_V_ADD, le, evt_rspec_add(s, EVT_V_MUL, eq, ne, EVT_F32, NULL), EVT_F32, NULL),
+                            EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_ADD, sel, cnt, EVT_F32, NULL), -1, dt, "y");
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add3(s, EVT_V_WHERE, ge, m, eq, EVT_F32, NULL), -1, EVT_BOOL, "mb");
+    /* integer labels (values in doubles): where(ne(lab, 2), lab, 0) stored as i64, as the loss's ignore mask */
+    int lab = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_I64, "lab");
+    int keep = evt_rspec_add(s, EVT_V_NE, lab, evt_rspec_scalar(s, 2.0), EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add3(s, EVT_V_WHERE, keep, lab, z, EVT_F32, NULL), -1, EVT_I64, "labo");
+    int u = evt_rspec_rand(s, 1234567, 89, dt); /* a dropout mask drawn in the kernel */
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_GE, u, evt_rspec_scalar(s, 0.25), EVT_F32, NULL), -1,
+                  EVT_BOOL, "keep");
+  } else if (!strcmp(name, "softmax_xent")) {
+    /* cross-entropy backward on a softmax row: (softmax(x) − one_hot(t)) · k with k a run-time scalar, the
+     * row max (col_max), Σ_N x·one_hot (col_sum) and Σ_M of the gradient (row_sum), all stored in dt */
+    evt_rspec_init(s, EVT_ROWN_SOFTMAX, dt);
+    int y = evt_rspec_acc(s, EVT_RV_OUT), x = evt_rspec_acc(s, EVT_RV_IN0);
+    int oh = evt_rspec_add(s, EVT_V_ONE_HOT, -1, -1, EVT_I64, "target");
+    int k = evt_rspec_add(s, EVT_V_SCALAR_LOAD, -1, -1, dt, "k");
+    int d = evt_rspec_add(s, EVT_V_MUL, evt_rspec_add(s, EVT_V_SUB, y, oh, EVT_F32, NULL), k, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, d, -1, dt, "dx");
+    evt_rspec_add(s, EVT_V_ROW_SUM, d, -1, dt, "db");
+    evt_rspec_add(s, EVT_V_COL_MAX, x, -1, dt, "xmax");
+    evt_rspec_add(s, EVT_V_COL_SUM, evt_rspec_add(s, EVT_V_MUL, x, oh, EVT_F32, NULL), -1, dt, "xt");
   } else {
     return EVT_ERR_INVALID;
   }

@@ -17,13 +17,20 @@
  *   acc        a nucleus value, chosen by `sel`: OUT (y / dx), XHAT (layer norms), IN0, IN1 (the nucleus's
  *              first / second M×N input as loaded, e.g. dy and x of layernorm_bwd). Not in nucleus-free specs.
  *   aux_load   M×N tensor; row_bcast: N-vector (indexed by j); col_bcast: M-vector (indexed by i);
- *   scalar     constant `value` (f32); computes: f32, semantics of evt_vop_apply (vref.c);
- *   aux_store  stores its input rounded to dtype (M×N) and passes the unrounded value on;
- *   row_sum    Σ over M (over rows) → f32 N-vector, e.g. dγ/dβ (the name follows CUTLASS's Sm90RowReduction);
- *   col_sum    Σ over N (within a row) → f32 M-vector.
+ *   scalar     constant `value` (f32); scalar_load: a rank-0 tensor read from memory (another kernel's result);
+ *   one_hot    an M-vector of integer class indices t (i64 / i32): 1 where j == t[i], else 0;
+ *   rand       Philox uniform of element e = i·N + j with the rand op's seed / offset (kernels/philox.h,
+ *              bit-identical to the interpreter), rounded to dtype: dropout masks drawn in the kernel;
+ *   computes: f32, semantics of evt_vop_apply3 (vref.c); bool values are 0/1 (comparisons give them);
+ *   aux_store  stores its input rounded to dtype (M×N; bool: u8 0/1, nonzero → 1) and passes the value on;
+ *              aux_load of a bool tensor reads u8 0/1;
+ *   row_sum    Σ over M (over rows) → N-vector, e.g. dγ/dβ (the name follows CUTLASS's Sm90RowReduction);
+ *   col_sum    Σ over N (within a row) → M-vector; col_max: max over N (NaN wins) → M-vector.
+ *              Sums and maxima accumulate in f32 and are rounded to their dtype (bf16 / f16 / f32) at the one
+ *              store (row_sum: by the finalize kernel; col_sum / col_max: by the row's owner).
  * Stores are the outputs: a spec needs at least one (or layer-norm statistics). There is no "D".
  * M and N are run-time arguments; N is limited by the register-resident row (see emit_rows.c).
- * Storage dtypes bf16 / f16 / f32; all arithmetic in f32.
+ * Storage dtypes bf16 / f16 / f32 (and bool as u8, one_hot indices i64 / i32); all arithmetic in f32.
  */
 #ifndef EVT_RSPEC_H
 #define EVT_RSPEC_H
@@ -48,9 +55,10 @@ typedef enum evt_row_value { EVT_RV_OUT = 0, EVT_RV_XHAT, EVT_RV_IN0, EVT_RV_IN1
 
 typedef struct evt_rnode {
   evt_vop op;
-  int in[2];          /* input node ids (smaller than this node's id), -1 if unused */
+  int in[3];          /* input node ids (smaller than this node's id), -1 if unused */
   evt_dtype dtype;    /* memory dtype of loads / stores; EVT_F32 for the rest */
   double value;       /* EVT_V_SCALAR */
+  uint64_t seed, offset; /* EVT_V_RAND (see kspec.h) */
   evt_row_value sel;  /* EVT_V_ACC: which nucleus value */
   char name[24];      /* argument name in the generated source and in messages */
 } evt_rnode;
@@ -70,8 +78,10 @@ typedef struct evt_rspec {
 void evt_rspec_init(evt_rspec *s, evt_row_nucleus nucleus, evt_dtype in_dtype);
 /* Appends a node (same rules as evt_kspec_add); returns its id or -1. */
 int evt_rspec_add(evt_rspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name);
+int evt_rspec_add3(evt_rspec *s, evt_vop op, int in0, int in1, int in2, evt_dtype dtype, const char *name);
 int evt_rspec_acc(evt_rspec *s, evt_row_value sel);  /* an acc node reading nucleus value `sel` */
 int evt_rspec_scalar(evt_rspec *s, double value);
+int evt_rspec_rand(evt_rspec *s, uint64_t seed, uint64_t offset, evt_dtype dtype); /* a rand node */
 evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen);
 const char *evt_row_nucleus_name(evt_row_nucleus n);
 const char *evt_row_value_name(evt_row_value v);
@@ -96,6 +106,10 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
  *   layernorm_bwd   dx = LN_bwd(dy, x, w) (aux_store dx); dgamma = Σ_M dy·x̂, dbeta = Σ_M dy (row_sum)
  *   gelu_bwd        nucleus-free: dx = gelu_erf'(x + bias[j]) · dy (aux loads dy, x; row_bcast bias)
  *   chain_rowsum    nucleus-free: z = relu(a·s[i] + b) − 0.5·a (col_bcast s), aux_store z, col_sum Σ_N z
+ *   unary_math      nucleus-free: neg exp log erf tanh sqrt rsqrt reciprocal abs sign maximum minimum (3 stores)
+ *   cmp_where       nucleus-free: eq ne lt le gt ge where on loaded values, a bool load, bool stores, a
+ *                   dropout-style mask ge(rand, 0.25) drawn in the kernel, i64 labels where(ne(lab, 2), lab, 0)
+ *   softmax_xent    softmax, one_hot (i64 targets), scalar_load k, aux/row_sum/col_max/col_sum stores in dt
  * Returns EVT_ERR_INVALID for an unknown name. */
 evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt);
 extern const char *const evt_rspec_example_names[];

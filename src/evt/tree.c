@@ -5,8 +5,10 @@
  *
  * 1. Store threading. A store (aux store, row/col sum) passes its input through unchanged. A store s of
  *    x that nobody reads becomes part of x's chain: every other user of x reads s instead (and D = s if
- *    D was x). Several stores of one x chain up in id order. A store whose input does not reach D is a
- *    side output CUTLASS cannot place in D's tree: EVT_ERR_UNSUPPORTED.
+ *    D was x). Several stores of one x chain up in id order. A store whose input does not reach D (a side
+ *    output, e.g. the GELU derivative saved beside the activation) is tied into D's tree by a new node
+ *    D' = keep(D, s) appended to the copy: keep returns D and only makes CUTLASS visit s (and its stores).
+ *    EVT_ERR_UNSUPPORTED only when the spec has no room for that node.
  * 2. Shared subexpressions. If some node still has several users, the region from the shared nodes to
  *    their common post-dominator R (all nodes that descend from a shared node and reach R) becomes one
  *    Sm90TopologicalVisitor rooted at R: the region's nodes are bare ops in it, and each input that
@@ -73,11 +75,16 @@ evt_status evt_vtree_build(const evt_kspec *s, evt_vtree *t, char *err, size_t e
     compute_live(t);
     if (evt_vop_class(ts->nodes[sidx].op) != 'S' || t->live[sidx]) continue;
     int x = ts->nodes[sidx].in[0];
-    if (!t->live[x])
-      return tree_fail(err, errlen, EVT_ERR_UNSUPPORTED,
-                       "kernel spec: node %d (%s %s) stores a value that D does not depend on; side outputs "
-                       "outside D's tree are not supported",
-                       sidx, evt_vop_name(ts->nodes[sidx].op), ts->nodes[sidx].name);
+    if (!t->live[x]) {
+      int k = evt_kspec_add(ts, EVT_V_KEEP, ts->d_node, sidx, EVT_F32, NULL);
+      if (k < 0)
+        return tree_fail(err, errlen, EVT_ERR_UNSUPPORTED,
+                         "kernel spec: node %d (%s %s) stores a value that D does not depend on, and tying it into "
+                         "D's tree needs more than %d visitor nodes",
+                         sidx, evt_vop_name(ts->nodes[sidx].op), ts->nodes[sidx].name, EVT_KSPEC_MAX_NODES);
+      ts->d_node = k;
+      continue;
+    }
     for (int u = 0; u < ts->nnodes; u++) {
       if (u == sidx || !t->live[u]) continue;
       for (int j = 0; j < evt_vop_arity(ts->nodes[u].op); j++)

@@ -12,6 +12,7 @@
 
 #include "evt/kspec.h"
 #include "evt_impl.h"
+#include "philox.h"
 
 double evt_vop_apply(evt_vop op, double x, double y) {
   switch (op) {
@@ -38,35 +39,71 @@ double evt_vop_apply(evt_vop op, double x, double y) {
       return x * (0.5 * (1.0 + th) + 0.5 * y * (1.0 - th * th) * du);
     }
     case EVT_V_RELU_GRAD: return y > 0 ? x : 0;
+    case EVT_V_NEG: return -x;
+    case EVT_V_EXP: return exp(x);
+    case EVT_V_LOG: return log(x);
+    case EVT_V_ERF: return erf(x);
+    case EVT_V_TANH: return tanh(x);
+    case EVT_V_SQRT: return sqrt(x);
+    case EVT_V_RSQRT: return 1.0 / sqrt(x);
+    case EVT_V_RECIPROCAL: return 1.0 / x;
+    case EVT_V_ABS: return fabs(x);
+    case EVT_V_SIGN: return isnan(x) ? x : x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0;
+    case EVT_V_MAXIMUM: return isnan(x) || isnan(y) ? NAN : x > y ? x : y;
+    case EVT_V_MINIMUM: return isnan(x) || isnan(y) ? NAN : x < y ? x : y;
+    case EVT_V_EQ: return x == y;
+    case EVT_V_NE: return x != y;
+    case EVT_V_LT: return x < y;
+    case EVT_V_LE: return x <= y;
+    case EVT_V_GT: return x > y;
+    case EVT_V_GE: return x >= y;
+    case EVT_V_KEEP: return x;
     default: EVT_ASSERT(!"evt_vop_apply: not a compute op"); return 0;
   }
 }
 
+double evt_vop_apply3(evt_vop op, double x, double y, double z) {
+  if (op == EVT_V_WHERE) return x != 0 ? y : z;
+  return evt_vop_apply(op, x, y);
+}
+
+double evt_vop_rand(uint64_t seed, uint64_t offset, evt_dtype dtype, int64_t e) {
+  return evt_round_to_dtype((double)evt_philox_uniform(seed, offset, (uint64_t)e), dtype);
+}
+
+int64_t evt_vop_elems(evt_vop op, int64_t m, int64_t n) {
+  switch (op) {
+    case EVT_V_ROW_BCAST: case EVT_V_ROW_SUM: return n;
+    case EVT_V_COL_BCAST: case EVT_V_COL_SUM: case EVT_V_COL_MAX: case EVT_V_ONE_HOT: return m;
+    case EVT_V_AUX_LOAD: case EVT_V_AUX_STORE: return m * n;
+    case EVT_V_SCALAR_LOAD: return 1;
+    default: return 0;
+  }
+}
+
 double evt_vop_visit(evt_vop op, evt_dtype dtype, double value, double *const *tensors, int v, int64_t i,
-                     int64_t j, int64_t n, double x, double y) {
+                     int64_t j, int64_t n, const double in[3]) {
+  double x = in[0];
   switch (op) {
     case EVT_V_ROW_BCAST: return tensors[v][j];
     case EVT_V_COL_BCAST: return tensors[v][i];
     case EVT_V_SCALAR: return (double)(float)value;
+    case EVT_V_SCALAR_LOAD: return tensors[v][0];
+    case EVT_V_ONE_HOT: return tensors[v][i] == (double)j ? 1.0 : 0.0;
     case EVT_V_AUX_LOAD: return tensors[v][i * n + j];
     case EVT_V_AUX_STORE: tensors[v][i * n + j] = evt_round_to_dtype(x, dtype); return x;
     case EVT_V_ROW_SUM: tensors[v][j] += x; return x;
     case EVT_V_COL_SUM: tensors[v][i] += x; return x;
-    default: return evt_vop_apply(op, x, y);
+    case EVT_V_COL_MAX: {
+      double *mx = &tensors[v][i];
+      if (!isnan(*mx) && (isnan(x) || x > *mx)) *mx = x;
+      return x;
+    }
+    default: return evt_vop_apply3(op, x, in[1], in[2]);
   }
 }
 
-int64_t evt_vnode_numel(const evt_kspec *s, int v, int64_t m, int64_t n) {
-  switch (s->nodes[v].op) {
-    case EVT_V_AUX_LOAD:
-    case EVT_V_AUX_STORE: return m * n;
-    case EVT_V_ROW_BCAST:
-    case EVT_V_ROW_SUM: return n;
-    case EVT_V_COL_BCAST:
-    case EVT_V_COL_SUM: return m;
-    default: return 0;
-  }
-}
+int64_t evt_vnode_numel(const evt_kspec *s, int v, int64_t m, int64_t n) { return evt_vop_elems(s->nodes[v].op, m, n); }
 
 /* One batch: tensors already point at this batch's memory; sums were zeroed by the caller. */
 static void reference_one(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
@@ -88,10 +125,11 @@ static void reference_one(const evt_kspec *s, int64_t m, int64_t n, int64_t k, c
     for (int64_t j = 0; j < n; j++) {
       for (int v = 0; v < s->nnodes; v++) {
         const evt_vnode *nd = &s->nodes[v];
-        double x = nd->in[0] >= 0 ? val[nd->in[0]] : 0, y = nd->in[1] >= 0 ? val[nd->in[1]] : 0;
+        double in[3];
+        for (int q = 0; q < 3; q++) in[q] = nd->in[q] >= 0 ? val[nd->in[q]] : 0;
         switch (nd->op) {
           case EVT_V_ACC: val[v] = (double)(float)row[j]; break;
-          default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, x, y); break;
+          default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, in); break;
         }
       }
       d[i * n + j] = evt_round_to_dtype(val[s->d_node], s->d_dtype);

@@ -80,6 +80,8 @@ typedef struct evt_tune_options {
   int max_configs;        /* cap on compiled candidate configs; 0: all of evt_tune_candidates */
   int quiet;              /* no progress on stderr */
   int force;              /* re-measure even when a record exists */
+  int compile_only;       /* JIT-compile every candidate (and the helper) and stop: nothing measured or written;
+                           * returns EVT_OK when all compiled (a later run finds them in the JIT cache) */
 } evt_tune_options;
 
 /* ---- pure host code (no GPU) ------------------------------------------------------------------------ */

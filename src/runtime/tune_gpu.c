@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "evt_impl.h"
 #include "evt_row_launch.h"
@@ -250,11 +251,14 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
       if (c == 0 && vi == 0) r->default_ms = ms;
       if (cd->ms < 0 || ms < cd->ms) cd->ms = ms, cd->swizzle = sv[vi][0], cd->raster = sv[vi][1];
     }
-    if (!opt->quiet)
-      fprintf(stderr, "[evt-tune] %lldx%lldx%lld %s: %s%s\n", (long long)M, (long long)N, (long long)K,
-              evt_tile_config_label(&cd->cfg, lab, sizeof lab), cd->ms >= 0 ? "" : cd->note,
-              cd->ms >= 0 ? "" : "");
-    if (!opt->quiet && cd->ms >= 0) fprintf(stderr, "            best %.4f ms (swizzle %d raster %d)\n", cd->ms, cd->swizzle, cd->raster);
+    if (!opt->quiet) {
+      evt_tile_config_label(&cd->cfg, lab, sizeof lab);
+      if (cd->ms >= 0)
+        fprintf(stderr, "[evt-tune] %lldx%lldx%lld %-34s %.4f ms (swizzle %d raster %d)%s%s\n", (long long)M,
+                (long long)N, (long long)K, lab, cd->ms, cd->swizzle, cd->raster, cd->note[0] ? "; " : "", cd->note);
+      else
+        fprintf(stderr, "[evt-tune] %lldx%lldx%lld %-34s %s\n", (long long)M, (long long)N, (long long)K, lab, cd->note);
+    }
   }
   /* unfused: cuBLASLt (+ bias) + the row kernel; the faster variant */
   for (int ab = 0; ab < 2; ab++) {
@@ -286,6 +290,9 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
     double ms = -1;
     int rc = tb->time_unfused(lt, A, B, alone ? D : T, rf, &ra, warm, reps, &ms);
     tb->lt_free(lt);
+    if (!opt->quiet)
+      fprintf(stderr, "[evt-tune] %lldx%lldx%lld unfused %s%s: %.4f ms%s\n", (long long)M, (long long)N, (long long)K,
+              ab ? "cublasLt(bias)" : "cublasLt", alone ? "" : " + row kernel", rc ? -1.0 : ms, rc ? " (failed)" : "");
     if (rc) continue;
     if (r->unfused_ms < 0 || ms < r->unfused_ms) {
       r->unfused_ms = ms;
@@ -344,6 +351,9 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
     snprintf(cd->note, sizeof cd->note, "check vs CPU reference failed (%.2e)", err);
   }
   if (r->choice == EVT_TUNE_FUSED && r->unfused_ms >= 0 && r->unfused_ms < r->fused_ms) r->choice = EVT_TUNE_UNFUSED;
+  if (!opt->quiet && r->check_err >= 0)
+    fprintf(stderr, "[evt-tune] %lldx%lldx%lld best fused %s passed the sampled CPU check (%.1e)\n", (long long)M,
+            (long long)N, (long long)K, evt_tile_config_label(&r->cfg, lab, sizeof lab), r->check_err);
   if (r->choice == EVT_TUNE_NONE) {
     if (r->unfused_ms >= 0) {
       r->choice = EVT_TUNE_UNFUSED; /* no fused candidate ran and passed its check */
@@ -374,6 +384,16 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
   pwork *W = calloc((size_t)np + 1, sizeof *W);
   EVT_ASSERT(W);
   jobs_t J = {0};
+  /* no GPU: say so before minutes of nvcc (EVT_TUNE_NO_DEVICE=1 pretends there is none, for tests) */
+  const char *nodev = getenv("EVT_TUNE_NO_DEVICE");
+  if (!opt->compile_only && ((nodev && *nodev && strcmp(nodev, "0")) || access("/dev/nvidiactl", F_OK) != 0)) {
+    snprintf(msg, msglen, "no CUDA device (%s): nothing measured, every GEMM keeps the default config",
+             nodev && *nodev && strcmp(nodev, "0") ? "EVT_TUNE_NO_DEVICE is set" : "no /dev/nvidiactl");
+    for (int i = 0; i < np; i++)
+      if (sts) sts[i] = EVT_ERR_UNSUPPORTED;
+    free(W);
+    return EVT_ERR_UNSUPPORTED;
+  }
   /* the timing helper first */
   const char *kdir = getenv("EVT_KERNELS_DIR") && *getenv("EVT_KERNELS_DIR") ? getenv("EVT_KERNELS_DIR") : "kernels";
   char hpath[1100];
@@ -442,7 +462,12 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
     jo.jobs = opt->jobs;
     jo.quiet = opt->quiet;
     st = evt_jit_compile(J.j, J.n, &jo, tmp, sizeof tmp);
-    if (st == EVT_ERR_UNSUPPORTED || st == EVT_ERR_IO) {
+    if (opt->compile_only) {
+      first = st;
+      if (st != EVT_OK) snprintf(msg, msglen, "%s", tmp);
+      for (int i = 0; i < np && sts; i++)
+        if (!W[i].have_record) sts[i] = EVT_ERR_UNSUPPORTED; /* compiled, not measured */
+    } else if (st == EVT_ERR_UNSUPPORTED || st == EVT_ERR_IO) {
       snprintf(msg, msglen, "%s", tmp);
       first = st;
     } else if (!J.j[0].ok) {
@@ -450,14 +475,16 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
       first = EVT_ERR_UNSUPPORTED;
     }
     tb_api tb;
+    memset(&tb, 0, sizeof tb);
     char gpu[128] = "";
     int sms = 0;
-    if (first == EVT_OK && tb_load(J.j[0].so_path, &tb, msg, msglen) != 0) first = EVT_ERR_UNSUPPORTED;
-    if (first == EVT_OK && tb.device(gpu, sizeof gpu, &sms) != 0) {
+    int go = !opt->compile_only;
+    if (go && first == EVT_OK && tb_load(J.j[0].so_path, &tb, msg, msglen) != 0) first = EVT_ERR_UNSUPPORTED;
+    if (go && first == EVT_OK && tb.device(gpu, sizeof gpu, &sms) != 0) {
       snprintf(msg, msglen, "no CUDA device: %s", tb.last_error());
       first = EVT_ERR_UNSUPPORTED;
     }
-    for (int i = 0; i < np && first == EVT_OK; i++) {
+    for (int i = 0; i < np && go && first == EVT_OK; i++) {
       if (W[i].have_record) continue;
       char m2[512] = "";
       evt_status s2 = measure(&tb, gpu, &P[i], &W[i], &J, opt, &out[i], m2, sizeof m2);
@@ -468,7 +495,7 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
         snprintf(msg, msglen, "%s", m2);
       }
     }
-    if (first != EVT_OK && sts)
+    if (go && first != EVT_OK && sts)
       for (int i = 0; i < np; i++)
         if (!W[i].have_record && sts[i] == EVT_OK) sts[i] = first;
   }

@@ -88,17 +88,29 @@ TEST(vtree_threads_side_stores) {
   CHECK(t.topo_root == -1);
 }
 
-TEST(vtree_rejects_detached_store) {
+/* A store whose value D does not depend on is tied into D's tree by keep(D, store); with no room left for
+ * that node the spec is refused. */
+TEST(vtree_ties_detached_store_with_keep) {
   evt_kspec s;
   evt_vtree t;
   char err[256];
   evt_kspec_init(&s, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, cfg128);
   int acc = evt_kspec_add(&s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
   int r = evt_kspec_add(&s, EVT_V_RELU, acc, -1, EVT_F32, NULL);
-  evt_kspec_add(&s, EVT_V_AUX_STORE, r, -1, EVT_BF16, "side");
-  s.d_node = evt_kspec_add(&s, EVT_V_SIGMOID, acc, -1, EVT_F32, NULL);
+  int st = evt_kspec_add(&s, EVT_V_AUX_STORE, r, -1, EVT_BF16, "aux1");
+  int sg = evt_kspec_add(&s, EVT_V_SIGMOID, acc, -1, EVT_F32, NULL);
+  s.d_node = sg;
+  CHECK_MSG(evt_vtree_build(&s, &t, err, sizeof err) == EVT_OK, "%s", err);
+  int k = t.spec.d_node;
+  CHECK(k == s.nnodes && t.spec.nnodes == s.nnodes + 1);
+  CHECK(t.spec.nodes[k].op == EVT_V_KEEP && t.spec.nodes[k].in[0] == sg && t.spec.nodes[k].in[1] == st);
+  CHECK(t.live[st] && t.live[r] && t.topo_root >= 0); /* acc is shared by both branches */
+  char *src = evt_emit_cutlass(&s, err, sizeof err);
+  CHECK_MSG(src && strstr(src, "evt_ops::Keep"), "%s", err);
+  free(src);
+  while (s.nnodes < EVT_KSPEC_MAX_NODES) evt_kspec_add(&s, EVT_V_RELU, acc, -1, EVT_F32, NULL);
   CHECK(evt_vtree_build(&s, &t, err, sizeof err) == EVT_ERR_UNSUPPORTED);
-  CHECK(strstr(err, "side") != NULL);
+  CHECK(strstr(err, "aux1") != NULL && strstr(err, "does not depend") != NULL);
 }
 
 TEST(vtree_shared_value_becomes_topological_region) {

@@ -17,7 +17,11 @@ TEST(rspec_add_rejects_bad_inputs) {
   CHECK(evt_rspec_add(&s, EVT_V_RELU, acc, acc, EVT_F32, NULL) == -1); /* unary with two inputs */
   CHECK(evt_rspec_add(&s, EVT_V_MUL, acc, -1, EVT_F32, NULL) == -1);   /* binary with one */
   CHECK(evt_rspec_add(&s, EVT_V_ROW_SUM, acc, -1, EVT_BF16, "s") == 1);
-  CHECK(s.nodes[1].dtype == EVT_F32); /* sums are f32 whatever was asked */
+  CHECK(s.nodes[1].dtype == EVT_BF16); /* sums keep their storage dtype (f32 accumulation, rounded at the store) */
+  CHECK(evt_rspec_add(&s, EVT_V_EXP, acc, -1, EVT_BF16, NULL) == 2 && s.nodes[2].dtype == EVT_F32); /* computes: f32 */
+  CHECK(evt_rspec_add(&s, EVT_V_WHERE, acc, 2, EVT_F32, NULL) == -1);           /* ternary with two inputs */
+  CHECK(evt_rspec_add3(&s, EVT_V_ADD, acc, 2, 2, EVT_F32, NULL) == -1);         /* binary with three */
+  CHECK(evt_rspec_add3(&s, EVT_V_WHERE, acc, 2, acc, EVT_F32, NULL) == 3);
 }
 
 static evt_status chk(const evt_rspec *s, char *err) { return evt_rspec_check(s, err, 256); }
@@ -49,8 +53,12 @@ TEST(rspec_check_messages) {
   s.store_stats = 1;
   CHECK(chk(&s, err) == EVT_ERR_INVALID && strstr(err, "only layernorm stores statistics"));
   s.store_stats = 0;
-  s.nodes[1].dtype = EVT_I64;
-  CHECK(chk(&s, err) == EVT_ERR_UNSUPPORTED && strstr(err, "aux_store y") && strstr(err, "dtype i64"));
+  s.nodes[1].dtype = EVT_I64; /* integer stores are fine in row kernels (values in doubles); one_hot storage is not */
+  CHECK(chk(&s, err) == EVT_OK);
+  s.nodes[1].dtype = EVT_F16;
+  int oh = evt_rspec_add(&s, EVT_V_ONE_HOT, -1, -1, EVT_F32, "oh");
+  CHECK(chk(&s, err) == EVT_ERR_UNSUPPORTED && strstr(err, "one_hot oh") && strstr(err, "dtype f32"));
+  s.nnodes = oh;
   s.nodes[1].dtype = EVT_F16;
   evt_rspec_add(&s, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "y");
   CHECK(chk(&s, err) == EVT_ERR_INVALID && strstr(err, "name 'y' used twice"));
@@ -125,7 +133,7 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "if (ok) rsum.at(1, v, e) += v2;  // dbeta") != NULL);
   CHECK(strstr(a, "using RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, 2,") != NULL);
   CHECK(strstr(a, "row_kernel<WARPS, VPT, R><<<grid, WARPS * 32 * R, SMEM, st>>>(p);") != NULL);
-  CHECK(strstr(a, "const float v4 = v2 * v3;") != NULL);
+  CHECK(strstr(a, "const auto v4 = v2 * v3;") != NULL); /* auto: float, or double for integer tensors */
   CHECK(strstr(a, "evt_rows::store8(p.n1_dx + ro, j0, n, full, S1);") != NULL);
   CHECK(strstr(a, "atomic") == NULL); /* row sums are a deterministic two-pass */
   CHECK(strstr(a, "__launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel") != NULL);
@@ -136,7 +144,7 @@ TEST(emit_rows_structure) {
   a = evt_emit_rows(&s, err, sizeof err);
   CHECK(a && strstr(a, "const float cb1 = live ? evt_rows::to_f(p.n1_scale[row]) : 0.f;"));
   CHECK(strstr(a, "cs10 = evt_rows::group_sum1<WARPS>(cs10, rk);") != NULL); /* one-barrier reduction */
-  CHECK(strstr(a, "const float v5 = evt_rows::relu(v4);") != NULL);
+  CHECK(strstr(a, "const auto v5 = evt_rows::relu(v4);") != NULL);
   CHECK(strstr(a, "rowsum_finalize") == NULL && strstr(a, "g_ws") == NULL);
   CHECK(strstr(a, "1024 / (WARPS * 32 * R)") != NULL); /* one-chunk rows: >= 1024 resident threads */
   CHECK(strstr(a, "const float *n0_a;") != NULL);

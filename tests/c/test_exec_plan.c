@@ -41,6 +41,8 @@ TEST(exec_plan_paths_and_bindings_bf16) {
       const evt_lowered *L = &p.low.k[gi];
       const evt_group_exec *x = &p.groups[gi];
       rowlow += L->ok && (L->kind == EVT_LK_ROW || L->kind == EVT_LK_POINTWISE);
+      /* batched GEMMs (bmm groups) lower, but the runtime binds them only once it places batches (bind_gemm) */
+      if (L->ok && L->kind == EVT_LK_GEMM_EVT && L->spec.batched && !x->fused) continue;
       gemmlow += L->ok && L->kind == EVT_LK_GEMM_EVT;
       if (!L->ok) CHECK(!x->fused && !strcmp(x->why, L->reason));
       if (!x->fused) continue;
@@ -69,7 +71,7 @@ TEST(exec_plan_paths_and_bindings_bf16) {
         int v = x->ptr_node[i];
         CHECK(v >= 0 && g->nodes[v].type.dtype == r->dtype);
         if (evt_vop_class(r->op) != 'L') CHECK(p.part.group[v] == gi); /* stores write members */
-        if (r->op == EVT_V_ROW_SUM || r->op == EVT_V_COL_SUM) CHECK(r->dtype == EVT_F32);
+        if (r->op == EVT_V_ROW_SUM || r->op == EVT_V_COL_SUM) CHECK(r->dtype == g->nodes[v].type.dtype); /* rounded at the store */
       }
       for (int k = 0; k < evt_row_nucleus_ninputs(&L->rspec); k++) CHECK(x->in_node[k] >= 0);
       for (int k = 0; k < x->nmembers; k++) CHECK(p.part.group[x->members[k]] == gi);
@@ -153,8 +155,8 @@ TEST(jit_flags_without_cutlass) {
 }
 
 /* The CPU model of the fused step (fused groups through their spec's reference, bound exactly as the GPU
- * binds them) reproduces the interpreter: f32 to rounding noise on every output; bf16 within the check's
- * 1e-2 on a first step (the model keeps f32 inside a group, the interpreter rounds every node to bf16). A
+ * binds them) reproduces the interpreter: f32 to rounding noise on every output; bf16 within 1.5e-2
+ * on a first step (the model keeps f32 inside a group, the interpreter rounds every node to bf16). A
  * wrong pointer binding (a swapped input, a store into the wrong tensor) fails the f32 bound. */
 TEST(exec_plan_cpu_model_matches_interpreter) {
   const char *files[] = {"examples/mlp.evt",        "examples/vit.evt",          "examples/bert_layer.evt",
@@ -185,7 +187,10 @@ TEST(exec_plan_cpu_model_matches_interpreter) {
     for (int k = 0; k < g->noutputs; k++) {
       int id = g->outputs[k];
       double e = evt_cuda_rel_error(&w[id], &v[id], 0.1 * scale);
-      CHECK_MSG(e <= (bf ? 1e-2 : 1e-5), "%s: %%%s rel error %g", files[f], g->nodes[id].name, e);
+      /* bf16: 1.5e-2. With exp/log/max fused (the loss's log-sum-exp in f32) vit's bf16 gradients differ from
+       * the interpreter's by up to 1.01e-2, while both are 0.5-3e-2 from the f32 graph's values (e.g.
+       * grad.b0.mlp.fc2.w: fused 0.64e-2, interpreter 1.02e-2 from f32): rounding, not a binding error. */
+      CHECK_MSG(e <= (bf ? 1.5e-2 : 1e-5), "%s: %%%s rel error %g", files[f], g->nodes[id].name, e);
     }
     for (int i = 0; i < g->nnodes; i++) {
       evt_tensor_free(&v[i]);

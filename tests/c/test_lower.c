@@ -165,8 +165,8 @@ TEST(lower_unsupported_nodes_give_reasons) {
   struct {
     const char *body, *want1, *want2;
   } cases[] = {
-      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n  %e = erf(%m)\n  output %e\n",
-       "%e (erf)", "no visitor node for erf"},
+      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n  %e = pow(%m, value=3)\n  output %e\n",
+       "%e (pow)", "no visitor node for pow"},
       {"  %x: f32[32,64] = input()\n  %w: f32[64,128] = param()\n  %m = mm(%x, %w)\n  output %m\n", "%m (mm)",
        "operands f32 x f32"},
       {"  %x: bf16[16,64] = input()\n  %w: bf16[64,10] = param()\n  %m = mm(%x, %w)\n  output %m\n", "%m (mm)",
@@ -175,16 +175,21 @@ TEST(lower_unsupported_nodes_give_reasons) {
       {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %t: bf16[128,32] = input()\n"
        "  %tt = permute(%t, dims=[1,0])\n  %m = mm(%x, %w)\n  %o = add(%m, %tt)\n  output %o\n",
        "%o (add)", "not a broadcast of the"},
-      /* a scalar computed at run time (a sum in another kernel) */
-      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %v: bf16[8] = input()\n  %s = sum(%v)\n"
-       "  %m = mm(%x, %w)\n  %o = mul(%m, %s)\n  output %o\n",
-       "%o (mul)", "run-time scalar"},
+      /* a run-time scalar of an integer dtype (float ones are scalar_load nodes) */
+      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %v: i64[] = input()\n  %c = cast(%v, dtype=bf16)\n"
+       "  %m = mm(%x, %w)\n  %o = mul(%m, %c)\n  output %o\n",
+       "(cast)", "cast from i64"},
+      /* amax in a GEMM epilogue: row kernels only */
+      {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n  %a = amax(%m, dims=[1])\n"
+       "  output %m\n  output %a\n",
+       "%a (amax)", "GEMM"},
       /* a bias gradient summed into bf16: the visitor's sums are f32 atomics */
       {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n  %s = sum(%m, dims=[0])\n"
        "  output %m\n  output %s\n",
        "%s (sum)", "f32"},
-      {"  %q: bf16[2,32,64] = input()\n  %k: bf16[2,64,32] = input()\n  %m = bmm(%q, %k)\n  output %m\n", "%m (bmm)",
-       "batch"},
+      /* a bmm operand shared by every batch (an expanded matrix): each batch needs its own B */
+      {"  %q: bf16[2,32,64] = input()\n  %k: bf16[64,32] = input()\n  %ke = expand(%k, shape=[2,64,32])\n"
+       "  %m = bmm(%q, %ke)\n  output %m\n", "%m (bmm)", "broadcast over a batch dim"},
   };
   for (int i = 0; i < EVT_ARRAY_LEN(cases); i++) {
     char text[1024];
@@ -223,7 +228,7 @@ TEST(lower_can_fuse_one_node) {
   char why[256];
   CHECK(evt_lower_can_fuse(g, m, evt_graph_find(g, "h"), why, sizeof why));
   CHECK(evt_lower_can_fuse(g, m, evt_graph_find(g, "hc"), why, sizeof why)); /* [M,1]: a column broadcast */
-  CHECK(!evt_lower_can_fuse(g, m, evt_graph_find(g, "e"), why, sizeof why) && strstr(why, "exp"));
+  CHECK(evt_lower_can_fuse(g, m, evt_graph_find(g, "e"), why, sizeof why)); /* exp: an evt_ops functor */
   CHECK(!evt_lower_can_fuse(g, m, evt_graph_find(g, "bad"), why, sizeof why) && strstr(why, "%tt"));
   CHECK(!evt_lower_can_fuse(g, m, evt_graph_find(g, "ci"), why, sizeof why) && strstr(why, "cast from i64"));
   CHECK(!evt_lower_can_fuse(g, evt_graph_find(g, "h"), evt_graph_find(g, "hc"), why, sizeof why) && strstr(why, "GEMM"));
@@ -376,17 +381,19 @@ static int check_lowered_against_interp_rules(evt_graph *g, const char *what, in
       evt_vop op = L->kind == EVT_LK_GEMM_EVT ? L->spec.nodes[i].op : L->rspec.nodes[i].op;
       if (L->vtensor[i] < 0) continue;
       const evt_tensor *t = &val[L->vtensor[i]];
-      int64_t want = op == EVT_V_ROW_SUM || op == EVT_V_ROW_BCAST ? L->n : op == EVT_V_COL_SUM || op == EVT_V_COL_BCAST ? L->m : L->m * L->n;
+      int64_t want = evt_vop_elems(op, L->m, L->n);
+      if (L->kind == EVT_LK_GEMM_EVT && L->spec.batched) want = t->numel; /* whole tensors, placed by the launch strides */
       CHECK_MSG(t->numel == want, "%s group %d node %d: %lld elements, want %lld", what, gi, i, (long long)t->numel, (long long)want);
       bad = t->numel != want;
       mem[i] = evt_vop_class(op) == 'S' ? calloc((size_t)want, sizeof(double)) : t->data;
     }
     double *d = NULL;
     if (!bad && L->kind == EVT_LK_GEMM_EVT) {
-      d = calloc((size_t)(L->m * L->n), sizeof *d);
-      evt_kspec_reference(&L->spec, L->m, L->n, L->k, val[L->a_node].data, val[L->b_node].data, mem, d);
+      int64_t dn = L->spec.batched ? evt_type_numel(&g->nodes[L->nucleus].type) : L->m * L->n;
+      d = calloc((size_t)dn, sizeof *d);
+      evt_lower_gemm_reference(L, val[L->a_node].data, val[L->b_node].data, mem, d);
       if (L->d_tensor >= 0) {
-        double r = rel_err(d, val[L->d_tensor].data, L->m * L->n);
+        double r = rel_err(d, val[L->d_tensor].data, dn);
         CHECK_MSG(r < 3e-2, "%s group %d (%s): D vs %%%s: relative error %g", what, gi, L->kernel, g->nodes[L->d_tensor].name, r);
         (*tensors_checked)++;
       }
@@ -509,4 +516,122 @@ TEST(lower_fuse_rules_lower_more_gemms) {
   }
   CHECK_MSG(more > base, "gemm+evt lowered: %d with the lowering's rules, %d without", more, base);
   printf("  mlp (bf16, greedy): gemm+evt lowered %d with the partitioner's rules, %d with the lowering's\n", base, more);
+}
+
+/* Does the lowered spec of group L hold a node of kind op? */
+static bool spec_has(const evt_lowered *L, evt_vop op) {
+  int nn = L->kind == EVT_LK_GEMM_EVT ? L->spec.nnodes : L->rspec.nnodes;
+  for (int i = 0; i < nn; i++)
+    if ((L->kind == EVT_LK_GEMM_EVT ? L->spec.nodes[i].op : L->rspec.nodes[i].op) == op) return true;
+  return false;
+}
+
+/* Every visitor node type added for the examples' loss / activation / mask groups, one graph each: the
+ * group holding the op lowers (row kernel, or GEMM epilogue where the kind exists there), the spec has the
+ * node, and its CPU reference (evt_vop_visit / evt_vop_apply3) reproduces the interpreter on random inputs
+ * (check_lowered_against_interp_rules: every store and D). */
+TEST(lower_new_visitor_nodes_match_the_interpreter) {
+  const char *rows_head =
+      "  %x: f32[8,24] = input(init=uniform, lo=-2, hi=2)\n  %p: f32[8,24] = input(init=uniform, lo=0.1, hi=2)\n"
+      "  %r: f32[24] = input(init=uniform, lo=-1, hi=1)\n  %q: f32[8,1] = input(init=uniform, lo=-1, hi=1)\n"
+      "  %t: i64[8] = input(init=randint, lo=0, hi=24)\n  %v: f32[4] = input(init=uniform, lo=0.5, hi=1)\n"
+      "  %k = sum(%v)\n  %u: f32[8,24] = rand(seed=7, offset=11)\n";
+  const char *gemm_head =
+      "  %a: bf16[16,32] = input(init=uniform, lo=-1, hi=1)\n  %w: bf16[32,16] = param(init=uniform, lo=-1, hi=1)\n"
+      "  %b: bf16[16] = param(init=uniform, lo=-1, hi=1)\n  %v: bf16[4] = input(init=uniform, lo=0.5, hi=1)\n"
+      "  %k = sum(%v)\n  %m = mm(%a, %w)\n  %x = add(%m, %b)\n  %ax = abs(%x)\n";
+  struct {
+    const char *body;
+    evt_vop op;
+    bool gemm;
+  } cases[] = {
+      {"  %y = neg(%x)\n", EVT_V_NEG, false},
+      {"  %y = exp(%x)\n", EVT_V_EXP, false},
+      {"  %y = log(%p)\n", EVT_V_LOG, false},
+      {"  %y = erf(%x)\n", EVT_V_ERF, false},
+      {"  %y = tanh(%x)\n", EVT_V_TANH, false},
+      {"  %y = sqrt(%p)\n", EVT_V_SQRT, false},
+      {"  %y = rsqrt(%p)\n", EVT_V_RSQRT, false},
+      {"  %y = reciprocal(%p)\n", EVT_V_RECIPROCAL, false},
+      {"  %y = abs(%x)\n", EVT_V_ABS, false},
+      {"  %y = sign(%x)\n", EVT_V_SIGN, false},
+      {"  %y = maximum(%x, %r)\n", EVT_V_MAXIMUM, false},
+      {"  %y = minimum(%x, %q)\n", EVT_V_MINIMUM, false},
+      {"  %y = eq(%x, %x)\n", EVT_V_EQ, false},
+      {"  %y = ne(%x, %r)\n", EVT_V_NE, false},
+      {"  %y = lt(%x, %r)\n", EVT_V_LT, false},
+      {"  %y = le(%x, %q)\n", EVT_V_LE, false},
+      {"  %y = gt(%x, %r)\n", EVT_V_GT, false},
+      {"  %y = ge(%x, %q)\n", EVT_V_GE, false},
+      {"  %c = gt(%x, %r)\n  %y = where(%c, %x, %p)\n", EVT_V_WHERE, false},
+      {"  %c = lt(%x, %r)\n  %y = cast(%c, dtype=f32)\n  %z = mul(%y, %x)\n  output %z\n", EVT_V_LT, false},
+      {"  %y = mul(%x, %k)\n", EVT_V_SCALAR_LOAD, false},
+      /* integer labels (the loss's ignore mask): values ride in doubles, stored as i64 */
+      {"  %ig: i64[] = scalar(value=5)\n  %z0: i64[] = scalar(value=0)\n  %c = ne(%t, %ig)\n  %y = where(%c, %t, %z0)\n"
+       "  %f = cast(%c, dtype=f32)\n  %s = sum(%f)\n  output %s\n", EVT_V_WHERE, false},
+      {"  %c = ge(%u, %p)\n  %y = cast(%c, dtype=f32)\n", EVT_V_RAND, false},
+      {"  %y = one_hot(%t, num_classes=24)\n  %z = mul(%y, %x)\n  output %z\n", EVT_V_ONE_HOT, false},
+      {"  %y = amax(%x, dims=[1])\n", EVT_V_COL_MAX, false},
+      {"  %e = exp(%x)\n  %y = sum(%e, dims=[1])\n", EVT_V_COL_SUM, false},
+      {"  %y = exp(%ax)\n", EVT_V_EXP, true},
+      {"  %y = log(%ax)\n", EVT_V_LOG, true},
+      {"  %y = erf(%x)\n", EVT_V_ERF, true},
+      {"  %y = tanh(%x)\n", EVT_V_TANH, true},
+      {"  %y = rsqrt(%ax)\n", EVT_V_RSQRT, true},
+      {"  %y = maximum(%x, %b)\n", EVT_V_MAXIMUM, true},
+      {"  %c = gt(%x, %b)\n  %n = neg(%x)\n  %y = where(%c, %x, %n)\n", EVT_V_WHERE, true},
+      {"  %c = ge(%x, %b)\n  %y = cast(%c, dtype=bf16)\n", EVT_V_GE, true},
+      {"  %y = mul(%x, %k)\n", EVT_V_SCALAR_LOAD, true},
+      /* a side output D does not depend on: tied into the tree by keep (tree.c) */
+      {"  %y = sigmoid(%x)\n  %z = tanh(%m)\n  output %z\n", EVT_V_TANH, true},
+  };
+  for (int i = 0; i < EVT_ARRAY_LEN(cases); i++) {
+    char text[2048];
+    snprintf(text, sizeof text, "graph t {\n%s%s  output %%y\n}\n", cases[i].gemm ? gemm_head : rows_head, cases[i].body);
+    char *err = NULL;
+    evt_graph *g = evt_parse(text, "t", &err);
+    CHECK_MSG(g, "case %d: %s", i, err ? err : "");
+    free(err);
+    if (!g) continue;
+    int y = evt_graph_find(g, "y");
+    evt_part_options o = evt_part_options_default();
+    o.use_cache = 0;
+    evt_part_plan part;
+    evt_lower_result low;
+    CHECK(evt_lower_partition(g, &o, EVT_PART_LAMBDA_DEFAULT, &part) == EVT_OK);
+    CHECK(evt_lower_plan(g, &part, &low) == EVT_OK);
+    const evt_lowered *L = &low.k[part.group[y]];
+    CHECK_MSG(L->ok && (cases[i].gemm ? L->kind == EVT_LK_GEMM_EVT : L->kind != EVT_LK_GEMM_EVT) && spec_has(L, cases[i].op),
+              "case %d (%s): group of %%y: %s %s", i, evt_vop_name(cases[i].op), evt_lower_kind_name(L->kind), L->reason);
+    evt_lower_free(&low);
+    evt_part_plan_free(&part);
+    int tensors = 0;
+    int checked = check_lowered_against_interp_rules(g, evt_vop_name(cases[i].op), &tensors, true, NULL);
+    CHECK_MSG(checked >= 1 && tensors >= 1, "case %d: %d kernels, %d tensors checked", i, checked, tensors);
+    evt_graph_free(g);
+  }
+}
+
+/* Sums into bf16: a row kernel rounds once at the store (one owner per row, or the finalize pass); a GEMM's
+ * CTAs add with f32 atomics, so there the sum stays out of the epilogue and the reason says why. */
+TEST(lower_bf16_sums_rows_yes_gemm_no) {
+  lowered_graph lg;
+  if (!lower_text("graph t {\n  %x: bf16[16,32] = input()\n  %e = exp(%x)\n  %s = sum(%e, dims=[1])\n"
+                  "  %c = sum(%e, dims=[0])\n  output %s\n  output %c\n}\n", &lg))
+    return;
+  const evt_lowered *L = group_of(&lg, "s");
+  CHECK_MSG(L && L->ok && spec_has(L, EVT_V_COL_SUM) && spec_has(L, EVT_V_ROW_SUM), "%s", L ? L->reason : "");
+  for (int i = 0; L && i < L->rspec.nnodes; i++)
+    if (evt_vop_class(L->rspec.nodes[i].op) == 'S') CHECK(L->rspec.nodes[i].dtype == EVT_BF16);
+  lowered_free(&lg);
+  char why[256];
+  char *err = NULL;
+  evt_graph *g = evt_parse("graph t {\n  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n"
+                           "  %s = sum(%m, dims=[0])\n  output %m\n  output %s\n}\n", "t", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  CHECK(!evt_lower_can_fuse(g, evt_graph_find(g, "m"), evt_graph_find(g, "s"), why, sizeof why));
+  CHECK_MSG(strstr(why, "atomics") && strstr(why, "bf16"), "%s", why);
+  evt_graph_free(g);
 }

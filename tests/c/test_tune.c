@@ -61,6 +61,12 @@ TEST(tune_each_config_emits_different_source_and_hash) {
                                                                 : "KernelTmaWarpSpecializedCooperative"));
     CHECK(strstr(srcs[i], c[i].reduction == EVT_RED_WORKSPACE ? "Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus"
                                                                 : "Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add"));
+    if (c[i].epi_n) {
+      snprintf(want, sizeof want, "using EpilogueTileType = Shape<_128, _%d>;", c[i].epi_n);
+      CHECK(strstr(srcs[i], want));
+    } else {
+      CHECK(strstr(srcs[i], "using EpilogueTileType = cutlass::epilogue::collective::EpilogueTileAuto;"));
+    }
     if (c[i].stages) CHECK(strstr(srcs[i], "cutlass::gemm::collective::StageCount<3>"));
     else CHECK(strstr(srcs[i], "StageCountAutoCarveout"));
   }
@@ -93,6 +99,8 @@ TEST(tune_invalid_configs_are_refused_with_a_reason) {
       {{128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 9, EVT_RED_ATOMIC}, "stages 9"},
       {{128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 5, EVT_RED_ATOMIC}, "exceed the shared memory"},
       {{128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_WORKSPACE}, "no row_sum / col_sum"},
+      {{128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC, 48}, "epilogue subtile N 48"},
+      {{128, 64, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC, 128}, "epilogue subtile N 128"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char err[300] = "";
@@ -108,7 +116,7 @@ TEST(tune_invalid_configs_are_refused_with_a_reason) {
 
 TEST(tune_config_label_round_trip) {
   evt_tile_config cs[] = {EVT_TILE_CONFIG_DEFAULT,
-                          {64, 256, 64, 2, 1, EVT_SCHED_PINGPONG, 4, EVT_RED_WORKSPACE},
+                          {64, 256, 64, 2, 1, EVT_SCHED_PINGPONG, 4, EVT_RED_WORKSPACE, 64},
                           {256, 128, 32, 1, 2, EVT_SCHED_COOPERATIVE, 0, EVT_RED_WORKSPACE}};
   for (size_t i = 0; i < 3; i++) {
     char lab[96];
@@ -393,6 +401,28 @@ TEST(tune_records_steer_the_fused_plan) {
   } else {
     unsetenv("EVT_TUNE_CACHE");
   }
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  CHECK(system(cmd) == 0);
+}
+
+/* Without a GPU nothing is compiled, measured or written, and the caller hears why. */
+TEST(tune_without_a_device_keeps_the_default) {
+  char dir[128];
+  tmpdir(dir, sizeof dir);
+  setenv("EVT_TUNE_NO_DEVICE", "1", 1);
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "bias_gelu_aux", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  evt_tune_options o = {0};
+  o.cache_dir = dir;
+  evt_tune_record r;
+  char msg[256] = "";
+  CHECK(evt_tune_run(&s, 256, 256, 256, &o, &r, msg, sizeof msg) == EVT_ERR_UNSUPPORTED);
+  CHECK(strstr(msg, "no CUDA device") && strstr(msg, "default config"));
+  evt_kspec t = s;
+  CHECK(evt_tune_apply(&t, 256, 256, 256, dir, NULL, &r) == EVT_TUNE_NONE);
+  CHECK(!memcmp(&t.cfg, &s.cfg, sizeof t.cfg));
+  unsetenv("EVT_TUNE_NO_DEVICE");
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   CHECK(system(cmd) == 0);

@@ -304,6 +304,10 @@ int main(int argc, char **argv) {
   cases.push_back(make_case("bmm_scale", kCfg128, EVT_LAYOUT_NT));
   cases.push_back(make_case("bmm_scale_mask_stats", kCfg128, EVT_LAYOUT_NT));
   cases.push_back(make_case("bmm_softmax_bwd", kCfg128, EVT_LAYOUT_NN));
+  // the same attention GEMMs with tiles that fit their shapes (context N = 64; scores N = 512)
+  const evt_tile_config cfg128x64 = {128, 64, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+  cases.push_back(make_case("bmm_plain", cfg128x64, EVT_LAYOUT_NN));
+  cases.push_back(make_case("bmm_scale", kCfg128x256c1x1, EVT_LAYOUT_NT));
   jit_load(cases);
   uint64_t seed = 11;
   for (auto &kc : cases) {

@@ -4,7 +4,10 @@
 
 MODEL is one of the CI models of tests/python/test_torch_backend.py (mlp, bert, vit, xmlcnn, convbn, gcn,
 gcn_edges), built at small sizes on CUDA. For each mode (evt: default flags; evt_cg: options
-{"cudagraphs": True}; evt_fp32: no autocast) the model trains eager and compiled side by side from the
+{"cudagraphs": True}; evt_fp32: no autocast; evt_all: EVT_CUDA_OPS=all, convolutions and CUDA
+attention translated to evt too (by default they stay cuDNN / flash attention), only for the models
+that have them; evt_nopass: EVT_PASSES=0, the segments as translated, without evt's graph
+passes, whose decompositions add bf16 roundings) the model trains eager and compiled side by side from the
 same weights: 2 SGD (momentum) steps then 2 AdamW steps, under bf16 autocast (fp32 for evt_fp32). Every
 step's loss and every parameter gradient are compared with eager's: rel = max|a - b| / max|b|; matched
 when rel <= 1e-2 (bf16) or 1e-3 (fp32). Under bf16 each step starts from the same weights (the eager
@@ -50,7 +53,11 @@ def models():
         "convbn": (T.ConvBN, lambda: (torch.randn(4, 3, 4, 4), torch.randint(0, 3, (4,)))),
         "gcn": (T.GCN, lambda: (adj, torch.randn(7, 6), torch.randint(0, 3, (7,)))),
         "gcn_edges": (T.GCNEdges, lambda: (src, dst, w, torch.randn(7, 6), torch.randint(0, 3, (7,)))),
+        "sdpa": (lambda: T.SDPAModel(d=16, heads=2), lambda: (torch.randn(2, 6, 16), torch.randint(0, 3, (12,)))),
     }
+
+
+ALL_OPS_MODELS = {"sdpa", "convbn", "vit", "xmlcnn"}  # models with attention or convolutions (mode evt_all)
 
 
 def rel(a, b):
@@ -72,6 +79,11 @@ def run(name, mode):
     amp = mode != "evt_fp32"
     tol = 1e-2 if amp else 1e-3
     opts = {"cudagraphs": True} if mode == "evt_cg" else None
+    if mode == "evt_all":
+        os.environ["EVT_CUDA_OPS"] = "all"
+    else:
+        os.environ.pop("EVT_CUDA_OPS", None)
+    os.environ["EVT_PASSES"] = "0" if mode == "evt_nopass" else "1"
     torch._dynamo.reset()
     cap = Capture()
     log = logging.getLogger("evt")
@@ -156,6 +168,8 @@ def main():
     print(f"program API in libevt: {G.has_program_api()}; EVT_FUSED={os.environ.get('EVT_FUSED', '1')}", flush=True)
     for mode in a.modes.split(","):  # modes outermost: every model's first mode before any second mode
         for name in a.models.split(","):
+            if mode == "evt_all" and name not in ALL_OPS_MODELS:
+                continue
             t0 = time.time()
             try:
                 r = run(name, mode)

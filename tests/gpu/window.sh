@@ -3,8 +3,9 @@
 # Usage (device machine, repo root; .gpuwork/w prepared by tests/gpu/window_prep.sh on the dev machine):
 #   bash tests/gpu/window.sh OUTDIR name:seconds [name:seconds ...]
 # Each tests/gpu/w/<name>.sh runs as `bash tests/gpu/w/<name>.sh OUTDIR/<name>.log SECONDS` under a hard
-# timeout of SECONDS+30 with the environment below; missing scripts are skipped. The JIT cache travels
-# between windows as OUTDIR/jit.tar (carried back in .gpuwork/w/jit.tar). Prints a summary last.
+# timeout of SECONDS+30 with the environment below; missing scripts are skipped. The JIT cache's
+# shared objects travel between windows as OUTDIR/jit.tgz.NN parts (carried back in .gpuwork/w/). Logs come
+# back as OUTDIR/logs.tar. Prints a summary last.
 out=${1:?OUTDIR}; shift
 t0=$SECONDS
 w=$PWD/.gpuwork/w
@@ -13,7 +14,9 @@ export LD_LIBRARY_PATH=$w/hostbin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CUTLASS_PATH=$PWD/.cutlass/cutlass_library/source EVT_KERNELS_DIR=$PWD/kernels
 export EVT_JIT_CACHE=/tmp/evt-jit EVT_JIT_JOBS=16 PYTHONUNBUFFERED=1
 mkdir -p "$EVT_JIT_CACHE"
-[ -f "$w/jit.tar" ] && tar xf "$w/jit.tar" -C "$EVT_JIT_CACHE" 2>/dev/null
+tar xzf "$w/hostbin.tgz" -C "$w"
+[ -d .cutlass/cutlass_library ] || tar xzf "$w/cutlass.tgz"
+ls "$w"/jit.tgz.* >/dev/null 2>&1 && cat "$w"/jit.tgz.* | tar xzf - -C "$EVT_JIT_CACHE" && echo "jit cache: $(ls "$EVT_JIT_CACHE" | grep -c '\.so$') kernels"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 if ! make -j16 cuda > /tmp/make_cuda.log 2>&1; then echo "make cuda FAILED"; tail -30 /tmp/make_cuda.log; fi
 export EVT_FALLBACK_LIB=$PWD/build/libevt_fallback.so
@@ -32,7 +35,9 @@ for spec in "$@"; do
   summary+="$name: rc $rc, $((SECONDS - t1)) s\n"
   echo "--- $name done (rc $rc, $((SECONDS - t1)) s); last lines:"; tail -n 12 "$out/$name.log"
 done
-( cd "$EVT_JIT_CACHE" && tar cf "$out/jit.tar" --exclude='*.log' . ) 2>/dev/null
-sz=$(stat -c %s "$out/jit.tar" 2>/dev/null || echo 0)
-[ "$sz" -gt 16000000 ] && { echo "jit.tar too big ($sz), dropped"; rm -f "$out/jit.tar"; }
+# logs in one file; the JIT cache's shared objects as up to 7 compressed parts of 15 MB (8 files come back)
+( cd "$out" && tar cf logs.tar *.log && rm -f *.log )
+( cd "$EVT_JIT_CACHE" && find . -name '*.so' | tar czf - -T - ) | split -b 15000000 -d - "$out/jit.tgz."
+n=$(ls "$out"/jit.tgz.* 2>/dev/null | wc -l)
+[ "$n" -gt 7 ] && { echo "jit cache too big ($n parts), dropped"; rm -f "$out"/jit.tgz.*; }
 echo "=== window summary ($((SECONDS - t0)) s)"; printf "$summary"

@@ -393,3 +393,69 @@ def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
         # on; when that happens depends on the allocator), then the bindings stay put.
         assert captures[-1] == 0, captures
         assert sum(captures) <= sum(1 + len(p.bound[0]) for p in made), captures
+
+
+# ---- CUDA attention (EVT_ATTENTION=evt) --------------------------------------------------------------------
+
+def test_sdpa_grad_recompute_matches_the_cpu_kernel():
+    """evt::sdpa_backward's device-generic implementation (used on CUDA) against PyTorch's CPU kernel."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v, dout = (torch.randn(2, 3, 5, 4, generator=g) for _ in range(4))
+    for causal in (False, True):
+        ref = torch.ops.evt.sdpa_backward(dout, q, k, v, causal, 0.0)
+        got = A.sdpa_grad_recompute(dout, q, k, v, causal, None)
+        for a, b in zip(got, ref):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@needs_lib
+def test_cuda_attention_translation_is_opt_in(monkeypatch):
+    """The CUDA SDPA ops are translated only with EVT_ATTENTION=evt; the joint-graph rewrite likewise."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    def f(q, k, v):
+        o = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, False, 0.0, False)[0]
+        return [torch.relu(o)]
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(1, 2, 4, 8, device="cuda") for _ in range(3)]
+    with mode:
+        gm = make_fx(f)(*fakes)
+    gm.graph.eliminate_dead_code()  # (the unused outputs' getitems, as in AOTAutograd's graphs)
+    gm.recompile()
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_ATTENTION", raising=False)
+    plan = B.build_plan(gm)
+    why = {n.name: w for n, w in plan.fallbacks}
+    assert any("EVT_ATTENTION" in w for w in why.values()), why
+    monkeypatch.setenv("EVT_ATTENTION", "evt")
+    plan = B.build_plan(gm)
+    segs = _segments(plan)
+    assert plan.fallbacks == [] and len(segs) == 1 and "sdpa(" in segs[0].text
+
+
+@needs_lib
+def test_cuda_convolution_stays_in_pytorch_unless_all_ops(monkeypatch):
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    def f(x, w):
+        return [torch.relu(torch.ops.aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))]
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(2, 3, 6, 6, device="cuda"), torch.empty(4, 3, 3, 3, device="cuda")]
+        gm = make_fx(f)(*fakes)
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    why = {n.name: w for n, w in B.build_plan(gm).fallbacks}
+    assert list(why) == ["convolution"] and "cuDNN" in why["convolution"], why
+    monkeypatch.setenv("EVT_CUDA_OPS", "all")
+    plan = B.build_plan(gm)
+    assert plan.fallbacks == [] and "conv2d(" in _segments(plan)[0].text

@@ -7,7 +7,8 @@
 #   new    src/evt/emit_rows.c + kernels/evt_rows.cuh as they are, default tuning
 #   wv1/wv4, cw16, sum2, ss   the same with tuning macros changed (-DEVT_ROWS_WARP_VPT=1/4; 16 warps per CTA;
 #          row-sum kernels prefetching one row ahead with a 2-CTA register cap; row sums accumulated in shared
-#          memory, 32-warp CTAs)
+#          memory, 32-warp CTAs; d3: three rows prefetched instead of two; r2: EVT_ROWS_RED=2, warp-level
+#          butterflies of plain sums and one cross-warp merge instead of merge operators at every level)
 # then checks every kernel of the CHECKED variants against the CPU reference at small odd sizes (check_rows), and times
 # every variant at BERT-large sizes with three methods, each output checked against the CPU reference at that
 # size (bench_rows perf; methods and floor explained there). Everything goes to LOGFILE; a summary table ends it.
@@ -37,14 +38,15 @@ wait
 [ -x "$B/check_rows" ] && [ -x "$B/bench_rows" ] || { echo "FAIL: driver build failed"; exit 1; }
 "$B/check_rows" emit "$B/gen" >/dev/null || { echo "FAIL: emit"; exit 1; }
 # variant -> (source dir, include dir, extra flags)
-declare -A SRC=([v0]=bench/kernels/rows_v0 [new]=$B/gen [wv1]=$B/gen [wv4]=$B/gen [cw16]=$B/gen [sum2]=$B/gen [ss]=$B/gen)
+declare -A SRC=([v0]=bench/kernels/rows_v0 [new]=$B/gen [wv1]=$B/gen [wv4]=$B/gen [cw16]=$B/gen [sum2]=$B/gen [ss]=$B/gen [d3]=$B/gen [r2]=$B/gen)
 declare -A INC=([v0]="-Ibench/kernels/rows_v0 -Ikernels" [new]=-Ikernels [wv1]=-Ikernels [wv4]=-Ikernels [cw16]=-Ikernels
-                [sum2]=-Ikernels [ss]=-Ikernels)
+                [sum2]=-Ikernels [ss]=-Ikernels [d3]=-Ikernels [r2]=-Ikernels)
 declare -A FL=([v0]="" [new]="" [wv1]="-DEVT_ROWS_WARP_VPT=1" [wv4]="-DEVT_ROWS_WARP_VPT=4"
                [cw16]="-DEVT_ROWS_CTA_WARPS=16 -DEVT_ROWS_CTA_WARPS_SUM=32" [sum2]="-DEVT_ROWS_DEEP_SUM=0 -DEVT_ROWS_MINB_SUM=2"
-               [ss]="-DEVT_ROWS_SMEM_SUM=1 -DEVT_ROWS_DEEP_SUM=0 -DEVT_ROWS_CTA_WARPS_SUM=32")
-VARS=${ROWPERF_VARS:-v0 new wv1 wv4 cw16 sum2 ss}
-CHECKED=${ROWPERF_CHECKED:-new wv4 ss}  # variants checked at small odd sizes too (all their kernels compiled)
+               [ss]="-DEVT_ROWS_SMEM_SUM=1 -DEVT_ROWS_DEEP_SUM=0 -DEVT_ROWS_CTA_WARPS_SUM=32" [d3]="-DEVT_ROWS_DEPTH=3"
+               [r2]="-DEVT_ROWS_RED=2")
+VARS=${ROWPERF_VARS:-v0 new r2 wv4 cw16 sum2 ss d3}
+CHECKED=${ROWPERF_CHECKED:-new r2 wv4 ss}  # variants checked at small odd sizes too (all their kernels compiled)
 jobs=$B/jobs.txt; : >"$jobs"
 for v in $VARS; do
   mkdir -p "$B/$v"

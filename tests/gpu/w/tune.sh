@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# GPU window script of helper "tune": mainloop tuning benchmark (bench/kernels/bench_tune.cu).
+# GPU window script of helper "tune": mainloop tuning (src/runtime/tune*.c) and its benchmark.
 #   bash tests/gpu/w/tune.sh LOGFILE SECONDS        (from the repository root on the H200)
-# Steps: build the benchmark driver (gcc + nvcc), JIT-compile the candidate kernels (16 parallel nvcc,
-# cached in $EVT_JIT_CACHE across windows) under a time limit, then time and check with whatever compiled:
-# cuBLAS plain, cuBLAS + separate generated epilogue kernel, evt default config, evt tuned (best of the
-# candidate configs x swizzle/raster), each fused result checked against the CPU reference (sampled); then
-# the autotuner (src/runtime/tune_gpu.c) on the same cases, its choices and record files.
-# TUNE_MAXCFG (default 3) caps the candidate configs per epilogue (compile budget).
+# Compiling comes first (16 parallel nvcc, kept in $EVT_JIT_CACHE across windows), measuring uses whatever
+# is compiled, in order of priority:
+#   1. bench/kernels/bench_tune.cu: per case cuBLAS plain, cuBLAS + separate generated epilogue kernel, evt
+#      default config, evt tuned (best of the candidate configs x swizzle/raster), every fused result checked
+#      against the CPU reference (sampled rows + columns); a markdown table at the end of the log;
+#   2. `evtc tune` on a BERT-large encoder layer (gen.py bert_layer, batch 16 x seq 512, hidden 1024, ffn 4096,
+#      bf16): every GEMM+EVT group the fused runtime runs, fused vs unfused measured, then `evtc compile
+#      --stats` showing each group's choice (records in a private directory: other scripts do not read them);
+#   3. the autotuner on the benchmark's cases (bench_tune tune).
+# TUNE_MAXCFG (default 3) caps the candidate configs per kernel (compile budget).
 set -uo pipefail
 LOG=${1:-/dev/stdout}
 SECS=${2:-240}
@@ -18,12 +22,15 @@ export CUTLASS_PATH=${CUTLASS_PATH:-$PWD/.cutlass/cutlass_library/source}
 export EVT_KERNELS_DIR=${EVT_KERNELS_DIR:-$PWD/kernels}
 export EVT_JIT_CACHE=${EVT_JIT_CACHE:-/tmp/evt-jit-cache}
 export EVT_JIT_JOBS=${EVT_JIT_JOBS:-16}
+export EVT_TUNE_CACHE=/tmp/evt-tune-records   # tuning records of this script only
 MAXCFG=${TUNE_MAXCFG:-3}
+EVTC=${EVTC:-build/evtc}
 B=/tmp/evt-tune-build
-mkdir -p "$B/obj" "$EVT_JIT_CACHE"
+mkdir -p "$B/obj" "$EVT_JIT_CACHE" "$EVT_TUNE_CACHE"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv 2>&1 | tail -1
+echo "JIT cache at start: $(ls "$EVT_JIT_CACHE" 2>/dev/null | grep -c '\.so$') kernels"
 
-# 1. driver
+# driver
 objs=()
 for f in src/ir/*.c src/evt/*.c src/runtime/jit.c src/runtime/tune.c src/runtime/tune_gpu.c; do
   o="$B/obj/$(echo "$f" | tr / _).o"
@@ -32,35 +39,54 @@ for f in src/ir/*.c src/evt/*.c src/runtime/jit.c src/runtime/tune.c src/runtime
 done
 wait
 ar rcs "$B/libevt_tune.a" "${objs[@]}" || { echo "tune.sh: host build failed"; exit 1; }
-nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Ikernels bench/kernels/bench_tune.cu \
-  "$B/libevt_tune.a" -lcublasLt -ldl -lm -o "$B/bench_tune" || { echo "tune.sh: driver build failed"; exit 1; }
+nvcc -std=c++17 -O2 -diag-suppress 550 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Ikernels \
+  bench/kernels/bench_tune.cu "$B/libevt_tune.a" -lcublasLt -ldl -lm -o "$B/bench_tune" ||
+  { echo "tune.sh: driver build failed"; exit 1; }
+python3 examples/gen.py bert_layer --batch 16 --seq 512 --hidden 1024 --heads 16 --ffn 4096 --vocab 1024 \
+  --dtype bf16 >"$B/bert_large.evt" || echo "tune.sh: gen.py failed"
 echo "driver built at +$(( $(date +%s) - T0 ))s"
 
-# 2. compile candidates + the tuner's timing helper (leave ~150 s for measuring)
-CT=$(( $(left) - 150 ))
-if [ "$CT" -gt 20 ]; then
-  echo "compiling (limit ${CT}s, max $MAXCFG configs per epilogue)"
-  timeout "$CT" "$B/bench_tune" compile "$MAXCFG" 2>&1 | grep -v "^\[evt-jit\] [0-9]*/" | tail -20
-  echo "compile step ended at +$(( $(date +%s) - T0 ))s"
-else
-  echo "no time to compile; measuring cached kernels only"
+# compile: the benchmark's kernels first, then the BERT layer's candidates (leave ~20 s to measure)
+CT=$(( $(left) - 20 ))
+if [ "$CT" -gt 10 ]; then
+  echo "compiling the benchmark's kernels (limit ${CT}s, max $MAXCFG configs per epilogue)"
+  timeout "$CT" "$B/bench_tune" compile "$MAXCFG" 2>&1 | grep -v "^\[evt-jit\] [0-9]*/" | tail -8
+  echo "  ended at +$(( $(date +%s) - T0 ))s"
 fi
-ls -la "$EVT_JIT_CACHE"/*.so 2>/dev/null | awk '{s+=$5; n++} END {printf "JIT cache: %d .so files, %.1f MB\n", n, s/1e6}'
+CT=$(( $(left) - 20 ))
+if [ "$CT" -gt 10 ] && [ -s "$B/bert_large.evt" ]; then
+  echo "compiling the BERT layer's tuning candidates (limit ${CT}s)"
+  timeout "$CT" "$EVTC" tune "$B/bert_large.evt" --max-configs "$MAXCFG" --compile-only 2>&1 |
+    grep -v "^\[evt-jit\] [0-9]*/" | tail -4
+  echo "  ended at +$(( $(date +%s) - T0 ))s"
+fi
+echo "JIT cache now: $(ls "$EVT_JIT_CACHE" | grep -c '\.so$') kernels"
 
-# 3. benchmark + checks (only what is in the JIT cache)
-RT=$(( ($(left) - 10) * 55 / 100 ))
-echo "benchmark (limit ${RT}s)"
-timeout "$RT" "$B/bench_tune" run "$MAXCFG" "$B/tune.md" 30
-echo "bench step exit $? at +$(( $(date +%s) - T0 ))s"
+# 1. benchmark + checks (only what is in the JIT cache)
+RT=$(( ($(left) - 5) * 60 / 100 ))
+if [ "$RT" -gt 5 ]; then
+  echo "benchmark (limit ${RT}s)"
+  timeout "$RT" "$B/bench_tune" run "$MAXCFG" "$B/tune.md" 20
+  echo "bench step exit $? at +$(( $(date +%s) - T0 ))s"
+fi
 
-# 4. the autotuner itself on the same cases (records in a private directory, not read by other scripts)
-export EVT_TUNE_CACHE=/tmp/evt-tune-records
+# 2. the autotuner on the BERT layer's GEMM groups, then the compiler's view of the records
 RT=$(( $(left) - 8 ))
-if [ "$RT" -gt 15 ]; then
-  echo "autotuner (limit ${RT}s)"
+if [ "$RT" -gt 15 ] && [ -s "$B/bert_large.evt" ]; then
+  echo "evtc tune on the BERT-large layer (limit ${RT}s)"
+  timeout "$RT" "$EVTC" tune "$B/bert_large.evt" --max-configs "$MAXCFG" --reps 20 --force 2>&1 |
+    grep -v "^\[evt-jit\] [0-9]*/"
+  echo "evtc tune exit ${PIPESTATUS[0]} at +$(( $(date +%s) - T0 ))s"
+  "$EVTC" compile "$B/bert_large.evt" -o "$B/bert_compile" --stats --no-cache --fuse-rules=lower 2>&1 |
+    sed -n '/gemm+evt tuning/,$p'
+fi
+
+# 3. the autotuner on the benchmark's cases
+RT=$(( $(left) - 5 ))
+if [ "$RT" -gt 20 ]; then
+  echo "bench_tune tune (limit ${RT}s)"
   timeout "$RT" "$B/bench_tune" tune "$MAXCFG" 2>&1 | grep -v "^\[evt-jit\] [0-9]*/"
   echo "tune step exit $? at +$(( $(date +%s) - T0 ))s"
-  for f in "$EVT_TUNE_CACHE"/tune/*.txt; do [ -f "$f" ] && { echo "--- $f"; head -12 "$f"; }; done
 fi
 echo
 echo "### tune summary table (bench/kernels/bench_tune.cu, $(date -u +%H:%M) UTC)"
