@@ -1,8 +1,8 @@
 /* The unfused CUDA path: per-node kernels with the CPU interpreter's semantics. Contract: evt_fallback.h.
  * Design: every node computes in double into a scratch S (numel doubles; zeroed first unless its kernel
- * assigns every element, writes_every_element), then `finish` rounds S to the output dtype. Kernels are one
- * thread per output element (or per row / group) with grid-stride loops, mirroring the interpreter's loops so that sums run in the same order. Build: `make cuda` (nvcc, sm_90,
- * --fmad=false). */
+ * assigns every element, writes_every_element), then `finish` rounds S to the output dtype. Kernels are
+ * one thread per output element (or per row / group) with grid-stride loops, mirroring the interpreter's
+ * loops so that sums run in the same order. Build: `make cuda` (nvcc, sm_90, --fmad=false). */
 #include "evt_fallback.h"
 #include "philox.h"
 
