@@ -22,7 +22,7 @@ CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 # the fallback library must have the stream/context ABI of this tree (evt_fb_ctx_new)
 FB=${EVT_FALLBACK_LIB:-$PWD/build/libevt_fallback.so}
 if ! grep -q evt_fb_ctx_new "$FB" 2>/dev/null; then
-  log "fallback library $FB lacks evt_fb_ctx_new: building a private copy"
+  log "WARNING: fallback library $FB ($(ls -l --time-style=+%H:%M:%S "$FB" 2>&1 | awk '{print $6}'); kernels/evt_fallback.cu $(ls -l --time-style=+%H:%M:%S kernels/evt_fallback.cu | awk '{print $6}')) lacks evt_fb_ctx_new (stale: make cuda did not rebuild it?): building a private copy"
   make -s cuda BUILD="$B" >>"$LOG" 2>&1 && FB=$B/libevt_fallback.so
 fi
 export EVT_FALLBACK_LIB=$FB
