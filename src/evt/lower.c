@@ -983,11 +983,15 @@ static void lower_bmm(const evt_graph *g, const int *group, int gi, int nu, evt_
       if (nlev) L->bs_ptrs[i] = c->vst[i][lev_last[in]];
       if (out >= 0) L->os_ptrs[i] = c->vst[i][lev_last[out]];
     }
+    for (int i = 0; i < L->spec.nnodes && L->l_outer > 1; i++)
+      if (L->spec.nodes[i].shared && evt_vop_class(L->spec.nodes[i].op) == 'S')
+        refuse(c, L->vtensor[i] >= 0 ? L->vtensor[i] : nu,
+               "a sum over every batch with two batch levels (each outer launch would restart it)");
     char err[256];
     evt_vtree *tree = malloc(sizeof *tree);
     EVT_ASSERT(tree);
-    evt_status st = evt_kspec_check(&L->spec, err, sizeof err);
-    if (st == EVT_OK) st = evt_vtree_build(&L->spec, tree, err, sizeof err);
+    evt_status st = c->bad < 0 ? evt_kspec_check(&L->spec, err, sizeof err) : EVT_OK;
+    if (st == EVT_OK && c->bad < 0) st = evt_vtree_build(&L->spec, tree, err, sizeof err);
     free(tree);
     if (st != EVT_OK) refuse(c, nu, "%s", err);
   }
