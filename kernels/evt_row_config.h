@@ -5,10 +5,12 @@
  * (chunks = ceil(N / 8)). The choice for N:
  *   - short rows (chunks <= 32 * warp_vpt): one warp per row (no barriers, shuffles only), vpt = the smallest
  *     power of two with 32 * vpt >= chunks;
- *   - otherwise the smallest vpt of 1, 2, 4 whose warp count fits 8, 16, 32 warps, warps rounded up to a power
- *     of two (more threads per row rather than more registers per thread, until the group is large).
- * warp_vpt is 1, 2 or 4 (1: one warp only for N <= 256). Returns 0 when N > 32 warps x 32 lanes x 4 chunks x 8
- * = 32768 elements, or N < 1. Every pair it can return is in EVT_ROW_CONFIGS (the instantiated kernels).
+ *   - otherwise the smallest vpt of 1, 2, 4 whose warp count fits w1cap (8 or 16), 16, 32 warps, warps rounded
+ *     up to a power of two (more threads per row rather than more registers per thread, until the group is
+ *     large).
+ * warp_vpt is 1, 2 or 4 (1: one warp only for N <= 256); w1cap 8 or 16. Returns 0 when N > 32 warps x 32 lanes
+ * x 4 chunks x 8 = 32768 elements, or N < 1. Every pair it can return is in evt_row_configs (the instantiated
+ * kernels).
  */
 #ifndef EVT_ROW_CONFIG_H
 #define EVT_ROW_CONFIG_H
@@ -19,13 +21,14 @@
 #define EVT_ROWS_DEFAULT_CTA_WARPS 8
 #define EVT_ROWS_DEFAULT_CTA_WARPS_SUM 16
 #define EVT_ROWS_DEFAULT_DEPTH 2
+#define EVT_ROWS_DEFAULT_W1CAP 8
 
 /* (warps, vpt) of every configuration evt_row_pick_config can return. */
-#define EVT_ROW_NCONFIGS 10
-static const int evt_row_configs[EVT_ROW_NCONFIGS][2] = {{1, 1}, {1, 2}, {1, 4}, {2, 1},   {4, 1},
-                                                         {8, 1}, {8, 2}, {16, 2}, {16, 4}, {32, 4}};
+#define EVT_ROW_NCONFIGS 11
+static const int evt_row_configs[EVT_ROW_NCONFIGS][2] = {{1, 1}, {1, 2},  {1, 4},  {2, 1},  {4, 1}, {8, 1},
+                                                         {8, 2}, {16, 1}, {16, 2}, {16, 4}, {32, 4}};
 
-static inline int evt_row_pick_config(int n, int warp_vpt, int *warps, int *vpt) {
+static inline int evt_row_pick_config(int n, int warp_vpt, int w1cap, int *warps, int *vpt) {
   if (n < 1) return 0;
   const int chunks = (n + 7) / 8;
   if (warp_vpt != 2 && warp_vpt != 4) warp_vpt = 1;
@@ -36,7 +39,7 @@ static inline int evt_row_pick_config(int n, int warp_vpt, int *warps, int *vpt)
     *vpt = v;
     return 1;
   }
-  static const int caps[3][2] = {{1, 8}, {2, 16}, {4, 32}};
+  const int caps[3][2] = {{1, w1cap == 16 ? 16 : 8}, {2, 16}, {4, 32}};
   for (int k = 0; k < 3; k++) {
     const int need = (chunks + 32 * caps[k][0] - 1) / (32 * caps[k][0]);
     if (need <= caps[k][1]) {

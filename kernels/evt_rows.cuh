@@ -391,9 +391,22 @@ __device__ __forceinline__ const float *group_exchange(const float (&a)[K], Red<
   return slot;
 }
 
-#ifndef EVT_ROWS_RED  // 1: merge operators at every butterfly level; 2: warp sums + one cross-warp merge
-#define EVT_ROWS_RED 1
+// Reduction scheme of the nuclei. 0: plain sum / max rounds (softmax: max, then Σ; layer norm: Σx, then Σ(x − μ)²;
+// layer-norm backward: Σx, then {Σ(x − μ)², Σg, Σg·(x − μ)} in one round), each a butterfly of adds / maxes
+// and one barrier: short dependency chains. 1: one round with merge operators at every butterfly level
+// (SoftmaxOp, ChanOp). 2: warp-level plain butterflies and one cross-warp merge. On the H200 (W1) 1 and 2
+// were 1.5-1.7x slower than the two-barrier plain rounds of before: the exp / divide inside the chain costs
+// more than the rounds it saves.
+#ifndef EVT_ROWS_RED
+#define EVT_ROWS_RED 0
 #endif
+struct MaxOp {
+  template <int K>
+  __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const {
+#pragma unroll
+    for (int k = 0; k < K; k++) a[k] = fmaxf(a[k], b[k]);
+  }
+};
 
 #define EVT_ROWS_FOR_VALID(body)                   \
   _Pragma("unroll") for (int v = 0; v < VPT; v++)  \
@@ -403,7 +416,7 @@ __device__ __forceinline__ const float *group_exchange(const float (&a)[K], Red<
     }
 
 // ---- nuclei --------------------------------------------------------------------------------------------------
-// y = exp(x − max) / Σ exp(x − max) with one barrier. EVT_ROWS_RED 2: warp max, exponentials against the warp's
+// y = exp(x − max) / Σ exp(x − max). EVT_ROWS_RED 0: a max round, then a Σ round. 2: warp max, exponentials against the warp's
 // max, warp sum; the warps' (max, Σ) pairs are exchanged once and merged, each thread rescales by
 // 2^(warp max − row max) / Σ. EVT_ROWS_RED 1: the same with per-thread maxima and SoftmaxOp at every level.
 template <int WARPS, int VPT>
@@ -412,6 +425,19 @@ __device__ __forceinline__ void softmax(const float (&x)[VPT][8], float (&y)[VPT
   constexpr float L2E = 1.4426950408889634f;
   float mx = -INFINITY;
   EVT_ROWS_FOR_VALID(if (ok) mx = fmaxf(mx, x[v][e]);)
+#if EVT_ROWS_RED == 0
+  {
+    float a[1] = {mx};
+    group_reduce<WARPS, 1, true>(a, r, MaxOp());
+    const float m2 = a[0] * L2E;
+    a[0] = 0.f;
+    EVT_ROWS_FOR_VALID(y[v][e] = ok ? exp2f(fmaf(x[v][e], L2E, -m2)) : 0.f; a[0] += y[v][e];)
+    group_reduce<WARPS, 1, true>(a, r, AddOp());
+    const float inv = 1.f / a[0];
+    EVT_ROWS_FOR_VALID((void)ok; y[v][e] *= inv;)
+    return;
+  }
+#endif
 #if EVT_ROWS_RED == 2
   {
     const float m2 = warp_max_all(mx) * L2E;
@@ -530,6 +556,22 @@ template <int WARPS, int VPT>
 __device__ __forceinline__ void ln_stats(const float (&x)[VPT][8], float eps, float (&xh)[VPT][8], float *mean,
                                          float *rstd, int n, int t, Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
+#if EVT_ROWS_RED == 0
+  {
+    float a[1] = {0.f};
+    EVT_ROWS_FOR_VALID(if (ok) a[0] += x[v][e];)
+    group_reduce<WARPS, 1, true>(a, r, AddOp());
+    const float mu = a[0] / (float)n;
+    a[0] = 0.f;
+    EVT_ROWS_FOR_VALID(const float d = ok ? x[v][e] - mu : 0.f; a[0] = fmaf(d, d, a[0]); xh[v][e] = d;)
+    group_reduce<WARPS, 1, true>(a, r, AddOp());
+    const float rs = rsqrtf(a[0] / (float)n + eps);
+    EVT_ROWS_FOR_VALID((void)ok; xh[v][e] *= rs;)
+    *mean = mu;
+    *rstd = rs;
+    return;
+  }
+#endif
 #if EVT_ROWS_RED == 2
   {
     float mu, m2, sg, sc;
@@ -569,6 +611,29 @@ __device__ __forceinline__ void layernorm_bwd(const float (&dy)[VPT][8], const f
                                               float eps, float (&xh)[VPT][8], float (&dx)[VPT][8], int n, int t,
                                               Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
+#if EVT_ROWS_RED == 0
+  {
+    float a[3] = {0.f, 0.f, 0.f};
+    EVT_ROWS_FOR_VALID(if (ok) a[0] += x[v][e];)
+    group_reduce<WARPS, 1, true>(reinterpret_cast<float(&)[1]>(a), r, AddOp());
+    const float mu = a[0] / (float)n;
+    a[0] = 0.f;
+    EVT_ROWS_FOR_VALID(if (ok) {
+      const float d = x[v][e] - mu;
+      const float g = HW ? dy[v][e] * w[v][e] : dy[v][e];
+      a[0] = fmaf(d, d, a[0]);
+      a[1] += g;
+      a[2] = fmaf(g, d, a[2]);
+    })
+    group_reduce<WARPS, 3, true>(a, r, AddOp());
+    const float rs = rsqrtf(a[0] / (float)n + eps);
+    const float inv_n = 1.f / (float)n;
+    const float mg = a[1] * inv_n, mgx = rs * a[2] * inv_n;  // Σ g·x̂ = rstd · Σ g·(x − μ)
+    EVT_ROWS_FOR_VALID(xh[v][e] = ok ? (x[v][e] - mu) * rs : 0.f;
+                       dx[v][e] = ok ? rs * ((HW ? dy[v][e] * w[v][e] : dy[v][e]) - mg - xh[v][e] * mgx) : 0.f;)
+    return;
+  }
+#endif
 #if EVT_ROWS_RED == 2
   {
     float g[VPT][8];
@@ -800,8 +865,8 @@ __device__ __forceinline__ void trigger_dependents() {
 }
 
 // ---- launch configuration -----------------------------------------------------------------------------------------
-// The original rule (evt_row_config.h with warp_vpt 1), kept for callers of this name.
-static inline int pick_config(int n, int *warps, int *vpt) { return evt_row_pick_config(n, 1, warps, vpt); }
+// The original rule (evt_row_config.h with warp_vpt 1, w1cap 8), kept for callers of this name.
+static inline int pick_config(int n, int *warps, int *vpt) { return evt_row_pick_config(n, 1, 8, warps, vpt); }
 
 }  // namespace evt_rows
 

@@ -93,6 +93,7 @@ EVTC_COMMAND(tune, "FILE [--dtype bf16|f16] [--max-configs N] [--reps N] [--jobs
   int ng = 0;
   for (int gi = 0; gi < p.ngroups; gi++) ng += want[gi];
   printf("gemm+evt groups to tune: %d (%d distinct kernel/shape problems)\n", ng, np);
+  fflush(stdout); /* before the tuner's progress lines on stderr */
   if (np > 0) {
     evt_tune_record *rec = calloc((size_t)np, sizeof *rec);
     evt_status *sts = calloc((size_t)np, sizeof *sts);

@@ -117,14 +117,18 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#ifndef EVT_ROWS_CTA_WARPS  // warps per CTA (several row-groups per CTA)\n#define EVT_ROWS_CTA_WARPS %d\n#endif\n"
          "#ifndef EVT_ROWS_CTA_WARPS_SUM  // the same with row sums (fewer CTAs: fewer partials)\n"
          "#define EVT_ROWS_CTA_WARPS_SUM %d\n#endif\n"
+         "#ifndef EVT_ROWS_W1CAP  // most warps per row with one chunk per thread (8 or 16)\n#define EVT_ROWS_W1CAP %d\n#endif\n"
          "#ifndef EVT_ROWS_DEPTH  // rows prefetched ahead when a thread holds one chunk (else 1)\n"
          "#define EVT_ROWS_DEPTH %d\n#endif\n"
          "#ifndef EVT_ROWS_DEEP_SUM  // row sums: EVT_ROWS_DEPTH rows ahead (1) or one (0)\n#define EVT_ROWS_DEEP_SUM 1\n#endif\n"
          "#ifndef EVT_ROWS_MINB_SUM  // row sums: __launch_bounds__ minimum CTAs per SM (caps registers)\n"
          "#define EVT_ROWS_MINB_SUM 1\n#endif\n"
          "#ifndef EVT_ROWS_SMEM_SUM  // row sums: accumulate in shared memory (1) or registers (0)\n"
-         "#define EVT_ROWS_SMEM_SUM 0\n#endif\n\n",
-     EVT_ROWS_DEFAULT_WARP_VPT, EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_DEPTH);
+         "#define EVT_ROWS_SMEM_SUM 0\n#endif\n"
+         "#ifndef EVT_ROWS_INST  // which (warps, vpt) configurations to instantiate (benchmarks compile fewer)\n"
+         "#define EVT_ROWS_INST(w, v) 1\n#endif\n\n",
+     EVT_ROWS_DEFAULT_WARP_VPT, EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
+     EVT_ROWS_DEFAULT_DEPTH);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
 
   /* 2a. Params */
@@ -423,10 +427,11 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   }
   sb(&b, "    return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n  }\n");
   sb(&b, "  int warps = 0, vpt = 0;\n"
-         "  if (!evt_row_pick_config(p.n, EVT_ROWS_WARP_VPT, &warps, &vpt)) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n");
+         "  if (!evt_row_pick_config(p.n, EVT_ROWS_WARP_VPT, EVT_ROWS_W1CAP, &warps, &vpt)) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n");
   for (int k = 0; k < EVT_ROW_NCONFIGS; k++)
-    sb(&b, "  if (warps == %d && vpt == %d) return launch<%d, %d>(p, st);\n", evt_row_configs[k][0], evt_row_configs[k][1],
-       evt_row_configs[k][0], evt_row_configs[k][1]);
+    sb(&b, "#if EVT_ROWS_INST(%d, %d)\n  if (warps == %d && vpt == %d) return launch<%d, %d>(p, st);\n#endif\n",
+       evt_row_configs[k][0], evt_row_configs[k][1], evt_row_configs[k][0], evt_row_configs[k][1], evt_row_configs[k][0],
+       evt_row_configs[k][1]);
   sb(&b, "  return EVT_LAUNCH_CANNOT_IMPLEMENT;\n}\n");
   return b.p;
 }

@@ -382,19 +382,22 @@ TEST(ci_nvcc_compiles_generated_row_kernels) {
  * covers the row. */
 TEST(row_pick_config) {
   int w = 0, v = 0;
-  CHECK(evt_row_pick_config(1024, 1, &w, &v) && w == 4 && v == 1);  /* the original rule */
-  CHECK(evt_row_pick_config(1024, 2, &w, &v) && w == 4 && v == 1);  /* 128 chunks > 64: not one warp */
-  CHECK(evt_row_pick_config(1024, 4, &w, &v) && w == 1 && v == 4);  /* one warp, 4 chunks per lane */
-  CHECK(evt_row_pick_config(512, 2, &w, &v) && w == 1 && v == 2);
-  CHECK(evt_row_pick_config(512, 1, &w, &v) && w == 2 && v == 1);
-  CHECK(evt_row_pick_config(100, 4, &w, &v) && w == 1 && v == 1);   /* 13 chunks: one per lane is enough */
-  CHECK(evt_row_pick_config(4096, 4, &w, &v) && w == 8 && v == 2);
-  CHECK(evt_row_pick_config(32768, 2, &w, &v) && w == 32 && v == 4);
-  CHECK(!evt_row_pick_config(32769, 2, &w, &v));
-  CHECK(!evt_row_pick_config(0, 2, &w, &v));
+  CHECK(evt_row_pick_config(1024, 1, 8, &w, &v) && w == 4 && v == 1);  /* the original rule */
+  CHECK(evt_row_pick_config(1024, 2, 8, &w, &v) && w == 4 && v == 1);  /* 128 chunks > 64: not one warp */
+  CHECK(evt_row_pick_config(1024, 4, 8, &w, &v) && w == 1 && v == 4);  /* one warp, 4 chunks per lane */
+  CHECK(evt_row_pick_config(512, 2, 8, &w, &v) && w == 1 && v == 2);
+  CHECK(evt_row_pick_config(512, 1, 8, &w, &v) && w == 2 && v == 1);
+  CHECK(evt_row_pick_config(100, 4, 8, &w, &v) && w == 1 && v == 1);   /* 13 chunks: one per lane is enough */
+  CHECK(evt_row_pick_config(4096, 4, 8, &w, &v) && w == 8 && v == 2);
+  CHECK(evt_row_pick_config(32768, 2, 8, &w, &v) && w == 32 && v == 4);
+  CHECK(!evt_row_pick_config(32769, 2, 8, &w, &v));
+  CHECK(!evt_row_pick_config(0, 2, 8, &w, &v));
+  CHECK(evt_row_pick_config(4096, 2, 16, &w, &v) && w == 16 && v == 1); /* w1cap 16: 512 threads x 1 chunk */
+  CHECK(evt_row_pick_config(4104, 2, 16, &w, &v) && w == 16 && v == 2); /* 513 chunks: 2 per thread */
   for (int knob = 1; knob <= 4; knob *= 2)
     for (int n = 1; n <= 32768; n += (n < 300 ? 1 : 97)) {
-      CHECK(evt_row_pick_config(n, knob, &w, &v));
+      const int cap = knob == 2 ? 16 : 8;
+      CHECK(evt_row_pick_config(n, knob, cap, &w, &v));
       CHECK(w * 32 * v * 8 >= n);                    /* the row fits */
       CHECK(w == 1 || w * 32 * v * 8 / 2 < n || v > 1); /* no group twice as large as needed */
       int listed = 0;

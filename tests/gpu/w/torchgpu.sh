@@ -20,6 +20,15 @@ if [ -z "${EVT_LIB:-}" ]; then
   [ -f build/libevt.so ] || timeout 120 make -j16 build/libevt.so >/dev/null 2>&1
   export EVT_LIB=$PWD/build/libevt.so
 fi
+nm -D "$EVT_LIB" 2>/dev/null | grep -q " T evt_program_create" || echo "WARNING: $EVT_LIB has no evt_program_create: CUDA segments will run in PyTorch"
+# the program API needs the fallback library's stream/context ABI (evt_fb_ctx_new): build a private copy
+# when the one given lacks it
+FB=${EVT_FALLBACK_LIB:-$PWD/build/libevt_fallback.so}
+if ! nm -D "$FB" 2>/dev/null | grep -q " T evt_fb_ctx_new"; then
+  echo "fallback library $FB lacks evt_fb_ctx_new: building a private copy"
+  timeout 90 make -s cuda BUILD=/tmp/torchgpu-build >/dev/null 2>&1 && FB=/tmp/torchgpu-build/libevt_fallback.so
+fi
+export EVT_FALLBACK_LIB=$FB
 export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache}
 # GEMM+EVT groups need CUTLASS JIT compiles (minutes each): hidden unless TORCHGPU_CUTLASS=1, so GEMM
 # groups run node by node (cuBLAS) and row / pointwise groups as generated kernels.
@@ -31,8 +40,12 @@ echo "EVT_LIB=$EVT_LIB EVT_FALLBACK_LIB=${EVT_FALLBACK_LIB:-} EVT_JIT_CACHE=${EV
 J=$(mktemp /tmp/torchgpu.XXXXXX.jsonl)
 models=mlp,bert,gcn,xmlcnn,convbn,vit,gcn_edges,sdpa
 modes=${TORCHGPU_MODES:-evt,evt_nopass,evt_cg,evt_all,evt_fp32}
-reserve=${TORCHGPU_BENCH_S:-100}   # seconds kept for the benchmark
-budget=$(( $(left) - reserve ))
+# seconds kept for the benchmark: TORCHGPU_BENCH_S, else 45% of the budget when it is over 150 s, else none
+if [ -n "${TORCHGPU_BENCH_S:-}" ]; then reserve=$TORCHGPU_BENCH_S
+elif [ "$SECS" -gt 150 ]; then reserve=$(( SECS * 45 / 100 ))
+else reserve=0; fi
+budget=$(( $(left) - reserve - 5 ))
+[ "$budget" -lt 10 ] && budget=10
 echo "-- models $models, modes $modes (one process, timeout ${budget}s; modes outermost)"
 timeout -k 5 "$budget" python3 tests/gpu/torch_models_gpu.py "$models" --modes "$modes" --json "$J"
 rc=$?
@@ -49,7 +62,7 @@ with open(sys.argv[1], "a") as f:
                 f.write(json.dumps(dict(model=m, mode=mode, matched=False, worst=why)) + "\n")
 PY
 b=$(( $(left) - 10 ))
-if [ "$b" -ge 40 ]; then
+if [ "$reserve" -gt 0 ] && [ "$b" -ge 40 ]; then
   echo "-- bench/e2e/run.py --quick (timeout ${b}s)"
   timeout -k 5 "$b" python3 bench/e2e/run.py --quick --workloads "${TORCHGPU_BENCH:-mlp}" --cudagraphs \
     --budget $((b - 5)) --out "/tmp/torchgpu-e2e" || echo "bench exited with $?"
