@@ -20,7 +20,11 @@
  *   POINTWISE  a nucleus-free group: an evt_rspec without nucleus over the largest tensor the group writes
  *              or reads ([M, N] = [rest, last dim]); sums over rows / within rows are row_sum / col_sum.
  *              Row kernels need no 16-byte alignment (they fall back to element accesses).
- *   UNFUSED    anything that cannot be expressed: a conv / SpMM / bmm nucleus, a library singleton
+ *   GEMM+EVT, batched: a bmm nucleus: a batched evt_kspec over [batch..., M, N] (lower_bmm in lower.c and
+ *              docs/codegen.md "Batched GEMM"): operand layouts and leading dims from strides, loads per batch
+ *              or shared by every batch, stores through member views (heads merge), per-batch or all-batch
+ *              sums, batch dims collapsed into at most two strided levels (l per launch, l_outer launches).
+ *   UNFUSED    anything that cannot be expressed: a conv / SpMM nucleus, a library singleton
  *              (pool, embedding, sdpa, ...), or a group with a member its spec cannot hold. The
  *              reason names the group and the node ("group 3: %erf.118 (erf): no visitor compute for erf").
  *
@@ -64,7 +68,9 @@ typedef struct evt_lowered {
   int d_tensor;           /* graph node stored as D, or -1: D is a scratch tile nobody reads */
   int vtensor[EVT_KSPEC_MAX_NODES]; /* per visitor/row node with memory: the graph node it reads/writes; else -1 */
   /* GEMM+EVT of a bmm nucleus (spec.batched): the launch's batch fields, same names and meaning as in
-   * evt_launch_args (kernels/evt_launch.h); all 0 for an unbatched GEMM. evt_lower_launch_batch copies them. */
+   * evt_launch_args (kernels/evt_launch.h); all 0 for an unbatched GEMM. evt_lower_launch_batch copies them.
+   * m, n, k are per batch; a_node / b_node / d_tensor / vtensor are whole tensors (l_outer * l batches,
+   * placed by these strides); a scratch D (d_tensor -1) is packed: l_outer * l * m * n elements. */
   int l, l_outer;
   int64_t lda, ldb, ldd, bs_a, bs_b, bs_d, os_a, os_b, os_d;
   int64_t ld_ptrs[EVT_KSPEC_MAX_NODES], bs_ptrs[EVT_KSPEC_MAX_NODES], os_ptrs[EVT_KSPEC_MAX_NODES];
@@ -91,6 +97,10 @@ void evt_lower_launch_batch(const evt_lowered *L, evt_launch_args *a);
  * memory of a_node / b_node, mem[i] the memory of vtensor[i] (loads read, stores write; sums from 0), d the
  * memory of D (d_tensor, or an L*M*N scratch). Unbatched: evt_kspec_reference. Batched: per batch through
  * the lowered leading dims, batch and outer strides (0 = packed, as the launcher reads them). */
+/* For the runtime's binding of a lowered batched GEMM: does every tensor (A, B, D, each visitor node's)
+ * hold every element the launch reaches through L's leading dims and batch / outer strides? false with the
+ * tensor named in why. lower_bmm itself refuses a group that fails it. */
+bool evt_lower_batched_check(const evt_graph *g, const evt_lowered *L, char *why, size_t whylen);
 void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d);
 
 /* Can node `node` be part of the epilogue of GEMM nucleus `nucleus` (mm/addmm)? Judges the node alone:

@@ -280,6 +280,14 @@ TEST(bmm_lowering_bert_layer) {
     /* q heads: rows H*D = 64 apart, head h at h*D = 16, batch b at S*H*D = 1024; k^T the same, transposed */
     CHECK(S->spec.layout == EVT_LAYOUT_NT && S->lda == 64 && S->ldb == 64 && S->bs_a == 16 && S->os_a == 1024);
     CHECK(S->ldd == 16 && S->bs_d == 256 && S->os_d == 1024);
+    /* the bounds check the runtime binding uses: fine as lowered, and it catches a layout reaching past A */
+    char why[200];
+    CHECK_MSG(evt_lower_batched_check(b.g, S, why, sizeof why), "%s", why);
+    evt_lowered *bad = malloc(sizeof *bad);
+    *bad = *S;
+    bad->os_a = 2048;
+    CHECK(!evt_lower_batched_check(b.g, bad, why, sizeof why) && strstr(why, "A (") && strstr(why, "reaches element"));
+    free(bad);
     bool scale = false;
     for (int i = 0; i < S->spec.nnodes; i++) scale |= S->spec.nodes[i].op == EVT_V_SCALAR && S->spec.nodes[i].value == 0.25;
     CHECK(scale);
@@ -295,15 +303,15 @@ TEST(bmm_lowering_bert_layer) {
   bgraph_free(&b);
 }
 
-/* Attention-style epilogue over [B, H, S, S]: scale, a per-batch mask, a bias shared by every batch, a
- * per-batch Σ_n (softmax-like row statistic) and a Σ over every batch and row; lowered with the shared
- * flags and checked against the interpreter. */
+/* Attention-style epilogue over [B, H, S, S] (q packed, k transposed: NT, one batch level of 6): scale, a
+ * per-batch mask, a bias shared by every batch, a per-batch Σ_n (softmax-like row statistic) and a Σ over
+ * every batch and row; lowered with the shared flags and checked against the interpreter. */
 TEST(bmm_lowering_epilogue_matches_interpreter) {
   const char *text =
       "graph att {\n"
-      "  %q: bf16[2,16,3,8] = input()\n  %k: bf16[2,16,3,8] = input()\n"
+      "  %qh: bf16[2,3,16,8] = input()\n  %k: bf16[2,3,16,8] = input()\n"
       "  %mask: bf16[2,3,16,16] = input()\n  %bias: bf16[16] = param()\n"
-      "  %qh = permute(%q, dims=[0,2,1,3])\n  %kt = permute(%k, dims=[0,2,3,1])\n"
+      "  %kt = transpose(%k, dims=[2,3])\n"
       "  %s = bmm(%qh, %kt)\n  %c: bf16[] = scalar(value=0.125)\n  %sc = mul(%s, %c)\n"
       "  %z = add(%sc, %mask)\n  %z2 = add(%z, %bias)\n  %zf = cast(%z2, dtype=f32)\n"
       "  %rs = sum(%zf, dims=[3])\n  %cs = sum(%zf, dims=[0,1,2])\n"
@@ -322,7 +330,7 @@ TEST(bmm_lowering_epilogue_matches_interpreter) {
       cs += v->op == EVT_V_ROW_SUM && v->shared;  /* Σ over M and every batch: one N-vector */
     }
     CHECK(mask == 1 && bias == 1 && rs == 1 && cs == 1);
-    CHECK(L->spec.layout == EVT_LAYOUT_NT && L->l == 3 && L->l_outer == 2);
+    CHECK(L->spec.layout == EVT_LAYOUT_NT && L->l == 6 && L->l_outer == 1); /* [B,H] packed: one level */
     CHECK(batched_vs_interp(&b, "att") == 1);
   }
   bgraph_free(&b);
@@ -341,6 +349,10 @@ TEST(bmm_lowering_refusals) {
       {"  %x: bf16[4,3,2,16,8] = input()\n  %q = permute(%x, dims=[2,1,0,3,4])\n  %k: bf16[2,3,4,8,16] = input()\n"
        "  %s = bmm(%q, %k)\n  output %s\n",
        "strided levels"},
+      /* a sum over every head and batch of [B,S,H,D] heads: two batch levels, one launch per B restarts it */
+      {"  %x: bf16[2,16,3,8] = input()\n  %q = permute(%x, dims=[0,2,1,3])\n  %k: bf16[2,3,8,16] = input()\n"
+       "  %s = bmm(%q, %k)\n  %f = cast(%s, dtype=f32)\n  %r = sum(%f, dims=[0,1,2])\n  output %s\n  output %r\n",
+       "two batch levels"},
       /* D stored transposed with an M x N aux tile in the epilogue */
       {"  %q: bf16[2,16,8] = input()\n  %k: bf16[2,8,16] = input()\n  %t: bf16[2,16,16] = input()\n"
        "  %s = bmm(%q, %k)\n  %o = add(%s, %t)\n  %p = permute(%o, dims=[0,2,1])\n  output %p\n",
