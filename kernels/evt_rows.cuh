@@ -415,6 +415,9 @@ __device__ __forceinline__ const float *group_exchange(const float (&a)[K], Red<
 #ifndef EVT_ROWS_RED
 #define EVT_ROWS_RED 0
 #endif
+#ifndef EVT_ROWS_RED_SOFTMAX  // the softmax nucleus's scheme (2 has no long chain: one exp per warp entry)
+#define EVT_ROWS_RED_SOFTMAX EVT_ROWS_RED
+#endif
 struct MaxOp {
   template <int K>
   __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const {
@@ -440,7 +443,7 @@ __device__ __forceinline__ void softmax(const float (&x)[VPT][8], float (&y)[VPT
   constexpr float L2E = 1.4426950408889634f;
   float mx = -INFINITY;
   EVT_ROWS_FOR_VALID(if (ok) mx = fmaxf(mx, x[v][e]);)
-#if EVT_ROWS_RED == 0
+#if EVT_ROWS_RED_SOFTMAX == 0
   {
     float a[1] = {mx};
     group_reduce<WARPS, 1, true>(a, r, MaxOp());
@@ -453,15 +456,15 @@ __device__ __forceinline__ void softmax(const float (&x)[VPT][8], float (&y)[VPT
     return;
   }
 #endif
-#if EVT_ROWS_RED == 2
+#if EVT_ROWS_RED_SOFTMAX == 2
   {
     const float m2 = warp_max_all(mx) * L2E;
     float sm[1] = {0.f};
-    EVT_ROWS_FOR_VALID(y[v][e] = ok ? exp2f(fmaf(x[v][e], L2E, -m2)) : 0.f; sm[0] += y[v][e];)
+    EVT_ROWS_FOR_VALID(y[v][e] = ok ? fast_exp2(fmaf(x[v][e], L2E, -m2)) : 0.f; sm[0] += y[v][e];)
     warp_sums<1>(sm);
     float scale;
     if (WARPS == 1) {
-      scale = 1.f / sm[0];
+      scale = __frcp_rn(sm[0]);
     } else {
       const float a[2] = {m2, sm[0]};
       const float *q = group_exchange<WARPS, 2>(a, r);
@@ -470,8 +473,8 @@ __device__ __forceinline__ void softmax(const float (&x)[VPT][8], float (&y)[VPT
       for (int w = 1; w < WARPS; w++) M = fmaxf(M, q[w]);
       float S = 0.f;
 #pragma unroll
-      for (int w = 0; w < WARPS; w++) S += q[w] == M ? q[WARPS + w] : q[WARPS + w] * exp2f(q[w] - M);
-      scale = (m2 == M ? 1.f : exp2f(m2 - M)) / S;
+      for (int w = 0; w < WARPS; w++) S += q[w] == M ? q[WARPS + w] : q[WARPS + w] * fast_exp2(q[w] - M);
+      scale = (m2 == M ? 1.f : fast_exp2(m2 - M)) * __frcp_rn(S);
     }
     EVT_ROWS_FOR_VALID((void)ok; y[v][e] *= scale;)
     return;
