@@ -1,8 +1,8 @@
 /* The unfused CUDA path: per-node kernels with the CPU interpreter's semantics. Contract: evt_fallback.h.
- * Design: every node computes in double into a zeroed scratch S (numel doubles), then `finish` rounds S to
- * the output dtype. Kernels are one thread per output element (or per row / group) with grid-stride loops,
- * mirroring the interpreter's loops so that sums run in the same order. Build: `make cuda` (nvcc, sm_90,
- * --fmad=false). */
+ * Design: every node computes in double into a scratch S (numel doubles; zeroed first unless its kernel
+ * assigns every element, writes_every_element), then `finish` rounds S to the output dtype. Kernels are
+ * one thread per output element (or per row / group) with grid-stride loops, mirroring the interpreter's
+ * loops so that sums run in the same order. Build: `make cuda` (nvcc, sm_90, --fmad=false). */
 #include "evt_fallback.h"
 #include "philox.h"
 
@@ -780,6 +780,29 @@ static ll scratch2_need(const evt_fb_node *nd) {
   }
 }
 
+/* Ops whose kernels assign every element of S (one thread per output element, grid-stride): no zeroing
+ * memset needed. Scatters, atomics and partial writes (one_hot, backward gathers, losses) are not listed. */
+static bool writes_every_element(int op) {
+  switch (op) {
+  case EVT_FB_OP_FULL: case EVT_FB_OP_SCALAR: case EVT_FB_OP_RAND: case EVT_FB_OP_DROPOUT:
+  case EVT_FB_OP_NEG: case EVT_FB_OP_EXP: case EVT_FB_OP_LOG: case EVT_FB_OP_SQRT: case EVT_FB_OP_RSQRT:
+  case EVT_FB_OP_RECIPROCAL: case EVT_FB_OP_ABS: case EVT_FB_OP_SIGN: case EVT_FB_OP_TANH: case EVT_FB_OP_SIGMOID:
+  case EVT_FB_OP_RELU: case EVT_FB_OP_GELU: case EVT_FB_OP_ERF: case EVT_FB_OP_CAST: case EVT_FB_OP_POW:
+  case EVT_FB_OP_GELU_BACKWARD: case EVT_FB_OP_THRESHOLD_BACKWARD:
+  case EVT_FB_OP_ADD: case EVT_FB_OP_SUB: case EVT_FB_OP_MUL: case EVT_FB_OP_DIV: case EVT_FB_OP_MAXIMUM:
+  case EVT_FB_OP_MINIMUM: case EVT_FB_OP_EQ: case EVT_FB_OP_NE: case EVT_FB_OP_LT: case EVT_FB_OP_LE:
+  case EVT_FB_OP_GT: case EVT_FB_OP_GE: case EVT_FB_OP_WHERE:
+  case EVT_FB_OP_SUM: case EVT_FB_OP_MEAN: case EVT_FB_OP_AMAX:
+  case EVT_FB_OP_SOFTMAX: case EVT_FB_OP_LOG_SOFTMAX: case EVT_FB_OP_SOFTMAX_BACKWARD: case EVT_FB_OP_LOG_SOFTMAX_BACKWARD:
+  case EVT_FB_OP_RESHAPE: case EVT_FB_OP_SQUEEZE: case EVT_FB_OP_UNSQUEEZE: case EVT_FB_OP_PERMUTE:
+  case EVT_FB_OP_TRANSPOSE: case EVT_FB_OP_EXPAND:
+  case EVT_FB_OP_MM: case EVT_FB_OP_BMM: case EVT_FB_OP_ADDMM:
+    return true;
+  default:
+    return false;
+  }
+}
+
 extern "C" int evt_fb_dtype_bytes(int dt) {
   switch (dt) {
   case EVT_FB_F32: case EVT_FB_I32: return 4;
@@ -995,7 +1018,7 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
   ctx->stream = (cudaStream_t)stream;
   if (evt_fb_reserve(ctx, nd, err, errlen)) return 2; /* no-op when reserved before the step */
   double *S = ctx->s1;
-  CK(cudaMemsetAsync(S, 0, sizeof(double) * (size_t)(n ? n : 1), ctx->stream));
+  if (!writes_every_element(op)) CK(cudaMemsetAsync(S, 0, sizeof(double) * (size_t)(n ? n : 1), ctx->stream));
   int nb = blocks(n);
   tv none = {NULL, 0};
   switch (op) {

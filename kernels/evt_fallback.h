@@ -4,7 +4,7 @@
  *
  * Contract
  * - A tensor lives on the device in its node's dtype (f32, f16, bf16, i64, i32, bool as one byte),
- *   contiguous row-major. Every node computes in double into a zeroed double scratch and then rounds to
+ *   contiguous row-major. Every node computes in double into a double scratch (zeroed unless its kernel assigns every element) and rounds to
  *   its dtype exactly as evt_round_to_dtype does (f16/bf16 through float, ints truncated, bool != 0), so
  *   with the library compiled with --fmad=false most ops give the interpreter's bits; transcendental
  *   functions (exp, log, tanh, erf) differ from glibc by an ulp of double, below any dtype's rounding.

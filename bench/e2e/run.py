@@ -5,6 +5,7 @@ and evt (torch.compile(backend="evt"), optionally with CUDA graphs), side by sid
     python3 bench/e2e/run.py --quick               # fewer steps, a subset, a time budget (GPU windows)
     python3 bench/e2e/run.py --autotune --cudagraphs --workloads mlp,bert_large
     python3 bench/e2e/run.py --render FILE.json    # markdown + PNG again from a JSON result
+    python3 bench/e2e/run.py --render W.log --tag w3   # ... from a GPU window's log (its E2E_JSON line)
 
 Each workload runs in a child process (all its modes side by side in that one process) under a timeout,
 so a workload that hangs, runs out of memory or takes too long to compile is reported as such and the
@@ -210,14 +211,18 @@ def run_workload(name, modes, a):
                         fb[op] = fb.get(op, 0) + 1
                 row.update(ops_in_evt=ops_evt, ops_in_pytorch=ops_torch,
                            fallback_ops=dict(sorted(fb.items(), key=lambda kv: -kv[1])[:12]))
-                if row.get("gpu_segments", 0) == 0:
-                    row["status"] = "evt cannot run it: every segment ran in PyTorch"
+                if row.get("gpu_segments", 0) == 0 and row.get("interp_segments", 0) == 0:
+                    row["status"] = ("evt cannot run it: no evt segment" if ops_evt == 0 else
+                                     "evt cannot run it: every segment ran in PyTorch")
         except Exception as e:  # noqa: BLE001 (a failure is a result)
             row["error"] = f"{type(e).__name__}: {e}"[:600]
         row["mode_s"] = round(time.time() - t_mode, 1)
         evt_log.removeHandler(cap)
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if a.json:  # (each mode as it ends: a timeout keeps the modes done)
+            with open(a.json, "a") as f:
+                f.write(json.dumps(row) + "\n")
         m = args = f = step = None
         torch.cuda.synchronize()
     return rows
@@ -329,11 +334,12 @@ def main():
     a = ap.parse_args()
     a.iters = a.iters or (5 if a.quick else 20)
     a.warmup = a.warmup if a.warmup is not None else (2 if a.quick else 3)
-    modes = a.modes.split(",") if a.modes else ["eager", "inductor", "evt"]
-    if a.autotune and "autotune" not in modes:
-        modes.insert(2, "autotune")
+    # order: evt right after eager, so that a workload cut short by its timeout still has evt's row
+    modes = a.modes.split(",") if a.modes else ["eager", "evt", "inductor"]
     if a.cudagraphs and "evt_cg" not in modes:
-        modes.append("evt_cg")
+        modes.insert(modes.index("evt") + 1 if "evt" in modes else len(modes), "evt_cg")
+    if a.autotune and "autotune" not in modes:
+        modes.append("autotune")
     if "eager" in modes:
         modes = ["eager"] + [m for m in modes if m != "eager"]
     bad = [m for m in modes if m not in ALL_MODES]
@@ -341,17 +347,24 @@ def main():
         ap.error(f"unknown mode(s) {bad}")
 
     if a.render:
-        result = json.load(open(a.render))
-        md, png = render(result, os.path.splitext(a.render)[0])
+        if a.render.endswith(".json"):
+            result, base = json.load(open(a.render)), os.path.splitext(a.render)[0]
+        else:  # a GPU window's log: the last E2E_JSON line, written to --out/e2e_<--tag>.json
+            lines = [ln for ln in open(a.render) if ln.startswith("E2E_JSON ")]
+            if not lines:
+                ap.error(f"{a.render}: no E2E_JSON line")
+            result = json.loads(lines[-1][len("E2E_JSON "):])
+            base = os.path.join(a.out, f"e2e_{a.tag or 'window'}")
+            os.makedirs(a.out, exist_ok=True)
+            with open(base + ".json", "w") as f:
+                json.dump(result, f, indent=1)
+        md, png = render(result, base)
         print(md)
         print("chart:", png or "matplotlib not available")
         return
 
     if a.child:
-        rows = run_workload(a.child, modes, a)
-        with open(a.json, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+        run_workload(a.child, modes, a)
         return
 
     import models as M

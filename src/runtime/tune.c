@@ -415,7 +415,7 @@ static evt_status parse_record(FILE *f, evt_tune_record *r) {
 
 evt_status evt_tune_record_read(const char *cache_dir, uint64_t spec_hash, int64_t m, int64_t n, int64_t k,
                                 const char *gpu, evt_tune_record *r) {
-  char dir[1000], name[200], path[1300];
+  char dir[1000], name[260], path[1300];
   evt_tune_dir(cache_dir, dir, sizeof dir);
   if (gpu) {
     evt_tune_record_name(spec_hash, m, n, k, gpu, name, sizeof name);

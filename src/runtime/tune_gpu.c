@@ -185,7 +185,7 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
   memset(r, 0, sizeof *r);
   r->spec_hash = evt_kspec_epilogue_hash(s);
   r->m = M, r->n = N, r->k = K;
-  snprintf(r->gpu, sizeof r->gpu, "%s", gpu);
+  snprintf(r->gpu, sizeof r->gpu, "%.63s", gpu);
   r->unfused_ms = r->default_ms = r->fused_ms = r->check_err = -1;
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
   (void)at, (void)bt;

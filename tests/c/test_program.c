@@ -170,7 +170,7 @@ TEST(program_layout_random_graphs_never_overlap_live_tensors) {
     int64_t shapes[3][2] = {{8, 16}, {8, 1}, {64, 16}};
     int ids[80], nid = 0;
     for (int i = 0; i < 3; i++) {
-      char nm[8];
+      char nm[16];
       snprintf(nm, sizeof nm, "x%d", i);
       ids[nid++] = evt_input(g, nm, EVT_F32, 2, shapes[i == 2 ? 0 : i]);
     }

@@ -159,6 +159,32 @@ def run(name, mode):
                 warnings=[m for m in cap.msgs if "failed" in m][:5])
 
 
+def preflight():
+    """The ctypes binding alone: one evt GPU program (mm -> relu, bf16; an int64 gather) against torch."""
+    text = ("graph seg {\n  %in.x: bf16[64,32] = input()\n  %in.w: bf16[32,16] = input()\n"
+            "  %in.i: i64[8] = input()\n  %mm: bf16[64,16] = mm(%in.x, %in.w)\n  %r: bf16[64,16] = relu(%mm)\n"
+            "  %g: bf16[8,16] = index_select(%r, %in.i, dim=0)\n  output %r, %g\n}\n")
+    x = torch.randn(64, 32, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(32, 16, device=dev, dtype=torch.bfloat16)
+    i = torch.randint(0, 64, (8,), device=dev)
+    out = []
+    for flags in (G.EVT_PROGRAM_FUSED, 0, G.EVT_PROGRAM_FUSED | G.EVT_PROGRAM_CUDA_GRAPH):
+        try:
+            p = G.Program(text, flags)
+            r, g = torch.empty(64, 16, device=dev, dtype=torch.bfloat16), torch.empty(8, 16, device=dev, dtype=torch.bfloat16)
+            for _ in range(3):
+                p.run([("in.x", x), ("in.w", w), ("in.i", i)], [r, g], torch.cuda.current_stream().cuda_stream)
+            torch.cuda.synchronize()
+            ref = torch.relu(x.float() @ w.float())
+            e1 = ((r.float() - ref).abs().max() / ref.abs().max()).item()
+            e2 = (g.float() - r.float()[i]).abs().max().item()
+            out.append(f"flags {flags}: rel {e1:.1e}, gather {e2:.1e}, launches {p.launch_count()}, "
+                       f"{'ok' if e1 < 1e-2 and e2 == 0 else 'MISMATCH'}")
+        except Exception as e:  # noqa: BLE001
+            out.append(f"flags {flags}: {type(e).__name__}: {e}"[:300])
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("models", help="comma list of " + ",".join(models()))
@@ -166,6 +192,9 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     print(f"program API in libevt: {G.has_program_api()}; EVT_FUSED={os.environ.get('EVT_FUSED', '1')}", flush=True)
+    if dev == "cuda" and G.has_program_api():
+        for line in preflight():
+            print("preflight (evt_program via ctypes):", line, flush=True)
     for mode in a.modes.split(","):  # modes outermost: every model's first mode before any second mode
         for name in a.models.split(","):
             if mode == "evt_all" and name not in ALL_OPS_MODELS:
