@@ -668,6 +668,10 @@ static bool member(lctx *c, int v) {
   case EVT_OP_RESHAPE: case EVT_OP_SQUEEZE: case EVT_OP_UNSQUEEZE: {
     int x = nd->inputs[0];
     if (c->vid[x] < 0) {
+      const evt_node *xn = &g->nodes[x];
+      if (nd->op != EVT_OP_CAST && c->group && c->group[x] == c->gi && (xn->op == EVT_OP_SUM || xn->op == EVT_OP_AMAX) &&
+          !member_uses_in_group(c, v))
+        return true; /* the reduction's output seen through a view that leaves: add_stores binds its store there */
       if (nd->op != EVT_OP_CAST) return refuse(c, v, "view of a value that is not a tile value of this kernel");
       c->vid[v] = operand(c, v, x, t);
       return c->vid[v] >= 0;
