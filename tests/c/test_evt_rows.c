@@ -138,7 +138,13 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "evt_rows::store8(p.n1_dx + ro, j0, n, full, S1);") != NULL);
   CHECK(strstr(a, "atomic") == NULL); /* row sums are a deterministic two-pass */
   CHECK(strstr(a, "__launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel") != NULL);
-  CHECK(strstr(a, "#define EVT_ROWS_MINB_SUM 1\n") != NULL); /* no forced register cap by default */
+  {
+    char def[64]; /* every tuning macro gets its default from evt_row_config.h */
+    snprintf(def, sizeof def, "#define EVT_ROWS_MINB_SUM %d\n", EVT_ROWS_DEFAULT_MINB_SUM);
+    CHECK(strstr(a, def) != NULL);
+    snprintf(def, sizeof def, "#define EVT_ROWS_EXACT %d\n", EVT_ROWS_DEFAULT_EXACT);
+    CHECK(strstr(a, def) != NULL);
+  }
   free(a);
   free(b);
   evt_rspec_example(&s, "chain_rowsum", EVT_F32);
