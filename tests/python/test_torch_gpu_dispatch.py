@@ -347,7 +347,7 @@ def _glue_setup(monkeypatch):
 
 @needs_lib
 @pytest.mark.parametrize("options", [None, {"cudagraphs": True}])
-@pytest.mark.parametrize("model", ["MLP", "Bert", "XMLCNN"])
+@pytest.mark.parametrize("model", ["MLP", "Bert", "XMLCNN", "ConvBN", "GCNEdges"])
 def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
     import copy
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -357,6 +357,9 @@ def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
         "MLP": (T.MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,)))),
         "Bert": (T.Bert, lambda: (torch.randn(2, 5, 8), torch.randint(0, 3, (2,)))),
         "XMLCNN": (T.XMLCNN, lambda: (torch.randint(0, 30, (2, 7)), torch.rand(2, 5).round())),
+        "ConvBN": (T.ConvBN, lambda: (torch.randn(2, 3, 4, 4), torch.randint(0, 3, (2,)))),
+        "GCNEdges": (T.GCNEdges, lambda: (torch.tensor([0, 1, 2, 3, 4, 5, 6, 0]), torch.tensor([1, 2, 3, 4, 5, 6, 0, 0]),
+                                          torch.rand(8), torch.randn(7, 6), torch.randint(0, 3, (7,)))),
     }[model]
     torch._dynamo.reset()
     torch.manual_seed(0)
