@@ -16,7 +16,7 @@ export EVT_JIT_CACHE=/tmp/evt-jit EVT_JIT_JOBS=16 PYTHONUNBUFFERED=1
 mkdir -p "$EVT_JIT_CACHE"
 tar xzf "$w/hostbin.tgz" -C "$w"
 [ -d .cutlass/cutlass_library ] || tar xzf "$w/cutlass.tgz"
-ls "$w"/jit.tgz.* >/dev/null 2>&1 && cat "$w"/jit.tgz.* | tar xzf - -C "$EVT_JIT_CACHE" && echo "jit cache: $(ls "$EVT_JIT_CACHE" | grep -c '\.so$') kernels"
+[ -f "$w/jit.txz" ] && tar xJf "$w/jit.txz" -C "$EVT_JIT_CACHE" && echo "jit cache: $(ls "$EVT_JIT_CACHE" | grep -c '\.so$') kernels"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 if ! make -j16 cuda > /tmp/make_cuda.log 2>&1; then echo "make cuda FAILED"; tail -30 /tmp/make_cuda.log; fi
 export EVT_FALLBACK_LIB=$PWD/build/libevt_fallback.so

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Dev-machine side of tests/gpu/window.sh: builds evtc here (the device image has no CBC headers) and
 # copies it with its non-system shared libraries into the git-ignored .gpuwork/w/hostbin (carried).
-# Optional: JIT=folder holding the jit.txz.* parts of the last window: they become .gpuwork/w/jit.tgz.*.
+# Optional: JIT=folder holding the jit.txz.* parts of the last window: they become .gpuwork/w/jit.txz.
 # Everything travels compressed (the carried tree is limited to 64 MiB): hostbin.tgz, cutlass.tgz.
 set -e
 make -j2 >/dev/null
