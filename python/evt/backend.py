@@ -166,6 +166,7 @@ class Segment:
         self.members = []
         self.options = options or {}
         self.path = None      # "interp", "gpu" or "torch" (set by finalize)
+        self.free_layout = set()  # FX nodes returned as evt wrote them (contiguous; see Plan.finalize)
         self.program = None
         self.why = None       # why a CUDA segment runs in PyTorch
 
@@ -285,7 +286,7 @@ class Segment:
             t = vals[k]
             if t.dtype != v.dtype:
                 t = t.to(v.dtype)
-            env[m] = _with_meta_strides(t, v)
+            env[m] = t if m in self.free_layout else _with_meta_strides(t, v)
 
 
 # Counters of what ran where since the last reset_stats() (read by the benchmark and the GPU tests).
@@ -347,8 +348,9 @@ def _run_torch(node, env):
 class Plan:
     """The ordered steps of one FX module: Segments and PyTorch nodes."""
 
-    def __init__(self, gm, force_torch, options=None, program_node_fallback=True):
+    def __init__(self, gm, force_torch, options=None, program_node_fallback=True, kind="module"):
         self.gm = gm
+        self.kind = kind
         self.options = options or {}
         self.program_node_fallback = program_node_fallback
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -391,8 +393,15 @@ class Plan:
 
     def finalize(self):
         """Parses every segment (raises EvtError with the parser's message on a rejected statement)."""
+        # The backward module's outputs are gradients for AccumulateGrad: on the GPU path they are returned
+        # contiguous as evt wrote them, not copied into PyTorch's recorded strides (a weight gradient is
+        # recorded transposed: the copy and AccumulateGrad's copy back to the parameter's layout are saved).
+        grads = set()
+        if self.kind == "backward":
+            grads = set(_flat_nodes(self.output.args[0]))
         for s in self.steps:
             if isinstance(s, Segment):
+                s.free_layout = grads
                 s.finalize(lambda m: m.users, self.program_node_fallback)
                 if s.path == "torch":
                     for m in s.members:
@@ -463,12 +472,20 @@ _NODE_IN_MSG = re.compile(r"node %([A-Za-z0-9_.]+)")
 MAX_PROGRAM_REBUILDS = 16
 
 
-def build_plan(gm, options=None):
+def _flat_nodes(x):
+    if isinstance(x, torch.fx.Node):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [n for y in x for n in _flat_nodes(y)]
+    return []
+
+
+def build_plan(gm, options=None, kind="module"):
     """A Plan for gm; nodes the evt parser (or the GPU program) rejects move to PyTorch one by one."""
     force = {}
     rebuilds = 0
     while True:
-        plan = Plan(gm, force, options, program_node_fallback=rebuilds < MAX_PROGRAM_REBUILDS)
+        plan = Plan(gm, force, options, program_node_fallback=rebuilds < MAX_PROGRAM_REBUILDS, kind=kind)
         try:
             plan.finalize()
             return plan
@@ -539,7 +556,7 @@ def compile_module(gm, example_inputs, kind="module", options=None):
             plan = plans.get(key)
             if plan is None:
                 try:
-                    plan = build_plan(_specialize(gm, args), options)
+                    plan = build_plan(_specialize(gm, args), options, kind)
                 except Exception as e:  # noqa: BLE001 (any failure to specialize: run the module as is)
                     log.warning("%s: could not specialize symbolic shapes (%s)", kind, e)
                     plan = None
@@ -553,7 +570,7 @@ def compile_module(gm, example_inputs, kind="module", options=None):
         run_dynamic._boxed_call = True
         return run_dynamic
     try:
-        plan = build_plan(gm, options)
+        plan = build_plan(gm, options, kind)
     except Exception as e:  # noqa: BLE001 (a bug in the translation must not fail the user's step)
         log.warning("%s: evt failed to build a plan (%s: %s); the module runs in PyTorch", kind, type(e).__name__, e)
         plan = None

@@ -668,6 +668,10 @@ static bool member(lctx *c, int v) {
   case EVT_OP_RESHAPE: case EVT_OP_SQUEEZE: case EVT_OP_UNSQUEEZE: {
     int x = nd->inputs[0];
     if (c->vid[x] < 0) {
+      const evt_node *xn = &g->nodes[x];
+      if (nd->op != EVT_OP_CAST && c->group && c->group[x] == c->gi && (xn->op == EVT_OP_SUM || xn->op == EVT_OP_AMAX) &&
+          !member_uses_in_group(c, v))
+        return true; /* the reduction's output seen through a view that leaves: add_stores binds its store there */
       if (nd->op != EVT_OP_CAST) return refuse(c, v, "view of a value that is not a tile value of this kernel");
       c->vid[v] = operand(c, v, x, t);
       return c->vid[v] >= 0;
@@ -817,6 +821,59 @@ static int bmm_matrix(int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_
   if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols)) return *ld = rows == 1 ? cols : rs, 0;
   if ((rs == 1 || rows == 1) && (cols == 1 || cs >= rows)) return *ld = cols == 1 ? rows : cs, 1;
   return -1;
+}
+
+/* Highest element index + 1 that a launch touches in one stored matrix (rows x cols, leading dim ld, inner
+ * batch stride bs over l, outer stride os over lo); strides already resolved (no 0 = packed). */
+static int64_t touched(int64_t lo, int64_t os, int64_t l, int64_t bs, int64_t rows, int64_t ld, int64_t cols) {
+  return (lo - 1) * os + (l - 1) * bs + (rows - 1) * ld + cols;
+}
+
+bool evt_lower_batched_check(const evt_graph *g, const evt_lowered *L, char *why, size_t whylen) {
+  const evt_kspec *s = &L->spec;
+  if (!L->ok || L->kind != EVT_LK_GEMM_EVT || !s->batched) {
+    if (why && whylen) snprintf(why, whylen, "not a lowered batched GEMM");
+    return false;
+  }
+  int64_t M = L->m, N = L->n, K = L->k, l = L->l > 0 ? L->l : 1, lo = L->l_outer > 1 ? L->l_outer : 1;
+  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
+  int64_t ar = at ? K : M, ac = at ? M : K, br = bt ? N : K, bc = bt ? K : N;
+  int64_t lda = L->lda ? L->lda : ac, ldb = L->ldb ? L->ldb : bc, ldd = L->ldd ? L->ldd : N;
+  typedef struct {
+    const char *what;
+    int node;
+    int64_t need;
+  } reach;
+  reach t[EVT_KSPEC_MAX_NODES + 3];
+  int nt = 0;
+  t[nt++] = (reach){"A", L->a_node, touched(lo, L->os_a, l, L->bs_a ? L->bs_a : ar * lda, ar, lda, ac)};
+  t[nt++] = (reach){"B", L->b_node, touched(lo, L->os_b, l, L->bs_b ? L->bs_b : br * ldb, br, ldb, bc)};
+  if (L->d_tensor >= 0) t[nt++] = (reach){"D", L->d_tensor, touched(lo, L->os_d, l, L->bs_d ? L->bs_d : M * ldd, M, ldd, N)};
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_vnode *vn = &s->nodes[i];
+    if (!evt_vop_has_memory(vn->op)) continue;
+    bool tile = vn->op == EVT_V_AUX_LOAD || vn->op == EVT_V_AUX_STORE;
+    int64_t rows = tile ? M : 1, cols = evt_vnode_numel(s, i, M, N) / rows, ld = tile && L->ld_ptrs[i] ? L->ld_ptrs[i] : cols;
+    int64_t need = vn->shared ? rows * ld - ld + cols
+                              : touched(lo, L->os_ptrs[i], l, L->bs_ptrs[i] ? L->bs_ptrs[i] : rows * ld, rows, ld, cols);
+    t[nt++] = (reach){vn->name, L->vtensor[i], need};
+  }
+  for (int k = 0; k < nt; k++) {
+    int v = t[k].node;
+    if (v < 0 || v >= g->nnodes) {
+      if (why && whylen) snprintf(why, whylen, "%s is not bound to a tensor", t[k].what);
+      return false;
+    }
+    int64_t have = evt_type_numel(&g->nodes[v].type);
+    if (t[k].need > have) {
+      if (why && whylen)
+        snprintf(why, whylen, "%s (%%%s) has %lld elements, the launch reaches element %lld", t[k].what,
+                 g->nodes[v].name, (long long)have, (long long)t[k].need);
+      return false;
+    }
+  }
+  if (why && whylen) why[0] = 0;
+  return true;
 }
 
 /* The bmm group gi -> a batched kernel spec (see the batched section above) and its launch layout. */
@@ -995,12 +1052,20 @@ static void lower_bmm(const evt_graph *g, const int *group, int gi, int nu, evt_
     free(tree);
     if (st != EVT_OK) refuse(c, nu, "%s", err);
   }
+  if (c->bad < 0) {
+    L->kind = EVT_LK_GEMM_EVT;
+    L->ok = 1;
+    char why[200];
+    if (!evt_lower_batched_check(g, L, why, sizeof why)) { /* a lowering bug: never launch out of bounds */
+      L->kind = EVT_LK_UNFUSED;
+      L->ok = 0;
+      refuse(c, nu, "internal: launch layout out of bounds: %s", why);
+    }
+  }
   if (c->bad >= 0) {
     L->bad_node = c->bad;
     L->l = L->l_outer = 0;
   } else {
-    L->kind = EVT_LK_GEMM_EVT;
-    L->ok = 1;
     L->reason[0] = 0;
     evt_kspec_kernel_name(&L->spec, L->kernel);
   }

@@ -97,6 +97,10 @@ void evt_lower_launch_batch(const evt_lowered *L, evt_launch_args *a);
  * memory of a_node / b_node, mem[i] the memory of vtensor[i] (loads read, stores write; sums from 0), d the
  * memory of D (d_tensor, or an L*M*N scratch). Unbatched: evt_kspec_reference. Batched: per batch through
  * the lowered leading dims, batch and outer strides (0 = packed, as the launcher reads them). */
+/* For the runtime's binding of a lowered batched GEMM: does every tensor (A, B, D, each visitor node's)
+ * hold every element the launch reaches through L's leading dims and batch / outer strides? false with the
+ * tensor named in why. lower_bmm itself refuses a group that fails it. */
+bool evt_lower_batched_check(const evt_graph *g, const evt_lowered *L, char *why, size_t whylen);
 void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d);
 
 /* Can node `node` be part of the epilogue of GEMM nucleus `nucleus` (mm/addmm)? Judges the node alone:

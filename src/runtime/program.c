@@ -3,9 +3,10 @@
  *
  * Create: load the kernel library (first, so a machine without a GPU fails before g is touched), run the
  * passes (unless EVT_PROGRAM_NO_OPT), with EVT_PROGRAM_FUSED partition + lower + JIT the distinct row /
- * pointwise kernels (a group whose kernel fails to compile or load falls back to node by node, reason in
- * its `why`), list the steps, plan the arena, allocate it, and reserve the library's scratch for every
- * node step (a run never allocates).
+ * pointwise kernels and (src/runtime/gemm_launch.c) GEMM+EVT kernels (a group whose kernel fails to
+ * compile or load falls back to node by node, reason in its `why`), list the steps, plan the arena,
+ * allocate it, and reserve the library's scratch for every node step (a run never allocates, except after
+ * a GEMM launcher refused its group: then the program re-plans and enqueues the step again).
  * Run: check every binding, then enqueue every step (cuda.c) and the output copies (an output that is an
  * input/param, or a node listed twice as an output, is copied into the caller's output memory). With
  * EVT_PROGRAM_CUDA_GRAPH the first run is eager (it loads lazily loaded kernels and lets generated

@@ -280,6 +280,14 @@ TEST(bmm_lowering_bert_layer) {
     /* q heads: rows H*D = 64 apart, head h at h*D = 16, batch b at S*H*D = 1024; k^T the same, transposed */
     CHECK(S->spec.layout == EVT_LAYOUT_NT && S->lda == 64 && S->ldb == 64 && S->bs_a == 16 && S->os_a == 1024);
     CHECK(S->ldd == 16 && S->bs_d == 256 && S->os_d == 1024);
+    /* the bounds check the runtime binding uses: fine as lowered, and it catches a layout reaching past A */
+    char why[200];
+    CHECK_MSG(evt_lower_batched_check(b.g, S, why, sizeof why), "%s", why);
+    evt_lowered *bad = malloc(sizeof *bad);
+    *bad = *S;
+    bad->os_a = 2048;
+    CHECK(!evt_lower_batched_check(b.g, bad, why, sizeof why) && strstr(why, "A (") && strstr(why, "reaches element"));
+    free(bad);
     bool scale = false;
     for (int i = 0; i < S->spec.nnodes; i++) scale |= S->spec.nodes[i].op == EVT_V_SCALAR && S->spec.nodes[i].value == 0.25;
     CHECK(scale);

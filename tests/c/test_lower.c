@@ -573,6 +573,8 @@ TEST(lower_new_visitor_nodes_match_the_interpreter) {
       {"  %y = one_hot(%t, num_classes=24)\n  %z = mul(%y, %x)\n  output %z\n", EVT_V_ONE_HOT, false},
       {"  %y = amax(%x, dims=[1])\n", EVT_V_COL_MAX, false},
       {"  %e = exp(%x)\n  %y = sum(%e, dims=[1])\n", EVT_V_COL_SUM, false},
+      /* a reduction seen through a view that leaves (a bias gradient reshaped): the store binds to the view */
+      {"  %e = exp(%x)\n  %s0 = sum(%e, dims=[0], keepdim=true)\n  %y = reshape(%s0, shape=[24])\n", EVT_V_ROW_SUM, false},
       {"  %y = exp(%ax)\n", EVT_V_EXP, true},
       {"  %y = log(%ax)\n", EVT_V_LOG, true},
       {"  %y = erf(%x)\n", EVT_V_ERF, true},

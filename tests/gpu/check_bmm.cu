@@ -361,10 +361,14 @@ int main(int argc, char **argv) {
       run_case(kc, "packed", 1, L, M, N, K, seed++, sample, &ms, reps);
       double cb = time_cublas(h, kc.layout, L, M, N, K, kc.epilogue == "bmm_scale" ? 0.125f : 1.f, reps);
       rows.push_back({kc.label + (scores ? " scores" : " context") + " packed", ms, cb});
+      printf("bench %s: evt %.4f ms, cuBLAS strided-batched %.4f ms\n", rows.back().what.c_str(), ms, cb);
+      fflush(stdout);
       if (scores) {
         double ms2 = -1;
         run_case(kc, "heads", Bt, H, M, N, K, seed++, {0, 17, L - 1}, &ms2, reps);
         rows.push_back({kc.label + " scores heads (32 launches x 16)", ms2, cb});
+        printf("bench %s: evt %.4f ms\n", rows.back().what.c_str(), ms2);
+        fflush(stdout);
       }
     }
     cublasDestroy(h);

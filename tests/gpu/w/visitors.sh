@@ -4,9 +4,11 @@
 #   bash tests/gpu/w/visitors.sh LOGFILE SECONDS        (environment: tests/gpu/window.sh)
 # 1. tests/gpu/check_visitors.cu: row kernels of the examples unary_math / cmp_where / softmax_xent (bf16,
 #    f32; 7 sizes) vs evt_rspec_reference, per store and per node type ("matched" / "NOT MATCHED").
+# 1b. tests/gpu/check_vops.cu: the GEMM epilogue's compute functors (kernels/evt_visitor_ops.h) on the device
+#    vs evt_vop_apply3 (seconds; no CUTLASS GEMM to compile).
 # 2. evtc run --device cuda --fused --check: whole training steps of the f32 examples whose loss / mask /
 #    optimizer groups now lower to generated row kernels, every output vs the interpreter (f32: 1e-4);
-#    the bf16 graphs are run too (their --check bound of 1e-2 is the known bf16-rounding limit, cmd_run.c).
+#    the bf16 graphs too (--check's bf16 rule: src/runtime/gpu_check.c).
 # 3. with time left: the two GEMM examples visitor_ops / visitor_cmp JIT-compiled with CUTLASS (nvcc,
 #    $EVT_JIT_CACHE) and checked the same way.
 # Ends with a summary table.
@@ -33,7 +35,11 @@ if [ ! -f "$lib" ]; then
   lib=$B/libevt_vis.a
 fi
 nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Ikernels tests/gpu/check_visitors.cu \
-  "$lib" -ldl -lm -lpthread -o "$B/check_visitors" || echo "BUILD FAILED: check_visitors"
+  "$lib" -ldl -lm -lpthread -o "$B/check_visitors" || echo "BUILD FAILED: check_visitors" &
+nvcc -std=c++17 --expt-relaxed-constexpr -O2 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Ikernels \
+  -I"${CUTLASS_PATH:-.cutlass/cutlass_library/source}/include" tests/gpu/check_vops.cu "$lib" -ldl -lm -lpthread \
+  -o "$B/check_vops" || echo "BUILD FAILED: check_vops" &
+wait
 summary=""
 row_rc=skipped
 if [ -x "$B/check_visitors" ]; then
@@ -49,6 +55,15 @@ if [ -x "$B/check_visitors" ]; then
 fi
 summary+="row visitor kernels (check_visitors): rc $row_rc, $(tail -1 "$B/rows.txt" 2>/dev/null)\n"
 
+echo; echo "=== GEMM epilogue functors (evt_ops::*, Array<float,4> as Sm90Compute calls them) vs evt_vop_apply3"
+vops_rc=skipped
+if [ -x "$B/check_vops" ] && [ "$(left)" -gt 8 ]; then
+  timeout $(( $(left) - 3 )) "$B/check_vops" >"$B/vops.txt" 2>&1
+  vops_rc=$?
+  cat "$B/vops.txt"
+fi
+summary+="GEMM compute functors (check_vops): rc $vops_rc, $(tail -1 "$B/vops.txt" 2>/dev/null)\n"
+
 echo; echo "=== end-to-end: evtc run --device cuda --fused --check (generated row kernels vs the interpreter)"
 echo "(row kernels JIT-compile on first use; \$EVT_JIT_CACHE keeps them for the next window)"
 for f in examples/mlp.evt examples/bert_layer.evt examples/gcn.evt examples/resnet_block.evt examples/vit.evt \
@@ -59,7 +74,6 @@ for f in examples/mlp.evt examples/bert_layer.evt examples/gcn.evt examples/resn
   echo "--- $f (rc $rc)"
   echo "$out" | grep -E "fused|generated|row|pointwise|check|step|done|error|FAIL|mismatch|warning" | head -60
   res=$([ $rc -eq 0 ] && echo "matched" || echo "NOT MATCHED (rc $rc)")
-  case "$f" in *bf16*) [ $rc -ne 0 ] && res="$res; bf16 --check bound is the known rounding limit, see log";; esac
   summary+="$f: $res\n"
 done
 
