@@ -235,11 +235,24 @@ def _gelu(b, node, used):
     return b.result("gelu", [b.val(node.args[0])], {"approximate": approx} if approx != "none" else {})
 
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def _opmath_result(b, op, operands, attrs):
+    """The current node as one evt op computed as PyTorch's kernel does: a bf16/f16 result is computed
+    in f32 from f32 casts of its operands and rounded once (evt's passes decompose these ops into
+    primitives, which would otherwise round after every step)."""
+    val = out(b.cur)
+    if val.dtype not in LOW_PRECISION:
+        return b.result(op, [b.val(x) for x in operands], attrs)
+    return _result_in(b, op, [b.cast(x, torch.float32) for x in operands], attrs, torch.float32, val)
+
+
 @rule(aten.gelu_backward)
 def _gelu_bwd(b, node, used):
     approx = node.kwargs.get("approximate", node.args[2] if len(node.args) > 2 else "none")
-    return b.result("gelu_backward", [b.val(node.args[0]), b.val(node.args[1])],
-                    {"approximate": approx} if approx != "none" else {})
+    return _opmath_result(b, "gelu_backward", [node.args[0], node.args[1]],
+                          {"approximate": approx} if approx != "none" else {})
 
 
 @rule(aten.threshold_backward)
@@ -835,14 +848,14 @@ def _softmax(evt_op):
         x, dim, half = node.args[:3]
         if half:
             raise Unsupported("half_to_float")
-        return b.result(evt_op, [b.val(x)], {"dim": dim % meta_val(x).dim()})
+        return _opmath_result(b, evt_op, [x], {"dim": dim % meta_val(x).dim()})
     return fn
 
 
 def _softmax_bwd(evt_op):
     def fn(b, node, used):
         dy, y, dim = node.args[:3]
-        return b.result(evt_op, [b.val(dy), b.val(y)], {"dim": dim % meta_val(y).dim()})
+        return _opmath_result(b, evt_op, [dy, y], {"dim": dim % meta_val(y).dim()})
     return fn
 
 

@@ -504,3 +504,31 @@ def test_mixed_dtype_norm_translation(norm):
             a = a.to(r.dtype)
         err = ((a.double() - r.double()).abs().max() / r.double().abs().max().clamp_min(1e-6)).item()
         assert err <= 1e-2, (a.dtype, err)
+
+
+@needs_lib
+def test_bf16_composite_backward_rounds_once():
+    """gelu / softmax / log_softmax backward on bf16 compute in f32 and round once, as PyTorch's kernels
+    do (evt's passes decompose them; in bf16 every primitive would round): within one bf16 rounding of
+    PyTorch, with the passes on."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(2)
+    x, dy = torch.randn(8, 32, generator=g).bfloat16(), torch.randn(8, 32, generator=g).bfloat16()
+    y = torch.softmax(x.float(), 1).bfloat16()
+    ly = torch.log_softmax(x.float(), 1).bfloat16()
+
+    def f(x, dy, y, ly):
+        return [aten.gelu_backward(dy, x), aten._softmax_backward_data(dy, y, 1, torch.bfloat16),
+                aten._log_softmax_backward_data(dy, ly, 1, torch.bfloat16)]
+    args = (x, dy, y, ly)
+    gm = make_fx(f)(*args)
+    FakeTensorProp(gm).propagate(*args)
+    plan = B.build_plan(gm)
+    assert plan.fallbacks == []
+    assert "dtype=f32" in _segments(plan)[0].text
+    for a, r in zip(plan(list(args)), f(*args)):
+        assert a.dtype == torch.bfloat16
+        ulp = r.float().abs().clamp_min(1e-3) * 2.0 ** -7
+        assert ((a.float() - r.float()).abs() <= ulp).all()
