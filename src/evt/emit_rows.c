@@ -369,9 +369,10 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   if (nrowsum) sb(&b, "static float *g_ws = nullptr;  // row_sum workspace, kept (not thread-safe)\nstatic size_t g_ws_bytes = 0;\n\n");
   sb(&b, "static int g_info[5];  // the last launch: warps, vpt, row-groups per CTA, CTAs per SM, registers\n\n");
   sb(&b, "template <int WARPS, int VPT, bool EX>\nstatic int launch(Params p, cudaStream_t st) {\n");
-  sb(&b, "  constexpr int CW = %s, R0 = CW / WARPS > 1 ? CW / WARPS : 1;\n"
+  sb(&b, "  // warps per CTA (row sums with more than one chunk per thread: half, 1024 threads would cap registers at 64)\n"
+         "  constexpr int CW = %s, R0 = CW / WARPS > 1 ? CW / WARPS : 1;\n"
          "  constexpr int R = WARPS == 1 || R0 <= 15 ? R0 : 15;  // row-groups per CTA\n",
-     nrowsum ? "EVT_ROWS_CTA_WARPS_SUM" : "EVT_ROWS_CTA_WARPS");
+     nrowsum ? "VPT == 1 ? EVT_ROWS_CTA_WARPS_SUM : EVT_ROWS_CTA_WARPS_SUM / 2" : "EVT_ROWS_CTA_WARPS");
   sb(&b, "  const long long blocks = ((long long)p.m + R - 1) / R;\n");
   sb(&b, nrowsum ? "  constexpr size_t SMEM = RSumsOf<WARPS, VPT, R>::smem_bytes();  // dynamic shared memory\n"
                  : "  constexpr size_t SMEM = 0;  // dynamic shared memory\n");
