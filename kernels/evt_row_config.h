@@ -15,13 +15,19 @@
 #ifndef EVT_ROW_CONFIG_H
 #define EVT_ROW_CONFIG_H
 
-/* Defaults of the generated kernels' tuning macros (EVT_ROWS_WARP_VPT, EVT_ROWS_CTA_WARPS, EVT_ROWS_CTA_WARPS_SUM, EVT_ROWS_DEPTH;
+/* Defaults of the generated kernels' tuning macros (EVT_ROWS_<name> for each EVT_ROWS_DEFAULT_<name> below;
  * each can be overridden with -D when the kernel is compiled, which the H200 benchmark uses to compare). */
 #define EVT_ROWS_DEFAULT_WARP_VPT 2
 #define EVT_ROWS_DEFAULT_CTA_WARPS 8
 #define EVT_ROWS_DEFAULT_CTA_WARPS_SUM 16
 #define EVT_ROWS_DEFAULT_DEPTH 2
+#define EVT_ROWS_DEFAULT_DEPTH_VPT 1
 #define EVT_ROWS_DEFAULT_W1CAP 8
+#define EVT_ROWS_DEFAULT_DEEP_SUM 1
+#define EVT_ROWS_DEFAULT_MINB_SUM 1
+#define EVT_ROWS_DEFAULT_SMEM_SUM 0
+#define EVT_ROWS_DEFAULT_EXACT 0
+#define EVT_ROWS_DEFAULT_RED_SOFTMAX 0
 
 /* (warps, vpt) of every configuration evt_row_pick_config can return. */
 #define EVT_ROW_NCONFIGS 11

@@ -19,6 +19,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "evt_row_config.h"
 #include "philox.h"
 
@@ -86,12 +88,25 @@ __device__ __forceinline__ void load8(const T *__restrict__ p, int j0, int n, bo
   }
 }
 
+// 2^x in one MUFU.EX2 (ex2.approx.ftz: ~2 ulp, denormal results flushed to 0) instead of exp2f's range fixups.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <class T>
 __device__ __forceinline__ void store8(T *__restrict__ p, int j0, int n, bool full, const float (&v)[8]) {
   if (full) {
     alignas(16) T tmp[8];
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
 #pragma unroll
-    for (int e = 0; e < 8; e++) tmp[e] = from_f<T>(v[e]);
+      for (int e = 0; e < 8; e += 2)  // one F2FP.BF16.PACK per pair
+        *reinterpret_cast<__nv_bfloat162 *>(&tmp[e]) = __floats2bfloat162_rn(v[e], v[e + 1]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; e++) tmp[e] = from_f<T>(v[e]);
+    }
     constexpr int NV = (int)sizeof(T) * 8 / 16;
 #pragma unroll
     for (int k = 0; k < NV; k++) reinterpret_cast<uint4 *>(p + j0)[k] = reinterpret_cast<const uint4 *>(tmp)[k];
@@ -400,6 +415,9 @@ __device__ __forceinline__ const float *group_exchange(const float (&a)[K], Red<
 #ifndef EVT_ROWS_RED
 #define EVT_ROWS_RED 0
 #endif
+#ifndef EVT_ROWS_RED_SOFTMAX  // the softmax nucleus's scheme (2 has no long chain: one exp per warp entry)
+#define EVT_ROWS_RED_SOFTMAX EVT_ROWS_RED
+#endif
 struct MaxOp {
   template <int K>
   __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const {
@@ -425,28 +443,28 @@ __device__ __forceinline__ void softmax(const float (&x)[VPT][8], float (&y)[VPT
   constexpr float L2E = 1.4426950408889634f;
   float mx = -INFINITY;
   EVT_ROWS_FOR_VALID(if (ok) mx = fmaxf(mx, x[v][e]);)
-#if EVT_ROWS_RED == 0
+#if EVT_ROWS_RED_SOFTMAX == 0
   {
     float a[1] = {mx};
     group_reduce<WARPS, 1, true>(a, r, MaxOp());
     const float m2 = a[0] * L2E;
     a[0] = 0.f;
-    EVT_ROWS_FOR_VALID(y[v][e] = ok ? exp2f(fmaf(x[v][e], L2E, -m2)) : 0.f; a[0] += y[v][e];)
+    EVT_ROWS_FOR_VALID(y[v][e] = ok ? fast_exp2(fmaf(x[v][e], L2E, -m2)) : 0.f; a[0] += y[v][e];)
     group_reduce<WARPS, 1, true>(a, r, AddOp());
-    const float inv = 1.f / a[0];
+    const float inv = __frcp_rn(a[0]);
     EVT_ROWS_FOR_VALID((void)ok; y[v][e] *= inv;)
     return;
   }
 #endif
-#if EVT_ROWS_RED == 2
+#if EVT_ROWS_RED_SOFTMAX == 2
   {
     const float m2 = warp_max_all(mx) * L2E;
     float sm[1] = {0.f};
-    EVT_ROWS_FOR_VALID(y[v][e] = ok ? exp2f(fmaf(x[v][e], L2E, -m2)) : 0.f; sm[0] += y[v][e];)
+    EVT_ROWS_FOR_VALID(y[v][e] = ok ? fast_exp2(fmaf(x[v][e], L2E, -m2)) : 0.f; sm[0] += y[v][e];)
     warp_sums<1>(sm);
     float scale;
     if (WARPS == 1) {
-      scale = 1.f / sm[0];
+      scale = __frcp_rn(sm[0]);
     } else {
       const float a[2] = {m2, sm[0]};
       const float *q = group_exchange<WARPS, 2>(a, r);
@@ -455,8 +473,8 @@ __device__ __forceinline__ void softmax(const float (&x)[VPT][8], float (&y)[VPT
       for (int w = 1; w < WARPS; w++) M = fmaxf(M, q[w]);
       float S = 0.f;
 #pragma unroll
-      for (int w = 0; w < WARPS; w++) S += q[w] == M ? q[WARPS + w] : q[WARPS + w] * exp2f(q[w] - M);
-      scale = (m2 == M ? 1.f : exp2f(m2 - M)) / S;
+      for (int w = 0; w < WARPS; w++) S += q[w] == M ? q[WARPS + w] : q[WARPS + w] * fast_exp2(q[w] - M);
+      scale = (m2 == M ? 1.f : fast_exp2(m2 - M)) * __frcp_rn(S);
     }
     EVT_ROWS_FOR_VALID((void)ok; y[v][e] *= scale;)
     return;

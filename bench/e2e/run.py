@@ -221,8 +221,8 @@ def run_workload(name, modes, a):
         rows.append(row)
         print(json.dumps(row), flush=True)
         if a.json:  # (each mode as it ends: a timeout keeps the modes done)
-            with open(a.json, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            with open(a.json, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
         m = args = f = step = None
         torch.cuda.synchronize()
     return rows

@@ -320,6 +320,8 @@ static int perf_main(int argc, char **argv) {
       P.poison();
       int rc = c->fn(&P.args);
       CUDA_CHECK(cudaDeviceSynchronize());
+      int info[5] = {0, 0, 0, 0, 0};
+      if (c->info) c->info(info);
       double worst = 0;
       bool match = rc == 0;
       const double tol = b.dt == EVT_F32 ? 1e-5 : 1e-2;
@@ -341,9 +343,11 @@ static int perf_main(int argc, char **argv) {
       double ts = steady_us([&](int i) { rc |= c->fn(i % K == 0 ? &P.args : &rot[i % K - 1]->args); }, 4 * K);
       CUDA_CHECK(cudaDeviceSynchronize());
       char line[512];
-      snprintf(line, sizeof line, "%-14s %-5s %6d %5d %-10s %7.1f | %8.1f %5.2f | %8.1f %5.2f | %8.1f %5.2f | %s (%.2e)%s",
+      char cfg[64] = "";
+      if (info[0]) snprintf(cfg, sizeof cfg, " [W%d V%d R%d, %d CTA/SM, %d regs]", info[0], info[1], info[2], info[3], info[4]);
+      snprintf(line, sizeof line, "%-14s %-5s %6d %5d %-10s %7.1f | %8.1f %5.2f | %8.1f %5.2f | %8.1f %5.2f | %s (%.2e)%s%s",
                b.ex, dt_name(b.dt), b.m, b.n, labels[vi].c_str(), bytes / 1e6, td, td / floor_us, tc, tc / floor_us, ts,
-               ts / floor_us, match ? "matched" : "NOT MATCHED", worst, rc ? " launch error" : "");
+               ts / floor_us, match ? "matched" : "NOT MATCHED", worst, rc ? " launch error" : "", cfg);
       printf("%s\n", line);
       fflush(stdout);
       res.push_back({labels[vi], td / floor_us, tc / floor_us, ts / floor_us, match && rc == 0, worst});

@@ -235,11 +235,24 @@ def _gelu(b, node, used):
     return b.result("gelu", [b.val(node.args[0])], {"approximate": approx} if approx != "none" else {})
 
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def _opmath_result(b, op, operands, attrs):
+    """The current node as one evt op computed as PyTorch's kernel does: a bf16/f16 result is computed
+    in f32 from f32 casts of its operands and rounded once (evt's passes decompose these ops into
+    primitives, which would otherwise round after every step)."""
+    val = out(b.cur)
+    if val.dtype not in LOW_PRECISION:
+        return b.result(op, [b.val(x) for x in operands], attrs)
+    return _result_in(b, op, [b.cast(x, torch.float32) for x in operands], attrs, torch.float32, val)
+
+
 @rule(aten.gelu_backward)
 def _gelu_bwd(b, node, used):
     approx = node.kwargs.get("approximate", node.args[2] if len(node.args) > 2 else "none")
-    return b.result("gelu_backward", [b.val(node.args[0]), b.val(node.args[1])],
-                    {"approximate": approx} if approx != "none" else {})
+    return _opmath_result(b, "gelu_backward", [node.args[0], node.args[1]],
+                          {"approximate": approx} if approx != "none" else {})
 
 
 @rule(aten.threshold_backward)
@@ -835,14 +848,14 @@ def _softmax(evt_op):
         x, dim, half = node.args[:3]
         if half:
             raise Unsupported("half_to_float")
-        return b.result(evt_op, [b.val(x)], {"dim": dim % meta_val(x).dim()})
+        return _opmath_result(b, evt_op, [x], {"dim": dim % meta_val(x).dim()})
     return fn
 
 
 def _softmax_bwd(evt_op):
     def fn(b, node, used):
         dy, y, dim = node.args[:3]
-        return b.result(evt_op, [b.val(dy), b.val(y)], {"dim": dim % meta_val(y).dim()})
+        return _opmath_result(b, evt_op, [dy, y], {"dim": dim % meta_val(y).dim()})
     return fn
 
 
@@ -884,6 +897,14 @@ def _ln_compute_dtype(x, w):
     xdt = meta_val(x).dtype
     wdt = meta_val(w).dtype if is_tensor_node(w) else xdt
     return xdt if wdt == xdt else torch.promote_types(xdt, wdt)
+
+
+def _result_in(b, op, operands, attrs, cdt, val):
+    """The statement holding an FX value that evt computes in cdt: the op itself when val has that dtype,
+    else the op (in cdt) cast to val's dtype."""
+    if val.dtype == cdt:
+        return b.result(op, operands, attrs, val=val)
+    return b.result("cast", [b.op(op, operands, attrs)], {"dtype": DTYPE_NAMES[val.dtype]}, val=val)
 
 
 def _ln_result(b, name, k, cdt, val):
@@ -993,31 +1014,32 @@ def _batch_norm(b, node, used):
     if not functional and rm is not None:
         raise Unsupported("in-place running-stat update")
     vals, res = out(node), {}
-    xn, dt = b.val(x), meta_val(x).dtype
+    dt = _ln_compute_dtype(x, w)  # (CUDA autocast: bf16 x with f32 affine and statistics, computed in f32)
+    xn = b.cast(x, dt)
     shp = static_shape(meta_val(x))
     dims = [0] + list(range(2, len(shp)))
-    ops = [xn] + ([b.val(w)] if w is not None else []) + ([b.val(bias)] if bias is not None else [])
+    ops = [xn] + ([b.cast(w, dt)] if w is not None else []) + ([b.cast(bias, dt)] if bias is not None else [])
     if 0 in used:
-        res[0] = b.result("batch_norm", ops, {"eps": float(eps)}, val=vals[0])
+        res[0] = _result_in(b, "batch_norm", ops, {"eps": float(eps)}, dt, vals[0])
     if used - {0}:
         m, var, r = _row_stats(b, xn, float(eps), dims, dt)
         C = [shp[1]]
         if 1 in used:
-            res[1] = b.result("reshape", [m], {"shape": C}, val=vals[1])
+            res[1] = _result_in(b, "reshape", [m], {"shape": C}, dt, vals[1])
         if 2 in used:
-            res[2] = b.result("reshape", [r], {"shape": C}, val=vals[2])
+            res[2] = _result_in(b, "reshape", [r], {"shape": C}, dt, vals[2])
         n = 1
         for i in dims:
             n *= shp[i]
         mom = float(momentum)
         if 3 in used:
-            keep = b.op("mul", [b.val(rm), b.scalar(1.0 - mom, dt)])
+            keep = b.op("mul", [b.cast(rm, dt), b.scalar(1.0 - mom, dt)])
             new = b.op("mul", [b.reshape(m, C), b.scalar(mom, dt)])
-            res[3] = b.result("add", [keep, new], val=vals[3])
+            res[3] = _result_in(b, "add", [keep, new], {}, dt, vals[3])
         if 4 in used:
             unb = b.op("mul", [b.reshape(var, C), b.scalar(mom * n / max(n - 1, 1), dt)])
-            keep = b.op("mul", [b.val(rv), b.scalar(1.0 - mom, dt)])
-            res[4] = b.result("add", [keep, unb], val=vals[4])
+            keep = b.op("mul", [b.cast(rv, dt), b.scalar(1.0 - mom, dt)])
+            res[4] = _result_in(b, "add", [keep, unb], {}, dt, vals[4])
     return res
 
 
@@ -1027,15 +1049,16 @@ def _batch_norm_bwd(b, node, used):
     if not train:
         raise Unsupported("batch norm backward in eval mode")
     vals, res = out(node), {}
-    dyn, xn = b.val(dy), b.val(x)
+    dt = _ln_compute_dtype(x, w)
+    dyn, xn = b.cast(dy, dt), b.cast(x, dt)
     dims = [0] + list(range(2, meta_val(x).dim()))
     if 0 in used:
-        ops = [dyn, xn] + ([b.val(w)] if w is not None else [])
-        res[0] = b.result("batch_norm_backward_input", ops, {"eps": float(eps)}, val=vals[0])
+        ops = [dyn, xn] + ([b.cast(w, dt)] if w is not None else [])
+        res[0] = _result_in(b, "batch_norm_backward_input", ops, {"eps": float(eps)}, dt, vals[0])
     if 1 in used:
-        res[1] = b.result("batch_norm_backward_weight", [dyn, xn], {"eps": float(eps)}, val=vals[1])
+        res[1] = _result_in(b, "batch_norm_backward_weight", [dyn, xn], {"eps": float(eps)}, dt, vals[1])
     if 2 in used:
-        res[2] = b.result("sum", [dyn], {"dims": dims}, val=vals[2])
+        res[2] = _result_in(b, "sum", [dyn], {"dims": dims}, dt, vals[2])
     return res
 
 

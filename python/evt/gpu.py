@@ -150,7 +150,8 @@ class Program:
             raise ProgramError(msg or f"evt_program_create failed (status {st})")
         self._p = p
         self.runs = 0
-        self.captures = 0     # CUDA graphs: runs whose bindings differed from the previous run's
+        self.captures = 0     # CUDA graphs: runs whose bindings differed from the previous run's (the first
+        #                       run is eager, the next captures: evt_program_run)
         self._last = None
 
     def _err(self, what):
@@ -172,9 +173,9 @@ class Program:
                 raise self._err(f"bind output {i}")
             ptrs.append(ptr)
         key = tuple(ptrs)
-        if key != self._last:
+        if key != self._last and self.flags & EVT_PROGRAM_CUDA_GRAPH:
             self.captures += 1
-            self._last = key
+        self._last = key
         if lib.evt_program_run(self._p, stream) != 0:
             raise self._err("run")
         self.runs += 1

@@ -120,15 +120,21 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#ifndef EVT_ROWS_W1CAP  // most warps per row with one chunk per thread (8 or 16)\n#define EVT_ROWS_W1CAP %d\n#endif\n"
          "#ifndef EVT_ROWS_DEPTH  // rows prefetched ahead when a thread holds one chunk (else 1)\n"
          "#define EVT_ROWS_DEPTH %d\n#endif\n"
-         "#ifndef EVT_ROWS_DEEP_SUM  // row sums: EVT_ROWS_DEPTH rows ahead (1) or one (0)\n#define EVT_ROWS_DEEP_SUM 1\n#endif\n"
+         "#ifndef EVT_ROWS_DEPTH_VPT  // ... when a thread holds at most this many chunks\n#define EVT_ROWS_DEPTH_VPT %d\n#endif\n"
+         "#ifndef EVT_ROWS_DEEP_SUM  // row sums: EVT_ROWS_DEPTH rows ahead (1) or one (0)\n#define EVT_ROWS_DEEP_SUM %d\n#endif\n"
          "#ifndef EVT_ROWS_MINB_SUM  // row sums: __launch_bounds__ minimum CTAs per SM (caps registers)\n"
-         "#define EVT_ROWS_MINB_SUM 1\n#endif\n"
+         "#define EVT_ROWS_MINB_SUM %d\n#endif\n"
          "#ifndef EVT_ROWS_SMEM_SUM  // row sums: accumulate in shared memory (1) or registers (0)\n"
-         "#define EVT_ROWS_SMEM_SUM 0\n#endif\n"
+         "#define EVT_ROWS_SMEM_SUM %d\n#endif\n"
+         "#ifndef EVT_ROWS_EXACT  // 1: also a kernel for N = 256 * warps * vpt without bounds checks\n"
+         "#define EVT_ROWS_EXACT %d\n#endif\n"
+         "#ifndef EVT_ROWS_RED_SOFTMAX  // softmax reductions: 0 max round + sum round, 2 warp rounds + one merge\n"
+         "#define EVT_ROWS_RED_SOFTMAX %d\n#endif\n"
          "#ifndef EVT_ROWS_INST  // which (warps, vpt) configurations to instantiate (benchmarks compile fewer)\n"
          "#define EVT_ROWS_INST(w, v) 1\n#endif\n\n",
      EVT_ROWS_DEFAULT_WARP_VPT, EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
-     EVT_ROWS_DEFAULT_DEPTH);
+     EVT_ROWS_DEFAULT_DEPTH, EVT_ROWS_DEFAULT_DEPTH_VPT, EVT_ROWS_DEFAULT_DEEP_SUM, EVT_ROWS_DEFAULT_MINB_SUM, EVT_ROWS_DEFAULT_SMEM_SUM,
+     EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
 
   /* 2a. Params */
@@ -184,14 +190,16 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
       RIN(f, ctype(s->nodes[i].dtype), a);
     }
 #undef RIN
-  sb(&b, nrowsum ? "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel(Params p) {\n"
+  sb(&b, nrowsum ? "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel(Params p) {\n"
                  : "// one-chunk rows: at least 1024 resident threads per SM (caps registers at 64 per thread)\n"
-                   "template <int WARPS, int VPT, int R>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : 1)\n"
+                   "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : 1)\n"
                    "row_kernel(Params p) {\n");
   sb(&b, "  constexpr int T = WARPS * 32;\n");
   if (nrowsum) sb(&b, "  using RSums = RSumsOf<WARPS, VPT, R>;\n");
   sb(&b, "  static_assert(WARPS == 1 || R <= 15, \"named barriers 1..15: one per row-group\");\n");
-  sb(&b, "  const int g = threadIdx.x / T, t = threadIdx.x %% T;\n  const int n = p.n;\n");
+  sb(&b, "  const int g = threadIdx.x / T, t = threadIdx.x %% T;\n"
+         "  const int n = EX ? T * 8 * VPT : p.n;  // EX: the row fills the group exactly (bounds checks fold away)\n"
+         "  const bool vec = EX || p.vec;  // EX kernels run only with 16-byte aligned tensors\n");
   if (nu != EVT_ROWN_NONE || ncolsum)
     sb(&b, "  __shared__ float red[R][evt_rows::red_floats<WARPS>()];  // per row-group reduction slots\n"
            "  evt_rows::Red<WARPS> rk = {red[g], 0};\n");
@@ -199,14 +207,14 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   int hw = s->has_w, hb = s->has_b;
   if (nu == EVT_ROWN_LAYERNORM || nu == EVT_ROWN_LAYERNORM_BWD) {
     sb(&b, "  float nu_w[VPT][8], nu_b[VPT][8];  // this thread's columns of w / b (loaded once)\n");
-    sb(&b, hw ? "  evt_rows::load_row<T, VPT>(p.w, n, t, true, p.vec, nu_w);\n"
+    sb(&b, hw ? "  evt_rows::load_row<T, VPT>(p.w, n, t, true, vec, nu_w);\n"
               : "  evt_rows::load_row<T, VPT>((const float *)nullptr, n, t, false, false, nu_w);  // no w\n");
-    sb(&b, hb ? "  evt_rows::load_row<T, VPT>(p.b, n, t, true, p.vec, nu_b);\n"
+    sb(&b, hb ? "  evt_rows::load_row<T, VPT>(p.b, n, t, true, vec, nu_b);\n"
               : "  evt_rows::load_row<T, VPT>((const float *)nullptr, n, t, false, false, nu_b);  // no b\n");
   }
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_ROW_BCAST)
-      sb(&b, "  float L%d[VPT][8];  // row_bcast %s (loaded once)\n  evt_rows::load_row<T, VPT>(p.n%d_%s, n, t, true, p.vec, L%d);\n",
+      sb(&b, "  float L%d[VPT][8];  // row_bcast %s (loaded once)\n  evt_rows::load_row<T, VPT>(p.n%d_%s, n, t, true, vec, L%d);\n",
          i, s->nodes[i].name, i, s->nodes[i].name, i);
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_SCALAR_LOAD)
@@ -220,7 +228,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "  const long long stride = (long long)gridDim.x * R;\n");
   if (nrin)
     sb(&b, "  // prefetch ring: rows i+1 .. i+D of this row-group in flight while row i is worked on\n"
-           "  constexpr int D = VPT == 1 && %s ? EVT_ROWS_DEPTH : 1;\n",
+           "  constexpr int D = VPT <= EVT_ROWS_DEPTH_VPT && %s ? EVT_ROWS_DEPTH : 1;\n",
        nrowsum ? "EVT_ROWS_DEEP_SUM" : "true");
   for (int k = 0; k < nrin; k++)
     sb(&b, "  evt_rows::Raw8<%s> q_%s[D][VPT];  // %s, the next D rows\n", rin[k].type, rin[k].arr, rin[k].field);
@@ -228,7 +236,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     sb(&b, "#pragma unroll\n  for (int d = 0; d < D; d++) {  // the first D rows\n"
            "    const long long row = (long long)blockIdx.x * R + g + d * stride;\n    const bool live = row < p.m;\n");
   for (int k = 0; k < nrin; k++)
-    sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live ? row * n : 0), n, t, live, p.vec, q_%s[d]);\n", rin[k].field,
+    sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live ? row * n : 0), n, t, live, vec, q_%s[d]);\n", rin[k].field,
        rin[k].arr);
   if (nrin) sb(&b, "  }\n");
   sb(&b, "  for (long long base = (long long)blockIdx.x * R; base < p.m; base += stride) {\n");
@@ -242,7 +250,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
              "      c_%s[v] = q_%s[0][v];\n#pragma unroll\n      for (int d = 0; d + 1 < D; d++) q_%s[d][v] = q_%s[d + 1][v];\n"
              "    }\n",
          rin[k].type, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr);
-      sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, p.vec, q_%s[D - 1]);\n",
+      sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, vec, q_%s[D - 1]);\n",
          rin[k].field, rin[k].arr);
     }
   }
@@ -288,7 +296,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
       sb(&b, "    const long long oh%d = live ? (long long)p.n%d_%s[row] : -1;  // one_hot class of this row\n", i, i, v->name);
   }
   sb(&b, "#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n      const int j0 = (v * T + t) * 8;\n"
-         "      if (!live || j0 >= n) continue;\n      const bool full = p.vec && j0 + 8 <= n;\n      (void)full;\n");
+         "      if (!live || j0 >= n) continue;\n      const bool full = vec && j0 + 8 <= n;\n      (void)full;\n");
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
     const char *et = is_int(v->dtype) ? "double" : "float"; /* integer tensors: values in doubles (exact) */
@@ -354,20 +362,23 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
 
   /* 2c. launch<WARPS, VPT> */
   if (nrowsum) sb(&b, "static float *g_ws = nullptr;  // row_sum workspace, kept (not thread-safe)\nstatic size_t g_ws_bytes = 0;\n\n");
-  sb(&b, "template <int WARPS, int VPT>\nstatic int launch(Params p, cudaStream_t st) {\n");
+  sb(&b, "static int g_info[5];  // the last launch: warps, vpt, row-groups per CTA, CTAs per SM, registers\n\n");
+  sb(&b, "template <int WARPS, int VPT, bool EX>\nstatic int launch(Params p, cudaStream_t st) {\n");
   sb(&b, "  constexpr int CW = %s, R0 = CW / WARPS > 1 ? CW / WARPS : 1;\n"
          "  constexpr int R = WARPS == 1 || R0 <= 15 ? R0 : 15;  // row-groups per CTA\n",
      nrowsum ? "EVT_ROWS_CTA_WARPS_SUM" : "EVT_ROWS_CTA_WARPS");
   sb(&b, "  const long long blocks = ((long long)p.m + R - 1) / R;\n");
   sb(&b, nrowsum ? "  constexpr size_t SMEM = RSumsOf<WARPS, VPT, R>::smem_bytes();  // dynamic shared memory\n"
                  : "  constexpr size_t SMEM = 0;  // dynamic shared memory\n");
-  sb(&b, "  static int resident = 0;  // CTAs of this shape that fit on the GPU at once: the grid (persistent)\n"
-         "  if (!resident) {\n    int dev = 0, sms = 0, occ = 0;\n    cudaGetDevice(&dev);\n"
+  sb(&b, "  static int resident = 0, occ = 0, regs = 0;  // CTAs of this shape that fit on the GPU at once: the grid\n"
+         "  if (!resident) {\n    int dev = 0, sms = 0;\n    cudaGetDevice(&dev);\n"
          "    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n"
          "    if (SMEM > 48 * 1024)\n"
-         "      cudaFuncSetAttribute(row_kernel<WARPS, VPT, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM);\n"
-         "    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, row_kernel<WARPS, VPT, R>, WARPS * 32 * R, SMEM);\n"
+         "      cudaFuncSetAttribute(row_kernel<WARPS, VPT, R, EX>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM);\n"
+         "    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, row_kernel<WARPS, VPT, R, EX>, WARPS * 32 * R, SMEM);\n"
+         "    cudaFuncAttributes fa = {};\n    cudaFuncGetAttributes(&fa, row_kernel<WARPS, VPT, R, EX>);\n    regs = fa.numRegs;\n"
          "    resident = sms * (occ > 0 ? occ : 1);\n  }\n"
+         "  g_info[0] = WARPS, g_info[1] = VPT, g_info[2] = R, g_info[3] = occ, g_info[4] = regs;\n"
          "  const int grid = (int)(blocks < resident ? blocks : resident);\n");
   if (nrowsum) {
     sb(&b, "  const size_t need = (size_t)%d * grid * p.n * sizeof(float);\n"
@@ -375,7 +386,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "    if (cudaMalloc(&g_ws, need) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n    g_ws_bytes = need;\n  }\n"
            "  p.ws = g_ws;\n", nrowsum);
   }
-  sb(&b, "  row_kernel<WARPS, VPT, R><<<grid, WARPS * 32 * R, SMEM, st>>>(p);\n");
+  sb(&b, "  row_kernel<WARPS, VPT, R, EX><<<grid, WARPS * 32 * R, SMEM, st>>>(p);\n");
   if (nrowsum) {
     sb(&b, "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n");
     sb(&b, "  evt_rows::RowSumOuts outs = {};\n");
@@ -391,6 +402,10 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
   sb(&b, "static bool aligned16(const void *q) { return ((uintptr_t)q & 15) == 0; }\n\n}  // namespace evt_gen_%s\n\n",
      hash);
+
+  sb(&b, "// Diagnostics: the configuration of the last launch (benchmarks print it).\n"
+         "extern \"C\" void %s_info(int *out) {\n  for (int k = 0; k < 5; k++) out[k] = evt_gen_%s::g_info[k];\n}\n\n",
+     kname, hash);
 
   /* 3. launcher */
   sb(&b, "extern \"C\" int %s(const evt_row_launch_args *a) {\n  using namespace evt_gen_%s;\n", kname, hash);
@@ -429,9 +444,12 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "  int warps = 0, vpt = 0;\n"
          "  if (!evt_row_pick_config(p.n, EVT_ROWS_WARP_VPT, EVT_ROWS_W1CAP, &warps, &vpt)) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n");
   for (int k = 0; k < EVT_ROW_NCONFIGS; k++)
-    sb(&b, "#if EVT_ROWS_INST(%d, %d)\n  if (warps == %d && vpt == %d) return launch<%d, %d>(p, st);\n#endif\n",
-       evt_row_configs[k][0], evt_row_configs[k][1], evt_row_configs[k][0], evt_row_configs[k][1], evt_row_configs[k][0],
-       evt_row_configs[k][1]);
+    sb(&b, "#if EVT_ROWS_INST(%d, %d)\n  if (warps == %d && vpt == %d)\n"
+           "    return EVT_ROWS_EXACT && p.vec && p.n == %d ? launch<%d, %d, EVT_ROWS_EXACT != 0>(p, st) : launch<%d, %d, false>(p, st);\n"
+           "#endif\n",
+       evt_row_configs[k][0], evt_row_configs[k][1], evt_row_configs[k][0], evt_row_configs[k][1],
+       evt_row_configs[k][0] * evt_row_configs[k][1] * 256, evt_row_configs[k][0], evt_row_configs[k][1],
+       evt_row_configs[k][0], evt_row_configs[k][1]);
   sb(&b, "  return EVT_LAUNCH_CANNOT_IMPLEMENT;\n}\n");
   return b.p;
 }

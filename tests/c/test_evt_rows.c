@@ -124,7 +124,7 @@ TEST(emit_rows_structure) {
   /* the next row's dy and x are fetched before the current row is reduced */
   const char *pf = strstr(a, "evt_rows::fetch_row<T, VPT>(p.x + (nlive ? nrow * n : 0)");
   CHECK(pf && strstr(pf, "layernorm_bwd<WARPS") != NULL);
-  CHECK(strstr(a, "evt_rows::load_row<T, VPT>(p.w, n, t, true, p.vec, nu_w);") != NULL);
+  CHECK(strstr(a, "evt_rows::load_row<T, VPT>(p.w, n, t, true, vec, nu_w);") != NULL);
   CHECK(strstr(a, "launch_rowsum_finalize(dim3((p.n + 31) / 32, 2), st,") != NULL);
   /* the finalize may launch early (PDL) only after the partial flush begins */
   const char *trig = strstr(a, "evt_rows::trigger_dependents();");
@@ -132,12 +132,19 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "if (ok) rsum.at(0, v, e) += v4;  // dgamma") != NULL);
   CHECK(strstr(a, "if (ok) rsum.at(1, v, e) += v2;  // dbeta") != NULL);
   CHECK(strstr(a, "using RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, 2,") != NULL);
-  CHECK(strstr(a, "row_kernel<WARPS, VPT, R><<<grid, WARPS * 32 * R, SMEM, st>>>(p);") != NULL);
+  CHECK(strstr(a, "row_kernel<WARPS, VPT, R, EX><<<grid, WARPS * 32 * R, SMEM, st>>>(p);") != NULL);
+  CHECK(strstr(a, "return EVT_ROWS_EXACT && p.vec && p.n == 1024 ? launch<4, 1, EVT_ROWS_EXACT != 0>(p, st) : launch<4, 1, false>(p, st);") != NULL);
   CHECK(strstr(a, "const auto v4 = v2 * v3;") != NULL); /* auto: float, or double for integer tensors */
   CHECK(strstr(a, "evt_rows::store8(p.n1_dx + ro, j0, n, full, S1);") != NULL);
   CHECK(strstr(a, "atomic") == NULL); /* row sums are a deterministic two-pass */
   CHECK(strstr(a, "__launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel") != NULL);
-  CHECK(strstr(a, "#define EVT_ROWS_MINB_SUM 1\n") != NULL); /* no forced register cap by default */
+  {
+    char def[64]; /* every tuning macro gets its default from evt_row_config.h */
+    snprintf(def, sizeof def, "#define EVT_ROWS_MINB_SUM %d\n", EVT_ROWS_DEFAULT_MINB_SUM);
+    CHECK(strstr(a, def) != NULL);
+    snprintf(def, sizeof def, "#define EVT_ROWS_EXACT %d\n", EVT_ROWS_DEFAULT_EXACT);
+    CHECK(strstr(a, def) != NULL);
+  }
   free(a);
   free(b);
   evt_rspec_example(&s, "chain_rowsum", EVT_F32);

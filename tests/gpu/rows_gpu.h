@@ -40,6 +40,7 @@ struct RowCase {
   evt_rspec spec;
   std::string name, label;
   evt_row_fn fn = nullptr;
+  void (*info)(int *) = nullptr;  // <kernel>_info when the kernel exports it (the configuration of its last launch)
 };
 
 static const char *dt_name(evt_dtype d) { return d == EVT_BF16 ? "bf16" : d == EVT_F16 ? "f16" : "f32"; }
@@ -113,6 +114,7 @@ static void load_all(std::vector<RowCase> &cases, const char *dir, bool quiet = 
       continue;
     }
     c.fn = (evt_row_fn)dlsym(h, c.name.c_str());
+    c.info = (void (*)(int *))dlsym(h, (c.name + "_info").c_str());
     if (!c.fn) fprintf(stderr, "dlsym %s: %s\n", c.name.c_str(), dlerror());
   }
 }

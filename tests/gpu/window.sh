@@ -4,7 +4,7 @@
 #   bash tests/gpu/window.sh OUTDIR name:seconds [name:seconds ...]
 # Each tests/gpu/w/<name>.sh runs as `bash tests/gpu/w/<name>.sh OUTDIR/<name>.log SECONDS` under a hard
 # timeout of SECONDS+30 with the environment below; missing scripts are skipped. The JIT cache's
-# shared objects travel between windows as OUTDIR/jit.tgz.NN parts (carried back in .gpuwork/w/). Logs come
+# shared objects travel between windows as OUTDIR/jit.txz.NN parts (xz) (carried back in .gpuwork/w/). Logs come
 # back as OUTDIR/logs.tar. Prints a summary last.
 out=${1:?OUTDIR}; shift
 t0=$SECONDS
@@ -16,7 +16,7 @@ export EVT_JIT_CACHE=/tmp/evt-jit EVT_JIT_JOBS=16 PYTHONUNBUFFERED=1
 mkdir -p "$EVT_JIT_CACHE"
 tar xzf "$w/hostbin.tgz" -C "$w"
 [ -d .cutlass/cutlass_library ] || tar xzf "$w/cutlass.tgz"
-ls "$w"/jit.tgz.* >/dev/null 2>&1 && cat "$w"/jit.tgz.* | tar xzf - -C "$EVT_JIT_CACHE" && echo "jit cache: $(ls "$EVT_JIT_CACHE" | grep -c '\.so$') kernels"
+[ -f "$w/jit.txz" ] && tar xJf "$w/jit.txz" -C "$EVT_JIT_CACHE" && echo "jit cache: $(ls "$EVT_JIT_CACHE" | grep -c '\.so$') kernels"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 if ! make -j16 cuda > /tmp/make_cuda.log 2>&1; then echo "make cuda FAILED"; tail -30 /tmp/make_cuda.log; fi
 export EVT_FALLBACK_LIB=$PWD/build/libevt_fallback.so
@@ -37,7 +37,7 @@ for spec in "$@"; do
 done
 # logs in one file; the JIT cache's shared objects as up to 7 compressed parts of 15 MB (8 files come back)
 ( cd "$out" && tar cf logs.tar *.log && rm -f *.log )
-( cd "$EVT_JIT_CACHE" && find . -name '*.so' | tar czf - -T - ) | split -b 15000000 -d - "$out/jit.tgz."
-n=$(ls "$out"/jit.tgz.* 2>/dev/null | wc -l)
-[ "$n" -gt 7 ] && { echo "jit cache too big ($n parts), dropped"; rm -f "$out"/jit.tgz.*; }
+( cd "$EVT_JIT_CACHE" && find . -name '*.so' | tar cf - -T - ) | xz -6 -T16 | split -b 15000000 -d - "$out/jit.txz."
+n=$(ls "$out"/jit.txz.* 2>/dev/null | wc -l)
+[ "$n" -gt 7 ] && { echo "jit cache too big ($n parts), dropped"; rm -f "$out"/jit.txz.*; }
 echo "=== window summary ($((SECONDS - t0)) s)"; printf "$summary"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Dev-machine side of tests/gpu/window.sh: builds evtc here (the device image has no CBC headers) and
 # copies it with its non-system shared libraries into the git-ignored .gpuwork/w/hostbin (carried).
-# Optional: JIT=folder holding the jit.tgz.* parts of the last window: they become .gpuwork/w/jit.tgz.*.
+# Optional: JIT=folder holding the jit.txz.* parts of the last window: they become .gpuwork/w/jit.txz.
 # Everything travels compressed (the carried tree is limited to 64 MiB): hostbin.tgz, cutlass.tgz.
 set -e
 make -j2 >/dev/null
@@ -14,6 +14,10 @@ du -sh $w
 ( cd $w/hostbin/lib && for f in *.so.*; do ln -sf "$f" "${f%%.so.*}.so"; done )
 tar czf $w/hostbin.tgz -C $w hostbin
 [ -f $w/cutlass.tgz ] || tar czf $w/cutlass.tgz .cutlass/cutlass_library/source/include .cutlass/cutlass_library/source/tools/util/include
-if [ -n "${JIT:-}" ] && ls "$JIT"/jit.tgz.* >/dev/null 2>&1; then rm -f $w/jit.tgz.*; cp "$JIT"/jit.tgz.* $w/; fi
+# the last window's cache (xz parts, or gzip parts of older windows) as one .gpuwork/w/jit.txz
+if [ -n "${JIT:-}" ]; then
+  if ls "$JIT"/jit.txz.* >/dev/null 2>&1; then cat "$JIT"/jit.txz.* > $w/jit.txz
+  elif ls "$JIT"/jit.tgz.* >/dev/null 2>&1; then cat "$JIT"/jit.tgz.* | gunzip | xz -6 -T2 > $w/jit.txz; fi
+fi
 rm -rf $w/hostbin
 du -sh $w

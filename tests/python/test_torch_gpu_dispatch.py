@@ -347,7 +347,7 @@ def _glue_setup(monkeypatch):
 
 @needs_lib
 @pytest.mark.parametrize("options", [None, {"cudagraphs": True}])
-@pytest.mark.parametrize("model", ["MLP", "Bert", "XMLCNN"])
+@pytest.mark.parametrize("model", ["MLP", "Bert", "XMLCNN", "ConvBN", "GCNEdges"])
 def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
     import copy
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -357,6 +357,9 @@ def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
         "MLP": (T.MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,)))),
         "Bert": (T.Bert, lambda: (torch.randn(2, 5, 8), torch.randint(0, 3, (2,)))),
         "XMLCNN": (T.XMLCNN, lambda: (torch.randint(0, 30, (2, 7)), torch.rand(2, 5).round())),
+        "ConvBN": (T.ConvBN, lambda: (torch.randn(2, 3, 4, 4), torch.randint(0, 3, (2,)))),
+        "GCNEdges": (T.GCNEdges, lambda: (torch.tensor([0, 1, 2, 3, 4, 5, 6, 0]), torch.tensor([1, 2, 3, 4, 5, 6, 0, 0]),
+                                          torch.rand(8), torch.randn(7, 6), torch.randint(0, 3, (7,)))),
     }[model]
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -459,3 +462,73 @@ def test_cuda_convolution_stays_in_pytorch_unless_all_ops(monkeypatch):
     monkeypatch.setenv("EVT_CUDA_OPS", "all")
     plan = B.build_plan(gm)
     assert plan.fallbacks == [] and "conv2d(" in _segments(plan)[0].text
+
+
+# ---- mixed-dtype normalizations (CUDA autocast: bf16 activations, f32 affine parameters and statistics) ----
+
+@needs_lib
+@pytest.mark.parametrize("norm", ["batch", "layer"])
+def test_mixed_dtype_norm_translation(norm):
+    """Batch norm (training, running stats) and layer norm on a bf16 input with f32 parameters, forward and
+    backward, as one evt segment on the interpreter against PyTorch's own mixed-dtype kernels."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(1)
+    if norm == "batch":
+        x = torch.randn(4, 3, 5, 5, generator=g).bfloat16()
+        w, bb = torch.rand(3, generator=g) + 0.5, torch.randn(3, generator=g)
+        rm, rv = torch.randn(3, generator=g), torch.rand(3, generator=g) + 0.5
+
+        def f(x, w, bb, rm, rv, dy):
+            y, mean, rstd, nrm, nrv = aten._native_batch_norm_legit_functional(x, w, bb, rm, rv, True, 0.1, 1e-5)
+            dx, dw, db = aten.native_batch_norm_backward(dy, x, w, nrm, nrv, mean, rstd, True, 1e-5, [True, True, True])
+            return [y, mean, rstd, nrm, nrv, dx, dw, db]
+        args = (x, w, bb, rm, rv, torch.randn(4, 3, 5, 5, generator=g).bfloat16())
+    else:
+        x = torch.randn(6, 8, generator=g).bfloat16()
+        w, bb = torch.rand(8, generator=g) + 0.5, torch.randn(8, generator=g)
+
+        def f(x, w, bb, dy):
+            y, mean, rstd = aten.native_layer_norm(x, [8], w, bb, 1e-5)
+            dx, dw, db = aten.native_layer_norm_backward(dy, x, [8], mean, rstd, w, bb, [True, True, True])
+            return [y, mean, rstd, dx, dw, db]
+        args = (x, w, bb, torch.randn(6, 8, generator=g).bfloat16())
+    gm = make_fx(f)(*args)
+    FakeTensorProp(gm).propagate(*args)
+    plan = B.build_plan(gm)
+    assert plan.fallbacks == [] and [s.path for s in _segments(plan)] == ["interp"], plan.fallbacks
+    got, ref = plan(list(args)), f(*args)
+    for a, r in zip(got, ref):
+        if a.dtype != r.dtype:  # (PyTorch's CPU kernel disagrees with its own meta on the stats' dtype)
+            a = a.to(r.dtype)
+        err = ((a.double() - r.double()).abs().max() / r.double().abs().max().clamp_min(1e-6)).item()
+        assert err <= 1e-2, (a.dtype, err)
+
+
+@needs_lib
+def test_bf16_composite_backward_rounds_once():
+    """gelu / softmax / log_softmax backward on bf16 compute in f32 and round once, as PyTorch's kernels
+    do (evt's passes decompose them; in bf16 every primitive would round): within one bf16 rounding of
+    PyTorch, with the passes on."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(2)
+    x, dy = torch.randn(8, 32, generator=g).bfloat16(), torch.randn(8, 32, generator=g).bfloat16()
+    y = torch.softmax(x.float(), 1).bfloat16()
+    ly = torch.log_softmax(x.float(), 1).bfloat16()
+
+    def f(x, dy, y, ly):
+        return [aten.gelu_backward(dy, x), aten._softmax_backward_data(dy, y, 1, torch.bfloat16),
+                aten._log_softmax_backward_data(dy, ly, 1, torch.bfloat16)]
+    args = (x, dy, y, ly)
+    gm = make_fx(f)(*args)
+    FakeTensorProp(gm).propagate(*args)
+    plan = B.build_plan(gm)
+    assert plan.fallbacks == []
+    assert "dtype=f32" in _segments(plan)[0].text
+    for a, r in zip(plan(list(args)), f(*args)):
+        assert a.dtype == torch.bfloat16
+        ulp = r.float().abs().clamp_min(1e-3) * 2.0 ** -7
+        assert ((a.float() - r.float()).abs() <= ulp).all()

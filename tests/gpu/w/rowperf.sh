@@ -42,13 +42,15 @@ cat >"$B/inst.h" <<'H'
                              ((w) == 1 && (v) == 4) || ((w) == 8 && (v) == 2) || ((w) == 16 && (v) == 1))
 H
 # name|flags (variants other than v0 / new)
-VARIANTS=${ROWPERF_VARIANTS:-"wv1|-DEVT_ROWS_WARP_VPT=1
-wv4|-DEVT_ROWS_WARP_VPT=4
+VARIANTS=${ROWPERF_VARIANTS:-"wv4|-DEVT_ROWS_WARP_VPT=4
 w16|-DEVT_ROWS_W1CAP=16
 d3|-DEVT_ROWS_DEPTH=3
-cw16|-DEVT_ROWS_CTA_WARPS=16 -DEVT_ROWS_CTA_WARPS_SUM=32
 ss|-DEVT_ROWS_SMEM_SUM=1 -DEVT_ROWS_DEEP_SUM=0 -DEVT_ROWS_CTA_WARPS_SUM=32
-r2|-DEVT_ROWS_RED=2"}
+ex|-DEVT_ROWS_EXACT=1
+exw4|-DEVT_ROWS_EXACT=1 -DEVT_ROWS_WARP_VPT=4
+exss|-DEVT_ROWS_EXACT=1 -DEVT_ROWS_SMEM_SUM=1 -DEVT_ROWS_DEEP_SUM=0 -DEVT_ROWS_CTA_WARPS_SUM=32
+exs2|-DEVT_ROWS_EXACT=1 -DEVT_ROWS_RED_SOFTMAX=2
+exw4d|-DEVT_ROWS_EXACT=1 -DEVT_ROWS_WARP_VPT=4 -DEVT_ROWS_DEPTH_VPT=4"}
 NVK="nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC -shared -Xptxas -v"
 jobs=$B/jobs.txt; : >"$jobs"
 mkdir -p "$B/v0" "$B/new"
