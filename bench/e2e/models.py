@@ -148,7 +148,13 @@ WORKLOADS = ("bert_large", "vit_p14", "xmlcnn_paper", "resnet50", "gcn_mag", "ml
 
 
 def make(name, device="cuda", dropout=0.0, scale=1.0):
-    """(model on device, args, amp) for a workload; inputs from a fixed generator."""
+    """(model on device, args, amp) for a workload; inputs from a fixed generator. The parameters are
+    created on the device (their initialization draws from the device's generator: seed it first)."""
+    with torch.device(device):
+        return _make(name, device, dropout, scale)
+
+
+def _make(name, device, dropout, scale):
     g = torch.Generator(device=device).manual_seed(0)
     rows = lambda n: max(1, int(n * scale))  # noqa: E731
 
