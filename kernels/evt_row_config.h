@@ -16,17 +16,21 @@
 #define EVT_ROW_CONFIG_H
 
 /* Defaults of the generated kernels' tuning macros (EVT_ROWS_<name> for each EVT_ROWS_DEFAULT_<name> below;
- * each can be overridden with -D when the kernel is compiled, which the H200 benchmark uses to compare). */
-#define EVT_ROWS_DEFAULT_WARP_VPT 2
+ * each can be overridden with -D when the kernel is compiled, which the H200 benchmark uses to compare).
+ * Chosen from the H200 window W2 (bench/results/rows-perf-W2.md): EXACT (no bounds checks when N fills the
+ * row-group, 1.66x -> 1.42x floor for layer norm), row sums in shared memory with 32-warp CTAs and one row
+ * prefetched (layer-norm backward 2.38x -> 1.60x), one warp per row for 1024-wide softmax (1.42x -> 1.26x). */
+#define EVT_ROWS_DEFAULT_WARP_VPT 2       /* layer norms, softmax backward, kernels with row sums */
+#define EVT_ROWS_DEFAULT_WARP_VPT_LIGHT 4 /* softmax, nucleus-free kernels without row sums */
 #define EVT_ROWS_DEFAULT_CTA_WARPS 8
-#define EVT_ROWS_DEFAULT_CTA_WARPS_SUM 16
+#define EVT_ROWS_DEFAULT_CTA_WARPS_SUM 32
 #define EVT_ROWS_DEFAULT_DEPTH 2
 #define EVT_ROWS_DEFAULT_DEPTH_VPT 1
 #define EVT_ROWS_DEFAULT_W1CAP 8
-#define EVT_ROWS_DEFAULT_DEEP_SUM 1
+#define EVT_ROWS_DEFAULT_DEEP_SUM 0
 #define EVT_ROWS_DEFAULT_MINB_SUM 1
-#define EVT_ROWS_DEFAULT_SMEM_SUM 0
-#define EVT_ROWS_DEFAULT_EXACT 0
+#define EVT_ROWS_DEFAULT_SMEM_SUM 1
+#define EVT_ROWS_DEFAULT_EXACT 1
 #define EVT_ROWS_DEFAULT_RED_SOFTMAX 0
 
 /* (warps, vpt) of every configuration evt_row_pick_config can return. */

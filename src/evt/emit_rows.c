@@ -112,9 +112,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   }
   sb(&b, "#include \"evt_rows.cuh\"\n#include \"evt_row_launch.h\"\n\n");
   /* tuning knobs: defaults here, overridable with -D (the H200 measurements in bench/results/rows-* chose them) */
-  sb(&b, "#ifndef EVT_ROWS_WARP_VPT  // one warp per row while a row fits 32 lanes x this many chunks\n"
-         "#define EVT_ROWS_WARP_VPT %d\n#endif\n"
-         "#ifndef EVT_ROWS_CTA_WARPS  // warps per CTA (several row-groups per CTA)\n#define EVT_ROWS_CTA_WARPS %d\n#endif\n"
+  sb(&b, "#ifndef EVT_ROWS_CTA_WARPS  // warps per CTA (several row-groups per CTA)\n#define EVT_ROWS_CTA_WARPS %d\n#endif\n"
          "#ifndef EVT_ROWS_CTA_WARPS_SUM  // the same with row sums (fewer CTAs: fewer partials)\n"
          "#define EVT_ROWS_CTA_WARPS_SUM %d\n#endif\n"
          "#ifndef EVT_ROWS_W1CAP  // most warps per row with one chunk per thread (8 or 16)\n#define EVT_ROWS_W1CAP %d\n#endif\n"
@@ -132,10 +130,17 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_RED_SOFTMAX %d\n#endif\n"
          "#ifndef EVT_ROWS_INST  // which (warps, vpt) configurations to instantiate (benchmarks compile fewer)\n"
          "#define EVT_ROWS_INST(w, v) 1\n#endif\n\n",
-     EVT_ROWS_DEFAULT_WARP_VPT, EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
+     EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
      EVT_ROWS_DEFAULT_DEPTH, EVT_ROWS_DEFAULT_DEPTH_VPT, EVT_ROWS_DEFAULT_DEEP_SUM, EVT_ROWS_DEFAULT_MINB_SUM, EVT_ROWS_DEFAULT_SMEM_SUM,
      EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
+  /* one warp per row while a row fits 32 lanes x this many chunks: per kernel (not a shared macro default, so
+   * several kernels in one translation unit keep their own): light nuclei (softmax, nucleus-free without Σ over
+   * M) take 4 chunks per lane, layer norms, softmax backward and row-sum kernels 2 (more registers per element:
+   * one warp per 1024-wide row spilled or fell to one CTA per SM on the H200, W2) */
+  const int light = (nu == EVT_ROWN_SOFTMAX || nu == EVT_ROWN_NONE) && !nrowsum;
+  sb(&b, "#ifdef EVT_ROWS_WARP_VPT\nconstexpr int kWarpVpt = EVT_ROWS_WARP_VPT;\n#else\nconstexpr int kWarpVpt = %d;\n#endif\n\n",
+     light ? EVT_ROWS_DEFAULT_WARP_VPT_LIGHT : EVT_ROWS_DEFAULT_WARP_VPT);
 
   /* 2a. Params */
   sb(&b, "struct Params {\n  int m, n;\n  bool vec;  // 16-byte chunk accesses allowed\n");
@@ -442,7 +447,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   }
   sb(&b, "    return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n  }\n");
   sb(&b, "  int warps = 0, vpt = 0;\n"
-         "  if (!evt_row_pick_config(p.n, EVT_ROWS_WARP_VPT, EVT_ROWS_W1CAP, &warps, &vpt)) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n");
+         "  if (!evt_row_pick_config(p.n, kWarpVpt, EVT_ROWS_W1CAP, &warps, &vpt)) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n");
   for (int k = 0; k < EVT_ROW_NCONFIGS; k++)
     sb(&b, "#if EVT_ROWS_INST(%d, %d)\n  if (warps == %d && vpt == %d)\n"
            "    return EVT_ROWS_EXACT && p.vec && p.n == %d ? launch<%d, %d, EVT_ROWS_EXACT != 0>(p, st) : launch<%d, %d, false>(p, st);\n"

@@ -911,7 +911,9 @@ static void lower_bmm(const evt_graph *g, const int *group, int gi, int nu, evt_
     refuse(c, nu, "M=%lld N=%lld K=%lld: each must be a multiple of 8 (16-byte aligned rows)", (long long)M, (long long)N,
            (long long)K);
   if (c->bad < 0) {
-    evt_tile_config cfg = {128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+    /* batched GEMMs are not tuned (src/runtime/tune.c): a 128x64 tile when N <= 64 (attention's context and
+     * dQ/dK with head dim 64) spends no MMA work on a padded half tile */
+    evt_tile_config cfg = {128, N <= 64 ? 64 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
     evt_kspec_init(&L->spec, ta ? EVT_LAYOUT_TN : tb ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, adt, EVT_BF16, cfg);
     L->spec.batched = 1;
     vid[nu] = add_node(c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);

@@ -144,11 +144,19 @@ TEST(emit_rows_structure) {
     CHECK(strstr(a, def) != NULL);
     snprintf(def, sizeof def, "#define EVT_ROWS_EXACT %d\n", EVT_ROWS_DEFAULT_EXACT);
     CHECK(strstr(a, def) != NULL);
+    /* layer-norm backward (row sums): the heavy rule for one warp per row */
+    snprintf(def, sizeof def, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT);
+    CHECK(strstr(a, def) != NULL);
   }
   free(a);
   free(b);
   evt_rspec_example(&s, "chain_rowsum", EVT_F32);
   a = evt_emit_rows(&s, err, sizeof err);
+  {
+    char def[64]; /* nucleus-free without Σ over M: the light rule */
+    snprintf(def, sizeof def, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT_LIGHT);
+    CHECK(a && strstr(a, def) != NULL);
+  }
   CHECK(a && strstr(a, "const float cb1 = live ? evt_rows::to_f(p.n1_scale[row]) : 0.f;"));
   CHECK(strstr(a, "cs10 = evt_rows::group_sum1<WARPS>(cs10, rk);") != NULL); /* one-barrier reduction */
   CHECK(strstr(a, "const auto v5 = evt_rows::relu(v4);") != NULL);

@@ -1,6 +1,6 @@
 /* GPU check of the public program API (include/evt.h, evt_program_*), run by tests/gpu/w/devapi.sh on the H200.
  *
- *   program_check [--steps 3] [--reps 20] [--budget SECONDS] FILE.evt...
+ *   program_check [--steps 3] [--reps 20] [--budget SECONDS] [--modes node|fused|all] FILE.evt...
  *
  * For every file: parse, build the joint graph, fill inputs/params with evt_interp_init_inputs (seed 0). Then
  * for each mode - node by node, node by node + CUDA graph, fused, fused + CUDA graph - on a fresh copy of the
@@ -131,6 +131,11 @@ typedef struct reference {
   evt_tensor *v0;     /* its input/param values (by name for every program's graph) */
 } reference;
 
+static void print_row(const char *prefix, const result *r) {
+  printf("%s| %s | %s | %s | %.3g | %d | %.3f | %lld | %s |\n", prefix, r->file, r->mode, r->status, r->err, r->launches,
+         r->ms, (long long)r->arena, r->note);
+}
+
 /* Runs one mode; the eager outputs (host copies of the native bytes) go to *bytes_out when non-NULL. */
 static void run_mode(const char *path, const reference *ref, const char *mode, unsigned flags, int steps, int reps,
                      void ***eager_bytes, int check_bits_against) {
@@ -153,6 +158,7 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
   if (st != EVT_OK) {
     snprintf(r->note, sizeof r->note, "create: %.180s", evt_graph_error(g));
     printf("   %s\n", r->note);
+    print_row("ROW ", r);
     evt_graph_free(g);
     return;
   }
@@ -300,6 +306,7 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
   }
   printf("   %s: max rel error %.3g, %d launches/step, %.3f ms/step, arena %lld bytes %s\n", r->status, r->err,
          r->launches, r->ms, (long long)r->arena, r->note);
+  print_row("ROW ", r); /* the table row now, in case a later mode is killed by the caller's timeout */
   fflush(stdout);
   evt_program_destroy(p);
   for (int v = 0; v < n; v++)
@@ -328,13 +335,17 @@ static void free_reference(reference *ref) {
 }
 
 int main(int argc, char **argv) {
-  int steps = 3, reps = 20;
+  int steps = 3, reps = 20, want_node = 1, want_fused = 1;
   int first = 1;
   for (; first < argc && !strncmp(argv[first], "--", 2); first += 2) {
     if (first + 1 >= argc) return 2;
     if (!strcmp(argv[first], "--steps")) steps = atoi(argv[first + 1]);
     else if (!strcmp(argv[first], "--reps")) reps = atoi(argv[first + 1]);
     else if (!strcmp(argv[first], "--budget")) budget = atol(argv[first + 1]);
+    else if (!strcmp(argv[first], "--modes")) { /* node (node, node+graph), fused (fused, fused+graph), all */
+      want_node = !strcmp(argv[first + 1], "node") || !strcmp(argv[first + 1], "all");
+      want_fused = !strcmp(argv[first + 1], "fused") || !strcmp(argv[first + 1], "all");
+    }
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   t_start = time(NULL);
@@ -360,15 +371,15 @@ int main(int argc, char **argv) {
     }
     void **eager = NULL;
     int no = evt_graph_output_count(ref.g0);
-    run_mode(argv[f], &ref, "node", 0, steps, reps, &eager, 0);
-    run_mode(argv[f], &ref, "node+graph", EVT_PROGRAM_CUDA_GRAPH, steps, reps, &eager, 1);
+    if (want_node) run_mode(argv[f], &ref, "node", 0, steps, reps, &eager, 0);
+    if (want_node) run_mode(argv[f], &ref, "node+graph", EVT_PROGRAM_CUDA_GRAPH, steps, reps, &eager, 1);
     if (eager) {
       for (int i = 0; i < no; i++) free(eager[i]);
       free(eager);
       eager = NULL;
     }
-    run_mode(argv[f], &ref, "fused", EVT_PROGRAM_FUSED, steps, reps, &eager, 0);
-    run_mode(argv[f], &ref, "fused+graph", EVT_PROGRAM_FUSED | EVT_PROGRAM_CUDA_GRAPH, steps, reps, &eager, 1);
+    if (want_fused) run_mode(argv[f], &ref, "fused", EVT_PROGRAM_FUSED, steps, reps, &eager, 0);
+    if (want_fused) run_mode(argv[f], &ref, "fused+graph", EVT_PROGRAM_FUSED | EVT_PROGRAM_CUDA_GRAPH, steps, reps, &eager, 1);
     if (eager) {
       for (int i = 0; i < no; i++) free(eager[i]);
       free(eager);
@@ -381,8 +392,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < nresults; i++) {
     const result *r = &results[i];
     bad += strcmp(r->status, "matched") != 0 && strcmp(r->status, "skipped") != 0;
-    printf("| %s | %s | %s | %.3g | %d | %.3f | %lld | %s |\n", r->file, r->mode, r->status, r->err, r->launches, r->ms,
-           (long long)r->arena, r->note);
+    print_row("", r);
   }
   printf("\nprogram_check: %d runs, %d matched, %d not\n", nresults, nresults - bad, bad);
   return bad ? 1 : 0;

@@ -35,7 +35,7 @@ for k in $(cd "${EVT_JIT_CACHE:-/nonexistent}" 2>/dev/null && ls *.so 2>/dev/nul
 echo "JIT cache holds $ncached shared objects (all helpers); $(left) s left for compile + check + bench"
 timeout -k 5 $(( $(left) - 3 )) "$B/check_bmm"
 rc=$?
-[ $rc -eq 124 ] && echo "NOTE for the lead: check_bmm was cut by the budget. It needs ~150 s once (nvcc of 8 batched CUTLASS kernels, in parallel); after that the kernels come from EVT_JIT_CACHE and the check + bench take ~40 s."
+[ $rc -eq 124 ] && echo "NOTE for the lead: check_bmm was cut by the budget. It needs ~50 s once (nvcc of 8 batched CUTLASS kernels, in parallel on 16 cores: 47 s in W2); after that the kernels come from EVT_JIT_CACHE and the check + bench take ~25 s."
 echo "check_bmm rc $rc at $((SECONDS - t0)) s"
 if [ "$(left)" -gt 30 ] && [ -n "${EVTC:-}" ]; then
   echo "--- evtc compile examples/bert_layer.evt --dtype bf16 --fuse-rules=lower --stats (bmm groups)"

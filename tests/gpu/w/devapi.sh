@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # GPU window script of the program API (helper devapi): bash tests/gpu/w/devapi.sh LOGFILE SECONDS
-# Builds tests/gpu/program_check.c and examples/c/train_step.c against libevt + cudart, runs program_check on
-# every examples/*.evt and bench/graphs/*_bf16.evt (node, node+graph, fused, fused+graph: matched against the
-# interpreter, graph replay == eager bits, ms/step, launches/step), then `evtc run --device cuda` with
-# --check in its modes (the evt_cuda_step wrapper over the program), then the C example. Everything goes to
-# LOGFILE, ending with a summary table.
+# Builds tests/gpu/program_check.c and examples/c/train_step.c against libevt + cudart, then, most important
+# first (the window budget is small):
+#   1. program_check on bert_layer_bf16 and mlp_bf16, modes node, node+graph, fused, fused+graph, CUTLASS
+#      hidden (GEMM+EVT groups node by node; row / pointwise groups fused);
+#   2. program_check fused / fused+graph on the same two graphs WITH the GEMM+EVT kernels (CUTLASS JIT);
+#   3. program_check on every other examples/*.evt and bench/graphs/*_bf16.evt (CUTLASS hidden);
+#   4. `evtc run --device cuda --check` (evt_cuda_step over the program), 5. the C API example.
+# Every program_check row: matched against the interpreter (evtc run --check's rule), CUDA-graph replay ==
+# eager bits, re-binding re-captures, ms/step (20 runs between CUDA events), launches/step. All output goes to
+# LOGFILE, ending with the rows of every mode that finished and a summary table.
 set -uo pipefail
 LOG=${1:-devapi.log}
 BUDGET=${2:-300}
@@ -15,22 +20,24 @@ left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 log() { echo "$@" | tee -a "$LOG"; }
 EVTC=${EVTC:-$PWD/build/evtc}
 B=/tmp/devapi-gpu
+NOCUTLASS=/nonexistent/devapi-no-cutlass
 mkdir -p "$B"
-log "== devapi: program API on the GPU ($(date -u +%H:%M:%S), budget ${BUDGET}s, git $(git rev-parse --short HEAD 2>/dev/null))"
+log "== devapi: program API on the GPU ($(date -u +%H:%M:%S), budget ${BUDGET}s)"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$LOG" 2>&1
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 # the fallback library must have the stream/context ABI of this tree (evt_fb_ctx_new)
 FB=${EVT_FALLBACK_LIB:-$PWD/build/libevt_fallback.so}
 if ! grep -q evt_fb_ctx_new "$FB" 2>/dev/null; then
-  log "WARNING: fallback library $FB ($(ls -l --time-style=+%H:%M:%S "$FB" 2>&1 | awk '{print $6}'); kernels/evt_fallback.cu $(ls -l --time-style=+%H:%M:%S kernels/evt_fallback.cu | awk '{print $6}')) lacks evt_fb_ctx_new (stale: make cuda did not rebuild it?): building a private copy"
+  log "WARNING: fallback library $FB lacks evt_fb_ctx_new (stale?): building a private copy"
   make -s cuda BUILD="$B" >>"$LOG" 2>&1 && FB=$B/libevt_fallback.so
 fi
 export EVT_FALLBACK_LIB=$FB
 # libevt: $EVT_LIB (window.sh: evtc's libevt.so from the dev machine, CBC libs on LD_LIBRARY_PATH), else build/
 LIBEVT=${EVT_LIB:-$PWD/build/libevt.so}
 if ! grep -q evt_program_create "$LIBEVT" 2>/dev/null; then
-  log "build/libevt.so missing or without evt_program_create: make build/libevt.so"
+  log "$LIBEVT missing or without evt_program_create: make build/libevt.so"
   timeout $(( $(left) / 3 )) make -s -j16 build/libevt.so >>"$LOG" 2>&1
+  LIBEVT=$PWD/build/libevt.so
 fi
 RPL=$(echo "${LD_LIBRARY_PATH:-}" | tr ':' '\n' | grep . | sed 's/^/-Wl,-rpath-link,/' | tr '\n' ' ')
 CFLAGS="-std=gnu11 -O2 -Iinclude -Isrc -Ikernels -I$CUDA_HOME/include"
@@ -39,64 +46,55 @@ gcc $CFLAGS tests/gpu/program_check.c $LDF -o "$B/program_check" >>"$LOG" 2>&1 |
 gcc $CFLAGS examples/c/train_step.c $LDF -o "$B/train_step" >>"$LOG" 2>&1 || log "BUILD FAILED: examples/c/train_step.c"
 log "built drivers in $(( $(date +%s) - T0 )) s; EVT_FALLBACK_LIB=$EVT_FALLBACK_LIB"
 
-# Phase 1: every graph, CUTLASS hidden (GEMM+EVT groups fall back node by node, quickly; row / pointwise
-# groups are JIT-compiled without CUTLASS). Phase 2: two graphs with the GEMM+EVT kernels (CUTLASS JIT,
-# shared cache; slow when cold).
-rc_pc=skipped
-rc_pc2=skipped
+# program_check PHASE CUTLASS_PATH TIMEOUT MODES FILES...: runs with an internal budget 8 s under the timeout
+pc() {
+  local phase=$1 cut=$2 t=$3 modes=$4
+  shift 4
+  [ "$t" -lt 12 ] && { log "== program_check $phase: skipped (time)"; return; }
+  log "== program_check $phase ($modes; $# graphs; timeout ${t}s)"
+  CUTLASS_PATH=$cut timeout "$t" "$B/program_check" --steps 3 --reps 20 --budget $(( t - 8 )) --modes "$modes" "$@" 2>&1 \
+    | grep -v '^\[evt-jit\] [0-9]' | tee -a "$LOG" >/dev/null
+  log "   ($phase: exit ${PIPESTATUS[0]})"
+}
+main2=(bench/graphs/bert_layer_bf16.evt bench/graphs/mlp_bf16.evt)
+rest=(bench/graphs/vit_bf16.evt bench/graphs/xmlcnn_bf16.evt bench/graphs/gcn_bf16.evt bench/graphs/resnet_block_bf16.evt
+      bench/graphs/bert_layer_sdpa_bf16.evt examples/*.evt)
 if [ -x "$B/program_check" ]; then
-  files=(bench/graphs/bert_layer_bf16.evt bench/graphs/mlp_bf16.evt bench/graphs/vit_bf16.evt bench/graphs/xmlcnn_bf16.evt
-         bench/graphs/gcn_bf16.evt bench/graphs/resnet_block_bf16.evt bench/graphs/bert_layer_sdpa_bf16.evt examples/*.evt)
-  # warm the JIT cache: the row / pointwise kernels of every graph, all graphs at once (evtc run --steps 0
-  # creates the fused program, which compiles them)
-  t1=$(date +%s)
-  [ "$BUDGET" -lt 150 ] && log "small budget: no JIT warm-up"
-  [ "$BUDGET" -ge 150 ] && for f in "${files[@]}"; do
-    CUTLASS_PATH=/nonexistent/devapi-no-cutlass EVT_JIT_JOBS=3 timeout $(( $(left) / 4 )) \
-      "$EVTC" run "$f" --device cuda --fused --steps 0 >/dev/null 2>&1 &
-  done
-  wait
-  log "JIT warm-up (row kernels of ${#files[@]} graphs in parallel): $(( $(date +%s) - t1 )) s"
-  log "== program_check phase 1: ${#files[@]} graphs x 4 modes, 3 steps + 20 timed runs each, no CUTLASS (GEMM groups node by node)"
-  CUTLASS_PATH=/nonexistent/devapi-no-cutlass timeout $(( $(left) / 2 )) "$B/program_check" --steps 3 --reps 20 \
-    --budget $(( $(left) / 2 - 10 )) "${files[@]}" 2>&1 | tee -a "$LOG" >/dev/null
-  rc=${PIPESTATUS[0]}
-  rc_pc=$([ "$rc" = 0 ] && echo ok || echo "rc=$rc")
-  if [ "$(left)" -gt 90 ]; then
-    log "== program_check phase 2: with GEMM+EVT kernels (CUTLASS JIT)"
-    timeout $(( $(left) - 60 )) "$B/program_check" --steps 3 --reps 20 --budget $(( $(left) - 80 )) \
-      bench/graphs/mlp_bf16.evt bench/graphs/bert_layer_bf16.evt 2>&1 | tee -a "$LOG" >/dev/null
-    rc=${PIPESTATUS[0]}
-    rc_pc2=$([ "$rc" = 0 ] && echo ok || echo "rc=$rc")
-  fi
+  pc "phase 1, no CUTLASS" "$NOCUTLASS" $(( $(left) * 2 / 5 )) all "${main2[@]}"
+  pc "phase 2, with GEMM+EVT kernels" "${CUTLASS_PATH:-}" $(( $(left) / 2 )) fused "${main2[@]}"
+  pc "phase 3, the other graphs, no CUTLASS" "$NOCUTLASS" $(( $(left) - 25 )) all "${rest[@]}"
 fi
 
-log "== evtc run --device cuda (evt_cuda_step over the program), --check against the interpreter (no CUTLASS: GEMM groups node by node)"
+log "== evtc run --device cuda --check (evt_cuda_step over the program; no CUTLASS)"
 declare -a sumrows
-runs=("bench/graphs/mlp_bf16.evt --fused --cuda-graph" "bench/graphs/mlp_bf16.evt" "bench/graphs/mlp_bf16.evt --cuda-graph"
-      "examples/bert_layer.evt" "examples/bert_layer.evt --cuda-graph" "bench/graphs/bert_layer_bf16.evt --fused")
-for args in "${runs[@]}"; do
-  [ "$(left)" -lt 25 ] && { sumrows+=("| evtc run $args | skipped (time) |"); continue; }
-  out=$(CUTLASS_PATH=/nonexistent/devapi-no-cutlass timeout $(( $(left) / 2 )) "$EVTC" run $args --device cuda --steps 5 --check 2>&1)
+for args in "bench/graphs/mlp_bf16.evt --fused --cuda-graph" "bench/graphs/bert_layer_bf16.evt --cuda-graph"; do
+  [ "$(left)" -lt 18 ] && { sumrows+=("| evtc run $args | skipped (time) |"); continue; }
+  out=$(CUTLASS_PATH=$NOCUTLASS timeout $(( $(left) - 10 )) "$EVTC" run $args --device cuda --steps 5 --check 2>&1)
   rc=$?
   echo "$ evtc run $args --device cuda --steps 5 --check" >>"$LOG"
-  echo "$out" | grep -v "^step [234] " >>"$LOG"
+  echo "$out" | grep -v "^step [234] \|warning: group" >>"$LOG"
   ms=$(echo "$out" | grep -o "[0-9.]* ms/step.*" | head -1)
   chk=$(echo "$out" | grep -o "^check: [A-Za-z]*" | head -1)
   sumrows+=("| evtc run $args | rc=$rc $chk ${ms} |")
 done
 
 rc_ex=skipped
-if [ -x "$B/train_step" ] && [ "$(left)" -gt 10 ]; then
+if [ -x "$B/train_step" ] && [ "$(left)" -gt 8 ]; then
   log "== examples/c/train_step.c"
-  timeout 60 "$B/train_step" >>"$LOG" 2>&1
-  rc_ex=rc=$?
+  CUTLASS_PATH=$NOCUTLASS timeout $(( $(left) - 2 )) "$B/train_step" 2>&1 | grep -v '^\[evt-jit\] [0-9]' >>"$LOG"
+  rc_ex="rc=${PIPESTATUS[0]}"
 fi
 
+log ""
+log "== devapi: every program_check row (ms/step: 20 runs between CUDA events on a user stream)"
+log "| file | mode | result | max rel err | launches/step | ms/step | arena bytes | note |"
+log "|---|---|---|---|---|---|---|---|"
+grep "^ROW " "$LOG" | sed 's/^ROW //' > "$B/rows.txt"
+cat "$B/rows.txt" | tee -a "$LOG" >/dev/null
 log ""
 log "== devapi summary ($(( $(date +%s) - T0 )) s)"
 log "| what | result |"
 log "|---|---|"
-log "| program_check (phase 1, no CUTLASS; phase 2 with GEMM+EVT) | $rc_pc; $rc_pc2 ($(grep -c '| matched |' "$LOG") matched rows, $(grep -c '| MISMATCH |\|| FAILED |' "$LOG") not) |"
+log "| program_check rows | $(grep -c '| matched |' "$B/rows.txt") matched, $(grep -c '| MISMATCH |\|| FAILED |' "$B/rows.txt") not matched / failed, $(grep -c '| skipped |' "$B/rows.txt") skipped |"
 for r in "${sumrows[@]}"; do log "$r"; done
 log "| examples/c/train_step | $rc_ex |"

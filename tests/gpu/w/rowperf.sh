@@ -42,15 +42,10 @@ cat >"$B/inst.h" <<'H'
                              ((w) == 1 && (v) == 4) || ((w) == 8 && (v) == 2) || ((w) == 16 && (v) == 1))
 H
 # name|flags (variants other than v0 / new)
-VARIANTS=${ROWPERF_VARIANTS:-"wv4|-DEVT_ROWS_WARP_VPT=4
-w16|-DEVT_ROWS_W1CAP=16
-d3|-DEVT_ROWS_DEPTH=3
-ss|-DEVT_ROWS_SMEM_SUM=1 -DEVT_ROWS_DEEP_SUM=0 -DEVT_ROWS_CTA_WARPS_SUM=32
-ex|-DEVT_ROWS_EXACT=1
-exw4|-DEVT_ROWS_EXACT=1 -DEVT_ROWS_WARP_VPT=4
-exss|-DEVT_ROWS_EXACT=1 -DEVT_ROWS_SMEM_SUM=1 -DEVT_ROWS_DEEP_SUM=0 -DEVT_ROWS_CTA_WARPS_SUM=32
-exs2|-DEVT_ROWS_EXACT=1 -DEVT_ROWS_RED_SOFTMAX=2
-exw4d|-DEVT_ROWS_EXACT=1 -DEVT_ROWS_WARP_VPT=4 -DEVT_ROWS_DEPTH_VPT=4"}
+VARIANTS=${ROWPERF_VARIANTS:-"noex|-DEVT_ROWS_EXACT=0
+wv2|-DEVT_ROWS_WARP_VPT=2
+regsum|-DEVT_ROWS_SMEM_SUM=0 -DEVT_ROWS_DEEP_SUM=1 -DEVT_ROWS_CTA_WARPS_SUM=16
+dv4|-DEVT_ROWS_DEPTH_VPT=4"}
 NVK="nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC -shared -Xptxas -v"
 jobs=$B/jobs.txt; : >"$jobs"
 mkdir -p "$B/v0" "$B/new"
@@ -89,6 +84,6 @@ grep -v "^ok" "$B/check_new.log" | head -20
 tail -1 "$B/check_new.log"
 echo "== timing ($(left)s left)"
 args=""; for v in $VARS; do args="$args $v=$B/$v"; done
-REPS=${REPS:-10} timeout $(( $(left) - 3 )) "$B/bench_rows" perf $args
+REPS=${REPS:-20} timeout $(( $(left) - 3 )) "$B/bench_rows" perf $args
 echo "== rowperf done at +$(( $(date +%s) - t0 ))s (check_rows rc $rc)"
 exit $rc

@@ -68,8 +68,8 @@ if [ "$SECS" -lt 150 ] && [ -z "${TORCHGPU_BENCH_S:-}" ]; then
   # a short window: the end-to-end number first (mlp at the paper's size: eager, evt, torch.compile;
   # gradients vs eager), then the CI models with what is left
   TORCHGPU_BENCH_ARGS=${TORCHGPU_BENCH_ARGS:---no-profile}
-  run_bench $(( $(left) - 25 ))
-  b=$(( $(left) - 8 ))
+  run_bench $(( $(left) - 14 ))
+  b=$(( $(left) - 6 ))
   if [ "$b" -ge 12 ]; then modes=${TORCHGPU_MODES:-evt_nopass,evt}; run_models "$b"; fi
 else
   # seconds kept for the benchmark: TORCHGPU_BENCH_S, else 45% of the budget
