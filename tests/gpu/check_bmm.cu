@@ -310,6 +310,50 @@ int main(int argc, char **argv) {
   cases.push_back(make_case("bmm_scale", kCfg128x256c1x1, EVT_LAYOUT_NT));
   jit_load(cases);
   uint64_t seed = 11;
+  // timing first (the correctness checks below take ~5 s; a window cut short keeps the numbers)
+  if (bench) {
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+      printf("cublasCreate failed\n");
+      return 2;
+    }
+    const int reps = 20;
+    struct Row {
+      std::string what;
+      double evt_ms, cublas_ms;
+    };
+    std::vector<Row> rows;
+    const int64_t Bt = 32, H = 16, S = 512, Dh = 64, L = Bt * H;
+    std::vector<int64_t> sample = {0, 1, 257, L - 1};
+    // most telling first (a window may end early): shape-fitting tiles, then the 128x128 ones
+    const int order[] = {6, 7, 3, 0, 1};
+    for (int oi : order) {
+      KernelCase &kc = cases[oi];
+      if (!kc.fn) continue;
+      bool scores = kc.epilogue == "bmm_scale" || (kc.epilogue == "bmm_plain" && kc.layout == EVT_LAYOUT_NT);
+      bool ctx = kc.epilogue == "bmm_plain" && kc.layout == EVT_LAYOUT_NN;
+      if (!scores && !ctx) continue;
+      int64_t M = S, N = scores ? S : Dh, K = scores ? Dh : S;
+      double ms = -1;
+      run_case(kc, "packed", 1, L, M, N, K, seed++, sample, &ms, reps);
+      double cb = time_cublas(h, kc.layout, L, M, N, K, kc.epilogue == "bmm_scale" ? 0.125f : 1.f, reps);
+      rows.push_back({kc.label + (scores ? " scores" : " context") + " packed", ms, cb});
+      printf("bench %s: evt %.4f ms, cuBLAS strided-batched %.4f ms\n", rows.back().what.c_str(), ms, cb);
+      fflush(stdout);
+      if (scores && oi == 7) {
+        double ms2 = -1;
+        run_case(kc, "heads", Bt, H, M, N, K, seed++, {0, 17, L - 1}, &ms2, reps);
+        rows.push_back({kc.label + " scores heads (32 launches x 16)", ms2, cb});
+        printf("bench %s: evt %.4f ms\n", rows.back().what.c_str(), ms2);
+        fflush(stdout);
+      }
+    }
+    cublasDestroy(h);
+    printf("\n| BERT-large attention (512 batches) | evt ms | cuBLAS strided-batched ms | evt / cuBLAS |\n|---|---|---|---|\n");
+    for (auto &r : rows)
+      printf("| %s | %.4f | %.4f | %.2f |\n", r.what.c_str(), r.evt_ms, r.cublas_ms,
+             r.evt_ms > 0 && r.cublas_ms > 0 ? r.evt_ms / r.cublas_ms : -1.0);
+  }
   for (auto &kc : cases) {
     if (!kc.fn) {
       report(false, "%s: not compiled", kc.label.c_str());
@@ -336,46 +380,6 @@ int main(int argc, char **argv) {
              kc.label.c_str(), rc);
       cudaFree(buf);
     }
-  }
-  if (bench) {
-    cublasHandle_t h;
-    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
-      printf("cublasCreate failed\n");
-      return 2;
-    }
-    const int reps = 20;
-    struct Row {
-      std::string what;
-      double evt_ms, cublas_ms;
-    };
-    std::vector<Row> rows;
-    const int64_t Bt = 32, H = 16, S = 512, Dh = 64, L = Bt * H;
-    std::vector<int64_t> sample = {0, 1, 257, L - 1};
-    for (auto &kc : cases) {
-      if (!kc.fn) continue;
-      bool scores = kc.epilogue == "bmm_scale" || (kc.epilogue == "bmm_plain" && kc.layout == EVT_LAYOUT_NT);
-      bool ctx = kc.epilogue == "bmm_plain" && kc.layout == EVT_LAYOUT_NN;
-      if (!scores && !ctx) continue;
-      int64_t M = S, N = scores ? S : Dh, K = scores ? Dh : S;
-      double ms = -1;
-      run_case(kc, "packed", 1, L, M, N, K, seed++, sample, &ms, reps);
-      double cb = time_cublas(h, kc.layout, L, M, N, K, kc.epilogue == "bmm_scale" ? 0.125f : 1.f, reps);
-      rows.push_back({kc.label + (scores ? " scores" : " context") + " packed", ms, cb});
-      printf("bench %s: evt %.4f ms, cuBLAS strided-batched %.4f ms\n", rows.back().what.c_str(), ms, cb);
-      fflush(stdout);
-      if (scores) {
-        double ms2 = -1;
-        run_case(kc, "heads", Bt, H, M, N, K, seed++, {0, 17, L - 1}, &ms2, reps);
-        rows.push_back({kc.label + " scores heads (32 launches x 16)", ms2, cb});
-        printf("bench %s: evt %.4f ms\n", rows.back().what.c_str(), ms2);
-        fflush(stdout);
-      }
-    }
-    cublasDestroy(h);
-    printf("\n| BERT-large attention (512 batches) | evt ms | cuBLAS strided-batched ms | evt / cuBLAS |\n|---|---|---|---|\n");
-    for (auto &r : rows)
-      printf("| %s | %.4f | %.4f | %.2f |\n", r.what.c_str(), r.evt_ms, r.cublas_ms,
-             r.evt_ms > 0 && r.cublas_ms > 0 ? r.evt_ms / r.cublas_ms : -1.0);
   }
   printf("\n| case | result | max rel err |\n|---|---|---|\n");
   for (auto &r : g_results) printf("| %s | %s | %.3e |\n", r.label.c_str(), r.ok ? "matched" : "NOT matched", r.err);

@@ -44,7 +44,8 @@ H
 # name|flags (variants other than v0 / new)
 VARIANTS=${ROWPERF_VARIANTS:-"noex|-DEVT_ROWS_EXACT=0
 wv2|-DEVT_ROWS_WARP_VPT=2
-regsum|-DEVT_ROWS_SMEM_SUM=0 -DEVT_ROWS_DEEP_SUM=1 -DEVT_ROWS_CTA_WARPS_SUM=16"}
+regsum|-DEVT_ROWS_SMEM_SUM=0 -DEVT_ROWS_DEEP_SUM=1 -DEVT_ROWS_CTA_WARPS_SUM=16
+dv4|-DEVT_ROWS_DEPTH_VPT=4"}
 NVK="nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC -shared -Xptxas -v"
 jobs=$B/jobs.txt; : >"$jobs"
 mkdir -p "$B/v0" "$B/new"

@@ -72,8 +72,9 @@ for f in examples/mlp.evt examples/bert_layer.evt examples/gcn.evt examples/resn
   out=$(timeout $(( $(left) - 4 )) "$EVTC" run "$f" --device cuda --fused --check --steps 2 --stats 2>&1)
   rc=$?
   echo "--- $f (rc $rc)"
-  echo "$out" | grep -E "fused|generated|row|pointwise|check|step|done|error|FAIL|mismatch|warning" | head -60
+  echo "$out" | grep -E "^(device|check|stats|done|step)|error|FAIL|mismatch|not matched" | head -20
   res=$([ $rc -eq 0 ] && echo "matched" || echo "NOT MATCHED (rc $rc)")
+  res="$res; $(echo "$out" | grep -E '^check:' | sed 's/^check: //' | head -1); $(echo "$out" | grep -E '^stats:' | sed 's/^stats: //' | head -1)"
   summary+="$f: $res\n"
 done
 
