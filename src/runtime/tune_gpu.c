@@ -179,6 +179,15 @@ static void *load_fn(const evt_jit_job *j, const char *name) {
 static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_problem *P, pwork *w, jobs_t *J,
                           const evt_tune_options *opt, evt_tune_record *r, char *msg, size_t msglen) {
   const evt_kspec *s = &P->spec;
+  /* The random data and the sampled check below handle float tensors only: a kernel with a bool / integer
+   * tensor is not tuned (no record: it keeps the default config) rather than timed on garbage. */
+  for (int v = 0; v < s->nnodes; v++)
+    if (evt_vop_has_memory(s->nodes[v].op) && s->nodes[v].dtype != EVT_F32 && s->nodes[v].dtype != EVT_BF16 &&
+        s->nodes[v].dtype != EVT_F16) {
+      snprintf(msg, msglen, "not tuned: visitor node %s holds a %s tensor (the tuner generates float data only)",
+               s->nodes[v].name, evt_dtype_name(s->nodes[v].dtype));
+      return EVT_ERR_UNSUPPORTED;
+    }
   int64_t M = P->m, N = P->n, K = P->k;
   int reps = opt->reps > 0 ? opt->reps : 30, warm = opt->warmup > 0 ? opt->warmup : 5;
   if (reps < 20) reps = 20;
