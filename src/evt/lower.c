@@ -29,7 +29,7 @@ typedef struct lctx {
   evt_kspec *s;
   int *vid;           /* graph node -> visitor node of its tile value, or -1 */
   int *vt;            /* visitor node -> graph node of its memory, or -1 */
-  int nload[5];       /* per load kind: a (aux), r (row), c (col), k (scalar, unnamed), p (placeholder) */
+  int nload[5];       /* per visitor kind, for names: a (aux), r (row), c (col), k (scalar, unnamed), h (one_hot) */
   int nstore, nrsum, ncsum;
   char *why;
   size_t whylen;
