@@ -25,4 +25,6 @@ void evtc_register(const char *name, const char *usage, const char *help, evtc_c
 
 /* Exit code for a library status: user errors → 1, EVT_ERR_INTERNAL → 2. */
 int evtc_exit_code(evt_status st);
+/* `--dtype V` of compile / tune: bf16 or f16 (as an evt_dtype) into *out; false (message on stderr naming cmd) otherwise. */
+bool evtc_parse_dtype16(const char *cmd, const char *v, int *out);
 #endif

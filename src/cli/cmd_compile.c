@@ -82,12 +82,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--tune] [-
     else if (!strcmp(a, "--solver=greedy")) opt.use_ilp = 0;
     else if (!strcmp(a, "-o") && i + 1 < argc) dir = argv[++i];
     else if (!strcmp(a, "--dtype") && i + 1 < argc) {
-      const char *v = argv[++i];
-      dtype = evt_dtype_from_name(v, strlen(v));
-      if (dtype != EVT_BF16 && dtype != EVT_F16) {
-        fprintf(stderr, "evtc compile: --dtype takes bf16 or f16, not '%s'\n", v);
-        return EVTC_EXIT_USER;
-      }
+      if (!evtc_parse_dtype16("compile", argv[++i], &dtype)) return EVTC_EXIT_USER;
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "evtc compile: unknown or incomplete flag '%s'\n", a);
       return EVTC_EXIT_USER;

@@ -40,12 +40,7 @@ EVTC_COMMAND(tune, "FILE [--dtype bf16|f16] [--max-configs N] [--reps N] [--jobs
     else if (!strcmp(a, "--jobs") && i + 1 < argc) o.jobs = atoi(argv[++i]);
     else if (!strcmp(a, "--cache") && i + 1 < argc) cache = argv[++i];
     else if (!strcmp(a, "--dtype") && i + 1 < argc) {
-      const char *v = argv[++i];
-      dtype = evt_dtype_from_name(v, strlen(v));
-      if (dtype != EVT_BF16 && dtype != EVT_F16) {
-        fprintf(stderr, "evtc tune: --dtype takes bf16 or f16, not '%s'\n", v);
-        return EVTC_EXIT_USER;
-      }
+      if (!evtc_parse_dtype16("tune", argv[++i], &dtype)) return EVTC_EXIT_USER;
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "evtc tune: unknown or incomplete flag '%s'\n", a);
       return EVTC_EXIT_USER;

@@ -20,6 +20,13 @@ int evtc_exit_code(evt_status st) {
   return st == EVT_OK ? EVTC_EXIT_OK : st == EVT_ERR_INTERNAL ? EVTC_EXIT_INTERNAL : EVTC_EXIT_USER;
 }
 
+bool evtc_parse_dtype16(const char *cmd, const char *v, int *out) {
+  *out = (int)evt_dtype_from_name(v, strlen(v));
+  if (*out == (int)EVT_BF16 || *out == (int)EVT_F16) return true;
+  fprintf(stderr, "evtc %s: --dtype takes bf16 or f16, not '%s'\n", cmd, v);
+  return false;
+}
+
 static int by_name(const void *a, const void *b) { return strcmp(((const command *)a)->name, ((const command *)b)->name); }
 
 static int usage(FILE *out) {
