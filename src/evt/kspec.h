@@ -116,7 +116,7 @@ typedef enum evt_reduce_strategy { EVT_RED_ATOMIC = 0, EVT_RED_WORKSPACE } evt_r
 
 /* The mainloop configuration of a GEMM kernel (part of the spec, its canonical text and its hash).
  * The zero of the trailing fields is the default, so `{128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE}`
- * (EVT_TILE_CONFIG_DEFAULT) is today's configuration. Legal combinations: evt_tile_config_check. */
+ * (EVT_TILE_CONFIG_DEFAULT) is the base configuration (the lowering widens tile_n to 256 when N >= 256). Legal combinations: evt_tile_config_check. */
 typedef struct evt_tile_config {
   int tile_m, tile_n, tile_k;
   int cluster_m, cluster_n;

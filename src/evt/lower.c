@@ -1103,7 +1103,10 @@ static void lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt
     L->bad_node = c.bad;
     return;
   }
-  evt_tile_config cfg = {128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+  /* Untuned mainloop: 128x256 cooperative once N fills it (the tuner's winner on every unbatched H200 shape
+   * of bench/results/h200-2026-11-29/W3/tune.log, up to 2x faster than 128x128 with a bias-gradient sum),
+   * else 128x128. A tune record (src/runtime/tune.c) replaces it. */
+  evt_tile_config cfg = {128, L->n >= 256 ? 256 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
   evt_kspec_init(&L->spec, ta ? EVT_LAYOUT_TN : tb ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, adt, EVT_BF16, cfg);
   int acc = add_node(&c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
   vid[nu] = acc;

@@ -63,7 +63,24 @@ TEST(lower_bias_gelu_gemm) {
   CHECK(s->nodes[3].op == EVT_V_GELU_ERF && s->nodes[3].in[0] == 2);
   CHECK(s->d_node == 3 && L->d_tensor == evt_graph_find(lg.g, "y"));
   CHECK(L->m == 32 && L->n == 128 && L->k == 64);
+  CHECK(s->cfg.tile_m == 128 && s->cfg.tile_n == 128 && s->cfg.schedule == EVT_SCHED_COOPERATIVE);
   CHECK(!strncmp(L->kernel, "evt_kernel_", 11));
+  lowered_free(&lg);
+}
+
+TEST(lower_wide_gemm_gets_the_wide_tile) {
+  lowered_graph lg;
+  if (!lower_text("graph t {\n"
+                  "  %x: bf16[256,64] = input()\n  %w: bf16[64,512] = param()\n"
+                  "  %m = mm(%x, %w)\n  %y = relu(%m)\n  output %y\n}\n",
+                  &lg))
+    return;
+  CHECK(lg.low.n == 1);
+  const evt_lowered *L = &lg.low.k[0];
+  CHECK_MSG(L->ok && L->kind == EVT_LK_GEMM_EVT, "%s", L->reason);
+  CHECK(L->spec.cfg.tile_m == 128 && L->spec.cfg.tile_n == 256 && L->spec.cfg.cluster_m == 1);
+  char err[256];
+  CHECK_MSG(evt_tile_config_check(&L->spec, &L->spec.cfg, err, sizeof err) == EVT_OK, "%s", err);
   lowered_free(&lg);
 }
 
