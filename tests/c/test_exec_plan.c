@@ -611,3 +611,83 @@ TEST(gemm_launch_binds_args_and_falls_back) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", gl_dir);
   CHECK(system(cmd) == 0);
 }
+
+/* `evtc prefetch` (src/cli/cmd_prefetch.c) compiles exactly the kernels `evtc run --fused` later asks the JIT
+ * for: after a prefetch of two graphs with a stand-in nvcc, the runtime's plan of each graph (parse, joint,
+ * passes, evt_exec_plan_build as run does) finds every GEMM and row kernel in the cache, even with an nvcc
+ * that always fails; a kernel shared by both graphs is listed once. */
+TEST(prefetch_fills_the_runtime_jit_cache) {
+  char dir[128], cmd[4096], cache[160], okn[160], badn[160];
+  snprintf(dir, sizeof dir, "/tmp/evt-prefetch-test-%ld", (long)getpid());
+  snprintf(cache, sizeof cache, "%s/cache", dir);
+  snprintf(okn, sizeof okn, "%s/nvcc", dir);
+  snprintf(badn, sizeof badn, "%s/nvcc_bad", dir);
+  snprintf(cmd, sizeof cmd,
+           "rm -rf %s && mkdir -p %s/cut/include/cutlass %s/cut/tools/util/include %s && touch %s/cut/include/cutlass/cutlass.h && "
+           "printf '#!/bin/sh\\n[ \"$1\" = --version ] && exit 0\\nout=\\nwhile [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\\necho so > \"$out\"\\n' > %s && "
+           "printf '#!/bin/sh\\n[ \"$1\" = --version ] && exit 0\\necho \"x.cu(1): error: no compile expected\"; exit 2\\n' > %s && chmod +x %s %s",
+           dir, dir, dir, cache, dir, okn, badn, okn, badn);
+  CHECK(system(cmd) == 0);
+  const char *files[] = {"bench/graphs/bert_layer_bf16.evt", "examples/mlp.evt"};
+  snprintf(cmd, sizeof cmd,
+           "EVT_NVCC=%s EVT_JIT_CACHE=%s CUTLASS_PATH=%s/cut EVT_TUNE_CACHE=%s/no-tune build/evtc prefetch %s %s > %s/out.txt 2>&1",
+           okn, cache, dir, dir, files[0], files[1], dir);
+  CHECK_MSG(system(cmd) == 0, "%s", cmd);
+  const char *keys[] = {"EVT_NVCC", "EVT_JIT_CACHE", "CUTLASS_PATH", "EVT_TUNE_CACHE"};
+  char *saved[4];
+  for (int i = 0; i < 4; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
+  char cut[160], tc[160];
+  snprintf(cut, sizeof cut, "%s/cut", dir);
+  snprintf(tc, sizeof tc, "%s/no-tune", dir);
+  snprintf(cmd, sizeof cmd, "cp %s %s", badn, okn); /* the same nvcc path (part of the cache key), now failing */
+  CHECK(system(cmd) == 0);
+  setenv("EVT_NVCC", okn, 1);
+  setenv("EVT_JIT_CACHE", cache, 1);
+  setenv("CUTLASS_PATH", cut, 1);
+  setenv("EVT_TUNE_CACHE", tc, 1);
+  int total = 0;
+  for (int f = 0; f < 2; f++) {
+    evt_graph *g = load_opt(files[f]);
+    if (!g) continue;
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    for (int gemm = 0; gemm < 2; gemm++) {
+      evt_jit_job jobs[64];
+      char *src[64];
+      int nj = 0;
+      char err[256];
+      for (int k = 0; k < p.nkernels && nj < 64; k++) {
+        if ((p.gspec[k] != NULL) != gemm) continue;
+        src[nj] = gemm ? evt_emit_cutlass(p.gspec[k], err, sizeof err) : evt_emit_rows(p.kspec[k], err, sizeof err);
+        CHECK(src[nj] != NULL);
+        if (!src[nj]) continue;
+        memset(&jobs[nj], 0, sizeof jobs[nj]);
+        jobs[nj].name = p.kname[k];
+        jobs[nj].source = src[nj];
+        nj++;
+      }
+      evt_jit_options jo = {0};
+      jo.no_cutlass = !gemm;
+      jo.quiet = 1;
+      char msg[512] = "";
+      CHECK_MSG(!nj || evt_jit_compile(jobs, nj, &jo, msg, sizeof msg) == EVT_OK, "%s: %s", files[f], msg);
+      for (int j = 0; j < nj; j++) {
+        CHECK_MSG(jobs[j].ok && jobs[j].cached, "%s: %s not prefetched", files[f], jobs[j].name);
+        free(src[j]);
+      }
+      total += nj;
+    }
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
+  CHECK(total > 20);
+  snprintf(cmd, sizeof cmd, "grep -q 'distinct kernels' %s/out.txt && grep -q 'prefetch: 0 failed' %s/out.txt", dir, dir);
+  CHECK(system(cmd) == 0);
+  for (int i = 0; i < 4; i++) {
+    if (saved[i]) setenv(keys[i], saved[i], 1);
+    else unsetenv(keys[i]);
+    free(saved[i]);
+  }
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK(system(cmd) == 0);
+}
