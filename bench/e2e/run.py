@@ -99,11 +99,28 @@ def _kernels_in_one_step(step):
         step()
         torch.cuda.synchronize()
     n = 0
+    by_name = {}
     for e in prof.events():
         if str(getattr(e, "device_type", "")).endswith("CUDA") and not any(
                 k in e.name for k in ("Memcpy", "Memset", "memcpy", "memset")):
             n += 1
+            t, c = by_name.get(e.name, (0.0, 0))
+            by_name[e.name] = (t + _device_us(e), c + 1)
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:12]
+    total = sum(t for t, _ in by_name.values())
+    print(f"  top kernels of one step ({n} launches, {total / 1e3:.2f} ms of kernel time):", flush=True)
+    for name, (t, c) in top:
+        print(f"    {t / 1e3:9.3f} ms {c:5d}x  {name[:110]}", flush=True)
     return n
+
+
+def _device_us(e):
+    """Kernel time of a profiler event in us (the attribute's name differs across torch versions)."""
+    for attr in ("device_time_total", "cuda_time_total", "device_time", "cuda_time"):
+        v = getattr(e, attr, None)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    return 0.0
 
 
 def _grad_rel(model, ref_grads):
