@@ -691,3 +691,75 @@ TEST(prefetch_fills_the_runtime_jit_cache) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0);
 }
+
+/* A one-level batched GEMM (6 heads packed, NT) whose epilogue has a per-batch mask, a bias shared by every
+ * batch, a per-batch Σ_n and a Σ over every batch (shared sum): bound with each shared node's tensor as one
+ * tensor (no batch strides), and the CPU model of the plan (through the launch's strides) matches the
+ * interpreter on every output. A shared sum bound across two launch levels is refused. */
+TEST(exec_plan_batched_shared_nodes_match_interpreter) {
+  const char *text =
+      "graph att {\n"
+      "  %qh: bf16[2,3,16,8] = input(init=normal)\n  %k: bf16[2,3,16,8] = input(init=normal)\n"
+      "  %mask: bf16[2,3,16,16] = input(init=normal)\n  %bias: bf16[16] = param(init=normal)\n"
+      "  %kt = transpose(%k, dims=[2,3])\n"
+      "  %s = bmm(%qh, %kt)\n  %c: bf16[] = scalar(value=0.125)\n  %sc = mul(%s, %c)\n"
+      "  %z = add(%sc, %mask)\n  %z2 = add(%z, %bias)\n  %zf = cast(%z2, dtype=f32)\n"
+      "  %rs = sum(%zf, dims=[3])\n  %cs = sum(%zf, dims=[0,1,2])\n"
+      "  output %z2\n  output %rs\n  output %cs\n}\n";
+  char *err = NULL;
+  evt_graph *g = evt_parse(text, "att.evt", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  evt_exec_plan p;
+  CHECK_MSG(evt_exec_plan_build(g, &p) == EVT_OK, "%s", evt_graph_error(g));
+  int gi = p.part.group[evt_graph_find(g, "s")], shared = 0;
+  CHECK(gi >= 0);
+  if (gi >= 0) {
+    const evt_group_exec *x = &p.groups[gi];
+    const evt_lowered *L = &p.low.k[gi];
+    CHECK_MSG(x->fused && L->spec.batched && L->l == 6 && L->l_outer == 1, "%s", x->why);
+    for (int i = 0; i < L->spec.nnodes; i++) {
+      if (!L->spec.nodes[i].shared) continue;
+      shared++;
+      CHECK(x->ptr_node[i] >= 0 && L->bs_ptrs[i] == 0 && L->os_ptrs[i] == 0);
+      CHECK(x->ptr_node[i] == evt_graph_find(g, L->spec.nodes[i].op == EVT_V_ROW_BCAST ? "bias" : "cs"));
+    }
+    /* the same spec as two launch levels (3 x 2): its shared sum would restart per launch */
+    evt_lowered *T = malloc(sizeof *T);
+    evt_group_exec *y = calloc(1, sizeof *y);
+    *T = *L;
+    T->l = 3, T->l_outer = 2;
+    T->os_a = 3 * T->bs_a, T->os_b = 3 * T->bs_b, T->os_d = 3 * (T->bs_d ? T->bs_d : 256);
+    for (int i = 0; i < T->spec.nnodes; i++)
+      if (!T->spec.nodes[i].shared && evt_vop_has_memory(T->spec.nodes[i].op)) T->os_ptrs[i] = 3 * T->bs_ptrs[i];
+    CHECK_MSG(!evt_exec_bind(g, p.part.group, T, y) && strstr(y->why, "sums over every batch with 2 launches"), "%s", y->why);
+    free(T);
+    free(y);
+  }
+  CHECK(shared == 2);
+  evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
+  CHECK(evt_interp_init_inputs(g, v, 3) == EVT_OK);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
+      CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
+      memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
+    }
+  CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
+  CHECK(evt_interp_run(g, v, EVT_RUN_FP64, 0) == EVT_OK);
+  for (int k = 0; k < g->noutputs; k++) {
+    int id = g->outputs[k];
+    double scale = 0;
+    for (int64_t i = 0; i < v[id].numel; i++) scale = fmax(scale, fabs(v[id].data[i]));
+    double e = evt_cuda_rel_error(&w[id], &v[id], 0.1 * scale);
+    CHECK_MSG(e <= 1e-2, "%%%s rel error %g", g->nodes[id].name, e);
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    evt_tensor_free(&v[i]);
+    evt_tensor_free(&w[i]);
+  }
+  free(v);
+  free(w);
+  evt_exec_plan_free(&p);
+  evt_graph_free(g);
+}
