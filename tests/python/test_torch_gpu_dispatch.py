@@ -548,6 +548,71 @@ def test_cuda_placement_leaves_cpu_plans_alone(monkeypatch):
     assert torch.allclose(out, f(x, w)[0], rtol=1e-5)
 
 
+def _cuda_autocast_linear():
+    """A bf16 linear as autocast records it: casts of x, w and b, mm with t(w), the bias add; the transposed
+    bf16 weight is also an output (saved for the backward)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+
+    def f(x, w, b):
+        xb, wb, bb = (aten._to_copy(t, dtype=torch.bfloat16) for t in (x, w, b))
+        wt = aten.t(wb)
+        return [torch.relu(aten.addmm(bb, xb, wt)), wt]
+    shapes = [(16, 32), (64, 32), (64,)]
+    gm = make_fx(f)(*[torch.randn(s) for s in shapes])
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(s, device="cuda") for s in shapes]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    return gm
+
+
+@needs_lib
+def test_input_casts_are_hoisted_on_cuda(monkeypatch):
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_HOIST_CASTS", raising=False)
+    plan = B.build_plan(_cuda_autocast_linear())
+    casts = [n for n, w in plan.fallbacks if w == B.HOISTED_CAST]
+    assert len(casts) == 3 and plan.steps[:3] == casts, plan.steps
+    (seg,) = _segments(plan)
+    assert "cast(" not in seg.text and "mm(" in seg.text, seg.text
+    # the transposed weight leaves the segment as a PyTorch view of the hoisted cast, not an evt output
+    assert [m.target for m in seg.torch_views] == [torch.ops.aten.t.default], seg.torch_views
+    assert seg.text.count("output") == 1 and "output %relu" in seg.text.replace(" ", " "), seg.text
+    monkeypatch.setenv("EVT_HOIST_CASTS", "0")
+    plan = B.build_plan(_cuda_autocast_linear())
+    assert not [n for n, w in plan.fallbacks if w == B.HOISTED_CAST] and "cast(" in _segments(plan)[0].text
+
+
+@needs_lib
+def test_views_of_segment_inputs_leave_as_pytorch_views():
+    """CPU: t(w) needed outside the segment is PyTorch's view of w (same storage), the rest runs in evt;
+    casts of CPU inputs are not hoisted."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+
+    def f(x, w):
+        wt = aten.t(aten._to_copy(w, dtype=torch.bfloat16))
+        return [torch.relu(aten._to_copy(x, dtype=torch.bfloat16) @ wt).float().sum(), wt, aten.t(w)]
+    x, w = torch.randn(4, 8), torch.randn(3, 8)
+    gm = make_fx(f)(x, w)
+    FakeTensorProp(gm).propagate(x, w)
+    assert B.hoisted_casts(gm) == []
+    plan = B.build_plan(gm)
+    segs = [s for s in _segments(plan) if s.path != "none"]
+    views = [m for s in _segments(plan) for m in s.torch_views]
+    assert plan.fallbacks == [] and [s.path for s in segs] == ["interp"], [(s.path, s.text) for s in _segments(plan)]
+    assert len(views) == 1 and views[0].target == aten.t.default and views[0].args[0].op == "placeholder", views
+    loss, wt, wt2 = plan([x, w])
+    assert wt2.data_ptr() == w.data_ptr() and wt2.stride() == (1, 8)  # a view of the input itself
+    assert torch.equal(wt, w.bfloat16().t())
+    assert torch.allclose(loss, f(x, w)[0], rtol=2e-2)
+
+
 def test_gpu_ops_option_and_env():
     assert G.gpu_ops(None, {}) == "fast" and G.gpu_ops(None, {"EVT_CUDA_OPS": "all"}) == "all"
     assert G.gpu_ops({"gpu_ops": "fast"}, {"EVT_CUDA_OPS": "all"}) == "fast"  # the option wins
