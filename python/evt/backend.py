@@ -26,6 +26,10 @@ Contract
 - Casts hoisted (CUDA): an f32 -> bf16/f16 cast of a module input (autocast's copy of a weight, bias or
   input) runs in PyTorch before the module's first step (HOISTED_CAST, logged as a fallback; EVT_HOIST_CASTS=0
   keeps them in evt, where the lowering refuses the cast's group and it runs node by node in double).
+- Joint graph (partition_fn, aten.rewrite_joint): pool backward ops become evt:: ones (on CUDA only under
+  gpu_ops "all"), CUDA SDPA backward evt::sdpa_backward when attention is in evt, and a CUDA layer-norm
+  backward whose statistics come from its forward evt::layer_norm_backward (recomputes them from x), so
+  the forward no longer computes mean / rstd.
 - A member of a segment that is a view (_VIEW_OPS) of a segment input, or of such a view, and is needed
   outside the segment is made by PyTorch after the segment ran (a view, no copy), not written by evt.
 - Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a

@@ -7,6 +7,7 @@ runs anything on a GPU or produces GPU results: those are tests/gpu/w/torchgpu.s
 """
 import collections
 import logging
+import operator
 import os
 import sys
 
@@ -611,6 +612,40 @@ def test_views_of_segment_inputs_leave_as_pytorch_views():
     assert wt2.data_ptr() == w.data_ptr() and wt2.stride() == (1, 8)  # a view of the input itself
     assert torch.equal(wt, w.bfloat16().t())
     assert torch.allclose(loss, f(x, w)[0], rtol=2e-2)
+
+
+@needs_lib
+def test_layer_norm_backward_recomputes_its_statistics():
+    """rewrite_joint on a layer norm's forward + backward (forced on CPU: ln_devices): the backward becomes
+    evt::layer_norm_backward (statistics recomputed from x), the forward's mean / rstd die; the plan's
+    results (interpreter) and the op's PyTorch implementation both match autograd."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+
+    def f(x, w, b, dy):
+        y, mean, rstd = aten.native_layer_norm(x, [8], w, b, 1e-5)
+        dx, dw, db = aten.native_layer_norm_backward(dy, x, [8], mean, rstd, w, b, [True, True, True])
+        return [torch.relu(y), dx, dw, db]
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(5, 8, generator=g), torch.rand(8, generator=g) + 0.5, torch.randn(8, generator=g),
+            torch.randn(5, 8, generator=g)]
+    ref = f(*args)
+    gm = make_fx(f)(*args)
+    assert A.rewrite_joint(gm) == 0  # (CPU nodes: not rewritten by default)
+    assert A.rewrite_joint(gm, ln_devices=("cpu",)) == 1
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert torch.ops.evt.layer_norm_backward.default in targets
+    assert sum(1 for n in gm.graph.nodes if n.target is operator.getitem and
+               n.args[0].target == aten.native_layer_norm.default) == 1  # only y is left
+    FakeTensorProp(gm).propagate(*args)
+    plan = B.build_plan(gm)
+    assert plan.fallbacks == [] and all(s.path in ("interp", "none") for s in _segments(plan))
+    got = plan(args)
+    for a, r in zip(got, ref):
+        assert torch.allclose(a, r, rtol=1e-4, atol=1e-5)
+    for a, r in zip(torch.ops.evt.layer_norm_backward(args[3], args[0], [8], args[1], args[2], 1e-5), ref[1:]):
+        assert torch.allclose(a, r, rtol=1e-5, atol=1e-6)
 
 
 def test_gpu_ops_option_and_env():
