@@ -26,6 +26,7 @@ import copy
 import json
 import logging
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -421,11 +422,19 @@ def main():
                "--iters", str(a.iters), "--warmup", str(a.warmup), "--scale", str(a.scale)]
         cmd += [f for f, on in (("--quick", a.quick), ("--dropout", a.dropout), ("--no-profile", a.no_profile)) if on]
         before = _read_rows(tmp)
+        # the child in a session of its own: a timeout kills it with everything it started (nvcc JIT jobs),
+        # so nothing keeps compiling into the next workload's time
+        child = subprocess.Popen(cmd, start_new_session=True)
         try:
-            subprocess.run(cmd, timeout=to, check=False)
+            child.wait(timeout=to)
             status = None
         except subprocess.TimeoutExpired:
             status = f"timeout after {to:.0f}s"
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            child.wait()
         got = _read_rows(tmp)[len(before):]
         done = {r["mode"] for r in got}
         for m in modes:

@@ -15,6 +15,9 @@
 #    Each prints its markdown table, an E2E_JSON line (bench/e2e/run.py --render LOG --tag T rebuilds
 #    the JSON / markdown) and per evt mode: launches per step, segments GPU / PyTorch, and the ops that ran in
 #    PyTorch with the reason.
+# 0. From the start, in the background (own session, killed at the end): a JIT prewarm, one evt step per
+#    benchmark workload in order, so the kernels compile while the models run; each benchmark first waits
+#    for its workload's prewarm while more than TORCHGPU_BENCH_MIN (60) s would be left.
 # The reference is eager PyTorch on the same GPU (the issue's criterion); the evt segments' own
 # CPU-interpreter check is the CI suite (same models, fp32, rel <= 1e-4). LOG ends with a summary table.
 set -u
@@ -48,6 +51,36 @@ echo "CUTLASS for the benchmark: ${CUTLASS:-unset} (TORCHGPU_CUTLASS=${TORCHGPU_
 J=$(mktemp /tmp/torchgpu.XXXXXX.jsonl)
 E=$(mktemp -d /tmp/torchgpu-e2e.XXXXXX)
 
+bench=${TORCHGPU_BENCH:-mlp:170:1,bert_large:120:0.25,vit_p14:100:0.25,xmlcnn_paper:90:0.25,resnet50:90:0.25}
+bmodes=${TORCHGPU_BENCH_MODES:-eager,evt,inductor,evt_cg}
+
+# ---- 0. JIT prewarm, in the background from the start -------------------------------------------------
+# One evt step per benchmark workload, in order (bench/e2e/run.py --child W --modes evt --iters 1), so the
+# CUTLASS / row kernels compile (EVT_JIT_JOBS - 4 at a time) while the CI models run; each benchmark
+# below first waits for its workload's prewarm (bounded), then times with a warm JIT cache. Output in
+# $E/prewarm.log, appended to LOG at the end. Killed (its process group) when the script ends.
+PRE_PID=
+if [ "${TORCHGPU_PREWARM:-1}" = 1 ] && command -v setsid >/dev/null; then
+  export TG_BENCH=$bench TG_E=$E TG_CUTLASS=$CUTLASS TG_JOBS=$(( EVT_JIT_JOBS > 6 ? EVT_JIT_JOBS - 4 : EVT_JIT_JOBS ))
+  # (a session of its own: stop_prewarm kills the whole group, nvcc jobs included)
+  setsid bash -c '
+    for spec in ${TG_BENCH//,/ }; do
+      IFS=: read -r w t sc <<<"$spec"
+      echo "== prewarm $w (scale ${sc:-1}) at $(date -u +%H:%M:%S)"
+      CUTLASS_PATH=$TG_CUTLASS EVT_JIT_JOBS=$TG_JOBS python3 bench/e2e/run.py --child "$w" --modes evt \
+        --scale "${sc:-1}" --iters 1 --warmup 0 --quick --no-profile
+      echo "$w rc $? at $(date -u +%H:%M:%S)" >> "$TG_E/prewarm.done"
+    done' > "$E/prewarm.log" 2>&1 < /dev/null &
+  PRE_PID=$!
+  echo "-- [$(date -u +%H:%M:%S)] JIT prewarm of $bench started in the background (pid $PRE_PID, log appended at the end)"
+fi
+stop_prewarm() {
+  [ -n "$PRE_PID" ] || return 0
+  kill -KILL -- "-$PRE_PID" 2>/dev/null || kill -KILL "$PRE_PID" 2>/dev/null
+  PRE_PID=
+}
+trap stop_prewarm EXIT
+
 # ---- 1. the CI models ---------------------------------------------------------------------------------
 models=${TORCHGPU_MODELS:-mlp,bert,convbn,vit,xmlcnn,gcn,sdpa,gcn_edges}
 modes=${TORCHGPU_MODES:-evt,evt_cg}
@@ -74,10 +107,12 @@ PY
 fi
 
 # ---- 2. the end-to-end benchmark, one workload at a time ----------------------------------------------
-bench=${TORCHGPU_BENCH:-mlp:170:1,bert_large:120:0.25,vit_p14:100:0.25,xmlcnn_paper:90:0.25,resnet50:90:0.25}
-bmodes=${TORCHGPU_BENCH_MODES:-eager,evt,inductor,evt_cg}
 for spec in ${bench//,/ }; do
   IFS=: read -r w t sc <<<"$spec"
+  # wait for this workload's prewarm while at least TORCHGPU_BENCH_MIN (default 60) s would be left
+  while [ -n "$PRE_PID" ] && ! grep -q "^$w rc" "$E/prewarm.done" 2>/dev/null && kill -0 "$PRE_PID" 2>/dev/null \
+        && [ "$(left)" -gt $(( ${TORCHGPU_BENCH_MIN:-60} + 12 )) ]; do sleep 2; done
+  grep -q "^$w rc" "$E/prewarm.done" 2>/dev/null && echo "-- prewarm: $(grep "^$w rc" "$E/prewarm.done")"
   l=$(( $(left) - 12 ))
   [ "$t" -gt "$l" ] && t=$l
   if [ "$t" -lt 30 ]; then echo "-- $w skipped: ${l}s left"; echo "{\"workload\": \"$w\", \"skipped\": \"${l}s left\"}" >> "$E/skipped.jsonl"; continue; fi
@@ -86,6 +121,10 @@ for spec in ${bench//,/ }; do
     --modes "$bmodes" --no-profile --timeout "$t" --out "$E" --tag "$w" ${TORCHGPU_BENCH_ARGS:-} || echo "bench $w exited with $?"
 done
 
+stop_prewarm
+echo
+echo "== JIT prewarm log (background, bench/e2e/run.py --child W --modes evt --iters 1)"
+cat "$E/prewarm.log" 2>/dev/null | tail -c 30000
 echo
 echo "== torchgpu summary ($(date -u +%H:%M:%S))"
 echo "-- CI models on CUDA (reference: eager PyTorch on the GPU; bf16 tol 1e-2, fp32 tol 1e-3)"
