@@ -30,8 +30,9 @@ Contract
   gpu_ops "all"), CUDA SDPA backward evt::sdpa_backward when attention is in evt, and a CUDA layer-norm
   backward whose statistics come from its forward evt::layer_norm_backward (recomputes them from x), so
   the forward no longer computes mean / rstd.
-- A member of a segment that is a view (_VIEW_OPS) of a segment input, or of such a view, and is needed
-  outside the segment is made by PyTorch after the segment ran (a view, no copy), not written by evt.
+- A member of a segment needed outside it that is a chain of views (_VIEW_OPS) of a segment input or of
+  a member (the chain's base, then a graph output of the segment) is made by PyTorch after the segment
+  ran (Segment.torch_views: views, no copy), not written by evt as a copy.
 - Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a
   node on another device starts a PyTorch step). CPU segments run on the interpreter. CUDA segments get
   an evt GPU program at plan time (gpu.Program: flags FUSED unless EVT_FUSED=0 / fused=False, CUDA_GRAPH
@@ -258,19 +259,37 @@ class Segment:
         b, members = self.b, set(self.members)
         inputs = {name for _, name in b.inputs}
         self.outputs, self.aliases, out_names = [], [], []
-        rooted = {x for x, _ in b.inputs}  # segment inputs and views of them
-        self.torch_views = []
+        # Views needed outside: a chain of view ops (_VIEW_OPS) ending in a member needed outside is made by
+        # PyTorch from the chain's base (a segment input, or a member evt then writes as it is): evt's output
+        # would be a materialized copy, copied again into PyTorch's recorded strides.
+        self.torch_views, bases = [], set()
         for m in self.members:
             name = b.names.get(m)
-            if isinstance(name, dict) or not any(u not in members for u in users_outside(m)):
-                if m.target in _VIEW_OPS and m.args and m.args[0] in rooted:
-                    rooted.add(m)
+            if isinstance(name, dict) or name in inputs or m.target not in _VIEW_OPS:
                 continue
-            if m.target in _VIEW_OPS and m.args and m.args[0] in rooted and name not in inputs:
-                # a view of a segment input, needed outside: PyTorch's view costs nothing, evt's output would
-                # be a materialized copy (and then copied again into the recorded strides)
-                rooted.add(m)
-                self.torch_views.append(m)
+            if not any(u not in members for u in users_outside(m)):
+                continue
+            chain, x = [], m
+            while x in members and x.target in _VIEW_OPS and x.args and isinstance(x.args[0], torch.fx.Node):
+                chain.append(x)
+                x = x.args[0]
+            if x in members and (isinstance(b.names.get(x), dict) or x.target in _VIEW_OPS):
+                continue  # (the base is a tuple, or a view of a non-tensor)
+            if x not in members and x not in {i for i, _ in b.inputs}:
+                continue
+            for v in reversed(chain):
+                if v not in self.torch_views:
+                    self.torch_views.append(v)
+            if x in members:
+                bases.add(x)
+        order = {m: i for i, m in enumerate(self.members)}
+        self.torch_views.sort(key=order.get)
+        torch_made = set(self.torch_views)
+        for m in self.members:
+            name = b.names.get(m)
+            if m in torch_made or isinstance(name, dict):
+                continue
+            if m not in bases and not any(u not in members for u in users_outside(m)):
                 continue
             if name in inputs:
                 src = next(x for x, nm in b.inputs if nm == name)
@@ -389,7 +408,7 @@ class Segment:
 # (Segment.torch_views) instead of evt writing a copy.
 _VIEW_OPS = {aten.permute.default, aten.t.default, aten.transpose.int, aten.view.default, aten._unsafe_view.default,
              aten.reshape.default, aten.expand.default, aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
-             aten.squeeze.default, aten.alias.default}
+             aten.squeeze.default, aten.alias.default, aten.select.int, aten.slice.Tensor}
 
 # Counters of what ran where since the last reset_stats() (read by the benchmark and the GPU tests).
 STATS = collections.Counter()
