@@ -191,7 +191,20 @@ static int add_node(lctx *c, int v, evt_vop op, int in0, int in1, evt_dtype dt, 
  * chosen from x's strides broadcast over `out`. -1 with the reason on failure. */
 static int operand_batched(lctx *c, int v, int x, const evt_type *out);
 
+/* A widening cast (to f32, from a float dtype) of a value that is no tile value of this kernel, in this
+ * group (or judging one node): a broadcast operand such as canonicalize's cast(bias, f32) of a 16-bit addmm.
+ * Loads widen to f32 anyway, so the kernel loads the cast's input instead (member() gives the cast itself no
+ * visitor node). */
+static bool widening_operand_cast(const lctx *c, int x) {
+  const evt_node *xn = &c->g->nodes[x];
+  if (c->nbd || xn->op != EVT_OP_CAST || xn->type.dtype != EVT_F32 || c->vid[x] >= 0) return false;
+  if (c->group && c->group[x] != c->gi) return false;
+  int in = xn->inputs[0];
+  return float_dtype(c->g->nodes[in].type.dtype) && c->vid[in] < 0;
+}
+
 static int operand(lctx *c, int v, int x, const evt_type *out) {
+  while (widening_operand_cast(c, x)) x = c->g->nodes[x].inputs[0];
   if (c->nbd && c->vid[x] >= 0 && c->alias && c->alias[x] >= 0) {
     refuse(c, v, "reads %%%s, a view of the batched tile in another element order (only stores take views)",
            c->g->nodes[x].name);
@@ -545,6 +558,18 @@ static bool sum_batched(lctx *c, int v) {
   return true;
 }
 
+/* Is member v read outside its group, or a graph output? (false when judging one node: the partitioner
+ * decides that.) */
+static bool leaves_group(const lctx *c, int v) {
+  if (!c->group) return false;
+  if (c->g->nodes[v].flags & EVT_NODE_OUTPUT) return true;
+  for (int w = v + 1; w < c->g->nnodes; w++)
+    if (c->group[w] != c->gi)
+      for (int k = 0; k < c->g->nodes[w].ninputs; k++)
+        if (c->g->nodes[w].inputs[k] == v) return true;
+  return false;
+}
+
 static bool member_uses_in_group(const lctx *c, int v) {
   if (!c->group) return false;
   for (int w = v + 1; w < c->g->nnodes; w++)
@@ -658,10 +683,15 @@ static bool member(lctx *c, int v) {
       c->vid[v] = id;
       return id >= 0;
     }
-    /* a bool's 0/1 is exact in every float type; other casts to 16 bits round, which the epilogue does only at stores */
-    if (t->dtype != EVT_F32 && from != EVT_BOOL && !from_int && member_uses_in_group(c, v))
-      return refuse(c, v, "cast to %s used inside the epilogue (visitor values are f32, rounded only at stores)",
-                    evt_dtype_name(t->dtype));
+    /* a broadcast operand widened to f32 (not tile-shaped): its users load the cast's input */
+    if (widening_operand_cast(c, v) && !c->nbd && evt_type_numel(t) != 1 && tile_split(t, c->m, c->n) < 0) {
+      if (leaves_group(c, v))
+        return refuse(c, v, "a widened broadcast operand leaves the kernel (stores write whole tiles)");
+      return true;
+    }
+    /* a cast to 16 bits used inside the epilogue is an identity on the f32 value, as every 16-bit member
+     * value is: visitor values are f32 and rounded only at stores (the 16-bit addmm's rounding before its
+     * activation is thus skipped, as the fused epilogue of mm + add skipped it before) */
   }
     /* an identity on the f32 value */
     /* fallthrough */
@@ -1461,7 +1491,7 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
   return ok;
 }
 
-/* Every f32 tensor becomes `dt`: source types and cast/one_hot targets, then types are re-inferred. */
+/* Every f32 tensor becomes `dt`: source types, cast/one_hot targets and mm out_dtype, then types are re-inferred. */
 evt_status evt_lower_retype(evt_graph *g, evt_dtype dt) {
   for (int i = 0; i < g->nnodes; i++) {
     evt_node *n = &g->nodes[i];
@@ -1469,6 +1499,7 @@ evt_status evt_lower_retype(evt_graph *g, evt_dtype dt) {
     bool has_dtype = (evt_op_table[n->op].attrs >> EVT_ATTR_DTYPE) & 1u;
     if ((typed || has_dtype) && n->attr.dtype == EVT_F32 && (typed ? n->type.dtype == EVT_F32 : true)) n->attr.dtype = dt;
     if (n->op == EVT_OP_CAST && n->attr.dtype == EVT_F32) n->attr.dtype = dt;
+    if (n->attr.out_dtype == EVT_F32) n->attr.out_dtype = dt; /* mm's f32 output too (infer drops it as the default) */
     evt_status st = evt_infer_node(g, n, i);
     if (st != EVT_OK) return st;
   }

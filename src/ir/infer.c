@@ -887,8 +887,17 @@ static evt_status infer_op(evt_graph *g, evt_node *n, int id) {
   case EVT_OP_AMAX:
     return infer_reduce(g, n, id);
 
-  case EVT_OP_MM:
-    return infer_mm(g, n, id, in_type(g, n, 0), in_type(g, n, 1));
+  case EVT_OP_MM: {
+    CHECK_ST(infer_mm(g, n, id, in_type(g, n, 0), in_type(g, n, 1)));
+    int64_t od = n->attr.out_dtype;
+    if (od == -1) return EVT_OK;
+    if (od != EVT_F32 && od != n->type.dtype)
+      FAIL("out_dtype=%s: the output is the operands' dtype %s or the f32 accumulator", evt_dtype_name((evt_dtype)od),
+           evt_dtype_name(n->type.dtype));
+    if (od == n->type.dtype) n->attr.out_dtype = -1; /* canonical: the operands' dtype is the default */
+    else n->type.dtype = EVT_F32;
+    return EVT_OK;
+  }
   case EVT_OP_BMM:
     return infer_bmm(g, n, id);
   case EVT_OP_ADDMM:
