@@ -15,6 +15,9 @@
  * rank-0 operand that is floating or of the other operand's class adopts the other operand's dtype (so
  * x_bf16 * 0.5 stays bf16, and i32 + 1.0 stays i32); of two numeric rank-0 operands a floating one wins,
  * within a class the wider (f32, i64).
+ * mm: out_dtype (when given, not the operands' dtype) must be f32: the output is then the f32 accumulator of
+ * 16-bit operands (canonicalize's bf16/f16 addmm); out_dtype equal to the operands' dtype is reset to the
+ * default (-1) so that printing stays canonical.
  * The switch has no default: -Werror=switch makes every op of ops.def have a rule here. */
 #include "evt_impl.h"
 
