@@ -43,12 +43,22 @@ QUICK_WORKLOADS = ("mlp", "xmlcnn_paper", "gcn_mag", "vit_p14")
 # ---- child: one workload, every mode ---------------------------------------------------------------
 
 class _Capture(logging.Handler):
-    def __init__(self):
+    """Keeps the evt logger's messages; echoes the compile progress (plans, new GPU programs) with the
+    seconds since the mode started, so a window's log shows where a slow compile is."""
+
+    PROGRESS = (" evt segment(s)", "GPU program for", "could not", "failed")
+
+    def __init__(self, echo=True):
         super().__init__()
         self.msgs = []
+        self.echo = echo
+        self.t0 = time.time()
 
     def emit(self, r):
-        self.msgs.append(r.getMessage())
+        m = r.getMessage()
+        self.msgs.append(m)
+        if self.echo and any(k in m for k in self.PROGRESS):
+            print(f"  [evt +{time.time() - self.t0:.1f}s] {m.strip()[:300]}", flush=True)
 
 
 def _compile(model, mode):
@@ -226,13 +236,16 @@ def run_workload(name, modes, a):
                         parts = msg.split()
                         ops_evt += int(parts[parts.index("ops") - 1])
                         ops_torch += int(parts[parts.index("PyTorch") - 2])
-                fb = {}
+                fb, why = {}, {}
                 for msg in cap.msgs:
                     if "fallback to PyTorch:" in msg:
-                        op = msg.split("fallback to PyTorch: ")[1].split(" ")[0]
+                        rest = msg.split("fallback to PyTorch: ")[1]
+                        op = rest.split(" ")[0]
                         fb[op] = fb.get(op, 0) + 1
-                row.update(ops_in_evt=ops_evt, ops_in_pytorch=ops_torch,
-                           fallback_ops=dict(sorted(fb.items(), key=lambda kv: -kv[1])[:12]))
+                        why.setdefault(op, rest.split("): ", 1)[-1][:160])
+                top = sorted(fb.items(), key=lambda kv: -kv[1])[:12]
+                row.update(ops_in_evt=ops_evt, ops_in_pytorch=ops_torch, fallback_ops=dict(top),
+                           fallback_reasons={k: why[k] for k, _ in top})
                 if row.get("gpu_segments", 0) == 0 and row.get("interp_segments", 0) == 0:
                     row["status"] = ("evt cannot run it: no evt segment" if ops_evt == 0 else
                                      "evt cannot run it: every segment ran in PyTorch")
@@ -291,11 +304,13 @@ def render(result, base):
             f"{r.get('x_inductor', 0):.2f}x | {r.get('peak_alloc_gib', '–')}/{r.get('device_used_gib', '–')} | "
             f"{r.get('compile_cold_s', '–')}/{r.get('compile_warm_s', '–')} | {k} | {gs} | {evtcol} | "
             f"{r.get('status', r.get('error', ''))} |")
-    fb = [(r["workload"], r["mode"], r["fallback_ops"]) for r in rows if r.get("fallback_ops")]
+    fb = [(r["workload"], r["mode"], r["fallback_ops"], r.get("fallback_reasons", {})) for r in rows
+          if r.get("fallback_ops")]
     if fb:
-        lines += ["", "Ops that ran in PyTorch under evt (most frequent first):", ""]
-        for w, m, ops in fb:
-            lines.append(f"- {w} ({m}): " + ", ".join(f"{k} x{v}" for k, v in ops.items()))
+        lines += ["", "Ops that ran in PyTorch under evt (most frequent first; the reason of the first):", ""]
+        for w, m, ops, why in fb:
+            lines.append(f"- {w} ({m}): " + "; ".join(f"{k} x{v}" + (f" ({why[k]})" if why.get(k) else "")
+                                                      for k, v in ops.items()))
     md = "\n".join(lines) + "\n"
     with open(base + ".md", "w") as f:
         f.write(md)

@@ -91,6 +91,7 @@ class Builder:
         self.cur = None
         self.k = 0
         self.device = None  # torch.device of every tensor in the segment (one device per segment)
+        self.cuda_attention = cuda_attention_in_evt()  # translate CUDA SDPA (the backend sets it per options)
 
     def snapshot(self):
         return (len(self.lines), len(self.inputs), dict(self.names), dict(self.origin), self.device)
@@ -1197,23 +1198,12 @@ def _(dout, q, k, v, is_causal, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def cuda_all_ops():
-    """EVT_CUDA_OPS=all: on CUDA, translate every op evt can run. Default ("fast"): convolutions and
-    attention stay PyTorch's (cuDNN, flash attention), whose evt GPU kernels are direct loops (the
-    node-by-node library has no implicit-GEMM convolution or tiled attention)."""
-    import os
-    return os.environ.get("EVT_CUDA_OPS", "fast") == "all"
-
-
 def cuda_attention_in_evt():
-    """EVT_ATTENTION=evt (or EVT_CUDA_OPS=all): CUDA attention (flash / efficient / cuDNN SDPA) is
-    translated to evt's sdpa and its backward to evt::sdpa_backward; default: PyTorch's fused kernels."""
+    """The environment's default for CUDA attention (flash / efficient / cuDNN SDPA): translated to evt's
+    sdpa, its backward to evt::sdpa_backward, with EVT_ATTENTION=evt or EVT_CUDA_OPS=all; otherwise
+    PyTorch's fused kernels. The backend's options override it (gpu.attention_in_evt)."""
     import os
-    return os.environ.get("EVT_ATTENTION", "torch") == "evt" or cuda_all_ops()
-
-
-# Ops that stay in PyTorch on CUDA unless EVT_CUDA_OPS=all (see cuda_all_ops).
-CUDA_TORCH_OPS = {aten.convolution, aten.convolution_backward}
+    return os.environ.get("EVT_ATTENTION", "torch") == "evt" or os.environ.get("EVT_CUDA_OPS", "fast") == "all"
 
 
 # CUDA SDPA backward ops: (index of dropout_p, index of is_causal, index of attn_bias or None)
@@ -1230,11 +1220,24 @@ _CUDA_SDPA_FWD = {
 }
 
 
-def rewrite_joint(gm):
-    """Replaces index-taking pool backward ops by the evt:: ones; returns how many were replaced."""
+def _on_cuda(n):
+    v = n.meta.get("val")
+    v = v[0] if isinstance(v, (tuple, list)) and v else v
+    return isinstance(v, torch.Tensor) and v.device.type == "cuda"
+
+
+def rewrite_joint(gm, attention=None, cuda_pools=True):
+    """Replaces index-taking pool backward ops by the evt:: ones (on CUDA only when cuda_pools: when
+    the pools run in PyTorch, its indexed backward is kept), and, when attention (default:
+    cuda_attention_in_evt()), the CUDA SDPA backward by evt::sdpa_backward; returns how many were replaced."""
+    if attention is None:
+        attention = cuda_attention_in_evt()
     count = 0
     for n in list(gm.graph.nodes):
         if n.op != "call_function":
+            continue
+        if not cuda_pools and _on_cuda(n) and n.target in (aten.max_pool2d_with_indices_backward.default,
+                                                           aten.adaptive_max_pool2d_backward.default):
             continue
         if n.target == aten.max_pool2d_with_indices_backward.default:
             dy, x, k, st, pd, dl, ceil = n.args[:7]
@@ -1246,7 +1249,7 @@ def rewrite_joint(gm):
                 continue
             new_args = (dy, x, static_shape(meta_val(dy))[2:])
             target = torch.ops.evt.adaptive_max_pool2d_backward.default
-        elif n.target in _CUDA_SDPA_BWD and cuda_attention_in_evt():
+        elif n.target in _CUDA_SDPA_BWD and attention:
             dout, q, k, v = n.args[:4]
             i_p, i_causal, i_bias = _CUDA_SDPA_BWD[n.target]
             p, causal = n.args[i_p], n.args[i_causal]
@@ -1317,8 +1320,9 @@ def _sdpa(b, node, used):
 def _sdpa_cuda(b, node, used):
     """CUDA SDPA forward (EVT_ATTENTION=evt): evt sdpa when only the output is used (the backward was
     rewritten to evt::sdpa_backward, so the logsumexp and RNG state are dead)."""
-    if not cuda_attention_in_evt():
-        raise Unsupported("CUDA attention stays in PyTorch (EVT_ATTENTION=evt translates it)")
+    if not b.cuda_attention:
+        raise Unsupported("CUDA attention stays in PyTorch (flash attention; options={'gpu_ops': 'all'}, "
+                          "EVT_CUDA_OPS=all or EVT_ATTENTION=evt translates it)")
     i_p, i_causal, i_bias = _CUDA_SDPA_FWD[node.target.overloadpacket]
     q, k, v = node.args[:3]
     p = node.args[i_p] if len(node.args) > i_p else 0.0
@@ -1414,7 +1418,5 @@ def translate(b, node, used):
             if t.device.type not in ("cpu", "cuda"):
                 raise Unsupported(f"tensor on {t.device.type}")
             b.on_device(t.device)
-    if packet in CUDA_TORCH_OPS and b.device is not None and b.device.type == "cuda" and not cuda_all_ops():
-        raise Unsupported("CUDA convolution stays in PyTorch (cuDNN); EVT_CUDA_OPS=all translates it")
     b.cur = node
     return fn(b, node, used)

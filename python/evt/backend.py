@@ -3,7 +3,7 @@
 
 Contract
 - `evt_backend(gm, example_inputs, options=None)` (registered as "evt"; options from
-  torch.compile(..., options={"cudagraphs": bool, "fused": bool}), checked by gpu.parse_options) is
+  torch.compile(..., options={"cudagraphs": bool, "fused": bool, "gpu_ops": "fast"|"all"}), checked by gpu.parse_options) is
   aot_autograd with DECOMPOSITIONS (PyTorch's core ATen set minus
   the ops evt wants whole: layer/batch norm and their backward, softmax/log_softmax and theirs, gelu
   backward, nll_loss, embedding backward, pooling backward, select/slice backward, ...), partition_fn
@@ -16,6 +16,13 @@ Contract
   segments and is logged (`EVT_LOG=1`, logger `evt`). If the evt parser rejects a statement the node it
   names is moved to PyTorch and the plan is rebuilt; if the interpreter fails at run time the segment's
   nodes run in PyTorch instead. Nothing evt cannot do ever fails the step.
+- CUDA op placement (gpu.gpu_ops: options={"gpu_ops": "fast"|"all"}, else EVT_CUDA_OPS; default "fast"):
+  under "fast" a CUDA node whose op is in CUDA_REFERENCE_ONLY (convolutions, attention, pooling and their
+  backward, batch norm and its backward: evt's only GPU implementation of them is the reference library
+  kernels/evt_fallback.cu, direct loops in double, no implicit-GEMM convolution or tiled attention, and
+  batch-norm statistics over N, H, W are no row/column reduction of the generated row kernels) runs in
+  PyTorch (cuDNN, flash attention), logged as a fallback with that reason; CPU nodes are unaffected.
+  "all" keeps them in evt segments (CUDA attention then too; EVT_ATTENTION=evt: attention only).
 - Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a
   node on another device starts a PyTorch step). CPU segments run on the interpreter. CUDA segments get
   an evt GPU program at plan time (gpu.Program: flags FUSED unless EVT_FUSED=0 / fused=False, CUDA_GRAPH
@@ -95,12 +102,12 @@ def histogram(gm):
     return collections.Counter(_op_name(n) for n in gm.graph.nodes if n.op == "call_function")
 
 
-def partition_fn(joint, joint_inputs, **kwargs):
+def partition_fn(joint, joint_inputs, options=None, **kwargs):
     """Sees the whole training step; records what evt needs across the fw/bw split, then splits."""
     if log.isEnabledFor(logging.INFO):
         h = histogram(joint)
         log.info("joint graph: %d ops: %s", sum(h.values()), ", ".join(f"{k} x{v}" for k, v in h.most_common()))
-    A.rewrite_joint(joint)
+    A.rewrite_joint(joint, attention=G.attention_in_evt(options), cuda_pools=G.gpu_ops(options) == "all")
     for n in joint.graph.nodes:
         if n.op == "call_function" and n.target == aten.native_layer_norm_backward.default:
             rstd = n.args[4]
@@ -112,6 +119,44 @@ def partition_fn(joint, joint_inputs, **kwargs):
         from torch._functorch.partitioners import min_cut_rematerialization_partition
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     return default_partition(joint, joint_inputs, **kwargs)
+
+
+# ---- CUDA op placement ------------------------------------------------------------------------------------
+
+_REF = ("evt's only CUDA implementation of {what} is the reference library (kernels/evt_fallback.cu: "
+        "{how}); runs in PyTorch ({torch}); options={{'gpu_ops': 'all'}} or EVT_CUDA_OPS=all keeps it in evt")
+_CONV = _REF.format(what="convolution", how="direct loops in double, no implicit GEMM", torch="cuDNN")
+_ATTN = _REF.format(what="attention", how="one thread per query row in double, no tiled attention",
+                    torch="flash / efficient attention") + " (EVT_ATTENTION=evt: attention only)"
+_POOL = _REF.format(what="pooling", how="one thread per element in double", torch="cuDNN / ATen")
+_BN = _REF.format(what="batch norm", how="statistics over N, H, W: no row/column reduction of the row "
+                  "kernels, one thread per channel in double", torch="cuDNN")
+# FX op packets that run in PyTorch on CUDA under gpu_ops "fast", with the reason logged.
+CUDA_REFERENCE_ONLY = {
+    aten.convolution: _CONV, aten.convolution_backward: _CONV,
+    aten._scaled_dot_product_flash_attention: _ATTN, aten._scaled_dot_product_efficient_attention: _ATTN,
+    aten._scaled_dot_product_cudnn_attention: _ATTN, torch.ops.evt.sdpa_backward: _ATTN,
+    aten.max_pool2d_with_indices: _POOL, aten.max_pool2d_with_indices_backward: _POOL,
+    torch.ops.evt.max_pool2d_backward: _POOL, aten.avg_pool2d: _POOL, aten.avg_pool2d_backward: _POOL,
+    aten.adaptive_max_pool2d: _POOL, aten.adaptive_max_pool2d_backward: _POOL,
+    torch.ops.evt.adaptive_max_pool2d_backward: _POOL,
+    aten._native_batch_norm_legit_functional: _BN, aten.native_batch_norm: _BN, aten._native_batch_norm_legit: _BN,
+    aten._native_batch_norm_legit_no_training: _BN, aten.native_batch_norm_backward: _BN,
+}
+
+
+def cuda_placement(node, options=None):
+    """Why node runs in PyTorch under the CUDA op placement policy (module contract), or None."""
+    why = CUDA_REFERENCE_ONLY.get(getattr(node.target, "overloadpacket", None))
+    if why is None or G.gpu_ops(options) == "all":
+        return None
+    v = node.meta.get("val")
+    vs = v if isinstance(v, (tuple, list)) else [v]
+    if not any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in vs):
+        return None
+    if G.attention_in_evt(options) and why is _ATTN:
+        return None
+    return why
 
 
 # ---- segments -----------------------------------------------------------------------------------------
@@ -165,6 +210,7 @@ class Segment:
         self.b = A.Builder()
         self.members = []
         self.options = options or {}
+        self.b.cuda_attention = G.attention_in_evt(self.options)
         self.path = None      # "interp", "gpu" or "torch" (set by finalize)
         self.free_layout = set()  # FX nodes returned as evt wrote them (contiguous; see Plan.finalize)
         self.program = None
@@ -360,9 +406,10 @@ class Plan:
         for node in gm.graph.nodes:
             if node.op != "call_function":
                 continue
-            if node in force_torch:
+            why = force_torch.get(node) or cuda_placement(node, self.options)
+            if why:
                 self.steps.append(node)
-                self.fallbacks.append((node, force_torch[node]))
+                self.fallbacks.append((node, why))
                 continue
             src = node.args[0] if node.target is operator.getitem else None
             if src is not None and src in seg_of:
@@ -595,7 +642,8 @@ def make_backend(options=None):
     opts = G.parse_options(options)
     return aot_autograd(fw_compiler=lambda gm, ex: compile_module(gm, ex, "forward", opts),
                         bw_compiler=lambda gm, ex: compile_module(gm, ex, "backward", opts),
-                        partition_fn=partition_fn, decompositions=DECOMPOSITIONS)
+                        partition_fn=lambda j, ji, **kw: partition_fn(j, ji, options=opts, **kw),
+                        decompositions=DECOMPOSITIONS)
 
 
 _DEFAULT = make_backend()

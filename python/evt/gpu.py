@@ -14,6 +14,11 @@ Contract
 - choose_path(device type, program API present) is the dispatch rule: CPU tensors -> the interpreter;
   CUDA tensors -> a GPU program when libevt has the program API; anything else -> PyTorch.
 - program_flags(options, env) turns the backend options and EVT_FUSED into evt_program flags.
+- gpu_ops(options, env) is the CUDA op placement policy: "fast" (default) or "all", from
+  options["gpu_ops"], else EVT_CUDA_OPS. Under "fast", ops whose only evt GPU implementation is the
+  reference library (kernels/evt_fallback.cu: direct loops in double; see backend.CUDA_REFERENCE_ONLY)
+  run in PyTorch (cuDNN, flash attention) as logged fallbacks; "all" keeps them in evt segments.
+  attention_in_evt(options, env): CUDA attention in evt ("all", or EVT_ATTENTION=evt).
 - OutputPool (CUDA graphs): a captured graph replays with the pointers bound at capture, so each output
   keeps a base buffer that is bound again whenever it is free. A buffer is free when no tensor handed out
   from it is alive (the storage's use count is the pool's own reference; the caller gets a fresh view of
@@ -34,7 +39,8 @@ EVT_PROGRAM_FUSED = 1
 EVT_PROGRAM_CUDA_GRAPH = 2
 EVT_PROGRAM_NO_OPT = 4
 
-OPTIONS = {"cudagraphs", "fused"}
+OPTIONS = {"cudagraphs", "fused", "gpu_ops"}
+GPU_OPS = ("fast", "all")
 
 # Outputs of at most this many elements are copied out of a private buffer under CUDA graphs.
 SMALL_OUTPUT = 1 << 16
@@ -50,8 +56,27 @@ def parse_options(options):
     unknown = set(options) - OPTIONS
     if unknown:
         raise ValueError(f"evt backend: unknown option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
+    ops = options.get("gpu_ops")
+    if ops is not None and ops not in GPU_OPS:
+        raise ValueError(f"evt backend: gpu_ops must be one of {GPU_OPS}, not {ops!r}")
     return {"cudagraphs": bool(options.get("cudagraphs", False)),
-            "fused": options.get("fused")}
+            "fused": options.get("fused"), "gpu_ops": ops}
+
+
+def gpu_ops(options, env=None):
+    """The CUDA op placement policy, "fast" or "all": options["gpu_ops"], else EVT_CUDA_OPS (default
+    "fast"; any value other than "all" means "fast")."""
+    env = os.environ if env is None else env
+    ops = parse_options(options)["gpu_ops"]
+    if ops is None:
+        ops = "all" if env.get("EVT_CUDA_OPS", "fast") == "all" else "fast"
+    return ops
+
+
+def attention_in_evt(options, env=None):
+    """True when CUDA attention is translated to evt's sdpa: gpu_ops "all", or EVT_ATTENTION=evt."""
+    env = os.environ if env is None else env
+    return gpu_ops(options, env) == "all" or env.get("EVT_ATTENTION", "torch") == "evt"
 
 
 def program_flags(options, env=None):

@@ -5,6 +5,7 @@ is built when the program API is missing or rejects a node, the CUDA-graph outpu
 CUDA graphs of FX modules are made with fake CUDA tensors (FakeTensorProp needs no GPU); no test here
 runs anything on a GPU or produces GPU results: those are tests/gpu/w/torchgpu.sh's.
 """
+import collections
 import logging
 import os
 import sys
@@ -30,7 +31,7 @@ os.environ.setdefault("EVT_CACHE", "0")
 # ---- options and flags -----------------------------------------------------------------------------------
 
 def test_parse_options_defaults_and_unknown():
-    assert G.parse_options(None) == {"cudagraphs": False, "fused": None}
+    assert G.parse_options(None) == {"cudagraphs": False, "fused": None, "gpu_ops": None}
     assert G.parse_options({"cudagraphs": True})["cudagraphs"] is True
     with pytest.raises(ValueError, match="unknown option"):
         G.parse_options({"cudagraph": True})
@@ -462,6 +463,99 @@ def test_cuda_convolution_stays_in_pytorch_unless_all_ops(monkeypatch):
     monkeypatch.setenv("EVT_CUDA_OPS", "all")
     plan = B.build_plan(gm)
     assert plan.fallbacks == [] and "conv2d(" in _segments(plan)[0].text
+
+
+def _cuda_resnet_block():
+    """conv -> batch norm -> relu -> max pool -> sum on fake CUDA tensors, forward and backward (make_fx of
+    autograd.grad), with the joint-graph rewrite applied as partition_fn does."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+
+    def f(x, w, g, b):
+        y = aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        y = aten.native_batch_norm(y, g, b, None, None, True, 0.1, 1e-5)[0]
+        y = aten.max_pool2d_with_indices(torch.relu(y), [2, 2], [2, 2])[0]
+        loss = (y * y).sum()
+        return [loss] + list(torch.autograd.grad(loss, [x, w, g, b]))
+    shapes = [(2, 3, 6, 6), (4, 3, 3, 3), (4,), (4,)]
+    gm = make_fx(f)(*[torch.randn(s, requires_grad=True) for s in shapes])  # (traced on CPU: autograd)
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(s, device="cuda") for s in shapes]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    return gm
+
+
+@needs_lib
+def test_cuda_reference_only_ops_run_in_pytorch(monkeypatch):
+    """gpu_ops "fast" (default): convolution, batch norm, pooling and their backward on CUDA are PyTorch
+    fallbacks naming the reference library; the elementwise ops around them stay evt segments on the GPU;
+    gpu_ops "all" (option or EVT_CUDA_OPS) keeps them in evt."""
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    gm = _cuda_resnet_block()
+    A.rewrite_joint(gm, attention=False, cuda_pools=False)
+    assert any(n.target == torch.ops.aten.max_pool2d_with_indices_backward.default for n in gm.graph.nodes)
+    plan = B.build_plan(gm)
+    fb = collections.Counter(B._op_name(n).split(".")[0] for n, w in plan.fallbacks if "reference library" in w)
+    assert fb["convolution"] == 1 and fb["convolution_backward"] == 1, fb
+    assert fb["native_batch_norm"] == 1 and fb["native_batch_norm_backward"] == 1, fb
+    assert fb["max_pool2d_with_indices"] == 1 and fb["max_pool2d_with_indices_backward"] == 1, fb
+    segs = _segments(plan)
+    assert segs and all(s.path == "gpu" for s in segs)
+    text = "".join(s.text for s in segs)
+    assert "relu(" in text or "threshold_backward(" in text or "where(" in text
+    for op in ("conv2d", "batch_norm", "max_pool2d"):
+        assert f"{op}(" not in text and f"{op}_backward" not in text, op
+    # "all" by option, and by the environment
+    for opts, env in (({"gpu_ops": "all"}, None), (None, "all")):
+        if env:
+            monkeypatch.setenv("EVT_CUDA_OPS", env)
+        gm = _cuda_resnet_block()
+        A.rewrite_joint(gm, attention=True, cuda_pools=True)
+        plan = B.build_plan(gm, opts)
+        assert not any("reference library" in w for _, w in plan.fallbacks), plan.fallbacks
+        text = "".join(s.text for s in _segments(plan))
+        assert "conv2d(" in text and "max_pool2d_backward(" in text, text
+    monkeypatch.delenv("EVT_CUDA_OPS")
+
+
+@needs_lib
+def test_cuda_placement_leaves_cpu_plans_alone(monkeypatch):
+    """The same block on CPU tensors: every op is translated (interpreter), whatever the policy."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+
+    def f(x, w):
+        y = aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        return [aten.max_pool2d_with_indices(torch.relu(y), [2, 2], [2, 2])[0].sum()]
+    x, w = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
+    gm = make_fx(f)(x, w)
+    gm.graph.eliminate_dead_code()  # (the unused indices' getitem, as in AOTAutograd's graphs)
+    gm.recompile()
+    FakeTensorProp(gm).propagate(x, w)
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            assert B.cuda_placement(n, {"gpu_ops": "fast"}) is None
+    plan = B.build_plan(gm, {"gpu_ops": "fast"})
+    assert plan.fallbacks == [] and [s.path for s in _segments(plan)] == ["interp"]
+    (out,) = plan([x, w])
+    assert torch.allclose(out, f(x, w)[0], rtol=1e-5)
+
+
+def test_gpu_ops_option_and_env():
+    assert G.gpu_ops(None, {}) == "fast" and G.gpu_ops(None, {"EVT_CUDA_OPS": "all"}) == "all"
+    assert G.gpu_ops({"gpu_ops": "fast"}, {"EVT_CUDA_OPS": "all"}) == "fast"  # the option wins
+    assert G.gpu_ops({"gpu_ops": "all"}, {}) == "all"
+    assert not G.attention_in_evt(None, {}) and G.attention_in_evt(None, {"EVT_ATTENTION": "evt"})
+    assert G.attention_in_evt({"gpu_ops": "all"}, {})
+    with pytest.raises(ValueError, match="gpu_ops"):
+        G.parse_options({"gpu_ops": "some"})
 
 
 # ---- mixed-dtype normalizations (CUDA autocast: bf16 activations, f32 affine parameters and statistics) ----

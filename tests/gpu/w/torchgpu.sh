@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # GPU window script of the torch.compile backend's GPU path (helper torchgpu, issue 6).
-#   bash tests/gpu/w/torchgpu.sh LOGFILE SECONDS        (from the repo root, on the H200)
-# 1. The CI models (tests/python/test_torch_backend.py) at small sizes on CUDA: torch.compile(backend="evt")
-#    vs eager, 2 SGD + 2 AdamW steps, bf16 autocast (rel <= 1e-2 on loss and every gradient), then with
-#    options={"cudagraphs": True}, then fp32 (rel <= 1e-3): tests/gpu/torch_models_gpu.py, one process per
-#    model under `timeout`. The reference is eager PyTorch on the same GPU (the issue's criterion); the
-#    evt segments' own CPU-interpreter check is the CI suite (same models, fp32, rel <= 1e-4).
-# 2. With the time left: the end-to-end benchmark in --quick mode (bench/e2e/run.py).
-# Under 150 s (the windows so far gave 50-60 s) the order is reversed: the benchmark on mlp first (eager,
-# evt, torch.compile at the paper's size), then the models in modes evt and evt_nopass with what is left.
-# Everything goes to LOGFILE, which ends with a matched/error table.
+#   bash tests/gpu/w/torchgpu.sh LOGFILE SECONDS        (from the repo root, on the H200; sized for ~240 s)
+# 1. (bounded: TORCHGPU_MODELS_S, default 25% of the budget, at most 70 s) the CI models
+#    (tests/python/test_torch_backend.py) at small sizes on CUDA, tests/gpu/torch_models_gpu.py: evt vs
+#    eager, 2 SGD + 2 AdamW steps, bf16 autocast (rel <= 1e-2 on loss and every gradient), modes
+#    TORCHGPU_MODES (default evt,evt_cg: options={"cudagraphs": True}). Their GEMMs run node by node
+#    (cuBLAS) unless TORCHGPU_MODELS_CUTLASS=1: tiny shapes, and every CUTLASS compile would eat the slice.
+# 2. The end-to-end benchmark, one bench/e2e/run.py per workload, each under its own timeout, in the order
+#    of TORCHGPU_BENCH ("workload:seconds:scale,..."; default below), modes TORCHGPU_BENCH_MODES (default
+#    eager,evt,inductor,evt_cg), --quick (2 warm-up + 5 timed steps), gradients vs eager (grad rel).
+#    CUTLASS on (GEMM+EVT kernels JIT-compiled, EVT_JIT_JOBS parallel, cached in EVT_JIT_CACHE, which the
+#    windows carry over: the first window mostly compiles, later ones measure); TORCHGPU_CUTLASS=0 hides
+#    CUTLASS (GEMMs through cuBLAS node by node). A workload is skipped when under 30 s are left.
+#    Each prints its markdown table, an E2E_JSON line (bench/e2e/run.py --render LOG --tag T rebuilds
+#    the JSON / markdown) and per evt mode: launches per step, segments GPU / PyTorch, and the ops that ran in
+#    PyTorch with the reason.
+# The reference is eager PyTorch on the same GPU (the issue's criterion); the evt segments' own
+# CPU-interpreter check is the CI suite (same models, fp32, rel <= 1e-4). LOG ends with a summary table.
 set -u
 LOG=${1:?LOGFILE}
 SECS=${2:-240}
@@ -23,8 +30,6 @@ if [ -z "${EVT_LIB:-}" ]; then
   export EVT_LIB=$PWD/build/libevt.so
 fi
 nm -D "$EVT_LIB" 2>/dev/null | grep -q " T evt_program_create" || echo "WARNING: $EVT_LIB has no evt_program_create: CUDA segments will run in PyTorch"
-# the program API needs the fallback library's stream/context ABI (evt_fb_ctx_new): build a private copy
-# when the one given lacks it
 FB=${EVT_FALLBACK_LIB:-$PWD/build/libevt_fallback.so}
 if ! nm -D "$FB" 2>/dev/null | grep -q " T evt_fb_ctx_new"; then
   echo "fallback library $FB lacks evt_fb_ctx_new: building a private copy"
@@ -32,20 +37,28 @@ if ! nm -D "$FB" 2>/dev/null | grep -q " T evt_fb_ctx_new"; then
 fi
 export EVT_FALLBACK_LIB=$FB
 export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache}
-# GEMM+EVT groups need CUTLASS JIT compiles (minutes each): hidden unless TORCHGPU_CUTLASS=1, so GEMM
-# groups run node by node (cuBLAS) and row / pointwise groups as generated kernels.
-if [ "${TORCHGPU_CUTLASS:-0}" != 1 ]; then export CUTLASS_PATH=/nonexistent-torchgpu-no-cutlass; fi
-echo "CUTLASS_PATH=${CUTLASS_PATH:-} (TORCHGPU_CUTLASS=${TORCHGPU_CUTLASS:-0})"
+export EVT_JIT_JOBS=${EVT_JIT_JOBS:-16} EVT_JIT_CACHE=${EVT_JIT_CACHE:-/tmp/evt-jit} EVT_FUSED=${EVT_FUSED:-1}
+mkdir -p "$EVT_JIT_CACHE"
+CUTLASS=${CUTLASS_PATH:-}
+[ "${TORCHGPU_CUTLASS:-1}" = 1 ] || CUTLASS=/nonexistent-torchgpu-no-cutlass
 export PYTHONUNBUFFERED=1
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-echo "EVT_LIB=$EVT_LIB EVT_FALLBACK_LIB=${EVT_FALLBACK_LIB:-} EVT_JIT_CACHE=${EVT_JIT_CACHE:-}"
+echo "EVT_LIB=$EVT_LIB EVT_FALLBACK_LIB=$EVT_FALLBACK_LIB EVT_JIT_CACHE=$EVT_JIT_CACHE ($(ls "$EVT_JIT_CACHE" 2>/dev/null | grep -c '\.so$') kernels) EVT_JIT_JOBS=$EVT_JIT_JOBS EVT_FUSED=$EVT_FUSED"
+echo "CUTLASS for the benchmark: ${CUTLASS:-unset} (TORCHGPU_CUTLASS=${TORCHGPU_CUTLASS:-1}); CUDA op placement EVT_CUDA_OPS=${EVT_CUDA_OPS:-fast}"
 J=$(mktemp /tmp/torchgpu.XXXXXX.jsonl)
-models=${TORCHGPU_MODELS:-mlp,bert,gcn,xmlcnn,convbn,vit,gcn_edges,sdpa}
-modes=${TORCHGPU_MODES:-evt,evt_nopass,evt_cg,evt_all,evt_fp32}
-run_models() {  # $1: seconds
-  echo "-- models $models, modes $modes (one process, timeout $1s; modes outermost)"
-  timeout -k 5 "$1" python3 tests/gpu/torch_models_gpu.py "$models" --modes "$modes" --json "$J"
-  local rc=$?
+E=$(mktemp -d /tmp/torchgpu-e2e.XXXXXX)
+
+# ---- 1. the CI models ---------------------------------------------------------------------------------
+models=${TORCHGPU_MODELS:-mlp,bert,convbn,vit,xmlcnn,gcn,sdpa,gcn_edges}
+modes=${TORCHGPU_MODES:-evt,evt_cg}
+mb=${TORCHGPU_MODELS_S:-$(( SECS / 4 ))}
+[ "$mb" -gt 70 ] && [ -z "${TORCHGPU_MODELS_S:-}" ] && mb=70
+if [ "$mb" -ge 10 ]; then
+  echo "-- [$(date -u +%H:%M:%S)] models $models, modes $modes (one process, timeout ${mb}s; modes outermost)"
+  mcut=/nonexistent-torchgpu-no-cutlass
+  [ "${TORCHGPU_MODELS_CUTLASS:-0}" = 1 ] && mcut=$CUTLASS
+  CUTLASS_PATH=$mcut timeout -k 5 "$mb" python3 tests/gpu/torch_models_gpu.py "$models" --modes "$modes" --json "$J"
+  rc=$?
   [ $rc -ne 0 ] && echo "torch_models_gpu.py exited with $rc"
   python3 - "$J" "$models" "$modes" "$rc" <<'PY'
 import json, sys
@@ -58,31 +71,24 @@ with open(sys.argv[1], "a") as f:
                 why = "timeout: not reached" if sys.argv[4] in ("124", "137") else f"not run (exit {sys.argv[4]})"
                 f.write(json.dumps(dict(model=m, mode=mode, matched=False, worst=why)) + "\n")
 PY
-}
-run_bench() {  # $1: seconds
-  echo "-- bench/e2e/run.py --quick --workloads ${TORCHGPU_BENCH:-mlp} (timeout $1s)"
-  timeout -k 5 "$1" python3 bench/e2e/run.py --quick --workloads "${TORCHGPU_BENCH:-mlp}" ${TORCHGPU_BENCH_ARGS:-} \
-    --budget $(( $1 - 5 )) --out "/tmp/torchgpu-e2e" || echo "bench exited with $?"
-}
-if [ "$SECS" -lt 150 ] && [ -z "${TORCHGPU_BENCH_S:-}" ]; then
-  # a short window: the end-to-end number first (mlp at the paper's size: eager, evt, torch.compile;
-  # gradients vs eager), then the CI models with what is left
-  TORCHGPU_BENCH_ARGS=${TORCHGPU_BENCH_ARGS:---no-profile}
-  run_bench $(( $(left) - 14 ))
-  b=$(( $(left) - 6 ))
-  if [ "$b" -ge 12 ]; then modes=${TORCHGPU_MODES:-evt,evt_nopass}; run_models "$b"; fi
-else
-  # seconds kept for the benchmark: TORCHGPU_BENCH_S, else 45% of the budget
-  reserve=${TORCHGPU_BENCH_S:-$(( SECS * 45 / 100 ))}
-  budget=$(( $(left) - reserve - 5 ))
-  [ "$budget" -lt 10 ] && budget=10
-  run_models "$budget"
-  b=$(( $(left) - 10 ))
-  if [ "$b" -ge 40 ]; then TORCHGPU_BENCH_ARGS=${TORCHGPU_BENCH_ARGS:---cudagraphs}; run_bench "$b"
-  else echo "-- bench skipped: ${b}s left"; fi
 fi
+
+# ---- 2. the end-to-end benchmark, one workload at a time ----------------------------------------------
+bench=${TORCHGPU_BENCH:-mlp:170:1,bert_large:120:0.25,vit_p14:100:0.25,xmlcnn_paper:90:0.25,resnet50:90:0.25}
+bmodes=${TORCHGPU_BENCH_MODES:-eager,evt,inductor,evt_cg}
+for spec in ${bench//,/ }; do
+  IFS=: read -r w t sc <<<"$spec"
+  l=$(( $(left) - 12 ))
+  [ "$t" -gt "$l" ] && t=$l
+  if [ "$t" -lt 30 ]; then echo "-- $w skipped: ${l}s left"; echo "{\"workload\": \"$w\", \"skipped\": \"${l}s left\"}" >> "$E/skipped.jsonl"; continue; fi
+  echo "-- [$(date -u +%H:%M:%S)] bench $w (scale ${sc:-1}, modes $bmodes, timeout ${t}s)"
+  CUTLASS_PATH=$CUTLASS timeout -k 5 "$(( t + 8 ))" python3 bench/e2e/run.py --quick --workloads "$w" --scale "${sc:-1}" \
+    --modes "$bmodes" --no-profile --timeout "$t" --out "$E" --tag "$w" ${TORCHGPU_BENCH_ARGS:-} || echo "bench $w exited with $?"
+done
+
 echo
-echo "== torchgpu summary (reference: eager PyTorch on the GPU; bf16 tol 1e-2, fp32 tol 1e-3)"
+echo "== torchgpu summary ($(date -u +%H:%M:%S))"
+echo "-- CI models on CUDA (reference: eager PyTorch on the GPU; bf16 tol 1e-2, fp32 tol 1e-3)"
 python3 - "$J" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -99,7 +105,32 @@ for r in rows:
     if fb:
         extra += "; fallbacks: " + ", ".join(fb)[:200]
     print(f"{r['model']:10s} {r['mode']:9s} {res:11s} {rel:>9s}  {segs:>14s} {str(r.get('gpu_launches_per_step', '-')):>8s} {cap:>12s}  {extra}")
-print(f"torchgpu: {ok} matched, {bad} not matched ('bf16 noise': misses 1e-2 but evt's distance to an fp32 eager "
+print(f"models: {ok} matched, {bad} not matched ('bf16 noise': misses 1e-2 but evt's distance to an fp32 eager "
       "run is at most 2x eager-bf16's own; counted as not matched)")
 PY
+echo "-- end-to-end (bench/e2e/run.py --quick; ms/step median of 5; grad rel vs eager)"
+python3 - "$E" <<'PY'
+import glob, json, os, sys
+rows = []
+for p in sorted(glob.glob(os.path.join(sys.argv[1], "e2e_*.json"))):
+    rows += json.load(open(p))["rows"]
+by = {(r["workload"], r["mode"]): r for r in rows}
+print(f"{'workload':13s} {'mode':9s} {'ms/step':>9s} {'vs eager':>8s} {'vs ind.':>8s} {'grad rel':>9s} {'compile s':>9s} "
+      f"{'launches':>8s} {'segs g/t':>8s}  status / fallbacks")
+for r in rows:
+    ms = r.get("ms")
+    e, i = by.get((r["workload"], "eager"), {}), by.get((r["workload"], "inductor"), {})
+    xe = f"{e['ms'] / ms:.2f}x" if ms and e.get("ms") else "-"
+    xi = f"{i['ms'] / ms:.2f}x" if ms and i.get("ms") else "-"
+    g = r.get("grad_rel")
+    ev = r["mode"].startswith("evt")
+    fb = ", ".join(f"{k} x{v}" for k, v in (r.get("fallback_ops") or {}).items())
+    st = r.get("error") or r.get("status") or ""
+    print(f"{r['workload']:13s} {r['mode']:9s} {(f'{ms:.2f}' if ms else '-'):>9s} {xe:>8s} {xi:>8s} "
+          f"{(f'{g:.1e}' if g is not None else '-'):>9s} {str(r.get('compile_cold_s', '-')):>9s} "
+          f"{(str(r.get('evt_launches', '-')) if ev else ''):>8s} "
+          f"{(str(r.get('gpu_segments', '-')) + '/' + str(r.get('torch_segments', '-')) if ev else ''):>8s}  "
+          f"{st[:160]}{'; ' if st and fb else ''}{('fallbacks: ' + fb)[:300] if fb else ''}")
+PY
+cat "$E/skipped.jsonl" 2>/dev/null
 echo "torchgpu done in $(( $(date +%s) - start ))s"
