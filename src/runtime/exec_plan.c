@@ -55,6 +55,102 @@ static bool gemm_tensor(const evt_graph *g, int gi, int v, const char *what, evt
   return true;
 }
 
+/* dtype of a batched GEMM's tensor (its reach is evt_lower_batched_check's). */
+static bool bmm_tensor(const evt_graph *g, int gi, int v, const char *what, evt_dtype dt, evt_group_exec *x) {
+  if (v < 0 || v >= g->nnodes) return WHY("group %d: %s is not bound to a tensor", gi, what);
+  if (g->nodes[v].type.dtype != dt)
+    return WHY("group %d: %%%s is %s but %s needs %s", gi, g->nodes[v].name, evt_dtype_name(g->nodes[v].type.dtype), what,
+               evt_dtype_name(dt));
+  return true;
+}
+
+/* A batched stride or leading dim of a tensor in elements: 16-byte multiple (every batch's base pointer and
+ * every row stays as aligned as the arena's base). */
+static bool bmm_aligned(int gi, const char *what, const char *field, int64_t elems, evt_dtype dt, evt_group_exec *x) {
+  if (elems < 0 || elems * (int64_t)evt_dtype_size(dt) % 16)
+    return WHY("group %d: %s: %s of %lld x %s is not a multiple of 16 bytes", gi, what, field, (long long)elems,
+               evt_dtype_name(dt));
+  return true;
+}
+
+/* A store of a batched GEMM (D, aux store, row/col sum) writes every element of its tensor: its element count
+ * is exactly what the launch writes (a padded or partly covered store would leave elements unwritten). */
+static bool bmm_covers(const evt_graph *g, int gi, int v, const char *what, int64_t elems, evt_group_exec *x) {
+  if (evt_type_numel(&g->nodes[v].type) != elems)
+    return WHY("group %d: %s stores %lld elements into %%%s of %lld (every element must be written)", gi, what,
+               (long long)elems, g->nodes[v].name, (long long)evt_type_numel(&g->nodes[v].type));
+  return true;
+}
+
+/* A batched GEMM (spec.batched, a bmm nucleus): m, n, k per batch, l x l_outer batches placed by the lowered
+ * leading dims and batch strides. Checks: dtypes as unbatched; every tensor holds every element the launch
+ * reaches (evt_lower_batched_check); leading dims and batch strides are 16-byte multiples; every store
+ * covers its whole tensor; shared (all-batch) sums with one launch level only. */
+static bool bind_bmm(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
+  const evt_kspec *s = &L->spec;
+  int gi = L->group;
+  int64_t l = L->l > 0 ? L->l : 1, lo = L->l_outer > 1 ? L->l_outer : 1, M = L->m, N = L->n, K = L->k;
+  if (L->l < 0 || L->l_outer < 0 || l * lo > 2147483647)
+    return WHY("group %d: batch %d x %d does not fit the launcher", gi, L->l, L->l_outer);
+  if (s->nnodes > EVT_LAUNCH_MAX_PTRS) return WHY("group %d: %d visitor nodes (at most %d pointers)", gi, s->nnodes, EVT_LAUNCH_MAX_PTRS);
+  if (s->d_node < 0 || s->d_node >= s->nnodes) return WHY("group %d: the spec has no D node", gi);
+  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
+  if (!bmm_tensor(g, gi, L->a_node, "operand A", s->ab_dtype, x) || !bmm_tensor(g, gi, L->b_node, "operand B", s->ab_dtype, x))
+    return false;
+  if (group[L->a_node] == gi || group[L->b_node] == gi)
+    return WHY("group %d: an operand of the GEMM is a member of its own group", gi);
+  int64_t lda = L->lda ? L->lda : at ? M : K, ldb = L->ldb ? L->ldb : bt ? K : N, ldd = L->ldd ? L->ldd : N;
+  if (!bmm_aligned(gi, "operand A", "leading dim", lda, s->ab_dtype, x) ||
+      !bmm_aligned(gi, "operand A", "batch stride", L->bs_a, s->ab_dtype, x) ||
+      !bmm_aligned(gi, "operand A", "outer batch stride", L->os_a, s->ab_dtype, x) ||
+      !bmm_aligned(gi, "operand B", "leading dim", ldb, s->ab_dtype, x) ||
+      !bmm_aligned(gi, "operand B", "batch stride", L->bs_b, s->ab_dtype, x) ||
+      !bmm_aligned(gi, "operand B", "outer batch stride", L->os_b, s->ab_dtype, x) ||
+      !bmm_aligned(gi, "D", "leading dim", ldd, s->d_dtype, x) || !bmm_aligned(gi, "D", "batch stride", L->bs_d, s->d_dtype, x) ||
+      !bmm_aligned(gi, "D", "outer batch stride", L->os_d, s->d_dtype, x))
+    return false;
+  x->a_node = L->a_node;
+  x->b_node = L->b_node;
+  if (L->d_tensor >= 0) {
+    if (!bmm_tensor(g, gi, L->d_tensor, "D", s->d_dtype, x) || !bmm_covers(g, gi, L->d_tensor, "D", lo * l * M * N, x))
+      return false;
+    if (group[L->d_tensor] != gi) return WHY("group %d: D is bound to %%%s, not a member", gi, g->nodes[L->d_tensor].name);
+  } else if (L->ldd || L->bs_d || L->os_d) {
+    return WHY("group %d: a scratch D is packed (ldd, batch strides 0), the lowering gave %lld / %lld / %lld", gi,
+               (long long)L->ldd, (long long)L->bs_d, (long long)L->os_d);
+  }
+  x->d_node = L->d_tensor;
+  evt_vop ops[EVT_KSPEC_MAX_NODES];
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_vnode *r = &s->nodes[i];
+    ops[i] = r->op;
+    if (!evt_vop_has_memory(r->op)) continue;
+    char what[64];
+    snprintf(what, sizeof what, "visitor node %s (%s%s)", r->name, evt_vop_name(r->op), r->shared ? ", all batches" : "");
+    if (!bmm_tensor(g, gi, L->vtensor[i], what, r->dtype, x)) return false;
+    bool tile = r->op == EVT_V_AUX_LOAD || r->op == EVT_V_AUX_STORE;
+    if (tile && !bmm_aligned(gi, what, "leading dim", L->ld_ptrs[i] ? L->ld_ptrs[i] : N, r->dtype, x)) return false;
+    if (!tile && evt_vnode_numel(s, i, M, N) * (int64_t)evt_dtype_size(r->dtype) % 16)
+      return WHY("group %d: %s (%%%s): %lld x %s is not a multiple of 16 bytes", gi, what, g->nodes[L->vtensor[i]].name,
+                 (long long)evt_vnode_numel(s, i, M, N), evt_dtype_name(r->dtype));
+    if (r->shared && (L->bs_ptrs[i] || L->os_ptrs[i]))
+      return WHY("group %d: %s is shared by every batch but has batch strides", gi, what);
+    if (!bmm_aligned(gi, what, "batch stride", L->bs_ptrs[i], r->dtype, x) ||
+        !bmm_aligned(gi, what, "outer batch stride", L->os_ptrs[i], r->dtype, x))
+      return false;
+    if (evt_vop_class(r->op) == 'S') {
+      if (group[L->vtensor[i]] != gi)
+        return WHY("group %d: %s stores into %%%s, not a member of the group", gi, what, g->nodes[L->vtensor[i]].name);
+      if (r->shared && lo > 1) return WHY("group %d: %s sums over every batch with %lld launches (each would restart it)", gi, what, (long long)lo);
+      if (!bmm_covers(g, gi, L->vtensor[i], what, (r->shared ? 1 : lo * l) * evt_vnode_numel(s, i, M, N), x)) return false;
+    }
+    x->ptr_node[i] = L->vtensor[i];
+  }
+  char why[240];
+  if (!evt_lower_batched_check(g, L, why, sizeof why)) return WHY("group %d: %s", gi, why);
+  return bind_group_io(g, group, gi, ops, s->nnodes, x->d_node, x);
+}
+
 static bool bind_gemm(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
   const evt_kspec *s = &L->spec;
   int gi = L->group;
@@ -62,8 +158,9 @@ static bool bind_gemm(const evt_graph *g, const int *group, const evt_lowered *L
   if (L->m < 1 || L->n < 1 || L->k < 1 || L->m > 2147483647 || L->n > 2147483647 || L->k > 2147483647)
     return WHY("group %d: GEMM [%lld x %lld x %lld] is empty or exceeds the launcher's int sizes", gi, (long long)L->m,
                (long long)L->n, (long long)L->k);
+  if (s->batched) return bind_bmm(g, group, L, x);
   if (L->l > 1 || L->l_outer > 1)
-    return WHY("group %d: batched GEMM (%d x %d): the fused runtime binds unbatched GEMMs only", gi, L->l, L->l_outer);
+    return WHY("group %d: batch fields (l %d, l_outer %d) on an unbatched spec", gi, L->l, L->l_outer);
   if (s->nnodes > EVT_LAUNCH_MAX_PTRS) return WHY("group %d: %d visitor nodes (at most %d pointers)", gi, s->nnodes, EVT_LAUNCH_MAX_PTRS);
   if (s->d_node < 0 || s->d_node >= s->nnodes) return WHY("group %d: the spec has no D node", gi);
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
@@ -217,8 +314,9 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
       p->nkernels++;
     }
     x->kernel = k;
-    if (L->kind == EVT_LK_GEMM_EVT && x->d_node < 0) {
-      int64_t bytes = x->m * x->n * (int64_t)evt_dtype_size(L->spec.d_dtype);
+    if (L->kind == EVT_LK_GEMM_EVT && x->d_node < 0) { /* a batched scratch D is packed: every batch's tile */
+      int64_t nb = L->spec.batched ? (int64_t)(L->l > 0 ? L->l : 1) * (L->l_outer > 1 ? L->l_outer : 1) : 1;
+      int64_t bytes = nb * x->m * x->n * (int64_t)evt_dtype_size(L->spec.d_dtype);
       if (bytes > p->scratch_bytes) p->scratch_bytes = bytes;
     }
   }
@@ -264,9 +362,16 @@ void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out) 
   (void)g;
   for (int gi = 0; gi < p->ngroups; gi++) {
     const evt_group_exec *x = &p->groups[gi];
+    const evt_lowered *L = &p->low.k[gi];
+    char bat[200] = "";
+    if (x->fused && x->kind == EVT_LK_GEMM_EVT && L->spec.batched)
+      snprintf(bat, sizeof bat, " batched %d x %d %s, ld %lld/%lld/%lld, batch strides %lld/%lld/%lld, outer %lld/%lld/%lld",
+               L->l > 0 ? L->l : 1, L->l_outer > 1 ? L->l_outer : 1, (L->spec.layout == EVT_LAYOUT_NN ? "NN" : L->spec.layout == EVT_LAYOUT_NT ? "NT" : "TN"), (long long)L->lda,
+               (long long)L->ldb, (long long)L->ldd, (long long)L->bs_a, (long long)L->bs_b, (long long)L->bs_d,
+               (long long)L->os_a, (long long)L->os_b, (long long)L->os_d);
     if (x->fused && x->kind == EVT_LK_GEMM_EVT)
-      fprintf(out, "group %d %s %s fused [%lld x %lld x %lld]%s, %d nodes\n", gi, evt_lower_kind_name(x->kind),
-              p->kname[x->kernel], (long long)x->m, (long long)x->n, (long long)x->k, x->d_node < 0 ? " (D scratch)" : "",
+      fprintf(out, "group %d %s %s fused [%lld x %lld x %lld]%s%s, %d nodes\n", gi, evt_lower_kind_name(x->kind),
+              p->kname[x->kernel], (long long)x->m, (long long)x->n, (long long)x->k, bat, x->d_node < 0 ? " (D scratch)" : "",
               x->nmembers);
     else if (x->fused)
       fprintf(out, "group %d %s %s fused [%lld x %lld], %d nodes\n", gi, evt_lower_kind_name(x->kind),
@@ -301,11 +406,13 @@ static evt_status run_gemm_cpu(evt_graph *g, const evt_exec_plan *p, int gi, evt
   if (st != EVT_OK) return st;
   double *scratch = NULL, *d = x->d_node >= 0 ? values[x->d_node].data : NULL;
   if (!d) {
-    scratch = malloc(sizeof(double) * (size_t)(x->m * x->n));
+    const evt_lowered *L = &p->low.k[gi];
+    int64_t nb = s->batched ? (int64_t)(L->l > 0 ? L->l : 1) * (L->l_outer > 1 ? L->l_outer : 1) : 1;
+    scratch = malloc(sizeof(double) * (size_t)(nb * x->m * x->n));
     EVT_ASSERT(scratch);
     d = scratch;
   }
-  evt_kspec_reference(s, x->m, x->n, x->k, a, b, mem, d);
+  evt_lower_gemm_reference(&p->low.k[gi], a, b, mem, d); /* batched: through the launch's strides */
   free(scratch);
   return EVT_OK;
 }

@@ -19,6 +19,12 @@
  *     / column sum) elements; 16-byte alignment: every row of A, B (K or M / N elements), of D and of each
  *     aux tensor (N elements), and each vector, is a multiple of 16 bytes (base pointers are 256-byte
  *     aligned in the runtime's arena; gemm_launch.c checks them again at launch).
+ *     Batched GEMMs (spec.batched, a bmm nucleus; m, n, k per batch, l x l_outer batches placed by the lowered
+ *     leading dims and inner / outer batch strides, copied into the launch by evt_lower_launch_batch):
+ *     dtypes as above; every tensor holds every element the launch reaches (evt_lower_batched_check: A, B,
+ *     D, each visitor tensor through its strides); leading dims and batch strides are 16-byte multiples;
+ *     every store (D, aux store, per-batch or all-batch sum) covers exactly its tensor; a sum shared by
+ *     every batch only with one launch level (l_outer 1); a scratch D is packed (l_outer·l·m·n elements).
  *   Both kinds: a load (and A, B) never reads a member of its own group (members are not materialized
  *     before the kernel), and every member read outside the group or a graph output is written by a store
  *     of the spec (D included).
@@ -87,8 +93,8 @@ void evt_exec_plan_counts(const evt_exec_plan *p, int *fused, int *fallback);
 void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out);
 /* CPU model of one fused step (what the GPU runs, in the same order): inputs / params already in values;
  * sources and fallback groups through the interpreter node by node, fused groups through their spec's CPU
- * reference (row: evt_rspec_reference; GEMM: evt_kspec_reference; both f32-or-better inside the group,
- * rounding only at stores), reading and writing exactly the bound tensors (a scratch D in a host buffer);
+ * reference (row: evt_rspec_reference; GEMM: evt_lower_gemm_reference, batched through the launch's strides;
+ * both f32-or-better inside the group, rounding only at stores), reading and writing exactly the bound tensors (a scratch D in a host buffer);
  * members a kernel does not store are left empty. Checks the bindings without a GPU. */
 evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tensor *values);
 

@@ -111,7 +111,7 @@ bool evt_gemm_group_run(evt_gemm_kernels *gk, evt_exec_plan *p, int gi, evt_node
   a.stream = stream;
   a.swizzle = x->swizzle; /* the tuned tile scheduler (0: CUTLASS's default) */
   a.raster = x->raster;
-  evt_lower_launch_batch(&p->low.k[gi], &a); /* batch fields (all 0: the binding refuses batched GEMMs) */
+  evt_lower_launch_batch(&p->low.k[gi], &a); /* batch fields (all 0 for an unbatched GEMM; batched: l x l_outer batches through the lowered strides) */
   bool aligned = ((uintptr_t)a.a | (uintptr_t)a.b | (uintptr_t)a.d) % 16 == 0;
   for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++)
     if (x->ptr_node[i] >= 0) {

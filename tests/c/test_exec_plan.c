@@ -41,8 +41,6 @@ TEST(exec_plan_paths_and_bindings_bf16) {
       const evt_lowered *L = &p.low.k[gi];
       const evt_group_exec *x = &p.groups[gi];
       rowlow += L->ok && (L->kind == EVT_LK_ROW || L->kind == EVT_LK_POINTWISE);
-      /* batched GEMMs (bmm groups) lower, but the runtime binds them only once it places batches (bind_gemm) */
-      if (L->ok && L->kind == EVT_LK_GEMM_EVT && L->spec.batched && !x->fused) continue;
       gemmlow += L->ok && L->kind == EVT_LK_GEMM_EVT;
       if (!L->ok) CHECK(!x->fused && !strcmp(x->why, L->reason));
       if (!x->fused) continue;
@@ -53,7 +51,8 @@ TEST(exec_plan_paths_and_bindings_bf16) {
         CHECK(x->a_node >= 0 && x->b_node >= 0 && p.part.group[x->a_node] != gi && p.part.group[x->b_node] != gi);
         CHECK(g->nodes[x->a_node].type.dtype == s->ab_dtype && g->nodes[x->b_node].type.dtype == s->ab_dtype);
         if (x->d_node >= 0) CHECK(p.part.group[x->d_node] == gi && g->nodes[x->d_node].type.dtype == s->d_dtype);
-        else CHECK(p.scratch_bytes >= x->m * x->n * (int64_t)evt_dtype_size(s->d_dtype));
+        else CHECK(p.scratch_bytes >= (s->batched ? (int64_t)L->l * (L->l_outer > 1 ? L->l_outer : 1) : 1) * x->m * x->n *
+                                            (int64_t)evt_dtype_size(s->d_dtype));
         for (int i = 0; i < s->nnodes; i++) {
           int v = x->ptr_node[i];
           CHECK(evt_vop_has_memory(s->nodes[i].op) ? v >= 0 && g->nodes[v].type.dtype == s->nodes[i].dtype : v == -1);
@@ -95,6 +94,75 @@ TEST(exec_plan_paths_and_bindings_bf16) {
     evt_exec_plan_free(&p);
     evt_graph_free(g);
   }
+}
+
+/* bert_layer_bf16's attention bmm groups (scores, context and their four backward GEMMs) bind as batched GEMM
+ * launches: per-batch M x N x K, H heads per launch and B launches (the two-level "heads" layout of a
+ * [B, S, H, D] tensor), NT / NN / TN layouts, strides from the lowering; the plan listing shows them. Tampered
+ * lowerings are refused with the group and the tensor named: a batch stride off 16 bytes, a batch count whose
+ * launch reaches past a tensor, a D the launch does not cover, an operand dtype. */
+TEST(exec_plan_binds_batched_gemms) {
+  evt_graph *g = load_opt("bench/graphs/bert_layer_bf16.evt");
+  if (!g) return;
+  evt_exec_plan p;
+  CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+  int nb = 0, lay[3] = {0, 0, 0}, first = -1;
+  for (int gi = 0; gi < p.ngroups; gi++) {
+    const evt_lowered *L = &p.low.k[gi];
+    const evt_group_exec *x = &p.groups[gi];
+    if (L->nucleus < 0 || g->nodes[L->nucleus].op != EVT_OP_BMM) continue;
+    CHECK_MSG(L->ok && L->spec.batched && x->fused && x->kind == EVT_LK_GEMM_EVT, "group %d: %s", gi, x->why);
+    if (!x->fused) continue;
+    nb++;
+    if (first < 0) first = gi;
+    lay[L->spec.layout]++;
+    const evt_type *t = &g->nodes[L->nucleus].type; /* [B, H, S, S] or [B, H, S, D] */
+    int64_t batch = 1;
+    for (int d = 0; d < t->rank - 2; d++) batch *= t->shape[d];
+    CHECK(t->rank == 4 && L->l == t->shape[1] && L->l_outer == t->shape[0] && batch == (int64_t)L->l * L->l_outer);
+    CHECK(x->m * x->n == t->shape[2] * t->shape[3] && x->k == L->k);
+    CHECK(x->a_node == L->a_node && x->b_node == L->b_node && x->d_node == L->d_tensor);
+    /* heads: the inner batch steps one head (D columns of [B, S, H, D], or a packed S x S tile), the outer one
+     * a whole sequence's rows */
+    CHECK(L->bs_a > 0 && L->bs_b > 0 && L->os_a == L->os_b && L->os_a == (int64_t)L->l * x->m * x->k);
+    for (int i = 0; i < L->spec.nnodes; i++)
+      if (evt_vop_has_memory(L->spec.nodes[i].op)) CHECK(x->ptr_node[i] == L->vtensor[i] && x->ptr_node[i] >= 0);
+  }
+  CHECK_MSG(nb == 6 && lay[EVT_LAYOUT_NN] && lay[EVT_LAYOUT_NT] && lay[EVT_LAYOUT_TN], "%d batched groups", nb);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  evt_exec_plan_print(g, &p, f);
+  fclose(f);
+  CHECK_MSG(buf && strstr(buf, "fused [16 x 16 x 16] batched 4 x 2 NT, ld 64/64/16, batch strides 16/16/256, outer 1024/1024/1024"),
+            "%s", buf ? buf : "");
+  free(buf);
+  if (first >= 0) {
+    evt_lowered *L = malloc(sizeof *L);
+    evt_group_exec *x = calloc(1, sizeof *x);
+    const int *grp = p.part.group;
+    char tag[32];
+    snprintf(tag, sizeof tag, "group %d:", first);
+    *L = p.low.k[first];
+    CHECK(evt_exec_bind(g, grp, L, x));
+    L->bs_a = 4; /* 8 bytes of bf16 */
+    CHECK_MSG(!evt_exec_bind(g, grp, L, x) && strstr(x->why, tag) && strstr(x->why, "operand A: batch stride"), "%s", x->why);
+    *L = p.low.k[first];
+    L->os_b += 8;
+    CHECK_MSG(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "reaches element") && strstr(x->why, g->nodes[L->b_node].name),
+              "%s", x->why);
+    *L = p.low.k[first];
+    L->l_outer = 1; /* half the batches: D (a member) would be half written */
+    CHECK_MSG(!evt_exec_bind(g, grp, L, x) && strstr(x->why, tag) && strstr(x->why, "every element must be written"), "%s",
+              x->why);
+    *L = p.low.k[first];
+    L->spec.ab_dtype = EVT_F16;
+    CHECK_MSG(!evt_exec_bind(g, grp, L, x) && strstr(x->why, "operand A needs f16"), "%s", x->why);
+    free(L);
+    free(x);
+  }
+  evt_exec_plan_free(&p);
+  evt_graph_free(g);
 }
 
 /* The binding checks refuse a row spec whose memory does not match the graph. */
@@ -161,8 +229,9 @@ TEST(jit_flags_without_cutlass) {
 TEST(exec_plan_cpu_model_matches_interpreter) {
   const char *files[] = {"examples/mlp.evt",        "examples/vit.evt",          "examples/bert_layer.evt",
                          "examples/bert_layer_sdpa.evt", "examples/gcn.evt",     "examples/resnet_block.evt",
-                         "examples/xmlcnn.evt",     "bench/graphs/mlp_bf16.evt", "bench/graphs/vit_bf16.evt"};
-  for (int f = 0; f < 9; f++) {
+                         "examples/xmlcnn.evt",     "bench/graphs/mlp_bf16.evt", "bench/graphs/vit_bf16.evt",
+                         "bench/graphs/bert_layer_bf16.evt"}; /* bert_layer_bf16: 6 batched GEMM groups */
+  for (int f = 0; f < 10; f++) {
     evt_graph *g = load_opt(files[f]);
     if (!g) continue;
     evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
@@ -382,6 +451,10 @@ static void gl_write_nvcc(const char *name, bool fail) {
           "  fprintf(f, \"$name %%d %%d %%d %%lu %%lu %%lu\", a->m, a->n, a->k, (unsigned long)a->a, (unsigned long)a->b,"
           " (unsigned long)a->d);\n"
           "  for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++) fprintf(f, \" %%lu\", (unsigned long)a->ptrs[i]);\n"
+          "  fprintf(f, \" %%d %%d %%ld %%ld %%ld %%ld %%ld %%ld %%ld %%ld %%ld\", a->l, a->l_outer, (long)a->lda, (long)a->ldb,"
+          " (long)a->ldd, (long)a->bs_a, (long)a->bs_b, (long)a->bs_d, (long)a->os_a, (long)a->os_b, (long)a->os_d);\n"
+          "  for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++)\n"
+          "    fprintf(f, \" %%ld %%ld %%ld\", (long)a->ld_ptrs[i], (long)a->bs_ptrs[i], (long)a->os_ptrs[i]);\n"
           "  fprintf(f, \"\\\\n\");\n  fclose(f);\n  return atoi(getenv(\"EVT_TEST_LAUNCH_RC\"));\n}\nEOT\n"
           "cc -shared -fPIC -I'%s/kernels' -o \"$out\" \"$out.c\"\n",
           cwd);
@@ -495,11 +568,126 @@ TEST(gemm_launch_binds_args_and_falls_back) {
     evt_exec_plan_free(&p);
     evt_graph_free(g);
   }
+  /* batched GEMMs (bert_layer_bf16's attention bmm groups): the launcher gets the lowered batch fields */
+  setenv("EVT_NVCC", nvcc, 1);
+  g = load_opt("bench/graphs/bert_layer_bf16.evt");
+  if (g) {
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    evt_gemm_kernels *gk = evt_gemm_kernels_load(&p);
+    int misalign = -1, nbat = 0;
+    for (int gi = 0; gi < p.ngroups; gi++) {
+      const evt_group_exec *x = &p.groups[gi];
+      const evt_lowered *L = &p.low.k[gi];
+      if (!x->fused || x->kind != EVT_LK_GEMM_EVT) continue;
+      CHECK_MSG(evt_gemm_group_run(gk, &p, gi, gl_ptr, &misalign, (void *)(uintptr_t)0x900000, NULL), "%s", x->why);
+      enum { NV = 6 + EVT_LAUNCH_MAX_PTRS + 11 + 3 * EVT_LAUNCH_MAX_PTRS };
+      char name[64];
+      long v[NV];
+      CHECK(gl_last(log, name, v, NV));
+      CHECK(!strcmp(name, p.kname[x->kernel]) && v[0] == x->m && v[1] == x->n && v[2] == x->k);
+      const long *b = v + 6 + EVT_LAUNCH_MAX_PTRS;
+      long want[11] = {L->l, L->l_outer, L->lda, L->ldb, L->ldd, L->bs_a, L->bs_b, L->bs_d, L->os_a, L->os_b, L->os_d};
+      for (int i = 0; i < 11; i++) CHECK_MSG(b[i] == want[i], "group %d batch field %d: %ld, want %ld", gi, i, b[i], want[i]);
+      for (int i = 0; i < EVT_KSPEC_MAX_NODES; i++)
+        CHECK(b[11 + 3 * i] == L->ld_ptrs[i] && b[12 + 3 * i] == L->bs_ptrs[i] && b[13 + 3 * i] == L->os_ptrs[i]);
+      if (L->spec.batched) {
+        CHECK(b[0] == 4 && b[1] == 2);
+        nbat++;
+      } else {
+        for (int i = 0; i < 11; i++) CHECK(b[i] == 0);
+      }
+    }
+    CHECK(nbat == 6);
+    evt_gemm_kernels_free(gk);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
   for (int i = 0; i < 5; i++) {
     if (saved[i]) setenv(keys[i], saved[i], 1);
     else unsetenv(keys[i]);
     free(saved[i]);
   }
   snprintf(cmd, sizeof cmd, "rm -rf %s", gl_dir);
+  CHECK(system(cmd) == 0);
+}
+
+/* `evtc prefetch` (src/cli/cmd_prefetch.c) compiles exactly the kernels `evtc run --fused` later asks the JIT
+ * for: after a prefetch of two graphs with a stand-in nvcc, the runtime's plan of each graph (parse, joint,
+ * passes, evt_exec_plan_build as run does) finds every GEMM and row kernel in the cache, even with an nvcc
+ * that always fails; a kernel shared by both graphs is listed once. */
+TEST(prefetch_fills_the_runtime_jit_cache) {
+  char dir[128], cmd[4096], cache[160], okn[160], badn[160];
+  snprintf(dir, sizeof dir, "/tmp/evt-prefetch-test-%ld", (long)getpid());
+  snprintf(cache, sizeof cache, "%s/cache", dir);
+  snprintf(okn, sizeof okn, "%s/nvcc", dir);
+  snprintf(badn, sizeof badn, "%s/nvcc_bad", dir);
+  snprintf(cmd, sizeof cmd,
+           "rm -rf %s && mkdir -p %s/cut/include/cutlass %s/cut/tools/util/include %s && touch %s/cut/include/cutlass/cutlass.h && "
+           "printf '#!/bin/sh\\n[ \"$1\" = --version ] && exit 0\\nout=\\nwhile [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\\necho so > \"$out\"\\n' > %s && "
+           "printf '#!/bin/sh\\n[ \"$1\" = --version ] && exit 0\\necho \"x.cu(1): error: no compile expected\"; exit 2\\n' > %s && chmod +x %s %s",
+           dir, dir, dir, cache, dir, okn, badn, okn, badn);
+  CHECK(system(cmd) == 0);
+  const char *files[] = {"bench/graphs/bert_layer_bf16.evt", "examples/mlp.evt"};
+  snprintf(cmd, sizeof cmd,
+           "EVT_NVCC=%s EVT_JIT_CACHE=%s CUTLASS_PATH=%s/cut EVT_TUNE_CACHE=%s/no-tune build/evtc prefetch %s %s > %s/out.txt 2>&1",
+           okn, cache, dir, dir, files[0], files[1], dir);
+  CHECK_MSG(system(cmd) == 0, "%s", cmd);
+  const char *keys[] = {"EVT_NVCC", "EVT_JIT_CACHE", "CUTLASS_PATH", "EVT_TUNE_CACHE"};
+  char *saved[4];
+  for (int i = 0; i < 4; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
+  char cut[160], tc[160];
+  snprintf(cut, sizeof cut, "%s/cut", dir);
+  snprintf(tc, sizeof tc, "%s/no-tune", dir);
+  snprintf(cmd, sizeof cmd, "cp %s %s", badn, okn); /* the same nvcc path (part of the cache key), now failing */
+  CHECK(system(cmd) == 0);
+  setenv("EVT_NVCC", okn, 1);
+  setenv("EVT_JIT_CACHE", cache, 1);
+  setenv("CUTLASS_PATH", cut, 1);
+  setenv("EVT_TUNE_CACHE", tc, 1);
+  int total = 0;
+  for (int f = 0; f < 2; f++) {
+    evt_graph *g = load_opt(files[f]);
+    if (!g) continue;
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    for (int gemm = 0; gemm < 2; gemm++) {
+      evt_jit_job jobs[64];
+      char *src[64];
+      int nj = 0;
+      char err[256];
+      for (int k = 0; k < p.nkernels && nj < 64; k++) {
+        if ((p.gspec[k] != NULL) != gemm) continue;
+        src[nj] = gemm ? evt_emit_cutlass(p.gspec[k], err, sizeof err) : evt_emit_rows(p.kspec[k], err, sizeof err);
+        CHECK(src[nj] != NULL);
+        if (!src[nj]) continue;
+        memset(&jobs[nj], 0, sizeof jobs[nj]);
+        jobs[nj].name = p.kname[k];
+        jobs[nj].source = src[nj];
+        nj++;
+      }
+      evt_jit_options jo = {0};
+      jo.no_cutlass = !gemm;
+      jo.quiet = 1;
+      char msg[512] = "";
+      CHECK_MSG(!nj || evt_jit_compile(jobs, nj, &jo, msg, sizeof msg) == EVT_OK, "%s: %s", files[f], msg);
+      for (int j = 0; j < nj; j++) {
+        CHECK_MSG(jobs[j].ok && jobs[j].cached, "%s: %s not prefetched", files[f], jobs[j].name);
+        free(src[j]);
+      }
+      total += nj;
+    }
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
+  CHECK(total > 20);
+  snprintf(cmd, sizeof cmd, "grep -q 'distinct kernels' %s/out.txt && grep -q 'prefetch: 0 failed' %s/out.txt", dir, dir);
+  CHECK(system(cmd) == 0);
+  for (int i = 0; i < 4; i++) {
+    if (saved[i]) setenv(keys[i], saved[i], 1);
+    else unsetenv(keys[i]);
+    free(saved[i]);
+  }
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0);
 }

@@ -1,0 +1,177 @@
+/* `evtc prefetch FILE... [--only gemm|rows] [--list]`: JIT-compiles, in one parallel batch, every generated
+ * kernel that `evtc run FILE --device cuda --fused` would compile for each FILE, so that later runs find
+ * them in the JIT cache (src/runtime/jit.h: EVT_JIT_CACHE, EVT_JIT_JOBS).
+ *
+ * Per FILE exactly what run does before it JIT-compiles: parse, joint graph, the pass pipeline once,
+ * evt_program_create_host(EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT) (partition, lowering, tune records,
+ * bindings); then per plan kernel the same source (evt_emit_cutlass for GEMM+EVT kernels, evt_emit_rows for
+ * row / pointwise kernels) with the same JIT options (default; no_cutlass for rows), so the cache keys match.
+ * Kernels are deduplicated across files by name (the name is the spec's hash). Two batches, one per option
+ * set: CUTLASS GEMM kernels (~35-50 s of one core each), then row kernels (~2-10 s); `--only` picks one, so
+ * a script can run both at once in two processes. Files are taken in the order given (kernels of earlier
+ * files are queued first). --list prints the kernels (name, kind, the files using them) without compiling.
+ * Exit: 0 all compiled (or cached), 1 a file failed to load / plan or a kernel failed to compile (named),
+ * 2 internal error. Needs no GPU (nvcc and CUTLASS for the GEMM batch). */
+#include "cli.h"
+#include "passes/passes.h"
+#include "runtime/cuda.h"
+#include "runtime/exec_plan.h"
+#include "runtime/jit.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct pf_kernel {
+  char name[40];
+  int gemm;     /* 1: CUTLASS GEMM+EVT kernel, 0: row / pointwise kernel */
+  char *source;
+  char files[400]; /* basenames of the files that use it */
+} pf_kernel;
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+/* Adds plan kernel k of xp (from file f) unless a kernel of that name is already listed. */
+static int add_kernel(pf_kernel **ks, int *n, int *cap, const evt_exec_plan *xp, int k, const char *f, char *err,
+                      size_t errlen) {
+  for (int i = 0; i < *n; i++)
+    if (!strcmp((*ks)[i].name, xp->kname[k])) {
+      size_t len = strlen((*ks)[i].files);
+      snprintf((*ks)[i].files + len, sizeof (*ks)[i].files - len, " %s", base_name(f));
+      return 1;
+    }
+  char *src = xp->gspec[k] ? evt_emit_cutlass(xp->gspec[k], err, errlen) : evt_emit_rows(xp->kspec[k], err, errlen);
+  if (!src) return 0;
+  if (*n == *cap) {
+    *cap = *cap ? 2 * *cap : 64;
+    pf_kernel *bigger = realloc(*ks, sizeof **ks * (size_t)*cap);
+    if (!bigger) evt_fatal(__FILE__, __LINE__, "out of memory");
+    *ks = bigger;
+  }
+  pf_kernel *K = &(*ks)[(*n)++];
+  memset(K, 0, sizeof *K);
+  snprintf(K->name, sizeof K->name, "%s", xp->kname[k]);
+  K->gemm = xp->gspec[k] != NULL;
+  K->source = src;
+  snprintf(K->files, sizeof K->files, "%s", base_name(f));
+  return 1;
+}
+
+/* The plan of one file as `evtc run --fused` builds it; its kernels into ks. false (message printed) on error. */
+static bool plan_file(const char *path, pf_kernel **ks, int *n, int *cap, int *bad_kernels) {
+  char *perr = NULL;
+  evt_graph *g = evt_parse_file(path, &perr);
+  if (!g) {
+    fprintf(stderr, "%s\n", perr ? perr : "evtc prefetch: cannot read the file");
+    free(perr);
+    return false;
+  }
+  evt_status st = evt_train_ensure_joint(g, NULL);
+  if (st == EVT_OK) st = evt_passes_run_all(g, 0, 0);
+  evt_program *p = NULL;
+  if (st == EVT_OK) st = evt_program_create_host(g, EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT, &p);
+  if (st != EVT_OK) {
+    fprintf(stderr, "evtc prefetch: %s: %s\n", path, evt_graph_error(g));
+    evt_graph_free(g);
+    return false;
+  }
+  const evt_exec_plan *xp = p->xp;
+  int ng = 0, nr = 0;
+  for (int k = 0; k < xp->nkernels; k++) {
+    char err[512];
+    if (!add_kernel(ks, n, cap, xp, k, path, err, sizeof err)) {
+      fprintf(stderr, "evtc prefetch: %s: kernel %s cannot be emitted: %s\n", path, xp->kname[k], err);
+      (*bad_kernels)++;
+      continue;
+    }
+    (xp->gspec[k] ? &ng : &nr)[0]++;
+  }
+  printf("%s: %d groups, %d fused: %d GEMM+EVT kernels, %d row kernels\n", path, xp->ngroups, p->groups_fused, ng, nr);
+  evt_program_destroy(p);
+  evt_graph_free(g);
+  return true;
+}
+
+/* Compiles the kernels of one kind as one JIT batch; returns the number that failed. */
+static int compile_kind(pf_kernel *ks, int n, int gemm) {
+  evt_jit_job *jobs = calloc((size_t)n + 1, sizeof *jobs);
+  if (!jobs) evt_fatal(__FILE__, __LINE__, "out of memory");
+  int nj = 0;
+  for (int i = 0; i < n; i++)
+    if (ks[i].gemm == gemm) jobs[nj].name = ks[i].name, jobs[nj++].source = ks[i].source;
+  int failed = 0;
+  if (nj) {
+    evt_jit_options jo = {0};
+    jo.no_cutlass = !gemm;
+    char msg[1024] = "";
+    evt_status st = evt_jit_compile(jobs, nj, &jo, msg, sizeof msg);
+    if (st != EVT_OK && st != EVT_ERR_INVALID) {
+      fprintf(stderr, "evtc prefetch: %s kernels: %s\n", gemm ? "GEMM" : "row", msg);
+      failed = nj;
+    } else {
+      for (int j = 0; j < nj; j++)
+        if (!jobs[j].ok) {
+          fprintf(stderr, "evtc prefetch: %s\n", jobs[j].error);
+          failed++;
+        }
+    }
+  }
+  free(jobs);
+  return failed;
+}
+
+EVTC_COMMAND(prefetch, "FILE... [--only gemm|rows] [--list]",
+             "JIT-compile in one parallel batch the generated kernels that `evtc run FILE --device cuda --fused`\n"
+             "would compile for every FILE (deduplicated; results in the JIT cache, EVT_JIT_CACHE; EVT_JIT_JOBS\n"
+             "compiles at a time). CUTLASS GEMM kernels first, then row / pointwise kernels.\n"
+             "  --only gemm   only the CUTLASS GEMM+EVT kernels\n"
+             "  --only rows   only the row / pointwise kernels\n"
+             "  --list        list the kernels (name, kind, the files that use them) without compiling") {
+  int only = -1; /* -1 both, 1 gemm, 0 rows */
+  bool list = false;
+  const char **files = calloc((size_t)argc + 1, sizeof *files);
+  if (!files) evt_fatal(__FILE__, __LINE__, "out of memory");
+  int nf = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--list")) {
+      list = true;
+    } else if (!strcmp(argv[i], "--only") && i + 1 < argc && (!strcmp(argv[i + 1], "gemm") || !strcmp(argv[i + 1], "rows"))) {
+      only = !strcmp(argv[++i], "gemm");
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      fprintf(stderr, "evtc prefetch: unknown or incomplete option %s\nusage: evtc prefetch FILE... [--only gemm|rows] [--list]\n",
+              argv[i]);
+      free(files);
+      return EVTC_EXIT_USER;
+    } else {
+      files[nf++] = argv[i];
+    }
+  }
+  if (!nf) {
+    fprintf(stderr, "usage: evtc prefetch FILE... [--only gemm|rows] [--list]\n");
+    free(files);
+    return EVTC_EXIT_USER;
+  }
+  pf_kernel *ks = NULL;
+  int n = 0, cap = 0, bad = 0, badfiles = 0;
+  for (int f = 0; f < nf; f++)
+    if (!plan_file(files[f], &ks, &n, &cap, &bad)) badfiles++;
+  int ngemm = 0;
+  for (int i = 0; i < n; i++) ngemm += ks[i].gemm;
+  printf("prefetch: %d files, %d distinct kernels: %d GEMM+EVT, %d row\n", nf, n, ngemm, n - ngemm);
+  int failed = 0;
+  if (list) {
+    for (int i = 0; i < n; i++)
+      if (only < 0 || only == ks[i].gemm) printf("%s %s: %s\n", ks[i].name, ks[i].gemm ? "gemm" : "row", ks[i].files);
+  } else {
+    if (only != 0) failed += compile_kind(ks, n, 1);
+    if (only != 1) failed += compile_kind(ks, n, 0);
+    printf("prefetch: %d failed\n", failed);
+  }
+  for (int i = 0; i < n; i++) free(ks[i].source);
+  free(ks);
+  free(files);
+  return failed || bad || badfiles ? EVTC_EXIT_USER : EVTC_EXIT_OK;
+}
