@@ -712,6 +712,9 @@ __device__ __forceinline__ float rsqrt_(float x) { return rsqrtf(x); }
 __device__ __forceinline__ float reciprocal(float x) { return 1.f / x; }
 __device__ __forceinline__ float abs_(float x) { return fabsf(x); }
 __device__ __forceinline__ float sign(float x) { return x > 0.f ? 1.f : x < 0.f ? -1.f : x != x ? x : 0.f; }
+// a cast to 16 bits inside the tree: round (RNE), keep computing in f32
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float round_f16(float x) { return __half2float(__float2half_rn(x)); }
 // Templates: a value is a float, or a double when it holds an integer tensor's elements (exact); mixed
 // operands compare / select in the common type.
 template <class X, class Y>

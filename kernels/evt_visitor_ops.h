@@ -12,6 +12,7 @@
 
 #include "cutlass/array.h"
 #include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
 
 namespace evt_ops {
 
@@ -89,6 +90,9 @@ EVT_OPS_U(Rsqrt, 1.0f / sqrtf(x))
 EVT_OPS_U(Reciprocal, 1.0f / x)
 EVT_OPS_U(Abs, fabsf(x))
 EVT_OPS_U(Sign, x > 0.f ? 1.f : x < 0.f ? -1.f : (x != x ? x : 0.f))
+// a cast to 16 bits inside the tree (round to nearest even, keep computing in f32)
+EVT_OPS_U(RoundBf16, float(cutlass::bfloat16_t(x)))
+EVT_OPS_U(RoundF16, float(cutlass::half_t(x)))
 EVT_OPS_B(Maximum, x != x || y != y ? x + y : (x > y ? x : y))
 EVT_OPS_B(Minimum, x != x || y != y ? x + y : (x < y ? x : y))
 EVT_OPS_B(Eq, x == y ? 1.f : 0.f)

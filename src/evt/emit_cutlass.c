@@ -56,6 +56,8 @@ static const char *compute_fn(evt_vop op) {
     case EVT_V_RECIPROCAL: return "evt_ops::Reciprocal";
     case EVT_V_ABS: return "evt_ops::Abs";
     case EVT_V_SIGN: return "evt_ops::Sign";
+    case EVT_V_ROUND_BF16: return "evt_ops::RoundBf16";
+    case EVT_V_ROUND_F16: return "evt_ops::RoundF16";
     case EVT_V_MAXIMUM: return "evt_ops::Maximum";
     case EVT_V_MINIMUM: return "evt_ops::Minimum";
     case EVT_V_EQ: return "evt_ops::Eq";

@@ -72,6 +72,8 @@ static const char *fn(evt_vop op) {
     case EVT_V_RECIPROCAL: return "reciprocal";
     case EVT_V_ABS: return "abs_";
     case EVT_V_SIGN: return "sign";
+    case EVT_V_ROUND_BF16: return "round_bf16";
+    case EVT_V_ROUND_F16: return "round_f16";
     case EVT_V_MAXIMUM: return "maximum";
     case EVT_V_MINIMUM: return "minimum";
     case EVT_V_EQ: return "eq";

@@ -70,6 +70,8 @@
   X(RECIPROCAL, "reciprocal", 1, 'C')                                                           \
   X(ABS, "abs", 1, 'C')                                                                         \
   X(SIGN, "sign", 1, 'C')               /* -1, 0, 1; NaN stays NaN */                            \
+  X(ROUND_BF16, "round_bf16", 1, 'C')   /* x rounded to bf16 (RNE), kept as f32: a cast mid-tree */ \
+  X(ROUND_F16, "round_f16", 1, 'C')     /* x rounded to f16 (RNE), kept as f32 */                \
   X(MAXIMUM, "maximum", 2, 'C')         /* NaN if either is NaN */                               \
   X(MINIMUM, "minimum", 2, 'C')                                                                 \
   X(EQ, "eq", 2, 'C')                   /* comparisons give 1 or 0 (bool values are 0/1 floats) */ \

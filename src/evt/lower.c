@@ -689,9 +689,15 @@ static bool member(lctx *c, int v) {
         return refuse(c, v, "a widened broadcast operand leaves the kernel (stores write whole tiles)");
       return true;
     }
-    /* a cast to 16 bits used inside the epilogue is an identity on the f32 value, as every 16-bit member
-     * value is: visitor values are f32 and rounded only at stores (the 16-bit addmm's rounding before its
-     * activation is thus skipped, as the fused epilogue of mm + add skipped it before) */
+    /* a bool's 0/1 is exact in every float type; a cast to 16 bits whose value is used inside the group
+     * rounds there (round_bf16 / round_f16, still f32); one only stored is rounded by its store */
+    if ((t->dtype == EVT_BF16 || t->dtype == EVT_F16) && from != EVT_BOOL && !from_int && from != t->dtype &&
+        member_uses_in_group(c, v)) {
+      int xi = operand(c, v, nd->inputs[0], t);
+      if (xi < 0) return false;
+      c->vid[v] = add_node(c, v, t->dtype == EVT_BF16 ? EVT_V_ROUND_BF16 : EVT_V_ROUND_F16, xi, -1, EVT_F32, NULL, -1);
+      return c->vid[v] >= 0;
+    }
   }
     /* an identity on the f32 value */
     /* fallthrough */
@@ -712,9 +718,11 @@ static bool member(lctx *c, int v) {
     return true;
   }
   case EVT_OP_SUM:
+  case EVT_OP_MEAN:
   case EVT_OP_AMAX: {
     bool mx = nd->op == EVT_OP_AMAX;
     if (c->nbd && mx) return refuse(c, v, "amax in a batched GEMM epilogue (row kernels take a max within rows)");
+    if (c->nbd && nd->op == EVT_OP_MEAN) return refuse(c, v, "mean in a batched GEMM epilogue");
     if (c->nbd) return sum_batched(c, v);
     int x = nd->inputs[0];
     const evt_type *xt = &g->nodes[x].type;
@@ -726,6 +734,17 @@ static bool member(lctx *c, int v) {
     if (nd->attr.dims.n == 0)
       for (int i = 0; i < xt->rank; i++) rd[i] = true;
     for (int i = 0; i < nd->attr.dims.n; i++) rd[nd->attr.dims.v[i] < 0 ? nd->attr.dims.v[i] + xt->rank : nd->attr.dims.v[i]] = true;
+    if (nd->op == EVT_OP_MEAN) { /* Σ (x · 1/count): the visitor's sums are stores, so the scale goes first */
+      int64_t cnt = 1;
+      for (int i = 0; i < xt->rank; i++)
+        if (rd[i]) cnt *= xt->shape[i];
+      if (cnt <= 0) return refuse(c, v, "mean over an empty dim");
+      int sc = evt_kspec_scalar(c->s, 1.0 / (double)cnt);
+      if (sc < 0) return refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
+      c->vt[sc] = -1;
+      xv = add_node(c, v, EVT_V_MUL, xv, sc, EVT_F32, NULL, -1);
+      if (xv < 0) return false;
+    }
     bool over_m = true, over_n = true; /* reduces exactly the (non-unit) M dims / N dims */
     for (int i = 0; i < xt->rank; i++) {
       if (xt->shape[i] == 1) continue;
@@ -752,7 +771,6 @@ static bool member(lctx *c, int v) {
     c->vid[v] = -1;
     return true;
   }
-  case EVT_OP_MEAN: return refuse(c, v, "mean (the visitor sums; the decomposition pass writes it as sum and mul)");
   default:
     return refuse(c, v, "no visitor node for %s", evt_op_table[nd->op].name);
   }

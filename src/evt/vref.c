@@ -49,6 +49,8 @@ double evt_vop_apply(evt_vop op, double x, double y) {
     case EVT_V_RECIPROCAL: return 1.0 / x;
     case EVT_V_ABS: return fabs(x);
     case EVT_V_SIGN: return isnan(x) ? x : x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0;
+    case EVT_V_ROUND_BF16: return evt_round_to_dtype(x, EVT_BF16);
+    case EVT_V_ROUND_F16: return evt_round_to_dtype(x, EVT_F16);
     case EVT_V_MAXIMUM: return isnan(x) || isnan(y) ? NAN : x > y ? x : y;
     case EVT_V_MINIMUM: return isnan(x) || isnan(y) ? NAN : x < y ? x : y;
     case EVT_V_EQ: return x == y;

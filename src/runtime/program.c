@@ -33,6 +33,10 @@ static int64_t aligned_bytes(const evt_graph *g, int v) {
 
 /* ---- steps and memory (pure host code) ------------------------------------------------------------- */
 
+#define MAX_ACCESS (EVT_MAX_INPUTS + 3 + EVT_ROW_LAUNCH_MAX_PTRS)
+static void step_access(const evt_graph *g, const evt_exec_plan *xp, evt_prog_step s, int *reads, int *nr,
+                        int *writes, int *nw);
+
 int evt_program_steps(const evt_graph *g, const evt_exec_plan *xp, evt_prog_step *steps) {
   int n = 0;
   if (!xp) {
@@ -40,17 +44,37 @@ int evt_program_steps(const evt_graph *g, const evt_exec_plan *xp, evt_prog_step
       if (!caller_source(&g->nodes[v])) steps[n++] = (evt_prog_step){v, -1};
     return n;
   }
-  for (int k = 0; k < xp->nsources; k++) steps[n++] = (evt_prog_step){xp->sources[k], -1};
   for (int gi = 0; gi < xp->ngroups; gi++) {
     const evt_group_exec *x = &xp->groups[gi];
     if (x->fused) steps[n++] = (evt_prog_step){-1, gi};
     else
       for (int k = 0; k < x->nmembers; k++) steps[n++] = (evt_prog_step){x->members[k], -1};
   }
-  return n;
+  /* Sources go first, but only those something reads: a graph output, a tensor a group step binds, or the
+   * input of such a source. A view of an input that GEMMs read through their layouts (a transposed weight)
+   * is never materialized. */
+  int ns = 0;
+  unsigned char *need = calloc((size_t)g->nnodes + 1, 1);
+  EVT_ASSERT(need);
+  int reads[MAX_ACCESS], writes[MAX_ACCESS], nr, nw;
+  for (int s = 0; s < n; s++) {
+    step_access(g, xp, steps[s], reads, &nr, writes, &nw);
+    for (int k = 0; k < nr; k++) need[reads[k]] = 1;
+  }
+  for (int k = xp->nsources - 1; k >= 0; k--) {
+    int v = xp->sources[k];
+    if (g->nodes[v].flags & EVT_NODE_OUTPUT) need[v] = 1;
+    if (!need[v]) continue;
+    ns++;
+    for (int j = 0; j < g->nodes[v].ninputs; j++) need[g->nodes[v].inputs[j]] = 1;
+  }
+  memmove(steps + ns, steps, sizeof *steps * (size_t)n);
+  for (int k = 0, i = 0; k < xp->nsources; k++)
+    if (need[xp->sources[k]]) steps[i++] = (evt_prog_step){xp->sources[k], -1};
+  free(need);
+  return n + ns;
 }
 
-#define MAX_ACCESS (EVT_MAX_INPUTS + 3 + EVT_ROW_LAUNCH_MAX_PTRS)
 _Static_assert(EVT_ROW_LAUNCH_MAX_PTRS <= EVT_LAUNCH_MAX_PTRS, "ptr_node serves both ABIs");
 
 /* The nodes step s reads and writes. */

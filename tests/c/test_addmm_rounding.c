@@ -147,8 +147,8 @@ TEST(mm_out_dtype_gradient) {
   evt_graph_free(g);
 }
 
-/* Linear + gelu as PyTorch traces it in bf16 (addmm): after the passes one GEMM+EVT kernel, the same epilogue
- * as mm + add + gelu (acc, row-broadcast bias, add, gelu, bf16 D); the widened bias is no kernel of its own. */
+/* Linear + gelu as PyTorch traces it in bf16 (addmm): after the passes one GEMM+EVT kernel (acc, row-broadcast
+ * bias, add, the addmm's rounding, gelu, bf16 D); the widened bias is no kernel of its own. */
 TEST(lower_bf16_addmm_is_one_gemm_epilogue) {
   evt_graph *g = parse_ok("graph t {\n  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n"
                           "  %b: bf16[128] = param()\n  %h: bf16[32,128] = addmm(%b, %x, %w)\n"
@@ -167,10 +167,13 @@ TEST(lower_bf16_addmm_is_one_gemm_epilogue) {
     const evt_lowered *L = &low.k[0];
     CHECK_MSG(L->ok && L->kind == EVT_LK_GEMM_EVT, "%s", L->reason);
     const evt_kspec *s = &L->spec;
-    CHECK(s->ab_dtype == EVT_BF16 && s->d_dtype == EVT_BF16 && s->nnodes == 4);
+    CHECK(s->ab_dtype == EVT_BF16 && s->d_dtype == EVT_BF16 && s->nnodes == 5);
     CHECK(s->nodes[0].op == EVT_V_ACC);
     CHECK(s->nodes[1].op == EVT_V_ROW_BCAST && s->nodes[1].dtype == EVT_BF16 && L->vtensor[1] == evt_graph_find(g, "b"));
-    CHECK(s->nodes[2].op == EVT_V_ADD && s->nodes[3].op == EVT_V_GELU_ERF && s->d_node == 3);
+    CHECK(s->nodes[2].op == EVT_V_ADD && s->nodes[2].in[0] == 0 && s->nodes[2].in[1] == 1);
+    /* the addmm's one rounding happens before gelu, as in eager (PyTorch's addmm output is bf16) */
+    CHECK(s->nodes[3].op == EVT_V_ROUND_BF16 && s->nodes[3].in[0] == 2);
+    CHECK(s->nodes[4].op == EVT_V_GELU_ERF && s->nodes[4].in[0] == 3 && s->d_node == 4);
     CHECK(L->d_tensor == evt_graph_find(g, "y"));
     evt_lower_free(&low);
     evt_part_plan_free(&part);

@@ -267,3 +267,39 @@ TEST(program_layout_after_demotions_stays_valid) {
   evt_program_destroy(p);
   evt_graph_free(g);
 }
+
+/* Sources (views of inputs, constants) run only when something reads them: a transposed weight that the
+ * GEMM reads through its layout is not materialized; the same view as a graph output is. */
+TEST(program_steps_skip_sources_nothing_reads) {
+  for (int as_output = 0; as_output < 2; as_output++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "graph t {\n  %%x: bf16[32,64] = input()\n  %%w: bf16[128,64] = param()\n"
+             "  %%wt = permute(%%w, dims=[1,0])\n  %%m = mm(%%x, %%wt)\n  %%y = relu(%%m)\n  output %%y\n%s}\n",
+             as_output ? "  output %wt\n" : "");
+    char *err = NULL;
+    evt_graph *g = evt_parse(text, "t", &err);
+    CHECK_MSG(g, "%s", err ? err : "");
+    free(err);
+    if (!g) continue;
+    evt_exec_plan xp;
+    CHECK(evt_exec_plan_build(g, &xp) == EVT_OK);
+    int wt = evt_graph_find(g, "wt"), gemm = -1;
+    for (int gi = 0; gi < xp.ngroups; gi++)
+      if (xp.groups[gi].fused && xp.groups[gi].kind == EVT_LK_GEMM_EVT) gemm = gi;
+    CHECK_MSG(gemm >= 0 && xp.groups[gemm].b_node == evt_graph_find(g, "w"), "the GEMM reads %%w through its layout");
+    bool is_source = false;
+    for (int k = 0; k < xp.nsources; k++) is_source |= xp.sources[k] == wt;
+    CHECK(is_source);
+    evt_prog_step steps[64];
+    int n = evt_program_steps(g, &xp, steps), runs = 0;
+    for (int s = 0; s < n; s++) runs += steps[s].node == wt;
+    CHECK_MSG(runs == as_output, "%%wt runs %d times (graph output: %d)", runs, as_output);
+    evt_arena_slot slots[64];
+    int64_t arena = 0;
+    char why[256];
+    CHECK_MSG(evt_program_layout(g, &xp, slots, &arena, NULL, why, sizeof why) == EVT_OK, "%s", why);
+    evt_exec_plan_free(&xp);
+    evt_graph_free(g);
+  }
+}
