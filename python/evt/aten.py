@@ -945,15 +945,24 @@ def _layer_norm(b, node, used):
 @rule(aten.native_layer_norm_backward)
 def _layer_norm_bwd(b, node, used):
     dy, x, ns, mean, rstd, w, bias, mask = node.args[:8]
+    return _layer_norm_bwd_math(b, node, used, dy, x, ns, w, node.meta.get("evt_eps"), mean, rstd)
+
+
+def _evt_layer_norm_bwd(b, node, used):  # (registered after evt::layer_norm_backward is defined)
+    dy, x, ns, w, bias, eps = node.args[:6]
+    return _layer_norm_bwd_math(b, node, used, dy, x, ns, w, float(eps), None, None)
+
+
+def _layer_norm_bwd_math(b, node, used, dy, x, ns, w, eps, mean, rstd):
+    """(dx, dw, db) of a layer norm: the row ops (statistics recomputed from x) when eps is known, else
+    the same math from the saved statistics mean / rstd."""
     rows, feat = _ln_check(x, ns)
     k = len(ns)
     vals, res = out(node), {}
-    eps = node.meta.get("evt_eps")
     cdt = _ln_compute_dtype(x, w)
     dyn, xn = _flat(b, b.cast(dy, cdt), rows, feat, k), _flat(b, b.cast(x, cdt), rows, feat, k)
     wn = _flat(b, b.cast(w, cdt), [], feat, k) if w is not None else None
     rdims = list(range(len(rows)))
-    back = lambda i, name: name if k == 1 else b.op("reshape", [name], {"shape": static_shape(vals[i])})  # noqa
     final = {}
     if eps is not None:
         # The whole row op: evt recomputes the statistics from x (eps recorded from the joint graph).
@@ -1174,6 +1183,24 @@ def _(dy, x, output_size):
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("evt::layer_norm_backward", mutates_args=())
+def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, normalized_shape: list[int], w: torch.Tensor,
+                        bias: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dx, dw, db) of native_layer_norm(x, normalized_shape, w, bias, eps), with the statistics recomputed
+    from x (PyTorch's kernels: its forward for mean / rstd, then its backward)."""
+    _, mean, rstd = aten.native_layer_norm(x, normalized_shape, w, bias, eps)
+    dx, dw, db = aten.native_layer_norm_backward(dy, x, normalized_shape, mean, rstd, w, bias, [True, True, True])
+    return dx, dw, db
+
+
+@layer_norm_backward.register_fake
+def _(dy, x, normalized_shape, w, bias, eps):
+    return torch.empty_like(x), torch.empty_like(w), torch.empty_like(bias)
+
+
+TABLE[torch.ops.evt.layer_norm_backward] = _evt_layer_norm_bwd
+
+
 def sdpa_grad_recompute(dout, q, k, v, is_causal, scale):
     """(dq, dk, dv) of scaled_dot_product_attention, recomputed with autograd (any device)."""
     with torch.enable_grad():
@@ -1226,10 +1253,36 @@ def _on_cuda(n):
     return isinstance(v, torch.Tensor) and v.device.type == "cuda"
 
 
-def rewrite_joint(gm, attention=None, cuda_pools=True):
+def _ln_recompute_args(n, devices):
+    """(dy, x, normalized_shape, w, bias, eps) when the layer-norm backward n can recompute its statistics
+    (evt::layer_norm_backward): its mean / rstd come from a native_layer_norm of the same x with an affine
+    weight and bias, every gradient is wanted, and its output is on one of devices; else None."""
+    if n.target != aten.native_layer_norm_backward.default or len(n.args) < 8:
+        return None
+    dy, x, ns, mean, rstd, w, bias, mask = n.args[:8]
+    if list(mask) != [True, True, True] or not (is_tensor_node(w) and is_tensor_node(bias)):
+        return None
+    if not all(isinstance(t, torch.fx.Node) and t.target is operator.getitem for t in (mean, rstd)):
+        return None
+    fwd = mean.args[0]
+    if fwd is not rstd.args[0] or getattr(fwd, "target", None) != aten.native_layer_norm.default:
+        return None
+    if fwd.args[0] is not x or list(fwd.args[1]) != list(ns) or fwd.args[2] is not w or fwd.args[3] is not bias:
+        return None
+    v = n.meta.get("val")
+    v = v[0] if isinstance(v, (tuple, list)) else v
+    if not isinstance(v, torch.Tensor) or v.device.type not in devices:
+        return None
+    return dy, x, list(ns), w, bias, float(fwd.args[4])
+
+
+def rewrite_joint(gm, attention=None, cuda_pools=True, ln_devices=("cuda",)):
     """Replaces index-taking pool backward ops by the evt:: ones (on CUDA only when cuda_pools: when
-    the pools run in PyTorch, its indexed backward is kept), and, when attention (default:
-    cuda_attention_in_evt()), the CUDA SDPA backward by evt::sdpa_backward; returns how many were replaced."""
+    the pools run in PyTorch, its indexed backward is kept), when attention (default:
+    cuda_attention_in_evt()) the CUDA SDPA backward by evt::sdpa_backward, and a layer-norm backward on
+    ln_devices whose statistics come from its forward by evt::layer_norm_backward (statistics recomputed
+    from x, as evt's row ops do anyway: the forward then no longer computes and saves mean / rstd);
+    returns how many were replaced."""
     if attention is None:
         attention = cuda_attention_in_evt()
     count = 0
@@ -1260,6 +1313,9 @@ def rewrite_joint(gm, attention=None, cuda_pools=True):
             sc = n.kwargs.get("scale")
             new_args = (dout, q, k, v, bool(causal), float(sc) if sc is not None else 0.0)
             target = torch.ops.evt.sdpa_backward.default
+        elif _ln_recompute_args(n, ln_devices) is not None:
+            new_args = tuple(_ln_recompute_args(n, ln_devices))
+            target = torch.ops.evt.layer_norm_backward.default
         elif n.target == aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
             dout, q, k, v, o, lse, p, causal = n.args[:8]
             if p != 0.0 or n.kwargs.get("attn_mask") is not None:

@@ -23,6 +23,15 @@ Contract
   batch-norm statistics over N, H, W are no row/column reduction of the generated row kernels) runs in
   PyTorch (cuDNN, flash attention), logged as a fallback with that reason; CPU nodes are unaffected.
   "all" keeps them in evt segments (CUDA attention then too; EVT_ATTENTION=evt: attention only).
+- Casts hoisted (CUDA): an f32 -> bf16/f16 cast of a module input (autocast's copy of a weight, bias or
+  input) runs in PyTorch before the module's first step (HOISTED_CAST, logged as a fallback; EVT_HOIST_CASTS=0
+  keeps them in evt, where the lowering refuses the cast's group and it runs node by node in double).
+- Joint graph (partition_fn, aten.rewrite_joint): pool backward ops become evt:: ones (on CUDA only under
+  gpu_ops "all"), CUDA SDPA backward evt::sdpa_backward when attention is in evt, and a CUDA layer-norm
+  backward whose statistics come from its forward evt::layer_norm_backward (recomputes them from x), so
+  the forward no longer computes mean / rstd.
+- A member of a segment that is a view (_VIEW_OPS) of a segment input, or of such a view, and is needed
+  outside the segment is made by PyTorch after the segment ran (a view, no copy), not written by evt.
 - Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a
   node on another device starts a PyTorch step). CPU segments run on the interpreter. CUDA segments get
   an evt GPU program at plan time (gpu.Program: flags FUSED unless EVT_FUSED=0 / fused=False, CUDA_GRAPH
@@ -159,6 +168,34 @@ def cuda_placement(node, options=None):
     return why
 
 
+HOISTED_CAST = ("cast of a module input to 16 bits (autocast's weight copy): one PyTorch kernel at the start of "
+                "the module (in evt its group is refused by the lowering: a cast rounded inside an epilogue, and it "
+                "would run node by node); EVT_HOIST_CASTS=0 keeps it in evt")
+_CASTS = {aten._to_copy.default, torch.ops.prims.convert_element_type.default}
+
+
+def hoisted_casts(gm, env=None):
+    """The casts run in PyTorch before the first step (module contract): f32 -> bf16/f16 casts of the
+    module's inputs on CUDA, in graph order; none when EVT_HOIST_CASTS=0."""
+    env = os.environ if env is None else env
+    if env.get("EVT_HOIST_CASTS", "1") in ("", "0"):
+        return []
+    out = []
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target not in _CASTS or not n.args:
+            continue
+        x = n.args[0]
+        if not isinstance(x, torch.fx.Node) or x.op != "placeholder":
+            continue
+        v, xv = n.meta.get("val"), x.meta.get("val")
+        if not (isinstance(v, torch.Tensor) and isinstance(xv, torch.Tensor)):
+            continue
+        if (v.device.type == "cuda" and v.device == xv.device and xv.dtype == torch.float32
+                and v.dtype in (torch.bfloat16, torch.float16) and v.shape == xv.shape):
+            out.append(n)
+    return out
+
+
 # ---- segments -----------------------------------------------------------------------------------------
 
 _GRAPHS = {}  # sha256 of the segment text -> parsed Graph (the text holds every shape and dtype)
@@ -215,14 +252,25 @@ class Segment:
         self.free_layout = set()  # FX nodes returned as evt wrote them (contiguous; see Plan.finalize)
         self.program = None
         self.why = None       # why a CUDA segment runs in PyTorch
+        self.torch_views = []  # members that are views of segment inputs, needed outside: PyTorch views
 
     def finalize(self, users_outside, program_node_fallback=True):
         b, members = self.b, set(self.members)
         inputs = {name for _, name in b.inputs}
         self.outputs, self.aliases, out_names = [], [], []
+        rooted = {x for x, _ in b.inputs}  # segment inputs and views of them
+        self.torch_views = []
         for m in self.members:
             name = b.names.get(m)
             if isinstance(name, dict) or not any(u not in members for u in users_outside(m)):
+                if m.target in _VIEW_OPS and m.args and m.args[0] in rooted:
+                    rooted.add(m)
+                continue
+            if m.target in _VIEW_OPS and m.args and m.args[0] in rooted and name not in inputs:
+                # a view of a segment input, needed outside: PyTorch's view costs nothing, evt's output would
+                # be a materialized copy (and then copied again into the recorded strides)
+                rooted.add(m)
+                self.torch_views.append(m)
                 continue
             if name in inputs:
                 src = next(x for x, nm in b.inputs if nm == name)
@@ -292,6 +340,8 @@ class Segment:
             return
         for m, src in self.aliases:
             env[m] = env[src]
+        for m in self.torch_views:
+            env[m] = _run_torch(m, env)
 
     def _input(self, name, t):
         if self.pool is None:
@@ -334,6 +384,12 @@ class Segment:
                 t = t.to(v.dtype)
             env[m] = t if m in self.free_layout else _with_meta_strides(t, v)
 
+
+# View ops whose result, when it is a view of a segment input needed outside the segment, PyTorch makes
+# (Segment.torch_views) instead of evt writing a copy.
+_VIEW_OPS = {aten.permute.default, aten.t.default, aten.transpose.int, aten.view.default, aten._unsafe_view.default,
+             aten.reshape.default, aten.expand.default, aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
+             aten.squeeze.default, aten.alias.default}
 
 # Counters of what ran where since the last reset_stats() (read by the benchmark and the GPU tests).
 STATS = collections.Counter()
@@ -403,8 +459,12 @@ class Plan:
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.steps, self.fallbacks = [], []
         seg_of = {}
+        hoisted = hoisted_casts(gm)
+        for node in hoisted:
+            self.steps.append(node)
+            self.fallbacks.append((node, HOISTED_CAST))
         for node in gm.graph.nodes:
-            if node.op != "call_function":
+            if node.op != "call_function" or node in hoisted:
                 continue
             why = force_torch.get(node) or cuda_placement(node, self.options)
             if why:

@@ -6,6 +6,7 @@
  */
 #include "runtime/jit.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -106,6 +107,42 @@ evt_status evt_jit_flags(const evt_jit_options *opt, char *out, size_t outlen) {
   return EVT_OK;
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Hash of the project's kernel headers (every *.h / *.cuh of the kernels directory, by name and content, in
+ * name order): generated sources include them, so a changed header must not hit an old cache entry. */
+static uint64_t kernel_headers_hash(const evt_jit_options *opt) {
+  const char *kdir = opt && opt->kernels_dir ? opt->kernels_dir : getenv("EVT_KERNELS_DIR");
+  if (!kdir || !*kdir) kdir = "kernels";
+  uint64_t h = evt_hash_bytes(0, "--kernel headers--", 18);
+  DIR *d = opendir(kdir);
+  if (!d) return h;
+  char *names[256];
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < 256) {
+    size_t l = strlen(e->d_name);
+    if ((l > 2 && !strcmp(e->d_name + l - 2, ".h")) || (l > 4 && !strcmp(e->d_name + l - 4, ".cuh")))
+      names[n++] = strdup(e->d_name);
+  }
+  closedir(d);
+  qsort(names, (size_t)n, sizeof *names, cmp_str);
+  for (int i = 0; i < n; i++) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", kdir, names[i]);
+    h = evt_hash_bytes(h, names[i], strlen(names[i]));
+    FILE *f = fopen(path, "rb");
+    if (f) {
+      char buf[8192];
+      size_t r;
+      while ((r = fread(buf, 1, sizeof buf, f)) > 0) h = evt_hash_bytes(h, buf, r);
+      fclose(f);
+    }
+    free(names[i]);
+  }
+  return h;
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -184,6 +221,7 @@ evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *
   }
 
   int todo[njobs > 0 ? njobs : 1], ntodo = 0, failed = 0, done = 0, ncached = 0;
+  uint64_t headers = kernel_headers_hash(opt);
   const char *ext = opt->frontend_only ? "ii" : opt->compile_only ? "o" : "so";
   for (int i = 0; i < njobs; i++) {
     evt_jit_job *j = &jobs[i];
@@ -194,7 +232,7 @@ evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *
       failed++;
       continue;
     }
-    uint64_t h = evt_hash_bytes(0, j->source, strlen(j->source));
+    uint64_t h = evt_hash_bytes(headers, j->source, strlen(j->source));
     h = evt_hash_bytes(h, "\n--flags--\n", 11);
     h = evt_hash_bytes(h, flags, strlen(flags));
     h = evt_hash_bytes(h, nvcc, strlen(nvcc));

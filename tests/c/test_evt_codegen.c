@@ -307,6 +307,22 @@ TEST(jit_parallel_cache_and_errors) {
   o.extra_flags = "-lineinfo";
   CHECK(evt_jit_compile(jobs, 1, &o, msg, sizeof msg) == EVT_OK && !jobs[0].cached);
   CHECK(count_lines(calls) == 5);
+  /* a changed header of the kernels directory: a different cache entry (generated sources include them) */
+  char kdir[300], hdr[320];
+  snprintf(kdir, sizeof kdir, "%s/kernels", jit_dir);
+  snprintf(hdr, sizeof hdr, "%s/evt_test.h", kdir);
+  CHECK(mkdir(kdir, 0755) == 0);
+  FILE *hf = fopen(hdr, "w");
+  CHECK(hf != NULL);
+  if (hf) fputs("// v1\n", hf), fclose(hf);
+  o.kernels_dir = kdir;
+  CHECK(evt_jit_compile(jobs, 1, &o, msg, sizeof msg) == EVT_OK && !jobs[0].cached);
+  CHECK(evt_jit_compile(jobs, 1, &o, msg, sizeof msg) == EVT_OK && jobs[0].cached);
+  hf = fopen(hdr, "w");
+  if (hf) fputs("// v2\n", hf), fclose(hf);
+  CHECK(evt_jit_compile(jobs, 1, &o, msg, sizeof msg) == EVT_OK && !jobs[0].cached);
+  CHECK(count_lines(calls) == 7);
+  o.kernels_dir = "kernels";
   /* a failing kernel names itself and quotes nvcc's error; the others still compile */
   jobs[1].source = "FAIL here\n";
   jobs[2].source = "int c2;\n";

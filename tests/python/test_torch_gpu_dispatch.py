@@ -7,6 +7,7 @@ runs anything on a GPU or produces GPU results: those are tests/gpu/w/torchgpu.s
 """
 import collections
 import logging
+import operator
 import os
 import sys
 
@@ -546,6 +547,105 @@ def test_cuda_placement_leaves_cpu_plans_alone(monkeypatch):
     assert plan.fallbacks == [] and [s.path for s in _segments(plan)] == ["interp"]
     (out,) = plan([x, w])
     assert torch.allclose(out, f(x, w)[0], rtol=1e-5)
+
+
+def _cuda_autocast_linear():
+    """A bf16 linear as autocast records it: casts of x, w and b, mm with t(w), the bias add; the transposed
+    bf16 weight is also an output (saved for the backward)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+
+    def f(x, w, b):
+        xb, wb, bb = (aten._to_copy(t, dtype=torch.bfloat16) for t in (x, w, b))
+        wt = aten.t(wb)
+        return [torch.relu(aten.addmm(bb, xb, wt)), wt]
+    shapes = [(16, 32), (64, 32), (64,)]
+    gm = make_fx(f)(*[torch.randn(s) for s in shapes])
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(s, device="cuda") for s in shapes]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    return gm
+
+
+@needs_lib
+def test_input_casts_are_hoisted_on_cuda(monkeypatch):
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_HOIST_CASTS", raising=False)
+    plan = B.build_plan(_cuda_autocast_linear())
+    casts = [n for n, w in plan.fallbacks if w == B.HOISTED_CAST]
+    assert len(casts) == 3 and plan.steps[:3] == casts, plan.steps
+    (seg,) = _segments(plan)
+    assert "cast(" not in seg.text and "mm(" in seg.text, seg.text
+    # the transposed weight leaves the segment as a PyTorch view of the hoisted cast, not an evt output
+    assert [m.target for m in seg.torch_views] == [torch.ops.aten.t.default], seg.torch_views
+    assert seg.text.count("output") == 1 and "output %relu" in seg.text.replace(" ", " "), seg.text
+    monkeypatch.setenv("EVT_HOIST_CASTS", "0")
+    plan = B.build_plan(_cuda_autocast_linear())
+    assert not [n for n, w in plan.fallbacks if w == B.HOISTED_CAST] and "cast(" in _segments(plan)[0].text
+
+
+@needs_lib
+def test_views_of_segment_inputs_leave_as_pytorch_views():
+    """CPU: t(w) needed outside the segment is PyTorch's view of w (same storage), the rest runs in evt;
+    casts of CPU inputs are not hoisted."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+
+    def f(x, w):
+        wt = aten.t(aten._to_copy(w, dtype=torch.bfloat16))
+        return [torch.relu(aten._to_copy(x, dtype=torch.bfloat16) @ wt).float().sum(), wt, aten.t(w)]
+    x, w = torch.randn(4, 8), torch.randn(3, 8)
+    gm = make_fx(f)(x, w)
+    FakeTensorProp(gm).propagate(x, w)
+    assert B.hoisted_casts(gm) == []
+    plan = B.build_plan(gm)
+    segs = [s for s in _segments(plan) if s.path != "none"]
+    views = [m for s in _segments(plan) for m in s.torch_views]
+    assert plan.fallbacks == [] and [s.path for s in segs] == ["interp"], [(s.path, s.text) for s in _segments(plan)]
+    assert len(views) == 1 and views[0].target == aten.t.default and views[0].args[0].op == "placeholder", views
+    loss, wt, wt2 = plan([x, w])
+    assert wt2.data_ptr() == w.data_ptr() and wt2.stride() == (1, 8)  # a view of the input itself
+    assert torch.equal(wt, w.bfloat16().t())
+    assert torch.allclose(loss, f(x, w)[0], rtol=2e-2)
+
+
+@needs_lib
+def test_layer_norm_backward_recomputes_its_statistics():
+    """rewrite_joint on a layer norm's forward + backward (forced on CPU: ln_devices): the backward becomes
+    evt::layer_norm_backward (statistics recomputed from x), the forward's mean / rstd die; the plan's
+    results (interpreter) and the op's PyTorch implementation both match autograd."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+
+    def f(x, w, b, dy):
+        y, mean, rstd = aten.native_layer_norm(x, [8], w, b, 1e-5)
+        dx, dw, db = aten.native_layer_norm_backward(dy, x, [8], mean, rstd, w, b, [True, True, True])
+        return [torch.relu(y), dx, dw, db]
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(5, 8, generator=g), torch.rand(8, generator=g) + 0.5, torch.randn(8, generator=g),
+            torch.randn(5, 8, generator=g)]
+    ref = f(*args)
+    gm = make_fx(f)(*args)
+    assert A.rewrite_joint(gm) == 0  # (CPU nodes: not rewritten by default)
+    assert A.rewrite_joint(gm, ln_devices=("cpu",)) == 1
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert torch.ops.evt.layer_norm_backward.default in targets
+    assert sum(1 for n in gm.graph.nodes if n.target is operator.getitem and
+               n.args[0].target == aten.native_layer_norm.default) == 1  # only y is left
+    FakeTensorProp(gm).propagate(*args)
+    plan = B.build_plan(gm)
+    assert plan.fallbacks == [] and all(s.path in ("interp", "none") for s in _segments(plan))
+    got = plan(args)
+    for a, r in zip(got, ref):
+        assert torch.allclose(a, r, rtol=1e-4, atol=1e-5)
+    for a, r in zip(torch.ops.evt.layer_norm_backward(args[3], args[0], [8], args[1], args[2], 1e-5), ref[1:]):
+        assert torch.allclose(a, r, rtol=1e-5, atol=1e-6)
 
 
 def test_gpu_ops_option_and_env():
