@@ -33,6 +33,8 @@ Contract
 - A member of a segment needed outside it that is a chain of views (_VIEW_OPS) of a segment input or of
   a member (the chain's base, then a graph output of the segment) is made by PyTorch after the segment
   ran (Segment.torch_views: views, no copy), not written by evt as a copy.
+- A CUDA permute that makes a strided value contiguous (contiguous_permute: the attention output permuted
+  back) runs in PyTorch before the segment that reads it (a view; the segment binds it without a copy).
 - Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a
   node on another device starts a PyTorch step). CPU segments run on the interpreter. CUDA segments get
   an evt GPU program at plan time (gpu.Program: flags FUSED unless EVT_FUSED=0 / fused=False, CUDA_GRAPH
@@ -195,6 +197,21 @@ def hoisted_casts(gm, env=None):
                 and v.dtype in (torch.bfloat16, torch.float16) and v.shape == xv.shape):
             out.append(n)
     return out
+
+
+_PERMUTES = {aten.permute.default, aten.transpose.int, aten.t.default}
+
+
+def contiguous_permute(node):
+    """True for a permute / transpose on CUDA that turns a strided value into a contiguous one (e.g. the
+    attention output, [B, H, S, D] over memory laid out [B, S, H, D], permuted back): PyTorch makes it as
+    a free view, and the segment binds the contiguous result instead of copying the strided input into
+    contiguous memory and permuting it again (which also keeps a GEMM operand off its layouts)."""
+    if node.target not in _PERMUTES or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    v, xv = node.meta.get("val"), node.args[0].meta.get("val")
+    return (isinstance(v, torch.Tensor) and isinstance(xv, torch.Tensor) and v.device.type == "cuda"
+            and not xv.is_contiguous() and v.is_contiguous() and v.numel() > 1)
 
 
 # ---- segments -----------------------------------------------------------------------------------------
@@ -477,6 +494,7 @@ class Plan:
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.steps, self.fallbacks = [], []
+        self.torch_permutes = []  # see contiguous_permute
         seg_of = {}
         hoisted = hoisted_casts(gm)
         for node in hoisted:
@@ -489,6 +507,13 @@ class Plan:
             if why:
                 self.steps.append(node)
                 self.fallbacks.append((node, why))
+                continue
+            if contiguous_permute(node) and not isinstance(seg_of.get(node.args[0]), Segment):
+                # runs in PyTorch before the segment being built (it reads a value from before it), which then
+                # binds the contiguous result: evt would copy the strided input and permute it again
+                at = len(self.steps) - (1 if self.steps and isinstance(self.steps[-1], Segment) else 0)
+                self.steps.insert(at, node)
+                self.torch_permutes.append(node)
                 continue
             src = node.args[0] if node.target is operator.getitem else None
             if src is not None and src in seg_of:
@@ -656,6 +681,9 @@ def _log_plan(plan, kind):
                  ", ".join(f"{v} on {k}" for k, v in sorted(where.items())) or "none", len(plan.fallbacks))
         for node, why in plan.fallbacks:
             log.info("  fallback to PyTorch: %s (%s): %s", _op_name(node), node.name, why)
+        if plan.torch_permutes:
+            log.info("  %d permute(s) making a strided input contiguous run in PyTorch (views): %s",
+                     len(plan.torch_permutes), ", ".join(n.name for n in plan.torch_permutes[:8]))
 
 
 def _specialize(gm, args):
