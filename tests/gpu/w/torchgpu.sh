@@ -8,9 +8,7 @@
 #    (cuBLAS) unless TORCHGPU_MODELS_CUTLASS=1: tiny shapes, and every CUTLASS compile would eat the slice.
 # 2. The end-to-end benchmark, one bench/e2e/run.py per workload, each under its own timeout, in the order
 #    of TORCHGPU_BENCH ("workload:seconds:scale,..."; default below), modes TORCHGPU_BENCH_MODES (default
-#    eager,evt,inductor,evt_cg), --quick (2 warm-up + 5 timed steps), gradients vs eager (grad rel), and
-#    one profiled step per mode (kernels per step, the top kernels by time; TORCHGPU_PROFILE=--no-profile
-#    skips it).
+#    eager,evt,inductor,evt_cg), --quick (2 warm-up + 5 timed steps), gradients vs eager (grad rel).
 #    CUTLASS on (GEMM+EVT kernels JIT-compiled, EVT_JIT_JOBS parallel, cached in EVT_JIT_CACHE, which the
 #    windows carry over: the first window mostly compiles, later ones measure); TORCHGPU_CUTLASS=0 hides
 #    CUTLASS (GEMMs through cuBLAS node by node). A workload is skipped when under 30 s are left.
@@ -120,7 +118,8 @@ for spec in ${bench//,/ }; do
   if [ "$t" -lt 30 ]; then echo "-- $w skipped: ${l}s left"; echo "{\"workload\": \"$w\", \"skipped\": \"${l}s left\"}" >> "$E/skipped.jsonl"; continue; fi
   echo "-- [$(date -u +%H:%M:%S)] bench $w (scale ${sc:-1}, modes $bmodes, timeout ${t}s)"
   CUTLASS_PATH=$CUTLASS timeout -k 5 "$(( t + 8 ))" python3 bench/e2e/run.py --quick --workloads "$w" --scale "${sc:-1}" \
-    --modes "$bmodes" ${TORCHGPU_PROFILE:-} --timeout "$t" --out "$E" --tag "$w" ${TORCHGPU_BENCH_ARGS:-} || echo "bench $w exited with $?"
+    --modes "$bmodes" $([ "${TORCHGPU_PROFILE:-1}" = 1 ] || echo --no-profile) --timeout "$t" --out "$E" --tag "$w" \
+    ${TORCHGPU_BENCH_ARGS:-} || echo "bench $w exited with $?"  # (profile: kernels per step and the top kernels)
 done
 
 stop_prewarm
