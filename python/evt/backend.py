@@ -35,6 +35,9 @@ Contract
   ran (Segment.torch_views: views, no copy), not written by evt as a copy.
 - A CUDA permute that makes a strided value contiguous (contiguous_permute: the attention output permuted
   back) runs in PyTorch before the segment that reads it (a view; the segment binds it without a copy).
+- A 16-bit 2-D CUDA input laid out transposed that only GEMMs read (gemm_only_transposed: the weight saved
+  transposed for the backward) is declared as its [cols, rows] memory and read through a permute (a GEMM
+  operand layout); the segment binds x.t(), no copy.
 - Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a
   node on another device starts a PyTorch step). CPU segments run on the interpreter. CUDA segments get
   an evt GPU program at plan time (gpu.Program: flags FUSED unless EVT_FUSED=0 / fused=False, CUDA_GRAPH
@@ -200,6 +203,32 @@ def hoisted_casts(gm, env=None):
 
 
 _PERMUTES = {aten.permute.default, aten.transpose.int, aten.t.default}
+_GEMM_OPERANDS = {aten.mm.default: (0, 1), aten.addmm.default: (1, 2)}
+
+
+def _gemm_operand_use(u, x):
+    pos = _GEMM_OPERANDS.get(u.target)
+    return pos is not None and not u.kwargs and all(
+        i in pos for i, a in enumerate(u.args) if a is x)
+
+
+def gemm_only_transposed(x):
+    """True for a 16-bit 2-D CUDA value laid out transposed (strides (1, rows): a weight saved transposed
+    for the backward) that only GEMMs read (directly, or through one t / permute / transpose): the segment
+    declares it as the row-major [cols, rows] memory it is and reads it through a permute, which the GEMM
+    absorbs as its operand layout, instead of copying it into a row-major [rows, cols] at every run."""
+    v = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not (isinstance(v, torch.Tensor) and v.device.type == "cuda" and v.dim() == 2
+            and v.dtype in (torch.bfloat16, torch.float16) and v.shape[0] > 1 and v.shape[1] > 1
+            and tuple(v.stride()) == (1, v.shape[0])):
+        return False
+    for u in x.users:
+        if _gemm_operand_use(u, x):
+            continue
+        if u.target in _PERMUTES and u.users and all(_gemm_operand_use(w, u) for w in u.users):
+            continue
+        return False
+    return True
 
 
 def contiguous_permute(node):
@@ -266,6 +295,7 @@ class Segment:
         self.members = []
         self.options = options or {}
         self.b.cuda_attention = G.attention_in_evt(self.options)
+        self.b.transposed_input = gemm_only_transposed
         self.path = None      # "interp", "gpu" or "torch" (set by finalize)
         self.free_layout = set()  # FX nodes returned as evt wrote them (contiguous; see Plan.finalize)
         self.program = None
@@ -380,6 +410,8 @@ class Segment:
             env[m] = _run_torch(m, env)
 
     def _input(self, name, t):
+        if name in self.b.transposed:  # declared as its [cols, rows] memory (gemm_only_transposed)
+            t = t.t()
         if self.pool is None:
             return G.to_device_layout(t)
         # CUDA graphs: an input is bound as it is while its pointer stays the same (parameters); once it

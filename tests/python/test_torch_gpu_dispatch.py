@@ -655,6 +655,38 @@ def test_contiguous_permute_of_a_strided_input_runs_before_the_segment(monkeypat
 
 
 @needs_lib
+def test_transposed_gemm_operand_is_bound_as_its_memory(monkeypatch):
+    """CUDA: a bf16 [32, 64] input laid out transposed (strides (1, 32)) that only a GEMM reads is declared
+    bf16[64, 32] and permuted in the segment; the segment binds x.t() (no copy). Used elementwise too: not."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+
+    def plan_for(f):
+        a, wt = torch.randn(16, 32).bfloat16(), torch.randn(64, 32).bfloat16().t()
+        gm = make_fx(f)(a, wt)
+        mode = FakeTensorMode()
+        with mode:
+            fakes = [torch.empty(16, 32, device="cuda", dtype=torch.bfloat16),
+                     torch.empty(64, 32, device="cuda", dtype=torch.bfloat16).t()]
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+        return B.build_plan(gm), wt
+
+    plan, wt = plan_for(lambda a, wt: [torch.relu(aten.mm(a, wt))])
+    (seg,) = _segments(plan)
+    assert seg.b.transposed == {"in.wt_1"}, (seg.b.transposed, seg.text)
+    assert "%in.wt_1: bf16[64,32] = input()" in seg.text and "permute(%in.wt_1, dims=[1,0])" in seg.text
+    bound = seg._input("in.wt_1", wt)
+    assert bound.is_contiguous() and bound.data_ptr() == wt.data_ptr() and bound.shape == (64, 32)
+    plan, _ = plan_for(lambda a, wt: [torch.relu(aten.mm(a, wt)), wt * 2])
+    (seg,) = _segments(plan)
+    assert seg.b.transposed == set() and "%in.wt_1: bf16[32,64] = input()" in seg.text, seg.text
+
+
+@needs_lib
 def test_layer_norm_backward_recomputes_its_statistics():
     """rewrite_joint on a layer norm's forward + backward (forced on CPU: ln_devices): the backward becomes
     evt::layer_norm_backward (statistics recomputed from x), the forward's mean / rstd die; the plan's
