@@ -14,6 +14,9 @@ Contract
 - choose_path(device type, program API present) is the dispatch rule: CPU tensors -> the interpreter;
   CUDA tensors -> a GPU program when libevt has the program API; anything else -> PyTorch.
 - program_flags(options, env) turns the backend options and EVT_FUSED into evt_program flags.
+- Importing this module sets EVT_REFINE_PARTITION=1 unless it is set (src/runtime/exec_plan.c: a group the
+  lowering refuses is split around the node it names, so the rest of it still runs as a generated kernel
+  instead of node by node); EVT_REFINE_PARTITION=0 keeps the unrefined plans.
 - gpu_ops(options, env) is the CUDA op placement policy: "fast" (default) or "all", from
   options["gpu_ops"], else EVT_CUDA_OPS. Under "fast", ops whose only evt GPU implementation is the
   reference library (kernels/evt_fallback.cu: direct loops in double; see backend.CUDA_REFERENCE_ONLY)
@@ -40,6 +43,8 @@ EVT_PROGRAM_CUDA_GRAPH = 2
 EVT_PROGRAM_NO_OPT = 4
 
 OPTIONS = {"cudagraphs", "fused", "gpu_ops"}
+
+os.environ.setdefault("EVT_REFINE_PARTITION", "1")  # (read by evt_program_create; see the contract)
 GPU_OPS = ("fast", "all")
 
 # Outputs of at most this many elements are copied out of a private buffer under CUDA graphs.

@@ -12,12 +12,22 @@ evt_status evt_part_plan_build(evt_graph *eg, const evt_part_options *opt, doubl
 
 evt_status evt_part_plan_build_compat(evt_graph *eg, const evt_part_options *opt, double lambda,
                                       evt_part_compat_fn compat, evt_part_plan *plan) {
+  return evt_part_plan_build_isolated(eg, opt, lambda, compat, NULL, plan);
+}
+
+evt_status evt_part_plan_build_isolated(evt_graph *eg, const evt_part_options *opt, double lambda,
+                                        evt_part_compat_fn compat, const unsigned char *isolate, evt_part_plan *plan) {
   memset(plan, 0, sizeof *plan);
   evt_pgraph *g = evt_part_from_graph(eg, lambda);
-  if (compat) {
-    g->compat = compat;
+  bool refinish = false;
+  for (int v = 0; isolate && v < eg->nnodes; v++)
+    if (isolate[v] && evt_pgraph_kernel(g, v) && !(g->nodes[v].flags & (EVT_PN_VIEW | EVT_PN_OPERAND))) {
+      g->nodes[v].flags |= EVT_PN_CUT_IN | EVT_PN_CUT_OUT;
+      refinish = true;
+    }
+  if (compat) g->compat = compat;
+  if (compat || refinish)
     evt_pgraph_finish(g); /* edge statuses depend on the hook (FUSE edges that break a pair rule become FREE) */
-  }
   int n = eg->nnodes;
   plan->group = malloc((size_t)(n + 1) * sizeof(int));
   EVT_ASSERT(plan->group);

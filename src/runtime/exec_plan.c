@@ -1,6 +1,7 @@
 /* The fused execution plan (contract: exec_plan.h). */
 #include "runtime/exec_plan.h"
 
+#include "partition/partition.h"
 #include "runtime/tune.h"
 
 #include "evt_launch.h"
@@ -239,6 +240,57 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
   return bind_group_io(g, group, L->group, ops, s->nnodes, -1, x);
 }
 
+/* Refinement: a group of several nodes the lowering refuses runs every member node by node. The node the
+ * refusal names (a per-row index vector in a row space, a cast, a permute inside an epilogue, ...) is put
+ * in a group of its own and the graph partitioned again, up to REFINE_ROUNDS times, so that the rest of
+ * the group still becomes a generated kernel. Opt-in: EVT_REFINE_PARTITION=1 (the torch.compile backend
+ * sets it for its GPU programs); plans of evtc and the C API are unchanged without it. */
+#define REFINE_ROUNDS 16
+
+static evt_status refine(evt_graph *g, const evt_part_options *opt, evt_exec_plan *p) {
+  const char *env = getenv("EVT_REFINE_PARTITION");
+  if (!env || strcmp(env, "1")) return EVT_OK;
+  int n = g->nnodes;
+  unsigned char *iso = calloc((size_t)n + 1, 1);
+  int *size = calloc((size_t)n + 1, sizeof *size);
+  EVT_ASSERT(iso && size);
+  evt_status st = EVT_OK;
+  for (int round = 0; round < REFINE_ROUNDS && st == EVT_OK; round++) {
+    memset(size, 0, ((size_t)n + 1) * sizeof *size);
+    for (int v = 0; v < n; v++)
+      if (p->part.group[v] >= 0 && p->part.group[v] < n) size[p->part.group[v]]++;
+    bool more = false;
+    for (int i = 0; i < p->low.n; i++) {
+      const evt_lowered *L = &p->low.k[i];
+      int b = L->bad_node;
+      if (L->ok || b < 0 || b >= n || L->group < 0 || L->group >= n || size[L->group] < 2 || iso[b]) continue;
+      evt_op op = g->nodes[b].op;
+      if (op == EVT_OP_RESHAPE || op == EVT_OP_SQUEEZE || op == EVT_OP_UNSQUEEZE || op == EVT_OP_EXPAND ||
+          op == EVT_OP_PERMUTE || op == EVT_OP_TRANSPOSE)
+        continue; /* (views and permutes follow their producer / consumer) */
+      iso[b] = 1;
+      more = true;
+    }
+    if (!more) break;
+    evt_part_plan next;
+    st = evt_part_plan_build_isolated(g, opt, EVT_PART_LAMBDA_DEFAULT, evt_lower_compat, iso, &next);
+    if (st != EVT_OK) break;
+    evt_lower_result low;
+    st = evt_lower_plan(g, &next, &low);
+    if (st != EVT_OK) {
+      evt_part_plan_free(&next);
+      break;
+    }
+    evt_lower_free(&p->low);
+    evt_part_plan_free(&p->part);
+    p->part = next;
+    p->low = low;
+  }
+  free(iso);
+  free(size);
+  return st;
+}
+
 evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
   memset(p, 0, sizeof *p);
   evt_part_options opt = evt_part_options_default();
@@ -246,6 +298,7 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
   evt_status st = evt_lower_partition(g, &opt, EVT_PART_LAMBDA_DEFAULT, &p->part);
   if (st != EVT_OK) return st;
   st = evt_lower_plan(g, &p->part, &p->low);
+  if (st == EVT_OK) st = refine(g, &opt, p);
   evt_tune_group *tg = st == EVT_OK ? calloc((size_t)p->low.n + 1, sizeof *tg) : NULL;
   if (tg) evt_tune_apply_lowered(&p->low, NULL, NULL, tg); /* tuned configs / unfused choices (tune.h) */
   if (st != EVT_OK) {
