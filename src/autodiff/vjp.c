@@ -442,6 +442,9 @@ evt_status evt_vjp_apply(evt_ad *c, int id, int dy) {
   case EVT_OP_MM:
   case EVT_OP_BMM: {
     evt_op op = n.op;
+    /* out_dtype=f32 on 16-bit operands: the gradient GEMMs run on the operands' dtype (what PyTorch's
+     * autocast backward does: the cotangent of a 16-bit product is 16-bit) */
+    dy = cast_to(c, dy, type_of(c, IN(0))->dtype);
     ACC(0, bin(c, op, dy, transpose_last2(c, IN(1))));
     ACC(1, bin(c, op, transpose_last2(c, IN(0)), dy));
     break;

@@ -191,7 +191,20 @@ static int add_node(lctx *c, int v, evt_vop op, int in0, int in1, evt_dtype dt, 
  * chosen from x's strides broadcast over `out`. -1 with the reason on failure. */
 static int operand_batched(lctx *c, int v, int x, const evt_type *out);
 
+/* A widening cast (to f32, from a float dtype) of a value that is no tile value of this kernel, in this
+ * group (or judging one node): a broadcast operand such as canonicalize's cast(bias, f32) of a 16-bit addmm.
+ * Loads widen to f32 anyway, so the kernel loads the cast's input instead (member() gives the cast itself no
+ * visitor node). */
+static bool widening_operand_cast(const lctx *c, int x) {
+  const evt_node *xn = &c->g->nodes[x];
+  if (c->nbd || xn->op != EVT_OP_CAST || xn->type.dtype != EVT_F32 || c->vid[x] >= 0) return false;
+  if (c->group && c->group[x] != c->gi) return false;
+  int in = xn->inputs[0];
+  return float_dtype(c->g->nodes[in].type.dtype) && c->vid[in] < 0;
+}
+
 static int operand(lctx *c, int v, int x, const evt_type *out) {
+  while (widening_operand_cast(c, x)) x = c->g->nodes[x].inputs[0];
   if (c->nbd && c->vid[x] >= 0 && c->alias && c->alias[x] >= 0) {
     refuse(c, v, "reads %%%s, a view of the batched tile in another element order (only stores take views)",
            c->g->nodes[x].name);
@@ -545,6 +558,18 @@ static bool sum_batched(lctx *c, int v) {
   return true;
 }
 
+/* Is member v read outside its group, or a graph output? (false when judging one node: the partitioner
+ * decides that.) */
+static bool leaves_group(const lctx *c, int v) {
+  if (!c->group) return false;
+  if (c->g->nodes[v].flags & EVT_NODE_OUTPUT) return true;
+  for (int w = v + 1; w < c->g->nnodes; w++)
+    if (c->group[w] != c->gi)
+      for (int k = 0; k < c->g->nodes[w].ninputs; k++)
+        if (c->g->nodes[w].inputs[k] == v) return true;
+  return false;
+}
+
 static bool member_uses_in_group(const lctx *c, int v) {
   if (!c->group) return false;
   for (int w = v + 1; w < c->g->nnodes; w++)
@@ -657,6 +682,12 @@ static bool member(lctx *c, int v) {
       int id = add_node(c, v, op, in[0], in[1], EVT_F32, NULL, -1);
       c->vid[v] = id;
       return id >= 0;
+    }
+    /* a broadcast operand widened to f32 (not tile-shaped): its users load the cast's input */
+    if (widening_operand_cast(c, v) && !c->nbd && evt_type_numel(t) != 1 && tile_split(t, c->m, c->n) < 0) {
+      if (leaves_group(c, v))
+        return refuse(c, v, "a widened broadcast operand leaves the kernel (stores write whole tiles)");
+      return true;
     }
     /* a bool's 0/1 is exact in every float type; a cast to 16 bits whose value is used inside the group
      * rounds there (round_bf16 / round_f16, still f32); one only stored is rounded by its store */
@@ -1478,7 +1509,7 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
   return ok;
 }
 
-/* Every f32 tensor becomes `dt`: source types and cast/one_hot targets, then types are re-inferred. */
+/* Every f32 tensor becomes `dt`: source types, cast/one_hot targets and mm out_dtype, then types are re-inferred. */
 evt_status evt_lower_retype(evt_graph *g, evt_dtype dt) {
   for (int i = 0; i < g->nnodes; i++) {
     evt_node *n = &g->nodes[i];
@@ -1486,6 +1517,7 @@ evt_status evt_lower_retype(evt_graph *g, evt_dtype dt) {
     bool has_dtype = (evt_op_table[n->op].attrs >> EVT_ATTR_DTYPE) & 1u;
     if ((typed || has_dtype) && n->attr.dtype == EVT_F32 && (typed ? n->type.dtype == EVT_F32 : true)) n->attr.dtype = dt;
     if (n->op == EVT_OP_CAST && n->attr.dtype == EVT_F32) n->attr.dtype = dt;
+    if (n->attr.out_dtype == EVT_F32) n->attr.out_dtype = dt; /* mm's f32 output too (infer drops it as the default) */
     evt_status st = evt_infer_node(g, n, i);
     if (st != EVT_OK) return st;
   }

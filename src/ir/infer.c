@@ -15,6 +15,9 @@
  * rank-0 operand that is floating or of the other operand's class adopts the other operand's dtype (so
  * x_bf16 * 0.5 stays bf16, and i32 + 1.0 stays i32); of two numeric rank-0 operands a floating one wins,
  * within a class the wider (f32, i64).
+ * mm: out_dtype (when given, not the operands' dtype) must be f32: the output is then the f32 accumulator of
+ * 16-bit operands (canonicalize's bf16/f16 addmm); out_dtype equal to the operands' dtype is reset to the
+ * default (-1) so that printing stays canonical.
  * The switch has no default: -Werror=switch makes every op of ops.def have a rule here. */
 #include "evt_impl.h"
 
@@ -887,8 +890,17 @@ static evt_status infer_op(evt_graph *g, evt_node *n, int id) {
   case EVT_OP_AMAX:
     return infer_reduce(g, n, id);
 
-  case EVT_OP_MM:
-    return infer_mm(g, n, id, in_type(g, n, 0), in_type(g, n, 1));
+  case EVT_OP_MM: {
+    CHECK_ST(infer_mm(g, n, id, in_type(g, n, 0), in_type(g, n, 1)));
+    int64_t od = n->attr.out_dtype;
+    if (od == -1) return EVT_OK;
+    if (od != EVT_F32 && od != n->type.dtype)
+      FAIL("out_dtype=%s: the output is the operands' dtype %s or the f32 accumulator", evt_dtype_name((evt_dtype)od),
+           evt_dtype_name(n->type.dtype));
+    if (od == n->type.dtype) n->attr.out_dtype = -1; /* canonical: the operands' dtype is the default */
+    else n->type.dtype = EVT_F32;
+    return EVT_OK;
+  }
   case EVT_OP_BMM:
     return infer_bmm(g, n, id);
   case EVT_OP_ADDMM:

@@ -2,7 +2,9 @@
  *
  * Contract: requires a well-formed graph; preserves every output value exactly (no arithmetic changes).
  * Rules, applied once per node in id order:
- *   addmm(c, a, b)               -> add(mm(a, b), c)
+ *   addmm(c, a, b)               -> add(mm(a, b), c)                                           (f32)
+ *   addmm(c, a, b) of bf16/f16   -> cast(add(mm(a, b, out_dtype=f32), cast(c, f32)), bf16/f16)
+ *                                   (one rounding of the f32 sum, as PyTorch's addmm: not mm + add in 16 bits)
  *   transpose(x, dims=[a,b])     -> permute(x, dims=<identity with a,b swapped>)
  *   cross_entropy(x, t)          -> nll_loss(log_softmax(x, dim=1), t)    (x: [N, C]; what PyTorch traces)
  *   reshape/expand to x's own shape, permute by the identity, cast to x's own dtype  -> x
@@ -28,7 +30,16 @@ static int canonical(evt_graph *g, int id) {
   switch (n->op) {
   case EVT_OP_ADDMM: {
     int c = n->inputs[0], a = n->inputs[1], b = n->inputs[2];
-    return evt_rw_binary(g, id, EVT_OP_ADD, evt_rw_binary(g, id, EVT_OP_MM, a, b), c);
+    if (t->dtype == EVT_F32) return evt_rw_binary(g, id, EVT_OP_ADD, evt_rw_binary(g, id, EVT_OP_MM, a, b), c);
+    /* 16-bit: the bias joins the f32 accumulator and the sum is rounded once, as PyTorch's addmm (cuBLASLt's
+     * bias epilogue) does; a 16-bit mm followed by a 16-bit add would round twice */
+    evt_attrs at = evt_attrs_default;
+    at.out_dtype = EVT_F32;
+    int in[2] = {a, b};
+    int acc = evt_rw_op(g, id, EVT_OP_MM, in, 2, &at, 1ull << EVT_ATTR_OUT_DTYPE);
+    int bias = evt_rw_cast(g, id, c, EVT_F32);
+    if (acc < 0 || bias < 0) return -1;
+    return evt_rw_cast(g, id, evt_rw_binary(g, id, EVT_OP_ADD, acc, bias), t->dtype);
   }
   case EVT_OP_TRANSPOSE: {
     int r = t0->rank;

@@ -589,29 +589,101 @@ def test_input_casts_are_hoisted_on_cuda(monkeypatch):
 
 
 @needs_lib
-def test_views_of_segment_inputs_leave_as_pytorch_views():
-    """CPU: t(w) needed outside the segment is PyTorch's view of w (same storage), the rest runs in evt;
-    casts of CPU inputs are not hoisted."""
+def test_views_leaving_a_segment_are_pytorch_views():
+    """CPU: views needed outside the segment are PyTorch's views of their base: t(w) of the input w (same
+    storage), t(cast(w)) of the cast evt writes, select(permute(view(mm))) of the product (a chain); the
+    rest runs in evt, and casts of CPU inputs are not hoisted."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
 
     def f(x, w):
         wt = aten.t(aten._to_copy(w, dtype=torch.bfloat16))
-        return [torch.relu(aten._to_copy(x, dtype=torch.bfloat16) @ wt).float().sum(), wt, aten.t(w)]
-    x, w = torch.randn(4, 8), torch.randn(3, 8)
+        y = aten.mm(aten._to_copy(x, dtype=torch.bfloat16), wt)
+        q = aten.select(aten.permute(aten.view(y, [4, 3, 2]), [2, 0, 1]), 0, 1)  # [4, 3]: y.view(4,3,2)[..., 1]
+        return [torch.relu(y).float().sum(), wt, aten.t(w), aten.cumsum(q, 0)]  # (cumsum: PyTorch)
+    x, w = torch.randn(4, 8), torch.randn(6, 8)
     gm = make_fx(f)(x, w)
     FakeTensorProp(gm).propagate(x, w)
     assert B.hoisted_casts(gm) == []
     plan = B.build_plan(gm)
-    segs = [s for s in _segments(plan) if s.path != "none"]
-    views = [m for s in _segments(plan) for m in s.torch_views]
-    assert plan.fallbacks == [] and [s.path for s in segs] == ["interp"], [(s.path, s.text) for s in _segments(plan)]
-    assert len(views) == 1 and views[0].target == aten.t.default and views[0].args[0].op == "placeholder", views
-    loss, wt, wt2 = plan([x, w])
-    assert wt2.data_ptr() == w.data_ptr() and wt2.stride() == (1, 8)  # a view of the input itself
-    assert torch.equal(wt, w.bfloat16().t())
-    assert torch.allclose(loss, f(x, w)[0], rtol=2e-2)
+    segs = _segments(plan)
+    assert [B._op_name(n) for n, _ in plan.fallbacks] == ["cumsum.default"], plan.fallbacks
+    assert [s.path for s in segs if s.path != "none"] == ["interp"], [(s.path, s.text) for s in segs]
+    views = [m for s in segs for m in s.torch_views]
+    names = sorted(B._op_name(m).split(".")[0] for m in views)
+    assert names == ["permute", "select", "t", "t", "view"], names
+    (seg,) = [s for s in segs if s.path == "interp"]
+    assert "output" in seg.text and "permute(" not in seg.text.split("output")[1]
+    ref = f(x, w)
+    got = plan([x, w])
+    assert got[2].data_ptr() == w.data_ptr() and got[2].stride() == (1, 8)  # a view of the input itself
+    assert got[1].stride() == (1, 8) and torch.equal(got[1], ref[1])      # a view of evt's cast
+    assert torch.allclose(got[0], ref[0], rtol=2e-2) and torch.allclose(got[3].float(), ref[3].float(), rtol=2e-2)
+
+
+@needs_lib
+def test_contiguous_permute_of_a_strided_input_runs_before_the_segment(monkeypatch):
+    """CUDA: the attention output ([B, H, S, D] over [B, S, H, D] memory) permuted back to contiguous then
+    flattened into a GEMM: the permute is a PyTorch step before the segment, which binds its contiguous
+    result (no permute of the input in the segment: the GEMM operand stays row-major)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+
+    def f(w, a):
+        w = torch.tanh(w)  # (first: the segment starts before the permute)
+        y = aten.view(aten.permute(a, [0, 2, 1, 3]), [16, 64])
+        return [torch.relu(aten.mm(w, y.t())).sum()]
+    gm = make_fx(f)(torch.randn(3, 64), torch.randn(2, 8, 4, 16).transpose(1, 2))
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(3, 64, device="cuda"), torch.empty(2, 8, 4, 16, device="cuda").transpose(1, 2)]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    plan = B.build_plan(gm)
+    assert [B._op_name(n) for n in plan.torch_permutes] == ["permute.default"]
+    assert plan.steps[0] is plan.torch_permutes[0] and len(_segments(plan)) == 1
+    (seg,) = _segments(plan)
+    assert "permute(%in.a" not in seg.text and "in.permute" in seg.text, seg.text
+    # CPU: unaffected
+    gm2 = make_fx(f)(torch.randn(3, 64), torch.randn(2, 8, 4, 16).transpose(1, 2))
+    FakeTensorProp(gm2).propagate(torch.randn(3, 64), torch.randn(2, 8, 4, 16).transpose(1, 2))
+    assert B.build_plan(gm2).torch_permutes == []
+
+
+@needs_lib
+def test_transposed_gemm_operand_is_bound_as_its_memory(monkeypatch):
+    """CUDA: a bf16 [32, 64] input laid out transposed (strides (1, 32)) that only a GEMM reads is declared
+    bf16[64, 32] and permuted in the segment; the segment binds x.t() (no copy). Used elementwise too: not."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+
+    def plan_for(f):
+        a, wt = torch.randn(16, 32).bfloat16(), torch.randn(64, 32).bfloat16().t()
+        gm = make_fx(f)(a, wt)
+        mode = FakeTensorMode()
+        with mode:
+            fakes = [torch.empty(16, 32, device="cuda", dtype=torch.bfloat16),
+                     torch.empty(64, 32, device="cuda", dtype=torch.bfloat16).t()]
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+        return B.build_plan(gm), wt
+
+    plan, wt = plan_for(lambda a, wt: [torch.relu(aten.mm(a, wt))])
+    (seg,) = _segments(plan)
+    assert seg.b.transposed == {"in.wt_1"}, (seg.b.transposed, seg.text)
+    assert "%in.wt_1: bf16[64,32] = input()" in seg.text and "permute(%in.wt_1, dims=[1,0])" in seg.text
+    bound = seg._input("in.wt_1", wt)
+    assert bound.is_contiguous() and bound.data_ptr() == wt.data_ptr() and bound.shape == (64, 32)
+    plan, _ = plan_for(lambda a, wt: [torch.relu(aten.mm(a, wt)), wt * 2])
+    (seg,) = _segments(plan)
+    assert seg.b.transposed == set() and "%in.wt_1: bf16[32,64] = input()" in seg.text, seg.text
 
 
 @needs_lib
