@@ -92,15 +92,18 @@ class Builder:
         self.k = 0
         self.device = None  # torch.device of every tensor in the segment (one device per segment)
         self.cuda_attention = cuda_attention_in_evt()  # translate CUDA SDPA (the backend sets it per options)
+        self.transposed_input = None  # FX node -> True: declare it transposed (backend.gemm_only_transposed)
+        self.transposed = set()       # names of inputs declared transposed (bound as x.t())
 
     def snapshot(self):
-        return (len(self.lines), len(self.inputs), dict(self.names), dict(self.origin), self.device)
+        return (len(self.lines), len(self.inputs), dict(self.names), dict(self.origin), self.device,
+                set(self.transposed))
 
     def rollback(self, s):
         del self.lines[s[0]:]
         del self.stmt_names[s[0]:]
         del self.inputs[s[1]:]
-        self.names, self.origin, self.device = s[2], s[3], s[4]
+        self.names, self.origin, self.device, self.transposed = s[2], s[3], s[4], s[5]
 
     def on_device(self, dev):
         """Claims the segment for dev (the first tensor decides); a tensor elsewhere is Unsupported."""
@@ -144,6 +147,17 @@ class Builder:
             return n
         self.on_device(meta_val(x).device)
         name = f"in.{x.name}"
+        if self.transposed_input is not None and self.transposed_input(x):
+            # bound as the row-major [cols, rows] memory it is (Segment binds x.t()), read through a permute
+            # (a GEMM operand absorbs it as its layout): no copy into a row-major [rows, cols]
+            v = meta_val(x)
+            self._stmt(name, type_str(v.t()), "input", [], {})
+            self.origin[name] = x
+            self.inputs.append((x, name))
+            self.transposed.add(name)
+            self.names[x] = self._stmt(f"{name}.T", type_str(v), "permute", [name], {"dims": [1, 0]})
+            self.origin[self.names[x]] = x
+            return self.names[x]
         self._stmt(name, type_str(meta_val(x)), "input", [], {})
         self.origin[name] = x
         self.inputs.append((x, name))

@@ -33,6 +33,11 @@ Contract
 - A member of a segment needed outside it that is a chain of views (_VIEW_OPS) of a segment input or of
   a member (the chain's base, then a graph output of the segment) is made by PyTorch after the segment
   ran (Segment.torch_views: views, no copy), not written by evt as a copy.
+- A CUDA permute that makes a strided value contiguous (contiguous_permute: the attention output permuted
+  back) runs in PyTorch before the segment that reads it (a view; the segment binds it without a copy).
+- A 16-bit 2-D CUDA input laid out transposed that only GEMMs read (gemm_only_transposed: the weight saved
+  transposed for the backward) is declared as its [cols, rows] memory and read through a permute (a GEMM
+  operand layout); the segment binds x.t(), no copy.
 - Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a
   node on another device starts a PyTorch step). CPU segments run on the interpreter. CUDA segments get
   an evt GPU program at plan time (gpu.Program: flags FUSED unless EVT_FUSED=0 / fused=False, CUDA_GRAPH
@@ -197,6 +202,47 @@ def hoisted_casts(gm, env=None):
     return out
 
 
+_PERMUTES = {aten.permute.default, aten.transpose.int, aten.t.default}
+_GEMM_OPERANDS = {aten.mm.default: (0, 1), aten.addmm.default: (1, 2)}
+
+
+def _gemm_operand_use(u, x):
+    pos = _GEMM_OPERANDS.get(u.target)
+    return pos is not None and not u.kwargs and all(
+        i in pos for i, a in enumerate(u.args) if a is x)
+
+
+def gemm_only_transposed(x):
+    """True for a 16-bit 2-D CUDA value laid out transposed (strides (1, rows): a weight saved transposed
+    for the backward) that only GEMMs read (directly, or through one t / permute / transpose): the segment
+    declares it as the row-major [cols, rows] memory it is and reads it through a permute, which the GEMM
+    absorbs as its operand layout, instead of copying it into a row-major [rows, cols] at every run."""
+    v = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not (isinstance(v, torch.Tensor) and v.device.type == "cuda" and v.dim() == 2
+            and v.dtype in (torch.bfloat16, torch.float16) and v.shape[0] > 1 and v.shape[1] > 1
+            and tuple(v.stride()) == (1, v.shape[0])):
+        return False
+    for u in x.users:
+        if _gemm_operand_use(u, x):
+            continue
+        if u.target in _PERMUTES and u.users and all(_gemm_operand_use(w, u) for w in u.users):
+            continue
+        return False
+    return True
+
+
+def contiguous_permute(node):
+    """True for a permute / transpose on CUDA that turns a strided value into a contiguous one (e.g. the
+    attention output, [B, H, S, D] over memory laid out [B, S, H, D], permuted back): PyTorch makes it as
+    a free view, and the segment binds the contiguous result instead of copying the strided input into
+    contiguous memory and permuting it again (which also keeps a GEMM operand off its layouts)."""
+    if node.target not in _PERMUTES or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    v, xv = node.meta.get("val"), node.args[0].meta.get("val")
+    return (isinstance(v, torch.Tensor) and isinstance(xv, torch.Tensor) and v.device.type == "cuda"
+            and not xv.is_contiguous() and v.is_contiguous() and v.numel() > 1)
+
+
 # ---- segments -----------------------------------------------------------------------------------------
 
 _GRAPHS = {}  # sha256 of the segment text -> parsed Graph (the text holds every shape and dtype)
@@ -249,6 +295,7 @@ class Segment:
         self.members = []
         self.options = options or {}
         self.b.cuda_attention = G.attention_in_evt(self.options)
+        self.b.transposed_input = gemm_only_transposed
         self.path = None      # "interp", "gpu" or "torch" (set by finalize)
         self.free_layout = set()  # FX nodes returned as evt wrote them (contiguous; see Plan.finalize)
         self.program = None
@@ -363,6 +410,8 @@ class Segment:
             env[m] = _run_torch(m, env)
 
     def _input(self, name, t):
+        if name in self.b.transposed:  # declared as its [cols, rows] memory (gemm_only_transposed)
+            t = t.t()
         if self.pool is None:
             return G.to_device_layout(t)
         # CUDA graphs: an input is bound as it is while its pointer stays the same (parameters); once it
@@ -477,6 +526,7 @@ class Plan:
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.steps, self.fallbacks = [], []
+        self.torch_permutes = []  # see contiguous_permute
         seg_of = {}
         hoisted = hoisted_casts(gm)
         for node in hoisted:
@@ -489,6 +539,13 @@ class Plan:
             if why:
                 self.steps.append(node)
                 self.fallbacks.append((node, why))
+                continue
+            if contiguous_permute(node) and not isinstance(seg_of.get(node.args[0]), Segment):
+                # runs in PyTorch before the segment being built (it reads a value from before it), which then
+                # binds the contiguous result: evt would copy the strided input and permute it again
+                at = len(self.steps) - (1 if self.steps and isinstance(self.steps[-1], Segment) else 0)
+                self.steps.insert(at, node)
+                self.torch_permutes.append(node)
                 continue
             src = node.args[0] if node.target is operator.getitem else None
             if src is not None and src in seg_of:
@@ -656,6 +713,9 @@ def _log_plan(plan, kind):
                  ", ".join(f"{v} on {k}" for k, v in sorted(where.items())) or "none", len(plan.fallbacks))
         for node, why in plan.fallbacks:
             log.info("  fallback to PyTorch: %s (%s): %s", _op_name(node), node.name, why)
+        if plan.torch_permutes:
+            log.info("  %d permute(s) making a strided input contiguous run in PyTorch (views): %s",
+                     len(plan.torch_permutes), ", ".join(n.name for n in plan.torch_permutes[:8]))
 
 
 def _specialize(gm, args):

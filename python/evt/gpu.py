@@ -174,6 +174,7 @@ class Program:
                 lib.evt_program_destroy(p)
             raise ProgramError(msg or f"evt_program_create failed (status {st})")
         self._p = p
+        self._names = {}      # input name -> its bytes (bound at every run)
         self.runs = 0
         self.captures = 0     # CUDA graphs: runs whose bindings differed from the previous run's (the first
         #                       run is eager, the next captures: evt_program_run)
@@ -186,15 +187,19 @@ class Program:
         """inputs: [(node name, tensor)], outputs: [tensor per graph output]; tensors already in the
         device layout. Enqueues the step on `stream` (int cudaStream_t)."""
         lib = L.lib()
+        bind, bind_out, p, enc = lib.evt_program_bind, lib.evt_program_bind_output, self._p, self._names
         ptrs = []
         for name, t in inputs:
             ptr = t.data_ptr()
-            if lib.evt_program_bind(self._p, name.encode(), ptr) != 0:
+            b = enc.get(name)
+            if b is None:
+                b = enc[name] = name.encode()
+            if bind(p, b, ptr) != 0:
                 raise self._err(f"bind {name}")
             ptrs.append(ptr)
         for i, t in enumerate(outputs):
             ptr = t.data_ptr()
-            if lib.evt_program_bind_output(self._p, i, ptr) != 0:
+            if bind_out(p, i, ptr) != 0:
                 raise self._err(f"bind output {i}")
             ptrs.append(ptr)
         key = tuple(ptrs)

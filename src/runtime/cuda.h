@@ -162,12 +162,13 @@ double evt_cuda_rel_error(const evt_tensor *gpu, const evt_tensor *cpu, double f
  * CPU interpreter run on the same inputs / params (`values`: its other slots are used and released).
  * The rule, per output, with errors measured by evt_cuda_rel_error (floor: 0.1 x the step's largest |gradient|
  * of the reference it is compared with):
- * - f32 outputs: within 1e-4 of the interpreter (which rounds every node to f32, like the node-by-node GPU;
- *   a fused group keeps f32-or-better inside, which differs by f32 rounding only).
- * - bf16 / f16 outputs: within `bound` of the EXACT answer, the interpreter in EVT_RUN_FP64 mode on the same
+ * - f32 outputs computed from f32 values only: within 1e-4 of the interpreter (which rounds every node to
+ *   f32, like the node-by-node GPU; a fused group keeps f32-or-better inside: f32 rounding differences only).
+ * - bf16 / f16 outputs, and f32 outputs with a 16-bit value among their ancestors (an f32 loss of bf16
+ *   logits carries bf16 error): within `bound` of the EXACT answer, the interpreter in EVT_RUN_FP64 mode on the same
  *   (already bf16) inputs: bound = max(1e-2, 2 x ref_exact), where ref_exact is the largest distance of the
  *   per-node-rounding interpreter (every node rounded to bf16, the semantics of the node-by-node path) from
- *   that exact answer over this step's 16-bit outputs; or, as before, within 1e-2 of the per-node interpreter.
+ *   that exact answer over this step's outputs of this kind; or, as before, within 1e-2 of the per-node interpreter.
  *   Why: a fused kernel rounds only what it stores (f32 inside: acc + bias rounded once where the interpreter
  *   rounds mm's result and then the sum), so it is a different, valid bf16 evaluation of the same step. Two
  *   valid bf16 evaluations each sit about ref_exact from the exact answer, with independent errors, so their

@@ -30,6 +30,18 @@ static evt_status interp_outputs(evt_graph *g, evt_tensor *values, unsigned flag
 
 static bool low_precision(evt_dtype dt) { return dt == EVT_BF16 || dt == EVT_F16; }
 
+/* low[v] = 1 when node v is 16-bit or computed from a 16-bit value (an f32 loss of bf16 logits carries bf16
+ * error, whichever valid bf16 evaluation produced the logits). Inputs precede their users. */
+static unsigned char *low_ancestry(const evt_graph *g) {
+  unsigned char *low = calloc((size_t)g->nnodes + 1, 1);
+  if (!low) evt_fatal(__FILE__, __LINE__, "out of memory");
+  for (int v = 0; v < g->nnodes; v++) {
+    low[v] = low_precision(g->nodes[v].type.dtype);
+    for (int j = 0; j < g->nodes[v].ninputs && !low[v]; j++) low[v] = low[g->nodes[v].inputs[j]];
+  }
+  return low;
+}
+
 evt_status evt_check_step(evt_graph *g, evt_tensor *values, const evt_tensor *gpu, long step, FILE *out,
                           evt_check_result *r) {
   int no = g->noutputs;
@@ -37,13 +49,14 @@ evt_status evt_check_step(evt_graph *g, evt_tensor *values, const evt_tensor *gp
   evt_tensor *ref = calloc((size_t)(no ? no : 1), sizeof *ref), *exact = calloc((size_t)(no ? no : 1), sizeof *exact);
   if (!ref || !exact) evt_fatal(__FILE__, __LINE__, "out of memory");
   evt_status st = interp_outputs(g, values, 0, ref);
+  unsigned char *anc = low_ancestry(g);
   bool low = false;
-  for (int k = 0; k < no; k++) low |= low_precision(g->nodes[g->outputs[k]].type.dtype);
+  for (int k = 0; k < no; k++) low |= anc[g->outputs[k]];
   if (st == EVT_OK && low) st = interp_outputs(g, values, EVT_RUN_FP64, exact);
   if (st == EVT_OK) {
     double sref = grad_scale(g, ref), sx = low ? grad_scale(g, exact) : 0;
     for (int k = 0; k < no && low; k++) /* the per-node evaluation's own distance to the exact answer */
-      if (low_precision(g->nodes[g->outputs[k]].type.dtype)) {
+      if (anc[g->outputs[k]]) {
         double e = evt_cuda_rel_error(&ref[k], &exact[k], sx);
         if (!(e <= r->ref_exact)) r->ref_exact = e;
       }
@@ -53,7 +66,7 @@ evt_status evt_check_step(evt_graph *g, evt_tensor *values, const evt_tensor *gp
       evt_dtype dt = g->nodes[id].type.dtype;
       const char *name = g->nodes[id].name ? g->nodes[id].name : "?";
       double er = evt_cuda_rel_error(&gpu[k], &ref[k], sref);
-      if (!low_precision(dt)) {
+      if (!anc[id]) {
         double tol = dt == EVT_F32 ? 1e-4 : 1e-2;
         if (!(er <= r->f32_ref)) r->f32_ref = er;
         if (!(er <= tol)) {
@@ -76,6 +89,7 @@ evt_status evt_check_step(evt_graph *g, evt_tensor *values, const evt_tensor *gp
       }
     }
   }
+  free(anc);
   for (int k = 0; k < no; k++) {
     evt_tensor_free(&ref[k]);
     evt_tensor_free(&exact[k]);

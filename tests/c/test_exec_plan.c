@@ -427,6 +427,40 @@ TEST(check_rule_on_the_fused_cpu_model) {
   }
 }
 
+/* The check rule by ancestry: an f32 output computed from a bf16 value carries bf16 error and is judged
+ * against the exact answer (bound >= 1e-2); an f32 output of f32 values only keeps the 1e-4 rule. */
+TEST(check_rule_f32_outputs_of_bf16_values) {
+  char *err = NULL;
+  evt_graph *g = evt_parse("graph t {\n  %h: bf16[64] = input(init=uniform, lo=-2, hi=2)\n"
+                           "  %x: f32[64] = input(init=uniform, lo=-2, hi=2)\n"
+                           "  %hf = cast(%h, dtype=f32)\n  %a = mul(%hf, %hf)\n  %b = mul(%x, %x)\n"
+                           "  output %a\n  output %b\n}\n", "t", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  int n = g->nnodes;
+  evt_tensor *v = calloc((size_t)n, sizeof *v), gpu[2];
+  CHECK(evt_interp_init_inputs(g, v, 3) == EVT_OK);
+  CHECK(evt_interp_run(g, v, 0, 0) == EVT_OK);
+  for (int k = 0; k < 2; k++) {
+    const evt_tensor *o = &v[g->outputs[k]];
+    CHECK(evt_tensor_alloc(&gpu[k], o->dtype, o->rank, o->shape) == EVT_OK);
+    for (int64_t i = 0; i < o->numel; i++) gpu[k].data[i] = o->data[i] * 1.003; /* a bf16-sized difference */
+  }
+  FILE *sink = fopen("/dev/null", "w");
+  evt_check_result r;
+  CHECK(evt_check_step(g, v, gpu, 1, sink, &r) == EVT_OK);
+  CHECK_MSG(r.mismatches == 1 && r.bound >= 1e-2 && r.f32_ref > 1e-4, "mismatches %d bound %g f32 %g", r.mismatches,
+            r.bound, r.f32_ref); /* %b (f32 only) is caught, %a (from bf16) is within its bound */
+  for (int64_t i = 0; i < gpu[0].numel; i++) gpu[0].data[i] *= 1.05; /* 5% off is caught on %a too */
+  CHECK(evt_check_step(g, v, gpu, 1, sink, &r) == EVT_OK && r.mismatches == 2);
+  fclose(sink);
+  for (int k = 0; k < 2; k++) evt_tensor_free(&gpu[k]);
+  for (int i = 0; i < n; i++) evt_tensor_free(&v[i]);
+  free(v);
+  evt_graph_free(g);
+}
+
 /* ---- the GEMM launch path without a GPU: a fake nvcc builds each evt_kernel_<hash> as a stub launcher that
  * logs the evt_launch_args it gets and returns $EVT_TEST_LAUNCH_RC ------------------------------------- */
 static char gl_dir[256];

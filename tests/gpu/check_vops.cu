@@ -108,6 +108,8 @@ int main() {
   check<evt_ops::Reciprocal, 1>("reciprocal", EVT_V_RECIPROCAL, x, y, z, dx, dy, dz, dout);
   check<evt_ops::Abs, 1>("abs", EVT_V_ABS, x, y, z, dx, dy, dz, dout);
   check<evt_ops::Sign, 1>("sign", EVT_V_SIGN, x, y, z, dx, dy, dz, dout);
+  check<evt_ops::RoundBf16, 1>("round_bf16", EVT_V_ROUND_BF16, x, y, z, dx, dy, dz, dout);
+  check<evt_ops::RoundF16, 1>("round_f16", EVT_V_ROUND_F16, x, y, z, dx, dy, dz, dout);
   check<evt_ops::Maximum, 2>("maximum", EVT_V_MAXIMUM, x, y, z, dx, dy, dz, dout);
   check<evt_ops::Minimum, 2>("minimum", EVT_V_MINIMUM, x, y, z, dx, dy, dz, dout);
   check<evt_ops::Eq, 2>("eq", EVT_V_EQ, x, y, z, dx, dy, dz, dout);

@@ -623,6 +623,70 @@ def test_views_leaving_a_segment_are_pytorch_views():
 
 
 @needs_lib
+def test_contiguous_permute_of_a_strided_input_runs_before_the_segment(monkeypatch):
+    """CUDA: the attention output ([B, H, S, D] over [B, S, H, D] memory) permuted back to contiguous then
+    flattened into a GEMM: the permute is a PyTorch step before the segment, which binds its contiguous
+    result (no permute of the input in the segment: the GEMM operand stays row-major)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+
+    def f(w, a):
+        w = torch.tanh(w)  # (first: the segment starts before the permute)
+        y = aten.view(aten.permute(a, [0, 2, 1, 3]), [16, 64])
+        return [torch.relu(aten.mm(w, y.t())).sum()]
+    gm = make_fx(f)(torch.randn(3, 64), torch.randn(2, 8, 4, 16).transpose(1, 2))
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(3, 64, device="cuda"), torch.empty(2, 8, 4, 16, device="cuda").transpose(1, 2)]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    plan = B.build_plan(gm)
+    assert [B._op_name(n) for n in plan.torch_permutes] == ["permute.default"]
+    assert plan.steps[0] is plan.torch_permutes[0] and len(_segments(plan)) == 1
+    (seg,) = _segments(plan)
+    assert "permute(%in.a" not in seg.text and "in.permute" in seg.text, seg.text
+    # CPU: unaffected
+    gm2 = make_fx(f)(torch.randn(3, 64), torch.randn(2, 8, 4, 16).transpose(1, 2))
+    FakeTensorProp(gm2).propagate(torch.randn(3, 64), torch.randn(2, 8, 4, 16).transpose(1, 2))
+    assert B.build_plan(gm2).torch_permutes == []
+
+
+@needs_lib
+def test_transposed_gemm_operand_is_bound_as_its_memory(monkeypatch):
+    """CUDA: a bf16 [32, 64] input laid out transposed (strides (1, 32)) that only a GEMM reads is declared
+    bf16[64, 32] and permuted in the segment; the segment binds x.t() (no copy). Used elementwise too: not."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+
+    def plan_for(f):
+        a, wt = torch.randn(16, 32).bfloat16(), torch.randn(64, 32).bfloat16().t()
+        gm = make_fx(f)(a, wt)
+        mode = FakeTensorMode()
+        with mode:
+            fakes = [torch.empty(16, 32, device="cuda", dtype=torch.bfloat16),
+                     torch.empty(64, 32, device="cuda", dtype=torch.bfloat16).t()]
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+        return B.build_plan(gm), wt
+
+    plan, wt = plan_for(lambda a, wt: [torch.relu(aten.mm(a, wt))])
+    (seg,) = _segments(plan)
+    assert seg.b.transposed == {"in.wt_1"}, (seg.b.transposed, seg.text)
+    assert "%in.wt_1: bf16[64,32] = input()" in seg.text and "permute(%in.wt_1, dims=[1,0])" in seg.text
+    bound = seg._input("in.wt_1", wt)
+    assert bound.is_contiguous() and bound.data_ptr() == wt.data_ptr() and bound.shape == (64, 32)
+    plan, _ = plan_for(lambda a, wt: [torch.relu(aten.mm(a, wt)), wt * 2])
+    (seg,) = _segments(plan)
+    assert seg.b.transposed == set() and "%in.wt_1: bf16[32,64] = input()" in seg.text, seg.text
+
+
+@needs_lib
 def test_layer_norm_backward_recomputes_its_statistics():
     """rewrite_joint on a layer norm's forward + backward (forced on CPU: ln_devices): the backward becomes
     evt::layer_norm_backward (statistics recomputed from x), the forward's mean / rstd die; the plan's

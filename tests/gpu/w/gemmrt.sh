@@ -67,6 +67,7 @@ for f in $order; do
   timeout -k 3 $per "$EVTC" run "$f" --device cuda --fused --check --stats --steps 5 > "$tmp/$b.fused" 2>&1
   rcf=$?
   grep -vE 'compiled in|^\[evt-jit\] [0-9]+ kernel\(s\): ([0-9]+) cached, 0 to compile' "$tmp/$b.fused" | grep -vE '^group [0-9]+ (row|pointwise) ' | head -80
+  grep -E '^(step|done|check)' "$tmp/$b.fused" | tail -20  # (past the head's cut on graphs with many warnings)
   echo "(rc $rcf)"
   rcn=skip; : > "$tmp/$b.nbn"
   if [ "$(left)" -ge 6 ]; then

@@ -118,7 +118,8 @@ for spec in ${bench//,/ }; do
   if [ "$t" -lt 30 ]; then echo "-- $w skipped: ${l}s left"; echo "{\"workload\": \"$w\", \"skipped\": \"${l}s left\"}" >> "$E/skipped.jsonl"; continue; fi
   echo "-- [$(date -u +%H:%M:%S)] bench $w (scale ${sc:-1}, modes $bmodes, timeout ${t}s)"
   CUTLASS_PATH=$CUTLASS timeout -k 5 "$(( t + 8 ))" python3 bench/e2e/run.py --quick --workloads "$w" --scale "${sc:-1}" \
-    --modes "$bmodes" --no-profile --timeout "$t" --out "$E" --tag "$w" ${TORCHGPU_BENCH_ARGS:-} || echo "bench $w exited with $?"
+    --modes "$bmodes" $([ "${TORCHGPU_PROFILE:-1}" = 1 ] || echo --no-profile) --timeout "$t" --out "$E" --tag "$w" \
+    ${TORCHGPU_BENCH_ARGS:-} || echo "bench $w exited with $?"  # (profile: kernels per step and the top kernels)
 done
 
 stop_prewarm
