@@ -66,8 +66,12 @@ for f in $order; do
   echo; echo "--- $b ($dt) at $(el) s: fused (limit ${per}s)"
   timeout -k 3 $per "$EVTC" run "$f" --device cuda --fused --check --stats --steps 5 > "$tmp/$b.fused" 2>&1
   rcf=$?
-  grep -vE 'compiled in|^\[evt-jit\] [0-9]+ kernel\(s\): ([0-9]+) cached, 0 to compile' "$tmp/$b.fused" | grep -vE '^group [0-9]+ (row|pointwise) ' | head -80
-  grep -E '^(step|done|check)' "$tmp/$b.fused" | tail -20  # (past the head's cut on graphs with many warnings)
+  # fallback groups summarized by reason; row / pointwise group lines and the per-group warnings left out
+  grep -vE 'compiled in|^\[evt-jit\] [0-9]+ kernel\(s\): ([0-9]+) cached, 0 to compile|^evtc run: warning: group [0-9]+ \((unfused|gemm\+evt|row|pointwise)\) runs node by node: ' "$tmp/$b.fused" |
+    grep -vE '^group [0-9]+ ((row|pointwise) .* fused|[a-z+]+ fallback)|^(step|done|check)' | head -100
+  grep -E '^(step|done|check)' "$tmp/$b.fused" | tail -30  # never cut
+  grep -E '^group [0-9]+ [a-z+]+ fallback' "$tmp/$b.fused" | sed -E 's/^group [0-9]+ ([a-z+]+) fallback, [0-9]+ nodes: group [0-9]+: %[^ ]+ /\1 fallback: /; s/M=[0-9]+ N=[0-9]+ K=[0-9]+/M, N, K/' |
+    sort | uniq -c | sort -rn
   echo "(rc $rcf)"
   rcn=skip; : > "$tmp/$b.nbn"
   if [ "$(left)" -ge 6 ]; then
