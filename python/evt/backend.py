@@ -38,6 +38,10 @@ Contract
 - A 16-bit 2-D CUDA input laid out transposed that only GEMMs read (gemm_only_transposed: the weight saved
   transposed for the backward) is declared as its [cols, rows] memory and read through a permute (a GEMM
   operand layout); the segment binds x.t(), no copy.
+- Dense permuted layouts (CUDA; Segment._physical; EVT_PHYSICAL_LAYOUT=0 turns it off): when evt's passes
+  cancel every permute (an elementwise segment), inputs and outputs recorded channels-last (any dense
+  permutation, rank >= 3) are declared in memory order: inputs bound as they are, outputs written in
+  memory order and returned as the permuted view with the recorded strides (no copies either way).
 - Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a
   node on another device starts a PyTorch step). CPU segments run on the interpreter. CUDA segments get
   an evt GPU program at plan time (gpu.Program: flags FUSED unless EVT_FUSED=0 / fused=False, CUDA_GRAPH
@@ -203,6 +207,16 @@ def hoisted_casts(gm, env=None):
 
 
 _PERMUTES = {aten.permute.default, aten.transpose.int, aten.t.default}
+_PHYSICAL = os.environ.get("EVT_PHYSICAL_LAYOUT", "1") not in ("", "0")
+
+
+def _dense_order(v):
+    """The memory order of v's dims (outermost first) when v is a non-contiguous dense permutation of its
+    shape with rank >= 3 and no size-1 dim (channels-last), else None."""
+    if not isinstance(v, torch.Tensor) or v.dim() < 3 or v.is_contiguous() or any(s == 1 for s in v.shape):
+        return None
+    o = sorted(range(v.dim()), key=lambda d: -v.stride()[d])
+    return o if v.permute(o).is_contiguous() else None
 _GEMM_OPERANDS = {aten.mm.default: (0, 1), aten.addmm.default: (1, 2)}
 
 
@@ -351,15 +365,22 @@ class Segment:
         if self.graph is None:
             self.path = "none"
             return
+        self.phys_in, self.phys_out = {}, {}  # bound name -> order / output index -> order (see _physical)
+        if b.device is not None and b.device.type == "cuda" and _PHYSICAL:
+            self._physical(out_names)
         self.out_index = list(self.outputs)  # (FX node, index of the graph output)
         # the type of each graph output, from the first FX node it holds
         self.out_types = {}
         for m, k in self.out_index:
             v = A.meta_val(m)
-            self.out_types.setdefault(k, (tuple(int(s) for s in v.shape), v.dtype))
+            shape = tuple(int(s) for s in v.shape)
+            if k in self.phys_out:
+                shape = tuple(shape[d] for d in self.phys_out[k])
+            self.out_types.setdefault(k, (shape, v.dtype))
         # node ids after the passes renumbered them
-        self.inputs = [(x, self.graph.ids[name]) for x, name in b.inputs if name in self.graph.ids]
-        self.input_names = [(x, name) for x, name in b.inputs if name in self.graph.ids]
+        bound = [(x, name + ".phys" if name + ".phys" in self.phys_in else name) for x, name in b.inputs]
+        self.inputs = [(x, self.graph.ids[name]) for x, name in bound if name in self.graph.ids]
+        self.input_names = [(x, name) for x, name in bound if name in self.graph.ids]
         self.outputs = [(m, self.graph.outputs[k]) for m, k in self.outputs]
         dev = b.device or torch.device("cpu")
         self.device = dev
@@ -368,6 +389,60 @@ class Segment:
             self.why = f"libevt has no GPU program API (evt_program_create) for {dev}"
         elif self.path == "gpu":
             self._create_program(program_node_fallback)
+
+    def _physical(self, out_names):
+        """Channels-last and other dense permuted layouts (CUDA): inputs and outputs whose recorded strides
+        are a dense permutation of their shape are declared in their memory order (`%in.x.phys` permuted to
+        the logical `%in.x`; an output `%y` written as `permute(%y)`), so the segment binds the memory as it
+        is and returns a permuted view with the recorded strides, instead of copying each input to
+        row-major and each output back. Taken only when evt's passes cancel every permute (an elementwise
+        segment); otherwise the segment keeps its row-major text."""
+        b = self.b
+        pin = {name: _dense_order(A.meta_val(x)) for x, name in b.inputs}
+        pin = {k: o for k, o in pin.items() if o}
+        pout = {}
+        for m, k in self.outputs:
+            o = _dense_order(A.meta_val(m)) if m not in self.free_layout else None
+            if o and pout.get(k, o) == o:
+                pout[k] = o
+            else:
+                pout[k] = None
+        pout = {k: o for k, o in pout.items() if o}
+        if not pin and not pout:
+            return
+        if "permute(" in self.graph.text() or "transpose(" in self.graph.text():
+            return  # (permutes already: leave the segment as it is)
+        vals = {name: A.meta_val(x) for x, name in b.inputs}
+        lines = []
+        for ln in b.lines:
+            name = ln.split(":", 1)[0].strip()[1:]
+            if name in pin and ln.rstrip().endswith("= input()"):
+                o = pin[name]
+                inv = [o.index(d) for d in range(len(o))]
+                lines.append(f"%{name}.phys: {A.type_str(vals[name].permute(o))} = input()")
+                lines.append(f"%{name}: {A.type_str(vals[name])} = permute(%{name}.phys, dims=[{','.join(map(str, inv))}])")
+            else:
+                lines.append(ln)
+        outs = list(out_names)
+        types = {}
+        for m, k in self.outputs:
+            types.setdefault(k, A.meta_val(m))
+        for k, o in sorted(pout.items()):
+            lines.append(f"%{out_names[k]}.phys: {A.type_str(types[k].permute(o))} = "
+                         f"permute(%{out_names[k]}, dims=[{','.join(map(str, o))}])")
+            outs[k] = out_names[k] + ".phys"
+        text = "graph seg {\n  " + "\n  ".join(lines) + "\n" + \
+            f"  output {', '.join('%' + n for n in outs)}\n" + "}\n"
+        try:
+            g = _graph_for(text)
+        except EvtError as e:
+            log.info("  physical layout of a segment rejected (%s); it keeps row-major", e)
+            return
+        if "permute(" in g.text() or "transpose(" in g.text():
+            return  # (a permute the passes could not cancel would be a copy of its own)
+        self.text, self.graph = text, g
+        self.phys_in = {name + ".phys": o for name, o in pin.items()}
+        self.phys_out = pout
 
     def _create_program(self, node_fallback):
         flags = G.program_flags(self.options)
@@ -412,6 +487,8 @@ class Segment:
     def _input(self, name, t):
         if name in self.b.transposed:  # declared as its [cols, rows] memory (gemm_only_transposed)
             t = t.t()
+        elif name in self.phys_in:  # declared in its memory order (_physical)
+            t = t.permute(self.phys_in[name])
         if self.pool is None:
             return G.to_device_layout(t)
         # CUDA graphs: an input is bound as it is while its pointer stays the same (parameters); once it
@@ -448,6 +525,9 @@ class Segment:
         for m, k in self.out_index:
             v = A.meta_val(m)
             t = vals[k]
+            o = self.phys_out.get(k)
+            if o is not None:  # written in memory order: the logical view has the recorded strides
+                t = t.permute([o.index(d) for d in range(len(o))])
             if t.dtype != v.dtype:
                 t = t.to(v.dtype)
             env[m] = t if m in self.free_layout else _with_meta_strides(t, v)

@@ -687,6 +687,58 @@ def test_transposed_gemm_operand_is_bound_as_its_memory(monkeypatch):
 
 
 @needs_lib
+def test_channels_last_segment_runs_in_memory_order(monkeypatch):
+    """CUDA, channels-last: relu(x) + y * b[c] is declared over [N, H, W, C] memory (inputs %in.*.phys, the
+    output permuted to memory order, every permute cancelled by the passes); at run time the inputs are
+    bound as they are (same storage) and the output comes back as a channels-last view with the right
+    values (a stand-in program computes on the physical tensors). EVT_PHYSICAL_LAYOUT=0: row-major text."""
+    import types
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    cl = torch.channels_last
+
+    def f(x, y, b):
+        return [torch.cumsum(torch.relu(x) + y * b.view(1, 3, 1, 1), 0)]  # (cumsum: PyTorch, so the sum leaves)
+    x, y, bb = (torch.randn(2, 3, 4, 5).to(memory_format=cl), torch.randn(2, 3, 4, 5).to(memory_format=cl),
+                torch.randn(3))
+    gm = make_fx(f)(x, y, bb)
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(2, 3, 4, 5, device="cuda").to(memory_format=cl),
+                 torch.empty(2, 3, 4, 5, device="cuda").to(memory_format=cl), torch.empty(3, device="cuda")]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    plan = B.build_plan(gm)
+    (seg,) = _segments(plan)
+    assert set(seg.phys_in) == {"in.x_1.phys", "in.y_1.phys"} and list(seg.phys_out.values()) == [[0, 2, 3, 1]], seg.text
+    assert "permute(" not in seg.graph.text() and "f32[2,4,5,3]" in seg.graph.text(), seg.graph.text()
+
+    class Prog:
+        captures = 0
+
+        def run(self, ins, bufs, stream):
+            d = dict(ins)
+            assert d["in.x_1.phys"].data_ptr() == x.data_ptr() and d["in.x_1.phys"].is_contiguous()
+            bphys = d["in.b_1"].view(1, 1, 1, 3)
+            bufs[0].copy_(torch.relu(d["in.x_1.phys"]) + d["in.y_1.phys"] * bphys)
+
+        def launch_count(self):
+            return 1
+    seg.program, seg.device = Prog(), torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: types.SimpleNamespace(cuda_stream=0))
+    ph = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    env = dict(zip(ph, [x, y, bb]))
+    seg._run_gpu(env)
+    (m, _), = seg.out_index
+    assert env[m].is_contiguous(memory_format=cl) and torch.allclose(env[m], torch.relu(x) + y * bb.view(1, 3, 1, 1))
+    monkeypatch.setattr(B, "_PHYSICAL", False)
+    (seg,) = _segments(B.build_plan(gm))
+    assert not seg.phys_in and not seg.phys_out and "f32[2,3,4,5] = input()" in seg.text
+
+
+@needs_lib
 def test_layer_norm_backward_recomputes_its_statistics():
     """rewrite_joint on a layer norm's forward + backward (forced on CPU: ln_devices): the backward becomes
     evt::layer_norm_backward (statistics recomputed from x), the forward's mean / rstd die; the plan's
