@@ -42,6 +42,9 @@ Contract
   cancel every permute (an elementwise segment), inputs and outputs recorded channels-last (any dense
   permutation, rank >= 3) are declared in memory order: inputs bound as they are, outputs written in
   memory order and returned as the permuted view with the recorded strides (no copies either way).
+- Data movement of PyTorch-made values (CUDA; _DATA_MOVES: stack / cat / select_backward / views / clone
+  whose every tensor input a PyTorch step made, e.g. the q/k/v gradients of the attention backward) runs
+  in PyTorch before the segment reading it (in evt these are node-by-node copies in double).
 - Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a
   node on another device starts a PyTorch step). CPU segments run on the interpreter. CUDA segments get
   an evt GPU program at plan time (gpu.Program: flags FUSED unless EVT_FUSED=0 / fused=False, CUDA_GRAPH
@@ -127,6 +130,7 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
         h = histogram(joint)
         log.info("joint graph: %d ops: %s", sum(h.values()), ", ".join(f"{k} x{v}" for k, v in h.most_common()))
     A.rewrite_joint(joint, attention=G.attention_in_evt(options), cuda_pools=G.gpu_ops(options) == "all")
+    stack_select_backwards(joint, options)
     for n in joint.graph.nodes:
         if n.op == "call_function" and n.target == aten.native_layer_norm_backward.default:
             rstd = n.args[4]
@@ -138,6 +142,59 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
         from torch._functorch.partitioners import min_cut_rematerialization_partition
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     return default_partition(joint, joint_inputs, **kwargs)
+
+
+def stack_select_backwards(gm, options=None):
+    """Rewrites a sum of select_backward(g_i, sizes, d, i) over every index i of dim d (the gradient of
+    q, k, v = qkv[0], qkv[1], qkv[2]) into stack([g_0, ..., g_n-1], d) when the g_i are outputs of one op
+    that runs in PyTorch on CUDA (cuda_placement: the fused attention backward); with Plan's data-movement
+    rule the stack and the permute / flatten after it then run in PyTorch (one copy each) instead of n
+    zero-filled scatters and n-1 adds. Returns how many sums were rewritten."""
+    count = 0
+    for root in list(gm.graph.nodes):
+        if root.op != "call_function" or root.target != aten.add.Tensor:
+            continue
+        if any(u.target == aten.add.Tensor and len(u.args) == 2 for u in root.users):
+            continue  # (not the root of an add tree)
+        leaves, stack_, ok = [], [root], True
+        while stack_ and ok:
+            n = stack_.pop()
+            for a in n.args[:2]:
+                if not isinstance(a, torch.fx.Node) or len(a.users) != 1:
+                    ok = False
+                elif a.target == aten.add.Tensor and len(a.args) == 2 and not a.kwargs:
+                    stack_.append(a)
+                elif a.target == aten.select_backward.default:
+                    leaves.append(a)
+                else:
+                    ok = False
+            if n.kwargs or len(n.args) != 2:
+                ok = False
+        if not ok or len(leaves) < 2:
+            continue
+        sizes, dim = list(leaves[0].args[1]), leaves[0].args[2]
+        if any(list(sb.args[1]) != sizes or sb.args[2] != dim for sb in leaves):
+            continue
+        d = dim % len(sizes)
+        by_index = {sb.args[3] % sizes[d]: sb for sb in leaves}
+        if len(by_index) != len(leaves) or sorted(by_index) != list(range(sizes[d])):
+            continue
+        grads = [by_index[i].args[0] for i in range(sizes[d])]
+        srcs = {g.args[0] for g in grads if isinstance(g, torch.fx.Node) and g.target is operator.getitem}
+        if len(srcs) != 1 or len(grads) != sizes[d] or not all(g.target is operator.getitem for g in grads):
+            continue
+        (src,) = srcs
+        if not cuda_placement(src, options):
+            continue
+        with gm.graph.inserting_before(root):
+            st = gm.graph.call_function(aten.stack.default, (grads, d))
+        st.meta = dict(root.meta)
+        root.replace_all_uses_with(st)
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return count
 
 
 # ---- CUDA op placement ------------------------------------------------------------------------------------
@@ -207,6 +264,26 @@ def hoisted_casts(gm, env=None):
 
 
 _PERMUTES = {aten.permute.default, aten.transpose.int, aten.t.default}
+# Data movement that runs in PyTorch when every tensor it reads was made by a PyTorch step (CUDA).
+_DATA_MOVES = {aten.stack.default, aten.cat.default, aten.select_backward.default, aten.slice_backward.default,
+               aten.permute.default, aten.transpose.int, aten.t.default, aten.view.default, aten._unsafe_view.default,
+               aten.reshape.default, aten.clone.default, aten.expand.default, aten.unsqueeze.default,
+               aten.squeeze.dim, aten.select.int, aten.slice.Tensor, operator.getitem}
+
+
+def _on_cuda(node):
+    v = node.meta.get("val")
+    v = v[0] if isinstance(v, (tuple, list)) and v else v
+    return isinstance(v, torch.Tensor) and v.device.type == "cuda"
+
+
+def _tensor_args(node):
+    out = []
+    for a in node.args:
+        for x in (a if isinstance(a, (list, tuple)) else [a]):
+            if isinstance(x, torch.fx.Node):
+                out.append(x)
+    return out
 _PHYSICAL = os.environ.get("EVT_PHYSICAL_LAYOUT", "1") not in ("", "0")
 
 
@@ -607,6 +684,8 @@ class Plan:
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.steps, self.fallbacks = [], []
         self.torch_permutes = []  # see contiguous_permute
+        self.torch_moves = []     # data movement of PyTorch-made values (_DATA_MOVES), run by PyTorch
+        torch_vals = set()        # nodes PyTorch computes as plan steps (not module inputs, not hoisted casts)
         seg_of = {}
         hoisted = hoisted_casts(gm)
         for node in hoisted:
@@ -619,6 +698,17 @@ class Plan:
             if why:
                 self.steps.append(node)
                 self.fallbacks.append((node, why))
+                torch_vals.add(node)
+                continue
+            if node.target in _DATA_MOVES and _on_cuda(node) and _tensor_args(node) and \
+                    all(a in torch_vals for a in _tensor_args(node)):
+                # data movement of values PyTorch made (the attention's q/k/v gradients stacked, permuted and
+                # flattened for the projection's backward): PyTorch, before the segment being built, which
+                # then binds the result (in evt these are node-by-node copies in double)
+                at = len(self.steps) - (1 if self.steps and isinstance(self.steps[-1], Segment) else 0)
+                self.steps.insert(at, node)
+                self.torch_moves.append(node)
+                torch_vals.add(node)
                 continue
             if contiguous_permute(node) and not isinstance(seg_of.get(node.args[0]), Segment):
                 # runs in PyTorch before the segment being built (it reads a value from before it), which then
@@ -646,6 +736,7 @@ class Plan:
             except (A.Unsupported, TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
                 cur.b.rollback(snap)
                 self.steps.append(node)
+                torch_vals.add(node)
                 if src is None and _has_tensor(node):  # (size arithmetic on SymInts is not a fallback)
                     self.fallbacks.append((node, str(e) or type(e).__name__))
                 continue
