@@ -129,7 +129,8 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
     if log.isEnabledFor(logging.INFO):
         h = histogram(joint)
         log.info("joint graph: %d ops: %s", sum(h.values()), ", ".join(f"{k} x{v}" for k, v in h.most_common()))
-    A.rewrite_joint(joint, attention=G.attention_in_evt(options), cuda_pools=G.gpu_ops(options) == "all")
+    A.rewrite_joint(joint, attention=G.attention_in_evt(options), cuda_pools=G.gpu_ops(options) == "all",
+                    ln_devices=("cuda", "cpu") if _cuda_rules("cpu") else ("cuda",))
     stack_select_backwards(joint, options)
     for n in joint.graph.nodes:
         if n.op == "call_function" and n.target == aten.native_layer_norm_backward.default:
@@ -197,6 +198,13 @@ def stack_select_backwards(gm, options=None):
     return count
 
 
+def _cuda_rules(device):
+    """True when the CUDA placement and layout rules apply to a value on this device: CUDA, or the CPU
+    with EVT_SIMULATE_CUDA_RULES=1 (tests: the rules' rewrites checked end to end on the interpreter)."""
+    t = getattr(device, "type", device)
+    return t == "cuda" or (t == "cpu" and os.environ.get("EVT_SIMULATE_CUDA_RULES", "0") == "1")
+
+
 # ---- CUDA op placement ------------------------------------------------------------------------------------
 
 _REF = ("evt's only CUDA implementation of {what} is the reference library (kernels/evt_fallback.cu: "
@@ -228,7 +236,7 @@ def cuda_placement(node, options=None):
         return None
     v = node.meta.get("val")
     vs = v if isinstance(v, (tuple, list)) else [v]
-    if not any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in vs):
+    if not any(isinstance(t, torch.Tensor) and _cuda_rules(t.device) for t in vs):
         return None
     if G.attention_in_evt(options) and why is _ATTN:
         return None
@@ -257,7 +265,7 @@ def hoisted_casts(gm, env=None):
         v, xv = n.meta.get("val"), x.meta.get("val")
         if not (isinstance(v, torch.Tensor) and isinstance(xv, torch.Tensor)):
             continue
-        if (v.device.type == "cuda" and v.device == xv.device and xv.dtype == torch.float32
+        if (_cuda_rules(v.device) and v.device == xv.device and xv.dtype == torch.float32
                 and v.dtype in (torch.bfloat16, torch.float16) and v.shape == xv.shape):
             out.append(n)
     return out
@@ -274,7 +282,7 @@ _DATA_MOVES = {aten.stack.default, aten.cat.default, aten.select_backward.defaul
 def _on_cuda(node):
     v = node.meta.get("val")
     v = v[0] if isinstance(v, (tuple, list)) and v else v
-    return isinstance(v, torch.Tensor) and v.device.type == "cuda"
+    return isinstance(v, torch.Tensor) and _cuda_rules(v.device)
 
 
 def _tensor_args(node):
@@ -309,7 +317,7 @@ def gemm_only_transposed(x):
     declares it as the row-major [cols, rows] memory it is and reads it through a permute, which the GEMM
     absorbs as its operand layout, instead of copying it into a row-major [rows, cols] at every run."""
     v = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-    if not (isinstance(v, torch.Tensor) and v.device.type == "cuda" and v.dim() == 2
+    if not (isinstance(v, torch.Tensor) and _cuda_rules(v.device) and v.dim() == 2
             and v.dtype in (torch.bfloat16, torch.float16) and v.shape[0] > 1 and v.shape[1] > 1
             and tuple(v.stride()) == (1, v.shape[0])):
         return False
@@ -330,7 +338,7 @@ def contiguous_permute(node):
     if node.target not in _PERMUTES or not node.args or not isinstance(node.args[0], torch.fx.Node):
         return False
     v, xv = node.meta.get("val"), node.args[0].meta.get("val")
-    return (isinstance(v, torch.Tensor) and isinstance(xv, torch.Tensor) and v.device.type == "cuda"
+    return (isinstance(v, torch.Tensor) and isinstance(xv, torch.Tensor) and _cuda_rules(v.device)
             and not xv.is_contiguous() and v.is_contiguous() and v.numel() > 1)
 
 
@@ -443,7 +451,7 @@ class Segment:
             self.path = "none"
             return
         self.phys_in, self.phys_out = {}, {}  # bound name -> order / output index -> order (see _physical)
-        if b.device is not None and b.device.type == "cuda" and _PHYSICAL:
+        if b.device is not None and _cuda_rules(b.device) and _PHYSICAL:
             self._physical(out_names)
         self.out_index = list(self.outputs)  # (FX node, index of the graph output)
         # the type of each graph output, from the first FX node it holds
@@ -543,10 +551,11 @@ class Segment:
 
     def run(self, env):
         if self.path == "interp":
-            res = self.graph.run([(i, env[x]) for x, i in self.inputs],
+            names = dict(self.input_names)
+            res = self.graph.run([(i, self._layout(names[x], env[x]).contiguous()) for x, i in self.inputs],
                                  [(i, A.meta_val(m).dtype) for m, i in self.outputs])
-            for (m, _), t in zip(self.outputs, res):
-                env[m] = _with_meta_strides(t, A.meta_val(m))
+            for (m, k), t in zip(self.out_index, res):
+                env[m] = _with_meta_strides(self._logical(k, t), A.meta_val(m))
             STATS["interp_segment_runs"] += 1
         elif self.path == "gpu":
             self._run_gpu(env)
@@ -561,11 +570,22 @@ class Segment:
         for m in self.torch_views:
             env[m] = _run_torch(m, env)
 
+    def _layout(self, name, t):
+        """An input as its declaration reads it: transposed (gemm_only_transposed) or in memory order
+        (_physical) when declared so."""
+        if name in self.b.transposed:
+            return t.t()
+        if name in self.phys_in:
+            return t.permute(self.phys_in[name])
+        return t
+
+    def _logical(self, k, t):
+        """Graph output k as the logical tensor (a view when it was written in memory order)."""
+        o = self.phys_out.get(k)
+        return t if o is None else t.permute([o.index(d) for d in range(len(o))])
+
     def _input(self, name, t):
-        if name in self.b.transposed:  # declared as its [cols, rows] memory (gemm_only_transposed)
-            t = t.t()
-        elif name in self.phys_in:  # declared in its memory order (_physical)
-            t = t.permute(self.phys_in[name])
+        t = self._layout(name, t)
         if self.pool is None:
             return G.to_device_layout(t)
         # CUDA graphs: an input is bound as it is while its pointer stays the same (parameters); once it
@@ -601,10 +621,7 @@ class Segment:
         vals = [G.OutputPool.hand_out(b_, h) if self.pool is not None else b_ for b_, h in zip(bufs, handed)]
         for m, k in self.out_index:
             v = A.meta_val(m)
-            t = vals[k]
-            o = self.phys_out.get(k)
-            if o is not None:  # written in memory order: the logical view has the recorded strides
-                t = t.permute([o.index(d) for d in range(len(o))])
+            t = self._logical(k, vals[k])  # (written in memory order: the view has the recorded strides)
             if t.dtype != v.dtype:
                 t = t.to(v.dtype)
             env[m] = t if m in self.free_layout else _with_meta_strides(t, v)
