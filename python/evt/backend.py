@@ -42,6 +42,9 @@ Contract
   cancel every permute (an elementwise segment), inputs and outputs recorded channels-last (any dense
   permutation, rank >= 3) are declared in memory order: inputs bound as they are, outputs written in
   memory order and returned as the permuted view with the recorded strides (no copies either way).
+- Data movement of PyTorch-made values (CUDA; _DATA_MOVES: stack / cat / select_backward / views / clone
+  whose every tensor input a PyTorch step made, e.g. the q/k/v gradients of the attention backward) runs
+  in PyTorch before the segment reading it (in evt these are node-by-node copies in double).
 - Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a
   node on another device starts a PyTorch step). CPU segments run on the interpreter. CUDA segments get
   an evt GPU program at plan time (gpu.Program: flags FUSED unless EVT_FUSED=0 / fused=False, CUDA_GRAPH
@@ -126,7 +129,9 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
     if log.isEnabledFor(logging.INFO):
         h = histogram(joint)
         log.info("joint graph: %d ops: %s", sum(h.values()), ", ".join(f"{k} x{v}" for k, v in h.most_common()))
-    A.rewrite_joint(joint, attention=G.attention_in_evt(options), cuda_pools=G.gpu_ops(options) == "all")
+    A.rewrite_joint(joint, attention=G.attention_in_evt(options), cuda_pools=G.gpu_ops(options) == "all",
+                    ln_devices=("cuda", "cpu") if _cuda_rules("cpu") else ("cuda",))
+    stack_select_backwards(joint, options)
     for n in joint.graph.nodes:
         if n.op == "call_function" and n.target == aten.native_layer_norm_backward.default:
             rstd = n.args[4]
@@ -138,6 +143,66 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
         from torch._functorch.partitioners import min_cut_rematerialization_partition
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     return default_partition(joint, joint_inputs, **kwargs)
+
+
+def stack_select_backwards(gm, options=None):
+    """Rewrites a sum of select_backward(g_i, sizes, d, i) over every index i of dim d (the gradient of
+    q, k, v = qkv[0], qkv[1], qkv[2]) into stack([g_0, ..., g_n-1], d) when the g_i are outputs of one op
+    that runs in PyTorch on CUDA (cuda_placement: the fused attention backward); with Plan's data-movement
+    rule the stack and the permute / flatten after it then run in PyTorch (one copy each) instead of n
+    zero-filled scatters and n-1 adds. Returns how many sums were rewritten."""
+    count = 0
+    for root in list(gm.graph.nodes):
+        if root.op != "call_function" or root.target != aten.add.Tensor:
+            continue
+        if any(u.target == aten.add.Tensor and len(u.args) == 2 for u in root.users):
+            continue  # (not the root of an add tree)
+        leaves, stack_, ok = [], [root], True
+        while stack_ and ok:
+            n = stack_.pop()
+            for a in n.args[:2]:
+                if not isinstance(a, torch.fx.Node) or len(a.users) != 1:
+                    ok = False
+                elif a.target == aten.add.Tensor and len(a.args) == 2 and not a.kwargs:
+                    stack_.append(a)
+                elif a.target == aten.select_backward.default:
+                    leaves.append(a)
+                else:
+                    ok = False
+            if n.kwargs or len(n.args) != 2:
+                ok = False
+        if not ok or len(leaves) < 2:
+            continue
+        sizes, dim = list(leaves[0].args[1]), leaves[0].args[2]
+        if any(list(sb.args[1]) != sizes or sb.args[2] != dim for sb in leaves):
+            continue
+        d = dim % len(sizes)
+        by_index = {sb.args[3] % sizes[d]: sb for sb in leaves}
+        if len(by_index) != len(leaves) or sorted(by_index) != list(range(sizes[d])):
+            continue
+        grads = [by_index[i].args[0] for i in range(sizes[d])]
+        srcs = {g.args[0] for g in grads if isinstance(g, torch.fx.Node) and g.target is operator.getitem}
+        if len(srcs) != 1 or len(grads) != sizes[d] or not all(g.target is operator.getitem for g in grads):
+            continue
+        (src,) = srcs
+        if not cuda_placement(src, options):
+            continue
+        with gm.graph.inserting_before(root):
+            st = gm.graph.call_function(aten.stack.default, (grads, d))
+        st.meta = dict(root.meta)
+        root.replace_all_uses_with(st)
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return count
+
+
+def _cuda_rules(device):
+    """True when the CUDA placement and layout rules apply to a value on this device: CUDA, or the CPU
+    with EVT_SIMULATE_CUDA_RULES=1 (tests: the rules' rewrites checked end to end on the interpreter)."""
+    t = getattr(device, "type", device)
+    return t == "cuda" or (t == "cpu" and os.environ.get("EVT_SIMULATE_CUDA_RULES", "0") == "1")
 
 
 # ---- CUDA op placement ------------------------------------------------------------------------------------
@@ -171,7 +236,7 @@ def cuda_placement(node, options=None):
         return None
     v = node.meta.get("val")
     vs = v if isinstance(v, (tuple, list)) else [v]
-    if not any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in vs):
+    if not any(isinstance(t, torch.Tensor) and _cuda_rules(t.device) for t in vs):
         return None
     if G.attention_in_evt(options) and why is _ATTN:
         return None
@@ -200,13 +265,33 @@ def hoisted_casts(gm, env=None):
         v, xv = n.meta.get("val"), x.meta.get("val")
         if not (isinstance(v, torch.Tensor) and isinstance(xv, torch.Tensor)):
             continue
-        if (v.device.type == "cuda" and v.device == xv.device and xv.dtype == torch.float32
+        if (_cuda_rules(v.device) and v.device == xv.device and xv.dtype == torch.float32
                 and v.dtype in (torch.bfloat16, torch.float16) and v.shape == xv.shape):
             out.append(n)
     return out
 
 
 _PERMUTES = {aten.permute.default, aten.transpose.int, aten.t.default}
+# Data movement that runs in PyTorch when every tensor it reads was made by a PyTorch step (CUDA).
+_DATA_MOVES = {aten.stack.default, aten.cat.default, aten.select_backward.default, aten.slice_backward.default,
+               aten.permute.default, aten.transpose.int, aten.t.default, aten.view.default, aten._unsafe_view.default,
+               aten.reshape.default, aten.clone.default, aten.expand.default, aten.unsqueeze.default,
+               aten.squeeze.dim, aten.select.int, aten.slice.Tensor, operator.getitem}
+
+
+def _on_cuda(node):
+    v = node.meta.get("val")
+    v = v[0] if isinstance(v, (tuple, list)) and v else v
+    return isinstance(v, torch.Tensor) and _cuda_rules(v.device)
+
+
+def _tensor_args(node):
+    out = []
+    for a in node.args:
+        for x in (a if isinstance(a, (list, tuple)) else [a]):
+            if isinstance(x, torch.fx.Node):
+                out.append(x)
+    return out
 _PHYSICAL = os.environ.get("EVT_PHYSICAL_LAYOUT", "1") not in ("", "0")
 
 
@@ -232,7 +317,7 @@ def gemm_only_transposed(x):
     declares it as the row-major [cols, rows] memory it is and reads it through a permute, which the GEMM
     absorbs as its operand layout, instead of copying it into a row-major [rows, cols] at every run."""
     v = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-    if not (isinstance(v, torch.Tensor) and v.device.type == "cuda" and v.dim() == 2
+    if not (isinstance(v, torch.Tensor) and _cuda_rules(v.device) and v.dim() == 2
             and v.dtype in (torch.bfloat16, torch.float16) and v.shape[0] > 1 and v.shape[1] > 1
             and tuple(v.stride()) == (1, v.shape[0])):
         return False
@@ -253,7 +338,7 @@ def contiguous_permute(node):
     if node.target not in _PERMUTES or not node.args or not isinstance(node.args[0], torch.fx.Node):
         return False
     v, xv = node.meta.get("val"), node.args[0].meta.get("val")
-    return (isinstance(v, torch.Tensor) and isinstance(xv, torch.Tensor) and v.device.type == "cuda"
+    return (isinstance(v, torch.Tensor) and isinstance(xv, torch.Tensor) and _cuda_rules(v.device)
             and not xv.is_contiguous() and v.is_contiguous() and v.numel() > 1)
 
 
@@ -366,7 +451,7 @@ class Segment:
             self.path = "none"
             return
         self.phys_in, self.phys_out = {}, {}  # bound name -> order / output index -> order (see _physical)
-        if b.device is not None and b.device.type == "cuda" and _PHYSICAL:
+        if b.device is not None and _cuda_rules(b.device) and _PHYSICAL:
             self._physical(out_names)
         self.out_index = list(self.outputs)  # (FX node, index of the graph output)
         # the type of each graph output, from the first FX node it holds
@@ -466,10 +551,11 @@ class Segment:
 
     def run(self, env):
         if self.path == "interp":
-            res = self.graph.run([(i, env[x]) for x, i in self.inputs],
+            names = dict(self.input_names)
+            res = self.graph.run([(i, self._layout(names[x], env[x]).contiguous()) for x, i in self.inputs],
                                  [(i, A.meta_val(m).dtype) for m, i in self.outputs])
-            for (m, _), t in zip(self.outputs, res):
-                env[m] = _with_meta_strides(t, A.meta_val(m))
+            for (m, k), t in zip(self.out_index, res):
+                env[m] = _with_meta_strides(self._logical(k, t), A.meta_val(m))
             STATS["interp_segment_runs"] += 1
         elif self.path == "gpu":
             self._run_gpu(env)
@@ -484,11 +570,22 @@ class Segment:
         for m in self.torch_views:
             env[m] = _run_torch(m, env)
 
+    def _layout(self, name, t):
+        """An input as its declaration reads it: transposed (gemm_only_transposed) or in memory order
+        (_physical) when declared so."""
+        if name in self.b.transposed:
+            return t.t()
+        if name in self.phys_in:
+            return t.permute(self.phys_in[name])
+        return t
+
+    def _logical(self, k, t):
+        """Graph output k as the logical tensor (a view when it was written in memory order)."""
+        o = self.phys_out.get(k)
+        return t if o is None else t.permute([o.index(d) for d in range(len(o))])
+
     def _input(self, name, t):
-        if name in self.b.transposed:  # declared as its [cols, rows] memory (gemm_only_transposed)
-            t = t.t()
-        elif name in self.phys_in:  # declared in its memory order (_physical)
-            t = t.permute(self.phys_in[name])
+        t = self._layout(name, t)
         if self.pool is None:
             return G.to_device_layout(t)
         # CUDA graphs: an input is bound as it is while its pointer stays the same (parameters); once it
@@ -524,10 +621,7 @@ class Segment:
         vals = [G.OutputPool.hand_out(b_, h) if self.pool is not None else b_ for b_, h in zip(bufs, handed)]
         for m, k in self.out_index:
             v = A.meta_val(m)
-            t = vals[k]
-            o = self.phys_out.get(k)
-            if o is not None:  # written in memory order: the logical view has the recorded strides
-                t = t.permute([o.index(d) for d in range(len(o))])
+            t = self._logical(k, vals[k])  # (written in memory order: the view has the recorded strides)
             if t.dtype != v.dtype:
                 t = t.to(v.dtype)
             env[m] = t if m in self.free_layout else _with_meta_strides(t, v)
@@ -607,6 +701,8 @@ class Plan:
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.steps, self.fallbacks = [], []
         self.torch_permutes = []  # see contiguous_permute
+        self.torch_moves = []     # data movement of PyTorch-made values (_DATA_MOVES), run by PyTorch
+        torch_vals = set()        # nodes PyTorch computes as plan steps (not module inputs, not hoisted casts)
         seg_of = {}
         hoisted = hoisted_casts(gm)
         for node in hoisted:
@@ -619,6 +715,17 @@ class Plan:
             if why:
                 self.steps.append(node)
                 self.fallbacks.append((node, why))
+                torch_vals.add(node)
+                continue
+            if node.target in _DATA_MOVES and _on_cuda(node) and _tensor_args(node) and \
+                    all(a in torch_vals for a in _tensor_args(node)):
+                # data movement of values PyTorch made (the attention's q/k/v gradients stacked, permuted and
+                # flattened for the projection's backward): PyTorch, before the segment being built, which
+                # then binds the result (in evt these are node-by-node copies in double)
+                at = len(self.steps) - (1 if self.steps and isinstance(self.steps[-1], Segment) else 0)
+                self.steps.insert(at, node)
+                self.torch_moves.append(node)
+                torch_vals.add(node)
                 continue
             if contiguous_permute(node) and not isinstance(seg_of.get(node.args[0]), Segment):
                 # runs in PyTorch before the segment being built (it reads a value from before it), which then
@@ -646,6 +753,7 @@ class Plan:
             except (A.Unsupported, TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
                 cur.b.rollback(snap)
                 self.steps.append(node)
+                torch_vals.add(node)
                 if src is None and _has_tensor(node):  # (size arithmetic on SymInts is not a fallback)
                     self.fallbacks.append((node, str(e) or type(e).__name__))
                 continue

@@ -469,3 +469,29 @@ def test_disk_cache(tmp_path):
     env["EVT_CACHE"] = "0"
     off = step()
     assert "disk cache" not in off
+
+
+# ---- the CUDA placement and layout rules, run on the interpreter (EVT_SIMULATE_CUDA_RULES=1) ------------
+
+@pytest.mark.parametrize("name", ["bert", "vit", "xmlcnn", "convbn", "sdpa"])
+def test_cuda_rules_simulated_on_cpu(name, caplog, monkeypatch):
+    """The CUDA-only rewrites (PyTorch placement of convolution / attention / pooling / batch norm, the
+    layer-norm backward recomputing its statistics, the q/k/v gradient stack, data movement of PyTorch-made
+    values, view chains, channels-last / transposed input declarations) applied to CPU tensors: the same
+    training steps as the CI tests still match eager."""
+    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    models = {
+        "bert": (Bert, lambda: (torch.randn(2, 5, 8), torch.randint(0, 3, (2,)))),
+        "vit": (ViT, lambda: (torch.randn(2, 3, 4, 4), torch.randint(0, 3, (2,)))),
+        "xmlcnn": (XMLCNN, lambda: (torch.randint(0, 30, (2, 7)), torch.rand(2, 5).round())),
+        "convbn": (ConvBN, lambda: (torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last),
+                                    torch.randint(0, 3, (2,)))),
+        "sdpa": (SDPAModel, lambda: (torch.randn(2, 5, 8), torch.randint(0, 3, (10,)))),
+    }
+    make_model, make_inputs = models[name]
+    fb = check_training(make_model, make_inputs, caplog, steps=2)
+    msgs = [r.getMessage() for r in caplog.records]
+    if name in ("vit", "xmlcnn", "convbn"):
+        assert any(f.startswith("convolution") for f in fb) and any("reference library" in m for m in msgs), fb
+    if name == "sdpa":
+        assert any("reference library" in m and "sdpa_backward" in m for m in msgs), fb

@@ -739,6 +739,51 @@ def test_channels_last_segment_runs_in_memory_order(monkeypatch):
 
 
 @needs_lib
+def test_attention_gradients_are_stacked_and_moved_by_pytorch(monkeypatch):
+    """CUDA: dq, dk, dv of an attention backward that runs in PyTorch, summed through select_backward into
+    the qkv gradient, permuted and flattened for the projection GEMM: the sum becomes a stack
+    (stack_select_backwards), and the stack / permute / clone / view run in PyTorch before the segment,
+    which then starts from the flattened gradient (row-major GEMM operand, no slice_backward)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    monkeypatch.delenv("EVT_ATTENTION", raising=False)
+
+    def f(dout, qkv, w):
+        q, k, v = (aten.select(qkv, 0, i) for i in range(3))
+        dq, dk, dv = torch.ops.evt.sdpa_backward(dout, q, k, v, False, 0.0)
+        sz = [3, 2, 4, 8, 16]
+        g = aten.add(aten.add(aten.select_backward(dv, sz, 0, 2), aten.select_backward(dk, sz, 0, 1)),
+                     aten.select_backward(dq, sz, 0, 0))
+        z = aten._unsafe_view(aten.clone(aten.permute(g, [1, 3, 0, 2, 4]), memory_format=torch.contiguous_format),
+                              [16, 192])
+        return [torch.relu(aten.mm(z, w))]
+    args = [torch.randn(2, 4, 8, 16), torch.randn(3, 2, 4, 8, 16), torch.randn(192, 32)]
+    gm = make_fx(f)(*args)
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(a.shape, device="cuda") for a in args]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    assert B.stack_select_backwards(gm) == 1
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert aten.stack.default in targets and aten.select_backward.default not in targets
+    plan = B.build_plan(gm)
+    moved = [B._op_name(n).split(".")[0] for n in plan.torch_moves]
+    assert moved[-4:] == ["stack", "permute", "clone", "_unsafe_view"], moved
+    (seg,) = [s for s in _segments(plan) if s.path == "gpu"]  # (the q/k/v selects: PyTorch views, path none)
+    assert "in._unsafe_view" in seg.text and "slice_backward" not in seg.text, seg.text
+    # the rewrite is exact
+    ref = f(*args)[0]
+    gm2 = make_fx(f)(*args)
+    B.stack_select_backwards(gm2, {"gpu_ops": "fast"})  # (CPU nodes: cuda_placement says no; unchanged)
+    assert torch.allclose(gm2(*args)[0], ref)
+
+
+@needs_lib
 def test_layer_norm_backward_recomputes_its_statistics():
     """rewrite_joint on a layer norm's forward + backward (forced on CPU: ln_devices): the backward becomes
     evt::layer_norm_backward (statistics recomputed from x), the forward's mean / rstd die; the plan's
