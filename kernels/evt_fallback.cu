@@ -182,6 +182,32 @@ __global__ void k_reduce(double *S, ll nout, int op, tv x, shape_t kept, strides
   }
 }
 
+/* Long reductions (few outputs, many terms each: a bias gradient over all tokens): one block of 256 threads
+ * per output, each thread a strided share of the terms, then a fixed tree in shared memory (deterministic;
+ * the sum differs from the sequential order by double rounding only). */
+__device__ __forceinline__ double reduce_combine(int op, double a, double v) {
+  if (op == EVT_FB_OP_AMAX) return (isnan(v) || v > a) ? (isnan(a) ? a : v) : a;
+  return a + v;
+}
+
+__global__ void k_reduce_wide(double *S, ll nout, int op, tv x, shape_t kept, strides kst, shape_t red, strides rst,
+                              ll count) {
+  __shared__ double part[256];
+  for (ll o = blockIdx.x; o < nout; o += gridDim.x) {
+    ll base = strided_off(o, kept, kst);
+    double acc = op == EVT_FB_OP_AMAX ? -INFINITY : 0.0;
+    for (ll r = threadIdx.x; r < count; r += blockDim.x) acc = reduce_combine(op, acc, ld(x.p, x.dt, base + strided_off(r, red, rst)));
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+      if ((int)threadIdx.x < w) part[threadIdx.x] = reduce_combine(op, part[threadIdx.x], part[threadIdx.x + w]);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) S[o] = op == EVT_FB_OP_MEAN ? part[0] / (double)count : part[0];
+    __syncthreads();
+  }
+}
+
 /* ---- softmax family: one thread per row ------------------------------------------------------------ */
 
 __global__ void k_softmax(double *S, int op, tv a_, tv b_, ll outer, ll len, ll inner) {
@@ -1078,7 +1104,10 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
       }
     }
     if (op == EVT_FB_OP_AMAX && count == 0) UNSUPPORTED("amax over zero elements");
-    k_reduce<<<nb, 256, 0, ST>>>(S, n, op, view(x), kept, kst, rs, rst, count);
+    if (count >= 512 && n <= (ll)1 << 20) /* few long reductions: a block each */
+      k_reduce_wide<<<(unsigned)(n < 65535 * 4 ? (n > 0 ? n : 1) : 65535 * 4), 256, 0, ST>>>(S, n, op, view(x), kept, kst, rs, rst, count);
+    else
+      k_reduce<<<nb, 256, 0, ST>>>(S, n, op, view(x), kept, kst, rs, rst, count);
     break;
   }
   case EVT_FB_OP_SOFTMAX: case EVT_FB_OP_LOG_SOFTMAX: case EVT_FB_OP_SOFTMAX_BACKWARD:
