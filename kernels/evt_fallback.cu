@@ -138,12 +138,26 @@ __device__ double ew(int op, const evt_fb_attrs &a, double x, double y, double z
   }
 }
 
+/* Operand offsets: the element's index is decomposed once for all operands (64-bit divisions dominate
+ * this kernel); `dense` bit k: operand k is laid out like the output (offset e, no division). */
 __global__ void k_elementwise(double *S, ll n, int op, evt_fb_attrs a, shape_t sh, int nin, tv x0, tv x1, tv x2,
-                              strides s0, strides s1, strides s2) {
+                              strides s0, strides s1, strides s2, int dense) {
   GRID_FOR(e, n) {
-    double x = ld(x0.p, x0.dt, strided_off(e, sh, s0));
-    double y = nin > 1 ? ld(x1.p, x1.dt, strided_off(e, sh, s1)) : 0;
-    double z = nin > 2 ? ld(x2.p, x2.dt, strided_off(e, sh, s2)) : 0;
+    ll o0 = e, o1 = e, o2 = e;
+    if (dense != (1 << nin) - 1) {
+      ll r = e, q0 = 0, q1 = 0, q2 = 0;
+      for (int d = sh.rank - 1; d >= 0; d--) {
+        ll i = r % sh.d[d];
+        r /= sh.d[d];
+        q0 += i * s0.s[d], q1 += i * s1.s[d], q2 += i * s2.s[d];
+      }
+      if (!(dense & 1)) o0 = q0;
+      if (!(dense & 2)) o1 = q1;
+      if (!(dense & 4)) o2 = q2;
+    }
+    double x = ld(x0.p, x0.dt, o0);
+    double y = nin > 1 ? ld(x1.p, x1.dt, o1) : 0;
+    double z = nin > 2 ? ld(x2.p, x2.dt, o2) : 0;
     S[e] = ew(op, a, x, y, z);
   }
 }
@@ -1071,9 +1085,19 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
     memset(s, 0, sizeof s);
     for (int k = 0; k < nd->ninputs; k++)
       if (!bcast(in[k], out, &s[k])) UNSUPPORTED("the operands do not broadcast to the output shape");
+    int dense = 0;
+    for (int k = 0; k < nd->ninputs; k++) {
+      bool same = true;
+      ll cs = 1;
+      for (int d = out.rank - 1; d >= 0; d--) {
+        if (out.shape[d] > 1 && s[k].s[d] != cs) same = false;
+        cs *= out.shape[d];
+      }
+      if (same) dense |= 1 << k;
+    }
     k_elementwise<<<nb, 256, 0, ST>>>(S, n, op, a, shape_of(out), nd->ninputs, view(in[0]),
                                nd->ninputs > 1 ? view(in[1]) : none, nd->ninputs > 2 ? view(in[2]) : none, s[0],
-                               s[1], s[2]);
+                               s[1], s[2], dense);
     break;
   }
   case EVT_FB_OP_SUM: case EVT_FB_OP_MEAN: case EVT_FB_OP_AMAX: {
