@@ -162,6 +162,11 @@ typedef struct evt_program evt_program;
 #define EVT_PROGRAM_CUDA_GRAPH 2u  /* capture the step as a CUDA graph, replay it */
 #define EVT_PROGRAM_NO_OPT 4u      /* skip the graph passes (g is run as given) */
 evt_status evt_program_create(evt_graph *g, unsigned flags, evt_program **out);
+/* Optional, before creating several programs: JIT-compiles in one parallel batch every generated kernel that
+ * evt_program_create(graphs[i], flags) would compile (deduplicated across graphs; results in the JIT cache),
+ * so the creations that follow only load them. Needs nvcc, not a GPU. Problems are left to the creations to
+ * report. Returns the number of distinct kernels now compiled or cached (0 without EVT_PROGRAM_FUSED). */
+int evt_program_prefetch(evt_graph *const *graphs, int n, unsigned flags);
 /* Binds device memory to an input or param, by node name. */
 evt_status evt_program_bind(evt_program *p, const char *name, void *device_ptr);
 /* Binds device memory to graph output i (evt_graph_output order of the graph passed to create). */

@@ -138,12 +138,26 @@ __device__ double ew(int op, const evt_fb_attrs &a, double x, double y, double z
   }
 }
 
+/* Operand offsets: the element's index is decomposed once for all operands (64-bit divisions dominate
+ * this kernel); `dense` bit k: operand k is laid out like the output (offset e, no division). */
 __global__ void k_elementwise(double *S, ll n, int op, evt_fb_attrs a, shape_t sh, int nin, tv x0, tv x1, tv x2,
-                              strides s0, strides s1, strides s2) {
+                              strides s0, strides s1, strides s2, int dense) {
   GRID_FOR(e, n) {
-    double x = ld(x0.p, x0.dt, strided_off(e, sh, s0));
-    double y = nin > 1 ? ld(x1.p, x1.dt, strided_off(e, sh, s1)) : 0;
-    double z = nin > 2 ? ld(x2.p, x2.dt, strided_off(e, sh, s2)) : 0;
+    ll o0 = e, o1 = e, o2 = e;
+    if (dense != (1 << nin) - 1) {
+      ll r = e, q0 = 0, q1 = 0, q2 = 0;
+      for (int d = sh.rank - 1; d >= 0; d--) {
+        ll i = r % sh.d[d];
+        r /= sh.d[d];
+        q0 += i * s0.s[d], q1 += i * s1.s[d], q2 += i * s2.s[d];
+      }
+      if (!(dense & 1)) o0 = q0;
+      if (!(dense & 2)) o1 = q1;
+      if (!(dense & 4)) o2 = q2;
+    }
+    double x = ld(x0.p, x0.dt, o0);
+    double y = nin > 1 ? ld(x1.p, x1.dt, o1) : 0;
+    double z = nin > 2 ? ld(x2.p, x2.dt, o2) : 0;
     S[e] = ew(op, a, x, y, z);
   }
 }
@@ -179,6 +193,32 @@ __global__ void k_reduce(double *S, ll nout, int op, tv x, shape_t kept, strides
       }
     }
     S[o] = op == EVT_FB_OP_MEAN ? acc / (double)count : acc;
+  }
+}
+
+/* Long reductions (few outputs, many terms each: a bias gradient over all tokens): one block of 256 threads
+ * per output, each thread a strided share of the terms, then a fixed tree in shared memory (deterministic;
+ * the sum differs from the sequential order by double rounding only). */
+__device__ __forceinline__ double reduce_combine(int op, double a, double v) {
+  if (op == EVT_FB_OP_AMAX) return (isnan(v) || v > a) ? (isnan(a) ? a : v) : a;
+  return a + v;
+}
+
+__global__ void k_reduce_wide(double *S, ll nout, int op, tv x, shape_t kept, strides kst, shape_t red, strides rst,
+                              ll count) {
+  __shared__ double part[256];
+  for (ll o = blockIdx.x; o < nout; o += gridDim.x) {
+    ll base = strided_off(o, kept, kst);
+    double acc = op == EVT_FB_OP_AMAX ? -INFINITY : 0.0;
+    for (ll r = threadIdx.x; r < count; r += blockDim.x) acc = reduce_combine(op, acc, ld(x.p, x.dt, base + strided_off(r, red, rst)));
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+      if ((int)threadIdx.x < w) part[threadIdx.x] = reduce_combine(op, part[threadIdx.x], part[threadIdx.x + w]);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) S[o] = op == EVT_FB_OP_MEAN ? part[0] / (double)count : part[0];
+    __syncthreads();
   }
 }
 
@@ -1045,9 +1085,19 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
     memset(s, 0, sizeof s);
     for (int k = 0; k < nd->ninputs; k++)
       if (!bcast(in[k], out, &s[k])) UNSUPPORTED("the operands do not broadcast to the output shape");
+    int dense = 0;
+    for (int k = 0; k < nd->ninputs; k++) {
+      bool same = true;
+      ll cs = 1;
+      for (int d = out.rank - 1; d >= 0; d--) {
+        if (out.shape[d] > 1 && s[k].s[d] != cs) same = false;
+        cs *= out.shape[d];
+      }
+      if (same) dense |= 1 << k;
+    }
     k_elementwise<<<nb, 256, 0, ST>>>(S, n, op, a, shape_of(out), nd->ninputs, view(in[0]),
                                nd->ninputs > 1 ? view(in[1]) : none, nd->ninputs > 2 ? view(in[2]) : none, s[0],
-                               s[1], s[2]);
+                               s[1], s[2], dense);
     break;
   }
   case EVT_FB_OP_SUM: case EVT_FB_OP_MEAN: case EVT_FB_OP_AMAX: {
@@ -1078,7 +1128,10 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
       }
     }
     if (op == EVT_FB_OP_AMAX && count == 0) UNSUPPORTED("amax over zero elements");
-    k_reduce<<<nb, 256, 0, ST>>>(S, n, op, view(x), kept, kst, rs, rst, count);
+    if (count >= 512 && n <= (ll)1 << 20) /* few long reductions: a block each */
+      k_reduce_wide<<<(unsigned)(n < 65535 * 4 ? (n > 0 ? n : 1) : 65535 * 4), 256, 0, ST>>>(S, n, op, view(x), kept, kst, rs, rst, count);
+    else
+      k_reduce<<<nb, 256, 0, ST>>>(S, n, op, view(x), kept, kst, rs, rst, count);
     break;
   }
   case EVT_FB_OP_SOFTMAX: case EVT_FB_OP_LOG_SOFTMAX: case EVT_FB_OP_SOFTMAX_BACKWARD:

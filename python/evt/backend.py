@@ -401,7 +401,9 @@ class Segment:
         self.why = None       # why a CUDA segment runs in PyTorch
         self.torch_views = []  # members that are views of segment inputs, needed outside: PyTorch views
 
-    def finalize(self, users_outside, program_node_fallback=True):
+    def finalize(self, users_outside, program_node_fallback=True, defer_program=False):
+        """defer_program: leave a GPU segment's program to create_program() (the plan prefetches every
+        segment's kernels in one JIT batch first)."""
         b, members = self.b, set(self.members)
         inputs = {name for _, name in b.inputs}
         self.outputs, self.aliases, out_names = [], [], []
@@ -473,7 +475,17 @@ class Segment:
         if self.path == "torch":
             self.why = f"libevt has no GPU program API (evt_program_create) for {dev}"
         elif self.path == "gpu":
-            self._create_program(program_node_fallback)
+            if defer_program:
+                self.pending = program_node_fallback
+            else:
+                self._create_program(program_node_fallback)
+
+    def create_program(self):
+        """The deferred program of finalize(defer_program=True)."""
+        node_fallback = getattr(self, "pending", None)
+        if node_fallback is not None:
+            self.pending = None
+            self._create_program(node_fallback)
 
     def _physical(self, out_names):
         """Channels-last and other dense permuted layouts (CUDA): inputs and outputs whose recorded strides
@@ -644,9 +656,13 @@ def reset_stats():
 _PROGRAMS = {}  # (sha256 of the optimized text, flags, device) -> Program (not for CUDA graphs)
 
 
+def _program_key(graph, flags, device):
+    return (hashlib.sha256(graph.text().encode()).hexdigest(), flags, str(device))
+
+
 def _program_for(graph, flags, device):
     text = graph.text()
-    key = (hashlib.sha256(text.encode()).hexdigest(), flags, str(device))
+    key = _program_key(graph, flags, device)
     p = _PROGRAMS.get(key) if not flags & G.EVT_PROGRAM_CUDA_GRAPH else None
     if p is None:
         with torch.cuda.device(device):
@@ -770,13 +786,24 @@ class Plan:
         grads = set()
         if self.kind == "backward":
             grads = set(_flat_nodes(self.output.args[0]))
-        for s in self.steps:
-            if isinstance(s, Segment):
-                s.free_layout = grads
-                s.finalize(lambda m: m.users, self.program_node_fallback)
-                if s.path == "torch":
-                    for m in s.members:
-                        self.fallbacks.append((m, s.why))
+        segs = [s for s in self.steps if isinstance(s, Segment)]
+        for s in segs:
+            s.free_layout = grads
+            s.finalize(lambda m: m.users, self.program_node_fallback, defer_program=True)
+        # every GPU segment's kernels in one parallel JIT batch, then the programs (cache hits)
+        gpu = [s for s in segs if s.path == "gpu" and getattr(s, "pending", None) is not None]
+        texts = [s.graph.text() for s in gpu if _program_key(s.graph, G.program_flags(s.options), s.device)
+                 not in _PROGRAMS]
+        if len(texts) > 1:
+            import time
+            t0 = time.time()
+            n = G.prefetch(texts, G.program_flags(gpu[0].options))
+            log.info("  prefetch: %d kernels for %d GPU segments in %.1f s", n, len(texts), time.time() - t0)
+        for s in segs:
+            s.create_program()
+            if s.path == "torch":
+                for m in s.members:
+                    self.fallbacks.append((m, s.why))
         # Liveness: each value is dropped from the environment after the last step that reads it.
         step_of = {}
         for i, s in enumerate(self.steps):

@@ -225,6 +225,22 @@ class Program:
             self._p = None
 
 
+def prefetch(texts, flags):
+    """One JIT batch for the kernels of every program about to be created from `texts` (optimized segment
+    texts, as Program takes them): evt_program_prefetch. Returns the number of distinct kernels compiled or
+    cached; 0 when nothing is fused, there is nothing to do, or the library predates the call."""
+    if not texts or not flags & EVT_PROGRAM_FUSED:
+        return 0
+    lib = L.lib()
+    if not hasattr(lib, "evt_program_prefetch"):
+        return 0
+    fn = L._declare("evt_program_prefetch", ctypes.c_int,
+                    [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint])
+    graphs = [L.Graph(t, f"<prefetch {i}>") for i, t in enumerate(texts)]
+    arr = (ctypes.c_void_p * len(graphs))(*[g._g for g in graphs])
+    return int(fn(arr, len(graphs), flags | EVT_PROGRAM_NO_OPT))
+
+
 def _use_count(t):
     return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 

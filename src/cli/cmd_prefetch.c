@@ -22,46 +22,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-typedef struct pf_kernel {
-  char name[40];
-  int gemm;     /* 1: CUTLASS GEMM+EVT kernel, 0: row / pointwise kernel */
-  char *source;
-  char files[400]; /* basenames of the files that use it */
-} pf_kernel;
-
 static const char *base_name(const char *path) {
   const char *s = strrchr(path, '/');
   return s ? s + 1 : path;
 }
 
-/* Adds plan kernel k of xp (from file f) unless a kernel of that name is already listed. */
-static int add_kernel(pf_kernel **ks, int *n, int *cap, const evt_exec_plan *xp, int k, const char *f, char *err,
-                      size_t errlen) {
-  for (int i = 0; i < *n; i++)
-    if (!strcmp((*ks)[i].name, xp->kname[k])) {
-      size_t len = strlen((*ks)[i].files);
-      snprintf((*ks)[i].files + len, sizeof (*ks)[i].files - len, " %s", base_name(f));
-      return 1;
-    }
-  char *src = xp->gspec[k] ? evt_emit_cutlass(xp->gspec[k], err, errlen) : evt_emit_rows(xp->kspec[k], err, errlen);
-  if (!src) return 0;
-  if (*n == *cap) {
-    *cap = *cap ? 2 * *cap : 64;
-    pf_kernel *bigger = realloc(*ks, sizeof **ks * (size_t)*cap);
-    if (!bigger) evt_fatal(__FILE__, __LINE__, "out of memory");
-    *ks = bigger;
-  }
-  pf_kernel *K = &(*ks)[(*n)++];
-  memset(K, 0, sizeof *K);
-  snprintf(K->name, sizeof K->name, "%s", xp->kname[k]);
-  K->gemm = xp->gspec[k] != NULL;
-  K->source = src;
-  snprintf(K->files, sizeof K->files, "%s", base_name(f));
-  return 1;
-}
-
 /* The plan of one file as `evtc run --fused` builds it; its kernels into ks. false (message printed) on error. */
-static bool plan_file(const char *path, pf_kernel **ks, int *n, int *cap, int *bad_kernels) {
+static bool plan_file(const char *path, evt_pf_kernel **ks, int *n, int *cap, int *bad_kernels) {
   char *perr = NULL;
   evt_graph *g = evt_parse_file(path, &perr);
   if (!g) {
@@ -80,47 +47,15 @@ static bool plan_file(const char *path, pf_kernel **ks, int *n, int *cap, int *b
   }
   const evt_exec_plan *xp = p->xp;
   int ng = 0, nr = 0;
-  for (int k = 0; k < xp->nkernels; k++) {
-    char err[512];
-    if (!add_kernel(ks, n, cap, xp, k, path, err, sizeof err)) {
-      fprintf(stderr, "evtc prefetch: %s: kernel %s cannot be emitted: %s\n", path, xp->kname[k], err);
-      (*bad_kernels)++;
-      continue;
-    }
-    (xp->gspec[k] ? &ng : &nr)[0]++;
-  }
+  for (int k = 0; k < xp->nkernels; k++) (xp->gspec[k] ? &ng : &nr)[0]++;
+  char err[512];
+  int bad = evt_prefetch_collect(xp, base_name(path), ks, n, cap, err, sizeof err);
+  if (bad) fprintf(stderr, "evtc prefetch: %s: %d kernel(s) cannot be emitted: %s\n", path, bad, err);
+  *bad_kernels += bad;
   printf("%s: %d groups, %d fused: %d GEMM+EVT kernels, %d row kernels\n", path, xp->ngroups, p->groups_fused, ng, nr);
   evt_program_destroy(p);
   evt_graph_free(g);
   return true;
-}
-
-/* Compiles the kernels of one kind as one JIT batch; returns the number that failed. */
-static int compile_kind(pf_kernel *ks, int n, int gemm) {
-  evt_jit_job *jobs = calloc((size_t)n + 1, sizeof *jobs);
-  if (!jobs) evt_fatal(__FILE__, __LINE__, "out of memory");
-  int nj = 0;
-  for (int i = 0; i < n; i++)
-    if (ks[i].gemm == gemm) jobs[nj].name = ks[i].name, jobs[nj++].source = ks[i].source;
-  int failed = 0;
-  if (nj) {
-    evt_jit_options jo = {0};
-    jo.no_cutlass = !gemm;
-    char msg[1024] = "";
-    evt_status st = evt_jit_compile(jobs, nj, &jo, msg, sizeof msg);
-    if (st != EVT_OK && st != EVT_ERR_INVALID) {
-      fprintf(stderr, "evtc prefetch: %s kernels: %s\n", gemm ? "GEMM" : "row", msg);
-      failed = nj;
-    } else {
-      for (int j = 0; j < nj; j++)
-        if (!jobs[j].ok) {
-          fprintf(stderr, "evtc prefetch: %s\n", jobs[j].error);
-          failed++;
-        }
-    }
-  }
-  free(jobs);
-  return failed;
 }
 
 EVTC_COMMAND(prefetch, "FILE... [--only gemm|rows] [--list]",
@@ -154,7 +89,7 @@ EVTC_COMMAND(prefetch, "FILE... [--only gemm|rows] [--list]",
     free(files);
     return EVTC_EXIT_USER;
   }
-  pf_kernel *ks = NULL;
+  evt_pf_kernel *ks = NULL;
   int n = 0, cap = 0, bad = 0, badfiles = 0;
   for (int f = 0; f < nf; f++)
     if (!plan_file(files[f], &ks, &n, &cap, &bad)) badfiles++;
@@ -164,14 +99,13 @@ EVTC_COMMAND(prefetch, "FILE... [--only gemm|rows] [--list]",
   int failed = 0;
   if (list) {
     for (int i = 0; i < n; i++)
-      if (only < 0 || only == ks[i].gemm) printf("%s %s: %s\n", ks[i].name, ks[i].gemm ? "gemm" : "row", ks[i].files);
+      if (only < 0 || only == ks[i].gemm) printf("%s %s: %s\n", ks[i].name, ks[i].gemm ? "gemm" : "row", ks[i].users);
   } else {
-    if (only != 0) failed += compile_kind(ks, n, 1);
-    if (only != 1) failed += compile_kind(ks, n, 0);
+    if (only != 0) failed += evt_prefetch_compile(ks, n, 1, stderr);
+    if (only != 1) failed += evt_prefetch_compile(ks, n, 0, stderr);
     printf("prefetch: %d failed\n", failed);
   }
-  for (int i = 0; i < n; i++) free(ks[i].source);
-  free(ks);
+  evt_prefetch_free(ks, n);
   free(files);
   return failed || bad || badfiles ? EVTC_EXIT_USER : EVTC_EXIT_OK;
 }

@@ -30,7 +30,8 @@ static int canonical(evt_graph *g, int id) {
   switch (n->op) {
   case EVT_OP_ADDMM: {
     int c = n->inputs[0], a = n->inputs[1], b = n->inputs[2];
-    if (t->dtype == EVT_F32) return evt_rw_binary(g, id, EVT_OP_ADD, evt_rw_binary(g, id, EVT_OP_MM, a, b), c);
+    evt_dtype dt = t->dtype; /* n and t dangle once a node is added (g->nodes may move) */
+    if (dt == EVT_F32) return evt_rw_binary(g, id, EVT_OP_ADD, evt_rw_binary(g, id, EVT_OP_MM, a, b), c);
     /* 16-bit: the bias joins the f32 accumulator and the sum is rounded once, as PyTorch's addmm (cuBLASLt's
      * bias epilogue) does; a 16-bit mm followed by a 16-bit add would round twice */
     evt_attrs at = evt_attrs_default;
@@ -39,7 +40,7 @@ static int canonical(evt_graph *g, int id) {
     int acc = evt_rw_op(g, id, EVT_OP_MM, in, 2, &at, 1ull << EVT_ATTR_OUT_DTYPE);
     int bias = evt_rw_cast(g, id, c, EVT_F32);
     if (acc < 0 || bias < 0) return -1;
-    return evt_rw_cast(g, id, evt_rw_binary(g, id, EVT_OP_ADD, acc, bias), t->dtype);
+    return evt_rw_cast(g, id, evt_rw_binary(g, id, EVT_OP_ADD, acc, bias), dt);
   }
   case EVT_OP_TRANSPOSE: {
     int r = t0->rank;

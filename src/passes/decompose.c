@@ -17,7 +17,8 @@
  *                                          but 1 and rstd = rsqrt(E[x^2] - mean^2 + eps)
  *   batch_norm_backward_input(dy, x[, w]) -> (g - mean(g) - x^ * mean(g * x^)) * rstd,  g = dy [* w]
  *   batch_norm_backward_weight(dy, x)   -> sum(dy * x^, all dims but 1)
- *   gelu_backward(dy, x)                -> dy * (Phi(x) + x * phi(x))   (erf form; tanh form likewise)
+ *   (gelu_backward stays whole: one visitor functor, gelu_erf_grad / gelu_tanh_grad, where its 15
+ *   primitives would hold 15 fragments live in a GEMM epilogue's topological visitor)
  *   threshold_backward(dy, y)           -> where(y > value, dy, 0)
  *   conv2d / conv2d_backward_input / conv2d_backward_weight / max_pool2d / max_pool2d_backward /
  *   avg_pool2d / avg_pool2d_backward / adaptive_max_pool2d / its backward (layout nchw)
@@ -58,30 +59,6 @@ static int layer_norm_plain(evt_graph *g, int at, int x, double eps) {
   evt_attrs a = evt_attrs_default;
   a.eps = eps;
   return evt_rw_op(g, at, EVT_OP_LAYER_NORM, &x, 1, &a, 1ull << EVT_ATTR_EPS);
-}
-
-static int gelu_grad(evt_graph *g, int id, int dy, int x, int64_t approximate) {
-#define S(v) scalar_like(g, id, x, (v))
-#define MUL(a, b) evt_rw_binary(g, id, EVT_OP_MUL, (a), (b))
-#define ADD(a, b) evt_rw_binary(g, id, EVT_OP_ADD, (a), (b))
-  int x2 = MUL(x, x), d;
-  if (approximate == EVT_APPROXIMATE_TANH) {
-    double k = sqrt(2.0 / M_PI), c = 0.044715;
-    int inner = MUL(S(k), ADD(x, MUL(S(c), MUL(x2, x))));
-    int t = evt_rw_unary(g, id, EVT_OP_TANH, inner);
-    int left = MUL(S(0.5), ADD(t, S(1.0)));
-    int sech2 = evt_rw_binary(g, id, EVT_OP_SUB, S(1.0), MUL(t, t));
-    int right = MUL(MUL(S(0.5 * k), x), MUL(sech2, ADD(S(1.0), MUL(S(3.0 * c), x2))));
-    d = ADD(left, right);
-  } else {
-    int cdf = MUL(S(0.5), ADD(S(1.0), evt_rw_unary(g, id, EVT_OP_ERF, MUL(x, S(M_SQRT1_2)))));
-    int pdf = MUL(evt_rw_unary(g, id, EVT_OP_EXP, MUL(x2, S(-0.5))), S(1.0 / sqrt(2.0 * M_PI)));
-    d = ADD(cdf, MUL(x, pdf));
-  }
-  return MUL(dy, d);
-#undef S
-#undef MUL
-#undef ADD
 }
 
 static const evt_ilist to_nhwc = {4, {0, 2, 3, 1}}, to_nchw = {4, {0, 3, 1, 2}};
@@ -216,8 +193,6 @@ static int decompose(evt_graph *g, int id) {
     int rstd, xhat = bn_normalize(g, id, b, eps, &rstd);
     return evt_rw_reduce(g, id, EVT_OP_SUM, evt_rw_binary(g, id, EVT_OP_MUL, a, xhat), dims, nd, 0);
   }
-  case EVT_OP_GELU_BACKWARD:
-    return gelu_grad(g, id, a, b, n->attr.approximate);
   case EVT_OP_CONV2D:
   case EVT_OP_CONV2D_BACKWARD_INPUT:
   case EVT_OP_CONV2D_BACKWARD_WEIGHT:

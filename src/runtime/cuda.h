@@ -87,6 +87,22 @@ int evt_program_steps(const evt_graph *g, const evt_exec_plan *xp, evt_prog_step
 evt_status evt_program_layout(const evt_graph *g, const evt_exec_plan *xp, evt_arena_slot *slots, int64_t *arena,
                               int64_t *naive, char *err, size_t errlen);
 
+/* ---- src/runtime/prefetch.c: the kernels of many fused plans in one JIT batch -------------------------- */
+typedef struct evt_pf_kernel {
+  char name[40];
+  int gemm;        /* 1: CUTLASS GEMM+EVT kernel, 0: row / pointwise kernel */
+  char *source;    /* generated source (owned) */
+  char users[400]; /* labels of the plans that use it */
+} evt_pf_kernel;
+/* Adds the distinct kernels of plan xp (labelled `label`) to ks[0..*n) (grown as needed; deduplicated by
+ * name, which is the spec's hash); returns how many could not be emitted (last message in err). */
+int evt_prefetch_collect(const evt_exec_plan *xp, const char *label, evt_pf_kernel **ks, int *n, int *cap, char *err,
+                         size_t errlen);
+/* JIT-compiles the kernels of one kind (gemm 1: CUTLASS, 0: rows) as one batch with the options
+ * evt_program_create uses; returns how many failed (each named on errs, when not NULL). */
+int evt_prefetch_compile(evt_pf_kernel *ks, int n, int gemm, FILE *errs);
+void evt_prefetch_free(evt_pf_kernel *ks, int n);
+
 /* Tests without a GPU: everything evt_program_create does on the host (passes, fused plan without JIT,
  * steps, layout, bindings), no library, no device memory; evt_program_run fails with EVT_ERR_UNSUPPORTED. */
 evt_status evt_program_create_host(evt_graph *g, unsigned flags, evt_program **out);

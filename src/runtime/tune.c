@@ -22,12 +22,13 @@
 int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt_tile_config *out, int max) {
   (void)k;
   const evt_tile_config C = EVT_TILE_CONFIG_DEFAULT;
-  /* In the order they are worth trying (a cap keeps the first ones): the default, the large cooperative
-   * tiles with and without a 2-CTA cluster (the best configs of bench/results/h200-run4), ping-pong, then
-   * the deterministic workspace reduction for specs with sums. */
+  /* In the order they are worth trying (a cap keeps the first ones): the spec's own config (what runs
+   * untuned: the lowering's default), the large cooperative tiles with and without a 2-CTA cluster (the best
+   * configs of bench/results/h200-run4), ping-pong, then the deterministic workspace reduction for specs with
+   * sums; each config once. */
   evt_tile_config list[24];
   int nl = 0;
-  list[nl++] = C;
+  list[nl++] = s->cfg;
 #define ADD(tm, tn, cm, cn, sc, red)                                                                  \
   do {                                                                                                \
     evt_tile_config c_ = C;                                                                           \
@@ -55,7 +56,12 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
     evt_tile_config c = list[i];
     if (i > 0 && (m < c.tile_m || n < c.tile_n)) continue; /* a tile larger than the problem */
     if (evt_tile_config_check(s, &c, NULL, 0) != EVT_OK) continue;
-    out[cnt++] = c;
+    bool seen = false; /* (the default may already be one of the list's configs: 128x256 once N >= 256) */
+    for (int j = 0; j < cnt && !seen; j++)
+      seen = out[j].tile_m == c.tile_m && out[j].tile_n == c.tile_n && out[j].tile_k == c.tile_k &&
+             out[j].cluster_m == c.cluster_m && out[j].cluster_n == c.cluster_n && out[j].schedule == c.schedule &&
+             out[j].stages == c.stages && out[j].reduction == c.reduction && out[j].epi_n == c.epi_n;
+    if (!seen) out[cnt++] = c;
   }
   return cnt;
 }

@@ -650,37 +650,11 @@ TEST(gemm_launch_binds_args_and_falls_back) {
  * for: after a prefetch of two graphs with a stand-in nvcc, the runtime's plan of each graph (parse, joint,
  * passes, evt_exec_plan_build as run does) finds every GEMM and row kernel in the cache, even with an nvcc
  * that always fails; a kernel shared by both graphs is listed once. */
-TEST(prefetch_fills_the_runtime_jit_cache) {
-  char dir[128], cmd[4096], cache[160], okn[160], badn[160];
-  snprintf(dir, sizeof dir, "/tmp/evt-prefetch-test-%ld", (long)getpid());
-  snprintf(cache, sizeof cache, "%s/cache", dir);
-  snprintf(okn, sizeof okn, "%s/nvcc", dir);
-  snprintf(badn, sizeof badn, "%s/nvcc_bad", dir);
-  snprintf(cmd, sizeof cmd,
-           "rm -rf %s && mkdir -p %s/cut/include/cutlass %s/cut/tools/util/include %s && touch %s/cut/include/cutlass/cutlass.h && "
-           "printf '#!/bin/sh\\n[ \"$1\" = --version ] && exit 0\\nout=\\nwhile [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\\necho so > \"$out\"\\n' > %s && "
-           "printf '#!/bin/sh\\n[ \"$1\" = --version ] && exit 0\\necho \"x.cu(1): error: no compile expected\"; exit 2\\n' > %s && chmod +x %s %s",
-           dir, dir, dir, cache, dir, okn, badn, okn, badn);
-  CHECK(system(cmd) == 0);
-  const char *files[] = {"bench/graphs/bert_layer_bf16.evt", "examples/mlp.evt"};
-  snprintf(cmd, sizeof cmd,
-           "EVT_NVCC=%s EVT_JIT_CACHE=%s CUTLASS_PATH=%s/cut EVT_TUNE_CACHE=%s/no-tune build/evtc prefetch %s %s > %s/out.txt 2>&1",
-           okn, cache, dir, dir, files[0], files[1], dir);
-  CHECK_MSG(system(cmd) == 0, "%s", cmd);
-  const char *keys[] = {"EVT_NVCC", "EVT_JIT_CACHE", "CUTLASS_PATH", "EVT_TUNE_CACHE"};
-  char *saved[4];
-  for (int i = 0; i < 4; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
-  char cut[160], tc[160];
-  snprintf(cut, sizeof cut, "%s/cut", dir);
-  snprintf(tc, sizeof tc, "%s/no-tune", dir);
-  snprintf(cmd, sizeof cmd, "cp %s %s", badn, okn); /* the same nvcc path (part of the cache key), now failing */
-  CHECK(system(cmd) == 0);
-  setenv("EVT_NVCC", okn, 1);
-  setenv("EVT_JIT_CACHE", cache, 1);
-  setenv("CUTLASS_PATH", cut, 1);
-  setenv("EVT_TUNE_CACHE", tc, 1);
+/* Every kernel the fused plans of `files` need is in the JIT cache (compiling through the current EVT_NVCC,
+ * which the callers make fail, would not be a hit); returns how many were checked. */
+static int check_prefetched(const char *const *files, int nf) {
   int total = 0;
-  for (int f = 0; f < 2; f++) {
+  for (int f = 0; f < nf; f++) {
     evt_graph *g = load_opt(files[f]);
     if (!g) continue;
     evt_exec_plan p;
@@ -714,14 +688,84 @@ TEST(prefetch_fills_the_runtime_jit_cache) {
     evt_exec_plan_free(&p);
     evt_graph_free(g);
   }
-  CHECK(total > 20);
-  snprintf(cmd, sizeof cmd, "grep -q 'distinct kernels' %s/out.txt && grep -q 'prefetch: 0 failed' %s/out.txt", dir, dir);
+  return total;
+}
+
+/* Fake toolchain for the prefetch tests in dir: nvcc (writes the .so), nvcc_bad (fails), an empty CUTLASS. */
+static void prefetch_toolchain(const char *dir) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "rm -rf %s && mkdir -p %s/cut/include/cutlass %s/cut/tools/util/include %s/cache && touch %s/cut/include/cutlass/cutlass.h && "
+           "printf '#!/bin/sh\\n[ \"$1\" = --version ] && exit 0\\nout=\\nwhile [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; esac; shift; done\\necho so > \"$out\"\\n' > %s/nvcc && "
+           "printf '#!/bin/sh\\n[ \"$1\" = --version ] && exit 0\\necho \"x.cu(1): error: no compile expected\"; exit 2\\n' > %s/nvcc_bad && chmod +x %s/nvcc %s/nvcc_bad",
+           dir, dir, dir, dir, dir, dir, dir, dir, dir);
   CHECK(system(cmd) == 0);
+}
+
+static const char *const pf_keys[] = {"EVT_NVCC", "EVT_JIT_CACHE", "CUTLASS_PATH", "EVT_TUNE_CACHE"};
+
+static void prefetch_env(const char *dir, char **saved) {
+  char v[4][200];
+  snprintf(v[0], sizeof v[0], "%s/nvcc", dir);
+  snprintf(v[1], sizeof v[1], "%s/cache", dir);
+  snprintf(v[2], sizeof v[2], "%s/cut", dir);
+  snprintf(v[3], sizeof v[3], "%s/no-tune", dir);
   for (int i = 0; i < 4; i++) {
-    if (saved[i]) setenv(keys[i], saved[i], 1);
-    else unsetenv(keys[i]);
+    saved[i] = getenv(pf_keys[i]) ? strdup(getenv(pf_keys[i])) : NULL;
+    setenv(pf_keys[i], v[i], 1);
+  }
+}
+
+static void prefetch_restore(char **saved) {
+  for (int i = 0; i < 4; i++) {
+    if (saved[i]) setenv(pf_keys[i], saved[i], 1);
+    else unsetenv(pf_keys[i]);
     free(saved[i]);
   }
+}
+
+TEST(prefetch_fills_the_runtime_jit_cache) {
+  char dir[128], cmd[4096];
+  snprintf(dir, sizeof dir, "/tmp/evt-prefetch-test-%ld", (long)getpid());
+  prefetch_toolchain(dir);
+  const char *files[] = {"bench/graphs/bert_layer_bf16.evt", "examples/mlp.evt"};
+  snprintf(cmd, sizeof cmd,
+           "EVT_NVCC=%s/nvcc EVT_JIT_CACHE=%s/cache CUTLASS_PATH=%s/cut EVT_TUNE_CACHE=%s/no-tune build/evtc prefetch %s %s > %s/out.txt 2>&1",
+           dir, dir, dir, dir, files[0], files[1], dir);
+  CHECK_MSG(system(cmd) == 0, "%s", cmd);
+  char *saved[4];
+  prefetch_env(dir, saved);
+  snprintf(cmd, sizeof cmd, "cp %s/nvcc_bad %s/nvcc", dir, dir); /* the same nvcc path (part of the cache key), now failing */
+  CHECK(system(cmd) == 0);
+  CHECK(check_prefetched(files, 2) > 20);
+  snprintf(cmd, sizeof cmd, "grep -q 'distinct kernels' %s/out.txt && grep -q 'prefetch: 0 failed' %s/out.txt", dir, dir);
+  CHECK(system(cmd) == 0);
+  prefetch_restore(saved);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK(system(cmd) == 0);
+}
+
+/* The library entry (what the torch backend calls before creating its segments' programs): one batch for
+ * several graphs, deduplicated; afterwards each plan's kernels are cache hits. Without FUSED: nothing. */
+TEST(program_prefetch_compiles_every_graph_once) {
+  char dir[128], cmd[512];
+  snprintf(dir, sizeof dir, "/tmp/evt-prefetch-lib-%ld", (long)getpid());
+  prefetch_toolchain(dir);
+  char *saved[4];
+  prefetch_env(dir, saved);
+  const char *files[] = {"bench/graphs/bert_layer_bf16.evt", "examples/mlp.evt", "bench/graphs/mlp_bf16.evt"};
+  evt_graph *gs[3];
+  for (int f = 0; f < 3; f++) gs[f] = load_opt(files[f]);
+  CHECK(evt_program_prefetch(gs, 3, EVT_PROGRAM_NO_OPT) == 0);
+  int n = evt_program_prefetch(gs, 3, EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT);
+  snprintf(cmd, sizeof cmd, "cp %s/nvcc_bad %s/nvcc", dir, dir);
+  CHECK(system(cmd) == 0);
+  int checked = check_prefetched(files, 3);
+  CHECK_MSG(n > 20 && n < checked, "%d distinct kernels prefetched, %d plan kernels checked", n, checked);
+  /* (n < checked: kernels shared by the graphs were compiled once) */
+  CHECK(evt_program_prefetch(gs, 3, EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT) == n); /* all cache hits now */
+  for (int f = 0; f < 3; f++) evt_graph_free(gs[f]);
+  prefetch_restore(saved);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0);
 }

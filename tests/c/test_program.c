@@ -303,3 +303,42 @@ TEST(program_steps_skip_sources_nothing_reads) {
     evt_graph_free(g);
   }
 }
+
+/* The host half of evt_program_create on bert_layer_bf16 (fused): the 6 attention bmm groups are steps of
+ * the program as batched GEMM+EVT launches (4 heads x 2 launches), and every tensor they read or write has
+ * memory (arena or caller) when its step runs. */
+TEST(program_host_plan_runs_batched_gemm_groups) {
+  char *err = NULL;
+  evt_graph *g = evt_parse_file("bench/graphs/bert_layer_bf16.evt", &err);
+  CHECK_MSG(g != NULL, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+  evt_program *p = NULL;
+  CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s", evt_graph_error(g));
+  if (p) {
+    int nbat = 0, bad = 0;
+    for (int k = 0; k < p->nsteps; k++) {
+      if (p->steps[k].node >= 0) continue;
+      int gi = p->steps[k].group;
+      const evt_group_exec *x = &p->xp->groups[gi];
+      const evt_lowered *L = &p->xp->low.k[gi];
+      if (!x->fused || x->kind != EVT_LK_GEMM_EVT || !L->spec.batched) continue;
+      nbat++;
+      CHECK(L->l == 4 && L->l_outer == 2);
+      int t[3 + EVT_LAUNCH_MAX_PTRS], nt = 0;
+      t[nt++] = x->a_node, t[nt++] = x->b_node;
+      if (x->d_node >= 0) t[nt++] = x->d_node;
+      for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++)
+        if (x->ptr_node[i] >= 0) t[nt++] = x->ptr_node[i];
+      for (int j = 0; j < nt; j++) {
+        const evt_arena_slot *s = &p->slots[t[j]];
+        bad += s->kind == EVT_SLOT_NONE || (s->kind == EVT_SLOT_ARENA && (k < s->first || k > s->last));
+      }
+    }
+    CHECK_MSG(nbat == 6 && bad == 0, "%d batched GEMM steps, %d tensors without memory", nbat, bad);
+    CHECK(p->groups_fallback <= 1); /* at most the bool %mlm.sel group runs node by node */
+  }
+  evt_program_destroy(p);
+  evt_graph_free(g);
+}

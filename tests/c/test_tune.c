@@ -24,6 +24,25 @@ TEST(tune_default_config_keeps_its_text) {
   free(src);
 }
 
+/* A spec whose default is already one of the list's configs (the lowering's 128x256 for N >= 256) gets each
+ * candidate once: a cap of 3 then measures three different mainloops. */
+TEST(tune_candidates_are_distinct_when_the_default_is_listed) {
+  evt_tile_config wide = EVT_TILE_CONFIG_DEFAULT;
+  wide.tile_n = 256;
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "bias_gelu_aux", wide) == EVT_OK);
+  evt_tile_config c[EVT_TUNE_MAX_CAND];
+  int n = evt_tune_candidates(&s, 8192, 8192, 8192, c, EVT_TUNE_MAX_CAND);
+  CHECK(n >= 3 && c[0].tile_n == 256);
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < i; j++) {
+      char a[80], b[80];
+      evt_tile_config_label(&c[i], a, sizeof a);
+      evt_tile_config_label(&c[j], b, sizeof b);
+      CHECK_MSG(strcmp(a, b), "candidates %d and %d are both %s", j, i, a);
+    }
+}
+
 TEST(tune_each_config_emits_different_source_and_hash) {
   evt_kspec base;
   CHECK(evt_kspec_example(&base, "bias_relu_dbias", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);

@@ -895,3 +895,27 @@ def test_bf16_composite_backward_rounds_once():
         assert a.dtype == torch.bfloat16
         ulp = r.float().abs().clamp_min(1e-3) * 2.0 ** -7
         assert ((a.float() - r.float()).abs() <= ulp).all()
+
+
+@needs_lib
+def test_gpu_segments_prefetch_their_kernels_in_one_batch(monkeypatch):
+    """A plan with several GPU segments (CUDA convolution / batch norm / pooling run in PyTorch between
+    them) hands every segment's optimized text to gpu.prefetch once, before it creates any program."""
+    gm = _cuda_resnet_block()
+    events = []
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_PROGRAMS", {})
+    monkeypatch.setattr(G, "prefetch", lambda texts, flags: events.append(("prefetch", list(texts), flags)) or 0)
+
+    def program_for(graph, flags, device):
+        events.append(("create", graph.text()))
+        return _Created(graph.text())
+    monkeypatch.setattr(B, "_program_for", program_for)
+    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    plan = B.build_plan(gm)
+    segs = [s for s in _segments(plan) if s.path == "gpu"]
+    assert len(segs) >= 2, [s.path for s in _segments(plan)]
+    kinds = [e[0] for e in events]
+    assert kinds[0] == "prefetch" and kinds.count("prefetch") == 1 and kinds.count("create") == len(segs), kinds
+    assert sorted(events[0][1]) == sorted(s.graph.text() for s in segs)
+    assert events[0][2] & G.EVT_PROGRAM_FUSED

@@ -13,6 +13,7 @@
 #        fused:        evtc run F --device cuda --fused --check --stats --steps 5
 #        node by node: evtc run F --device cuda --opt --check --steps 5
 #      checked against the CPU interpreter (the oracle; bf16: the exact fp64 answer, evt_check_step's bound).
+#   4. while time is left, both again with --cuda-graph (the step replayed as one CUDA graph), checked too.
 # Each graph's table row is logged as soon as it is known ("ROW | ..."); the summary table at the end holds
 # every graph, "skipped (time)" for those the budget did not reach.
 log=${1:?LOGFILE}; secs=${2:-240}
@@ -66,8 +67,12 @@ for f in $order; do
   echo; echo "--- $b ($dt) at $(el) s: fused (limit ${per}s)"
   timeout -k 3 $per "$EVTC" run "$f" --device cuda --fused --check --stats --steps 5 > "$tmp/$b.fused" 2>&1
   rcf=$?
-  grep -vE 'compiled in|^\[evt-jit\] [0-9]+ kernel\(s\): ([0-9]+) cached, 0 to compile' "$tmp/$b.fused" | grep -vE '^group [0-9]+ (row|pointwise) ' | head -80
-  grep -E '^(step|done|check)' "$tmp/$b.fused" | tail -20  # (past the head's cut on graphs with many warnings)
+  # fallback groups summarized by reason; row / pointwise group lines and the per-group warnings left out
+  grep -vE 'compiled in|^\[evt-jit\] [0-9]+ kernel\(s\): ([0-9]+) cached, 0 to compile|^evtc run: warning: group [0-9]+ \((unfused|gemm\+evt|row|pointwise)\) runs node by node: ' "$tmp/$b.fused" |
+    grep -vE '^group [0-9]+ ((row|pointwise) .* fused|[a-z+]+ fallback)|^(step|done|check)' | head -100
+  grep -E '^(step|done|check)' "$tmp/$b.fused" | tail -30  # never cut
+  grep -E '^group [0-9]+ [a-z+]+ fallback' "$tmp/$b.fused" | sed -E 's/^group [0-9]+ ([a-z+]+) fallback, [0-9]+ nodes: group [0-9]+: %[^ ]+ /\1 fallback: /; s/M=[0-9]+ N=[0-9]+ K=[0-9]+/M, N, K/' |
+    sort | uniq -c | sort -rn
   echo "(rc $rcf)"
   rcn=skip; : > "$tmp/$b.nbn"
   if [ "$(left)" -ge 6 ]; then
@@ -93,6 +98,30 @@ for f in $order; do
   addrow "| $b | $dt | $ng ($nbat batched) / $nr / $nb (+$late at launch) | ${cf% *} | ${cf#* } | $(bound "$fz") | ${cn:-none} | ${mf}${busy} | ${mn}${busy} | $sp | $rcf/$rcn |"
 done
 [ $gemm_done = 0 ] && { wait $pg; prereport gemm $?; }
+# 4. while time is left: both paths again with the step replayed as a CUDA graph (launch overhead removed)
+cgrows=()
+for f in $order; do
+  b=$(basename "$f" .evt)
+  [ -s "$tmp/$b.fused" ] || continue
+  if [ "$(left)" -lt 10 ]; then cgrows+=("| $b | skipped (time) | | | | |"); continue; fi
+  echo; echo "--- $b at $(el) s: CUDA graph, fused then node by node"
+  per=$(( $(left) - 6 )); [ $per -gt 40 ] && per=40
+  timeout -k 3 $per "$EVTC" run "$f" --device cuda --fused --cuda-graph --check --steps 5 > "$tmp/$b.cgf" 2>&1; r1=$?
+  grep -E '^(done|check: (matched|MISMATCH)|check: step)|rror' "$tmp/$b.cgf" | head -12
+  : > "$tmp/$b.cgn"; r2=skip
+  if [ "$(left)" -ge 6 ]; then
+    per=$(( $(left) - 4 )); [ $per -gt 40 ] && per=40
+    timeout -k 3 $per "$EVTC" run "$f" --device cuda --opt --cuda-graph --check --steps 5 > "$tmp/$b.cgn" 2>&1; r2=$?
+    grep -E '^(done|check: (matched|MISMATCH)|check: step)|rror' "$tmp/$b.cgn" | head -12
+  fi
+  c1=$(grep -E '^check: (matched|MISMATCH)' "$tmp/$b.cgf" | sed -E 's/^check: ([A-Za-z]+),.*max rel error ([^ ,]+).*/\1 \2/')
+  c2=$(grep -E '^check: (matched|MISMATCH)' "$tmp/$b.cgn" | sed -E 's/^check: ([A-Za-z]+),.*max rel error ([^ ,]+).*/\1 \2/')
+  m1=$(grep -E '^done: ' "$tmp/$b.cgf" | sed -E 's/.*\(median ([0-9.]+) ms\/step\).*/\1/')
+  m2=$(grep -E '^done: ' "$tmp/$b.cgn" | sed -E 's/.*\(median ([0-9.]+) ms\/step\).*/\1/')
+  sp=""; [ -n "$m1" ] && [ -n "$m2" ] && sp=$(awk -v a="$m1" -v b="$m2" 'BEGIN { if (a > 0) printf "%.2fx", b / a }')
+  cgrows+=("| $b | ${c1:-none} | ${c2:-none} | $m1 | $m2 | $sp | $r1/$r2 |")
+  echo "CGROW ${cgrows[-1]}"
+done
 echo
 echo "=== gemmrt summary ($(el) s of ${secs}): evtc run F --device cuda --fused --check --stats --steps 5 vs --opt (node by node)"
 echo "groups: GEMM+EVT fused (of which batched bmm) / row+pointwise fused / node by node (+ demoted at launch)."
@@ -102,5 +131,10 @@ echo "while GEMM kernels were still compiling (CPU under load). Kernels: one JIT
 echo "| graph | dtype | groups GEMM+EVT (batched) / row / node | fused check | max rel err | bound | node-by-node check, err | fused ms/step | node-by-node ms/step | speedup | rc |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for r in "${rows[@]}"; do echo "$r"; done
+echo
+echo "CUDA graph replay (--cuda-graph, same check): median ms/step of 5"
+echo "| graph | fused check, err | node-by-node check, err | fused ms/step | node-by-node ms/step | speedup | rc |"
+echo "|---|---|---|---|---|---|---|"
+for r in "${cgrows[@]}"; do echo "$r"; done
 echo "$(cached) kernels cached at the end"
 rm -rf "$tmp"
