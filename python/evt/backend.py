@@ -21,7 +21,9 @@ Contract
   backward, batch norm and its backward: evt's only GPU implementation of them is the reference library
   kernels/evt_fallback.cu, direct loops in double, no implicit-GEMM convolution or tiled attention, and
   batch-norm statistics over N, H, W are no row/column reduction of the generated row kernels) runs in
-  PyTorch (cuDNN, flash attention), logged as a fallback with that reason; CPU nodes are unaffected.
+  PyTorch (cuDNN, flash attention), logged as a fallback with that reason; so does a large op whose rows
+  are not 16-byte aligned (unaligned_rows: a 30522-word vocabulary's logits and their GEMMs), for which
+  evt has no generated kernel either. CPU nodes are unaffected.
   "all" keeps them in evt segments (CUDA attention then too; EVT_ATTENTION=evt: attention only).
 - Casts hoisted (CUDA): an f32 -> bf16/f16 cast of a module input (autocast's copy of a weight, bias or
   input) runs in PyTorch before the module's first step (HOISTED_CAST, logged as a fallback; EVT_HOIST_CASTS=0
@@ -231,16 +233,52 @@ CUDA_REFERENCE_ONLY = {
 
 def cuda_placement(node, options=None):
     """Why node runs in PyTorch under the CUDA op placement policy (module contract), or None."""
-    why = CUDA_REFERENCE_ONLY.get(getattr(node.target, "overloadpacket", None))
-    if why is None or G.gpu_ops(options) == "all":
+    if G.gpu_ops(options) == "all":
         return None
     v = node.meta.get("val")
     vs = v if isinstance(v, (tuple, list)) else [v]
     if not any(isinstance(t, torch.Tensor) and _cuda_rules(t.device) for t in vs):
         return None
+    why = CUDA_REFERENCE_ONLY.get(getattr(node.target, "overloadpacket", None))
+    if why is None:
+        return unaligned_rows(node)
     if G.attention_in_evt(options) and why is _ATTN:
         return None
     return why
+
+
+# Tensors from this many elements on: an op whose rows are not 16-byte aligned runs in PyTorch (CUDA).
+UNALIGNED_MIN_NUMEL = 1 << 20
+_GEMMS = {aten.mm.default: 0, aten.addmm.default: 1, aten.bmm.default: 0}
+
+
+def unaligned_rows(node):
+    """Why a large CUDA op runs in PyTorch because evt has no generated kernel for its shapes, or None:
+    a tensor of at least UNALIGNED_MIN_NUMEL elements (output or input) whose rows (last dim x element size)
+    are not a multiple of 16 bytes (the row kernels' vector loads and CUTLASS need 16-byte rows), or a 16-bit
+    GEMM with M, N or K not a multiple of 8 (a vocabulary of 30522 words): the reference library would run
+    it node by node in double, with one thread per row for its reductions."""
+    if node.target is operator.getitem:
+        return None
+    ts = [t for t in (node.meta.get("val"),) for t in (t if isinstance(t, (tuple, list)) else [t])]
+    ts += [a.meta.get("val") for a in _tensor_args(node)]
+    ts = [t for t in ts if isinstance(t, torch.Tensor) and t.dim() >= 1]
+    if not ts or max(t.numel() for t in ts) < UNALIGNED_MIN_NUMEL:
+        return None
+    for t in ts:
+        if t.numel() >= UNALIGNED_MIN_NUMEL and (t.shape[-1] * t.element_size()) % 16:
+            return (f"rows of {t.shape[-1]} x {str(t.dtype).replace('torch.', '')} are not 16-byte aligned: evt has no "
+                    "generated kernel for them (the reference library would run it node by node in double); runs "
+                    "in PyTorch; options={'gpu_ops': 'all'} or EVT_CUDA_OPS=all keeps it in evt")
+    k = _GEMMS.get(node.target)
+    if k is not None and len(node.args) >= k + 2:
+        a, b = (x.meta.get("val") for x in node.args[k:k + 2])
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype in (torch.bfloat16, torch.float16):
+            dims = (a.shape[-2], a.shape[-1], b.shape[-1])
+            if any(d % 8 for d in dims):
+                return (f"GEMM M={dims[0]} K={dims[1]} N={dims[2]}: CUTLASS needs multiples of 8 (16-byte rows); runs "
+                        "in PyTorch (cuBLAS) instead of node by node; options={'gpu_ops': 'all'} keeps it in evt")
+    return None
 
 
 HOISTED_CAST = ("cast of a module input to 16 bits (autocast's weight copy): one PyTorch kernel at the start of "

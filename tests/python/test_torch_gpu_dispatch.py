@@ -817,6 +817,40 @@ def test_layer_norm_backward_recomputes_its_statistics():
         assert torch.allclose(a, r, rtol=1e-5, atol=1e-6)
 
 
+@needs_lib
+def test_unaligned_rows_run_in_pytorch_on_cuda(monkeypatch):
+    """CUDA: a vocabulary of 30522 words (bf16 rows of 61044 bytes) -> the decoder GEMM, the bias add and the
+    log-softmax run in PyTorch (no generated kernel would take them); the aligned GEMM before stays evt;
+    small unaligned tensors and gpu_ops "all" are unaffected."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+
+    def f(x, w1, w2, b2):
+        h = torch.relu(aten.mm(x, w1))
+        return [aten._log_softmax(aten.addmm(b2, h, w2).float(), 1, False)]
+
+    def plan_for(v, opts=None):
+        shapes = [(64, 64), (64, 64), (64, v), (v,)]
+        gm = make_fx(f)(*[torch.randn(s).bfloat16() for s in shapes])
+        mode = FakeTensorMode()
+        with mode:
+            fakes = [torch.empty(s, device="cuda", dtype=torch.bfloat16) for s in shapes]
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+        return B.build_plan(gm, opts)
+    big = plan_for(30522 * 17)  # (64 x 518874 logits: over UNALIGNED_MIN_NUMEL)
+    why = {B._op_name(n).split(".")[0]: w for n, w in big.fallbacks}
+    assert "addmm" in why and "_log_softmax" in why and "16-byte" in why["addmm"], why
+    assert "mm" not in why and any("mm(" in s.text for s in _segments(big))
+    assert not plan_for(30).fallbacks  # (64 x 30: small)
+    assert not plan_for(30522 * 17, {"gpu_ops": "all"}).fallbacks
+    assert B.unaligned_rows(next(n for n in plan_for(64 * 1024).gm.graph.nodes if n.op == "call_function")) is None
+
+
 def test_gpu_ops_option_and_env():
     assert G.gpu_ops(None, {}) == "fast" and G.gpu_ops(None, {"EVT_CUDA_OPS": "all"}) == "all"
     assert G.gpu_ops({"gpu_ops": "fast"}, {"EVT_CUDA_OPS": "all"}) == "fast"  # the option wins
