@@ -247,6 +247,11 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
  * sets it for its GPU programs); plans of evtc and the C API are unchanged without it. */
 #define REFINE_ROUNDS 16
 
+static bool is_view(evt_op op) {
+  return op == EVT_OP_RESHAPE || op == EVT_OP_SQUEEZE || op == EVT_OP_UNSQUEEZE || op == EVT_OP_EXPAND ||
+         op == EVT_OP_PERMUTE || op == EVT_OP_TRANSPOSE;
+}
+
 static evt_status refine(evt_graph *g, const evt_part_options *opt, evt_exec_plan *p) {
   const char *env = getenv("EVT_REFINE_PARTITION");
   if (!env || strcmp(env, "1")) return EVT_OK;
@@ -263,11 +268,11 @@ static evt_status refine(evt_graph *g, const evt_part_options *opt, evt_exec_pla
     for (int i = 0; i < p->low.n; i++) {
       const evt_lowered *L = &p->low.k[i];
       int b = L->bad_node;
-      if (L->ok || b < 0 || b >= n || L->group < 0 || L->group >= n || size[L->group] < 2 || iso[b]) continue;
-      evt_op op = g->nodes[b].op;
-      if (op == EVT_OP_RESHAPE || op == EVT_OP_SQUEEZE || op == EVT_OP_UNSQUEEZE || op == EVT_OP_EXPAND ||
-          op == EVT_OP_PERMUTE || op == EVT_OP_TRANSPOSE)
-        continue; /* (views and permutes follow their producer / consumer) */
+      if (L->ok || b < 0 || b >= n || L->group < 0 || L->group >= n || size[L->group] < 2) continue;
+      /* views and permutes follow their producer: a refused view (e.g. a second view of a reduction that
+       * leaves the group) isolates the node it views instead */
+      while (b >= 0 && is_view(g->nodes[b].op)) b = g->nodes[b].ninputs > 0 ? g->nodes[b].inputs[0] : -1;
+      if (b < 0 || iso[b] || g->nodes[b].op == EVT_OP_INPUT || g->nodes[b].op == EVT_OP_PARAM) continue;
       iso[b] = 1;
       more = true;
     }
