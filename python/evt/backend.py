@@ -252,6 +252,12 @@ UNALIGNED_MIN_NUMEL = 1 << 20
 _GEMMS = {aten.mm.default: 0, aten.addmm.default: 1, aten.bmm.default: 0}
 
 
+def _row_length(t):
+    """Elements per row of t in memory: the size of its unit-stride dim (channels-last: C), else the last."""
+    unit = [d for d in range(t.dim()) if t.stride()[d] == 1 and t.shape[d] > 1]
+    return t.shape[unit[-1]] if _dense_order(t) and unit else t.shape[-1]
+
+
 def unaligned_rows(node):
     """Why a large CUDA op runs in PyTorch because evt has no generated kernel for its shapes, or None:
     a tensor of at least UNALIGNED_MIN_NUMEL elements (output or input) whose rows (last dim x element size)
@@ -266,8 +272,8 @@ def unaligned_rows(node):
     if not ts or max(t.numel() for t in ts) < UNALIGNED_MIN_NUMEL:
         return None
     for t in ts:
-        if t.numel() >= UNALIGNED_MIN_NUMEL and (t.shape[-1] * t.element_size()) % 16:
-            return (f"rows of {t.shape[-1]} x {str(t.dtype).replace('torch.', '')} are not 16-byte aligned: evt has no "
+        if t.numel() >= UNALIGNED_MIN_NUMEL and (_row_length(t) * t.element_size()) % 16:
+            return (f"rows of {_row_length(t)} x {str(t.dtype).replace('torch.', '')} are not 16-byte aligned: evt has no "
                     "generated kernel for them (the reference library would run it node by node in double); runs "
                     "in PyTorch; options={'gpu_ops': 'all'} or EVT_CUDA_OPS=all keeps it in evt")
     k = _GEMMS.get(node.target)
