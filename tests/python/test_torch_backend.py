@@ -179,7 +179,8 @@ class GCNEdges(nn.Module):
 
     @staticmethod
     def prop(h, src, dst, w):
-        return torch.zeros_like(h).index_add_(0, dst, h[src] * w[:, None])
+        # (w in h's dtype: under bf16 autocast h is bf16 and eager index_add_ needs matching dtypes)
+        return torch.zeros_like(h).index_add_(0, dst, h[src] * w[:, None].to(h.dtype))
 
     def forward(self, src, dst, w, x, y):
         h = F.relu(self.prop(self.l1(x), src, dst, w))
