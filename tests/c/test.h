@@ -7,6 +7,7 @@
 #include "evt_impl.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 
 typedef void (*evt_test_fn)(void);
@@ -32,4 +33,18 @@ void evt_test_fail(const char *file, int line, const char *fmt, ...) __attribute
     if (!(fabs(evt_a_ - evt_b_) <= (tol)))                                                            \
       evt_test_fail(__FILE__, __LINE__, "%s = %.9g, %s = %.9g, tolerance %g", #a, evt_a_, #b, evt_b_, (double)(tol)); \
   } while (0)
+/* Helpers shared by the test files: nodes of op `op` in g; a graph parsed from text (a failed parse is a test
+ * failure, with the parser's message, and returns NULL). */
+static inline int evt_test_count_op(const evt_graph *g, evt_op op) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) c += g->nodes[i].op == op;
+  return c;
+}
+static inline evt_graph *evt_test_parse_ok(const char *text) {
+  char *err = NULL;
+  evt_graph *g = evt_parse(text, "t.evt", &err);
+  CHECK_MSG(g != NULL, "parse failed: %s", err ? err : "(no message)");
+  free(err);
+  return g;
+}
 #endif

@@ -13,19 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int count_op(const evt_graph *g, evt_op op) {
-  int c = 0;
-  for (int i = 0; i < g->nnodes; i++) c += g->nodes[i].op == op;
-  return c;
-}
-
-static evt_graph *parse_ok(const char *text) {
-  char *err = NULL;
-  evt_graph *g = evt_parse(text, "t.evt", &err);
-  CHECK_MSG(g != NULL, "parse failed: %s", err ? err : "(no message)");
-  free(err);
-  return g;
-}
 
 /* y = addmm(b, x, w) over [2,2] x [2,2] in dtype dt with e = 2^-p (one ulp at 1; p = 7 bf16, 10 f16):
  * y[0][0] = (1+e)^2 + e/2 = 1 + 2e + e^2 + e/2. Rounded once that is 1 + 3e; rounding the product first
@@ -48,12 +35,12 @@ static void addmm_case(evt_dtype dt, int p) {
     }
   CHECK_MSG(ref[0] == 1 + 3 * e && twice[0] == 1 + 2 * e, "%s: the case does not separate one rounding from two", dn);
   for (int opt = 0; opt < 2; opt++) {
-    evt_graph *g = parse_ok(text);
+    evt_graph *g = evt_test_parse_ok(text);
     if (!g) return;
     if (opt) {
       CHECK_MSG(evt_passes_run_all(g, 0, 1) == EVT_OK, "passes: %s", evt_graph_error(g));
       /* the canonical form: mm to f32, the bias widened, one cast back */
-      CHECK(count_op(g, EVT_OP_ADDMM) == 0 && count_op(g, EVT_OP_MM) == 1);
+      CHECK(evt_test_count_op(g, EVT_OP_ADDMM) == 0 && evt_test_count_op(g, EVT_OP_MM) == 1);
       for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i].op == EVT_OP_MM)
           CHECK(g->nodes[i].type.dtype == EVT_F32 && g->nodes[i].attr.out_dtype == EVT_F32 &&
@@ -84,19 +71,19 @@ TEST(canonicalize_16bit_addmm_rounds_once) {
 }
 
 TEST(canonicalize_f32_addmm_stays_mm_add) {
-  evt_graph *g = parse_ok("graph t {\n  %x: f32[4,8] = input()\n  %w: f32[8,6] = param()\n  %b: f32[6] = param()\n"
+  evt_graph *g = evt_test_parse_ok("graph t {\n  %x: f32[4,8] = input()\n  %w: f32[8,6] = param()\n  %b: f32[6] = param()\n"
                           "  %y: f32[4,6] = addmm(%b, %x, %w)\n  output %y\n}\n");
   if (!g) return;
   evt_pass_stats st = {0};
   CHECK(evt_pass_canonicalize(g, &st) == EVT_OK);
-  CHECK(count_op(g, EVT_OP_MM) == 1 && count_op(g, EVT_OP_ADD) == 1 && count_op(g, EVT_OP_CAST) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_MM) == 1 && evt_test_count_op(g, EVT_OP_ADD) == 1 && evt_test_count_op(g, EVT_OP_CAST) == 0);
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i].op == EVT_OP_MM) CHECK(g->nodes[i].attr.out_dtype == -1);
   evt_graph_free(g);
 }
 
 TEST(mm_out_dtype_infer_print_parse) {
-  evt_graph *g = parse_ok("graph t {\n  %a: bf16[4,8] = input()\n  %b: bf16[8,6] = input()\n"
+  evt_graph *g = evt_test_parse_ok("graph t {\n  %a: bf16[4,8] = input()\n  %b: bf16[8,6] = input()\n"
                           "  %m: f32[4,6] = mm(%a, %b, out_dtype=f32)\n  %n: bf16[4,6] = mm(%a, %b, out_dtype=bf16)\n"
                           "  output %m, %n\n}\n");
   if (!g) return;
@@ -110,7 +97,7 @@ TEST(mm_out_dtype_infer_print_parse) {
   fclose(f);
   CHECK(strstr(text, "%m: f32[4,6] = mm(%a, %b, out_dtype=f32)") != NULL);
   CHECK(strstr(text, "%n: bf16[4,6] = mm(%a, %b)") != NULL);
-  evt_graph *g2 = parse_ok(text);
+  evt_graph *g2 = evt_test_parse_ok(text);
   if (g2) CHECK(g2->nodes[evt_graph_find(g2, "m")].type.dtype == EVT_F32);
   evt_graph_free(g2);
   free(text);
@@ -126,7 +113,7 @@ TEST(mm_out_dtype_infer_print_parse) {
 
 /* The gradient of mm(out_dtype=f32) runs on the operands' dtype: dy cast to bf16, then the usual GEMMs. */
 TEST(mm_out_dtype_gradient) {
-  evt_graph *g = parse_ok("graph t {\n  %x: bf16[4,8] = input()\n  %w: bf16[8,6] = param()\n"
+  evt_graph *g = evt_test_parse_ok("graph t {\n  %x: bf16[4,8] = input()\n  %w: bf16[8,6] = param()\n"
                           "  %m: f32[4,6] = mm(%x, %w, out_dtype=f32)\n  %l: f32[] = sum(%m)\n  loss %l\n}\n");
   if (!g) return;
   CHECK_MSG(evt_graph_build_joint(g, 0) == EVT_OK, "joint: %s", evt_graph_error(g));
@@ -150,7 +137,7 @@ TEST(mm_out_dtype_gradient) {
 /* Linear + gelu as PyTorch traces it in bf16 (addmm): after the passes one GEMM+EVT kernel (acc, row-broadcast
  * bias, add, the addmm's rounding, gelu, bf16 D); the widened bias is no kernel of its own. */
 TEST(lower_bf16_addmm_is_one_gemm_epilogue) {
-  evt_graph *g = parse_ok("graph t {\n  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n"
+  evt_graph *g = evt_test_parse_ok("graph t {\n  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n"
                           "  %b: bf16[128] = param()\n  %h: bf16[32,128] = addmm(%b, %x, %w)\n"
                           "  %y: bf16[32,128] = gelu(%h)\n  output %y\n}\n");
   if (!g) return;

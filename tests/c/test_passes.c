@@ -8,19 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int count_op(const evt_graph *g, evt_op op) {
-  int c = 0;
-  for (int i = 0; i < g->nnodes; i++) c += g->nodes[i].op == op;
-  return c;
-}
-
-static evt_graph *parse_ok(const char *text) {
-  char *err = NULL;
-  evt_graph *g = evt_parse(text, "t.evt", &err);
-  CHECK_MSG(g != NULL, "parse failed: %s", err ? err : "(no message)");
-  free(err);
-  return g;
-}
 
 static void check_verifies(evt_graph *g) {
   evt_status st = evt_graph_verify(g);
@@ -86,7 +73,7 @@ TEST(rewrite_output_name_and_loss_move) {
   CHECK(g->nodes[g->outputs[0]].flags & EVT_NODE_LOSS);
   CHECK(strcmp(g->nodes[g->outputs[1]].name, "grad.w") == 0);
   CHECK(g->nodes[g->outputs[1]].op == EVT_OP_ABS);
-  CHECK(count_op(g, EVT_OP_RELU) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_RELU) == 0);
   check_verifies(g);
   evt_graph_free(g);
 }
@@ -140,7 +127,7 @@ TEST(rewrite_builders_sticky_errors) {
 /* ---- canonicalize ----------------------------------------------------------------------------------- */
 
 TEST(canonicalize_rules) {
-  evt_graph *g = parse_ok("graph t {\n"
+  evt_graph *g = evt_test_parse_ok("graph t {\n"
                           "  %x: f32[4,8] = input()\n"
                           "  %w: f32[8,6] = param()\n"
                           "  %b: f32[6] = param()\n"
@@ -154,10 +141,10 @@ TEST(canonicalize_rules) {
                           "}\n");
   evt_pass_stats st = {0};
   run_pass(g, evt_pass_canonicalize, &st);
-  CHECK(count_op(g, EVT_OP_ADDMM) == 0 && count_op(g, EVT_OP_MM) == 1 && count_op(g, EVT_OP_ADD) == 1);
-  CHECK(count_op(g, EVT_OP_TRANSPOSE) == 0 && count_op(g, EVT_OP_PERMUTE) == 1);
-  CHECK(count_op(g, EVT_OP_RESHAPE) == 0 && count_op(g, EVT_OP_CAST) == 0);
-  CHECK(count_op(g, EVT_OP_FULL) == 0 && count_op(g, EVT_OP_SCALAR) == 1);
+  CHECK(evt_test_count_op(g, EVT_OP_ADDMM) == 0 && evt_test_count_op(g, EVT_OP_MM) == 1 && evt_test_count_op(g, EVT_OP_ADD) == 1);
+  CHECK(evt_test_count_op(g, EVT_OP_TRANSPOSE) == 0 && evt_test_count_op(g, EVT_OP_PERMUTE) == 1);
+  CHECK(evt_test_count_op(g, EVT_OP_RESHAPE) == 0 && evt_test_count_op(g, EVT_OP_CAST) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_FULL) == 0 && evt_test_count_op(g, EVT_OP_SCALAR) == 1);
   const evt_node *m = &g->nodes[g->outputs[0]];
   CHECK(strcmp(m->name, "m") == 0 && g->nodes[m->inputs[0]].op == EVT_OP_PERMUTE);
   CHECK(st.rewrites >= 5);
@@ -165,7 +152,7 @@ TEST(canonicalize_rules) {
 }
 
 TEST(canonicalize_cross_entropy_to_nll_log_softmax) {
-  evt_graph *g = parse_ok("graph t {\n"
+  evt_graph *g = evt_test_parse_ok("graph t {\n"
                           "  %x: f32[4,5] = input()\n"
                           "  %y: i64[4] = input(init=randint, lo=0, hi=5)\n"
                           "  %l: f32[] = cross_entropy(%x, %y, reduction=sum, ignore_index=2)\n"
@@ -173,7 +160,7 @@ TEST(canonicalize_cross_entropy_to_nll_log_softmax) {
                           "}\n");
   evt_pass_stats st = {0};
   run_pass(g, evt_pass_canonicalize, &st);
-  CHECK(count_op(g, EVT_OP_CROSS_ENTROPY) == 0 && count_op(g, EVT_OP_LOG_SOFTMAX) == 1);
+  CHECK(evt_test_count_op(g, EVT_OP_CROSS_ENTROPY) == 0 && evt_test_count_op(g, EVT_OP_LOG_SOFTMAX) == 1);
   const evt_node *l = &g->nodes[g->loss];
   CHECK(l->op == EVT_OP_NLL_LOSS && l->attr.reduction == EVT_REDUCTION_SUM && l->attr.ignore_index == 2);
   CHECK(strcmp(l->name, "l") == 0);
@@ -183,7 +170,7 @@ TEST(canonicalize_cross_entropy_to_nll_log_softmax) {
 /* ---- CSE, constant propagation ---------------------------------------------------------------------- */
 
 TEST(cse_merges_commutative_duplicates) {
-  evt_graph *g = parse_ok("graph t {\n"
+  evt_graph *g = evt_test_parse_ok("graph t {\n"
                           "  %x: f32[4] = input()\n"
                           "  %y: f32[4] = input()\n"
                           "  %a: f32[4] = add(%x, %y)\n"
@@ -200,16 +187,16 @@ TEST(cse_merges_commutative_duplicates) {
                           "}\n");
   evt_pass_stats st = {0};
   run_pass(g, evt_pass_cse, &st);
-  CHECK(count_op(g, EVT_OP_EXP) == 1);
-  CHECK(count_op(g, EVT_OP_SOFTMAX) == 1);
-  CHECK(count_op(g, EVT_OP_ADD) == 3);
-  CHECK(count_op(g, EVT_OP_INPUT) == 2);
+  CHECK(evt_test_count_op(g, EVT_OP_EXP) == 1);
+  CHECK(evt_test_count_op(g, EVT_OP_SOFTMAX) == 1);
+  CHECK(evt_test_count_op(g, EVT_OP_ADD) == 3);
+  CHECK(evt_test_count_op(g, EVT_OP_INPUT) == 2);
   CHECK(st.rewrites == 3);
   evt_graph_free(g);
 }
 
 TEST(constprop_folds_and_simplifies) {
-  evt_graph *g = parse_ok("graph t {\n"
+  evt_graph *g = evt_test_parse_ok("graph t {\n"
                           "  %x: f32[4] = input()\n"
                           "  %two: f32[] = scalar(value=2)\n"
                           "  %three: f32[] = scalar(value=3)\n"
@@ -229,11 +216,11 @@ TEST(constprop_folds_and_simplifies) {
   evt_pass_stats st = {0};
   run_pass(g, evt_pass_constprop, &st);
   /* e = x * (1/6) * 2 -> one multiply by a folded scalar */
-  CHECK(count_op(g, EVT_OP_DIV) == 0);
-  CHECK(count_op(g, EVT_OP_NEG) == 0);
-  CHECK(count_op(g, EVT_OP_ADD) == 0);
-  CHECK(count_op(g, EVT_OP_SUM) == 0);
-  CHECK(count_op(g, EVT_OP_MUL) == 1);
+  CHECK(evt_test_count_op(g, EVT_OP_DIV) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_NEG) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_ADD) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_SUM) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_MUL) == 1);
   const evt_node *e = &g->nodes[g->outputs[0]];
   CHECK(e->op == EVT_OP_MUL);
   double v = 0;
@@ -245,7 +232,7 @@ TEST(constprop_folds_and_simplifies) {
 /* ---- reduction elimination, loss elimination, decomposition, layout ---------------------------------- */
 
 TEST(reduce_elim_pulls_broadcast_factors_and_one_hot) {
-  evt_graph *g = parse_ok("graph t {\n"
+  evt_graph *g = evt_test_parse_ok("graph t {\n"
                           "  %a: f32[4,5] = input()\n"
                           "  %w: f32[4,1] = input()\n"
                           "  %t: i64[4] = input(init=randint, lo=0, hi=5)\n"
@@ -260,15 +247,15 @@ TEST(reduce_elim_pulls_broadcast_factors_and_one_hot) {
   evt_pass_stats st = {0};
   run_pass(g, evt_pass_reduce_elim, &st);
   /* s = reshape(w) * sum(a); s2 = -w: one sum left, no one_hot */
-  CHECK(count_op(g, EVT_OP_SUM) == 1);
-  CHECK(count_op(g, EVT_OP_ONE_HOT) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_SUM) == 1);
+  CHECK(evt_test_count_op(g, EVT_OP_ONE_HOT) == 0);
   const evt_node *s2 = &g->nodes[g->outputs[1]];
   CHECK(s2->op == EVT_OP_NEG && strcmp(g->nodes[s2->inputs[0]].name, "w") == 0);
   evt_graph_free(g);
 }
 
 TEST(reduce_elim_extracts_common_factor) {
-  evt_graph *g = parse_ok("graph t {\n"
+  evt_graph *g = evt_test_parse_ok("graph t {\n"
                           "  %a: f32[4] = input()\n"
                           "  %b: f32[4] = input()\n"
                           "  %c: f32[4] = input()\n"
@@ -279,7 +266,7 @@ TEST(reduce_elim_extracts_common_factor) {
                           "}\n");
   evt_pass_stats st = {0};
   run_pass(g, evt_pass_reduce_elim, &st);
-  CHECK(count_op(g, EVT_OP_MUL) == 1 && count_op(g, EVT_OP_SUB) == 1);
+  CHECK(evt_test_count_op(g, EVT_OP_MUL) == 1 && evt_test_count_op(g, EVT_OP_SUB) == 1);
   const evt_node *s = &g->nodes[g->outputs[0]];
   CHECK(s->op == EVT_OP_MUL && strcmp(g->nodes[s->inputs[0]].name, "a") == 0);
   evt_graph_free(g);
@@ -319,12 +306,12 @@ static bool grad_has_row_sum(const evt_graph *g) {
 }
 
 TEST(loss_elim_softmax_cross_entropy) {
-  evt_graph *g = parse_ok(kCeJoint);
+  evt_graph *g = evt_test_parse_ok(kCeJoint);
   evt_pass_stats st = {0};
   run_pass(g, evt_pass_loss_elim, &st);
-  CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0);
-  CHECK(count_op(g, EVT_OP_NLL_LOSS) == 0 && count_op(g, EVT_OP_NLL_LOSS_BACKWARD) == 0);
-  CHECK(count_op(g, EVT_OP_SOFTMAX) == 1);
+  CHECK(evt_test_count_op(g, EVT_OP_LOG_SOFTMAX) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_NLL_LOSS) == 0 && evt_test_count_op(g, EVT_OP_NLL_LOSS_BACKWARD) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_SOFTMAX) == 1);
   CHECK(!grad_has_row_sum(g));
   CHECK(g->loss >= 0 && strcmp(g->nodes[g->loss].name, "loss") == 0);
   CHECK(strcmp(g->nodes[g->outputs[1]].name, "grad.x") == 0);
@@ -332,21 +319,21 @@ TEST(loss_elim_softmax_cross_entropy) {
 }
 
 TEST(loss_elim_drop_loss_option) {
-  evt_graph *g = parse_ok(kCeJoint);
+  evt_graph *g = evt_test_parse_ok(kCeJoint);
   evt_pass_stats st = {.flags = EVT_PASS_DROP_LOSS};
   run_pass(g, evt_pass_loss_elim, &st);
   double v = -1;
   CHECK(evt_node_is_const(g, g->loss, &v) && v == 0.0);
-  CHECK(count_op(g, EVT_OP_AMAX) == 0); /* no side reduction left */
+  CHECK(evt_test_count_op(g, EVT_OP_AMAX) == 0); /* no side reduction left */
   evt_graph_free(g);
 }
 
 TEST(decompose_then_reduce_elim_removes_ce_row_sum) {
-  evt_graph *g = parse_ok(kCeJoint);
+  evt_graph *g = evt_test_parse_ok(kCeJoint);
   evt_pass_stats st = {0};
   run_pass(g, evt_pass_decompose, &st);
-  CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0 && count_op(g, EVT_OP_LOG_SOFTMAX_BACKWARD) == 0);
-  CHECK(count_op(g, EVT_OP_NLL_LOSS_BACKWARD) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_LOG_SOFTMAX) == 0 && evt_test_count_op(g, EVT_OP_LOG_SOFTMAX_BACKWARD) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_NLL_LOSS_BACKWARD) == 0);
   CHECK(grad_has_row_sum(g));
   run_pass(g, evt_pass_reduce_elim, &st);
   CHECK(!grad_has_row_sum(g));
@@ -354,7 +341,7 @@ TEST(decompose_then_reduce_elim_removes_ce_row_sum) {
 }
 
 TEST(layout_folds_and_cancels_permutes) {
-  evt_graph *g = parse_ok("graph t {\n"
+  evt_graph *g = evt_test_parse_ok("graph t {\n"
                           "  %x: f32[2,3,4,5] = input()\n"
                           "  %p: f32[2,4,5,3] = permute(%x, dims=[0,2,3,1])\n"
                           "  %r: f32[2,4,5,3] = relu(%p)\n"
@@ -367,8 +354,8 @@ TEST(layout_folds_and_cancels_permutes) {
                           "}\n");
   evt_pass_stats st = {0};
   run_pass(g, evt_pass_layout, &st);
-  CHECK(count_op(g, EVT_OP_PERMUTE) == 0);
-  CHECK(count_op(g, EVT_OP_UNSQUEEZE) == 0 && count_op(g, EVT_OP_RESHAPE) == 1);
+  CHECK(evt_test_count_op(g, EVT_OP_PERMUTE) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_UNSQUEEZE) == 0 && evt_test_count_op(g, EVT_OP_RESHAPE) == 1);
   evt_graph_free(g);
 }
 
@@ -378,7 +365,7 @@ TEST(layout_folds_and_cancels_permutes) {
  * random inputs; `skip_loss` leaves output 0 out. Returns the graph after the pass (caller frees). */
 static evt_graph *check_preserves(const char *text, evt_status (*pass)(evt_graph *, evt_pass_stats *), unsigned flags,
                                   bool skip_loss) {
-  evt_graph *g = parse_ok(text);
+  evt_graph *g = evt_test_parse_ok(text);
   if (!g) return NULL;
   if (g->loss >= 0 && g->noutputs == 1) CHECK(evt_graph_build_joint(g, 0) == EVT_OK);
   int n0 = g->nnodes, no = g->noutputs;
@@ -456,10 +443,10 @@ TEST(values_loss_elim_every_loss) {
   for (int t = 0; t < EVT_ARRAY_LEN(kLosses); t++) {
     evt_graph *g = check_preserves(kLosses[t], evt_pass_loss_elim, 0, false);
     if (!g) continue;
-    CHECK_MSG(count_op(g, EVT_OP_NLL_LOSS_BACKWARD) + count_op(g, EVT_OP_BCE_WITH_LOGITS_BACKWARD) +
-                      count_op(g, EVT_OP_MSE_LOSS_BACKWARD) + count_op(g, EVT_OP_LOG_SOFTMAX_BACKWARD) == 0,
+    CHECK_MSG(evt_test_count_op(g, EVT_OP_NLL_LOSS_BACKWARD) + evt_test_count_op(g, EVT_OP_BCE_WITH_LOGITS_BACKWARD) +
+                      evt_test_count_op(g, EVT_OP_MSE_LOSS_BACKWARD) + evt_test_count_op(g, EVT_OP_LOG_SOFTMAX_BACKWARD) == 0,
               "loss %d: a loss backward op is left", t);
-    CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0);
+    CHECK(evt_test_count_op(g, EVT_OP_LOG_SOFTMAX) == 0);
     evt_graph_free(g);
   }
 }
@@ -482,19 +469,19 @@ TEST(values_decompose_rules) {
       "  %l: f32[] = sum(%d)\n  loss %l\n}\n";
   evt_graph *g = check_preserves(text, evt_pass_decompose, 0, false);
   if (!g) return;
-  CHECK(count_op(g, EVT_OP_DROPOUT) == 0 && count_op(g, EVT_OP_RAND) == 2);
-  CHECK(count_op(g, EVT_OP_BATCH_NORM) == 0 && count_op(g, EVT_OP_BATCH_NORM_BACKWARD_INPUT) == 0);
-  CHECK(count_op(g, EVT_OP_GELU_BACKWARD) == 2 && count_op(g, EVT_OP_THRESHOLD_BACKWARD) == 0); /* gelu_backward stays whole */
+  CHECK(evt_test_count_op(g, EVT_OP_DROPOUT) == 0 && evt_test_count_op(g, EVT_OP_RAND) == 2);
+  CHECK(evt_test_count_op(g, EVT_OP_BATCH_NORM) == 0 && evt_test_count_op(g, EVT_OP_BATCH_NORM_BACKWARD_INPUT) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_GELU_BACKWARD) == 2 && evt_test_count_op(g, EVT_OP_THRESHOLD_BACKWARD) == 0); /* gelu_backward stays whole */
   for (int i = 0; i < g->nnodes; i++) {
     const evt_node *n = &g->nodes[i];
     CHECK(!(n->op == EVT_OP_LAYER_NORM && n->ninputs > 1));
     CHECK(!(n->op == EVT_OP_LAYER_NORM_BACKWARD_INPUT && n->ninputs > 2));
   }
-  CHECK(count_op(g, EVT_OP_LAYER_NORM_BACKWARD_WEIGHT) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_LAYER_NORM_BACKWARD_WEIGHT) == 0);
   evt_pass_stats st = {0};
   run_pass(g, evt_pass_cse, &st);
-  CHECK(count_op(g, EVT_OP_RAND) == 1); /* the forward's and the backward's masks are one */
-  CHECK(count_op(g, EVT_OP_LAYER_NORM) == 1);
+  CHECK(evt_test_count_op(g, EVT_OP_RAND) == 1); /* the forward's and the backward's masks are one */
+  CHECK(evt_test_count_op(g, EVT_OP_LAYER_NORM) == 1);
   evt_graph_free(g);
 }
 
@@ -583,13 +570,13 @@ TEST(pipeline_order_and_run_all) {
   CHECK(evt_npasses == EVT_ARRAY_LEN(order));
   for (int i = 0; i < evt_npasses && i < EVT_ARRAY_LEN(order); i++) CHECK(strcmp(evt_passes[i].name, order[i]) == 0);
   CHECK(evt_pass_find("cse", 3) == &evt_passes[5] && evt_pass_find("cs", 2) == NULL);
-  evt_graph *g = parse_ok(kCeJoint);
+  evt_graph *g = evt_test_parse_ok(kCeJoint);
   CHECK(evt_passes_run_all(g, 0, 1) == EVT_OK);
-  CHECK(count_op(g, EVT_OP_LOG_SOFTMAX) == 0 && count_op(g, EVT_OP_NLL_LOSS) == 0);
+  CHECK(evt_test_count_op(g, EVT_OP_LOG_SOFTMAX) == 0 && evt_test_count_op(g, EVT_OP_NLL_LOSS) == 0);
   CHECK(g->loss == g->outputs[0] && g->noutputs == 2);
   evt_graph_free(g);
   /* a graph with nothing to do, and an empty one */
-  g = parse_ok("graph t {\n  %x: f32[2] = input()\n  output %x\n}\n");
+  g = evt_test_parse_ok("graph t {\n  %x: f32[2] = input()\n  output %x\n}\n");
   CHECK(evt_passes_run_all(g, EVT_PASS_DROP_LOSS, 1) == EVT_OK && g->nnodes == 1);
   evt_graph_free(g);
   g = evt_graph_new("empty");
@@ -736,7 +723,7 @@ TEST(decompose_conv_pool_channels_last) {
   if (!g) return;
   CHECK(count_layout(g, EVT_LAYOUT_NHWC) == 9 && count_layout(g, EVT_LAYOUT_NCHW) == 0);
   /* x, w, dy, dp, dm in (after CSE they would be shared; decompose alone makes one per use), 9 results out */
-  CHECK(count_op(g, EVT_OP_PERMUTE) == 2 + 2 + 2 + 1 + 2 + 1 + 1 + 1 + 2 + 9);
+  CHECK(evt_test_count_op(g, EVT_OP_PERMUTE) == 2 + 2 + 2 + 1 + 2 + 1 + 1 + 1 + 2 + 9);
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i].op == EVT_OP_CONV2D_BACKWARD_WEIGHT) /* weights [O,kh,kw,C/g] */
       CHECK(g->nodes[i].type.shape[0] == 6 && g->nodes[i].type.shape[1] == 3 && g->nodes[i].type.shape[3] == 2);
@@ -765,7 +752,7 @@ TEST(layout_cancels_channels_last_permutes) {
   evt_graph *g = check_preserves(text, decompose_then_layout, 0, false);
   if (!g) return;
   /* left: x, w1, w2 into the convs, and %am: amax over N keeps [C,H,W], which is not the NHWC order */
-  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 4, "%d permutes", count_op(g, EVT_OP_PERMUTE));
+  CHECK_MSG(evt_test_count_op(g, EVT_OP_PERMUTE) == 4, "%d permutes", evt_test_count_op(g, EVT_OP_PERMUTE));
   int r = evt_graph_find(g, "r"), cs = evt_graph_find(g, "cs");
   CHECK(r >= 0 && g->nodes[r].type.shape[3] == 4 && g->nodes[r].type.shape[1] == 6);  /* %r is NHWC now */
   CHECK(cs >= 0 && g->nodes[cs].inputs[0] == r && g->nodes[cs].attr.dims.n == 3 && g->nodes[cs].attr.dims.v[2] == 2);
@@ -786,7 +773,7 @@ TEST(layout_propagation_never_adds_permutes) {
                             "}\n";
   evt_graph *g = check_preserves(text, evt_pass_layout, 0, false);
   if (!g) return;
-  CHECK(count_op(g, EVT_OP_PERMUTE) == 1 && g->nodes[evt_graph_find(g, "s")].inputs[0] == evt_graph_find(g, "p"));
+  CHECK(evt_test_count_op(g, EVT_OP_PERMUTE) == 1 && g->nodes[evt_graph_find(g, "s")].inputs[0] == evt_graph_find(g, "p"));
   evt_graph_free(g);
 }
 
@@ -805,8 +792,8 @@ TEST(layout_permute_through_expand_and_unit_reshape) {
                             "}\n";
   evt_graph *g = check_preserves(text, evt_pass_layout, 0, false);
   if (!g) return;
-  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 0, "%d permutes", count_op(g, EVT_OP_PERMUTE));
-  CHECK(count_op(g, EVT_OP_EXPAND) == 1);
+  CHECK_MSG(evt_test_count_op(g, EVT_OP_PERMUTE) == 0, "%d permutes", evt_test_count_op(g, EVT_OP_PERMUTE));
+  CHECK(evt_test_count_op(g, EVT_OP_EXPAND) == 1);
   evt_graph_free(g);
 }
 
@@ -820,7 +807,7 @@ TEST(layout_resnet_block_permutes_cancel) {
   if (!g) return;
   CHECK(evt_graph_build_joint(g, 0) == EVT_OK);
   CHECK(evt_passes_run_all(g, 0, 1) == EVT_OK);
-  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 7, "%d permutes", count_op(g, EVT_OP_PERMUTE));
+  CHECK_MSG(evt_test_count_op(g, EVT_OP_PERMUTE) == 7, "%d permutes", evt_test_count_op(g, EVT_OP_PERMUTE));
   CHECK(count_layout(g, EVT_LAYOUT_NHWC) == 7 && count_layout(g, EVT_LAYOUT_NCHW) == 0);
   for (int i = 0; i < g->nnodes; i++) {
     const evt_node *n = &g->nodes[i];
@@ -849,7 +836,7 @@ TEST(layout_patch_embedding_tokens_are_a_reshape) {
                             "}\n";
   evt_graph *g = check_preserves(text, decompose_then_layout, 0, false);
   if (!g) return;
-  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 2, "%d permutes", count_op(g, EVT_OP_PERMUTE)); /* img, w */
+  CHECK_MSG(evt_test_count_op(g, EVT_OP_PERMUTE) == 2, "%d permutes", evt_test_count_op(g, EVT_OP_PERMUTE)); /* img, w */
   int t = evt_graph_find(g, "t");
   CHECK(t >= 0 && g->nodes[t].op == EVT_OP_RESHAPE && g->nodes[g->nodes[t].inputs[0]].op == EVT_OP_ADD);
   evt_graph_free(g);
@@ -870,7 +857,7 @@ TEST(layout_propagation_involution) {
                             "}\n";
   evt_graph *g = check_preserves(text, evt_pass_layout, 0, false);
   if (!g) return;
-  CHECK_MSG(count_op(g, EVT_OP_PERMUTE) == 0, "%d permutes", count_op(g, EVT_OP_PERMUTE));
+  CHECK_MSG(evt_test_count_op(g, EVT_OP_PERMUTE) == 0, "%d permutes", evt_test_count_op(g, EVT_OP_PERMUTE));
   evt_graph_free(g);
 }
 
@@ -947,13 +934,13 @@ TEST(random_nchw_graphs_channels_last) {
     if (!g) continue;
     evt_pass_stats st = {0};
     run_pass(g, evt_pass_cse, &st); /* the pipeline merges the permutes of a shared input before layout */
-    int p1 = count_op(g, EVT_OP_PERMUTE);
+    int p1 = evt_test_count_op(g, EVT_OP_PERMUTE);
     text = evt_graph_to_string(g);
     evt_graph_free(g);
     g = text ? check_preserves(text, evt_pass_layout, 0, false) : NULL;
     free(text);
     if (!g) continue;
-    int p2 = count_op(g, EVT_OP_PERMUTE);
+    int p2 = evt_test_count_op(g, EVT_OP_PERMUTE);
     CHECK_MSG(p2 <= p1, "seed %llu: %d permutes after decompose, %d after layout", (unsigned long long)seed, p1, p2);
     before += p1, after += p2;
     evt_graph_free(g);
@@ -1021,7 +1008,7 @@ TEST(random_view_chains_keep_values) {
     g = check_preserves(text, evt_pass_layout, 0, false);
     free(text);
     if (!g) continue;
-    int left = count_op(g, EVT_OP_PERMUTE);
+    int left = evt_test_count_op(g, EVT_OP_PERMUTE);
     CHECK_MSG(left <= permutes, "seed %llu: %d permutes -> %d", (unsigned long long)seed, permutes, left);
     folded += left < permutes;
     evt_graph_free(g);
