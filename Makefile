@@ -48,7 +48,7 @@ $(BUILD)/unit_tests: $(TEST_OBJ) $(BUILD)/libevt.a
 # The per-node CUDA kernel library, loaded by src/runtime/cuda.c with dlopen (libevt itself never links CUDA).
 # --fmad=false keeps a*b+c as two roundings, like the CPU interpreter.
 cuda: $(BUILD)/libevt_fallback.so
-$(BUILD)/libevt_fallback.so: kernels/evt_fallback.cu kernels/evt_fallback.h kernels/philox.h src/ir/ops.def
+$(BUILD)/libevt_fallback.so: kernels/evt_fallback.cu kernels/evt_fallback.h src/runtime/fb_gemm.h kernels/philox.h src/ir/ops.def
 	@mkdir -p $(BUILD)
 	$(NVCC) -O2 --fmad=false -arch=$(CUDA_ARCH) -Xcompiler -fPIC -shared -Ikernels -Isrc -o $@ kernels/evt_fallback.cu \
 	  -L$(CUDA_LIB) -Xlinker -rpath -Xlinker $(CUDA_LIB) -lcublas

@@ -4,6 +4,7 @@
  * one thread per output element (or per row / group) with grid-stride loops, mirroring the interpreter's
  * loops so that sums run in the same order. Build: `make cuda` (nvcc, sm_90, --fmad=false). */
 #include "evt_fallback.h"
+#include "runtime/fb_gemm.h"
 #include "philox.h"
 
 #include <cuda_bf16.h>
@@ -1020,6 +1021,47 @@ extern "C" void evt_fb_graph_free(void *exec) {
 }
 
 /* ---- events (evt_cuda_step's step time) ------------------------------------------------------------ */
+
+extern "C" int evt_fb_gemm_run(evt_fb_ctx *c, const evt_fb_gemm *g, void *stream, char *err, size_t errlen) {
+  const int dts[3] = {EVT_FB_F32, EVT_FB_F16, EVT_FB_BF16};
+  const cudaDataType_t cts[3] = {CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF};
+  int ia = -1, id = -1;
+  for (int i = 0; i < 3; i++) {
+    if (g->ab_dtype == dts[i]) ia = i;
+    if (g->d_dtype == dts[i]) id = i;
+  }
+  if (ia < 0 || id < 0 || (g->d_dtype != g->ab_dtype && g->d_dtype != EVT_FB_F32)) {
+    snprintf(err, errlen, "cuBLAS GEMM: operands %d, result %d: unsupported dtypes", g->ab_dtype, g->d_dtype);
+    return 1;
+  }
+  const int64_t lim = INT32_MAX;
+  if (g->m < 1 || g->n < 1 || g->k < 1 || g->batch < 1 || g->m > lim || g->n > lim || g->k > lim || g->batch > lim ||
+      g->lda > lim || g->ldb > lim || g->ldd > lim) {
+    snprintf(err, errlen, "cuBLAS GEMM: sizes %lld x %lld x %lld (batch %lld) out of range", (long long)g->m,
+             (long long)g->n, (long long)g->k, (long long)g->batch);
+    return 1;
+  }
+  cublasSetStream(c->cublas, (cudaStream_t)stream);
+  cublasSetWorkspace(c->cublas, c->cublas_ws, c->cublas_ws_bytes); /* after SetStream, which resets it */
+  c->launches++;
+  float alpha = 1.0f, beta = 0.0f;
+  /* row-major D[M,N] = A B  <=>  column-major D^T[N,M] = B^T A^T: B is cuBLAS's first operand; a row-major
+   * K x N B is a column-major N x K matrix (no transpose), a row-major N x K B needs one; A likewise */
+  cublasStatus_t cs = cublasGemmStridedBatchedEx(
+      c->cublas, g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, g->ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k,
+      &alpha, g->b, cts[ia], (int)g->ldb, g->sb, g->a, cts[ia], (int)g->lda, g->sa, &beta, g->d, cts[id], (int)g->ldd,
+      g->sd, (int)g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (cs != CUBLAS_STATUS_SUCCESS) {
+    snprintf(err, errlen, "cublasGemmStridedBatchedEx failed (status %d)", (int)cs);
+    return 2;
+  }
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "cuBLAS GEMM: %s", cudaGetErrorString(e));
+    return 2;
+  }
+  return 0;
+}
 
 extern "C" int evt_fb_event_new(void **ev, char *err, size_t errlen) {
   cudaEvent_t e = NULL;

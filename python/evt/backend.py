@@ -147,10 +147,21 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
     return default_partition(joint, joint_inputs, **kwargs)
 
 
+def _untranslated_on_cuda(node):
+    """True when node is a CUDA op evt has no translation for (it runs in PyTorch anyway: PyTorch's fused
+    attention backward _scaled_dot_product_{cudnn,flash,efficient}_attention_backward when attention stays
+    in PyTorch)."""
+    v = node.meta.get("val")
+    vs = v if isinstance(v, (tuple, list)) else [v]
+    on_cuda = any(isinstance(t, torch.Tensor) and _cuda_rules(t.device) for t in vs)
+    return on_cuda and getattr(node.target, "overloadpacket", None) not in A.TABLE
+
+
 def stack_select_backwards(gm, options=None):
     """Rewrites a sum of select_backward(g_i, sizes, d, i) over every index i of dim d (the gradient of
     q, k, v = qkv[0], qkv[1], qkv[2]) into stack([g_0, ..., g_n-1], d) when the g_i are outputs of one op
-    that runs in PyTorch on CUDA (cuda_placement: the fused attention backward); with Plan's data-movement
+    that runs in PyTorch on CUDA (cuda_placement, or an op evt has no translation for: the fused attention
+    backward); with Plan's data-movement
     rule the stack and the permute / flatten after it then run in PyTorch (one copy each) instead of n
     zero-filled scatters and n-1 adds. Returns how many sums were rewritten."""
     count = 0
@@ -187,7 +198,7 @@ def stack_select_backwards(gm, options=None):
         if len(srcs) != 1 or len(grads) != sizes[d] or not all(g.target is operator.getitem for g in grads):
             continue
         (src,) = srcs
-        if not cuda_placement(src, options):
+        if not (cuda_placement(src, options) or _untranslated_on_cuda(src)):
             continue
         with gm.graph.inserting_before(root):
             st = gm.graph.call_function(aten.stack.default, (grads, d))

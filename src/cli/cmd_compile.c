@@ -12,6 +12,7 @@
 #include "evt/lower.h"
 #include "partition/partition.h"
 #include "passes/passes.h"
+#include "runtime/exec_plan.h"
 #include "runtime/jit.h"
 #include "runtime/plan.h"
 #include "runtime/tune.h"
@@ -217,8 +218,10 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--tune] [-
     printf("gemm+evt tuning (%d of %d groups with a record):\n", ntuned, nlg);
     for (int i = 0; i < low.n; i++)
       if (low.k[i].kind == EVT_LK_GEMM_EVT && low.k[i].ok)
-        printf("  group %d %s %lldx%lldx%lld: %s\n", i, low.k[i].kernel, (long long)low.k[i].m, (long long)low.k[i].n,
-               (long long)low.k[i].k, tg[i].desc);
+        printf("  group %d %s %lldx%lldx%lld: %s%s\n", i, low.k[i].kernel, (long long)low.k[i].m, (long long)low.k[i].n,
+               (long long)low.k[i].k, tg[i].desc,
+               evt_exec_plain_blas(&low.k[i], tg[i].choice) ? "; the GPU runtime runs it as one cuBLAS call (plain epilogue)"
+                                                             : "");
   }
   if (rc == EVTC_EXIT_OK && build && nk > 0) {
     evt_jit_options jo = {0};

@@ -60,6 +60,7 @@ static bool load_api(void *lib, evt_fb_api *a) {
   SYM(event_record, "evt_fb_event_record");
   SYM(event_ms, "evt_fb_event_ms");
   SYM(event_free, "evt_fb_event_free");
+  SYM(gemm, "evt_fb_gemm_run");
 #undef SYM
   void *const *f = (void *const *)a;
   for (size_t i = 0; i < sizeof *a / sizeof(void *); i++)
@@ -151,8 +152,44 @@ evt_status evt_gpu_launch_node(evt_program *p, int i, void *stream) {
 static void *dev(const evt_program *p, int node) { return node >= 0 ? p->t[node].ptr : NULL; }
 static void *node_ptr(void *p, int node) { return dev(p, node); }
 
+_Static_assert(EVT_FB_F32 == (int)EVT_F32 && EVT_FB_F16 == (int)EVT_F16 && EVT_FB_BF16 == (int)EVT_BF16,
+               "the kernel library's dtype codes are evt_dtype's");
+
+/* A plain-epilogue GEMM group (x->blas; exec_plan.h) as one cuBLAS call: the spec's layout becomes the
+ * operands' transposes, leading dims and batch strides are the lowering's (0: packed). */
+static evt_status launch_blas(evt_program *p, int gi, void *stream) {
+  const evt_group_exec *x = &p->xp->groups[gi];
+  const evt_lowered *L = &p->xp->low.k[gi];
+  const evt_kspec *s = &L->spec;
+  evt_fb_gemm g;
+  memset(&g, 0, sizeof g);
+  g.ta = s->layout == EVT_LAYOUT_TN;
+  g.tb = s->layout == EVT_LAYOUT_NT;
+  g.ab_dtype = (int)s->ab_dtype;
+  g.d_dtype = (int)s->d_dtype;
+  g.m = x->m, g.n = x->n, g.k = x->k;
+  g.a = dev(p, x->a_node);
+  g.b = dev(p, x->b_node);
+  g.d = dev(p, x->d_node);
+  g.lda = L->lda ? L->lda : g.ta ? g.m : g.k;
+  g.ldb = L->ldb ? L->ldb : g.tb ? g.k : g.n;
+  g.ldd = L->ldd ? L->ldd : g.n;
+  g.batch = s->batched && L->l > 1 ? L->l : 1;
+  g.sa = s->batched ? L->bs_a : 0, g.sb = s->batched ? L->bs_b : 0, g.sd = s->batched ? L->bs_d : 0;
+  if (!g.a || !g.b || !g.d)
+    return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: cuBLAS GEMM without memory for an operand", gi);
+  char err[512];
+  int rc = p->api->gemm(p->ctx, &g, stream, err, sizeof err);
+  if (rc)
+    return evt_graph_errorf(p->g, x->members[0], rc == 1 ? EVT_ERR_UNSUPPORTED : EVT_ERR_INTERNAL,
+                            "group %d (plain GEMM %lldx%lldx%lld through cuBLAS): %s", gi, (long long)g.m,
+                            (long long)g.n, (long long)g.k, err);
+  return EVT_OK;
+}
+
 evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
   const evt_group_exec *x = &p->xp->groups[gi];
+  if (x->fused && x->blas) return launch_blas(p, gi, stream);
   if (!x->fused) {
     for (int k = 0; k < x->nmembers; k++) {
       evt_status st = evt_gpu_launch_node(p, x->members[k], stream);
@@ -180,6 +217,7 @@ evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
 
 int evt_gpu_group_launches(const evt_program *p, int gi) {
   const evt_group_exec *x = &p->xp->groups[gi];
+  if (x->blas) return 0; /* one cuBLAS call: the library's launch count has it */
   const evt_rspec *s = p->xp->kspec[x->kernel];
   if (x->kind == EVT_LK_GEMM_EVT || !s) return 1; /* the CUTLASS kernel */
   for (int i = 0; i < s->nnodes; i++)

@@ -29,6 +29,7 @@
 #include <stdio.h>
 
 #include "evt_fallback.h"
+#include "runtime/fb_gemm.h"
 #include "evt_impl.h"
 #include "evt_row_launch.h"
 #include "runtime/exec_plan.h"
@@ -58,6 +59,7 @@ typedef struct evt_fb_api {
   int (*event_record)(void *, void *, char *, size_t);
   int (*event_ms)(void *, void *, double *, char *, size_t);
   void (*event_free)(void *);
+  int (*gemm)(evt_fb_ctx *, const evt_fb_gemm *, void *, char *, size_t);
 } evt_fb_api;
 
 /* Loads the library once per process and initializes the device; NULL with the reason in why. */
@@ -133,8 +135,19 @@ struct evt_program {
   long launches;            /* kernel launches of one run */
   int groups_fused, groups_fallback;
   long runs;
+  struct evt_prof *prof;    /* EVT_PROFILE (src/runtime/profile.c), NULL when off */
   char err[1024];
 };
+
+/* ---- EVT_PROFILE (profile.c): per-step GPU time of eager runs, a table on stderr ------------------- */
+/* True when this run on `stream` is profiled (EVT_PROFILE=N set, not a capture); enqueue then calls
+ * evt_prof_mark before each step and evt_prof_end after the last (which waits and may print). */
+bool evt_prof_begin(evt_program *p, void *stream);
+void evt_prof_mark(evt_program *p, int step, void *stream);
+void evt_prof_end(evt_program *p, void *stream);
+void evt_prof_free(evt_program *p);
+/* The table's description of step s (what runs, its shape and config) into buf. */
+void evt_prof_step_label(const evt_program *p, int s, char *buf, size_t len);
 
 /* ---- launches (cuda.c): enqueue on `stream`, no synchronization ------------------------------------ */
 evt_status evt_gpu_launch_node(evt_program *p, int node, void *stream);
@@ -142,7 +155,8 @@ evt_status evt_gpu_launch_node(evt_program *p, int node, void *stream);
  * launcher that refuses the problem demotes the group (gemm_launch.h) before launching anything: this sets
  * p->replan and returns EVT_OK; the run then re-plans the memory and enqueues the step again. */
 evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream);
-/* Kernel launches one execution of group gi enqueues on its generated path. */
+/* Kernel launches one execution of group gi enqueues on its generated path (0 for a cuBLAS group: the
+ * library counts those). */
 int evt_gpu_group_launches(const evt_program *p, int gi);
 
 /* ---- `evtc run --device cuda` (cuda.c): host doubles over a program -------------------------------- */

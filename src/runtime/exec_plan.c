@@ -363,6 +363,10 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
       }
     }
     if (!x->fused) continue;
+    if (L->kind == EVT_LK_GEMM_EVT && x->d_node >= 0 && evt_exec_plain_blas(L, x->tuned)) {
+      x->blas = 1;
+      continue;
+    }
     int k = 0;
     while (k < p->nkernels && strcmp(p->kname[k], L->kernel)) k++;
     if (k == p->nkernels) {
@@ -380,6 +384,17 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
   }
   free(tg);
   return EVT_OK;
+}
+
+bool evt_exec_plain_blas(const evt_lowered *L, int tuned) {
+  const evt_kspec *s = &L->spec;
+  if (L->kind != EVT_LK_GEMM_EVT || !L->ok || tuned == EVT_TUNE_FUSED || L->d_tensor < 0) return false;
+  if (s->nnodes != 1 || s->nodes[0].op != EVT_V_ACC || s->d_node != 0) return false;
+  if (s->batched && L->l_outer > 1) return false;
+  bool ab16 = s->ab_dtype == EVT_BF16 || s->ab_dtype == EVT_F16;
+  if (!(ab16 || s->ab_dtype == EVT_F32) || (s->d_dtype != s->ab_dtype && s->d_dtype != EVT_F32)) return false;
+  const char *e = getenv("EVT_PLAIN_GEMM");
+  return !(e && !strcmp(e, "cutlass"));
 }
 
 void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why) {
@@ -427,7 +442,12 @@ void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out) 
                L->l > 0 ? L->l : 1, L->l_outer > 1 ? L->l_outer : 1, (L->spec.layout == EVT_LAYOUT_NN ? "NN" : L->spec.layout == EVT_LAYOUT_NT ? "NT" : "TN"), (long long)L->lda,
                (long long)L->ldb, (long long)L->ldd, (long long)L->bs_a, (long long)L->bs_b, (long long)L->bs_d,
                (long long)L->os_a, (long long)L->os_b, (long long)L->os_d);
-    if (x->fused && x->kind == EVT_LK_GEMM_EVT)
+    if (x->fused && x->blas)
+      fprintf(out, "group %d %s cuBLAS (plain epilogue) [%lld x %lld x %lld] %s%s, %d nodes\n", gi,
+              evt_lower_kind_name(x->kind), (long long)x->m, (long long)x->n, (long long)x->k,
+              L->spec.layout == EVT_LAYOUT_NN ? "NN" : L->spec.layout == EVT_LAYOUT_NT ? "NT" : "TN",
+              L->spec.batched ? " batched" : "", x->nmembers);
+    else if (x->fused && x->kind == EVT_LK_GEMM_EVT)
       fprintf(out, "group %d %s %s fused [%lld x %lld x %lld]%s%s, %d nodes\n", gi, evt_lower_kind_name(x->kind),
               p->kname[x->kernel], (long long)x->m, (long long)x->n, (long long)x->k, bat, x->d_node < 0 ? " (D scratch)" : "",
               x->nmembers);

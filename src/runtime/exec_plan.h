@@ -28,6 +28,7 @@
  *   Both kinds: a load (and A, B) never reads a member of its own group (members are not materialized
  *     before the kernel), and every member read outside the group or a graph output is written by a store
  *     of the spec (D included).
+ *   GEMM+EVT groups with a plain epilogue (evt_exec_plain_blas, below) run as one cuBLAS call instead (blas).
  *   everything else runs node by node through the fallback library: groups that did not lower (reason of
  *     the lowering), groups failing a check above, groups whose kernel failed to compile or load
  *     (evt_exec_plan_demote), and GEMM groups whose launcher refused (evt_exec_plan_demote_group).
@@ -57,6 +58,7 @@ typedef struct evt_group_exec {
   int *members, nmembers;                  /* graph nodes in id order */
   /* GEMM: the tuning record (src/runtime/tune.h; evt_tune_apply_lowered at build): FUSED → the spec was
    * given the tuned config and these launch-time scheduler values; UNFUSED → the group falls back (why). */
+  int blas;     /* GEMM, fused: 1 = the group is one cuBLAS call (plain epilogue; evt_exec_plain_blas), kernel -1 */
   int tuned;                               /* evt_tune_choice */
   int swizzle, raster;
   char tune_desc[240];                     /* evt_tune_describe's line ("not tuned (default config ...)") */
@@ -81,6 +83,14 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p);
  * x->m/n/k, in_node, a/b/d_node, ptr_node; true if it can run as its generated kernel, else false with the
  * reason in x->why (naming the group and the tensor). */
 bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x);
+/* A GEMM+EVT group whose epilogue is plain (the spec is D = acc: no visitor node but the accumulator, D
+ * stored to a tensor) has nothing to fuse, so the fused runtime runs it as one cuBLAS call
+ * (evt_fb_gemm_run: the layouts' transposes become cuBLAS operand ops, no copies) instead of a generated
+ * CUTLASS kernel: cuBLAS's own kernel choice is at least as fast on the H200 (bench/results/tune-h200-w2.md:
+ * equal at 8192x1024x4096, CUTLASS ~20% slower at 8192^3). Not when a tuning record measured the CUTLASS
+ * kernel faster (tuned == EVT_TUNE_FUSED), for two-level batches (l_outer > 1), or with
+ * EVT_PLAIN_GEMM=cutlass (tests and benchmarks of the generated kernels). */
+bool evt_exec_plain_blas(const evt_lowered *L, int tuned);
 /* Kernel k failed to compile: every group using it falls back, with `why`. */
 void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why);
 /* Group gi alone falls back (its launcher refused the problem), with `why`. */

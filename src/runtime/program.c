@@ -243,6 +243,7 @@ static evt_status replan(evt_program *p) {
 
 void evt_program_destroy(evt_program *p) {
   if (!p) return;
+  evt_prof_free(p);
   if (p->api) {
     p->api->graph_free(p->graph_exec);
     p->api->stream_free(p->capture_stream);
@@ -459,8 +460,10 @@ static evt_status enqueue(evt_program *p, void *stream) {
   char err[512];
   long before = p->api->launches(p->ctx), generated = 0;
   evt_status st = EVT_OK;
+  bool prof = evt_prof_begin(p, stream);
   for (int s = 0; s < p->nsteps && st == EVT_OK && !p->replan; s++) {
     const evt_prog_step *sp = &p->steps[s];
+    if (prof) evt_prof_mark(p, s, stream);
     if (sp->node >= 0) {
       st = evt_gpu_launch_node(p, sp->node, stream);
     } else {
@@ -477,6 +480,7 @@ static evt_status enqueue(evt_program *p, void *stream) {
       st = evt_graph_errorf(p->g, v, EVT_ERR_INTERNAL, "CUDA copy to output %d: %s", i, err);
   }
   p->launches = p->api->launches(p->ctx) - before + generated;
+  if (prof && st == EVT_OK) evt_prof_end(p, stream);
   return st == EVT_OK ? EVT_OK : fail(p, st);
 }
 

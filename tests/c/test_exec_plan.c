@@ -10,6 +10,7 @@
 #include "passes/passes.h"
 #include "runtime/cuda.h"
 #include "runtime/exec_plan.h"
+#include "runtime/tune.h"
 #include "runtime/gemm_launch.h"
 #include "runtime/jit.h"
 #include "test.h"
@@ -44,10 +45,11 @@ TEST(exec_plan_paths_and_bindings_bf16) {
       gemmlow += L->ok && L->kind == EVT_LK_GEMM_EVT;
       if (!L->ok) CHECK(!x->fused && !strcmp(x->why, L->reason));
       if (!x->fused) continue;
-      CHECK(x->kernel >= 0 && x->kernel < p.nkernels && !strcmp(p.kname[x->kernel], L->kernel));
+      CHECK(x->blas ? x->kernel == -1 && evt_exec_plain_blas(L, x->tuned)
+                    : x->kernel >= 0 && x->kernel < p.nkernels && !strcmp(p.kname[x->kernel], L->kernel));
       if (L->kind == EVT_LK_GEMM_EVT) {
         const evt_kspec *s = &L->spec;
-        CHECK(p.gspec[x->kernel] && !p.kspec[x->kernel] && x->k == L->k);
+        CHECK((x->blas || (p.gspec[x->kernel] && !p.kspec[x->kernel])) && x->k == L->k);
         CHECK(x->a_node >= 0 && x->b_node >= 0 && p.part.group[x->a_node] != gi && p.part.group[x->b_node] != gi);
         CHECK(g->nodes[x->a_node].type.dtype == s->ab_dtype && g->nodes[x->b_node].type.dtype == s->ab_dtype);
         if (x->d_node >= 0) CHECK(p.part.group[x->d_node] == gi && g->nodes[x->d_node].type.dtype == s->d_dtype);
@@ -532,9 +534,11 @@ TEST(gemm_launch_binds_args_and_falls_back) {
   snprintf(cut, sizeof cut, "%s/cut", gl_dir);
   snprintf(nvcc, sizeof nvcc, "%s/nvcc", gl_dir);
   snprintf(bad, sizeof bad, "%s/nvcc_bad", gl_dir);
-  const char *keys[] = {"EVT_NVCC", "EVT_JIT_CACHE", "CUTLASS_PATH", "EVT_TEST_LAUNCH_LOG", "EVT_TEST_LAUNCH_RC"};
-  char *saved[5];
-  for (int i = 0; i < 5; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
+  const char *keys[] = {"EVT_NVCC", "EVT_JIT_CACHE", "CUTLASS_PATH", "EVT_TEST_LAUNCH_LOG", "EVT_TEST_LAUNCH_RC",
+                        "EVT_PLAIN_GEMM"};
+  char *saved[6];
+  for (int i = 0; i < 6; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
+  setenv("EVT_PLAIN_GEMM", "cutlass", 1); /* plain-epilogue groups too run generated kernels here */
   setenv("EVT_NVCC", nvcc, 1);
   setenv("EVT_JIT_CACHE", cache, 1);
   setenv("CUTLASS_PATH", cut, 1);
@@ -637,7 +641,7 @@ TEST(gemm_launch_binds_args_and_falls_back) {
     evt_exec_plan_free(&p);
     evt_graph_free(g);
   }
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < 6; i++) {
     if (saved[i]) setenv(keys[i], saved[i], 1);
     else unsetenv(keys[i]);
     free(saved[i]);
@@ -913,4 +917,56 @@ TEST(exec_plan_refines_refused_groups) {
     evt_graph_free(g);
   }
   unsetenv("EVT_REFINE_PARTITION");
+}
+
+/* Plain-epilogue GEMM groups (D = acc) run as one cuBLAS call (evt_exec_plain_blas): on mlp_bf16's
+ * backward every GEMM group whose spec is just the accumulator is `blas` with no generated kernel (so the
+ * JIT and prefetch never compile one), every GEMM group with a real epilogue keeps its CUTLASS kernel;
+ * EVT_PLAIN_GEMM=cutlass turns the rule off; a tuning record that measured the CUTLASS kernel faster
+ * (EVT_TUNE_FUSED) keeps CUTLASS. */
+TEST(plain_gemm_groups_run_through_cublas) {
+  const char *old = getenv("EVT_PLAIN_GEMM");
+  char *saved = old ? strdup(old) : NULL;
+  unsetenv("EVT_PLAIN_GEMM");
+  evt_graph *g = load_opt("bench/graphs/mlp_bf16.evt");
+  if (g) {
+    int plain = 0, epi = 0, blas_plan = 0;
+    for (int pass = 0; pass < 2; pass++) {
+      if (pass == 1) setenv("EVT_PLAIN_GEMM", "cutlass", 1);
+      evt_exec_plan p;
+      CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+      for (int gi = 0; gi < p.ngroups; gi++) {
+        const evt_group_exec *x = &p.groups[gi];
+        const evt_lowered *L = &p.low.k[gi];
+        if (!x->fused || x->kind != EVT_LK_GEMM_EVT) continue;
+        bool is_plain = L->spec.nnodes == 1 && L->spec.d_node == 0 && !(L->spec.batched && L->l_outer > 1);
+        if (pass == 0) {
+          plain += is_plain;
+          epi += !is_plain;
+          blas_plan += x->blas;
+          CHECK_MSG(x->blas == is_plain, "group %d: blas %d, plain %d", gi, x->blas, is_plain);
+          CHECK(x->blas ? x->kernel < 0 : (x->kernel >= 0 && p.gspec[x->kernel] && !strcmp(p.kname[x->kernel], L->kernel)));
+          CHECK(!evt_exec_plain_blas(L, EVT_TUNE_FUSED)); /* measured faster: CUTLASS */
+          CHECK(evt_exec_plain_blas(L, EVT_TUNE_UNFUSED) == is_plain);
+        } else {
+          CHECK(!x->blas && x->kernel >= 0);
+        }
+      }
+      if (pass == 0) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        evt_exec_plan_print(g, &p, f);
+        fclose(f);
+        CHECK_MSG(strstr(buf, "cuBLAS (plain epilogue)"), "%s", buf);
+        free(buf);
+      }
+      evt_exec_plan_free(&p);
+    }
+    CHECK_MSG(plain >= 2 && epi >= 2 && blas_plan == plain, "plain %d, with an epilogue %d", plain, epi);
+    evt_graph_free(g);
+  }
+  if (saved) setenv("EVT_PLAIN_GEMM", saved, 1);
+  else unsetenv("EVT_PLAIN_GEMM");
+  free(saved);
 }

@@ -342,3 +342,46 @@ TEST(program_host_plan_runs_batched_gemm_groups) {
   evt_program_destroy(p);
   evt_graph_free(g);
 }
+
+/* EVT_PROFILE's table names each step by what runs (src/runtime/profile.c): on bert_layer_bf16's host plan,
+ * a GEMM step names its kernel, M x N x K, layout and tile config; a plain GEMM cuBLAS and its shape; a row
+ * step its kernel and M x N; a step of one node the node. */
+TEST(profile_labels_name_kernel_shape_and_config) {
+  char *err = NULL;
+  evt_graph *g = evt_parse_file("bench/graphs/bert_layer_bf16.evt", &err);
+  CHECK_MSG(g != NULL, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+  evt_program *p = NULL;
+  CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s", evt_graph_error(g));
+  int gemm = 0, row = 0, blas = 0;
+  for (int s = 0; p && s < p->nsteps; s++) {
+    char label[640], want[96];
+    evt_prof_step_label(p, s, label, sizeof label);
+    if (p->steps[s].node >= 0) {
+      snprintf(want, sizeof want, "node %%%s (", g->nodes[p->steps[s].node].name);
+      CHECK_MSG(strstr(label, want), "%s", label);
+      continue;
+    }
+    const evt_group_exec *x = &p->xp->groups[p->steps[s].group];
+    if (!x->fused) continue;
+    if (x->kind == EVT_LK_GEMM_EVT && x->blas) {
+      blas++;
+      snprintf(want, sizeof want, "cuBLAS %lldx%lldx%lld ", (long long)x->m, (long long)x->n, (long long)x->k);
+      CHECK_MSG(strstr(label, want) && strstr(label, "plain epilogue"), "%s", label);
+    } else if (x->kind == EVT_LK_GEMM_EVT) {
+      gemm++;
+      snprintf(want, sizeof want, "%s %lldx%lldx%lld gemm ", p->xp->kname[x->kernel], (long long)x->m, (long long)x->n,
+               (long long)x->k);
+      CHECK_MSG(strstr(label, want) && strstr(label, " tile ") && strstr(label, "default config"), "%s", label);
+    } else {
+      row++;
+      snprintf(want, sizeof want, "%s %lldx%lld from %%", p->xp->kname[x->kernel], (long long)x->m, (long long)x->n);
+      CHECK_MSG(strstr(label, want), "%s", label);
+    }
+  }
+  CHECK_MSG(gemm >= 4 && blas >= 4 && row >= 4, "%d CUTLASS, %d cuBLAS, %d row steps", gemm, blas, row);
+  evt_program_destroy(p);
+  evt_graph_free(g);
+}

@@ -53,7 +53,7 @@ def test_fallback_library_compiles_and_loads():
         lib = os.path.join(d, "libevt_fallback.so")
         syms = subprocess.run(["nm", "-D", lib], capture_output=True, text=True, check=True).stdout
         for s in ("evt_fb_init", "evt_fb_ctx_new", "evt_fb_run", "evt_fb_upload", "evt_fb_download", "evt_fb_sync",
-                  "evt_fb_capture_begin", "evt_fb_graph_launch"):
+                  "evt_fb_capture_begin", "evt_fb_graph_launch", "evt_fb_gemm_run"):
             assert f" T {s}" in syms, s
         r = run_cuda({"EVT_FALLBACK_LIB": lib})
         if r.returncode == 0:  # a machine with a GPU: the step ran

@@ -1,0 +1,159 @@
+/* EVT_PROFILE: where a program's step spends its GPU time (opt-in diagnostics of the GPU runtime).
+ *
+ * EVT_PROFILE=N (N >= 1): every eager run of every program records a CUDA event before each of its steps
+ * and one after the last; after every N-th profiled run of a program a table of its steps, slowest first,
+ * goes to stderr: milliseconds per run (mean over the runs so far), share of the step, and what the step
+ * is (a generated GEMM+EVT kernel with M x N x K and its config, a row / pointwise kernel with M x N, a
+ * group that runs node by node with the reason, or one node through the reference library).
+ * Profiling waits for the events, so it serializes the host with the GPU: use it to find slow steps, not
+ * to time a step. CUDA-graph replays are not profiled (their first, eager run is).
+ * Everything here is host code over the kernel library's event functions (src/runtime/cuda.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda.h"
+
+struct evt_prof {
+  int every;     /* print after every `every`-th profiled run */
+  int nsteps;    /* steps the arrays were made for (a re-plan changes them: the counts restart) */
+  void **ev;     /* nsteps + 1 events */
+  double *ms;    /* per step: milliseconds summed over the runs */
+  long runs;
+};
+
+static int prof_every(void) {
+  const char *e = getenv("EVT_PROFILE");
+  if (!e || !*e) return 0;
+  int n = atoi(e);
+  return n > 0 ? n : 0;
+}
+
+static void prof_release(const evt_fb_api *api, struct evt_prof *f) {
+  if (!f) return;
+  for (int i = 0; f->ev && i <= f->nsteps; i++) api->event_free(f->ev[i]);
+  free(f->ev);
+  free(f->ms);
+  f->ev = NULL;
+  f->ms = NULL;
+  f->nsteps = 0;
+  f->runs = 0;
+}
+
+void evt_prof_free(evt_program *p) {
+  if (!p->prof) return;
+  if (p->api) prof_release(p->api, p->prof);
+  free(p->prof);
+  p->prof = NULL;
+}
+
+bool evt_prof_begin(evt_program *p, void *stream) {
+  if (!p->api || (p->capture_stream && stream == p->capture_stream)) return false;
+  if (!p->prof) {
+    int every = prof_every();
+    if (!every) return false;
+    p->prof = calloc(1, sizeof *p->prof);
+    EVT_ASSERT(p->prof);
+    p->prof->every = every;
+  }
+  struct evt_prof *f = p->prof;
+  if (f->nsteps != p->nsteps || !f->ev) {
+    prof_release(p->api, f);
+    f->ev = calloc((size_t)p->nsteps + 1, sizeof *f->ev);
+    f->ms = calloc((size_t)p->nsteps + 1, sizeof *f->ms);
+    EVT_ASSERT(f->ev && f->ms);
+    f->nsteps = p->nsteps;
+    char err[256];
+    for (int i = 0; i <= p->nsteps; i++)
+      if (p->api->event_new(&f->ev[i], err, sizeof err)) {
+        fprintf(stderr, "[evt-profile] no CUDA event (%s): profiling off\n", err);
+        prof_release(p->api, f);
+        f->every = 0;
+        return false;
+      }
+  }
+  return f->every > 0;
+}
+
+void evt_prof_mark(evt_program *p, int step, void *stream) {
+  char err[256];
+  if (p->prof && p->prof->ev && step <= p->prof->nsteps) p->api->event_record(p->prof->ev[step], stream, err, sizeof err);
+}
+
+void evt_prof_step_label(const evt_program *p, int s, char *buf, size_t len) {
+  const evt_prog_step *sp = &p->steps[s];
+  const evt_graph *g = p->g;
+  if (sp->node >= 0) {
+    const evt_node *n = &g->nodes[sp->node];
+    snprintf(buf, len, "node %%%s (%s): reference library", n->name, evt_op_table[n->op].name);
+    return;
+  }
+  const evt_group_exec *x = &p->xp->groups[sp->group];
+  const evt_node *first = &g->nodes[x->members[0]];
+  if (!x->fused) {
+    snprintf(buf, len, "group %d: %d nodes node by node from %%%s (%s)", sp->group, x->nmembers, first->name, x->why);
+    return;
+  }
+  if (x->kind == EVT_LK_GEMM_EVT && x->blas) {
+    const evt_kspec *ks = &p->xp->low.k[sp->group].spec;
+    snprintf(buf, len, "group %d: cuBLAS %lldx%lldx%lld %s %s->%s (plain epilogue)", sp->group, (long long)x->m,
+             (long long)x->n, (long long)x->k,
+             ks->layout == EVT_LAYOUT_NN ? "NN" : ks->layout == EVT_LAYOUT_NT ? "NT" : "TN", evt_dtype_name(ks->ab_dtype),
+             evt_dtype_name(ks->d_dtype));
+    return;
+  }
+  if (x->kind == EVT_LK_GEMM_EVT) {
+    char spec[160] = "";
+    const evt_kspec *ks = p->xp->gspec[x->kernel];
+    if (ks) evt_kspec_text(ks, spec, sizeof spec);
+    char *nl = strchr(spec, '\n');
+    if (nl) *nl = 0;
+    snprintf(buf, len, "group %d: %s %lldx%lldx%lld %s (%d epilogue nodes; %s)", sp->group, p->xp->kname[x->kernel],
+             (long long)x->m, (long long)x->n, (long long)x->k, spec, ks ? ks->nnodes : 0, x->tune_desc);
+    return;
+  }
+  snprintf(buf, len, "group %d: %s %s %lldx%lld from %%%s (%s)", sp->group, x->kind == EVT_LK_ROW ? "row" : "pointwise",
+           p->xp->kname[x->kernel], (long long)x->m, (long long)x->n, first->name, evt_op_table[first->op].name);
+}
+
+void evt_prof_end(evt_program *p, void *stream) {
+  struct evt_prof *f = p->prof;
+  if (!f || !f->ev || f->nsteps != p->nsteps) return;
+  evt_prof_mark(p, p->nsteps, stream);
+  char err[256];
+  for (int s = 0; s < p->nsteps; s++) {
+    double ms = 0;
+    if (p->api->event_ms(f->ev[s], f->ev[s + 1], &ms, err, sizeof err)) {
+      fprintf(stderr, "[evt-profile] %s: profiling off\n", err);
+      f->every = 0;
+      return;
+    }
+    f->ms[s] += ms;
+  }
+  f->runs++;
+  if (f->runs % f->every) return;
+  int *order = malloc(sizeof *order * (size_t)(p->nsteps + 1));
+  EVT_ASSERT(order);
+  double total = 0;
+  for (int s = 0; s < p->nsteps; s++) {
+    order[s] = s;
+    total += f->ms[s];
+  }
+  for (int i = 1; i < p->nsteps; i++) /* slowest first (insertion sort: a step list is short) */
+    for (int j = i; j > 0 && f->ms[order[j]] > f->ms[order[j - 1]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  fprintf(stderr, "[evt-profile] program of %d nodes: %d steps, %.3f ms per run (mean of %ld runs; events around each step)\n",
+          p->g->nnodes, p->nsteps, total / (double)f->runs, f->runs);
+  char label[640];
+  for (int i = 0; i < p->nsteps; i++) {
+    int s = order[i];
+    double ms = f->ms[s] / (double)f->runs;
+    if (i >= 40 && ms < 0.01) break;
+    evt_prof_step_label(p, s, label, sizeof label);
+    fprintf(stderr, "[evt-profile] %9.3f ms %5.1f%%  step %3d  %s\n", ms, total > 0 ? 100.0 * f->ms[s] / total : 0.0,
+            s, label);
+  }
+  free(order);
+}
