@@ -437,9 +437,10 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
   sb_printf(&b, "using MainloopSchedule = cutlass::gemm::%s;\n",
             coop ? "KernelTmaWarpSpecializedCooperative" : "KernelTmaWarpSpecializedPingpong");
   sb_printf(&b, "using EpilogueSchedule = cutlass::epilogue::%s;\n", coop ? "TmaWarpSpecializedCooperative" : "TmaWarpSpecialized");
-  if (s->cfg.epi_n)
-    sb_printf(&b, "using EpilogueTileType = Shape<_%d, _%d>;\n", coop ? (s->cfg.tile_m < 128 ? s->cfg.tile_m : 128) : 64,
-              s->cfg.epi_n);
+  int epi_n = evt_kspec_epilogue_n(s);
+  if (epi_n)
+    sb_printf(&b, "using EpilogueTileType = Shape<_%d, _%d>;%s\n", coop ? (s->cfg.tile_m < 128 ? s->cfg.tile_m : 128) : 64,
+              epi_n, s->cfg.epi_n ? "" : "  // narrow subtiles: more mainloop stages (evt_kspec_epilogue_n)");
   else
     sb_printf(&b, "using EpilogueTileType = cutlass::epilogue::collective::EpilogueTileAuto;\n");
   sb_printf(&b,

@@ -179,8 +179,8 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
     if (per * c->stages > 227L * 1024 - 32 * 1024)
       BAD("%d stages x %ld bytes of A+B tiles exceed the shared memory left for the mainloop (195 KiB)", c->stages, per);
   }
-  if (c->epi_n != 0 && ((c->epi_n != 32 && c->epi_n != 64 && c->epi_n != 128) || tn % c->epi_n))
-    BAD("epilogue subtile N %d (0 = auto, or 32, 64, 128 dividing tile_n)", c->epi_n);
+  if (c->epi_n != 0 && ((c->epi_n != 16 && c->epi_n != 32 && c->epi_n != 64 && c->epi_n != 128) || tn % c->epi_n))
+    BAD("epilogue subtile N %d (0 = auto, or 16, 32, 64, 128 dividing tile_n)", c->epi_n);
   if (c->reduction != EVT_RED_ATOMIC && c->reduction != EVT_RED_WORKSPACE) BAD("unknown reduction strategy %d", (int)c->reduction);
   if (c->reduction == EVT_RED_WORKSPACE && !evt_kspec_has_sums(s))
     BAD("reduction strategy 'workspace' given but the epilogue has no row_sum / col_sum");
@@ -242,6 +242,32 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
 }
 
 static const char *layout_name(evt_gemm_layout l) { return l == EVT_LAYOUT_NN ? "NN" : l == EVT_LAYOUT_NT ? "NT" : "TN"; }
+
+/* Mainloop stages CUTLASS's StageCountAutoCarveout leaves for spec s with a cooperative 128 x epi_n
+ * epilogue subtile: 227 KiB of shared memory minus the epilogue's (the collective epilogue's formulas of
+ * cutlass/epilogue/collective/builders/sm90_builder.inl: with no source C, StagesC = min(subtiles, 4)
+ * TMA-load buffers per aux load, StagesD = min(subtiles, 2) buffers for D and for each aux store; 1 KiB
+ * for barriers, broadcasts and reductions), divided by one stage of A and B tiles. */
+static int coop_stages(const evt_kspec *s, int epi_n) {
+  const evt_tile_config *c = &s->cfg;
+  int subtiles = (c->tile_m / 128) * (c->tile_n / epi_n);
+  int stages_c = subtiles < 4 ? subtiles : 4, stages_d = subtiles < 2 ? subtiles : 2;
+  long sub = 128L * epi_n, epi = (long)stages_d * sub * (long)evt_dtype_size(s->d_dtype) + 1024;
+  for (int i = 0; i < s->nnodes; i++) {
+    long bytes = sub * (long)evt_dtype_size(s->nodes[i].dtype);
+    if (s->nodes[i].op == EVT_V_AUX_LOAD) epi += stages_c * bytes;
+    if (s->nodes[i].op == EVT_V_AUX_STORE) epi += stages_d * bytes;
+  }
+  long per = (long)(c->tile_m + c->tile_n) * c->tile_k * (s->ab_dtype == EVT_F32 ? 4 : 2);
+  return (int)((227L * 1024 - epi) / per);
+}
+
+int evt_kspec_epilogue_n(const evt_kspec *s) {
+  const evt_tile_config *c = &s->cfg;
+  if (c->epi_n || c->schedule != EVT_SCHED_COOPERATIVE || c->stages || c->tile_m % 128 || c->tile_n % 32) return c->epi_n;
+  int auto_stages = coop_stages(s, 32);
+  return auto_stages < 4 && coop_stages(s, 16) > auto_stages ? 16 : 0;
+}
 
 int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
   size_t pos = 0;

@@ -183,6 +183,12 @@ int evt_vop_has_memory(evt_vop op);      /* node reads or writes a tensor given 
 /* Canonical one-line-per-node text of the spec (what the hash covers). Returns bytes written (like
  * snprintf). */
 int evt_kspec_text(const evt_kspec *s, char *buf, size_t len);
+/* The epilogue subtile width the emitter uses (0: CUTLASS's EpilogueTileAuto, 128 x 32 for a cooperative
+ * 128 x 256 tile): cfg.epi_n when set; else, for a cooperative schedule with automatic stages, 16 when the
+ * epilogue's TMA buffers at 32 would leave the mainloop fewer than 4 stages and 16 leaves it more (aux
+ * loads keep 4 subtiles in flight: an f32 aux load and an f32 D left 2 stages of 128x256x64 tiles, and that
+ * kernel ran ~1.7x as long as the plain GEMM on the H200). */
+int evt_kspec_epilogue_n(const evt_kspec *s);
 uint64_t evt_kspec_hash(const evt_kspec *s);
 uint64_t evt_hash_bytes(uint64_t h, const void *data, size_t n);  /* FNV-1a 64; start with h = 0 */
 void evt_kspec_kernel_name(const evt_kspec *s, char out[40]);     /* "evt_kernel_<16 hex>" */

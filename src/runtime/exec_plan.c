@@ -357,7 +357,7 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
       x->swizzle = tg[gi].swizzle;
       x->raster = tg[gi].raster;
       snprintf(x->tune_desc, sizeof x->tune_desc, "%s", tg[gi].desc);
-      if (x->fused && tg[gi].choice == EVT_TUNE_UNFUSED) {
+      if (x->fused && tg[gi].choice == EVT_TUNE_UNFUSED && !(x->d_node >= 0 && evt_exec_plain_blas(L, EVT_TUNE_UNFUSED))) {
         x->fused = 0;
         snprintf(x->why, sizeof x->why, "group %d: tuned: %.360s", gi, tg[gi].desc);
       }
@@ -388,13 +388,13 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
 
 bool evt_exec_plain_blas(const evt_lowered *L, int tuned) {
   const evt_kspec *s = &L->spec;
-  if (L->kind != EVT_LK_GEMM_EVT || !L->ok || tuned == EVT_TUNE_FUSED || L->d_tensor < 0) return false;
+  if (L->kind != EVT_LK_GEMM_EVT || !L->ok || L->d_tensor < 0) return false;
   if (s->nnodes != 1 || s->nodes[0].op != EVT_V_ACC || s->d_node != 0) return false;
   if (s->batched && L->l_outer > 1) return false;
   bool ab16 = s->ab_dtype == EVT_BF16 || s->ab_dtype == EVT_F16;
   if (!(ab16 || s->ab_dtype == EVT_F32) || (s->d_dtype != s->ab_dtype && s->d_dtype != EVT_F32)) return false;
   const char *e = getenv("EVT_PLAIN_GEMM");
-  return !(e && !strcmp(e, "cutlass"));
+  return tuned == EVT_TUNE_UNFUSED || (e && !strcmp(e, "cublas"));
 }
 
 void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why) {

@@ -26,7 +26,7 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
    * untuned: the lowering's default), the large cooperative tiles with and without a 2-CTA cluster (the best
    * configs of bench/results/h200-run4), ping-pong, then the deterministic workspace reduction for specs with
    * sums; each config once. */
-  evt_tile_config list[24];
+  evt_tile_config list[28];
   int nl = 0;
   list[nl++] = s->cfg;
 #define ADD(tm, tn, cm, cn, sc, red)                                                                  \
@@ -37,6 +37,13 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
   } while (0)
   ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
   ADD(128, 256, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+  ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+  { /* CUTLASS's own 32-wide subtile, where the automatic one of this tile is 16 (evt_kspec_epilogue_n) */
+    evt_kspec t = *s;
+    t.cfg = list[nl - 1];
+    if (evt_kspec_epilogue_n(&t) == 16) list[nl - 1].epi_n = 32;
+    else nl--;
+  }
   ADD(128, 128, 1, 1, EVT_SCHED_PINGPONG, EVT_RED_ATOMIC);
   ADD(256, 128, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
   ADD(256, 128, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);

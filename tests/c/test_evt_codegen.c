@@ -372,3 +372,36 @@ TEST(ci_nvcc_frontend_accepts_generated_kernel) {
   CHECK_MSG(stt == EVT_OK && job.ok, "%s", msg);
   free(src);
 }
+
+/* The epilogue subtile (evt_kspec_epilogue_n): the paper MLP's fc2 forward (bias, f32 residual aux load,
+ * f32 D) on a cooperative 128x256x64 tile would leave the mainloop 2 stages with CUTLASS's 128x32 subtiles
+ * (the H200 ran it ~1.7x as long as the plain GEMM): 16-wide subtiles, and the emitted kernel says so; a
+ * plain bf16 epilogue, an explicit epi_n and explicit stages keep theirs. */
+TEST(kspec_epilogue_subtile_keeps_mainloop_stages) {
+  evt_tile_config cfg = {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+  evt_kspec s;
+  evt_kspec_init(&s, EVT_LAYOUT_NT, EVT_BF16, EVT_F32, cfg);
+  int acc = evt_kspec_add(&s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
+  int bias = evt_kspec_add(&s, EVT_V_ROW_BCAST, -1, -1, EVT_BF16, "bias");
+  int h = evt_kspec_add(&s, EVT_V_ADD, acc, bias, EVT_F32, NULL);
+  int res = evt_kspec_add(&s, EVT_V_AUX_LOAD, -1, -1, EVT_F32, "res");
+  s.d_node = evt_kspec_add(&s, EVT_V_ADD, h, res, EVT_F32, NULL);
+  CHECK(evt_kspec_check(&s, NULL, 0) == EVT_OK);
+  CHECK(evt_kspec_epilogue_n(&s) == 16);
+  char msg[256];
+  char *src = evt_emit_cutlass(&s, msg, sizeof msg);
+  CHECK_MSG(src && strstr(src, "using EpilogueTileType = Shape<_128, _16>;"), "%s", src ? "no 128x16 subtile" : msg);
+  free(src);
+  s.cfg.epi_n = 32;
+  CHECK(evt_kspec_epilogue_n(&s) == 32);
+  s.cfg.epi_n = 0;
+  s.cfg.stages = 2;
+  CHECK(evt_kspec_epilogue_n(&s) == 0);
+  evt_kspec p;
+  evt_kspec_init(&p, EVT_LAYOUT_NT, EVT_BF16, EVT_BF16, cfg);
+  p.d_node = evt_kspec_add(&p, EVT_V_ACC, -1, -1, EVT_F32, NULL);
+  CHECK(evt_kspec_epilogue_n(&p) == 0);
+  src = evt_emit_cutlass(&p, msg, sizeof msg);
+  CHECK(src && strstr(src, "EpilogueTileAuto"));
+  free(src);
+}

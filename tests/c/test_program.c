@@ -343,8 +343,9 @@ TEST(program_host_plan_runs_batched_gemm_groups) {
   evt_graph_free(g);
 }
 
-/* EVT_PROFILE's table names each step by what runs (src/runtime/profile.c): on bert_layer_bf16's host plan,
- * a GEMM step names its kernel, M x N x K, layout and tile config; a plain GEMM cuBLAS and its shape; a row
+/* EVT_PROFILE's table names each step by what runs (src/runtime/profile.c): on bert_layer_bf16's host plan
+ * (EVT_PLAIN_GEMM=cublas), a GEMM step names its kernel, M x N x K, layout and tile config; a plain GEMM
+ * cuBLAS and its shape; a row
  * step its kernel and M x N; a step of one node the node. */
 TEST(profile_labels_name_kernel_shape_and_config) {
   char *err = NULL;
@@ -353,8 +354,14 @@ TEST(profile_labels_name_kernel_shape_and_config) {
   free(err);
   if (!g) return;
   CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+  const char *old = getenv("EVT_PLAIN_GEMM");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("EVT_PLAIN_GEMM", "cublas", 1); /* (plain GEMM groups as cuBLAS steps too) */
   evt_program *p = NULL;
   CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s", evt_graph_error(g));
+  if (saved) setenv("EVT_PLAIN_GEMM", saved, 1);
+  else unsetenv("EVT_PLAIN_GEMM");
+  free(saved);
   int gemm = 0, row = 0, blas = 0;
   for (int s = 0; p && s < p->nsteps; s++) {
     char label[640], want[96];

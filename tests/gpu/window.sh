@@ -37,7 +37,8 @@ for spec in "$@"; do
 done
 # logs in one file; the JIT cache's shared objects as up to 7 compressed parts of 15 MB (8 files come back)
 ( cd "$out" && tar cf logs.tar *.log && rm -f *.log )
-( cd "$EVT_JIT_CACHE" && find . -name '*.so' | tar cf - -T - ) | xz -6 -T16 | split -b 15000000 -d - "$out/jit.txz."
+( cd "$EVT_JIT_CACHE" && find . -name '*.so' -o -path './tune/*' -type f | tar cf - -T - ) | xz -6 -T16 |
+  split -b 15000000 -d - "$out/jit.txz."
 n=$(ls "$out"/jit.txz.* 2>/dev/null | wc -l)
 [ "$n" -gt 7 ] && { echo "jit cache too big ($n parts), dropped"; rm -f "$out"/jit.txz.*; }
 echo "=== window summary ($((SECONDS - t0)) s)"; printf "$summary"
