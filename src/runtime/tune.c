@@ -462,8 +462,9 @@ evt_tune_choice evt_tune_apply(evt_kspec *s, int64_t m, int64_t n, int64_t k, co
   evt_tune_record r;
   if (evt_tune_record_read(cache_dir, evt_kspec_epilogue_hash(s), m, n, k, gpu, &r) != EVT_OK) return EVT_TUNE_NONE;
   if (rec) *rec = r;
-  if (r.choice == EVT_TUNE_FUSED) {
-    if (evt_tile_config_check(s, &r.cfg, NULL, 0) != EVT_OK) return EVT_TUNE_NONE;
+  if (r.choice == EVT_TUNE_FUSED || r.choice == EVT_TUNE_UNFUSED) {
+    /* UNFUSED: the best fused config too, for a runtime that runs the group fused anyway */
+    if (evt_tile_config_check(s, &r.cfg, NULL, 0) != EVT_OK) return r.choice == EVT_TUNE_FUSED ? EVT_TUNE_NONE : r.choice;
     s->cfg = r.cfg;
   }
   return r.choice;
@@ -504,7 +505,7 @@ int evt_tune_apply_lowered(evt_lower_result *low, const char *cache_dir, const c
     }
     evt_tune_record r;
     o->choice = evt_tune_apply(&L->spec, L->m, L->n, L->k, cache_dir, gpu, &r);
-    if (o->choice == EVT_TUNE_FUSED) {
+    if (o->choice == EVT_TUNE_FUSED || o->choice == EVT_TUNE_UNFUSED) {
       evt_kspec_kernel_name(&L->spec, L->kernel);
       o->swizzle = r.swizzle;
       o->raster = r.raster;

@@ -122,7 +122,9 @@ evt_status evt_tune_record_write(const char *cache_dir, const evt_tune_record *r
 evt_status evt_tune_record_read(const char *cache_dir, uint64_t spec_hash, int64_t m, int64_t n, int64_t k,
                                 const char *gpu, evt_tune_record *r);
 /* Looks up the record of spec s (by evt_kspec_epilogue_hash) and shape; on FUSED sets s->cfg to the tuned
- * config (so the caller compiles and names that kernel). Returns the choice (NONE when there is no record
+ * config (so the caller compiles and names that kernel), on UNFUSED to the fastest fused config measured
+ * (what a group runs that its runtime cannot run unfused: the fused runtime's GEMM groups with an
+ * epilogue, exec_plan.h). Returns the choice (NONE when there is no record
  * or its config is illegal for s); *rec (may be NULL) gets the record. */
 evt_tune_choice evt_tune_apply(evt_kspec *s, int64_t m, int64_t n, int64_t k, const char *cache_dir, const char *gpu,
                                evt_tune_record *rec);
@@ -135,7 +137,7 @@ void evt_tune_describe(const evt_tune_record *r, evt_tune_choice c, const evt_ks
 /* ---- applying records to a lowering (evtc compile, the fused runtime) ------------------------------ */
 typedef struct evt_tune_group {
   evt_tune_choice choice;   /* NONE for non-GEMM groups and untuned ones */
-  int swizzle, raster;      /* FUSED: launch-time scheduler */
+  int swizzle, raster;      /* FUSED (and UNFUSED: of the fastest fused config): launch-time scheduler */
   char desc[240];           /* evt_tune_describe's line */
 } evt_tune_group;
 /* For every lowered GEMM+EVT group of `low` (low->n entries in out): evt_tune_apply on its spec (a FUSED
