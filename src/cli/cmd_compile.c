@@ -220,7 +220,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--tune] [-
       if (low.k[i].kind == EVT_LK_GEMM_EVT && low.k[i].ok)
         printf("  group %d %s %lldx%lldx%lld: %s%s\n", i, low.k[i].kernel, (long long)low.k[i].m, (long long)low.k[i].n,
                (long long)low.k[i].k, tg[i].desc,
-               evt_exec_plain_blas(&low.k[i], tg[i].choice) ? "; the GPU runtime runs it as one cuBLAS call (plain epilogue, tuned unfused)"
+               evt_exec_plain_blas(&low.k[i], tg[i].choice) ? "; the GPU runtime runs it as one cuBLAS call (plain epilogue)"
                                                              : "");
   }
   if (rc == EVTC_EXIT_OK && build && nk > 0) {

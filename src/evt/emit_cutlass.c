@@ -407,7 +407,7 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
     line += len + (nl ? 1 : 0);
   }
   sb_printf(&b,
-            "#include <cuda_runtime.h>\n"
+            "#include <cuda_runtime.h>\n#include <cstring>\n"
             "#include \"cutlass/cutlass.h\"\n"
             "#include \"cute/tensor.hpp\"\n"
             "#include \"cutlass/gemm/device/gemm_universal_adapter.h\"\n"
@@ -491,6 +491,22 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
     free(t);
     return b.p;
   }
+  /* Launch cache (specs without sums: their launches need nothing from initialize() but the kernel's
+   * parameters; a sum's output is reset by it): the initialized Gemm of the last kLaunchCache launches with
+   * byte-identical arguments and no workspace runs again directly, skipping can_implement and initialize
+   * (TMA descriptors: tens of microseconds of host time, more than the kernel itself at BERT-large batch 8). A
+   * training step launches each group with the same pointers and shapes every time. */
+  bool cache = !evt_kspec_has_sums(&t->spec);
+  if (cache)
+    sb_printf(&b,
+              "namespace evt_gen_%s {\n"
+              "constexpr int kLaunchCache = 8;  // launch cache (not thread-safe, like g_workspace)\n"
+              "static Gemm g_cache[kLaunchCache];\n"
+              "static evt_launch_args g_cache_key[kLaunchCache];\n"
+              "static bool g_cache_used[kLaunchCache];\n"
+              "static int g_cache_next = 0;\n"
+              "}  // namespace evt_gen_%s\n\n",
+              hash, hash);
   sb_printf(&b, "extern \"C\" int %s(const evt_launch_args *a) {\n  using namespace evt_gen_%s;\n", name, hash);
   sb_printf(&b, "  if (!a || !a->a || !a->b || !a->d) return EVT_LAUNCH_BAD_ARGS;\n");
   for (int v = 0; v < t->spec.nnodes; v++)
@@ -500,8 +516,18 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "  int M = a->m, N = a->n, K = a->k;\n"
             "  auto mn1 = cute::make_shape(M, N, 1);\n"
             "  (void)mn1;\n"
-            "  cudaStream_t stream = static_cast<cudaStream_t>(a->stream);\n"
-            "  typename EVT::Arguments fusion_args =\n");
+            "  cudaStream_t stream = static_cast<cudaStream_t>(a->stream);\n");
+  if (cache)
+    sb_printf(&b,
+              "  evt_launch_args key;  // the arguments but the stream\n"
+              "  memcpy(&key, a, sizeof key);\n"
+              "  key.stream = nullptr;\n"
+              "  for (int c = 0; c < kLaunchCache; c++)\n"
+              "    if (g_cache_used[c] && !memcmp(&g_cache_key[c], &key, sizeof key)) {\n"
+              "      if (g_cache[c].run(stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
+              "      return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n"
+              "    }\n");
+  sb_printf(&b, "  typename EVT::Arguments fusion_args =\n");
   emit_tree_args(&b, t, t->spec.d_node, &o, 0, 1);
   sb_printf(&b, "  ;\n");
   sb_printf(&b,
@@ -534,9 +560,16 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "  }\n"
             "  if (gemm.initialize(args, g_workspace, stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_INIT;\n"
             "  if (gemm.run(stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
-            "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n"
-            "  return EVT_LAUNCH_OK;\n"
-            "}\n");
+            "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n");
+  if (cache)
+    sb_printf(&b,
+              "  if (ws == 0) {  // remember the initialized kernel for the next launch with these arguments\n"
+              "    g_cache[g_cache_next] = gemm;\n"
+              "    g_cache_key[g_cache_next] = key;\n"
+              "    g_cache_used[g_cache_next] = true;\n"
+              "    g_cache_next = (g_cache_next + 1) %% kLaunchCache;\n"
+              "  }\n");
+  sb_printf(&b, "  return EVT_LAUNCH_OK;\n}\n");
   free(t);
   return b.p;
 }

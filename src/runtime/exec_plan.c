@@ -397,7 +397,8 @@ bool evt_exec_plain_blas(const evt_lowered *L, int tuned) {
   bool ab16 = s->ab_dtype == EVT_BF16 || s->ab_dtype == EVT_F16;
   if (!(ab16 || s->ab_dtype == EVT_F32) || (s->d_dtype != s->ab_dtype && s->d_dtype != EVT_F32)) return false;
   const char *e = getenv("EVT_PLAIN_GEMM");
-  return tuned == EVT_TUNE_UNFUSED || (e && !strcmp(e, "cublas"));
+  if (e && !strcmp(e, "cutlass")) return false;
+  return tuned != EVT_TUNE_FUSED || (e && !strcmp(e, "cublas"));
 }
 
 void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why) {

@@ -28,8 +28,8 @@
  *   Both kinds: a load (and A, B) never reads a member of its own group (members are not materialized
  *     before the kernel), and every member read outside the group or a graph output is written by a store
  *     of the spec (D included).
- *   GEMM+EVT groups with a plain epilogue that tuning sent to the unfused path (evt_exec_plain_blas, below)
- *     run as one cuBLAS call (blas).
+ *   GEMM+EVT groups with a plain epilogue (evt_exec_plain_blas, below) run as one cuBLAS call (blas) unless
+ *     tuning measured their kernel faster.
  *   everything else runs node by node through the fallback library: groups that did not lower (reason of
  *     the lowering), groups failing a check above, groups whose kernel failed to compile or load
  *     (evt_exec_plan_demote), and GEMM groups whose launcher refused (evt_exec_plan_demote_group).
@@ -85,12 +85,15 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p);
  * reason in x->why (naming the group and the tensor). */
 bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x);
 /* A GEMM+EVT group whose epilogue is plain (the spec is D = acc: no visitor node but the accumulator, D
- * stored to a tensor) runs as one cuBLAS call (evt_fb_gemm_run: the layouts' transposes become cuBLAS
- * operand ops, no copies) instead of its generated CUTLASS kernel when a tuning record measured cuBLAS
- * faster (tuned == EVT_TUNE_UNFUSED: for a plain epilogue the unfused alternative is that call alone), or
- * with EVT_PLAIN_GEMM=cublas. Not by default: on the H200 the generated 128x256 kernels beat cuBLAS on the
- * paper MLP's plain GEMMs (1.32 vs 1.42 ms at 4096x16384x8192 TN, 1.10 vs 1.36 ms at 8192x4096x16384 NN;
- * bench/results/h200-2026-11-29/S10W1). Two-level batches (l_outer > 1) always keep CUTLASS. */
+ * stored to a tensor) has nothing to fuse: it runs as one cuBLAS call (evt_fb_gemm_run: the layouts'
+ * transposes become cuBLAS operand ops, no copies) unless a tuning record measured its CUTLASS kernel
+ * faster (tuned == EVT_TUNE_FUSED: on the H200 the tuned 128x256 kernels beat cuBLAS on the paper MLP's
+ * plain GEMMs, 1.53 vs 1.61 ms at 8192x4096x16384, bench/results/h200-2026-11-29/S10W2). Untuned, cuBLAS:
+ * its kernel choice is as fast at the BERT shapes and its host overhead per call is far lower (BERT-large
+ * batch 8, 700 launches a step: 42.7 ms/step with cuBLAS for the plain GEMMs, 73.7 with CUTLASS launchers
+ * that built their TMA descriptors every launch; S10W1 / S10W3). EVT_PLAIN_GEMM=cutlass keeps CUTLASS
+ * (tests and benchmarks of the generated kernels), =cublas forces cuBLAS. Two-level batches (l_outer > 1)
+ * always keep CUTLASS. */
 bool evt_exec_plain_blas(const evt_lowered *L, int tuned);
 /* Kernel k failed to compile: every group using it falls back, with `why`. */
 void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why);

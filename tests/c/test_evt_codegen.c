@@ -405,3 +405,23 @@ TEST(kspec_epilogue_subtile_keeps_mainloop_stages) {
   CHECK(src && strstr(src, "EpilogueTileAuto"));
   free(src);
 }
+
+/* The launcher's launch cache (initialized kernels reused for byte-identical arguments) is emitted for
+ * epilogues without sums only: initialize() resets a sum's output, so those launch in full every time. */
+TEST(launch_cache_only_without_sums) {
+  evt_tile_config cfg = {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+  evt_kspec s;
+  evt_kspec_init(&s, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, cfg);
+  int acc = evt_kspec_add(&s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
+  s.d_node = evt_kspec_add(&s, EVT_V_RELU, acc, -1, EVT_F32, NULL);
+  char msg[256];
+  char *src = evt_emit_cutlass(&s, msg, sizeof msg);
+  CHECK_MSG(src && strstr(src, "kLaunchCache") && strstr(src, "!memcmp(&g_cache_key[c], &key, sizeof key)") &&
+                strstr(src, "if (ws == 0) {"),
+            "%s", src ? "no launch cache" : msg);
+  free(src);
+  evt_kspec_add(&s, EVT_V_ROW_SUM, s.d_node, -1, EVT_F32, "db");
+  src = evt_emit_cutlass(&s, msg, sizeof msg);
+  CHECK_MSG(src && !strstr(src, "kLaunchCache"), "%s", src ? "a cache with a sum" : msg);
+  free(src);
+}

@@ -538,7 +538,7 @@ TEST(gemm_launch_binds_args_and_falls_back) {
                         "EVT_PLAIN_GEMM"};
   char *saved[6];
   for (int i = 0; i < 6; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
-  unsetenv("EVT_PLAIN_GEMM"); /* plain-epilogue groups too run generated kernels here */
+  setenv("EVT_PLAIN_GEMM", "cutlass", 1); /* plain-epilogue groups too run generated kernels here */
   setenv("EVT_NVCC", nvcc, 1);
   setenv("EVT_JIT_CACHE", cache, 1);
   setenv("CUTLASS_PATH", cut, 1);
@@ -919,12 +919,11 @@ TEST(exec_plan_refines_refused_groups) {
   unsetenv("EVT_REFINE_PARTITION");
 }
 
-/* Plain-epilogue GEMM groups (D = acc) run as one cuBLAS call (evt_exec_plain_blas) only when measured
- * faster (a tuning record's UNFUSED choice) or with EVT_PLAIN_GEMM=cublas: on mlp_bf16's backward, by
- * default every GEMM group keeps its CUTLASS kernel; with EVT_PLAIN_GEMM=cublas every group whose spec is
- * just the accumulator is `blas` with no generated kernel (so the JIT and prefetch never compile one) and
- * every group with a real epilogue keeps CUTLASS; an UNFUSED record sends exactly the plain ones to cuBLAS,
- * a FUSED one keeps CUTLASS. */
+/* Plain-epilogue GEMM groups (D = acc) run as one cuBLAS call (evt_exec_plain_blas) unless a tuning record
+ * measured the CUTLASS kernel faster (FUSED) or EVT_PLAIN_GEMM=cutlass: on mlp_bf16's backward every GEMM
+ * group whose spec is just the accumulator is `blas` with no generated kernel (so the JIT and prefetch never
+ * compile one), every group with a real epilogue keeps its CUTLASS kernel; with EVT_PLAIN_GEMM=cutlass every
+ * group keeps its kernel. */
 TEST(plain_gemm_groups_run_through_cublas) {
   const char *old = getenv("EVT_PLAIN_GEMM");
   char *saved = old ? strdup(old) : NULL;
@@ -933,7 +932,7 @@ TEST(plain_gemm_groups_run_through_cublas) {
   if (g) {
     int plain = 0, epi = 0, blas_plan = 0;
     for (int pass = 0; pass < 2; pass++) {
-      if (pass == 1) setenv("EVT_PLAIN_GEMM", "cublas", 1);
+      if (pass == 1) setenv("EVT_PLAIN_GEMM", "cutlass", 1);
       evt_exec_plan p;
       CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
       for (int gi = 0; gi < p.ngroups; gi++) {
@@ -941,19 +940,20 @@ TEST(plain_gemm_groups_run_through_cublas) {
         const evt_lowered *L = &p.low.k[gi];
         if (!x->fused || x->kind != EVT_LK_GEMM_EVT) continue;
         bool is_plain = L->spec.nnodes == 1 && L->spec.d_node == 0 && !(L->spec.batched && L->l_outer > 1);
-        CHECK(evt_exec_plain_blas(L, EVT_TUNE_UNFUSED) == is_plain);
         if (pass == 0) {
-          CHECK(!x->blas && x->kernel >= 0 && p.gspec[x->kernel] && !strcmp(p.kname[x->kernel], L->kernel));
-          CHECK(!evt_exec_plain_blas(L, EVT_TUNE_FUSED) && !evt_exec_plain_blas(L, EVT_TUNE_NONE));
-        } else {
+          CHECK(evt_exec_plain_blas(L, EVT_TUNE_UNFUSED) == is_plain && evt_exec_plain_blas(L, EVT_TUNE_NONE) == is_plain);
+          CHECK(!evt_exec_plain_blas(L, EVT_TUNE_FUSED)); /* measured faster: CUTLASS */
           plain += is_plain;
           epi += !is_plain;
           blas_plan += x->blas;
           CHECK_MSG(x->blas == is_plain, "group %d: blas %d, plain %d", gi, x->blas, is_plain);
           CHECK(x->blas ? x->kernel < 0 : (x->kernel >= 0 && p.gspec[x->kernel] && !strcmp(p.kname[x->kernel], L->kernel)));
+        } else {
+          CHECK(!x->blas && x->kernel >= 0 && p.gspec[x->kernel] && !strcmp(p.kname[x->kernel], L->kernel));
+          CHECK(!evt_exec_plain_blas(L, EVT_TUNE_UNFUSED));
         }
       }
-      if (pass == 1) {
+      if (pass == 0) {
         char *buf = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&buf, &len);

@@ -344,7 +344,7 @@ TEST(program_host_plan_runs_batched_gemm_groups) {
 }
 
 /* EVT_PROFILE's table names each step by what runs (src/runtime/profile.c): on bert_layer_bf16's host plan
- * (EVT_PLAIN_GEMM=cublas), a GEMM step names its kernel, M x N x K, layout and tile config; a plain GEMM
+ * (default: plain GEMMs through cuBLAS), a GEMM step names its kernel, M x N x K, layout and tile config; a plain GEMM
  * cuBLAS and its shape; a row
  * step its kernel and M x N; a step of one node the node. */
 TEST(profile_labels_name_kernel_shape_and_config) {
@@ -356,7 +356,7 @@ TEST(profile_labels_name_kernel_shape_and_config) {
   CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
   const char *old = getenv("EVT_PLAIN_GEMM");
   char *saved = old ? strdup(old) : NULL;
-  setenv("EVT_PLAIN_GEMM", "cublas", 1); /* (plain GEMM groups as cuBLAS steps too) */
+  unsetenv("EVT_PLAIN_GEMM"); /* (plain GEMM groups are cuBLAS steps by default) */
   evt_program *p = NULL;
   CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s", evt_graph_error(g));
   if (saved) setenv("EVT_PLAIN_GEMM", saved, 1);
