@@ -25,7 +25,7 @@ el() { echo $((SECONDS - t0)); }
 echo "=== gemmrt.sh: $(date -u +%H:%M:%S) budget ${secs}s, evtc=$EVTC cache=${EVT_JIT_CACHE:-default}"
 tmp=$(mktemp -d)
 cached() { ls "${EVT_JIT_CACHE:-/nonexistent}" 2>/dev/null | grep -c '^evt_.*kernel_.*\.so$'; }
-all="bench/graphs/*_bf16.evt examples/*.evt"
+all=${GEMMRT_GRAPHS:-"bench/graphs/*_bf16.evt examples/*.evt"}  # (GEMMRT_GRAPHS: a subset)
 all=$(echo $all)
 
 # 1. kernels per graph; order: fewest GEMM kernels first, then fewest row kernels
