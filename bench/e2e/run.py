@@ -275,6 +275,11 @@ def _speedups(rows):
             r["x_inductor"] = round(i["ms"] / r["ms"], 3)
 
 
+def _ratio(x):
+    """A speedup cell: '1.23x', or '–' when the reference mode has no time (not run, timed out)."""
+    return f"{x:.2f}x" if isinstance(x, (int, float)) and x > 0 else "–"
+
+
 def render(result, base):
     rows = result["rows"]
     _speedups(rows)
@@ -301,8 +306,8 @@ def render(result, base):
         if r["mode"].startswith("evt") and "evt_launches" in r:
             k = f"{k} ({r['evt_launches']} evt)"
         lines.append(
-            f"| {r['workload']} | {r['mode']} | {r['ms']:.2f} | {r.get('x_eager', 0):.2f}x | "
-            f"{r.get('x_inductor', 0):.2f}x | {r.get('peak_alloc_gib', '–')}/{r.get('device_used_gib', '–')} | "
+            f"| {r['workload']} | {r['mode']} | {r['ms']:.2f} | {_ratio(r.get('x_eager'))} | "
+            f"{_ratio(r.get('x_inductor'))} | {r.get('peak_alloc_gib', '–')}/{r.get('device_used_gib', '–')} | "
             f"{r.get('compile_cold_s', '–')}/{r.get('compile_warm_s', '–')} | {k} | {gs} | {evtcol} | "
             f"{r.get('status', r.get('error', ''))} |")
     fb = [(r["workload"], r["mode"], r["fallback_ops"], r.get("fallback_reasons", {})) for r in rows
