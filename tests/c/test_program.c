@@ -22,6 +22,16 @@ static evt_graph *parse_joint(const char *text) {
   return g;
 }
 
+/* The joint graph of a file (a parse failure is a test failure, with the parser's message; NULL). */
+static evt_graph *load_joint_file(const char *path) {
+  char *err = NULL;
+  evt_graph *g = evt_parse_file(path, &err);
+  CHECK_MSG(g != NULL, "%s: %s", path, err ? err : "");
+  free(err);
+  if (g) CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+  return g;
+}
+
 /* Runs f with EVT_FALLBACK_LIB pointing nowhere (then restores it). */
 static void without_library(void (*f)(void)) {
   const char *old = getenv("EVT_FALLBACK_LIB");
@@ -308,12 +318,8 @@ TEST(program_steps_skip_sources_nothing_reads) {
  * the program as batched GEMM+EVT launches (4 heads x 2 launches), and every tensor they read or write has
  * memory (arena or caller) when its step runs. */
 TEST(program_host_plan_runs_batched_gemm_groups) {
-  char *err = NULL;
-  evt_graph *g = evt_parse_file("bench/graphs/bert_layer_bf16.evt", &err);
-  CHECK_MSG(g != NULL, "%s", err ? err : "");
-  free(err);
+  evt_graph *g = load_joint_file("bench/graphs/bert_layer_bf16.evt");
   if (!g) return;
-  CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
   evt_program *p = NULL;
   CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s", evt_graph_error(g));
   if (p) {
@@ -344,16 +350,11 @@ TEST(program_host_plan_runs_batched_gemm_groups) {
 }
 
 /* EVT_PROFILE's table names each step by what runs (src/runtime/profile.c): on bert_layer_bf16's host plan
- * (default: plain GEMMs through cuBLAS), a GEMM step names its kernel, M x N x K, layout and tile config; a plain GEMM
- * cuBLAS and its shape; a row
- * step its kernel and M x N; a step of one node the node. */
+ * (default: plain GEMMs through cuBLAS), a GEMM step names its kernel, M x N x K, layout and tile config; a
+ * plain GEMM cuBLAS and its shape; a row step its kernel and M x N; a step of one node the node. */
 TEST(profile_labels_name_kernel_shape_and_config) {
-  char *err = NULL;
-  evt_graph *g = evt_parse_file("bench/graphs/bert_layer_bf16.evt", &err);
-  CHECK_MSG(g != NULL, "%s", err ? err : "");
-  free(err);
+  evt_graph *g = load_joint_file("bench/graphs/bert_layer_bf16.evt");
   if (!g) return;
-  CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
   const char *old = getenv("EVT_PLAIN_GEMM");
   char *saved = old ? strdup(old) : NULL;
   unsetenv("EVT_PLAIN_GEMM"); /* (plain GEMM groups are cuBLAS steps by default) */
