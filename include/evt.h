@@ -167,6 +167,17 @@ evt_status evt_program_create(evt_graph *g, unsigned flags, evt_program **out);
  * so the creations that follow only load them. Needs nvcc, not a GPU. Problems are left to the creations to
  * report. Returns the number of distinct kernels now compiled or cached (0 without EVT_PROGRAM_FUSED). */
 int evt_program_prefetch(evt_graph *const *graphs, int n, unsigned flags);
+/* Optional, before creating programs (and before evt_program_prefetch): autotunes every GEMM+EVT group that
+ * evt_program_create(graphs[i], flags) would run - the distinct (epilogue, shape) problems across the graphs:
+ * candidate mainloop configs x tile-scheduler variants against the unfused cuBLAS alternative, the fastest
+ * checked against the CPU reference (`evtc tune`, docs/codegen.md) - and writes the records the creations
+ * then apply (in the JIT cache directory's tune/, or $EVT_TUNE_CACHE). Problems that have a record are not
+ * measured again, so a second process costs nothing. max_configs caps the candidate configs per kernel (0:
+ * all, ~10; each is a CUTLASS compile). Needs nvcc, CUTLASS and a GPU; minutes of compiling. Returns EVT_OK
+ * when every problem has a record, else the first failure with its reason in msg (no GPU:
+ * EVT_ERR_UNSUPPORTED, nothing written). *nproblems (may be NULL): the distinct problems found. */
+evt_status evt_program_tune(evt_graph *const *graphs, int n, unsigned flags, int max_configs, int *nproblems,
+                            char *msg, size_t msglen);
 /* Binds device memory to an input or param, by node name. */
 evt_status evt_program_bind(evt_program *p, const char *name, void *device_ptr);
 /* Binds device memory to graph output i (evt_graph_output order of the graph passed to create). */

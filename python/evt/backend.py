@@ -849,6 +849,16 @@ class Plan:
         gpu = [s for s in segs if s.path == "gpu" and getattr(s, "pending", None) is not None]
         texts = [s.graph.text() for s in gpu if _program_key(s.graph, G.program_flags(s.options), s.device)
                  not in _PROGRAMS]
+        if texts and G.tune_configs(gpu[0].options) > 0:
+            import time
+            t0 = time.time()
+            st, n, why = G.tune(texts, G.program_flags(gpu[0].options), G.tune_configs(gpu[0].options))
+            msg = "  tune: %d GEMM problems of %d GPU segments in %.1f s%s" % (
+                n, len(texts), time.time() - t0, "" if st == 0 else f" (not all tuned: {why})")
+            if st == 0:
+                log.info(msg)
+            else:
+                log.warning(msg)
         if len(texts) > 1:
             import time
             t0 = time.time()

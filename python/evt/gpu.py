@@ -14,6 +14,8 @@ Contract
 - choose_path(device type, program API present) is the dispatch rule: CPU tensors -> the interpreter;
   CUDA tensors -> a GPU program when libevt has the program API; anything else -> PyTorch.
 - program_flags(options, env) turns the backend options and EVT_FUSED into evt_program flags.
+- tune_configs(options, env) / tune(texts, flags, n): options["tune"] (or EVT_TUNE=N) autotunes every GEMM
+  group of the GPU segments before their programs are created (evt_program_tune; records cached on disk).
 - Importing this module sets EVT_REFINE_PARTITION=1 unless it is set (src/runtime/exec_plan.c: a group the
   lowering refuses is split around the node it names, so the rest of it still runs as a generated kernel
   instead of node by node); EVT_REFINE_PARTITION=0 keeps the unrefined plans.
@@ -42,7 +44,7 @@ EVT_PROGRAM_FUSED = 1
 EVT_PROGRAM_CUDA_GRAPH = 2
 EVT_PROGRAM_NO_OPT = 4
 
-OPTIONS = {"cudagraphs", "fused", "gpu_ops"}
+OPTIONS = {"cudagraphs", "fused", "gpu_ops", "tune"}
 
 os.environ.setdefault("EVT_REFINE_PARTITION", "1")  # (read by evt_program_create; see the contract)
 GPU_OPS = ("fast", "all")
@@ -64,8 +66,31 @@ def parse_options(options):
     ops = options.get("gpu_ops")
     if ops is not None and ops not in GPU_OPS:
         raise ValueError(f"evt backend: gpu_ops must be one of {GPU_OPS}, not {ops!r}")
+    tune = options.get("tune")
+    if tune is not None and not isinstance(tune, (bool, int)):
+        raise ValueError(f"evt backend: tune must be a bool or a number of candidate configs, not {tune!r}")
     return {"cudagraphs": bool(options.get("cudagraphs", False)),
-            "fused": options.get("fused"), "gpu_ops": ops}
+            "fused": options.get("fused"), "gpu_ops": ops, "tune": tune}
+
+
+TUNE_DEFAULT_CONFIGS = 4
+
+
+def tune_configs(options, env=None):
+    """Candidate mainloop configs per GEMM kernel the autotuner compiles before the GPU programs are created
+    (evt_program_tune): options["tune"] (True: TUNE_DEFAULT_CONFIGS, a number: that many, False / 0: off),
+    else EVT_TUNE (a number; default 0: off). Tuning compiles configs x kernels with nvcc and times them on the
+    GPU (minutes); its records are cached, so a later process reuses them."""
+    env = os.environ if env is None else env
+    tune = parse_options(options)["tune"]
+    if tune is None:
+        try:
+            return max(0, int(env.get("EVT_TUNE", "0") or 0))
+        except ValueError:
+            return 0
+    if tune is True:
+        return TUNE_DEFAULT_CONFIGS
+    return max(0, int(tune))
 
 
 def gpu_ops(options, env=None):
@@ -239,6 +264,26 @@ def prefetch(texts, flags):
     graphs = [L.Graph(t, f"<prefetch {i}>") for i, t in enumerate(texts)]
     arr = (ctypes.c_void_p * len(graphs))(*[g._g for g in graphs])
     return int(fn(arr, len(graphs), flags | EVT_PROGRAM_NO_OPT))
+
+
+def tune(texts, flags, max_configs):
+    """evt_program_tune over the programs about to be created from `texts` (include/evt.h): (status, distinct
+    GEMM problems, message). Status 0 when every problem has a tuning record (measured now or before); the
+    message says why not (no GPU, no nvcc / CUTLASS, a failed measurement). A library without the call: (-1, 0, why)."""
+    if not texts or not flags & EVT_PROGRAM_FUSED or max_configs <= 0:
+        return 0, 0, ""
+    lib = L.lib()
+    if not hasattr(lib, "evt_program_tune"):
+        return -1, 0, "libevt has no evt_program_tune"
+    fn = L._declare("evt_program_tune", ctypes.c_int,
+                    [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint, ctypes.c_int,
+                     ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t])
+    graphs = [L.Graph(t, f"<tune {i}>") for i, t in enumerate(texts)]
+    arr = (ctypes.c_void_p * len(graphs))(*[g._g for g in graphs])
+    n = ctypes.c_int(0)
+    msg = ctypes.create_string_buffer(1024)
+    st = int(fn(arr, len(graphs), flags | EVT_PROGRAM_NO_OPT, int(max_configs), ctypes.byref(n), msg, len(msg)))
+    return st, n.value, msg.value.decode(errors="replace")
 
 
 def _use_count(t):

@@ -1,5 +1,7 @@
 /* Kernel prefetch: the generated kernels of many fused plans JIT-compiled in one parallel batch (contract in
  * cuda.h, evt_prefetch_*; public entry evt_program_prefetch in include/evt.h; `evtc prefetch` uses it too).
+ * Also evt_program_tune (include/evt.h): the autotuner over every GEMM group of many plans, before their
+ * creation, for the torch backend's option {"tune": N}.
  *
  * Why: evt_program_create compiles the kernels of its own plan, one graph at a time; a training step split
  * into many graphs (the torch backend's segments around PyTorch ops) would compile one batch per graph, each
@@ -9,6 +11,7 @@
 #include "runtime/cuda.h"
 #include "runtime/exec_plan.h"
 #include "runtime/jit.h"
+#include "runtime/tune.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -96,4 +99,61 @@ int evt_program_prefetch(evt_graph *const *graphs, int n, unsigned flags) {
   int failed = evt_prefetch_compile(ks, nk, 1, NULL) + evt_prefetch_compile(ks, nk, 0, NULL);
   evt_prefetch_free(ks, nk);
   return nk - failed;
+}
+
+/* ---- evt_program_tune: the autotuner over every GEMM group of many plans (include/evt.h) -------------- */
+
+evt_status evt_program_tune(evt_graph *const *graphs, int n, unsigned flags, int max_configs, int *nproblems,
+                            char *msg, size_t msglen) {
+  if (nproblems) *nproblems = 0;
+  if (msg && msglen) msg[0] = 0;
+  if (!(flags & EVT_PROGRAM_FUSED) || n <= 0 || !graphs) return EVT_OK;
+  evt_tune_problem *all = NULL;
+  int np = 0, cap = 0;
+  for (int i = 0; i < n; i++) {
+    evt_program *p = NULL;
+    if (!graphs[i] || evt_program_create_host(graphs[i], flags, &p) != EVT_OK) {
+      evt_program_destroy(p); /* (its creation will report the problem) */
+      continue;
+    }
+    const evt_exec_plan *xp = p->xp;
+    int *want = calloc((size_t)xp->ngroups + 1, sizeof *want);
+    EVT_ASSERT(want);
+    /* the groups the fused runtime runs as GEMMs (generated or cuBLAS), and those a record sent unfused */
+    for (int gi = 0; gi < xp->ngroups; gi++)
+      want[gi] = xp->groups[gi].kind == EVT_LK_GEMM_EVT && (xp->groups[gi].fused || xp->groups[gi].tuned == EVT_TUNE_UNFUSED);
+    evt_tune_problem *mine = NULL;
+    int nm = evt_tune_collect(&xp->low, want, &mine, NULL);
+    for (int j = 0; j < nm; j++) { /* distinct (epilogue, shape) across the graphs */
+      uint64_t h = evt_kspec_epilogue_hash(&mine[j].spec);
+      bool seen = false;
+      for (int k = 0; k < np && !seen; k++)
+        seen = evt_kspec_epilogue_hash(&all[k].spec) == h && all[k].m == mine[j].m && all[k].n == mine[j].n &&
+               all[k].k == mine[j].k;
+      if (seen) continue;
+      if (np == cap) {
+        cap = cap ? 2 * cap : 16;
+        all = realloc(all, sizeof *all * (size_t)cap);
+        EVT_ASSERT(all);
+      }
+      all[np++] = mine[j];
+    }
+    free(mine);
+    free(want);
+    evt_program_destroy(p);
+  }
+  if (nproblems) *nproblems = np;
+  evt_status st = EVT_OK;
+  if (np > 0) {
+    evt_tune_options o = {0};
+    o.max_configs = max_configs;
+    evt_tune_record *rec = calloc((size_t)np, sizeof *rec);
+    EVT_ASSERT(rec);
+    char tmp[1024] = "";
+    st = evt_tune_run_many(all, np, &o, rec, NULL, tmp, sizeof tmp);
+    if (st != EVT_OK && msg && msglen) snprintf(msg, msglen, "%s", tmp);
+    free(rec);
+  }
+  free(all);
+  return st;
 }

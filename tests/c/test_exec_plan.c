@@ -971,3 +971,42 @@ TEST(plain_gemm_groups_run_through_cublas) {
   else unsetenv("EVT_PLAIN_GEMM");
   free(saved);
 }
+
+/* evt_program_tune (the torch backend's {"tune": N}): the distinct GEMM problems of several plans, a graph
+ * listed twice adds none; without a GPU (EVT_TUNE_NO_DEVICE) nothing is measured or written and the reason
+ * says so; without FUSED there is nothing to tune. */
+TEST(program_tune_collects_distinct_problems_and_needs_a_gpu) {
+  char dir[128], cmd[300];
+  snprintf(dir, sizeof dir, "/tmp/evt-program-tune-%ld", (long)getpid());
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+  CHECK(system(cmd) == 0);
+  const char *keys[] = {"EVT_TUNE_CACHE", "EVT_TUNE_NO_DEVICE"};
+  char *saved[2];
+  for (int i = 0; i < 2; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
+  setenv("EVT_TUNE_CACHE", dir, 1);
+  setenv("EVT_TUNE_NO_DEVICE", "1", 1);
+  evt_graph *mlp = load_opt("bench/graphs/mlp_bf16.evt"), *bert = load_opt("bench/graphs/bert_layer_bf16.evt");
+  if (mlp && bert) {
+    const unsigned fl = EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT;
+    evt_graph *one[1] = {mlp}, *two[2] = {mlp, bert}, *three[3] = {mlp, bert, mlp};
+    int n1 = -1, n2 = -1, n3 = -1, n0 = -1;
+    char msg[512];
+    CHECK(evt_program_tune(two, 2, EVT_PROGRAM_NO_OPT, 2, &n0, msg, sizeof msg) == EVT_OK && n0 == 0);
+    CHECK(evt_program_tune(one, 1, fl, 2, &n1, msg, sizeof msg) == EVT_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(msg, "no CUDA device"), "%s", msg);
+    CHECK(evt_program_tune(two, 2, fl, 2, &n2, msg, sizeof msg) == EVT_ERR_UNSUPPORTED);
+    CHECK(evt_program_tune(three, 3, fl, 2, &n3, msg, sizeof msg) == EVT_ERR_UNSUPPORTED);
+    CHECK_MSG(n1 >= 4 && n2 > n1 && n3 == n2, "problems: mlp %d, mlp+bert %d, mlp+bert+mlp %d", n1, n2, n3);
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s/tune 2>/dev/null)\"", dir);
+    CHECK(system(cmd) == 0); /* nothing written */
+  }
+  evt_graph_free(mlp);
+  evt_graph_free(bert);
+  for (int i = 0; i < 2; i++) {
+    if (saved[i]) setenv(keys[i], saved[i], 1);
+    else unsetenv(keys[i]);
+    free(saved[i]);
+  }
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK(system(cmd) == 0);
+}

@@ -32,7 +32,7 @@ os.environ.setdefault("EVT_CACHE", "0")
 # ---- options and flags -----------------------------------------------------------------------------------
 
 def test_parse_options_defaults_and_unknown():
-    assert G.parse_options(None) == {"cudagraphs": False, "fused": None, "gpu_ops": None}
+    assert G.parse_options(None) == {"cudagraphs": False, "fused": None, "gpu_ops": None, "tune": None}
     assert G.parse_options({"cudagraphs": True})["cudagraphs"] is True
     with pytest.raises(ValueError, match="unknown option"):
         G.parse_options({"cudagraph": True})
@@ -50,6 +50,34 @@ def test_program_flags():
     h = open(os.path.join(evt_lib.REPO, "include", "evt.h")).read()
     for name, v in (("FUSED", F_), ("CUDA_GRAPH", CG), ("NO_OPT", NO)):
         assert f"#define EVT_PROGRAM_{name} {v}u" in h.replace("  ", " ").replace("  ", " ")
+
+
+def test_tune_option_and_env():
+    """options["tune"] / EVT_TUNE: how many candidate configs the autotuner compiles per GEMM kernel."""
+    assert G.tune_configs(None, {}) == 0
+    assert G.tune_configs(None, {"EVT_TUNE": "3"}) == 3
+    assert G.tune_configs(None, {"EVT_TUNE": "junk"}) == 0
+    assert G.tune_configs({"tune": True}, {}) == G.TUNE_DEFAULT_CONFIGS
+    assert G.tune_configs({"tune": 6}, {"EVT_TUNE": "2"}) == 6  # the option wins
+    assert G.tune_configs({"tune": False}, {"EVT_TUNE": "2"}) == 0
+    with pytest.raises(ValueError, match="tune must be"):
+        G.parse_options({"tune": "fast"})
+
+
+@needs_lib
+def test_tune_without_a_gpu_says_why(monkeypatch, tmp_path):
+    """G.tune -> evt_program_tune on segment texts: the distinct GEMM problems are found, and without a GPU
+    nothing is measured or written, with the reason (the backend logs it and creates the programs untuned)."""
+    monkeypatch.setenv("EVT_TUNE_NO_DEVICE", "1")
+    monkeypatch.setenv("EVT_TUNE_CACHE", str(tmp_path))
+    text = ("graph seg {\n  %x: bf16[64,128] = input()\n  %w: bf16[128,256] = input()\n"
+            "  %b: bf16[256] = input()\n  %h = mm(%x, %w)\n  %y = add(%h, %b)\n  %z = relu(%y)\n"
+            "  output %z\n}\n")
+    flags = G.EVT_PROGRAM_FUSED | G.EVT_PROGRAM_NO_OPT
+    assert G.tune([text], flags, 0) == (0, 0, "")
+    st, n, why = G.tune([text, text], flags, 2)
+    assert st != 0 and n == 1 and "no CUDA device" in why, (st, n, why)
+    assert not list(tmp_path.rglob("*.txt"))
 
 
 def test_device_dtype_mapping():
@@ -966,3 +994,26 @@ def test_gpu_segments_prefetch_their_kernels_in_one_batch(monkeypatch):
     assert kinds[0] == "prefetch" and kinds.count("prefetch") == 1 and kinds.count("create") == len(segs), kinds
     assert sorted(events[0][1]) == sorted(s.graph.text() for s in segs)
     assert events[0][2] & G.EVT_PROGRAM_FUSED
+
+
+@needs_lib
+def test_gpu_segments_are_tuned_first_when_asked(monkeypatch, caplog):
+    """EVT_TUNE=3 (or options={"tune": 3}): every GPU segment's text goes to gpu.tune once, before the
+    prefetch and the programs (which then read the records); a tuning failure (no GPU here) is a logged
+    warning, and the programs are created untuned."""
+    gm = _cuda_resnet_block()
+    events = []
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_PROGRAMS", {})
+    monkeypatch.setenv("EVT_TUNE", "3")
+    monkeypatch.setattr(G, "tune", lambda texts, flags, n: events.append(("tune", list(texts), n)) or (5, 2, "no GPU"))
+    monkeypatch.setattr(G, "prefetch", lambda texts, flags: events.append(("prefetch",)) or 0)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: events.append(("create",)) or _Created(graph.text()))
+    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    with caplog.at_level(logging.WARNING, logger="evt"):
+        plan = B.build_plan(gm)
+    segs = [s for s in _segments(plan) if s.path == "gpu"]
+    kinds = [e[0] for e in events]
+    assert kinds[:2] == ["tune", "prefetch"] and kinds.count("tune") == 1 and kinds.count("create") == len(segs), kinds
+    assert sorted(events[0][1]) == sorted(s.graph.text() for s in segs) and events[0][2] == 3
+    assert any("not all tuned: no GPU" in r.getMessage() for r in caplog.records), caplog.text
