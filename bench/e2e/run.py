@@ -104,25 +104,41 @@ def _time_steps(step, warmup, iters):
 
 
 def _kernels_in_one_step(step):
+    """Profiles one step: prints the top kernels by GPU time (a generated CUTLASS kernel is named by its
+    evt_gen_<hash> namespace) and the host-side CUDA API calls by host time (a synchronizing call or an
+    allocation in the step shows up there); returns (kernel launches, kernel ms)."""
+    import re
     import torch
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
     n = 0
-    by_name = {}
+    by_name, api = {}, {}
     for e in prof.events():
-        if str(getattr(e, "device_type", "")).endswith("CUDA") and not any(
-                k in e.name for k in ("Memcpy", "Memset", "memcpy", "memset")):
+        dev = str(getattr(e, "device_type", ""))
+        if dev.endswith("CUDA") and not any(k in e.name for k in ("Memcpy", "Memset", "memcpy", "memset")):
             n += 1
-            t, c = by_name.get(e.name, (0.0, 0))
-            by_name[e.name] = (t + _device_us(e), c + 1)
+            name = e.name
+            m = re.search(r"evt_gen_[0-9a-f]{16}", name)
+            if m and "cutlass" in name:
+                name = f"{m.group(0)} (generated CUTLASS GEMM+EVT)"
+            t, c = by_name.get(name, (0.0, 0))
+            by_name[name] = (t + _device_us(e), c + 1)
+        elif dev.endswith("CPU") and re.match(r"cu[A-Z]|cuda[A-Z]", e.name):
+            t, c = api.get(e.name, (0.0, 0))
+            api[e.name] = (t + float(getattr(e, "cpu_time_total", 0) or 0), c + 1)
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:12]
     total = sum(t for t, _ in by_name.values())
     print(f"  top kernels of one step ({n} launches, {total / 1e3:.2f} ms of kernel time):", flush=True)
     for name, (t, c) in top:
         print(f"    {t / 1e3:9.3f} ms {c:5d}x  {name[:110]}", flush=True)
-    return n
+    if api:
+        htot = sum(t for t, _ in api.values())
+        print(f"  host CUDA API calls of that step ({htot / 1e3:.2f} ms of host time):", flush=True)
+        for name, (t, c) in sorted(api.items(), key=lambda kv: -kv[1][0])[:8]:
+            print(f"    {t / 1e3:9.3f} ms {c:5d}x  {name[:80]}", flush=True)
+    return n, round(total / 1e3, 3)
 
 
 def _device_us(e):
@@ -217,11 +233,18 @@ def run_workload(name, modes, a):
                 step()
                 torch.cuda.synchronize()
                 row["captures_per_step"] = B.STATS.get("captures", 0)
+            if mode != "eager" and ref_grads is not None:
+                # the gradient again after the timed steps (same weights: no optimizer step): what the
+                # steady state computes (reused launches, CUDA-graph replays), not only the first call
+                m.zero_grad(set_to_none=True)
+                step()
+                torch.cuda.synchronize()
+                row["grad_rel_steady"], row["grad_worst_steady"] = _grad_rel(m, ref_grads)
             row["peak_alloc_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
             free, total = torch.cuda.mem_get_info()
             row["device_used_gib"] = round((total - free) / 2**30, 2)
             if not a.no_profile:
-                row["kernels"] = _kernels_in_one_step(step)
+                row["kernels"], row["kernel_ms"] = _kernels_in_one_step(step)
             if mode != "eager" and not a.quick:
                 torch._dynamo.reset()
                 f2 = _compile(m, mode)
@@ -288,7 +311,9 @@ def render(result, base):
              f"{result.get('date', '')}. Median of {result.get('iters', '?')} steps (forward + backward, "
              f"bf16 autocast except gcn_mag), dropout {'as in the paper' if result.get('dropout') else 'off'}. "
              "grad rel: max over parameters of max|g - g_eager| / max|g_eager| after one step from the same "
-             "weights. Memory: torch allocator peak / device memory in use (includes evt's arenas).", "",
+             "weights (first call / again after the timed steps, when both were measured). kernels/step: launches "
+             "and GPU kernel time of one profiled step (ms/step minus it: host-side gaps). Memory: torch allocator "
+             "peak / device memory in use (includes evt's arenas).", "",
              "| workload | mode | ms/step | vs eager | vs compile | peak GiB (alloc/device) | compile s (cold/warm) "
              "| kernels/step | grad rel | evt: ops evt/PyTorch, launches, captures | status |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -296,8 +321,8 @@ def render(result, base):
         if "ms" not in r:
             lines.append(f"| {r['workload']} | {r['mode']} | – | | | | | | | | {r.get('error', r.get('status', 'not run'))} |")
             continue
-        g = r.get("grad_rel")
-        gs = "–" if g is None else f"{g:.1e}"
+        g, g2 = r.get("grad_rel"), r.get("grad_rel_steady")
+        gs = "–" if g is None else f"{g:.1e}" if g2 is None else f"{g:.1e} / {g2:.1e}"
         evtcol = ""
         if r["mode"].startswith("evt"):
             evtcol = (f"{r.get('ops_in_evt', 0)}/{r.get('ops_in_pytorch', 0)}, {r.get('evt_launches', 0)}, "
@@ -305,6 +330,8 @@ def render(result, base):
         k = r.get("kernels", "–")
         if r["mode"].startswith("evt") and "evt_launches" in r:
             k = f"{k} ({r['evt_launches']} evt)"
+        if r.get("kernel_ms"):
+            k = f"{k}; {r['kernel_ms']:.1f} ms"
         lines.append(
             f"| {r['workload']} | {r['mode']} | {r['ms']:.2f} | {_ratio(r.get('x_eager'))} | "
             f"{_ratio(r.get('x_inductor'))} | {r.get('peak_alloc_gib', '–')}/{r.get('device_used_gib', '–')} | "

@@ -1,0 +1,69 @@
+"""bench/e2e/run.py's host-side helpers, without a GPU: the one-step profile summary (kernel names, kernel
+time, host CUDA API calls) from a stand-in profiler, and the markdown renderer's cells."""
+import importlib.util
+import os
+import sys
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run_module():
+    spec = importlib.util.spec_from_file_location("e2e_run", os.path.join(ROOT, "bench", "e2e", "run.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.join(ROOT, "bench", "e2e"))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.pop(0)
+    return mod
+
+
+class _Ev:
+    def __init__(self, name, dev, us):
+        self.name, self.device_type = name, f"DeviceType.{dev}"
+        self.device_time_total = us if dev == "CUDA" else 0
+        self.cpu_time_total = us if dev == "CPU" else 0
+
+
+def test_profile_summary_names_generated_kernels_and_host_calls(monkeypatch, capsys):
+    run = _run_module()
+    cutlass = ("_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEENS1_10collective"
+               "N24evt_gen_0123456789abcdef8EVT_TREEE")
+    events = [_Ev(cutlass, "CUDA", 1500.0), _Ev(cutlass, "CUDA", 1500.0), _Ev("nvjet_sm90_tst", "CUDA", 1000.0),
+              _Ev("Memcpy HtoD", "CUDA", 50.0), _Ev("cudaLaunchKernel", "CPU", 30.0),
+              _Ev("cudaStreamSynchronize", "CPU", 4000.0), _Ev("aten::mm", "CPU", 90.0)]
+
+    class _Prof:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def events(self):
+            return events
+    fake = types.SimpleNamespace(profile=lambda activities: _Prof(),
+                                 ProfilerActivity=types.SimpleNamespace(CPU="cpu", CUDA="cuda"))
+    monkeypatch.setitem(sys.modules, "torch.profiler", fake)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    n, ms = run._kernels_in_one_step(lambda: None)
+    out = capsys.readouterr().out
+    assert (n, ms) == (3, 4.0), (n, ms)  # (the memcpy is not a kernel)
+    assert "evt_gen_0123456789abcdef (generated CUTLASS GEMM+EVT)" in out and "    3.000 ms     2x" in out
+    assert "host CUDA API calls of that step (4.03 ms of host time)" in out
+    assert out.index("cudaStreamSynchronize") < out.index("cudaLaunchKernel") and "aten::mm" not in out
+
+
+def test_render_cells(tmp_path):
+    run = _run_module()
+    assert run._ratio(1.234) == "1.23x" and run._ratio(None) == "–" and run._ratio(0) == "–"
+    rows = [dict(workload="mlp", mode="eager", ms=10.0, x_eager=1.0, kernels=5, kernel_ms=9.0),
+            dict(workload="mlp", mode="evt", ms=8.0, x_eager=1.25, kernels=4, kernel_ms=7.5, evt_launches=3,
+                 grad_rel=1e-3, grad_rel_steady=2e-3)]
+    md, _ = run.render(dict(rows=rows, command="c", torch="t", date="d", iters=5), str(tmp_path / "e2e"))
+    assert "| mlp | evt | 8.00 | 1.25x | – |" in md and "4 (3 evt); 7.5 ms" in md and "1.0e-03 / 2.0e-03" in md
