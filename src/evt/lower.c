@@ -858,7 +858,28 @@ static void add_stores(lctx *c, evt_lowered *L, bool want_d, int *dmem) {
     if (group[v] == gi && leaves[v] == 1 && c->vid[v] < 0 && g->nodes[v].op != EVT_OP_SUM && g->nodes[v].op != EVT_OP_AMAX) {
       bool bound = false;
       for (int i = 0; i < c->s->nnodes; i++) bound |= L->vtensor[i] == v;
-      if (!bound) refuse(c, v, "a second view of a reduction leaves the group");
+      if (bound) continue;
+      /* a second view of a reduction (log-softmax's row max, read as [M] and as [M, 1]): the same
+       * reduction once more into the view's tensor (a view holds the reduction's values in its order) */
+      int r = -1, src = v;
+      while (src >= 0 && is_view_op(g->nodes[src].op) && g->nodes[src].ninputs == 1) src = g->nodes[src].inputs[0];
+      for (int i = 0; src >= 0 && i < c->s->nnodes && r < 0; i++) {
+        evt_vop op = c->s->nodes[i].op;
+        if ((op == EVT_V_ROW_SUM || op == EVT_V_COL_SUM || op == EVT_V_COL_MAX) && c->vt[i] >= 0 &&
+            (c->vt[i] == src || (is_view_op(g->nodes[c->vt[i]].op) && g->nodes[c->vt[i]].inputs[0] == src)))
+          r = i;
+      }
+      if (r < 0 || evt_type_numel(&g->nodes[v].type) != evt_type_numel(&g->nodes[c->vt[r]].type) ||
+          g->nodes[v].type.dtype != c->s->nodes[r].dtype) {
+        refuse(c, v, "a second view of a reduction leaves the group");
+        break;
+      }
+      const evt_vnode rn = c->s->nodes[r];
+      char name[24];
+      if (rn.op == EVT_V_COL_MAX) snprintf(name, sizeof name, "cm%d", c->ncsum++);
+      else if (rn.op == EVT_V_ROW_SUM) snprintf(name, sizeof name, "rs%d", c->nrsum++);
+      else snprintf(name, sizeof name, "cs%d", c->ncsum++);
+      add_node(c, v, rn.op, rn.in[0], -1, rn.dtype, name, v);
     }
   free(leaves);
 }

@@ -1010,3 +1010,62 @@ TEST(program_tune_collects_distinct_problems_and_needs_a_gpu) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0);
 }
+
+/* The torch backend's forward segment of a small MLP (tests/graphs/torch_mlp_fwd_segment.evt) with the
+ * runtime's refinement: the loss head's row max leaves its group twice (as [M] and, viewed, as [M, 1]); the
+ * lowering stores the reduction once per tensor (a second col_max of the same values) instead of refusing
+ * the group, so every group of the segment runs as a generated kernel (before: amax node by node in the
+ * reference library); and the CPU model of that plan matches the interpreter within the bf16 rule. */
+TEST(reduction_read_through_two_views_is_stored_twice) {
+  const char *old = getenv("EVT_REFINE_PARTITION");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("EVT_REFINE_PARTITION", "1", 1);
+  char *err = NULL;
+  evt_graph *g = evt_parse_file("tests/graphs/torch_mlp_fwd_segment.evt", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (g && evt_passes_run_all(g, 0, 0) == EVT_OK) {
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    int nf, nb, twice = 0;
+    evt_exec_plan_counts(&p, &nf, &nb);
+    for (int gi = 0; gi < p.ngroups; gi++) {
+      const evt_lowered *L = &p.low.k[gi];
+      CHECK_MSG(p.groups[gi].fused, "%s", p.groups[gi].why);
+      if (!L->ok || L->kind == EVT_LK_GEMM_EVT) continue;
+      int cm = 0;
+      for (int i = 0; i < L->rspec.nnodes; i++) cm += L->rspec.nodes[i].op == EVT_V_COL_MAX;
+      twice += cm == 2;
+    }
+    CHECK_MSG(nb == 0 && twice == 1, "%d groups node by node, %d with the max stored twice", nb, twice);
+    evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
+    CHECK(evt_interp_init_inputs(g, v, 7) == EVT_OK);
+    for (int i = 0; i < g->nnodes; i++)
+      if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
+        if (g->nodes[i].type.dtype != EVT_I64) /* weights of a trained net's scale: logits stay within exp's range */
+          for (int64_t j = 0; j < v[i].numel; j++) v[i].data[j] = ldexp(v[i].data[j], -3);
+        CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
+        memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
+      }
+    CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
+    CHECK(evt_interp_run(g, v, 0, 0) == EVT_OK);
+    for (int k = 0; k < g->noutputs; k++) {
+      int id = g->outputs[k];
+      double mx = 0;
+      for (int64_t i = 0; i < v[id].numel; i++) mx = fmax(mx, fabs(v[id].data[i]));
+      double e = evt_cuda_rel_error(&w[id], &v[id], 0.1 * mx);
+      CHECK_MSG(e <= 1.5e-2, "%%%s rel error %g", g->nodes[id].name, e);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+      evt_tensor_free(&v[i]);
+      evt_tensor_free(&w[i]);
+    }
+    free(v);
+    free(w);
+    evt_exec_plan_free(&p);
+  }
+  evt_graph_free(g);
+  if (saved) setenv("EVT_REFINE_PARTITION", saved, 1);
+  else unsetenv("EVT_REFINE_PARTITION");
+  free(saved);
+}
