@@ -15,6 +15,8 @@
 #    Each prints its markdown table, an E2E_JSON line (bench/e2e/run.py --render LOG --tag T rebuilds
 #    the JSON / markdown) and per evt mode: launches per step, segments GPU / PyTorch, and the ops that ran in
 #    PyTorch with the reason.
+# 1b. TORCHGPU_TUNE=N: before the benchmark, one evt step per workload with EVT_TUNE=N (autotuning of its GEMM
+#    groups; records in the JIT cache, which the benchmark reads); the prewarm below is off then.
 # 0. From the start, in the background (own session, killed at the end): a JIT prewarm, one evt step per
 #    benchmark workload in order, so the kernels compile while the models run; each benchmark first waits
 #    for its workload's prewarm while more than TORCHGPU_BENCH_MIN (60) s would be left.
@@ -60,7 +62,7 @@ bmodes=${TORCHGPU_BENCH_MODES:-eager,evt,inductor,evt_cg}
 # below first waits for its workload's prewarm (bounded), then times with a warm JIT cache. Output in
 # $E/prewarm.log, appended to LOG at the end. Killed (its process group) when the script ends.
 PRE_PID=
-if [ "${TORCHGPU_PREWARM:-1}" = 1 ] && command -v setsid >/dev/null; then
+if [ "${TORCHGPU_PREWARM:-1}" = 1 ] && [ "${TORCHGPU_TUNE:-0}" = 0 ] && command -v setsid >/dev/null; then
   export TG_BENCH=$bench TG_E=$E TG_CUTLASS=$CUTLASS TG_JOBS=$(( EVT_JIT_JOBS > 6 ? EVT_JIT_JOBS - 4 : EVT_JIT_JOBS ))
   # (a session of its own: stop_prewarm kills the whole group, nvcc jobs included)
   setsid bash -c '
@@ -106,6 +108,21 @@ with open(sys.argv[1], "a") as f:
 PY
 fi
 
+# ---- 1b. (TORCHGPU_TUNE=N) autotune each workload's GPU segments first, one workload at a time with the GPU
+# otherwise idle (the prewarm is off then): one evt step with EVT_TUNE=N (the backend's evt_program_tune:
+# N candidate configs per GEMM kernel, records in the JIT cache), which the benchmark's evt modes then read.
+if [ "${TORCHGPU_TUNE:-0}" != 0 ]; then
+  for spec in ${bench//,/ }; do
+    IFS=: read -r w t sc <<<"$spec"
+    l=$(( $(left) - 60 ))
+    [ "$l" -lt 30 ] && { echo "-- tune $w skipped: ${l}s left"; continue; }
+    echo "-- [$(date -u +%H:%M:%S)] tune $w (EVT_TUNE=$TORCHGPU_TUNE, scale ${sc:-1}, timeout ${l}s)"
+    EVT_TUNE=$TORCHGPU_TUNE CUTLASS_PATH=$CUTLASS EVT_LOG=1 timeout -k 5 "$l" python3 bench/e2e/run.py --child "$w" \
+      --modes evt --scale "${sc:-1}" --iters 1 --warmup 0 --quick --no-profile 2>&1 |
+      grep -E "evt-tune\]|tune:|evt-jit\] done|ms\"" | tail -60
+  done
+  echo "tuning records: $(ls "$EVT_JIT_CACHE/tune" 2>/dev/null | wc -l)"
+fi
 # ---- 2. the end-to-end benchmark, one workload at a time ----------------------------------------------
 for spec in ${bench//,/ }; do
   IFS=: read -r w t sc <<<"$spec"
