@@ -51,7 +51,7 @@ cuda: $(BUILD)/libevt_fallback.so
 $(BUILD)/libevt_fallback.so: kernels/evt_fallback.cu kernels/evt_fallback.h src/runtime/fb_gemm.h kernels/philox.h src/ir/ops.def
 	@mkdir -p $(BUILD)
 	$(NVCC) -O2 --fmad=false -arch=$(CUDA_ARCH) -Xcompiler -fPIC -shared -Ikernels -Isrc -o $@ kernels/evt_fallback.cu \
-	  -L$(CUDA_LIB) -Xlinker -rpath -Xlinker $(CUDA_LIB) -lcublas
+	  -L$(CUDA_LIB) -Xlinker -rpath -Xlinker $(CUDA_LIB) -lcublasLt -lcublas
 
 test: all
 	@bash tests/run.sh $(BUILD)

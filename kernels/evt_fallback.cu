@@ -9,6 +9,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -700,6 +701,16 @@ __global__ void k_to_double(double *S, tv x, ll n) {
  * own workspace (cuBLAS under CUDA-graph capture must not allocate), the double scratch S of every node,
  * the second scratch S2 (loss terms, cuBLAS f32 product, sdpa rows) and a staging buffer for host
  * conversions (never read by a captured step, so growing it cannot invalidate a CUDA graph). */
+/* A cuBLASLt GEMM with a bias epilogue (evt_fb_gemm_run with a bias): descriptor, layouts and the
+ * heuristic's algorithm, kept per problem (the heuristic costs more host time than the launch). */
+struct lt_plan {
+  int used, m, n, k, ta, tb, ab, d;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+};
+enum { LT_PLANS = 32 };
+
 struct evt_fb_ctx {
   cudaStream_t stream;
   cublasHandle_t cublas;
@@ -708,6 +719,9 @@ struct evt_fb_ctx {
   double *s1, *s2, *stage;
   size_t n1, n2, nstage;
   long launches;
+  cublasLtHandle_t lt;         /* created on the first bias GEMM */
+  lt_plan plans[LT_PLANS];     /* ring of cuBLASLt plans */
+  int next_plan;
 };
 
 static bool g_exact_gemm; /* $EVT_CUDA_EXACT_GEMM=1: every product on the f64 tiled kernel */
@@ -866,8 +880,19 @@ extern "C" int evt_fb_init(char *err, size_t errlen) {
   return 0;
 }
 
+static void lt_plan_free(lt_plan *p) {
+  if (!p->used) return;
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+  if (p->op) cublasLtMatmulDescDestroy(p->op);
+  memset(p, 0, sizeof *p);
+}
+
 extern "C" void evt_fb_ctx_free(evt_fb_ctx *c) {
   if (!c) return;
+  for (int i = 0; i < LT_PLANS; i++) lt_plan_free(&c->plans[i]);
+  if (c->lt) cublasLtDestroy(c->lt);
   if (c->cublas) cublasDestroy(c->cublas);
   cudaFree(c->cublas_ws);
   cudaFree(c->s1);
@@ -1022,6 +1047,84 @@ extern "C" void evt_fb_graph_free(void *exec) {
 
 /* ---- events (evt_cuda_step's step time) ------------------------------------------------------------ */
 
+/* D = op(A).op(B) + bias (an N-vector in D's dtype, broadcast over the rows) through cuBLASLt's BIAS
+ * epilogue: f32 accumulation, the bias added in f32, one rounding to D's dtype. Unbatched, packed or
+ * strided by the leading dims of g. */
+static int lt_gemm_bias(evt_fb_ctx *c, const evt_fb_gemm *g, cudaDataType_t ab, cudaDataType_t dt, void *stream,
+                        char *err, size_t errlen) {
+  if (g->batch != 1) {
+    snprintf(err, errlen, "cuBLASLt bias GEMM: batched (%lld) is not supported", (long long)g->batch);
+    return 1;
+  }
+#define LTK(x)                                                                     \
+  do {                                                                             \
+    cublasStatus_t s_ = (x);                                                       \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                             \
+      snprintf(err, errlen, "%s failed (cuBLAS status %d)", #x, (int)s_);          \
+      return 2;                                                                    \
+    }                                                                              \
+  } while (0)
+  if (!c->lt) LTK(cublasLtCreate(&c->lt));
+  lt_plan *p = NULL;
+  for (int i = 0; i < LT_PLANS && !p; i++) {
+    lt_plan *q = &c->plans[i];
+    if (q->used && q->m == g->m && q->n == g->n && q->k == g->k && q->ta == g->ta && q->tb == g->tb &&
+        q->ab == g->ab_dtype && q->d == g->d_dtype)
+      p = q;
+  }
+  if (!p) {
+    p = &c->plans[c->next_plan];
+    c->next_plan = (c->next_plan + 1) % LT_PLANS;
+    lt_plan_free(p);
+    p->used = 1, p->m = (int)g->m, p->n = (int)g->n, p->k = (int)g->k, p->ta = g->ta, p->tb = g->tb;
+    p->ab = g->ab_dtype, p->d = g->d_dtype;
+    LTK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    /* column-major D^T[N,M] = B^T A^T, as in evt_fb_gemm_run */
+    cublasOperation_t opb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LTK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb));
+    LTK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa));
+    cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+    LTK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+    const void *b0 = g->bias;
+    LTK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b0, sizeof b0));
+    if (opb == CUBLAS_OP_N) LTK(cublasLtMatrixLayoutCreate(&p->la, ab, (uint64_t)g->n, (uint64_t)g->k, g->ldb));
+    else LTK(cublasLtMatrixLayoutCreate(&p->la, ab, (uint64_t)g->k, (uint64_t)g->n, g->ldb));
+    if (opa == CUBLAS_OP_N) LTK(cublasLtMatrixLayoutCreate(&p->lb, ab, (uint64_t)g->k, (uint64_t)g->m, g->lda));
+    else LTK(cublasLtMatrixLayoutCreate(&p->lb, ab, (uint64_t)g->m, (uint64_t)g->k, g->lda));
+    LTK(cublasLtMatrixLayoutCreate(&p->lc, dt, (uint64_t)g->n, (uint64_t)g->m, g->ldd));
+    cublasLtMatmulPreference_t pref;
+    LTK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = c->cublas_ws_bytes;
+    cublasStatus_t ps = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    cublasStatus_t hs = ps == CUBLAS_STATUS_SUCCESS
+                            ? cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres)
+                            : ps;
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (hs != CUBLAS_STATUS_SUCCESS || nres < 1) {
+      lt_plan_free(p);
+      snprintf(err, errlen, "cuBLASLt has no algorithm for the bias GEMM %lldx%lldx%lld (status %d)", (long long)g->m,
+               (long long)g->n, (long long)g->k, (int)hs);
+      return 1;
+    }
+    p->algo = res.algo;
+  }
+  const void *bias = g->bias;
+  LTK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  float alpha = 1.0f, beta = 0.0f;
+  c->launches++;
+  LTK(cublasLtMatmul(c->lt, p->op, &alpha, g->b, p->la, g->a, p->lb, &beta, g->d, p->lc, g->d, p->lc, &p->algo,
+                     c->cublas_ws, c->cublas_ws_bytes, (cudaStream_t)stream));
+#undef LTK
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "cuBLASLt bias GEMM: %s", cudaGetErrorString(e));
+    return 2;
+  }
+  return 0;
+}
+
 extern "C" int evt_fb_gemm_run(evt_fb_ctx *c, const evt_fb_gemm *g, void *stream, char *err, size_t errlen) {
   const int dts[3] = {EVT_FB_F32, EVT_FB_F16, EVT_FB_BF16};
   const cudaDataType_t cts[3] = {CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF};
@@ -1041,6 +1144,7 @@ extern "C" int evt_fb_gemm_run(evt_fb_ctx *c, const evt_fb_gemm *g, void *stream
              (long long)g->n, (long long)g->k, (long long)g->batch);
     return 1;
   }
+  if (g->bias) return lt_gemm_bias(c, g, cts[ia], cts[id], stream, err, errlen);
   cublasSetStream(c->cublas, (cudaStream_t)stream);
   cublasSetWorkspace(c->cublas, c->cublas_ws, c->cublas_ws_bytes); /* after SetStream, which resets it */
   c->launches++;

@@ -176,6 +176,7 @@ static evt_status launch_blas(evt_program *p, int gi, void *stream) {
   g.ldd = L->ldd ? L->ldd : g.n;
   g.batch = s->batched && L->l > 1 ? L->l : 1;
   g.sa = s->batched ? L->bs_a : 0, g.sb = s->batched ? L->bs_b : 0, g.sd = s->batched ? L->bs_d : 0;
+  g.bias = x->unf_bias >= 0 ? dev(p, x->unf_bias) : NULL; /* D = acc + bias through cuBLASLt (exec_plan.c) */
   if (!g.a || !g.b || !g.d)
     return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: cuBLAS GEMM without memory for an operand", gi);
   char err[512];
@@ -187,9 +188,49 @@ static evt_status launch_blas(evt_program *p, int gi, void *stream) {
   return EVT_OK;
 }
 
+/* An unf GEMM group (exec_plan.h): cuBLAS(Lt) into T in the scratch, then its row kernel. */
+static evt_status launch_unfused(evt_program *p, int gi, void *stream) {
+  const evt_group_exec *x = &p->xp->groups[gi];
+  const evt_kspec *s = &p->xp->low.k[gi].spec;
+  void *t = p->gemm_scratch ? (char *)p->gemm_scratch + p->xp->t_offset : NULL;
+  evt_fb_gemm g;
+  memset(&g, 0, sizeof g);
+  g.ta = s->layout == EVT_LAYOUT_TN;
+  g.tb = s->layout == EVT_LAYOUT_NT;
+  g.ab_dtype = g.d_dtype = (int)s->ab_dtype;
+  g.m = x->m, g.n = x->n, g.k = x->k, g.batch = 1;
+  g.a = dev(p, x->a_node);
+  g.b = dev(p, x->b_node);
+  g.d = t;
+  g.lda = g.ta ? g.m : g.k;
+  g.ldb = g.tb ? g.k : g.n;
+  g.ldd = g.n;
+  g.bias = x->unf_bias >= 0 ? dev(p, x->unf_bias) : NULL;
+  if (!g.a || !g.b || !t || (x->unf_bias >= 0 && !g.bias))
+    return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: unfused GEMM without memory for an operand", gi);
+  char err[512];
+  int rc = p->api->gemm(p->ctx, &g, stream, err, sizeof err);
+  if (rc)
+    return evt_graph_errorf(p->g, x->members[0], rc == 1 ? EVT_ERR_UNSUPPORTED : EVT_ERR_INTERNAL,
+                            "group %d (unfused GEMM %lldx%lldx%lld through cuBLAS): %s", gi, (long long)g.m,
+                            (long long)g.n, (long long)g.k, err);
+  evt_row_launch_args a;
+  memset(&a, 0, sizeof a);
+  a.m = (int)x->m;
+  a.n = (int)x->n;
+  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) a.ptrs[i] = x->rptr[i] == EVT_EXEC_PTR_T ? t : dev(p, x->rptr[i]);
+  a.stream = stream;
+  rc = p->kfn[x->kernel](&a);
+  if (rc != EVT_LAUNCH_OK)
+    return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: generated kernel %s (unfused epilogue) returned %d",
+                            gi, p->xp->kname[x->kernel], rc);
+  return EVT_OK;
+}
+
 evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
   const evt_group_exec *x = &p->xp->groups[gi];
   if (x->fused && x->blas) return launch_blas(p, gi, stream);
+  if (x->fused && x->unf) return launch_unfused(p, gi, stream);
   if (!x->fused) {
     for (int k = 0; k < x->nmembers; k++) {
       evt_status st = evt_gpu_launch_node(p, x->members[k], stream);
@@ -219,7 +260,7 @@ int evt_gpu_group_launches(const evt_program *p, int gi) {
   const evt_group_exec *x = &p->xp->groups[gi];
   if (x->blas) return 0; /* one cuBLAS call: the library's launch count has it */
   const evt_rspec *s = p->xp->kspec[x->kernel];
-  if (x->kind == EVT_LK_GEMM_EVT || !s) return 1; /* the CUTLASS kernel */
+  if ((x->kind == EVT_LK_GEMM_EVT && !x->unf) || !s) return 1; /* the CUTLASS kernel */
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_ROW_SUM) return 2; /* the row kernel, then the deterministic row-sum finalize */
   return 1;

@@ -296,6 +296,35 @@ static evt_status refine(evt_graph *g, const evt_part_options *opt, evt_exec_pla
   return st;
 }
 
+/* The unfused pair of GEMM group gi (see evt_group_exec.unf): the tuner's row spec for the rest of the
+ * epilogue, bound through the GEMM spec's bindings. False when it cannot run so. */
+static bool bind_unfused(const evt_graph *g, evt_exec_plan *p, int gi, const evt_lowered *L, evt_group_exec *x,
+                         int bias) {
+  int map[EVT_RSPEC_MAX_NODES], tn = -1, dn = -1, bn = -1;
+  char err[320];
+  evt_rspec *rs = &p->urs[gi];
+  if (L->spec.batched || x->d_node < 0 || x->n > 32768) return false;
+  evt_status st = evt_tune_unfused_rspec(&L->spec, L->spec.ab_dtype, bias, rs, map, &tn, &dn, &bn, err, sizeof err);
+  if (st == EVT_ERR_UNSUPPORTED && dn < 0 && bias && bn >= 0 && L->spec.d_dtype == L->spec.ab_dtype) {
+    /* D = acc + bias: cuBLASLt's bias epilogue writes D itself, no row kernel */
+    int b = x->ptr_node[bn];
+    if (b < 0 || g->nodes[b].type.dtype != L->spec.ab_dtype) return false;
+    x->unf_bias = b;
+    x->blas = 1;
+    return true;
+  }
+  if (st != EVT_OK || tn < 0 || dn < 0 || rs->nnodes > EVT_ROW_LAUNCH_MAX_PTRS) return false;
+  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) x->rptr[i] = -1;
+  for (int i = 0; i < rs->nnodes; i++) {
+    x->rptr[i] = i == tn ? EVT_EXEC_PTR_T : i == dn ? x->d_node : map[i] >= 0 ? x->ptr_node[map[i]] : -1;
+    if (evt_vop_has_memory(rs->nodes[i].op) && x->rptr[i] == -1) return false;
+  }
+  x->unf_bias = bias && bn >= 0 ? x->ptr_node[bn] : -1;
+  if (bias && (x->unf_bias < 0 || g->nodes[x->unf_bias].type.dtype != L->spec.ab_dtype)) return false;
+  x->unf = 1;
+  return true;
+}
+
 evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
   memset(p, 0, sizeof *p);
   evt_part_options opt = evt_part_options_default();
@@ -317,7 +346,9 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
   p->kname = calloc((size_t)ng + 1, sizeof *p->kname);
   p->kspec = calloc((size_t)ng + 1, sizeof *p->kspec);
   p->gspec = calloc((size_t)ng + 1, sizeof *p->gspec);
-  EVT_ASSERT(p->groups && p->sources && p->kname && p->kspec && p->gspec);
+  p->urs = calloc((size_t)ng + 1, sizeof *p->urs);
+  EVT_ASSERT(p->groups && p->sources && p->kname && p->kspec && p->gspec && p->urs);
+  int64_t tmax = 0; /* largest T of an unf group */
   for (int v = 0; v < n; v++) {
     int gi = p->part.group[v];
     if (gi >= 0) {
@@ -351,30 +382,43 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
     x->group = gi;
     x->kind = L->kind;
     x->kernel = -1;
+    x->unf_bias = -1;
     x->fused = evt_exec_bind(g, p->part.group, L, x);
     if (L->kind == EVT_LK_GEMM_EVT && tg) {
       x->tuned = tg[gi].choice;
       x->swizzle = tg[gi].swizzle;
       x->raster = tg[gi].raster;
       snprintf(x->tune_desc, sizeof x->tune_desc, "%s", tg[gi].desc);
-      /* UNFUSED with an epilogue: the runtime has no cuBLAS + row-kernel path for it (node by node in the
-       * reference library was 3x slower on the paper MLP), so it runs the fastest fused config measured */
+      /* UNFUSED with an epilogue: the measured pair (opt-in, evt_exec_unfused_epilogue), else the fastest
+       * fused config measured (node by node in the reference library was 3x slower on the paper MLP) */
       if (x->fused && tg[gi].choice == EVT_TUNE_UNFUSED && !(x->d_node >= 0 && evt_exec_plain_blas(L, EVT_TUNE_UNFUSED))) {
         char lab[96];
-        snprintf(x->tune_desc, sizeof x->tune_desc, "%.150s; runs fused %s (no unfused path for an epilogue yet)",
-                 tg[gi].desc, evt_tile_config_label(&L->spec.cfg, lab, sizeof lab));
+        if (evt_exec_unfused_epilogue() && bind_unfused(g, p, gi, L, x, tg[gi].unfused_bias))
+          snprintf(x->tune_desc, sizeof x->tune_desc, "%.150s; runs unfused", tg[gi].desc);
+        else
+          snprintf(x->tune_desc, sizeof x->tune_desc, "%.150s; runs fused %s (EVT_UNFUSED_EPILOGUE=1 runs it unfused)",
+                   tg[gi].desc, evt_tile_config_label(&L->spec.cfg, lab, sizeof lab));
       }
     }
     if (!x->fused) continue;
-    if (L->kind == EVT_LK_GEMM_EVT && x->d_node >= 0 && evt_exec_plain_blas(L, x->tuned)) {
-      x->blas = 1;
+    if (x->blas || (L->kind == EVT_LK_GEMM_EVT && x->d_node >= 0 && evt_exec_plain_blas(L, x->tuned))) {
+      x->blas = 1; /* (or cuBLASLt with the bias: bind_unfused) */
       continue;
     }
+    char uname[40];
+    const char *kn = L->kernel;
+    if (x->unf) {
+      evt_rspec_kernel_name(&p->urs[gi], uname);
+      kn = uname;
+      int64_t tb = x->m * x->n * (int64_t)evt_dtype_size(L->spec.ab_dtype);
+      if (tb > tmax) tmax = tb;
+    }
     int k = 0;
-    while (k < p->nkernels && strcmp(p->kname[k], L->kernel)) k++;
+    while (k < p->nkernels && strcmp(p->kname[k], kn)) k++;
     if (k == p->nkernels) {
-      snprintf(p->kname[k], sizeof p->kname[k], "%s", L->kernel);
-      if (L->kind == EVT_LK_GEMM_EVT) p->gspec[k] = &L->spec;
+      snprintf(p->kname[k], sizeof p->kname[k], "%s", kn);
+      if (x->unf) p->kspec[k] = &p->urs[gi];
+      else if (L->kind == EVT_LK_GEMM_EVT) p->gspec[k] = &L->spec;
       else p->kspec[k] = &L->rspec;
       p->nkernels++;
     }
@@ -385,8 +429,17 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
       if (bytes > p->scratch_bytes) p->scratch_bytes = bytes;
     }
   }
+  if (tmax > 0) { /* T after the D scratch */
+    p->t_offset = (p->scratch_bytes + 255) / 256 * 256;
+    p->scratch_bytes = p->t_offset + tmax;
+  }
   free(tg);
   return EVT_OK;
+}
+
+bool evt_exec_unfused_epilogue(void) {
+  const char *e = getenv("EVT_UNFUSED_EPILOGUE");
+  return e && !strcmp(e, "1");
 }
 
 bool evt_exec_plain_blas(const evt_lowered *L, int tuned) {
@@ -430,6 +483,7 @@ void evt_exec_plan_free(evt_exec_plan *p) {
   free(p->kname);
   free(p->kspec);
   free(p->gspec);
+  free(p->urs);
   if (p->low.k) evt_lower_free(&p->low);
   evt_part_plan_free(&p->part);
   memset(p, 0, sizeof *p);
@@ -446,7 +500,14 @@ void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out) 
                L->l > 0 ? L->l : 1, L->l_outer > 1 ? L->l_outer : 1, (L->spec.layout == EVT_LAYOUT_NN ? "NN" : L->spec.layout == EVT_LAYOUT_NT ? "NT" : "TN"), (long long)L->lda,
                (long long)L->ldb, (long long)L->ldd, (long long)L->bs_a, (long long)L->bs_b, (long long)L->bs_d,
                (long long)L->os_a, (long long)L->os_b, (long long)L->os_d);
-    if (x->fused && x->blas)
+    if (x->fused && x->blas && x->unf_bias >= 0)
+      fprintf(out, "group %d %s unfused: cuBLASLt(bias) [%lld x %lld x %lld] writes D, %d nodes\n", gi,
+              evt_lower_kind_name(x->kind), (long long)x->m, (long long)x->n, (long long)x->k, x->nmembers);
+    else if (x->fused && x->unf)
+      fprintf(out, "group %d %s unfused: cuBLAS%s [%lld x %lld x %lld] + row kernel %s, %d nodes\n", gi,
+              evt_lower_kind_name(x->kind), x->unf_bias >= 0 ? "Lt(bias)" : "", (long long)x->m, (long long)x->n,
+              (long long)x->k, p->kname[x->kernel], x->nmembers);
+    else if (x->fused && x->blas)
       fprintf(out, "group %d %s cuBLAS (plain epilogue) [%lld x %lld x %lld] %s%s, %d nodes\n", gi,
               evt_lower_kind_name(x->kind), (long long)x->m, (long long)x->n, (long long)x->k,
               L->spec.layout == EVT_LAYOUT_NN ? "NN" : L->spec.layout == EVT_LAYOUT_NT ? "NT" : "TN",
@@ -465,6 +526,54 @@ void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out) 
 
 /* A fused GEMM group on the CPU: evt_kspec_reference on the bound tensors (stores and D freshly allocated,
  * a scratch D in a host buffer). */
+/* An unf GEMM group on the CPU, as the GPU runs it: T = A.B (+ the bias) rounded to the operand dtype
+ * (evt_kspec_reference of the plain spec), then the row spec over T and the group's bound tensors. */
+static evt_status run_unfused_cpu(evt_graph *g, const evt_exec_plan *p, int gi, evt_tensor *values) {
+  const evt_group_exec *x = &p->groups[gi];
+  const evt_kspec *s = &p->low.k[gi].spec;
+  const evt_rspec *rs = &p->urs[gi];
+  for (int k = 0; k < x->nmembers; k++) evt_tensor_free(&values[x->members[k]]); /* not materialized */
+  const double *a = values[x->a_node].data, *b = values[x->b_node].data;
+  const double *bias = x->unf_bias >= 0 ? values[x->unf_bias].data : NULL;
+  if (!a || !b || (x->unf_bias >= 0 && !bias))
+    return evt_graph_errorf(g, x->members[0], EVT_ERR_INTERNAL, "group %d: an operand is not computed before its kernels", gi);
+  evt_kspec ts;
+  evt_kspec_init(&ts, s->layout, s->ab_dtype, s->ab_dtype, s->cfg);
+  int acc = evt_kspec_add(&ts, EVT_V_ACC, -1, -1, EVT_F32, NULL);
+  ts.d_node = acc;
+  double *tmem[EVT_KSPEC_MAX_NODES] = {0};
+  if (bias) {
+    int rb = evt_kspec_add(&ts, EVT_V_ROW_BCAST, -1, -1, s->ab_dtype, "bias");
+    ts.d_node = evt_kspec_add(&ts, EVT_V_ADD, acc, rb, EVT_F32, NULL);
+    tmem[rb] = (double *)bias;
+  }
+  double *t = malloc(sizeof(double) * (size_t)(x->m * x->n));
+  EVT_ASSERT(t);
+  evt_kspec_reference(&ts, x->m, x->n, x->k, a, b, tmem, t);
+  double *mem[EVT_ROW_LAUNCH_MAX_PTRS] = {0};
+  evt_status st = EVT_OK;
+  for (int i = 0; i < rs->nnodes && st == EVT_OK; i++) {
+    int v = x->rptr[i];
+    if (v == EVT_EXEC_PTR_T) {
+      mem[i] = t;
+      continue;
+    }
+    if (v < 0) continue;
+    if (evt_vop_class(rs->nodes[i].op) != 'L') {
+      const evt_type *ty = &g->nodes[v].type;
+      evt_tensor_free(&values[v]);
+      st = evt_tensor_alloc(&values[v], ty->dtype, ty->rank, ty->shape);
+    }
+    if (st == EVT_OK && !values[v].data)
+      st = evt_graph_errorf(g, v, EVT_ERR_INTERNAL, "group %d: tensor not computed before its kernel", gi);
+    if (st == EVT_OK) mem[i] = values[v].data;
+  }
+  const double *in[3] = {NULL, NULL, NULL};
+  if (st == EVT_OK) evt_rspec_reference(rs, x->m, x->n, in, mem, NULL, NULL);
+  free(t);
+  return st;
+}
+
 static evt_status run_gemm_cpu(evt_graph *g, const evt_exec_plan *p, int gi, evt_tensor *values) {
   const evt_group_exec *x = &p->groups[gi];
   const evt_kspec *s = &p->low.k[gi].spec;
@@ -521,7 +630,7 @@ evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tenso
       continue;
     }
     if (x->kind == EVT_LK_GEMM_EVT) {
-      st = run_gemm_cpu(g, p, gi, values);
+      st = x->unf ? run_unfused_cpu(g, p, gi, values) : run_gemm_cpu(g, p, gi, values);
       continue;
     }
     const evt_rspec *s = &p->low.k[gi].rspec;

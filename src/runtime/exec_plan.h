@@ -29,7 +29,8 @@
  *     before the kernel), and every member read outside the group or a graph output is written by a store
  *     of the spec (D included).
  *   GEMM+EVT groups with a plain epilogue (evt_exec_plain_blas, below) run as one cuBLAS call (blas) unless
- *     tuning measured their kernel faster.
+ *     tuning measured their kernel faster; with an epilogue that tuning measured faster unfused, optionally
+ *     cuBLAS(Lt) into T + a generated row kernel (unf; evt_exec_unfused_epilogue).
  *   everything else runs node by node through the fallback library: groups that did not lower (reason of
  *     the lowering), groups failing a check above, groups whose kernel failed to compile or load
  *     (evt_exec_plan_demote), and GEMM groups whose launcher refused (evt_exec_plan_demote_group).
@@ -60,6 +61,12 @@ typedef struct evt_group_exec {
   /* GEMM: the tuning record (src/runtime/tune.h; evt_tune_apply_lowered at build): FUSED → the spec was
    * given the tuned config and these launch-time scheduler values; UNFUSED → the group falls back (why). */
   int blas;     /* GEMM, fused: 1 = the group is one cuBLAS call (plain epilogue; evt_exec_plain_blas), kernel -1 */
+  /* GEMM, fused, unf = 1 (evt_exec_unfused_epilogue): the measured unfused pair. cuBLAS (cuBLASLt adding the
+   * bias node unf_bias when >= 0) writes T = the accumulator (+ bias) rounded to the operand dtype, M x N in
+   * the plan's scratch at t_offset; then the row kernel `kernel` (spec urs[group]) applies the rest of the
+   * epilogue: rptr[i] = the graph node row-spec node i reads or writes, EVT_EXEC_PTR_T for T, -1 none. */
+  int unf, unf_bias;
+  int rptr[EVT_ROW_LAUNCH_MAX_PTRS];
   int tuned;                               /* evt_tune_choice */
   int swizzle, raster;
   char tune_desc[240];                     /* evt_tune_describe's line ("not tuned (default config ...)") */
@@ -75,8 +82,12 @@ typedef struct evt_exec_plan {
   char (*kname)[40];
   const evt_rspec **kspec;  /* row / pointwise kernel k: its spec (owned by low), NULL for a GEMM kernel */
   const evt_kspec **gspec;  /* GEMM+EVT kernel k: its spec (owned by low), NULL for a row kernel */
-  int64_t scratch_bytes;    /* device bytes for D tiles nobody reads (largest such D; 0 if none) */
+  int64_t scratch_bytes;    /* device bytes for D tiles nobody reads (largest such D) and T (at t_offset) */
+  int64_t t_offset;         /* where an unfused GEMM group's T starts in the scratch (256-aligned) */
+  evt_rspec *urs;           /* per group: the row spec of an unf group's epilogue (owned) */
 } evt_exec_plan;
+
+#define EVT_EXEC_PTR_T (-2) /* evt_group_exec.rptr: the unfused GEMM's T */
 
 /* Partitions, lowers and decides as above. EVT_OK, or the partitioner's error (message in g's error). */
 evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p);
@@ -95,6 +106,12 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
  * (tests and benchmarks of the generated kernels), =cublas forces cuBLAS. Two-level batches (l_outer > 1)
  * always keep CUTLASS. */
 bool evt_exec_plain_blas(const evt_lowered *L, int tuned);
+/* A GEMM group with an epilogue that a tuning record measured faster unfused (cuBLASLt, with its bias
+ * epilogue when that variant won, into T, then the rest of the epilogue as one generated row kernel: the
+ * tuner's evt_tune_unfused_rspec) runs that pair when EVT_UNFUSED_EPILOGUE=1; by default it keeps the
+ * fastest fused config measured (the pair has run in the tuner on the H200 but not yet in the runtime).
+ * Not for batched GEMMs, a D nobody reads, rows over 32768 elements, or a bias whose dtype is not T's. */
+bool evt_exec_unfused_epilogue(void);
 /* Kernel k failed to compile: every group using it falls back, with `why`. */
 void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why);
 /* Group gi alone falls back (its launcher refused the problem), with `why`. */

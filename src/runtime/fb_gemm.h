@@ -26,6 +26,8 @@ typedef struct evt_fb_gemm {
   const void *a, *b;
   void *d;
   int64_t lda, ldb, ldd, sa, sb, sd;
+  const void *bias; /* NULL, or an N-vector in d_dtype added to every row (cuBLASLt's BIAS epilogue: added to
+                     * the f32 accumulator, one rounding; batch must be 1) */
 } evt_fb_gemm;
 
 int evt_fb_gemm_run(evt_fb_ctx *c, const evt_fb_gemm *g, void *stream, char *err, size_t errlen);

@@ -93,12 +93,19 @@ void evt_prof_step_label(const evt_program *p, int s, char *buf, size_t len) {
     snprintf(buf, len, "group %d: %d nodes node by node from %%%s (%s)", sp->group, x->nmembers, first->name, x->why);
     return;
   }
+  if (x->kind == EVT_LK_GEMM_EVT && x->unf) {
+    snprintf(buf, len, "group %d: unfused: cuBLAS%s %lldx%lldx%lld + row kernel %s", sp->group,
+             x->unf_bias >= 0 ? "Lt(bias)" : "", (long long)x->m, (long long)x->n, (long long)x->k,
+             p->xp->kname[x->kernel]);
+    return;
+  }
   if (x->kind == EVT_LK_GEMM_EVT && x->blas) {
     const evt_kspec *ks = &p->xp->low.k[sp->group].spec;
-    snprintf(buf, len, "group %d: cuBLAS %lldx%lldx%lld %s %s->%s (plain epilogue)", sp->group, (long long)x->m,
+    snprintf(buf, len, "group %d: cuBLAS%s %lldx%lldx%lld %s %s->%s (%s)", sp->group, x->unf_bias >= 0 ? "Lt" : "",
+             (long long)x->m,
              (long long)x->n, (long long)x->k,
              ks->layout == EVT_LAYOUT_NN ? "NN" : ks->layout == EVT_LAYOUT_NT ? "NT" : "TN", evt_dtype_name(ks->ab_dtype),
-             evt_dtype_name(ks->d_dtype));
+             evt_dtype_name(ks->d_dtype), x->unf_bias >= 0 ? "with the bias, tuned unfused" : "plain epilogue");
     return;
   }
   if (x->kind == EVT_LK_GEMM_EVT) {

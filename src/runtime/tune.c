@@ -505,6 +505,7 @@ int evt_tune_apply_lowered(evt_lower_result *low, const char *cache_dir, const c
     }
     evt_tune_record r;
     o->choice = evt_tune_apply(&L->spec, L->m, L->n, L->k, cache_dir, gpu, &r);
+    o->unfused_bias = o->choice == EVT_TUNE_UNFUSED && strstr(r.unfused_how, "(bias)") != NULL;
     if (o->choice == EVT_TUNE_FUSED || o->choice == EVT_TUNE_UNFUSED) {
       evt_kspec_kernel_name(&L->spec, L->kernel);
       o->swizzle = r.swizzle;

@@ -1069,3 +1069,94 @@ TEST(reduction_read_through_two_views_is_stored_twice) {
   else unsetenv("EVT_REFINE_PARTITION");
   free(saved);
 }
+
+/* EVT_UNFUSED_EPILOGUE=1 with UNFUSED tuning records for every GEMM group that has an epilogue (the
+ * cuBLASLt(bias) variant where cuBLASLt can add the bias): those groups run as cuBLAS into T + the tuner's row
+ * kernel of the rest, bound through the GEMM spec's tensors, or, for D = acc + bias, as cuBLASLt alone; the
+ * CPU model of that plan (T rounded to the operand dtype, then the row spec) matches the interpreter within
+ * the bf16 rule on mlp_bf16 and bert_layer_bf16. */
+TEST(unfused_epilogue_groups_match_interpreter) {
+  char dir[128], cmd[300];
+  snprintf(dir, sizeof dir, "/tmp/evt-unfused-%ld", (long)getpid());
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+  CHECK(system(cmd) == 0);
+  const char *keys[] = {"EVT_TUNE_CACHE", "EVT_UNFUSED_EPILOGUE"};
+  char *saved[2];
+  for (int i = 0; i < 2; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
+  setenv("EVT_TUNE_CACHE", dir, 1);
+  const char *files[] = {"bench/graphs/mlp_bf16.evt", "bench/graphs/bert_layer_bf16.evt"};
+  for (int f = 0; f < 2; f++) {
+    evt_graph *g = load_opt(files[f]);
+    if (!g) continue;
+    unsetenv("EVT_UNFUSED_EPILOGUE");
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    int want = 0;
+    for (int gi = 0; gi < p.ngroups; gi++) {
+      const evt_lowered *L = &p.low.k[gi];
+      const evt_group_exec *x = &p.groups[gi];
+      if (!x->fused || L->kind != EVT_LK_GEMM_EVT || L->spec.batched || L->spec.nnodes == 1 || x->d_node < 0) continue;
+      evt_tune_record r;
+      memset(&r, 0, sizeof r);
+      r.spec_hash = evt_kspec_epilogue_hash(&L->spec);
+      r.m = x->m, r.n = x->n, r.k = x->k;
+      snprintf(r.gpu, sizeof r.gpu, "Test GPU");
+      r.choice = EVT_TUNE_UNFUSED;
+      r.cfg = EVT_TILE_CONFIG_DEFAULT;
+      r.fused_ms = 0.2, r.unfused_ms = 0.1;
+      evt_rspec tmp; /* the bias variant where cuBLASLt can add the bias (as the tuner would have measured) */
+      int map[EVT_RSPEC_MAX_NODES], tn, dn, bn;
+      char e[256];
+      evt_tune_unfused_rspec(&L->spec, L->spec.ab_dtype, 1, &tmp, map, &tn, &dn, &bn, e, sizeof e);
+      snprintf(r.unfused_how, sizeof r.unfused_how, "%s", bn >= 0 ? "cublasLt(bias) + row kernel" : "cublasLt + row kernel");
+      char msg[256];
+      CHECK(evt_tune_record_write(NULL, &r, msg, sizeof msg) == EVT_OK);
+      want++;
+    }
+    evt_exec_plan_free(&p);
+    setenv("EVT_UNFUSED_EPILOGUE", "1", 1);
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    int unf = 0, biased = 0, alone = 0;
+    for (int gi = 0; gi < p.ngroups; gi++) {
+      const evt_group_exec *x = &p.groups[gi];
+      unf += x->fused && (x->unf || (x->blas && x->unf_bias >= 0));
+      biased += x->fused && x->unf_bias >= 0;
+      alone += x->fused && x->blas && x->unf_bias >= 0; /* D = acc + bias: cuBLASLt alone */
+    }
+    CHECK_MSG(want > 0 && unf == want && biased > 0, "%s: %d records, %d unfused groups (%d with the bias, %d alone)",
+              files[f], want, unf, biased, alone);
+    evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
+    CHECK(evt_interp_init_inputs(g, v, 3) == EVT_OK);
+    for (int i = 0; i < g->nnodes; i++)
+      if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
+        CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
+        memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
+      }
+    CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
+    CHECK(evt_interp_run(g, v, 0, 0) == EVT_OK);
+    double scale = 0;
+    for (int k = 0; k < g->noutputs; k++)
+      if (g->outputs[k] != g->loss)
+        for (int64_t i = 0; i < v[g->outputs[k]].numel; i++) scale = fmax(scale, fabs(v[g->outputs[k]].data[i]));
+    for (int k = 0; k < g->noutputs; k++) {
+      int id = g->outputs[k];
+      double e = evt_cuda_rel_error(&w[id], &v[id], 0.1 * scale);
+      CHECK_MSG(e <= 1.5e-2, "%s: %%%s rel error %g", files[f], g->nodes[id].name, e);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+      evt_tensor_free(&v[i]);
+      evt_tensor_free(&w[i]);
+    }
+    free(v);
+    free(w);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
+  for (int i = 0; i < 2; i++) {
+    if (saved[i]) setenv(keys[i], saved[i], 1);
+    else unsetenv(keys[i]);
+    free(saved[i]);
+  }
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK(system(cmd) == 0);
+}

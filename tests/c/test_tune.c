@@ -407,7 +407,20 @@ TEST(tune_records_steer_the_fused_plan) {
       CHECK(u->fused && u->tuned == EVT_TUNE_UNFUSED &&
             strstr(u->tune_desc, "unfused (measured 0.1000 ms via cublasLt + row kernel vs fused 0.2000 ms)"));
       if (us->nnodes == 1) CHECK(u->blas && u->kernel < 0);
-      else CHECK_MSG(!u->blas && u->kernel >= 0 && strstr(u->tune_desc, "no unfused path"), "%s", u->tune_desc);
+      else CHECK_MSG(!u->blas && !u->unf && u->kernel >= 0 && strstr(u->tune_desc, "EVT_UNFUSED_EPILOGUE=1 runs it unfused"),
+                     "%s", u->tune_desc);
+      if (us->nnodes > 1) { /* opted in: cuBLAS into T + the row kernel of the rest */
+        setenv("EVT_UNFUSED_EPILOGUE", "1", 1);
+        evt_exec_plan_free(&p);
+        CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+        unsetenv("EVT_UNFUSED_EPILOGUE");
+        u = &p.groups[gi];
+        int has_t = 0;
+        for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) has_t += u->rptr[i] == EVT_EXEC_PTR_T;
+        CHECK_MSG(u->fused && u->unf && u->kernel >= 0 && p.kspec[u->kernel] == &p.urs[gi] && has_t == 1 &&
+                      p.scratch_bytes >= p.t_offset + u->m * u->n * 2 && strstr(u->tune_desc, "runs unfused"),
+                  "%s", u->tune_desc);
+      }
       r.choice = EVT_TUNE_FUSED;
       r.cfg = (evt_tile_config){128, tn, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC};
       r.swizzle = 4, r.raster = 1;
