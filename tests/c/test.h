@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
+#include <string.h>
 
 typedef void (*evt_test_fn)(void);
 void evt_test_register(const char *name, evt_test_fn fn);
@@ -46,5 +47,16 @@ static inline evt_graph *evt_test_parse_ok(const char *text) {
   CHECK_MSG(g != NULL, "parse failed: %s", err ? err : "(no message)");
   free(err);
   return g;
+}
+/* Saves the environment variables keys[0..n) into saved[] (strdup'd or NULL) / puts them back and frees. */
+static inline void evt_test_env_save(const char *const *keys, int n, char **saved) {
+  for (int i = 0; i < n; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
+}
+static inline void evt_test_env_restore(const char *const *keys, int n, char **saved) {
+  for (int i = 0; i < n; i++) {
+    if (saved[i]) setenv(keys[i], saved[i], 1);
+    else unsetenv(keys[i]);
+    free(saved[i]);
+  }
 }
 #endif

@@ -982,7 +982,7 @@ TEST(program_tune_collects_distinct_problems_and_needs_a_gpu) {
   CHECK(system(cmd) == 0);
   const char *keys[] = {"EVT_TUNE_CACHE", "EVT_TUNE_NO_DEVICE"};
   char *saved[2];
-  for (int i = 0; i < 2; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
+  evt_test_env_save(keys, 2, saved);
   setenv("EVT_TUNE_CACHE", dir, 1);
   setenv("EVT_TUNE_NO_DEVICE", "1", 1);
   evt_graph *mlp = load_opt("bench/graphs/mlp_bf16.evt"), *bert = load_opt("bench/graphs/bert_layer_bf16.evt");
@@ -1002,13 +1002,47 @@ TEST(program_tune_collects_distinct_problems_and_needs_a_gpu) {
   }
   evt_graph_free(mlp);
   evt_graph_free(bert);
-  for (int i = 0; i < 2; i++) {
-    if (saved[i]) setenv(keys[i], saved[i], 1);
-    else unsetenv(keys[i]);
-    free(saved[i]);
-  }
+  evt_test_env_restore(keys, 2, saved);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0);
+}
+
+/* The CPU model of plan p (evt_exec_plan_run_cpu) against the interpreter on fresh inputs (seed; float inputs
+ * scaled by 2^shift, exact in bf16): the largest relative error over the graph outputs (evt_cuda_rel_error,
+ * floor 0.1 x the largest non-loss output), its output node in *worst; +inf when a run fails. */
+static double cpu_model_error(evt_graph *g, const evt_exec_plan *p, int seed, int shift, int *worst) {
+  evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
+  EVT_ASSERT(v && w);
+  double err = INFINITY;
+  *worst = -1;
+  if (evt_interp_init_inputs(g, v, (uint64_t)seed) == EVT_OK) {
+    for (int i = 0; i < g->nnodes; i++)
+      if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
+        if (g->nodes[i].type.dtype != EVT_I64)
+          for (int64_t j = 0; j < v[i].numel; j++) v[i].data[j] = ldexp(v[i].data[j], shift);
+        if (evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK)
+          memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
+      }
+    if (evt_exec_plan_run_cpu(g, p, w) == EVT_OK && evt_interp_run(g, v, 0, 0) == EVT_OK) {
+      double scale = 0;
+      for (int k = 0; k < g->noutputs; k++)
+        if (g->outputs[k] != g->loss)
+          for (int64_t i = 0; i < v[g->outputs[k]].numel; i++) scale = fmax(scale, fabs(v[g->outputs[k]].data[i]));
+      err = 0;
+      for (int k = 0; k < g->noutputs; k++) {
+        int id = g->outputs[k];
+        double e = evt_cuda_rel_error(&w[id], &v[id], 0.1 * scale);
+        if (!(e <= err)) err = e, *worst = id;
+      }
+    }
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    evt_tensor_free(&v[i]);
+    evt_tensor_free(&w[i]);
+  }
+  free(v);
+  free(w);
+  return err;
 }
 
 /* The torch backend's forward segment of a small MLP (tests/graphs/torch_mlp_fwd_segment.evt) with the
@@ -1017,8 +1051,9 @@ TEST(program_tune_collects_distinct_problems_and_needs_a_gpu) {
  * the group, so every group of the segment runs as a generated kernel (before: amax node by node in the
  * reference library); and the CPU model of that plan matches the interpreter within the bf16 rule. */
 TEST(reduction_read_through_two_views_is_stored_twice) {
-  const char *old = getenv("EVT_REFINE_PARTITION");
-  char *saved = old ? strdup(old) : NULL;
+  const char *keys[] = {"EVT_REFINE_PARTITION"};
+  char *saved[1];
+  evt_test_env_save(keys, 1, saved);
   setenv("EVT_REFINE_PARTITION", "1", 1);
   char *err = NULL;
   evt_graph *g = evt_parse_file("tests/graphs/torch_mlp_fwd_segment.evt", &err);
@@ -1038,36 +1073,13 @@ TEST(reduction_read_through_two_views_is_stored_twice) {
       twice += cm == 2;
     }
     CHECK_MSG(nb == 0 && twice == 1, "%d groups node by node, %d with the max stored twice", nb, twice);
-    evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
-    CHECK(evt_interp_init_inputs(g, v, 7) == EVT_OK);
-    for (int i = 0; i < g->nnodes; i++)
-      if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
-        if (g->nodes[i].type.dtype != EVT_I64) /* weights of a trained net's scale: logits stay within exp's range */
-          for (int64_t j = 0; j < v[i].numel; j++) v[i].data[j] = ldexp(v[i].data[j], -3);
-        CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
-        memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
-      }
-    CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
-    CHECK(evt_interp_run(g, v, 0, 0) == EVT_OK);
-    for (int k = 0; k < g->noutputs; k++) {
-      int id = g->outputs[k];
-      double mx = 0;
-      for (int64_t i = 0; i < v[id].numel; i++) mx = fmax(mx, fabs(v[id].data[i]));
-      double e = evt_cuda_rel_error(&w[id], &v[id], 0.1 * mx);
-      CHECK_MSG(e <= 1.5e-2, "%%%s rel error %g", g->nodes[id].name, e);
-    }
-    for (int i = 0; i < g->nnodes; i++) {
-      evt_tensor_free(&v[i]);
-      evt_tensor_free(&w[i]);
-    }
-    free(v);
-    free(w);
+    int worst;
+    double e = cpu_model_error(g, &p, 7, -3, &worst); /* (weights of a trained net's scale: logits within exp's range) */
+    CHECK_MSG(e <= 1.5e-2, "%%%s rel error %g", worst >= 0 ? g->nodes[worst].name : "?", e);
     evt_exec_plan_free(&p);
   }
   evt_graph_free(g);
-  if (saved) setenv("EVT_REFINE_PARTITION", saved, 1);
-  else unsetenv("EVT_REFINE_PARTITION");
-  free(saved);
+  evt_test_env_restore(keys, 1, saved);
 }
 
 /* EVT_UNFUSED_EPILOGUE=1 with UNFUSED tuning records for every GEMM group that has an epilogue (the
@@ -1082,7 +1094,7 @@ TEST(unfused_epilogue_groups_match_interpreter) {
   CHECK(system(cmd) == 0);
   const char *keys[] = {"EVT_TUNE_CACHE", "EVT_UNFUSED_EPILOGUE"};
   char *saved[2];
-  for (int i = 0; i < 2; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
+  evt_test_env_save(keys, 2, saved);
   setenv("EVT_TUNE_CACHE", dir, 1);
   const char *files[] = {"bench/graphs/mlp_bf16.evt", "bench/graphs/bert_layer_bf16.evt"};
   for (int f = 0; f < 2; f++) {
@@ -1125,38 +1137,13 @@ TEST(unfused_epilogue_groups_match_interpreter) {
     }
     CHECK_MSG(want > 0 && unf == want && biased > 0, "%s: %d records, %d unfused groups (%d with the bias, %d alone)",
               files[f], want, unf, biased, alone);
-    evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
-    CHECK(evt_interp_init_inputs(g, v, 3) == EVT_OK);
-    for (int i = 0; i < g->nnodes; i++)
-      if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
-        CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
-        memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
-      }
-    CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
-    CHECK(evt_interp_run(g, v, 0, 0) == EVT_OK);
-    double scale = 0;
-    for (int k = 0; k < g->noutputs; k++)
-      if (g->outputs[k] != g->loss)
-        for (int64_t i = 0; i < v[g->outputs[k]].numel; i++) scale = fmax(scale, fabs(v[g->outputs[k]].data[i]));
-    for (int k = 0; k < g->noutputs; k++) {
-      int id = g->outputs[k];
-      double e = evt_cuda_rel_error(&w[id], &v[id], 0.1 * scale);
-      CHECK_MSG(e <= 1.5e-2, "%s: %%%s rel error %g", files[f], g->nodes[id].name, e);
-    }
-    for (int i = 0; i < g->nnodes; i++) {
-      evt_tensor_free(&v[i]);
-      evt_tensor_free(&w[i]);
-    }
-    free(v);
-    free(w);
+    int worst;
+    double e = cpu_model_error(g, &p, 3, 0, &worst);
+    CHECK_MSG(e <= 1.5e-2, "%s: %%%s rel error %g", files[f], worst >= 0 ? g->nodes[worst].name : "?", e);
     evt_exec_plan_free(&p);
     evt_graph_free(g);
   }
-  for (int i = 0; i < 2; i++) {
-    if (saved[i]) setenv(keys[i], saved[i], 1);
-    else unsetenv(keys[i]);
-    free(saved[i]);
-  }
+  evt_test_env_restore(keys, 2, saved);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0);
 }
