@@ -155,9 +155,10 @@ static void *node_ptr(void *p, int node) { return dev(p, node); }
 _Static_assert(EVT_FB_F32 == (int)EVT_F32 && EVT_FB_F16 == (int)EVT_F16 && EVT_FB_BF16 == (int)EVT_BF16,
                "the kernel library's dtype codes are evt_dtype's");
 
-/* A plain-epilogue GEMM group (x->blas; exec_plan.h) as one cuBLAS call: the spec's layout becomes the
- * operands' transposes, leading dims and batch strides are the lowering's (0: packed). */
-static evt_status launch_blas(evt_program *p, int gi, void *stream) {
+/* Group gi's GEMM as one call of the kernel library's cuBLAS entry, into d (d_dtype): the spec's layout
+ * becomes the operands' transposes, leading dims and batch strides are the lowering's (0: packed), and
+ * cuBLASLt adds the bias node x->unf_bias when there is one. `what` names the path in errors. */
+static evt_status library_gemm(evt_program *p, int gi, void *d, int d_dtype, const char *what, void *stream) {
   const evt_group_exec *x = &p->xp->groups[gi];
   const evt_lowered *L = &p->xp->low.k[gi];
   const evt_kspec *s = &L->spec;
@@ -166,61 +167,48 @@ static evt_status launch_blas(evt_program *p, int gi, void *stream) {
   g.ta = s->layout == EVT_LAYOUT_TN;
   g.tb = s->layout == EVT_LAYOUT_NT;
   g.ab_dtype = (int)s->ab_dtype;
-  g.d_dtype = (int)s->d_dtype;
+  g.d_dtype = d_dtype;
   g.m = x->m, g.n = x->n, g.k = x->k;
   g.a = dev(p, x->a_node);
   g.b = dev(p, x->b_node);
-  g.d = dev(p, x->d_node);
+  g.d = d;
   g.lda = L->lda ? L->lda : g.ta ? g.m : g.k;
   g.ldb = L->ldb ? L->ldb : g.tb ? g.k : g.n;
   g.ldd = L->ldd ? L->ldd : g.n;
   g.batch = s->batched && L->l > 1 ? L->l : 1;
   g.sa = s->batched ? L->bs_a : 0, g.sb = s->batched ? L->bs_b : 0, g.sd = s->batched ? L->bs_d : 0;
-  g.bias = x->unf_bias >= 0 ? dev(p, x->unf_bias) : NULL; /* D = acc + bias through cuBLASLt (exec_plan.c) */
-  if (!g.a || !g.b || !g.d)
-    return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: cuBLAS GEMM without memory for an operand", gi);
+  g.bias = x->unf_bias >= 0 ? dev(p, x->unf_bias) : NULL;
+  if (!g.a || !g.b || !g.d || (x->unf_bias >= 0 && !g.bias))
+    return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: %s GEMM without memory for an operand", gi,
+                            what);
   char err[512];
   int rc = p->api->gemm(p->ctx, &g, stream, err, sizeof err);
   if (rc)
     return evt_graph_errorf(p->g, x->members[0], rc == 1 ? EVT_ERR_UNSUPPORTED : EVT_ERR_INTERNAL,
-                            "group %d (plain GEMM %lldx%lldx%lld through cuBLAS): %s", gi, (long long)g.m,
+                            "group %d (%s GEMM %lldx%lldx%lld through cuBLAS): %s", gi, what, (long long)g.m,
                             (long long)g.n, (long long)g.k, err);
   return EVT_OK;
+}
+
+/* A GEMM group run as one cuBLAS call (x->blas; exec_plan.h): a plain epilogue, or D = acc + bias. */
+static evt_status launch_blas(evt_program *p, int gi, void *stream) {
+  const evt_group_exec *x = &p->xp->groups[gi];
+  return library_gemm(p, gi, dev(p, x->d_node), (int)p->xp->low.k[gi].spec.d_dtype, "plain", stream);
 }
 
 /* An unf GEMM group (exec_plan.h): cuBLAS(Lt) into T in the scratch, then its row kernel. */
 static evt_status launch_unfused(evt_program *p, int gi, void *stream) {
   const evt_group_exec *x = &p->xp->groups[gi];
-  const evt_kspec *s = &p->xp->low.k[gi].spec;
   void *t = p->gemm_scratch ? (char *)p->gemm_scratch + p->xp->t_offset : NULL;
-  evt_fb_gemm g;
-  memset(&g, 0, sizeof g);
-  g.ta = s->layout == EVT_LAYOUT_TN;
-  g.tb = s->layout == EVT_LAYOUT_NT;
-  g.ab_dtype = g.d_dtype = (int)s->ab_dtype;
-  g.m = x->m, g.n = x->n, g.k = x->k, g.batch = 1;
-  g.a = dev(p, x->a_node);
-  g.b = dev(p, x->b_node);
-  g.d = t;
-  g.lda = g.ta ? g.m : g.k;
-  g.ldb = g.tb ? g.k : g.n;
-  g.ldd = g.n;
-  g.bias = x->unf_bias >= 0 ? dev(p, x->unf_bias) : NULL;
-  if (!g.a || !g.b || !t || (x->unf_bias >= 0 && !g.bias))
-    return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: unfused GEMM without memory for an operand", gi);
-  char err[512];
-  int rc = p->api->gemm(p->ctx, &g, stream, err, sizeof err);
-  if (rc)
-    return evt_graph_errorf(p->g, x->members[0], rc == 1 ? EVT_ERR_UNSUPPORTED : EVT_ERR_INTERNAL,
-                            "group %d (unfused GEMM %lldx%lldx%lld through cuBLAS): %s", gi, (long long)g.m,
-                            (long long)g.n, (long long)g.k, err);
+  evt_status st = library_gemm(p, gi, t, (int)p->xp->low.k[gi].spec.ab_dtype, "unfused", stream);
+  if (st != EVT_OK) return st;
   evt_row_launch_args a;
   memset(&a, 0, sizeof a);
   a.m = (int)x->m;
   a.n = (int)x->n;
   for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) a.ptrs[i] = x->rptr[i] == EVT_EXEC_PTR_T ? t : dev(p, x->rptr[i]);
   a.stream = stream;
-  rc = p->kfn[x->kernel](&a);
+  int rc = p->kfn[x->kernel](&a);
   if (rc != EVT_LAUNCH_OK)
     return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: generated kernel %s (unfused epilogue) returned %d",
                             gi, p->xp->kname[x->kernel], rc);

@@ -526,6 +526,20 @@ void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out) 
 
 /* A fused GEMM group on the CPU: evt_kspec_reference on the bound tensors (stores and D freshly allocated,
  * a scratch D in a host buffer). */
+/* The CPU model's memory of one spec node bound to graph node v: a store (not a load) gets a fresh tensor
+ * of v's type; either way v must then hold data (a load read before it was computed is an internal error). */
+static evt_status cpu_node_memory(evt_graph *g, int gi, int v, bool store, evt_tensor *values, double **mem) {
+  if (store) {
+    const evt_type *t = &g->nodes[v].type;
+    evt_tensor_free(&values[v]);
+    evt_status st = evt_tensor_alloc(&values[v], t->dtype, t->rank, t->shape);
+    if (st != EVT_OK) return st;
+  }
+  if (!values[v].data) return evt_graph_errorf(g, v, EVT_ERR_INTERNAL, "group %d: tensor not computed before its kernel", gi);
+  *mem = values[v].data;
+  return EVT_OK;
+}
+
 /* An unf GEMM group on the CPU, as the GPU runs it: T = A.B (+ the bias) rounded to the operand dtype
  * (evt_kspec_reference of the plain spec), then the row spec over T and the group's bound tensors. */
 static evt_status run_unfused_cpu(evt_graph *g, const evt_exec_plan *p, int gi, evt_tensor *values) {
@@ -554,19 +568,8 @@ static evt_status run_unfused_cpu(evt_graph *g, const evt_exec_plan *p, int gi, 
   evt_status st = EVT_OK;
   for (int i = 0; i < rs->nnodes && st == EVT_OK; i++) {
     int v = x->rptr[i];
-    if (v == EVT_EXEC_PTR_T) {
-      mem[i] = t;
-      continue;
-    }
-    if (v < 0) continue;
-    if (evt_vop_class(rs->nodes[i].op) != 'L') {
-      const evt_type *ty = &g->nodes[v].type;
-      evt_tensor_free(&values[v]);
-      st = evt_tensor_alloc(&values[v], ty->dtype, ty->rank, ty->shape);
-    }
-    if (st == EVT_OK && !values[v].data)
-      st = evt_graph_errorf(g, v, EVT_ERR_INTERNAL, "group %d: tensor not computed before its kernel", gi);
-    if (st == EVT_OK) mem[i] = values[v].data;
+    if (v == EVT_EXEC_PTR_T) mem[i] = t;
+    else if (v >= 0) st = cpu_node_memory(g, gi, v, evt_vop_class(rs->nodes[i].op) != 'L', values, &mem[i]);
   }
   const double *in[3] = {NULL, NULL, NULL};
   if (st == EVT_OK) evt_rspec_reference(rs, x->m, x->n, in, mem, NULL, NULL);
@@ -582,17 +585,10 @@ static evt_status run_gemm_cpu(evt_graph *g, const evt_exec_plan *p, int gi, evt
   const double *a = values[x->a_node].data, *b = values[x->b_node].data;
   if (!a || !b) return evt_graph_errorf(g, x->members[0], EVT_ERR_INTERNAL, "group %d: an operand is not computed before its kernel", gi);
   evt_status st = EVT_OK;
+  double *dmem = NULL;
   for (int i = -1; i < s->nnodes && st == EVT_OK; i++) {
     int v = i < 0 ? x->d_node : x->ptr_node[i];
-    if (v < 0) continue;
-    if (i < 0 || evt_vop_class(s->nodes[i].op) != 'L') {
-      const evt_type *t = &g->nodes[v].type;
-      evt_tensor_free(&values[v]);
-      st = evt_tensor_alloc(&values[v], t->dtype, t->rank, t->shape);
-    }
-    if (st == EVT_OK && !values[v].data)
-      st = evt_graph_errorf(g, v, EVT_ERR_INTERNAL, "group %d: tensor not computed before its kernel", gi);
-    if (st == EVT_OK && i >= 0) mem[i] = values[v].data;
+    if (v >= 0) st = cpu_node_memory(g, gi, v, i < 0 || evt_vop_class(s->nodes[i].op) != 'L', values, i < 0 ? &dmem : &mem[i]);
   }
   if (st != EVT_OK) return st;
   double *scratch = NULL, *d = x->d_node >= 0 ? values[x->d_node].data : NULL;
@@ -641,15 +637,7 @@ evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tenso
     for (int k = 0; k < x->nmembers; k++) evt_tensor_free(&values[x->members[k]]); /* not materialized */
     for (int i = 0; i < s->nnodes && st == EVT_OK; i++) {
       int v = x->ptr_node[i];
-      if (v < 0) continue;
-      if (evt_vop_class(s->nodes[i].op) != 'L') {
-        const evt_type *t = &g->nodes[v].type;
-        evt_tensor_free(&values[v]);
-        st = evt_tensor_alloc(&values[v], t->dtype, t->rank, t->shape);
-      }
-      if (st == EVT_OK && !values[v].data)
-        st = evt_graph_errorf(g, v, EVT_ERR_INTERNAL, "group %d: tensor not computed before its kernel", gi);
-      if (st == EVT_OK) mem[i] = values[v].data;
+      if (v >= 0) st = cpu_node_memory(g, gi, v, evt_vop_class(s->nodes[i].op) != 'L', values, &mem[i]);
     }
     if (st == EVT_OK) evt_rspec_reference(s, x->m, x->n, in, mem, NULL, NULL);
   }

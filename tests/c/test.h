@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef void (*evt_test_fn)(void);
 void evt_test_register(const char *name, evt_test_fn fn);
@@ -47,6 +48,16 @@ static inline evt_graph *evt_test_parse_ok(const char *text) {
   CHECK_MSG(g != NULL, "parse failed: %s", err ? err : "(no message)");
   free(err);
   return g;
+}
+/* A fresh empty directory /tmp/evt-<tag>-<pid>-XXXXXX in out (a failure is a test failure), and its removal. */
+static inline void evt_test_tmpdir(char *out, size_t len, const char *tag) {
+  snprintf(out, len, "/tmp/evt-%s-%ld-XXXXXX", tag, (long)getpid());
+  CHECK(mkdtemp(out) != NULL);
+}
+static inline void evt_test_rmdir(const char *dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  CHECK(system(cmd) == 0);
 }
 /* Saves the environment variables keys[0..n) into saved[] (strdup'd or NULL) / puts them back and frees. */
 static inline void evt_test_env_save(const char *const *keys, int n, char **saved) {

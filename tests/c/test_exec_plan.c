@@ -224,6 +224,44 @@ TEST(jit_flags_without_cutlass) {
   CHECK(evt_jit_flags(&o, flags, sizeof flags) == EVT_ERR_UNSUPPORTED);
 }
 
+/* The CPU model of plan p (evt_exec_plan_run_cpu) against the interpreter on fresh inputs (seed; float inputs
+ * scaled by 2^shift, exact in bf16): the largest relative error over the graph outputs (evt_cuda_rel_error,
+ * floor 0.1 x the largest non-loss output), its output node in *worst; +inf when a run fails. */
+static double cpu_model_error(evt_graph *g, const evt_exec_plan *p, int seed, int shift, int *worst) {
+  evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
+  EVT_ASSERT(v && w);
+  double err = INFINITY;
+  *worst = -1;
+  if (evt_interp_init_inputs(g, v, (uint64_t)seed) == EVT_OK) {
+    for (int i = 0; i < g->nnodes; i++)
+      if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
+        if (g->nodes[i].type.dtype != EVT_I64)
+          for (int64_t j = 0; j < v[i].numel; j++) v[i].data[j] = ldexp(v[i].data[j], shift);
+        if (evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK)
+          memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
+      }
+    if (evt_exec_plan_run_cpu(g, p, w) == EVT_OK && evt_interp_run(g, v, 0, 0) == EVT_OK) {
+      double scale = 0;
+      for (int k = 0; k < g->noutputs; k++)
+        if (g->outputs[k] != g->loss)
+          for (int64_t i = 0; i < v[g->outputs[k]].numel; i++) scale = fmax(scale, fabs(v[g->outputs[k]].data[i]));
+      err = 0;
+      for (int k = 0; k < g->noutputs; k++) {
+        int id = g->outputs[k];
+        double e = evt_cuda_rel_error(&w[id], &v[id], 0.1 * scale);
+        if (!(e <= err)) err = e, *worst = id;
+      }
+    }
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    evt_tensor_free(&v[i]);
+    evt_tensor_free(&w[i]);
+  }
+  free(v);
+  free(w);
+  return err;
+}
+
 /* The CPU model of the fused step (fused groups through their spec's reference, bound exactly as the GPU
  * binds them) reproduces the interpreter: f32 to rounding noise on every output; bf16 within 1.5e-2
  * on a first step (the model keeps f32 inside a group, the interpreter rounds every node to bf16). A
@@ -236,39 +274,18 @@ TEST(exec_plan_cpu_model_matches_interpreter) {
   for (int f = 0; f < 10; f++) {
     evt_graph *g = load_opt(files[f]);
     if (!g) continue;
-    evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
-    CHECK(evt_interp_init_inputs(g, v, 0) == EVT_OK);
     evt_exec_plan p;
     CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
     int nf, nb;
     evt_exec_plan_counts(&p, &nf, &nb);
     CHECK_MSG(nf > 0 || strstr(files[f], "gcn"), "%s", files[f]); /* gcn f32: nothing lowers */
-    for (int i = 0; i < g->nnodes; i++)
-      if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
-        CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
-        memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
-      }
-    CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
-    CHECK(evt_interp_run(g, v, 0, 0) == EVT_OK);
-    double scale = 0;
-    for (int k = 0; k < g->noutputs; k++)
-      if (g->outputs[k] != g->loss)
-        for (int64_t i = 0; i < v[g->outputs[k]].numel; i++) scale = fmax(scale, fabs(v[g->outputs[k]].data[i]));
     bool bf = strstr(files[f], "bf16") != NULL;
-    for (int k = 0; k < g->noutputs; k++) {
-      int id = g->outputs[k];
-      double e = evt_cuda_rel_error(&w[id], &v[id], 0.1 * scale);
-      /* bf16: 1.5e-2. With exp/log/max fused (the loss's log-sum-exp in f32) vit's bf16 gradients differ from
-       * the interpreter's by up to 1.01e-2, while both are 0.5-3e-2 from the f32 graph's values (e.g.
-       * grad.b0.mlp.fc2.w: fused 0.64e-2, interpreter 1.02e-2 from f32): rounding, not a binding error. */
-      CHECK_MSG(e <= (bf ? 1.5e-2 : 1e-5), "%s: %%%s rel error %g", files[f], g->nodes[id].name, e);
-    }
-    for (int i = 0; i < g->nnodes; i++) {
-      evt_tensor_free(&v[i]);
-      evt_tensor_free(&w[i]);
-    }
-    free(v);
-    free(w);
+    int worst;
+    double e = cpu_model_error(g, &p, 0, 0, &worst);
+    /* bf16: 1.5e-2. With exp/log/max fused (the loss's log-sum-exp in f32) vit's bf16 gradients differ from
+     * the interpreter's by up to 1.01e-2, while both are 0.5-3e-2 from the f32 graph's values (e.g.
+     * grad.b0.mlp.fc2.w: fused 0.64e-2, interpreter 1.02e-2 from f32): rounding, not a binding error. */
+    CHECK_MSG(e <= (bf ? 1.5e-2 : 1e-5), "%s: %%%s rel error %g", files[f], worst >= 0 ? g->nodes[worst].name : "?", e);
     evt_exec_plan_free(&p);
     evt_graph_free(g);
   }
@@ -976,10 +993,8 @@ TEST(plain_gemm_groups_run_through_cublas) {
  * listed twice adds none; without a GPU (EVT_TUNE_NO_DEVICE) nothing is measured or written and the reason
  * says so; without FUSED there is nothing to tune. */
 TEST(program_tune_collects_distinct_problems_and_needs_a_gpu) {
-  char dir[128], cmd[300];
-  snprintf(dir, sizeof dir, "/tmp/evt-program-tune-%ld", (long)getpid());
-  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
-  CHECK(system(cmd) == 0);
+  char dir[128];
+  evt_test_tmpdir(dir, sizeof dir, "program-tune");
   const char *keys[] = {"EVT_TUNE_CACHE", "EVT_TUNE_NO_DEVICE"};
   char *saved[2];
   evt_test_env_save(keys, 2, saved);
@@ -997,52 +1012,14 @@ TEST(program_tune_collects_distinct_problems_and_needs_a_gpu) {
     CHECK(evt_program_tune(two, 2, fl, 2, &n2, msg, sizeof msg) == EVT_ERR_UNSUPPORTED);
     CHECK(evt_program_tune(three, 3, fl, 2, &n3, msg, sizeof msg) == EVT_ERR_UNSUPPORTED);
     CHECK_MSG(n1 >= 4 && n2 > n1 && n3 == n2, "problems: mlp %d, mlp+bert %d, mlp+bert+mlp %d", n1, n2, n3);
+    char cmd[300];
     snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s/tune 2>/dev/null)\"", dir);
     CHECK(system(cmd) == 0); /* nothing written */
   }
   evt_graph_free(mlp);
   evt_graph_free(bert);
   evt_test_env_restore(keys, 2, saved);
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  CHECK(system(cmd) == 0);
-}
-
-/* The CPU model of plan p (evt_exec_plan_run_cpu) against the interpreter on fresh inputs (seed; float inputs
- * scaled by 2^shift, exact in bf16): the largest relative error over the graph outputs (evt_cuda_rel_error,
- * floor 0.1 x the largest non-loss output), its output node in *worst; +inf when a run fails. */
-static double cpu_model_error(evt_graph *g, const evt_exec_plan *p, int seed, int shift, int *worst) {
-  evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
-  EVT_ASSERT(v && w);
-  double err = INFINITY;
-  *worst = -1;
-  if (evt_interp_init_inputs(g, v, (uint64_t)seed) == EVT_OK) {
-    for (int i = 0; i < g->nnodes; i++)
-      if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
-        if (g->nodes[i].type.dtype != EVT_I64)
-          for (int64_t j = 0; j < v[i].numel; j++) v[i].data[j] = ldexp(v[i].data[j], shift);
-        if (evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK)
-          memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
-      }
-    if (evt_exec_plan_run_cpu(g, p, w) == EVT_OK && evt_interp_run(g, v, 0, 0) == EVT_OK) {
-      double scale = 0;
-      for (int k = 0; k < g->noutputs; k++)
-        if (g->outputs[k] != g->loss)
-          for (int64_t i = 0; i < v[g->outputs[k]].numel; i++) scale = fmax(scale, fabs(v[g->outputs[k]].data[i]));
-      err = 0;
-      for (int k = 0; k < g->noutputs; k++) {
-        int id = g->outputs[k];
-        double e = evt_cuda_rel_error(&w[id], &v[id], 0.1 * scale);
-        if (!(e <= err)) err = e, *worst = id;
-      }
-    }
-  }
-  for (int i = 0; i < g->nnodes; i++) {
-    evt_tensor_free(&v[i]);
-    evt_tensor_free(&w[i]);
-  }
-  free(v);
-  free(w);
-  return err;
+  evt_test_rmdir(dir);
 }
 
 /* The torch backend's forward segment of a small MLP (tests/graphs/torch_mlp_fwd_segment.evt) with the
@@ -1088,10 +1065,8 @@ TEST(reduction_read_through_two_views_is_stored_twice) {
  * CPU model of that plan (T rounded to the operand dtype, then the row spec) matches the interpreter within
  * the bf16 rule on mlp_bf16 and bert_layer_bf16. */
 TEST(unfused_epilogue_groups_match_interpreter) {
-  char dir[128], cmd[300];
-  snprintf(dir, sizeof dir, "/tmp/evt-unfused-%ld", (long)getpid());
-  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
-  CHECK(system(cmd) == 0);
+  char dir[128];
+  evt_test_tmpdir(dir, sizeof dir, "unfused");
   const char *keys[] = {"EVT_TUNE_CACHE", "EVT_UNFUSED_EPILOGUE"};
   char *saved[2];
   evt_test_env_save(keys, 2, saved);
@@ -1144,6 +1119,5 @@ TEST(unfused_epilogue_groups_match_interpreter) {
     evt_graph_free(g);
   }
   evt_test_env_restore(keys, 2, saved);
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  CHECK(system(cmd) == 0);
+  evt_test_rmdir(dir);
 }

@@ -149,10 +149,7 @@ TEST(tune_config_label_round_trip) {
   CHECK(evt_tile_config_parse("128x128x64 c1x1 coop s4 extra", &x) == EVT_ERR_INVALID);
 }
 
-static void tmpdir(char *out, size_t len) {
-  snprintf(out, len, "/tmp/evt-tune-test-%ld-XXXXXX", (long)getpid());
-  CHECK(mkdtemp(out) != NULL);
-}
+static void tmpdir(char *out, size_t len) { evt_test_tmpdir(out, len, "tune-test"); }
 
 TEST(tune_record_round_trip_and_apply) {
   char dir[128];
