@@ -9,7 +9,8 @@ and evt (torch.compile(backend="evt"), optionally with CUDA graphs), side by sid
 
 Each workload runs in a child process (all its modes side by side in that one process) under a timeout,
 so a workload that hangs, runs out of memory or takes too long to compile is reported as such and the
-others still run. A step is forward + backward of the loss (no optimizer), bf16 autocast except the GCN.
+others still run. A step is: gradients set to None, forward + backward of the loss (no optimizer), bf16 autocast
+except the GCN.
 Per mode: median / min / max ms per step (CUDA events), speedup over eager and over torch.compile,
 peak memory (torch allocator's max_memory_allocated, and the device's used memory after the steps,
 which also counts evt's own device arenas), compile time (cold: first step minus a median step, with the
@@ -36,7 +37,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-ALL_MODES = ("eager", "inductor", "autotune", "evt", "evt_cg")
+ALL_MODES = ("eager", "inductor", "autotune", "evt", "evt_cg", "evt_cgs", "evt_unf")
+# evt_cg: options={"cudagraphs": True} (forward and backward each replayed as one CUDA graph); evt_cgs:
+# {"cudagraphs": "segments"} (each evt GPU program its own graph, PyTorch's ops between them eager).
+# evt_unf: evt with EVT_UNFUSED_EPILOGUE=1 (a GEMM group whose tuning record measured cuBLAS(Lt) + a separate
+# row kernel faster than the fused kernel runs that pair; README "Tuning"), for comparison with evt.
+MODE_ENV = {"evt_unf": {"EVT_UNFUSED_EPILOGUE": "1"}}
 WORKLOADS = ("bert_large", "vit_p14", "xmlcnn_paper", "resnet50", "gcn_mag", "mlp")  # = models.WORKLOADS
 QUICK_WORKLOADS = ("mlp", "xmlcnn_paper", "gcn_mag", "vit_p14")
 
@@ -72,14 +78,20 @@ def _compile(model, mode):
         return torch.compile(model, mode="max-autotune-no-cudagraphs")
     sys.path.insert(0, os.path.join(REPO, "python"))
     import evt  # noqa: F401 (registers the backend)
-    opts = {"cudagraphs": True} if mode == "evt_cg" else None
+    opts = {"evt_cg": {"cudagraphs": True}, "evt_cgs": {"cudagraphs": "segments"}}.get(mode)
     return torch.compile(model, backend="evt", options=opts)
 
 
-def _step_fn(f, args, amp):
+def _step_fn(f, args, amp, params=()):
+    """One training step as a training loop runs it: gradients set to None (optimizer.zero_grad()), forward
+    under autocast, backward. (Accumulating into the previous step's gradients instead would add a kernel
+    per parameter, and CUDA-graph replays of the step may not keep the previous step's outputs.)"""
     import torch
+    params = list(params)
 
     def step():
+        for p in params:
+            p.grad = None
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
             loss = f(*args)
         loss.backward()
@@ -141,6 +153,35 @@ def _kernels_in_one_step(step):
     return n, round(total / 1e3, 3)
 
 
+def _host_time(step, iters=3, top=0):
+    """Host milliseconds of step() until it returns, the GPU idle at its start (median of `iters`): a step
+    whose host time is close to its ms/step is host-bound (or synchronizes inside); top > 0 also runs the
+    steps under cProfile and prints the `top` functions by own time (where the host time goes)."""
+    import cProfile
+    import pstats
+    import torch
+    ts = []
+    prof = cProfile.Profile() if top > 0 else None
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if prof is not None:
+            prof.enable()
+        step()
+        if prof is not None:
+            prof.disable()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    if prof is not None:
+        print(f"  host profile of {iters} steps (cProfile, own time; includes the profiler's overhead):", flush=True)
+        st = pstats.Stats(prof)
+        rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
+        for (fn, line, name), (cc, nc, tt, ct, _) in rows:
+            print(f"    {tt * 1e3 / iters:8.2f} ms own {ct * 1e3 / iters:8.2f} ms cum {nc // iters:6d}x  "
+                  f"{os.path.basename(fn)}:{line}({name})"[:150], flush=True)
+    return round(statistics.median(ts), 2)
+
+
 def _device_us(e):
     """Kernel time of a profiler event in us (the attribute's name differs across torch versions)."""
     for attr in ("device_time_total", "cuda_time_total", "device_time", "cuda_time"):
@@ -193,6 +234,8 @@ def run_workload(name, modes, a):
         evt_log.addHandler(cap)
         evt_log.setLevel(logging.INFO)
         t_mode = time.time()
+        saved_env = {k: os.environ.get(k) for k in MODE_ENV.get(mode, {})}
+        os.environ.update(MODE_ENV.get(mode, {}))
         try:
             torch._dynamo.reset()
             _release_evt()
@@ -202,7 +245,7 @@ def run_workload(name, modes, a):
             m, args, amp = M.make(name, "cuda", dropout, a.scale)
             m.train()
             f = _compile(m, mode)
-            step = _step_fn(f, args, amp)
+            step = _step_fn(f, args, amp, m.parameters())
             if mode.startswith("evt"):
                 from evt import backend as B
                 B.reset_stats()
@@ -243,12 +286,15 @@ def run_workload(name, modes, a):
             row["peak_alloc_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
             free, total = torch.cuda.mem_get_info()
             row["device_used_gib"] = round((total - free) / 2**30, 2)
+            row["host_ms"] = _host_time(step)
             if not a.no_profile:
                 row["kernels"], row["kernel_ms"] = _kernels_in_one_step(step)
+            if a.host_profile and mode != "eager" or a.host_profile > 1:
+                _host_time(step, 3, 25)
             if mode != "eager" and not a.quick:
                 torch._dynamo.reset()
                 f2 = _compile(m, mode)
-                step2 = _step_fn(f2, args, amp)
+                step2 = _step_fn(f2, args, amp, m.parameters())
                 t0 = time.time()
                 step2()
                 torch.cuda.synchronize()
@@ -275,6 +321,11 @@ def run_workload(name, modes, a):
                                      "evt cannot run it: every segment ran in PyTorch")
         except Exception as e:  # noqa: BLE001 (a failure is a result)
             row["error"] = f"{type(e).__name__}: {e}"[:600]
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         row["mode_s"] = round(time.time() - t_mode, 1)
         evt_log.removeHandler(cap)
         rows.append(row)
@@ -312,7 +363,8 @@ def render(result, base):
              f"bf16 autocast except gcn_mag), dropout {'as in the paper' if result.get('dropout') else 'off'}. "
              "grad rel: max over parameters of max|g - g_eager| / max|g_eager| after one step from the same "
              "weights (first call / again after the timed steps, when both were measured). kernels/step: launches "
-             "and GPU kernel time of one profiled step (ms/step minus it: host-side gaps). Memory: torch allocator "
+             "and GPU kernel time of one profiled step (ms/step minus it: host-side gaps); host: milliseconds until "
+             "step() returns, the GPU idle at its start (close to ms/step: the step is host-bound). Memory: torch allocator "
              "peak / device memory in use (includes evt's arenas).", "",
              "| workload | mode | ms/step | vs eager | vs compile | peak GiB (alloc/device) | compile s (cold/warm) "
              "| kernels/step | grad rel | evt: ops evt/PyTorch, launches, captures | status |",
@@ -332,6 +384,8 @@ def render(result, base):
             k = f"{k} ({r['evt_launches']} evt)"
         if r.get("kernel_ms"):
             k = f"{k}; {r['kernel_ms']:.1f} ms"
+        if r.get("host_ms"):
+            k = f"{k}; host {r['host_ms']:.1f} ms"
         lines.append(
             f"| {r['workload']} | {r['mode']} | {r['ms']:.2f} | {_ratio(r.get('x_eager'))} | "
             f"{_ratio(r.get('x_inductor'))} | {r.get('peak_alloc_gib', '–')}/{r.get('device_used_gib', '–')} | "
@@ -395,6 +449,8 @@ def main():
     ap.add_argument("--dropout", action="store_true", help="paper dropout rates (no gradient check)")
     ap.add_argument("--scale", type=float, default=1.0, help="shrink batch sizes (smoke tests)")
     ap.add_argument("--no-profile", action="store_true", help="skip the kernel count")
+    ap.add_argument("--host-profile", type=int, default=0,
+                    help="1: cProfile 3 steps of each compiled mode (top functions by own host time); 2: eager too")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
     ap.add_argument("--tag", default=None)
     ap.add_argument("--render", default=None, help="re-render a JSON result (markdown + PNG)")
@@ -453,6 +509,7 @@ def main():
         cmd = [sys.executable, os.path.abspath(__file__), "--child", w, "--json", tmp, "--modes", ",".join(modes),
                "--iters", str(a.iters), "--warmup", str(a.warmup), "--scale", str(a.scale)]
         cmd += [f for f, on in (("--quick", a.quick), ("--dropout", a.dropout), ("--no-profile", a.no_profile)) if on]
+        cmd += ["--host-profile", str(a.host_profile)] if a.host_profile else []
         before = _read_rows(tmp)
         # the child in a session of its own: a timeout kills it with everything it started (nvcc JIT jobs),
         # so nothing keeps compiling into the next workload's time

@@ -3,8 +3,8 @@
 
 Contract
 - `evt_backend(gm, example_inputs, options=None)` (registered as "evt"; options from
-  torch.compile(..., options={"cudagraphs": bool, "fused": bool, "gpu_ops": "fast"|"all"}), checked by gpu.parse_options) is
-  aot_autograd with DECOMPOSITIONS (PyTorch's core ATen set minus
+  torch.compile(..., options={"cudagraphs": bool|"step"|"segments", "fused": bool, "gpu_ops": "fast"|"all",
+  "tune": bool|N}), checked by gpu.parse_options) is aot_autograd with DECOMPOSITIONS (PyTorch's core ATen set minus
   the ops evt wants whole: layer/batch norm and their backward, softmax/log_softmax and theirs, gelu
   backward, nll_loss, embedding backward, pooling backward, select/slice backward, ...), partition_fn
   (sees the joint forward+backward graph; logs its op histogram, records each layer-norm backward's eps
@@ -50,7 +50,7 @@ Contract
 - Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a
   node on another device starts a PyTorch step). CPU segments run on the interpreter. CUDA segments get
   an evt GPU program at plan time (gpu.Program: flags FUSED unless EVT_FUSED=0 / fused=False, CUDA_GRAPH
-  with cudagraphs=True; cached by optimized text + flags + device, except CUDA-graph programs, which are
+  with cudagraphs="segments"; cached by optimized text + flags + device, except CUDA-graph programs, which are
   per segment). If program creation names a node of the segment, that node moves to PyTorch and the plan
   is rebuilt (at most MAX_PROGRAM_REBUILDS times); any other creation failure, or a libevt without the
   program API, runs the segment in PyTorch (logged as fallbacks). A CUDA segment never runs on the
@@ -1056,13 +1056,90 @@ def compile_module(gm, example_inputs, kind="module", options=None):
     return run
 
 
-def make_backend(options=None):
-    """aot_autograd with evt's decompositions, partition_fn and fw/bw compilers for these options."""
+def make_backend(options=None, n_dynamo_inputs=None):
+    """aot_autograd with evt's decompositions, partition_fn and fw/bw compilers for these options
+    (cudagraphs "step": the compilers of step_graphs, which need the Dynamo graph's input count)."""
     opts = G.parse_options(options)
-    return aot_autograd(fw_compiler=lambda gm, ex: compile_module(gm, ex, "forward", opts),
-                        bw_compiler=lambda gm, ex: compile_module(gm, ex, "backward", opts),
+    fw = lambda gm, ex: compile_module(gm, ex, "forward", opts)  # noqa: E731
+    bw = lambda gm, ex: compile_module(gm, ex, "backward", opts)  # noqa: E731
+    inference = fw
+    if opts["cudagraphs"] == "step" and n_dynamo_inputs is not None:
+        fw, bw, inference = step_graphs(opts, n_dynamo_inputs)
+    return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inference,
                         partition_fn=lambda j, ji, **kw: partition_fn(j, ji, options=opts, **kw),
                         decompositions=DECOMPOSITIONS)
+
+
+def step_graphs(opts, n_dynamo_inputs):
+    """(forward, backward, inference) compilers of cudagraphs "step": compile_module's plan, replayed as one
+    CUDA graph per module through PyTorch's CUDA-graph trees (torch._inductor.cudagraph_trees, the machinery
+    of mode="reduce-overhead": warm-up run, capture into a private memory pool, replay; parameters are static
+    inputs, other inputs are copied into the graph's buffers; outputs of a replay stay valid until the next
+    forward). The Python glue, PyTorch's ops between segments and every evt launch leave the host path.
+    A module PyTorch's checks refuse (CPU tensors, a mutated input, an op that cannot be captured) runs with
+    per-segment graphs instead ("segments"), logged; so does its backward. A capture that raises logs a
+    warning and the module runs without the step graph from then on."""
+    from torch._dynamo.backends.cudagraphs import (check_for_skip, find_input_mutations, get_device_index,
+                                                   get_stack_traces)
+    from torch._inductor.cudagraph_trees import cudagraphify_impl, get_manager
+    from torch._inductor.cudagraph_utils import get_placeholder_info
+    from torch._inductor.utils import count_tangents, num_fw_fixed_arguments
+    seg_opts = dict(opts, cudagraphs="segments")
+    state = {"on": True, "device": None}
+
+    def graphed(gm, ex, kind, static, backward, inference):
+        why = check_for_skip(gm, len(static))
+        if why:
+            log.info("%s: no step CUDA graph (%s); per-segment CUDA graphs", kind, why)
+            return None
+        run = compile_module(gm, ex, kind, opts)
+        state["device"] = get_device_index(gm)
+        g = cudagraphify_impl(run, ex, static, device_index=state["device"], is_backward=backward,
+                              is_inference=inference, stack_traces=get_stack_traces(gm),
+                              placeholders=get_placeholder_info(gm.graph),
+                              mutated_input_idxs=tuple(find_input_mutations(gm.graph)))
+        broken = []
+
+        def step(args):
+            if broken:
+                return run(args)
+            try:
+                return g(list(args))
+            except Exception as e:  # noqa: BLE001 (a capture that fails must not fail the user's step)
+                log.warning("%s: the step CUDA graph failed (%s: %s); the module runs without it from now on",
+                            kind, type(e).__name__, e)
+                broken.append(e)
+                return run(args)
+        step._boxed_call = True
+        step.plan = getattr(run, "plan", None)
+        log.info("%s: replayed as one CUDA graph (PyTorch CUDA-graph trees; %d static inputs)", kind, len(static))
+        return step
+
+    def forward(gm, ex, inference=False):
+        kind = "inference" if inference else "forward"
+        out = graphed(gm, ex, kind, range(num_fw_fixed_arguments(n_dynamo_inputs, len(ex))), False, inference)
+        if out is None:
+            state["on"] = False
+            out = compile_module(gm, ex, kind, seg_opts)
+        return out
+
+    def backward(gm, ex):
+        if not state["on"]:
+            return compile_module(gm, ex, "backward", seg_opts)
+        out = graphed(gm, ex, "backward", range(count_tangents(gm)), True, False)
+        if out is None:  # (the forward was captured: tell the trees its backward ran, as PyTorch's backend does)
+            run = compile_module(gm, ex, "backward", seg_opts)
+            dev = state["device"] if state["device"] is not None else 0
+
+            def out(args):
+                mgr = get_manager(dev, create_if_none_exists=False)
+                if mgr is not None:
+                    mgr.set_to_running_backward()
+                return run(args)
+            out._boxed_call = True
+        return out
+
+    return forward, backward, lambda gm, ex: forward(gm, ex, inference=True)
 
 
 _DEFAULT = make_backend()
@@ -1071,5 +1148,6 @@ _DEFAULT = make_backend()
 def evt_backend(gm, example_inputs, options=None, mode=None):
     """The "evt" backend: torch.compile(m, backend="evt", options={"cudagraphs": True, "fused": False}).
     `mode` is accepted and ignored (evt has one mode)."""
-    backend = _DEFAULT if not options else make_backend(options)
-    return backend(gm, example_inputs)
+    if not options:
+        return _DEFAULT(gm, example_inputs)
+    return make_backend(options, len(example_inputs))(gm, example_inputs)

@@ -69,8 +69,16 @@ def parse_options(options):
     tune = options.get("tune")
     if tune is not None and not isinstance(tune, (bool, int)):
         raise ValueError(f"evt backend: tune must be a bool or a number of candidate configs, not {tune!r}")
-    return {"cudagraphs": bool(options.get("cudagraphs", False)),
-            "fused": options.get("fused"), "gpu_ops": ops, "tune": tune}
+    cg = options.get("cudagraphs", False)
+    if not isinstance(cg, (bool, str, type(None))) or cg not in CUDAGRAPHS:
+        raise ValueError(f"evt backend: cudagraphs must be one of {sorted(CUDAGRAPHS, key=str)}, not {cg!r}")
+    return {"cudagraphs": CUDAGRAPHS[cg], "fused": options.get("fused"), "gpu_ops": ops, "tune": tune}
+
+
+# options["cudagraphs"] -> its mode: False (none), "step" (the whole forward and the whole backward each
+# replayed as one CUDA graph through PyTorch's CUDA-graph trees, backend.step_graphs), "segments" (each evt
+# GPU program captured on its own: EVT_PROGRAM_CUDA_GRAPH; PyTorch's ops between them run eagerly).
+CUDAGRAPHS = {False: False, None: False, True: "step", "step": "step", "segments": "segments"}
 
 
 TUNE_DEFAULT_CONFIGS = 4
@@ -111,7 +119,8 @@ def attention_in_evt(options, env=None):
 
 def program_flags(options, env=None):
     """evt_program flags: FUSED unless options['fused'] is False or EVT_FUSED=0 (the option wins);
-    CUDA_GRAPH when options['cudagraphs']; NO_OPT always (the backend ran the passes)."""
+    CUDA_GRAPH when options['cudagraphs'] is "segments" (under "step" the whole step is captured by PyTorch:
+    a program must not capture on its own); NO_OPT always (the backend ran the passes)."""
     env = os.environ if env is None else env
     opts = parse_options(options)
     fused = opts["fused"]
@@ -120,7 +129,7 @@ def program_flags(options, env=None):
     flags = EVT_PROGRAM_NO_OPT
     if fused:
         flags |= EVT_PROGRAM_FUSED
-    if opts["cudagraphs"]:
+    if opts["cudagraphs"] == "segments":
         flags |= EVT_PROGRAM_CUDA_GRAPH
     return flags
 

@@ -4,7 +4,7 @@
 
 MODEL is one of the CI models of tests/python/test_torch_backend.py (mlp, bert, vit, xmlcnn, convbn, gcn,
 gcn_edges), built at small sizes on CUDA. For each mode (evt: default flags; evt_cg: options
-{"cudagraphs": True}; evt_fp32: no autocast; evt_all: EVT_CUDA_OPS=all, convolutions and CUDA
+{"cudagraphs": True}, the whole step as one CUDA graph; evt_cgs: {"cudagraphs": "segments"}; evt_fp32: no autocast; evt_all: EVT_CUDA_OPS=all, convolutions and CUDA
 attention translated to evt too (by default they stay cuDNN / flash attention), only for the models
 that have them; evt_nopass: EVT_PASSES=0, the segments as translated, without evt's graph
 passes, whose decompositions add bf16 roundings) the model trains eager and compiled side by side from the
@@ -78,7 +78,7 @@ def run(name, mode):
     make_model, make_inputs = models()[name]
     amp = mode != "evt_fp32"
     tol = 1e-2 if amp else 1e-3
-    opts = {"cudagraphs": True} if mode == "evt_cg" else None
+    opts = {"evt_cg": {"cudagraphs": True}, "evt_cgs": {"cudagraphs": "segments"}}.get(mode)
     if mode == "evt_all":
         os.environ["EVT_CUDA_OPS"] = "all"
     else:

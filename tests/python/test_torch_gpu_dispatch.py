@@ -33,7 +33,14 @@ os.environ.setdefault("EVT_CACHE", "0")
 
 def test_parse_options_defaults_and_unknown():
     assert G.parse_options(None) == {"cudagraphs": False, "fused": None, "gpu_ops": None, "tune": None}
-    assert G.parse_options({"cudagraphs": True})["cudagraphs"] is True
+    assert G.parse_options({"cudagraphs": True})["cudagraphs"] == "step"
+    assert G.parse_options({"cudagraphs": "step"})["cudagraphs"] == "step"
+    assert G.parse_options({"cudagraphs": "segments"})["cudagraphs"] == "segments"
+    assert G.parse_options({"cudagraphs": False})["cudagraphs"] is False
+    assert G.parse_options(G.parse_options({"cudagraphs": True}))["cudagraphs"] == "step"  # (idempotent)
+    for bad in ("always", 2.5, ["step"]):
+        with pytest.raises(ValueError, match="cudagraphs must be one of"):
+            G.parse_options({"cudagraphs": bad})
     with pytest.raises(ValueError, match="unknown option"):
         G.parse_options({"cudagraph": True})
 
@@ -43,8 +50,10 @@ def test_program_flags():
     assert G.program_flags(None, {}) == F_ | NO
     assert G.program_flags(None, {"EVT_FUSED": "0"}) == NO
     assert G.program_flags(None, {"EVT_FUSED": "1"}) == F_ | NO
-    assert G.program_flags({"cudagraphs": True}, {}) == F_ | CG | NO
-    assert G.program_flags({"cudagraphs": True, "fused": False}, {}) == CG | NO
+    assert G.program_flags({"cudagraphs": "segments"}, {}) == F_ | CG | NO
+    assert G.program_flags({"cudagraphs": "segments", "fused": False}, {}) == CG | NO
+    # the whole-step graph is PyTorch's capture: a program inside it must not capture on its own
+    assert G.program_flags({"cudagraphs": True}, {}) == F_ | NO
     assert G.program_flags({"fused": True}, {"EVT_FUSED": "0"}) == F_ | NO  # the option wins
     # the values agree with include/evt.h
     h = open(os.path.join(evt_lib.REPO, "include", "evt.h")).read()
@@ -196,7 +205,7 @@ def test_program_failure_without_a_node_runs_its_segment_in_pytorch(monkeypatch)
             raise G.ProgramError("out of device memory for the arena")
         return _Created(graph.text())
     monkeypatch.setattr(B, "_program_for", fake_program_for)
-    plan = B.build_plan(_cuda_module(with_cumsum=True), {"cudagraphs": True})
+    plan = B.build_plan(_cuda_module(with_cumsum=True), {"cudagraphs": "segments"})
     segs = _segments(plan)
     assert [s.path for s in segs] == ["torch", "gpu"], [(s.path, s.text) for s in segs]
     why = {n.name: w for n, w in plan.fallbacks}
@@ -277,12 +286,21 @@ def test_output_pool_small_outputs_are_copied():
 # ---- the backend's options through torch.compile ----------------------------------------------------------
 
 @needs_lib
-def test_compile_with_options_on_cpu():
+def test_compile_with_options_on_cpu(caplog):
     torch._dynamo.reset()
     m = nn.Linear(4, 3)
     x = torch.randn(2, 4)
     f = torch.compile(m, backend="evt", options={"cudagraphs": True, "fused": False})
-    assert torch.allclose(f(x), m(x), rtol=1e-5, atol=1e-6)
+    with caplog.at_level(logging.INFO, logger="evt"):
+        y = f(x)
+    assert torch.allclose(y, m(x), rtol=1e-5, atol=1e-6)
+    # CPU tensors: PyTorch's CUDA-graph checks refuse the step graph; the module still runs (and trains)
+    assert any("no step CUDA graph" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+    y.sum().backward()
+    w = m.weight.grad.clone()
+    m.zero_grad()
+    m(x).sum().backward()
+    assert torch.allclose(w, m.weight.grad, rtol=1e-5, atol=1e-6)
     torch._dynamo.reset()
     g = torch.compile(nn.Linear(4, 3), backend="evt", options={"no_such_option": 1})
     with pytest.raises(Exception, match="unknown option"):
@@ -376,7 +394,7 @@ def _glue_setup(monkeypatch):
 
 
 @needs_lib
-@pytest.mark.parametrize("options", [None, {"cudagraphs": True}])
+@pytest.mark.parametrize("options", [None, {"cudagraphs": "segments"}])
 @pytest.mark.parametrize("model", ["MLP", "Bert", "XMLCNN", "ConvBN", "GCNEdges"])
 def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
     import copy

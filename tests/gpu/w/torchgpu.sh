@@ -7,16 +7,17 @@
 #    TORCHGPU_MODES (default evt,evt_cg: options={"cudagraphs": True}). Their GEMMs run node by node
 #    (cuBLAS) unless TORCHGPU_MODELS_CUTLASS=1: tiny shapes, and every CUTLASS compile would eat the slice.
 # 2. The end-to-end benchmark, one bench/e2e/run.py per workload, each under its own timeout, in the order
-#    of TORCHGPU_BENCH ("workload:seconds:scale,..."; default below), modes TORCHGPU_BENCH_MODES (default
-#    eager,evt,inductor,evt_cg), --quick (2 warm-up + 5 timed steps), gradients vs eager (grad rel).
+#    of TORCHGPU_BENCH ("workload:seconds:scale[:mode+mode...],..."; default below), modes: the spec's own, else
+#    TORCHGPU_BENCH_MODES (default eager,evt,inductor,evt_cg), --quick (2 warm-up + 5 timed steps), gradients vs eager (grad rel).
 #    CUTLASS on (GEMM+EVT kernels JIT-compiled, EVT_JIT_JOBS parallel, cached in EVT_JIT_CACHE, which the
 #    windows carry over: the first window mostly compiles, later ones measure); TORCHGPU_CUTLASS=0 hides
 #    CUTLASS (GEMMs through cuBLAS node by node). A workload is skipped when under 30 s are left.
 #    Each prints its markdown table, an E2E_JSON line (bench/e2e/run.py --render LOG --tag T rebuilds
 #    the JSON / markdown) and per evt mode: launches per step, segments GPU / PyTorch, and the ops that ran in
 #    PyTorch with the reason.
-# 1b. TORCHGPU_TUNE=N: before the benchmark, one evt step per workload with EVT_TUNE=N (autotuning of its GEMM
-#    groups; records in the JIT cache, which the benchmark reads); the prewarm below is off then.
+# 1b. TORCHGPU_TUNE=N: before the benchmark, one evt step per workload (TORCHGPU_TUNE_WORKLOADS: a comma list of
+#    them, default all) with EVT_TUNE=N (autotuning of its GEMM groups; records in the JIT cache, which the
+#    benchmark reads); the prewarm below is off then.
 # 0. From the start, in the background (own session, killed at the end): a JIT prewarm, one evt step per
 #    benchmark workload in order, so the kernels compile while the models run; each benchmark first waits
 #    for its workload's prewarm while more than TORCHGPU_BENCH_MIN (60) s would be left.
@@ -67,7 +68,7 @@ if [ "${TORCHGPU_PREWARM:-1}" = 1 ] && [ "${TORCHGPU_TUNE:-0}" = 0 ] && command 
   # (a session of its own: stop_prewarm kills the whole group, nvcc jobs included)
   setsid bash -c '
     for spec in ${TG_BENCH//,/ }; do
-      IFS=: read -r w t sc <<<"$spec"
+      IFS=: read -r w t sc _ <<<"$spec"
       echo "== prewarm $w (scale ${sc:-1}) at $(date -u +%H:%M:%S)"
       CUTLASS_PATH=$TG_CUTLASS EVT_JIT_JOBS=$TG_JOBS python3 bench/e2e/run.py --child "$w" --modes evt \
         --scale "${sc:-1}" --iters 1 --warmup 0 --quick --no-profile
@@ -113,7 +114,8 @@ fi
 # N candidate configs per GEMM kernel, records in the JIT cache), which the benchmark's evt modes then read.
 if [ "${TORCHGPU_TUNE:-0}" != 0 ]; then
   for spec in ${bench//,/ }; do
-    IFS=: read -r w t sc <<<"$spec"
+    IFS=: read -r w t sc _ <<<"$spec"
+    [ -n "${TORCHGPU_TUNE_WORKLOADS:-}" ] && [[ ",$TORCHGPU_TUNE_WORKLOADS," != *",$w,"* ]] && continue
     l=$(( $(left) - 60 ))
     [ "$l" -lt 30 ] && { echo "-- tune $w skipped: ${l}s left"; continue; }
     echo "-- [$(date -u +%H:%M:%S)] tune $w (EVT_TUNE=$TORCHGPU_TUNE, scale ${sc:-1}, timeout ${l}s)"
@@ -125,7 +127,8 @@ if [ "${TORCHGPU_TUNE:-0}" != 0 ]; then
 fi
 # ---- 2. the end-to-end benchmark, one workload at a time ----------------------------------------------
 for spec in ${bench//,/ }; do
-  IFS=: read -r w t sc <<<"$spec"
+  IFS=: read -r w t sc wm <<<"$spec"
+  wm=${wm:+${wm//+/,}}
   # wait for this workload's prewarm while at least TORCHGPU_BENCH_MIN (default 60) s would be left
   while [ -n "$PRE_PID" ] && ! grep -q "^$w rc" "$E/prewarm.done" 2>/dev/null && kill -0 "$PRE_PID" 2>/dev/null \
         && [ "$(left)" -gt $(( ${TORCHGPU_BENCH_MIN:-60} + 12 )) ]; do sleep 2; done
@@ -133,9 +136,9 @@ for spec in ${bench//,/ }; do
   l=$(( $(left) - 12 ))
   [ "$t" -gt "$l" ] && t=$l
   if [ "$t" -lt 30 ]; then echo "-- $w skipped: ${l}s left"; echo "{\"workload\": \"$w\", \"skipped\": \"${l}s left\"}" >> "$E/skipped.jsonl"; continue; fi
-  echo "-- [$(date -u +%H:%M:%S)] bench $w (scale ${sc:-1}, modes $bmodes, timeout ${t}s)"
+  echo "-- [$(date -u +%H:%M:%S)] bench $w (scale ${sc:-1}, modes ${wm:-$bmodes}, timeout ${t}s)"
   CUTLASS_PATH=$CUTLASS timeout -k 5 "$(( t + 8 ))" python3 bench/e2e/run.py --quick --workloads "$w" --scale "${sc:-1}" \
-    --modes "$bmodes" $([ "${TORCHGPU_PROFILE:-1}" = 1 ] || echo --no-profile) --timeout "$t" --out "$E" --tag "$w" \
+    --modes "${wm:-$bmodes}" $([ "${TORCHGPU_PROFILE:-1}" = 1 ] || echo --no-profile) --timeout "$t" --out "$E" --tag "$w" \
     ${TORCHGPU_BENCH_ARGS:-} || echo "bench $w exited with $?"  # (profile: kernels per step and the top kernels)
 done
 
