@@ -20,6 +20,10 @@
  *   (gelu_backward stays whole: one visitor functor, gelu_erf_grad / gelu_tanh_grad, where its 15
  *   primitives would hold 15 fragments live in a GEMM epilogue's topological visitor)
  *   threshold_backward(dy, y)           -> where(y > value, dy, 0)
+ *   sum / mean / amax(x) over all dims of a float x of rank >= 2
+ *                                       -> the same reduction of op(x, last dim): a row reduction, then a
+ *                                          vector's (a GEMM epilogue and a row kernel have row reductions,
+ *                                          no reduction to a scalar over both dims)
  *   conv2d / conv2d_backward_input / conv2d_backward_weight / max_pool2d / max_pool2d_backward /
  *   avg_pool2d / avg_pool2d_backward / adaptive_max_pool2d / its backward (layout nchw)
  *                                       -> permute(op(permute(a, [0,2,3,1]), ..., layout=nhwc), [0,3,1,2])
@@ -87,6 +91,26 @@ static int channels_last(evt_graph *g, int id) {
   }
   for (int k = 0; k < nin; k++) in[k] = permute4(g, id, g->nodes[id].inputs[k], &to_nhwc);
   return permute4(g, id, evt_rw_op(g, id, op, in, nin, &a, given), &to_nchw);
+}
+
+/* sum / mean / amax over every dim of a float tensor of rank >= 2 -> the same reduction of its last-dim
+ * reduction: the inner one is a row reduction (a row kernel's, or a GEMM epilogue's row sum, which have no
+ * reduction to a scalar over both tile dims), the outer one a short vector's. (mean: rows are equally long.) */
+static int split_full_reduction(evt_graph *g, int id) {
+  const evt_node *n = &g->nodes[id];
+  evt_op op = n->op;
+  evt_type out = n->type;
+  int x = n->inputs[0];
+  const evt_type *t = &g->nodes[x].type;
+  int r = t->rank, last = r - 1;
+  if (r < 2 || !evt_dtype_is_float(t->dtype) || t->shape[last] < 2 || evt_type_numel(t) / t->shape[last] < 2) return id;
+  unsigned mask = 0;
+  if (n->attr.dims.n == 0) mask = (1u << r) - 1;
+  for (int i = 0; i < n->attr.dims.n; i++) mask |= 1u << evt_norm_dim(n->attr.dims.v[i], r);
+  if (mask != (1u << r) - 1) return id;
+  int inner = evt_rw_reduce(g, id, op, x, &last, 1, 0);
+  int outer = evt_rw_reduce(g, id, op, inner, NULL, 0, 0);
+  return evt_rw_reshape(g, id, outer, out.rank, out.shape); /* (keepdim: [1, ..., 1]) */
 }
 
 static int decompose(evt_graph *g, int id) {
@@ -203,6 +227,10 @@ static int decompose(evt_graph *g, int id) {
   case EVT_OP_ADAPTIVE_MAX_POOL2D:
   case EVT_OP_ADAPTIVE_MAX_POOL2D_BACKWARD:
     return channels_last(g, id);
+  case EVT_OP_SUM:
+  case EVT_OP_MEAN:
+  case EVT_OP_AMAX:
+    return split_full_reduction(g, id);
   case EVT_OP_THRESHOLD_BACKWARD: {
     double v = n->attr.value;
     return evt_rw_where(g, id, evt_rw_binary(g, id, EVT_OP_GT, b, scalar_like(g, id, b, v)), a, scalar_like(g, id, a, 0.0));
