@@ -668,7 +668,49 @@ class Segment:
         buf.copy_(t)
         return buf
 
+    def _prepare_fast(self):
+        """What _run_fast needs per run, computed once: output shapes in evt's device dtype, and per FX
+        output whether it needs a cast, a logical permute or PyTorch's recorded strides."""
+        outs = [(self.out_types[k][0], G.device_dtype(self.out_types[k][1])) for k in range(len(self.out_types))]
+        post = []
+        for m, k in self.out_index:
+            v = A.meta_val(m)
+            cast = v.dtype if outs[k][1] != v.dtype else None
+            # (the contiguous result's strides differ from the recorded dense ones: _with_meta_strides copies)
+            keep = (m in self.free_layout or v.dim() <= 1 or not is_non_overlapping_and_dense(v)
+                    or (k not in self.phys_out and v.stride() == torch.empty(v.shape, device="meta").stride()))
+            post.append((m, k, cast, None if keep else v))
+        layout = [(x, name, name in self.b.transposed or name in self.phys_in) for x, name in self.input_names]
+        self._fast = (outs, post, layout)
+
+    def _run_fast(self, env):
+        """_run_gpu without CUDA graphs: the per-run work reduced to binding, allocating and launching (the
+        host time of a segment run is on the step's critical path when the GPU is fast)."""
+        outs, post, layout = self._fast
+        dev = self.device
+        ins = []
+        for x, name, moved in layout:
+            t = env[x]
+            if moved:
+                t = self._layout(name, t)
+            if not (t.dtype in _BINDABLE_DTYPES and t.is_contiguous() and t.data_ptr() % 16 == 0):
+                t = G.to_device_layout(t)
+            ins.append((name, t))
+        bufs = [torch.empty(shape, dtype=dt, device=dev) for shape, dt in outs]
+        self.program.run(ins, bufs, torch.cuda.current_stream(dev).cuda_stream)
+        STATS["gpu_segment_runs"] += 1
+        STATS["gpu_launches"] += self.program.launch_count()
+        for m, k, cast, strided in post:
+            t = self._logical(k, bufs[k])
+            if cast is not None:
+                t = t.to(cast)
+            env[m] = t if strided is None else _with_meta_strides(t, strided)
+
     def _run_gpu(self, env):
+        if self.pool is None:
+            if getattr(self, "_fast", None) is None:
+                self._prepare_fast()
+            return self._run_fast(env)
         dev = self.device
         ins = [(name, self._input(name, env[x])) for x, name in self.input_names]
         bufs, handed = [], []
@@ -693,6 +735,9 @@ class Segment:
                 t = t.to(v.dtype)
             env[m] = t if m in self.free_layout else _with_meta_strides(t, v)
 
+
+# dtypes evt binds as they are (gpu.device_dtype is the identity on them)
+_BINDABLE_DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16, torch.bool, torch.int64))
 
 # View ops whose result, when it is a view of a segment input needed outside the segment, PyTorch makes
 # (Segment.torch_views) instead of evt writing a copy.

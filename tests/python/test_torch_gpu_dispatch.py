@@ -394,12 +394,18 @@ def _glue_setup(monkeypatch):
 
 
 @needs_lib
-@pytest.mark.parametrize("options", [None, {"cudagraphs": "segments"}])
+@pytest.mark.parametrize("options", [None, {"cudagraphs": "segments"}, "cuda_rules"])
 @pytest.mark.parametrize("model", ["MLP", "Bert", "XMLCNN", "ConvBN", "GCNEdges"])
 def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
+    """The GPU path's Python glue (binding, output allocation, layouts, casts; Segment._run_fast without CUDA
+    graphs, the staging / output pool with them) on the interpreter: "cuda_rules" also applies the CUDA
+    placement and layout rules (EVT_SIMULATE_CUDA_RULES: transposed and memory-order bindings, hoisted casts)."""
     import copy
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import test_torch_backend as T
+    if options == "cuda_rules":
+        monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+        options = None
     made = _glue_setup(monkeypatch)
     make, inputs = {
         "MLP": (T.MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,)))),
