@@ -802,7 +802,57 @@ def _has_tensor(node):
 def _run_torch(node, env):
     args = torch.fx.node.map_arg(node.args, lambda n: env[n])
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    if node.meta.get("evt_pad_gemm"):
+        return padded_gemm(node.target, args, kwargs)
     return node.target(*args, **kwargs)
+
+
+def pad_gemm(node):
+    """True when a PyTorch-run CUDA GEMM (mm / addmm) of 16-bit operands has M, K or N not a multiple of 8 and is
+    large (UNALIGNED_MIN_NUMEL): cuBLAS then has only 2-byte-aligned kernels for it (a 30522-word vocabulary's
+    logits and their gradients: 4.1 ms per GEMM at bert_large's size on the H200, where Inductor's padded GEMM
+    takes 2.5 ms; S11W5), so padded_gemm runs it on zero-padded operands. EVT_PAD_GEMM=0 turns it off."""
+    if os.environ.get("EVT_PAD_GEMM", "1") in ("", "0") or node.target not in (aten.mm.default, aten.addmm.default):
+        return False
+    k = _GEMMS[node.target]
+    if len(node.args) < k + 2 or not _on_cuda(node):
+        return False
+    a, b = (x.meta.get("val") if isinstance(x, torch.fx.Node) else None for x in node.args[k:k + 2])
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 and b.dim() == 2):
+        return False
+    if a.dtype not in (torch.bfloat16, torch.float16) or b.dtype != a.dtype:
+        return False
+    m, kk, n = a.shape[0], a.shape[1], b.shape[1]
+    return bool((m % 8 or kk % 8 or n % 8) and max(m * kk, kk * n, m * n) >= UNALIGNED_MIN_NUMEL)
+
+
+def _up8(d):
+    return (d + 7) // 8 * 8
+
+
+def padded_gemm(target, args, kwargs):
+    """mm(a, b) / addmm(bias, a, b, beta=, alpha=) with M, K, N rounded up to multiples of 8 by zero padding
+    (an operand is copied only when one of its dims grows), then the [M, N] result sliced out and made
+    contiguous (the layout of PyTorch's own result). Exact: the padded rows / columns add zero products."""
+    import torch.nn.functional as F
+    k = _GEMMS[target]
+    a, b = args[k], args[k + 1]
+    m, kk, n = a.shape[0], a.shape[1], b.shape[1]
+    mp, kp, np_ = _up8(m), _up8(kk), _up8(n)
+    if (mp, kp) != (m, kk):
+        a = F.pad(a, (0, kp - kk, 0, mp - m))
+    if (kp, np_) != (kk, n):
+        b = F.pad(b, (0, np_ - n, 0, kp - kk))
+    if target is aten.addmm.default:
+        bias = args[0]
+        if np_ != n and bias.dim() >= 1 and bias.shape[-1] == n:
+            bias = F.pad(bias, (0, np_ - n))
+        if mp != m and bias.dim() == 2 and bias.shape[0] == m:
+            bias = F.pad(bias, (0, 0, 0, mp - m))
+        out = aten.addmm.default(bias, a, b, *args[3:], **kwargs)
+    else:
+        out = aten.mm.default(a, b)
+    return out[:m, :n].contiguous() if (mp, np_) != (m, n) else out
 
 
 class Plan:
@@ -914,6 +964,13 @@ class Plan:
             if s.path == "torch":
                 for m in s.members:
                     self.fallbacks.append((m, s.why))
+        # GEMMs left to PyTorch with unaligned dims run on padded operands (pad_gemm)
+        for s in self.steps:
+            for m in (s.members if isinstance(s, Segment) and s.path == "torch" else [] if isinstance(s, Segment)
+                      else [s]):
+                if pad_gemm(m):
+                    m.meta["evt_pad_gemm"] = True
+                    log.info("  %s (%s): runs in PyTorch on operands zero-padded to multiples of 8", m.name, _op_name(m))
         # Liveness: each value is dropped from the environment after the last step that reads it.
         step_of = {}
         for i, s in enumerate(self.steps):

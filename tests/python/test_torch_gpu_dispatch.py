@@ -914,6 +914,35 @@ def test_unaligned_rows_run_in_pytorch_on_cuda(monkeypatch):
     assert not plan_for(30).fallbacks  # (64 x 30: small)
     assert not plan_for(30522 * 17, {"gpu_ops": "all"}).fallbacks
     assert B.unaligned_rows(next(n for n in plan_for(64 * 1024).gm.graph.nodes if n.op == "call_function")) is None
+    # the GEMM left to PyTorch runs on zero-padded operands (pad_gemm); the aligned one and small ones do not
+    padded = [n for n in big.gm.graph.nodes if n.meta.get("evt_pad_gemm")]
+    assert [n.target for n in padded] == [aten.addmm.default], padded
+    assert not [n for n in plan_for(30).gm.graph.nodes if n.meta.get("evt_pad_gemm")]
+    monkeypatch.setenv("EVT_PAD_GEMM", "0")
+    assert not [n for n in plan_for(30522 * 17).gm.graph.nodes if n.meta.get("evt_pad_gemm")]
+
+
+@pytest.mark.parametrize("m,k,n", [(30, 64, 30522), (64, 30522, 40), (30522, 24, 64), (5, 3, 7), (16, 16, 16)])
+def test_padded_gemm_is_the_gemm(m, k, n):
+    """padded_gemm (mm / addmm on operands zero-padded to multiples of 8, the result sliced back) gives
+    PyTorch's result, with operands that are transposed views too (the weight-gradient GEMM reads grad^T)."""
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, generator=g, dtype=torch.float64)
+    bt = torch.randn(n, k, generator=g, dtype=torch.float64)
+    b = bt.t()  # (a transposed view, as the logits' weight W^T)
+    for bias in (torch.randn(n, generator=g, dtype=torch.float64), torch.randn(m, n, generator=g, dtype=torch.float64)):
+        got = B.padded_gemm(aten.addmm.default, [bias, a, b], {"beta": 0.5, "alpha": 2.0})
+        ref = aten.addmm(bias, a, b, beta=0.5, alpha=2.0)
+        assert got.shape == ref.shape and got.is_contiguous()
+        assert torch.allclose(got, ref, rtol=1e-12, atol=1e-12)
+    got = B.padded_gemm(aten.mm.default, [a.t().contiguous().t(), b], {})
+    assert torch.allclose(got, a @ b, rtol=1e-12, atol=1e-12) and got.is_contiguous()
+    if m * k * n > 10000:  # bf16 (what it runs on): the same up to the summation order
+        a16, b16 = a.bfloat16(), b.bfloat16()
+        got = B.padded_gemm(aten.mm.default, [a16, b16], {})
+        ref = (a16.double() @ b16.double())
+        assert got.dtype == torch.bfloat16 and ((got.double() - ref).abs().max() / ref.abs().max()) < 1e-2
 
 
 def test_gpu_ops_option_and_env():
