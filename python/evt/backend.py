@@ -252,7 +252,7 @@ def cuda_placement(node, options=None):
         return None
     why = CUDA_REFERENCE_ONLY.get(getattr(node.target, "overloadpacket", None))
     if why is None:
-        return unaligned_rows(node)
+        return unaligned_rows(node) or long_rows(node)
     if G.attention_in_evt(options) and why is _ATTN:
         return None
     return why
@@ -296,6 +296,46 @@ def unaligned_rows(node):
                 return (f"GEMM M={dims[0]} K={dims[1]} N={dims[2]}: CUTLASS needs multiples of 8 (16-byte rows); runs "
                         "in PyTorch (cuBLAS) instead of node by node; options={'gpu_ops': 'all'} keeps it in evt")
     return None
+
+
+# The longest row evt's row / pointwise kernels take (a row lives in the registers of one row-group: 32 warps x
+# 32 lanes x 4 chunks x 8 elements; kernels/evt_row_config.h, the exec plan's check).
+ROW_KERNEL_MAX_N = 32768
+
+
+def _gemm_fed(node, depth=24):
+    """True when node's value comes from a GEMM through non-GEMM ops only (a chain a GEMM epilogue may take)."""
+    seen, todo = set(), [(node, 0)]
+    while todo:
+        n, d = todo.pop()
+        if n in seen or d > depth:
+            continue
+        seen.add(n)
+        for a in n.all_input_nodes:
+            if a.op != "call_function":
+                continue
+            if a.target in _GEMMS:
+                return True
+            todo.append((a, d + 1))
+    return False
+
+
+def long_rows(node):
+    """Why a large CUDA op that no GEMM feeds runs in PyTorch because its rows are longer than the row kernels
+    take (ROW_KERNEL_MAX_N), or None: its group would run node by node in the reference library (in double);
+    XML-CNN's loss backward over 670,208 labels took 22 ms so on the H200 (S11W5), where PyTorch's elementwise
+    kernels stream at bandwidth. A chain a GEMM feeds stays in evt (the GEMM epilogue takes any row length)."""
+    if node.target in _GEMMS or node.target is operator.getitem or node.target in _VIEW_OPS:
+        return None
+    ts = [t for t in (node.meta.get("val"),) for t in (t if isinstance(t, (tuple, list)) else [t])]
+    ts += [a.meta.get("val") for a in _tensor_args(node)]
+    ts = [t for t in ts if isinstance(t, torch.Tensor) and t.dim() >= 1 and t.numel() >= UNALIGNED_MIN_NUMEL]
+    long = [t for t in ts if _row_length(t) > ROW_KERNEL_MAX_N]
+    if not long or _gemm_fed(node):
+        return None
+    return (f"rows of {_row_length(long[0])} elements: evt's row kernels hold a row in registers (at most "
+            f"{ROW_KERNEL_MAX_N}), and no GEMM epilogue takes this op (the reference library would run it node by "
+            "node in double); runs in PyTorch; options={'gpu_ops': 'all'} or EVT_CUDA_OPS=all keeps it in evt")
 
 
 HOISTED_CAST = ("cast of a module input to 16 bits (autocast's weight copy): one PyTorch kernel at the start of "
@@ -879,7 +919,7 @@ class Plan:
                 continue
             why = force_torch.get(node) or cuda_placement(node, self.options)
             if why:
-                self.steps.append(node)
+                self._torch_step(node, seg_of)
                 self.fallbacks.append((node, why))
                 torch_vals.add(node)
                 continue
@@ -918,7 +958,7 @@ class Plan:
                 cur.b.names[node] = A.translate(cur.b, node, used)
             except (A.Unsupported, TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
                 cur.b.rollback(snap)
-                self.steps.append(node)
+                self._torch_step(node, seg_of)
                 torch_vals.add(node)
                 if src is None and _has_tensor(node):  # (size arithmetic on SymInts is not a fallback)
                     self.fallbacks.append((node, str(e) or type(e).__name__))
@@ -927,6 +967,19 @@ class Plan:
             seg_of[node] = cur
             if not (self.steps and self.steps[-1] is cur):
                 self.steps.append(cur)
+
+    def _torch_step(self, node, seg_of):
+        """Adds a PyTorch step. A functional op that reads nothing of the segment being built runs before that
+        segment, which then goes on (one segment where the op would have split it in two: XML-CNN's weight
+        gradient, its f32 cast and its transpose stay one GEMM group although the bias gradient between them
+        in graph order runs in PyTorch); the PyTorch steps keep their order among themselves."""
+        cur = self.steps[-1] if self.steps and isinstance(self.steps[-1], Segment) else None
+        schema = getattr(node.target, "_schema", None)
+        functional = node.target is operator.getitem or (schema is not None and not schema.is_mutable)
+        if cur is not None and functional and not any(seg_of.get(a) is cur for a in node.all_input_nodes):
+            self.steps.insert(len(self.steps) - 1, node)
+        else:
+            self.steps.append(node)
 
     def finalize(self):
         """Parses every segment (raises EvtError with the parser's message on a rejected statement)."""

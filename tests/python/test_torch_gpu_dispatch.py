@@ -922,6 +922,46 @@ def test_unaligned_rows_run_in_pytorch_on_cuda(monkeypatch):
     assert not [n for n in plan_for(30522 * 17).gm.graph.nodes if n.meta.get("evt_pad_gemm")]
 
 
+@needs_lib
+def test_long_rows_run_in_pytorch_unless_a_gemm_feeds_them(monkeypatch):
+    """CUDA: elementwise ops on rows longer than the row kernels take (ROW_KERNEL_MAX_N) that no GEMM feeds (the
+    XML-CNN loss backward over 670,208 labels: sigmoid(logits) - target, its bias-gradient sum) run in PyTorch;
+    the chain a GEMM feeds (the loss forward in the logits GEMM's epilogue) stays in evt. The PyTorch ops, which
+    read nothing of the segment being built, run before it, so the GEMMs around them stay one segment."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    n = 40000
+
+    def f(h, w, logits, t, x2, w2):
+        fwd = torch.relu(aten.mm(h, w))                      # a GEMM feeds it: evt
+        g = aten.sub(aten.sigmoid(logits), t)               # long rows, no GEMM: PyTorch
+        dw = aten.mm(aten.t(g), h)                          # [n, 64]: evt
+        b = aten.sum(g, [0])                                # long rows, no GEMM: PyTorch
+        out = aten.relu(aten.mm(x2, w2))                    # evt, after the sum in graph order
+        return [fwd, dw, b, out]
+    shapes = [(32, 64), (64, n), (32, n), (32, n), (32, 64), (64, 64)]
+    gm = make_fx(f)(*[torch.randn(sh).bfloat16() for sh in shapes])
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(sh, device="cuda", dtype=torch.bfloat16) for sh in shapes]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    plan = B.build_plan(gm, None)
+    why = {B._op_name(m).split(".")[0]: w for m, w in plan.fallbacks}
+    assert "sigmoid" in why and "sub" in why and "sum" in why and "rows of 40000" in why["sigmoid"], why
+    assert "relu" not in why and "mm" not in why, why
+    segs = _segments(plan)
+    # relu(mm) and mm(t(g), h) and relu(mm(x2, w2)) in one segment: the PyTorch steps ran before it
+    assert len(segs) == 1 and segs[0].text.count("mm(") == 3, [s.text for s in segs]
+    names = [B._op_name(s).split(".")[0] if not isinstance(s, B.Segment) else "SEG" for s in plan.steps]
+    assert names.index("sum") < names.index("SEG"), names
+    assert B.long_rows(next(m for m in gm.graph.nodes if m.target == aten.relu.default)) is None
+
+
 @pytest.mark.parametrize("m,k,n", [(30, 64, 30522), (64, 30522, 40), (30522, 24, 64), (5, 3, 7), (16, 16, 16)])
 def test_padded_gemm_is_the_gemm(m, k, n):
     """padded_gemm (mm / addmm on operands zero-padded to multiples of 8, the result sliced back) gives
