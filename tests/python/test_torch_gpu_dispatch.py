@@ -1110,3 +1110,64 @@ def test_gpu_segments_are_tuned_first_when_asked(monkeypatch, caplog):
     assert kinds[:2] == ["tune", "prefetch"] and kinds.count("tune") == 1 and kinds.count("create") == len(segs), kinds
     assert sorted(events[0][1]) == sorted(s.graph.text() for s in segs) and events[0][2] == 3
     assert any("not all tuned: no GPU" in r.getMessage() for r in caplog.records), caplog.text
+
+
+# ---- cudagraphs "step": the wiring around PyTorch's CUDA-graph trees, with a stand-in for the trees ---------
+
+def _fake_trees(monkeypatch, fail=False):
+    """Replaces the trees' cudagraphify_impl by a recorder that calls the model as the trees do (a list the model
+    must consume) and makes PyTorch's device checks pass for CPU graphs; returns the record."""
+    import torch._dynamo.backends.cudagraphs as cgb
+    import torch._inductor.cudagraph_trees as trees
+    import torch._inductor.cudagraph_utils as cgu
+    rec = []
+
+    def cudagraphify_impl(model, inputs, static, **kw):
+        entry = dict(static=list(static), kw=kw, calls=0)
+        rec.append(entry)
+
+        def replay(new_inputs):
+            entry["calls"] += 1
+            if fail:
+                raise RuntimeError("capture failed (stand-in)")
+            out = model(new_inputs)
+            assert len(new_inputs) == 0, "the model must consume its argument list"
+            return out
+        return replay
+    monkeypatch.setattr(trees, "cudagraphify_impl", cudagraphify_impl)
+    monkeypatch.setattr(cgu, "check_multiple_devices_or_any_cpu_nodes", lambda mapping: None)
+    monkeypatch.setattr(cgb, "get_device_index", lambda gm: 0)
+    return rec
+
+
+@needs_lib
+@pytest.mark.parametrize("fail", [False, True])
+def test_step_graphs_wiring(monkeypatch, caplog, fail):
+    """options={"cudagraphs": True}: the forward and the backward modules are handed to the trees with the
+    parameters as static inputs (Dynamo's static_input_indices) and the saved tensors as the backward's; the
+    model the trees call consumes its argument list; a capture that raises runs the plan directly from then on
+    (logged), and the training step still matches eager."""
+    rec = _fake_trees(monkeypatch, fail)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    ref = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    ref.load_state_dict(m.state_dict())
+    f = torch.compile(m, backend="evt", options={"cudagraphs": True})
+    with caplog.at_level(logging.INFO, logger="evt"):
+        for _ in range(3):
+            x = torch.randn(5, 8)
+            m.zero_grad(set_to_none=True)
+            ref.zero_grad(set_to_none=True)
+            f(x).square().sum().backward()
+            ref(x).square().sum().backward()
+            for p, q in zip(m.parameters(), ref.parameters()):
+                assert torch.allclose(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert len(rec) == 2, rec  # forward and backward
+    fw, bw = rec
+    assert len(fw["static"]) == 4 and not fw["kw"]["is_backward"] and bw["kw"]["is_backward"], rec
+    assert all(e["calls"] == (1 if fail else 3) for e in rec), rec
+    assert any("replayed as one CUDA graph" in s for s in msgs), msgs
+    assert fail == any("the step CUDA graph failed" in s for s in msgs), msgs
+    torch._dynamo.reset()
