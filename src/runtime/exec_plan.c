@@ -400,6 +400,13 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
                    tg[gi].desc, evt_tile_config_label(&L->spec.cfg, lab, sizeof lab));
       }
     }
+    /* few output tiles for a long K: without split-K the generated kernel runs a handful of CTAs down K (XML-CNN's
+     * input gradient, 256 x 512 x 670208: 4 CTAs, 6.0 ms on the H200, S11W5); cuBLAS (split-K) + row kernel */
+    if (L->kind == EVT_LK_GEMM_EVT && x->fused && !x->unf && !x->blas && x->d_node >= 0 && x->tuned != EVT_TUNE_FUSED &&
+        !(evt_exec_plain_blas(L, x->tuned)) && evt_exec_split_k_starved(L, x->m, x->n, x->k) &&
+        bind_unfused(g, p, gi, L, x, 0))
+      snprintf(x->tune_desc, sizeof x->tune_desc, "runs unfused: %lld output tiles for K = %lld (no split-K in the "
+               "generated mainloop)", (long long)evt_exec_output_tiles(L, x->m, x->n), (long long)x->k);
     if (!x->fused) continue;
     if (x->blas || (L->kind == EVT_LK_GEMM_EVT && x->d_node >= 0 && evt_exec_plain_blas(L, x->tuned))) {
       x->blas = 1; /* (or cuBLASLt with the bias: bind_unfused) */
@@ -435,6 +442,18 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
   }
   free(tg);
   return EVT_OK;
+}
+
+int64_t evt_exec_output_tiles(const evt_lowered *L, int64_t m, int64_t n) {
+  int64_t tm = L->spec.cfg.tile_m > 0 ? L->spec.cfg.tile_m : 128, tn = L->spec.cfg.tile_n > 0 ? L->spec.cfg.tile_n : 256;
+  return ((m + tm - 1) / tm) * ((n + tn - 1) / tn);
+}
+
+bool evt_exec_split_k_starved(const evt_lowered *L, int64_t m, int64_t n, int64_t k) {
+  if (L->kind != EVT_LK_GEMM_EVT || L->spec.batched) return false;
+  const char *e = getenv("EVT_SPLIT_K_UNFUSED");
+  if (e && !strcmp(e, "0")) return false;
+  return evt_exec_output_tiles(L, m, n) * 4 <= EVT_EXEC_SMS && k >= 32 * (m > n ? m : n);
 }
 
 bool evt_exec_unfused_epilogue(void) {

@@ -30,7 +30,8 @@
  *     of the spec (D included).
  *   GEMM+EVT groups with a plain epilogue (evt_exec_plain_blas, below) run as one cuBLAS call (blas) unless
  *     tuning measured their kernel faster; with an epilogue that tuning measured faster unfused, optionally
- *     cuBLAS(Lt) into T + a generated row kernel (unf; evt_exec_unfused_epilogue).
+ *     cuBLAS(Lt) into T + a generated row kernel (unf; evt_exec_unfused_epilogue); with an epilogue and too
+ *     few output tiles for a long K, that pair by default (evt_exec_split_k_starved).
  *   everything else runs node by node through the fallback library: groups that did not lower (reason of
  *     the lowering), groups failing a check above, groups whose kernel failed to compile or load
  *     (evt_exec_plan_demote), and GEMM groups whose launcher refused (evt_exec_plan_demote_group).
@@ -112,6 +113,14 @@ bool evt_exec_plain_blas(const evt_lowered *L, int tuned);
  * fastest fused config measured (the pair has run in the tuner on the H200 but not yet in the runtime).
  * Not for batched GEMMs, a D nobody reads, rows over 32768 elements, or a bias whose dtype is not T's. */
 bool evt_exec_unfused_epilogue(void);
+/* A GEMM+EVT group with an epilogue whose output has at most a quarter as many tiles (of its config) as the
+ * H200 has SMs while K is at least 32x its larger output dim runs the unfused pair above by default (no tuning
+ * record needed; a FUSED record keeps the kernel): the generated mainloop has no split-K, so a handful of CTAs
+ * would walk all of K (XML-CNN's input gradient 256 x 512 x 670208: 4 CTAs, 6.0 ms; S11W5), where cuBLAS splits
+ * K. EVT_SPLIT_K_UNFUSED=0 turns the rule off. */
+#define EVT_EXEC_SMS 132
+int64_t evt_exec_output_tiles(const evt_lowered *L, int64_t m, int64_t n);
+bool evt_exec_split_k_starved(const evt_lowered *L, int64_t m, int64_t n, int64_t k);
 /* Kernel k failed to compile: every group using it falls back, with `why`. */
 void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why);
 /* Group gi alone falls back (its launcher refused the problem), with `why`. */

@@ -136,10 +136,11 @@ evt_status evt_tune_unfused_rspec(const evt_kspec *s, evt_dtype t_dtype, int abs
       if (id >= 0) map[id] = -1, *t_node = id;
     } else {
       int in0 = v->in[0] >= 0 ? remap[v->in[0]] : -1, in1 = v->in[1] >= 0 ? remap[v->in[1]] : -1;
+      int in2 = v->in[2] >= 0 ? remap[v->in[2]] : -1; /* (where: a ReLU backward's select) */
       if (v->op == EVT_V_SCALAR) {
         id = evt_rspec_scalar(out, v->value);
       } else {
-        id = evt_rspec_add(out, v->op, in0, in1, v->dtype, v->name);
+        id = evt_rspec_add3(out, v->op, in0, in1, in2, v->dtype, v->name);
       }
       if (id >= 0) map[id] = evt_vop_has_memory(v->op) ? i : -1;
     }

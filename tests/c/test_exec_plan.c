@@ -1089,6 +1089,54 @@ TEST(mean_over_both_dims_fuses_as_row_mean) {
   evt_graph_free(g);
 }
 
+/* A GEMM with an epilogue whose output has few tiles for a long K (M = N = 64, K = 4096: one 128x256 tile) runs
+ * as cuBLAS into T + a row kernel without any tuning record (evt_exec_split_k_starved: the generated mainloop has
+ * no split-K; XML-CNN's input gradient ran 4 CTAs down K = 670208 for 6 ms on the H200); the epilogue here is a
+ * ReLU backward (a where, which the unfused row spec takes since this change); the CPU model of that plan
+ * matches the interpreter; EVT_SPLIT_K_UNFUSED=0 keeps the fused kernel. */
+TEST(split_k_starved_gemm_runs_unfused) {
+  const char *text =
+      "graph t {\n"
+      "  %a: bf16[64,4096] = input()\n"
+      "  %b: bf16[4096,64] = input()\n"
+      "  %y: bf16[64,64] = input()\n"
+      "  %mm: bf16[64,64] = mm(%a, %b)\n"
+      "  %z: bf16[] = scalar()\n"
+      "  %gt: bool[64,64] = gt(%y, %z)\n"
+      "  %dx: bf16[64,64] = where(%gt, %mm, %z)\n"
+      "  output %dx\n"
+      "}\n";
+  const char *keys[] = {"EVT_SPLIT_K_UNFUSED"};
+  char *saved[1];
+  evt_test_env_save(keys, 1, saved);
+  for (int on = 1; on >= 0; on--) {
+    if (on) unsetenv("EVT_SPLIT_K_UNFUSED");
+    else setenv("EVT_SPLIT_K_UNFUSED", "0", 1);
+    char *err = NULL;
+    evt_graph *g = evt_parse(text, "split_k.evt", &err);
+    CHECK_MSG(g, "%s", err ? err : "");
+    free(err);
+    if (!g) break;
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    int gemm = -1;
+    for (int gi = 0; gi < p.ngroups; gi++)
+      if (p.low.k[gi].kind == EVT_LK_GEMM_EVT) gemm = gi;
+    CHECK(gemm >= 0);
+    if (gemm >= 0) {
+      const evt_group_exec *x = &p.groups[gemm];
+      CHECK_MSG(x->fused && x->unf == on && !x->blas, "unf %d blas %d: %s", x->unf, x->blas, x->tune_desc);
+      if (on) CHECK_MSG(strstr(x->tune_desc, "no split-K") != NULL, "%s", x->tune_desc);
+    }
+    int worst;
+    double e = cpu_model_error(g, &p, 0, 0, &worst);
+    CHECK_MSG(e <= 1.5e-2, "%%%s rel error %g", worst >= 0 ? g->nodes[worst].name : "?", e);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
+  evt_test_env_restore(keys, 1, saved);
+}
+
 /* EVT_UNFUSED_EPILOGUE=1 with UNFUSED tuning records for every GEMM group that has an epilogue (the
  * cuBLASLt(bias) variant where cuBLASLt can add the bias): those groups run as cuBLAS into T + the tuner's row
  * kernel of the rest, bound through the GEMM spec's tensors, or, for D = acc + bias, as cuBLASLt alone; the
