@@ -196,6 +196,34 @@ static bool bind_gemm(const evt_graph *g, const int *group, const evt_lowered *L
   return bind_group_io(g, group, gi, ops, s->nnodes, x->d_node, x);
 }
 
+/* A nucleus-free spec whose every tensor is a whole M x N one (aux loads / stores, scalars, compute): the kernel
+ * computes element (i, j) from element (i, j) of each tensor only, so any M' x N' = M x N launch computes the
+ * same (no broadcast vector, reduction, one_hot or Philox index ties an element to its row and column). */
+static bool elementwise_only(const evt_rspec *s) {
+  if (s->nucleus != EVT_ROWN_NONE) return false;
+  for (int i = 0; i < s->nnodes; i++) {
+    evt_vop op = s->nodes[i].op;
+    if (op == EVT_V_AUX_LOAD || op == EVT_V_AUX_STORE || op == EVT_V_SCALAR || op == EVT_V_SCALAR_LOAD) continue;
+    if (evt_vop_class(op) != 'C') return false;
+  }
+  return true;
+}
+
+/* The launch shape of an elementwise-only group: [M, N] itself unless M is too small to fill the GPU (a 1-D
+ * tensor is one row: one CTA of the row kernel for all of it; resnet50's f32 gradient casts, 47 launches of 30 us
+ * on the H200, S11W4) or N too long for a register-resident row (XML-CNN's [1, 670208] bias gradient); then
+ * [M·N / n', n'] with n' the largest multiple of 8 dividing M·N in [256, 4096] (8-element vectors stay whole). */
+static void elementwise_launch_shape(const evt_rspec *s, int64_t m, int64_t n, int64_t *mo, int64_t *no) {
+  *mo = m, *no = n;
+  int64_t total = m * n;
+  if (!elementwise_only(s) || (m >= 1024 && n <= 32768) || total < 8192) return;
+  for (int64_t c = 4096; c >= 256; c -= 8)
+    if (total % c == 0) {
+      if (total / c > m) *mo = total / c, *no = c;
+      return;
+    }
+}
+
 bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
   const evt_rspec *s = &L->rspec;
   for (int k = 0; k < 3; k++) x->in_node[k] = -1;
@@ -208,7 +236,8 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
   if (!L->ok) return WHY("%s", L->reason);
   if (L->kind == EVT_LK_GEMM_EVT) return bind_gemm(g, group, L, x);
   if (L->kind != EVT_LK_ROW && L->kind != EVT_LK_POINTWISE) return WHY("group %d: no generated kernel for this kind", L->group);
-  if (L->n > 32768 || L->m > 2147483647 || L->n < 0 || L->m < 0)
+  elementwise_launch_shape(s, L->m, L->n, &x->m, &x->n);
+  if (x->n > 32768 || x->m > 2147483647 || x->n < 0 || x->m < 0)
     return WHY("group %d: [%lld, %lld] does not fit a register-resident row kernel", L->group, (long long)L->m,
                (long long)L->n);
   if (s->nnodes > EVT_ROW_LAUNCH_MAX_PTRS)

@@ -1137,6 +1137,47 @@ TEST(split_k_starved_gemm_runs_unfused) {
   evt_test_env_restore(keys, 1, saved);
 }
 
+/* An elementwise-only group over a 1-D tensor (one row: one CTA of the row kernel did all of it) or over rows
+ * too long for a register-resident row (40000 > 32768: refused before) launches as [M·N / n', n'] rows
+ * (n' = 4000 here); a group with a broadcast vector keeps its shape; the CPU model of the plan, bound as the GPU
+ * launch is, matches the interpreter. */
+TEST(elementwise_groups_launch_reshaped) {
+  const char *text =
+      "graph t {\n"
+      "  %x: f32[40000] = input()\n"
+      "  %y: f32[40000] = input()\n"
+      "  %s: f32[40000] = mul(%x, %y)\n"
+      "  %e: f32[40000] = exp(%s)\n"
+      "  %h: bf16[40000] = cast(%e, dtype=bf16)\n"
+      "  %a: f32[64,512] = input()\n"
+      "  %v: f32[512] = input()\n"
+      "  %b: f32[64,512] = add(%a, %v)\n"
+      "  output %h, %b\n"
+      "}\n";
+  char *err = NULL;
+  evt_graph *g = evt_parse(text, "reshape.evt", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  evt_exec_plan p;
+  CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+  int long_rows = 0, bcast = 0;
+  for (int gi = 0; gi < p.ngroups; gi++) {
+    const evt_group_exec *x = &p.groups[gi];
+    const evt_lowered *L = &p.low.k[gi];
+    if (L->kind != EVT_LK_POINTWISE) continue;
+    CHECK_MSG(x->fused, "%s", x->why);
+    if (L->n == 40000) long_rows += x->m == 10 && x->n == 4000;
+    if (L->n == 512) bcast += x->m == 64 && x->n == 512; /* (a per-column vector ties elements to columns) */
+  }
+  CHECK_MSG(long_rows == 1 && bcast == 1, "%d reshaped, %d kept", long_rows, bcast);
+  int worst;
+  double e = cpu_model_error(g, &p, 0, 0, &worst);
+  CHECK_MSG(e <= 1.5e-2, "%%%s rel error %g", worst >= 0 ? g->nodes[worst].name : "?", e);
+  evt_exec_plan_free(&p);
+  evt_graph_free(g);
+}
+
 /* EVT_UNFUSED_EPILOGUE=1 with UNFUSED tuning records for every GEMM group that has an epilogue (the
  * cuBLASLt(bias) variant where cuBLASLt can add the bias): those groups run as cuBLAS into T + the tuner's row
  * kernel of the rest, bound through the GEMM spec's tensors, or, for D = acc + bias, as cuBLASLt alone; the
