@@ -210,16 +210,17 @@ static bool elementwise_only(const evt_rspec *s) {
 }
 
 /* The launch shape of an elementwise-only group: [M, N] itself unless M is too small to fill the GPU (a 1-D
- * tensor is one row: one CTA of the row kernel for all of it; resnet50's f32 gradient casts, 47 launches of 30 us
- * on the H200, S11W4) or N too long for a register-resident row (XML-CNN's [1, 670208] bias gradient); then
- * [M·N / n', n'] with n' the largest multiple of 8 dividing M·N in [256, 4096] (8-element vectors stay whole). */
+ * tensor is one row: one CTA of the row kernel for all of it), N too short for the row kernel's vectors and
+ * warps (N = 64: a warp of 8 rows per CTA; one such elementwise kernel took 30 us a launch, 47 launches, in
+ * resnet50 on the H200, S11W4) or too long for a register-resident row (XML-CNN's [1, 670208] bias gradient);
+ * then [M·N / n', n'] with n' the largest multiple of 8 dividing M·N in [256, 4096] (vectors stay whole). */
 static void elementwise_launch_shape(const evt_rspec *s, int64_t m, int64_t n, int64_t *mo, int64_t *no) {
   *mo = m, *no = n;
   int64_t total = m * n;
-  if (!elementwise_only(s) || (m >= 1024 && n <= 32768) || total < 8192) return;
+  if (!elementwise_only(s) || (m >= 1024 && n >= 512 && n <= 32768) || total < 8192) return;
   for (int64_t c = 4096; c >= 256; c -= 8)
     if (total % c == 0) {
-      if (total / c > m) *mo = total / c, *no = c;
+      if (c != n) *mo = total / c, *no = c;
       return;
     }
 }

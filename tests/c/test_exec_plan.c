@@ -1137,9 +1137,9 @@ TEST(split_k_starved_gemm_runs_unfused) {
   evt_test_env_restore(keys, 1, saved);
 }
 
-/* An elementwise-only group over a 1-D tensor (one row: one CTA of the row kernel did all of it) or over rows
- * too long for a register-resident row (40000 > 32768: refused before) launches as [M·N / n', n'] rows
- * (n' = 4000 here); a group with a broadcast vector keeps its shape; the CPU model of the plan, bound as the GPU
+/* An elementwise-only group over a 1-D tensor (one row: one CTA of the row kernel did all of it), over rows
+ * too long for a register-resident row (40000 > 32768: refused before) or over short rows (64) launches as
+ * [M·N / n', n'] rows (n' = 4000, 4096 here); a group with a broadcast vector keeps its shape; the CPU model of the plan, bound as the GPU
  * launch is, matches the interpreter. */
 TEST(elementwise_groups_launch_reshaped) {
   const char *text =
@@ -1152,7 +1152,9 @@ TEST(elementwise_groups_launch_reshaped) {
       "  %a: f32[64,512] = input()\n"
       "  %v: f32[512] = input()\n"
       "  %b: f32[64,512] = add(%a, %v)\n"
-      "  output %h, %b\n"
+      "  %c: f32[4096,64] = input()\n"
+      "  %r: f32[4096,64] = relu(%c)\n"
+      "  output %h, %b, %r\n"
       "}\n";
   char *err = NULL;
   evt_graph *g = evt_parse(text, "reshape.evt", &err);
@@ -1161,7 +1163,7 @@ TEST(elementwise_groups_launch_reshaped) {
   if (!g) return;
   evt_exec_plan p;
   CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
-  int long_rows = 0, bcast = 0;
+  int long_rows = 0, bcast = 0, short_rows = 0;
   for (int gi = 0; gi < p.ngroups; gi++) {
     const evt_group_exec *x = &p.groups[gi];
     const evt_lowered *L = &p.low.k[gi];
@@ -1169,8 +1171,9 @@ TEST(elementwise_groups_launch_reshaped) {
     CHECK_MSG(x->fused, "%s", x->why);
     if (L->n == 40000) long_rows += x->m == 10 && x->n == 4000;
     if (L->n == 512) bcast += x->m == 64 && x->n == 512; /* (a per-column vector ties elements to columns) */
+    if (L->n == 64) short_rows += x->m == 64 && x->n == 4096;
   }
-  CHECK_MSG(long_rows == 1 && bcast == 1, "%d reshaped, %d kept", long_rows, bcast);
+  CHECK_MSG(long_rows == 1 && bcast == 1 && short_rows == 1, "%d + %d reshaped, %d kept", long_rows, short_rows, bcast);
   int worst;
   double e = cpu_model_error(g, &p, 0, 0, &worst);
   CHECK_MSG(e <= 1.5e-2, "%%%s rel error %g", worst >= 0 ? g->nodes[worst].name : "?", e);
