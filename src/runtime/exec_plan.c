@@ -423,7 +423,7 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
        * fused config measured (node by node in the reference library was 3x slower on the paper MLP) */
       if (x->fused && tg[gi].choice == EVT_TUNE_UNFUSED && !(x->d_node >= 0 && evt_exec_plain_blas(L, EVT_TUNE_UNFUSED))) {
         char lab[96];
-        if (evt_exec_unfused_epilogue() && bind_unfused(g, p, gi, L, x, tg[gi].unfused_bias))
+        if (evt_exec_unfused_wanted(tg[gi].fused_ms, tg[gi].unfused_ms) && bind_unfused(g, p, gi, L, x, tg[gi].unfused_bias))
           snprintf(x->tune_desc, sizeof x->tune_desc, "%.150s; runs unfused", tg[gi].desc);
         else
           snprintf(x->tune_desc, sizeof x->tune_desc, "%.150s; runs fused %s (EVT_UNFUSED_EPILOGUE=1 runs it unfused)",
@@ -489,6 +489,16 @@ bool evt_exec_split_k_starved(const evt_lowered *L, int64_t m, int64_t n, int64_
 bool evt_exec_unfused_epilogue(void) {
   const char *e = getenv("EVT_UNFUSED_EPILOGUE");
   return e && !strcmp(e, "1");
+}
+
+bool evt_exec_unfused_wanted(double fused_ms, double unfused_ms) {
+  if (evt_exec_unfused_epilogue()) return true;
+  const char *e = getenv("EVT_UNFUSED_MIN_GAIN");
+  if (!e || !*e) return false;
+  char *end = NULL;
+  double gain = strtod(e, &end);
+  if (end == e || !(gain >= 0 && gain < 1)) return false;
+  return fused_ms > 0 && unfused_ms > 0 && unfused_ms <= (1.0 - gain) * fused_ms;
 }
 
 bool evt_exec_plain_blas(const evt_lowered *L, int tuned) {

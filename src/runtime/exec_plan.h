@@ -113,6 +113,11 @@ bool evt_exec_plain_blas(const evt_lowered *L, int tuned);
  * fastest fused config measured (the pair has run in the tuner on the H200 but not yet in the runtime).
  * Not for batched GEMMs, a D nobody reads, rows over 32768 elements, or a bias whose dtype is not T's. */
 bool evt_exec_unfused_epilogue(void);
+/* Whether a group with an UNFUSED record runs the pair: EVT_UNFUSED_EPILOGUE=1, or EVT_UNFUSED_MIN_GAIN=f
+ * (0 <= f < 1) and the record measured the pair at least a fraction f faster than the best fused config (on the
+ * paper MLP the three UNFUSED records together made the step slower, 43.7 vs 43.4 ms, while the GELU-backward
+ * one alone measured 11% faster: S11W2/S11W3; opt-in until a window compares them). */
+bool evt_exec_unfused_wanted(double fused_ms, double unfused_ms);
 /* A GEMM+EVT group with an epilogue whose output has at most a quarter as many tiles (of its config) as the
  * H200 has SMs while K is at least 32x its larger output dim runs the unfused pair above by default (no tuning
  * record needed; a FUSED record keeps the kernel): the generated mainloop has no split-K, so a handful of CTAs

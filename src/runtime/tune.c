@@ -508,6 +508,8 @@ int evt_tune_apply_lowered(evt_lower_result *low, const char *cache_dir, const c
     o->choice = evt_tune_apply(&L->spec, L->m, L->n, L->k, cache_dir, gpu, &r);
     o->unfused_bias = o->choice == EVT_TUNE_UNFUSED && strstr(r.unfused_how, "(bias)") != NULL;
     if (o->choice == EVT_TUNE_FUSED || o->choice == EVT_TUNE_UNFUSED) {
+      o->fused_ms = r.fused_ms;
+      o->unfused_ms = r.unfused_ms;
       evt_kspec_kernel_name(&L->spec, L->kernel);
       o->swizzle = r.swizzle;
       o->raster = r.raster;

@@ -139,6 +139,7 @@ typedef struct evt_tune_group {
   evt_tune_choice choice;   /* NONE for non-GEMM groups and untuned ones */
   int swizzle, raster;      /* FUSED (and UNFUSED: of the fastest fused config): launch-time scheduler */
   int unfused_bias;         /* UNFUSED: the faster unfused variant had cuBLASLt add the bias ("cublasLt(bias)") */
+  double fused_ms, unfused_ms; /* the record's times (0 without a record; unfused < 0: not measured) */
   char desc[240];           /* evt_tune_describe's line */
 } evt_tune_group;
 /* For every lowered GEMM+EVT group of `low` (low->n entries in out): evt_tune_apply on its spec (a FUSED

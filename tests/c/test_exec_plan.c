@@ -1181,7 +1181,7 @@ TEST(elementwise_groups_launch_reshaped) {
   evt_graph_free(g);
 }
 
-/* EVT_UNFUSED_EPILOGUE=1 with UNFUSED tuning records for every GEMM group that has an epilogue (the
+/* EVT_UNFUSED_EPILOGUE=1 (or EVT_UNFUSED_MIN_GAIN=f below the records' measured gain) with UNFUSED tuning records for every GEMM group that has an epilogue (the
  * cuBLASLt(bias) variant where cuBLASLt can add the bias): those groups run as cuBLAS into T + the tuner's row
  * kernel of the rest, bound through the GEMM spec's tensors, or, for D = acc + bias, as cuBLASLt alone; the
  * CPU model of that plan (T rounded to the operand dtype, then the row spec) matches the interpreter within
@@ -1189,9 +1189,9 @@ TEST(elementwise_groups_launch_reshaped) {
 TEST(unfused_epilogue_groups_match_interpreter) {
   char dir[128];
   evt_test_tmpdir(dir, sizeof dir, "unfused");
-  const char *keys[] = {"EVT_TUNE_CACHE", "EVT_UNFUSED_EPILOGUE"};
-  char *saved[2];
-  evt_test_env_save(keys, 2, saved);
+  const char *keys[] = {"EVT_TUNE_CACHE", "EVT_UNFUSED_EPILOGUE", "EVT_UNFUSED_MIN_GAIN"};
+  char *saved[3];
+  evt_test_env_save(keys, 3, saved);
   setenv("EVT_TUNE_CACHE", dir, 1);
   const char *files[] = {"bench/graphs/mlp_bf16.evt", "bench/graphs/bert_layer_bf16.evt"};
   for (int f = 0; f < 2; f++) {
@@ -1238,8 +1238,21 @@ TEST(unfused_epilogue_groups_match_interpreter) {
     double e = cpu_model_error(g, &p, 3, 0, &worst);
     CHECK_MSG(e <= 1.5e-2, "%s: %%%s rel error %g", files[f], worst >= 0 ? g->nodes[worst].name : "?", e);
     evt_exec_plan_free(&p);
+    /* EVT_UNFUSED_MIN_GAIN instead: the records measured the pair 50% faster (0.1 vs 0.2 ms) */
+    unsetenv("EVT_UNFUSED_EPILOGUE");
+    for (int t = 0; t < 3; t++) {
+      const char *gain = t == 0 ? "0.4" : t == 1 ? "0.6" : "junk";
+      setenv("EVT_UNFUSED_MIN_GAIN", gain, 1);
+      CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+      int u = 0;
+      for (int gi = 0; gi < p.ngroups; gi++)
+        u += p.groups[gi].fused && (p.groups[gi].unf || (p.groups[gi].blas && p.groups[gi].unf_bias >= 0));
+      CHECK_MSG(u == (t == 0 ? want : 0), "%s: EVT_UNFUSED_MIN_GAIN=%s: %d unfused of %d records", files[f], gain, u, want);
+      evt_exec_plan_free(&p);
+    }
+    unsetenv("EVT_UNFUSED_MIN_GAIN");
     evt_graph_free(g);
   }
-  evt_test_env_restore(keys, 2, saved);
+  evt_test_env_restore(keys, 3, saved);
   evt_test_rmdir(dir);
 }
