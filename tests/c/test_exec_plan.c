@@ -262,6 +262,22 @@ static double cpu_model_error(evt_graph *g, const evt_exec_plan *p, int seed, in
   return err;
 }
 
+/* The bf16 rule for a plan's CPU model against the interpreter (rel error <= 1.5e-2), naming the worst node. */
+static void check_model_bf16(evt_graph *g, const evt_exec_plan *p, int seed, int shift, const char *what) {
+  int worst;
+  double e = cpu_model_error(g, p, seed, shift, &worst);
+  CHECK_MSG(e <= 1.5e-2, "%s: %%%s rel error %g", what, worst >= 0 ? g->nodes[worst].name : "?", e);
+}
+
+/* A graph from test text (NULL, with a failed check, if it does not parse). */
+static evt_graph *parse_text(const char *text, const char *name) {
+  char *err = NULL;
+  evt_graph *g = evt_parse(text, name, &err);
+  CHECK_MSG(g, "%s: %s", name, err ? err : "");
+  free(err);
+  return g;
+}
+
 /* The CPU model of the fused step (fused groups through their spec's reference, bound exactly as the GPU
  * binds them) reproduces the interpreter: f32 to rounding noise on every output; bf16 within 1.5e-2
  * on a first step (the model keeps f32 inside a group, the interpreter rounds every node to bf16). A
@@ -805,10 +821,7 @@ TEST(exec_plan_batched_shared_nodes_match_interpreter) {
       "  %z = add(%sc, %mask)\n  %z2 = add(%z, %bias)\n  %zf = cast(%z2, dtype=f32)\n"
       "  %rs = sum(%zf, dims=[3])\n  %cs = sum(%zf, dims=[0,1,2])\n"
       "  output %z2\n  output %rs\n  output %cs\n}\n";
-  char *err = NULL;
-  evt_graph *g = evt_parse(text, "att.evt", &err);
-  CHECK_MSG(g, "%s", err ? err : "");
-  free(err);
+  evt_graph *g = parse_text(text, "att.evt");
   if (!g) return;
   evt_exec_plan p;
   CHECK_MSG(evt_exec_plan_build(g, &p) == EVT_OK, "%s", evt_graph_error(g));
@@ -1050,9 +1063,7 @@ TEST(reduction_read_through_two_views_is_stored_twice) {
       twice += cm == 2;
     }
     CHECK_MSG(nb == 0 && twice == 1, "%d groups node by node, %d with the max stored twice", nb, twice);
-    int worst;
-    double e = cpu_model_error(g, &p, 7, -3, &worst); /* (weights of a trained net's scale: logits within exp's range) */
-    CHECK_MSG(e <= 1.5e-2, "%%%s rel error %g", worst >= 0 ? g->nodes[worst].name : "?", e);
+    check_model_bf16(g, &p, 7, -3, "plan"); /* (weights of a trained net's scale: logits within exp's range) */
     evt_exec_plan_free(&p);
   }
   evt_graph_free(g);
@@ -1081,9 +1092,7 @@ TEST(mean_over_both_dims_fuses_as_row_mean) {
         for (int i = 0; i < L->spec.nnodes; i++) gemm_row_sums += L->spec.nodes[i].op == EVT_V_COL_SUM; /* (Σ over N: per row of M) */
     }
     CHECK_MSG(nb == 0 && gemm_row_sums == 1, "%d groups node by node, %d row sums in GEMM epilogues", nb, gemm_row_sums);
-    int worst;
-    double e = cpu_model_error(g, &p, 0, 0, &worst);
-    CHECK_MSG(e <= 1.5e-2, "%%%s rel error %g", worst >= 0 ? g->nodes[worst].name : "?", e);
+    check_model_bf16(g, &p, 0, 0, "plan");
     evt_exec_plan_free(&p);
   }
   evt_graph_free(g);
@@ -1112,10 +1121,7 @@ TEST(split_k_starved_gemm_runs_unfused) {
   for (int on = 1; on >= 0; on--) {
     if (on) unsetenv("EVT_SPLIT_K_UNFUSED");
     else setenv("EVT_SPLIT_K_UNFUSED", "0", 1);
-    char *err = NULL;
-    evt_graph *g = evt_parse(text, "split_k.evt", &err);
-    CHECK_MSG(g, "%s", err ? err : "");
-    free(err);
+    evt_graph *g = parse_text(text, "split_k.evt");
     if (!g) break;
     evt_exec_plan p;
     CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
@@ -1128,9 +1134,7 @@ TEST(split_k_starved_gemm_runs_unfused) {
       CHECK_MSG(x->fused && x->unf == on && !x->blas, "unf %d blas %d: %s", x->unf, x->blas, x->tune_desc);
       if (on) CHECK_MSG(strstr(x->tune_desc, "no split-K") != NULL, "%s", x->tune_desc);
     }
-    int worst;
-    double e = cpu_model_error(g, &p, 0, 0, &worst);
-    CHECK_MSG(e <= 1.5e-2, "%%%s rel error %g", worst >= 0 ? g->nodes[worst].name : "?", e);
+    check_model_bf16(g, &p, 0, 0, "plan");
     evt_exec_plan_free(&p);
     evt_graph_free(g);
   }
@@ -1156,10 +1160,7 @@ TEST(elementwise_groups_launch_reshaped) {
       "  %r: f32[4096,64] = relu(%c)\n"
       "  output %h, %b, %r\n"
       "}\n";
-  char *err = NULL;
-  evt_graph *g = evt_parse(text, "reshape.evt", &err);
-  CHECK_MSG(g, "%s", err ? err : "");
-  free(err);
+  evt_graph *g = parse_text(text, "reshape.evt");
   if (!g) return;
   evt_exec_plan p;
   CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
@@ -1174,9 +1175,7 @@ TEST(elementwise_groups_launch_reshaped) {
     if (L->n == 64) short_rows += x->m == 64 && x->n == 4096;
   }
   CHECK_MSG(long_rows == 1 && bcast == 1 && short_rows == 1, "%d + %d reshaped, %d kept", long_rows, short_rows, bcast);
-  int worst;
-  double e = cpu_model_error(g, &p, 0, 0, &worst);
-  CHECK_MSG(e <= 1.5e-2, "%%%s rel error %g", worst >= 0 ? g->nodes[worst].name : "?", e);
+  check_model_bf16(g, &p, 0, 0, "plan");
   evt_exec_plan_free(&p);
   evt_graph_free(g);
 }
@@ -1234,9 +1233,7 @@ TEST(unfused_epilogue_groups_match_interpreter) {
     }
     CHECK_MSG(want > 0 && unf == want && biased > 0, "%s: %d records, %d unfused groups (%d with the bias, %d alone)",
               files[f], want, unf, biased, alone);
-    int worst;
-    double e = cpu_model_error(g, &p, 3, 0, &worst);
-    CHECK_MSG(e <= 1.5e-2, "%s: %%%s rel error %g", files[f], worst >= 0 ? g->nodes[worst].name : "?", e);
+    check_model_bf16(g, &p, 3, 0, files[f]);
     evt_exec_plan_free(&p);
     /* EVT_UNFUSED_MIN_GAIN instead: the records measured the pair 50% faster (0.1 vs 0.2 ms) */
     unsetenv("EVT_UNFUSED_EPILOGUE");
