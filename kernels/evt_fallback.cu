@@ -443,6 +443,37 @@ __global__ void k_concat_part(double *S, tv x, ll outer, ll chunk, ll row, ll at
   }
 }
 
+/* ---- data movement in the tensors' own dtype -------------------------------------------------------- */
+/* Ops that only move elements (layout changes, slices, concat, gathers by index) give the same bits with
+ * or without the double round trip (every dtype converts to double and back exactly), so when the moved
+ * operand has the output's dtype they copy elements of that size directly: no scratch, no zeroing of the
+ * whole scratch, no rounding pass (move_native). T is an unsigned integer of the element's size. */
+template <class T>
+__global__ void k_move_gather(T *out, const T *x, ll n, shape_t sh, strides stv, ll base) {
+  GRID_FOR(e, n) out[e] = x[base + strided_off(e, sh, stv)];
+}
+
+template <class T>
+__global__ void k_move_scatter(T *out, const T *x, ll n, shape_t sh, strides stv, ll base) {
+  GRID_FOR(e, n) out[base + strided_off(e, sh, stv)] = x[e];
+}
+
+template <class T>
+__global__ void k_move_concat(T *out, const T *x, ll outer, ll chunk, ll row, ll at) {
+  GRID_FOR(e, outer * chunk) out[(e / chunk) * row + at + e % chunk] = x[e];
+}
+
+/* gather of index_select / embedding over (outer, len, inner); an index out of range writes zero (the
+ * double path leaves its zeroed scratch) and sets the error flag */
+template <class T>
+__global__ void k_move_index(T *out, const T *src, tv idx, ll outer, ll len, ll inner, ll n, int node) {
+  GRID_FOR(e, outer * n * inner) {
+    ll i = e % inner, j = (e / inner) % n, o = e / (inner * n);
+    ll r = as_index(ld(idx.p, idx.dt, j), len, node);
+    out[e] = r < 0 ? T(0) : src[(o * len + r) * inner + i];
+  }
+}
+
 /* ---- gemm: out[b] = a[b] @ b[b], double, k increasing; 16x16 tiles ---------------------------------- */
 
 #define TILE 16
@@ -1198,6 +1229,140 @@ extern "C" void evt_fb_event_free(void *ev) {
     return 1;                                                                                              \
   } while (0)
 
+/* One launch of a move kernel for elements of `bytes` bytes (1, 2, 4 or 8): out_ and in_ become T *. */
+#define MOVE_CASE(T, KERNEL, grid, out_, in_, ...)                                                         \
+  KERNEL<T><<<grid, 256, 0, ST>>>(static_cast<T *>(out_), static_cast<const T *>(in_), __VA_ARGS__)
+#define MOVE_DISPATCH(bytes, KERNEL, grid, out_, in_, ...)                                                 \
+  do {                                                                                                     \
+    switch (bytes) {                                                                                       \
+    case 1: MOVE_CASE(uint8_t, KERNEL, grid, out_, in_, __VA_ARGS__); break;                               \
+    case 2: MOVE_CASE(uint16_t, KERNEL, grid, out_, in_, __VA_ARGS__); break;                              \
+    case 4: MOVE_CASE(uint32_t, KERNEL, grid, out_, in_, __VA_ARGS__); break;                              \
+    default: MOVE_CASE(uint64_t, KERNEL, grid, out_, in_, __VA_ARGS__); break;                             \
+    }                                                                                                      \
+  } while (0)
+
+/* Permutes, expands, reshapes, slices, slice gradients, concats and index / embedding gathers whose data
+ * operand has the output's dtype, in that dtype (see k_move_gather). Returns -1 when the node is not one of
+ * them (evt_fb_run then takes the double path), else evt_fb_run's result. */
+static int move_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen) {
+  const evt_fb_tensor &out = nd->out;
+  const evt_fb_tensor *in = nd->in;
+  const evt_fb_attrs &a = nd->a;
+  int op = nd->op, ndata = 1;
+  switch (op) {
+  case EVT_FB_OP_RESHAPE: case EVT_FB_OP_SQUEEZE: case EVT_FB_OP_UNSQUEEZE: case EVT_FB_OP_PERMUTE:
+  case EVT_FB_OP_TRANSPOSE: case EVT_FB_OP_EXPAND: case EVT_FB_OP_SLICE: case EVT_FB_OP_SLICE_BACKWARD:
+  case EVT_FB_OP_EMBEDDING: case EVT_FB_OP_INDEX_SELECT: break;
+  case EVT_FB_OP_CONCAT: ndata = nd->ninputs; break;
+  default: return -1;
+  }
+  if (nd->ninputs < 1) return -1;
+  for (int k = 0; k < ndata; k++)
+    if (in[k].dtype != out.dtype) return -1;
+  int bytes = evt_fb_dtype_bytes(out.dtype);
+  if (bytes != 1 && bytes != 2 && bytes != 4 && bytes != 8) return -1;
+  ll n = out.numel;
+  if (n == 0) return 0;
+  /* the double path reads every operand before it writes: keep it for an output that overlaps one */
+  const char *ob = static_cast<const char *>(out.ptr), *oe = ob + (size_t)n * bytes;
+  for (int k = 0; k < ndata; k++) {
+    const char *ib = static_cast<const char *>(in[k].ptr), *ie = ib + (size_t)in[k].numel * bytes;
+    if (ib < oe && ob < ie) return -1;
+  }
+  void *o = out.ptr;
+  const void *x = in[0].ptr;
+  strides s1;
+  memset(&s1, 0, sizeof s1);
+  ll base = 0;
+  shape_t sh = shape_of(out);
+  switch (op) {
+  case EVT_FB_OP_RESHAPE: case EVT_FB_OP_SQUEEZE: case EVT_FB_OP_UNSQUEEZE:
+    if (in[0].numel != n) return -1;
+    CK(cudaMemcpyAsync(o, x, (size_t)n * bytes, cudaMemcpyDeviceToDevice, ST));
+    return 0;
+  case EVT_FB_OP_PERMUTE: case EVT_FB_OP_TRANSPOSE: {
+    const evt_fb_tensor &t = in[0];
+    int perm[R];
+    for (int d = 0; d < t.rank; d++) perm[d] = d;
+    if (op == EVT_FB_OP_PERMUTE) {
+      if (a.ndims != t.rank) return -1;
+      for (int d = 0; d < t.rank; d++) perm[d] = normdim(a.dims[d], t.rank);
+    } else if (t.rank > 0) {
+      int p0 = a.ndims == 2 ? normdim(a.dims[0], t.rank) : -1, p1 = a.ndims == 2 ? normdim(a.dims[1], t.rank) : -1;
+      if (p0 < 0 || p1 < 0) return -1;
+      perm[p0] = p1;
+      perm[p1] = p0;
+    }
+    ll xs[R];
+    contig(t, xs);
+    for (int d = 0; d < t.rank; d++) {
+      if (perm[d] < 0 || out.shape[d] != t.shape[perm[d]]) return -1;
+      s1.s[d] = xs[perm[d]];
+    }
+    break;
+  }
+  case EVT_FB_OP_EXPAND:
+    if (!bcast(in[0], out, &s1)) return -1;
+    break;
+  case EVT_FB_OP_SLICE: case EVT_FB_OP_SLICE_BACKWARD: {
+    bool fwd = op == EVT_FB_OP_SLICE;
+    const evt_fb_tensor &full = fwd ? in[0] : out, &part = fwd ? out : in[0];
+    int d = normdim(a.dim, full.rank);
+    if (d < 0 || part.rank != full.rank || a.step < 1) return -1;
+    ll fs[R];
+    contig(full, fs);
+    ll size = full.shape[d];
+    ll s0 = a.start < 0 ? a.start + size : a.start;
+    s0 = s0 < 0 ? 0 : s0 > size ? size : s0;
+    for (int k = 0; k < full.rank; k++) s1.s[k] = k == d ? fs[k] * a.step : fs[k];
+    base = s0 * fs[d];
+    if (!fwd) {
+      CK(cudaMemsetAsync(o, 0, (size_t)n * bytes, ST));
+      if (part.numel) MOVE_DISPATCH(bytes, k_move_scatter, blocks(part.numel), o, x, part.numel, shape_of(part), s1, base);
+      CK(cudaGetLastError());
+      return 0;
+    }
+    break;
+  }
+  case EVT_FB_OP_CONCAT: {
+    int d = normdim(a.dim, out.rank);
+    if (d < 0) return -1;
+    ll outer = prod(out.shape, 0, d), inner = prod(out.shape, d + 1, out.rank), row = out.shape[d] * inner, at = 0;
+    for (int k = 0; k < nd->ninputs; k++)
+      if ((at += in[k].shape[d] * inner) > row) return -1;
+    at = 0;
+    for (int k = 0; k < nd->ninputs; k++) {
+      ll chunk = in[k].shape[d] * inner;
+      if (outer * chunk) MOVE_DISPATCH(bytes, k_move_concat, blocks(outer * chunk), o, in[k].ptr, outer, chunk, row, at);
+      at += chunk;
+    }
+    CK(cudaGetLastError());
+    return 0;
+  }
+  case EVT_FB_OP_EMBEDDING: case EVT_FB_OP_INDEX_SELECT: {
+    const evt_fb_tensor &src = in[0], &idx = in[1];
+    if (nd->ninputs < 2) return -1;
+    ll outer, len, inner;
+    if (op == EVT_FB_OP_EMBEDDING) {
+      if (src.rank != 2) return -1;
+      outer = 1, len = src.shape[0], inner = src.shape[1];
+    } else {
+      int d = normdim(a.dim, src.rank);
+      if (d < 0) return -1;
+      outer = prod(src.shape, 0, d), len = src.shape[d], inner = prod(src.shape, d + 1, src.rank);
+    }
+    if (outer * idx.numel * inner != n) return -1;
+    MOVE_DISPATCH(bytes, k_move_index, blocks(n), o, x, view(idx), outer, len, inner, idx.numel, nd->id);
+    CK(cudaGetLastError());
+    return 0;
+  }
+  }
+  MOVE_DISPATCH(bytes, k_move_gather, blocks(n), o, x, n, sh, s1, base);
+  CK(cudaGetLastError());
+  return 0;
+}
+
 extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, char *err, size_t errlen) {
   const evt_fb_tensor &out = nd->out;
   const evt_fb_tensor *in = nd->in;
@@ -1205,6 +1370,8 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
   ll n = out.numel;
   int op = nd->op;
   ctx->stream = (cudaStream_t)stream;
+  int moved = move_native(ctx, nd, err, errlen);
+  if (moved >= 0) return moved;
   if (evt_fb_reserve(ctx, nd, err, errlen)) return 2; /* no-op when reserved before the step */
   double *S = ctx->s1;
   if (!writes_every_element(op)) CK(cudaMemsetAsync(S, 0, sizeof(double) * (size_t)(n ? n : 1), ctx->stream));
