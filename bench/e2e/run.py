@@ -117,7 +117,7 @@ def _time_steps(step, warmup, iters):
 
 
 def _kernels_in_one_step(step):
-    """Profiles one step: prints the top kernels by GPU time (a generated CUTLASS kernel is named by its
+    """Profiles one step: prints the top kernels by GPU time ($E2E_TOP_KERNELS of them, default 12; a generated CUTLASS kernel is named by its
     evt_gen_<hash> namespace) and the host-side CUDA API calls by host time (a synchronizing call or an
     allocation in the step shows up there); returns (kernel launches, kernel ms)."""
     import re
@@ -141,7 +141,7 @@ def _kernels_in_one_step(step):
         elif dev.endswith("CPU") and re.match(r"cu[A-Z]|cuda[A-Z]", e.name):
             t, c = api.get(e.name, (0.0, 0))
             api[e.name] = (t + float(getattr(e, "cpu_time_total", 0) or 0), c + 1)
-    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:12]
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:int(os.environ.get("E2E_TOP_KERNELS", "12"))]
     total = sum(t for t, _ in by_name.values())
     print(f"  top kernels of one step ({n} launches, {total / 1e3:.2f} ms of kernel time):", flush=True)
     for name, (t, c) in top:

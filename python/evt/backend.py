@@ -46,7 +46,8 @@ Contract
   memory order and returned as the permuted view with the recorded strides (no copies either way).
 - Data movement of PyTorch-made values (CUDA; _DATA_MOVES: stack / cat / select_backward / views / clone
   whose every tensor input a PyTorch step made, e.g. the q/k/v gradients of the attention backward) runs
-  in PyTorch before the segment reading it (in evt these are node-by-node copies in double).
+  in PyTorch before the segment reading it (in evt these are node-by-node copies); the stack of the q/k/v
+  gradients takes the permute and clone after it (_fold_stack_permute_clone: one copy instead of two).
 - Device dispatch (gpu.choose_path): a segment holds tensors of one device (aten.Builder.on_device; a
   node on another device starts a PyTorch step). CPU segments run on the interpreter. CUDA segments get
   an evt GPU program at plan time (gpu.Program: flags FUSED unless EVT_FUSED=0 / fused=False, CUDA_GRAPH
@@ -204,11 +205,49 @@ def stack_select_backwards(gm, options=None):
             st = gm.graph.call_function(aten.stack.default, (grads, d))
         st.meta = dict(root.meta)
         root.replace_all_uses_with(st)
+        _fold_stack_permute_clone(gm, st)
         count += 1
     if count:
         gm.graph.eliminate_dead_code()
         gm.recompile()
     return count
+
+
+def _fold_stack_permute_clone(gm, st):
+    """clone(permute(stack(xs, d), perm)) -> stack([permute(x, q) for x in xs], perm.index(d)): the same
+    contiguous tensor in one copy instead of two (the attention's q/k/v gradients, [B, H, S, D] each, become
+    the [B, S, 3, H, D] gradient of the qkv projection; PyTorch's stack then reads each gradient once through
+    its permuted view). Only when the permute is the stack's one user and the clone the permute's."""
+    if len(st.users) != 1:
+        return False
+    (pm,) = st.users
+    if pm.target != aten.permute.default or len(pm.users) != 1 or pm.kwargs:
+        return False
+    (cl,) = pm.users
+    fmt = cl.kwargs.get("memory_format", torch.contiguous_format)
+    if cl.target != aten.clone.default or len(cl.args) != 1 or fmt not in (torch.contiguous_format, None):
+        return False
+    xs, d = st.args[0], st.args[1] if len(st.args) > 1 else 0
+    r = len(pm.args[1])
+    perm = [p % r for p in pm.args[1]]
+    d %= r
+    if sorted(perm) != list(range(r)) or not all(isinstance(x, torch.fx.Node) for x in xs):
+        return False
+    nd = perm.index(d)
+    q = [s_ if s_ < d else s_ - 1 for j, s_ in enumerate(perm) if j != nd]
+    with gm.graph.inserting_before(cl):
+        views = []
+        for x in xs:
+            v = gm.graph.call_function(aten.permute.default, (x, q))
+            xv = x.meta.get("val")
+            v.meta = dict(x.meta)
+            if isinstance(xv, torch.Tensor):
+                v.meta["val"] = xv.permute(q)
+            views.append(v)
+        st2 = gm.graph.call_function(aten.stack.default, (views, nd))
+    st2.meta = dict(cl.meta)
+    cl.replace_all_uses_with(st2)
+    return True
 
 
 def _cuda_rules(device):

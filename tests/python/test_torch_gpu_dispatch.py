@@ -795,7 +795,8 @@ def test_attention_gradients_are_stacked_and_moved_by_pytorch(monkeypatch):
     """CUDA: dq, dk, dv of an attention backward that runs in PyTorch, summed through select_backward into
     the qkv gradient, permuted and flattened for the projection GEMM: the sum becomes a stack
     (stack_select_backwards), and the stack / permute / clone / view run in PyTorch before the segment,
-    which then starts from the flattened gradient (row-major GEMM operand, no slice_backward)."""
+    which then starts from the flattened gradient (row-major GEMM operand, no slice_backward). The permute and
+    clone after the stack fold into one stack of permuted views (_fold_stack_permute_clone)."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
@@ -823,9 +824,15 @@ def test_attention_gradients_are_stacked_and_moved_by_pytorch(monkeypatch):
     assert B.stack_select_backwards(gm) == 1
     targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert aten.stack.default in targets and aten.select_backward.default not in targets
+    # the permute + clone after the stack fold into it: one stack of the permuted gradients (one copy)
+    assert aten.clone.default not in targets, targets
+    (st,) = [n for n in gm.graph.nodes if n.target == aten.stack.default]
+    assert st.args[1] == 2 and all(x.target == aten.permute.default and x.args[1] == [0, 2, 1, 3] for x in st.args[0])
+    assert tuple(st.meta["val"].shape) == (2, 8, 3, 4, 16)
+    assert torch.equal(gm(*args)[0], f(*args)[0])  # (exact: the same elements, moved once)
     plan = B.build_plan(gm)
     moved = [B._op_name(n).split(".")[0] for n in plan.torch_moves]
-    assert moved[-4:] == ["stack", "permute", "clone", "_unsafe_view"], moved
+    assert moved[-5:] == ["permute", "permute", "permute", "stack", "_unsafe_view"], moved
     (seg,) = [s for s in _segments(plan) if s.path == "gpu"]  # (the q/k/v selects: PyTorch views, path none)
     assert "in._unsafe_view" in seg.text and "slice_backward" not in seg.text, seg.text
     # the rewrite is exact
