@@ -2,7 +2,12 @@
  * Design: every node computes in double into a scratch S (numel doubles; zeroed first unless its kernel
  * assigns every element, writes_every_element), then `finish` rounds S to the output dtype. Kernels are
  * one thread per output element (or per row / group) with grid-stride loops, mirroring the interpreter's
- * loops so that sums run in the same order. Build: `make cuda` (nvcc, sm_90, --fmad=false). */
+ * loops so that sums run in the same order. Exception: pure data movement (permute, transpose, expand,
+ * reshape, slice and its gradient, concat, embedding / index_select gathers) whose data operands have the
+ * output's dtype copies elements in that dtype (move_native: the same bits, no scratch, no rounding pass).
+ * Build: `make cuda` (nvcc, sm_90, --fmad=false).
+ * (evt_fallback.h is one of the kernels/ headers hashed into every JIT cache key (src/runtime/jit.c):
+ * editing it, even a comment, recompiles every generated kernel; document changes here instead.) */
 #include "evt_fallback.h"
 #include "runtime/fb_gemm.h"
 #include "philox.h"

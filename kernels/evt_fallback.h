@@ -8,9 +8,6 @@
  *   its dtype exactly as evt_round_to_dtype does (f16/bf16 through float, ints truncated, bool != 0), so
  *   with the library compiled with --fmad=false most ops give the interpreter's bits; transcendental
  *   functions (exp, log, tanh, erf) differ from glibc by an ulp of double, below any dtype's rounding.
- *   Pure data movement (permute, transpose, expand, reshape, slice and its gradient, concat, embedding /
- *   index_select gathers) whose data operands have the output's dtype copies elements in that dtype
- *   instead (the same bits, no double scratch; move_native in the .cu).
  * - Summation orders follow the interpreter where a thread owns an output element (reductions, softmax,
  *   norms, mm, conv forward / weight gradient); scatter ops (embedding/index_select/pool/conv input
  *   backward, spmm_t, sdpa_backward_k/v, layer_norm_backward_weight) add with double atomics.
