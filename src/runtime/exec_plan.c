@@ -430,6 +430,13 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
                    tg[gi].desc, evt_tile_config_label(&L->spec.cfg, lab, sizeof lab));
       }
     }
+    /* an untuned GEMM over a large output: CUTLASS's tile scheduler with groups of 8 tiles (L2 reuse) */
+    if (L->kind == EVT_LK_GEMM_EVT && x->fused && x->tuned == EVT_TUNE_NONE && x->swizzle == 0 &&
+        (x->swizzle = evt_exec_default_swizzle(L, x->m, x->n)) > 1) {
+      size_t len = strlen(x->tune_desc);
+      snprintf(x->tune_desc + len, sizeof x->tune_desc - len, "%sswizzle %d (default for its %lld tiles)", len ? "; " : "",
+               x->swizzle, (long long)evt_exec_output_tiles(L, x->m, x->n));
+    }
     /* few output tiles for a long K: without split-K the generated kernel runs a handful of CTAs down K (XML-CNN's
      * input gradient, 256 x 512 x 670208: 4 CTAs, 6.0 ms on the H200, S11W5); cuBLAS (split-K) + row kernel */
     if (L->kind == EVT_LK_GEMM_EVT && x->fused && !x->unf && !x->blas && x->d_node >= 0 && x->tuned != EVT_TUNE_FUSED &&
@@ -477,6 +484,17 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
 int64_t evt_exec_output_tiles(const evt_lowered *L, int64_t m, int64_t n) {
   int64_t tm = L->spec.cfg.tile_m > 0 ? L->spec.cfg.tile_m : 128, tn = L->spec.cfg.tile_n > 0 ? L->spec.cfg.tile_n : 256;
   return ((m + tm - 1) / tm) * ((n + tn - 1) / tn);
+}
+
+int evt_exec_default_swizzle(const evt_lowered *L, int64_t m, int64_t n) {
+  const char *e = getenv("EVT_DEFAULT_SWIZZLE");
+  if (e && *e) {
+    int v = atoi(e);
+    return v == 2 || v == 4 || v == 8 ? v : 0;
+  }
+  if (L->kind != EVT_LK_GEMM_EVT || L->spec.batched || m * n < (int64_t)4096 * 4096) return 0;
+  int64_t tm = L->spec.cfg.tile_m > 0 ? L->spec.cfg.tile_m : 128, tn = L->spec.cfg.tile_n > 0 ? L->spec.cfg.tile_n : 256;
+  return (m + tm - 1) / tm >= 8 && (n + tn - 1) / tn >= 8 ? 8 : 0;
 }
 
 bool evt_exec_split_k_starved(const evt_lowered *L, int64_t m, int64_t n, int64_t k) {

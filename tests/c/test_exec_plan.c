@@ -1141,6 +1141,52 @@ TEST(split_k_starved_gemm_runs_unfused) {
   evt_test_env_restore(keys, 1, saved);
 }
 
+/* An untuned GEMM over a large output (8192 x 4096: 64 x 16 tiles of 128x256) launches with swizzle 8, a small
+ * one (512 x 512) with CUTLASS's default; EVT_DEFAULT_SWIZZLE overrides (0: none); the plan's description says
+ * so. (The swizzle is a launch argument: the kernel and its result are the same.) */
+TEST(large_untuned_gemms_get_a_swizzle) {
+  const char *text =
+      "graph t {\n"
+      "  %a: bf16[8192,1024] = input()\n"
+      "  %b: bf16[1024,4096] = input()\n"
+      "  %mm: bf16[8192,4096] = mm(%a, %b)\n"
+      "  %r: bf16[8192,4096] = relu(%mm)\n"
+      "  %c: bf16[512,64] = input()\n"
+      "  %d: bf16[64,512] = input()\n"
+      "  %mm2: bf16[512,512] = mm(%c, %d)\n"
+      "  %r2: bf16[512,512] = relu(%mm2)\n"
+      "  output %r, %r2\n"
+      "}\n";
+  const char *keys[] = {"EVT_DEFAULT_SWIZZLE"};
+  char *saved[1];
+  evt_test_env_save(keys, 1, saved);
+  for (int mode = 0; mode < 2; mode++) {
+    if (mode == 0) unsetenv("EVT_DEFAULT_SWIZZLE");
+    else setenv("EVT_DEFAULT_SWIZZLE", "0", 1);
+    evt_graph *g = parse_text(text, "swizzle.evt");
+    if (!g) break;
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    int big = 0, small = 0;
+    for (int gi = 0; gi < p.ngroups; gi++) {
+      const evt_group_exec *x = &p.groups[gi];
+      if (p.low.k[gi].kind != EVT_LK_GEMM_EVT || !x->fused) continue;
+      if (x->m == 8192) {
+        big++;
+        CHECK_MSG(x->swizzle == (mode == 0 ? 8 : 0), "swizzle %d: %s", x->swizzle, x->tune_desc);
+        if (mode == 0) CHECK_MSG(strstr(x->tune_desc, "swizzle 8") != NULL, "%s", x->tune_desc);
+      } else if (x->m == 512) {
+        small++;
+        CHECK_MSG(x->swizzle == 0, "swizzle %d", x->swizzle);
+      }
+    }
+    CHECK(big == 1 && small == 1);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
+  evt_test_env_restore(keys, 1, saved);
+}
+
 /* An elementwise-only group over a 1-D tensor (one row: one CTA of the row kernel did all of it), over rows
  * too long for a register-resident row (40000 > 32768: refused before) or over short rows (64) launches as
  * [M·N / n', n'] rows (n' = 4000, 4096 here); a group with a broadcast vector keeps its shape; the CPU model of the plan, bound as the GPU
