@@ -488,13 +488,11 @@ int64_t evt_exec_output_tiles(const evt_lowered *L, int64_t m, int64_t n) {
 
 int evt_exec_default_swizzle(const evt_lowered *L, int64_t m, int64_t n) {
   const char *e = getenv("EVT_DEFAULT_SWIZZLE");
-  if (e && *e) {
-    int v = atoi(e);
-    return v == 2 || v == 4 || v == 8 ? v : 0;
-  }
+  int v = e && *e ? atoi(e) : 0;
+  if (v != 2 && v != 4 && v != 8) return 0;
   if (L->kind != EVT_LK_GEMM_EVT || L->spec.batched || m * n < (int64_t)4096 * 4096) return 0;
   int64_t tm = L->spec.cfg.tile_m > 0 ? L->spec.cfg.tile_m : 128, tn = L->spec.cfg.tile_n > 0 ? L->spec.cfg.tile_n : 256;
-  return (m + tm - 1) / tm >= 8 && (n + tn - 1) / tn >= 8 ? 8 : 0;
+  return (m + tm - 1) / tm >= 8 && (n + tn - 1) / tn >= 8 ? v : 0;
 }
 
 bool evt_exec_split_k_starved(const evt_lowered *L, int64_t m, int64_t n, int64_t k) {

@@ -124,11 +124,12 @@ bool evt_exec_unfused_wanted(double fused_ms, double unfused_ms);
  * would walk all of K (XML-CNN's input gradient 256 x 512 x 670208: 4 CTAs, 6.0 ms; S11W5), where cuBLAS splits
  * K. EVT_SPLIT_K_UNFUSED=0 turns the rule off. */
 #define EVT_EXEC_SMS 132
-/* The tile-scheduler swizzle of a GEMM+EVT group without a tuning record: 8 (CUTLASS max_swizzle_size: tiles
- * visited in groups of 8 for L2 reuse) when the output is at least 4096 x 4096 and at least 8 tiles each way,
- * else 0 (CUTLASS's default, no swizzle). Tuning records measured swizzle 8 18-22% faster than no swizzle for
- * the same tile config on the paper MLP's 8192 x 16384 x 4096 and 8192 x 4096 x 16384 GEMMs (H200, S11W2).
- * $EVT_DEFAULT_SWIZZLE=0|2|4|8 overrides it for every untuned group. */
+/* The tile-scheduler swizzle of a GEMM+EVT group without a tuning record: $EVT_DEFAULT_SWIZZLE=2|4|8 (opt-in;
+ * CUTLASS max_swizzle_size, tiles visited in groups for L2 reuse) when the output is at least 4096 x 4096 and
+ * at least 8 tiles each way, else 0 (CUTLASS's default, no swizzle). Not the default: tuning records measured
+ * swizzle 8 18-22% faster for the paper MLP's 8192 x 16384 x 4096 and 8192 x 4096 x 16384 GEMMs, but on
+ * bert_large (paper size) it made one 24-launch GEMM 33% slower (3.80 -> 5.05 ms) and the others ~2%
+ * (evt_cg 96.76 vs 95.45 ms/step; H200, S12W3): per-shape choices belong to the tuner. */
 int evt_exec_default_swizzle(const evt_lowered *L, int64_t m, int64_t n);
 int64_t evt_exec_output_tiles(const evt_lowered *L, int64_t m, int64_t n);
 bool evt_exec_split_k_starved(const evt_lowered *L, int64_t m, int64_t n, int64_t k);

@@ -1141,9 +1141,9 @@ TEST(split_k_starved_gemm_runs_unfused) {
   evt_test_env_restore(keys, 1, saved);
 }
 
-/* An untuned GEMM over a large output (8192 x 4096: 64 x 16 tiles of 128x256) launches with swizzle 8, a small
- * one (512 x 512) with CUTLASS's default; EVT_DEFAULT_SWIZZLE overrides (0: none); the plan's description says
- * so. (The swizzle is a launch argument: the kernel and its result are the same.) */
+/* EVT_DEFAULT_SWIZZLE=8: an untuned GEMM over a large output (8192 x 4096: 64 x 16 tiles of 128x256) launches
+ * with swizzle 8, a small one (512 x 512) with CUTLASS's default; unset (the default) or 0: none; the plan's
+ * description says so. (The swizzle is a launch argument: the kernel and its result are the same.) */
 TEST(large_untuned_gemms_get_a_swizzle) {
   const char *text =
       "graph t {\n"
@@ -1160,8 +1160,9 @@ TEST(large_untuned_gemms_get_a_swizzle) {
   const char *keys[] = {"EVT_DEFAULT_SWIZZLE"};
   char *saved[1];
   evt_test_env_save(keys, 1, saved);
-  for (int mode = 0; mode < 2; mode++) {
-    if (mode == 0) unsetenv("EVT_DEFAULT_SWIZZLE");
+  for (int mode = 0; mode < 3; mode++) {
+    if (mode == 0) setenv("EVT_DEFAULT_SWIZZLE", "8", 1);
+    else if (mode == 1) unsetenv("EVT_DEFAULT_SWIZZLE");
     else setenv("EVT_DEFAULT_SWIZZLE", "0", 1);
     evt_graph *g = parse_text(text, "swizzle.evt");
     if (!g) break;
