@@ -56,7 +56,7 @@ class _Capture(logging.Handler):
     """Keeps the evt logger's messages; echoes the compile progress (plans, new GPU programs) with the
     seconds since the mode started, so a window's log shows where a slow compile is."""
 
-    PROGRESS = (" evt segment(s)", "GPU program for", "could not", "failed")
+    PROGRESS = (" evt segment(s)", "GPU program for", "could not", "failed", "copied for evt")
 
     def __init__(self, echo=True):
         super().__init__()
@@ -270,7 +270,8 @@ def run_workload(name, modes, a):
                 torch.cuda.synchronize()
                 st = dict(B.STATS)
                 row.update(evt_launches=st.get("gpu_launches", 0), gpu_segments=st.get("gpu_segment_runs", 0),
-                           torch_segments=st.get("torch_segment_runs", 0), interp_segments=st.get("interp_segment_runs", 0))
+                           torch_segments=st.get("torch_segment_runs", 0), interp_segments=st.get("interp_segment_runs", 0),
+                           input_copies=st.get("input_copies", 0))
             ts = _time_steps(step, a.warmup, a.iters)
             med = statistics.median(ts)
             row.update(ms=round(med, 3), ms_min=round(min(ts), 3), ms_max=round(max(ts), 3),

@@ -985,6 +985,14 @@ def test_padded_gemm_is_the_gemm(m, k, n):
         assert torch.allclose(got, ref, rtol=1e-12, atol=1e-12)
     got = B.padded_gemm(aten.mm.default, [a.t().contiguous().t(), b], {})
     assert torch.allclose(got, a @ b, rtol=1e-12, atol=1e-12) and got.is_contiguous()
+    # contiguous=False: the strided view of the padded result (no copy), the same values
+    view = B.padded_gemm(aten.mm.default, [a, b], {}, contiguous=False)
+    assert torch.equal(view, B.padded_gemm(aten.mm.default, [a, b], {}))
+    assert view.is_contiguous() == (n % 8 == 0)  # (padded columns: a row stride of N rounded up)
+    # a transposed view is padded as the row-major tensor it views: the padded operand stays column-major
+    at = a.t().contiguous().t()
+    pa = B._pad2d(at, B._up8(m), B._up8(k))
+    assert pa.t().is_contiguous() and torch.equal(pa, torch.nn.functional.pad(a, (0, B._up8(k) - k, 0, B._up8(m) - m)))
     if m * k * n > 10000:  # bf16 (what it runs on): the same up to the summation order
         a16, b16 = a.bfloat16(), b.bfloat16()
         got = B.padded_gemm(aten.mm.default, [a16, b16], {})
