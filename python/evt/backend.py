@@ -132,6 +132,7 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
     if log.isEnabledFor(logging.INFO):
         h = histogram(joint)
         log.info("joint graph: %d ops: %s", sum(h.values()), ", ".join(f"{k} x{v}" for k, v in h.most_common()))
+    joint_cse(joint)
     A.rewrite_joint(joint, attention=G.attention_in_evt(options), cuda_pools=G.gpu_ops(options) == "all",
                     ln_devices=("cuda", "cpu") if _cuda_rules("cpu") else ("cuda",))
     stack_select_backwards(joint, options)
@@ -187,6 +188,27 @@ def attention_output_strides(gm):
                 elif u.target == aten.transpose.int:
                     u.meta["val"] = xv.transpose(u.args[1], u.args[2])
     return count
+
+
+def joint_cse(gm):
+    """Common-subexpression elimination on the joint graph with PyTorch's own pass (fx_graph_cse, which the
+    min-cut partitioner runs and the default partitioner does not; it leaves random ops and values the module
+    returns apart). Autocast casts the same activation once per consumer: XML-CNN's transposed embedding went
+    to bf16 three times (one per convolution, [256, 304, 512] each at x0.25) and all three were saved for the
+    backward. EVT_JOINT_CSE=0 turns it off. Returns the number of nodes removed."""
+    if os.environ.get("EVT_JOINT_CSE", "1") in ("", "0"):
+        return 0
+    try:
+        from torch._functorch.compile_utils import fx_graph_cse
+    except ImportError:  # (an older PyTorch without it: nothing to do)
+        return 0
+    before = len(gm.graph.nodes)
+    gm.graph = fx_graph_cse(gm.graph)
+    gm.recompile()
+    removed = before - len(gm.graph.nodes)
+    if removed:
+        log.info("joint graph: %d duplicate node(s) removed (CSE)", removed)
+    return removed
 
 
 def _untranslated_on_cuda(node):

@@ -1254,3 +1254,26 @@ def test_cudnn_attention_output_gets_its_runtime_strides():
     assert t1.meta["val"].is_contiguous() and p2.meta["val"].is_contiguous()
     assert B.contiguous_permute(t1) and B.contiguous_permute(p2)
     assert B.attention_output_strides(gm) == 0  # (already strided: unchanged)
+
+
+def test_joint_cse_merges_duplicate_casts(monkeypatch):
+    """joint_cse: autocast's three casts of one activation (one per convolution in XML-CNN) become one node,
+    the graph computes the same; EVT_JOINT_CSE=0 leaves the graph alone."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    aten = torch.ops.aten
+
+    def f(x, w1, w2, w3):
+        xt = aten.permute(x, [0, 2, 1])
+        outs = [aten.mm(aten._to_copy(xt, dtype=torch.bfloat16)[0], w) for w in (w1, w2, w3)]
+        return [outs[0] + outs[1] + outs[2]]
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(2, 8, 4, generator=g)] + [torch.randn(8, 3, generator=g).bfloat16() for _ in range(3)]
+    ref = f(*args)[0]
+    casts = lambda gm: sum(n.target == aten._to_copy.default for n in gm.graph.nodes)  # noqa: E731
+    gm = make_fx(f)(*args)
+    assert casts(gm) == 3
+    monkeypatch.setenv("EVT_JOINT_CSE", "0")
+    assert B.joint_cse(gm) == 0 and casts(gm) == 3
+    monkeypatch.delenv("EVT_JOINT_CSE")
+    assert B.joint_cse(gm) >= 2 and casts(gm) == 1
+    assert torch.equal(gm(*args)[0], ref)
