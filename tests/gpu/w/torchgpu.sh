@@ -17,7 +17,8 @@
 #    PyTorch with the reason.
 # 1b. TORCHGPU_TUNE=N: before the benchmark, one evt step per workload (TORCHGPU_TUNE_WORKLOADS: a comma list of
 #    them, default all) with EVT_TUNE=N (autotuning of its GEMM groups; records in the JIT cache, which the
-#    benchmark reads); the prewarm below is off then.
+#    benchmark reads); the prewarm below is off then. TORCHGPU_TUNE_S caps each tuning step's seconds (records
+#    of the groups finished by then are kept).
 # 0. From the start, in the background (own session, killed at the end): a JIT prewarm, one evt step per
 #    benchmark workload in order, so the kernels compile while the models run; each benchmark first waits
 #    for its workload's prewarm while more than TORCHGPU_BENCH_MIN (60) s would be left.
@@ -117,6 +118,7 @@ if [ "${TORCHGPU_TUNE:-0}" != 0 ]; then
     IFS=: read -r w t sc _ <<<"$spec"
     [ -n "${TORCHGPU_TUNE_WORKLOADS:-}" ] && [[ ",$TORCHGPU_TUNE_WORKLOADS," != *",$w,"* ]] && continue
     l=$(( $(left) - 60 ))
+    [ -n "${TORCHGPU_TUNE_S:-}" ] && [ "$l" -gt "$TORCHGPU_TUNE_S" ] && l=$TORCHGPU_TUNE_S
     [ "$l" -lt 30 ] && { echo "-- tune $w skipped: ${l}s left"; continue; }
     echo "-- [$(date -u +%H:%M:%S)] tune $w (EVT_TUNE=$TORCHGPU_TUNE, scale ${sc:-1}, timeout ${l}s)"
     EVT_TUNE=$TORCHGPU_TUNE CUTLASS_PATH=$CUTLASS EVT_LOG=1 timeout -k 5 "$l" python3 bench/e2e/run.py --child "$w" \
