@@ -136,7 +136,6 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
     A.rewrite_joint(joint, attention=G.attention_in_evt(options), cuda_pools=G.gpu_ops(options) == "all",
                     ln_devices=("cuda", "cpu") if _cuda_rules("cpu") else ("cuda",))
     stack_select_backwards(joint, options)
-    attention_output_strides(joint)
     for n in joint.graph.nodes:
         if n.op == "call_function" and n.target == aten.native_layer_norm_backward.default:
             rstd = n.args[4]
@@ -148,46 +147,6 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
         from torch._functorch.partitioners import min_cut_rematerialization_partition
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     return default_partition(joint, joint_inputs, **kwargs)
-
-
-_SAME_STRIDE_VIEWS = {aten.alias.default, aten.detach.default}
-
-
-def attention_output_strides(gm):
-    """Gives the output of PyTorch's cuDNN attention ([B, H, S, D]) the strides it has at run time: memory laid
-    out [B, S, H, D] (strides (S*H*D, D, H*D, 1); measured on the H200 with torch 2.11, S12W5), where the fake
-    tensor of the traced graph says contiguous. With the recorded contiguous strides the permute back to
-    [B, S, H, D] before the output projection looked like a strided result, stayed in evt, and every run copied
-    the strided output into contiguous memory to bind it (48 copies per bert_large step); with the true strides
-    contiguous_permute sees that the permute gives contiguous memory: a free PyTorch view that the segment binds.
-    Also updates the aliases / detaches of the output (same strides) and the permutes / transposes of any of
-    them (the forward's projection and the backward's weight gradient read them). A wrong guess costs no
-    correctness: a strided value is copied at binding time as before. Returns how many outputs changed."""
-    count = 0
-    for n in list(gm.graph.nodes):
-        if not (n.op == "call_function" and n.target is operator.getitem and n.args[1] == 0
-                and getattr(n.args[0], "target", None) == aten._scaled_dot_product_cudnn_attention.default):
-            continue
-        v = n.meta.get("val")
-        if not (isinstance(v, torch.Tensor) and v.dim() == 4 and v.is_contiguous() and _cuda_rules(v.device)):
-            continue
-        n.meta["val"] = v.transpose(1, 2).contiguous().transpose(1, 2)
-        count += 1
-        todo = [n]
-        while todo:
-            x = todo.pop()
-            xv = x.meta["val"]
-            for u in x.users:
-                if u.op != "call_function" or not u.args or u.args[0] is not x:
-                    continue
-                if u.target in _SAME_STRIDE_VIEWS:
-                    u.meta["val"] = aten.alias.default(xv)
-                    todo.append(u)
-                elif u.target == aten.permute.default:
-                    u.meta["val"] = xv.permute(u.args[1])
-                elif u.target == aten.transpose.int:
-                    u.meta["val"] = xv.transpose(u.args[1], u.args[2])
-    return count
 
 
 def joint_cse(gm):

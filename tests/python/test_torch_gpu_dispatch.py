@@ -1226,36 +1226,6 @@ def test_padded_gemms_train_like_eager(monkeypatch, caplog):
     torch._dynamo.reset()
 
 
-def test_cudnn_attention_output_gets_its_runtime_strides():
-    """attention_output_strides: the traced (fake) output of PyTorch's cuDNN attention is contiguous [B, H, S, D],
-    the real one is laid out [B, S, H, D] (H200); with the true strides, the permute / transpose back to
-    [B, S, H, D] (directly or through an alias, as the backward reads the saved output) is a contiguous
-    result of a strided value: contiguous_permute, a free PyTorch view the segment binds (no copy per run)."""
-    import operator
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-    aten = torch.ops.aten
-    g = torch.fx.Graph()
-    q, k, v = (g.placeholder(n) for n in "qkv")
-    att = g.call_function(aten._scaled_dot_product_cudnn_attention.default, (q, k, v, None, True, 0.0, False, False))
-    o = g.call_function(operator.getitem, (att, 0))
-    al = g.call_function(aten.alias.default, (o,))
-    t1 = g.call_function(aten.transpose.int, (o, 1, 2))
-    p2 = g.call_function(aten.permute.default, (al, [0, 2, 1, 3]))
-    g.output([t1, p2])
-    gm = torch.fx.GraphModule(torch.nn.Module(), g)
-    mode = FakeTensorMode()
-    with mode:
-        fakes = [torch.empty(2, 4, 8, 16, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
-    assert o.meta["val"].is_contiguous() and not B.contiguous_permute(t1)  # (what tracing records)
-    assert B.attention_output_strides(gm) == 1
-    assert o.meta["val"].stride() == (512, 16, 64, 1) and al.meta["val"].stride() == (512, 16, 64, 1)
-    assert t1.meta["val"].is_contiguous() and p2.meta["val"].is_contiguous()
-    assert B.contiguous_permute(t1) and B.contiguous_permute(p2)
-    assert B.attention_output_strides(gm) == 0  # (already strided: unchanged)
-
-
 def test_joint_cse_merges_duplicate_casts(monkeypatch):
     """joint_cse: autocast's three casts of one activation (one per convolution in XML-CNN) become one node,
     the graph computes the same; EVT_JOINT_CSE=0 leaves the graph alone."""
