@@ -541,6 +541,28 @@ def _graph_for(text):
     return g
 
 
+_DEF = re.compile(r"^%([\w.]+)(?::| =)")
+_REF = re.compile(r"%([\w.]+)")
+
+
+def _used_input_lines(lines, out_names):
+    """The segment's statements without those nothing reads, inputs included (repeated until none is left;
+    every statement of the text format is pure, the outputs are listed). A value evt only passes on (an alias
+    of a PyTorch-made value, which PyTorch then makes as a view: Segment.torch_views) stayed an input that
+    every run bound, and a strided one was copied to be bound: the cuDNN attention output of every bert_large
+    layer, forward and backward, 48 copies per step on the H200 (S12W5/W6, input_copies)."""
+    lines = list(lines)
+    while True:
+        refs = set(out_names)
+        for ln in lines:
+            rhs = ln.split("=", 1)[1] if "=" in ln else ln
+            refs.update(_REF.findall(rhs))
+        keep = [ln for ln in lines if not ((m := _DEF.match(ln)) and m.group(1) not in refs)]
+        if len(keep) == len(lines):
+            return keep
+        lines = keep
+
+
 class Segment:
     """A run of FX nodes translated into one evt graph, run on the device of its tensors: the CPU
     interpreter, an evt GPU program, or (when the program cannot run it) PyTorch."""
@@ -602,7 +624,8 @@ class Segment:
             if name not in out_names:
                 out_names.append(name)
             self.outputs.append((m, out_names.index(name)))
-        self.text = "graph seg {\n  " + "\n  ".join(b.lines) + "\n" + \
+        lines = _used_input_lines(b.lines, out_names)
+        self.text = "graph seg {\n  " + "\n  ".join(lines) + "\n" + \
             (f"  output {', '.join('%' + n for n in out_names)}\n" if out_names else "") + "}\n"
         self.graph = _graph_for(self.text) if self.outputs else None
         if self.graph is None:
@@ -667,7 +690,7 @@ class Segment:
             return  # (permutes already: leave the segment as it is)
         vals = {name: A.meta_val(x) for x, name in b.inputs}
         lines = []
-        for ln in b.lines:
+        for ln in _used_input_lines(b.lines, out_names):
             name = ln.split(":", 1)[0].strip()[1:]
             if name in pin and ln.rstrip().endswith("= input()"):
                 o = pin[name]

@@ -1247,3 +1247,38 @@ def test_joint_cse_merges_duplicate_casts(monkeypatch):
     monkeypatch.delenv("EVT_JOINT_CSE")
     assert B.joint_cse(gm) >= 2 and casts(gm) == 1
     assert torch.equal(gm(*args)[0], ref)
+
+
+@needs_lib
+def test_values_a_segment_only_passes_on_are_not_its_inputs(monkeypatch):
+    """An alias of a value PyTorch made (AOT saves the cuDNN attention output for the backward as one) is made
+    by PyTorch as a view (Segment.torch_views); the segment declared the aliased value as an input anyway, and
+    every run bound it (a strided one copied: 48 attention outputs per bert_large step on the H200). Now the
+    segment text keeps only statements something reads (_used_input_lines); the plan still returns the alias."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+
+    def f(x, b, w):
+        a = aten.cumsum(x, 0)  # (no translation: PyTorch makes it, as it makes the attention output)
+        return [torch.relu(aten.mm(b, w)), aten.alias(a)]
+    args = [torch.randn(4, 8, 16).bfloat16(), torch.randn(16, 32).bfloat16(), torch.randn(32, 8).bfloat16()]
+    gm = make_fx(f)(*args)
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(4, 16, 8, device="cuda", dtype=torch.bfloat16).transpose(1, 2),
+                 torch.empty(16, 32, device="cuda", dtype=torch.bfloat16),
+                 torch.empty(32, 8, device="cuda", dtype=torch.bfloat16)]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    plan = B.build_plan(gm)
+    (seg,) = _segments(plan)
+    names = [n for _, n in seg.input_names]
+    assert names == ["in.b_1", "in.w_1"], (names, seg.text)  # (make_fx names the placeholders x_1, b_1, w_1)
+    assert "in.cumsum" not in seg.text and [(m.name, x.name) for m, x in seg.aliases] == [("alias", "cumsum")]
+    # (the raw helper: an unread input goes, and so does a dead statement that alone read another input)
+    lines = ["%in.x: f32[2] = input()", "%in.y: f32[2] = input()", "%dead: f32[2] = neg(%in.y)",
+             "%r: f32[2] = relu(%in.x)"]
+    assert B._used_input_lines(lines, ["r"]) == [lines[0], lines[3]]
