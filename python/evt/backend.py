@@ -388,6 +388,8 @@ def long_rows(node):
     kernels stream at bandwidth. A chain a GEMM feeds stays in evt (the GEMM epilogue takes any row length)."""
     if node.target in _GEMMS or node.target is operator.getitem or node.target in _VIEW_OPS:
         return None
+    if _whole_tensor_pointwise(node):
+        return None  # (an elementwise-only group launches as rows of any length: exec_plan.c elementwise_launch_shape)
     ts = [t for t in (node.meta.get("val"),) for t in (t if isinstance(t, (tuple, list)) else [t])]
     ts += [a.meta.get("val") for a in _tensor_args(node)]
     ts = [t for t in ts if isinstance(t, torch.Tensor) and t.dim() >= 1 and t.numel() >= UNALIGNED_MIN_NUMEL]
@@ -397,6 +399,26 @@ def long_rows(node):
     return (f"rows of {_row_length(long[0])} elements: evt's row kernels hold a row in registers (at most "
             f"{ROW_KERNEL_MAX_N}), and no GEMM epilogue takes this op (the reference library would run it node by "
             "node in double); runs in PyTorch; options={'gpu_ops': 'all'} or EVT_CUDA_OPS=all keeps it in evt")
+
+
+def _whole_tensor_pointwise(node):
+    """True for a pointwise op (ATen's pointwise tag, or a cast) with a contiguous result whose tensor operands
+    are contiguous of its shape or have one element: a group of such ops has no broadcast vector or reduction,
+    and the runtime launches it reshaped into rows the row kernel takes, whatever the row length (XML-CNN's
+    loss backward over 670,208 labels: sigmoid, sub, mul, div and the bf16 cast in one kernel instead of five
+    PyTorch passes). A strided operand would be a permute the group cannot take."""
+    t = node.target
+    if not (t in _CASTS or torch.Tag.pointwise in getattr(t, "tags", ())):
+        return False
+    v = node.meta.get("val")
+    if not isinstance(v, torch.Tensor) or not v.is_contiguous():
+        return False
+    for a in _tensor_args(node):
+        av = a.meta.get("val")
+        if not isinstance(av, torch.Tensor) or not (av.numel() == 1 or (tuple(av.shape) == tuple(v.shape)
+                                                                         and av.is_contiguous())):
+            return False
+    return True
 
 
 HOISTED_CAST = ("cast of a module input to 16 bits (autocast's weight copy): one PyTorch kernel at the start of "
@@ -1024,6 +1046,7 @@ class Plan:
         self.torch_permutes = []  # see contiguous_permute
         self.torch_moves = []     # data movement of PyTorch-made values (_DATA_MOVES), run by PyTorch
         torch_vals = set()        # nodes PyTorch computes as plan steps (not module inputs, not hoisted casts)
+        self._deferred = []       # PyTorch steps that run after the segment being built (see _torch_step)
         seg_of = {}
         hoisted = hoisted_casts(gm)
         for node in hoisted:
@@ -1043,16 +1066,14 @@ class Plan:
                 # data movement of values PyTorch made (the attention's q/k/v gradients stacked, permuted and
                 # flattened for the projection's backward): PyTorch, before the segment being built, which
                 # then binds the result (in evt these are node-by-node copies in double)
-                at = len(self.steps) - (1 if self.steps and isinstance(self.steps[-1], Segment) else 0)
-                self.steps.insert(at, node)
+                self._before_segment(node)
                 self.torch_moves.append(node)
                 torch_vals.add(node)
                 continue
             if contiguous_permute(node) and not isinstance(seg_of.get(node.args[0]), Segment):
                 # runs in PyTorch before the segment being built (it reads a value from before it), which then
                 # binds the contiguous result: evt would copy the strided input and permute it again
-                at = len(self.steps) - (1 if self.steps and isinstance(self.steps[-1], Segment) else 0)
-                self.steps.insert(at, node)
+                self._before_segment(node)
                 self.torch_permutes.append(node)
                 continue
             src = node.args[0] if node.target is operator.getitem else None
@@ -1065,6 +1086,8 @@ class Plan:
                     continue
                 except A.Unsupported:
                     pass
+            if self._reads_deferred(node):
+                self._flush_deferred()  # (the segment ends; the deferred PyTorch steps run; a new one starts)
             cur = self.steps[-1] if self.steps and isinstance(self.steps[-1], Segment) else \
                 Segment(self.options)
             used = {u.args[1] for u in node.users if u.target is operator.getitem}
@@ -1082,18 +1105,44 @@ class Plan:
             seg_of[node] = cur
             if not (self.steps and self.steps[-1] is cur):
                 self.steps.append(cur)
+        self._flush_deferred()
+
+    def _reads_deferred(self, node):
+        return bool(self._deferred) and any(a in self._deferred for a in node.all_input_nodes)
+
+    def _flush_deferred(self):
+        self.steps.extend(self._deferred)
+        self._deferred = []
+
+    def _before_segment(self, node):
+        """A PyTorch data move of PyTorch-made values: before the segment being built, or after it with the
+        deferred steps when it reads one of them."""
+        if self._reads_deferred(node):
+            self._deferred.append(node)
+            return
+        at = len(self.steps) - (1 if self.steps and isinstance(self.steps[-1], Segment) else 0)
+        self.steps.insert(at, node)
 
     def _torch_step(self, node, seg_of):
         """Adds a PyTorch step. A functional op that reads nothing of the segment being built runs before that
         segment, which then goes on (one segment where the op would have split it in two: XML-CNN's weight
         gradient, its f32 cast and its transpose stay one GEMM group although the bias gradient between them
-        in graph order runs in PyTorch); the PyTorch steps keep their order among themselves."""
+        in graph order runs in PyTorch); the PyTorch steps keep their order among themselves. A functional op
+        that reads the segment (or a deferred step) is deferred: it runs after the segment, which goes on with
+        the evt nodes that do not read a deferred step (the first that does ends it). XML-CNN's bias gradient
+        (a long-row sum, PyTorch) read the loss gradient the segment made, and split the weight gradient GEMM
+        from its transposed f32 cast, which then bound the transposed GEMM result as a copied input.
+        EVT_DEFER_TORCH=0: such an op ends the segment at once (as before)."""
         cur = self.steps[-1] if self.steps and isinstance(self.steps[-1], Segment) else None
         schema = getattr(node.target, "_schema", None)
         functional = node.target is operator.getitem or (schema is not None and not schema.is_mutable)
-        if cur is not None and functional and not any(seg_of.get(a) is cur for a in node.all_input_nodes):
+        reads_cur = any(seg_of.get(a) is cur for a in node.all_input_nodes)
+        if cur is not None and functional and not reads_cur and not self._reads_deferred(node):
             self.steps.insert(len(self.steps) - 1, node)
+        elif cur is not None and functional and os.environ.get("EVT_DEFER_TORCH", "1") not in ("", "0"):
+            self._deferred.append(node)
         else:
+            self._flush_deferred()
             self.steps.append(node)
 
     def finalize(self):

@@ -931,10 +931,12 @@ def test_unaligned_rows_run_in_pytorch_on_cuda(monkeypatch):
 
 @needs_lib
 def test_long_rows_run_in_pytorch_unless_a_gemm_feeds_them(monkeypatch):
-    """CUDA: elementwise ops on rows longer than the row kernels take (ROW_KERNEL_MAX_N) that no GEMM feeds (the
-    XML-CNN loss backward over 670,208 labels: sigmoid(logits) - target, its bias-gradient sum) run in PyTorch;
-    the chain a GEMM feeds (the loss forward in the logits GEMM's epilogue) stays in evt. The PyTorch ops, which
-    read nothing of the segment being built, run before it, so the GEMMs around them stay one segment."""
+    """CUDA: ops on rows longer than the row kernels take (ROW_KERNEL_MAX_N) that no GEMM feeds run in PyTorch
+    (the XML-CNN loss backward over 670,208 labels: its bias-gradient sum), except whole-tensor elementwise ops
+    (sigmoid(logits) - target), whose group the runtime launches reshaped into short rows; the chain a GEMM
+    feeds (the loss forward in the logits GEMM's epilogue) stays in evt. The sum reads the segment's g: it is
+    deferred (runs after the segment), and the GEMMs after it in graph order stay in the segment.
+    EVT_DEFER_TORCH=0: the sum ends the segment, the last GEMM starts another."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
@@ -942,13 +944,14 @@ def test_long_rows_run_in_pytorch_unless_a_gemm_feeds_them(monkeypatch):
     monkeypatch.setattr(G, "has_program_api", lambda: True)
     monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
     monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    monkeypatch.delenv("EVT_DEFER_TORCH", raising=False)
     n = 40000
 
     def f(h, w, logits, t, x2, w2):
         fwd = torch.relu(aten.mm(h, w))                      # a GEMM feeds it: evt
-        g = aten.sub(aten.sigmoid(logits), t)               # long rows, no GEMM: PyTorch
+        g = aten.sub(aten.sigmoid(logits), t)               # long rows, whole-tensor elementwise: evt
         dw = aten.mm(aten.t(g), h)                          # [n, 64]: evt
-        b = aten.sum(g, [0])                                # long rows, no GEMM: PyTorch
+        b = aten.sum(g, [0])                                # long rows, a reduction: PyTorch
         out = aten.relu(aten.mm(x2, w2))                    # evt, after the sum in graph order
         return [fwd, dw, b, out]
     shapes = [(32, 64), (64, n), (32, n), (32, n), (32, 64), (64, 64)]
@@ -959,14 +962,17 @@ def test_long_rows_run_in_pytorch_unless_a_gemm_feeds_them(monkeypatch):
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
     plan = B.build_plan(gm, None)
     why = {B._op_name(m).split(".")[0]: w for m, w in plan.fallbacks}
-    assert "sigmoid" in why and "sub" in why and "sum" in why and "rows of 40000" in why["sigmoid"], why
-    assert "relu" not in why and "mm" not in why, why
+    assert set(why) == {"sum"} and "rows of 40000" in why["sum"], why
     segs = _segments(plan)
-    # relu(mm) and mm(t(g), h) and relu(mm(x2, w2)) in one segment: the PyTorch steps ran before it
-    assert len(segs) == 1 and segs[0].text.count("mm(") == 3, [s.text for s in segs]
+    # relu(mm), sigmoid - t, mm(t(g), h) and relu(mm(x2, w2)) in one segment; the sum after it
+    assert len(segs) == 1 and segs[0].text.count("mm(") == 3 and "sigmoid(" in segs[0].text, [s.text for s in segs]
     names = [B._op_name(s).split(".")[0] if not isinstance(s, B.Segment) else "SEG" for s in plan.steps]
-    assert names.index("sum") < names.index("SEG"), names
+    assert names == ["SEG", "sum"], names
     assert B.long_rows(next(m for m in gm.graph.nodes if m.target == aten.relu.default)) is None
+    monkeypatch.setenv("EVT_DEFER_TORCH", "0")
+    plan0 = B.build_plan(gm, None)
+    names0 = [B._op_name(s).split(".")[0] if not isinstance(s, B.Segment) else "SEG" for s in plan0.steps]
+    assert names0 == ["SEG", "sum", "SEG"], names0
 
 
 @pytest.mark.parametrize("m,k,n", [(30, 64, 30522), (64, 30522, 40), (30522, 24, 64), (5, 3, 7), (16, 16, 16)])
