@@ -15,7 +15,9 @@ Contract
   holds every shape and dtype); a node without an exact translation runs as ordinary PyTorch between
   segments and is logged (`EVT_LOG=1`, logger `evt`). If the evt parser rejects a statement the node it
   names is moved to PyTorch and the plan is rebuilt; if the interpreter fails at run time the segment's
-  nodes run in PyTorch instead. Nothing evt cannot do ever fails the step.
+  nodes run in PyTorch instead. Nothing evt cannot do ever fails the step. A PyTorch node that reads nothing
+  of the segment being built runs before it; one that reads it runs after it (deferred), and the segment
+  goes on until a node reads a deferred one (Plan._torch_step; EVT_DEFER_TORCH=0: it ends the segment).
 - CUDA op placement (gpu.gpu_ops: options={"gpu_ops": "fast"|"all"}, else EVT_CUDA_OPS; default "fast"):
   under "fast" a CUDA node whose op is in CUDA_REFERENCE_ONLY (convolutions, attention, pooling and their
   backward, batch norm and its backward: evt's only GPU implementation of them is the reference library
