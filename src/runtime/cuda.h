@@ -136,6 +136,7 @@ struct evt_program {
   int groups_fused, groups_fallback;
   long runs;
   struct evt_prof *prof;    /* EVT_PROFILE (src/runtime/profile.c), NULL when off */
+  struct evt_hprof *hprof;  /* EVT_HOST_PROFILE (src/runtime/profile.c), NULL when off */
   char err[1024];
 };
 
@@ -148,6 +149,18 @@ void evt_prof_end(evt_program *p, void *stream);
 void evt_prof_free(evt_program *p);
 /* The table's description of step s (what runs, its shape and config) into buf. */
 void evt_prof_step_label(const evt_program *p, int s, char *buf, size_t len);
+
+/* ---- EVT_HOST_PROFILE (profile.c): per-step HOST time of eager runs, a table on stderr -------------- */
+/* EVT_HOST_PROFILE=N: enqueue times each step's host work (the launcher calls, argument building, library
+ * calls; no synchronization, so runs keep their speed) and the whole enqueue; after every N-th run a table
+ * of microseconds per run, slowest steps first. The bindings (evt_program_bind*) are not included. */
+bool evt_hprof_begin(evt_program *p, void *stream);  /* true when this run is host-profiled */
+void evt_hprof_step(evt_program *p, int step, double us);
+void evt_hprof_end(evt_program *p, double total_us); /* counts the run; prints every N-th */
+/* The table (as printed) into buf; returns its length (0: nothing recorded). */
+size_t evt_hprof_format(const evt_program *p, char *buf, size_t len);
+void evt_hprof_free(evt_program *p);
+double evt_now_us(void); /* CLOCK_MONOTONIC in microseconds */
 
 /* ---- launches (cuda.c): enqueue on `stream`, no synchronization ------------------------------------ */
 evt_status evt_gpu_launch_node(evt_program *p, int node, void *stream);

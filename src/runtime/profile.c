@@ -10,6 +10,7 @@
  * Everything here is host code over the kernel library's event functions (src/runtime/cuda.h). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/cuda.h"
 
@@ -163,4 +164,101 @@ void evt_prof_end(evt_program *p, void *stream) {
             s, label);
   }
   free(order);
+}
+
+/* ---- EVT_HOST_PROFILE: host time per step (no events, no synchronization) -------------------------- */
+
+struct evt_hprof {
+  int every, nsteps;
+  double *us;   /* per step: microseconds summed over the runs */
+  double total; /* whole enqueues, summed */
+  long runs;
+};
+
+double evt_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+void evt_hprof_free(evt_program *p) {
+  if (!p->hprof) return;
+  free(p->hprof->us);
+  free(p->hprof);
+  p->hprof = NULL;
+}
+
+bool evt_hprof_begin(evt_program *p, void *stream) {
+  if (p->capture_stream && stream == p->capture_stream) return false;
+  if (!p->hprof) {
+    const char *e = getenv("EVT_HOST_PROFILE");
+    int every = e && *e ? atoi(e) : 0;
+    if (every <= 0) return false;
+    p->hprof = calloc(1, sizeof *p->hprof);
+    EVT_ASSERT(p->hprof);
+    p->hprof->every = every;
+  }
+  struct evt_hprof *h = p->hprof;
+  if (h->nsteps != p->nsteps || !h->us) { /* (first run, or a re-plan changed the steps: counts restart) */
+    free(h->us);
+    h->us = calloc((size_t)p->nsteps + 1, sizeof *h->us);
+    EVT_ASSERT(h->us);
+    h->nsteps = p->nsteps;
+    h->total = 0;
+    h->runs = 0;
+  }
+  return true;
+}
+
+void evt_hprof_step(evt_program *p, int step, double us) {
+  if (p->hprof && p->hprof->us && step >= 0 && step < p->hprof->nsteps) p->hprof->us[step] += us;
+}
+
+size_t evt_hprof_format(const evt_program *p, char *buf, size_t len) {
+  const struct evt_hprof *h = p->hprof;
+  if (!h || !h->us || h->runs <= 0 || h->nsteps != p->nsteps || len == 0) return 0;
+  size_t n = 0;
+  buf[0] = 0;
+#define HPUT(...)                                                                        \
+  do {                                                                                   \
+    if (n < len) {                                                                       \
+      int w_ = snprintf(buf + n, len - n, __VA_ARGS__);                                  \
+      n += w_ > 0 ? (size_t)w_ : 0;                                                      \
+      if (n >= len) n = len - 1;                                                         \
+    }                                                                                    \
+  } while (0)
+  double steps = 0;
+  for (int s = 0; s < h->nsteps; s++) steps += h->us[s];
+  HPUT("[evt-host] program of %d nodes: %d steps, %.1f us of host time per run (%.1f in the steps; mean of %ld "
+       "runs; enqueue only, bindings not included)\n",
+       p->g->nnodes, h->nsteps, h->total / (double)h->runs, steps / (double)h->runs, h->runs);
+  int *order = malloc(sizeof(int) * (size_t)(h->nsteps ? h->nsteps : 1));
+  EVT_ASSERT(order);
+  for (int s = 0; s < h->nsteps; s++) order[s] = s;
+  for (int i = 1; i < h->nsteps; i++) /* slowest first, ties by step index (stable insertion sort) */
+    for (int j = i; j > 0 && h->us[order[j]] > h->us[order[j - 1]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  for (int i = 0; i < h->nsteps && i < 16; i++) {
+    int s = order[i];
+    char label[640];
+    evt_prof_step_label(p, s, label, sizeof label);
+    HPUT("[evt-host] %9.1f us %5.1f%%  step %3d  %s\n", h->us[s] / (double)h->runs,
+         steps > 0 ? 100.0 * h->us[s] / steps : 0.0, s, label);
+  }
+#undef HPUT
+  free(order);
+  return n;
+}
+
+void evt_hprof_end(evt_program *p, double total_us) {
+  struct evt_hprof *h = p->hprof;
+  if (!h || !h->us || h->nsteps != p->nsteps) return;
+  h->total += total_us;
+  h->runs++;
+  if (h->runs % h->every) return;
+  char buf[16384];
+  if (evt_hprof_format(p, buf, sizeof buf)) fputs(buf, stderr);
 }

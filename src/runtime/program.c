@@ -244,6 +244,7 @@ static evt_status replan(evt_program *p) {
 void evt_program_destroy(evt_program *p) {
   if (!p) return;
   evt_prof_free(p);
+  evt_hprof_free(p);
   if (p->api) {
     p->api->graph_free(p->graph_exec);
     p->api->stream_free(p->capture_stream);
@@ -461,15 +462,19 @@ static evt_status enqueue(evt_program *p, void *stream) {
   long before = p->api->launches(p->ctx), generated = 0;
   evt_status st = EVT_OK;
   bool prof = evt_prof_begin(p, stream);
+  bool hprof = evt_hprof_begin(p, stream);
+  double t_run = hprof ? evt_now_us() : 0;
   for (int s = 0; s < p->nsteps && st == EVT_OK && !p->replan; s++) {
     const evt_prog_step *sp = &p->steps[s];
     if (prof) evt_prof_mark(p, s, stream);
+    double t_step = hprof ? evt_now_us() : 0;
     if (sp->node >= 0) {
       st = evt_gpu_launch_node(p, sp->node, stream);
     } else {
       st = evt_gpu_launch_group(p, sp->group, stream);
       generated += evt_gpu_group_launches(p, sp->group);
     }
+    if (hprof) evt_hprof_step(p, s, evt_now_us() - t_step);
   }
   if (p->replan) return EVT_OK;
   for (int i = 0; i < p->noutputs && st == EVT_OK; i++) {
@@ -481,6 +486,7 @@ static evt_status enqueue(evt_program *p, void *stream) {
   }
   p->launches = p->api->launches(p->ctx) - before + generated;
   if (prof && st == EVT_OK) evt_prof_end(p, stream);
+  if (hprof && st == EVT_OK) evt_hprof_end(p, evt_now_us() - t_run);
   return st == EVT_OK ? EVT_OK : fail(p, st);
 }
 

@@ -393,3 +393,39 @@ TEST(profile_labels_name_kernel_shape_and_config) {
   evt_program_destroy(p);
   evt_graph_free(g);
 }
+
+/* EVT_HOST_PROFILE's accounting (src/runtime/profile.c) on bert_layer_bf16's host plan, with step times
+ * fed in directly (the enqueue that measures them needs a GPU): off without the variable; per-run means over
+ * the runs, the slowest step first with its EVT_PROFILE label, shares of the steps' sum. */
+TEST(host_profile_table) {
+  evt_graph *g = load_joint_file("bench/graphs/bert_layer_bf16.evt");
+  if (!g) return;
+  evt_program *p = NULL;
+  CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s", evt_graph_error(g));
+  const char *keys[] = {"EVT_HOST_PROFILE"};
+  char *saved[1];
+  evt_test_env_save(keys, 1, saved);
+  unsetenv("EVT_HOST_PROFILE");
+  CHECK(p && !evt_hprof_begin(p, NULL) && !p->hprof);
+  setenv("EVT_HOST_PROFILE", "1000", 1);
+  if (p && p->nsteps >= 3) {
+    for (int run = 0; run < 2; run++) {
+      CHECK(evt_hprof_begin(p, NULL));
+      for (int s = 0; s < p->nsteps; s++) evt_hprof_step(p, s, s == 2 ? 300.0 : 1.0);
+      evt_hprof_end(p, 400.0 + 100.0 * run);
+    }
+    char buf[16384], head[160], label[640], want[800];
+    CHECK(evt_hprof_format(p, buf, sizeof buf) > 0);
+    snprintf(head, sizeof head, "%d steps, 450.0 us of host time per run (%.1f in the steps; mean of 2 runs",
+             p->nsteps, 300.0 + (p->nsteps - 1));
+    CHECK_MSG(strstr(buf, head) != NULL, "%s", buf);
+    evt_prof_step_label(p, 2, label, sizeof label);
+    snprintf(want, sizeof want, "[evt-host]     300.0 us %5.1f%%  step   2  %s\n", 100.0 * 300.0 / (300.0 + (p->nsteps - 1)),
+             label);
+    const char *first = strchr(buf, '\n');
+    CHECK_MSG(first && !strncmp(first + 1, want, strlen(want)), "%s\nwant %s", buf, want);
+  }
+  evt_test_env_restore(keys, 1, saved);
+  evt_program_destroy(p);
+  evt_graph_free(g);
+}
