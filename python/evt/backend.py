@@ -961,6 +961,10 @@ def _has_tensor(node):
 def _run_torch(node, env):
     args = torch.fx.node.map_arg(node.args, lambda n: env[n])
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    if node.meta.get("evt_pad_out"):
+        out = cast_into_padded(args, kwargs)
+        if out is not None:
+            return out
     if node.meta.get("evt_pad_gemm"):
         return padded_gemm(node.target, args, kwargs, contiguous=node.meta["evt_pad_gemm"] == "contiguous")
     return node.target(*args, **kwargs)
@@ -989,6 +993,56 @@ def _up8(d):
     return (d + 7) // 8 * 8
 
 
+def pad_cast_output(node, in_torch, output):
+    """True for a PyTorch cast (_to_copy to a 16-bit dtype, same device) of a 2-D value whose row length is not
+    a multiple of 8, that only PyTorch steps read and the module does not return: cast_into_padded writes it
+    into memory padded to 8 columns, and the padded GEMMs that read it (directly or transposed) use that
+    memory as their operand instead of copying it into a padded one each (bert_large's logits gradient,
+    [16384, 30522]: two 1-GB copies and fills per step, S12W4)."""
+    if node.target not in _CASTS or not node.args or output in node.users:
+        return False
+    v = node.meta.get("val")
+    if not (isinstance(v, torch.Tensor) and v.dim() == 2 and v.dtype in (torch.bfloat16, torch.float16)
+            and v.shape[1] % 8 and v.is_contiguous()):
+        return False
+    if set(node.kwargs) - {"dtype", "layout", "device"}:
+        return False
+    return all(u in in_torch for u in node.users)
+
+
+def cast_into_padded(args, kwargs):
+    """A pad_cast_output cast: the [M, N] result written into a new [M, N rounded up to 8] buffer whose extra
+    columns are zero, returned as the [M, N] view (the buffer flagged _evt_zero_margin; _pad2d uses it). None
+    when the call is not the 2-D same-device cast it was planned as (the caller then runs the op itself)."""
+    x = args[0] if args else None
+    dt = kwargs.get("dtype")
+    dev = kwargs.get("device")
+    if not (isinstance(x, torch.Tensor) and x.dim() == 2 and dt in (torch.bfloat16, torch.float16)
+            and (dev is None or torch.device(dev) == x.device) and len(args) == 1):
+        return None
+    m, n = x.shape
+    full = torch.empty((m, _up8(n)), dtype=dt, device=x.device)
+    full[:, n:].zero_()
+    full[:, :n].copy_(x)
+    full._evt_zero_margin = True
+    view = full[:, :n]
+    view._evt_padded = full  # (keeps the flagged buffer object alive while the view is)
+    return view
+
+
+def _padded_base(x, rows, cols):
+    """When x is the top-left corner of a cast_into_padded buffer (or its transpose) and [rows, cols] fits in
+    that buffer: its [rows, cols] corner (zeros beyond x), with no copy; else None."""
+    b = getattr(x, "_base", None)
+    if b is None or not getattr(b, "_evt_zero_margin", False) or x.storage_offset() != b.storage_offset():
+        return None
+    if x.stride() == b.stride() and rows <= b.shape[0] and cols <= b.shape[1]:
+        return b[:rows, :cols]
+    if x.t().stride() == b.stride() and cols <= b.shape[0] and rows <= b.shape[1]:
+        return b[:cols, :rows].t()
+    return None
+
+
 def _pad2d(x, rows, cols):
     """x (2-D) zero-padded to [rows, cols]: one copy of x into new memory whose margins alone are zeroed. A
     column-major x (a transposed view: the weight-gradient GEMM's grad^T) stays column-major, padded as the
@@ -997,6 +1051,9 @@ def _pad2d(x, rows, cols):
     r, c = x.shape
     if (r, c) == (rows, cols):
         return x
+    pb = _padded_base(x, rows, cols)
+    if pb is not None:
+        return pb
     if not x.is_contiguous() and x.t().is_contiguous():
         return _pad2d(x.t(), cols, rows).t()
     out = x.new_empty((rows, cols))
@@ -1183,13 +1240,25 @@ class Plan:
             if s.path == "torch":
                 for m in s.members:
                     self.fallbacks.append((m, s.why))
-        # GEMMs left to PyTorch with unaligned dims run on padded operands (pad_gemm)
-        for s in self.steps:
-            for m in (s.members if isinstance(s, Segment) and s.path == "torch" else [] if isinstance(s, Segment)
-                      else [s]):
-                if pad_gemm(m):  # (a result the module returns keeps PyTorch's contiguous layout)
-                    m.meta["evt_pad_gemm"] = "contiguous" if self.output in m.users else "view"
-                    log.info("  %s (%s): runs in PyTorch on operands zero-padded to multiples of 8", m.name, _op_name(m))
+        # GEMMs left to PyTorch with unaligned dims run on padded operands (pad_gemm); a PyTorch cast that only
+        # PyTorch steps read and that feeds such a GEMM writes its result padded (pad_cast_output)
+        torch_nodes = [m for s in self.steps for m in (s.members if isinstance(s, Segment) and s.path == "torch"
+                                                        else [] if isinstance(s, Segment) else [s])]
+        for m in torch_nodes:
+            if pad_gemm(m):  # (a result the module returns keeps PyTorch's contiguous layout)
+                m.meta["evt_pad_gemm"] = "contiguous" if self.output in m.users else "view"
+                log.info("  %s (%s): runs in PyTorch on operands zero-padded to multiples of 8", m.name, _op_name(m))
+        in_torch = set(torch_nodes)
+        for m in torch_nodes:
+            if m.meta.get("evt_pad_gemm"):
+                k = _GEMMS[m.target]
+                for x in m.args[k:k + 2]:
+                    while isinstance(x, torch.fx.Node) and x in in_torch and x.target in _PERMUTES:
+                        x = x.args[0]
+                    if isinstance(x, torch.fx.Node) and pad_cast_output(x, in_torch, self.output):
+                        x.meta["evt_pad_out"] = True
+                        log.info("  %s (%s): written into memory padded to 8 columns (the padded GEMMs read it "
+                                 "without copying)", x.name, _op_name(x))
         # Liveness: each value is dropped from the environment after the last step that reads it.
         step_of = {}
         for i, s in enumerate(self.steps):

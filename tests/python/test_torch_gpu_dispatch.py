@@ -1225,11 +1225,38 @@ def test_padded_gemms_train_like_eager(monkeypatch, caplog):
     loss_ref.backward()
     padded = [r.getMessage() for r in caplog.records if "zero-padded" in r.getMessage()]
     assert len(padded) >= 2, padded  # the logits GEMM and at least one gradient GEMM
+    # the logits gradient's bf16 cast is written padded: both gradient GEMMs read that memory
+    assert any("written into memory padded" in r.getMessage() for r in caplog.records)
     assert abs(loss.item() - loss_ref.item()) <= 1e-2 * abs(loss_ref.item())
     for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
         rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
         assert rel <= 2e-2, (n, rel)
     torch._dynamo.reset()
+
+
+def test_cast_into_padded_feeds_padded_gemms_without_copies():
+    """cast_into_padded writes [M, N] into [M, N rounded up to 8] memory with zero margins; _pad2d then hands the
+    padded GEMM that memory (as it is, or transposed) instead of a padded copy; the GEMMs equal PyTorch's."""
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(0)
+    x32, w, h = (torch.randn(24, 4001, generator=g), torch.randn(4001, 16, generator=g).bfloat16(),
+                 torch.randn(24, 16, generator=g).bfloat16())
+    x = B.cast_into_padded([x32], {"dtype": torch.bfloat16})
+    assert x.shape == (24, 4001) and x.stride() == (4008, 1) and torch.equal(x, x32.bfloat16())
+    pa = B._pad2d(x, 24, 4008)
+    assert pa.data_ptr() == x.data_ptr() and torch.equal(pa[:, 4001:], torch.zeros(24, 7, dtype=torch.bfloat16))
+    pt = B._pad2d(x.t(), 4008, 24)  # (the weight gradient's grad^T)
+    assert pt.data_ptr() == x.data_ptr() and pt.shape == (4008, 24)
+    ref = (x32.bfloat16().double() @ w.double())
+    got = B.padded_gemm(aten.mm.default, [x, w], {})
+    assert ((got.double() - ref).abs().max() / ref.abs().max()) < 1e-2
+    got_t = B.padded_gemm(aten.mm.default, [x.t(), h], {})
+    ref_t = x32.bfloat16().double().t() @ h.double()
+    assert got_t.shape == (4001, 16) and ((got_t.double() - ref_t).abs().max() / ref_t.abs().max()) < 1e-2
+    # not a padded buffer: the ordinary copy
+    y = x32.bfloat16()
+    assert B._pad2d(y, 24, 4008).data_ptr() != y.data_ptr()
+    assert B.cast_into_padded([x32.view(24, 4001, 1)], {"dtype": torch.bfloat16}) is None
 
 
 def test_joint_cse_merges_duplicate_casts(monkeypatch):
