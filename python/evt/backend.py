@@ -1024,21 +1024,24 @@ def cast_into_padded(args, kwargs):
     full = torch.empty((m, _up8(n)), dtype=dt, device=x.device)
     full[:, n:].zero_()
     full[:, :n].copy_(x)
-    full._evt_zero_margin = True
+    full._evt_zero_margin = n  # (the data columns; the rest are zero)
     view = full[:, :n]
     view._evt_padded = full  # (keeps the flagged buffer object alive while the view is)
     return view
 
 
 def _padded_base(x, rows, cols):
-    """When x is the top-left corner of a cast_into_padded buffer (or its transpose) and [rows, cols] fits in
-    that buffer: its [rows, cols] corner (zeros beyond x), with no copy; else None."""
+    """When x is exactly the data of a cast_into_padded buffer (all its rows, its data columns; or the transpose
+    of that) and [rows, cols] fits in the buffer: its [rows, cols] corner (zeros beyond x), with no copy; else
+    None (a slice of the data is not: what lies beyond it is data, not zeros)."""
     b = getattr(x, "_base", None)
-    if b is None or not getattr(b, "_evt_zero_margin", False) or x.storage_offset() != b.storage_offset():
+    n = getattr(b, "_evt_zero_margin", None) if b is not None else None
+    if not n or b.dim() != 2 or x.storage_offset() != b.storage_offset():
         return None
-    if x.stride() == b.stride() and rows <= b.shape[0] and cols <= b.shape[1]:
+    if x.stride() == b.stride() and tuple(x.shape) == (b.shape[0], n) and rows == b.shape[0] and cols <= b.shape[1]:
         return b[:rows, :cols]
-    if x.t().stride() == b.stride() and cols <= b.shape[0] and rows <= b.shape[1]:
+    xt = x.t()
+    if xt.stride() == b.stride() and tuple(xt.shape) == (b.shape[0], n) and cols == b.shape[0] and rows <= b.shape[1]:
         return b[:cols, :rows].t()
     return None
 

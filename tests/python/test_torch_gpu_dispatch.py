@@ -1253,6 +1253,13 @@ def test_cast_into_padded_feeds_padded_gemms_without_copies():
     got_t = B.padded_gemm(aten.mm.default, [x.t(), h], {})
     ref_t = x32.bfloat16().double().t() @ h.double()
     assert got_t.shape == (4001, 16) and ((got_t.double() - ref_t).abs().max() / ref_t.abs().max()) < 1e-2
+    # a slice of the data is not the padded buffer's corner (data, not zeros, lies beyond it): copied
+    part = x[:, :100]
+    pp = B._pad2d(part, 24, 104)
+    assert pp.data_ptr() != x.data_ptr() and torch.equal(pp[:, 100:], torch.zeros(24, 4, dtype=torch.bfloat16))
+    rows = x[:5]
+    pr = B._pad2d(rows, 8, 4008)
+    assert pr.data_ptr() != x.data_ptr() and torch.equal(pr[5:], torch.zeros(3, 4008, dtype=torch.bfloat16))
     # not a padded buffer: the ordinary copy
     y = x32.bfloat16()
     assert B._pad2d(y, 24, 4008).data_ptr() != y.data_ptr()
