@@ -1178,8 +1178,8 @@ class Plan:
 
     def _before_segment(self, node):
         """A PyTorch data move of PyTorch-made values: before the segment being built, or after it with the
-        deferred steps when it reads one of them."""
-        if self._reads_deferred(node):
+        deferred steps when there are any."""
+        if self._deferred:  # (after a deferred step: deferred too, so PyTorch's steps keep their order)
             self._deferred.append(node)
             return
         at = len(self.steps) - (1 if self.steps and isinstance(self.steps[-1], Segment) else 0)
@@ -1189,9 +1189,10 @@ class Plan:
         """Adds a PyTorch step. A functional op that reads nothing of the segment being built runs before that
         segment, which then goes on (one segment where the op would have split it in two: XML-CNN's weight
         gradient, its f32 cast and its transpose stay one GEMM group although the bias gradient between them
-        in graph order runs in PyTorch); the PyTorch steps keep their order among themselves. A functional op
-        that reads the segment (or a deferred step) is deferred: it runs after the segment, which goes on with
-        the evt nodes that do not read a deferred step (the first that does ends it). XML-CNN's bias gradient
+        in graph order runs in PyTorch). A functional op that reads the segment is deferred: it runs after the
+        segment, which goes on with the evt nodes that do not read a deferred step (the first that does ends
+        it); every PyTorch step after a deferred one is deferred too, so the PyTorch steps keep their order
+        among themselves (random ops draw from PyTorch's generator in eager's order). XML-CNN's bias gradient
         (a long-row sum, PyTorch) read the loss gradient the segment made, and split the weight gradient GEMM
         from its transposed f32 cast, which then bound the transposed GEMM result as a copied input.
         EVT_DEFER_TORCH=0: such an op ends the segment at once (as before)."""
@@ -1199,7 +1200,7 @@ class Plan:
         schema = getattr(node.target, "_schema", None)
         functional = node.target is operator.getitem or (schema is not None and not schema.is_mutable)
         reads_cur = any(seg_of.get(a) is cur for a in node.all_input_nodes)
-        if cur is not None and functional and not reads_cur and not self._reads_deferred(node):
+        if cur is not None and functional and not reads_cur and not self._deferred:
             self.steps.insert(len(self.steps) - 1, node)
         elif cur is not None and functional and os.environ.get("EVT_DEFER_TORCH", "1") not in ("", "0"):
             self._deferred.append(node)

@@ -1322,3 +1322,35 @@ def test_values_a_segment_only_passes_on_are_not_its_inputs(monkeypatch):
     lines = ["%in.x: f32[2] = input()", "%in.y: f32[2] = input()", "%dead: f32[2] = neg(%in.y)",
              "%r: f32[2] = relu(%in.x)"]
     assert B._used_input_lines(lines, ["r"]) == [lines[0], lines[3]]
+
+
+@needs_lib
+def test_deferred_pytorch_steps_keep_their_order(monkeypatch):
+    """Plan._torch_step: a PyTorch op that reads the segment being built runs after it (deferred) and the
+    segment goes on; a later PyTorch op that reads nothing of the segment is deferred too (not hoisted before
+    the segment), so PyTorch's steps run in graph order (random ops draw in eager's order)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_DEFER_TORCH", raising=False)
+
+    def f(a, b, w, w2):
+        s = torch.relu(aten.mm(a, w))        # evt
+        x = aten.cumsum(s, 0)                # PyTorch (no translation), reads the segment: deferred
+        y = aten.cumsum(b, 0)                # PyTorch, reads nothing of it: deferred after x
+        z = torch.relu(aten.mm(b, w2))       # evt: the same segment
+        return [x, y, z]
+    shapes = [(16, 32), (16, 32), (32, 32), (32, 32)]
+    gm = make_fx(f)(*[torch.randn(sh) for sh in shapes])
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(sh, device="cuda") for sh in shapes]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    plan = B.build_plan(gm, None)
+    names = [s.name if not isinstance(s, B.Segment) else "SEG" for s in plan.steps]
+    assert names == ["SEG", "cumsum", "cumsum_1"], names
+    (seg,) = _segments(plan)
+    assert seg.text.count("mm(") == 2
