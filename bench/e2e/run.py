@@ -372,7 +372,7 @@ def render(result, base):
              "step() returns, the GPU idle at its start (close to ms/step: the step is host-bound). Memory: torch allocator "
              "peak / device memory in use (includes evt's arenas).", "",
              "| workload | mode | ms/step | vs eager | vs compile | peak GiB (alloc/device) | compile s (cold/warm) "
-             "| kernels/step | grad rel | evt: ops evt/PyTorch, launches, captures | status |",
+             "| kernels/step | grad rel | evt: ops evt/PyTorch, launches, captures[, input copies] | status |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "ms" not in r:
@@ -384,6 +384,8 @@ def render(result, base):
         if r["mode"].startswith("evt"):
             evtcol = (f"{r.get('ops_in_evt', 0)}/{r.get('ops_in_pytorch', 0)}, {r.get('evt_launches', 0)}, "
                       f"{r.get('captures_per_step', '-')}")
+            if "input_copies" in r:
+                evtcol += f", {r['input_copies']}"
         k = r.get("kernels", "–")
         if r["mode"].startswith("evt") and "evt_launches" in r:
             k = f"{k} ({r['evt_launches']} evt)"
