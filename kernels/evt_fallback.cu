@@ -1268,6 +1268,50 @@ extern "C" void evt_fb_event_free(void *ev) {
     }                                                                                                      \
   } while (0)
 
+/* A permute / transpose node: its permutation (out dim d reads input dim perm[d]) and the gather strides of
+ * its input at the output's shape. Returns NULL, or why the node is malformed. */
+static const char *permute_plan(const evt_fb_node *nd, int *perm, strides *s1) {
+  const evt_fb_tensor &x = nd->in[0], &out = nd->out;
+  const evt_fb_attrs &a = nd->a;
+  for (int d = 0; d < x.rank; d++) perm[d] = d;
+  if (nd->op == EVT_FB_OP_PERMUTE) {
+    if (a.ndims != x.rank) return "permute needs one dim per input dim";
+    for (int d = 0; d < x.rank; d++) perm[d] = normdim(a.dims[d], x.rank);
+  } else if (x.rank > 0) {
+    int p0 = a.ndims == 2 ? normdim(a.dims[0], x.rank) : -1, p1 = a.ndims == 2 ? normdim(a.dims[1], x.rank) : -1;
+    if (p0 < 0 || p1 < 0) return "transpose needs dims=[a,b]";
+    perm[p0] = p1;
+    perm[p1] = p0;
+  }
+  ll xs[R];
+  contig(x, xs);
+  memset(s1, 0, sizeof *s1);
+  for (int d = 0; d < x.rank; d++) {
+    if (perm[d] < 0 || out.shape[d] != x.shape[perm[d]]) return "bad permutation";
+    s1->s[d] = xs[perm[d]];
+  }
+  return NULL;
+}
+
+/* A slice / slice_backward node: the strides and base offset of the part (the slice) within the full tensor
+ * (contiguous), indexed row-major over the part's shape. Returns NULL, or why the node is malformed. */
+static const char *slice_plan(const evt_fb_node *nd, strides *s1, ll *base) {
+  bool fwd = nd->op == EVT_FB_OP_SLICE;
+  const evt_fb_tensor &full = fwd ? nd->in[0] : nd->out, &part = fwd ? nd->out : nd->in[0];
+  const evt_fb_attrs &a = nd->a;
+  int d = normdim(a.dim, full.rank);
+  if (d < 0 || part.rank != full.rank || a.step < 1) return "bad slice dim or step";
+  ll fs[R];
+  contig(full, fs);
+  ll size = full.shape[d];
+  ll s0 = a.start < 0 ? a.start + size : a.start;
+  s0 = s0 < 0 ? 0 : s0 > size ? size : s0;
+  memset(s1, 0, sizeof *s1);
+  for (int k = 0; k < full.rank; k++) s1->s[k] = k == d ? fs[k] * a.step : fs[k];
+  *base = s0 * fs[d];
+  return NULL;
+}
+
 /* Permutes, expands, reshapes, slices, slice gradients, concats and index / embedding gathers whose data
  * operand has the output's dtype, in that dtype (see k_move_gather). Returns -1 when the node is not one of
  * them (evt_fb_run then takes the double path), else evt_fb_run's result. */
@@ -1310,22 +1354,7 @@ static int move_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t
   case EVT_FB_OP_PERMUTE: case EVT_FB_OP_TRANSPOSE: {
     const evt_fb_tensor &t = in[0];
     int perm[R];
-    for (int d = 0; d < t.rank; d++) perm[d] = d;
-    if (op == EVT_FB_OP_PERMUTE) {
-      if (a.ndims != t.rank) return -1;
-      for (int d = 0; d < t.rank; d++) perm[d] = normdim(a.dims[d], t.rank);
-    } else if (t.rank > 0) {
-      int p0 = a.ndims == 2 ? normdim(a.dims[0], t.rank) : -1, p1 = a.ndims == 2 ? normdim(a.dims[1], t.rank) : -1;
-      if (p0 < 0 || p1 < 0) return -1;
-      perm[p0] = p1;
-      perm[p1] = p0;
-    }
-    ll xs[R];
-    contig(t, xs);
-    for (int d = 0; d < t.rank; d++) {
-      if (perm[d] < 0 || out.shape[d] != t.shape[perm[d]]) return -1;
-      s1.s[d] = xs[perm[d]];
-    }
+    if (permute_plan(nd, perm, &s1)) return -1; /* (the double path reports it) */
     /* a batched transpose: perm = [0 .. b-1, then the dims b+k .. r-1, then b .. b+k-1] */
     int r = t.rank, b0 = 0;
     while (b0 < r && perm[b0] == b0) b0++;
@@ -1356,16 +1385,8 @@ static int move_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t
     break;
   case EVT_FB_OP_SLICE: case EVT_FB_OP_SLICE_BACKWARD: {
     bool fwd = op == EVT_FB_OP_SLICE;
-    const evt_fb_tensor &full = fwd ? in[0] : out, &part = fwd ? out : in[0];
-    int d = normdim(a.dim, full.rank);
-    if (d < 0 || part.rank != full.rank || a.step < 1) return -1;
-    ll fs[R];
-    contig(full, fs);
-    ll size = full.shape[d];
-    ll s0 = a.start < 0 ? a.start + size : a.start;
-    s0 = s0 < 0 ? 0 : s0 > size ? size : s0;
-    for (int k = 0; k < full.rank; k++) s1.s[k] = k == d ? fs[k] * a.step : fs[k];
-    base = s0 * fs[d];
+    const evt_fb_tensor &part = fwd ? out : in[0];
+    if (slice_plan(nd, &s1, &base)) return -1;
     if (!fwd) {
       CK(cudaMemsetAsync(o, 0, (size_t)n * bytes, ST));
       if (part.numel) MOVE_DISPATCH(bytes, k_move_scatter, blocks(part.numel), o, x, part.numel, shape_of(part), s1, base);
@@ -1600,27 +1621,10 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
     break;
   }
   case EVT_FB_OP_PERMUTE: case EVT_FB_OP_TRANSPOSE: {
-    const evt_fb_tensor &x = in[0];
     int perm[R];
-    for (int d = 0; d < x.rank; d++) perm[d] = d;
-    if (op == EVT_FB_OP_PERMUTE) {
-      if (a.ndims != x.rank) UNSUPPORTED("permute needs one dim per input dim");
-      for (int d = 0; d < x.rank; d++) perm[d] = normdim(a.dims[d], x.rank);
-    } else if (x.rank > 0) {
-      int p0 = a.ndims == 2 ? normdim(a.dims[0], x.rank) : -1, p1 = a.ndims == 2 ? normdim(a.dims[1], x.rank) : -1;
-      if (p0 < 0 || p1 < 0) UNSUPPORTED("transpose needs dims=[a,b]");
-      perm[p0] = p1;
-      perm[p1] = p0;
-    }
-    ll xs[R];
-    contig(x, xs);
     strides s1;
-    memset(&s1, 0, sizeof s1);
-    for (int d = 0; d < x.rank; d++) {
-      if (perm[d] < 0 || out.shape[d] != x.shape[perm[d]]) UNSUPPORTED("bad permutation");
-      s1.s[d] = xs[perm[d]];
-    }
-    k_strided<<<nb, 256, 0, ST>>>(S, view(x), n, shape_of(out), s1, 0, 0);
+    if (const char *why = permute_plan(nd, perm, &s1)) UNSUPPORTED(why);
+    k_strided<<<nb, 256, 0, ST>>>(S, view(in[0]), n, shape_of(out), s1, 0, 0);
     break;
   }
   case EVT_FB_OP_EXPAND: {
@@ -1631,18 +1635,11 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
   }
   case EVT_FB_OP_SLICE: case EVT_FB_OP_SLICE_BACKWARD: {
     bool fwd = op == EVT_FB_OP_SLICE;
-    const evt_fb_tensor &full = fwd ? in[0] : out, &part = fwd ? out : in[0];
-    int d = normdim(a.dim, full.rank);
-    if (d < 0 || part.rank != full.rank || a.step < 1) UNSUPPORTED("bad slice dim or step");
-    ll fs[R];
-    contig(full, fs);
-    ll size = full.shape[d];
-    ll s0 = a.start < 0 ? a.start + size : a.start;
-    s0 = s0 < 0 ? 0 : s0 > size ? size : s0;
+    const evt_fb_tensor &part = fwd ? out : in[0];
     strides s1;
-    memset(&s1, 0, sizeof s1);
-    for (int k = 0; k < full.rank; k++) s1.s[k] = k == d ? fs[k] * a.step : fs[k];
-    k_strided<<<blocks(part.numel), 256, 0, ST>>>(S, view(in[0]), part.numel, shape_of(part), s1, s0 * fs[d], !fwd);
+    ll base = 0;
+    if (const char *why = slice_plan(nd, &s1, &base)) UNSUPPORTED(why);
+    k_strided<<<blocks(part.numel), 256, 0, ST>>>(S, view(in[0]), part.numel, shape_of(part), s1, base, !fwd);
     break;
   }
   case EVT_FB_OP_CONCAT: {
