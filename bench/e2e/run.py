@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import signal
+import re
 import statistics
 import subprocess
 import sys
@@ -149,12 +150,36 @@ def _kernels_in_one_step(step):
     print(f"  top kernels of one step ({n} launches, {total / 1e3:.2f} ms of kernel time):", flush=True)
     for name, (t, c) in top:
         print(f"    {t / 1e3:9.3f} ms {c:5d}x  {name[:110]}", flush=True)
+    cats = {}
+    for name, (t, c) in by_name.items():
+        k = _kernel_category(name)
+        ct, cc = cats.get(k, (0.0, 0))
+        cats[k] = (ct + t, cc + c)
+    print("  kernel time by kind: " + ", ".join(f"{k} {t / 1e3:.2f} ms ({c}x)" for k, (t, c) in
+                                              sorted(cats.items(), key=lambda kv: -kv[1][0])), flush=True)
     if api:
         htot = sum(t for t, _ in api.values())
         print(f"  host CUDA API calls of that step ({htot / 1e3:.2f} ms of host time):", flush=True)
         for name, (t, c) in sorted(api.items(), key=lambda kv: -kv[1][0])[:8]:
             print(f"    {t / 1e3:9.3f} ms {c:5d}x  {name[:80]}", flush=True)
     return n, round(total / 1e3, 3)
+
+
+_KINDS = (("attention", r"sdpa|flash|fmha|attention"),
+          ("gemm", r"nvjet|gemm|GemmUniversal|xmma|cutlass|cublas|sm90_|sm80_"),
+          ("evt row/pointwise", r"evt_gen_|row_kernel"),
+          ("reduction", r"triton_red_|triton_per_|reduce|Reduce|GammaBeta"),
+          ("elementwise", r"triton_poi_"),
+          ("copy/transpose", r"copy|transpose|k_move|CatArray|nchwToNhwc|nhwcToNchw|index_select|gather"),
+          ("elementwise", r"elementwise|Functor"))
+
+
+def _kernel_category(name):
+    """A coarse kind for a kernel name (the profile's per-kind totals: where evt and Inductor differ)."""
+    for kind, pat in _KINDS:
+        if re.search(pat, name):
+            return kind
+    return "other"
 
 
 def _host_time(step, iters=3, top=0):
