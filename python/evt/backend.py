@@ -74,6 +74,7 @@ import logging
 import operator
 import os
 import re
+import weakref
 
 import torch
 import torch.fx
@@ -323,6 +324,8 @@ def cuda_placement(node, options=None):
 
 # Tensors from this many elements on: an op whose rows are not 16-byte aligned runs in PyTorch (CUDA).
 UNALIGNED_MIN_NUMEL = 1 << 20
+# EVT_UNALIGNED_ROWS=torch: row / pointwise ops on such rows run in PyTorch too (as before stop 13)
+UNALIGNED_ROW_KERNELS = os.environ.get("EVT_UNALIGNED_ROWS", "evt") != "torch"
 _GEMMS = {aten.mm.default: 0, aten.addmm.default: 1, aten.bmm.default: 0}
 
 
@@ -345,8 +348,11 @@ def unaligned_rows(node):
     ts = [t for t in ts if isinstance(t, torch.Tensor) and t.dim() >= 1]
     if not ts or max(t.numel() for t in ts) < UNALIGNED_MIN_NUMEL:
         return None
+    # row / pointwise ops: the row kernels take unaligned rows (element accesses: the launcher's 16-byte vector
+    # flag is off), only GEMM epilogues refuse them; data moves of such rows stay PyTorch views
+    rows_ok = UNALIGNED_ROW_KERNELS and node.target not in _DATA_MOVES and node.target not in _GEMMS
     for t in ts:
-        if t.numel() >= UNALIGNED_MIN_NUMEL and (_row_length(t) * t.element_size()) % 16:
+        if not rows_ok and t.numel() >= UNALIGNED_MIN_NUMEL and (_row_length(t) * t.element_size()) % 16:
             return (f"rows of {_row_length(t)} x {str(t.dtype).replace('torch.', '')} are not 16-byte aligned: evt has no "
                     "generated kernel for them (the reference library would run it node by node in double); runs "
                     "in PyTorch; options={'gpu_ops': 'all'} or EVT_CUDA_OPS=all keeps it in evt")
@@ -367,7 +373,8 @@ ROW_KERNEL_MAX_N = 32768
 
 
 def _gemm_fed(node, depth=24):
-    """True when node's value comes from a GEMM through non-GEMM ops only (a chain a GEMM epilogue may take)."""
+    """True when node's value comes from a GEMM evt runs through non-GEMM ops only (a chain a GEMM epilogue may
+    take)."""
     seen, todo = set(), [(node, 0)]
     while todo:
         n, d = todo.pop()
@@ -378,7 +385,9 @@ def _gemm_fed(node, depth=24):
             if a.op != "call_function":
                 continue
             if a.target in _GEMMS:
-                return True
+                if unaligned_rows(a) is None:
+                    return True
+                continue  # (a GEMM left to PyTorch has no epilogue that could take the chain)
             todo.append((a, d + 1))
     return False
 
@@ -1059,13 +1068,26 @@ def _pad2d(x, rows, cols):
         return pb
     if not x.is_contiguous() and x.t().is_contiguous():
         return _pad2d(x.t(), cols, rows).t()
+    src = x._base if x._base is not None else x  # (a view object is made anew for each use; its base is not)
+    key = (x.data_ptr(), x.dtype, tuple(x.shape), tuple(x.stride()), rows, cols)
+    hit = _PAD_CACHE.get(key)
+    if hit is not None and hit[0]() is src:
+        return hit[1]
     out = x.new_empty((rows, cols))
     out[:r, :c].copy_(x)
     if cols > c:
         out[:, c:].zero_()
     if rows > r:
         out[r:, :c].zero_()
+    # the other padded GEMM of the same value (the logits gradient feeds the input- and the weight-gradient
+    # GEMMs) reuses this copy within the plan run while x lives (a functional graph: its values cannot change;
+    # Plan.__call__ empties the cache, as pooled buffers hold new values at the next run)
+    _PAD_CACHE[key] = (weakref.ref(src), out)
+    weakref.finalize(src, _PAD_CACHE.pop, key, None)
     return out
+
+
+_PAD_CACHE = {}  # (data_ptr, dtype, shape, strides, rows, cols) -> (weakref to the source's base, padded copy)
 
 
 def padded_gemm(target, args, kwargs, contiguous=True):
@@ -1107,9 +1129,12 @@ class Plan:
         self.steps, self.fallbacks = [], []
         self.torch_permutes = []  # see contiguous_permute
         self.torch_moves = []     # data movement of PyTorch-made values (_DATA_MOVES), run by PyTorch
-        torch_vals = set()        # nodes PyTorch computes as plan steps (not module inputs, not hoisted casts)
-        self._deferred = []       # PyTorch steps that run after the segment being built (see _torch_step)
-        seg_of = {}
+        self._torch_vals = set()  # nodes PyTorch computes as plan steps (not module inputs, not hoisted casts)
+        self._deferred = []       # nodes placed after the segment being built (see _torch_step, _place)
+        self._deferred_set = set()
+        self._force_torch = force_torch
+        self._seg_of = {}
+        self._new_segment = False  # the next evt node starts a segment (after deferred steps were placed)
         hoisted = hoisted_casts(gm)
         for node in hoisted:
             self.steps.append(node)
@@ -1117,93 +1142,134 @@ class Plan:
         for node in gm.graph.nodes:
             if node.op != "call_function" or node in hoisted:
                 continue
-            why = force_torch.get(node) or cuda_placement(node, self.options)
-            if why:
-                self._torch_step(node, seg_of)
-                self.fallbacks.append((node, why))
-                torch_vals.add(node)
-                continue
-            if node.target in _DATA_MOVES and _on_cuda(node) and _tensor_args(node) and \
-                    all(a in torch_vals for a in _tensor_args(node)):
-                # data movement of values PyTorch made (the attention's q/k/v gradients stacked, permuted and
-                # flattened for the projection's backward): PyTorch, before the segment being built, which
-                # then binds the result (in evt these are node-by-node copies in double)
-                self._before_segment(node)
-                self.torch_moves.append(node)
-                torch_vals.add(node)
-                continue
-            if contiguous_permute(node) and not isinstance(seg_of.get(node.args[0]), Segment):
-                # runs in PyTorch before the segment being built (it reads a value from before it), which then
-                # binds the contiguous result: evt would copy the strided input and permute it again
-                self._before_segment(node)
-                self.torch_permutes.append(node)
-                continue
-            src = node.args[0] if node.target is operator.getitem else None
-            if src is not None and src in seg_of:
-                seg = seg_of[src]
-                try:
-                    seg.b.names[node] = A.translate(seg.b, node, set())
-                    seg.members.append(node)
-                    seg_of[node] = seg
-                    continue
-                except A.Unsupported:
-                    pass
-            if self._reads_deferred(node):
-                self._flush_deferred()  # (the segment ends; the deferred PyTorch steps run; a new one starts)
-            cur = self.steps[-1] if self.steps and isinstance(self.steps[-1], Segment) else \
-                Segment(self.options)
-            used = {u.args[1] for u in node.users if u.target is operator.getitem}
-            snap = cur.b.snapshot()
-            try:
-                cur.b.names[node] = A.translate(cur.b, node, used)
-            except (A.Unsupported, TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
-                cur.b.rollback(snap)
-                self._torch_step(node, seg_of)
-                torch_vals.add(node)
-                if src is None and _has_tensor(node):  # (size arithmetic on SymInts is not a fallback)
-                    self.fallbacks.append((node, str(e) or type(e).__name__))
-                continue
-            cur.members.append(node)
-            seg_of[node] = cur
-            if not (self.steps and self.steps[-1] is cur):
-                self.steps.append(cur)
+            self._place(node)
         self._flush_deferred()
 
+    def _place(self, node):
+        """Places one FX node: a PyTorch step, a PyTorch view or data move, or an evt node of the segment being
+        built. An evt node that reads a deferred step (or a deferred evt node), or once a step was deferred a
+        permute that reads nothing of the segment being built, is deferred too: the segment goes on with the
+        other nodes (XML-CNN: the bias gradient's bf16 cast read the deferred long-row sum
+        and ended the segment between the weight-gradient GEMM and its transposed f32 cast, which then bound
+        the transposed GEMM result as a copied input: a 690 MB strided copy per step)."""
+        seg_of, torch_vals = self._seg_of, self._torch_vals
+        why = self._force_torch.get(node) or cuda_placement(node, self.options)
+        if why:
+            self._torch_step(node)
+            self.fallbacks.append((node, why))
+            torch_vals.add(node)
+            return
+        if node.target in _DATA_MOVES and _on_cuda(node) and _tensor_args(node) and \
+                all(a in torch_vals for a in _tensor_args(node)):
+            # data movement of values PyTorch made (the attention's q/k/v gradients stacked, permuted and
+            # flattened for the projection's backward): PyTorch, before the segment being built, which
+            # then binds the result (in evt these are node-by-node copies in double)
+            self._before_segment(node)
+            self.torch_moves.append(node)
+            torch_vals.add(node)
+            return
+        if contiguous_permute(node) and not isinstance(seg_of.get(node.args[0]), Segment) and \
+                node.args[0] not in self._deferred_set:
+            # runs in PyTorch before the segment being built (it reads a value from before it), which then
+            # binds the contiguous result: evt would copy the strided input and permute it again
+            self._before_segment(node)
+            self.torch_permutes.append(node)
+            return
+        src = node.args[0] if node.target is operator.getitem else None
+        if src is not None and src in seg_of:
+            seg = seg_of[src]
+            try:
+                seg.b.names[node] = A.translate(seg.b, node, set())
+                seg.members.append(node)
+                seg_of[node] = seg
+                return
+            except A.Unsupported:
+                pass
+        cur = self._open_segment()
+        if self._reads_deferred(node):
+            if os.environ.get("EVT_DEFER_TORCH", "1") in ("", "0"):
+                self._flush_deferred()  # (the segment ends; the deferred steps are placed; a new one starts)
+                cur = None
+            else:
+                self._defer(node, self._place)
+                return
+        elif self._deferred and cur is not None and node.target in _PERMUTES and \
+                not any(seg_of.get(a) is cur for a in node.all_input_nodes):
+            # a permute that reads nothing of the segment being built goes with its readers, after the deferred
+            # steps (XML-CNN's transposed weights would otherwise be made in the embedding's segment and
+            # copied into the logits GEMM's segment as strided inputs, where a GEMM absorbs the permute)
+            self._defer(node, self._place)
+            return
+        cur = cur or Segment(self.options)
+        used = {u.args[1] for u in node.users if u.target is operator.getitem}
+        snap = cur.b.snapshot()
+        try:
+            cur.b.names[node] = A.translate(cur.b, node, used)
+        except (A.Unsupported, TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
+            cur.b.rollback(snap)
+            self._torch_step(node)
+            torch_vals.add(node)
+            if src is None and _has_tensor(node):  # (size arithmetic on SymInts is not a fallback)
+                self.fallbacks.append((node, str(e) or type(e).__name__))
+            return
+        cur.members.append(node)
+        seg_of[node] = cur
+        if not (self.steps and self.steps[-1] is cur):
+            self.steps.append(cur)
+            self._new_segment = False
+
+    def _open_segment(self):
+        """The segment being built (the last step, unless deferred steps were placed after it), or None."""
+        last = self.steps[-1] if self.steps else None
+        return last if isinstance(last, Segment) and not self._new_segment else None
+
+    def _defer(self, node, place):
+        """Places node later, with place(node), when the deferred nodes are placed (_flush_deferred)."""
+        self._deferred.append((node, place))
+        self._deferred_set.add(node)
+
     def _reads_deferred(self, node):
-        return bool(self._deferred) and any(a in self._deferred for a in node.all_input_nodes)
+        return bool(self._deferred) and any(a in self._deferred_set for a in node.all_input_nodes)
 
     def _flush_deferred(self):
-        self.steps.extend(self._deferred)
-        self._deferred = []
+        """Ends the segment being built and places the deferred nodes in graph order (PyTorch steps, and evt
+        nodes in a new segment after them; a node may be deferred again behind that one), until none is left."""
+        while self._deferred:
+            nodes = self._deferred
+            self._deferred, self._deferred_set = [], set()
+            self._new_segment = True
+            for node, place in nodes:
+                place(node)
+        self._new_segment = True
 
     def _before_segment(self, node):
         """A PyTorch data move of PyTorch-made values: before the segment being built, or after it with the
         deferred steps when there are any."""
         if self._deferred:  # (after a deferred step: deferred too, so PyTorch's steps keep their order)
-            self._deferred.append(node)
+            self._defer(node, self._before_segment)
             return
-        at = len(self.steps) - (1 if self.steps and isinstance(self.steps[-1], Segment) else 0)
+        at = len(self.steps) - (1 if self._open_segment() is not None else 0)
         self.steps.insert(at, node)
 
-    def _torch_step(self, node, seg_of):
+    def _torch_step(self, node):
         """Adds a PyTorch step. A functional op that reads nothing of the segment being built runs before that
         segment, which then goes on (one segment where the op would have split it in two: XML-CNN's weight
         gradient, its f32 cast and its transpose stay one GEMM group although the bias gradient between them
         in graph order runs in PyTorch). A functional op that reads the segment is deferred: it runs after the
-        segment, which goes on with the evt nodes that do not read a deferred step (the first that does ends
-        it); every PyTorch step after a deferred one is deferred too, so the PyTorch steps keep their order
+        segment, which goes on with the evt nodes that do not read a deferred step (those that do are deferred
+        too and start a segment after it, _place); every PyTorch step after a deferred one is deferred too, so the PyTorch steps keep their order
         among themselves (random ops draw from PyTorch's generator in eager's order). XML-CNN's bias gradient
         (a long-row sum, PyTorch) read the loss gradient the segment made, and split the weight gradient GEMM
         from its transposed f32 cast, which then bound the transposed GEMM result as a copied input.
         EVT_DEFER_TORCH=0: such an op ends the segment at once (as before)."""
-        cur = self.steps[-1] if self.steps and isinstance(self.steps[-1], Segment) else None
+        cur = self._open_segment()
         schema = getattr(node.target, "_schema", None)
         functional = node.target is operator.getitem or (schema is not None and not schema.is_mutable)
-        reads_cur = any(seg_of.get(a) is cur for a in node.all_input_nodes)
+        reads_cur = any(self._seg_of.get(a) is cur for a in node.all_input_nodes)
         if cur is not None and functional and not reads_cur and not self._deferred:
             self.steps.insert(len(self.steps) - 1, node)
         elif cur is not None and functional and os.environ.get("EVT_DEFER_TORCH", "1") not in ("", "0"):
-            self._deferred.append(node)
+            self._defer(node, self._torch_step)
         else:
             self._flush_deferred()
             self.steps.append(node)
@@ -1283,6 +1349,7 @@ class Plan:
         env = dict(zip(self.placeholders, args))
         if consume:
             args.clear()
+        _PAD_CACHE.clear()  # (see _pad2d)
         for i, s in enumerate(self.steps):
             if isinstance(s, Segment):
                 try:

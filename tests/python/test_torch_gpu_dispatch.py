@@ -891,9 +891,11 @@ def test_layer_norm_backward_recomputes_its_statistics():
 
 @needs_lib
 def test_unaligned_rows_run_in_pytorch_on_cuda(monkeypatch):
-    """CUDA: a vocabulary of 30522 words (bf16 rows of 61044 bytes) -> the decoder GEMM, the bias add and the
-    log-softmax run in PyTorch (no generated kernel would take them); the aligned GEMM before stays evt;
-    small unaligned tensors and gpu_ops "all" are unaffected."""
+    """CUDA: a vocabulary of 30522 words (bf16 rows of 61044 bytes) -> the decoder GEMM (with its bias add) runs
+    in PyTorch (CUTLASS needs 16-byte rows); the log-softmax after it stays in evt while its rows fit the row
+    kernels (which take unaligned rows element by element; EVT_UNALIGNED_ROWS=torch: PyTorch too), and runs in
+    PyTorch when they are longer (long_rows: the GEMM that feeds it is PyTorch's, no epilogue takes it); the
+    aligned GEMM before stays evt; small unaligned tensors and gpu_ops "all" are unaffected."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
@@ -917,6 +919,15 @@ def test_unaligned_rows_run_in_pytorch_on_cuda(monkeypatch):
     big = plan_for(30522 * 17)  # (64 x 518874 logits: over UNALIGNED_MIN_NUMEL)
     why = {B._op_name(n).split(".")[0]: w for n, w in big.fallbacks}
     assert "addmm" in why and "_log_softmax" in why and "16-byte" in why["addmm"], why
+    assert "rows of 518874 elements" in why["_log_softmax"], why
+    vocab = plan_for(30522)  # (64 x 30522: unaligned rows the row kernels hold)
+    why = {B._op_name(n).split(".")[0]: w for n, w in vocab.fallbacks}
+    assert set(why) == {"addmm"}, why
+    assert any("log_softmax(" in s.text or "softmax(" in s.text for s in _segments(vocab)), [s.text for s in _segments(vocab)]
+    monkeypatch.setattr(B, "UNALIGNED_ROW_KERNELS", False)
+    why = {B._op_name(n).split(".")[0]: w for n, w in plan_for(30522).fallbacks}
+    assert "_log_softmax" in why and "16-byte" in why["_log_softmax"], why
+    monkeypatch.setattr(B, "UNALIGNED_ROW_KERNELS", True)
     assert "mm" not in why and any("mm(" in s.text for s in _segments(big))
     assert not plan_for(30).fallbacks  # (64 x 30: small)
     assert not plan_for(30522 * 17, {"gpu_ops": "all"}).fallbacks
@@ -952,9 +963,9 @@ def test_long_rows_run_in_pytorch_unless_a_gemm_feeds_them(monkeypatch):
         g = aten.sub(aten.sigmoid(logits), t)               # long rows, whole-tensor elementwise: evt
         dw = aten.mm(aten.t(g), h)                          # [n, 64]: evt
         b = aten.sum(g, [0])                                # long rows, a reduction: PyTorch
-        out = aten.relu(aten.mm(x2, w2))                    # evt, after the sum in graph order
+        out = aten.relu(aten.mm(fwd, w2))                   # evt, after the sum in graph order, reads the segment
         return [fwd, dw, b, out]
-    shapes = [(32, 64), (64, n), (32, n), (32, n), (32, 64), (64, 64)]
+    shapes = [(32, 64), (64, n), (32, n), (32, n), (32, 64), (n, 64)]
     gm = make_fx(f)(*[torch.randn(sh).bfloat16() for sh in shapes])
     mode = FakeTensorMode()
     with mode:
@@ -964,7 +975,7 @@ def test_long_rows_run_in_pytorch_unless_a_gemm_feeds_them(monkeypatch):
     why = {B._op_name(m).split(".")[0]: w for m, w in plan.fallbacks}
     assert set(why) == {"sum"} and "rows of 40000" in why["sum"], why
     segs = _segments(plan)
-    # relu(mm), sigmoid - t, mm(t(g), h) and relu(mm(x2, w2)) in one segment; the sum after it
+    # relu(mm), sigmoid - t, mm(t(g), h) and relu(mm(fwd, w2)) in one segment; the sum after it
     assert len(segs) == 1 and segs[0].text.count("mm(") == 3 and "sigmoid(" in segs[0].text, [s.text for s in segs]
     names = [B._op_name(s).split(".")[0] if not isinstance(s, B.Segment) else "SEG" for s in plan.steps]
     assert names == ["SEG", "sum"], names
@@ -1225,8 +1236,10 @@ def test_padded_gemms_train_like_eager(monkeypatch, caplog):
     loss_ref.backward()
     padded = [r.getMessage() for r in caplog.records if "zero-padded" in r.getMessage()]
     assert len(padded) >= 2, padded  # the logits GEMM and at least one gradient GEMM
-    # the logits gradient's bf16 cast is written padded: both gradient GEMMs read that memory
-    assert any("written into memory padded" in r.getMessage() for r in caplog.records)
+    # the log-softmax, its backward and the logits gradient's bf16 cast are evt's (unaligned rows the row
+    # kernels take); the two gradient GEMMs share one padded copy of that gradient (_pad2d's cache)
+    fell = [r.getMessage() for r in caplog.records if "fallback to PyTorch" in r.getMessage()]
+    assert not any("softmax" in m for m in fell), fell
     assert abs(loss.item() - loss_ref.item()) <= 1e-2 * abs(loss_ref.item())
     for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
         rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
@@ -1341,7 +1354,7 @@ def test_deferred_pytorch_steps_keep_their_order(monkeypatch):
         s = torch.relu(aten.mm(a, w))        # evt
         x = aten.cumsum(s, 0)                # PyTorch (no translation), reads the segment: deferred
         y = aten.cumsum(b, 0)                # PyTorch, reads nothing of it: deferred after x
-        z = torch.relu(aten.mm(b, w2))       # evt: the same segment
+        z = torch.relu(aten.mm(s, w2))       # evt, reads the segment: the same segment
         return [x, y, z]
     shapes = [(16, 32), (16, 32), (32, 32), (32, 32)]
     gm = make_fx(f)(*[torch.randn(sh) for sh in shapes])
@@ -1354,3 +1367,75 @@ def test_deferred_pytorch_steps_keep_their_order(monkeypatch):
     assert names == ["SEG", "cumsum", "cumsum_1"], names
     (seg,) = _segments(plan)
     assert seg.text.count("mm(") == 2
+
+
+@needs_lib
+def test_evt_nodes_reading_a_deferred_step_are_deferred(monkeypatch):
+    """Plan._place: an evt node that reads a deferred PyTorch step is deferred too (it starts a segment after
+    that step) and the segment being built goes on with the nodes that do not: XML-CNN's bias-gradient cast
+    read the deferred long-row sum and ended the segment between the weight-gradient GEMM and its transposed
+    cast (the transposed GEMM result was then copied into the next segment every step). A node reading the
+    deferred evt node is deferred behind it; EVT_DEFER_TORCH=0 ends the segment at the first such node."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_DEFER_TORCH", raising=False)
+
+    def f(a, b, w, w2):
+        s = aten.mm(a, w)                    # evt
+        x = aten.cumsum(s, 0)                # PyTorch, reads the segment: deferred
+        y = torch.relu(x)                    # evt, reads the deferred step: deferred (a segment after it)
+        y2 = torch.sigmoid(y)                # evt, reads the deferred y: deferred, same segment as y
+        z = aten.t(s).to(torch.bfloat16)     # evt: the segment goes on (the transposed cast of the GEMM)
+        u = torch.relu(aten.mm(b, w2))       # evt, reads nothing of the segment: stays in it (not a permute)
+        wt = aten.t(w2)                      # a permute reading nothing of it: goes with its reader, y3
+        y3 = aten.mm(y2, wt)                 # evt, reads the deferred y2: the second segment
+        return [y3, z, u]
+    shapes = [(16, 32), (16, 32), (32, 32), (32, 32)]
+    gm = make_fx(f)(*[torch.randn(sh) for sh in shapes])
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(sh, device="cuda") for sh in shapes]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    plan = B.build_plan(gm, None)
+    names = [s.name if not isinstance(s, B.Segment) else "SEG" for s in plan.steps]
+    assert names == ["SEG", "cumsum", "SEG"], names
+    first, second = _segments(plan)
+    assert first.text.count("mm(") == 2 and "sigmoid(" not in first.text, first.text
+    assert "cast(" in first.text and "permute(%in.w2" not in first.text, first.text  # (z stays, wt does not)
+    assert "sigmoid(" in second.text and "relu(%in.cumsum" in second.text.replace(" ", ""), second.text
+    assert second.text.count("mm(") == 1 and "in.mm:" not in second.text and "in.t:" not in second.text, second.text
+    monkeypatch.setenv("EVT_DEFER_TORCH", "0")
+    plan0 = B.build_plan(gm, None)
+    names0 = [s.name if not isinstance(s, B.Segment) else "SEG" for s in plan0.steps]
+    assert names0 == ["SEG", "cumsum", "SEG"], names0
+    a0, b0 = _segments(plan0)
+    assert a0.text.count("mm(") == 1 and "cast(" not in a0.text, a0.text  # (z and u went to the second one)
+    assert "in.mm:" in b0.text and b0.text.count("mm(") == 2, b0.text      # (which reads the GEMM result)
+
+
+def test_padded_gemms_share_one_padded_copy():
+    """_pad2d: the input- and the weight-gradient GEMMs of one unaligned logits gradient (g and its transpose)
+    pad it once per plan run (the copy is reused while g lives); both GEMMs equal PyTorch's; a new tensor at
+    the same address after the first died is padded anew."""
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(24, 4001, generator=g).bfloat16()
+    w, h = torch.randn(4001, 16, generator=g).bfloat16(), torch.randn(24, 16, generator=g).bfloat16()
+    B._PAD_CACHE.clear()
+    got = B.padded_gemm(aten.mm.default, [x, w], {})
+    assert len(B._PAD_CACHE) == 2  # (x along K, w along its rows)
+    (ref_pad,) = [v[1] for k, v in B._PAD_CACHE.items() if k[0] == x.data_ptr()]
+    got_t = B.padded_gemm(aten.mm.default, [x.t(), h], {})
+    assert len(B._PAD_CACHE) == 2  # (x^T reused x's copy)
+    assert [v[1] for k, v in B._PAD_CACHE.items() if k[0] == x.data_ptr()][0] is ref_pad
+    for a, b, r in ((x, w, got), (x.t(), h, got_t)):
+        ref = a.double() @ b.double()
+        assert ((r.double() - ref).abs().max() / ref.abs().max()) < 1e-2
+    del x, ref_pad, got, got_t, a, r
+    import gc
+    gc.collect()
+    assert len(B._PAD_CACHE) == 1  # (x's copy went with x; w's stays while w lives)
