@@ -324,8 +324,11 @@ def cuda_placement(node, options=None):
 
 # Tensors from this many elements on: an op whose rows are not 16-byte aligned runs in PyTorch (CUDA).
 UNALIGNED_MIN_NUMEL = 1 << 20
-# EVT_UNALIGNED_ROWS=torch: row / pointwise ops on such rows run in PyTorch too (as before stop 13)
-UNALIGNED_ROW_KERNELS = os.environ.get("EVT_UNALIGNED_ROWS", "evt") != "torch"
+# Row / pointwise ops on such rows run in PyTorch too, unless EVT_UNALIGNED_ROWS=evt: the row kernels take them
+# element by element (no 16-byte vectors), which measured 3-4x slower than PyTorch's kernels on bert_large's
+# MLM head (30522 words: its log-softmax and backward in evt took 13.7 ms per step vs PyTorch's ~7.6 with the
+# copies; 101.0 vs 90.0 ms/step, S13W3)
+UNALIGNED_ROW_KERNELS = os.environ.get("EVT_UNALIGNED_ROWS", "torch") == "evt"
 _GEMMS = {aten.mm.default: 0, aten.addmm.default: 1, aten.bmm.default: 0}
 
 
@@ -348,8 +351,8 @@ def unaligned_rows(node):
     ts = [t for t in ts if isinstance(t, torch.Tensor) and t.dim() >= 1]
     if not ts or max(t.numel() for t in ts) < UNALIGNED_MIN_NUMEL:
         return None
-    # row / pointwise ops: the row kernels take unaligned rows (element accesses: the launcher's 16-byte vector
-    # flag is off), only GEMM epilogues refuse them; data moves of such rows stay PyTorch views
+    # row / pointwise ops (EVT_UNALIGNED_ROWS=evt): the row kernels take unaligned rows (element accesses: the
+    # launcher's 16-byte vector flag is off), only GEMM epilogues refuse them; data moves stay PyTorch views
     rows_ok = UNALIGNED_ROW_KERNELS and node.target not in _DATA_MOVES and node.target not in _GEMMS
     for t in ts:
         if not rows_ok and t.numel() >= UNALIGNED_MIN_NUMEL and (_row_length(t) * t.element_size()) % 16:
