@@ -1439,3 +1439,40 @@ def test_padded_gemms_share_one_padded_copy():
     import gc
     gc.collect()
     assert len(B._PAD_CACHE) == 1  # (x's copy went with x; w's stays while w lives)
+
+
+def test_upcast_into_log_softmax():
+    """A PyTorch-run CUDA log-softmax over the f32 upcast of bf16 logits (unaligned rows) reads the bf16 logits
+    with half_to_float (the upcast's copy goes); an aligned one (evt runs it), one whose upcast has another
+    reader, and EVT_UPCAST_LOG_SOFTMAX=0 are left as they are."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+
+    def f(x):
+        return [aten._log_softmax(x.float(), 1, False)]
+
+    def g(x):
+        xf = x.float()
+        return [aten._log_softmax(xf, 1, False), xf.sum()]
+
+    def graph_for(fn, v):
+        gm = make_fx(fn)(torch.randn(64, v).bfloat16())
+        mode = FakeTensorMode()
+        with mode:
+            fake = torch.empty(64, v, device="cuda", dtype=torch.bfloat16)
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(fake)
+        return gm
+    gm = graph_for(f, 30522 * 17)
+    assert B.upcast_into_log_softmax(gm) == 1
+    (ls,) = [n for n in gm.graph.nodes if n.target == aten._log_softmax.default]
+    assert ls.args[2] is True and ls.args[0].op == "placeholder", ls.args
+    assert not [n for n in gm.graph.nodes if n.target == aten._to_copy.default]
+    assert B.upcast_into_log_softmax(graph_for(f, 1024 * 17)) == 0   # (aligned rows: evt's)
+    assert B.upcast_into_log_softmax(graph_for(g, 30522 * 17)) == 0  # (the upcast has another reader)
+    os.environ["EVT_UPCAST_LOG_SOFTMAX"] = "0"
+    try:
+        assert B.upcast_into_log_softmax(graph_for(f, 30522 * 17)) == 0
+    finally:
+        del os.environ["EVT_UPCAST_LOG_SOFTMAX"]
