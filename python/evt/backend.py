@@ -139,6 +139,7 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
     A.rewrite_joint(joint, attention=G.attention_in_evt(options), cuda_pools=G.gpu_ops(options) == "all",
                     ln_devices=("cuda", "cpu") if _cuda_rules("cpu") else ("cuda",))
     stack_select_backwards(joint, options)
+    pad_vocab(joint, options)
     upcast_into_log_softmax(joint, options)
     for n in joint.graph.nodes:
         if n.op == "call_function" and n.target == aten.native_layer_norm_backward.default:
@@ -151,6 +152,113 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
         from torch._functorch.partitioners import min_cut_rematerialization_partition
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     return default_partition(joint, joint_inputs, **kwargs)
+
+
+# ops a padded vocabulary dim may pass through (pad_vocab): views get the padded size, the rest are shape-generic
+_VOCAB_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
+_VOCAB_OPS = _VOCAB_VIEWS | {aten.permute.default, aten.t.default, aten.transpose.int, aten.alias.default,
+                             aten._to_copy.default, aten.clone.default, aten.detach.default, aten.mm.default,
+                             aten.addmm.default, aten._log_softmax.default, aten._log_softmax_backward_data.default,
+                             aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.sum.dim_IntList}
+# ops where the vocabulary dim may end: the GEMM contracting over it (the hidden gradient) and the loss
+_VOCAB_ENDS = {aten.mm.default, aten.addmm.default, aten.nll_loss_forward.default, operator.getitem}
+
+
+def pad_vocab(gm, options=None):
+    """A classifier head whose vocabulary V is not a multiple of 8 (bert's 30522 words), feeding a log-softmax and
+    NLL loss, computed on V rounded up to 8 (Vp) in the joint graph: the weight gets zero rows and the bias its
+    dtype's lowest value (exact: the padded logits' probabilities are 0, so are their gradients, and the loss
+    picks only real targets), every [.., V] value of the head becomes [.., Vp], and the weight and bias gradients are
+    sliced back to V. Then the logits GEMM, the log-softmax, the loss and its backward and both gradient GEMMs
+    have 16-byte rows and run in evt (generated kernels; unpadded they ran in PyTorch with padded copies).
+    Applied to a CUDA addmm(bias, x, permute(w)) that pad_gemm would pad when every op its vocabulary dim
+    reaches is one the rewrite knows (_VOCAB_OPS); else the graph is left as it is. EVT_PAD_VOCAB=0 turns it
+    off. Returns the number of heads padded."""
+    if os.environ.get("EVT_PAD_VOCAB", "1") in ("", "0"):
+        return 0
+    count = 0
+    for a in list(gm.graph.nodes):
+        if a.op == "call_function" and a.target == aten.addmm.default and pad_gemm(a):
+            count += _pad_vocab_head(gm, a)
+    if count:
+        gm.graph.lint()
+        gm.recompile()
+        log.info("joint graph: %d vocabulary head(s) padded to multiples of 8", count)
+    return count
+
+
+def _pad_vocab_head(gm, a):
+    from torch._guards import detect_fake_mode
+    bias, x, wt = a.args[:3]
+    if len(a.args) > 3 or a.kwargs or not all(isinstance(n, torch.fx.Node) for n in (bias, x, wt)):
+        return 0
+    if wt.target not in _PERMUTES or not isinstance(wt.args[0], torch.fx.Node):
+        return 0
+    w = wt.args[0]
+    wv, bv, av = w.meta.get("val"), bias.meta.get("val"), a.meta.get("val")
+    if not all(isinstance(t, torch.Tensor) for t in (wv, bv, av)) or wv.dim() != 2 or bv.dim() != 1:
+        return 0
+    v = wv.shape[0]
+    if v % 8 == 0 or tuple(bv.shape) != (v,) or av.shape[-1] != v:
+        return 0
+    vp = _up8(v)
+    # the region: values with a vocabulary dim reached from the head's weight permute and logits
+    region, todo = [], [wt, a]
+    seen = set(todo)
+    while todo:
+        n = todo.pop()
+        val = n.meta.get("val")
+        if not isinstance(val, torch.Tensor) or v not in val.shape:
+            if n.target not in _VOCAB_ENDS:
+                return 0
+            continue  # (the vocabulary dim ends here)
+        if n.target not in _VOCAB_OPS:
+            return 0
+        region.append(n)
+        for u in n.users:
+            if u.op == "output":
+                continue
+            if u not in seen:
+                seen.add(u)
+                todo.append(u)
+    inside = set(region) | {w, bias}
+    for n in region:  # every other vocabulary-sized operand would need padding too: not taken
+        for i in n.all_input_nodes:
+            iv = i.meta.get("val")
+            if i not in inside and isinstance(iv, torch.Tensor) and v in iv.shape:
+                return 0
+    mode = detect_fake_mode([p.meta.get("val") for p in gm.graph.nodes if p.op == "placeholder"])
+    if mode is None:
+        return 0
+    g = gm.graph
+    with g.inserting_after(w):
+        w_p = g.call_function(aten.constant_pad_nd.default, (w, [0, 0, 0, vp - v], 0.0))
+    with g.inserting_after(bias):
+        # (the lowest finite value, not -inf: the loss picks its target's logit as a sum of logits x one-hot,
+        # and -inf x 0 would be NaN; exp(lowest - max) is 0 all the same)
+        b_p = g.call_function(aten.constant_pad_nd.default, (bias, [0, vp - v], float(torch.finfo(bv.dtype).min)))
+    wt.replace_input_with(w, w_p)
+    a.replace_input_with(bias, b_p)
+    for n in region:
+        if n.target in _VOCAB_VIEWS:
+            n.args = (n.args[0], [vp if d == v else d for d in n.args[1]]) + tuple(n.args[2:])
+    order = {n: i for i, n in enumerate(g.nodes)}
+    with mode:
+        for n in sorted([w_p, b_p] + region, key=order.get):
+            args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda m: m.meta["val"])
+            n.meta["val"] = n.target(*args, **kwargs)
+            n.meta.pop("tensor_meta", None)
+    # region values the graph returns (the weight and bias gradients) are sliced back to V
+    out = next(n for n in g.nodes if n.op == "output")
+    for n in region:
+        if n in out.all_input_nodes:
+            dim = list(n.meta["val"].shape).index(vp)
+            with g.inserting_after(n):
+                sl = g.call_function(aten.slice.Tensor, (n, dim, 0, v))
+            with mode:
+                sl.meta["val"] = aten.slice.Tensor(n.meta["val"], dim, 0, v)
+            out.replace_input_with(n, sl)
+    return 1
 
 
 def upcast_into_log_softmax(gm, options=None):

@@ -1213,6 +1213,7 @@ def test_padded_gemms_train_like_eager(monkeypatch, caplog):
     unaligned N (4001 words) runs in PyTorch on padded operands (forward logits, and in the backward the input
     and weight gradients), and the loss and gradients match eager."""
     monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    monkeypatch.setenv("EVT_PAD_VOCAB", "0")  # (pad_vocab would take the head whole: test_pad_vocab_...)
     monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", 1 << 16)
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -1476,3 +1477,51 @@ def test_upcast_into_log_softmax():
         assert B.upcast_into_log_softmax(graph_for(f, 30522 * 17)) == 0
     finally:
         del os.environ["EVT_UPCAST_LOG_SOFTMAX"]
+
+
+@needs_lib
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_pad_vocab_trains_like_eager(monkeypatch, caplog, smoothing):
+    """pad_vocab (simulated CUDA rules, CPU tensors): a 4001-word head (bf16 logits GEMM, f32 log-softmax and
+    NLL loss) is computed on 4008 words in the joint graph (zero weight rows, lowest-value bias), so its
+    GEMMs, log-softmax and loss backward run in evt segments (no GEMM left to PyTorch); the loss and every
+    gradient match eager, the weight and bias gradients have the unpadded shapes. Label smoothing (a sum over
+    the vocabulary the rewrite does not know) leaves the head as it is, still matching."""
+    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    monkeypatch.delenv("EVT_PAD_VOCAB", raising=False)
+    monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", 1 << 16)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj, self.out = nn.Linear(64, 64), nn.Linear(64, 4001)
+
+        def forward(self, x, t):
+            return F.cross_entropy(self.out(torch.relu(self.proj(x))).float(), t, label_smoothing=smoothing)
+    m = Head()
+    ref = Head()
+    ref.load_state_dict(m.state_dict())
+    f = torch.compile(m, backend="evt")
+    x, t = torch.randn(32, 64), torch.randint(0, 4001, (32,))
+    t[3] = -100  # (an ignored target)
+    with caplog.at_level(logging.INFO, logger="evt"):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = f(x, t)
+        loss.backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_ref = ref(x, t)
+    loss_ref.backward()
+    msgs = [r.getMessage() for r in caplog.records]
+    padded = any("vocabulary head(s) padded" in m_ for m_ in msgs)
+    assert padded == (smoothing == 0.0), msgs
+    if padded:
+        fell = [m_ for m_ in msgs if "fallback to PyTorch" in m_ and ("mm" in m_ or "softmax" in m_ or "nll" in m_)]
+        assert not fell, fell
+    assert torch.isfinite(loss) and abs(loss.item() - loss_ref.item()) <= 1e-2 * abs(loss_ref.item())
+    for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+        assert p.grad.shape == q.grad.shape, n
+        rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
+        assert rel <= 2e-2, (n, rel)
+    torch._dynamo.reset()
