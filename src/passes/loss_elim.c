@@ -11,6 +11,8 @@
  *       -> (softmax(x) - one_hot(t')) * w           t' = where(t != ignore_index, t, 0)
  *   nll_loss(log_softmax(x), t)          (the loss value, kept as a cheap side reduction of x:)
  *       -> sum((logsumexp(x) - sum(one_hot(t') * x, dim 1)) * mask) [/ count]
+ *       (when log_softmax(x) is a graph output, materialized anyway: -sum(where(one_hot(t') != 0, lp, 0),
+ *       dim 1) * mask [/ count], a row sum over the log-probabilities, ce_loss_from_lp)
  *   bce_with_logits_backward(dy, x, y)   -> (sigmoid(x) - y) * dy [/ numel]
  *   bce_with_logits(x, y)                -> reduce(relu(x) - x*y + log(1 + exp(-|x|)))
  *   mse_loss_backward(dy, x, y)          -> (x - y) * (2 * dy [/ numel])
@@ -20,6 +22,9 @@
  * tensor is no longer materialized. With EVT_PASS_DROP_LOSS (`evtc opt --no-loss`) the graph's loss output
  * is instead replaced by the constant 0 (what the EVT artifact does): the step then no longer reports
  * its loss, and the forward loss reduction is deleted. Ends with a compaction. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "passes/passes.h"
 
 /* x if node lp is log_softmax(x) (or log(softmax(x))) over dim 1 of a rank-2 x; else -1. */
@@ -89,6 +94,36 @@ static int ce_loss(evt_graph *g, int id, int x, int t) {
   }
 }
 
+/* nll_loss(lp, t) over log-probabilities lp that are materialized anyway (a graph output: a segment whose
+ * log-softmax PyTorch saves for the backward): the loss picks lp at the targets, -sum(where(one_hot(t') != 0,
+ * lp, 0), dim 1) * mask, a row sum the log-softmax kernel's epilogue takes, instead of recomputing logsumexp
+ * from x in a second pass over x (a `where`, not a product with the one-hot: a padded class has lp = -inf). */
+static int ce_loss_from_lp(evt_graph *g, int id, int lp, int t) {
+  const evt_type *tl = &g->nodes[lp].type;
+  evt_dtype dt = tl->dtype;
+  int64_t classes = tl->shape[1];
+  int mask, safe;
+  evt_ce_parts(g, id, t, -1, dt, &mask, &safe);
+  int one = 1;
+  int oh = evt_rw_one_hot(g, id, safe, classes, dt);
+  int hit = evt_rw_binary(g, id, EVT_OP_NE, oh, evt_rw_scalar(g, id, dt, 0.0));
+  int picked = evt_rw_reduce(g, id, EVT_OP_SUM, evt_rw_where(g, id, hit, lp, evt_rw_scalar(g, id, dt, 0.0)), &one, 1, 0);
+  int row = evt_rw_binary(g, id, EVT_OP_MUL, evt_rw_unary(g, id, EVT_OP_NEG, picked), mask);
+  switch (g->nodes[id].attr.reduction) {
+  case EVT_REDUCTION_MEAN:
+    return evt_rw_binary(g, id, EVT_OP_DIV, evt_rw_reduce(g, id, EVT_OP_SUM, row, NULL, 0, 0),
+                         evt_rw_reduce(g, id, EVT_OP_SUM, mask, NULL, 0, 0));
+  case EVT_REDUCTION_SUM: return evt_rw_reduce(g, id, EVT_OP_SUM, row, NULL, 0, 0);
+  default: return row;
+  }
+}
+
+static bool is_output(const evt_graph *g, int id) {
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i] == id) return true;
+  return false;
+}
+
 /* reduction of an elementwise loss l (shape of x) per the node's reduction attribute */
 static int reduce_loss(evt_graph *g, int id, int l) {
   switch (g->nodes[id].attr.reduction) {
@@ -120,7 +155,10 @@ static int rewrite(evt_graph *g, int id) {
   }
   case EVT_OP_NLL_LOSS: {
     int x = evt_match_log_softmax(g, a);
-    return x < 0 ? id : ce_loss(g, id, x, b);
+    if (x < 0) return id;
+    const char *lse = getenv("EVT_LOSS_ELIM_LSE"); /* "1": the logsumexp form even then (tests, comparisons) */
+    bool from_lp = is_output(g, a) && !(lse && strcmp(lse, "1") == 0);
+    return from_lp ? ce_loss_from_lp(g, id, a, b) : ce_loss(g, id, x, b);
   }
   case EVT_OP_BCE_WITH_LOGITS_BACKWARD: /* (dy, x, y) */
     return evt_rw_binary(g, id, EVT_OP_MUL,

@@ -1041,10 +1041,11 @@ TEST(program_tune_collects_distinct_problems_and_needs_a_gpu) {
  * the group, so every group of the segment runs as a generated kernel (before: amax node by node in the
  * reference library); and the CPU model of that plan matches the interpreter within the bf16 rule. */
 TEST(reduction_read_through_two_views_is_stored_twice) {
-  const char *keys[] = {"EVT_REFINE_PARTITION"};
-  char *saved[1];
-  evt_test_env_save(keys, 1, saved);
+  const char *keys[] = {"EVT_REFINE_PARTITION", "EVT_LOSS_ELIM_LSE"};
+  char *saved[2];
+  evt_test_env_save(keys, 2, saved);
   setenv("EVT_REFINE_PARTITION", "1", 1);
+  setenv("EVT_LOSS_ELIM_LSE", "1", 1); /* (the loss from logsumexp(x): the row max this test is about) */
   char *err = NULL;
   evt_graph *g = evt_parse_file("tests/graphs/torch_mlp_fwd_segment.evt", &err);
   CHECK_MSG(g, "%s", err ? err : "");
@@ -1067,7 +1068,7 @@ TEST(reduction_read_through_two_views_is_stored_twice) {
     evt_exec_plan_free(&p);
   }
   evt_graph_free(g);
-  evt_test_env_restore(keys, 1, saved);
+  evt_test_env_restore(keys, 2, saved);
 }
 
 /* The XML-CNN loss head (tests/graphs/xmlcnn_bce_head_bf16.evt: bf16 GEMM + bias, BCE with logits in f32, mean

@@ -451,6 +451,37 @@ TEST(values_loss_elim_every_loss) {
   }
 }
 
+/* nll_loss over log-probabilities the graph also returns (a PyTorch forward segment whose log-softmax is saved
+ * for the backward): the loss picks them at the targets (a where-select and a row sum the softmax kernel's
+ * epilogue takes) instead of a second logsumexp pass over the logits; values preserved (mean with ignored
+ * rows, and none); EVT_LOSS_ELIM_LSE=1 keeps the logsumexp form. */
+TEST(loss_elim_nll_over_returned_log_probs) {
+  static const char *texts[] = {
+      "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
+      "  %y: i64[8] = input(init=randint, lo=-1, hi=5)\n  %lp: f32[8,5] = log_softmax(%h, dim=1)\n"
+      "  %l: f32[] = nll_loss(%lp, %y, ignore_index=-1)\n  loss %l\n  output %lp\n}\n",
+      "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
+      "  %y: i64[8] = input(init=randint, lo=0, hi=5)\n  %lp: f32[8,5] = log_softmax(%h, dim=1)\n"
+      "  %r: f32[8] = nll_loss(%lp, %y, reduction=none)\n  %l: f32[] = sum(%r)\n  loss %l\n  output %lp\n}\n",
+  };
+  for (int t = 0; t < EVT_ARRAY_LEN(texts); t++) {
+    evt_graph *g = check_preserves(texts[t], evt_pass_loss_elim, 0, false);
+    if (!g) continue;
+    CHECK_MSG(evt_test_count_op(g, EVT_OP_NLL_LOSS) == 0 && evt_test_count_op(g, EVT_OP_AMAX) == 0 &&
+                  evt_test_count_op(g, EVT_OP_WHERE) >= 1,
+              "text %d: nll %d amax %d", t, evt_test_count_op(g, EVT_OP_NLL_LOSS), evt_test_count_op(g, EVT_OP_AMAX));
+    evt_graph_free(g);
+  }
+  const char *keys[] = {"EVT_LOSS_ELIM_LSE"};
+  char *saved[1];
+  evt_test_env_save(keys, 1, saved);
+  setenv("EVT_LOSS_ELIM_LSE", "1", 1);
+  evt_graph *g = check_preserves(texts[0], evt_pass_loss_elim, 0, false);
+  if (g) CHECK(evt_test_count_op(g, EVT_OP_AMAX) == 1);
+  evt_graph_free(g);
+  evt_test_env_restore(keys, 1, saved);
+}
+
 TEST(values_decompose_then_reduce_elim_every_loss) {
   for (int t = 0; t < EVT_ARRAY_LEN(kLosses); t++) {
     evt_graph *g = check_preserves(kLosses[t], evt_pass_decompose, 0, false);
