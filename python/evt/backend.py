@@ -602,6 +602,50 @@ def hoisted_casts(gm, env=None):
     return out
 
 
+def _channels_last_like(t):
+    """True for a 3-D [N, C, W] tensor laid out [N, W, C] or a 4-D one in channels-last memory (not contiguous)."""
+    if not isinstance(t, torch.Tensor) or t.is_contiguous() or t.shape[1] < 2:
+        return False
+    if t.dim() == 3:
+        return t.stride(1) == 1 and t.stride(2) == t.shape[1] and t.stride(0) == t.shape[1] * t.shape[2]
+    return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
+
+
+def mark_conv_weight_casts(gm, hoisted):
+    """A hoisted weight cast that only convolutions read, whose input is laid out channels-last ([N, W, C]
+    memory: XML-CNN's transposed embedding), is written in that layout too (meta evt_cast_layout): cuDNN then
+    takes input and weight as they are, where a contiguous weight made it copy the [256, 304, 512] input into
+    contiguous memory in each of the three convolutions and their backward (7 copies, 1.6 ms per xmlcnn_paper
+    x0.25 step on the H200, S13W4). EVT_CONV_WEIGHT_LAYOUT=0 turns it off. Returns the number marked."""
+    if os.environ.get("EVT_CONV_WEIGHT_LAYOUT", "1") in ("", "0"):
+        return 0
+    count = 0
+    for n in hoisted:
+        v = n.meta.get("val")
+        if not isinstance(v, torch.Tensor) or v.dim() not in (3, 4) or not v.is_contiguous():
+            continue
+        convs = [u for u in n.users if u.op != "output"]
+        if not convs or any(u.target != aten.convolution.default or len(u.args) < 2 or u.args[1] is not n
+                            or n in u.args[2:] for u in convs):
+            continue
+        if all(_channels_last_like(u.args[0].meta.get("val")) for u in convs):
+            n.meta["evt_cast_layout"] = "channels_last"
+            count += 1
+    return count
+
+
+def _cast_channels_last(args, kwargs):
+    """A marked weight cast (mark_conv_weight_casts): the cast written in channels-last memory ([O, K, I] for a
+    3-D weight), one copy kernel that casts and lays out."""
+    x = args[0]
+    dt = kwargs.get("dtype", x.dtype)
+    if x.dim() == 4:
+        out = torch.empty_like(x, dtype=dt, memory_format=torch.channels_last)
+    else:
+        out = torch.empty((x.shape[0], x.shape[2], x.shape[1]), dtype=dt, device=x.device).permute(0, 2, 1)
+    return out.copy_(x)
+
+
 _PERMUTES = {aten.permute.default, aten.transpose.int, aten.t.default}
 # Data movement that runs in PyTorch when every tensor it reads was made by a PyTorch step (CUDA).
 _DATA_MOVES = {aten.stack.default, aten.cat.default, aten.select_backward.default, aten.slice_backward.default,
@@ -1118,6 +1162,8 @@ def _run_torch(node, env):
             return out
     if node.meta.get("evt_pad_gemm"):
         return padded_gemm(node.target, args, kwargs, contiguous=node.meta["evt_pad_gemm"] == "contiguous")
+    if node.meta.get("evt_cast_layout") and len(args) == 1 and isinstance(args[0], torch.Tensor):
+        return _cast_channels_last(args, kwargs)
     return node.target(*args, **kwargs)
 
 
@@ -1278,6 +1324,7 @@ class Plan:
         self._seg_of = {}
         self._new_segment = False  # the next evt node starts a segment (after deferred steps were placed)
         hoisted = hoisted_casts(gm)
+        mark_conv_weight_casts(gm, hoisted)
         for node in hoisted:
             self.steps.append(node)
             self.fallbacks.append((node, HOISTED_CAST))

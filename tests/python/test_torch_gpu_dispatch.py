@@ -1525,3 +1525,45 @@ def test_pad_vocab_trains_like_eager(monkeypatch, caplog, smoothing):
         rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
         assert rel <= 2e-2, (n, rel)
     torch._dynamo.reset()
+
+
+def test_conv_weight_casts_follow_a_channels_last_input(monkeypatch):
+    """mark_conv_weight_casts: XML-CNN's convolutions read the transposed embedding ([N, C, W] over [N, W, C]
+    memory); their hoisted weight casts are written in that layout too (cuDNN then copies neither), the values
+    are the cast's; the model trains like eager (simulated CUDA rules); EVT_CONV_WEIGHT_LAYOUT=0: none marked."""
+    import copy
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e"))
+    import models as M
+    x = torch.randn(32, 304, 2)
+    w = B._cast_channels_last([x], {"dtype": torch.bfloat16})
+    assert w.stride() == (608, 1, 304) and torch.equal(w, x.bfloat16())
+    x4 = torch.randn(8, 3, 5, 5)
+    w4 = B._cast_channels_last([x4], {"dtype": torch.bfloat16})
+    assert w4.is_contiguous(memory_format=torch.channels_last) and torch.equal(w4, x4.bfloat16())
+    assert B._channels_last_like(torch.empty(4, 512, 304).permute(0, 2, 1))
+    assert not B._channels_last_like(torch.empty(4, 304, 512))
+    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    marked = []
+    orig = B.mark_conv_weight_casts
+    monkeypatch.setattr(B, "mark_conv_weight_casts", lambda gm, h: marked.append(orig(gm, h)) or marked[-1])
+    for layout, want in (("1", 3), ("0", 0)):
+        monkeypatch.setenv("EVT_CONV_WEIGHT_LAYOUT", layout)
+        torch._dynamo.reset()
+        marked.clear()
+        torch.manual_seed(0)
+        m = M.XMLCNN(vocab=1000, labels=512, p=0.0)
+        ref = copy.deepcopy(m)
+        ids, tgt = torch.randint(0, 1000, (16, 64)), (torch.rand(16, 512) < 0.01).float()
+        f = torch.compile(m, backend="evt")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = f(ids, tgt)
+        loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lr = ref(ids, tgt)
+        lr.backward()
+        assert max(marked) == want, marked
+        assert abs(loss.item() - lr.item()) <= 1e-2 * abs(lr.item())
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
+            assert rel <= 2e-2, (layout, n, rel)
+    torch._dynamo.reset()
