@@ -1532,8 +1532,11 @@ def test_conv_weight_casts_follow_a_channels_last_input(monkeypatch):
     memory); their hoisted weight casts are written in that layout too (cuDNN then copies neither), the values
     are the cast's; the model trains like eager (simulated CUDA rules); EVT_CONV_WEIGHT_LAYOUT=0: none marked."""
     import copy
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e"))
-    import models as M
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "e2e_models", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e", "models.py"))
+    M = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(M)  # (bench/e2e/models.py: tests/python has a models.py of its own)
     x = torch.randn(32, 304, 2)
     w = B._cast_channels_last([x], {"dtype": torch.bfloat16})
     assert w.stride() == (608, 1, 304) and torch.equal(w, x.bfloat16())
