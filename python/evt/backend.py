@@ -616,8 +616,10 @@ def mark_conv_weight_casts(gm, hoisted):
     memory: XML-CNN's transposed embedding), is written in that layout too (meta evt_cast_layout): cuDNN then
     takes input and weight as they are, where a contiguous weight made it copy the [256, 304, 512] input into
     contiguous memory in each of the three convolutions and their backward (7 copies, 1.6 ms per xmlcnn_paper
-    x0.25 step on the H200, S13W4). EVT_CONV_WEIGHT_LAYOUT=0 turns it off. Returns the number marked."""
-    if os.environ.get("EVT_CONV_WEIGHT_LAYOUT", "1") in ("", "0"):
+    x0.25 step on the H200, S13W4). Opt-in (EVT_CONV_WEIGHT_LAYOUT=1): on the H200 it removed cuDNN's layout
+    conversions but the channels-last convolution results then cost 34 copies in the PyTorch ops around them
+    (3.9 ms; xmlcnn_paper 8.07 -> 9.61 ms/step, S13W7). Returns the number marked."""
+    if os.environ.get("EVT_CONV_WEIGHT_LAYOUT", "0") in ("", "0"):
         return 0
     count = 0
     for n in hoisted:
