@@ -495,9 +495,9 @@ def unaligned_rows(node):
     rows_ok = UNALIGNED_ROW_KERNELS and node.target not in _DATA_MOVES and node.target not in _GEMMS
     for t in ts:
         if not rows_ok and t.numel() >= UNALIGNED_MIN_NUMEL and (_row_length(t) * t.element_size()) % 16:
-            return (f"rows of {_row_length(t)} x {str(t.dtype).replace('torch.', '')} are not 16-byte aligned: evt has no "
-                    "generated kernel for them (the reference library would run it node by node in double); runs "
-                    "in PyTorch; options={'gpu_ops': 'all'} or EVT_CUDA_OPS=all keeps it in evt")
+            return (f"rows of {_row_length(t)} x {str(t.dtype).replace('torch.', '')} are not 16-byte aligned: evt's "
+                    "row kernels would take them element by element (3-4x slower than PyTorch on the H200, S13W3; "
+                    "EVT_UNALIGNED_ROWS=evt keeps such ops in evt) and no GEMM epilogue stores them; runs in PyTorch")
     k = _GEMMS.get(node.target)
     if k is not None and len(node.args) >= k + 2:
         a, b = (x.meta.get("val") for x in node.args[k:k + 2])
