@@ -71,6 +71,17 @@ static int ce_grad(evt_graph *g, int id, int x, int t, int dy) {
   return evt_rw_binary(g, id, EVT_OP_MUL, evt_rw_binary(g, id, EVT_OP_SUB, sm, oh), w);
 }
 
+/* per-row cross-entropy losses `row` (masked) reduced per the node's reduction: mean over unmasked rows, sum, none */
+static int reduce_rows(evt_graph *g, int id, int row, int mask) {
+  switch (g->nodes[id].attr.reduction) {
+  case EVT_REDUCTION_MEAN:
+    return evt_rw_binary(g, id, EVT_OP_DIV, evt_rw_reduce(g, id, EVT_OP_SUM, row, NULL, 0, 0),
+                         evt_rw_reduce(g, id, EVT_OP_SUM, mask, NULL, 0, 0));
+  case EVT_REDUCTION_SUM: return evt_rw_reduce(g, id, EVT_OP_SUM, row, NULL, 0, 0);
+  default: return row;
+  }
+}
+
 static int ce_loss(evt_graph *g, int id, int x, int t) {
   const evt_type *tx = &g->nodes[x].type;
   evt_dtype dt = tx->dtype;
@@ -84,14 +95,7 @@ static int ce_loss(evt_graph *g, int id, int x, int t) {
   int lse = evt_rw_binary(g, id, EVT_OP_ADD, evt_rw_unary(g, id, EVT_OP_LOG, evt_rw_reduce(g, id, EVT_OP_SUM, e, &one, 1, 0)), mx);
   int oh = evt_rw_one_hot(g, id, safe, classes, dt);
   int picked = evt_rw_reduce(g, id, EVT_OP_SUM, evt_rw_binary(g, id, EVT_OP_MUL, oh, x), &one, 1, 0);
-  int row = evt_rw_binary(g, id, EVT_OP_MUL, evt_rw_binary(g, id, EVT_OP_SUB, lse, picked), mask);
-  switch (g->nodes[id].attr.reduction) {
-  case EVT_REDUCTION_MEAN:
-    return evt_rw_binary(g, id, EVT_OP_DIV, evt_rw_reduce(g, id, EVT_OP_SUM, row, NULL, 0, 0),
-                         evt_rw_reduce(g, id, EVT_OP_SUM, mask, NULL, 0, 0));
-  case EVT_REDUCTION_SUM: return evt_rw_reduce(g, id, EVT_OP_SUM, row, NULL, 0, 0);
-  default: return row;
-  }
+  return reduce_rows(g, id, evt_rw_binary(g, id, EVT_OP_MUL, evt_rw_binary(g, id, EVT_OP_SUB, lse, picked), mask), mask);
 }
 
 /* nll_loss(lp, t) over log-probabilities lp that are materialized anyway (a graph output: a segment whose
@@ -108,14 +112,7 @@ static int ce_loss_from_lp(evt_graph *g, int id, int lp, int t) {
   int oh = evt_rw_one_hot(g, id, safe, classes, dt);
   int hit = evt_rw_binary(g, id, EVT_OP_NE, oh, evt_rw_scalar(g, id, dt, 0.0));
   int picked = evt_rw_reduce(g, id, EVT_OP_SUM, evt_rw_where(g, id, hit, lp, evt_rw_scalar(g, id, dt, 0.0)), &one, 1, 0);
-  int row = evt_rw_binary(g, id, EVT_OP_MUL, evt_rw_unary(g, id, EVT_OP_NEG, picked), mask);
-  switch (g->nodes[id].attr.reduction) {
-  case EVT_REDUCTION_MEAN:
-    return evt_rw_binary(g, id, EVT_OP_DIV, evt_rw_reduce(g, id, EVT_OP_SUM, row, NULL, 0, 0),
-                         evt_rw_reduce(g, id, EVT_OP_SUM, mask, NULL, 0, 0));
-  case EVT_REDUCTION_SUM: return evt_rw_reduce(g, id, EVT_OP_SUM, row, NULL, 0, 0);
-  default: return row;
-  }
+  return reduce_rows(g, id, evt_rw_binary(g, id, EVT_OP_MUL, evt_rw_unary(g, id, EVT_OP_NEG, picked), mask), mask);
 }
 
 static bool is_output(const evt_graph *g, int id) {

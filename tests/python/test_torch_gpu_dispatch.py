@@ -155,6 +155,20 @@ def _segments(plan):
     return [s for s in plan.steps if isinstance(s, B.Segment)]
 
 
+def _cuda_fx(f, shapes, dtype=torch.float32):
+    """make_fx of f on CPU tensors of these shapes, with meta["val"] of fake CUDA tensors (FakeTensorProp): the
+    graph build_plan sees for a CUDA module, without a GPU."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    gm = make_fx(f)(*[torch.randn(sh).to(dtype) for sh in shapes])
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(sh, device="cuda", dtype=dtype) for sh in shapes]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    return gm
+
+
 @needs_lib
 def test_cuda_segments_without_program_api_run_in_pytorch(monkeypatch, caplog):
     monkeypatch.setattr(G, "has_program_api", lambda: False)
@@ -1215,37 +1229,11 @@ def test_padded_gemms_train_like_eager(monkeypatch, caplog):
     monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
     monkeypatch.setenv("EVT_PAD_VOCAB", "0")  # (pad_vocab would take the head whole: test_pad_vocab_...)
     monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", 1 << 16)
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-
-    class Head(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.proj, self.out = nn.Linear(64, 64), nn.Linear(64, 4001)
-
-        def forward(self, x, t):
-            return F.cross_entropy(self.out(torch.relu(self.proj(x))).float(), t)
-    m = Head()
-    ref = Head()
-    ref.load_state_dict(m.state_dict())
-    f = torch.compile(m, backend="evt")
-    x, t = torch.randn(32, 64), torch.randint(0, 4001, (32,))
-    with caplog.at_level(logging.INFO, logger="evt"):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = f(x, t)
-        loss.backward()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss_ref = ref(x, t)
-    loss_ref.backward()
-    padded = [r.getMessage() for r in caplog.records if "zero-padded" in r.getMessage()]
+    msgs = _train_vocab_head_like_eager(caplog)
+    padded = [m_ for m_ in msgs if "zero-padded" in m_]
     assert len(padded) >= 2, padded  # the logits GEMM and at least one gradient GEMM
     # the logits gradient's bf16 cast is written padded: both gradient GEMMs read that memory
-    assert any("written into memory padded" in r.getMessage() for r in caplog.records)
-    assert abs(loss.item() - loss_ref.item()) <= 1e-2 * abs(loss_ref.item())
-    for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
-        rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
-        assert rel <= 2e-2, (n, rel)
-    torch._dynamo.reset()
+    assert any("written into memory padded" in m_ for m_ in msgs)
 
 
 def test_cast_into_padded_feeds_padded_gemms_without_copies():
@@ -1343,9 +1331,6 @@ def test_deferred_pytorch_steps_keep_their_order(monkeypatch):
     """Plan._torch_step: a PyTorch op that reads the segment being built runs after it (deferred) and the
     segment goes on; a later PyTorch op that reads nothing of the segment is deferred too (not hoisted before
     the segment), so PyTorch's steps run in graph order (random ops draw in eager's order)."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
     monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
@@ -1358,11 +1343,7 @@ def test_deferred_pytorch_steps_keep_their_order(monkeypatch):
         z = torch.relu(aten.mm(s, w2))       # evt, reads the segment: the same segment
         return [x, y, z]
     shapes = [(16, 32), (16, 32), (32, 32), (32, 32)]
-    gm = make_fx(f)(*[torch.randn(sh) for sh in shapes])
-    mode = FakeTensorMode()
-    with mode:
-        fakes = [torch.empty(sh, device="cuda") for sh in shapes]
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    gm = _cuda_fx(f, shapes)
     plan = B.build_plan(gm, None)
     names = [s.name if not isinstance(s, B.Segment) else "SEG" for s in plan.steps]
     assert names == ["SEG", "cumsum", "cumsum_1"], names
@@ -1377,9 +1358,6 @@ def test_evt_nodes_reading_a_deferred_step_are_deferred(monkeypatch):
     read the deferred long-row sum and ended the segment between the weight-gradient GEMM and its transposed
     cast (the transposed GEMM result was then copied into the next segment every step). A node reading the
     deferred evt node is deferred behind it; EVT_DEFER_TORCH=0 ends the segment at the first such node."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
     monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
@@ -1396,11 +1374,7 @@ def test_evt_nodes_reading_a_deferred_step_are_deferred(monkeypatch):
         y3 = aten.mm(y2, wt)                 # evt, reads the deferred y2: the second segment
         return [y3, z, u]
     shapes = [(16, 32), (16, 32), (32, 32), (32, 32)]
-    gm = make_fx(f)(*[torch.randn(sh) for sh in shapes])
-    mode = FakeTensorMode()
-    with mode:
-        fakes = [torch.empty(sh, device="cuda") for sh in shapes]
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    gm = _cuda_fx(f, shapes)
     plan = B.build_plan(gm, None)
     names = [s.name if not isinstance(s, B.Segment) else "SEG" for s in plan.steps]
     assert names == ["SEG", "cumsum", "SEG"], names
@@ -1446,9 +1420,6 @@ def test_upcast_into_log_softmax():
     """A PyTorch-run CUDA log-softmax over the f32 upcast of bf16 logits (unaligned rows) reads the bf16 logits
     with half_to_float (the upcast's copy goes); an aligned one (evt runs it), one whose upcast has another
     reader, and EVT_UPCAST_LOG_SOFTMAX=0 are left as they are."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
 
     def f(x):
@@ -1459,12 +1430,7 @@ def test_upcast_into_log_softmax():
         return [aten._log_softmax(xf, 1, False), xf.sum()]
 
     def graph_for(fn, v):
-        gm = make_fx(fn)(torch.randn(64, v).bfloat16())
-        mode = FakeTensorMode()
-        with mode:
-            fake = torch.empty(64, v, device="cuda", dtype=torch.bfloat16)
-        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(fake)
-        return gm
+        return _cuda_fx(fn, [(64, v)], torch.bfloat16)
     gm = graph_for(f, 30522 * 17)
     assert B.upcast_into_log_softmax(gm) == 1
     (ls,) = [n for n in gm.graph.nodes if n.target == aten._log_softmax.default]
@@ -1490,41 +1456,12 @@ def test_pad_vocab_trains_like_eager(monkeypatch, caplog, smoothing):
     monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
     monkeypatch.delenv("EVT_PAD_VOCAB", raising=False)
     monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", 1 << 16)
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-
-    class Head(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.proj, self.out = nn.Linear(64, 64), nn.Linear(64, 4001)
-
-        def forward(self, x, t):
-            return F.cross_entropy(self.out(torch.relu(self.proj(x))).float(), t, label_smoothing=smoothing)
-    m = Head()
-    ref = Head()
-    ref.load_state_dict(m.state_dict())
-    f = torch.compile(m, backend="evt")
-    x, t = torch.randn(32, 64), torch.randint(0, 4001, (32,))
-    t[3] = -100  # (an ignored target)
-    with caplog.at_level(logging.INFO, logger="evt"):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = f(x, t)
-        loss.backward()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss_ref = ref(x, t)
-    loss_ref.backward()
-    msgs = [r.getMessage() for r in caplog.records]
+    msgs = _train_vocab_head_like_eager(caplog, smoothing=smoothing, ignore_row=3)
     padded = any("vocabulary head(s) padded" in m_ for m_ in msgs)
     assert padded == (smoothing == 0.0), msgs
     if padded:
         fell = [m_ for m_ in msgs if "fallback to PyTorch" in m_ and ("mm" in m_ or "softmax" in m_ or "nll" in m_)]
         assert not fell, fell
-    assert torch.isfinite(loss) and abs(loss.item() - loss_ref.item()) <= 1e-2 * abs(loss_ref.item())
-    for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
-        assert p.grad.shape == q.grad.shape, n
-        rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
-        assert rel <= 2e-2, (n, rel)
-    torch._dynamo.reset()
 
 
 def test_conv_weight_casts_follow_a_channels_last_input(monkeypatch):
@@ -1574,3 +1511,40 @@ def test_conv_weight_casts_follow_a_channels_last_input(monkeypatch):
             rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
             assert rel <= 2e-2, (layout, n, rel)
     torch._dynamo.reset()
+
+
+def _train_vocab_head_like_eager(caplog, smoothing=0.0, ignore_row=None):
+    """One bf16-autocast step of a 4001-word classifier head (Linear, ReLU, Linear, cross-entropy) through
+    backend="evt" and in eager from the same weights: asserts the loss (finite) and every gradient (shape and
+    value) match; returns the evt log messages."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj, self.out = nn.Linear(64, 64), nn.Linear(64, 4001)
+
+        def forward(self, x, t):
+            return F.cross_entropy(self.out(torch.relu(self.proj(x))).float(), t, label_smoothing=smoothing)
+    m = Head()
+    ref = Head()
+    ref.load_state_dict(m.state_dict())
+    f = torch.compile(m, backend="evt")
+    x, t = torch.randn(32, 64), torch.randint(0, 4001, (32,))
+    if ignore_row is not None:
+        t[ignore_row] = -100  # (an ignored target)
+    with caplog.at_level(logging.INFO, logger="evt"):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = f(x, t)
+        loss.backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_ref = ref(x, t)
+    loss_ref.backward()
+    assert torch.isfinite(loss) and abs(loss.item() - loss_ref.item()) <= 1e-2 * abs(loss_ref.item())
+    for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+        assert p.grad.shape == q.grad.shape, n
+        rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
+        assert rel <= 2e-2, (n, rel)
+    torch._dynamo.reset()
+    return [r.getMessage() for r in caplog.records]
