@@ -237,6 +237,8 @@ def _pad_vocab_head(gm, a):
         # (the lowest finite value, not -inf: the loss picks its target's logit as a sum of logits x one-hot,
         # and -inf x 0 would be NaN; exp(lowest - max) is 0 all the same)
         b_p = g.call_function(aten.constant_pad_nd.default, (bias, [0, vp - v], float(torch.finfo(bv.dtype).min)))
+    for p_ in (w_p, b_p):  # (a PyTorch step: one small copy per step; evt has no pad op)
+        p_.meta["evt_torch_why"] = f"pad_vocab: the head's {'weight' if p_ is w_p else 'bias'} padded to {vp} words"
     wt.replace_input_with(w, w_p)
     a.replace_input_with(bias, b_p)
     for n in region:
@@ -1344,7 +1346,7 @@ class Plan:
         and ended the segment between the weight-gradient GEMM and its transposed f32 cast, which then bound
         the transposed GEMM result as a copied input: a 690 MB strided copy per step)."""
         seg_of, torch_vals = self._seg_of, self._torch_vals
-        why = self._force_torch.get(node) or cuda_placement(node, self.options)
+        why = self._force_torch.get(node) or node.meta.get("evt_torch_why") or cuda_placement(node, self.options)
         if why:
             self._torch_step(node)
             self.fallbacks.append((node, why))

@@ -1462,6 +1462,8 @@ def test_pad_vocab_trains_like_eager(monkeypatch, caplog, smoothing):
     if padded:
         fell = [m_ for m_ in msgs if "fallback to PyTorch" in m_ and ("mm" in m_ or "softmax" in m_ or "nll" in m_)]
         assert not fell, fell
+        pads = [m_ for m_ in msgs if "fallback to PyTorch: constant_pad_nd" in m_]
+        assert len(pads) == 2 and all("padded to 4008 words" in m_ for m_ in pads), pads
 
 
 def test_conv_weight_casts_follow_a_channels_last_input(monkeypatch):
