@@ -139,6 +139,7 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
     A.rewrite_joint(joint, attention=G.attention_in_evt(options), cuda_pools=G.gpu_ops(options) == "all",
                     ln_devices=("cuda", "cpu") if _cuda_rules("cpu") else ("cuda",))
     stack_select_backwards(joint, options)
+    mark_conv_inputs(joint)
     pad_vocab(joint, options)
     upcast_into_log_softmax(joint, options)
     for n in joint.graph.nodes:
@@ -635,6 +636,32 @@ def mark_conv_weight_casts(gm, hoisted):
         if all(_channels_last_like(u.args[0].meta.get("val")) for u in convs):
             n.meta["evt_cast_layout"] = "channels_last"
             count += 1
+    return count
+
+
+def mark_conv_inputs(gm):
+    """Opt-in (EVT_CONV_INPUT_LAYOUT=contiguous; not yet run on the H200): a value laid out channels-last
+    ([N, W, C] memory: XML-CNN's transposed embedding) that only convolutions and their backward read as input,
+    in the whole joint graph, is returned by its evt segment contiguous in its logical [N, C, W] layout instead
+    of PyTorch's recorded strides (meta evt_conv_input_free; Plan.finalize adds it to the segments'
+    free_layout): cuDNN then takes it with the contiguous weight as it is, where it copied it in each
+    convolution and backward (7 copies, 1.6 ms per xmlcnn_paper x0.25 step, S13W4); what the convolutions
+    return is then contiguous too, which segments declared for channels-last memory copy. Returns the number
+    marked."""
+    if os.environ.get("EVT_CONV_INPUT_LAYOUT", "") != "contiguous":
+        return 0
+    count = 0
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or not _channels_last_like(n.meta.get("val")) or not n.users:
+            continue
+        ok = all((u.target == aten.convolution.default and u.args[0] is n and n not in u.args[1:]) or
+                 (u.target == aten.convolution_backward.default and len(u.args) > 1 and u.args[1] is n
+                  and n is not u.args[0] and n not in u.args[2:]) for u in n.users)
+        if ok:
+            n.meta["evt_conv_input_free"] = True
+            count += 1
+    if count:
+        log.info("joint graph: %d convolution input(s) returned contiguous (EVT_CONV_INPUT_LAYOUT)", count)
     return count
 
 
@@ -1475,9 +1502,10 @@ class Plan:
         grads = set()
         if self.kind == "backward":
             grads = set(_flat_nodes(self.output.args[0]))
+        free = grads | {n for n in self.gm.graph.nodes if n.meta.get("evt_conv_input_free")}
         segs = [s for s in self.steps if isinstance(s, Segment)]
         for s in segs:
-            s.free_layout = grads
+            s.free_layout = free
             s.finalize(lambda m: m.users, self.program_node_fallback, defer_program=True)
         # every GPU segment's kernels in one parallel JIT batch, then the programs (cache hits)
         gpu = [s for s in segs if s.path == "gpu" and getattr(s, "pending", None) is not None]

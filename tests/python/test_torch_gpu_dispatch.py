@@ -1550,3 +1550,50 @@ def _train_vocab_head_like_eager(caplog, smoothing=0.0, ignore_row=None):
         assert rel <= 2e-2, (n, rel)
     torch._dynamo.reset()
     return [r.getMessage() for r in caplog.records]
+
+
+def test_conv_inputs_returned_contiguous_opt_in(monkeypatch, caplog):
+    """mark_conv_inputs (EVT_CONV_INPUT_LAYOUT=contiguous, opt-in): XML-CNN's transposed embedding, read only by
+    the convolutions and their backward in the joint graph, is marked so its forward segment returns it
+    contiguous (it is in the segments' free_layout); training still matches eager (simulated CUDA rules); off
+    by default."""
+    import copy
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "e2e_models", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e", "models.py"))
+    M = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(M)
+    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    plans = []
+    orig = B.Plan.finalize
+    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    for layout, want in (("contiguous", 1), (None, 0)):
+        if layout is None:
+            monkeypatch.delenv("EVT_CONV_INPUT_LAYOUT", raising=False)
+        else:
+            monkeypatch.setenv("EVT_CONV_INPUT_LAYOUT", layout)
+        torch._dynamo.reset()
+        plans.clear()
+        torch.manual_seed(0)
+        m = M.XMLCNN(vocab=1000, labels=512, p=0.0)
+        ref = copy.deepcopy(m)
+        ids, tgt = torch.randint(0, 1000, (16, 64)), (torch.rand(16, 512) < 0.01).float()
+        f = torch.compile(m, backend="evt")
+        with caplog.at_level(logging.INFO, logger="evt"):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = f(ids, tgt)
+            loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lr = ref(ids, tgt)
+        lr.backward()
+        fwd = [p for p in plans if p.kind == "forward"]
+        marked = [n for p in fwd for n in p.gm.graph.nodes if n.meta.get("evt_conv_input_free")]
+        assert len(marked) == want, marked
+        segs = [s for p in fwd for s in p.steps if isinstance(s, B.Segment)]
+        assert all(n in s.free_layout for n in marked for s in segs)
+        assert any(n in [m_ for m_, _ in s.outputs] for n in marked for s in segs) == bool(want)
+        assert abs(loss.item() - lr.item()) <= 1e-2 * abs(lr.item())
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
+            assert rel <= 2e-2, (layout, n, rel)
+    torch._dynamo.reset()
