@@ -1471,12 +1471,6 @@ def test_conv_weight_casts_follow_a_channels_last_input(monkeypatch):
     memory); their hoisted weight casts are written in that layout too (cuDNN then copies neither), the values
     are the cast's; the model trains like eager (simulated CUDA rules); EVT_CONV_WEIGHT_LAYOUT=1 (opt-in: slower
     on the H200, S13W7); off by default: none marked."""
-    import copy
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "e2e_models", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e", "models.py"))
-    M = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(M)  # (bench/e2e/models.py: tests/python has a models.py of its own)
     x = torch.randn(32, 304, 2)
     w = B._cast_channels_last([x], {"dtype": torch.bfloat16})
     assert w.stride() == (608, 1, 304) and torch.equal(w, x.bfloat16())
@@ -1485,34 +1479,13 @@ def test_conv_weight_casts_follow_a_channels_last_input(monkeypatch):
     assert w4.is_contiguous(memory_format=torch.channels_last) and torch.equal(w4, x4.bfloat16())
     assert B._channels_last_like(torch.empty(4, 512, 304).permute(0, 2, 1))
     assert not B._channels_last_like(torch.empty(4, 304, 512))
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
     marked = []
     orig = B.mark_conv_weight_casts
     monkeypatch.setattr(B, "mark_conv_weight_casts", lambda gm, h: marked.append(orig(gm, h)) or marked[-1])
     for layout, want in (("1", 3), (None, 0)):
-        if layout is None:
-            monkeypatch.delenv("EVT_CONV_WEIGHT_LAYOUT", raising=False)
-        else:
-            monkeypatch.setenv("EVT_CONV_WEIGHT_LAYOUT", layout)
-        torch._dynamo.reset()
         marked.clear()
-        torch.manual_seed(0)
-        m = M.XMLCNN(vocab=1000, labels=512, p=0.0)
-        ref = copy.deepcopy(m)
-        ids, tgt = torch.randint(0, 1000, (16, 64)), (torch.rand(16, 512) < 0.01).float()
-        f = torch.compile(m, backend="evt")
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = f(ids, tgt)
-        loss.backward()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            lr = ref(ids, tgt)
-        lr.backward()
+        _train_xmlcnn_like_eager(monkeypatch, "EVT_CONV_WEIGHT_LAYOUT", layout)
         assert max(marked) == want, marked
-        assert abs(loss.item() - lr.item()) <= 1e-2 * abs(lr.item())
-        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
-            rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
-            assert rel <= 2e-2, (layout, n, rel)
-    torch._dynamo.reset()
 
 
 def _train_vocab_head_like_eager(caplog, smoothing=0.0, ignore_row=None):
@@ -1530,70 +1503,70 @@ def _train_vocab_head_like_eager(caplog, smoothing=0.0, ignore_row=None):
         def forward(self, x, t):
             return F.cross_entropy(self.out(torch.relu(self.proj(x))).float(), t, label_smoothing=smoothing)
     m = Head()
-    ref = Head()
-    ref.load_state_dict(m.state_dict())
-    f = torch.compile(m, backend="evt")
     x, t = torch.randn(32, 64), torch.randint(0, 4001, (32,))
     if ignore_row is not None:
         t[ignore_row] = -100  # (an ignored target)
     with caplog.at_level(logging.INFO, logger="evt"):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = f(x, t)
-        loss.backward()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss_ref = ref(x, t)
-    loss_ref.backward()
-    assert torch.isfinite(loss) and abs(loss.item() - loss_ref.item()) <= 1e-2 * abs(loss_ref.item())
-    for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
-        assert p.grad.shape == q.grad.shape, n
-        rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
-        assert rel <= 2e-2, (n, rel)
-    torch._dynamo.reset()
+        _step_like_eager(m, x, t)
     return [r.getMessage() for r in caplog.records]
 
 
-def test_conv_inputs_returned_contiguous_opt_in(monkeypatch, caplog):
+def test_conv_inputs_returned_contiguous_opt_in(monkeypatch):
     """mark_conv_inputs (EVT_CONV_INPUT_LAYOUT=contiguous, opt-in): XML-CNN's transposed embedding, read only by
     the convolutions and their backward in the joint graph, is marked so its forward segment returns it
     contiguous (it is in the segments' free_layout); training still matches eager (simulated CUDA rules); off
     by default."""
-    import copy
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "e2e_models", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e", "models.py"))
-    M = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(M)
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
     plans = []
     orig = B.Plan.finalize
     monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
     for layout, want in (("contiguous", 1), (None, 0)):
-        if layout is None:
-            monkeypatch.delenv("EVT_CONV_INPUT_LAYOUT", raising=False)
-        else:
-            monkeypatch.setenv("EVT_CONV_INPUT_LAYOUT", layout)
-        torch._dynamo.reset()
         plans.clear()
-        torch.manual_seed(0)
-        m = M.XMLCNN(vocab=1000, labels=512, p=0.0)
-        ref = copy.deepcopy(m)
-        ids, tgt = torch.randint(0, 1000, (16, 64)), (torch.rand(16, 512) < 0.01).float()
-        f = torch.compile(m, backend="evt")
-        with caplog.at_level(logging.INFO, logger="evt"):
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = f(ids, tgt)
-            loss.backward()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            lr = ref(ids, tgt)
-        lr.backward()
+        _train_xmlcnn_like_eager(monkeypatch, "EVT_CONV_INPUT_LAYOUT", layout)
         fwd = [p for p in plans if p.kind == "forward"]
         marked = [n for p in fwd for n in p.gm.graph.nodes if n.meta.get("evt_conv_input_free")]
         assert len(marked) == want, marked
         segs = [s for p in fwd for s in p.steps if isinstance(s, B.Segment)]
         assert all(n in s.free_layout for n in marked for s in segs)
         assert any(n in [m_ for m_, _ in s.outputs] for n in marked for s in segs) == bool(want)
-        assert abs(loss.item() - lr.item()) <= 1e-2 * abs(lr.item())
-        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
-            rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
-            assert rel <= 2e-2, (layout, n, rel)
+
+
+def _train_xmlcnn_like_eager(monkeypatch, env, value):
+    """One bf16-autocast step of a small XML-CNN (bench/e2e/models.py) through backend="evt" under the simulated
+    CUDA rules, with env set to value (unset: None), and in eager from the same weights: asserts the loss and
+    every gradient match."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "e2e_models", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e", "models.py"))
+    M = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(M)  # (bench/e2e/models.py: tests/python has a models.py of its own)
+    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    if value is None:
+        monkeypatch.delenv(env, raising=False)
+    else:
+        monkeypatch.setenv(env, value)
     torch._dynamo.reset()
+    torch.manual_seed(0)
+    _step_like_eager(M.XMLCNN(vocab=1000, labels=512, p=0.0), torch.randint(0, 1000, (16, 64)),
+                     (torch.rand(16, 512) < 0.01).float())
+
+
+def _step_like_eager(m, *args, tol=2e-2):
+    """One bf16-autocast training step of m through backend="evt" and of a copy of m in eager from the same
+    weights: the loss (finite, within 1e-2) and every parameter gradient (shape, and max error relative to
+    eager's largest within tol) match."""
+    import copy
+    ref = copy.deepcopy(m)
+    f = torch.compile(m, backend="evt")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = f(*args)
+    loss.backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_ref = ref(*args)
+    loss_ref.backward()
+    assert torch.isfinite(loss) and abs(loss.item() - loss_ref.item()) <= 1e-2 * abs(loss_ref.item())
+    for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+        assert p.grad.shape == q.grad.shape, n
+        rel = ((p.grad.float() - q.grad.float()).abs().max() / q.grad.float().abs().max()).item()
+        assert rel <= tol, (n, rel)
+    torch._dynamo.reset()
+
