@@ -20,12 +20,13 @@ Contract
   goes on until a node reads a deferred one (Plan._torch_step; EVT_DEFER_TORCH=0: it ends the segment).
 - CUDA op placement (gpu.gpu_ops: options={"gpu_ops": "fast"|"all"}, else EVT_CUDA_OPS; default "fast"):
   under "fast" a CUDA node whose op is in CUDA_REFERENCE_ONLY (convolutions, attention, pooling and their
-  backward, batch norm and its backward: evt's only GPU implementation of them is the reference library
+  backward, batch norm and its backward, the embedding and its backward: evt's only GPU implementation of them is the reference library
   kernels/evt_fallback.cu, direct loops in double, no implicit-GEMM convolution or tiled attention, and
   batch-norm statistics over N, H, W are no row/column reduction of the generated row kernels) runs in
   PyTorch (cuDNN, flash attention), logged as a fallback with that reason; so does a large op whose rows
-  are not 16-byte aligned (unaligned_rows: a 30522-word vocabulary's logits and their GEMMs), for which
-  evt has no generated kernel either. CPU nodes are unaffected.
+  are not 16-byte aligned (unaligned_rows: a 30522-word vocabulary's logits and their GEMMs), or that
+  broadcasts or sums over some leading dims only (partial_broadcast: position embeddings and their gradient),
+  for which evt has no generated kernel either. CPU nodes are unaffected.
   "all" keeps them in evt segments (CUDA attention then too; EVT_ATTENTION=evt: attention only).
 - Casts hoisted (CUDA): an f32 -> bf16/f16 cast of a module input (autocast's copy of a weight, bias or
   input) runs in PyTorch before the module's first step (HOISTED_CAST, logged as a fallback; EVT_HOIST_CASTS=0
@@ -38,7 +39,9 @@ Contract
   a member (the chain's base, then a graph output of the segment) is made by PyTorch after the segment
   ran (Segment.torch_views: views, no copy), not written by evt as a copy.
 - A CUDA permute that makes a strided value contiguous (contiguous_permute: the attention output permuted
-  back) runs in PyTorch before the segment that reads it (a view; the segment binds it without a copy).
+  back), or a slice of a value from before the segment with a contiguous result (contiguous_slice: bert's
+  position embeddings), runs in PyTorch before the segment that reads it (a view; the segment binds it
+  without a copy).
 - A 16-bit 2-D CUDA input laid out transposed that only GEMMs read (gemm_only_transposed: the weight saved
   transposed for the backward) is declared as its [cols, rows] memory and read through a permute (a GEMM
   operand layout); the segment binds x.t(), no copy.
@@ -432,6 +435,9 @@ _CONV = _REF.format(what="convolution", how="direct loops in double, no implicit
 _ATTN = _REF.format(what="attention", how="one thread per query row in double, no tiled attention",
                     torch="flash / efficient attention") + " (EVT_ATTENTION=evt: attention only)"
 _POOL = _REF.format(what="pooling", how="one thread per element in double", torch="cuDNN / ATen")
+_EMB = _REF.format(what="the embedding and its backward", how="a gather by index, and a scatter-add with atomics "
+                   "in double plus a conversion pass (0.35-0.58 ms per step on bert_large / xmlcnn_paper, S13W6, "
+                   "S14W1)", torch="its gather and sort-based backward kernels")
 _BN = _REF.format(what="batch norm", how="statistics over N, H, W: no row/column reduction of the row "
                   "kernels, one thread per channel in double", torch="cuDNN")
 # FX op packets that run in PyTorch on CUDA under gpu_ops "fast", with the reason logged.
@@ -445,6 +451,7 @@ CUDA_REFERENCE_ONLY = {
     torch.ops.evt.adaptive_max_pool2d_backward: _POOL,
     aten._native_batch_norm_legit_functional: _BN, aten.native_batch_norm: _BN, aten._native_batch_norm_legit: _BN,
     aten._native_batch_norm_legit_no_training: _BN, aten.native_batch_norm_backward: _BN,
+    aten.embedding: _EMB, aten.embedding_dense_backward: _EMB,
 }
 
 
@@ -458,7 +465,7 @@ def cuda_placement(node, options=None):
         return None
     why = CUDA_REFERENCE_ONLY.get(getattr(node.target, "overloadpacket", None))
     if why is None:
-        return unaligned_rows(node) or long_rows(node)
+        return unaligned_rows(node) or long_rows(node) or partial_broadcast(node)
     if G.attention_in_evt(options) and why is _ATTN:
         return None
     return why
@@ -557,6 +564,47 @@ def long_rows(node):
             "node in double); runs in PyTorch; options={'gpu_ops': 'all'} or EVT_CUDA_OPS=all keeps it in evt")
 
 
+_SUMS = {aten.sum.dim_IntList, aten.mean.dim}
+
+
+def partial_broadcast(node):
+    """Why a large CUDA op runs in PyTorch because it broadcasts or reduces over some leading dims of its
+    tensor but not all of them, or None: [B, S, D] + [S, D] (bert's and ViT's position embeddings) and the sum
+    over B of its gradient. evt's visitor loads take a full tile, a row vector (broadcast over every leading
+    dim) or a column vector, and its reductions sum over the rows or over every leading dim, so the group
+    would run node by node in the reference library (in double: 0.8 ms for bert_large's position-embedding
+    add, 0.1 ms for its gradient's sum, S13W6 / S14W1); PyTorch's kernels stream them at bandwidth."""
+    v = node.meta.get("val")
+    if not isinstance(v, torch.Tensor):
+        return None
+    if node.target in _SUMS:
+        x = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) else None
+        if not isinstance(x, torch.Tensor) or x.dim() < 3 or x.numel() < UNALIGNED_MIN_NUMEL or len(node.args) < 2:
+            return None
+        r = x.dim()
+        dims = {d % r for d in (node.args[1] if isinstance(node.args[1], (list, tuple)) else [node.args[1]])}
+        lead = [d for d in range(r - 1) if x.shape[d] > 1]
+        if r - 1 in dims or not any(d in dims for d in lead) or all(d in dims for d in lead):
+            return None
+        return (f"a sum over dims {sorted(dims)} of {list(x.shape)} (some leading dims, not the last): evt's reductions "
+                "sum a row or every leading dim, so its group would run node by node in the reference library (in "
+                "double); runs in PyTorch")
+    if torch.Tag.pointwise not in getattr(node.target, "tags", ()) or v.dim() < 3 or v.numel() < UNALIGNED_MIN_NUMEL:
+        return None
+    r = v.dim()
+    for a in _tensor_args(node):
+        av = a.meta.get("val")
+        if not isinstance(av, torch.Tensor) or av.numel() == v.numel() or av.numel() == 1:
+            continue
+        shp = [1] * (r - av.dim()) + list(av.shape)
+        lead = [d for d in range(r - 1) if v.shape[d] > 1]
+        if any(shp[d] == 1 for d in lead) and any(shp[d] > 1 for d in lead):
+            return (f"{list(av.shape)} broadcast to {list(v.shape)} over some leading dims only: evt's visitor loads "
+                    "take a full tile, a row or a column vector, so its group would run node by node in the reference "
+                    "library (in double); runs in PyTorch")
+    return None
+
+
 def _whole_tensor_pointwise(node):
     """True for a pointwise op (ATen's pointwise tag, or a cast) with a contiguous result whose tensor operands
     are contiguous of its shape or have one element: a group of such ops has no broadcast vector or reduction,
@@ -607,7 +655,7 @@ def hoisted_casts(gm, env=None):
 
 def _channels_last_like(t):
     """True for a 3-D [N, C, W] tensor laid out [N, W, C] or a 4-D one in channels-last memory (not contiguous)."""
-    if not isinstance(t, torch.Tensor) or t.is_contiguous() or t.shape[1] < 2:
+    if not isinstance(t, torch.Tensor) or t.dim() not in (3, 4) or t.is_contiguous() or t.shape[1] < 2:
         return False
     if t.dim() == 3:
         return t.stride(1) == 1 and t.stride(2) == t.shape[1] and t.stride(0) == t.shape[1] * t.shape[2]
@@ -640,15 +688,15 @@ def mark_conv_weight_casts(gm, hoisted):
 
 
 def mark_conv_inputs(gm):
-    """Opt-in (EVT_CONV_INPUT_LAYOUT=contiguous; not yet run on the H200): a value laid out channels-last
+    """(Default; EVT_CONV_INPUT_LAYOUT=strided turns it off) A value laid out channels-last
     ([N, W, C] memory: XML-CNN's transposed embedding) that only convolutions and their backward read as input,
     in the whole joint graph, is returned by its evt segment contiguous in its logical [N, C, W] layout instead
     of PyTorch's recorded strides (meta evt_conv_input_free; Plan.finalize adds it to the segments'
     free_layout): cuDNN then takes it with the contiguous weight as it is, where it copied it in each
     convolution and backward (7 copies, 1.6 ms per xmlcnn_paper x0.25 step, S13W4); what the convolutions
-    return is then contiguous too, which segments declared for channels-last memory copy. Returns the number
-    marked."""
-    if os.environ.get("EVT_CONV_INPUT_LAYOUT", "") != "contiguous":
+    return is then contiguous too. On the H200 xmlcnn_paper x0.25 went from 8.07 to 6.42 ms/step with it
+    (S13W6 vs S14W1). Returns the number marked."""
+    if os.environ.get("EVT_CONV_INPUT_LAYOUT", "contiguous") == "strided":
         return 0
     count = 0
     for n in gm.graph.nodes:
@@ -734,6 +782,19 @@ def gemm_only_transposed(x):
             continue
         return False
     return True
+
+
+def contiguous_slice(node):
+    """True for a CUDA slice whose result is contiguous (a prefix or a block of rows of a contiguous value:
+    bert's position embeddings sliced to the sequence length): PyTorch makes it as a free view before the
+    segment that reads it, which binds the slice itself; in evt a slice has no visitor node, so its group
+    (the embedding sum and the first layer norm's mean) ran node by node in the reference library (in
+    double: 0.8 ms for bert_large's [32, 512, 1024] add, S13W6)."""
+    if node.target is not aten.slice.Tensor or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    v, xv = node.meta.get("val"), node.args[0].meta.get("val")
+    return (isinstance(v, torch.Tensor) and isinstance(xv, torch.Tensor) and _cuda_rules(v.device)
+            and xv.is_contiguous() and v.is_contiguous() and v.numel() > 1)
 
 
 def contiguous_permute(node):
@@ -1388,10 +1449,11 @@ class Plan:
             self.torch_moves.append(node)
             torch_vals.add(node)
             return
-        if contiguous_permute(node) and not isinstance(seg_of.get(node.args[0]), Segment) and \
-                node.args[0] not in self._deferred_set:
+        if (contiguous_permute(node) or contiguous_slice(node)) and \
+                not isinstance(seg_of.get(node.args[0]), Segment) and node.args[0] not in self._deferred_set:
             # runs in PyTorch before the segment being built (it reads a value from before it), which then
-            # binds the contiguous result: evt would copy the strided input and permute it again
+            # binds the contiguous result: evt would copy the strided input and permute it again (a slice:
+            # no visitor node; its group would run node by node)
             self._before_segment(node)
             self.torch_permutes.append(node)
             return

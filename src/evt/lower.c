@@ -1271,17 +1271,29 @@ static void lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt
       }
     }
   }
+  /* a widening cast fused as the nucleus's load (partition rules: CONVERT): the kernel reads its 16-bit input */
+  int conv = -1;
+  if (nu >= 0) {
+    int x0 = g->nodes[nu].inputs[0];
+    const evt_node *xn = &g->nodes[x0];
+    if (group[x0] == gi && xn->op == EVT_OP_CAST && xn->ninputs == 1 && xn->type.dtype == EVT_F32 &&
+        (rn == EVT_ROWN_SOFTMAX || rn == EVT_ROWN_LAYERNORM)) {
+      evt_dtype from = g->nodes[xn->inputs[0]].type.dtype;
+      if (from == EVT_BF16 || from == EVT_F16) conv = x0;
+    }
+  }
   if (c.bad < 0) {
     L->n = space->rank ? space->shape[space->rank - 1] : 1;
     L->m = L->n ? evt_type_numel(space) / L->n : 0;
     c.m = L->m, c.n = L->n;
-    evt_rspec_init(&L->rspec, rn, nu >= 0 ? g->nodes[g->nodes[nu].inputs[0]].type.dtype : EVT_F32);
+    int x0 = nu >= 0 ? (conv >= 0 ? g->nodes[conv].inputs[0] : g->nodes[nu].inputs[0]) : -1;
+    evt_rspec_init(&L->rspec, rn, x0 >= 0 ? g->nodes[x0].type.dtype : EVT_F32);
   }
   if (c.bad < 0 && nu >= 0) {
     const evt_node *nn = &g->nodes[nu];
     int nmn = rn == EVT_ROWN_SOFTMAX || rn == EVT_ROWN_LAYERNORM ? 1 : 2;
     for (int k = 0; k < nn->ninputs && c.bad < 0; k++) {
-      int x = nn->inputs[k];
+      int x = k == 0 && conv >= 0 ? g->nodes[conv].inputs[0] : nn->inputs[k];
       bool mn = k < nmn;
       int base = row_input(&c, x, mn);
       evt_dtype dt = g->nodes[x].type.dtype;
@@ -1305,7 +1317,7 @@ static void lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt
       vid[nu] = acc;
     }
   }
-  if (c.bad < 0) members(&c, -1, -1);
+  if (c.bad < 0) members(&c, conv, -1);
   int dmem;
   if (c.bad < 0) add_stores(&c, L, false, &dmem);
   /* copy the scratch DAG into the row spec (same ids) */

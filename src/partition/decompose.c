@@ -348,7 +348,7 @@ evt_status evt_part_solve(evt_pgraph *g, const evt_part_options *opt, int *group
         const evt_pedge *e = &g->edges[g->in_edges[p->in0 + k]];
         if (!evt_pgraph_kernel(g, e->u) || e->status == EVT_PE_CUT) continue;
         const evt_pnode *pu = &g->nodes[e->u];
-        bool prologue = e->status == EVT_PE_FUSE && (pu->flags & EVT_PN_OPERAND) && (pu->flags & EVT_PN_CUT_IN) && pu->nout == 1;
+        bool prologue = e->status == EVT_PE_FUSE && evt_pn_prologue(pu->flags) && pu->nout == 1;
         if (!prologue) in_bar = false;
       }
       for (int k = 0; k < p->nout; k++)

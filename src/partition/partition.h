@@ -26,13 +26,22 @@
 /* ---- node flags (set by the adapter or by a test) ----------------------------------------------------- */
 #define EVT_PN_SOURCE 1u      /* input/param/constant/rng source: not a kernel, in no group */
 #define EVT_PN_NUCLEUS 2u     /* a mainloop (GEMM, conv, SpMM, reduce-apply row): at most one per group */
-#define EVT_PN_CUT_IN 4u      /* every in-edge is cut (no prologue fusion), except OPERAND producers */
+#define EVT_PN_CUT_IN 4u      /* every in-edge is cut (no prologue fusion), except OPERAND / CONVERT producers */
 #define EVT_PN_CUT_OUT 8u     /* every out-edge is cut (a reduction ends its group; singletons) */
 #define EVT_PN_FUSE_IN 16u    /* must fuse with its kernel producer (rng ops) unless a cut rule says no */
 #define EVT_PN_VIEW 32u       /* alias of its producer: always fuses with it and inherits its CUT_OUT */
 #define EVT_PN_OPERAND 64u    /* permute/transpose: with a single consumer that is LAYOUT_IN it fuses into it */
 #define EVT_PN_LAYOUT_IN 128u /* a GEMM: accepts OPERAND producers as operand layouts */
 #define EVT_PN_OUTPUT 256u    /* a graph output: always written */
+#define EVT_PN_CONVERT 512u   /* a widening cast (bf16/f16 -> f32, exact): with a single consumer that is CONVERT_IN,
+                               * as its M x N input, it fuses into it as the load's conversion */
+#define EVT_PN_CONVERT_IN 1024u /* a row nucleus with one M x N input (softmax, layer norm): accepts a CONVERT producer */
+
+/* An operand prologue: a permute fused into its GEMM as a layout, or a widening cast fused into a row nucleus's
+ * load. Part of the nucleus's input, not of its epilogue (rules.c, decompose.c). */
+static inline bool evt_pn_prologue(unsigned f) {
+  return (f & (EVT_PN_OPERAND | EVT_PN_CONVERT)) && (f & EVT_PN_CUT_IN);
+}
 
 /* ---- edge status (rules.c) ---------------------------------------------------------------------------- */
 enum { EVT_PE_FREE = 0, EVT_PE_CUT, EVT_PE_FUSE, EVT_PE_SOURCE /* from a source: always a read */ };

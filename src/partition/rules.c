@@ -19,12 +19,17 @@
  *   view      (VIEW: alias of its producer) reshape, squeeze, unsqueeze, expand.
  *   rng       (FUSE_IN) dropout: generated in its producer's kernel.
  *   operand   (OPERAND) permute, transpose: fusible; fuse into a GEMM consumer as a layout.
+ *   convert   (CONVERT) a widening cast bf16/f16 -> f32 (exact): fusible; fuses into a row nucleus that reads it
+ *             as its M x N input (CONVERT_IN: softmax, layer_norm), which then loads the 16-bit tensor and
+ *             converts in registers (the f32 copy is never written: half the bytes of a vocabulary head's
+ *             logits).
  *   fusible   everything else: elementwise, slice, slice_backward, concat, one_hot, losses without
  *             reduction and loss backwards (elementwise-ish).
  * Edge statuses (evt_part_derive_rules), first matching rule wins:
  *   from a source                                 -> SOURCE (a read, never a choice)
  *   into a VIEW (with one input)                  -> FUSE (a view is metadata)
  *   OPERAND u with one consumer v that is LAYOUT_IN -> FUSE, and u's in-edges become CUT
+ *   CONVERT u with one consumer v that is CONVERT_IN and reads it as input 0 (only) -> FUSE, u's in-edges CUT
  *   out of CUT_OUT (views inherit it) / into CUT_IN -> CUT
  *   into FUSE_IN (with one input)                 -> FUSE
  *   otherwise                                     -> FREE
@@ -43,10 +48,16 @@ unsigned evt_part_op_flags(const evt_graph *g, int id) {
     return EVT_PN_SOURCE;
   case EVT_OP_MM: case EVT_OP_BMM: case EVT_OP_ADDMM:
     return EVT_PN_NUCLEUS | EVT_PN_CUT_IN | EVT_PN_LAYOUT_IN;
+  case EVT_OP_SOFTMAX: case EVT_OP_LAYER_NORM:
+    return EVT_PN_NUCLEUS | EVT_PN_CUT_IN | EVT_PN_CONVERT_IN;
   case EVT_OP_CONV2D: case EVT_OP_CONV2D_BACKWARD_INPUT: case EVT_OP_SPMM: case EVT_OP_SPMM_T:
-  case EVT_OP_SOFTMAX: case EVT_OP_LOG_SOFTMAX: case EVT_OP_SOFTMAX_BACKWARD: case EVT_OP_LOG_SOFTMAX_BACKWARD:
-  case EVT_OP_LAYER_NORM: case EVT_OP_LAYER_NORM_BACKWARD_INPUT:
+  case EVT_OP_LOG_SOFTMAX: case EVT_OP_SOFTMAX_BACKWARD: case EVT_OP_LOG_SOFTMAX_BACKWARD:
+  case EVT_OP_LAYER_NORM_BACKWARD_INPUT:
     return EVT_PN_NUCLEUS | EVT_PN_CUT_IN;
+  case EVT_OP_CAST: {
+    evt_dtype from = g->nodes[n->inputs[0]].type.dtype;
+    return n->ninputs == 1 && n->type.dtype == EVT_F32 && (from == EVT_BF16 || from == EVT_F16) ? EVT_PN_CONVERT : 0;
+  }
   case EVT_OP_CONV2D_BACKWARD_WEIGHT: case EVT_OP_BATCH_NORM: case EVT_OP_BATCH_NORM_BACKWARD_INPUT:
     return singleton;
   case EVT_OP_SUM: case EVT_OP_MEAN: case EVT_OP_AMAX:
@@ -128,9 +139,19 @@ static bool compat(const evt_pgraph *g, int nucleus, int member) {
 
 /* An operand prologue (a permute fused into its GEMM as a layout) is part of the mainloop's load, not of
  * the epilogue: the compat hook does not apply to it. */
-static bool prologue(const evt_pgraph *g, int v) {
-  unsigned f = g->nodes[v].flags;
-  return (f & EVT_PN_OPERAND) && (f & EVT_PN_CUT_IN);
+static bool prologue(const evt_pgraph *g, int v) { return evt_pn_prologue(g->nodes[v].flags); }
+
+/* True when CONVERT node u (not a graph output) has one out-edge, to a CONVERT_IN nucleus that reads u as its
+ * input 0 only. */
+static bool convert_into(const evt_pgraph *g, int u) {
+  const evt_pnode *p = &g->nodes[u];
+  if (!(p->flags & EVT_PN_CONVERT) || (p->flags & (EVT_PN_SOURCE | EVT_PN_OUTPUT)) || p->nout != 1 || !g->src) return false;
+  int w = g->edges[g->out_edges[p->out0]].v;
+  if (!(g->nodes[w].flags & EVT_PN_CONVERT_IN)) return false;
+  const evt_node *wn = &g->src->nodes[w];
+  for (int k = 0; k < wn->ninputs; k++)
+    if ((wn->inputs[k] == u) != (k == 0)) return false;
+  return true;
 }
 
 bool evt_part_pair_ok(const evt_pgraph *g, int a, int b) {
@@ -160,6 +181,7 @@ void evt_part_derive_rules(evt_pgraph *g) {
       int w = g->edges[g->out_edges[p->out0]].v;
       if (g->nodes[w].flags & EVT_PN_LAYOUT_IN) p->flags |= EVT_PN_CUT_IN;
     }
+    if (convert_into(g, v)) p->flags |= EVT_PN_CUT_IN;
   }
   for (int e = 0; e < g->m; e++) {
     evt_pedge *ed = &g->edges[e];
@@ -167,6 +189,7 @@ void evt_part_derive_rules(evt_pgraph *g) {
     if (u->flags & EVT_PN_SOURCE) ed->status = EVT_PE_SOURCE;
     else if ((v->flags & EVT_PN_VIEW) && v->nin == 1) ed->status = EVT_PE_FUSE;
     else if ((u->flags & EVT_PN_OPERAND) && u->nout == 1 && (v->flags & EVT_PN_LAYOUT_IN)) ed->status = EVT_PE_FUSE;
+    else if ((u->flags & EVT_PN_CONVERT) && (u->flags & EVT_PN_CUT_IN) && u->nout == 1) ed->status = EVT_PE_FUSE;
     else if ((u->flags & EVT_PN_CUT_OUT) || (v->flags & EVT_PN_CUT_IN)) ed->status = EVT_PE_CUT;
     else if ((v->flags & EVT_PN_FUSE_IN) && v->nin == 1) ed->status = EVT_PE_FUSE;
     else ed->status = EVT_PE_FREE;

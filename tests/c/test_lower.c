@@ -701,3 +701,45 @@ TEST(lower_bf16_sums_rows_yes_gemm_no) {
   CHECK_MSG(strstr(why, "atomics") && strstr(why, "bf16"), "%s", why);
   evt_graph_free(g);
 }
+
+/* A widening cast (bf16 -> f32) read only by a softmax or a layer norm as its input fuses into the row nucleus's
+ * load (partition rules: CONVERT / CONVERT_IN): one row group reads the bf16 tensor (rspec in_dtype bf16) and
+ * the f32 copy is never written; the spec reproduces the interpreter. A cast that is also read elsewhere, is a
+ * graph output, or feeds a softmax_backward (two M x N inputs) stays a value of its own. */
+TEST(lower_widening_cast_fuses_into_row_nucleus_load) {
+  lowered_graph lg;
+  if (!lower_text("graph t {\n  %x: bf16[16,64] = input()\n  %w: f32[64] = param()\n  %b: f32[64] = param()\n"
+                  "  %xf = cast(%x, dtype=f32)\n  %p = softmax(%xf, dim=1)\n  %l = log(%p)\n  %s = sum(%l, dims=[1])\n"
+                  "  %y: bf16[16,64] = input()\n  %yf = cast(%y, dtype=f32)\n  %n = layer_norm(%yf, %w, %b)\n"
+                  "  %r = relu(%n)\n  output %s\n  output %r\n}\n", &lg))
+    return;
+  for (int k = 0; k < 2; k++) {
+    const char *cast = k ? "yf" : "xf", *nuc = k ? "n" : "p";
+    int c = evt_graph_find(lg.g, cast), nu = evt_graph_find(lg.g, nuc);
+    CHECK_MSG(lg.part.group[c] >= 0 && lg.part.group[c] == lg.part.group[nu], "%s not in %s's group", cast, nuc);
+    const evt_lowered *L = group_of(&lg, nuc);
+    CHECK_MSG(L && L->ok && L->kind == EVT_LK_ROW, "%s", L ? L->reason : "");
+    if (L) CHECK(L->rspec.in_dtype == EVT_BF16 && L->rin[0] == evt_graph_find(lg.g, k ? "y" : "x"));
+    for (int i = 0; L && i < L->rspec.nnodes; i++) CHECK(L->vtensor[i] != c); /* (the f32 copy is no store) */
+  }
+  int tensors = 0;
+  CHECK(check_lowered_against_interp(lg.g, "widening cast", &tensors) >= 2 && tensors >= 2);
+  lowered_free(&lg);
+  /* read elsewhere / an output / into a two-input nucleus: the cast is not a prologue */
+  const char *other[] = {
+      "graph t {\n  %x: bf16[16,64] = input()\n  %xf = cast(%x, dtype=f32)\n  %p = softmax(%xf, dim=1)\n"
+      "  %q = mul(%xf, %p)\n  output %q\n}\n",
+      "graph t {\n  %x: bf16[16,64] = input()\n  %xf = cast(%x, dtype=f32)\n  %p = softmax(%xf, dim=1)\n"
+      "  output %p\n  output %xf\n}\n",
+      "graph t {\n  %x: bf16[16,64] = input()\n  %p: f32[16,64] = input()\n  %xf = cast(%x, dtype=f32)\n"
+      "  %d = softmax_backward(%xf, %p, dim=1)\n  output %d\n}\n"};
+  for (int t = 0; t < 3; t++) {
+    if (!lower_text(other[t], &lg)) continue;
+    int c = evt_graph_find(lg.g, "xf");
+    int nu = evt_graph_find(lg.g, t == 2 ? "d" : "p");
+    const evt_lowered *L = group_of(&lg, t == 2 ? "d" : "p");
+    CHECK_MSG(L && L->rspec.in_dtype == EVT_F32, "case %d: %s", t, L ? evt_dtype_name(L->rspec.in_dtype) : "?");
+    CHECK_MSG(lg.part.group[c] != lg.part.group[nu], "case %d: the cast joined the nucleus", t);
+    lowered_free(&lg);
+  }
+}

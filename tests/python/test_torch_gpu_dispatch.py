@@ -1511,15 +1511,15 @@ def _train_vocab_head_like_eager(caplog, smoothing=0.0, ignore_row=None):
     return [r.getMessage() for r in caplog.records]
 
 
-def test_conv_inputs_returned_contiguous_opt_in(monkeypatch):
-    """mark_conv_inputs (EVT_CONV_INPUT_LAYOUT=contiguous, opt-in): XML-CNN's transposed embedding, read only by
-    the convolutions and their backward in the joint graph, is marked so its forward segment returns it
-    contiguous (it is in the segments' free_layout); training still matches eager (simulated CUDA rules); off
-    by default."""
+def test_conv_inputs_returned_contiguous(monkeypatch):
+    """mark_conv_inputs (default; EVT_CONV_INPUT_LAYOUT=strided turns it off): XML-CNN's transposed embedding,
+    read only by the convolutions and their backward in the joint graph, is marked so its forward segment
+    returns it contiguous (it is in the segments' free_layout); training matches eager (simulated CUDA rules)
+    either way."""
     plans = []
     orig = B.Plan.finalize
     monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
-    for layout, want in (("contiguous", 1), (None, 0)):
+    for layout, want in ((None, 1), ("strided", 0)):
         plans.clear()
         _train_xmlcnn_like_eager(monkeypatch, "EVT_CONV_INPUT_LAYOUT", layout)
         fwd = [p for p in plans if p.kind == "forward"]
@@ -1570,3 +1570,54 @@ def _step_like_eager(m, *args, tol=2e-2):
         assert rel <= tol, (n, rel)
     torch._dynamo.reset()
 
+
+
+@needs_lib
+def test_position_embedding_ops_evt_has_no_kernel_for_run_in_pytorch(monkeypatch):
+    """CUDA: bert's embeddings. The token embedding and its backward run in PyTorch (evt's only CUDA
+    implementation is the reference library), the position table's slice is a PyTorch view before the segment
+    (contiguous_slice; evt has no visitor node for a slice), the [B, S, D] + [S, D] add and the sum over B of
+    its gradient run in PyTorch (partial_broadcast: no visitor load or reduction takes them) from
+    UNALIGNED_MIN_NUMEL elements on; the layer norm's arithmetic after them stays one evt segment. Small
+    tensors and the CPU are unaffected."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+
+    def f(w, ids, pos, dy):
+        x = aten.add(aten.embedding(w, ids), aten.slice(pos, 0, 0, 16))
+        y = aten.mul(aten.sub(x, aten.mean(x, [2], True)), 2.0)
+        dpos = aten.sum(dy, [0], True)
+        dw = aten.embedding_dense_backward(dy, ids, 100, -1, False)
+        return [y, dpos, dw]
+
+    def plan_for(device, min_numel):
+        monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", min_numel)
+        args = [torch.randn(100, 32), torch.randint(0, 100, (4, 16)), torch.randn(64, 32), torch.randn(4, 16, 32)]
+        gm = make_fx(f)(*args)
+        mode = FakeTensorMode()
+        with mode:
+            fakes = [mode.from_tensor(a).to(device) for a in args]
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+        return B.build_plan(gm)
+
+    plan = plan_for("cuda", 1024)
+    why = {n.name: w for n, w in plan.fallbacks}
+    assert "embedding and its backward is the reference library" in why["embedding"]
+    assert "embedding and its backward is the reference library" in why["embedding_dense_backward"]
+    assert "broadcast to [4, 16, 32] over some leading dims only" in why["add"], why
+    assert "a sum over dims [0] of [4, 16, 32]" in why["sum_1"], why
+    assert [n.name for n in plan.torch_permutes] == ["slice_1"]
+    (seg,) = _segments(plan)
+    assert [n.name for n in seg.members][:3] == ["mean", "sub", "mul"], seg.members
+    assert seg.path != "torch"
+    # below UNALIGNED_MIN_NUMEL: the add and the sum stay in evt (the embedding is placed by op, not size)
+    why = {n.name: w for n, w in plan_for("cuda", 1 << 20).fallbacks}
+    assert "add" not in why and "sum_1" not in why and "embedding" in why
+    # CPU: nothing moves
+    plan = plan_for("cpu", 1024)
+    assert plan.fallbacks == [] and plan.torch_permutes == []
