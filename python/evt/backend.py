@@ -144,6 +144,7 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
     stack_select_backwards(joint, options)
     mark_conv_inputs(joint)
     pad_vocab(joint, options)
+    recompute_log_softmax(joint, options)
     upcast_into_log_softmax(joint, options)
     for n in joint.graph.nodes:
         if n.op == "call_function" and n.target == aten.native_layer_norm_backward.default:
@@ -265,6 +266,58 @@ def _pad_vocab_head(gm, a):
                 sl.meta["val"] = aten.slice.Tensor(n.meta["val"], dim, 0, v)
             out.replace_input_with(n, sl)
     return 1
+
+
+def recompute_log_softmax(gm, options=None):
+    """A log-softmax evt runs (CUDA rules) over the f32 upcast of 16-bit logits, whose output the backward reads
+    (_log_softmax_backward_data), is computed again in the backward from the 16-bit logits instead of being saved:
+    the forward saved a [tokens, vocab] f32 tensor (written, then read back: 8 bytes per logit) where the logits
+    themselves are 2 bytes each way, and the backward's row kernel recomputes the row's log-sum-exp while it
+    reads them (the widening cast fuses into the softmax's load: partition rules, CONVERT). The forward's loss
+    then needs no log-probabilities in memory (loss_elim's logsumexp form). bert_large's MLM head: 16384 x 30528
+    logits per step. EVT_RECOMPUTE_LOG_SOFTMAX=0 turns it off. Returns the number rewritten."""
+    if os.environ.get("EVT_RECOMPUTE_LOG_SOFTMAX", "1") in ("", "0"):
+        return 0
+    count = 0
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target != aten._log_softmax.default or len(n.args) != 3 or n.args[2]:
+            continue
+        up = n.args[0]
+        if not (isinstance(up, torch.fx.Node) and up.target == aten._to_copy.default and len(up.args) == 1
+                and set(up.kwargs) <= {"dtype"} and up.kwargs.get("dtype") == torch.float32):
+            continue
+        x, xv, v = up.args[0], up.args[0].meta.get("val") if isinstance(up.args[0], torch.fx.Node) else None, n.meta.get("val")
+        if not (isinstance(xv, torch.Tensor) and isinstance(v, torch.Tensor) and _cuda_rules(xv.device)
+                and xv.dtype in (torch.bfloat16, torch.float16) and cuda_placement(n, options) is None):
+            continue
+        # the backward's readers of the output, directly or through aliases: its gradient, and the loss's
+        # gradient (nll_loss_backward takes it for its shape)
+        outs, todo, bwds = {n}, [n], []
+        while todo:
+            for u in todo.pop().users:
+                if u.target in (aten.alias.default, aten.detach.default) and u not in outs:
+                    outs.add(u)
+                    todo.append(u)
+                elif u.target in (aten._log_softmax_backward_data.default, aten.nll_loss_backward.default) and \
+                        len(u.args) >= 2 and u.args[1] in outs:
+                    bwds.append(u)
+        if not any(u.target == aten._log_softmax_backward_data.default for u in bwds):
+            continue
+        order = {m: i for i, m in enumerate(gm.graph.nodes)}
+        with gm.graph.inserting_before(min(bwds, key=order.get)):
+            # (values only: the partitioner places a node tagged is_forward, and the nodes before it, in the forward)
+            up2 = gm.graph.call_function(aten._to_copy.default, (x,), {"dtype": torch.float32})
+            up2.meta.update({k: up.meta[k] for k in ("val", "tensor_meta") if k in up.meta})
+            ls2 = gm.graph.call_function(aten._log_softmax.default, (up2, n.args[1], False))
+            ls2.meta.update({k: n.meta[k] for k in ("val", "tensor_meta") if k in n.meta})
+        for u in bwds:
+            u.args = (u.args[0], ls2) + tuple(u.args[2:])
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+        log.info("joint graph: %d log-softmax(es) recomputed in the backward from 16-bit logits", count)
+    return count
 
 
 def upcast_into_log_softmax(gm, options=None):

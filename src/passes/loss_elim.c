@@ -11,8 +11,9 @@
  *       -> (softmax(x) - one_hot(t')) * w           t' = where(t != ignore_index, t, 0)
  *   nll_loss(log_softmax(x), t)          (the loss value, kept as a cheap side reduction of x:)
  *       -> sum((logsumexp(x) - sum(one_hot(t') * x, dim 1)) * mask) [/ count]
- *       (when log_softmax(x) is a graph output, materialized anyway: -sum(where(one_hot(t') != 0, lp, 0),
- *       dim 1) * mask [/ count], a row sum over the log-probabilities, ce_loss_from_lp)
+ *       (when log_softmax(x) is a graph output, materialized anyway, or x is the f32 widening of 16-bit logits
+ *       whose rows a row kernel holds: -sum(where(one_hot(t') != 0, lp, 0), dim 1) * mask [/ count], a row sum
+ *       over the log-probabilities in the softmax kernel's epilogue, ce_loss_from_lp)
  *   bce_with_logits_backward(dy, x, y)   -> (sigmoid(x) - y) * dy [/ numel]
  *   bce_with_logits(x, y)                -> reduce(relu(x) - x*y + log(1 + exp(-|x|)))
  *   mse_loss_backward(dy, x, y)          -> (x - y) * (2 * dy [/ numel])
@@ -115,6 +116,18 @@ static int ce_loss_from_lp(evt_graph *g, int id, int lp, int t) {
   return reduce_rows(g, id, evt_rw_binary(g, id, EVT_OP_MUL, evt_rw_unary(g, id, EVT_OP_NEG, picked), mask), mask);
 }
 
+/* True when x is the f32 widening of 16-bit logits with rows a row kernel holds (at most 32768 classes,
+ * kernels/evt_row_config.h): the softmax kernel then loads the 16-bit logits once (partition rules: the cast
+ * fuses into its load) and the loss is a row sum in its epilogue, where the logsumexp form's max is a
+ * reduction that ends its group and its second pass reads a materialized f32 copy of x (bert_large's MLM head
+ * after the joint graph moved the log-softmax's recomputation into the backward: 2 GB written and read). */
+static bool widened_row(const evt_graph *g, int x) {
+  const evt_node *n = &g->nodes[x];
+  if (n->op != EVT_OP_CAST || n->ninputs != 1 || n->type.dtype != EVT_F32 || n->type.rank != 2) return false;
+  evt_dtype from = g->nodes[n->inputs[0]].type.dtype;
+  return (from == EVT_BF16 || from == EVT_F16) && n->type.shape[1] <= 32768;
+}
+
 static bool is_output(const evt_graph *g, int id) {
   for (int i = 0; i < g->noutputs; i++)
     if (g->outputs[i] == id) return true;
@@ -154,7 +167,7 @@ static int rewrite(evt_graph *g, int id) {
     int x = evt_match_log_softmax(g, a);
     if (x < 0) return id;
     const char *lse = getenv("EVT_LOSS_ELIM_LSE"); /* "1": the logsumexp form even then (tests, comparisons) */
-    bool from_lp = is_output(g, a) && !(lse && strcmp(lse, "1") == 0);
+    bool from_lp = (is_output(g, a) || widened_row(g, x)) && !(lse && strcmp(lse, "1") == 0);
     return from_lp ? ce_loss_from_lp(g, id, a, b) : ce_loss(g, id, x, b);
   }
   case EVT_OP_BCE_WITH_LOGITS_BACKWARD: /* (dy, x, y) */

@@ -482,6 +482,31 @@ TEST(loss_elim_nll_over_returned_log_probs) {
   evt_test_env_restore(keys, 1, saved);
 }
 
+/* nll_loss over the log-softmax of the f32 widening of bf16 logits (rows a row kernel holds), not returned:
+ * the log-probability form too (the softmax kernel loads the bf16 logits once; the logsumexp form's max would
+ * end its group and its second pass read a materialized f32 copy); values preserved. f32 logits, or rows of
+ * more than 32768 classes: the logsumexp form. */
+TEST(loss_elim_nll_over_widened_16bit_logits) {
+  static const char *texts[] = {
+      "graph t {\n  %x: bf16[8,16] = input()\n  %xf: f32[8,16] = cast(%x, dtype=f32)\n"
+      "  %y: i64[8] = input(init=randint, lo=-1, hi=16)\n  %lp: f32[8,16] = log_softmax(%xf, dim=1)\n"
+      "  %l: f32[] = nll_loss(%lp, %y, ignore_index=-1)\n  loss %l\n}\n",
+      "graph t {\n  %x: f32[8,16] = input()\n"
+      "  %y: i64[8] = input(init=randint, lo=-1, hi=16)\n  %lp: f32[8,16] = log_softmax(%x, dim=1)\n"
+      "  %l: f32[] = nll_loss(%lp, %y, ignore_index=-1)\n  loss %l\n}\n",
+      "graph t {\n  %x: bf16[2,40000] = input()\n  %xf: f32[2,40000] = cast(%x, dtype=f32)\n"
+      "  %y: i64[2] = input(init=randint, lo=0, hi=40000)\n  %lp: f32[2,40000] = log_softmax(%xf, dim=1)\n"
+      "  %l: f32[] = nll_loss(%lp, %y)\n  loss %l\n}\n",
+  };
+  for (int t = 0; t < EVT_ARRAY_LEN(texts); t++) {
+    evt_graph *g = check_preserves(texts[t], evt_pass_loss_elim, 0, false);
+    if (!g) continue;
+    CHECK_MSG(evt_test_count_op(g, EVT_OP_NLL_LOSS) == 0 && evt_test_count_op(g, EVT_OP_AMAX) == (t == 0 ? 0 : 1),
+              "text %d: nll %d amax %d", t, evt_test_count_op(g, EVT_OP_NLL_LOSS), evt_test_count_op(g, EVT_OP_AMAX));
+    evt_graph_free(g);
+  }
+}
+
 TEST(values_decompose_then_reduce_elim_every_loss) {
   for (int t = 0; t < EVT_ARRAY_LEN(kLosses); t++) {
     evt_graph *g = check_preserves(kLosses[t], evt_pass_decompose, 0, false);

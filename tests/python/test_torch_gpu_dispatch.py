@@ -1621,3 +1621,30 @@ def test_position_embedding_ops_evt_has_no_kernel_for_run_in_pytorch(monkeypatch
     # CPU: nothing moves
     plan = plan_for("cpu", 1024)
     assert plan.fallbacks == [] and plan.torch_permutes == []
+
+
+@pytest.mark.parametrize("recompute", ["1", "0"])
+def test_log_softmax_recomputed_in_the_backward(monkeypatch, caplog, recompute):
+    """recompute_log_softmax (simulated CUDA rules): the padded 4008-word head's log-softmax over the f32 upcast of
+    its bf16 logits is computed again in the backward from the bf16 logits, so no forward segment returns a
+    [tokens, vocab] f32 value (the forward's loss is a row sum in the softmax kernel: loss_elim) and the
+    backward's segment reads the bf16 logits; loss and gradients match eager. EVT_RECOMPUTE_LOG_SOFTMAX=0: the
+    forward returns the f32 log-probabilities for the backward, as before."""
+    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    monkeypatch.setenv("EVT_RECOMPUTE_LOG_SOFTMAX", recompute)
+    monkeypatch.delenv("EVT_PAD_VOCAB", raising=False)
+    monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", 1 << 16)
+    plans = []
+    orig = B.Plan.finalize
+    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    msgs = _train_vocab_head_like_eager(caplog, ignore_row=3)
+    assert any("recomputed in the backward" in m_ for m_ in msgs) == (recompute == "1"), msgs
+
+    def big_f32(p, which):
+        return [n for s in p.steps if isinstance(s, B.Segment) for n, _ in getattr(s, which)
+                if isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].dtype == torch.float32
+                and tuple(n.meta["val"].shape) == (32, 4008)]
+    fwd = [p for p in plans if p.kind == "forward"]
+    bwd = [p for p in plans if p.kind == "backward"]
+    assert fwd and bwd
+    assert bool(big_f32(fwd[0], "outputs")) == (recompute == "0")
