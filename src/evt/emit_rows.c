@@ -100,7 +100,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     if (s->nodes[i].op == EVT_V_ROW_SUM) rsk[i] = nrowsum++;
     for (int j = 0; j < evt_vop_arity(s->nodes[i].op); j++) users[s->nodes[i].in[j]]++;
   }
-  const char *in_t = ctype(s->in_dtype), *w_t = ctype(s->w_dtype);
+  const char *in_t = ctype(s->in_dtype), *in1_t = ctype(evt_rspec_in_dtype(s, 1)), *w_t = ctype(s->w_dtype);
   evt_row_nucleus nu = s->nucleus;
   sbuf b = {0};
 
@@ -147,9 +147,13 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   /* 2a. Params */
   sb(&b, "struct Params {\n  int m, n;\n  bool vec;  // 16-byte chunk accesses allowed\n");
   if (nu == EVT_ROWN_SOFTMAX) sb(&b, "  const %s *x;\n", in_t);
-  if (nu == EVT_ROWN_SOFTMAX_BWD) sb(&b, "  const %s *dy, *y;\n", in_t);
+  /* (one declaration when both inputs share the dtype: the text, so the JIT cache key, of earlier kernels) */
+  if (nu == EVT_ROWN_SOFTMAX_BWD && !s->in1_mixed) sb(&b, "  const %s *dy, *y;\n", in_t);
+  if (nu == EVT_ROWN_SOFTMAX_BWD && s->in1_mixed) sb(&b, "  const %s *dy;\n  const %s *y;\n", in_t, in1_t);
   if (nu == EVT_ROWN_LAYERNORM) sb(&b, "  const %s *x;\n  const %s *w, *b;\n  float *mean, *rstd;\n  float eps;\n", in_t, w_t);
-  if (nu == EVT_ROWN_LAYERNORM_BWD) sb(&b, "  const %s *dy, *x;\n  const %s *w;\n  float eps;\n", in_t, w_t);
+  if (nu == EVT_ROWN_LAYERNORM_BWD && !s->in1_mixed) sb(&b, "  const %s *dy, *x;\n  const %s *w;\n  float eps;\n", in_t, w_t);
+  if (nu == EVT_ROWN_LAYERNORM_BWD && s->in1_mixed)
+    sb(&b, "  const %s *dy;\n  const %s *x;\n  const %s *w;\n  float eps;\n", in_t, in1_t, w_t);
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
     if (!evt_vop_has_memory(v->op)) continue;
@@ -183,11 +187,11 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   if (nu == EVT_ROWN_SOFTMAX || nu == EVT_ROWN_LAYERNORM) RIN("x", in_t, "in0");
   if (nu == EVT_ROWN_SOFTMAX_BWD) {
     RIN("dy", in_t, "in0");
-    RIN("y", in_t, "in1");
+    RIN("y", in1_t, "in1");
   }
   if (nu == EVT_ROWN_LAYERNORM_BWD) {
     RIN("dy", in_t, "in0");
-    RIN("x", in_t, "in1");
+    RIN("x", in1_t, "in1");
   }
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_AUX_LOAD) {
@@ -426,8 +430,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     const char *nm = in_names[nu][k];
     int is_w = (nu == EVT_ROWN_LAYERNORM && k >= 1) || (nu == EVT_ROWN_LAYERNORM_BWD && k == 2);
     if (nu == EVT_ROWN_LAYERNORM && k == 2 && !s->has_b) continue;
-    sb(&b, "  p.%s = (const %s *)a->in[%d];\n  ok = ok && p.%s;\n  al = al && aligned16(p.%s);\n", nm, is_w ? w_t : in_t, k,
-       nm, nm);
+    sb(&b, "  p.%s = (const %s *)a->in[%d];\n  ok = ok && p.%s;\n  al = al && aligned16(p.%s);\n", nm,
+       is_w ? w_t : k == 1 ? in1_t : in_t, k, nm, nm);
   }
   if (nu == EVT_ROWN_LAYERNORM || nu == EVT_ROWN_LAYERNORM_BWD) sb(&b, "  p.eps = (float)(%.17g);\n", s->eps);
   if (s->store_stats) sb(&b, "  p.mean = (float *)a->mean;\n  p.rstd = (float *)a->rstd;\n  ok = ok && p.mean && p.rstd;\n");

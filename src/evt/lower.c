@@ -1271,35 +1271,34 @@ static void lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt
       }
     }
   }
-  /* a widening cast fused as the nucleus's load (partition rules: CONVERT): the kernel reads its 16-bit input */
-  int conv = -1;
-  if (nu >= 0) {
-    int x0 = g->nodes[nu].inputs[0];
-    const evt_node *xn = &g->nodes[x0];
-    if (group[x0] == gi && xn->op == EVT_OP_CAST && xn->ninputs == 1 && xn->type.dtype == EVT_F32 &&
-        (rn == EVT_ROWN_SOFTMAX || rn == EVT_ROWN_LAYERNORM)) {
+  /* widening casts fused as the nucleus's loads (partition rules: CONVERT): the kernel reads their 16-bit inputs */
+  int nmn = rn == EVT_ROWN_SOFTMAX || rn == EVT_ROWN_LAYERNORM ? 1 : 2, conv[2] = {-1, -1}, xin[2] = {-1, -1};
+  for (int k = 0; nu >= 0 && rn != EVT_ROWN_NONE && k < nmn && k < g->nodes[nu].ninputs; k++) {
+    int x = xin[k] = g->nodes[nu].inputs[k];
+    const evt_node *xn = &g->nodes[x];
+    if (group[x] == gi && xn->op == EVT_OP_CAST && xn->ninputs == 1 && xn->type.dtype == EVT_F32) {
       evt_dtype from = g->nodes[xn->inputs[0]].type.dtype;
-      if (from == EVT_BF16 || from == EVT_F16) conv = x0;
+      if (from == EVT_BF16 || from == EVT_F16) conv[k] = x, xin[k] = xn->inputs[0];
     }
   }
   if (c.bad < 0) {
     L->n = space->rank ? space->shape[space->rank - 1] : 1;
     L->m = L->n ? evt_type_numel(space) / L->n : 0;
     c.m = L->m, c.n = L->n;
-    int x0 = nu >= 0 ? (conv >= 0 ? g->nodes[conv].inputs[0] : g->nodes[nu].inputs[0]) : -1;
-    evt_rspec_init(&L->rspec, rn, x0 >= 0 ? g->nodes[x0].type.dtype : EVT_F32);
+    evt_rspec_init(&L->rspec, rn, xin[0] >= 0 ? g->nodes[xin[0]].type.dtype : EVT_F32);
+    if (xin[1] >= 0 && g->nodes[xin[1]].type.dtype != L->rspec.in_dtype) {
+      L->rspec.in1_mixed = 1;
+      L->rspec.in1_dtype = g->nodes[xin[1]].type.dtype;
+    }
   }
   if (c.bad < 0 && nu >= 0) {
     const evt_node *nn = &g->nodes[nu];
-    int nmn = rn == EVT_ROWN_SOFTMAX || rn == EVT_ROWN_LAYERNORM ? 1 : 2;
     for (int k = 0; k < nn->ninputs && c.bad < 0; k++) {
-      int x = k == 0 && conv >= 0 ? g->nodes[conv].inputs[0] : nn->inputs[k];
       bool mn = k < nmn;
+      int x = mn ? xin[k] : nn->inputs[k];
       int base = row_input(&c, x, mn);
       evt_dtype dt = g->nodes[x].type.dtype;
       if (base < 0) refuse(&c, nu, "input %%%s is not a dense %s", g->nodes[x].name, mn ? "M x N tile" : "N-vector");
-      else if (mn && dt != L->rspec.in_dtype)
-        refuse(&c, nu, "inputs of different dtypes (%s, %s)", evt_dtype_name(L->rspec.in_dtype), evt_dtype_name(dt));
       else if (!float_dtype(dt)) refuse(&c, nu, "input dtype %s", evt_dtype_name(dt));
       if (c.bad >= 0) break;
       L->rin[k] = base;
@@ -1317,7 +1316,7 @@ static void lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt
       vid[nu] = acc;
     }
   }
-  if (c.bad < 0) members(&c, conv, -1);
+  if (c.bad < 0) members(&c, conv[0], conv[1]);
   int dmem;
   if (c.bad < 0) add_stores(&c, L, false, &dmem);
   /* copy the scratch DAG into the row spec (same ids) */

@@ -96,6 +96,8 @@ static int is_ident(const char *s) {
 
 static int storage_dtype(evt_dtype t) { return t == EVT_BF16 || t == EVT_F16 || t == EVT_F32; }
 
+evt_dtype evt_rspec_in_dtype(const evt_rspec *s, int k) { return k == 1 && s->in1_mixed ? s->in1_dtype : s->in_dtype; }
+
 evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen) {
   if ((unsigned)s->nucleus >= EVT_ROWN_COUNT) return fail(err, errlen, EVT_ERR_INVALID, "row spec: bad nucleus");
   const char *nn = evt_row_nucleus_name(s->nucleus);
@@ -103,6 +105,8 @@ evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen) {
   if (s->nucleus != EVT_ROWN_NONE && !storage_dtype(s->in_dtype))
     return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: %s inputs must be bf16, f16 or f32, not %s", nn,
                 evt_dtype_name(s->in_dtype));
+  if (s->in1_mixed && (evt_row_nucleus_ninputs(s) < 2 || !storage_dtype(s->in1_dtype)))
+    return fail(err, errlen, EVT_ERR_INVALID, "row spec: %s: a second input dtype %s", nn, evt_dtype_name(s->in1_dtype));
   if ((s->has_w && !ln) || (s->has_b && s->nucleus != EVT_ROWN_LAYERNORM))
     return fail(err, errlen, EVT_ERR_INVALID, "row spec: %s takes no %s", nn, s->has_b ? "bias" : "weight");
   if (s->has_b && !s->has_w)
@@ -158,6 +162,7 @@ int evt_rspec_text(const evt_rspec *s, char *buf, size_t len) {
     if (w_ > 0) pos += (size_t)w_;                                                                            \
   } while (0)
   OUT("rows %s in:%s", evt_row_nucleus_name(s->nucleus), evt_dtype_name(s->in_dtype));
+  if (s->in1_mixed) OUT(",%s", evt_dtype_name(s->in1_dtype)); /* (absent otherwise: earlier specs keep their hash) */
   if (s->has_w || s->has_b) OUT(" w:%s%s%s", evt_dtype_name(s->w_dtype), s->has_w ? " +w" : "", s->has_b ? " +b" : "");
   if (s->store_stats) OUT(" +stats");
   if (s->nucleus == EVT_ROWN_LAYERNORM || s->nucleus == EVT_ROWN_LAYERNORM_BWD) OUT(" eps %.17g", s->eps);
@@ -295,7 +300,7 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
 
 const char *const evt_rspec_example_names[] = {"softmax",      "softmax_bwd", "layernorm",    "ln_residual",
                                                "layernorm_bwd", "gelu_bwd",    "chain_rowsum", "unary_math",
-                                               "cmp_where",     "softmax_xent", NULL};
+                                               "cmp_where",     "softmax_xent", "layernorm_bwd_mixed", NULL};
 
 evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
   if (!strcmp(name, "softmax")) {
@@ -315,9 +320,13 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
     } else {
       evt_rspec_add(s, EVT_V_AUX_STORE, y, -1, dt, "y");
     }
-  } else if (!strcmp(name, "layernorm_bwd")) {
+  } else if (!strcmp(name, "layernorm_bwd") || !strcmp(name, "layernorm_bwd_mixed")) {
     evt_rspec_init(s, EVT_ROWN_LAYERNORM_BWD, dt);
     s->has_w = 1;
+    if (name[13] && dt != EVT_F32) { /* _mixed: dy in dt, x and w in f32 (autocast's layer norm) */
+      s->in1_mixed = 1;
+      s->in1_dtype = s->w_dtype = EVT_F32;
+    }
     evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_acc(s, EVT_RV_OUT), -1, dt, "dx");
     int dy = evt_rspec_acc(s, EVT_RV_IN0), xh = evt_rspec_acc(s, EVT_RV_XHAT);
     evt_rspec_add(s, EVT_V_ROW_SUM, evt_rspec_add(s, EVT_V_MUL, dy, xh, EVT_F32, NULL), -1, EVT_F32, "dgamma");

@@ -65,7 +65,10 @@ typedef struct evt_rnode {
 
 typedef struct evt_rspec {
   evt_row_nucleus nucleus;
-  evt_dtype in_dtype;  /* dtype of the nucleus's M×N inputs */
+  evt_dtype in_dtype;  /* dtype of the nucleus's M×N inputs (the first one's when in1_mixed) */
+  int in1_mixed;       /* two-input nuclei: the second M×N input has its own dtype in1_dtype (a 16-bit dy and an
+                        * f32 x: a widening cast fused into the load, partition rules CONVERT) */
+  evt_dtype in1_dtype;
   evt_dtype w_dtype;   /* dtype of layer-norm w / b */
   int has_w, has_b;    /* layer norm: weight (both), bias (forward only) */
   int store_stats;     /* layernorm: write mean / rstd */
@@ -86,6 +89,7 @@ evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen);
 const char *evt_row_nucleus_name(evt_row_nucleus n);
 const char *evt_row_value_name(evt_row_value v);
 int evt_row_nucleus_ninputs(const evt_rspec *s); /* number of in[] pointers the launcher reads */
+evt_dtype evt_rspec_in_dtype(const evt_rspec *s, int k); /* dtype of M×N input k (0 or 1) */
 int evt_rspec_text(const evt_rspec *s, char *buf, size_t len);
 uint64_t evt_rspec_hash(const evt_rspec *s);
 void evt_rspec_kernel_name(const evt_rspec *s, char out[40]); /* "evt_rowkernel_<16 hex>" */
@@ -110,6 +114,7 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
  *   cmp_where       nucleus-free: eq ne lt le gt ge where on loaded values, a bool load, bool stores, a
  *                   dropout-style mask ge(rand, 0.25) drawn in the kernel, i64 labels where(ne(lab, 2), lab, 0)
  *   softmax_xent    softmax, one_hot (i64 targets), scalar_load k, aux/row_sum/col_max/col_sum stores in dt
+ *   layernorm_bwd_mixed  layernorm_bwd with dy in dt and x, w in f32 (two input dtypes; as layernorm_bwd for f32)
  * Returns EVT_ERR_INVALID for an unknown name. */
 evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt);
 extern const char *const evt_rspec_example_names[];

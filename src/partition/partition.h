@@ -34,8 +34,8 @@
 #define EVT_PN_LAYOUT_IN 128u /* a GEMM: accepts OPERAND producers as operand layouts */
 #define EVT_PN_OUTPUT 256u    /* a graph output: always written */
 #define EVT_PN_CONVERT 512u   /* a widening cast (bf16/f16 -> f32, exact): with a single consumer that is CONVERT_IN,
-                               * as its M x N input, it fuses into it as the load's conversion */
-#define EVT_PN_CONVERT_IN 1024u /* a row nucleus with one M x N input (softmax, layer norm): accepts a CONVERT producer */
+                               * as one of its M x N inputs, it fuses into it as the load's conversion */
+#define EVT_PN_CONVERT_IN 1024u /* a row nucleus (softmax, layer norm and their backward): accepts CONVERT producers */
 
 /* An operand prologue: a permute fused into its GEMM as a layout, or a widening cast fused into a row nucleus's
  * load. Part of the nucleus's input, not of its epilogue (rules.c, decompose.c). */

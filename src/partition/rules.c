@@ -20,16 +20,16 @@
  *   rng       (FUSE_IN) dropout: generated in its producer's kernel.
  *   operand   (OPERAND) permute, transpose: fusible; fuse into a GEMM consumer as a layout.
  *   convert   (CONVERT) a widening cast bf16/f16 -> f32 (exact): fusible; fuses into a row nucleus that reads it
- *             as its M x N input (CONVERT_IN: softmax, layer_norm), which then loads the 16-bit tensor and
- *             converts in registers (the f32 copy is never written: half the bytes of a vocabulary head's
- *             logits).
+ *             as an M x N input (CONVERT_IN: softmax, layer_norm, softmax_backward, layer_norm_backward_input),
+ *             which then loads the 16-bit tensor and converts in registers (the f32 copy is never written:
+ *             half the bytes of a vocabulary head's logits; a layer-norm backward's 16-bit dy next to its f32 x).
  *   fusible   everything else: elementwise, slice, slice_backward, concat, one_hot, losses without
  *             reduction and loss backwards (elementwise-ish).
  * Edge statuses (evt_part_derive_rules), first matching rule wins:
  *   from a source                                 -> SOURCE (a read, never a choice)
  *   into a VIEW (with one input)                  -> FUSE (a view is metadata)
  *   OPERAND u with one consumer v that is LAYOUT_IN -> FUSE, and u's in-edges become CUT
- *   CONVERT u with one consumer v that is CONVERT_IN and reads it as input 0 (only) -> FUSE, u's in-edges CUT
+ *   CONVERT u with one consumer v that is CONVERT_IN and reads it once, as an M x N input -> FUSE, u's in-edges CUT
  *   out of CUT_OUT (views inherit it) / into CUT_IN -> CUT
  *   into FUSE_IN (with one input)                 -> FUSE
  *   otherwise                                     -> FREE
@@ -48,11 +48,10 @@ unsigned evt_part_op_flags(const evt_graph *g, int id) {
     return EVT_PN_SOURCE;
   case EVT_OP_MM: case EVT_OP_BMM: case EVT_OP_ADDMM:
     return EVT_PN_NUCLEUS | EVT_PN_CUT_IN | EVT_PN_LAYOUT_IN;
-  case EVT_OP_SOFTMAX: case EVT_OP_LAYER_NORM:
+  case EVT_OP_SOFTMAX: case EVT_OP_LAYER_NORM: case EVT_OP_SOFTMAX_BACKWARD: case EVT_OP_LAYER_NORM_BACKWARD_INPUT:
     return EVT_PN_NUCLEUS | EVT_PN_CUT_IN | EVT_PN_CONVERT_IN;
   case EVT_OP_CONV2D: case EVT_OP_CONV2D_BACKWARD_INPUT: case EVT_OP_SPMM: case EVT_OP_SPMM_T:
-  case EVT_OP_LOG_SOFTMAX: case EVT_OP_SOFTMAX_BACKWARD: case EVT_OP_LOG_SOFTMAX_BACKWARD:
-  case EVT_OP_LAYER_NORM_BACKWARD_INPUT:
+  case EVT_OP_LOG_SOFTMAX: case EVT_OP_LOG_SOFTMAX_BACKWARD:
     return EVT_PN_NUCLEUS | EVT_PN_CUT_IN;
   case EVT_OP_CAST: {
     evt_dtype from = g->nodes[n->inputs[0]].type.dtype;
@@ -141,17 +140,18 @@ static bool compat(const evt_pgraph *g, int nucleus, int member) {
  * the epilogue: the compat hook does not apply to it. */
 static bool prologue(const evt_pgraph *g, int v) { return evt_pn_prologue(g->nodes[v].flags); }
 
-/* True when CONVERT node u (not a graph output) has one out-edge, to a CONVERT_IN nucleus that reads u as its
- * input 0 only. */
+/* True when CONVERT node u (not a graph output) has one out-edge, to a CONVERT_IN nucleus that reads u once, as
+ * one of its M x N inputs (softmax / layer_norm: x; softmax_backward: dy, y; layer_norm_backward_input: dy, x). */
 static bool convert_into(const evt_pgraph *g, int u) {
   const evt_pnode *p = &g->nodes[u];
   if (!(p->flags & EVT_PN_CONVERT) || (p->flags & (EVT_PN_SOURCE | EVT_PN_OUTPUT)) || p->nout != 1 || !g->src) return false;
   int w = g->edges[g->out_edges[p->out0]].v;
   if (!(g->nodes[w].flags & EVT_PN_CONVERT_IN)) return false;
   const evt_node *wn = &g->src->nodes[w];
+  int mn = wn->op == EVT_OP_SOFTMAX || wn->op == EVT_OP_LAYER_NORM ? 1 : 2, uses = 0, at = -1;
   for (int k = 0; k < wn->ninputs; k++)
-    if ((wn->inputs[k] == u) != (k == 0)) return false;
-  return true;
+    if (wn->inputs[k] == u) uses++, at = k;
+  return uses == 1 && at < mn;
 }
 
 bool evt_part_pair_ok(const evt_pgraph *g, int a, int b) {

@@ -11,7 +11,8 @@
  *   dropout(x)                          -> x * cast(rand >= p) * 1/(1-p)   (its backward is a dropout of dy,
  *                                          so it becomes the same two multiplies with the same mask)
  *   layer_norm(x, w[, b])               -> layer_norm(x) * w [+ b]
- *   layer_norm_backward_input(dy, x, w) -> layer_norm_backward_input(dy * w, x)
+ *   layer_norm_backward_input(dy, x, w) -> layer_norm_backward_input(dy * w, x)   (unless dy is a widening cast:
+ *                                          then w stays, the row kernel loads the 16-bit dy and multiplies)
  *   layer_norm_backward_weight(dy, x)   -> sum(dy * layer_norm(x), all dims but the last)       (sum dy x^)
  *   batch_norm(x[, w[, b]])             -> (x - mean) * rstd [* w + b]   with mean, mean of x^2 over all dims
  *                                          but 1 and rstd = rsqrt(E[x^2] - mean^2 + eps)
@@ -37,6 +38,14 @@
 #include <math.h>
 
 static int scalar_like(evt_graph *g, int at, int x, double v) { return evt_rw_scalar(g, at, g->nodes[x].type.dtype, v); }
+
+/* True when x is a widening cast of a 16-bit tensor to f32 (exact) */
+static bool widened(const evt_graph *g, int x) {
+  const evt_node *n = &g->nodes[x];
+  if (n->op != EVT_OP_CAST || n->ninputs != 1 || n->type.dtype != EVT_F32) return false;
+  evt_dtype from = g->nodes[n->inputs[0]].type.dtype;
+  return from == EVT_BF16 || from == EVT_F16;
+}
 
 /* a per-channel [C] tensor reshaped to broadcast against an [N, C, ...] tensor of rank r */
 static int channel(evt_graph *g, int at, int w, int r) {
@@ -178,7 +187,10 @@ static int decompose(evt_graph *g, int id) {
     return c >= 0 ? evt_rw_binary(g, id, EVT_OP_ADD, y, c) : y;
   }
   case EVT_OP_LAYER_NORM_BACKWARD_INPUT: {
-    if (n->ninputs < 3) return id;
+    /* w stays in the nucleus (the row kernel multiplies dy by it as it loads) where dy is a widening cast: its
+     * 16-bit tensor is then read by the kernel (partition rules: CONVERT), where dy * w would be an f32 [M, N]
+     * value written by another kernel (bert_large: 64 MB per layer norm) */
+    if (n->ninputs < 3 || widened(g, a)) return id;
     int in[2] = {evt_rw_binary(g, id, EVT_OP_MUL, a, c), b};
     evt_attrs at = evt_attrs_default;
     at.eps = eps;

@@ -106,5 +106,6 @@ evt_status evt_pass_constprop(evt_graph *g, evt_pass_stats *st);
 evt_status evt_pass_cse(evt_graph *g, evt_pass_stats *st);
 evt_status evt_pass_layout(evt_graph *g, evt_pass_stats *st);
 evt_status evt_pass_dce(evt_graph *g, evt_pass_stats *st);
+evt_status evt_pass_split_casts(evt_graph *g, evt_pass_stats *st);
 
 #endif

@@ -1,14 +1,14 @@
 /* The pass pipeline: the ordered list of graph passes (stage 3 of ARCHITECTURE.md).
  *
  *   canonicalize -> loss elimination -> decomposition (to a fixpoint) -> reduction elimination ->
- *   constant propagation -> CSE -> layout folding / permute propagation -> DCE
+ *   constant propagation -> CSE -> layout folding / permute propagation -> DCE -> split casts
  *
  * Canonicalization gives every later pass one form per construct (no addmm, no transpose, cross_entropy as
  * nll_loss(log_softmax)). Loss elimination must see the loss ops before decomposition splits them. The
  * reduction elimination works on the sums decomposition exposes; constant propagation and CSE clean up the
  * constants and duplicates the earlier passes leave (CSE also merges the forward's and the backward's copies
  * of softmax / layer norm / dropout masks); layout folding runs last among the rewrites because every pass
- * before it may create reshapes and permutes. */
+ * before it may create reshapes and permutes. Splitting casts comes after CSE, which would merge the copies. */
 #include "passes/passes.h"
 
 #include <string.h>
@@ -22,6 +22,7 @@ const evt_pass_info evt_passes[] = {
     {"cse", evt_pass_cse, "common-subexpression elimination (commutative ops normalized)"},
     {"layout", evt_pass_layout, "fold permute/reshape chains, push permutes through elementwise ops"},
     {"dce", evt_pass_dce, "dead-code elimination"},
+    {"split-casts", evt_pass_split_casts, "a widening cast a row nucleus shares with other readers: a copy for the nucleus (fused into its load)"},
 };
 const int evt_npasses = EVT_ARRAY_LEN(evt_passes);
 

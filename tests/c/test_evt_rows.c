@@ -346,6 +346,9 @@ TEST(ci_nvcc_compiles_generated_row_kernels) {
       if (d == 2 && k > 1) continue; /* f16: softmax, softmax_bwd */
       evt_rspec s;
       evt_rspec_example(&s, evt_rspec_example_names[k], dts[d]);
+      char kn[40];
+      evt_rspec_kernel_name(&s, kn);
+      if (strstr(all, kn)) continue; /* (an example equal to another in this dtype: layernorm_bwd_mixed in f32) */
       char *src = evt_emit_rows(&s, err, sizeof err);
       CHECK_MSG(src != NULL, "%s: %s", evt_rspec_example_names[k], err);
       if (!src) continue;

@@ -704,8 +704,9 @@ TEST(lower_bf16_sums_rows_yes_gemm_no) {
 
 /* A widening cast (bf16 -> f32) read only by a softmax or a layer norm as its input fuses into the row nucleus's
  * load (partition rules: CONVERT / CONVERT_IN): one row group reads the bf16 tensor (rspec in_dtype bf16) and
- * the f32 copy is never written; the spec reproduces the interpreter. A cast that is also read elsewhere, is a
- * graph output, or feeds a softmax_backward (two M x N inputs) stays a value of its own. */
+ * the f32 copy is never written; the spec reproduces the interpreter. So does a layer-norm backward's bf16 dy
+ * next to its f32 x (mixed input dtypes: in_dtype bf16, in1 f32) and a softmax backward's dy. A cast that is
+ * also read elsewhere or is a graph output stays a value of its own. */
 TEST(lower_widening_cast_fuses_into_row_nucleus_load) {
   lowered_graph lg;
   if (!lower_text("graph t {\n  %x: bf16[16,64] = input()\n  %w: f32[64] = param()\n  %b: f32[64] = param()\n"
@@ -725,19 +726,37 @@ TEST(lower_widening_cast_fuses_into_row_nucleus_load) {
   int tensors = 0;
   CHECK(check_lowered_against_interp(lg.g, "widening cast", &tensors) >= 2 && tensors >= 2);
   lowered_free(&lg);
-  /* read elsewhere / an output / into a two-input nucleus: the cast is not a prologue */
+  /* two-input nuclei: the cast fuses into one input's load, the other keeps its dtype */
+  if (lower_text("graph t {\n  %dy: bf16[16,64] = input()\n  %x: f32[16,64] = input()\n  %w: f32[64] = param()\n"
+                 "  %dyf = cast(%dy, dtype=f32)\n  %dx = layer_norm_backward_input(%dyf, %x, %w)\n  %r = relu(%dx)\n"
+                 "  %p: f32[16,64] = input()\n  %g: bf16[16,64] = input()\n  %gf = cast(%g, dtype=f32)\n"
+                 "  %d = softmax_backward(%gf, %p, dim=1)\n  output %r\n  output %d\n}\n", &lg)) {
+    for (int k = 0; k < 2; k++) {
+      const char *cast = k ? "gf" : "dyf", *nuc = k ? "d" : "dx";
+      int c = evt_graph_find(lg.g, cast), nu = evt_graph_find(lg.g, nuc);
+      CHECK_MSG(lg.part.group[c] == lg.part.group[nu], "%s not in %s's group", cast, nuc);
+      const evt_lowered *L = group_of(&lg, nuc);
+      CHECK_MSG(L && L->ok, "%s", L ? L->reason : "");
+      if (L) CHECK(L->rspec.in_dtype == EVT_BF16 && L->rspec.in1_mixed && L->rspec.in1_dtype == EVT_F32);
+      char text[2048];
+      if (L) evt_rspec_text(&L->rspec, text, sizeof text);
+      CHECK_MSG(!L || strstr(text, "in:bf16,f32"), "%s", text);
+    }
+    tensors = 0;
+    CHECK(check_lowered_against_interp(lg.g, "mixed inputs", &tensors) >= 2 && tensors >= 2);
+    lowered_free(&lg);
+  }
+  /* read elsewhere / an output: the cast is not a prologue */
   const char *other[] = {
       "graph t {\n  %x: bf16[16,64] = input()\n  %xf = cast(%x, dtype=f32)\n  %p = softmax(%xf, dim=1)\n"
       "  %q = mul(%xf, %p)\n  output %q\n}\n",
       "graph t {\n  %x: bf16[16,64] = input()\n  %xf = cast(%x, dtype=f32)\n  %p = softmax(%xf, dim=1)\n"
-      "  output %p\n  output %xf\n}\n",
-      "graph t {\n  %x: bf16[16,64] = input()\n  %p: f32[16,64] = input()\n  %xf = cast(%x, dtype=f32)\n"
-      "  %d = softmax_backward(%xf, %p, dim=1)\n  output %d\n}\n"};
-  for (int t = 0; t < 3; t++) {
+      "  output %p\n  output %xf\n}\n"};
+  for (int t = 0; t < 2; t++) {
     if (!lower_text(other[t], &lg)) continue;
     int c = evt_graph_find(lg.g, "xf");
-    int nu = evt_graph_find(lg.g, t == 2 ? "d" : "p");
-    const evt_lowered *L = group_of(&lg, t == 2 ? "d" : "p");
+    int nu = evt_graph_find(lg.g, "p");
+    const evt_lowered *L = group_of(&lg, "p");
     CHECK_MSG(L && L->rspec.in_dtype == EVT_F32, "case %d: %s", t, L ? evt_dtype_name(L->rspec.in_dtype) : "?");
     CHECK_MSG(lg.part.group[c] != lg.part.group[nu], "case %d: the cast joined the nucleus", t);
     lowered_free(&lg);

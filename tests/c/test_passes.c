@@ -507,6 +507,41 @@ TEST(loss_elim_nll_over_widened_16bit_logits) {
   }
 }
 
+/* A layer-norm backward whose dy is the f32 widening of a bf16 tensor keeps w in the nucleus (decompose), and
+ * split-casts gives the nucleus its own copy of the cast that CSE shared with the weight gradient's product and
+ * the bias gradient's sum (the partitioner then fuses it into the kernel's load); values preserved. An f32 dy:
+ * w is multiplied in first, as before. */
+TEST(layer_norm_backward_keeps_w_and_gets_its_own_cast) {
+  const char *text =
+      "graph t {\n  %dy: bf16[8,16] = input()\n  %x: f32[8,16] = input()\n  %w: f32[16] = param()\n"
+      "  %dyf: f32[8,16] = cast(%dy, dtype=f32)\n  %dx: f32[8,16] = layer_norm_backward_input(%dyf, %x, %w)\n"
+      "  %dw: f32[16] = layer_norm_backward_weight(%dyf, %x)\n  %db: f32[16] = sum(%dyf, dims=[0])\n"
+      "  output %dx\n  output %dw\n  output %db\n}\n";
+  evt_graph *g = check_preserves(text, evt_pass_decompose, 0, false);
+  if (!g) return;
+  int nu = -1;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_LAYER_NORM_BACKWARD_INPUT) nu = i;
+  CHECK(nu >= 0 && g->nodes[nu].ninputs == 3);
+  evt_graph_free(g);
+  g = check_preserves(text, evt_pass_split_casts, 0, false);
+  if (!g) return;
+  CHECK(evt_test_count_op(g, EVT_OP_CAST) == 2);
+  int readers = 0, c = -1;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_LAYER_NORM_BACKWARD_INPUT) c = g->nodes[i].inputs[0];
+  for (int i = 0; c >= 0 && i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].ninputs; k++) readers += g->nodes[i].inputs[k] == c;
+  CHECK(c >= 0 && g->nodes[c].op == EVT_OP_CAST && readers == 1);
+  evt_graph_free(g);
+  g = check_preserves("graph t {\n  %dy: f32[8,16] = input()\n  %x: f32[8,16] = input()\n  %w: f32[16] = param()\n"
+                      "  %dx: f32[8,16] = layer_norm_backward_input(%dy, %x, %w)\n  output %dx\n}\n",
+                      evt_pass_decompose, 0, false);
+  for (int i = 0; g && i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_LAYER_NORM_BACKWARD_INPUT) CHECK(g->nodes[i].ninputs == 2);
+  evt_graph_free(g);
+}
+
 TEST(values_decompose_then_reduce_elim_every_loss) {
   for (int t = 0; t < EVT_ARRAY_LEN(kLosses); t++) {
     evt_graph *g = check_preserves(kLosses[t], evt_pass_decompose, 0, false);
@@ -622,7 +657,8 @@ TEST(examples_ce_backward_has_no_row_reduction) {
 }
 
 TEST(pipeline_order_and_run_all) {
-  static const char *order[] = {"canonicalize", "loss-elim", "decompose", "reduce-elim", "constprop", "cse", "layout", "dce"};
+  static const char *order[] = {"canonicalize", "loss-elim", "decompose", "reduce-elim", "constprop", "cse", "layout", "dce",
+                                "split-casts"};
   CHECK(evt_npasses == EVT_ARRAY_LEN(order));
   for (int i = 0; i < evt_npasses && i < EVT_ARRAY_LEN(order); i++) CHECK(strcmp(evt_passes[i].name, order[i]) == 0);
   CHECK(evt_pass_find("cse", 3) == &evt_passes[5] && evt_pass_find("cs", 2) == NULL);

@@ -198,7 +198,7 @@ struct RowProblem {
     for (int k = 0; k < nin; k++) {
       bool vecn = (s->nucleus == EVT_ROWN_LAYERNORM && k >= 1) || (s->nucleus == EVT_ROWN_LAYERNORM_BWD && k == 2);
       if (s->nucleus == EVT_ROWN_LAYERNORM && k == 2 && !s->has_b) continue;
-      in_dt[k] = vecn ? s->w_dtype : s->in_dtype;
+      in_dt[k] = vecn ? s->w_dtype : evt_rspec_in_dtype(s, k);  // (a mixed spec's second input has its own)
       in_elems[k] = vecn ? (size_t)n : mn;
       float lo = -1, hi = 1;
       if (s->nucleus == EVT_ROWN_SOFTMAX) lo = -4, hi = 4;
