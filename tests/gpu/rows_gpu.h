@@ -77,7 +77,9 @@ static std::vector<RowCase> all_row_cases() {
   for (int k = 0; evt_rspec_example_names[k]; k++)
     for (evt_dtype dt : {EVT_BF16, EVT_F32}) {
       RowCase c = make_row_case(evt_rspec_example_names[k], dt);
-      if (float_only(c.spec)) v.push_back(c);
+      bool dup = false;  // (an example equal to another in this dtype: layernorm_bwd_mixed in f32)
+      for (auto &o : v) dup = dup || o.name == c.name;
+      if (float_only(c.spec) && !dup) v.push_back(c);
     }
   v.push_back(make_row_case("softmax", EVT_F16));
   v.push_back(make_row_case("layernorm_bwd", EVT_F16));
