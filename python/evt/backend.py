@@ -143,6 +143,7 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
                     ln_devices=("cuda", "cpu") if _cuda_rules("cpu") else ("cuda",))
     stack_select_backwards(joint, options)
     mark_conv_inputs(joint)
+    mark_embedding_grads(joint)
     pad_vocab(joint, options)
     recompute_log_softmax(joint, options)
     upcast_into_log_softmax(joint, options)
@@ -766,6 +767,28 @@ def mark_conv_inputs(gm):
     return count
 
 
+def mark_embedding_grads(gm):
+    """A strided value that only embedding backward ops read as their gradient (XML-CNN's: the convolutions'
+    input gradient [N, C, W] permuted back to the embedding's [N, W, C]) is returned by its evt segment
+    contiguous (meta evt_conv_input_free, so in the segments' free_layout, and not as a PyTorch view of the
+    segment's [N, C, W] result): PyTorch's embedding backward copied it contiguous itself (a strided copy,
+    0.27 ms per xmlcnn_paper x0.25 step, S14W2), where evt writes it with a tiled transpose. CUDA rules only.
+    Returns the number marked."""
+    count = 0
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if n.op != "call_function" or not isinstance(v, torch.Tensor) or not _cuda_rules(v.device) or \
+                v.is_contiguous() or not n.users:
+            continue
+        if all(u.target == aten.embedding_dense_backward.default and u.args and u.args[0] is n and
+               n not in u.args[1:] for u in n.users):
+            n.meta["evt_conv_input_free"] = True
+            count += 1
+    if count:
+        log.info("joint graph: %d embedding gradient(s) returned contiguous", count)
+    return count
+
+
 def _cast_channels_last(args, kwargs):
     """A marked weight cast (mark_conv_weight_casts): the cast written in channels-last memory ([O, K, I] for a
     3-D weight), one copy kernel that casts and lays out."""
@@ -955,8 +978,8 @@ class Segment:
         self.torch_views, bases = [], set()
         for m in self.members:
             name = b.names.get(m)
-            if isinstance(name, dict) or name in inputs or m.target not in _VIEW_OPS:
-                continue
+            if isinstance(name, dict) or name in inputs or m.target not in _VIEW_OPS or m.meta.get("evt_conv_input_free"):
+                continue  # (a view marked to be returned contiguous is written by evt: mark_embedding_grads)
             if not any(u not in members for u in users_outside(m)):
                 continue
             chain, x = [], m

@@ -1648,3 +1648,21 @@ def test_log_softmax_recomputed_in_the_backward(monkeypatch, caplog, recompute):
     bwd = [p for p in plans if p.kind == "backward"]
     assert fwd and bwd
     assert bool(big_f32(fwd[0], "outputs")) == (recompute == "0")
+
+
+def test_embedding_gradient_returned_contiguous(monkeypatch):
+    """mark_embedding_grads (simulated CUDA rules): XML-CNN's embedding gradient (the convolutions' [N, C, W]
+    input gradient permuted to [N, W, C]), read only by the embedding backward PyTorch runs, is an output
+    evt writes contiguous (not a PyTorch view of the [N, C, W] result, which the embedding backward copied);
+    training matches eager."""
+    plans = []
+    orig = B.Plan.finalize
+    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    _train_xmlcnn_like_eager(monkeypatch, "EVT_CONV_INPUT_LAYOUT", None)
+    bwd = [p for p in plans if p.kind == "backward"]
+    marked = [n for p in bwd for n in p.gm.graph.nodes if n.meta.get("evt_conv_input_free")
+              and all(u.target == torch.ops.aten.embedding_dense_backward.default for u in n.users)]
+    assert len(marked) == 1 and not marked[0].meta["val"].is_contiguous()
+    segs = [s for p in bwd for s in p.steps if isinstance(s, B.Segment)]
+    assert any(marked[0] in [m_ for m_, _ in s.outputs] for s in segs)
+    assert not any(marked[0] in s.torch_views for s in segs)
