@@ -1074,7 +1074,7 @@ class Segment:
         if not pin and not pout:
             return
         if "permute(" in self.graph.text() or "transpose(" in self.graph.text():
-            return  # (permutes already: leave the segment as it is)
+            return self._physical_inputs(out_names, pin)  # (permutes already: only large inputs, below)
         vals = {name: A.meta_val(x) for x, name in b.inputs}
         lines = []
         for ln in _used_input_lines(b.lines, out_names):
@@ -1102,10 +1102,41 @@ class Segment:
             log.info("  physical layout of a segment rejected (%s); it keeps row-major", e)
             return
         if "permute(" in g.text() or "transpose(" in g.text():
-            return  # (a permute the passes could not cancel would be a copy of its own)
+            return self._physical_inputs(out_names, pin)  # (a permute the passes could not cancel: a copy)
         self.text, self.graph = text, g
         self.phys_in = {name + ".phys": o for name, o in pin.items()}
         self.phys_out = pout
+
+    def _physical_inputs(self, out_names, pin):
+        """The segment keeps permutes (a GEMM, a row op): its large dense permuted inputs (at least
+        UNALIGNED_MIN_NUMEL elements: XML-CNN's [N, C, W] view of the [N, W, C] embedding) are still declared
+        in memory order and permuted in the segment, where a GEMM absorbs the permute as its operand layout
+        or evt writes it with a tiled transpose; bound as they are, they were copied to row-major by a
+        strided PyTorch copy at every run (0.27 ms per xmlcnn_paper x0.25 step, S14W2). Outputs keep
+        PyTorch's recorded strides."""
+        vals = {name: A.meta_val(x) for x, name in self.b.inputs}
+        pin = {k: o for k, o in pin.items() if vals[k].numel() >= UNALIGNED_MIN_NUMEL}
+        if not pin:
+            return
+        lines = []
+        for ln in _used_input_lines(self.b.lines, out_names):
+            name = ln.split(":", 1)[0].strip()[1:]
+            if name in pin and ln.rstrip().endswith("= input()"):
+                o = pin[name]
+                inv = [o.index(d) for d in range(len(o))]
+                lines.append(f"%{name}.phys: {A.type_str(vals[name].permute(o))} = input()")
+                lines.append(f"%{name}: {A.type_str(vals[name])} = permute(%{name}.phys, dims=[{','.join(map(str, inv))}])")
+            else:
+                lines.append(ln)
+        text = "graph seg {\n  " + "\n  ".join(lines) + "\n" + \
+            f"  output {', '.join('%' + n for n in out_names)}\n" + "}\n"
+        try:
+            g = _graph_for(text)
+        except EvtError as e:
+            log.info("  physical layout of a segment's inputs rejected (%s); they are copied", e)
+            return
+        self.text, self.graph = text, g
+        self.phys_in = {name + ".phys": o for name, o in pin.items()}
 
     def _create_program(self, node_fallback):
         flags = G.program_flags(self.options)

@@ -1666,3 +1666,21 @@ def test_embedding_gradient_returned_contiguous(monkeypatch):
     segs = [s for p in bwd for s in p.steps if isinstance(s, B.Segment)]
     assert any(marked[0] in [m_ for m_, _ in s.outputs] for s in segs)
     assert not any(marked[0] in s.torch_views for s in segs)
+
+
+def test_large_permuted_input_declared_in_memory_order(monkeypatch):
+    """Segment._physical_inputs (simulated CUDA rules): XML-CNN's forward segment keeps permutes (its
+    convolution input is returned contiguous), so _physical does not apply; its large input, the [N, C, W] view
+    of the [N, W, C] embedding PyTorch made, is still declared in memory order (`%in.x.phys`, permuted in the
+    segment) instead of being copied row-major at every run; below UNALIGNED_MIN_NUMEL it is not; training
+    matches eager either way."""
+    plans = []
+    orig = B.Plan.finalize
+    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    for min_numel, want in ((1 << 10, True), (1 << 30, False)):
+        plans.clear()
+        monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", min_numel)
+        _train_xmlcnn_like_eager(monkeypatch, "EVT_CONV_INPUT_LAYOUT", None)
+        segs = [s for p in plans if p.kind == "forward" for s in p.steps if isinstance(s, B.Segment)]
+        phys = [name for s in segs for name in s.phys_in]
+        assert bool(phys) == want, (phys, [s.text for s in segs])
