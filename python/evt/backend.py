@@ -269,6 +269,22 @@ def _pad_vocab_head(gm, a):
     return 1
 
 
+def _log_softmax_of_upcast(n):
+    """(upcast, x) when FX node n is `_log_softmax(_to_copy(x, dtype=float32), dim, False)` over 16-bit x (a
+    head's logits widened for the loss), else None."""
+    if n.op != "call_function" or n.target != aten._log_softmax.default or len(n.args) != 3 or n.args[2]:
+        return None
+    up = n.args[0]
+    if not (isinstance(up, torch.fx.Node) and up.target == aten._to_copy.default and len(up.args) == 1
+            and set(up.kwargs) <= {"dtype"} and up.kwargs.get("dtype") == torch.float32):
+        return None
+    x = up.args[0]
+    xv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    ok = isinstance(xv, torch.Tensor) and isinstance(n.meta.get("val"), torch.Tensor) and \
+        xv.dtype in (torch.bfloat16, torch.float16)
+    return (up, x) if ok else None
+
+
 def recompute_log_softmax(gm, options=None):
     """A log-softmax evt runs (CUDA rules) over the f32 upcast of 16-bit logits, whose output the backward reads
     (_log_softmax_backward_data), is computed again in the backward from the 16-bit logits instead of being saved:
@@ -281,16 +297,10 @@ def recompute_log_softmax(gm, options=None):
         return 0
     count = 0
     for n in list(gm.graph.nodes):
-        if n.op != "call_function" or n.target != aten._log_softmax.default or len(n.args) != 3 or n.args[2]:
+        m = _log_softmax_of_upcast(n)
+        if m is None or not _cuda_rules(m[1].meta["val"].device) or cuda_placement(n, options) is not None:
             continue
-        up = n.args[0]
-        if not (isinstance(up, torch.fx.Node) and up.target == aten._to_copy.default and len(up.args) == 1
-                and set(up.kwargs) <= {"dtype"} and up.kwargs.get("dtype") == torch.float32):
-            continue
-        x, xv, v = up.args[0], up.args[0].meta.get("val") if isinstance(up.args[0], torch.fx.Node) else None, n.meta.get("val")
-        if not (isinstance(xv, torch.Tensor) and isinstance(v, torch.Tensor) and _cuda_rules(xv.device)
-                and xv.dtype in (torch.bfloat16, torch.float16) and cuda_placement(n, options) is None):
-            continue
+        up, x = m
         # the backward's readers of the output, directly or through aliases: its gradient, and the loss's
         # gradient (nll_loss_backward takes it for its shape)
         outs, todo, bwds = {n}, [n], []
@@ -331,17 +341,10 @@ def upcast_into_log_softmax(gm, options=None):
         return 0
     count = 0
     for n in list(gm.graph.nodes):
-        if n.op != "call_function" or n.target != aten._log_softmax.default or len(n.args) != 3 or n.args[2]:
+        m = _log_softmax_of_upcast(n)
+        if m is None or len(m[0].users) != 1 or m[1].meta["val"].device.type != "cuda" or not cuda_placement(n, options):
             continue
-        up = n.args[0]
-        if not (isinstance(up, torch.fx.Node) and up.target == aten._to_copy.default and len(up.users) == 1
-                and set(up.kwargs) <= {"dtype"} and up.kwargs.get("dtype") == torch.float32 and len(up.args) == 1):
-            continue
-        x = up.args[0]
-        xv, v = (x.meta.get("val") if isinstance(x, torch.fx.Node) else None), n.meta.get("val")
-        if not (isinstance(xv, torch.Tensor) and isinstance(v, torch.Tensor) and xv.device.type == "cuda"
-                and xv.dtype in (torch.bfloat16, torch.float16) and cuda_placement(n, options)):
-            continue
+        up, x = m
         n.args = (x, n.args[1], True)
         gm.graph.erase_node(up)
         count += 1
@@ -1075,17 +1078,7 @@ class Segment:
             return
         if "permute(" in self.graph.text() or "transpose(" in self.graph.text():
             return self._physical_inputs(out_names, pin)  # (permutes already: only large inputs, below)
-        vals = {name: A.meta_val(x) for x, name in b.inputs}
-        lines = []
-        for ln in _used_input_lines(b.lines, out_names):
-            name = ln.split(":", 1)[0].strip()[1:]
-            if name in pin and ln.rstrip().endswith("= input()"):
-                o = pin[name]
-                inv = [o.index(d) for d in range(len(o))]
-                lines.append(f"%{name}.phys: {A.type_str(vals[name].permute(o))} = input()")
-                lines.append(f"%{name}: {A.type_str(vals[name])} = permute(%{name}.phys, dims=[{','.join(map(str, inv))}])")
-            else:
-                lines.append(ln)
+        lines = self._phys_input_lines(out_names, pin)
         outs = list(out_names)
         types = {}
         for m, k in self.outputs:
@@ -1094,18 +1087,41 @@ class Segment:
             lines.append(f"%{out_names[k]}.phys: {A.type_str(types[k].permute(o))} = "
                          f"permute(%{out_names[k]}, dims=[{','.join(map(str, o))}])")
             outs[k] = out_names[k] + ".phys"
-        text = "graph seg {\n  " + "\n  ".join(lines) + "\n" + \
-            f"  output {', '.join('%' + n for n in outs)}\n" + "}\n"
-        try:
-            g = _graph_for(text)
-        except EvtError as e:
-            log.info("  physical layout of a segment rejected (%s); it keeps row-major", e)
+        text, g = self._parsed(lines, outs, "a segment")
+        if g is None:
             return
         if "permute(" in g.text() or "transpose(" in g.text():
             return self._physical_inputs(out_names, pin)  # (a permute the passes could not cancel: a copy)
         self.text, self.graph = text, g
         self.phys_in = {name + ".phys": o for name, o in pin.items()}
         self.phys_out = pout
+
+    @staticmethod
+    def _parsed(lines, outs, what):
+        """(text, parsed graph) of a segment with these statements and outputs, or (text, None) when evt rejects
+        it (logged: the segment keeps its row-major text)."""
+        text = "graph seg {\n  " + "\n  ".join(lines) + "\n" + f"  output {', '.join('%' + n for n in outs)}\n" + "}\n"
+        try:
+            return text, _graph_for(text)
+        except EvtError as e:
+            log.info("  physical layout of %s rejected (%s); row-major kept", what, e)
+            return text, None
+
+    def _phys_input_lines(self, out_names, pin):
+        """The segment's used statements with each input named in pin (name -> memory order) declared in memory
+        order as `%name.phys` and permuted to the logical `%name`."""
+        vals = {name: A.meta_val(x) for x, name in self.b.inputs}
+        lines = []
+        for ln in _used_input_lines(self.b.lines, out_names):
+            name = ln.split(":", 1)[0].strip()[1:]
+            if name in pin and ln.rstrip().endswith("= input()"):
+                o = pin[name]
+                inv = [o.index(d) for d in range(len(o))]
+                lines.append(f"%{name}.phys: {A.type_str(vals[name].permute(o))} = input()")
+                lines.append(f"%{name}: {A.type_str(vals[name])} = permute(%{name}.phys, dims=[{','.join(map(str, inv))}])")
+            else:
+                lines.append(ln)
+        return lines
 
     def _physical_inputs(self, out_names, pin):
         """The segment keeps permutes (a GEMM, a row op): its large dense permuted inputs (at least
@@ -1118,22 +1134,8 @@ class Segment:
         pin = {k: o for k, o in pin.items() if vals[k].numel() >= UNALIGNED_MIN_NUMEL}
         if not pin:
             return
-        lines = []
-        for ln in _used_input_lines(self.b.lines, out_names):
-            name = ln.split(":", 1)[0].strip()[1:]
-            if name in pin and ln.rstrip().endswith("= input()"):
-                o = pin[name]
-                inv = [o.index(d) for d in range(len(o))]
-                lines.append(f"%{name}.phys: {A.type_str(vals[name].permute(o))} = input()")
-                lines.append(f"%{name}: {A.type_str(vals[name])} = permute(%{name}.phys, dims=[{','.join(map(str, inv))}])")
-            else:
-                lines.append(ln)
-        text = "graph seg {\n  " + "\n  ".join(lines) + "\n" + \
-            f"  output {', '.join('%' + n for n in out_names)}\n" + "}\n"
-        try:
-            g = _graph_for(text)
-        except EvtError as e:
-            log.info("  physical layout of a segment's inputs rejected (%s); they are copied", e)
+        text, g = self._parsed(self._phys_input_lines(out_names, pin), out_names, "a segment's inputs")
+        if g is None:
             return
         self.text, self.graph = text, g
         self.phys_in = {name + ".phys": o for name, o in pin.items()}

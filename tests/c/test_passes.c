@@ -455,6 +455,19 @@ TEST(values_loss_elim_every_loss) {
  * for the backward): the loss picks them at the targets (a where-select and a row sum the softmax kernel's
  * epilogue takes) instead of a second logsumexp pass over the logits; values preserved (mean with ignored
  * rows, and none); EVT_LOSS_ELIM_LSE=1 keeps the logsumexp form. */
+/* Runs loss elimination on each text (values preserved) and checks the loss form it chose: no nll_loss left,
+ * and the logsumexp form's amax (1) or the log-probability form (0 amax, a where-select) per text. */
+static void check_loss_forms(const char *const *texts, int n, const int *want_amax) {
+  for (int t = 0; t < n; t++) {
+    evt_graph *g = check_preserves(texts[t], evt_pass_loss_elim, 0, false);
+    if (!g) continue;
+    int nll = evt_test_count_op(g, EVT_OP_NLL_LOSS), amax = evt_test_count_op(g, EVT_OP_AMAX);
+    CHECK_MSG(nll == 0 && amax == want_amax[t] && (amax || evt_test_count_op(g, EVT_OP_WHERE) >= 1),
+              "text %d: nll %d amax %d (want %d)", t, nll, amax, want_amax[t]);
+    evt_graph_free(g);
+  }
+}
+
 TEST(loss_elim_nll_over_returned_log_probs) {
   static const char *texts[] = {
       "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
@@ -464,14 +477,8 @@ TEST(loss_elim_nll_over_returned_log_probs) {
       "  %y: i64[8] = input(init=randint, lo=0, hi=5)\n  %lp: f32[8,5] = log_softmax(%h, dim=1)\n"
       "  %r: f32[8] = nll_loss(%lp, %y, reduction=none)\n  %l: f32[] = sum(%r)\n  loss %l\n  output %lp\n}\n",
   };
-  for (int t = 0; t < EVT_ARRAY_LEN(texts); t++) {
-    evt_graph *g = check_preserves(texts[t], evt_pass_loss_elim, 0, false);
-    if (!g) continue;
-    CHECK_MSG(evt_test_count_op(g, EVT_OP_NLL_LOSS) == 0 && evt_test_count_op(g, EVT_OP_AMAX) == 0 &&
-                  evt_test_count_op(g, EVT_OP_WHERE) >= 1,
-              "text %d: nll %d amax %d", t, evt_test_count_op(g, EVT_OP_NLL_LOSS), evt_test_count_op(g, EVT_OP_AMAX));
-    evt_graph_free(g);
-  }
+  static const int lp_form[] = {0, 0};
+  check_loss_forms(texts, EVT_ARRAY_LEN(texts), lp_form);
   const char *keys[] = {"EVT_LOSS_ELIM_LSE"};
   char *saved[1];
   evt_test_env_save(keys, 1, saved);
@@ -498,13 +505,8 @@ TEST(loss_elim_nll_over_widened_16bit_logits) {
       "  %y: i64[2] = input(init=randint, lo=0, hi=40000)\n  %lp: f32[2,40000] = log_softmax(%xf, dim=1)\n"
       "  %l: f32[] = nll_loss(%lp, %y)\n  loss %l\n}\n",
   };
-  for (int t = 0; t < EVT_ARRAY_LEN(texts); t++) {
-    evt_graph *g = check_preserves(texts[t], evt_pass_loss_elim, 0, false);
-    if (!g) continue;
-    CHECK_MSG(evt_test_count_op(g, EVT_OP_NLL_LOSS) == 0 && evt_test_count_op(g, EVT_OP_AMAX) == (t == 0 ? 0 : 1),
-              "text %d: nll %d amax %d", t, evt_test_count_op(g, EVT_OP_NLL_LOSS), evt_test_count_op(g, EVT_OP_AMAX));
-    evt_graph_free(g);
-  }
+  static const int want_amax[] = {0, 1, 1};
+  check_loss_forms(texts, EVT_ARRAY_LEN(texts), want_amax);
 }
 
 /* A layer-norm backward whose dy is the f32 widening of a bf16 tensor keeps w in the nucleus (decompose), and
