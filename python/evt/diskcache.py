@@ -4,7 +4,7 @@ Contract
 - key(text, passes) = SHA-256 of (FORMAT, the segment's `.evt` text before the passes -- it holds every
   shape and dtype --, the identity of the loaded libevt (SHA-256 of the library file's bytes, computed once
   per process), and the pass options: whether passes run and PASS_OPTIONS, the arguments given to
-  evt_passes_run_all).
+  evt_passes_run_all, with the values of PASS_ENV, the environment variables the passes read).
 - The value is one JSON file `<dir>/<key>.json`: the key, the optimized `.evt` text (output of the pass
   pipeline; the parsed text when the passes failed), whether it is optimized, the node count before the
   passes, and the node ids the Python side uses (name -> id, output ids). A hit parses the stored text
@@ -27,6 +27,8 @@ log = logging.getLogger("evt")
 
 FORMAT = "evt-torch-segment-1"
 PASS_OPTIONS = "evt_passes_run_all(flags=0,verify=1)"
+# environment variables the C passes read (a different value gives a different optimized text)
+PASS_ENV = ("EVT_LOSS_ELIM_LSE",)
 
 _lib_hash = None
 
@@ -57,7 +59,8 @@ def library_hash():
 
 def key(text, passes):
     h = hashlib.sha256()
-    for part in (FORMAT, library_hash(), PASS_OPTIONS if passes else "no-passes", text):
+    env = ";".join(f"{k}={os.environ.get(k, '')}" for k in PASS_ENV)
+    for part in (FORMAT, library_hash(), (PASS_OPTIONS + env) if passes else "no-passes", text):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

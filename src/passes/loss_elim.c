@@ -12,8 +12,8 @@
  *   nll_loss(log_softmax(x), t)          (the loss value, kept as a cheap side reduction of x:)
  *       -> sum((logsumexp(x) - sum(one_hot(t') * x, dim 1)) * mask) [/ count]
  *       (when log_softmax(x) is a graph output, materialized anyway, or x is the f32 widening of 16-bit logits
- *       whose rows a row kernel holds: -sum(where(one_hot(t') != 0, lp, 0), dim 1) * mask [/ count], a row sum
- *       over the log-probabilities in the softmax kernel's epilogue, ce_loss_from_lp)
+ *       whose rows a row kernel holds: sum(((max(x) - x[t']) - log(max(softmax(x)))) * mask) [/ count], three
+ *       row reductions in the softmax kernel's epilogue, ce_loss_one_pass)
  *   bce_with_logits_backward(dy, x, y)   -> (sigmoid(x) - y) * dy [/ numel]
  *   bce_with_logits(x, y)                -> reduce(relu(x) - x*y + log(1 + exp(-|x|)))
  *   mse_loss_backward(dy, x, y)          -> (x - y) * (2 * dy [/ numel])
@@ -99,21 +99,29 @@ static int ce_loss(evt_graph *g, int id, int x, int t) {
   return reduce_rows(g, id, evt_rw_binary(g, id, EVT_OP_MUL, evt_rw_binary(g, id, EVT_OP_SUB, lse, picked), mask), mask);
 }
 
-/* nll_loss(lp, t) over log-probabilities lp that are materialized anyway (a graph output: a segment whose
- * log-softmax PyTorch saves for the backward): the loss picks lp at the targets, -sum(where(one_hot(t') != 0,
- * lp, 0), dim 1) * mask, a row sum the log-softmax kernel's epilogue takes, instead of recomputing logsumexp
- * from x in a second pass over x (a `where`, not a product with the one-hot: a padded class has lp = -inf). */
-static int ce_loss_from_lp(evt_graph *g, int id, int lp, int t) {
-  const evt_type *tl = &g->nodes[lp].type;
-  evt_dtype dt = tl->dtype;
-  int64_t classes = tl->shape[1];
+/* nll_loss(log_softmax(x), t) in one pass of the softmax kernel (its log-probabilities are materialized
+ * anyway, or x is widened from 16 bits: see rewrite): per row, lse(x) - x[t] = (max(x) - x[t]) - log(max(p)),
+ * p = softmax(x), all three row reductions of the softmax kernel's epilogue (max(p) = 1 / sum(exp(x - max)) is
+ * at least 1/C, so its log is finite, where log(p[t]) underflows to -inf once x[t] is ~88 below the row's max:
+ * the loss was inf where PyTorch's is finite). x[t] is a `where` pick, not a product with the one-hot (a padded
+ * class has x = the dtype's lowest value). */
+static int ce_loss_one_pass(evt_graph *g, int id, int x, int t) {
+  const evt_type *tx = &g->nodes[x].type;
+  evt_dtype dt = tx->dtype;
+  int64_t classes = tx->shape[1];
   int mask, safe;
   evt_ce_parts(g, id, t, -1, dt, &mask, &safe);
   int one = 1;
+  evt_attrs sa = evt_attrs_default;
+  sa.dim = 1;
+  int p = evt_rw_op(g, id, EVT_OP_SOFTMAX, &x, 1, &sa, 1ull << EVT_ATTR_DIM);
   int oh = evt_rw_one_hot(g, id, safe, classes, dt);
   int hit = evt_rw_binary(g, id, EVT_OP_NE, oh, evt_rw_scalar(g, id, dt, 0.0));
-  int picked = evt_rw_reduce(g, id, EVT_OP_SUM, evt_rw_where(g, id, hit, lp, evt_rw_scalar(g, id, dt, 0.0)), &one, 1, 0);
-  return reduce_rows(g, id, evt_rw_binary(g, id, EVT_OP_MUL, evt_rw_unary(g, id, EVT_OP_NEG, picked), mask), mask);
+  int xt = evt_rw_reduce(g, id, EVT_OP_SUM, evt_rw_where(g, id, hit, x, evt_rw_scalar(g, id, dt, 0.0)), &one, 1, 0);
+  int mx = evt_rw_reduce(g, id, EVT_OP_AMAX, x, &one, 1, 0);
+  int pm = evt_rw_reduce(g, id, EVT_OP_AMAX, p, &one, 1, 0);
+  int row = evt_rw_binary(g, id, EVT_OP_SUB, evt_rw_binary(g, id, EVT_OP_SUB, mx, xt), evt_rw_unary(g, id, EVT_OP_LOG, pm));
+  return reduce_rows(g, id, evt_rw_binary(g, id, EVT_OP_MUL, row, mask), mask);
 }
 
 /* True when x is the f32 widening of 16-bit logits with rows a row kernel holds (at most 32768 classes,
@@ -168,7 +176,7 @@ static int rewrite(evt_graph *g, int id) {
     if (x < 0) return id;
     const char *lse = getenv("EVT_LOSS_ELIM_LSE"); /* "1": the logsumexp form even then (tests, comparisons) */
     bool from_lp = (is_output(g, a) || widened_row(g, x)) && !(lse && strcmp(lse, "1") == 0);
-    return from_lp ? ce_loss_from_lp(g, id, a, b) : ce_loss(g, id, x, b);
+    return from_lp ? ce_loss_one_pass(g, id, x, b) : ce_loss(g, id, x, b);
   }
   case EVT_OP_BCE_WITH_LOGITS_BACKWARD: /* (dy, x, y) */
     return evt_rw_binary(g, id, EVT_OP_MUL,

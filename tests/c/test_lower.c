@@ -762,3 +762,17 @@ TEST(lower_widening_cast_fuses_into_row_nucleus_load) {
     lowered_free(&lg);
   }
 }
+
+/* one_hot is a row-kernel visitor only: the partitioner keeps it out of GEMM groups (the lowering refused such a
+ * group, which then ran node by node or had to be split and partitioned again), and every group lowers. */
+TEST(partition_keeps_one_hot_out_of_gemm_groups) {
+  lowered_graph lg;
+  if (!lower_text("graph t {\n  %x: bf16[16,32] = input()\n  %w: bf16[32,64] = param()\n  %m = mm(%x, %w)\n"
+                  "  %t: i64[16] = input(init=randint, lo=0, hi=64)\n  %oh = one_hot(%t, num_classes=64)\n"
+                  "  %mf = cast(%m, dtype=f32)\n  %p = mul(%oh, %mf)\n  %s = sum(%p, dims=[1])\n  output %m\n  output %s\n}\n", &lg))
+    return;
+  int m = evt_graph_find(lg.g, "m"), oh = evt_graph_find(lg.g, "oh");
+  CHECK(lg.part.group[m] >= 0 && lg.part.group[oh] >= 0 && lg.part.group[m] != lg.part.group[oh]);
+  for (int i = 0; i < lg.low.n; i++) CHECK_MSG(lg.low.k[i].ok, "group %d: %s", i, lg.low.k[i].reason);
+  lowered_free(&lg);
+}

@@ -456,14 +456,16 @@ TEST(values_loss_elim_every_loss) {
  * epilogue takes) instead of a second logsumexp pass over the logits; values preserved (mean with ignored
  * rows, and none); EVT_LOSS_ELIM_LSE=1 keeps the logsumexp form. */
 /* Runs loss elimination on each text (values preserved) and checks the loss form it chose: no nll_loss left,
- * and the logsumexp form's amax (1) or the log-probability form (0 amax, a where-select) per text. */
-static void check_loss_forms(const char *const *texts, int n, const int *want_amax) {
+ * and the logsumexp form (one amax, over x; no softmax) or the one-pass form (a softmax, two amax: of x and of
+ * the probabilities; a where-select) per text (want_one_pass[t]). */
+static void check_loss_forms(const char *const *texts, int n, const int *want_one_pass) {
   for (int t = 0; t < n; t++) {
     evt_graph *g = check_preserves(texts[t], evt_pass_loss_elim, 0, false);
     if (!g) continue;
     int nll = evt_test_count_op(g, EVT_OP_NLL_LOSS), amax = evt_test_count_op(g, EVT_OP_AMAX);
-    CHECK_MSG(nll == 0 && amax == want_amax[t] && (amax || evt_test_count_op(g, EVT_OP_WHERE) >= 1),
-              "text %d: nll %d amax %d (want %d)", t, nll, amax, want_amax[t]);
+    bool one_pass = amax == 2 && evt_test_count_op(g, EVT_OP_SOFTMAX) >= 1 && evt_test_count_op(g, EVT_OP_WHERE) >= 1;
+    CHECK_MSG(nll == 0 && (want_one_pass[t] ? one_pass : amax == 1), "text %d: nll %d amax %d (want the %s form)", t,
+              nll, amax, want_one_pass[t] ? "one-pass" : "logsumexp");
     evt_graph_free(g);
   }
 }
@@ -477,8 +479,8 @@ TEST(loss_elim_nll_over_returned_log_probs) {
       "  %y: i64[8] = input(init=randint, lo=0, hi=5)\n  %lp: f32[8,5] = log_softmax(%h, dim=1)\n"
       "  %r: f32[8] = nll_loss(%lp, %y, reduction=none)\n  %l: f32[] = sum(%r)\n  loss %l\n  output %lp\n}\n",
   };
-  static const int lp_form[] = {0, 0};
-  check_loss_forms(texts, EVT_ARRAY_LEN(texts), lp_form);
+  static const int one_pass[] = {1, 1};
+  check_loss_forms(texts, EVT_ARRAY_LEN(texts), one_pass);
   const char *keys[] = {"EVT_LOSS_ELIM_LSE"};
   char *saved[1];
   evt_test_env_save(keys, 1, saved);
@@ -505,8 +507,24 @@ TEST(loss_elim_nll_over_widened_16bit_logits) {
       "  %y: i64[2] = input(init=randint, lo=0, hi=40000)\n  %lp: f32[2,40000] = log_softmax(%xf, dim=1)\n"
       "  %l: f32[] = nll_loss(%lp, %y)\n  loss %l\n}\n",
   };
-  static const int want_amax[] = {0, 1, 1};
-  check_loss_forms(texts, EVT_ARRAY_LEN(texts), want_amax);
+  static const int one_pass[] = {1, 0, 0};
+  check_loss_forms(texts, EVT_ARRAY_LEN(texts), one_pass);
+}
+
+/* The one-pass loss stays finite and exact where a target's probability underflows f32 (logits up to ~600 apart:
+ * log(softmax(x))[t] is -inf there; the loss is (max(x) - x[t]) - log(max(softmax(x)))), for returned
+ * log-probabilities and for widened 16-bit logits; values preserved (check_preserves: NaN or inf never pass). */
+TEST(loss_elim_one_pass_form_is_finite_for_far_logits) {
+  static const char *texts[] = {
+      "graph t {\n  %x0: f32[8,16] = input()\n  %k: f32[] = scalar(value=300)\n  %x: f32[8,16] = mul(%x0, %k)\n"
+      "  %y: i64[8] = input(init=randint, lo=0, hi=16)\n  %lp: f32[8,16] = log_softmax(%x, dim=1)\n"
+      "  %l: f32[] = nll_loss(%lp, %y)\n  loss %l\n  output %lp\n}\n",
+      "graph t {\n  %x0: bf16[8,16] = input()\n  %k: bf16[] = scalar(value=300)\n  %xb: bf16[8,16] = mul(%x0, %k)\n"
+      "  %x: f32[8,16] = cast(%xb, dtype=f32)\n  %y: i64[8] = input(init=randint, lo=0, hi=16)\n"
+      "  %lp: f32[8,16] = log_softmax(%x, dim=1)\n  %l: f32[] = nll_loss(%lp, %y)\n  loss %l\n}\n",
+  };
+  static const int one_pass[] = {1, 1};
+  check_loss_forms(texts, EVT_ARRAY_LEN(texts), one_pass);
 }
 
 /* A layer-norm backward whose dy is the f32 widening of a bf16 tensor keeps w in the nucleus (decompose), and

@@ -496,3 +496,28 @@ def test_cuda_rules_simulated_on_cpu(name, caplog, monkeypatch):
         assert any(f.startswith("convolution") for f in fb) and any("reference library" in m for m in msgs), fb
     if name == "sdpa":
         assert any("reference library" in m and "sdpa_backward" in m for m in msgs), fb
+
+
+def test_cross_entropy_is_finite_for_far_logits():
+    """A target whose logit is 200 below its row's max: its probability underflows f32, so log(softmax) there is
+    -inf; evt's loss (one pass: (max - x[t]) - log(max(softmax))) equals eager's finite value, and so do the
+    gradients (the log-probabilities are saved for the backward: the one-pass form is the one taken)."""
+    torch._dynamo.reset()
+    x = torch.zeros(4, 16)
+    x[0, 0] = 200.0
+    t = torch.tensor([3, 1, 2, 3])
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.eye(16))
+
+        def forward(self, x, t):
+            return torch.nn.functional.cross_entropy(x @ self.w, t)
+    ref, m = M(), M()
+    want = ref(x, t)
+    want.backward()
+    got = torch.compile(m, backend="evt")(x, t)
+    got.backward()
+    assert torch.isfinite(got) and abs(got.item() - want.item()) <= 1e-4 * abs(want.item())
+    assert torch.allclose(m.w.grad, ref.w.grad, rtol=1e-4, atol=1e-6)
