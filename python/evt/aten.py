@@ -863,8 +863,21 @@ def _softmax(evt_op):
         x, dim, half = node.args[:3]
         if half:
             raise Unsupported("half_to_float")
-        return _opmath_result(b, evt_op, [x], {"dim": dim % meta_val(x).dim()})
+        d = dim % meta_val(x).dim()
+        if evt_op == "log_softmax" and node.meta.get("evt_stable_log_softmax"):
+            return _stable_log_softmax(b, x, d)
+        return _opmath_result(b, evt_op, [x], {"dim": d})
     return fn
+
+
+def _stable_log_softmax(b, x, d):
+    """log_softmax(x) as x - max - log(sum(exp(x - max))) over dim d, in f32 (rounded once to a 16-bit result):
+    finite wherever PyTorch's is, where evt's log(softmax(x)) is -inf once a probability underflows f32 (a log-softmax
+    the module returns to its caller: backend.mark_returned_log_softmax). Two more reductions than the row op."""
+    xf = b.cast(x, torch.float32)
+    z = b.op("sub", [xf, b.op("amax", [xf], {"dims": [d], "keepdim": 1})])
+    lse = b.op("log", [b.op("sum", [b.op("exp", [z])], {"dims": [d], "keepdim": 1})])
+    return _result_in(b, "sub", [z, lse], {}, torch.float32, out(b.cur))
 
 
 def _softmax_bwd(evt_op):

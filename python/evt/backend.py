@@ -133,11 +133,36 @@ def histogram(gm):
     return collections.Counter(_op_name(n) for n in gm.graph.nodes if n.op == "call_function")
 
 
+_PASS_THROUGH = {aten.alias.default, aten.detach.default, aten.view.default, aten._unsafe_view.default,
+                 aten.reshape.default}
+
+
+def mark_returned_log_softmax(gm, nout=None):
+    """Marks (meta evt_stable_log_softmax) each log-softmax the module returns to its caller (the first nout
+    outputs of the graph; all when nout is None), through aliases and views: aten.py translates it as x - max -
+    log(sum(exp(x - max))) instead of evt's one-kernel log(softmax(x)), which is -inf where a probability
+    underflows f32 (a logit ~88 below its row's max; PyTorch's value is finite there). A log-softmax kept only for
+    the backward stays log(softmax(x)) (its gradient reads exp of it). Returns the number marked."""
+    outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    count = 0
+    for o in outs[:nout] if nout is not None else outs:
+        while isinstance(o, torch.fx.Node) and o.target in _PASS_THROUGH and o.args:
+            o = o.args[0]
+        if isinstance(o, torch.fx.Node) and o.target == aten._log_softmax.default and \
+                not o.meta.get("evt_stable_log_softmax"):
+            o.meta["evt_stable_log_softmax"] = True
+            count += 1
+    return count
+
+
 def partition_fn(joint, joint_inputs, options=None, **kwargs):
     """Sees the whole training step; records what evt needs across the fw/bw split, then splits."""
     if log.isEnabledFor(logging.INFO):
         h = histogram(joint)
         log.info("joint graph: %d ops: %s", sum(h.values()), ", ".join(f"{k} x{v}" for k, v in h.most_common()))
+    if kwargs.get("num_fwd_outputs") is not None:
+        mark_returned_log_softmax(joint, kwargs["num_fwd_outputs"])
     joint_cse(joint)
     A.rewrite_joint(joint, attention=G.attention_in_evt(options), cuda_pools=G.gpu_ops(options) == "all",
                     ln_devices=("cuda", "cpu") if _cuda_rules("cpu") else ("cuda",))
@@ -1802,6 +1827,8 @@ def _flat_nodes(x):
 
 def build_plan(gm, options=None, kind="module"):
     """A Plan for gm; nodes the evt parser (or the GPU program) rejects move to PyTorch one by one."""
+    if kind in ("module", "inference"):
+        mark_returned_log_softmax(gm)  # (a module without a backward returns every output to its caller)
     force = {}
     rebuilds = 0
     while True:
@@ -1919,7 +1946,7 @@ def make_backend(options=None, n_dynamo_inputs=None):
     opts = G.parse_options(options)
     fw = lambda gm, ex: compile_module(gm, ex, "forward", opts)  # noqa: E731
     bw = lambda gm, ex: compile_module(gm, ex, "backward", opts)  # noqa: E731
-    inference = fw
+    inference = lambda gm, ex: compile_module(gm, ex, "inference", opts)  # noqa: E731
     if opts["cudagraphs"] == "step" and n_dynamo_inputs is not None:
         fw, bw, inference = step_graphs(opts, n_dynamo_inputs)
     return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inference,

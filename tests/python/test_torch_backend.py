@@ -521,3 +521,31 @@ def test_cross_entropy_is_finite_for_far_logits():
     got.backward()
     assert torch.isfinite(got) and abs(got.item() - want.item()) <= 1e-4 * abs(want.item())
     assert torch.allclose(m.w.grad, ref.w.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_returned_log_softmax_is_finite_for_far_logits():
+    """A module that returns its log-probabilities (mark_returned_log_softmax): where a probability underflows f32
+    (a logit 200 below its row's max) evt's value is PyTorch's finite one (x - max - log(sum(exp(x - max)))), not
+    log(softmax(x)) = -inf; in training (the gradient matches eager) and under no_grad."""
+    torch._dynamo.reset()
+    x = torch.zeros(4, 16)
+    x[0, 0] = 200.0
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.eye(16))
+
+        def forward(self, x):
+            return torch.nn.functional.log_softmax(x @ self.w, dim=1)
+    ref, m = M(), M()
+    want, got = ref(x), torch.compile(m, backend="evt")(x)
+    assert torch.isfinite(got).all() and torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+    g = torch.randn(4, 16)
+    want.backward(g)
+    got.backward(g)
+    assert torch.allclose(m.w.grad, ref.w.grad, rtol=1e-4, atol=1e-5)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(M(), backend="evt")(x)
+    assert torch.isfinite(got).all() and torch.allclose(got, want.detach(), rtol=1e-5, atol=1e-5)
