@@ -661,8 +661,9 @@ def partial_broadcast(node):
         return None
     if node.target in _SUMS:
         x = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) else None
-        if not isinstance(x, torch.Tensor) or x.dim() < 3 or x.numel() < UNALIGNED_MIN_NUMEL or len(node.args) < 2:
-            return None
+        if not isinstance(x, torch.Tensor) or x.dim() < 3 or x.numel() < UNALIGNED_MIN_NUMEL or len(node.args) < 2 \
+                or node.args[1] is None:
+            return None  # (dims None: every dim, a whole-tensor reduction)
         r = x.dim()
         dims = {d % r for d in (node.args[1] if isinstance(node.args[1], (list, tuple)) else [node.args[1]])}
         lead = [d for d in range(r - 1) if x.shape[d] > 1]
