@@ -1622,6 +1622,9 @@ def test_position_embedding_ops_evt_has_no_kernel_for_run_in_pytorch(monkeypatch
     # CPU: nothing moves
     plan = plan_for("cpu", 1024)
     assert plan.fallbacks == [] and plan.torch_permutes == []
+    # a sum over every dim (dims None) is no partial reduction
+    gm = make_fx(lambda x: [aten.sum.dim_IntList(x, None)])(torch.randn(4, 16, 32))
+    assert all(B.partial_broadcast(n) is None for n in gm.graph.nodes if n.op == "call_function")
 
 
 @pytest.mark.parametrize("recompute", ["1", "0"])
