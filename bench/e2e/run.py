@@ -124,6 +124,7 @@ def _kernels_in_one_step(step):
     """Profiles one step: prints the top kernels by GPU time ($E2E_TOP_KERNELS of them, default 12; a generated CUTLASS kernel is named by its
     evt_gen_<hash> namespace) and the host-side CUDA API calls by host time (a synchronizing call or an
     allocation in the step shows up there); returns (kernel launches, kernel ms)."""
+    import hashlib
     import re
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -140,6 +141,10 @@ def _kernels_in_one_step(step):
             m = re.search(r"evt_gen_[0-9a-f]{16}", name)
             if m and "cutlass" in name:
                 name = f"{m.group(0)} (generated CUTLASS GEMM+EVT)"
+            elif name.startswith("_ZN7cutlass13device_kernel"):
+                # (the mangled names of different GEMM kernels share their first 110 characters: a digest of the
+                # whole name tells them apart from one profile to the next)
+                name = f"CUTLASS GemmUniversal #{hashlib.sha1(e.name.encode()).hexdigest()[:8]} ({len(e.name)}-char mangled name)"
             t, c = by_name.get(name, (0.0, 0))
             by_name[name] = (t + _device_us(e), c + 1)
         elif dev.endswith("CPU") and re.match(r"cu[A-Z]|cuda[A-Z]", e.name):
