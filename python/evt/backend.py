@@ -527,6 +527,10 @@ CUDA_REFERENCE_ONLY = {
     aten.convolution: _CONV, aten.convolution_backward: _CONV,
     aten._scaled_dot_product_flash_attention: _ATTN, aten._scaled_dot_product_efficient_attention: _ATTN,
     aten._scaled_dot_product_cudnn_attention: _ATTN, torch.ops.evt.sdpa_backward: _ATTN,
+    # (their backward ops have no translation; under "all" the joint graph's rewrite makes evt::sdpa_backward)
+    aten._scaled_dot_product_cudnn_attention_backward: _ATTN,
+    aten._scaled_dot_product_flash_attention_backward: _ATTN,
+    aten._scaled_dot_product_efficient_attention_backward: _ATTN,
     aten.max_pool2d_with_indices: _POOL, aten.max_pool2d_with_indices_backward: _POOL,
     torch.ops.evt.max_pool2d_backward: _POOL, aten.avg_pool2d: _POOL, aten.avg_pool2d_backward: _POOL,
     aten.adaptive_max_pool2d: _POOL, aten.adaptive_max_pool2d_backward: _POOL,
