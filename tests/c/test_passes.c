@@ -451,10 +451,6 @@ TEST(values_loss_elim_every_loss) {
   }
 }
 
-/* nll_loss over log-probabilities the graph also returns (a PyTorch forward segment whose log-softmax is saved
- * for the backward): the loss picks them at the targets (a where-select and a row sum the softmax kernel's
- * epilogue takes) instead of a second logsumexp pass over the logits; values preserved (mean with ignored
- * rows, and none); EVT_LOSS_ELIM_LSE=1 keeps the logsumexp form. */
 /* Runs loss elimination on each text (values preserved) and checks the loss form it chose: no nll_loss left,
  * and the logsumexp form (one amax, over x; no softmax) or the one-pass form (a softmax, two amax: of x and of
  * the probabilities; a where-select) per text (want_one_pass[t]). */
@@ -470,6 +466,10 @@ static void check_loss_forms(const char *const *texts, int n, const int *want_on
   }
 }
 
+/* nll_loss over log-probabilities the graph also returns (a PyTorch forward segment whose log-softmax is saved
+ * for the backward): the one-pass form (row reductions beside the softmax kernel) instead of a second
+ * logsumexp pass over the logits; values preserved (mean with ignored rows, and none); EVT_LOSS_ELIM_LSE=1
+ * keeps the logsumexp form. */
 TEST(loss_elim_nll_over_returned_log_probs) {
   static const char *texts[] = {
       "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
@@ -492,9 +492,9 @@ TEST(loss_elim_nll_over_returned_log_probs) {
 }
 
 /* nll_loss over the log-softmax of the f32 widening of bf16 logits (rows a row kernel holds), not returned:
- * the log-probability form too (the softmax kernel loads the bf16 logits once; the logsumexp form's max would
- * end its group and its second pass read a materialized f32 copy); values preserved. f32 logits, or rows of
- * more than 32768 classes: the logsumexp form. */
+ * the one-pass form too (its row kernels load the bf16 logits; the logsumexp form's max would end its group
+ * and its second pass read a materialized f32 copy); values preserved. f32 logits, or rows of more than 32768
+ * classes: the logsumexp form. */
 TEST(loss_elim_nll_over_widened_16bit_logits) {
   static const char *texts[] = {
       "graph t {\n  %x: bf16[8,16] = input()\n  %xf: f32[8,16] = cast(%x, dtype=f32)\n"
