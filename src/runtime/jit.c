@@ -6,7 +6,6 @@
  */
 #include "runtime/jit.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -107,39 +106,83 @@ evt_status evt_jit_flags(const evt_jit_options *opt, char *out, size_t outlen) {
   return EVT_OK;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Hash of the project's kernel headers (every *.h / *.cuh of the kernels directory, by name and content, in
- * name order): generated sources include them, so a changed header must not hit an old cache entry. */
-static uint64_t kernel_headers_hash(const evt_jit_options *opt) {
+/* Reads a whole file (NULL if it cannot); *len gets its size. */
+static char *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 8192, n = 0, r;
+  char *buf = malloc(cap + 1);
+  while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += r;
+    if (n == cap) {
+      char *nb = realloc(buf, 2 * cap + 1);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb, cap *= 2;
+    }
+  }
+  fclose(f);
+  if (buf) buf[n] = 0, *len = n;
+  return buf;
+}
+
+#define JIT_MAX_HEADERS 64
+
+/* Adds to names[] every `#include "NAME"` of text whose NAME is a file of the kernels directory (no path). */
+static void scan_includes(const char *text, const char *kdir, char names[][64], int *n) {
+  for (const char *p = strstr(text, "#include"); p; p = strstr(p + 8, "#include")) {
+    const char *q = p + 8;
+    while (*q == ' ' || *q == '\t') q++;
+    if (*q != '"') continue;
+    const char *e = strchr(q + 1, '"');
+    size_t l = e ? (size_t)(e - q - 1) : 0;
+    if (!l || l >= 64 || memchr(q + 1, '/', l) || memchr(q + 1, '\n', l)) continue;
+    char nm[64];
+    memcpy(nm, q + 1, l);
+    nm[l] = 0;
+    int seen = 0;
+    for (int i = 0; i < *n && !seen; i++) seen = !strcmp(names[i], nm);
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", kdir, nm);
+    if (!seen && *n < JIT_MAX_HEADERS && file_exists(path)) strcpy(names[(*n)++], nm);
+  }
+}
+
+/* Hash of the project's kernel headers that a source includes, directly or through another of them (by name
+ * and content, in name order): a changed header must not hit an old cache entry of a kernel that includes it,
+ * and kernels that do not include it keep theirs (a visitor functor does not recompile every row kernel). */
+static uint64_t kernel_headers_hash(const evt_jit_options *opt, const char *source) {
   const char *kdir = opt && opt->kernels_dir ? opt->kernels_dir : getenv("EVT_KERNELS_DIR");
   if (!kdir || !*kdir) kdir = "kernels";
   uint64_t h = evt_hash_bytes(0, "--kernel headers--", 18);
-  DIR *d = opendir(kdir);
-  if (!d) return h;
-  char *names[256];
+  char names[JIT_MAX_HEADERS][64];
+  char *text[JIT_MAX_HEADERS] = {0};
+  size_t len[JIT_MAX_HEADERS] = {0};
   int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < 256) {
-    size_t l = strlen(e->d_name);
-    if ((l > 2 && !strcmp(e->d_name + l - 2, ".h")) || (l > 4 && !strcmp(e->d_name + l - 4, ".cuh")))
-      names[n++] = strdup(e->d_name);
-  }
-  closedir(d);
-  qsort(names, (size_t)n, sizeof *names, cmp_str);
-  for (int i = 0; i < n; i++) {
+  scan_includes(source, kdir, names, &n);
+  for (int i = 0; i < n; i++) { /* the list grows while it is walked: headers included by headers */
     char path[1400];
     snprintf(path, sizeof path, "%s/%s", kdir, names[i]);
-    h = evt_hash_bytes(h, names[i], strlen(names[i]));
-    FILE *f = fopen(path, "rb");
-    if (f) {
-      char buf[8192];
-      size_t r;
-      while ((r = fread(buf, 1, sizeof buf, f)) > 0) h = evt_hash_bytes(h, buf, r);
-      fclose(f);
-    }
-    free(names[i]);
+    text[i] = read_all(path, &len[i]);
+    if (text[i]) scan_includes(text[i], kdir, names, &n);
   }
+  int order[JIT_MAX_HEADERS];
+  for (int i = 0; i < n; i++) order[i] = i;
+  for (int i = 1; i < n; i++) /* insertion sort by name */
+    for (int j = i; j > 0 && strcmp(names[order[j - 1]], names[order[j]]) > 0; j--) {
+      int t = order[j];
+      order[j] = order[j - 1], order[j - 1] = t;
+    }
+  for (int k = 0; k < n; k++) {
+    int i = order[k];
+    h = evt_hash_bytes(h, names[i], strlen(names[i]));
+    if (text[i]) h = evt_hash_bytes(h, text[i], len[i]);
+  }
+  for (int i = 0; i < n; i++) free(text[i]);
   return h;
 }
 
@@ -179,6 +222,14 @@ typedef struct running {
   double t0;
   char tmp[1100], log[1100];
 } running;
+
+/* The cache key of a source: included kernel headers, the source, the flags and the compiler's name. */
+static uint64_t cache_key(const evt_jit_options *opt, const char *source, const char *flags, const char *nvcc) {
+  uint64_t h = evt_hash_bytes(kernel_headers_hash(opt, source), source, strlen(source));
+  h = evt_hash_bytes(h, "\n--flags--\n", 11);
+  h = evt_hash_bytes(h, flags, strlen(flags));
+  return evt_hash_bytes(h, nvcc, strlen(nvcc));
+}
 
 evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *opt, char *msg, size_t msglen) {
   evt_jit_options dflt = {0};
@@ -221,7 +272,6 @@ evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *
   }
 
   int todo[njobs > 0 ? njobs : 1], ntodo = 0, failed = 0, done = 0, ncached = 0;
-  uint64_t headers = kernel_headers_hash(opt);
   const char *ext = opt->frontend_only ? "ii" : opt->compile_only ? "o" : "so";
   for (int i = 0; i < njobs; i++) {
     evt_jit_job *j = &jobs[i];
@@ -232,11 +282,8 @@ evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *
       failed++;
       continue;
     }
-    uint64_t h = evt_hash_bytes(headers, j->source, strlen(j->source));
-    h = evt_hash_bytes(h, "\n--flags--\n", 11);
-    h = evt_hash_bytes(h, flags, strlen(flags));
-    h = evt_hash_bytes(h, nvcc, strlen(nvcc));
-    msgf(j->so_path, sizeof j->so_path, "%s/%s-%016llx.%s", cache, j->name, (unsigned long long)h, ext);
+    msgf(j->so_path, sizeof j->so_path, "%s/%s-%016llx.%s", cache, j->name,
+         (unsigned long long)cache_key(opt, j->source, flags, nvcc), ext);
     if (file_exists(j->so_path)) {
       j->ok = j->cached = 1;
       ncached++;

@@ -2,8 +2,9 @@
  *
  * evt_jit_compile writes each job's source to the cache directory and runs nvcc on it, up to `jobs`
  * at a time, and fills in each job's `so_path`. A result is cached under
- * <cache>/<name>-<hash of source, flags and the kernels directory's *.h / *.cuh>.so: the same text with
- * the same flags and headers is never compiled twice (a finished .so is renamed into place, so a killed compile leaves no half file). Flags:
+ * <cache>/<name>-<hash of source, flags and the kernels directory's headers that the source includes, directly
+ * or through one another>.so: the same text with the same flags and headers is never compiled twice (a changed
+ * visitor-functor header recompiles the GEMM kernels, not the row kernels, which do not include it) (a finished .so is renamed into place, so a killed compile leaves no half file). Flags:
  *   nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a
  *        -shared -Xcompiler -fPIC -I<kernels dir> -I<CUTLASS include> -I<CUTLASS tools/util/include> -lcuda
  * CUTLASS is found from CUTLASS_PATH (a CUTLASS tree, or the `cutlass_library/source` folder of the

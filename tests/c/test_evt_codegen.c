@@ -307,21 +307,30 @@ TEST(jit_parallel_cache_and_errors) {
   o.extra_flags = "-lineinfo";
   CHECK(evt_jit_compile(jobs, 1, &o, msg, sizeof msg) == EVT_OK && !jobs[0].cached);
   CHECK(count_lines(calls) == 5);
-  /* a changed header of the kernels directory: a different cache entry (generated sources include them) */
-  char kdir[300], hdr[320];
+  /* a changed header of the kernels directory that a source includes (directly or through another header):
+   * a different cache entry for that source; a source that does not include it keeps its entry */
+  char kdir[300], hdr[320], hdr2[320];
   snprintf(kdir, sizeof kdir, "%s/kernels", jit_dir);
   snprintf(hdr, sizeof hdr, "%s/evt_test.h", kdir);
+  snprintf(hdr2, sizeof hdr2, "%s/evt_test_inner.h", kdir);
   CHECK(mkdir(kdir, 0755) == 0);
   FILE *hf = fopen(hdr, "w");
   CHECK(hf != NULL);
-  if (hf) fputs("// v1\n", hf), fclose(hf);
+  if (hf) fputs("// v1\n#include \"evt_test_inner.h\"\n", hf), fclose(hf);
+  hf = fopen(hdr2, "w");
+  if (hf) fputs("// inner v1\n", hf), fclose(hf);
   o.kernels_dir = kdir;
-  CHECK(evt_jit_compile(jobs, 1, &o, msg, sizeof msg) == EVT_OK && !jobs[0].cached);
-  CHECK(evt_jit_compile(jobs, 1, &o, msg, sizeof msg) == EVT_OK && jobs[0].cached);
+  jobs[0].source = "#include \"evt_test.h\"\nint a;\n";
+  CHECK(evt_jit_compile(jobs, 2, &o, msg, sizeof msg) == EVT_OK && !jobs[0].cached && !jobs[1].cached);
+  CHECK(evt_jit_compile(jobs, 2, &o, msg, sizeof msg) == EVT_OK && jobs[0].cached && jobs[1].cached);
   hf = fopen(hdr, "w");
-  if (hf) fputs("// v2\n", hf), fclose(hf);
-  CHECK(evt_jit_compile(jobs, 1, &o, msg, sizeof msg) == EVT_OK && !jobs[0].cached);
-  CHECK(count_lines(calls) == 7);
+  if (hf) fputs("// v2\n#include \"evt_test_inner.h\"\n", hf), fclose(hf);
+  CHECK(evt_jit_compile(jobs, 2, &o, msg, sizeof msg) == EVT_OK && !jobs[0].cached && jobs[1].cached);
+  hf = fopen(hdr2, "w");
+  if (hf) fputs("// inner v2\n", hf), fclose(hf);
+  CHECK(evt_jit_compile(jobs, 2, &o, msg, sizeof msg) == EVT_OK && !jobs[0].cached && jobs[1].cached);
+  CHECK(count_lines(calls) == 9);
+  jobs[0].source = srcs[0];
   o.kernels_dir = "kernels";
   /* a failing kernel names itself and quotes nvcc's error; the others still compile */
   jobs[1].source = "FAIL here\n";
