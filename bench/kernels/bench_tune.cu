@@ -13,11 +13,17 @@
 //   bench_tune compile MAXCFG          JIT-compile every kernel the cases need (parallel, cached)
 //   bench_tune run MAXCFG OUT.md REPS  time and check, using only kernels already in the JIT cache
 //   bench_tune tune MAXCFG             run the autotuner (evt_tune_run_many) on every case, print its choices
+//   bench_tune list MAXCFG             case, config -> kernel name (for a profiler's kernel filter)
+// Environment: BENCH_TUNE_CASES=epi (the epilogue ablation cases instead of the default ones),
+// BENCH_TUNE_CFGS="label;label" (these mainloop configs instead of the tuner's candidates),
+// BENCH_TUNE_ONLY="what:epilogue" (one case), BENCH_TUNE_NSV=N (the first N scheduler variants),
+// BENCH_TUNE_SO_DIR=DIR (load NAME-*.so from DIR: kernels compiled on another machine, other include paths).
 #include <cublasLt.h>
 
 #include <algorithm>
 #include <map>
 
+#include <glob.h>
 #include <unistd.h>
 
 #include "../../tests/gpu/gpu_util.h"
@@ -135,6 +141,30 @@ static void spec_gelu_bwd_dbias(evt_kspec *s) {
   s->d_node = g;
 }
 
+// Epilogue ablation (BENCH_TUNE_CASES=epi): BERT-large's fc1 forward (16384x4096x1024 NN) and fc2 backward dX
+// (16384x4096x1024 NT) with the epilogue built up node by node, to see what each part of the fused epilogue
+// costs next to the plain GEMM (bench/results/h200-2026-11-29/S15W1).
+static void spec_ablation(evt_kspec *s, const std::string &b) {
+  evt_kspec_init(s, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, EVT_TILE_CONFIG_DEFAULT);
+  int acc = evt_kspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, "acc");
+  int d = acc;
+  if (b.rfind("bias", 0) == 0) {
+    int bias = evt_kspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_BF16, "bias");
+    int z = evt_kspec_add(s, EVT_V_ADD, acc, bias, EVT_F32, NULL);
+    if (b.find("_aux") != std::string::npos) evt_kspec_add(s, EVT_V_AUX_STORE, z, -1, EVT_BF16, "z");
+    d = z;
+    if (b.find("gelu") != std::string::npos) d = evt_kspec_add(s, EVT_V_GELU_ERF, z, -1, EVT_F32, NULL);
+    if (b.find("relu") != std::string::npos) d = evt_kspec_add(s, EVT_V_RELU, z, -1, EVT_F32, NULL);
+  } else if (b.rfind("mulx", 0) == 0 || b.rfind("gelu_bwd", 0) == 0) {
+    int x = evt_kspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "x");
+    d = evt_kspec_add(s, b[0] == 'm' ? EVT_V_MUL : EVT_V_GELU_ERF_GRAD, acc, x, EVT_F32, NULL);
+    if (b.find("dbias") != std::string::npos) evt_kspec_add(s, EVT_V_ROW_SUM, d, -1, EVT_F32, "dbias");
+  } else if (b == "dbias") {
+    evt_kspec_add(s, EVT_V_ROW_SUM, acc, -1, EVT_F32, "dbias");
+  }
+  s->d_node = d;
+}
+
 static std::vector<Case> bench_cases() {
   struct {
     const char *what;
@@ -153,6 +183,24 @@ static std::vector<Case> bench_cases() {
       {"square", 8192, 8192, 8192, EVT_LAYOUT_NN, "bias_relu_dbias"},
   };
   std::vector<Case> v;
+  const char *set = getenv("BENCH_TUNE_CASES");
+  if (set && !strcmp(set, "epi")) {
+    const char *fw[] = {"plain", "bias", "bias_aux", "bias_gelu", "bias_gelu_aux", "bias_relu_aux"};
+    const char *bw[] = {"plain", "dbias", "mulx", "mulx_dbias", "gelu_bwd", "gelu_bwd_dbias"};
+    for (int dir = 0; dir < 2; dir++)
+      for (const char *e : dir ? bw : fw) {
+        Case c;
+        c.what = dir ? "fc2 bwd dX" : "fc1 fwd";
+        c.M = 16384, c.N = 4096, c.K = 1024, c.layout = dir ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, c.epi = e;
+        spec_ablation(&c.spec, c.epi);
+        c.spec.layout = c.layout;
+        // BENCH_TUNE_ONLY="fc1 fwd:bias_gelu_aux": that one case (for a profiler run)
+        const char *only = getenv("BENCH_TUNE_ONLY");
+        if (only && *only && std::string(only) != std::string(c.what) + ":" + c.epi) continue;
+        v.push_back(c);
+      }
+    return v;
+  }
   for (auto &t : T) {
     Case c;
     c.what = t.what, c.M = t.M, c.N = t.N, c.K = t.K, c.layout = t.l, c.epi = t.epi;
@@ -216,6 +264,24 @@ static std::string add_gemm(const evt_kspec &s) {
   return nm;
 }
 
+// BENCH_TUNE_CFGS="128x256x64 c1x1 coop;128x128x64 c1x1 pingpong": these configs instead of the tuner's list
+static int env_configs(evt_tile_config *out, int max) {
+  const char *e = getenv("BENCH_TUNE_CFGS");
+  if (!e || !*e) return -1;
+  std::string all = e;
+  int n = 0;
+  size_t at = 0;
+  while (at <= all.size() && n < max) {
+    size_t semi = all.find(';', at);
+    std::string one = all.substr(at, semi == std::string::npos ? std::string::npos : semi - at);
+    if (!one.empty() && evt_tile_config_parse(one.c_str(), &out[n]) == EVT_OK) n++;
+    else if (!one.empty()) fprintf(stderr, "BENCH_TUNE_CFGS: cannot parse '%s'\n", one.c_str());
+    if (semi == std::string::npos) break;
+    at = semi + 1;
+  }
+  return n;
+}
+
 static std::string add_row(const evt_rspec &s) {
   char nm[40], err[512];
   evt_rspec_kernel_name(&s, nm);
@@ -239,7 +305,8 @@ static std::vector<Plan> make_plans(int maxcfg) {
     Plan p;
     p.c = c;
     evt_tile_config cf[EVT_TUNE_MAX_CAND];
-    int n = evt_tune_candidates(&c.spec, c.M, c.N, c.K, cf, maxcfg);
+    int n = env_configs(cf, EVT_TUNE_MAX_CAND);
+    if (n < 0) n = evt_tune_candidates(&c.spec, c.M, c.N, c.K, cf, maxcfg);
     for (int i = 0; i < n; i++) {
       evt_kspec s = c.spec;
       s.cfg = cf[i];
@@ -318,6 +385,15 @@ int main(int argc, char **argv) {
   bool compile = !strcmp(argv[1], "compile");
   int maxcfg = atoi(argv[2]);
   std::vector<Plan> plans = make_plans(maxcfg);
+  if (!strcmp(argv[1], "list")) {  // case, config -> kernel name (for ncu's kernel filter)
+    for (Plan &p : plans)
+      for (size_t i = 0; i < p.cfgs.size(); i++) {
+        char lab[96];
+        evt_tile_config_label(&p.cfgs[i], lab, sizeof lab);
+        printf("%s %s %s | %s | %s\n", p.c.what, lname(p.c.layout), p.c.epi.c_str(), lab, p.kname[i].c_str());
+      }
+    return 0;
+  }
   if (!strcmp(argv[1], "tune")) {
     // the autotuner itself (src/runtime/tune_gpu.c) on every case: records under $EVT_TUNE_CACHE
     std::vector<evt_tune_problem> probs;
@@ -386,6 +462,12 @@ int main(int argc, char **argv) {
   int nload = 0;
   for (auto &kv : g_kern) {
     std::string p = cache_path(kv.second);
+    if (const char *sod = getenv("BENCH_TUNE_SO_DIR")) {  // kernels compiled elsewhere (other include paths)
+      glob_t g;
+      std::string pat = std::string(sod) + "/" + kv.second.name + "-*.so";
+      if (glob(pat.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) p = g.gl_pathv[0];
+      globfree(&g);
+    }
     if (access(p.c_str(), R_OK) != 0) continue;
     void *h = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) {
@@ -475,6 +557,7 @@ int main(int argc, char **argv) {
     // evt: every compiled config x scheduler variant
     int sv[16][2];
     int nsv = evt_tune_sched_variants(M, N, sv, 16);
+    if (getenv("BENCH_TUNE_NSV") && atoi(getenv("BENCH_TUNE_NSV")) > 0) nsv = std::min(nsv, atoi(getenv("BENCH_TUNE_NSV")));
     double t_def = -1, t_best = -1;
     std::string best_lab = "-";
     evt_tile_config best_cfg = EVT_TILE_CONFIG_DEFAULT;

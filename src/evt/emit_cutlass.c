@@ -41,7 +41,7 @@ static const char *compute_fn(evt_vop op) {
     case EVT_V_DIV: return "cutlass::divides";
     case EVT_V_RELU: return "cutlass::epilogue::thread::ReLu";
     case EVT_V_SIGMOID: return "cutlass::epilogue::thread::Sigmoid";
-    case EVT_V_GELU_ERF: return "cutlass::epilogue::thread::GELU";
+    case EVT_V_GELU_ERF: return "evt_ops::GeluErf";
     case EVT_V_GELU_TANH: return "cutlass::epilogue::thread::GELU_taylor";
     case EVT_V_GELU_TANH_GRAD: return "cutlass::epilogue::thread::dGELU";
     case EVT_V_GELU_ERF_GRAD: return "evt_ops::GeluErfGrad";

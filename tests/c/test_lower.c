@@ -69,19 +69,46 @@ TEST(lower_bias_gelu_gemm) {
 }
 
 TEST(lower_wide_gemm_gets_the_wide_tile) {
+  /* an epilogue with a bias-gradient sum: 128x256 cooperative once N >= 256 */
   lowered_graph lg;
   if (!lower_text("graph t {\n"
                   "  %x: bf16[256,64] = input()\n  %w: bf16[64,512] = param()\n"
-                  "  %m = mm(%x, %w)\n  %y = relu(%m)\n  output %y\n}\n",
+                  "  %m = mm(%x, %w)\n  %y = cast(%m, dtype=f32)\n  %db = sum(%y, dims=[0])\n"
+                  "  output %y\n  output %db\n}\n",
                   &lg))
     return;
   CHECK(lg.low.n == 1);
   const evt_lowered *L = &lg.low.k[0];
   CHECK_MSG(L->ok && L->kind == EVT_LK_GEMM_EVT, "%s", L->reason);
-  CHECK(L->spec.cfg.tile_m == 128 && L->spec.cfg.tile_n == 256 && L->spec.cfg.cluster_m == 1);
+  CHECK(evt_kspec_has_sums(&L->spec));
+  CHECK(L->spec.cfg.tile_m == 128 && L->spec.cfg.tile_n == 256 && L->spec.cfg.cluster_m == 1 &&
+        L->spec.cfg.schedule == EVT_SCHED_COOPERATIVE);
   char err[256];
   CHECK_MSG(evt_tile_config_check(&L->spec, &L->spec.cfg, err, sizeof err) == EVT_OK, "%s", err);
   lowered_free(&lg);
+}
+
+TEST(lower_gemm_without_sums_gets_ping_pong) {
+  /* no row/column sum and K <= 4096: 128x128 ping-pong (the epilogue overlaps the other warp group's
+   * mainloop); K = 8192: the cooperative 128x256 tile */
+  const char *ks[] = {"64", "8192"};
+  for (int i = 0; i < 2; i++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "graph t {\n  %%x: bf16[256,%s] = input()\n  %%w: bf16[%s,512] = param()\n"
+             "  %%m = mm(%%x, %%w)\n  %%y = relu(%%m)\n  output %%y\n}\n", ks[i], ks[i]);
+    lowered_graph lg;
+    if (!lower_text(text, &lg)) return;
+    const evt_lowered *L = &lg.low.k[0];
+    CHECK_MSG(L->ok && L->kind == EVT_LK_GEMM_EVT, "%s", L->reason);
+    if (i == 0)
+      CHECK(L->spec.cfg.tile_m == 128 && L->spec.cfg.tile_n == 128 && L->spec.cfg.schedule == EVT_SCHED_PINGPONG);
+    else
+      CHECK(L->spec.cfg.tile_m == 128 && L->spec.cfg.tile_n == 256 && L->spec.cfg.schedule == EVT_SCHED_COOPERATIVE);
+    char err[256];
+    CHECK_MSG(evt_tile_config_check(&L->spec, &L->spec.cfg, err, sizeof err) == EVT_OK, "%s", err);
+    lowered_free(&lg);
+  }
 }
 
 TEST(lower_aux_store_and_bias_through_expand) {

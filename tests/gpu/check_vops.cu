@@ -1,5 +1,5 @@
 // H200-only check of the GEMM epilogue's compute functors (kernels/evt_visitor_ops.h: evt_ops::Neg ... Where,
-// Keep, GeluErfGrad, ReluGrad) on the device, through their cutlass::Array<float, 4> specialization as
+// Keep, GeluErf, GeluErfGrad, ReluGrad) on the device, through their cutlass::Array<float, 4> specialization as
 // Sm90Compute calls them, against the CPU element semantics evt_vop_apply3 (src/evt/vref.c) in double.
 // Quick (no CUTLASS GEMM to compile): the functors' part of the GEMM path when the budget has no room for
 // the CUTLASS kernels of tests/gpu/check_visitors.cu (gemm). Inputs: random in [-3, 3) with ties and special
@@ -121,6 +121,8 @@ int main() {
   check<evt_ops::Keep, 2>("keep", EVT_V_KEEP, x, y, z, dx, dy, dz, dout);
   check<evt_ops::Where, 3>("where", EVT_V_WHERE, x, y, z, dx, dy, dz, dout);
   check<evt_ops::ReluGrad, 2>("relu_grad", EVT_V_RELU_GRAD, x, y, z, dx, dy, dz, dout);
+  check<evt_ops::GeluErf, 1>("gelu_erf", EVT_V_GELU_ERF, x, y, z, dx, dy, dz, dout);
+  check<evt_ops::GeluErfGrad, 2>("gelu_erf_grad", EVT_V_GELU_ERF_GRAD, y, x, z, dy, dx, dz, dout);
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
