@@ -829,8 +829,25 @@ static void add_stores(lctx *c, evt_lowered *L, bool want_d, int *dmem) {
       int u = g->nodes[w].inputs[k];
       if (group[u] == gi && group[w] != gi) leaves[u] = 1;
     }
+  /* A leaving reshape / squeeze / unsqueeze of another leaving member is the same bytes (stores write row-major
+   * tiles): it is not stored again but shares its base's memory (a cast that is both a step output and, through
+   * a reshape, a GEMM operand: bert's layer norms and fc1 stored their bf16 result twice). Not for a graph output
+   * (the caller gives it memory of its own). */
+  for (int v = 0; v < n; v++) {
+    if (group[v] != gi || leaves[v] != 1 || c->vid[v] < 0 || (g->nodes[v].flags & EVT_NODE_OUTPUT)) continue;
+    int u = v;
+    while (group[u] == gi && g->nodes[u].ninputs == 1 &&
+           (g->nodes[u].op == EVT_OP_RESHAPE || g->nodes[u].op == EVT_OP_SQUEEZE || g->nodes[u].op == EVT_OP_UNSQUEEZE))
+      u = g->nodes[u].inputs[0];
+    if (u == v || group[u] != gi || leaves[u] != 1 || c->vid[u] != c->vid[v] ||
+        g->nodes[u].type.dtype != g->nodes[v].type.dtype || L->nalias >= EVT_LOWER_MAX_ALIAS)
+      continue;
+    L->alias_view[L->nalias] = v;
+    L->alias_base[L->nalias++] = u;
+    leaves[v] = 3; /* shares u's memory */
+  }
   for (int v = n - 1; v >= 0 && want_d && *dmem < 0; v--)
-    if (group[v] == gi && leaves[v] && c->vid[v] >= 0) *dmem = v;
+    if (group[v] == gi && leaves[v] == 1 && c->vid[v] >= 0) *dmem = v;
   for (int i = 0; i < c->s->nnodes; i++) {
     evt_vop op = c->s->nodes[i].op;
     if (op != EVT_V_ROW_SUM && op != EVT_V_COL_SUM && op != EVT_V_COL_MAX) continue;

@@ -53,6 +53,8 @@ struct evt_pgraph;
 typedef enum evt_lower_kind { EVT_LK_GEMM_EVT = 0, EVT_LK_ROW, EVT_LK_POINTWISE, EVT_LK_UNFUSED, EVT_LK_COUNT } evt_lower_kind;
 const char *evt_lower_kind_name(evt_lower_kind k);   /* "gemm+evt", "row", "pointwise", "unfused" */
 
+#define EVT_LOWER_MAX_ALIAS 8
+
 typedef struct evt_lowered {
   int group;
   evt_lower_kind kind;
@@ -67,6 +69,11 @@ typedef struct evt_lowered {
   int a_node, b_node;     /* graph nodes holding A and B in memory (permutes resolved to their input) */
   int d_tensor;           /* graph node stored as D, or -1: D is a scratch tile nobody reads */
   int vtensor[EVT_KSPEC_MAX_NODES]; /* per visitor/row node with memory: the graph node it reads/writes; else -1 */
+  /* Members that leave the group as a reshape / squeeze / unsqueeze (the same bytes) of another leaving member
+   * the kernel stores: no store of their own; while the group runs fused they share their base's memory
+   * (evt_exec_alias). Both kinds of kernel. */
+  int nalias;
+  int alias_view[EVT_LOWER_MAX_ALIAS], alias_base[EVT_LOWER_MAX_ALIAS];
   /* GEMM+EVT of a bmm nucleus (spec.batched): the launch's batch fields, same names and meaning as in
    * evt_launch_args (kernels/evt_launch.h); all 0 for an unbatched GEMM. evt_lower_launch_batch copies them.
    * m, n, k are per batch; a_node / b_node / d_tensor / vtensor are whole tensors (l_outer * l batches,

@@ -17,9 +17,10 @@ _Static_assert(EVT_KSPEC_MAX_NODES <= EVT_ROW_LAUNCH_MAX_PTRS && EVT_KSPEC_MAX_N
 #define WHY(...) (snprintf(x->why, sizeof x->why, __VA_ARGS__), false)
 
 /* Both kinds: loads read no member of the group (members are not materialized before the kernel), and every
- * member value that leaves the group (read outside, or a graph output) is written by a store (or is D). */
+ * member value that leaves the group (read outside, or a graph output) is written by a store (or is D), itself or
+ * the member whose memory it shares. */
 static bool bind_group_io(const evt_graph *g, const int *group, int gi, const evt_vop *ops, int nnodes, int d,
-                          evt_group_exec *x) {
+                          const evt_lowered *L, evt_group_exec *x) {
   for (int i = 0; i < nnodes; i++)
     if (evt_vop_class(ops[i]) == 'L' && x->ptr_node[i] >= 0 && group[x->ptr_node[i]] == gi)
       return WHY("group %d: visitor node %d loads %%%s, a member of its own group (not in memory yet)", gi, i,
@@ -31,8 +32,11 @@ static bool bind_group_io(const evt_graph *g, const int *group, int gi, const ev
       if (group[u] != gi) continue;
       bool leaves = k < 0 ? (nd->flags & EVT_NODE_OUTPUT) != 0 : group[w] != gi;
       if (!leaves) continue;
-      bool stored = d >= 0 && d == u;
-      for (int i = 0; i < nnodes && !stored; i++) stored = x->ptr_node[i] == u && evt_vop_class(ops[i]) != 'L';
+      int m = u; /* a member sharing a stored member's memory (evt_lowered.alias_view) is written by its store */
+      for (int i = 0; i < L->nalias; i++)
+        if (L->alias_view[i] == u) m = L->alias_base[i];
+      bool stored = d >= 0 && d == m;
+      for (int i = 0; i < nnodes && !stored; i++) stored = x->ptr_node[i] == m && evt_vop_class(ops[i]) != 'L';
       if (!stored) return WHY("group %d: %%%s leaves the group but no store of the spec writes it", gi, g->nodes[u].name);
     }
   }
@@ -149,7 +153,7 @@ static bool bind_bmm(const evt_graph *g, const int *group, const evt_lowered *L,
   }
   char why[240];
   if (!evt_lower_batched_check(g, L, why, sizeof why)) return WHY("group %d: %s", gi, why);
-  return bind_group_io(g, group, gi, ops, s->nnodes, x->d_node, x);
+  return bind_group_io(g, group, gi, ops, s->nnodes, x->d_node, L, x);
 }
 
 static bool bind_gemm(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
@@ -193,7 +197,7 @@ static bool bind_gemm(const evt_graph *g, const int *group, const evt_lowered *L
     if (evt_vop_class(r->op) == 'S' && group[L->vtensor[i]] != gi)
       return WHY("group %d: %s stores into %%%s, not a member of the group", gi, what, g->nodes[L->vtensor[i]].name);
   }
-  return bind_group_io(g, group, gi, ops, s->nnodes, x->d_node, x);
+  return bind_group_io(g, group, gi, ops, s->nnodes, x->d_node, L, x);
 }
 
 /* A nucleus-free spec whose every tensor is a whole M x N one (aux loads / stores, scalars, compute): the kernel
@@ -267,7 +271,7 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
                  (long long)evt_type_numel(t), r->name, (long long)evt_rspec_node_elems(s, i, L->m, L->n));
     x->ptr_node[i] = v;
   }
-  return bind_group_io(g, group, L->group, ops, s->nnodes, -1, x);
+  return bind_group_io(g, group, L->group, ops, s->nnodes, -1, L, x);
 }
 
 /* Refinement: a group of several nodes the lowering refuses runs every member node by node. The node the
@@ -548,6 +552,16 @@ void evt_exec_plan_demote_group(evt_exec_plan *p, int gi, const char *why) {
 void evt_exec_plan_counts(const evt_exec_plan *p, int *fused, int *fallback) {
   *fused = *fallback = 0;
   for (int gi = 0; gi < p->ngroups; gi++) (p->groups[gi].fused ? fused : fallback)[0]++;
+}
+
+int evt_exec_alias(const evt_exec_plan *p, int v) {
+  if (!p || !p->part.group || v < 0) return -1;
+  int gi = p->part.group[v];
+  if (gi < 0 || gi >= p->ngroups || !p->groups[gi].fused) return -1;
+  const evt_lowered *L = &p->low.k[gi];
+  for (int i = 0; i < L->nalias; i++)
+    if (L->alias_view[i] == v) return L->alias_base[i];
+  return -1;
 }
 
 void evt_exec_plan_free(evt_exec_plan *p) {

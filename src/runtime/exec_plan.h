@@ -90,6 +90,9 @@ typedef struct evt_exec_plan {
 
 #define EVT_EXEC_PTR_T (-2) /* evt_group_exec.rptr: the unfused GEMM's T */
 
+/* The node whose memory node v shares while its group runs fused (a leaving reshape of a value the kernel
+ * stores: evt_lowered.alias_view), or -1. */
+int evt_exec_alias(const evt_exec_plan *p, int v);
 /* Partitions, lowers and decides as above. EVT_OK, or the partitioner's error (message in g's error). */
 evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p);
 /* The binding checks of one lowered group (also used by build; ROW / POINTWISE and GEMM+EVT): fills

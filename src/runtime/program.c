@@ -77,6 +77,8 @@ int evt_program_steps(const evt_graph *g, const evt_exec_plan *xp, evt_prog_step
 
 _Static_assert(EVT_ROW_LAUNCH_MAX_PTRS <= EVT_LAUNCH_MAX_PTRS, "ptr_node serves both ABIs");
 
+static void alias_reads(const evt_exec_plan *xp, int *reads, int nr);
+
 /* The nodes step s reads and writes. */
 static void step_access(const evt_graph *g, const evt_exec_plan *xp, evt_prog_step s, int *reads, int *nr,
                         int *writes, int *nw) {
@@ -85,6 +87,7 @@ static void step_access(const evt_graph *g, const evt_exec_plan *xp, evt_prog_st
     const evt_node *n = &g->nodes[s.node];
     for (int j = 0; j < n->ninputs; j++) reads[(*nr)++] = n->inputs[j];
     writes[(*nw)++] = s.node;
+    alias_reads(xp, reads, *nr);
     return;
   }
   const evt_group_exec *x = &xp->groups[s.group];
@@ -105,6 +108,23 @@ static void step_access(const evt_graph *g, const evt_exec_plan *xp, evt_prog_st
     evt_vop op = gemm ? L->spec.nodes[i].op : L->rspec.nodes[i].op;
     if (evt_vop_class(op) == 'L') reads[(*nr)++] = v;
     else writes[(*nw)++] = v;
+  }
+  alias_reads(xp, reads, *nr);
+}
+
+/* A read of a node that shares another's memory (evt_exec_alias) is a read of that node. */
+static void alias_reads(const evt_exec_plan *xp, int *reads, int nr) {
+  for (int k = 0; k < nr; k++) {
+    int u = evt_exec_alias(xp, reads[k]);
+    if (u >= 0) reads[k] = u;
+  }
+}
+
+/* Nodes that share another's memory point where it does (after the arena or a caller pointer moved). */
+static void follow_aliases(evt_program *p) {
+  for (int v = 0; v < p->g->nnodes; v++) {
+    int u = evt_exec_alias(p->xp, v);
+    if (u >= 0) p->t[v].ptr = p->t[u].ptr;
   }
 }
 
@@ -153,6 +173,10 @@ evt_status evt_program_layout(const evt_graph *g, const evt_exec_plan *xp, evt_a
       slots[v].first = first[v];
       slots[v].last = last[v];
     }
+  for (int v = 0; v < n && st == EVT_OK; v++) { /* a node sharing another's memory: that node's slot */
+    int u = evt_exec_alias(xp, v); /* (a caller's tensor: follow_aliases points at it once it is bound) */
+    if (u >= 0 && slots[v].kind == EVT_SLOT_NONE && slots[u].kind == EVT_SLOT_ARENA) slots[v] = slots[u];
+  }
   free(steps);
   free(bytes);
   free(offs);
@@ -194,6 +218,7 @@ static void set_tensors(evt_program *p) {
     }
     t->ptr = p->slots[v].kind == EVT_SLOT_ARENA ? p->arena + p->slots[v].offset : keep;
   }
+  follow_aliases(p);
 }
 
 /* Allocates the arena (and the GEMM scratch) for the current layout, points the tensors at it and
@@ -453,6 +478,7 @@ static evt_status check_bindings(evt_program *p) {
     int v = p->out_node[i];
     if (!caller_source(&g->nodes[v])) p->t[v].ptr = p->out_ptr[i];
   }
+  follow_aliases(p);
   return EVT_OK;
 }
 

@@ -153,7 +153,8 @@ static int check_layout(const evt_graph *g, const evt_exec_plan *xp, const evt_a
         if (x->ptr_node[j] >= 0) reads[nr++] = x->ptr_node[j]; /* loads and stores: both live at k */
     }
     for (int j = 0; j < nr; j++) {
-      const evt_arena_slot *r = &s[reads[j]];
+      int a = evt_exec_alias(xp, reads[j]); /* a node sharing another's memory is read there */
+      const evt_arena_slot *r = &s[a >= 0 ? a : reads[j]];
       if (r->kind == EVT_SLOT_NONE && steps[k].node >= 0) bad++; /* a node step reads memory that is not there */
       if (r->kind == EVT_SLOT_ARENA && (k < r->first || k > r->last)) bad++;
     }
@@ -317,6 +318,53 @@ TEST(program_steps_skip_sources_nothing_reads) {
 /* The host half of evt_program_create on bert_layer_bf16 (fused): the 6 attention bmm groups are steps of
  * the program as batched GEMM+EVT launches (4 heads x 2 launches), and every tensor they read or write has
  * memory (arena or caller) when its step runs. */
+/* A value that is a step output and, through a reshape, a GEMM operand (bert's layer norm: the bf16 cast of its
+ * result, and the [tokens, hidden] view the next GEMM reads) is stored once: the reshape shares the cast's
+ * memory (evt_exec_alias) while the group runs fused, and gets memory of its own once the group is demoted. */
+TEST(program_reshape_of_a_stored_value_shares_its_memory) {
+  char *perr = NULL;
+  evt_graph *g = evt_parse("graph seg {\n  %x: f32[4,16,128] = input()\n  %gw: f32[128] = input()\n"
+                             "  %gb: f32[128] = input()\n  %ln: f32[4,16,128] = layer_norm(%x)\n"
+                             "  %m1: f32[4,16,128] = mul(%gw, %ln)\n  %y: f32[4,16,128] = add(%gb, %m1)\n"
+                             "  %c: bf16[4,16,128] = cast(%y, dtype=bf16)\n  %v: bf16[64,128] = reshape(%c, shape=[64,128])\n"
+                             "  %w: bf16[128,256] = input()\n  %mm: f32[64,256] = mm(%v, %w, out_dtype=f32)\n"
+                             "  %o: bf16[64,256] = cast(%mm, dtype=bf16)\n  output %y, %c, %o\n}\n", "t.evt", &perr);
+  CHECK_MSG(g, "%s", perr ? perr : "");
+  free(perr);
+  if (!g) return;
+  int c = evt_graph_find(g, "c"), v = evt_graph_find(g, "v");
+  evt_program *p = NULL;
+  CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s", evt_graph_error(g));
+  if (p && c >= 0 && v >= 0) {
+    int gi = p->xp->part.group[v];
+    CHECK(gi >= 0 && gi == p->xp->part.group[c] && p->xp->groups[gi].fused);
+    CHECK_MSG(evt_exec_alias(p->xp, v) == c, "alias of %%v: %d", evt_exec_alias(p->xp, v));
+    const evt_lowered *L = &p->xp->low.k[gi];
+    int stores = 0;
+    for (int i = 0; i < L->rspec.nnodes; i++) stores += L->rspec.nodes[i].op == EVT_V_AUX_STORE;
+    CHECK_MSG(stores == 2, "%d stores (%%y and %%c; not %%v)", stores);
+    /* %c is an output (caller memory): %v takes no memory and points where %c does once the outputs are bound */
+    CHECK(p->slots[c].kind == EVT_SLOT_CALLER && p->slots[v].kind == EVT_SLOT_NONE);
+    char mem[64];
+    for (int i = 0; i < evt_graph_output_count(g); i++) CHECK(evt_program_bind_output(p, i, mem + i) == EVT_OK);
+    const char *ins[] = {"x", "gw", "gb", "w"};
+    for (int i = 0; i < 4; i++) CHECK(evt_program_bind(p, ins[i], mem + 8 + i) == EVT_OK);
+    CHECK(evt_program_run(p, NULL) == EVT_ERR_UNSUPPORTED); /* all bound (outputs' pointers set); no device */
+    CHECK(p->t[c].ptr == mem + 1 && p->t[v].ptr == mem + 1);
+    check_layout(g, p->xp, p->slots, p->arena_bytes, "alias");
+    /* demoted: node by node, %v materialized by its own step */
+    p->xp->groups[gi].fused = false;
+    CHECK(evt_exec_alias(p->xp, v) == -1);
+    char err[256];
+    int64_t arena = 0;
+    CHECK_MSG(evt_program_layout(g, p->xp, p->slots, &arena, NULL, err, sizeof err) == EVT_OK, "%s", err);
+    CHECK(p->slots[v].kind == EVT_SLOT_ARENA);
+    check_layout(g, p->xp, p->slots, arena, "alias, demoted");
+  }
+  evt_program_destroy(p);
+  evt_graph_free(g);
+}
+
 TEST(program_host_plan_runs_batched_gemm_groups) {
   evt_graph *g = load_joint_file("bench/graphs/bert_layer_bf16.evt");
   if (!g) return;
