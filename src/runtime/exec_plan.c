@@ -448,6 +448,11 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
         bind_unfused(g, p, gi, L, x, 0))
       snprintf(x->tune_desc, sizeof x->tune_desc, "runs unfused: %lld output tiles for K = %lld (no split-K in the "
                "generated mainloop)", (long long)evt_exec_output_tiles(L, x->m, x->n), (long long)x->k);
+    if (L->kind == EVT_LK_GEMM_EVT && x->fused && !x->unf && !x->blas && x->d_node >= 0 && x->tuned != EVT_TUNE_FUSED &&
+        !(evt_exec_plain_blas(L, x->tuned)) && evt_exec_long_k_unfused(L, x->m, x->n, x->k) &&
+        (bind_unfused(g, p, gi, L, x, 1) || bind_unfused(g, p, gi, L, x, 0)))
+      snprintf(x->tune_desc, sizeof x->tune_desc, "runs unfused: K = %lld (EVT_LONG_K_UNFUSED=1: cuBLAS's mainloop)",
+               (long long)x->k);
     if (!x->fused) continue;
     if (x->blas || (L->kind == EVT_LK_GEMM_EVT && x->d_node >= 0 && evt_exec_plain_blas(L, x->tuned))) {
       x->blas = 1; /* (or cuBLASLt with the bias: bind_unfused) */
@@ -504,6 +509,13 @@ bool evt_exec_split_k_starved(const evt_lowered *L, int64_t m, int64_t n, int64_
   const char *e = getenv("EVT_SPLIT_K_UNFUSED");
   if (e && !strcmp(e, "0")) return false;
   return evt_exec_output_tiles(L, m, n) * 4 <= EVT_EXEC_SMS && k >= 32 * (m > n ? m : n);
+}
+
+bool evt_exec_long_k_unfused(const evt_lowered *L, int64_t m, int64_t n, int64_t k) {
+  if (L->kind != EVT_LK_GEMM_EVT || L->spec.batched) return false;
+  const char *e = getenv("EVT_LONG_K_UNFUSED");
+  if (!e || strcmp(e, "1")) return false;
+  return k >= 8192 && k >= (m > n ? m : n);
 }
 
 bool evt_exec_unfused_epilogue(void) {

@@ -136,6 +136,10 @@ bool evt_exec_unfused_wanted(double fused_ms, double unfused_ms);
 int evt_exec_default_swizzle(const evt_lowered *L, int64_t m, int64_t n);
 int64_t evt_exec_output_tiles(const evt_lowered *L, int64_t m, int64_t n);
 bool evt_exec_split_k_starved(const evt_lowered *L, int64_t m, int64_t n, int64_t k);
+/* An untuned GEMM+EVT group over a long K (K >= 8192 and K >= max(M, N)), whose CUTLASS mainloop trails cuBLAS's
+ * by ~15% there (8192^3: 1.64 vs 1.36 ms; cuBLASLt + a row kernel 1.47, tune-h200-w2.md): run the unfused pair.
+ * Opt-in while unmeasured end to end: EVT_LONG_K_UNFUSED=1. */
+bool evt_exec_long_k_unfused(const evt_lowered *L, int64_t m, int64_t n, int64_t k);
 /* Kernel k failed to compile: every group using it falls back, with `why`. */
 void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why);
 /* Group gi alone falls back (its launcher refused the problem), with `why`. */

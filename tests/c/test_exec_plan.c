@@ -1142,6 +1142,46 @@ TEST(split_k_starved_gemm_runs_unfused) {
   evt_test_env_restore(keys, 1, saved);
 }
 
+/* EVT_LONG_K_UNFUSED=1: an untuned GEMM with a bias and a residual over K = 8192 >= max(M, N) runs as cuBLASLt
+ * with its bias epilogue into T + a row kernel for the rest (the MLP's fc2: 8192 x 4096 x 16384); the CPU model of
+ * that plan matches the interpreter; unset (the default) it stays fused; K = 4096 stays fused either way. */
+TEST(long_k_gemm_runs_unfused_when_asked) {
+  const char *keys[] = {"EVT_LONG_K_UNFUSED", "EVT_SPLIT_K_UNFUSED"};
+  char *saved[2];
+  evt_test_env_save(keys, 2, saved);
+  setenv("EVT_SPLIT_K_UNFUSED", "0", 1); /* (a 256 x 256 output over K = 8192 is "starved" too: that rule is tested above) */
+  for (int k = 8192; k >= 4096; k /= 2)
+    for (int on = 1; on >= 0; on--) {
+      char text[1024];
+      snprintf(text, sizeof text,
+               "graph t {\n  %%a: bf16[256,%d] = input()\n  %%b: bf16[%d,256] = input()\n"
+               "  %%bias: bf16[256] = input()\n  %%r: f32[256,256] = input()\n"
+               "  %%mm: bf16[256,256] = mm(%%a, %%b)\n  %%h: bf16[256,256] = add(%%mm, %%bias)\n"
+               "  %%hf: f32[256,256] = cast(%%h, dtype=f32)\n  %%o: f32[256,256] = add(%%hf, %%r)\n  output %%o\n}\n",
+               k, k);
+      if (on) setenv("EVT_LONG_K_UNFUSED", "1", 1);
+      else unsetenv("EVT_LONG_K_UNFUSED");
+      evt_graph *g = parse_text(text, "long_k.evt");
+      if (!g) break;
+      evt_exec_plan p;
+      CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+      int gemm = -1;
+      for (int gi = 0; gi < p.ngroups; gi++)
+        if (p.low.k[gi].kind == EVT_LK_GEMM_EVT) gemm = gi;
+      CHECK(gemm >= 0);
+      if (gemm >= 0) {
+        const evt_group_exec *x = &p.groups[gemm];
+        bool want = on && k == 8192;
+        CHECK_MSG(x->fused && x->unf == want, "K %d on %d: unf %d blas %d: %s", k, on, x->unf, x->blas, x->tune_desc);
+        if (want) CHECK_MSG(x->unf_bias >= 0 && strstr(x->tune_desc, "EVT_LONG_K_UNFUSED"), "%s", x->tune_desc);
+      }
+      check_model_bf16(g, &p, 0, 0, "plan");
+      evt_exec_plan_free(&p);
+      evt_graph_free(g);
+    }
+  evt_test_env_restore(keys, 2, saved);
+}
+
 /* EVT_DEFAULT_SWIZZLE=8: an untuned GEMM over a large output (8192 x 4096: 64 x 16 tiles of 128x256) launches
  * with swizzle 8, a small one (512 x 512) with CUTLASS's default; unset (the default) or 0: none; the plan's
  * description says so. (The swizzle is a launch argument: the kernel and its result are the same.) */
