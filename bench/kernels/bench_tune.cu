@@ -219,19 +219,11 @@ struct Kern {
   bool cached = false;
 };
 
-// The JIT cache path evt_jit_compile would use (same hash), so `run` can use only what is compiled.
+// The JIT cache path evt_jit_compile would use (same key), so `run` can use only what is compiled.
 static std::string cache_path(const Kern &k) {
-  evt_jit_options o = {0};
-  char flags[4096];
-  if (evt_jit_flags(&o, flags, sizeof flags) != EVT_OK) return "";
-  const char *nvcc = getenv("EVT_NVCC") && *getenv("EVT_NVCC") ? getenv("EVT_NVCC") : "nvcc";
-  uint64_t h = evt_hash_bytes(0, k.src.data(), k.src.size());
-  h = evt_hash_bytes(h, "\n--flags--\n", 11);
-  h = evt_hash_bytes(h, flags, strlen(flags));
-  h = evt_hash_bytes(h, nvcc, strlen(nvcc));
-  const char *cache = getenv("EVT_JIT_CACHE");
+  evt_jit_options o = {0};  // the options of `compile` below (every kernel with the CUTLASS include paths)
   char p[2048];
-  snprintf(p, sizeof p, "%s/%s-%016llx.so", cache ? cache : "/tmp", k.name.c_str(), (unsigned long long)h);
+  if (evt_jit_cache_path(&o, k.name.c_str(), k.src.c_str(), p, sizeof p) != EVT_OK) return "";
   return p;
 }
 
@@ -390,7 +382,8 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < p.cfgs.size(); i++) {
         char lab[96];
         evt_tile_config_label(&p.cfgs[i], lab, sizeof lab);
-        printf("%s %s %s | %s | %s\n", p.c.what, lname(p.c.layout), p.c.epi.c_str(), lab, p.kname[i].c_str());
+        printf("%s %s %s | %s | %s%s\n", p.c.what, lname(p.c.layout), p.c.epi.c_str(), lab, p.kname[i].c_str(),
+               access(cache_path(g_kern[p.kname[i]]).c_str(), R_OK) == 0 ? " (in the JIT cache)" : "");
       }
     return 0;
   }

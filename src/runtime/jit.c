@@ -231,6 +231,38 @@ static uint64_t cache_key(const evt_jit_options *opt, const char *source, const 
   return evt_hash_bytes(h, nvcc, strlen(nvcc));
 }
 
+static const char *nvcc_of(const evt_jit_options *opt) {
+  const char *nvcc = opt->nvcc ? opt->nvcc : getenv("EVT_NVCC");
+  return nvcc && *nvcc ? nvcc : "nvcc";
+}
+
+static void cache_dir_of(const evt_jit_options *opt, char *cache, size_t len) {
+  if (opt->cache_dir)
+    snprintf(cache, len, "%s", opt->cache_dir);
+  else if (getenv("EVT_JIT_CACHE"))
+    snprintf(cache, len, "%s", getenv("EVT_JIT_CACHE"));
+  else if (getenv("XDG_CACHE_HOME"))
+    snprintf(cache, len, "%s/evt", getenv("XDG_CACHE_HOME"));
+  else
+    snprintf(cache, len, "%s/.cache/evt", getenv("HOME") ? getenv("HOME") : "/tmp");
+}
+
+evt_status evt_jit_cache_path(const evt_jit_options *opt, const char *name, const char *source, char *out, size_t outlen) {
+  evt_jit_options dflt = {0};
+  if (!opt) opt = &dflt;
+  char flags[4096], cache[1024];
+  evt_status st = evt_jit_flags(opt, flags, sizeof flags);
+  if (st != EVT_OK) {
+    msgf(out, outlen, "%s", flags);
+    return st;
+  }
+  if (!name || !source) return EVT_ERR_INVALID;
+  cache_dir_of(opt, cache, sizeof cache);
+  const char *ext = opt->frontend_only ? "ii" : opt->compile_only ? "o" : "so";
+  msgf(out, outlen, "%s/%s-%016llx.%s", cache, name, (unsigned long long)cache_key(opt, source, flags, nvcc_of(opt)), ext);
+  return EVT_OK;
+}
+
 evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *opt, char *msg, size_t msglen) {
   evt_jit_options dflt = {0};
   if (!opt) opt = &dflt;
@@ -240,21 +272,13 @@ evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *
     msgf(msg, msglen, "evt_jit: %s", flags);
     return st;
   }
-  const char *nvcc = opt->nvcc ? opt->nvcc : getenv("EVT_NVCC");
-  if (!nvcc || !*nvcc) nvcc = "nvcc";
+  const char *nvcc = nvcc_of(opt);
   if (has_quote(nvcc)) {
     msgf(msg, msglen, "evt_jit: nvcc path must not contain a single quote");
     return EVT_ERR_INVALID;
   }
   char cache[1024];
-  if (opt->cache_dir)
-    snprintf(cache, sizeof cache, "%s", opt->cache_dir);
-  else if (getenv("EVT_JIT_CACHE"))
-    snprintf(cache, sizeof cache, "%s", getenv("EVT_JIT_CACHE"));
-  else if (getenv("XDG_CACHE_HOME"))
-    snprintf(cache, sizeof cache, "%s/evt", getenv("XDG_CACHE_HOME"));
-  else
-    snprintf(cache, sizeof cache, "%s/.cache/evt", getenv("HOME") ? getenv("HOME") : "/tmp");
+  cache_dir_of(opt, cache, sizeof cache);
   if (mkdir_p(cache) != 0 || has_quote(cache)) {
     msgf(msg, msglen, "evt_jit: cannot create cache directory %s", cache);
     return EVT_ERR_IO;

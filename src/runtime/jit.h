@@ -54,5 +54,8 @@ evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *
 evt_status evt_jit_find_cutlass(const char *cutlass_path, char *inc, size_t inclen, char *util, size_t utillen);
 /* The full nvcc flag string (without -o/sources); what the cache key covers besides the source. */
 evt_status evt_jit_flags(const evt_jit_options *opt, char *out, size_t outlen);
+/* Where evt_jit_compile keeps (or would keep) the shared object of `source` named `name` under opt's
+ * settings: <cache>/<name>-<key>.so, whether it exists or not (benchmarks that load only what is compiled). */
+evt_status evt_jit_cache_path(const evt_jit_options *opt, const char *name, const char *source, char *out, size_t outlen);
 
 #endif

@@ -299,6 +299,10 @@ TEST(jit_parallel_cache_and_errors) {
     if (f) fclose(f);
   }
   CHECK(count_lines(calls) == 4);
+  for (int i = 0; i < 4; i++) { /* the path a benchmark looks up without compiling */
+    char path[1024];
+    CHECK(evt_jit_cache_path(&o, names[i], srcs[i], path, sizeof path) == EVT_OK && !strcmp(path, jobs[i].so_path));
+  }
   /* same sources and flags: all cached, nvcc not run again */
   CHECK(evt_jit_compile(jobs, 4, &o, msg, sizeof msg) == EVT_OK);
   for (int i = 0; i < 4; i++) CHECK(jobs[i].ok && jobs[i].cached);
