@@ -1099,6 +1099,15 @@ TEST(mean_over_both_dims_fuses_as_row_mean) {
   evt_graph_free(g);
 }
 
+/* The plan's last GEMM+EVT group (a test failure and -1 when it has none). */
+static int last_gemm_group(const evt_exec_plan *p) {
+  int gemm = -1;
+  for (int gi = 0; gi < p->ngroups; gi++)
+    if (p->low.k[gi].kind == EVT_LK_GEMM_EVT) gemm = gi;
+  CHECK(gemm >= 0);
+  return gemm;
+}
+
 /* A GEMM with an epilogue whose output has few tiles for a long K (M = N = 64, K = 4096: one 128x256 tile) runs
  * as cuBLAS into T + a row kernel without any tuning record (evt_exec_split_k_starved: the generated mainloop has
  * no split-K; XML-CNN's input gradient ran 4 CTAs down K = 670208 for 6 ms on the H200); the epilogue here is a
@@ -1126,10 +1135,7 @@ TEST(split_k_starved_gemm_runs_unfused) {
     if (!g) break;
     evt_exec_plan p;
     CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
-    int gemm = -1;
-    for (int gi = 0; gi < p.ngroups; gi++)
-      if (p.low.k[gi].kind == EVT_LK_GEMM_EVT) gemm = gi;
-    CHECK(gemm >= 0);
+    int gemm = last_gemm_group(&p);
     if (gemm >= 0) {
       const evt_group_exec *x = &p.groups[gemm];
       CHECK_MSG(x->fused && x->unf == on && !x->blas, "unf %d blas %d: %s", x->unf, x->blas, x->tune_desc);
@@ -1165,10 +1171,7 @@ TEST(long_k_gemm_runs_unfused_when_asked) {
       if (!g) break;
       evt_exec_plan p;
       CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
-      int gemm = -1;
-      for (int gi = 0; gi < p.ngroups; gi++)
-        if (p.low.k[gi].kind == EVT_LK_GEMM_EVT) gemm = gi;
-      CHECK(gemm >= 0);
+      int gemm = last_gemm_group(&p);
       if (gemm >= 0) {
         const evt_group_exec *x = &p.groups[gemm];
         bool want = on && k == 8192;
