@@ -21,7 +21,9 @@
  * (EVT_SLOT_CALLER). Every other tensor a step writes gets bytes in ONE arena (EVT_SLOT_ARENA), 256-byte
  * aligned, live from the step that writes it to the last step that reads it; tensors whose lifetimes
  * intersect never share bytes (so a step's outputs never alias its inputs); placement is plan.c's best
- * fit (evt_arena_place). Members of fused groups that no store writes take no memory (EVT_SLOT_NONE).
+ * fit (evt_arena_place). Members of fused groups that no store writes take no memory (EVT_SLOT_NONE), except
+ * a leaving reshape of a value its kernel stores (evt_exec_alias): it takes that value's slot (an arena one) or
+ * points at its caller memory (follow_aliases in program.c), and reads of it count as reads of that value.
  */
 #ifndef EVT_RUNTIME_CUDA_H
 #define EVT_RUNTIME_CUDA_H
