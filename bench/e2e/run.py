@@ -120,11 +120,42 @@ def _time_steps(step, warmup, iters):
     return ts
 
 
+def _cutlass_digest(mangled):
+    """The 8-hex digest that names a CUTLASS GEMM kernel in the top-kernels list (their mangled names share their
+    first 110 characters)."""
+    import hashlib
+    return hashlib.sha1(mangled.encode()).hexdigest()[:8]
+
+
+def _cutlass_names_from_symbols(symbols_by_kernel):
+    """{digest: evt kernel name} from {evt kernel name: symbol names of its shared object}: the device kernel's
+    name is the host stub's (`_ZN7cutlassL13device_kernel...`, internal linkage) without the L."""
+    out = {}
+    for kname, syms in symbols_by_kernel.items():
+        for sym in syms:
+            if sym.startswith("_ZN7cutlassL13device_kernel"):
+                out[_cutlass_digest("_ZN7cutlass13device_kernel" + sym[len("_ZN7cutlassL13device_kernel"):])] = kname
+    return out
+
+
+def _cutlass_names(cache_dir):
+    """{digest: evt_kernel_<hash>} for the GEMM kernels in the JIT cache ($EVT_JIT_CACHE), read with nm; {} when
+    there is no cache or no nm."""
+    import glob
+    syms = {}
+    for so in sorted(glob.glob(os.path.join(cache_dir or "", "evt_kernel_*.so")))[:2000]:
+        try:
+            r = subprocess.run(["nm", so], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        syms[os.path.basename(so).split("-")[0]] = [ln.split()[-1] for ln in r.stdout.splitlines() if ln.strip()]
+    return _cutlass_names_from_symbols(syms)
+
+
 def _kernels_in_one_step(step):
     """Profiles one step: prints the top kernels by GPU time ($E2E_TOP_KERNELS of them, default 12; a generated CUTLASS kernel is named by its
     evt_gen_<hash> namespace) and the host-side CUDA API calls by host time (a synchronizing call or an
     allocation in the step shows up there); returns (kernel launches, kernel ms)."""
-    import hashlib
     import re
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -133,6 +164,7 @@ def _kernels_in_one_step(step):
         torch.cuda.synchronize()
     n = 0
     by_name, api = {}, {}
+    gemm_names = None
     for e in prof.events():
         dev = str(getattr(e, "device_type", ""))
         if dev.endswith("CUDA") and not any(k in e.name for k in ("Memcpy", "Memset", "memcpy", "memset")):
@@ -143,8 +175,11 @@ def _kernels_in_one_step(step):
                 name = f"{m.group(0)} (generated CUTLASS GEMM+EVT)"
             elif name.startswith("_ZN7cutlass13device_kernel"):
                 # (the mangled names of different GEMM kernels share their first 110 characters: a digest of the
-                # whole name tells them apart from one profile to the next)
-                name = f"CUTLASS GemmUniversal #{hashlib.sha1(e.name.encode()).hexdigest()[:8]} ({len(e.name)}-char mangled name)"
+                # whole name tells them apart from one profile to the next; the JIT cache's objects name it)
+                if gemm_names is None:
+                    gemm_names = _cutlass_names(os.environ.get("EVT_JIT_CACHE", ""))
+                d = _cutlass_digest(e.name)
+                name = f"CUTLASS GemmUniversal #{d} ({gemm_names[d] if d in gemm_names else f'{len(e.name)}-char mangled name'})"
             t, c = by_name.get(name, (0.0, 0))
             by_name[name] = (t + _device_us(e), c + 1)
         elif dev.endswith("CPU") and re.match(r"cu[A-Z]|cuda[A-Z]", e.name):

@@ -59,6 +59,38 @@ def test_profile_summary_names_generated_kernels_and_host_calls(monkeypatch, cap
     assert out.index("cudaStreamSynchronize") < out.index("cudaLaunchKernel") and "aten::mm" not in out
 
 
+def test_cutlass_gemm_kernels_are_named_from_the_jit_cache(monkeypatch, capsys, tmp_path):
+    """A CUTLASS kernel whose mangled name carries no evt hash is listed by its digest and the evt kernel whose
+    shared object holds its host stub (`_ZN7cutlassL13device_kernel...`, read with nm); an unknown one keeps the
+    name's length."""
+    run = _run_module()
+    tail = "INS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEEEEvNT_6ParamsE"
+    dev, other = "_ZN7cutlass13device_kernel" + tail, "_ZN7cutlass13device_kernel" + tail + "X"
+    names = run._cutlass_names_from_symbols({"evt_kernel_00000000000000aa": ["_ZN7cutlassL13device_kernel" + tail,
+                                                                             "_Z4main"]})
+    assert names == {run._cutlass_digest(dev): "evt_kernel_00000000000000aa"}
+    monkeypatch.setattr(run, "_cutlass_names", lambda cache: names)
+    events = [_Ev(dev, "CUDA", 2000.0), _Ev(other, "CUDA", 1000.0)]
+
+    class _Prof:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def events(self):
+            return events
+    fake = types.SimpleNamespace(profile=lambda activities: _Prof(),
+                                 ProfilerActivity=types.SimpleNamespace(CPU="cpu", CUDA="cuda"))
+    monkeypatch.setitem(sys.modules, "torch.profiler", fake)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    run._kernels_in_one_step(lambda: None)
+    out = capsys.readouterr().out
+    assert f"CUTLASS GemmUniversal #{run._cutlass_digest(dev)} (evt_kernel_00000000000000aa)" in out, out
+    assert f"CUTLASS GemmUniversal #{run._cutlass_digest(other)} ({len(other)}-char mangled name)" in out, out
+
+
 def test_render_cells(tmp_path):
     run = _run_module()
     assert run._ratio(1.234) == "1.23x" and run._ratio(None) == "–" and run._ratio(0) == "–"
