@@ -67,6 +67,16 @@ static int64_t prod(const int64_t *d, int a, int b) {
   return p;
 }
 
+/* EVT_GEMM_ROW_SUMS=0 (opt-in, for an A/B on the H200): no Σ over M (a bias gradient) in a GEMM epilogue. With
+ * one, the GEMM keeps the cooperative kernel, whose epilogue does not overlap its mainloop (ping-pong with a row
+ * sum was 1.5x slower: fc2's backward at BERT-large's paper size 0.288 ms vs 0.224 without the sum and 0.188 for
+ * the plain GEMM, S15W3); without, a row kernel reads the stored tile once more (~0.04 ms there). Refused here,
+ * the sum is isolated by the GPU runtime's partition refinement (EVT_REFINE_PARTITION). */
+static bool gemm_row_sums_off(void) {
+  const char *e = getenv("EVT_GEMM_ROW_SUMS");
+  return e && !strcmp(e, "0");
+}
+
 static bool is_view_op(evt_op op) {
   return op == EVT_OP_RESHAPE || op == EVT_OP_SQUEEZE || op == EVT_OP_UNSQUEEZE || op == EVT_OP_EXPAND ||
          op == EVT_OP_PERMUTE || op == EVT_OP_TRANSPOSE;
@@ -757,6 +767,9 @@ static bool member(lctx *c, int v) {
       return refuse(c, v, "%s over dims that are neither the %s's M dims nor its N dims (visitor has row and column %s only)",
                     mx ? "amax" : "sum", c->row ? "row space" : "tile", mx ? "maxima" : "sums");
     if (mx && !c->row) return refuse(c, v, "amax in a GEMM epilogue (row kernels take a max within rows)");
+    if (!c->row && over_m && gemm_row_sums_off())
+      return refuse(c, v, "a sum over M in a GEMM epilogue (EVT_GEMM_ROW_SUMS=0: a row kernel of its own sums the "
+                          "stored tile; the GEMM then runs ping-pong)");
     if (mx && over_m) return refuse(c, v, "amax over rows (row kernels take a max within rows, over the last dim)");
     if (!c->row && t->dtype != EVT_F32)
       return refuse(c, v, "sum into %s: CTAs of a GEMM add partial sums with f32 atomics, so the sum's tensor must be "

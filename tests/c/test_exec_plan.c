@@ -1185,6 +1185,47 @@ TEST(long_k_gemm_runs_unfused_when_asked) {
   evt_test_env_restore(keys, 2, saved);
 }
 
+/* EVT_GEMM_ROW_SUMS=0 (with the GPU runtime's partition refinement): a bias gradient (Σ over M of the GEMM's
+ * result) leaves the GEMM's epilogue for a row kernel of its own, and the GEMM, without sums, runs ping-pong;
+ * unset, the sum stays in the epilogue of a cooperative kernel. The CPU model of both plans matches the
+ * interpreter. */
+TEST(gemm_row_sums_off_moves_the_bias_gradient_to_a_row_kernel) {
+  const char *text =
+      "graph t {\n"
+      "  %a: bf16[256,512] = input()\n"
+      "  %b: bf16[512,256] = input()\n"
+      "  %dz: bf16[256,256] = mm(%a, %b)\n"
+      "  %c: f32[256,256] = cast(%dz, dtype=f32)\n"
+      "  %db: f32[256] = sum(%c, dims=[0])\n"
+      "  output %dz, %db\n"
+      "}\n";
+  const char *keys[] = {"EVT_GEMM_ROW_SUMS", "EVT_REFINE_PARTITION"};
+  char *saved[2];
+  evt_test_env_save(keys, 2, saved);
+  setenv("EVT_REFINE_PARTITION", "1", 1);
+  for (int off = 1; off >= 0; off--) {
+    if (off) setenv("EVT_GEMM_ROW_SUMS", "0", 1);
+    else unsetenv("EVT_GEMM_ROW_SUMS");
+    evt_graph *g = parse_text(text, "row_sums.evt");
+    if (!g) break;
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    int gemm = last_gemm_group(&p), db = evt_graph_find(g, "db");
+    if (gemm >= 0 && db >= 0) {
+      const evt_lowered *L = &p.low.k[gemm];
+      CHECK_MSG(p.groups[gemm].fused && evt_kspec_has_sums(&L->spec) == !off, "off %d: sums %d", off,
+                evt_kspec_has_sums(&L->spec));
+      CHECK(L->spec.cfg.schedule == (off ? EVT_SCHED_PINGPONG : EVT_SCHED_COOPERATIVE));
+      int gs = p.part.group[db];
+      CHECK(off ? gs != gemm && gs >= 0 && p.groups[gs].fused && p.low.k[gs].kind != EVT_LK_GEMM_EVT : gs == gemm);
+    }
+    check_model_bf16(g, &p, 0, 0, "plan");
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
+  evt_test_env_restore(keys, 2, saved);
+}
+
 /* EVT_DEFAULT_SWIZZLE=8: an untuned GEMM over a large output (8192 x 4096: 64 x 16 tiles of 128x256) launches
  * with swizzle 8, a small one (512 x 512) with CUTLASS's default; unset (the default) or 0: none; the plan's
  * description says so. (The swizzle is a launch argument: the kernel and its result are the same.) */
