@@ -1263,6 +1263,12 @@ static void lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt
   evt_kspec_kernel_name(&L->spec, L->kernel);
 }
 
+int evt_lowered_alias_base(const evt_lowered *L, int v) {
+  for (int i = 0; L && i < L->nalias; i++)
+    if (L->alias_view[i] == v) return L->alias_base[i];
+  return -1;
+}
+
 /* A dense M x N (mn = 1) or N-vector (mn = 0) operand of a row nucleus: its memory node, or -1. */
 static int row_input(lctx *c, int x, bool mn) {
   int64_t st[EVT_MAX_RANK];

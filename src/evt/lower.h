@@ -97,6 +97,8 @@ typedef struct evt_lower_result {
  * reason); returns EVT_ERR_INVALID only for a plan that does not belong to g. */
 evt_status evt_lower_plan(const evt_graph *g, const struct evt_part_plan *plan, evt_lower_result *out);
 void evt_lower_free(evt_lower_result *r);
+/* The stored member whose memory leaving member v of L shares (alias_view / alias_base), or -1. */
+int evt_lowered_alias_base(const evt_lowered *L, int v);
 /* Copies L's batch fields (l, l_outer, ld*, bs*, os*) into a's; the runtime calls it for every GEMM+EVT
  * launch after filling m/n/k/a/b/d/ptrs (a no-op apart from zeroing them for an unbatched GEMM). */
 void evt_lower_launch_batch(const evt_lowered *L, evt_launch_args *a);

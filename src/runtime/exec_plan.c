@@ -32,9 +32,8 @@ static bool bind_group_io(const evt_graph *g, const int *group, int gi, const ev
       if (group[u] != gi) continue;
       bool leaves = k < 0 ? (nd->flags & EVT_NODE_OUTPUT) != 0 : group[w] != gi;
       if (!leaves) continue;
-      int m = u; /* a member sharing a stored member's memory (evt_lowered.alias_view) is written by its store */
-      for (int i = 0; i < L->nalias; i++)
-        if (L->alias_view[i] == u) m = L->alias_base[i];
+      int m = evt_lowered_alias_base(L, u); /* a member sharing a stored member's memory is written by its store */
+      if (m < 0) m = u;
       bool stored = d >= 0 && d == m;
       for (int i = 0; i < nnodes && !stored; i++) stored = x->ptr_node[i] == m && evt_vop_class(ops[i]) != 'L';
       if (!stored) return WHY("group %d: %%%s leaves the group but no store of the spec writes it", gi, g->nodes[u].name);
@@ -570,10 +569,7 @@ int evt_exec_alias(const evt_exec_plan *p, int v) {
   if (!p || !p->part.group || v < 0) return -1;
   int gi = p->part.group[v];
   if (gi < 0 || gi >= p->ngroups || !p->groups[gi].fused) return -1;
-  const evt_lowered *L = &p->low.k[gi];
-  for (int i = 0; i < L->nalias; i++)
-    if (L->alias_view[i] == v) return L->alias_base[i];
-  return -1;
+  return evt_lowered_alias_base(&p->low.k[gi], v);
 }
 
 void evt_exec_plan_free(evt_exec_plan *p) {

@@ -115,13 +115,6 @@ static void place(evt_plan *p) {
   free(last);
 }
 
-/* The stored member whose memory leaving member v of a lowered group shares (evt_lowered.alias_view), or -1. */
-static int alias_base(const evt_lowered *K, int v) {
-  for (int i = 0; K->ok && i < K->nalias; i++)
-    if (K->alias_view[i] == v) return K->alias_base[i];
-  return -1;
-}
-
 evt_status evt_plan_build(const evt_graph *g, const evt_part_plan *part, const evt_lower_result *low, evt_plan *p) {
   memset(p, 0, sizeof *p);
   if (!part || !low || low->n != part->ngroups) return EVT_ERR_INVALID;
@@ -155,8 +148,9 @@ evt_status evt_plan_build(const evt_graph *g, const evt_part_plan *part, const e
     } else if (gi < 0) {
       /* a constant / rand / view of one: compile-time or in-kernel; an output of that kind is filled at bind */
       if (out) p->buffer_of[v] = add_buffer(p, v, EVT_BUF_OUTPUT, tensor_bytes(g, v), -1, L > 0 ? L - 1 : 0);
-    } else if (alias_base(&low->k[gi], v) >= 0 && p->buffer_of[alias_base(&low->k[gi], v)] >= 0) {
-      p->buffer_of[v] = p->buffer_of[alias_base(&low->k[gi], v)]; /* the same bytes as a value the kernel stores */
+    } else if (low->k[gi].ok && evt_lowered_alias_base(&low->k[gi], v) >= 0 &&
+               p->buffer_of[evt_lowered_alias_base(&low->k[gi], v)] >= 0) {
+      p->buffer_of[v] = p->buffer_of[evt_lowered_alias_base(&low->k[gi], v)]; /* the bytes of a value the kernel stores */
     } else if (leaves[v] || out) {
       p->buffer_of[v] = add_buffer(p, v, out ? EVT_BUF_OUTPUT : EVT_BUF_TEMP, tensor_bytes(g, v), gi, out ? L - 1 : gi);
       add_id(&p->launches[gi].writes, &p->launches[gi].nwrites, p->buffer_of[v]);
