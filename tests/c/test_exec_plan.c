@@ -1099,13 +1099,24 @@ TEST(mean_over_both_dims_fuses_as_row_mean) {
   evt_graph_free(g);
 }
 
-/* The plan's last GEMM+EVT group (a test failure and -1 when it has none). */
-static int last_gemm_group(const evt_exec_plan *p) {
+/* Parses `text` and builds its exec plan under the current environment; returns the plan's last GEMM+EVT group
+ * (a test failure and -1 when it has none), *g NULL when the text does not parse. Finish with plan_check_free. */
+static int plan_last_gemm(const char *text, const char *file, evt_graph **g, evt_exec_plan *p) {
+  *g = parse_text(text, file);
+  if (!*g) return -1;
+  CHECK(evt_exec_plan_build(*g, p) == EVT_OK);
   int gemm = -1;
   for (int gi = 0; gi < p->ngroups; gi++)
     if (p->low.k[gi].kind == EVT_LK_GEMM_EVT) gemm = gi;
   CHECK(gemm >= 0);
   return gemm;
+}
+
+/* The CPU model of the plan (as the GPU runs it) against the interpreter, then frees both. */
+static void plan_check_free(evt_graph *g, evt_exec_plan *p) {
+  check_model_bf16(g, p, 0, 0, "plan");
+  evt_exec_plan_free(p);
+  evt_graph_free(g);
 }
 
 /* A GEMM with an epilogue whose output has few tiles for a long K (M = N = 64, K = 4096: one 128x256 tile) runs
@@ -1131,19 +1142,16 @@ TEST(split_k_starved_gemm_runs_unfused) {
   for (int on = 1; on >= 0; on--) {
     if (on) unsetenv("EVT_SPLIT_K_UNFUSED");
     else setenv("EVT_SPLIT_K_UNFUSED", "0", 1);
-    evt_graph *g = parse_text(text, "split_k.evt");
-    if (!g) break;
+    evt_graph *g;
     evt_exec_plan p;
-    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
-    int gemm = last_gemm_group(&p);
+    int gemm = plan_last_gemm(text, "split_k.evt", &g, &p);
+    if (!g) break;
     if (gemm >= 0) {
       const evt_group_exec *x = &p.groups[gemm];
       CHECK_MSG(x->fused && x->unf == on && !x->blas, "unf %d blas %d: %s", x->unf, x->blas, x->tune_desc);
       if (on) CHECK_MSG(strstr(x->tune_desc, "no split-K") != NULL, "%s", x->tune_desc);
     }
-    check_model_bf16(g, &p, 0, 0, "plan");
-    evt_exec_plan_free(&p);
-    evt_graph_free(g);
+    plan_check_free(g, &p);
   }
   evt_test_env_restore(keys, 1, saved);
 }
@@ -1167,20 +1175,17 @@ TEST(long_k_gemm_runs_unfused_when_asked) {
                k, k);
       if (on) setenv("EVT_LONG_K_UNFUSED", "1", 1);
       else unsetenv("EVT_LONG_K_UNFUSED");
-      evt_graph *g = parse_text(text, "long_k.evt");
-      if (!g) break;
+      evt_graph *g;
       evt_exec_plan p;
-      CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
-      int gemm = last_gemm_group(&p);
+      int gemm = plan_last_gemm(text, "long_k.evt", &g, &p);
+      if (!g) break;
       if (gemm >= 0) {
         const evt_group_exec *x = &p.groups[gemm];
         bool want = on && k == 8192;
         CHECK_MSG(x->fused && x->unf == want, "K %d on %d: unf %d blas %d: %s", k, on, x->unf, x->blas, x->tune_desc);
         if (want) CHECK_MSG(x->unf_bias >= 0 && strstr(x->tune_desc, "EVT_LONG_K_UNFUSED"), "%s", x->tune_desc);
       }
-      check_model_bf16(g, &p, 0, 0, "plan");
-      evt_exec_plan_free(&p);
-      evt_graph_free(g);
+      plan_check_free(g, &p);
     }
   evt_test_env_restore(keys, 2, saved);
 }
@@ -1206,11 +1211,11 @@ TEST(gemm_row_sums_off_moves_the_bias_gradient_to_a_row_kernel) {
   for (int off = 1; off >= 0; off--) {
     if (off) setenv("EVT_GEMM_ROW_SUMS", "0", 1);
     else unsetenv("EVT_GEMM_ROW_SUMS");
-    evt_graph *g = parse_text(text, "row_sums.evt");
-    if (!g) break;
+    evt_graph *g;
     evt_exec_plan p;
-    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
-    int gemm = last_gemm_group(&p), db = evt_graph_find(g, "db");
+    int gemm = plan_last_gemm(text, "row_sums.evt", &g, &p);
+    if (!g) break;
+    int db = evt_graph_find(g, "db");
     if (gemm >= 0 && db >= 0) {
       const evt_lowered *L = &p.low.k[gemm];
       CHECK_MSG(p.groups[gemm].fused && evt_kspec_has_sums(&L->spec) == !off, "off %d: sums %d", off,
@@ -1219,9 +1224,7 @@ TEST(gemm_row_sums_off_moves_the_bias_gradient_to_a_row_kernel) {
       int gs = p.part.group[db];
       CHECK(off ? gs != gemm && gs >= 0 && p.groups[gs].fused && p.low.k[gs].kind != EVT_LK_GEMM_EVT : gs == gemm);
     }
-    check_model_bf16(g, &p, 0, 0, "plan");
-    evt_exec_plan_free(&p);
-    evt_graph_free(g);
+    plan_check_free(g, &p);
   }
   evt_test_env_restore(keys, 2, saved);
 }

@@ -23,6 +23,24 @@ def _run_module():
     return mod
 
 
+def _profile_one_step(run, events, monkeypatch):
+    """run._kernels_in_one_step over a stand-in profiler that reports `events`; returns its result."""
+    class _Prof:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def events(self):
+            return events
+    fake = types.SimpleNamespace(profile=lambda activities: _Prof(),
+                                 ProfilerActivity=types.SimpleNamespace(CPU="cpu", CUDA="cuda"))
+    monkeypatch.setitem(sys.modules, "torch.profiler", fake)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    return run._kernels_in_one_step(lambda: None)
+
+
 class _Ev:
     def __init__(self, name, dev, us):
         self.name, self.device_type = name, f"DeviceType.{dev}"
@@ -37,21 +55,7 @@ def test_profile_summary_names_generated_kernels_and_host_calls(monkeypatch, cap
     events = [_Ev(cutlass, "CUDA", 1500.0), _Ev(cutlass, "CUDA", 1500.0), _Ev("nvjet_sm90_tst", "CUDA", 1000.0),
               _Ev("Memcpy HtoD", "CUDA", 50.0), _Ev("cudaLaunchKernel", "CPU", 30.0),
               _Ev("cudaStreamSynchronize", "CPU", 4000.0), _Ev("aten::mm", "CPU", 90.0)]
-
-    class _Prof:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *a):
-            return False
-
-        def events(self):
-            return events
-    fake = types.SimpleNamespace(profile=lambda activities: _Prof(),
-                                 ProfilerActivity=types.SimpleNamespace(CPU="cpu", CUDA="cuda"))
-    monkeypatch.setitem(sys.modules, "torch.profiler", fake)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    n, ms = run._kernels_in_one_step(lambda: None)
+    n, ms = _profile_one_step(run, events, monkeypatch)
     out = capsys.readouterr().out
     assert (n, ms) == (3, 4.0), (n, ms)  # (the memcpy is not a kernel)
     assert "evt_gen_0123456789abcdef (generated CUTLASS GEMM+EVT)" in out and "    3.000 ms     2x" in out
@@ -59,7 +63,7 @@ def test_profile_summary_names_generated_kernels_and_host_calls(monkeypatch, cap
     assert out.index("cudaStreamSynchronize") < out.index("cudaLaunchKernel") and "aten::mm" not in out
 
 
-def test_cutlass_gemm_kernels_are_named_from_the_jit_cache(monkeypatch, capsys, tmp_path):
+def test_cutlass_gemm_kernels_are_named_from_the_jit_cache(monkeypatch, capsys):
     """A CUTLASS kernel whose mangled name carries no evt hash is listed by its digest and the evt kernel whose
     shared object holds its host stub (`_ZN7cutlassL13device_kernel...`, read with nm); an unknown one keeps the
     name's length."""
@@ -71,21 +75,7 @@ def test_cutlass_gemm_kernels_are_named_from_the_jit_cache(monkeypatch, capsys, 
     assert names == {run._cutlass_digest(dev): "evt_kernel_00000000000000aa"}
     monkeypatch.setattr(run, "_cutlass_names", lambda cache: names)
     events = [_Ev(dev, "CUDA", 2000.0), _Ev(other, "CUDA", 1000.0)]
-
-    class _Prof:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *a):
-            return False
-
-        def events(self):
-            return events
-    fake = types.SimpleNamespace(profile=lambda activities: _Prof(),
-                                 ProfilerActivity=types.SimpleNamespace(CPU="cpu", CUDA="cuda"))
-    monkeypatch.setitem(sys.modules, "torch.profiler", fake)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    run._kernels_in_one_step(lambda: None)
+    _profile_one_step(run, events, monkeypatch)
     out = capsys.readouterr().out
     assert f"CUTLASS GemmUniversal #{run._cutlass_digest(dev)} (evt_kernel_00000000000000aa)" in out, out
     assert f"CUTLASS GemmUniversal #{run._cutlass_digest(other)} ({len(other)}-char mangled name)" in out, out
