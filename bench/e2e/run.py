@@ -159,14 +159,22 @@ def _kernels_in_one_step(step):
     import re
     import torch
     from torch.profiler import ProfilerActivity, profile
+    from torch.autograd.profiler import record_function
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        step()
+        with record_function("e2e_step"):
+            step()
         torch.cuda.synchronize()
     n = 0
     by_name, api = {}, {}
     gemm_names = None
+    spans, step_start = [], None
     for e in prof.events():
         dev = str(getattr(e, "device_type", ""))
+        tr = getattr(e, "time_range", None)
+        if e.name == "e2e_step" and tr is not None:
+            step_start = float(tr.start)
+        elif dev.endswith("CUDA") and tr is not None:
+            spans.append((float(tr.start), float(tr.end), e.name))
         if dev.endswith("CUDA") and not any(k in e.name for k in ("Memcpy", "Memset", "memcpy", "memset")):
             n += 1
             name = e.name
@@ -197,12 +205,45 @@ def _kernels_in_one_step(step):
         cats[k] = (ct + t, cc + c)
     print("  kernel time by kind: " + ", ".join(f"{k} {t / 1e3:.2f} ms ({c}x)" for k, (t, c) in
                                               sorted(cats.items(), key=lambda kv: -kv[1][0])), flush=True)
+    if spans:
+        _print_timeline(_gpu_timeline(spans, step_start))
     if api:
         htot = sum(t for t, _ in api.values())
         print(f"  host CUDA API calls of that step ({htot / 1e3:.2f} ms of host time):", flush=True)
         for name, (t, c) in sorted(api.items(), key=lambda kv: -kv[1][0])[:8]:
             print(f"    {t / 1e3:9.3f} ms {c:5d}x  {name[:80]}", flush=True)
     return n, round(total / 1e3, 3)
+
+
+def _gpu_timeline(spans, step_start=None, top=6):
+    """Where the GPU is idle within one profiled step: spans = (start us, end us, name) of every device
+    event (kernels, copies, memsets), step_start = the host's start of the step (us, same clock) or None.
+    Returns a dict: span (first start to last end), busy (their union), idle = span - busy, lead (step
+    start to the first device event: host work before the GPU has anything to do) and the `top` largest
+    gaps between consecutive events as (us, name before, name after)."""
+    spans = sorted(spans)
+    busy, gaps = 0.0, []
+    cur_s, cur_e, cur_name = spans[0][0], spans[0][1], spans[0][2]
+    for s, e, name in spans[1:]:
+        if s > cur_e:
+            busy += cur_e - cur_s
+            gaps.append((s - cur_e, cur_name, name))
+            cur_s = s
+        if e >= cur_e:
+            cur_e, cur_name = e, name
+    busy += cur_e - cur_s
+    span = cur_e - spans[0][0]
+    lead = None if step_start is None else max(0.0, spans[0][0] - step_start)
+    return dict(span=span, busy=busy, idle=span - busy, lead=lead, first=spans[0][2],
+                gaps=sorted(gaps, key=lambda g: -g[0])[:top], ngaps=len(gaps))
+
+
+def _print_timeline(t):
+    lead = "" if t["lead"] is None else f"; {t['lead'] / 1e3:.3f} ms from the step's start to the first ({t['first'][:40]})"
+    print(f"  GPU timeline of that step: {t['span'] / 1e3:.3f} ms from the first device event to the last, busy "
+          f"{t['busy'] / 1e3:.3f} ms, idle {t['idle'] / 1e3:.3f} ms in {t['ngaps']} gaps{lead}", flush=True)
+    for us, a, b in t["gaps"]:
+        print(f"    gap {us / 1e3:8.3f} ms after {a[:50]}  before {b[:50]}", flush=True)
 
 
 _KINDS = (("attention", r"sdpa|flash|fmha|attention"),

@@ -89,3 +89,29 @@ def test_render_cells(tmp_path):
                  grad_rel=1e-3, grad_rel_steady=2e-3)]
     md, _ = run.render(dict(rows=rows, command="c", torch="t", date="d", iters=5), str(tmp_path / "e2e"))
     assert "| mlp | evt | 8.00 | 1.25x | – |" in md and "4 (3 evt); 7.5 ms" in md and "1.0e-03 / 2.0e-03" in md
+
+
+def test_gpu_timeline_finds_the_idle_time_and_the_largest_gaps(monkeypatch, capsys):
+    """The step's GPU timeline: overlapping events count once, the gaps between them are idle time, named by
+    the events around them, and the lead is the host's time before the first device event."""
+    run = _run_module()
+    spans = [(100.0, 200.0, "a"), (150.0, 250.0, "b"), (1250.0, 1300.0, "c"), (1310.0, 1400.0, "d")]
+    t = run._gpu_timeline(spans, step_start=40.0)
+    assert t["span"] == 1300.0 and t["busy"] == 150.0 + 50.0 + 90.0 and t["idle"] == 1300.0 - 290.0
+    assert t["lead"] == 60.0 and t["ngaps"] == 2 and t["gaps"][0] == (1000.0, "b", "c") and t["gaps"][1][0] == 10.0
+
+    class _Tr:
+        def __init__(self, s, e):
+            self.start, self.end = s, e
+    evs = []
+    for s, e, name in spans:
+        ev = _Ev(name, "CUDA", e - s)
+        ev.time_range = _Tr(s, e)
+        evs.append(ev)
+    mark = _Ev("e2e_step", "CPU", 0.0)
+    mark.time_range = _Tr(40.0, 45.0)
+    _profile_one_step(run, evs + [mark], monkeypatch)
+    out = capsys.readouterr().out
+    assert "GPU timeline of that step: 1.300 ms from the first device event to the last, busy 0.290 ms, idle " \
+           "1.010 ms in 2 gaps; 0.060 ms from the step's start to the first (a)" in out, out
+    assert "gap    1.000 ms after b  before c" in out, out
