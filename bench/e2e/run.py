@@ -104,7 +104,11 @@ def _step_fn(f, args, amp, params=()):
     return step
 
 
-def _time_steps(step, warmup, iters):
+def _time_steps(step, warmup, iters, spin_ms=0.0, pause_s=0.0):
+    """ms per step, each step timed alone (CUDA events around it, synchronized after it). spin_ms > 0 first
+    queues a GPU spin of that long, so the host has queued the step before the GPU reaches it: the GPU time
+    of the step without the host's lead. pause_s > 0 sleeps that long before each step (a cool GPU: with
+    the spin, a step's time at the clocks an idle GPU starts with)."""
     import torch
     for _ in range(warmup):
         step()
@@ -112,12 +116,19 @@ def _time_steps(step, warmup, iters):
     ts = []
     for _ in range(iters):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if pause_s > 0:
+            time.sleep(pause_s)
+        if spin_ms > 0:
+            torch.cuda._sleep(int(spin_ms * 1e-3 * _SPIN_HZ))
         a.record()
         step()
         b.record()
         torch.cuda.synchronize()
         ts.append(a.elapsed_time(b))
     return ts
+
+
+_SPIN_HZ = 1.98e9  # torch.cuda._sleep counts SM clock cycles (the H200's maximum clock: a spin at least as long)
 
 
 def _cutlass_digest(mangled):
@@ -171,9 +182,12 @@ def _kernels_in_one_step(step):
     for e in prof.events():
         dev = str(getattr(e, "device_type", ""))
         tr = getattr(e, "time_range", None)
-        if e.name == "e2e_step" and tr is not None:
-            step_start = float(tr.start)
-        elif dev.endswith("CUDA") and tr is not None:
+        if e.name == "e2e_step":
+            # (the annotation: on the host, the step's start; on the device it spans kernels, not one)
+            if tr is not None and dev.endswith("CPU"):
+                step_start = float(tr.start)
+            continue
+        if dev.endswith("CUDA") and tr is not None:
             spans.append((float(tr.start), float(tr.end), e.name))
         if dev.endswith("CUDA") and not any(k in e.name for k in ("Memcpy", "Memset", "memcpy", "memset")):
             n += 1
@@ -382,6 +396,14 @@ def run_workload(name, modes, a):
             med = statistics.median(ts)
             row.update(ms=round(med, 3), ms_min=round(min(ts), 3), ms_max=round(max(ts), 3),
                        compile_cold_s=round(max(first - med / 1e3, 0.0), 2))
+            if os.environ.get("E2E_STEP_DETAIL", "0") != "0":
+                # where a step's time goes besides the kernels: gpu_ms = the GPU's time for the step with the
+                # host's lead hidden (a 20 ms spin queued first), cool_ms = the same after 0.3 s idle (clocks)
+                g = _time_steps(step, 1, a.iters, spin_ms=20.0)
+                c = _time_steps(step, 0, a.iters, spin_ms=20.0, pause_s=0.3)
+                row.update(gpu_ms=round(statistics.median(g), 3), cool_ms=round(statistics.median(c), 3))
+                print(f"  step detail: {row['ms']:.3f} ms timed, {row['gpu_ms']:.3f} ms with the host's lead "
+                      f"hidden, {row['cool_ms']:.3f} ms after 0.3 s idle", flush=True)
             if mode.startswith("evt"):
                 B.reset_stats()
                 step()

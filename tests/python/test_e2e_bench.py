@@ -110,8 +110,11 @@ def test_gpu_timeline_finds_the_idle_time_and_the_largest_gaps(monkeypatch, caps
         evs.append(ev)
     mark = _Ev("e2e_step", "CPU", 0.0)
     mark.time_range = _Tr(40.0, 45.0)
-    _profile_one_step(run, evs + [mark], monkeypatch)
+    gpu_mark = _Ev("e2e_step", "CUDA", 900.0)  # (the annotation's device side: neither a kernel nor busy time)
+    gpu_mark.time_range = _Tr(100.0, 1000.0)
+    n, ms = _profile_one_step(run, evs + [mark, gpu_mark], monkeypatch)
     out = capsys.readouterr().out
+    assert (n, ms) == (4, 0.34), (n, ms)
     assert "GPU timeline of that step: 1.300 ms from the first device event to the last, busy 0.290 ms, idle " \
            "1.010 ms in 2 gaps; 0.060 ms from the step's start to the first (a)" in out, out
     assert "gap    1.000 ms after b  before c" in out, out
