@@ -6,7 +6,8 @@
 # AB_VARIANTS: '|'-separated; each variant is space-separated VAR=value pairs ('' = the defaults). Every round
 # (AB_REPEAT, default 2) runs each variant once, in order, as `bench/e2e/run.py --quick --no-profile` with
 # AB_MODES (default evt_cg); AB_REF (default none) adds those modes (e.g. inductor) to the defaults' run of the
-# first round only. Gradients are checked against eager when AB_MODES holds eager. The log ends with a table of
+# first round only. Gradients are checked against eager when AB_MODES holds eager. With E2E_STEP_DETAIL=1 the table
+# also has each step's GPU time with the host's lead hidden and after an idle pause (bench/e2e/run.py). The log ends with a table of
 # ms/step per variant and round read from the runs' E2E_JSON lines (the lines themselves are kept whole).
 set -u
 LOG=${1:?LOGFILE}
@@ -45,8 +46,8 @@ echo
 echo "### A/B summary: $W x$SC ($(date -u +%H:%M) UTC; ms/step, median of 5 timed steps; grad rel vs eager when run)"
 python3 - "$J" <<'EOF'
 import json, sys
-print("| round | variant | mode | ms/step | grad rel |")
-print("|---|---|---|---:|---|")
+print("| round | variant | mode | ms/step | GPU ms (host lead hidden) | after idle | grad rel |")
+print("|---|---|---|---:|---:|---:|---|")
 for ln in open(sys.argv[1]):
     r, v, js = ln.rstrip("\n").split("\t", 2)
     try:
@@ -58,6 +59,7 @@ for ln in open(sys.argv[1]):
         ms = row.get("ms")
         g = row.get("grad_rel")
         print(f"| {r} | {v} | {row.get('mode')} | {ms if ms is not None else row.get('status', '-')} | "
+              f"{row.get('gpu_ms', '-')} | {row.get('cool_ms', '-')} | "
               f"{'%.1e' % g if isinstance(g, (int, float)) else '-'} |")
 EOF
 rm -f "$J"
