@@ -4,6 +4,7 @@ and evt (torch.compile(backend="evt"), optionally with CUDA graphs), side by sid
     python3 bench/e2e/run.py                       # every workload, modes eager,inductor,evt
     python3 bench/e2e/run.py --quick               # fewer steps, a subset, a time budget (GPU windows)
     python3 bench/e2e/run.py --autotune --cudagraphs --workloads mlp,bert_large
+    python3 bench/e2e/run.py --tune 5 --workloads mlp --modes eager,evt_cg,evt_cg_notune,inductor  # evt tuned
     python3 bench/e2e/run.py --render FILE.json    # markdown + PNG again from a JSON result
     python3 bench/e2e/run.py --render W.log --tag w3   # ... from a GPU window's log (its E2E_JSON line)
 
@@ -344,6 +345,43 @@ def _release_evt():
         gc.collect()
 
 
+def _tune_workload(name, a):
+    """--tune N: one evt step of the workload with EVT_TUNE=N, so that evt's autotuner measures every GEMM group
+    of its GPU segments and leaves records in the JIT cache (python/evt/gpu.py tune_configs; docs/pytorch.md
+    "Autotuning"). Problems with a record are not measured again. Returns the seconds it took (None when it
+    failed: the modes then run with whatever records exist)."""
+    import torch
+    import models as M
+    saved = os.environ.get("EVT_TUNE")
+    os.environ["EVT_TUNE"] = str(a.tune)
+    t0 = time.time()
+    print(f"  tuning {name}'s GEMM groups (EVT_TUNE={a.tune}) ...", flush=True)
+    try:
+        torch._dynamo.reset()
+        _release_evt()
+        torch.manual_seed(0)
+        m, args, amp = M.make(name, "cuda", None if a.dropout else 0.0, a.scale)
+        m.train()
+        step = _step_fn(_compile(m, "evt"), args, amp, m.parameters())
+        step()
+        torch.cuda.synchronize()
+        took = round(time.time() - t0, 1)
+        print(f"  tuned in {took} s", flush=True)
+        return took
+    except Exception as e:  # noqa: BLE001 (the benchmark goes on untuned)
+        print(f"  tuning failed ({type(e).__name__}: {str(e)[:300]}); the modes run with the records there are",
+              flush=True)
+        return None
+    finally:
+        if saved is None:
+            os.environ.pop("EVT_TUNE", None)
+        else:
+            os.environ["EVT_TUNE"] = saved
+        torch._dynamo.reset()
+        _release_evt()
+        torch.cuda.empty_cache()
+
+
 def run_workload(name, modes, a):
     import torch
     import models as M
@@ -355,8 +393,11 @@ def run_workload(name, modes, a):
         env = dict(torch=torch.__version__, device=torch.cuda.get_device_name())
     except Exception as e:  # noqa: BLE001 (no GPU: every mode reports the error)
         env = dict(torch=torch.__version__, device=f"none ({type(e).__name__})")
+    tune_s = _tune_workload(name, a) if a.tune > 0 and any(m.startswith("evt") for m in modes) else None
     for mode in modes:
         row = dict(workload=name, mode=mode, **env)
+        if tune_s is not None and mode.startswith("evt") and mode != "evt_cg_notune":
+            row["tune_s"] = tune_s
         cap = _Capture()
         evt_log = logging.getLogger("evt")
         evt_log.addHandler(cap)
@@ -501,7 +542,8 @@ def render(result, base):
              "grad rel: max over parameters of max|g - g_eager| / max|g_eager| after one step from the same "
              "weights (first call / again after the timed steps, when both were measured). kernels/step: launches "
              "and GPU kernel time of one profiled step (ms/step minus it: host-side gaps); host: milliseconds until "
-             "step() returns, the GPU idle at its start (close to ms/step: the step is host-bound). Memory: torch allocator "
+             "step() returns, the GPU idle at its start (close to ms/step: the step is host-bound); GPU: the step "
+             "timed with the host's lead hidden (E2E_STEP_DETAIL=1). Memory: torch allocator "
              "peak / device memory in use (includes evt's arenas).", "",
              "| workload | mode | ms/step | vs eager | vs compile | peak GiB (alloc/device) | compile s (cold/warm) "
              "| kernels/step | grad rel | evt: ops evt/PyTorch, launches, captures[, input copies] | status |",
@@ -525,11 +567,16 @@ def render(result, base):
             k = f"{k}; {r['kernel_ms']:.1f} ms"
         if r.get("host_ms"):
             k = f"{k}; host {r['host_ms']:.1f} ms"
+        if r.get("gpu_ms"):
+            k = f"{k}; GPU {r['gpu_ms']:.1f} ms"
+        status = r.get("status", r.get("error", ""))
+        if r.get("tune_s") is not None:
+            status = (status + "; " if status else "") + f"tuned (--tune: {r['tune_s']} s)"
         lines.append(
             f"| {r['workload']} | {r['mode']} | {r['ms']:.2f} | {_ratio(r.get('x_eager'))} | "
             f"{_ratio(r.get('x_inductor'))} | {r.get('peak_alloc_gib', '–')}/{r.get('device_used_gib', '–')} | "
             f"{r.get('compile_cold_s', '–')}/{r.get('compile_warm_s', '–')} | {k} | {gs} | {evtcol} | "
-            f"{r.get('status', r.get('error', ''))} |")
+            f"{status} |")
     fb = [(r["workload"], r["mode"], r["fallback_ops"], r.get("fallback_reasons", {})) for r in rows
           if r.get("fallback_ops")]
     if fb:
@@ -590,6 +637,10 @@ def main():
     ap.add_argument("--no-profile", action="store_true", help="skip the kernel count")
     ap.add_argument("--host-profile", type=int, default=0,
                     help="1: cProfile 3 steps of each compiled mode (top functions by own host time); 2: eager too")
+    ap.add_argument("--tune", type=int, default=0,
+                    help="N > 0: before the timed modes, one evt step per workload with EVT_TUNE=N (evt's autotuner: "
+                         "N mainloop configs per GEMM kernel against cuBLAS, records in the JIT cache, which the evt "
+                         "modes then read; evt_cg_notune ignores them); the rows get tune_s")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
     ap.add_argument("--tag", default=None)
     ap.add_argument("--render", default=None, help="re-render a JSON result (markdown + PNG)")
@@ -649,6 +700,7 @@ def main():
                "--iters", str(a.iters), "--warmup", str(a.warmup), "--scale", str(a.scale)]
         cmd += [f for f, on in (("--quick", a.quick), ("--dropout", a.dropout), ("--no-profile", a.no_profile)) if on]
         cmd += ["--host-profile", str(a.host_profile)] if a.host_profile else []
+        cmd += ["--tune", str(a.tune)] if a.tune else []
         before = _read_rows(tmp)
         # the child in a session of its own: a timeout kills it with everything it started (nvcc JIT jobs),
         # so nothing keeps compiling into the next workload's time
