@@ -125,13 +125,10 @@ def test_tune_runs_one_evt_step_with_evt_tune_and_restores_the_environment(monke
     previous value back afterwards, the seconds returned; a failing step returns None and the benchmark goes on.
     The rendered table says which evt rows ran with the records and shows the GPU time of a step."""
     run = _run_module()
-    sys.path.insert(0, os.path.join(ROOT, "bench", "e2e"))
-    try:
-        import models as M
-    finally:
-        sys.path.pop(0)
     seen = []
-    monkeypatch.setattr(M, "make", lambda *a, **k: (torch.nn.Linear(2, 2), (), False))
+    # (a stand-in for bench/e2e/models.py: the name `models` may be another test module's in this session)
+    monkeypatch.setitem(sys.modules, "models", types.SimpleNamespace(
+        make=lambda *a, **k: (torch.nn.Linear(2, 2), (), False)))
     monkeypatch.setattr(run, "_compile", lambda m, mode: (seen.append(("compile", mode)), m)[1])
     monkeypatch.setattr(run, "_step_fn", lambda f, args, amp, params: lambda: seen.append(os.environ.get("EVT_TUNE")))
     monkeypatch.setattr(run, "_release_evt", lambda: None)
