@@ -443,7 +443,9 @@ def run_workload(name, modes, a):
                        compile_cold_s=round(max(first - med / 1e3, 0.0), 2))
             if os.environ.get("E2E_STEP_DETAIL", "0") != "0":
                 # where a step's time goes besides the kernels: gpu_ms = the GPU's time for the step with the
-                # host's lead hidden (a 20 ms spin queued first), cool_ms = the same after 0.3 s idle (clocks)
+                # host's lead hidden (a 20 ms spin queued first), cool_ms = the same after 0.3 s idle (clocks).
+                # (The spin also lowers the power drawn before the step: a power-bound, GEMM-heavy step runs
+                # faster after it, ~5 ms on the paper MLP (S16W5) for every compiler; compare modes, not ms/step.)
                 g = _time_steps(step, 1, a.iters, spin_ms=20.0)
                 c = _time_steps(step, 0, a.iters, spin_ms=20.0, pause_s=0.3)
                 row.update(gpu_ms=round(statistics.median(g), 3), cool_ms=round(statistics.median(c), 3))
