@@ -573,7 +573,7 @@ def render(result, base):
             k = f"{k}; GPU {r['gpu_ms']:.1f} ms"
         status = r.get("status", r.get("error", ""))
         if r.get("tune_s") is not None:
-            status = (status + "; " if status else "") + f"tuned (--tune: {r['tune_s']} s)"
+            status = (status + "; " if status else "") + f"tuned (tuning step {r['tune_s']} s)"
         lines.append(
             f"| {r['workload']} | {r['mode']} | {r['ms']:.2f} | {_ratio(r.get('x_eager'))} | "
             f"{_ratio(r.get('x_inductor'))} | {r.get('peak_alloc_gib', '–')}/{r.get('device_used_gib', '–')} | "

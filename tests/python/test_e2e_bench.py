@@ -145,4 +145,4 @@ def test_tune_runs_one_evt_step_with_evt_tune_and_restores_the_environment(monke
     rows = [dict(workload="mlp", mode="evt_cg", ms=40.0, gpu_ms=36.5, tune_s=180.0),
             dict(workload="mlp", mode="inductor", ms=42.0)]
     md, _ = run.render(dict(rows=rows, command="c", torch="t", date="d", iters=5), str(tmp_path / "e2e"))
-    assert "GPU 36.5 ms" in md and "tuned (--tune: 180.0 s)" in md, md
+    assert "GPU 36.5 ms" in md and "tuned (tuning step 180.0 s)" in md, md
