@@ -1202,10 +1202,7 @@ static void lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt
     L->bad_node = c.bad;
     return;
   }
-  /* Untuned mainloop: 128x256 cooperative once N fills it (the tuner's winner on every unbatched H200 shape
-   * of bench/results/h200-2026-11-29/W3/tune.log, up to 2x faster than 128x128 with a bias-gradient sum),
-   * else 128x128; an epilogue without row/column sums over K <= 4096 switches to ping-pong below. A tune
-   * record (src/runtime/tune.c) replaces it. */
+  /* the untuned mainloop (evt_lower_untuned_config) is set once the epilogue is known, below */
   evt_tile_config cfg = {128, L->n >= 256 ? 256 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
   evt_kspec_init(&L->spec, ta ? EVT_LAYOUT_TN : tb ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, adt, EVT_BF16, cfg);
   int acc = add_node(&c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
@@ -1237,15 +1234,7 @@ static void lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt
     L->bad_node = c.bad;
     return;
   }
-  /* 128x128 ping-pong: one consumer warp group's epilogue runs while the other's mainloop keeps the tensor
-   * cores busy, so aux loads and stores and elementwise math cost little (bench/results/h200-2026-11-29/S15W1,
-   * 16384x4096x1024: bias + aux store 1.055x cuBLAS's plain GEMM vs 1.15x cooperative, acc * aux 1.04x vs
-   * 1.26x); with a row/column sum ping-pong is 1.5x slower (its two warp groups reduce separately), and at
-   * K = 8192 its mainloop is ~20% slower than 128x256 cooperative (h200-run4). */
-  if (!evt_kspec_has_sums(&L->spec) && L->k <= 4096 && L->m >= 128 && L->n >= 128) {
-    L->spec.cfg.tile_m = L->spec.cfg.tile_n = 128;
-    L->spec.cfg.schedule = EVT_SCHED_PINGPONG;
-  }
+  L->spec.cfg = evt_lower_untuned_config(&L->spec, L->m, L->n, L->k);
   char err[256];
   evt_vtree *tree = malloc(sizeof *tree);
   EVT_ASSERT(tree);
@@ -1261,6 +1250,23 @@ static void lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt
   L->ok = 1;
   L->reason[0] = 0;
   evt_kspec_kernel_name(&L->spec, L->kernel);
+}
+
+evt_tile_config evt_lower_untuned_config(const evt_kspec *s, int64_t m, int64_t n, int64_t k) {
+  /* 128x256 cooperative once N fills it (the tuner's winner on every unbatched H200 shape of
+   * bench/results/h200-2026-11-29/W3/tune.log, up to 2x faster than 128x128 with a bias-gradient sum), else
+   * 128x128. 128x128 ping-pong for an epilogue without row/column sums over K <= 4096: one consumer warp
+   * group's epilogue runs while the other's mainloop keeps the tensor cores busy, so aux loads and stores and
+   * elementwise math cost little (bench/results/h200-2026-11-29/S15W1, 16384x4096x1024: bias + aux store
+   * 1.055x cuBLAS's plain GEMM vs 1.15x cooperative, acc * aux 1.04x vs 1.26x); with a row/column sum
+   * ping-pong is 1.5x slower (its two warp groups reduce separately), and at K = 8192 its mainloop is ~20%
+   * slower than 128x256 cooperative (h200-run4). A tune record (src/runtime/tune.c) replaces it. */
+  evt_tile_config cfg = {128, n >= 256 ? 256 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+  if (!evt_kspec_has_sums(s) && k <= 4096 && m >= 128 && n >= 128) {
+    cfg.tile_m = cfg.tile_n = 128;
+    cfg.schedule = EVT_SCHED_PINGPONG;
+  }
+  return cfg;
 }
 
 int evt_lowered_alias_base(const evt_lowered *L, int v) {

@@ -97,6 +97,9 @@ typedef struct evt_lower_result {
  * reason); returns EVT_ERR_INVALID only for a plan that does not belong to g. */
 evt_status evt_lower_plan(const evt_graph *g, const struct evt_part_plan *plan, evt_lower_result *out);
 void evt_lower_free(evt_lower_result *r);
+/* The mainloop config an unbatched GEMM+EVT group with epilogue s over M x N x K runs without a tune record
+ * (the lowering's choice; the tuner's first candidate, so a record's default_ms is this kernel's time). */
+evt_tile_config evt_lower_untuned_config(const evt_kspec *s, int64_t m, int64_t n, int64_t k);
 /* The stored member whose memory leaving member v of L shares (alias_view / alias_base), or -1. */
 int evt_lowered_alias_base(const evt_lowered *L, int v);
 /* Copies L's batch fields (l, l_outer, ld*, bs*, os*) into a's; the runtime calls it for every GEMM+EVT

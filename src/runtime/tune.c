@@ -529,7 +529,9 @@ int evt_tune_collect(const evt_lower_result *low, const int *want, evt_tune_prob
     if (prob_of) prob_of[gi] = -1;
     if (L->kind != EVT_LK_GEMM_EVT || !L->ok || L->spec.batched || (want && !want[gi])) continue;
     evt_kspec s = L->spec;
-    s.cfg = EVT_TILE_CONFIG_DEFAULT;
+    /* the untuned kernel first (a record applied to L may have changed L->spec.cfg): candidate 0, the one the
+     * runtime compiles anyway, and the record's default_ms is its time at CUTLASS's default scheduler */
+    s.cfg = evt_lower_untuned_config(&s, L->m, L->n, L->k);
     uint64_t h = evt_kspec_epilogue_hash(&s);
     int j = 0;
     while (j < np && !(evt_kspec_epilogue_hash(&p[j].spec) == h && p[j].m == L->m && p[j].n == L->n && p[j].k == L->k)) j++;

@@ -65,7 +65,7 @@ typedef struct evt_tune_record {
   int swizzle, raster;       /* FUSED: launch-time scheduler */
   double fused_ms;           /* best fused candidate (any choice) */
   double unfused_ms;         /* the unfused alternative; < 0 if it could not be measured */
-  double default_ms;         /* the default config with the default scheduler; < 0 if not measured */
+  double default_ms;         /* candidate 0 (the untuned config) at CUTLASS's default scheduler; < 0 if not measured */
   char unfused_how[80];      /* "cublasLt + row kernel", "cublasLt(bias) + row kernel", "cublasLt" */
   double check_err;          /* sampled CPU check of the chosen fused kernel (max rel error), -1 if none */
   int ncand;
@@ -85,7 +85,7 @@ typedef struct evt_tune_options {
 } evt_tune_options;
 
 /* ---- pure host code (no GPU) ------------------------------------------------------------------------ */
-/* Candidate mainloop configs for spec s at M×N×K, default config first, every one passing
+/* Candidate mainloop configs for spec s at M×N×K, s->cfg first (from evt_tune_collect: the untuned config), every one passing
  * evt_tile_config_check; returns how many (<= max). Row/col-sum specs also get the WORKSPACE strategy for
  * the larger tiles. */
 int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt_tile_config *out, int max);
@@ -153,7 +153,7 @@ typedef struct evt_tune_problem {
   int64_t m, n, k;
 } evt_tune_problem;
 /* The distinct (epilogue, shape) problems of the lowered GEMM+EVT groups of `low` (those with want[gi] != 0,
- * or every lowered one when want is NULL), with the default config. *out is malloc'd (caller frees);
+ * or every lowered one when want is NULL), each with the config it runs untuned (evt_lower_untuned_config). *out is malloc'd (caller frees);
  * prob_of[gi] (low->n entries, may be NULL) gets the problem index of group gi or -1. Returns the count. */
 int evt_tune_collect(const struct evt_lower_result *low, const int *want, evt_tune_problem **out, int *prob_of);
 /* evt_tune_run for several problems at once: every candidate of every problem compiles in one parallel

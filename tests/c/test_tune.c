@@ -431,6 +431,35 @@ TEST(tune_records_steer_the_fused_plan) {
       char want[80];
       snprintf(want, sizeof want, "fused 128x%dx64 c1x1 coop swizzle 4 along-M (0.0500 ms", tn);
       CHECK_MSG(strstr(x->tune_desc, want), "%s", x->tune_desc);
+      /* what the tuner measures: every problem with the config its groups run untuned (the tuned group's
+       * too, not the record's), and that config is the first candidate (so default_ms is the untuned time) */
+      evt_tune_problem *probs = NULL;
+      int *prob_of = calloc((size_t)p.low.n, sizeof *prob_of);
+      int np = evt_tune_collect(&p.low, NULL, &probs, prob_of);
+      CHECK(np >= 2 && prob_of[gi] >= 0);
+      for (int i = 0; i < p.low.n; i++) {
+        const evt_lowered *L = &p.low.k[i];
+        if (prob_of[i] < 0) continue;
+        const evt_tile_config *pc = &probs[prob_of[i]].spec.cfg;
+        evt_tile_config want_cfg = evt_lower_untuned_config(&L->spec, L->m, L->n, L->k);
+        char a[96], b[96];
+        evt_tile_config_label(pc, a, sizeof a);
+        evt_tile_config_label(&want_cfg, b, sizeof b);
+        CHECK_MSG(!strcmp(a, b), "group %d: problem config %s, untuned %s", i, a, b);
+        if (p.groups[i].tuned == EVT_TUNE_NONE) /* (no record: it runs the untuned config) */
+          CHECK_MSG(!strcmp(a, evt_tile_config_label(&L->spec.cfg, b, sizeof b)), "group %d: %s vs %s", i, a, b);
+        evt_tile_config c[EVT_TUNE_MAX_CAND];
+        CHECK(evt_tune_candidates(&probs[prob_of[i]].spec, L->m, L->n, L->k, c, EVT_TUNE_MAX_CAND) >= 1 &&
+              !strcmp(evt_tile_config_label(&c[0], b, sizeof b), a));
+      }
+      {
+        char a[96];
+        CHECK_MSG(strcmp(evt_tile_config_label(&probs[prob_of[gi]].spec.cfg, a, sizeof a),
+                         evt_tile_config_label(&p.low.k[gi].spec.cfg, want, sizeof want)),
+                  "the tuned group's problem kept the record's config %s", a);
+      }
+      free(probs);
+      free(prob_of);
       evt_exec_plan_free(&p);
     }
     evt_graph_free(g);
