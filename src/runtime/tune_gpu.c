@@ -262,9 +262,13 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
     }
     if (!opt->quiet) {
       evt_tile_config_label(&cd->cfg, lab, sizeof lab);
+      char untuned[80] = ""; /* candidate 0 is the untuned config (evt_tune_collect): also its time as it runs */
+      if (c == 0 && r->default_ms >= 0)
+        snprintf(untuned, sizeof untuned, "; untuned, at CUTLASS's default scheduler %.4f ms", r->default_ms);
       if (cd->ms >= 0)
-        fprintf(stderr, "[evt-tune] %lldx%lldx%lld %-34s %.4f ms (swizzle %d raster %d)%s%s\n", (long long)M,
-                (long long)N, (long long)K, lab, cd->ms, cd->swizzle, cd->raster, cd->note[0] ? "; " : "", cd->note);
+        fprintf(stderr, "[evt-tune] %lldx%lldx%lld %-34s %.4f ms (swizzle %d raster %d)%s%s%s\n", (long long)M,
+                (long long)N, (long long)K, lab, cd->ms, cd->swizzle, cd->raster, untuned, cd->note[0] ? "; " : "",
+                cd->note);
       else
         fprintf(stderr, "[evt-tune] %lldx%lldx%lld %-34s %s\n", (long long)M, (long long)N, (long long)K, lab, cd->note);
     }
