@@ -17,6 +17,11 @@ mkdir -p "$EVT_JIT_CACHE"
 tar xzf "$w/hostbin.tgz" -C "$w"
 [ -d .cutlass/cutlass_library ] || tar xzf "$w/cutlass.tgz"
 [ -f "$w/jit.txz" ] && tar xJf "$w/jit.txz" -C "$EVT_JIT_CACHE" && echo "jit cache: $(ls "$EVT_JIT_CACHE" | grep -c '\.so$') kernels"
+# TUNE_RECORDS=folder (in the repo, e.g. bench/results/h200-2026-11-30/S16W4/tune): tuning records to start from
+if [ -n "${TUNE_RECORDS:-}" ]; then
+  mkdir -p "$EVT_JIT_CACHE/tune" && cp "$TUNE_RECORDS"/*.txt "$EVT_JIT_CACHE/tune/" &&
+    echo "tuning records: $(ls "$EVT_JIT_CACHE/tune" | wc -l) (from $TUNE_RECORDS)"
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 if ! make -j16 cuda > /tmp/make_cuda.log 2>&1; then echo "make cuda FAILED"; tail -30 /tmp/make_cuda.log; fi
 export EVT_FALLBACK_LIB=$PWD/build/libevt_fallback.so
