@@ -10,11 +10,8 @@
 # also has each step's GPU time with the host's lead hidden and after an idle pause (bench/e2e/run.py). The log ends with a table of
 # ms/step per variant and round read from the runs' E2E_JSON lines (the lines themselves are kept whole).
 set -u
-LOG=${1:?LOGFILE}
-SECS=${2:-240}
-start=$(date +%s)
-left() { echo $(( SECS - ($(date +%s) - start) )); }
-exec >>"$LOG" 2>&1
+WINDOW_SECS=240
+. "$(dirname "$0")/budget.sh"
 W=${AB_WORKLOAD:-mlp}
 SC=${AB_SCALE:-1}
 MODES=${AB_MODES:-evt_cg}

@@ -4,11 +4,8 @@
 #   bash tests/gpu/w/opshapes.sh LOGFILE SECONDS   (repo root, on the H200; environment from tests/gpu/window.sh)
 # OPSHAPES "workload:scale:mode[:match],..." (default bert_large:1:evt).
 set -u
-LOG=${1:?LOGFILE}
-SECS=${2:-90}
-start=$(date +%s)
-left() { echo $(( SECS - ($(date +%s) - start) )); }
-exec >>"$LOG" 2>&1
+WINDOW_SECS=90
+. "$(dirname "$0")/budget.sh"
 echo "== opshapes.sh ($(date -u +%H:%M:%S), budget ${SECS}s)"
 export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache} PYTHONUNBUFFERED=1
 for spec in ${OPSHAPES:-bert_large:1:evt}; do

@@ -7,11 +7,8 @@
 # after every N-th run of each program). Profiling waits for events after each run: the ms printed by run.py here are not
 # benchmark numbers (bench/e2e/run.py without EVT_PROFILE gives those); the per-step tables are the result.
 set -u
-LOG=${1:?LOGFILE}
-SECS=${2:-90}
-start=$(date +%s)
-left() { echo $(( SECS - ($(date +%s) - start) )); }
-exec >>"$LOG" 2>&1
+WINDOW_SECS=90
+. "$(dirname "$0")/budget.sh"
 echo "== prof.sh: EVT_PROFILE per-step GPU time ($(date -u +%H:%M:%S), budget ${SECS}s)"
 export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache} EVT_FUSED=${EVT_FUSED:-1} PYTHONUNBUFFERED=1
 for spec in ${PROF_WORKLOADS:-mlp:1}; do

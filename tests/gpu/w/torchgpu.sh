@@ -25,12 +25,9 @@
 # The reference is eager PyTorch on the same GPU (the issue's criterion); the evt segments' own
 # CPU-interpreter check is the CI suite (same models, fp32, rel <= 1e-4). LOG ends with a summary table.
 set -u
-LOG=${1:?LOGFILE}
-SECS=${2:-240}
 cd "$(dirname "$0")/../../.."
-start=$(date +%s)
-left() { echo $(( SECS - ($(date +%s) - start) )); }
-exec >>"$LOG" 2>&1
+WINDOW_SECS=240
+. tests/gpu/w/budget.sh
 echo "== torchgpu: torch.compile(backend=\"evt\") on CUDA ($(date -u +%H:%M:%S), budget ${SECS}s)"
 if [ -z "${EVT_LIB:-}" ]; then
   [ -f build/libevt.so ] || timeout 120 make -j16 build/libevt.so >/dev/null 2>&1

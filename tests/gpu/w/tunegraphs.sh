@@ -8,11 +8,8 @@
 # backward segments as the torch backend builds them); TUNE_MAXCFG (default 3) candidate configs per kernel.
 # EVT_REFINE_PARTITION=1 as in the torch backend's programs (the same groups are tuned).
 set -u
-LOG=${1:?LOGFILE}
-SECS=${2:-240}
-start=$(date +%s)
-left() { echo $(( SECS - ($(date +%s) - start) )); }
-exec >>"$LOG" 2>&1
+WINDOW_SECS=240
+. "$(dirname "$0")/budget.sh"
 echo "== tunegraphs.sh ($(date -u +%H:%M:%S), budget ${SECS}s)"
 export EVT_REFINE_PARTITION=1
 EVTC=${EVTC:-build/evtc}
