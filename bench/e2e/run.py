@@ -345,24 +345,33 @@ def _release_evt():
         gc.collect()
 
 
+def _fresh_model_step(name, mode, a):
+    """(model, args, amp, step): a new model of the workload (seed 0) compiled for `mode` and its step function,
+    after dropping the previous mode's compiled graphs, evt programs and cached device memory."""
+    import torch
+    import models as M
+    torch._dynamo.reset()
+    _release_evt()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    torch.manual_seed(0)
+    m, args, amp = M.make(name, "cuda", None if a.dropout else 0.0, a.scale)
+    m.train()
+    return m, args, amp, _step_fn(_compile(m, mode), args, amp, m.parameters())
+
+
 def _tune_workload(name, a):
     """--tune N: one evt step of the workload with EVT_TUNE=N, so that evt's autotuner measures every GEMM group
     of its GPU segments and leaves records in the JIT cache (python/evt/gpu.py tune_configs; docs/pytorch.md
     "Autotuning"). Problems with a record are not measured again. Returns the seconds it took (None when it
     failed: the modes then run with whatever records exist)."""
     import torch
-    import models as M
     saved = os.environ.get("EVT_TUNE")
     os.environ["EVT_TUNE"] = str(a.tune)
     t0 = time.time()
     print(f"  tuning {name}'s GEMM groups (EVT_TUNE={a.tune}) ...", flush=True)
     try:
-        torch._dynamo.reset()
-        _release_evt()
-        torch.manual_seed(0)
-        m, args, amp = M.make(name, "cuda", None if a.dropout else 0.0, a.scale)
-        m.train()
-        step = _step_fn(_compile(m, "evt"), args, amp, m.parameters())
+        step = _fresh_model_step(name, "evt", a)[3]
         step()
         torch.cuda.synchronize()
         took = round(time.time() - t0, 1)
@@ -384,10 +393,8 @@ def _tune_workload(name, a):
 
 def run_workload(name, modes, a):
     import torch
-    import models as M
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    dropout = None if a.dropout else 0.0
     ref_grads, rows = None, []
     try:
         env = dict(torch=torch.__version__, device=torch.cuda.get_device_name())
@@ -406,15 +413,7 @@ def run_workload(name, modes, a):
         saved_env = {k: os.environ.get(k) for k in MODE_ENV.get(mode, {})}
         os.environ.update(MODE_ENV.get(mode, {}))
         try:
-            torch._dynamo.reset()
-            _release_evt()
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            torch.manual_seed(0)
-            m, args, amp = M.make(name, "cuda", dropout, a.scale)
-            m.train()
-            f = _compile(m, mode)
-            step = _step_fn(f, args, amp, m.parameters())
+            m, args, amp, step = _fresh_model_step(name, mode, a)
             if mode.startswith("evt"):
                 from evt import backend as B
                 B.reset_stats()

@@ -134,6 +134,7 @@ def test_tune_runs_one_evt_step_with_evt_tune_and_restores_the_environment(monke
     monkeypatch.setattr(run, "_release_evt", lambda: None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
     monkeypatch.setenv("EVT_TUNE", "0")
     a = types.SimpleNamespace(tune=5, dropout=False, scale=1.0)
     took = run._tune_workload("mlp", a)
