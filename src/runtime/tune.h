@@ -85,9 +85,9 @@ typedef struct evt_tune_options {
 } evt_tune_options;
 
 /* ---- pure host code (no GPU) ------------------------------------------------------------------------ */
-/* Candidate mainloop configs for spec s at M×N×K, s->cfg first (from evt_tune_collect: the untuned config), every one passing
- * evt_tile_config_check; returns how many (<= max). Row/col-sum specs also get the WORKSPACE strategy for
- * the larger tiles. */
+/* Candidate mainloop configs for spec s at M×N×K, s->cfg first (from evt_tune_collect: the untuned config),
+ * every one passing evt_tile_config_check; returns how many (<= max). Row/col-sum specs also get the
+ * WORKSPACE strategy for the larger tiles. */
 int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt_tile_config *out, int max);
 /* The launch-time scheduler variants tried per config: pairs (swizzle, raster). Returns how many. */
 int evt_tune_sched_variants(int64_t m, int64_t n, int (*out)[2], int max);
@@ -153,8 +153,9 @@ typedef struct evt_tune_problem {
   int64_t m, n, k;
 } evt_tune_problem;
 /* The distinct (epilogue, shape) problems of the lowered GEMM+EVT groups of `low` (those with want[gi] != 0,
- * or every lowered one when want is NULL), each with the config it runs untuned (evt_lower_untuned_config). *out is malloc'd (caller frees);
- * prob_of[gi] (low->n entries, may be NULL) gets the problem index of group gi or -1. Returns the count. */
+ * or every lowered one when want is NULL), each with the config it runs untuned (evt_lower_untuned_config).
+ * *out is malloc'd (caller frees); prob_of[gi] (low->n entries, may be NULL) gets the problem index of group
+ * gi or -1. Returns the count. */
 int evt_tune_collect(const struct evt_lower_result *low, const int *want, evt_tune_problem **out, int *prob_of);
 /* evt_tune_run for several problems at once: every candidate of every problem compiles in one parallel
  * JIT batch, then each problem is measured in turn. out[i] / st[i] per problem (st may be NULL); returns
