@@ -171,6 +171,7 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
     mark_embedding_grads(joint)
     pad_vocab(joint, options)
     recompute_log_softmax(joint, options)
+    recompute_upcasts(joint, kwargs.get("num_fwd_outputs"), options)
     upcast_into_log_softmax(joint, options)
     for n in joint.graph.nodes:
         if n.op == "call_function" and n.target == aten.native_layer_norm_backward.default:
@@ -353,6 +354,51 @@ def recompute_log_softmax(gm, options=None):
         gm.graph.eliminate_dead_code()
         gm.recompile()
         log.info("joint graph: %d log-softmax(es) recomputed in the backward from 16-bit logits", count)
+    return count
+
+
+def recompute_upcasts(gm, num_fwd_outputs, options=None):
+    """A widening cast of a 16-bit value to f32 (autocast's `.float()` of a GEMM's logits) that the forward
+    computes and the backward reads is computed again in the backward from the 16-bit value: the partition then
+    saves the 16-bit value (2 bytes per element written by the forward and read by the backward) instead of
+    the f32 copy (4 bytes each way); the cast is exact either way. XML-CNN's head: the [1024, 670208] f32 logits
+    were an output of the logits GEMM's epilogue (2.75 GB) and the input of the loss backward's kernel, 1.63 ms on
+    the H200 (S17W2). CUDA rules, tensors from UNALIGNED_MIN_NUMEL elements; EVT_RECOMPUTE_UPCASTS=0 turns it
+    off. Returns the number rewritten."""
+    if os.environ.get("EVT_RECOMPUTE_UPCASTS", "1") in ("", "0") or num_fwd_outputs is None:
+        return 0
+    # the forward, as the default partitioner splits: every node the forward's outputs need
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    fwd, todo = set(), [a for a in out.args[0][:num_fwd_outputs] if isinstance(a, torch.fx.Node)]
+    while todo:
+        n = todo.pop()
+        if n not in fwd:
+            fwd.add(n)
+            todo.extend(n.all_input_nodes)
+    bwd = {n for n in gm.graph.nodes if n not in fwd}
+    count = 0
+    order = {m: i for i, m in enumerate(gm.graph.nodes)}
+    for up in list(gm.graph.nodes):
+        if up in bwd or up.op != "call_function" or up.target != aten._to_copy.default or len(up.args) != 1 or \
+                set(up.kwargs) - {"dtype"} or up.kwargs.get("dtype") != torch.float32:
+            continue
+        x, v = up.args[0], up.meta.get("val")
+        xv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        if not (isinstance(xv, torch.Tensor) and isinstance(v, torch.Tensor) and xv.dtype in (torch.bfloat16,
+                torch.float16) and _cuda_rules(xv.device) and v.numel() >= UNALIGNED_MIN_NUMEL):
+            continue
+        readers = [u for u in up.users if u in bwd]
+        if not readers or len(readers) == len(up.users):
+            continue  # (no backward reader, or no forward one: the forward does not make it for itself)
+        with gm.graph.inserting_before(min(readers, key=order.get)):
+            up2 = gm.graph.call_function(aten._to_copy.default, (x,), {"dtype": torch.float32})
+            up2.meta.update({k: up.meta[k] for k in ("val", "tensor_meta") if k in up.meta})
+        for u in readers:
+            u.replace_input_with(up, up2)
+        count += 1
+    if count:
+        gm.recompile()
+        log.info("joint graph: %d f32 upcast(s) of 16-bit values recomputed in the backward", count)
     return count
 
 
@@ -551,7 +597,7 @@ def cuda_placement(node, options=None):
         return None
     why = CUDA_REFERENCE_ONLY.get(getattr(node.target, "overloadpacket", None))
     if why is None:
-        return unaligned_rows(node) or long_rows(node) or partial_broadcast(node)
+        return unaligned_rows(node) or long_rows(node) or partial_broadcast(node) or unfusable_move(node)
     if G.attention_in_evt(options) and why is _ATTN:
         return None
     return why
@@ -690,6 +736,45 @@ def partial_broadcast(node):
                     "take a full tile, a row or a column vector, so its group would run node by node in the reference "
                     "library (in double); runs in PyTorch")
     return None
+
+
+# Data moves no evt kernel takes (no visitor node, no row-kernel form): from UNALIGNED_MIN_NUMEL elements on,
+# they run in PyTorch on CUDA (a view, or one kernel at bandwidth) instead of node by node in the reference
+# library (in double). ViT's token concatenation (class token + patches, with the f32 cast of the patches), the
+# zero-padded gradient of its class-token select and the patches' slice of the token gradient, each
+# [128, 257, 768] f32 at batch 128: ~1.2 ms per reference-library pass on the H200 (S17W1, k_elementwise).
+_UNFUSABLE_MOVES = {aten.cat.default: "concatenation", aten.slice_backward.default: "slice_backward",
+                    aten.select_backward.default: "select_backward", aten.slice.Tensor: "slice"}
+
+
+def unfusable_move(node):
+    """Why a large CUDA data move evt has no kernel for runs in PyTorch (_UNFUSABLE_MOVES), or None."""
+    what = _UNFUSABLE_MOVES.get(node.target)
+    v = node.meta.get("val")
+    if what is None or not isinstance(v, torch.Tensor) or v.numel() < UNALIGNED_MIN_NUMEL:
+        return None
+    return (f"a {what} of {list(v.shape)}: no evt kernel takes it (no visitor node), so its group would run node by "
+            "node in the reference library (in double); runs in PyTorch (a view or one copy kernel)")
+
+
+def _torch_bound(node, depth=6):
+    """True when every reader of node runs in PyTorch by the placement rules (cuda_placement), also through
+    data moves (views, casts) whose own readers do: a value only PyTorch reads."""
+    if depth == 0 or not node.users:
+        return False
+    for u in node.users:
+        if u.op != "call_function":
+            return False
+        if cuda_placement(u) is not None:
+            continue
+        if (u.target in _DATA_MOVES or u.target in _CASTS) and _torch_bound(u, depth - 1):
+            continue
+        return False
+    return True
+
+
+TORCH_CAST = ("cast of a PyTorch-made value that only PyTorch reads (the input of a concatenation or a slice "
+              "PyTorch runs): one PyTorch kernel instead of an evt segment of its own")
 
 
 def _whole_tensor_pointwise(node):
@@ -1574,6 +1659,9 @@ class Plan:
         the transposed GEMM result as a copied input: a 690 MB strided copy per step)."""
         seg_of, torch_vals = self._seg_of, self._torch_vals
         why = self._force_torch.get(node) or node.meta.get("evt_torch_why") or cuda_placement(node, self.options)
+        if why is None and node.target in _CASTS and _on_cuda(node) and G.gpu_ops(self.options) != "all" and \
+                _tensor_args(node) and all(a in torch_vals for a in _tensor_args(node)) and _torch_bound(node):
+            why = TORCH_CAST
         if why:
             self._torch_step(node)
             self.fallbacks.append((node, why))

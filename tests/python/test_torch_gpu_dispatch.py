@@ -1573,6 +1573,46 @@ def _step_like_eager(m, *args, tol=2e-2):
 
 
 
+def test_vit_token_moves_run_in_pytorch(monkeypatch):
+    """unfusable_move / TORCH_CAST (simulated CUDA rules): a small ViT (bench/e2e/models.py). Its token
+    concatenation (class token + the f32 cast of the permuted patches), the zero-padded gradient of the class
+    token's select and the patches' slice of the token gradient (with its bf16 cast for the convolution's
+    backward) have no evt kernel: from UNALIGNED_MIN_NUMEL elements on they run in PyTorch, the casts with them,
+    and no evt segment keeps a concat, slice or slice_backward of that size (before, each ran node by node in
+    the reference library, in double: ~1.2 ms per [128, 257, 768] pass on the H200, S17W1). Below the size
+    nothing moves; training matches eager either way."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "e2e_models", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e", "models.py"))
+    M = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(M)
+    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    plans = []
+    orig = B.Plan.finalize
+    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    for min_numel, moved in ((1024, True), (1 << 20, False)):
+        monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", min_numel)
+        plans.clear()
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = M.ViT(patch=8, image=32, layers=1, dim=64, heads=2, ffn=128, classes=10)
+        _step_like_eager(m, torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,)))
+        why = {n.target: w for p in plans for n, w in p.fallbacks}
+        casts = [w for p in plans for n, w in p.fallbacks if w is B.TORCH_CAST]
+        in_evt = [n for p in plans for s in p.steps if isinstance(s, B.Segment) for n in s.members
+                  if n.target in B._UNFUSABLE_MOVES and n.meta["val"].numel() >= 1024]
+        if moved:
+            assert "concatenation of [4, 17, 64]" in why[torch.ops.aten.cat.default], why
+            assert "select_backward of [4, 17, 64]" in why[torch.ops.aten.select_backward.default], why
+            assert "slice of [4, 16, 64]" in why[torch.ops.aten.slice.Tensor], why
+            assert len(casts) == 2, casts  # (the patches' f32 cast forward, their bf16 cast backward)
+            assert in_evt == []
+        else:
+            assert torch.ops.aten.cat.default not in why and casts == [], why
+            assert {n.target for n in in_evt} >= {torch.ops.aten.cat.default, torch.ops.aten.slice.Tensor}, in_evt
+
+
 @needs_lib
 def test_position_embedding_ops_evt_has_no_kernel_for_run_in_pytorch(monkeypatch):
     """CUDA: bert's embeddings. The token embedding and its backward run in PyTorch (evt's only CUDA
@@ -1672,6 +1712,27 @@ def test_embedding_gradient_returned_contiguous(monkeypatch):
     assert not any(marked[0] in s.torch_views for s in segs)
 
 
+@pytest.mark.parametrize("recompute", ["1", "0"])
+def test_upcast_logits_recomputed_in_the_backward(monkeypatch, recompute):
+    """recompute_upcasts (simulated CUDA rules): XML-CNN's f32 upcast of its bf16 logits, which the loss reads in
+    the forward and the loss backward in the backward, is cast again in the backward from the bf16 logits: no
+    forward segment returns a [batch, labels] f32 value, one returns the bf16 logits; training matches eager.
+    EVT_RECOMPUTE_UPCASTS=0: the forward returns the f32 upcast, as before."""
+    monkeypatch.setenv("EVT_RECOMPUTE_UPCASTS", recompute)
+    monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", 1024)
+    plans = []
+    orig = B.Plan.finalize
+    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    _train_xmlcnn_like_eager(monkeypatch, "EVT_CONV_INPUT_LAYOUT", None)
+
+    def returned(dtype):
+        return [n for p in plans if p.kind == "forward" for s in p.steps if isinstance(s, B.Segment)
+                for n, _ in getattr(s, "outputs", []) if tuple(n.meta["val"].shape) == (16, 512)
+                and n.meta["val"].dtype == dtype and n.target != torch.ops.aten.relu.default]  # (the hidden: 512 too)
+    assert bool(returned(torch.float32)) == (recompute == "0")
+    assert bool(returned(torch.bfloat16)) == (recompute == "1")
+
+
 def test_large_permuted_input_declared_in_memory_order(monkeypatch):
     """Segment._physical_inputs (simulated CUDA rules): XML-CNN's forward segment keeps permutes (its
     convolution input is returned contiguous), so _physical does not apply; its large input, the [N, C, W] view
@@ -1686,5 +1747,5 @@ def test_large_permuted_input_declared_in_memory_order(monkeypatch):
         monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", min_numel)
         _train_xmlcnn_like_eager(monkeypatch, "EVT_CONV_INPUT_LAYOUT", None)
         segs = [s for p in plans if p.kind == "forward" for s in p.steps if isinstance(s, B.Segment)]
-        phys = [name for s in segs for name in s.phys_in]
+        phys = [name for s in segs for name in getattr(s, "phys_in", {})]  # (a segment of views only has none)
         assert bool(phys) == want, (phys, [s.text for s in segs])
