@@ -266,7 +266,7 @@ int evt_kspec_epilogue_n(const evt_kspec *s) {
   const evt_tile_config *c = &s->cfg;
   if (c->epi_n || c->schedule != EVT_SCHED_COOPERATIVE || c->stages || c->tile_m % 128 || c->tile_n % 32) return c->epi_n;
   int auto_stages = coop_stages(s, 32);
-  return auto_stages < 4 && coop_stages(s, 16) > auto_stages ? 16 : 0;
+  return auto_stages < 3 && coop_stages(s, 16) > auto_stages ? 16 : 0;
 }
 
 int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {

@@ -417,6 +417,20 @@ TEST(kspec_epilogue_subtile_keeps_mainloop_stages) {
   src = evt_emit_cutlass(&p, msg, sizeof msg);
   CHECK(src && strstr(src, "EpilogueTileAuto"));
   free(src);
+  /* the GELU backward with its bias-gradient sum (bf16 aux load, bf16 D, a column sum): 3 stages at 32, which
+   * the H200 ran faster than 16 with 4 (S17W1, S17W3): CUTLASS's own subtile */
+  evt_kspec g;
+  evt_kspec_init(&g, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, cfg);
+  int gacc = evt_kspec_add(&g, EVT_V_ACC, -1, -1, EVT_F32, NULL);
+  int pre = evt_kspec_add(&g, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "pre");
+  int dh = evt_kspec_add(&g, EVT_V_MUL, gacc, pre, EVT_F32, NULL);
+  evt_kspec_add(&g, EVT_V_ROW_SUM, dh, -1, EVT_F32, "db");
+  g.d_node = dh;
+  CHECK(evt_kspec_check(&g, NULL, 0) == EVT_OK);
+  CHECK(evt_kspec_epilogue_n(&g) == 0);
+  src = evt_emit_cutlass(&g, msg, sizeof msg);
+  CHECK_MSG(src && strstr(src, "EpilogueTileAuto"), "%s", src ? "not CUTLASS's subtile" : msg);
+  free(src);
 }
 
 /* The launcher's launch cache (initialized kernels reused for byte-identical arguments) is emitted for
