@@ -38,6 +38,10 @@ Contract
 - A member of a segment needed outside it that is a chain of views (_VIEW_OPS) of a segment input or of
   a member (the chain's base, then a graph output of the segment) is made by PyTorch after the segment
   ran (Segment.torch_views: views, no copy), not written by evt as a copy.
+- Large CUDA data moves no evt kernel takes (unfusable_move: concatenation, slice, slice_backward,
+  select_backward from UNALIGNED_MIN_NUMEL elements) run in PyTorch, and a cast of a PyTorch-made value that only
+  PyTorch reads goes with them (TORCH_CAST). An f32 upcast of a 16-bit value that both halves read is cast
+  again in the backward (recompute_upcasts, joint graph): the forward saves the 16-bit value.
 - A CUDA permute that makes a strided value contiguous (contiguous_permute: the attention output permuted
   back), or a slice of a value from before the segment with a contiguous result (contiguous_slice: bert's
   position embeddings), runs in PyTorch before the segment that reads it (a view; the segment binds it
