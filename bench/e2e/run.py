@@ -335,6 +335,23 @@ def _grad_rel(model, ref_grads):
     return worst, where
 
 
+def _fp32_grads(m, args):
+    """The gradients of one step of eager module m without autocast and without TF32 (E2E_FP32_REF=1): the
+    reference that tells a mode's bf16 error from bf16 noise (a freshly initialized ResNet's batch-norm
+    gradients differ between two bf16 runs by more than 1e-2 relative; S17W4: torch.compile's by 1.6)."""
+    import torch
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        m.zero_grad(set_to_none=True)
+        _step_fn(m, args, False, m.parameters())()
+        torch.cuda.synchronize()
+        return {n: p.grad.detach().float().clone() for n, p in m.named_parameters() if p.grad is not None}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        m.zero_grad(set_to_none=True)
+
+
 def _release_evt():
     """Drops evt's cached GPU programs (their device arenas) of the previous mode."""
     import gc
@@ -395,7 +412,7 @@ def run_workload(name, modes, a):
     import torch
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    ref_grads, rows = None, []
+    ref_grads, ref32, rows = None, None, []
     try:
         env = dict(torch=torch.__version__, device=torch.cuda.get_device_name())
     except Exception as e:  # noqa: BLE001 (no GPU: every mode reports the error)
@@ -425,8 +442,16 @@ def run_workload(name, modes, a):
             if mode == "eager":
                 ref_grads = {n: p.grad.detach().float().clone() for n, p in m.named_parameters()
                              if p.grad is not None} if not a.dropout else None
+                if ref_grads is not None and amp and os.environ.get("E2E_FP32_REF", "0") != "0":
+                    # eager's own bf16 error against the fp32 step, the noise a mode's error is compared with
+                    ref32 = _fp32_grads(m, args)
+                    for n, p in m.named_parameters():
+                        p.grad = ref_grads.get(n)
+                    row["grad_rel_fp32"], row["grad_worst_fp32"] = _grad_rel(m, ref32)
             elif ref_grads is not None:
                 row["grad_rel"], row["grad_worst"] = _grad_rel(m, ref_grads)
+                if ref32 is not None:
+                    row["grad_rel_fp32"], row["grad_worst_fp32"] = _grad_rel(m, ref32)
             m.zero_grad(set_to_none=True)
             if mode.startswith("evt"):
                 B.reset_stats()
@@ -541,7 +566,9 @@ def render(result, base):
              f"{result.get('date', '')}. Median of {result.get('iters', '?')} steps (forward + backward, "
              f"bf16 autocast except gcn_mag), dropout {'as in the paper' if result.get('dropout') else 'off'}. "
              "grad rel: max over parameters of max|g - g_eager| / max|g_eager| after one step from the same "
-             "weights (first call / again after the timed steps, when both were measured). kernels/step: launches "
+             "weights (first call / again after the timed steps, when both were measured); fp32 (E2E_FP32_REF=1): the "
+             "same against one eager step without autocast or TF32, eager's row its own bf16 error, the noise to "
+             "compare with. kernels/step: launches "
              "and GPU kernel time of one profiled step (ms/step minus it: host-side gaps); host: milliseconds until "
              "step() returns, the GPU idle at its start (close to ms/step: the step is host-bound); GPU: the step "
              "timed with the host's lead hidden (E2E_STEP_DETAIL=1). Memory: torch allocator "
@@ -555,6 +582,8 @@ def render(result, base):
             continue
         g, g2 = r.get("grad_rel"), r.get("grad_rel_steady")
         gs = "–" if g is None else f"{g:.1e}" if g2 is None else f"{g:.1e} / {g2:.1e}"
+        if r.get("grad_rel_fp32") is not None:  # (E2E_FP32_REF=1: the distance to the fp32 step, eager's too)
+            gs = (f"{gs}; " if g is not None else "") + f"fp32 {r['grad_rel_fp32']:.1e}"
         evtcol = ""
         if r["mode"].startswith("evt"):
             evtcol = (f"{r.get('ops_in_evt', 0)}/{r.get('ops_in_pytorch', 0)}, {r.get('evt_launches', 0)}, "

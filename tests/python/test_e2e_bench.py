@@ -176,3 +176,39 @@ def test_ab_window_script_tabulates_every_round_and_variant(tmp_path):
     assert "| 2 | defaults | evt_cg | 40.0 |" in table and "| 2 | X_SWITCH=1 | evt_cg | 41.0 |" in table, table
     assert table.count("inductor") == 1, table  # (the reference runs in the first round only)
     assert out.count("E2E_JSON ") == 4, out  # (the runs' E2E_JSON lines stay whole in the log)
+
+
+def test_fp32_reference_gradients_and_their_cell(monkeypatch, tmp_path):
+    """E2E_FP32_REF=1: _fp32_grads runs one step of the eager module without autocast and with TF32 off (the
+    flags restored after it, the module's gradients cleared) and returns its gradients; the table's grad rel
+    cell then shows each mode's distance to them, eager's own as the noise."""
+    run = _run_module()
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    x = torch.randn(5, 4)
+    seen = []
+
+    class _M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = m
+
+        def forward(self, x):
+            seen.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+            return self.net(x).sum()
+    w = _M()
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    g = run._fp32_grads(w, (x,))
+    assert seen == [(False, False)]
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert all(p.grad is None for p in w.parameters())
+    w.zero_grad()
+    w(x).backward()
+    assert set(g) == {n for n, _ in w.named_parameters()}
+    assert all(torch.equal(g[n], p.grad) for n, p in w.named_parameters())
+    rows = [dict(workload="resnet50", mode="eager", ms=30.0, grad_rel_fp32=4e-2),
+            dict(workload="resnet50", mode="evt_cg", ms=31.0, grad_rel=8e-2, grad_rel_steady=8e-2, grad_rel_fp32=5e-2)]
+    md, _ = run.render(dict(rows=rows, command="c", torch="t", date="d", iters=5), str(tmp_path / "e2e"))
+    assert "| fp32 4.0e-02 |" in md and "| 8.0e-02 / 8.0e-02; fp32 5.0e-02 |" in md, md
