@@ -373,7 +373,8 @@ def recompute_upcasts(gm, num_fwd_outputs, options=None):
         return 0
     # the forward, as the default partitioner splits: every node the forward's outputs need
     out = next(n for n in gm.graph.nodes if n.op == "output")
-    fwd, todo = set(), [a for a in out.args[0][:num_fwd_outputs] if isinstance(a, torch.fx.Node)]
+    returned = {a for a in out.args[0][:num_fwd_outputs] if isinstance(a, torch.fx.Node)}
+    fwd, todo = set(), list(returned)
     while todo:
         n = todo.pop()
         if n not in fwd:
@@ -383,8 +384,8 @@ def recompute_upcasts(gm, num_fwd_outputs, options=None):
     count = 0
     order = {m: i for i, m in enumerate(gm.graph.nodes)}
     for up in list(gm.graph.nodes):
-        if up in bwd or up.op != "call_function" or up.target != aten._to_copy.default or len(up.args) != 1 or \
-                set(up.kwargs) - {"dtype"} or up.kwargs.get("dtype") != torch.float32:
+        if up in bwd or up in returned or up.op != "call_function" or up.target != aten._to_copy.default or \
+                len(up.args) != 1 or set(up.kwargs) - {"dtype"} or up.kwargs.get("dtype") != torch.float32:
             continue
         x, v = up.args[0], up.meta.get("val")
         xv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
@@ -393,7 +394,8 @@ def recompute_upcasts(gm, num_fwd_outputs, options=None):
             continue
         readers = [u for u in up.users if u in bwd]
         if not readers or len(readers) == len(up.users):
-            continue  # (no backward reader, or no forward one: the forward does not make it for itself)
+            continue  # (no backward reader, or no forward one: the forward does not make it for itself; a value
+            # the module returns is written anyway, so neither is it rewritten then)
         with gm.graph.inserting_before(min(readers, key=order.get)):
             up2 = gm.graph.call_function(aten._to_copy.default, (x,), {"dtype": torch.float32})
             up2.meta.update({k: up.meta[k] for k in ("val", "tensor_meta") if k in up.meta})
