@@ -12,7 +12,8 @@
 #    CUTLASS on (GEMM+EVT kernels JIT-compiled, EVT_JIT_JOBS parallel, cached in EVT_JIT_CACHE, which the
 #    windows carry over: the first window mostly compiles, later ones measure); TORCHGPU_CUTLASS=0 hides
 #    CUTLASS (GEMMs through cuBLAS node by node). A workload is skipped when under 30 s are left.
-#    Each prints its markdown table, an E2E_JSON line (bench/e2e/run.py --render LOG --tag T rebuilds
+#    bench/e2e/run.py reads its own E2E_* switches from the environment (E2E_STEP_DETAIL=1, E2E_TOP_KERNELS=N,
+#    E2E_FP32_REF=1: bench/e2e/README.md). Each prints its markdown table, an E2E_JSON line (bench/e2e/run.py --render LOG --tag T rebuilds
 #    the JSON / markdown) and per evt mode: launches per step, segments GPU / PyTorch, and the ops that ran in
 #    PyTorch with the reason.
 # 1b. TORCHGPU_TUNE=N: before the benchmark, one evt step per workload (TORCHGPU_TUNE_WORKLOADS: a comma list of
