@@ -299,20 +299,33 @@ def _pad_vocab_head(gm, a):
     return 1
 
 
+def _upcast_source(up):
+    """x when FX node up is `_to_copy(x, dtype=float32)` of a 16-bit x (a widening cast, exact), else None."""
+    if not (isinstance(up, torch.fx.Node) and up.op == "call_function" and up.target == aten._to_copy.default
+            and len(up.args) == 1 and set(up.kwargs) <= {"dtype"} and up.kwargs.get("dtype") == torch.float32):
+        return None
+    x = up.args[0]
+    xv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    return x if isinstance(xv, torch.Tensor) and xv.dtype in (torch.bfloat16, torch.float16) else None
+
+
+def _upcast_again_before(gm, up, node):
+    """A copy of the upcast up (same input, dtype and meta) inserted before node: the partitioner places it in
+    the backward when node is there (a node tagged is_forward, and the nodes before it, go to the forward)."""
+    with gm.graph.inserting_before(node):
+        up2 = gm.graph.call_function(aten._to_copy.default, (up.args[0],), {"dtype": torch.float32})
+    up2.meta.update({k: up.meta[k] for k in ("val", "tensor_meta") if k in up.meta})
+    return up2
+
+
 def _log_softmax_of_upcast(n):
     """(upcast, x) when FX node n is `_log_softmax(_to_copy(x, dtype=float32), dim, False)` over 16-bit x (a
     head's logits widened for the loss), else None."""
     if n.op != "call_function" or n.target != aten._log_softmax.default or len(n.args) != 3 or n.args[2]:
         return None
     up = n.args[0]
-    if not (isinstance(up, torch.fx.Node) and up.target == aten._to_copy.default and len(up.args) == 1
-            and set(up.kwargs) <= {"dtype"} and up.kwargs.get("dtype") == torch.float32):
-        return None
-    x = up.args[0]
-    xv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-    ok = isinstance(xv, torch.Tensor) and isinstance(n.meta.get("val"), torch.Tensor) and \
-        xv.dtype in (torch.bfloat16, torch.float16)
-    return (up, x) if ok else None
+    x = _upcast_source(up)
+    return (up, x) if x is not None and isinstance(n.meta.get("val"), torch.Tensor) else None
 
 
 def recompute_log_softmax(gm, options=None):
@@ -345,10 +358,9 @@ def recompute_log_softmax(gm, options=None):
         if not any(u.target == aten._log_softmax_backward_data.default for u in bwds):
             continue
         order = {m: i for i, m in enumerate(gm.graph.nodes)}
-        with gm.graph.inserting_before(min(bwds, key=order.get)):
-            # (values only: the partitioner places a node tagged is_forward, and the nodes before it, in the forward)
-            up2 = gm.graph.call_function(aten._to_copy.default, (x,), {"dtype": torch.float32})
-            up2.meta.update({k: up.meta[k] for k in ("val", "tensor_meta") if k in up.meta})
+        first = min(bwds, key=order.get)
+        up2 = _upcast_again_before(gm, up, first)
+        with gm.graph.inserting_before(first):
             ls2 = gm.graph.call_function(aten._log_softmax.default, (up2, n.args[1], False))
             ls2.meta.update({k: n.meta[k] for k in ("val", "tensor_meta") if k in n.meta})
         for u in bwds:
@@ -384,21 +396,15 @@ def recompute_upcasts(gm, num_fwd_outputs, options=None):
     count = 0
     order = {m: i for i, m in enumerate(gm.graph.nodes)}
     for up in list(gm.graph.nodes):
-        if up in bwd or up in returned or up.op != "call_function" or up.target != aten._to_copy.default or \
-                len(up.args) != 1 or set(up.kwargs) - {"dtype"} or up.kwargs.get("dtype") != torch.float32:
-            continue
-        x, v = up.args[0], up.meta.get("val")
-        xv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-        if not (isinstance(xv, torch.Tensor) and isinstance(v, torch.Tensor) and xv.dtype in (torch.bfloat16,
-                torch.float16) and _cuda_rules(xv.device) and v.numel() >= UNALIGNED_MIN_NUMEL):
+        x, v = _upcast_source(up), up.meta.get("val")
+        if x is None or up in bwd or up in returned or not isinstance(v, torch.Tensor) or \
+                not _cuda_rules(v.device) or v.numel() < UNALIGNED_MIN_NUMEL:
             continue
         readers = [u for u in up.users if u in bwd]
         if not readers or len(readers) == len(up.users):
             continue  # (no backward reader, or no forward one: the forward does not make it for itself; a value
             # the module returns is written anyway, so neither is it rewritten then)
-        with gm.graph.inserting_before(min(readers, key=order.get)):
-            up2 = gm.graph.call_function(aten._to_copy.default, (x,), {"dtype": torch.float32})
-            up2.meta.update({k: up.meta[k] for k in ("val", "tensor_meta") if k in up.meta})
+        up2 = _upcast_again_before(gm, up, min(readers, key=order.get))
         for u in readers:
             u.replace_input_with(up, up2)
         count += 1
@@ -763,7 +769,7 @@ def unfusable_move(node):
             "node in the reference library (in double); runs in PyTorch (a view or one copy kernel)")
 
 
-def _torch_bound(node, depth=6):
+def _torch_bound(node, options=None, depth=6):
     """True when every reader of node runs in PyTorch by the placement rules (cuda_placement), also through
     data moves (views, casts) whose own readers do: a value only PyTorch reads."""
     if depth == 0 or not node.users:
@@ -771,9 +777,9 @@ def _torch_bound(node, depth=6):
     for u in node.users:
         if u.op != "call_function":
             return False
-        if cuda_placement(u) is not None:
+        if cuda_placement(u, options) is not None:
             continue
-        if (u.target in _DATA_MOVES or u.target in _CASTS) and _torch_bound(u, depth - 1):
+        if (u.target in _DATA_MOVES or u.target in _CASTS) and _torch_bound(u, options, depth - 1):
             continue
         return False
     return True
@@ -1666,7 +1672,7 @@ class Plan:
         seg_of, torch_vals = self._seg_of, self._torch_vals
         why = self._force_torch.get(node) or node.meta.get("evt_torch_why") or cuda_placement(node, self.options)
         if why is None and node.target in _CASTS and _on_cuda(node) and G.gpu_ops(self.options) != "all" and \
-                _tensor_args(node) and all(a in torch_vals for a in _tensor_args(node)) and _torch_bound(node):
+                _tensor_args(node) and all(a in torch_vals for a in _tensor_args(node)) and _torch_bound(node, self.options):
             why = TORCH_CAST
         if why:
             self._torch_step(node)
