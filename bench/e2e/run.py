@@ -47,11 +47,13 @@ ALL_MODES = ("eager", "inductor", "autotune", "evt", "evt_cg", "evt_cgs", "evt_u
 # row kernel faster than the fused kernel runs that pair; README "Tuning"), for comparison with evt.
 # evt_unf10: only the groups whose record measured the pair at least 10% faster (EVT_UNFUSED_MIN_GAIN=0.1).
 # evt_cg_sw8: evt_cg with EVT_DEFAULT_SWIZZLE=8 (untuned large GEMMs with swizzle 8; an A/B of that option).
-# evt_cg_notune: evt_cg without the tuning records of the JIT cache (EVT_TUNE_CACHE pointed at an empty place):
-# the untuned defaults, side by side with evt_cg where `options={"tune": N}` / `evtc tune` left records.
+# evt_cg_notune: evt_cg without tuning (EVT_TUNE=0) and without the tuning records of the JIT cache
+# (EVT_TUNE_CACHE pointed at an empty place): the untuned defaults. evt_cg itself measures each GEMM group's
+# untuned config at its scheduler variants and against the unfused pair by default (python/evt/gpu.py
+# TUNE_BY_DEFAULT), or reads the records `--tune N` / `options={"tune": N}` / `evtc tune` left.
 MODE_ENV = {"evt_unf": {"EVT_UNFUSED_EPILOGUE": "1"}, "evt_unf10": {"EVT_UNFUSED_MIN_GAIN": "0.1"},
             "evt_cg_sw8": {"EVT_DEFAULT_SWIZZLE": "8"},
-            "evt_cg_notune": {"EVT_TUNE_CACHE": "/nonexistent-evt-tune-records"}}
+            "evt_cg_notune": {"EVT_TUNE_CACHE": "/nonexistent-evt-tune-records", "EVT_TUNE": "0"}}
 WORKLOADS = ("bert_large", "vit_p14", "xmlcnn_paper", "resnet50", "gcn_mag", "mlp")  # = models.WORKLOADS
 QUICK_WORKLOADS = ("mlp", "xmlcnn_paper", "gcn_mag", "vit_p14")
 

@@ -14,8 +14,9 @@ Contract
 - choose_path(device type, program API present) is the dispatch rule: CPU tensors -> the interpreter;
   CUDA tensors -> a GPU program when libevt has the program API; anything else -> PyTorch.
 - program_flags(options, env) turns the backend options and EVT_FUSED into evt_program flags.
-- tune_configs(options, env) / tune(texts, flags, n): options["tune"] (or EVT_TUNE=N) autotunes every GEMM
-  group of the GPU segments before their programs are created (evt_program_tune; records cached on disk).
+- tune_configs(options, env) / tune(texts, flags, n): options["tune"] (or EVT_TUNE=N; default TUNE_BY_DEFAULT:
+  the untuned config's scheduler variants and the unfused alternative, measured) autotunes every GEMM group of
+  the GPU segments before their programs are created (evt_program_tune; records cached on disk).
 - Importing this module sets EVT_REFINE_PARTITION=1 unless it is set (src/runtime/exec_plan.c: a group the
   lowering refuses is split around the node it names, so the rest of it still runs as a generated kernel
   instead of node by node); EVT_REFINE_PARTITION=0 keeps the unrefined plans.
@@ -82,20 +83,32 @@ CUDAGRAPHS = {False: False, None: False, True: "step", "step": "step", "segments
 
 
 TUNE_DEFAULT_CONFIGS = 4
+# Unless told otherwise, every GEMM group is measured with one config: the one it runs untuned. Its kernel
+# is the one the program compiles anyway; the tuner times it at the tile scheduler's swizzle / raster
+# variants and against the unfused alternative (cuBLASLt + a generated row kernel, compiled in the same
+# parallel nvcc batch), and the group runs the fastest (src/runtime/tune_gpu.c). Seconds, not minutes.
+TUNE_BY_DEFAULT = 1
 
 
-def tune_configs(options, env=None):
+def tune_configs(options, env=None, cuda=None):
     """Candidate mainloop configs per GEMM kernel the autotuner compiles before the GPU programs are created
     (evt_program_tune): options["tune"] (True: TUNE_DEFAULT_CONFIGS, a number: that many, False / 0: off),
-    else EVT_TUNE (a number; default 0: off). Tuning compiles configs x kernels with nvcc and times them on the
-    GPU (minutes); its records are cached, so a later process reuses them."""
+    else EVT_TUNE (a number, 0: off), else TUNE_BY_DEFAULT where CUDA is available (`cuda`, default
+    torch.cuda.is_available(); without a GPU there is nothing to measure). More configs compile configs x
+    kernels with nvcc and time them on the GPU (minutes); records are cached, so a later process reuses them,
+    and a record of fewer configs than asked for is measured again."""
     env = os.environ if env is None else env
     tune = parse_options(options)["tune"]
     if tune is None:
+        v = env.get("EVT_TUNE", "").strip()
         try:
-            return max(0, int(env.get("EVT_TUNE", "0") or 0))
+            if v:
+                return max(0, int(v))
         except ValueError:
-            return 0
+            pass
+        if cuda is None:
+            cuda = torch.cuda.is_available()
+        return TUNE_BY_DEFAULT if cuda else 0
     if tune is True:
         return TUNE_DEFAULT_CONFIGS
     return max(0, int(tune))

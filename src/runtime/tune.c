@@ -427,6 +427,16 @@ static evt_status parse_record(FILE *f, evt_tune_record *r) {
   return EVT_OK;
 }
 
+evt_status evt_tune_record_reusable(const char *cache_dir, const evt_kspec *s, int64_t m, int64_t n, int64_t k,
+                                   int max_configs, evt_tune_record *r) {
+  int maxc = max_configs > 0 && max_configs < EVT_TUNE_MAX_CAND ? max_configs : EVT_TUNE_MAX_CAND;
+  evt_tile_config cf[EVT_TUNE_MAX_CAND];
+  int want = evt_tune_candidates(s, m, n, k, cf, maxc);
+  evt_status st = evt_tune_record_read(cache_dir, evt_kspec_epilogue_hash(s), m, n, k, NULL, r);
+  if (st == EVT_OK && r->ncand < want) st = EVT_ERR_IO;
+  return st;
+}
+
 evt_status evt_tune_record_read(const char *cache_dir, uint64_t spec_hash, int64_t m, int64_t n, int64_t k,
                                 const char *gpu, evt_tune_record *r) {
   char dir[1000], name[260], path[1300];

@@ -121,6 +121,12 @@ evt_status evt_tune_record_write(const char *cache_dir, const evt_tune_record *r
  * any GPU. EVT_OK, EVT_ERR_IO when there is none, EVT_ERR_INVALID for a file that does not parse. */
 evt_status evt_tune_record_read(const char *cache_dir, uint64_t spec_hash, int64_t m, int64_t n, int64_t k,
                                 const char *gpu, evt_tune_record *r);
+/* The record the tuner reuses for spec s at M×N×K when asked to try up to max_configs configs (0: all):
+ * EVT_OK with *r when a record exists that tried at least as many configs as this run would
+ * (evt_tune_candidates capped at max_configs); EVT_ERR_IO when there is none or it tried fewer (the run
+ * measures again and its record replaces the smaller one); EVT_ERR_INVALID for a file that does not parse. */
+evt_status evt_tune_record_reusable(const char *cache_dir, const evt_kspec *s, int64_t m, int64_t n, int64_t k,
+                                   int max_configs, evt_tune_record *r);
 /* Looks up the record of spec s (by evt_kspec_epilogue_hash) and shape; on FUSED sets s->cfg to the tuned
  * config (so the caller compiles and names that kernel), on UNFUSED to the fastest fused config measured
  * (what a group runs that its runtime cannot run unfused: the fused runtime's GEMM groups with an

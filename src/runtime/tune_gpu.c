@@ -429,11 +429,14 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
       memset(&out[i], 0, sizeof out[i]);
       continue;
     }
+    /* a record serves unless it tried fewer configs than this run would (the default run measures one
+     * config, a later {"tune": N} measures N: its record replaces the smaller one) */
     if (!opt->force &&
-        evt_tune_record_read(opt->cache_dir, evt_kspec_epilogue_hash(s), P[i].m, P[i].n, P[i].k, NULL, &out[i]) == EVT_OK) {
+        evt_tune_record_reusable(opt->cache_dir, s, P[i].m, P[i].n, P[i].k, opt->max_configs, &out[i]) == EVT_OK) {
       W[i].have_record = 1;
       continue;
     }
+    memset(&out[i], 0, sizeof out[i]);
     todo++;
     pwork *w = &W[i];
     int maxc = opt->max_configs > 0 && opt->max_configs < EVT_TUNE_MAX_CAND ? opt->max_configs : EVT_TUNE_MAX_CAND;

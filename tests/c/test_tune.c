@@ -234,6 +234,52 @@ TEST(tune_record_round_trip_and_apply) {
   CHECK(system(cmd) == 0);
 }
 
+TEST(tune_record_of_fewer_configs_is_measured_again) {
+  /* The default tuning (one config: the untuned one, at its scheduler variants) leaves a record of one
+   * candidate; a later run asking for more configs must not take it as done, one asking for as many or
+   * fewer reuses it. */
+  char dir[128];
+  tmpdir(dir, sizeof dir);
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "bias_relu_dbias", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  evt_tile_config c[EVT_TUNE_MAX_CAND];
+  int avail = evt_tune_candidates(&s, 8192, 4096, 1024, c, EVT_TUNE_MAX_CAND);
+  CHECK(avail > 3);
+  evt_tune_record r, q;
+  memset(&r, 0, sizeof r);
+  r.spec_hash = evt_kspec_epilogue_hash(&s);
+  r.m = 8192, r.n = 4096, r.k = 1024;
+  snprintf(r.gpu, sizeof r.gpu, "NVIDIA H200");
+  r.choice = EVT_TUNE_FUSED;
+  r.cfg = s.cfg;
+  r.fused_ms = r.default_ms = 0.2, r.unfused_ms = 0.3, r.check_err = 1e-3;
+  r.ncand = 1;
+  r.cand[0].cfg = s.cfg, r.cand[0].ms = 0.2, r.cand[0].swizzle = 4;
+  char msg[256];
+  CHECK(evt_tune_record_reusable(dir, &s, 8192, 4096, 1024, 1, &q) == EVT_ERR_IO); /* none yet */
+  CHECK(evt_tune_record_write(dir, &r, msg, sizeof msg) == EVT_OK);
+  CHECK(evt_tune_record_reusable(dir, &s, 8192, 4096, 1024, 1, &q) == EVT_OK && q.ncand == 1);
+  CHECK(evt_tune_record_reusable(dir, &s, 8192, 4096, 1024, 3, &q) == EVT_ERR_IO);
+  CHECK(evt_tune_record_reusable(dir, &s, 8192, 4096, 1024, 0, &q) == EVT_ERR_IO); /* 0: all candidates */
+  /* a record of three configs serves one and three, not all of them */
+  r.ncand = 3;
+  for (int i = 1; i < 3; i++) r.cand[i].cfg = c[i], r.cand[i].ms = 0.25;
+  CHECK(evt_tune_record_write(dir, &r, msg, sizeof msg) == EVT_OK);
+  CHECK(evt_tune_record_reusable(dir, &s, 8192, 4096, 1024, 1, &q) == EVT_OK);
+  CHECK(evt_tune_record_reusable(dir, &s, 8192, 4096, 1024, 3, &q) == EVT_OK && q.ncand == 3);
+  CHECK(evt_tune_record_reusable(dir, &s, 8192, 4096, 1024, 4, &q) == EVT_ERR_IO);
+  /* a problem with fewer candidates than asked for: a record of all of them serves any request */
+  int few = evt_tune_candidates(&s, 128, 128, 64, c, EVT_TUNE_MAX_CAND);
+  r.m = 128, r.n = 128, r.k = 64, r.ncand = few;
+  for (int i = 0; i < few; i++) r.cand[i].cfg = c[i], r.cand[i].ms = 0.01;
+  CHECK(evt_tune_record_write(dir, &r, msg, sizeof msg) == EVT_OK);
+  CHECK(evt_tune_record_reusable(dir, &s, 128, 128, 64, 0, &q) == EVT_OK);
+  CHECK(evt_tune_record_reusable(dir, &s, 128, 128, 64, few + 5, &q) == EVT_OK);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  CHECK(system(cmd) == 0);
+}
+
 static uint16_t bf16_bits(double v) {
   float f = (float)evt_round_to_dtype(v, EVT_BF16);
   uint32_t u;

@@ -63,9 +63,11 @@ def test_program_flags():
 
 def test_tune_option_and_env():
     """options["tune"] / EVT_TUNE: how many candidate configs the autotuner compiles per GEMM kernel."""
-    assert G.tune_configs(None, {}) == 0
-    assert G.tune_configs(None, {"EVT_TUNE": "3"}) == 3
-    assert G.tune_configs(None, {"EVT_TUNE": "junk"}) == 0
+    assert G.tune_configs(None, {}, cuda=True) == G.TUNE_BY_DEFAULT == 1  # measured by default on a GPU
+    assert G.tune_configs(None, {}, cuda=False) == 0  # nothing to measure
+    assert G.tune_configs(None, {"EVT_TUNE": "3"}, cuda=False) == 3
+    assert G.tune_configs(None, {"EVT_TUNE": "0"}, cuda=True) == 0
+    assert G.tune_configs(None, {"EVT_TUNE": "junk"}, cuda=True) == G.TUNE_BY_DEFAULT
     assert G.tune_configs({"tune": True}, {}) == G.TUNE_DEFAULT_CONFIGS
     assert G.tune_configs({"tune": 6}, {"EVT_TUNE": "2"}) == 6  # the option wins
     assert G.tune_configs({"tune": False}, {"EVT_TUNE": "2"}) == 0
