@@ -304,8 +304,9 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
     int rc = tb->time_unfused(lt, A, B, alone ? D : T, rf, &ra, warm, reps, &ms);
     tb->lt_free(lt);
     if (!opt->quiet)
-      fprintf(stderr, "[evt-tune] %lldx%lldx%lld unfused %s%s: %.4f ms%s\n", (long long)M, (long long)N, (long long)K,
-              ab ? "cublasLt(bias)" : "cublasLt", alone ? "" : " + row kernel", rc ? -1.0 : ms, rc ? " (failed)" : "");
+      fprintf(stderr, "[evt-tune] %lldx%lldx%lld unfused %s%s: %.4f ms%s%.200s%s\n", (long long)M, (long long)N,
+              (long long)K, ab ? "cublasLt(bias)" : "cublasLt", alone ? "" : " + row kernel", rc ? -1.0 : ms,
+              rc ? " (failed: " : "", rc ? tb->last_error() : "", rc ? ")" : "");
     if (rc) continue;
     if (r->unfused_ms < 0 || ms < r->unfused_ms) {
       r->unfused_ms = ms;
