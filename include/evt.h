@@ -171,9 +171,12 @@ int evt_program_prefetch(evt_graph *const *graphs, int n, unsigned flags);
  * evt_program_create(graphs[i], flags) would run - the distinct (epilogue, shape) problems across the graphs:
  * candidate mainloop configs x tile-scheduler variants against the unfused cuBLAS alternative, the fastest
  * checked against the CPU reference (`evtc tune`, docs/codegen.md) - and writes the records the creations
- * then apply (in the JIT cache directory's tune/, or $EVT_TUNE_CACHE). Problems that have a record are not
- * measured again, so a second process costs nothing. max_configs caps the candidate configs per kernel (0:
- * all, ~10; each is a CUTLASS compile). Needs nvcc, CUTLASS and a GPU; minutes of compiling. Returns EVT_OK
+ * then apply (in the JIT cache directory's tune/, or $EVT_TUNE_CACHE). Problems that have a record of at
+ * least as many configs are not measured again, so a second process costs nothing. max_configs caps the
+ * candidate configs per kernel (0: all, ~10; each is a CUTLASS compile); 1 measures the untuned config's
+ * kernel (the one the program compiles anyway) at its scheduler variants against the unfused alternative
+ * (seconds; the torch backend's default on a GPU) and skips the groups a rule already runs unfused (long K
+ * over few output tiles). Needs nvcc, CUTLASS and a GPU; minutes of compiling for more configs. Returns EVT_OK
  * when every problem has a record, else the first failure with its reason in msg (no GPU:
  * EVT_ERR_UNSUPPORTED, nothing written). *nproblems (may be NULL): the distinct problems found. */
 evt_status evt_program_tune(evt_graph *const *graphs, int n, unsigned flags, int max_configs, int *nproblems,

@@ -1035,6 +1035,44 @@ TEST(program_tune_collects_distinct_problems_and_needs_a_gpu) {
   evt_test_rmdir(dir);
 }
 
+/* The default tuning level (one config) leaves out a GEMM group the untuned plan already runs unfused by rule
+ * (long K over few output tiles: no split-K in the generated kernel); asked for more configs it measures it. */
+TEST(program_tune_at_one_config_skips_rule_unfused_groups) {
+  char dir[128];
+  evt_test_tmpdir(dir, sizeof dir, "program-tune-1");
+  const char *keys[] = {"EVT_TUNE_CACHE", "EVT_TUNE_NO_DEVICE", "EVT_SPLIT_K_UNFUSED"};
+  char *saved[3];
+  evt_test_env_save(keys, 3, saved);
+  setenv("EVT_TUNE_CACHE", dir, 1);
+  setenv("EVT_TUNE_NO_DEVICE", "1", 1);
+  unsetenv("EVT_SPLIT_K_UNFUSED");
+  char *err = NULL;
+  /* 128 x 256 output (one 128x256 tile) over K = 16384, and a 4096 x 4096 one over K = 1024 */
+  evt_graph *g = evt_parse("graph t {\n  %x: bf16[128,16384] = input()\n  %w: bf16[16384,256] = input()\n"
+                           "  %b: bf16[256] = input()\n  %h = mm(%x, %w)\n  %y = add(%h, %b)\n  %z = relu(%y)\n"
+                           "  %p: bf16[4096,1024] = input()\n  %q: bf16[1024,4096] = input()\n  %c: bf16[4096] = input()\n"
+                           "  %r = mm(%p, %q)\n  %s = add(%r, %c)\n  %u = relu(%s)\n  output %z, %u\n}\n",
+                           "<tune1>", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (g) {
+    CHECK(evt_passes_run_all(g, 0, 0) == EVT_OK);
+    evt_graph *one[1] = {g};
+    const unsigned fl = EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT;
+    int n1 = -1, n2 = -1;
+    char msg[512];
+    CHECK(evt_program_tune(one, 1, fl, 1, &n1, msg, sizeof msg) == EVT_ERR_UNSUPPORTED);
+    CHECK(evt_program_tune(one, 1, fl, 2, &n2, msg, sizeof msg) == EVT_ERR_UNSUPPORTED);
+    CHECK_MSG(n1 == 1 && n2 == 2, "problems at one config %d, at two %d", n1, n2);
+    setenv("EVT_SPLIT_K_UNFUSED", "0", 1); /* the rule off: the long-K group runs fused, so it is measured */
+    CHECK(evt_program_tune(one, 1, fl, 1, &n1, msg, sizeof msg) == EVT_ERR_UNSUPPORTED);
+    CHECK_MSG(n1 == 2, "problems at one config without the rule %d", n1);
+  }
+  evt_graph_free(g);
+  evt_test_env_restore(keys, 3, saved);
+  evt_test_rmdir(dir);
+}
+
 /* The torch backend's forward segment of a small MLP (tests/graphs/torch_mlp_fwd_segment.evt) with the
  * runtime's refinement: the loss head's row max leaves its group twice (as [M] and, viewed, as [M, 1]); the
  * lowering stores the reduction once per tensor (a second col_max of the same values) instead of refusing
