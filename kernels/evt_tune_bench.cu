@@ -265,7 +265,9 @@ extern "C" int evt_tb_time_unfused(void *plan, const void *A, const void *B, voi
   return time_median(
       [&] {
         int rc = lt_run(p, A, B, T);
-        if (rc == 0 && rowfn) rc = rowfn(ra);
+        if (rc == 0 && rowfn && (rc = rowfn(ra)) != 0)
+          snprintf(g_err, sizeof g_err, "the row kernel's launcher returned %d%s", rc,
+                   rc == EVT_LAUNCH_CANNOT_IMPLEMENT ? " (cannot implement: no row config takes rows this long)" : "");
         return rc;
       },
       warmup, reps, ms);
