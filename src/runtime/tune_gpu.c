@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "evt_impl.h"
@@ -103,6 +104,12 @@ static uint16_t to_16(float v, evt_dtype dt) {
 }
 
 /* n random values in [-1, 1) stored as dtype; xorshift64 seeded per tensor */
+static double wall_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void *rand_host(evt_dtype dt, int64_t n, uint64_t seed) {
   unsigned char *b = malloc((size_t)n * dsize(dt) + 16);
   EVT_ASSERT(b);
@@ -189,6 +196,7 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
       return EVT_ERR_UNSUPPORTED;
     }
   int64_t M = P->m, N = P->n, K = P->k;
+  double t_start = wall_s(), t_data = 0, t_check = 0; /* (for the summary line: where a problem's seconds go) */
   int reps = opt->reps > 0 ? opt->reps : 30, warm = opt->warmup > 0 ? opt->warmup : 5;
   if (reps < 20) reps = 20;
   memset(r, 0, sizeof *r);
@@ -226,6 +234,7 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
       tb->upload(dmem[v], hmem[v], bytes);
     }
   }
+  t_data = wall_s() - t_start;
   /* fused candidates: each config with each scheduler variant; keep each config's best */
   int sv[16][2];
   int nsv = evt_tune_sched_variants(M, N, sv, 16);
@@ -349,7 +358,9 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
       }
       int64_t rows[6], cols[6];
       for (int i = 0; i < 6; i++) rows[i] = (M - 1) * i / 5, cols[i] = (N - 1) * (5 - i) / 5;
+      double t0 = wall_s();
       err = evt_tune_check_sampled(s, M, N, K, ha, hb, mem, hd, rows, 6, cols, 6);
+      t_check += wall_s() - t0;
       free(hd);
       for (int v = 0; v < s->nnodes; v++) free(out[v]);
     }
@@ -368,6 +379,9 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
   if (!opt->quiet && r->check_err >= 0)
     fprintf(stderr, "[evt-tune] %lldx%lldx%lld best fused %s passed the sampled CPU check (%.1e)\n", (long long)M,
             (long long)N, (long long)K, evt_tile_config_label(&r->cfg, lab, sizeof lab), r->check_err);
+  if (!opt->quiet)
+    fprintf(stderr, "[evt-tune] %lldx%lldx%lld took %.1f s (random data %.1f s, sampled CPU check %.1f s)\n",
+            (long long)M, (long long)N, (long long)K, wall_s() - t_start, t_data, t_check);
   if (r->choice == EVT_TUNE_NONE) {
     if (r->unfused_ms >= 0) {
       r->choice = EVT_TUNE_UNFUSED; /* no fused candidate ran and passed its check */
