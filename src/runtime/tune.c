@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -207,25 +208,31 @@ static double err_value(const erracc *e) {
   return e->maxdiff / (e->maxref > 1e-3 ? e->maxref : 1e-3);
 }
 
-/* One sub-problem: rows (sub = 0: rows[0..cnt) × all N) or columns (sub = 1: all M × cols[0..cnt)). */
-static double check_sub(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const void *a, const void *b,
-                        const void *const *mem, const void *d, const int64_t *idx, int cnt, int sub) {
-  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
-  int64_t sm = sub ? m : cnt, sn = sub ? cnt : n;
-  double *A = malloc(sizeof(double) * (size_t)(sm * k)), *B = malloc(sizeof(double) * (size_t)(k * sn));
+/* The sampled check is the tuner's main host cost at training sizes (an MLP problem's rows are 16384 x 4096
+ * multiply-adds each; XML-CNN's 670208-wide rows took ~25 s in one thread on the H200's host, S18W4), so:
+ * the operands are converted to double once per sub-problem, in row-major (NN) order whatever the spec's
+ * layout (the reference's inner loop then runs along contiguous memory), and each sampled row / column is
+ * an independent job; the jobs run on up to EVT_TUNE_CHECK_THREADS threads (default: the online CPUs). */
+typedef struct check_job {
+  const evt_kspec *s;  /* the spec with layout NN */
+  int64_t m, n, k;     /* the full problem */
+  const void *const *mem;
+  const void *d;
+  const double *A, *B; /* sub 0: A = the sampled rows (cnt x k), B = all of B (k x n); sub 1: A = all of A
+                        * (m x k), B = the sampled columns, each contiguous (cnt x k) */
+  const int64_t *idx;
+  int sub, pos;        /* rows (0) or columns (1); which sample */
+  double err;
+} check_job;
+
+static void check_one(check_job *J) {
+  const evt_kspec *s = J->s;
+  int64_t m = J->m, n = J->n, k = J->k, gi = J->idx[J->pos];
+  int sub = J->sub;
+  int64_t sm = sub ? m : 1, sn = sub ? 1 : n;
+  const double *A = sub ? J->A : J->A + J->pos * k, *B = sub ? J->B + J->pos * k : J->B;
   double *D = malloc(sizeof(double) * (size_t)(sm * sn));
-  EVT_ASSERT(A && B && D);
-  /* A' (sm × k in A's layout) */
-  for (int64_t i = 0; i < sm; i++) {
-    int64_t gi = sub ? i : idx[i];
-    for (int64_t kk = 0; kk < k; kk++)
-      A[at ? kk * sm + i : i * k + kk] = raw_get(a, s->ab_dtype, at ? kk * m + gi : gi * k + kk);
-  }
-  for (int64_t j = 0; j < sn; j++) {
-    int64_t gj = sub ? idx[j] : j;
-    for (int64_t kk = 0; kk < k; kk++)
-      B[bt ? j * k + kk : kk * sn + j] = raw_get(b, s->ab_dtype, bt ? gj * k + kk : kk * n + gj);
-  }
+  EVT_ASSERT(D);
   double *T[EVT_KSPEC_MAX_NODES] = {0};
   for (int v = 0; v < s->nnodes; v++) {
     const evt_vnode *nd = &s->nodes[v];
@@ -243,50 +250,123 @@ static double check_sub(const evt_kspec *s, int64_t m, int64_t n, int64_t k, con
     T[v] = calloc((size_t)len, sizeof(double));
     EVT_ASSERT(T[v]);
     if (nd->op == EVT_V_ROW_BCAST)
-      for (int64_t j = 0; j < sn; j++) T[v][j] = raw_get(mem[v], nd->dtype, sub ? idx[j] : j);
+      for (int64_t j = 0; j < sn; j++) T[v][j] = raw_get(J->mem[v], nd->dtype, sub ? gi : j);
     if (nd->op == EVT_V_COL_BCAST)
-      for (int64_t i = 0; i < sm; i++) T[v][i] = raw_get(mem[v], nd->dtype, sub ? i : idx[i]);
+      for (int64_t i = 0; i < sm; i++) T[v][i] = raw_get(J->mem[v], nd->dtype, sub ? i : gi);
     if (nd->op == EVT_V_AUX_LOAD)
       for (int64_t i = 0; i < sm; i++)
-        for (int64_t j = 0; j < sn; j++)
-          T[v][i * sn + j] = raw_get(mem[v], nd->dtype, (sub ? i : idx[i]) * n + (sub ? idx[j] : j));
+        for (int64_t j = 0; j < sn; j++) T[v][i * sn + j] = raw_get(J->mem[v], nd->dtype, (sub ? i : gi) * n + (sub ? gi : j));
   }
+  /* (a B of one column is k x 1 in NN order: the contiguous k values this job holds) */
   evt_kspec_reference(s, sm, sn, k, A, B, T, D);
-  double worst = 0;
   erracc e = {0};
   for (int64_t i = 0; i < sm; i++)
-    for (int64_t j = 0; j < sn; j++)
-      err_add(&e, raw_get(d, s->d_dtype, (sub ? i : idx[i]) * n + (sub ? idx[j] : j)), D[i * sn + j]);
-  worst = fmax(worst, err_value(&e));
+    for (int64_t j = 0; j < sn; j++) err_add(&e, raw_get(J->d, s->d_dtype, (sub ? i : gi) * n + (sub ? gi : j)), D[i * sn + j]);
+  double worst = err_value(&e);
   for (int v = 0; v < s->nnodes; v++) {
     const evt_vnode *nd = &s->nodes[v];
     erracc ev = {0};
     if (nd->op == EVT_V_AUX_STORE) {
       for (int64_t i = 0; i < sm; i++)
         for (int64_t j = 0; j < sn; j++)
-          err_add(&ev, raw_get(mem[v], nd->dtype, (sub ? i : idx[i]) * n + (sub ? idx[j] : j)), T[v][i * sn + j]);
+          err_add(&ev, raw_get(J->mem[v], nd->dtype, (sub ? i : gi) * n + (sub ? gi : j)), T[v][i * sn + j]);
     } else if (nd->op == EVT_V_ROW_SUM && sub == 1) {
-      for (int64_t j = 0; j < sn; j++) err_add(&ev, raw_get(mem[v], EVT_F32, idx[j]), T[v][j]);
+      err_add(&ev, raw_get(J->mem[v], EVT_F32, gi), T[v][0]);
     } else if (nd->op == EVT_V_COL_SUM && sub == 0) {
-      for (int64_t i = 0; i < sm; i++) err_add(&ev, raw_get(mem[v], EVT_F32, idx[i]), T[v][i]);
+      err_add(&ev, raw_get(J->mem[v], EVT_F32, gi), T[v][0]);
     } else {
       continue;
     }
     worst = fmax(worst, err_value(&ev));
   }
   for (int v = 0; v < s->nnodes; v++) free(T[v]);
-  free(A);
-  free(B);
   free(D);
-  return worst;
+  J->err = worst;
+}
+
+typedef struct check_pool {
+  check_job *jobs;
+  int njobs, next;
+  pthread_mutex_t mu;
+} check_pool;
+
+static void *check_worker(void *arg) {
+  check_pool *P = arg;
+  for (;;) {
+    pthread_mutex_lock(&P->mu);
+    int i = P->next < P->njobs ? P->next++ : -1;
+    pthread_mutex_unlock(&P->mu);
+    if (i < 0) return NULL;
+    check_one(&P->jobs[i]);
+  }
+}
+
+static int check_threads(int njobs) {
+  const char *e = getenv("EVT_TUNE_CHECK_THREADS");
+  long t = e && *e ? atol(e) : sysconf(_SC_NPROCESSORS_ONLN);
+  if (t < 1) t = 1;
+  return (int)(t < njobs ? t : njobs);
 }
 
 double evt_tune_check_sampled(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const void *a, const void *b,
                               const void *const *mem, const void *d, const int64_t *rows, int nr, const int64_t *cols,
                               int nc) {
+  if (nr < 0) nr = 0;
+  if (nc < 0) nc = 0;
+  if (nr + nc == 0) return 0;
+  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
+  evt_kspec nn = *s;
+  nn.layout = EVT_LAYOUT_NN;
+#define A_AT(i, kk) raw_get(a, s->ab_dtype, at ? (kk) * m + (i) : (i) * k + (kk))
+#define B_AT(kk, j) raw_get(b, s->ab_dtype, bt ? (j) * k + (kk) : (kk) * n + (j))
+  double *Ar = NULL, *Bn = NULL, *An = NULL, *Bc = NULL;
+  if (nr) { /* the sampled rows of A (nr x k) and all of B (k x n) */
+    Ar = malloc(sizeof(double) * (size_t)(nr * k));
+    Bn = malloc(sizeof(double) * (size_t)(k * n));
+    EVT_ASSERT(Ar && Bn);
+    for (int r = 0; r < nr; r++)
+      for (int64_t kk = 0; kk < k; kk++) Ar[r * k + kk] = A_AT(rows[r], kk);
+    for (int64_t kk = 0; kk < k; kk++)
+      for (int64_t j = 0; j < n; j++) Bn[kk * n + j] = B_AT(kk, j);
+  }
+  if (nc) { /* all of A (m x k) and the sampled columns of B, each contiguous */
+    An = malloc(sizeof(double) * (size_t)(m * k));
+    Bc = malloc(sizeof(double) * (size_t)(nc * k));
+    EVT_ASSERT(An && Bc);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t kk = 0; kk < k; kk++) An[i * k + kk] = A_AT(i, kk);
+    for (int c = 0; c < nc; c++)
+      for (int64_t kk = 0; kk < k; kk++) Bc[c * k + kk] = B_AT(kk, cols[c]);
+  }
+#undef A_AT
+#undef B_AT
+  check_pool P;
+  P.njobs = nr + nc, P.next = 0;
+  P.jobs = calloc((size_t)P.njobs, sizeof *P.jobs);
+  EVT_ASSERT(P.jobs);
+  for (int i = 0; i < P.njobs; i++) {
+    check_job *J = &P.jobs[i];
+    J->s = &nn, J->m = m, J->n = n, J->k = k, J->mem = mem, J->d = d;
+    J->sub = i >= nr;
+    J->pos = J->sub ? i - nr : i;
+    J->idx = J->sub ? cols : rows;
+    J->A = J->sub ? An : Ar;
+    J->B = J->sub ? Bc : Bn;
+  }
+  pthread_mutex_init(&P.mu, NULL);
+  int nt = check_threads(P.njobs);
+  pthread_t th[64];
+  if (nt > 64) nt = 64;
+  int started = 0;
+  for (int t = 1; t < nt; t++)
+    if (pthread_create(&th[started], NULL, check_worker, &P) == 0) started++;
+  check_worker(&P); /* this thread works too (and alone when no thread could start) */
+  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  pthread_mutex_destroy(&P.mu);
   double e = 0;
-  if (nr > 0) e = fmax(e, check_sub(s, m, n, k, a, b, mem, d, rows, nr, 0));
-  if (nc > 0) e = fmax(e, check_sub(s, m, n, k, a, b, mem, d, cols, nc, 1));
+  for (int i = 0; i < P.njobs; i++) e = isinf(P.jobs[i].err) || isinf(e) ? INFINITY : fmax(e, P.jobs[i].err);
+  free(P.jobs);
+  free(Ar), free(Bn), free(An), free(Bc);
   return e;
 }
 

@@ -390,7 +390,18 @@ TEST(tune_check_sampled_finds_a_wrong_element) {
     CHECK(evt_tune_check_sampled(&s, m, n, k, ra, rb, mem, rd, rows, 2, cols, 2) < 1e-6);
     uint16_t keep = rd[3 * 24 + 5];
     rd[3 * 24 + 5] = bf16_bits(d[3 * 24 + 5] + 3.0); /* a sampled row */
-    CHECK(evt_tune_check_sampled(&s, m, n, k, ra, rb, mem, rd, rows, 2, cols, 2) > 0.05);
+    double multi = evt_tune_check_sampled(&s, m, n, k, ra, rb, mem, rd, rows, 2, cols, 2);
+    CHECK(multi > 0.05);
+    { /* the samples are independent jobs: one thread finds the same error as several */
+      const char *key[] = {"EVT_TUNE_CHECK_THREADS"};
+      char *saved[1];
+      evt_test_env_save(key, 1, saved);
+      setenv("EVT_TUNE_CHECK_THREADS", "1", 1);
+      CHECK(evt_tune_check_sampled(&s, m, n, k, ra, rb, mem, rd, rows, 2, cols, 2) == multi);
+      setenv("EVT_TUNE_CHECK_THREADS", "3", 1);
+      CHECK(evt_tune_check_sampled(&s, m, n, k, ra, rb, mem, rd, rows, 2, cols, 2) == multi);
+      evt_test_env_restore(key, 1, saved);
+    }
     rd[3 * 24 + 5] = keep;
     rdb[17] += 5.0f; /* a sampled column's sum */
     CHECK(evt_tune_check_sampled(&s, m, n, k, ra, rb, mem, rd, rows, 2, cols, 2) > 0.05);
