@@ -1818,7 +1818,7 @@ class Plan:
             st, n, why = G.tune(texts, G.program_flags(gpu[0].options), G.tune_configs(gpu[0].options))
             msg = "  tune: %d GEMM problems of %d GPU segments in %.1f s%s" % (
                 n, len(texts), time.time() - t0, "" if st == 0 else f" (not all tuned: {why})")
-            if st == 0:
+            if st == 0 or not G.tune_asked(gpu[0].options):
                 log.info(msg)
             else:
                 log.warning(msg)

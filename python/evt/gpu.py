@@ -114,6 +114,13 @@ def tune_configs(options, env=None, cuda=None):
     return max(0, int(tune))
 
 
+def tune_asked(options, env=None):
+    """True when tuning was asked for (options["tune"] or EVT_TUNE set), not the default level: a tuning that
+    fails (no nvcc, no CUTLASS) is then worth a warning; at the default level it is logged at INFO."""
+    env = os.environ if env is None else env
+    return parse_options(options)["tune"] is not None or bool(env.get("EVT_TUNE", "").strip())
+
+
 def gpu_ops(options, env=None):
     """The CUDA op placement policy, "fast" or "all": options["gpu_ops"], else EVT_CUDA_OPS (default
     "fast"; any value other than "all" means "fast")."""

@@ -1160,7 +1160,30 @@ def test_gpu_segments_are_tuned_first_when_asked(monkeypatch, caplog):
     kinds = [e[0] for e in events]
     assert kinds[:2] == ["tune", "prefetch"] and kinds.count("tune") == 1 and kinds.count("create") == len(segs), kinds
     assert sorted(events[0][1]) == sorted(s.graph.text() for s in segs) and events[0][2] == 3
-    assert any("not all tuned: no GPU" in r.getMessage() for r in caplog.records), caplog.text
+    assert any("not all tuned: no GPU" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records), \
+        caplog.text
+
+
+@needs_lib
+def test_default_tuning_failure_is_not_a_warning(monkeypatch, caplog):
+    """Without options["tune"] / EVT_TUNE the backend tunes at TUNE_BY_DEFAULT on a GPU; when that cannot run
+    (no nvcc or CUTLASS, say) the programs are created untuned and the reason is logged at INFO, not as a
+    warning the user did not ask for."""
+    gm = _cuda_resnet_block()
+    events = []
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(B, "_PROGRAMS", {})
+    monkeypatch.delenv("EVT_TUNE", raising=False)
+    monkeypatch.setattr(G.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(G, "tune", lambda texts, flags, n: events.append(("tune", n)) or (5, 2, "no nvcc"))
+    monkeypatch.setattr(G, "prefetch", lambda texts, flags: 0)
+    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    with caplog.at_level(logging.INFO, logger="evt"):
+        B.build_plan(gm)
+    assert events == [("tune", G.TUNE_BY_DEFAULT)], events
+    msgs = [r for r in caplog.records if "not all tuned: no nvcc" in r.getMessage()]
+    assert msgs and all(r.levelno == logging.INFO for r in msgs), caplog.text
 
 
 # ---- cudagraphs "step": the wiring around PyTorch's CUDA-graph trees, with a stand-in for the trees ---------
