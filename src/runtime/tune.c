@@ -284,29 +284,46 @@ static void check_one(check_job *J) {
   J->err = worst;
 }
 
-typedef struct check_pool {
-  check_job *jobs;
+/* ---- host-side parallel loop (the sampled check, the random data) ------------------------------------- */
+
+typedef struct par_pool {
+  void (*fn)(void *ctx, int i);
+  void *ctx;
   int njobs, next;
   pthread_mutex_t mu;
-} check_pool;
+} par_pool;
 
-static void *check_worker(void *arg) {
-  check_pool *P = arg;
+static void *par_worker(void *arg) {
+  par_pool *P = arg;
   for (;;) {
     pthread_mutex_lock(&P->mu);
     int i = P->next < P->njobs ? P->next++ : -1;
     pthread_mutex_unlock(&P->mu);
     if (i < 0) return NULL;
-    check_one(&P->jobs[i]);
+    P->fn(P->ctx, i);
   }
 }
 
-static int check_threads(int njobs) {
+/* fn(ctx, i) for i in [0, njobs), on up to EVT_TUNE_CHECK_THREADS threads (default: the online CPUs), this one
+ * included; the jobs must be independent. Runs them all in this thread when no other could start. */
+static void par_for(int njobs, void (*fn)(void *ctx, int i), void *ctx) {
+  if (njobs <= 0) return;
   const char *e = getenv("EVT_TUNE_CHECK_THREADS");
-  long t = e && *e ? atol(e) : sysconf(_SC_NPROCESSORS_ONLN);
-  if (t < 1) t = 1;
-  return (int)(t < njobs ? t : njobs);
+  long nt = e && *e ? atol(e) : sysconf(_SC_NPROCESSORS_ONLN);
+  if (nt < 1) nt = 1;
+  if (nt > njobs) nt = njobs;
+  if (nt > 64) nt = 64;
+  par_pool P = {fn, ctx, njobs, 0, PTHREAD_MUTEX_INITIALIZER};
+  pthread_t th[64];
+  int started = 0;
+  for (long t = 1; t < nt; t++)
+    if (pthread_create(&th[started], NULL, par_worker, &P) == 0) started++;
+  par_worker(&P);
+  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  pthread_mutex_destroy(&P.mu);
 }
+
+static void check_job_run(void *ctx, int i) { check_one(&((check_job *)ctx)[i]); }
 
 double evt_tune_check_sampled(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const void *a, const void *b,
                               const void *const *mem, const void *d, const int64_t *rows, int nr, const int64_t *cols,
@@ -340,12 +357,11 @@ double evt_tune_check_sampled(const evt_kspec *s, int64_t m, int64_t n, int64_t 
   }
 #undef A_AT
 #undef B_AT
-  check_pool P;
-  P.njobs = nr + nc, P.next = 0;
-  P.jobs = calloc((size_t)P.njobs, sizeof *P.jobs);
-  EVT_ASSERT(P.jobs);
-  for (int i = 0; i < P.njobs; i++) {
-    check_job *J = &P.jobs[i];
+  int njobs = nr + nc;
+  check_job *jobs = calloc((size_t)njobs, sizeof *jobs);
+  EVT_ASSERT(jobs);
+  for (int i = 0; i < njobs; i++) {
+    check_job *J = &jobs[i];
     J->s = &nn, J->m = m, J->n = n, J->k = k, J->mem = mem, J->d = d;
     J->sub = i >= nr;
     J->pos = J->sub ? i - nr : i;
@@ -353,21 +369,70 @@ double evt_tune_check_sampled(const evt_kspec *s, int64_t m, int64_t n, int64_t 
     J->A = J->sub ? An : Ar;
     J->B = J->sub ? Bc : Bn;
   }
-  pthread_mutex_init(&P.mu, NULL);
-  int nt = check_threads(P.njobs);
-  pthread_t th[64];
-  if (nt > 64) nt = 64;
-  int started = 0;
-  for (int t = 1; t < nt; t++)
-    if (pthread_create(&th[started], NULL, check_worker, &P) == 0) started++;
-  check_worker(&P); /* this thread works too (and alone when no thread could start) */
-  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
-  pthread_mutex_destroy(&P.mu);
+  par_for(njobs, check_job_run, jobs);
   double e = 0;
-  for (int i = 0; i < P.njobs; i++) e = isinf(P.jobs[i].err) || isinf(e) ? INFINITY : fmax(e, P.jobs[i].err);
-  free(P.jobs);
+  for (int i = 0; i < njobs; i++) e = isinf(jobs[i].err) || isinf(e) ? INFINITY : fmax(e, jobs[i].err);
+  free(jobs);
   free(Ar), free(Bn), free(An), free(Bc);
   return e;
+}
+
+/* ---- random operands for the timing ------------------------------------------------------------------ */
+
+static uint16_t to_16(float v, evt_dtype dt) {
+  double r = evt_round_to_dtype(v, dt);
+  if (dt == EVT_BF16) {
+    float f = (float)r;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+  }
+  /* f16: r is exactly representable; |r| < 2 here, so normal or subnormal */
+  float f = (float)r;
+  uint16_t sgn = f < 0 ? 0x8000 : 0;
+  f = fabsf(f);
+  if (f == 0) return sgn;
+  int e;
+  float m = frexpf(f, &e); /* f = m·2^e, m in [0.5, 1) */
+  int he = e - 1 + 15;
+  if (he <= 0) return (uint16_t)(sgn | (uint16_t)lrintf(ldexpf(f, 24)));
+  return (uint16_t)(sgn | (he << 10) | ((uint16_t)lrintf((m * 2 - 1) * 1024) & 1023));
+}
+
+#define RAND_CHUNK ((int64_t)1 << 20)
+
+typedef struct rand_job {
+  unsigned char *b;
+  evt_dtype dt;
+  int64_t n;
+  uint64_t seed;
+} rand_job;
+
+static void rand_chunk(void *ctx, int c) {
+  const rand_job *R = ctx;
+  int64_t lo = (int64_t)c * RAND_CHUNK, hi = lo + RAND_CHUNK < R->n ? lo + RAND_CHUNK : R->n;
+  /* xorshift64 per chunk, its state from (seed, chunk) through splitmix64: the same values whatever the threads */
+  uint64_t z = R->seed * 0x9E3779B97F4A7C15ull + (uint64_t)c * 0xBF58476D1CE4E5B9ull + 1;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  uint64_t s = (z ^ (z >> 31)) | 1;
+  for (int64_t i = lo; i < hi; i++) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    float v = (float)((double)(s >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+    if (R->dt == EVT_F32) memcpy(R->b + 4 * i, &v, 4);
+    else {
+      uint16_t h = to_16(v, R->dt);
+      memcpy(R->b + 2 * i, &h, 2);
+    }
+  }
+}
+
+void *evt_tune_random_data(evt_dtype dt, int64_t n, uint64_t seed) {
+  size_t es = dt == EVT_F32 ? 4 : 2;
+  rand_job R = {malloc((size_t)n * es + 16), dt, n, seed};
+  EVT_ASSERT(R.b);
+  par_for((int)((n + RAND_CHUNK - 1) / RAND_CHUNK), rand_chunk, &R);
+  return R.b;
 }
 
 /* ---- record files ------------------------------------------------------------------------------- */

@@ -112,6 +112,11 @@ double evt_tune_check_sampled(const evt_kspec *s, int64_t m, int64_t n, int64_t 
                               const void *const *mem, const void *d, const int64_t *rows, int nr, const int64_t *cols,
                               int nc);
 
+/* n random values in [-1, 1) stored as dt (f32, or bf16 / f16 bits), malloc'ed: the tuner's operands. Made in
+ * chunks of 2^20 on the threads of the sampled check (EVT_TUNE_CHECK_THREADS); each chunk's generator is seeded
+ * from (seed, chunk), so the values depend on seed alone. */
+void *evt_tune_random_data(evt_dtype dt, int64_t n, uint64_t seed);
+
 /* Record file name (without directory) for a key; gpu NULL → "any". */
 void evt_tune_record_name(uint64_t spec_hash, int64_t m, int64_t n, int64_t k, const char *gpu, char *out, size_t len);
 /* The directory tuning records live in (created on write): <cache>/tune. */

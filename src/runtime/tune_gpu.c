@@ -83,48 +83,12 @@ static char *read_text(const char *path) {
 static size_t dsize(evt_dtype t) { return t == EVT_F32 ? 4 : 2; }
 static int dcode(evt_dtype t) { return t == EVT_F32 ? 2 : t == EVT_F16 ? 1 : 0; }
 
-static uint16_t to_16(float v, evt_dtype dt) {
-  double r = evt_round_to_dtype(v, dt);
-  if (dt == EVT_BF16) {
-    float f = (float)r;
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)(u >> 16);
-  }
-  /* f16: r is exactly representable; |r| < 2 here, so normal or subnormal */
-  float f = (float)r;
-  uint16_t sgn = f < 0 ? 0x8000 : 0;
-  f = fabsf(f);
-  if (f == 0) return sgn;
-  int e;
-  float m = frexpf(f, &e); /* f = m·2^e, m in [0.5, 1) */
-  int he = e - 1 + 15;
-  if (he <= 0) return (uint16_t)(sgn | (uint16_t)lrintf(ldexpf(f, 24)));
-  return (uint16_t)(sgn | (he << 10) | ((uint16_t)lrintf((m * 2 - 1) * 1024) & 1023));
-}
-
-/* n random values in [-1, 1) stored as dtype; xorshift64 seeded per tensor */
 static double wall_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void *rand_host(evt_dtype dt, int64_t n, uint64_t seed) {
-  unsigned char *b = malloc((size_t)n * dsize(dt) + 16);
-  EVT_ASSERT(b);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < n; i++) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    float v = (float)((double)(s >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-    if (dt == EVT_F32) memcpy(b + 4 * i, &v, 4);
-    else {
-      uint16_t h = to_16(v, dt);
-      memcpy(b + 2 * i, &h, 2);
-    }
-  }
-  return b;
-}
 
 static int64_t node_elems(const evt_vnode *v, int64_t m, int64_t n) {
   switch (v->op) {
@@ -207,7 +171,7 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
   (void)at, (void)bt;
   uint64_t seed = (uint64_t)(M * 1000003 + N * 1009 + K) ^ r->spec_hash;
-  void *ha = rand_host(s->ab_dtype, M * K, seed), *hb = rand_host(s->ab_dtype, K * N, seed + 1);
+  void *ha = evt_tune_random_data(s->ab_dtype, M * K, seed), *hb = evt_tune_random_data(s->ab_dtype, K * N, seed + 1);
   void *hmem[EVT_KSPEC_MAX_NODES] = {0}, *dmem[EVT_KSPEC_MAX_NODES] = {0};
   void *A = tb->alloc((size_t)(M * K) * dsize(s->ab_dtype)), *B = tb->alloc((size_t)(K * N) * dsize(s->ab_dtype));
   void *D = tb->alloc((size_t)(M * N) * dsize(s->d_dtype)), *T = tb->alloc((size_t)(M * N) * 4);
@@ -230,7 +194,7 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
       goto done;
     }
     if (evt_vop_class(s->nodes[v].op) == 'L') {
-      hmem[v] = rand_host(s->nodes[v].dtype, e, seed + 10 + (uint64_t)v);
+      hmem[v] = evt_tune_random_data(s->nodes[v].dtype, e, seed + 10 + (uint64_t)v);
       tb->upload(dmem[v], hmem[v], bytes);
     }
   }

@@ -280,6 +280,54 @@ TEST(tune_record_of_fewer_configs_is_measured_again) {
   CHECK(system(cmd) == 0);
 }
 
+TEST(tune_random_data_depends_on_the_seed_alone) {
+  /* the tuner's operands: values in [-1, 1), the same for a seed whatever the number of threads (chunks of
+   * 2^20 seeded from (seed, chunk)); another seed, other values */
+  const int64_t n = (3 << 20) + 12345;
+  const char *key[] = {"EVT_TUNE_CHECK_THREADS"};
+  char *saved[1];
+  evt_test_env_save(key, 1, saved);
+  evt_dtype dts[3] = {EVT_F32, EVT_BF16, EVT_F16};
+  for (int d = 0; d < 3; d++) {
+    size_t es = dts[d] == EVT_F32 ? 4 : 2;
+    setenv("EVT_TUNE_CHECK_THREADS", "1", 1);
+    unsigned char *one = evt_tune_random_data(dts[d], n, 7);
+    setenv("EVT_TUNE_CHECK_THREADS", "3", 1);
+    unsigned char *three = evt_tune_random_data(dts[d], n, 7), *other = evt_tune_random_data(dts[d], n, 8);
+    CHECK(!memcmp(one, three, (size_t)n * es));
+    CHECK(memcmp(one, other, (size_t)n * es));
+    double lo = 1, hi = -1, sum = 0;
+    int distinct_ok = 0;
+    for (int64_t i = 0; i < n; i++) {
+      double v;
+      if (es == 4) {
+        float f;
+        memcpy(&f, one + 4 * i, 4);
+        v = f;
+      } else {
+        uint16_t h;
+        memcpy(&h, one + 2 * i, 2);
+        if (dts[d] == EVT_BF16) {
+          uint32_t u = (uint32_t)h << 16;
+          float f;
+          memcpy(&f, &u, 4);
+          v = f;
+        } else {
+          int e = (h >> 10) & 31, mant = h & 1023;
+          v = (h & 0x8000 ? -1 : 1) * (e ? ldexp(mant + 1024, e - 25) : ldexp(mant, -24));
+        }
+      }
+      lo = v < lo ? v : lo, hi = v > hi ? v : hi, sum += v;
+      if (i > 0 && i % (1 << 20) == 0 && memcmp(one + es * (size_t)i, one, es)) distinct_ok++;
+    }
+    CHECK_MSG(lo >= -1 && hi <= 1 && lo < -0.99 && hi > 0.99, "range [%g, %g]", lo, hi);
+    CHECK_MSG(fabs(sum / (double)n) < 0.01, "mean %g", sum / (double)n);
+    CHECK(distinct_ok == 3); /* the chunks do not repeat the first */
+    free(one), free(three), free(other);
+  }
+  evt_test_env_restore(key, 1, saved);
+}
+
 static uint16_t bf16_bits(double v) {
   float f = (float)evt_round_to_dtype(v, EVT_BF16);
   uint32_t u;
