@@ -479,13 +479,13 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "    %s,\n"
             "    MainloopSchedule>::CollectiveOp;\n"
             "using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,\n"
-            "    CollectiveEpilogue>;\n"
+            "    CollectiveEpilogue%s>;\n"
             "using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;\n\n"
             "%s"
             "static void *g_workspace = nullptr;\n"
             "static size_t g_workspace_bytes = 0;\n"
             "}  // namespace evt_gen_%s\n\n",
-            stages, s->batched ? bstride_helper : "", hash);
+            stages, s->cfg.stream_k ? ", cutlass::gemm::StreamKScheduler" : "", s->batched ? bstride_helper : "", hash);
   if (s->batched) {
     emit_batched_launcher(&b, t, &o, name, hash);
     free(t);
@@ -552,7 +552,7 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n"
             "  size_t ws = Gemm::get_workspace_size(args);\n"
             "  if (ws > g_workspace_bytes) {\n"
-            "    if (g_workspace) cudaFree(g_workspace);\n"
+            "%s"
             "    g_workspace = nullptr;\n"
             "    g_workspace_bytes = 0;\n"
             "    if (cudaMalloc(&g_workspace, ws) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n"
@@ -560,7 +560,13 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "  }\n"
             "  if (gemm.initialize(args, g_workspace, stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_INIT;\n"
             "  if (gemm.run(stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
-            "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n");
+            "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n",
+            /* a kernel whose launches use the workspace (stream-K's partial tiles and locks, the 'workspace' sums)
+             * keeps a smaller old buffer alive: a CUDA graph captured with it may replay later (kernels without
+             * one keep the text they always had, and with it their JIT cache entries) */
+            t->spec.cfg.stream_k || t->spec.cfg.reduction == EVT_RED_WORKSPACE
+                ? "    // (the old buffer stays allocated: a CUDA graph captured with it may still replay)\n"
+                : "    if (g_workspace) cudaFree(g_workspace);\n");
   if (cache)
     sb_printf(&b,
               "  if (ws == 0) {  // remember the initialized kernel for the next launch with these arguments\n"

@@ -119,15 +119,16 @@ char *evt_tile_config_label(const evt_tile_config *c, char *out, size_t len) {
                    c->schedule == EVT_SCHED_PINGPONG ? "pingpong" : "coop");
   if (w > 0 && (size_t)w < len && c->stages) w += snprintf(out + w, len - (size_t)w, " s%d", c->stages);
   if (w > 0 && (size_t)w < len && c->reduction == EVT_RED_WORKSPACE) w += snprintf(out + w, len - (size_t)w, " red=workspace");
-  if (w > 0 && (size_t)w < len && c->epi_n) snprintf(out + w, len - (size_t)w, " e%d", c->epi_n);
+  if (w > 0 && (size_t)w < len && c->epi_n) w += snprintf(out + w, len - (size_t)w, " e%d", c->epi_n);
+  if (w > 0 && (size_t)w < len && c->stream_k) snprintf(out + w, len - (size_t)w, " sk");
   return out;
 }
 
 evt_status evt_tile_config_parse(const char *text, evt_tile_config *c) {
   evt_tile_config r = EVT_TILE_CONFIG_DEFAULT;
-  char sched[16] = "", rest[3][24] = {"", "", ""};
-  int n = sscanf(text, "%dx%dx%d c%dx%d %15s %23s %23s %23s", &r.tile_m, &r.tile_n, &r.tile_k, &r.cluster_m,
-                 &r.cluster_n, sched, rest[0], rest[1], rest[2]);
+  char sched[16] = "", rest[4][24] = {"", "", "", ""};
+  int n = sscanf(text, "%dx%dx%d c%dx%d %15s %23s %23s %23s %23s", &r.tile_m, &r.tile_n, &r.tile_k, &r.cluster_m,
+                 &r.cluster_n, sched, rest[0], rest[1], rest[2], rest[3]);
   if (n < 6) return EVT_ERR_INVALID;
   if (!strcmp(sched, "coop")) r.schedule = EVT_SCHED_COOPERATIVE;
   else if (!strcmp(sched, "pingpong")) r.schedule = EVT_SCHED_PINGPONG;
@@ -139,6 +140,7 @@ evt_status evt_tile_config_parse(const char *text, evt_tile_config *c) {
     else if (sscanf(rest[i], "e%d%c", &st, &tail) == 1 && st > 0) r.epi_n = st;
     else if (!strcmp(rest[i], "red=workspace")) r.reduction = EVT_RED_WORKSPACE;
     else if (!strcmp(rest[i], "red=atomic")) r.reduction = EVT_RED_ATOMIC;
+    else if (!strcmp(rest[i], "sk")) r.stream_k = 1;
     else return EVT_ERR_INVALID;
   }
   *c = r;
@@ -184,6 +186,12 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
   if (c->reduction != EVT_RED_ATOMIC && c->reduction != EVT_RED_WORKSPACE) BAD("unknown reduction strategy %d", (int)c->reduction);
   if (c->reduction == EVT_RED_WORKSPACE && !evt_kspec_has_sums(s))
     BAD("reduction strategy 'workspace' given but the epilogue has no row_sum / col_sum");
+  if (c->stream_k != 0 && c->stream_k != 1) BAD("stream_k %d (0 or 1)", c->stream_k);
+  if (c->stream_k && c->schedule != EVT_SCHED_COOPERATIVE)
+    BAD("the stream-K tile scheduler needs the cooperative schedule (the ping-pong kernel has no K-split fixup)");
+  if (c->stream_k && s->batched) BAD("stream-K is not used for batched GEMMs");
+  if (c->stream_k && c->reduction == EVT_RED_WORKSPACE)
+    BAD("stream-K with the 'workspace' sum strategy (both own CUTLASS's workspace; use atomic sums)");
 #undef BAD
   return EVT_OK;
 }
@@ -284,6 +292,7 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
   if (s->cfg.stages) OUT(" stages %d", s->cfg.stages);
   if (s->cfg.reduction == EVT_RED_WORKSPACE) OUT(" reduction workspace");
   if (s->cfg.epi_n) OUT(" epilogue_n %d", s->cfg.epi_n);
+  if (s->cfg.stream_k) OUT(" stream_k");
   OUT("\n");
   if (s->batched) OUT("batched\n"); /* unbatched specs keep their text (and hash) */
   for (int i = 0; i < s->nnodes; i++) {

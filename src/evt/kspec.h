@@ -126,6 +126,10 @@ typedef struct evt_tile_config {
   int stages;                     /* mainloop pipeline stages; 0 = as many as fit (StageCountAutoCarveout) */
   evt_reduce_strategy reduction;  /* row/col sums only; must stay ATOMIC for an epilogue without sums */
   int epi_n;                      /* epilogue subtile N (32, 64, 128); 0 = CUTLASS's EpilogueTileAuto (32) */
+  int stream_k;                   /* 1: CUTLASS's stream-K tile scheduler (cooperative, unbatched, atomic sums):
+                                   * CTAs share the K loop of a tile when there are fewer tiles than SMs, the
+                                   * last one reduces the partial accumulators and runs the epilogue once.
+                                   * Only the tuner proposes it (evt_tune_candidates), for few tiles over a long K */
 } evt_tile_config;
 
 #define EVT_TILE_CONFIG_DEFAULT ((evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC, 0})

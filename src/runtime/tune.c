@@ -21,13 +21,12 @@
 /* ---- candidates --------------------------------------------------------------------------------- */
 
 int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt_tile_config *out, int max) {
-  (void)k;
   const evt_tile_config C = EVT_TILE_CONFIG_DEFAULT;
   /* In the order they are worth trying (a cap keeps the first ones): the spec's own config (what runs
    * untuned: the lowering's default), the large cooperative tiles with and without a 2-CTA cluster (the best
    * configs of bench/results/h200-run4), ping-pong, then the deterministic workspace reduction for specs with
    * sums; each config once. */
-  evt_tile_config list[28];
+  evt_tile_config list[32];
   int nl = 0;
   list[nl++] = s->cfg;
 #define ADD(tm, tn, cm, cn, sc, red)                                                                  \
@@ -36,6 +35,15 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
     c_.tile_m = tm, c_.tile_n = tn, c_.cluster_m = cm, c_.cluster_n = cn, c_.schedule = sc, c_.reduction = red; \
     list[nl++] = c_;                                                                                  \
   } while (0)
+  /* Fewer 128x256 output tiles than SMs over a long K: the stream-K scheduler right after the default (the
+   * generated kernel otherwise runs a handful of CTAs down K: vit_p14's weight gradients at K = 32896, 0.30 ms
+   * against cuBLASLt's split-K 0.06-0.20 ms, S17W1) */
+  if (!s->batched && k >= 2048 && ((m + 127) / 128) * ((n + 255) / 256) < EVT_TUNE_SMS) {
+    ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+    list[nl - 1].stream_k = 1;
+    ADD(128, 128, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
+    list[nl - 1].stream_k = 1;
+  }
   ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
   ADD(128, 256, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
   ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
@@ -68,7 +76,8 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
     for (int j = 0; j < cnt && !seen; j++)
       seen = out[j].tile_m == c.tile_m && out[j].tile_n == c.tile_n && out[j].tile_k == c.tile_k &&
              out[j].cluster_m == c.cluster_m && out[j].cluster_n == c.cluster_n && out[j].schedule == c.schedule &&
-             out[j].stages == c.stages && out[j].reduction == c.reduction && out[j].epi_n == c.epi_n;
+             out[j].stages == c.stages && out[j].reduction == c.reduction && out[j].epi_n == c.epi_n &&
+             out[j].stream_k == c.stream_k;
     if (!seen) out[cnt++] = c;
   }
   return cnt;

@@ -46,6 +46,7 @@
 struct evt_lower_result;
 
 #define EVT_TUNE_MAX_CAND 48
+#define EVT_TUNE_SMS 132 /* the H200's SM count: below this many output tiles the stream-K candidates join */
 
 typedef enum evt_tune_choice { EVT_TUNE_NONE = 0, EVT_TUNE_FUSED, EVT_TUNE_UNFUSED } evt_tune_choice;
 
@@ -87,7 +88,8 @@ typedef struct evt_tune_options {
 /* ---- pure host code (no GPU) ------------------------------------------------------------------------ */
 /* Candidate mainloop configs for spec s at M×N×K, s->cfg first (from evt_tune_collect: the untuned config),
  * every one passing evt_tile_config_check; returns how many (<= max). Row/col-sum specs also get the
- * WORKSPACE strategy for the larger tiles. */
+ * WORKSPACE strategy for the larger tiles; a problem of fewer 128x256 tiles than EVT_TUNE_SMS over K >= 2048
+ * gets two stream-K configs right after the default. */
 int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt_tile_config *out, int max);
 /* The launch-time scheduler variants tried per config: pairs (swizzle, raster). Returns how many. */
 int evt_tune_sched_variants(int64_t m, int64_t n, int (*out)[2], int max);

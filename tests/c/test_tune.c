@@ -135,9 +135,10 @@ TEST(tune_invalid_configs_are_refused_with_a_reason) {
 
 TEST(tune_config_label_round_trip) {
   evt_tile_config cs[] = {EVT_TILE_CONFIG_DEFAULT,
-                          {64, 256, 64, 2, 1, EVT_SCHED_PINGPONG, 4, EVT_RED_WORKSPACE, 64},
-                          {256, 128, 32, 1, 2, EVT_SCHED_COOPERATIVE, 0, EVT_RED_WORKSPACE}};
-  for (size_t i = 0; i < 3; i++) {
+                          {64, 256, 64, 2, 1, EVT_SCHED_PINGPONG, 4, EVT_RED_WORKSPACE, 64, 0},
+                          {256, 128, 32, 1, 2, EVT_SCHED_COOPERATIVE, 0, EVT_RED_WORKSPACE, 0, 0},
+                          {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 3, EVT_RED_ATOMIC, 32, 1}};
+  for (size_t i = 0; i < 4; i++) {
     char lab[96];
     evt_tile_config back;
     evt_tile_config_label(&cs[i], lab, sizeof lab);
@@ -147,6 +148,61 @@ TEST(tune_config_label_round_trip) {
   CHECK(evt_tile_config_parse("128x128x64 c1x1 fast", &x) == EVT_ERR_INVALID);
   CHECK(evt_tile_config_parse("128x128 c1x1 coop", &x) == EVT_ERR_INVALID);
   CHECK(evt_tile_config_parse("128x128x64 c1x1 coop s4 extra", &x) == EVT_ERR_INVALID);
+}
+
+/* The stream-K tile scheduler: a config flag ("sk") for the cooperative schedule, its own spec text and
+ * kernel, emitted as GemmUniversal's tile scheduler; the tuner proposes it right after the default for few
+ * output tiles over a long K, nowhere else. */
+TEST(tune_stream_k_config_kernel_and_candidates) {
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "bias_relu_dbias", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  evt_tile_config c = s.cfg;
+  c.tile_n = 256, c.stream_k = 1;
+  char lab[96], err[256];
+  CHECK(!strcmp(evt_tile_config_label(&c, lab, sizeof lab), "128x256x64 c1x1 coop sk"));
+  CHECK(evt_tile_config_check(&s, &c, err, sizeof err) == EVT_OK);
+  evt_tile_config bad = c;
+  bad.schedule = EVT_SCHED_PINGPONG, bad.tile_n = 128;
+  CHECK(evt_tile_config_check(&s, &bad, err, sizeof err) != EVT_OK && strstr(err, "cooperative"));
+  bad = c;
+  bad.reduction = EVT_RED_WORKSPACE;
+  CHECK(evt_tile_config_check(&s, &bad, err, sizeof err) != EVT_OK && strstr(err, "workspace"));
+  evt_kspec sb = s;
+  sb.batched = 1;
+  CHECK(evt_tile_config_check(&sb, &c, err, sizeof err) != EVT_OK && strstr(err, "batched"));
+  /* its own text and kernel name; the plain config keeps its text */
+  evt_kspec k = s;
+  k.cfg = c;
+  char t0[2048], t1[2048], n0[40], n1[40];
+  evt_kspec t = s;
+  t.cfg.tile_n = 256;
+  evt_kspec_text(&t, t0, sizeof t0);
+  evt_kspec_text(&k, t1, sizeof t1);
+  CHECK(!strstr(t0, "stream_k") && strstr(t1, "cooperative stream_k\n"));
+  evt_kspec_kernel_name(&t, n0);
+  evt_kspec_kernel_name(&k, n1);
+  CHECK(strcmp(n0, n1) != 0);
+  CHECK(evt_kspec_epilogue_hash(&t) == evt_kspec_epilogue_hash(&k)); /* one tuning problem */
+  char *a = evt_emit_cutlass(&t, err, sizeof err), *b = evt_emit_cutlass(&k, err, sizeof err);
+  CHECK(a && b);
+  if (a && b) {
+    CHECK(!strstr(a, "StreamKScheduler") && strstr(a, "if (g_workspace) cudaFree(g_workspace);"));
+    CHECK(strstr(b, "CollectiveEpilogue, cutlass::gemm::StreamKScheduler>;") && !strstr(b, "cudaFree(g_workspace)"));
+  }
+  free(a), free(b);
+  /* candidates: stream-K right after the default for 768 x 768 over K = 32896 (18 tiles of 128x256) */
+  evt_tile_config cf[EVT_TUNE_MAX_CAND];
+  int nc = evt_tune_candidates(&t, 768, 768, 32896, cf, EVT_TUNE_MAX_CAND);
+  CHECK(nc >= 3 && !cf[0].stream_k && cf[1].stream_k && cf[2].stream_k);
+  CHECK(cf[1].tile_n == 256 && cf[2].tile_n == 128 && cf[1].schedule == EVT_SCHED_COOPERATIVE);
+  int nsk = 0;
+  for (int i = 0; i < nc; i++) nsk += cf[i].stream_k;
+  CHECK(nsk == 2);
+  /* not for many tiles, nor for a short K */
+  nc = evt_tune_candidates(&t, 8192, 8192, 8192, cf, EVT_TUNE_MAX_CAND);
+  for (int i = 0; i < nc; i++) CHECK(!cf[i].stream_k);
+  nc = evt_tune_candidates(&t, 768, 768, 1024, cf, EVT_TUNE_MAX_CAND);
+  for (int i = 0; i < nc; i++) CHECK(!cf[i].stream_k);
 }
 
 static void tmpdir(char *out, size_t len) { evt_test_tmpdir(out, len, "tune-test"); }
