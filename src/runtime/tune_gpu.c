@@ -89,7 +89,6 @@ static double wall_s(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-
 static int64_t node_elems(const evt_vnode *v, int64_t m, int64_t n) {
   switch (v->op) {
     case EVT_V_ROW_BCAST:
@@ -216,9 +215,10 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
     ks.cfg = w->cfg[c];
     char kname[40];
     evt_kspec_kernel_name(&ks, kname);
-    gemm_fn fn = (gemm_fn)load_fn(&J->j[w->job[c]], kname);
+    gemm_fn fn = w->job[c] >= 0 ? (gemm_fn)load_fn(&J->j[w->job[c]], kname) : NULL;
     if (!fn) {
-      snprintf(cd->note, sizeof cd->note, "%s", J->j[w->job[c]].ok ? "cannot load" : "compile failed");
+      snprintf(cd->note, sizeof cd->note, "%s",
+               w->job[c] < 0 ? "no source (emission refused)" : J->j[w->job[c]].ok ? "cannot load" : "compile failed");
       continue;
     }
     for (int vi = 0; vi < nsv; vi++) {
@@ -427,9 +427,8 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
       char name[40];
       evt_kspec_kernel_name(&ks, name);
       char *src = evt_emit_cutlass(&ks, tmp, sizeof tmp);
-      if (!src) continue;
-      w->cfg[w->ncfg] = cf[c];
-      w->job[w->ncfg++] = add_job(&J, name, src);
+      w->cfg[w->ncfg] = cf[c]; /* (a config that cannot be emitted is recorded as tried: job -1) */
+      w->job[w->ncfg++] = src ? add_job(&J, name, src) : -1;
     }
     for (int ab = 0; ab < 2; ab++) {
       evt_status rs = evt_tune_unfused_rspec(s, s->ab_dtype, ab, &w->rs[ab], w->map[ab], &w->tnode[ab], &w->dnode[ab],
