@@ -10,7 +10,11 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "evt/kspec.h"
+#include "runtime/jit.h"
 
 typedef void (*evt_test_fn)(void);
 void evt_test_register(const char *name, evt_test_fn fn);
@@ -70,4 +74,30 @@ static inline void evt_test_env_restore(const char *const *keys, int n, char **s
     free(saved[i]);
   }
 }
+/* CI check of generated CUDA C++ (no GPU needed): nvcc's front end (-cuda: parsing and every template
+ * instantiation) over spec s's CUTLASS kernel, cached by source hash like any JIT result. Needs nvcc and the
+ * CUTLASS 4.2 headers (CUTLASS_PATH, ./.cutlass from scripts/setup.sh, or the nvidia-cutlass package); without
+ * them it prints a note naming `test` and checks nothing. */
+static inline void evt_test_nvcc_frontend(const char *test, const evt_kspec *s) {
+  evt_jit_options o = {.kernels_dir = "kernels", .jobs = 1, .quiet = 1, .frontend_only = 1};
+  struct stat st;
+  if (!getenv("CUTLASS_PATH") && stat(".cutlass/cutlass_library/source/include/cutlass/cutlass.h", &st) == 0)
+    o.cutlass_path = ".cutlass/cutlass_library/source";
+  char inc[1024], util[1024];
+  if (evt_jit_find_cutlass(o.cutlass_path, inc, sizeof inc, util, sizeof util) != EVT_OK ||
+      system("nvcc --version >/dev/null 2>&1") != 0) {
+    fprintf(stderr, "note: %s: no nvcc or CUTLASS here, nothing checked\n", test);
+    return;
+  }
+  char err[256], name[40], msg[4096];
+  char *src = evt_emit_cutlass(s, err, sizeof err);
+  CHECK_MSG(src != NULL, "%s: emission refused: %s", test, err);
+  if (!src) return;
+  evt_kspec_kernel_name(s, name);
+  evt_jit_job job = {.name = name, .source = src};
+  evt_status stt = evt_jit_compile(&job, 1, &o, msg, sizeof msg);
+  CHECK_MSG(stt == EVT_OK && job.ok, "%s: %s %s", test, msg, job.error);
+  free(src);
+}
+
 #endif

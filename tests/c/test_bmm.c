@@ -132,55 +132,19 @@ TEST(bmm_emitted_launcher) {
 /* nvcc front end (parsing + every template instantiation) over one batched kernel: attention scores
  * (layout NT) with scale, a per-batch aux mask, a shared bias and per-batch / shared sums. */
 TEST(ci_nvcc_frontend_accepts_batched_kernel) {
-  evt_jit_options o = {.kernels_dir = "kernels", .jobs = 1, .quiet = 1, .frontend_only = 1};
-  struct stat st;
-  if (!getenv("CUTLASS_PATH") && stat(".cutlass/cutlass_library/source/include/cutlass/cutlass.h", &st) == 0)
-    o.cutlass_path = ".cutlass/cutlass_library/source";
-  char inc[1024], util[1024];
-  if (evt_jit_find_cutlass(o.cutlass_path, inc, sizeof inc, util, sizeof util) != EVT_OK ||
-      system("nvcc --version >/dev/null 2>&1") != 0) {
-    fprintf(stderr, "note: ci_nvcc_frontend_accepts_batched_kernel: no nvcc or CUTLASS here, nothing checked\n");
-    return;
-  }
   evt_kspec s;
-  char err[256], name[40], msg[4096];
   CHECK(evt_kspec_example(&s, "bmm_scale_mask_stats", bcfg) == EVT_OK);
   s.layout = EVT_LAYOUT_NT;
-  char *src = evt_emit_cutlass(&s, err, sizeof err);
-  CHECK(src != NULL);
-  if (!src) return;
-  evt_kspec_kernel_name(&s, name);
-  evt_jit_job job = {.name = name, .source = src};
-  evt_status stt = evt_jit_compile(&job, 1, &o, msg, sizeof msg);
-  CHECK_MSG(stt == EVT_OK && job.ok, "%s %s", msg, job.error);
-  free(src);
+  evt_test_nvcc_frontend("ci_nvcc_frontend_accepts_batched_kernel", &s);
 }
 
 /* nvcc front end over a stream-K kernel (the tuner's candidate for few tiles over a long K): a bias-gradient
  * row sum with atomics under CUTLASS's StreamKScheduler. */
 TEST(ci_nvcc_frontend_accepts_stream_k_kernel) {
-  evt_jit_options o = {.kernels_dir = "kernels", .jobs = 1, .quiet = 1, .frontend_only = 1};
-  struct stat st;
-  if (!getenv("CUTLASS_PATH") && stat(".cutlass/cutlass_library/source/include/cutlass/cutlass.h", &st) == 0)
-    o.cutlass_path = ".cutlass/cutlass_library/source";
-  char inc[1024], util[1024];
-  if (evt_jit_find_cutlass(o.cutlass_path, inc, sizeof inc, util, sizeof util) != EVT_OK ||
-      system("nvcc --version >/dev/null 2>&1") != 0) {
-    fprintf(stderr, "note: ci_nvcc_frontend_accepts_stream_k_kernel: no nvcc or CUTLASS here, nothing checked\n");
-    return;
-  }
   evt_tile_config c = {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC, 0, 1};
   evt_kspec s;
-  char err[256], name[40], msg[4096];
   CHECK(evt_kspec_example(&s, "bias_relu_dbias", c) == EVT_OK);
-  char *src = evt_emit_cutlass(&s, err, sizeof err);
-  CHECK(src != NULL && strstr(src, "StreamKScheduler"));
-  if (!src) return;
-  evt_kspec_kernel_name(&s, name);
-  evt_jit_job job = {.name = name, .source = src};
-  evt_status stt = evt_jit_compile(&job, 1, &o, msg, sizeof msg);
-  CHECK_MSG(stt == EVT_OK && job.ok, "%s %s", msg, job.error);
-  free(src);
+  evt_test_nvcc_frontend("ci_nvcc_frontend_accepts_stream_k_kernel", &s);
 }
 
 /* ---- lowering of bmm groups ------------------------------------------------------------------------ */

@@ -363,27 +363,9 @@ TEST(jit_parallel_cache_and_errors) {
  * (CUTLASS_PATH, ./.cutlass from scripts/setup.sh, or the nvidia-cutlass package); without them it says so
  * and checks nothing. */
 TEST(ci_nvcc_frontend_accepts_generated_kernel) {
-  evt_jit_options o = {.kernels_dir = "kernels", .jobs = 1, .quiet = 1, .frontend_only = 1};
-  struct stat st;
-  if (!getenv("CUTLASS_PATH") && stat(".cutlass/cutlass_library/source/include/cutlass/cutlass.h", &st) == 0)
-    o.cutlass_path = ".cutlass/cutlass_library/source";
-  char inc[1024], util[1024];
-  if (evt_jit_find_cutlass(o.cutlass_path, inc, sizeof inc, util, sizeof util) != EVT_OK ||
-      system("nvcc --version >/dev/null 2>&1") != 0) {
-    fprintf(stderr, "note: ci_nvcc_frontend_accepts_generated_kernel: no nvcc or CUTLASS here, nothing checked\n");
-    return;
-  }
   evt_kspec s;
-  char err[256], name[40], msg[2048];
   CHECK(evt_kspec_example(&s, "bias_gelu_aux", cfg128) == EVT_OK);
-  char *src = evt_emit_cutlass(&s, err, sizeof err);
-  CHECK(src != NULL);
-  if (!src) return;
-  evt_kspec_kernel_name(&s, name);
-  evt_jit_job job = {.name = name, .source = src};
-  evt_status stt = evt_jit_compile(&job, 1, &o, msg, sizeof msg);
-  CHECK_MSG(stt == EVT_OK && job.ok, "%s", msg);
-  free(src);
+  evt_test_nvcc_frontend("ci_nvcc_frontend_accepts_generated_kernel", &s);
 }
 
 /* The epilogue subtile (evt_kspec_epilogue_n): the paper MLP's fc2 forward (bias, f32 residual aux load,
