@@ -422,15 +422,16 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
       x->swizzle = tg[gi].swizzle;
       x->raster = tg[gi].raster;
       snprintf(x->tune_desc, sizeof x->tune_desc, "%s", tg[gi].desc);
-      /* UNFUSED with an epilogue: the measured pair (opt-in, evt_exec_unfused_epilogue), else the fastest
-       * fused config measured (node by node in the reference library was 3x slower on the paper MLP) */
+      /* UNFUSED with an epilogue: the measured pair where it measured at least EVT_EXEC_UNFUSED_MIN_GAIN faster
+       * (evt_exec_unfused_wanted), else the fastest fused config measured */
       if (x->fused && tg[gi].choice == EVT_TUNE_UNFUSED && !(x->d_node >= 0 && evt_exec_plain_blas(L, EVT_TUNE_UNFUSED))) {
         char lab[96];
         if (evt_exec_unfused_wanted(tg[gi].fused_ms, tg[gi].unfused_ms) && bind_unfused(g, p, gi, L, x, tg[gi].unfused_bias))
           snprintf(x->tune_desc, sizeof x->tune_desc, "%.150s; runs unfused", tg[gi].desc);
         else
-          snprintf(x->tune_desc, sizeof x->tune_desc, "%.150s; runs fused %s (EVT_UNFUSED_EPILOGUE=1 runs it unfused)",
-                   tg[gi].desc, evt_tile_config_label(&L->spec.cfg, lab, sizeof lab));
+          snprintf(x->tune_desc, sizeof x->tune_desc, "%.120s; runs fused %s (pair < %g%% faster; "
+                   "EVT_UNFUSED_EPILOGUE=1 runs it)", tg[gi].desc,
+                   evt_tile_config_label(&L->spec.cfg, lab, sizeof lab), 100 * EVT_EXEC_UNFUSED_MIN_GAIN);
       }
     }
     /* an untuned GEMM over a large output: CUTLASS's tile scheduler with groups of 8 tiles (L2 reuse) */
@@ -525,10 +526,13 @@ bool evt_exec_unfused_epilogue(void) {
 bool evt_exec_unfused_wanted(double fused_ms, double unfused_ms) {
   if (evt_exec_unfused_epilogue()) return true;
   const char *e = getenv("EVT_UNFUSED_MIN_GAIN");
-  if (!e || !*e) return false;
-  char *end = NULL;
-  double gain = strtod(e, &end);
-  if (end == e || !(gain >= 0 && gain < 1)) return false;
+  double gain = EVT_EXEC_UNFUSED_MIN_GAIN;
+  if (e && *e) {
+    char *end = NULL;
+    double v = strtod(e, &end);
+    if (end != e && *end == 0 && v >= 0 && v <= 1) gain = v; /* (1: never; anything else: the default) */
+  }
+  if (gain >= 1) return false;
   return fused_ms > 0 && unfused_ms > 0 && unfused_ms <= (1.0 - gain) * fused_ms;
 }
 
