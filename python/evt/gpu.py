@@ -87,7 +87,8 @@ TUNE_DEFAULT_CONFIGS = 4
 # is the one the program compiles anyway; the tuner times it at the tile scheduler's swizzle / raster
 # variants and against the unfused alternative (cuBLASLt + a generated row kernel, compiled in the same
 # parallel nvcc batch); the group runs at the fastest scheduler variant, or as cuBLAS when it is a plain GEMM that
-# cuBLAS won (an epilogue's unfused pair only with EVT_UNFUSED_EPILOGUE=1; src/runtime/exec_plan.c). A few seconds per problem
+# cuBLAS won, or as the unfused pair where that measured at least 10% faster (src/runtime/exec_plan.h
+# EVT_EXEC_UNFUSED_MIN_GAIN). A few seconds per problem
 # (S18W5: 0.4-5.5 s on the paper MLP), once: the records are cached.
 TUNE_BY_DEFAULT = 1
 
