@@ -9,6 +9,7 @@
  * (evt_fallback.h is one of the kernels/ headers hashed into every JIT cache key (src/runtime/jit.c):
  * editing it, even a comment, recompiles every generated kernel; document changes here instead.) */
 #include "evt_fallback.h"
+#include "evt_cudnn_sdpa.h"
 #include "runtime/fb_gemm.h"
 #include "philox.h"
 
@@ -779,6 +780,8 @@ struct evt_fb_ctx {
   cublasLtHandle_t lt;         /* created on the first bias GEMM */
   lt_plan plans[LT_PLANS];     /* ring of cuBLASLt plans */
   int next_plan;
+  void *attn;                  /* attention through cuDNN: stats, and the backward's out / other gradients */
+  size_t attn_bytes;
 };
 
 static bool g_exact_gemm; /* $EVT_CUDA_EXACT_GEMM=1: every product on the f64 tiled kernel */
@@ -955,6 +958,7 @@ extern "C" void evt_fb_ctx_free(evt_fb_ctx *c) {
   cudaFree(c->s1);
   cudaFree(c->s2);
   cudaFree(c->stage);
+  cudaFree(c->attn);
   free(c);
 }
 
@@ -988,7 +992,22 @@ extern "C" evt_fb_ctx *evt_fb_ctx_new(char *err, size_t errlen) {
 
 extern "C" long evt_fb_launches(const evt_fb_ctx *c) { return c ? c->launches : 0; }
 
+static bool attn_cudnn(const evt_fb_node *nd, evt_cudnn_sdpa_desc *d);
+static size_t attn_scratch_bytes(int op, const evt_cudnn_sdpa_desc *d);
+
 extern "C" int evt_fb_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, size_t errlen) {
+  evt_cudnn_sdpa_desc ad;
+  if (attn_cudnn(nd, &ad)) { /* (plans built and their workspaces allocated here, before any capture) */
+    size_t need = attn_scratch_bytes(nd->op, &ad);
+    if (need > c->attn_bytes) {
+      cudaFree(c->attn);
+      c->attn = NULL;
+      c->attn_bytes = 0;
+      CK(cudaMalloc(&c->attn, need));
+      c->attn_bytes = need;
+    }
+    return 0;
+  }
   ll n = nd->out.numel, n2 = scratch2_need(nd);
   if (ensure(&c->s1, &c->n1, (size_t)(n > 0 ? n : 1), err, errlen)) return 2;
   if (n2 > 0 && ensure(&c->s2, &c->n2, (size_t)n2, err, errlen)) return 2;
@@ -1312,6 +1331,98 @@ static const char *slice_plan(const evt_fb_node *nd, strides *s1, ll *base) {
   return NULL;
 }
 
+/* ---- attention through cuDNN's fused flash attention (kernels/evt_cudnn_sdpa.h) ------------------------
+ * sdpa and sdpa_backward_{q,k,v} with bf16 / f16 q, k, v, dout and output, no broadcast batch dims, 16-byte
+ * aligned buffers, and a shape cuDNN supports run through cuDNN; anything else (f32, $EVT_CUDNN_ATTENTION=0,
+ * $EVT_CUDA_EXACT_GEMM=1, no cuDNN) on k_sdpa, the reference kernel in double (one thread per query row).
+ * [..., H, S, D] maps to cuDNN's [B, H, S, D] with B the product of the leading dims; contiguous strides. A
+ * backward node recomputes the forward (out and the log-sum-exp stats, into the context's scratch) and runs
+ * cuDNN's backward, which writes all three gradients: its own into the output, the other two into scratch. */
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+static bool attn_cudnn(const evt_fb_node *nd, evt_cudnn_sdpa_desc *d) {
+  int op = nd->op;
+  if (op != EVT_FB_OP_SDPA && op != EVT_FB_OP_SDPA_BACKWARD_Q && op != EVT_FB_OP_SDPA_BACKWARD_K &&
+      op != EVT_FB_OP_SDPA_BACKWARD_V)
+    return false;
+  const char *e = getenv("EVT_CUDNN_ATTENTION");
+  if ((e && !strcmp(e, "0")) || g_exact_gemm) return false;
+  int base = op == EVT_FB_OP_SDPA ? 0 : 1, dt = nd->out.dtype;
+  if (dt != EVT_FB_BF16 && dt != EVT_FB_F16) return false;
+  for (int i = 0; i < base + 3; i++)
+    if (nd->in[i].dtype != dt || !aligned16(nd->in[i].ptr)) return false;
+  if (!aligned16(nd->out.ptr)) return false;
+  const evt_fb_tensor &q = nd->in[base], &k = nd->in[base + 1], &v = nd->in[base + 2];
+  int r = q.rank;
+  if (r < 2 || k.rank != r || v.rank != r) return false;
+  for (int i = 0; i < r - 2; i++)
+    if (k.shape[i] != q.shape[i] || v.shape[i] != q.shape[i]) return false;
+  if (v.shape[r - 2] != k.shape[r - 2]) return false;
+  memset(d, 0, sizeof *d);
+  d->h = r >= 3 ? q.shape[r - 3] : 1;
+  d->b = r >= 4 ? prod(q.shape, 0, r - 3) : 1;
+  d->sq = q.shape[r - 2], d->d = q.shape[r - 1], d->skv = k.shape[r - 2], d->dv = v.shape[r - 1];
+  d->dtype = dt == EVT_FB_BF16 ? EVT_CUDNN_SDPA_BF16 : EVT_CUDNN_SDPA_F16;
+  d->causal = nd->a.causal != 0;
+  d->scale = (float)(nd->a.scale != 0 ? nd->a.scale : 1.0 / sqrt((double)d->d));
+  evt_cudnn_sdpa_set_strides(d, 0);
+  char why[400];
+  if (!evt_cudnn_sdpa_supported(d, why, sizeof why)) {
+    static int said;
+    if (!said++ || getenv("EVT_CUDNN_SDPA_LOG"))
+      fprintf(stderr, "evt: attention (node %d) runs on the reference kernel: %s\n", nd->id, why);
+    return false;
+  }
+  return true;
+}
+
+static size_t round256(size_t b) { return (b + 255) / 256 * 256; }
+
+/* Scratch bytes of an attention node on cuDNN: the stats; for a backward also out and the three gradients. */
+static size_t attn_scratch_bytes(int op, const evt_cudnn_sdpa_desc *d) {
+  size_t bh = (size_t)(d->b * d->h), stats = round256(bh * (size_t)d->sq * 4);
+  if (op == EVT_FB_OP_SDPA) return stats;
+  return stats + round256(bh * (size_t)(d->sq * d->dv) * 2) + round256(bh * (size_t)(d->sq * d->d) * 2) +
+         round256(bh * (size_t)(d->skv * d->d) * 2) + round256(bh * (size_t)(d->skv * d->dv) * 2);
+}
+
+/* -1: not on cuDNN (evt_fb_run takes the reference path); else evt_fb_run's result. */
+static int attn_run(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen) {
+  evt_cudnn_sdpa_desc d;
+  if (!attn_cudnn(nd, &d)) return -1;
+  if (evt_fb_reserve(ctx, nd, err, errlen)) return 2;
+  char *w = (char *)ctx->attn;
+  size_t bh = (size_t)(d.b * d.h);
+  float *stats = (float *)w;
+  w += round256(bh * (size_t)d.sq * 4);
+  char e[400];
+  int op = nd->op;
+  const evt_fb_tensor *in = nd->in;
+  if (op == EVT_FB_OP_SDPA) {
+    ctx->launches++;
+    if (evt_cudnn_sdpa_fwd(ctx->stream, &d, in[0].ptr, in[1].ptr, in[2].ptr, nd->out.ptr, stats, e, sizeof e)) {
+      snprintf(err, errlen, "attention forward (cuDNN): %s", e);
+      return 1;
+    }
+    return 0;
+  }
+  void *o = w;
+  w += round256(bh * (size_t)(d.sq * d.dv) * 2);
+  void *g[3];
+  g[0] = w, w += round256(bh * (size_t)(d.sq * d.d) * 2);
+  g[1] = w, w += round256(bh * (size_t)(d.skv * d.d) * 2);
+  g[2] = w;
+  g[op == EVT_FB_OP_SDPA_BACKWARD_Q ? 0 : op == EVT_FB_OP_SDPA_BACKWARD_K ? 1 : 2] = nd->out.ptr;
+  ctx->launches += 2;
+  if (evt_cudnn_sdpa_fwd(ctx->stream, &d, in[1].ptr, in[2].ptr, in[3].ptr, o, stats, e, sizeof e) ||
+      evt_cudnn_sdpa_bwd(ctx->stream, &d, in[1].ptr, in[2].ptr, in[3].ptr, o, stats, in[0].ptr, g[0], g[1], g[2], e,
+                         sizeof e)) {
+    snprintf(err, errlen, "attention backward (cuDNN): %s", e);
+    return 1;
+  }
+  return 0;
+}
+
 /* Permutes, expands, reshapes, slices, slice gradients, concats and index / embedding gathers whose data
  * operand has the output's dtype, in that dtype (see k_move_gather). Returns -1 when the node is not one of
  * them (evt_fb_run then takes the double path), else evt_fb_run's result. */
@@ -1442,6 +1553,8 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
   ctx->stream = (cudaStream_t)stream;
   int moved = move_native(ctx, nd, err, errlen);
   if (moved >= 0) return moved;
+  int attn = attn_run(ctx, nd, err, errlen);
+  if (attn >= 0) return attn;
   if (evt_fb_reserve(ctx, nd, err, errlen)) return 2; /* no-op when reserved before the step */
   double *S = ctx->s1;
   if (!writes_every_element(op)) CK(cudaMemsetAsync(S, 0, sizeof(double) * (size_t)(n ? n : 1), ctx->stream));

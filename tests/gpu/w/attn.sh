@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# GPU window script: attention (sdpa and its backward) on cuDNN's fused flash attention inside evt's runtime
+# (kernels/evt_fallback.cu attn_run -> kernels/evt_cudnn_sdpa.cu), checked against the CPU interpreter.
+#   1. bench/graphs/bert_layer_sdpa_bf16.evt (committed, S=16, D=16) and a medium BERT layer (gen.py
+#      bert_layer_sdpa --batch 2 --seq 128 --hidden 256 --heads 4: D=64): node by node (`--opt --check`) and
+#      fused (`--fused --check`), each with EVT_CUDNN_SDPA_LOG=1 (the plans cuDNN built);
+#   2. time, node by node (cuBLAS GEMMs, no JIT): a BERT-large-shaped layer (--batch 4 --seq 512 --hidden 1024
+#      --heads 16 --ffn 4096 --vocab 8192) with attention on cuDNN vs EVT_CUDNN_ATTENTION=0 (the reference kernel).
+#   bash tests/gpu/w/attn.sh LOGFILE SECONDS     (repo root, on the H200; environment: tests/gpu/window.sh)
+set -u
+WINDOW_SECS=240
+. "$(dirname "$0")/budget.sh"
+echo "== attn.sh ($(date -u +%H:%M:%S), budget ${SECS}s)"
+EVTC=${EVTC:-build/evtc}
+# cuDNN: already loaded in a PyTorch process; here from the pip wheel's lib dir
+cl=$(python3 -c "import nvidia.cudnn,os;print(os.path.join(list(nvidia.cudnn.__path__)[0],'lib'))" 2>/dev/null)
+[ -n "$cl" ] && export LD_LIBRARY_PATH=$cl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} && echo "cuDNN lib dir: $cl"
+export EVT_CUDNN_SDPA_LOG=1
+tmp=$(mktemp -d)
+python3 examples/gen.py bert_layer_sdpa --dtype bf16 --batch 2 --seq 128 --hidden 256 --heads 4 --ffn 1024 --vocab 1000 -o "$tmp/medium.evt"
+python3 examples/gen.py bert_layer_sdpa --dtype bf16 --batch 4 --seq 512 --hidden 1024 --heads 16 --ffn 4096 --vocab 8192 -o "$tmp/large.evt"
+for g in bench/graphs/bert_layer_sdpa_bf16.evt "$tmp/medium.evt"; do
+  for mode in "--opt" "--fused"; do
+    l=$(( $(left) - 5 )); [ "$l" -lt 20 ] && { echo "-- $g $mode skipped"; continue; }
+    echo "-- [$(date -u +%H:%M:%S)] $g $mode --check"
+    timeout -k 5 "$l" "$EVTC" run "$g" --device cuda $mode --check --stats --steps 2 2>&1 | grep -v "^\[evt-jit\] [0-9]*/" | tail -14
+    echo "exit ${PIPESTATUS[0]}"
+  done
+done
+for v in 1 0; do
+  l=$(( $(left) - 5 )); [ "$l" -lt 20 ] && { echo "-- large EVT_CUDNN_ATTENTION=$v skipped"; continue; }
+  echo "-- [$(date -u +%H:%M:%S)] large layer, node by node, EVT_CUDNN_ATTENTION=$v"
+  EVT_CUDNN_ATTENTION=$v timeout -k 5 "$l" "$EVTC" run "$tmp/large.evt" --device cuda --opt --steps 4 2>&1 | tail -4
+done
