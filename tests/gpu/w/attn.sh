@@ -23,8 +23,12 @@ for g in bench/graphs/bert_layer_sdpa_bf16.evt "$tmp/medium.evt"; do
   for mode in "--opt" "--fused"; do
     l=$(( $(left) - 5 )); [ "$l" -lt 20 ] && { echo "-- $g $mode skipped"; continue; }
     echo "-- [$(date -u +%H:%M:%S)] $g $mode --check"
-    timeout -k 5 "$l" "$EVTC" run "$g" --device cuda $mode --check --stats --steps 2 2>&1 | grep -v "^\[evt-jit\] [0-9]*/" | tail -14
-    echo "exit ${PIPESTATUS[0]}"
+    stats=; [ "$mode" = --fused ] && stats=--stats
+    timeout -k 5 "$l" "$EVTC" run "$g" --device cuda $mode --check $stats --steps 2 > "$tmp/run.log" 2>&1
+    echo "exit $?"
+    echo "attention plans cuDNN built: $(grep -c '^\[evt-cudnn-sdpa\]' "$tmp/run.log"); on the reference kernel: $(grep -c 'runs on the reference kernel' "$tmp/run.log")"
+    grep -E '^\[evt-cudnn-sdpa\]|reference kernel' "$tmp/run.log" | head -4
+    grep -v "^\[evt-jit\] [0-9]*/" "$tmp/run.log" | grep -E "^(step|done|check|stats)" | tail -6
   done
 done
 for v in 1 0; do
