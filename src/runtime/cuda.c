@@ -127,8 +127,11 @@ static void copy_attrs(const evt_attrs *s, evt_fb_attrs *d) {
   d->groups = s->groups;
 }
 
-/* The library's description of node i with the program's device pointers. */
-static void fb_node(const evt_program *p, int i, evt_fb_node *fn) {
+static int sdpa_bit(evt_op op) {
+  return op == EVT_OP_SDPA_BACKWARD_Q ? 1 : op == EVT_OP_SDPA_BACKWARD_K ? 2 : op == EVT_OP_SDPA_BACKWARD_V ? 4 : 0;
+}
+
+void evt_gpu_fb_node(const evt_program *p, int i, evt_fb_node *fn) {
   const evt_node *n = &p->g->nodes[i];
   memset(fn, 0, sizeof *fn);
   fn->id = i;
@@ -137,12 +140,22 @@ static void fb_node(const evt_program *p, int i, evt_fb_node *fn) {
   for (int j = 0; j < n->ninputs && j < EVT_FB_MAX_IN; j++) fn->in[j] = p->t[n->inputs[j]];
   fn->out = p->t[i];
   copy_attrs(&n->attr, &fn->a);
+  if (sdpa_bit(n->op)) /* the attention gradients computed from the same (dout, q, k, v) */
+    for (int j = 0; j < p->g->nnodes; j++) {
+      const evt_node *o = &p->g->nodes[j];
+      if (!sdpa_bit(o->op) || o->ninputs != n->ninputs || o->attr.causal != n->attr.causal ||
+          o->attr.scale != n->attr.scale)
+        continue;
+      bool same = true;
+      for (int k = 0; k < n->ninputs && same; k++) same = o->inputs[k] == n->inputs[k];
+      if (same) fn->a.sdpa_siblings |= sdpa_bit(o->op);
+    }
 }
 
 evt_status evt_gpu_launch_node(evt_program *p, int i, void *stream) {
   char err[512];
   evt_fb_node fn;
-  fb_node(p, i, &fn);
+  evt_gpu_fb_node(p, i, &fn);
   int rc = p->api->run(p->ctx, &fn, stream, err, sizeof err);
   if (rc == 1) return evt_graph_errorf(p->g, i, EVT_ERR_UNSUPPORTED, "not supported on CUDA: %s", err);
   if (rc) return evt_graph_errorf(p->g, i, EVT_ERR_INTERNAL, "CUDA error: %s", err);

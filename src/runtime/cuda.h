@@ -166,6 +166,9 @@ double evt_now_us(void); /* CLOCK_MONOTONIC in microseconds */
 
 /* ---- launches (cuda.c): enqueue on `stream`, no synchronization ------------------------------------ */
 evt_status evt_gpu_launch_node(evt_program *p, int node, void *stream);
+/* The library's description of node i with the program's device pointers and attributes (what
+ * evt_gpu_launch_node runs, and what the library reserves scratch for before a step). */
+void evt_gpu_fb_node(const evt_program *p, int i, evt_fb_node *fn);
 /* Group gi of p->xp on its path (fused: its generated kernel; else its members node by node). A GEMM+EVT
  * launcher that refuses the problem demotes the group (gemm_launch.h) before launching anything: this sets
  * p->replan and returns EVT_OK; the run then re-plans the memory and enqueues the step again. */

@@ -238,13 +238,8 @@ static evt_status place_on_device(evt_program *p) {
   for (int s = 0; s < p->nsteps; s++) {
     int v = p->steps[s].node;
     if (v < 0) continue;
-    evt_fb_node fn;
-    memset(&fn, 0, sizeof fn);
-    fn.id = v;
-    fn.op = (int)g->nodes[v].op;
-    fn.ninputs = g->nodes[v].ninputs;
-    for (int j = 0; j < fn.ninputs && j < EVT_FB_MAX_IN; j++) fn.in[j] = p->t[g->nodes[v].inputs[j]];
-    fn.out = p->t[v];
+    evt_fb_node fn; /* (with the attributes: attention plans depend on causal) */
+    evt_gpu_fb_node(p, v, &fn);
     if (p->api->reserve(p->ctx, &fn, why, sizeof why))
       return evt_graph_errorf(g, v, EVT_ERR_UNSUPPORTED, "scratch memory: %s", why);
   }
