@@ -572,10 +572,11 @@ def _cuda_rules(device):
 _REF = ("evt's only CUDA implementation of {what} is the reference library (kernels/evt_fallback.cu: "
         "{how}); runs in PyTorch ({torch}); options={{'gpu_ops': 'all'}} or EVT_CUDA_OPS=all keeps it in evt")
 _CONV = _REF.format(what="convolution", how="direct loops in double, no implicit GEMM", torch="cuDNN")
-_ATTN = ("evt runs bf16/f16 attention on cuDNN's fused flash attention (kernels/evt_cudnn_sdpa.cu), but each of "
-         "its three gradient nodes (sdpa_backward_q/k/v take q, k, v, not the forward's saved statistics) recomputes "
-         "the forward and runs the whole backward; runs in PyTorch (flash / efficient / cuDNN attention); "
-         "options={'gpu_ops': 'all'} or EVT_CUDA_OPS=all keeps it in evt (EVT_ATTENTION=evt: attention only)")
+_ATTN = ("evt's CUDA attention is cuDNN's fused flash attention for bf16/f16 (kernels/evt_cudnn_sdpa.cu; its "
+         "backward recomputes the forward: evt's sdpa_backward takes q, k, v, not the saved statistics) and the "
+         "reference library for f32 (kernels/evt_fallback.cu: one thread per query row in double); runs in PyTorch "
+         "(flash / efficient / cuDNN attention); options={'gpu_ops': 'all'} or EVT_CUDA_OPS=all keeps it in evt "
+         "(EVT_ATTENTION=evt: attention only)")
 _POOL = _REF.format(what="pooling", how="one thread per element in double", torch="cuDNN / ATen")
 _EMB = _REF.format(what="the embedding and its backward", how="a gather by index, and a scatter-add with atomics "
                    "in double plus a conversion pass (0.35-0.58 ms per step on bert_large / xmlcnn_paper, S13W6, "

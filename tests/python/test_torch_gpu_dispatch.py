@@ -862,7 +862,7 @@ def test_attention_gradients_are_stacked_and_moved_by_pytorch(monkeypatch):
     FakeTensorProp(gm3, mode).propagate_dont_convert_inputs(*fakes)
     (bwd,) = [n for n in gm3.graph.nodes if n.target == torch.ops.evt.sdpa_backward.default]
     bwd.target = aten._scaled_dot_product_cudnn_attention_backward.default
-    assert "attention is the reference library" in B.cuda_placement(bwd) and B._untranslated_on_cuda(bwd)
+    assert "attention is cuDNN's fused flash attention" in B.cuda_placement(bwd) and B._untranslated_on_cuda(bwd)
     assert B.stack_select_backwards(gm3) == 1
     gm4 = make_fx(f)(*args)
     FakeTensorProp(gm4, mode).propagate_dont_convert_inputs(*fakes)
