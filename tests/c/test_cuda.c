@@ -49,3 +49,49 @@ TEST(cuda_open_without_library_is_unsupported) {
   free(err);
   evt_graph_free(g);
 }
+
+/* The library's node description (evt_gpu_fb_node, also what it reserves scratch for before a step) carries
+ * the attributes (a causal attention's cuDNN plans are the causal ones) and, on attention gradients, which of
+ * the three the graph computes from the same inputs (the library then runs one cuDNN backward for them). */
+TEST(cuda_fb_node_carries_attention_attributes_and_siblings) {
+  char *err = NULL;
+  evt_graph *g = evt_parse_file("tests/golden/grad/attention.evt", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+  evt_program p;
+  memset(&p, 0, sizeof p);
+  p.g = g;
+  p.t = calloc((size_t)g->nnodes + 1, sizeof *p.t);
+  int fwd = 0, bwd = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    evt_op op = g->nodes[i].op;
+    if (op != EVT_OP_SDPA && op != EVT_OP_SDPA_BACKWARD_Q && op != EVT_OP_SDPA_BACKWARD_K && op != EVT_OP_SDPA_BACKWARD_V)
+      continue;
+    evt_fb_node fn;
+    evt_gpu_fb_node(&p, i, &fn);
+    CHECK(fn.id == i && fn.op == (int)op && fn.a.causal == 1);
+    if (op == EVT_OP_SDPA) {
+      fwd++;
+      CHECK(fn.a.sdpa_siblings == 0);
+    } else {
+      bwd++;
+      CHECK_MSG(fn.a.sdpa_siblings == 7, "node %d: siblings %d", i, fn.a.sdpa_siblings);
+    }
+  }
+  CHECK(fwd == 1 && bwd == 3);
+  /* a gradient whose inputs differ from the others' is not their sibling */
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_SDPA_BACKWARD_V) {
+      g->nodes[i].attr.causal = 0;
+      for (int j = 0; j < g->nnodes; j++)
+        if (g->nodes[j].op == EVT_OP_SDPA_BACKWARD_Q) {
+          evt_fb_node fn;
+          evt_gpu_fb_node(&p, j, &fn);
+          CHECK_MSG(fn.a.sdpa_siblings == 3, "siblings %d", fn.a.sdpa_siblings);
+        }
+    }
+  free(p.t);
+  evt_graph_free(g);
+}
