@@ -788,6 +788,16 @@ struct evt_fb_ctx {
     evt_cudnn_sdpa_desc d;
     int served, siblings;      /* bits 1 q, 2 k, 4 v */
   } memo;
+  struct attn_saved {          /* per attention forward node: its out and statistics, for the backward */
+    int node;
+    const void *qkv[3];        /* the inputs of the last run (keys for the backward) */
+    evt_cudnn_sdpa_desc d;
+    void *o;
+    float *stats;
+    long stamp;                /* 0: never run; else the order of the runs */
+  } *saved;
+  int nsaved;
+  long stamps;
 };
 
 static bool g_exact_gemm; /* $EVT_CUDA_EXACT_GEMM=1: every product on the f64 tiled kernel */
@@ -965,6 +975,8 @@ extern "C" void evt_fb_ctx_free(evt_fb_ctx *c) {
   cudaFree(c->s2);
   cudaFree(c->stage);
   cudaFree(c->attn);
+  for (int i = 0; i < c->nsaved; i++) cudaFree(c->saved[i].o), cudaFree(c->saved[i].stats);
+  free(c->saved);
   free(c);
 }
 
@@ -1000,6 +1012,12 @@ extern "C" long evt_fb_launches(const evt_fb_ctx *c) { return c ? c->launches : 
 
 static bool attn_cudnn(const evt_fb_node *nd, evt_cudnn_sdpa_desc *d);
 static size_t attn_scratch_bytes(int op, const evt_cudnn_sdpa_desc *d);
+/* The attention forward keeps its out and statistics for the backward ($EVT_CUDNN_ATTENTION_SAVE=0: it does
+ * not, and the backward recomputes them). */
+static bool attn_save_enabled(void) {
+  const char *e = getenv("EVT_CUDNN_ATTENTION_SAVE");
+  return !(e && !strcmp(e, "0"));
+}
 
 extern "C" int evt_fb_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, size_t errlen) {
   evt_cudnn_sdpa_desc ad;
@@ -1012,6 +1030,25 @@ extern "C" int evt_fb_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, s
       c->attn_bytes = 0;
       CK(cudaMalloc(&c->attn, need));
       c->attn_bytes = need;
+    }
+    if (nd->op == EVT_FB_OP_SDPA && nd->a.sdpa_siblings && attn_save_enabled()) { /* its out and statistics */
+      int i = 0;
+      while (i < c->nsaved && c->saved[i].node != nd->id) i++;
+      if (i == c->nsaved) {
+        void *grown = realloc(c->saved, sizeof *c->saved * (size_t)(c->nsaved + 1));
+        if (!grown) {
+          snprintf(err, errlen, "out of host memory");
+          return 2;
+        }
+        c->saved = (evt_fb_ctx::attn_saved *)grown;
+        evt_fb_ctx::attn_saved *e = &c->saved[c->nsaved];
+        memset(e, 0, sizeof *e);
+        e->node = nd->id;
+        size_t bh = (size_t)(ad.b * ad.h);
+        CK(cudaMalloc(&e->o, bh * (size_t)(ad.sq * ad.dv) * 2));
+        CK(cudaMalloc((void **)&e->stats, bh * (size_t)ad.sq * 4));
+        c->nsaved++;
+      }
     }
     return 0;
   }
@@ -1409,10 +1446,21 @@ static int attn_run(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t er
   int op = nd->op;
   const evt_fb_tensor *in = nd->in;
   if (op == EVT_FB_OP_SDPA) {
+    evt_fb_ctx::attn_saved *sv = NULL;
+    for (int i = 0; i < ctx->nsaved && !sv; i++)
+      if (ctx->saved[i].node == nd->id) sv = &ctx->saved[i];
     ctx->launches++;
-    if (evt_cudnn_sdpa_fwd(ctx->stream, &d, in[0].ptr, in[1].ptr, in[2].ptr, nd->out.ptr, stats, e, sizeof e)) {
+    if (evt_cudnn_sdpa_fwd(ctx->stream, &d, in[0].ptr, in[1].ptr, in[2].ptr, nd->out.ptr, sv ? sv->stats : stats, e,
+                           sizeof e)) {
       snprintf(err, errlen, "attention forward (cuDNN): %s", e);
       return 1;
+    }
+    if (sv) { /* out for the backward too (the arena may reuse the output's memory before then) */
+      ctx->launches++;
+      CK(cudaMemcpyAsync(sv->o, nd->out.ptr, (size_t)nd->out.numel * 2, cudaMemcpyDeviceToDevice, ctx->stream));
+      for (int i = 0; i < 3; i++) sv->qkv[i] = in[i].ptr;
+      sv->d = d;
+      sv->stamp = ++ctx->stamps;
     }
     return 0;
   }
@@ -1435,9 +1483,19 @@ static int attn_run(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t er
     return 0;
   }
   g[which] = nd->out.ptr;
-  ctx->launches += 2;
   m.valid = false;
-  if (evt_cudnn_sdpa_fwd(ctx->stream, &d, in[1].ptr, in[2].ptr, in[3].ptr, o, stats, e, sizeof e) ||
+  /* the forward's out and statistics when this program ran it: the latest run on these very q, k, v (an earlier
+   * forward on the same addresses had its inputs die before this one's were written there) */
+  const evt_fb_ctx::attn_saved *sv = NULL;
+  for (int i = 0; i < ctx->nsaved; i++) {
+    const evt_fb_ctx::attn_saved *c = &ctx->saved[i];
+    if (c->stamp && c->qkv[0] == in[1].ptr && c->qkv[1] == in[2].ptr && c->qkv[2] == in[3].ptr &&
+        !memcmp(&c->d, &d, sizeof d) && (!sv || c->stamp > sv->stamp))
+      sv = c;
+  }
+  if (sv) o = sv->o, stats = sv->stats;
+  ctx->launches += sv ? 1 : 2;
+  if ((!sv && evt_cudnn_sdpa_fwd(ctx->stream, &d, in[1].ptr, in[2].ptr, in[3].ptr, o, stats, e, sizeof e)) ||
       evt_cudnn_sdpa_bwd(ctx->stream, &d, in[1].ptr, in[2].ptr, in[3].ptr, o, stats, in[0].ptr, g[0], g[1], g[2], e,
                          sizeof e)) {
     snprintf(err, errlen, "attention backward (cuDNN): %s", e);

@@ -58,7 +58,9 @@ typedef struct evt_fb_attrs {
   int reduction;          /* 0 none, 1 mean, 2 sum */
   int approx_tanh, nhwc, causal;
   int sdpa_siblings;      /* sdpa_backward_{q,k,v}: which of the three (bits 1 q, 2 k, 4 v) the graph has with
-                           * this node's inputs (the library computes all three once and serves the others) */
+                           * this node's inputs (the library computes all three once and serves the others);
+                           * sdpa: the gradients of its q, k, v in the graph (nonzero: it keeps out and the
+                           * statistics for them) */
   int64_t stride[2], padding[2], dilation[2], kernel[2], groups;
 } evt_fb_attrs;
 

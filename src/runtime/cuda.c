@@ -140,14 +140,16 @@ void evt_gpu_fb_node(const evt_program *p, int i, evt_fb_node *fn) {
   for (int j = 0; j < n->ninputs && j < EVT_FB_MAX_IN; j++) fn->in[j] = p->t[n->inputs[j]];
   fn->out = p->t[i];
   copy_attrs(&n->attr, &fn->a);
-  if (sdpa_bit(n->op)) /* the attention gradients computed from the same (dout, q, k, v) */
+  /* attention: the gradients computed from the same (dout, q, k, v), or for the forward, those of its q, k, v */
+  int skip = n->op == EVT_OP_SDPA ? 1 : 0; /* (a gradient's inputs are dout, q, k, v) */
+  if (sdpa_bit(n->op) || n->op == EVT_OP_SDPA)
     for (int j = 0; j < p->g->nnodes; j++) {
       const evt_node *o = &p->g->nodes[j];
-      if (!sdpa_bit(o->op) || o->ninputs != n->ninputs || o->attr.causal != n->attr.causal ||
+      if (!sdpa_bit(o->op) || o->ninputs != n->ninputs + skip || o->attr.causal != n->attr.causal ||
           o->attr.scale != n->attr.scale)
         continue;
-      bool same = true;
-      for (int k = 0; k < n->ninputs && same; k++) same = o->inputs[k] == n->inputs[k];
+      bool same = skip || o->inputs[0] == n->inputs[0];
+      for (int k = skip ? 0 : 1; k < n->ninputs && same; k++) same = o->inputs[k + skip] == n->inputs[k];
       if (same) fn->a.sdpa_siblings |= sdpa_bit(o->op);
     }
 }

@@ -72,9 +72,9 @@ TEST(cuda_fb_node_carries_attention_attributes_and_siblings) {
     evt_fb_node fn;
     evt_gpu_fb_node(&p, i, &fn);
     CHECK(fn.id == i && fn.op == (int)op && fn.a.causal == 1);
-    if (op == EVT_OP_SDPA) {
+    if (op == EVT_OP_SDPA) { /* the forward: the gradients of its q, k, v */
       fwd++;
-      CHECK(fn.a.sdpa_siblings == 0);
+      CHECK_MSG(fn.a.sdpa_siblings == 7, "forward: %d", fn.a.sdpa_siblings);
     } else {
       bwd++;
       CHECK_MSG(fn.a.sdpa_siblings == 7, "node %d: siblings %d", i, fn.a.sdpa_siblings);
@@ -92,6 +92,25 @@ TEST(cuda_fb_node_carries_attention_attributes_and_siblings) {
           CHECK_MSG(fn.a.sdpa_siblings == 3, "siblings %d", fn.a.sdpa_siblings);
         }
     }
+  /* a forward whose inputs no gradient reads keeps nothing */
+  evt_graph *f = evt_parse("graph f {\n  %q: bf16[2,4,8,16] = input()\n  %o = sdpa(%q, %q, %q)\n"
+                           "  %loss: bf16[] = sum(%o)\n}\n", "f.evt", &err);
+  CHECK_MSG(f, "%s", err ? err : "");
+  free(err);
+  if (f) {
+    evt_program pf;
+    memset(&pf, 0, sizeof pf);
+    pf.g = f;
+    pf.t = calloc((size_t)f->nnodes + 1, sizeof *pf.t);
+    for (int i = 0; i < f->nnodes; i++)
+      if (f->nodes[i].op == EVT_OP_SDPA) {
+        evt_fb_node fn;
+        evt_gpu_fb_node(&pf, i, &fn);
+        CHECK(fn.a.sdpa_siblings == 0);
+      }
+    free(pf.t);
+    evt_graph_free(f);
+  }
   free(p.t);
   evt_graph_free(g);
 }

@@ -6,7 +6,8 @@
 #      node (`--opt --check`), fused (`--fused --check`) and fused as a CUDA graph (`--cuda-graph`), each with
 #      EVT_CUDNN_SDPA_LOG=1 (the plans cuDNN built);
 #   2. time, node by node (cuBLAS GEMMs, no JIT): a BERT-large-shaped layer (--batch 4 --seq 512 --hidden 1024
-#      --heads 16 --ffn 4096 --vocab 8192) with attention on cuDNN vs EVT_CUDNN_ATTENTION=0 (the reference kernel).
+#      --heads 16 --ffn 4096 --vocab 8192) with attention on cuDNN, on cuDNN with the backward recomputing the
+#      forward (EVT_CUDNN_ATTENTION_SAVE=0), and on the reference kernel (EVT_CUDNN_ATTENTION=0).
 #   bash tests/gpu/w/attn.sh LOGFILE SECONDS     (repo root, on the H200; environment: tests/gpu/window.sh)
 set -u
 WINDOW_SECS=240
@@ -32,8 +33,8 @@ for g in tests/gpu/graphs/attn_causal_bf16.evt bench/graphs/bert_layer_sdpa_bf16
     grep -v "^\[evt-jit\] [0-9]*/" "$tmp/run.log" | grep -E "^(step|done|check|stats)" | tail -6
   done
 done
-for v in 1 0; do
-  l=$(( $(left) - 5 )); [ "$l" -lt 20 ] && { echo "-- large EVT_CUDNN_ATTENTION=$v skipped"; continue; }
-  echo "-- [$(date -u +%H:%M:%S)] large layer, node by node, EVT_CUDNN_ATTENTION=$v"
-  EVT_CUDNN_ATTENTION=$v timeout -k 5 "$l" "$EVTC" run "$tmp/large.evt" --device cuda --opt --steps 4 2>&1 | tail -4
+for v in EVT_CUDNN_ATTENTION=1 EVT_CUDNN_ATTENTION_SAVE=0 EVT_CUDNN_ATTENTION=0; do
+  l=$(( $(left) - 5 )); [ "$l" -lt 20 ] && { echo "-- large $v skipped"; continue; }
+  echo "-- [$(date -u +%H:%M:%S)] large layer, node by node, $v"
+  env $v timeout -k 5 "$l" "$EVTC" run "$tmp/large.evt" --device cuda --opt --steps 4 2>&1 | tail -4
 done
