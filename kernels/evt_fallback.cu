@@ -1494,6 +1494,12 @@ static int attn_run(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t er
       sv = c;
   }
   if (sv) o = sv->o, stats = sv->stats;
+  if (getenv("EVT_CUDNN_SDPA_LOG")) {
+    static int said; /* (the first few, for the window logs) */
+    if (said++ < 6)
+      fprintf(stderr, "[evt-cudnn-sdpa] backward node %d: %s\n", nd->id,
+              sv ? "the forward's saved out and statistics" : "recomputes the forward");
+  }
   ctx->launches += sv ? 1 : 2;
   if ((!sv && evt_cudnn_sdpa_fwd(ctx->stream, &d, in[1].ptr, in[2].ptr, in[3].ptr, o, stats, e, sizeof e)) ||
       evt_cudnn_sdpa_bwd(ctx->stream, &d, in[1].ptr, in[2].ptr, in[3].ptr, o, stats, in[0].ptr, g[0], g[1], g[2], e,

@@ -28,8 +28,8 @@ for g in tests/gpu/graphs/attn_causal_bf16.evt bench/graphs/bert_layer_sdpa_bf16
     stats=; [ "$mode" != --opt ] && stats=--stats
     timeout -k 5 "$l" "$EVTC" run "$g" --device cuda $mode --check $stats --steps 2 > "$tmp/run.log" 2>&1
     echo "exit $?"
-    echo "attention plans cuDNN built: $(grep -c '^\[evt-cudnn-sdpa\]' "$tmp/run.log"); on the reference kernel: $(grep -c 'runs on the reference kernel' "$tmp/run.log")"
-    grep -E '^\[evt-cudnn-sdpa\]|reference kernel' "$tmp/run.log" | head -4
+    echo "attention plans cuDNN built: $(grep -c 'graph A\|graph B' "$tmp/run.log"); on the reference kernel: $(grep -c 'runs on the reference kernel' "$tmp/run.log")"
+    grep -E '^\[evt-cudnn-sdpa\]|reference kernel' "$tmp/run.log" | head -6
     grep -v "^\[evt-jit\] [0-9]*/" "$tmp/run.log" | grep -E "^(step|done|check|stats)" | tail -6
   done
 done
