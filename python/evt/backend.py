@@ -572,8 +572,8 @@ def _cuda_rules(device):
 _REF = ("evt's only CUDA implementation of {what} is the reference library (kernels/evt_fallback.cu: "
         "{how}); runs in PyTorch ({torch}); options={{'gpu_ops': 'all'}} or EVT_CUDA_OPS=all keeps it in evt")
 _CONV = _REF.format(what="convolution", how="direct loops in double, no implicit GEMM", torch="cuDNN")
-_ATTN = ("evt's CUDA attention is cuDNN's fused flash attention for bf16/f16 (kernels/evt_cudnn_sdpa.cu; its "
-         "backward recomputes the forward: evt's sdpa_backward takes q, k, v, not the saved statistics) and the "
+_ATTN = ("evt's CUDA attention is cuDNN's fused flash attention for bf16/f16 (kernels/evt_cudnn_sdpa.cu; in a "
+         "backward program it recomputes the forward: evt's sdpa_backward takes q, k, v, not the saved statistics) and the "
          "reference library for f32 (kernels/evt_fallback.cu: one thread per query row in double); runs in PyTorch "
          "(flash / efficient / cuDNN attention); options={'gpu_ops': 'all'} or EVT_CUDA_OPS=all keeps it in evt "
          "(EVT_ATTENTION=evt: attention only)")
