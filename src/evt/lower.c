@@ -1431,8 +1431,14 @@ evt_status evt_lower_plan(const evt_graph *g, const evt_part_plan *plan, evt_low
     if (single >= 0) {
       L->kind = EVT_LK_UNFUSED;
       L->bad_node = single;
-      snprintf(L->reason, sizeof L->reason, "group %d: %%%s (%s): a library kernel of its own; no kernel spec", gi,
-               g->nodes[single].name, evt_op_table[g->nodes[single].op].name);
+      evt_op sop = g->nodes[single].op;
+      evt_dtype sdt = g->nodes[single].type.dtype;
+      bool attn = sop == EVT_OP_SDPA || sop == EVT_OP_SDPA_BACKWARD_Q || sop == EVT_OP_SDPA_BACKWARD_K ||
+                  sop == EVT_OP_SDPA_BACKWARD_V;
+      snprintf(L->reason, sizeof L->reason, "group %d: %%%s (%s): a library kernel of its own%s; no kernel spec", gi,
+               g->nodes[single].name, evt_op_table[sop].name,
+               !attn ? "" : sdt == EVT_BF16 || sdt == EVT_F16 ? " (on CUDA: cuDNN's fused flash attention)"
+                                                             : " (on CUDA: the reference kernel; cuDNN takes bf16/f16)");
     } else if (nu >= 0 && cls == EVT_CLASS_GEMM) {
       lower_gemm(g, plan->group, gi, nu, L, vid);
     } else if (nu < 0 || cls == EVT_CLASS_ROW) {

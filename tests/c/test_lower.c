@@ -803,3 +803,22 @@ TEST(partition_keeps_one_hot_out_of_gemm_groups) {
   for (int i = 0; i < lg.low.n; i++) CHECK_MSG(lg.low.k[i].ok, "group %d: %s", i, lg.low.k[i].reason);
   lowered_free(&lg);
 }
+
+/* An attention node is a singleton group; its reason says what runs it on CUDA (cuDNN for bf16/f16). */
+TEST(lower_attention_singleton_names_its_cuda_path) {
+  const char *dt[2] = {"bf16", "f32"};
+  for (int i = 0; i < 2; i++) {
+    char text[400];
+    snprintf(text, sizeof text,
+             "graph t {\n  %%q: %s[2,4,16,64] = input()\n  %%o = sdpa(%%q, %%q, %%q, causal=1)\n  output %%o\n}\n", dt[i]);
+    lowered_graph lg;
+    if (!lower_text(text, &lg)) continue;
+    const evt_lowered *L = group_of(&lg, "o");
+    if (L) {
+      CHECK(L->kind == EVT_LK_UNFUSED);
+      CHECK_MSG(strstr(L->reason, i == 0 ? "cuDNN's fused flash attention" : "the reference kernel; cuDNN takes bf16/f16"),
+                "%s", L->reason);
+    }
+    lowered_free(&lg);
+  }
+}
