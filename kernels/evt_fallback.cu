@@ -1425,23 +1425,37 @@ static bool attn_cudnn(const evt_fb_node *nd, evt_cudnn_sdpa_desc *d) {
 
 static size_t round256(size_t b) { return (b + 255) / 256 * 256; }
 
-/* Scratch bytes of an attention node on cuDNN: the stats; for a backward also out and the three gradients. */
-static size_t attn_scratch_bytes(int op, const evt_cudnn_sdpa_desc *d) {
-  size_t bh = (size_t)(d->b * d->h), stats = round256(bh * (size_t)d->sq * 4);
-  if (op == EVT_FB_OP_SDPA) return stats;
-  return stats + round256(bh * (size_t)(d->sq * d->dv) * 2) + round256(bh * (size_t)(d->sq * d->d) * 2) +
-         round256(bh * (size_t)(d->skv * d->d) * 2) + round256(bh * (size_t)(d->skv * d->dv) * 2);
+/* The scratch of an attention node on cuDNN, from base: the stats; for a backward also out and the three
+ * gradients (q, k, v). Returns its bytes; with base NULL only the size. */
+struct attn_scratch {
+  float *stats;
+  void *o, *g[3];
+};
+static size_t attn_scratch_layout(int op, const evt_cudnn_sdpa_desc *d, void *base, attn_scratch *sc) {
+  size_t bh = (size_t)(d->b * d->h);
+  size_t part[5] = {bh * (size_t)d->sq * 4, bh * (size_t)(d->sq * d->dv) * 2, bh * (size_t)(d->sq * d->d) * 2,
+                    bh * (size_t)(d->skv * d->d) * 2, bh * (size_t)(d->skv * d->dv) * 2};
+  int np = op == EVT_FB_OP_SDPA ? 1 : 5;
+  size_t off[5], total = 0;
+  for (int i = 0; i < np; i++) off[i] = total, total += round256(part[i]);
+  if (base && sc) {
+    char *b = (char *)base;
+    sc->stats = (float *)b;
+    sc->o = np > 1 ? b + off[1] : NULL;
+    for (int i = 0; i < 3; i++) sc->g[i] = np > 1 ? b + off[2 + i] : NULL;
+  }
+  return total;
 }
+static size_t attn_scratch_bytes(int op, const evt_cudnn_sdpa_desc *d) { return attn_scratch_layout(op, d, NULL, NULL); }
 
 /* -1: not on cuDNN (evt_fb_run takes the reference path); else evt_fb_run's result. */
 static int attn_run(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen) {
   evt_cudnn_sdpa_desc d;
   if (!attn_cudnn(nd, &d)) return -1;
   if (evt_fb_reserve(ctx, nd, err, errlen)) return 2;
-  char *w = (char *)ctx->attn;
-  size_t bh = (size_t)(d.b * d.h);
-  float *stats = (float *)w;
-  w += round256(bh * (size_t)d.sq * 4);
+  attn_scratch sc;
+  attn_scratch_layout(nd->op, &d, ctx->attn, &sc);
+  float *stats = sc.stats;
   char e[400];
   int op = nd->op;
   const evt_fb_tensor *in = nd->in;
@@ -1449,6 +1463,7 @@ static int attn_run(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t er
     evt_fb_ctx::attn_saved *sv = NULL;
     for (int i = 0; i < ctx->nsaved && !sv; i++)
       if (ctx->saved[i].node == nd->id) sv = &ctx->saved[i];
+    if (!sv) ctx->memo.valid = false; /* (its statistics go to the scratch, over what a backward left there) */
     ctx->launches++;
     if (evt_cudnn_sdpa_fwd(ctx->stream, &d, in[0].ptr, in[1].ptr, in[2].ptr, nd->out.ptr, sv ? sv->stats : stats, e,
                            sizeof e)) {
@@ -1464,12 +1479,7 @@ static int attn_run(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t er
     }
     return 0;
   }
-  void *o = w;
-  w += round256(bh * (size_t)(d.sq * d.dv) * 2);
-  void *g[3];
-  g[0] = w, w += round256(bh * (size_t)(d.sq * d.d) * 2);
-  g[1] = w, w += round256(bh * (size_t)(d.skv * d.d) * 2);
-  g[2] = w;
+  void *o = sc.o, *g[3] = {sc.g[0], sc.g[1], sc.g[2]};
   int which = op == EVT_FB_OP_SDPA_BACKWARD_Q ? 0 : op == EVT_FB_OP_SDPA_BACKWARD_K ? 1 : 2, bit = 1 << which;
   int siblings = nd->a.sdpa_siblings | bit;
   auto &m = ctx->memo;

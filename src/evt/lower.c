@@ -1433,8 +1433,7 @@ evt_status evt_lower_plan(const evt_graph *g, const evt_part_plan *plan, evt_low
       L->bad_node = single;
       evt_op sop = g->nodes[single].op;
       evt_dtype sdt = g->nodes[single].type.dtype;
-      bool attn = sop == EVT_OP_SDPA || sop == EVT_OP_SDPA_BACKWARD_Q || sop == EVT_OP_SDPA_BACKWARD_K ||
-                  sop == EVT_OP_SDPA_BACKWARD_V;
+      bool attn = evt_op_table[sop].cls == EVT_CLASS_ATTENTION;
       snprintf(L->reason, sizeof L->reason, "group %d: %%%s (%s): a library kernel of its own%s; no kernel spec", gi,
                g->nodes[single].name, evt_op_table[sop].name,
                !attn ? "" : sdt == EVT_BF16 || sdt == EVT_F16 ? " (on CUDA: cuDNN's fused flash attention)"

@@ -127,8 +127,18 @@ static void copy_attrs(const evt_attrs *s, evt_fb_attrs *d) {
   d->groups = s->groups;
 }
 
+/* Attention gradients (inputs dout, q, k, v): bit 1 q, 2 k, 4 v; 0 for any other op. */
 static int sdpa_bit(evt_op op) {
   return op == EVT_OP_SDPA_BACKWARD_Q ? 1 : op == EVT_OP_SDPA_BACKWARD_K ? 2 : op == EVT_OP_SDPA_BACKWARD_V ? 4 : 0;
+}
+
+/* Whether gradient node o belongs to attention node n (the forward, or another gradient): the same q, k, v,
+ * the same dout when n is a gradient too, the same attributes. */
+static bool sdpa_sibling(const evt_node *n, const evt_node *o) {
+  if (!sdpa_bit(o->op) || o->attr.causal != n->attr.causal || o->attr.scale != n->attr.scale) return false;
+  const int *qkv = n->op == EVT_OP_SDPA ? n->inputs : n->inputs + 1;
+  if (n->op != EVT_OP_SDPA && o->inputs[0] != n->inputs[0]) return false;
+  return o->inputs[1] == qkv[0] && o->inputs[2] == qkv[1] && o->inputs[3] == qkv[2];
 }
 
 void evt_gpu_fb_node(const evt_program *p, int i, evt_fb_node *fn) {
@@ -141,17 +151,9 @@ void evt_gpu_fb_node(const evt_program *p, int i, evt_fb_node *fn) {
   fn->out = p->t[i];
   copy_attrs(&n->attr, &fn->a);
   /* attention: the gradients computed from the same (dout, q, k, v), or for the forward, those of its q, k, v */
-  int skip = n->op == EVT_OP_SDPA ? 1 : 0; /* (a gradient's inputs are dout, q, k, v) */
-  if (sdpa_bit(n->op) || n->op == EVT_OP_SDPA)
-    for (int j = 0; j < p->g->nnodes; j++) {
-      const evt_node *o = &p->g->nodes[j];
-      if (!sdpa_bit(o->op) || o->ninputs != n->ninputs + skip || o->attr.causal != n->attr.causal ||
-          o->attr.scale != n->attr.scale)
-        continue;
-      bool same = skip || o->inputs[0] == n->inputs[0];
-      for (int k = skip ? 0 : 1; k < n->ninputs && same; k++) same = o->inputs[k + skip] == n->inputs[k];
-      if (same) fn->a.sdpa_siblings |= sdpa_bit(o->op);
-    }
+  if (n->op == EVT_OP_SDPA || sdpa_bit(n->op))
+    for (int j = 0; j < p->g->nnodes; j++)
+      if (sdpa_sibling(n, &p->g->nodes[j])) fn->a.sdpa_siblings |= sdpa_bit(p->g->nodes[j].op);
 }
 
 evt_status evt_gpu_launch_node(evt_program *p, int i, void *stream) {
