@@ -16,7 +16,7 @@
 //   bench_tune list MAXCFG             case, config -> kernel name (for a profiler's kernel filter)
 // Environment: BENCH_TUNE_CASES=epi (the epilogue ablation cases instead of the default ones),
 // BENCH_TUNE_CFGS="label;label" (these mainloop configs instead of the tuner's candidates),
-// BENCH_TUNE_ONLY="what:epilogue" (one case), BENCH_TUNE_NSV=N (the first N scheduler variants),
+// BENCH_TUNE_ONLY="what:epilogue,..." (these cases), BENCH_TUNE_NSV=N (the first N scheduler variants),
 // BENCH_TUNE_SO_DIR=DIR (load NAME-*.so from DIR: kernels compiled on another machine, other include paths).
 #include <cublasLt.h>
 
@@ -194,9 +194,10 @@ static std::vector<Case> bench_cases() {
         c.M = 16384, c.N = 4096, c.K = 1024, c.layout = dir ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, c.epi = e;
         spec_ablation(&c.spec, c.epi);
         c.spec.layout = c.layout;
-        // BENCH_TUNE_ONLY="fc1 fwd:bias_gelu_aux": that one case (for a profiler run)
+        // BENCH_TUNE_ONLY="fc1 fwd:bias_gelu_aux[,fc2 bwd dX:dbias...]": these cases only (e.g. a profiler run)
         const char *only = getenv("BENCH_TUNE_ONLY");
-        if (only && *only && std::string(only) != std::string(c.what) + ":" + c.epi) continue;
+        if (only && *only && ("," + std::string(only) + ",").find("," + std::string(c.what) + ":" + c.epi + ",") == std::string::npos)
+          continue;
         v.push_back(c);
       }
     return v;

@@ -78,6 +78,52 @@ static const char *gmem_reduce(const evt_kspec *s) {
   return s->cfg.reduction == EVT_RED_WORKSPACE ? "cutlass::plus" : "cutlass::atomic_add";
 }
 
+/* Is node v exactly 0 (not NaN) wherever the tile runs past the problem (rows past M, columns past N)?
+ * The accumulator is (TMA fills the operands' out-of-bounds elements with zeros) and so is a TMA aux load;
+ * a compute is when its inputs all are and f(0, ..., 0) == 0; broadcasts, scalars and random numbers are
+ * not. A row/column sum over such a value needs no per-element bounds check: the padding adds zeros
+ * (CUTLASS's VisitCheckOOB = false; the check costs ~280 of ~2300 instructions of a 128x256 tile). */
+static int zero_out_of_bounds(const evt_kspec *s, int v) {
+  const evt_vnode *nd = &s->nodes[v];
+  switch (nd->op) {
+    case EVT_V_ACC:
+    case EVT_V_AUX_LOAD: return 1;
+    case EVT_V_ADD: case EVT_V_SUB: case EVT_V_MUL: case EVT_V_RELU: case EVT_V_GELU_ERF: case EVT_V_GELU_TANH:
+    case EVT_V_GELU_ERF_GRAD: case EVT_V_GELU_TANH_GRAD: case EVT_V_RELU_GRAD: case EVT_V_NEG: case EVT_V_ERF:
+    case EVT_V_TANH: case EVT_V_SQRT: case EVT_V_ABS: case EVT_V_SIGN: case EVT_V_ROUND_BF16: case EVT_V_ROUND_F16:
+    case EVT_V_MAXIMUM: case EVT_V_MINIMUM: case EVT_V_AUX_STORE: case EVT_V_ROW_SUM: case EVT_V_COL_SUM:
+      for (int j = 0; j < evt_vop_arity(nd->op); j++)
+        if (!zero_out_of_bounds(s, nd->in[j])) return 0;
+      return 1;
+    case EVT_V_WHERE: return zero_out_of_bounds(s, nd->in[1]) && zero_out_of_bounds(s, nd->in[2]);
+    case EVT_V_KEEP: return zero_out_of_bounds(s, nd->in[0]);
+    default: return 0;
+  }
+}
+
+/* The template arguments of a row/column sum after the round style. */
+static void emit_sum_tail(sbuf *b, const evt_vtree *t, const evt_vnode *v) {
+  int rows = v->op == EVT_V_ROW_SUM;
+  const char *stride = t->spec.batched ? (rows ? "Stride<_0, _1, int64_t>" : "Stride<_1, _0, int64_t>")
+                                       : (rows ? "Stride<_0, _1, _0>" : "Stride<_1, _0, _0>");
+  /* StrideMNL, Alignment, EnableNullptr, FinalReduction, VisitCheckOOB */
+  sb_printf(b, ", %s, 4, true, true, %s", stride, zero_out_of_bounds(&t->spec, v->in[0]) ? "false" : "true");
+}
+
+/* Row sums (Σ over M) of an unbatched kernel with atomic reductions use the project's node
+ * (kernels/evt_visitor_nodes.h: Sm90RowReduction keeps its sums in local memory in ping-pong kernels); the
+ * deterministic workspace mode, batched kernels and stream-K keep CUTLASS's. */
+static int own_row_sum(const evt_kspec *s) {
+  return !s->batched && s->cfg.reduction == EVT_RED_ATOMIC && !s->cfg.stream_k;
+}
+
+static int uses_own_row_sum(const evt_kspec *s) {
+  if (!own_row_sum(s)) return 0;
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_ROW_SUM) return 1;
+  return 0;
+}
+
 /* `using N<i> = <bare CUTLASS node>;` */
 static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
   const evt_vnode *v = &t->spec.nodes[i];
@@ -114,16 +160,17 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
                 i, fus, i, e, i, i, i);
       break;
     case EVT_V_ROW_SUM:
-      sb_printf(b,
-                "using N%d = %sSm90RowReduction<cutlass::plus, cutlass::plus, %s, 0, TileShape, "
-                "float, float, RN%s>;",
-                i, fus, gmem_reduce(&t->spec), t->spec.batched ? ", Stride<_0, _1, int64_t>" : "");
-      break;
+      if (own_row_sum(&t->spec)) {
+        sb_printf(b, "using N%d = evt_nodes::RowSum<TileShape, %s>;", i,
+                  zero_out_of_bounds(&t->spec, v->in[0]) ? "false" : "true");
+        break;
+      }
+      /* fall through */
     case EVT_V_COL_SUM:
-      sb_printf(b,
-                "using N%d = %sSm90ColReduction<cutlass::plus, cutlass::plus, %s, 0, TileShape, "
-                "float, float, RN%s>;",
-                i, fus, gmem_reduce(&t->spec), t->spec.batched ? ", Stride<_1, _0, int64_t>" : "");
+      sb_printf(b, "using N%d = %sSm90%sReduction<cutlass::plus, cutlass::plus, %s, 0, TileShape, float, float, RN", i,
+                fus, v->op == EVT_V_ROW_SUM ? "Row" : "Col", gmem_reduce(&t->spec));
+      emit_sum_tail(b, t, v);
+      sb_printf(b, ">;");
       break;
     default: {
       const char *fn = compute_fn(v->op);
@@ -254,6 +301,11 @@ static void emit_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
       sb_printf(b, "{static_cast<%s *>(a->ptrs[%d]), cutlass::make_cute_packed_stride(Aux%dDesc::Stride{}, mn1)}", e, v, v);
       break;
     case EVT_V_ROW_SUM:
+      if (own_row_sum(&t->spec)) {
+        sb_printf(b, "{a->ptrs[%d]}", v);
+        break;
+      }
+      /* fall through */
     case EVT_V_COL_SUM: sb_printf(b, "{a->ptrs[%d], 0.0f, {}}", v); break;
     default: sb_printf(b, "{}"); break;
   }
@@ -421,7 +473,9 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "#include \"cutlass/epilogue/thread/activation.h\"\n"
             "#include \"cutlass/util/packed_stride.hpp\"\n"
             "#include \"evt_visitor_ops.h\"\n"
-            "#include \"evt_launch.h\"\n\n");
+            "%s"
+            "#include \"evt_launch.h\"\n\n",
+            uses_own_row_sum(s) ? "#include \"evt_visitor_nodes.h\"\n" : "");
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
   int coop = s->cfg.schedule == EVT_SCHED_COOPERATIVE;
   sb_printf(&b, "namespace evt_gen_%s {\nusing namespace cute;\n\n", hash);

@@ -4,7 +4,7 @@
 #include "evt/kspec.h"
 
 const char *const evt_kspec_example_names[] = {"plain",    "bias_gelu_aux", "bias_relu_dbias", "gelu_bwd",
-                                               "bias_silu", "bias_relu_aux", "bias_gelu_aux_f16", "mixed_f32",
+                                               "gelu_bwd_dbias", "bias_silu", "bias_relu_aux", "bias_gelu_aux_f16", "mixed_f32",
                                                "bmm_plain", "bmm_scale", "bmm_scale_mask_stats", "bmm_softmax_bwd",
                                                "visitor_ops", "visitor_cmp", NULL};
 
@@ -27,6 +27,13 @@ evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg
   } else if (!strcmp(name, "gelu_bwd")) {
     int x = evt_kspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "x");
     s->d_node = evt_kspec_add(s, EVT_V_GELU_ERF_GRAD, acc, x, EVT_F32, NULL);
+  } else if (!strcmp(name, "gelu_bwd_dbias")) {
+    /* the MLP's dX = dY·W2ᵀ with the GELU backward and fc1's bias gradient: a row sum of a value that is
+     * 0 past the problem's edges (no per-row bounds check in the sum: emit_cutlass.c zero_out_of_bounds) */
+    int x = evt_kspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "x");
+    int g = evt_kspec_add(s, EVT_V_GELU_ERF_GRAD, acc, x, EVT_F32, NULL);
+    evt_kspec_add(s, EVT_V_ROW_SUM, g, -1, EVT_F32, "dbias");
+    s->d_node = g;
   } else if (!strcmp(name, "bias_silu")) {
     int bias = evt_kspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_BF16, "bias");
     int z = evt_kspec_add(s, EVT_V_ADD, acc, bias, EVT_F32, NULL);

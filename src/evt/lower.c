@@ -1258,11 +1258,17 @@ evt_tile_config evt_lower_untuned_config(const evt_kspec *s, int64_t m, int64_t 
    * 128x128. 128x128 ping-pong for an epilogue without row/column sums over K <= 4096: one consumer warp
    * group's epilogue runs while the other's mainloop keeps the tensor cores busy, so aux loads and stores and
    * elementwise math cost little (bench/results/h200-2026-11-29/S15W1, 16384x4096x1024: bias + aux store
-   * 1.055x cuBLAS's plain GEMM vs 1.15x cooperative, acc * aux 1.04x vs 1.26x); with a row/column sum
-   * ping-pong is 1.5x slower (its two warp groups reduce separately), and at K = 8192 its mainloop is ~20%
-   * slower than 128x256 cooperative (h200-run4). A tune record (src/runtime/tune.c) replaces it. */
+   * 1.055x cuBLAS's plain GEMM vs 1.15x cooperative, acc * aux 1.04x vs 1.26x). A row sum (Σ over M) of an
+   * unbatched kernel runs on the project's node (kernels/evt_visitor_nodes.h), which costs ping-pong little:
+   * 8192x4096x1024 bias + ReLU + Σ_M 0.0977 ms ping-pong vs 0.1100 128x256 cooperative (S20W3); CUTLASS's
+   * nodes (column sums, batched sums) keep their sums in local memory in a ping-pong kernel (1.7x slower,
+   * S20W1), so those stay cooperative. At K = 8192 ping-pong's mainloop is ~20% slower than 128x256
+   * cooperative (h200-run4). A tune record (src/runtime/tune.c) replaces it. */
   evt_tile_config cfg = {128, n >= 256 ? 256 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
-  if (!evt_kspec_has_sums(s) && k <= 4096 && m >= 128 && n >= 128) {
+  int cutlass_sums = 0;
+  for (int i = 0; i < s->nnodes; i++)
+    cutlass_sums |= s->nodes[i].op == EVT_V_COL_SUM || (s->nodes[i].op == EVT_V_ROW_SUM && s->batched);
+  if (!cutlass_sums && k <= 4096 && m >= 128 && n >= 128) {
     cfg.tile_m = cfg.tile_n = 128;
     cfg.schedule = EVT_SCHED_PINGPONG;
   }

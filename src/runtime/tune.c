@@ -513,6 +513,7 @@ evt_status evt_tune_record_write(const char *cache_dir, const evt_tune_record *r
   fprintf(f, "config %s\nswizzle %d\nraster %d\n", evt_tile_config_label(&r->cfg, lab, sizeof lab), r->swizzle, r->raster);
   fprintf(f, "fused_ms %.6f\nunfused_ms %.6f\ndefault_ms %.6f\nunfused %s\ncheck %.6g\n", r->fused_ms, r->unfused_ms,
           r->default_ms, r->unfused_how[0] ? r->unfused_how : "-", r->check_err);
+  fprintf(f, "source %016llx\n", (unsigned long long)r->source_hash);
   for (int i = 0; i < r->ncand; i++) {
     const evt_tune_cand *c = &r->cand[i];
     fprintf(f, "cand %.6f %d %d %s%s%s\n", c->ms, c->swizzle, c->raster, evt_tile_config_label(&c->cfg, lab, sizeof lab),
@@ -560,6 +561,7 @@ static evt_status parse_record(FILE *f, evt_tune_record *r) {
     else if (!strcmp(key, "unfused_ms")) r->unfused_ms = atof(val);
     else if (!strcmp(key, "default_ms")) r->default_ms = atof(val);
     else if (!strcmp(key, "check")) r->check_err = atof(val);
+    else if (!strcmp(key, "source")) r->source_hash = strtoull(val, NULL, 16);
     else if (!strcmp(key, "unfused")) snprintf(r->unfused_how, sizeof r->unfused_how, "%s", strcmp(val, "-") ? val : "");
     else if (!strcmp(key, "cand") && r->ncand < EVT_TUNE_MAX_CAND) {
       evt_tune_cand *c = &r->cand[r->ncand];
@@ -581,13 +583,33 @@ static evt_status parse_record(FILE *f, evt_tune_record *r) {
   return EVT_OK;
 }
 
+uint64_t evt_tune_sources_hash(const evt_kspec *s, const evt_tune_record *r) {
+  uint64_t h = evt_hash_bytes(0, "--tune sources--", 16);
+  int n = r->ncand > 0 ? r->ncand : 1;
+  for (int i = 0; i < n; i++) {
+    evt_kspec t = *s;
+    t.cfg = r->ncand > 0 ? r->cand[i].cfg : r->cfg;
+    char err[256];
+    char *src = evt_emit_cutlass(&t, err, sizeof err);
+    if (src) h = evt_hash_bytes(h, src, strlen(src));
+    else h = evt_hash_bytes(h, "-", 1); /* (a config the emitter now refuses changes the hash too) */
+    free(src);
+  }
+  return h;
+}
+
+/* Was r measured on the kernels the emitter generates now? */
+static int record_current(const evt_kspec *s, const evt_tune_record *r) {
+  return r->source_hash != 0 && r->source_hash == evt_tune_sources_hash(s, r);
+}
+
 evt_status evt_tune_record_reusable(const char *cache_dir, const evt_kspec *s, int64_t m, int64_t n, int64_t k,
                                    int max_configs, evt_tune_record *r) {
   int maxc = max_configs > 0 && max_configs < EVT_TUNE_MAX_CAND ? max_configs : EVT_TUNE_MAX_CAND;
   evt_tile_config cf[EVT_TUNE_MAX_CAND];
   int want = evt_tune_candidates(s, m, n, k, cf, maxc);
   evt_status st = evt_tune_record_read(cache_dir, evt_kspec_epilogue_hash(s), m, n, k, NULL, r);
-  if (st == EVT_OK && r->ncand < want) st = EVT_ERR_IO;
+  if (st == EVT_OK && (r->ncand < want || !record_current(s, r))) st = EVT_ERR_IO;
   return st;
 }
 
@@ -626,6 +648,7 @@ evt_tune_choice evt_tune_apply(evt_kspec *s, int64_t m, int64_t n, int64_t k, co
                                evt_tune_record *rec) {
   evt_tune_record r;
   if (evt_tune_record_read(cache_dir, evt_kspec_epilogue_hash(s), m, n, k, gpu, &r) != EVT_OK) return EVT_TUNE_NONE;
+  if (!record_current(s, &r)) return EVT_TUNE_NONE; /* stale: timed on kernels generated differently */
   if (rec) *rec = r;
   if (r.choice == EVT_TUNE_FUSED || r.choice == EVT_TUNE_UNFUSED) {
     /* UNFUSED: the best fused config too, for a runtime that runs the group fused anyway */

@@ -71,7 +71,13 @@ typedef struct evt_tune_record {
   double check_err;          /* sampled CPU check of the chosen fused kernel (max rel error), -1 if none */
   int ncand;
   evt_tune_cand cand[EVT_TUNE_MAX_CAND];
+  uint64_t source_hash;      /* evt_tune_sources_hash when measured: a record whose candidates the emitter now
+                              * generates differently (or without this line: older records) timed other kernels,
+                              * so it is stale: not applied, measured again */
 } evt_tune_record;
+
+/* Hash of the generated CUTLASS sources of s under each of r's candidate configs (r->cfg if it has none). */
+uint64_t evt_tune_sources_hash(const evt_kspec *s, const evt_tune_record *r);
 
 typedef struct evt_tune_options {
   const char *cache_dir;  /* NULL: the JIT cache directory (jit.h) */

@@ -482,7 +482,10 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
       if (W[i].have_record) continue;
       char m2[512] = "";
       evt_status s2 = measure(&tb, gpu, &P[i], &W[i], &J, opt, &out[i], m2, sizeof m2);
-      if (s2 == EVT_OK) s2 = evt_tune_record_write(opt->cache_dir, &out[i], m2, sizeof m2);
+      if (s2 == EVT_OK) {
+        out[i].source_hash = evt_tune_sources_hash(&P[i].spec, &out[i]);
+        s2 = evt_tune_record_write(opt->cache_dir, &out[i], m2, sizeof m2);
+      }
       if (sts) sts[i] = s2;
       if (s2 != EVT_OK && first == EVT_OK) {
         first = s2;

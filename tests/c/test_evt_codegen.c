@@ -173,8 +173,29 @@ TEST(emit_cutlass_structure) {
   free(src);
   evt_kspec_example(&s, "bias_relu_dbias", cfg128);
   src = evt_emit_cutlass(&s, err, sizeof err);
-  CHECK(src && strstr(src, "Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add"));
-  CHECK(src && strstr(src, "{a->ptrs[4], 0.0f, {}}  // %4 row_sum dbias"));
+  /* an atomic row sum runs on the project's node; relu(bias) is not 0 in rows past M: those are skipped */
+  CHECK(src && strstr(src, "using N4 = evt_nodes::RowSum<TileShape, true>;"));
+  CHECK(src && strstr(src, "#include \"evt_visitor_nodes.h\""));
+  CHECK(src && strstr(src, "{a->ptrs[4]}  // %4 row_sum dbias"));
+  CHECK(src && !strstr(src, "Sm90RowReduction"));
+  free(src);
+  /* gelu'(x)·acc is 0 there (acc and the TMA-loaded x are): no per-row check */
+  evt_kspec_example(&s, "gelu_bwd_dbias", cfg128);
+  src = evt_emit_cutlass(&s, err, sizeof err);
+  CHECK(src && strstr(src, "using N3 = evt_nodes::RowSum<TileShape, false>;"));
+  free(src);
+  /* the deterministic workspace reduction keeps CUTLASS's node, with the same bounds rule */
+  evt_tile_config ws = cfg128;
+  ws.reduction = EVT_RED_WORKSPACE;
+  evt_kspec_example(&s, "bias_relu_dbias", ws);
+  src = evt_emit_cutlass(&s, err, sizeof err);
+  CHECK(src && strstr(src, "Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0, TileShape, float, float, RN, "
+                           "Stride<_0, _1, _0>, 4, true, true, true>"));
+  CHECK(src && strstr(src, "{a->ptrs[4], 0.0f, {}}  // %4 row_sum dbias") && !strstr(src, "evt_visitor_nodes.h"));
+  free(src);
+  evt_kspec_example(&s, "gelu_bwd_dbias", ws);
+  src = evt_emit_cutlass(&s, err, sizeof err);
+  CHECK(src && strstr(src, "Stride<_0, _1, _0>, 4, true, true, false>"));
   free(src);
   evt_kspec_example(&s, "gelu_bwd", (evt_tile_config){64, 256, 64, 2, 1, EVT_SCHED_PINGPONG, 0, EVT_RED_ATOMIC});
   src = evt_emit_cutlass(&s, err, sizeof err);
@@ -366,6 +387,15 @@ TEST(ci_nvcc_frontend_accepts_generated_kernel) {
   evt_kspec s;
   CHECK(evt_kspec_example(&s, "bias_gelu_aux", cfg128) == EVT_OK);
   evt_test_nvcc_frontend("ci_nvcc_frontend_accepts_generated_kernel", &s);
+}
+
+/* The same over a ping-pong kernel whose bias-gradient row sum runs on the project's own visitor node
+ * (kernels/evt_visitor_nodes.h: RowSum) — the header's templates instantiated in a real kernel. */
+TEST(ci_nvcc_frontend_accepts_own_row_sum_node) {
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "gelu_bwd_dbias", (evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_PINGPONG}) == EVT_OK);
+  s.layout = EVT_LAYOUT_NT;
+  evt_test_nvcc_frontend("ci_nvcc_frontend_accepts_own_row_sum_node", &s);
 }
 
 /* The epilogue subtile (evt_kspec_epilogue_n): the paper MLP's fc2 forward (bias, f32 residual aux load,

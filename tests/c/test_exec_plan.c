@@ -1260,7 +1260,7 @@ TEST(gemm_row_sums_off_moves_the_bias_gradient_to_a_row_kernel) {
       const evt_lowered *L = &p.low.k[gemm];
       CHECK_MSG(p.groups[gemm].fused && evt_kspec_has_sums(&L->spec) == !off, "off %d: sums %d", off,
                 evt_kspec_has_sums(&L->spec));
-      CHECK(L->spec.cfg.schedule == (off ? EVT_SCHED_PINGPONG : EVT_SCHED_COOPERATIVE));
+      CHECK(L->spec.cfg.schedule == EVT_SCHED_PINGPONG); /* a row sum runs on evt_nodes::RowSum: ping-pong either way */
       int gs = p.part.group[db];
       CHECK(off ? gs != gemm && gs >= 0 && p.groups[gs].fused && p.low.k[gs].kind != EVT_LK_GEMM_EVT : gs == gemm);
     }
@@ -1423,6 +1423,7 @@ TEST(unfused_epilogue_groups_match_interpreter) {
       evt_tune_unfused_rspec(&L->spec, L->spec.ab_dtype, 1, &tmp, map, &tn, &dn, &bn, e, sizeof e);
       snprintf(r.unfused_how, sizeof r.unfused_how, "%s", bn >= 0 ? "cublasLt(bias) + row kernel" : "cublasLt + row kernel");
       char msg[256];
+      r.source_hash = evt_tune_sources_hash(&L->spec, &r);
       CHECK(evt_tune_record_write(NULL, &r, msg, sizeof msg) == EVT_OK);
       want++;
     }

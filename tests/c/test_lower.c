@@ -69,23 +69,31 @@ TEST(lower_bias_gelu_gemm) {
 }
 
 TEST(lower_wide_gemm_gets_the_wide_tile) {
-  /* an epilogue with a bias-gradient sum: 128x256 cooperative once N >= 256 */
-  lowered_graph lg;
-  if (!lower_text("graph t {\n"
-                  "  %x: bf16[256,64] = input()\n  %w: bf16[64,512] = param()\n"
-                  "  %m = mm(%x, %w)\n  %y = cast(%m, dtype=f32)\n  %db = sum(%y, dims=[0])\n"
-                  "  output %y\n  output %db\n}\n",
-                  &lg))
-    return;
-  CHECK(lg.low.n == 1);
-  const evt_lowered *L = &lg.low.k[0];
-  CHECK_MSG(L->ok && L->kind == EVT_LK_GEMM_EVT, "%s", L->reason);
-  CHECK(evt_kspec_has_sums(&L->spec));
-  CHECK(L->spec.cfg.tile_m == 128 && L->spec.cfg.tile_n == 256 && L->spec.cfg.cluster_m == 1 &&
-        L->spec.cfg.schedule == EVT_SCHED_COOPERATIVE);
-  char err[256];
-  CHECK_MSG(evt_tile_config_check(&L->spec, &L->spec.cfg, err, sizeof err) == EVT_OK, "%s", err);
-  lowered_free(&lg);
+  /* a column sum (Σ over N, CUTLASS's Sm90ColReduction): 128x256 cooperative once N >= 256; a bias-gradient
+   * row sum (Σ over M, the project's RowSum node) over K <= 4096: 128x128 ping-pong */
+  for (int dim = 1; dim >= 0; dim--) {
+    lowered_graph lg;
+    char text[512];
+    snprintf(text, sizeof text,
+             "graph t {\n"
+             "  %%x: bf16[256,64] = input()\n  %%w: bf16[64,512] = param()\n"
+             "  %%m = mm(%%x, %%w)\n  %%y = cast(%%m, dtype=f32)\n  %%db = sum(%%y, dims=[%d])\n"
+             "  output %%y\n  output %%db\n}\n",
+             dim);
+    if (!lower_text(text, &lg)) return;
+    CHECK(lg.low.n == 1);
+    const evt_lowered *L = &lg.low.k[0];
+    CHECK_MSG(L->ok && L->kind == EVT_LK_GEMM_EVT, "%s", L->reason);
+    CHECK(evt_kspec_has_sums(&L->spec));
+    if (dim == 1)
+      CHECK(L->spec.cfg.tile_m == 128 && L->spec.cfg.tile_n == 256 && L->spec.cfg.cluster_m == 1 &&
+            L->spec.cfg.schedule == EVT_SCHED_COOPERATIVE);
+    else
+      CHECK(L->spec.cfg.tile_m == 128 && L->spec.cfg.tile_n == 128 && L->spec.cfg.schedule == EVT_SCHED_PINGPONG);
+    char err[256];
+    CHECK_MSG(evt_tile_config_check(&L->spec, &L->spec.cfg, err, sizeof err) == EVT_OK, "%s", err);
+    lowered_free(&lg);
+  }
 }
 
 TEST(lower_gemm_without_sums_gets_ping_pong) {

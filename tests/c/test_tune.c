@@ -79,7 +79,8 @@ TEST(tune_each_config_emits_different_source_and_hash) {
     CHECK(strstr(srcs[i], c[i].schedule == EVT_SCHED_PINGPONG ? "KernelTmaWarpSpecializedPingpong"
                                                                 : "KernelTmaWarpSpecializedCooperative"));
     CHECK(strstr(srcs[i], c[i].reduction == EVT_RED_WORKSPACE ? "Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus"
-                                                                : "Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add"));
+                          : c[i].stream_k ? "Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add"
+                                          : "evt_nodes::RowSum<TileShape"));
     if (c[i].epi_n) {
       snprintf(want, sizeof want, "using EpilogueTileType = Shape<_128, _%d>;", c[i].epi_n);
       CHECK(strstr(srcs[i], want));
@@ -227,6 +228,7 @@ TEST(tune_record_round_trip_and_apply) {
   r.cand[1].cfg = r.cfg, r.cand[1].ms = -1, r.cand[1].swizzle = 4, r.cand[1].raster = 1;
   snprintf(r.cand[1].note, sizeof r.cand[1].note, "compile failed");
   char msg[256];
+  r.source_hash = evt_tune_sources_hash(&s, &r); /* measured on the kernels generated now */
   CHECK(evt_tune_record_write(dir, &r, msg, sizeof msg) == EVT_OK);
   evt_tune_record q;
   CHECK(evt_tune_record_read(dir, r.spec_hash, 8192, 4096, 1024, "NVIDIA H200", &q) == EVT_OK);
@@ -253,6 +255,20 @@ TEST(tune_record_round_trip_and_apply) {
   char line[300];
   evt_tune_describe(&q, EVT_TUNE_FUSED, &t, line, sizeof line);
   CHECK(strstr(line, "fused 128x256x64 c2x1 coop red=workspace swizzle 8 along-N") && strstr(line, "0.1180 ms"));
+  /* a record timed on kernels the emitter now generates differently (or older, without the line) is stale:
+   * not applied, and measured again */
+  {
+    evt_tune_record st = r;
+    st.source_hash ^= 1;
+    st.m = 4096;
+    CHECK(evt_tune_record_write(dir, &st, msg, sizeof msg) == EVT_OK);
+    evt_kspec u = s;
+    CHECK(evt_tune_apply(&u, 4096, 4096, 1024, dir, NULL, &q) == EVT_TUNE_NONE && !memcmp(&u.cfg, &s.cfg, sizeof u.cfg));
+    CHECK(evt_tune_record_reusable(dir, &s, 4096, 4096, 1024, 2, &q) == EVT_ERR_IO);
+    st.source_hash = 0;
+    CHECK(evt_tune_record_write(dir, &st, msg, sizeof msg) == EVT_OK);
+    CHECK(evt_tune_apply(&u, 4096, 4096, 1024, dir, NULL, &q) == EVT_TUNE_NONE);
+  }
   /* unfused record */
   r.choice = EVT_TUNE_UNFUSED;
   r.m = 64;
@@ -313,6 +329,7 @@ TEST(tune_record_of_fewer_configs_is_measured_again) {
   r.cand[0].cfg = s.cfg, r.cand[0].ms = 0.2, r.cand[0].swizzle = 4;
   char msg[256];
   CHECK(evt_tune_record_reusable(dir, &s, 8192, 4096, 1024, 1, &q) == EVT_ERR_IO); /* none yet */
+  r.source_hash = evt_tune_sources_hash(&s, &r); /* measured on the kernels generated now */
   CHECK(evt_tune_record_write(dir, &r, msg, sizeof msg) == EVT_OK);
   CHECK(evt_tune_record_reusable(dir, &s, 8192, 4096, 1024, 1, &q) == EVT_OK && q.ncand == 1);
   CHECK(evt_tune_record_reusable(dir, &s, 8192, 4096, 1024, 3, &q) == EVT_ERR_IO);
@@ -320,6 +337,7 @@ TEST(tune_record_of_fewer_configs_is_measured_again) {
   /* a record of three configs serves one and three, not all of them */
   r.ncand = 3;
   for (int i = 1; i < 3; i++) r.cand[i].cfg = c[i], r.cand[i].ms = 0.25;
+  r.source_hash = evt_tune_sources_hash(&s, &r); /* measured on the kernels generated now */
   CHECK(evt_tune_record_write(dir, &r, msg, sizeof msg) == EVT_OK);
   CHECK(evt_tune_record_reusable(dir, &s, 8192, 4096, 1024, 1, &q) == EVT_OK);
   CHECK(evt_tune_record_reusable(dir, &s, 8192, 4096, 1024, 3, &q) == EVT_OK && q.ncand == 3);
@@ -328,6 +346,7 @@ TEST(tune_record_of_fewer_configs_is_measured_again) {
   int few = evt_tune_candidates(&s, 128, 128, 64, c, EVT_TUNE_MAX_CAND);
   r.m = 128, r.n = 128, r.k = 64, r.ncand = few;
   for (int i = 0; i < few; i++) r.cand[i].cfg = c[i], r.cand[i].ms = 0.01;
+  r.source_hash = evt_tune_sources_hash(&s, &r); /* measured on the kernels generated now */
   CHECK(evt_tune_record_write(dir, &r, msg, sizeof msg) == EVT_OK);
   CHECK(evt_tune_record_reusable(dir, &s, 128, 128, 64, 0, &q) == EVT_OK);
   CHECK(evt_tune_record_reusable(dir, &s, 128, 128, 64, few + 5, &q) == EVT_OK);
@@ -555,6 +574,7 @@ TEST(tune_records_steer_the_fused_plan) {
       r.fused_ms = 0.2, r.unfused_ms = 0.19; /* the pair 5% faster: under the runtime's margin */
       snprintf(r.unfused_how, sizeof r.unfused_how, "cublasLt + row kernel");
       char msg[256];
+      r.source_hash = evt_tune_sources_hash(&p.low.k[gi].spec, &r);
       CHECK(evt_tune_record_write(NULL, &r, msg, sizeof msg) == EVT_OK);
       evt_exec_plan_free(&p);
       CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
@@ -584,6 +604,7 @@ TEST(tune_records_steer_the_fused_plan) {
       r.cfg = (evt_tile_config){128, tn, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC};
       r.swizzle = 4, r.raster = 1;
       r.fused_ms = 0.05;
+      r.source_hash = evt_tune_sources_hash(&p.low.k[gi].spec, &r);
       CHECK(evt_tune_record_write(NULL, &r, msg, sizeof msg) == EVT_OK);
       evt_exec_plan_free(&p);
       CHECK(evt_exec_plan_build(g, &p) == EVT_OK);

@@ -49,11 +49,13 @@ static const evt_tile_config kCfg256c2 = {128, 256, 64, 2, 1, EVT_SCHED_COOPERAT
 static const evt_tile_config kCfgPing = {128, 128, 64, 1, 1, EVT_SCHED_PINGPONG};
 static const evt_tile_config kCfg256x128c1x2 = {256, 128, 64, 1, 2, EVT_SCHED_COOPERATIVE};
 static const evt_tile_config kCfg128x256c1x1 = {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+// CUTLASS's deterministic row reduction (the atomic ones run on kernels/evt_visitor_nodes.h's RowSum)
+static const evt_tile_config kCfgWorkspace = {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_WORKSPACE};
 
 static std::string cfg_label(const evt_tile_config &c) {
   char b[64];
-  snprintf(b, sizeof b, "%dx%d c%dx%d %s", c.tile_m, c.tile_n, c.cluster_m, c.cluster_n,
-           c.schedule == EVT_SCHED_PINGPONG ? "pingpong" : "coop");
+  snprintf(b, sizeof b, "%dx%d c%dx%d %s%s", c.tile_m, c.tile_n, c.cluster_m, c.cluster_n,
+           c.schedule == EVT_SCHED_PINGPONG ? "pingpong" : "coop", c.reduction == EVT_RED_WORKSPACE ? " workspace" : "");
   return b;
 }
 
@@ -83,8 +85,10 @@ static std::vector<KernelCase> all_cases() {
   for (const char *e : checks) v.push_back(make_case(e, kCfg128));
   v.push_back(make_case("plain", kCfg128, EVT_LAYOUT_NT));
   v.push_back(make_case("plain", kCfg128, EVT_LAYOUT_TN));
+  v.push_back(make_case("bias_relu_dbias", kCfgWorkspace));
+  v.push_back(make_case("gelu_bwd_dbias", kCfgPing, EVT_LAYOUT_NT));
   const evt_tile_config bench_cfgs[] = {kCfg128, kCfg256c2, kCfgPing, kCfg256x128c1x2, kCfg128x256c1x1};
-  const char *bench_epis[] = {"plain", "bias_gelu_aux", "bias_relu_dbias"};
+  const char *bench_epis[] = {"plain", "bias_gelu_aux", "bias_relu_dbias", "gelu_bwd_dbias"};
   for (const char *e : bench_epis)
     for (const evt_tile_config &c : bench_cfgs) {
       KernelCase k = make_case(e, c);

@@ -9,6 +9,9 @@ w=.gpuwork/w
 mkdir -p $w/hostbin/lib
 cp build/evtc build/libevt.so build/libevt.a $w/hostbin/
 ldd build/evtc | awk '/=> \//{print $3}' | grep -E 'Cbc|Cgl|Osi|Clp|CoinUtils|lapack|blas|gfortran|quadmath|bz2|libz' | while read -r l; do cp -L "$l" $w/hostbin/lib/; done
+# bench/kernels/bench_tune.cu needs the whole library (the lowering pulls in the partitioner, hence CBC): linked here
+nvcc -std=c++17 -O2 -diag-suppress 550 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Ikernels \
+  bench/kernels/bench_tune.cu build/libevt.a -lcublasLt $(pkg-config --libs cbc) -lm -lpthread -ldl -o $w/hostbin/bench_tune
 du -sh $w
 # unversioned names for -l linking (relative links, they travel as links)
 ( cd $w/hostbin/lib && for f in *.so.*; do ln -sf "$f" "${f%%.so.*}.so"; done )
