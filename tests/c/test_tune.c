@@ -82,7 +82,9 @@ TEST(tune_each_config_emits_different_source_and_hash) {
                           : c[i].stream_k ? "Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::atomic_add"
                                           : "evt_nodes::RowSum<TileShape"));
     if (c[i].epi_n) {
-      snprintf(want, sizeof want, "using EpilogueTileType = Shape<_128, _%d>;", c[i].epi_n);
+      /* 128 x epi_n for a cooperative kernel (its two warp groups), 64 x epi_n for ping-pong (one) */
+      snprintf(want, sizeof want, "using EpilogueTileType = Shape<_%d, _%d>;",
+               c[i].schedule == EVT_SCHED_PINGPONG ? 64 : 128, c[i].epi_n);
       CHECK(strstr(srcs[i], want));
     } else {
       CHECK(strstr(srcs[i], "using EpilogueTileType = cutlass::epilogue::collective::EpilogueTileAuto;"));

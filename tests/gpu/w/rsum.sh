@@ -37,16 +37,39 @@ done
 # 2. profiles: "epilogue|config" pairs, new driver unless prefixed old:
 if command -v ncu >/dev/null; then
   for pc in ${RSUM_NCU:-"dbias|128x128x64_c1x1_pingpong" "plain|128x128x64_c1x1_pingpong" "dbias|128x256x64_c1x1_coop"}; do
+    [ "$pc" = none ] && continue   # RSUM_NCU=none: no profiles
     [ "$(left)" -gt 25 ] || { echo "no time left for ncu $pc"; break; }
     bin=$NEW; lab=new
     case $pc in old:*) bin=$OLD; lab=old; pc=${pc#old:} ;; esac
     epi=${pc%%|*}; cfg=${pc#*|}; cfg=${cfg//_/ }
-    echo "-- ncu ($lab) fc2 bwd dX:$epi, $cfg at +$(( $(date +%s) - T0 ))s"
-    BENCH_TUNE_ONLY="fc2 bwd dX:$epi" BENCH_TUNE_CFGS="$cfg" BENCH_TUNE_NSV=1 timeout $(( $(left) - 5 )) \
+    case $epi in *:*) cp=${epi%%:*}; cs="${cp//_/ }:${epi#*:}" ;; *) cs="fc2 bwd dX:$epi" ;; esac  # fc1_fwd:bias_aux
+    echo "-- ncu ($lab) $cs, $cfg at +$(( $(date +%s) - T0 ))s"
+    BENCH_TUNE_ONLY="$cs" BENCH_TUNE_CFGS="$cfg" BENCH_TUNE_NSV=1 timeout $(( $(left) - 5 )) \
       ncu --kernel-name regex:device_kernel --launch-skip 3 --launch-count 1 --section SpeedOfLight \
       --section WarpStateStats --section SchedulerStats --section SourceCounters --section LaunchStats \
-      "$bin" run 2 "$B/ncu.md" 3 2>&1 | grep -v "^\[evt-jit\]\|^  cuBLAS\|^==PROF== Connected\|^==PROF== Disconnected" |
-      sed -n '/Section: GPU Speed Of Light/,$p' | head -150
+      --section ComputeWorkloadAnalysis --section InstructionStats -o "$B/prof" -f \
+      "$bin" run 2 "$B/ncu.md" 3 > "$B/ncu_run.log" 2>&1
+    ncu -i "$B/prof.ncu-rep" 2>&1 | sed -n '/Section: GPU Speed Of Light/,$p' | grep -v "^\s*$\|^    ---" | head -120
+    # the instructions the warps stalled on most (SASS, sampled)
+    ncu -i "$B/prof.ncu-rep" --page source --csv --print-source sass > "$B/src.csv" 2>/dev/null &&
+      python3 - "$B/src.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+hdr = next((i for i, r in enumerate(rows) if "Source" in r), None)
+if hdr is None:
+    print("no source page"); sys.exit()
+h = rows[hdr]
+def col(name):
+    return next((i for i, c in enumerate(h) if c.startswith(name)), None)
+src, st = col("Source"), col("Warp Stall Sampling (All")
+if st is None:
+    print("no stall column:", h[:12]); sys.exit()
+body = [r for r in rows[hdr + 1:] if len(r) > max(src, st)]
+tot = sum(float(r[st] or 0) for r in body) or 1
+print("top stalls: %d instructions, %d samples" % (len(body), tot))
+for r in sorted(body, key=lambda r: -float(r[st] or 0))[:25]:
+    print("%6.2f%%  %s" % (100 * float(r[st] or 0) / tot, r[src][:110]))
+PY
   done
 else
   echo "no ncu on this machine"
