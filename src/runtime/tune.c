@@ -707,6 +707,16 @@ int evt_tune_apply_lowered(evt_lower_result *low, const char *cache_dir, const c
     }
     found += o->choice != EVT_TUNE_NONE;
     evt_tune_describe(&r, o->choice, &L->spec, o->desc, sizeof o->desc);
+    evt_tune_record q;
+    if (o->choice == EVT_TUNE_NONE &&
+        evt_tune_record_read(cache_dir, evt_kspec_epilogue_hash(&L->spec), L->m, L->n, L->k, gpu, &q) == EVT_OK &&
+        !record_current(&L->spec, &q)) {
+      char lab[96];
+      snprintf(o->desc, sizeof o->desc,
+               "not tuned (its record is stale: measured on kernels the emitter now generates differently; the next "
+               "tuning measures it again; default config %s)",
+               evt_tile_config_label(&L->spec.cfg, lab, sizeof lab));
+    }
   }
   return found;
 }

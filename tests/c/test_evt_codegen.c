@@ -184,6 +184,39 @@ TEST(emit_cutlass_structure) {
   src = evt_emit_cutlass(&s, err, sizeof err);
   CHECK(src && strstr(src, "using N3 = evt_nodes::RowSum<TileShape, false>;"));
   free(src);
+  /* the bounds rule per input: 0 past the edges only when built from the accumulator and TMA loads by
+   * computes with f(0, ..., 0) = 0 */
+  {
+    struct {
+      evt_vop op;
+      int with_bias; /* second operand: a row broadcast (not 0 past M) instead of the aux load */
+      const char *want;
+    } cases[] = {{EVT_V_MUL, 0, "RowSum<TileShape, false>"}, {EVT_V_MUL, 1, "RowSum<TileShape, true>"},
+                 {EVT_V_DIV, 0, "RowSum<TileShape, true>"},  {EVT_V_MAXIMUM, 0, "RowSum<TileShape, false>"},
+                 {EVT_V_GT, 0, "RowSum<TileShape, true>"},   {EVT_V_SUB, 1, "RowSum<TileShape, true>"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      evt_kspec_init(&s, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, cfg128);
+      int a = evt_kspec_add(&s, EVT_V_ACC, -1, -1, EVT_F32, "acc");
+      int x = evt_kspec_add(&s, cases[i].with_bias ? EVT_V_ROW_BCAST : EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "x");
+      int v = evt_kspec_add(&s, cases[i].op, a, x, EVT_F32, NULL);
+      evt_kspec_add(&s, EVT_V_ROW_SUM, v, -1, EVT_F32, "sum");
+      s.d_node = v;
+      src = evt_emit_cutlass(&s, err, sizeof err);
+      CHECK_MSG(src && strstr(src, cases[i].want), "case %zu: %s", i, src ? "wrong bounds rule" : err);
+      free(src);
+    }
+    /* where(c, acc, x): 0 when both branches are, whatever c is */
+    evt_kspec_init(&s, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, cfg128);
+    int a = evt_kspec_add(&s, EVT_V_ACC, -1, -1, EVT_F32, "acc");
+    int x = evt_kspec_add(&s, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "x");
+    int c = evt_kspec_add(&s, EVT_V_GT, x, evt_kspec_scalar(&s, 0.5), EVT_F32, NULL);
+    int w = evt_kspec_add3(&s, EVT_V_WHERE, c, a, x, EVT_F32, NULL);
+    evt_kspec_add(&s, EVT_V_ROW_SUM, w, -1, EVT_F32, "sum");
+    s.d_node = w;
+    src = evt_emit_cutlass(&s, err, sizeof err);
+    CHECK_MSG(src && strstr(src, "RowSum<TileShape, false>"), "%s", src ? "where: wrong bounds rule" : err);
+    free(src);
+  }
   /* the deterministic workspace reduction keeps CUTLASS's node, with the same bounds rule */
   evt_tile_config ws = cfg128;
   ws.reduction = EVT_RED_WORKSPACE;

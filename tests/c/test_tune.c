@@ -645,6 +645,15 @@ TEST(tune_records_steer_the_fused_plan) {
       }
       free(probs);
       free(prob_of);
+      /* the same record measured on kernels the emitter no longer generates: not applied, and said so */
+      r.source_hash ^= 1;
+      CHECK(evt_tune_record_write(NULL, &r, msg, sizeof msg) == EVT_OK);
+      evt_exec_plan_free(&p);
+      CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+      x = &p.groups[gi];
+      CHECK_MSG(x->tuned == EVT_TUNE_NONE && !strcmp(p.kname[x->kernel], before) &&
+                    strstr(x->tune_desc, "not tuned (its record is stale"),
+                "%s", x->tune_desc);
       evt_exec_plan_free(&p);
     }
     evt_graph_free(g);
