@@ -657,6 +657,55 @@ def test_input_casts_are_hoisted_on_cuda(monkeypatch):
 
 
 @needs_lib
+def test_hoisted_casts_run_as_one_multi_tensor_copy(monkeypatch):
+    """Hoisted casts (EVT_SIMULATE_CUDA_RULES: the CUDA rules on the CPU) run as one torch._foreach_copy_ per
+    (device, dtypes) into fresh tensors, bitwise equal to one cast each; a non-contiguous input is cast on its own;
+    EVT_FOREACH_CASTS=0 casts one by one."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    monkeypatch.delenv("EVT_HOIST_CASTS", raising=False)
+
+    def f(x, w1, w2, b):
+        xb, w1b, w2b, bb = (aten._to_copy(t, dtype=torch.bfloat16) for t in (x, w1, w2, b))
+        h = torch.relu(aten.addmm(bb, xb, aten.t(w1b)))
+        return [aten.mm(h, aten.t(w2b)).float().sum()]
+    shapes = [(4, 8), (6, 8), (5, 6), (6,)]
+    ins = [torch.randn(s) for s in shapes]
+    gm = make_fx(f)(*ins)
+    FakeTensorProp(gm).propagate(*ins)
+    calls = []
+    real = torch._foreach_copy_
+
+    def spy(outs, srcs):
+        calls.append([tuple(t.shape) for t in srcs])
+        return real(outs, srcs)
+    monkeypatch.setattr(torch, "_foreach_copy_", spy)
+    ref = f(*ins)[0]
+    for foreach in ("1", "0"):
+        monkeypatch.setenv("EVT_FOREACH_CASTS", foreach)
+        calls.clear()
+        plan = B.build_plan(gm)
+        assert [w for _, w in plan.fallbacks].count(B.HOISTED_CAST) == 4, plan.fallbacks
+        (out,) = plan(list(ins))
+        assert torch.equal(out, ref), (out, ref)
+        assert calls == ([[(4, 8), (6, 8), (5, 6), (6,)]] if foreach == "1" else []), calls
+    # one step's casts directly: fresh bf16 tensors equal to .to(); a transposed (non-contiguous) weight alone
+    monkeypatch.setenv("EVT_FOREACH_CASTS", "1")
+    plan = B.build_plan(gm)
+    casts = plan.steps[:4]
+    w1t = torch.randn(8, 6).t()
+    env = dict(zip(plan.placeholders, [ins[0], w1t, ins[2], ins[3]]))
+    calls.clear()
+    B.run_hoisted_casts(casts, env)
+    assert calls == [[(4, 8), (5, 6), (6,)]], calls
+    for c, x in zip(casts, [ins[0], w1t, ins[2], ins[3]]):
+        assert env[c].dtype == torch.bfloat16 and torch.equal(env[c], x.to(torch.bfloat16))
+        assert env[c].data_ptr() != x.data_ptr()
+
+
+@needs_lib
 def test_views_leaving_a_segment_are_pytorch_views():
     """CPU: views needed outside the segment are PyTorch's views of their base: t(w) of the input w (same
     storage), t(cast(w)) of the cast evt writes, select(permute(view(mm))) of the product (a chain); the
