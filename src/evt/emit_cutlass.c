@@ -101,13 +101,18 @@ static int zero_out_of_bounds(const evt_kspec *s, int v) {
   }
 }
 
-/* The template arguments of a row/column sum after the round style. */
+/* A sum's "check the edges" template argument: false when its input is 0 past them. */
+static const char *sum_checks_edges(const evt_vtree *t, const evt_vnode *v) {
+  return zero_out_of_bounds(&t->spec, v->in[0]) ? "false" : "true";
+}
+
+/* The template arguments of a CUTLASS row/column sum after the round style. */
 static void emit_sum_tail(sbuf *b, const evt_vtree *t, const evt_vnode *v) {
   int rows = v->op == EVT_V_ROW_SUM;
   const char *stride = t->spec.batched ? (rows ? "Stride<_0, _1, int64_t>" : "Stride<_1, _0, int64_t>")
                                        : (rows ? "Stride<_0, _1, _0>" : "Stride<_1, _0, _0>");
   /* StrideMNL, Alignment, EnableNullptr, FinalReduction, VisitCheckOOB */
-  sb_printf(b, ", %s, 4, true, true, %s", stride, zero_out_of_bounds(&t->spec, v->in[0]) ? "false" : "true");
+  sb_printf(b, ", %s, 4, true, true, %s", stride, sum_checks_edges(t, v));
 }
 
 /* Row sums (Σ over M) of an unbatched kernel with atomic reductions use the project's node
@@ -122,6 +127,13 @@ static int uses_own_row_sum(const evt_kspec *s) {
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_ROW_SUM) return 1;
   return 0;
+}
+
+int evt_emit_cutlass_sums(const evt_kspec *s) {
+  int n = 0;
+  for (int i = 0; i < s->nnodes; i++)
+    n += s->nodes[i].op == EVT_V_COL_SUM || (s->nodes[i].op == EVT_V_ROW_SUM && !own_row_sum(s));
+  return n;
 }
 
 /* `using N<i> = <bare CUTLASS node>;` */
@@ -161,8 +173,7 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
       break;
     case EVT_V_ROW_SUM:
       if (own_row_sum(&t->spec)) {
-        sb_printf(b, "using N%d = evt_nodes::RowSum<TileShape, %s>;", i,
-                  zero_out_of_bounds(&t->spec, v->in[0]) ? "false" : "true");
+        sb_printf(b, "using N%d = evt_nodes::RowSum<TileShape, %s>;", i, sum_checks_edges(t, v));
         break;
       }
       /* fall through */

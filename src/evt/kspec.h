@@ -214,6 +214,10 @@ evt_status evt_vtree_build(const evt_kspec *s, evt_vtree *t, char *err, size_t e
 /* CUDA C++ source of the kernel and its launcher `extern "C" int evt_kernel_<hash>(const
  * evt_launch_args *)` (kernels/evt_launch.h). Returns a malloc'd string, or NULL with err set. */
 char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen);
+/* How many of s's row/column sums the emitter gives to CUTLASS's reduction nodes under s->cfg (the others run on
+ * the project's RowSum, kernels/evt_visitor_nodes.h). CUTLASS's keep their sums in local memory in a ping-pong
+ * kernel, so a spec with any stays cooperative untuned (evt_lower_untuned_config). */
+int evt_emit_cutlass_sums(const evt_kspec *s);
 
 /* ---- src/evt/vref.c: CPU reference --------------------------------------------------------------- */
 /* Evaluates the spec on the CPU in double precision, rounding each stored value to its dtype as the

@@ -1265,13 +1265,9 @@ evt_tile_config evt_lower_untuned_config(const evt_kspec *s, int64_t m, int64_t 
    * S20W1), so those stay cooperative. At K = 8192 ping-pong's mainloop is ~20% slower than 128x256
    * cooperative (h200-run4). A tune record (src/runtime/tune.c) replaces it. */
   evt_tile_config cfg = {128, n >= 256 ? 256 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
-  int cutlass_sums = 0;
-  for (int i = 0; i < s->nnodes; i++)
-    cutlass_sums |= s->nodes[i].op == EVT_V_COL_SUM || (s->nodes[i].op == EVT_V_ROW_SUM && s->batched);
-  if (!cutlass_sums && k <= 4096 && m >= 128 && n >= 128) {
-    cfg.tile_m = cfg.tile_n = 128;
-    cfg.schedule = EVT_SCHED_PINGPONG;
-  }
+  evt_kspec pp = *s;
+  pp.cfg = (evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_PINGPONG};
+  if (!evt_emit_cutlass_sums(&pp) && k <= 4096 && m >= 128 && n >= 128) cfg = pp.cfg;
   return cfg;
 }
 

@@ -648,11 +648,16 @@ evt_status evt_tune_record_read(const char *cache_dir, uint64_t spec_hash, int64
   return st;
 }
 
-evt_tune_choice evt_tune_apply(evt_kspec *s, int64_t m, int64_t n, int64_t k, const char *cache_dir, const char *gpu,
-                               evt_tune_record *rec) {
+/* evt_tune_apply; *stale (if given) = 1 when a record exists but was timed on kernels generated differently. */
+static evt_tune_choice tune_apply(evt_kspec *s, int64_t m, int64_t n, int64_t k, const char *cache_dir, const char *gpu,
+                                  evt_tune_record *rec, int *stale) {
   evt_tune_record r;
+  if (stale) *stale = 0;
   if (evt_tune_record_read(cache_dir, evt_kspec_epilogue_hash(s), m, n, k, gpu, &r) != EVT_OK) return EVT_TUNE_NONE;
-  if (!record_current(s, &r)) return EVT_TUNE_NONE; /* stale: timed on kernels generated differently */
+  if (!record_current(s, &r)) {
+    if (stale) *stale = 1;
+    return EVT_TUNE_NONE;
+  }
   if (rec) *rec = r;
   if (r.choice == EVT_TUNE_FUSED || r.choice == EVT_TUNE_UNFUSED) {
     /* UNFUSED: the best fused config too, for a runtime that runs the group fused anyway */
@@ -660,6 +665,11 @@ evt_tune_choice evt_tune_apply(evt_kspec *s, int64_t m, int64_t n, int64_t k, co
     s->cfg = r.cfg;
   }
   return r.choice;
+}
+
+evt_tune_choice evt_tune_apply(evt_kspec *s, int64_t m, int64_t n, int64_t k, const char *cache_dir, const char *gpu,
+                               evt_tune_record *rec) {
+  return tune_apply(s, m, n, k, cache_dir, gpu, rec, NULL);
 }
 
 void evt_tune_launch_apply(const evt_tune_record *r, evt_launch_args *a) {
@@ -696,7 +706,8 @@ int evt_tune_apply_lowered(evt_lower_result *low, const char *cache_dir, const c
       continue;
     }
     evt_tune_record r;
-    o->choice = evt_tune_apply(&L->spec, L->m, L->n, L->k, cache_dir, gpu, &r);
+    int stale;
+    o->choice = tune_apply(&L->spec, L->m, L->n, L->k, cache_dir, gpu, &r, &stale);
     o->unfused_bias = o->choice == EVT_TUNE_UNFUSED && strstr(r.unfused_how, "(bias)") != NULL;
     if (o->choice == EVT_TUNE_FUSED || o->choice == EVT_TUNE_UNFUSED) {
       o->fused_ms = r.fused_ms;
@@ -707,10 +718,7 @@ int evt_tune_apply_lowered(evt_lower_result *low, const char *cache_dir, const c
     }
     found += o->choice != EVT_TUNE_NONE;
     evt_tune_describe(&r, o->choice, &L->spec, o->desc, sizeof o->desc);
-    evt_tune_record q;
-    if (o->choice == EVT_TUNE_NONE &&
-        evt_tune_record_read(cache_dir, evt_kspec_epilogue_hash(&L->spec), L->m, L->n, L->k, gpu, &q) == EVT_OK &&
-        !record_current(&L->spec, &q)) {
+    if (stale) {
       char lab[96];
       snprintf(o->desc, sizeof o->desc,
                "not tuned (its record is stale: measured on kernels the emitter now generates differently; the next "
