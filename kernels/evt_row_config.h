@@ -32,6 +32,8 @@
 #define EVT_ROWS_DEFAULT_SMEM_SUM 1
 #define EVT_ROWS_DEFAULT_EXACT 1
 #define EVT_ROWS_DEFAULT_RED_SOFTMAX 0
+#define EVT_ROWS_DEFAULT_MINB_W1 1     /* one warp per row, VPT > 1: minimum CTAs per SM (1: no register cap) */
+#define EVT_ROWS_DEFAULT_WB_SMEM_VPT 4 /* layer norms with one warp per row: w / b staged in shared memory */
 
 /* (warps, vpt) of every configuration evt_row_pick_config can return. */
 #define EVT_ROW_NCONFIGS 11

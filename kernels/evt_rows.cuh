@@ -132,6 +132,18 @@ __device__ __forceinline__ void load_row(const E *__restrict__ p, int n, int t, 
   }
 }
 
+// This thread's VPT chunks of an f32 row staged in shared memory (16-byte aligned, T·8·VPT floats).
+template <int T, int VPT>
+__device__ __forceinline__ void smem_row(const float *s, int t, float (&o)[VPT][8]) {
+#pragma unroll
+  for (int v = 0; v < VPT; v++) {
+    const float4 *q = reinterpret_cast<const float4 *>(s + (v * T + t) * 8);
+    const float4 a = q[0], b = q[1];
+    o[v][0] = a.x, o[v][1] = a.y, o[v][2] = a.z, o[v][3] = a.w;
+    o[v][4] = b.x, o[v][5] = b.y, o[v][6] = b.z, o[v][7] = b.w;
+  }
+}
+
 // A chunk of 8 elements in its storage type (4 or 8 registers): the prefetch buffer of the next row, so
 // its loads stay in flight while the current row is reduced and written.
 template <class T>
@@ -778,47 +790,63 @@ __device__ __forceinline__ void flush_rowsum(const float (&acc)[VPT][8], float *
 }
 
 // The Σ-over-M accumulators of a kernel's NRS row sums, per thread: VPT·8 columns each. In registers (SMEM
-// false) or in this row-group's slots of dynamic shared memory (SMEM true: smem_floats() floats per CTA; frees
-// the registers for occupancy; each thread owns its slots, laid out so a warp's accesses hit 32 banks).
-// flush writes the CTA's partial of sum k to ws + k·kstride[0..n): the R row-groups added in group order.
+// false) or in this row-group's slots of dynamic shared memory (SMEM true: smem_bytes() per CTA; frees the
+// registers for occupancy). Shared layout: float4 slot ((k·VPT + v)·2 + h)·T + t holds columns e = 4h..4h+3 of
+// chunk v of thread t, so add8 is two 16-byte loads and stores per chunk and sum, a warp's 16-byte accesses
+// consecutive (no bank conflicts); scalar read-modify-writes per element made layer-norm backward L1-bound on the
+// H200 (ncu S21W2: L1/TEX 90% busy). flush writes the CTA's partial of sum k to ws + k·kstride[0..n): the R
+// row-groups added in group order.
 template <int T, int VPT, int R, int NRS, bool SMEM>
 struct RowSums {
-  static constexpr int kPer = NRS * VPT * 8 * T;  // floats per row-group
+  static constexpr int kPer = NRS * VPT * 8 * T;  // floats per row-group (a multiple of 4: float4 slots)
   static constexpr size_t smem_bytes() { return SMEM ? sizeof(float) * (size_t)kPer * R : 0; }
   float a[SMEM ? 1 : NRS][VPT][8];
-  float *s;
-  __device__ __forceinline__ void init(float *dyn, int g, int t) {
-    s = dyn + (size_t)g * kPer + t;
+  float4 *s;  // this row-group's slots
+  int t;
+  __device__ __forceinline__ void init(float *dyn, int g, int t_) {
+    t = t_;
+    s = reinterpret_cast<float4 *>(dyn + (size_t)g * kPer);
 #pragma unroll
     for (int k = 0; k < NRS; k++)
 #pragma unroll
-      for (int v = 0; v < VPT; v++)
+      for (int v = 0; v < VPT; v++) {
+        if constexpr (SMEM) {
+          s[((k * VPT + v) * 2) * T + t] = make_float4(0.f, 0.f, 0.f, 0.f);
+          s[((k * VPT + v) * 2 + 1) * T + t] = make_float4(0.f, 0.f, 0.f, 0.f);
+        } else {
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
-          if constexpr (SMEM)
-            s[((k * VPT + v) * 8 + e) * T] = 0.f;
-          else
-            a[k][v][e] = 0.f;
+          for (int e = 0; e < 8; e++) a[k][v][e] = 0.f;
         }
+      }
   }
-  __device__ __forceinline__ float &at(int k, int v, int e) {
-    if constexpr (SMEM)
-      return s[((k * VPT + v) * 8 + e) * T];
-    else
-      return a[SMEM ? 0 : k][v][e];
+  // sum k, chunk v += x (elements outside the row must be 0 in x)
+  __device__ __forceinline__ void add8(int k, int v, const float (&x)[8]) {
+    if constexpr (SMEM) {
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        float4 &q = s[((k * VPT + v) * 2 + h) * T + t];
+        float4 c = q;
+        c.x += x[4 * h], c.y += x[4 * h + 1], c.z += x[4 * h + 2], c.w += x[4 * h + 3];
+        q = c;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; e++) a[SMEM ? 0 : k][v][e] += x[e];
+    }
   }
-  __device__ __forceinline__ void flush(float *ws, size_t kstride, int n, int g, int t) {
+  __device__ __forceinline__ void flush(float *ws, size_t kstride, int n, int g, int t_) {
     if constexpr (!SMEM) {
 #pragma unroll
-      for (int k = 0; k < NRS; k++) flush_rowsum<T, VPT, R>(a[SMEM ? 0 : k], ws + k * kstride, n, g, t);
+      for (int k = 0; k < NRS; k++) flush_rowsum<T, VPT, R>(a[SMEM ? 0 : k], ws + k * kstride, n, g, t_);
     } else {
       __syncthreads();
-      const float *base = s - (size_t)g * kPer - t;
+      const float *base = reinterpret_cast<const float *>(s) - (size_t)g * kPer;
       for (int k = 0; k < NRS; k++)
         for (int j = threadIdx.x; j < n; j += T * R) {
           const int c = j >> 3, e = j & 7, v = c / T, tt = c % T;
+          const size_t off = ((size_t)((k * VPT + v) * 2 + (e >> 2)) * T + tt) * 4 + (e & 3);
           float acc = 0.f;
-          for (int gg = 0; gg < R; gg++) acc += base[(size_t)gg * kPer + ((k * VPT + v) * 8 + e) * T + tt];
+          for (int gg = 0; gg < R; gg++) acc += base[(size_t)gg * kPer + off];
           ws[k * kstride + j] = acc;
         }
     }

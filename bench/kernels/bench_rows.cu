@@ -297,7 +297,16 @@ static int perf_main(int argc, char **argv) {
   std::vector<std::string> summary;
   for (const B &b : list) {
     std::vector<Res> res;
-    if (only && !strstr(only, b.ex)) continue;
+    if (only) {  // exact names in the comma list ("layernorm" must not select "layernorm_bwd")
+      bool hit = false;
+      for (const char *q = only; *q && !hit;) {
+        const char *e = strchr(q, ',');
+        const size_t len = e ? (size_t)(e - q) : strlen(q);
+        hit = len == strlen(b.ex) && !strncmp(q, b.ex, len);
+        q += len + (e ? 1 : 0);
+      }
+      if (!hit) continue;
+    }
     const RowCase *c0 = nullptr;
     for (auto &k : vars[0])
       if (k.example == b.ex && k.dt == b.dt) c0 = &k;

@@ -58,17 +58,25 @@ struct Lt {
   cublasLtMatmulAlgo_t algo;
   void *ws = nullptr;
   size_t ws_bytes = 64 << 20;
-  bool init(int M, int N, int K, evt_gemm_layout layout, evt_dtype ab, evt_dtype out, const void *bias) {
+  // epi (optional): a cuBLASLt built-in epilogue other than BIAS, with its aux matrix (N x M column-major,
+  // leading dimension N: the row-major M x N of the spec) — the library's own fused GELU kernels, timed for
+  // reference (bench_main: GELU_AUX_BIAS, DGELU_BGRAD)
+  bool init(int M, int N, int K, evt_gemm_layout layout, evt_dtype ab, evt_dtype out, const void *bias,
+            cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT, const void *aux = nullptr) {
     LT(cublasLtCreate(&h));
     LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = layout == EVT_LAYOUT_NT ? CUBLAS_OP_T : CUBLAS_OP_N;  // on B (cuBLAS's A)
     cublasOperation_t tb = layout == EVT_LAYOUT_TN ? CUBLAS_OP_T : CUBLAS_OP_N;  // on A (cuBLAS's B)
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    if (bias) {
-      cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
-      LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
-      LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (bias && epi == CUBLASLT_EPILOGUE_DEFAULT) epi = CUBLASLT_EPILOGUE_BIAS;
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT)
+      LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (bias) LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (aux) {
+      int64_t ld = N;
+      LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+      LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
     cudaDataType_t t = cu_type(ab);
     if (ta == CUBLAS_OP_N) LT(cublasLtMatrixLayoutCreate(&la, t, N, K, N));
@@ -546,6 +554,33 @@ int main(int argc, char **argv) {
       if (t > 0 && (t_sep < 0 || t < t_sep)) {
         t_sep = t;
         sep_how = std::string(ab ? "cuBLASLt(bias)" : "cuBLASLt") + (p.have_rs[ab] == 2 ? "" : " + row kernel");
+      }
+    }
+    // cuBLASLt's own fused GELU epilogues (tanh-approximated GELU, not evt's erf one: a timing reference of what
+    // the library achieves with the same memory traffic, no output check): fc1 forward bias + GELU + aux as
+    // GELU_AUX_BIAS (D = gelu(acc + bias), aux = acc + bias), the GELU backward with its bias gradient as
+    // DGELU_BGRAD (D = acc · gelu'(aux), bias = Σ_M D)
+    {
+      cublasLtEpilogue_t le = CUBLASLT_EPILOGUE_DEFAULT;
+      const char *lname_ = nullptr;
+      if (c.epi == "bias_gelu_aux") le = CUBLASLT_EPILOGUE_GELU_AUX_BIAS, lname_ = "GELU_AUX_BIAS";
+      if (c.epi == "gelu_bwd_dbias") le = CUBLASLT_EPILOGUE_DGELU_BGRAD, lname_ = "DGELU_BGRAD";
+      if (c.epi == "gelu_bwd") le = CUBLASLT_EPILOGUE_DGELU, lname_ = "DGELU";
+      if (lname_) {
+        void *lbias = nullptr, *laux = nullptr;
+        CUDA_CHECK(cudaMalloc(&lbias, (size_t)N * dbytes(s.ab_dtype) + 256));
+        CUDA_CHECK(cudaMalloc(&laux, (size_t)(M * N) * dbytes(s.ab_dtype) + 256));
+        CUDA_CHECK(cudaMemset(lbias, 0, (size_t)N * dbytes(s.ab_dtype)));
+        CUDA_CHECK(cudaMemset(laux, 0, (size_t)(M * N) * dbytes(s.ab_dtype)));
+        Lt lt;
+        double t = -1;
+        if (lt.init(c.M, c.N, c.K, c.layout, s.ab_dtype, s.ab_dtype, le == CUBLASLT_EPILOGUE_DGELU ? nullptr : lbias,
+                    le, laux))
+          t = median_ms([&] { return lt.run(A, B, T); }, reps);
+        printf("  cuBLASLt %s (its tanh GELU; reference, not checked): %s%.4f ms (%.3fx cuBLAS plain)\n", lname_,
+               t < 0 ? "unsupported " : "", t, t > 0 && t_plain > 0 ? t / t_plain : 0.0);
+        cudaFree(lbias);
+        cudaFree(laux);
       }
     }
     // evt: every compiled config x scheduler variant

@@ -6,7 +6,7 @@
 #include "cli.h"
 #include "evt/kspec.h"
 
-EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--stages N] [--reduction atomic|workspace] [--epi-n N] [--stream-k] [--spec]",
+EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--stages N] [--reduction atomic|workspace] [--epi-n N] [--epi-stages N] [--stream-k] [--spec]",
              "print the generated CUTLASS Sm90 GEMM + epilogue-visitor-tree source of a named epilogue\n"
              "  EPILOGUE     plain, bias_gelu_aux, bias_relu_dbias, gelu_bwd, bias_silu, bias_relu_aux\n"
              "  --tile       CTA tile (default 128x128x64)\n"
@@ -15,6 +15,8 @@ EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--st
              "  --stages N   mainloop pipeline stages (default 0: as many as fit)\n"
              "  --reduction  row/col sums with atomics (default) or a deterministic workspace reduction\n"
              "  --epi-n N    epilogue subtile N: 32, 64 or 128 (default 0: CUTLASS's auto choice)\n"
+             "  --epi-stages N  shared-memory buffers of D and each aux store (TMA stores in flight), 2..8\n"
+             "               (default 0: CUTLASS's min(subtiles, 2))\n"
              "  --stream-k   CUTLASS's stream-K tile scheduler (cooperative only; the tuner's choice for few tiles\n"
              "               over a long K)\n"
              "  --spec       print the canonical spec text and the kernel name instead of the source") {
@@ -40,6 +42,8 @@ EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--st
       else goto bad;
     } else if (!strcmp(argv[i], "--epi-n") && i + 1 < argc) {
       if (sscanf(argv[++i], "%d", &cfg.epi_n) != 1) goto bad;
+    } else if (!strcmp(argv[i], "--epi-stages") && i + 1 < argc) {
+      if (sscanf(argv[++i], "%d", &cfg.epi_stages) != 1) goto bad;
     } else if (!strcmp(argv[i], "--stream-k")) {
       cfg.stream_k = 1;
     } else if (!strcmp(argv[i], "--spec")) {

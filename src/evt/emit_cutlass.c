@@ -508,9 +508,27 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
               epi_n, s->cfg.epi_n ? "" : "  // narrow subtiles: more mainloop stages (evt_kspec_epilogue_n)");
   else
     sb_printf(&b, "using EpilogueTileType = cutlass::epilogue::collective::EpilogueTileAuto;\n");
-  sb_printf(&b,
-            "using EpiDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<TileShape, EpilogueTileType, void, "
-            "ElementD, EpilogueSchedule>;\n\n");
+  if (s->cfg.epi_stages)
+    /* CUTLASS's descriptor with StagesD (buffers of D and of each aux store, i.e. TMA stores in flight) set
+     * instead of the builder's min(subtiles, 2); the rest as sm90_get_tma_dispatch_policy with no source C
+     * (no smem reuse, TMA stores delayed by one subtile) */
+    sb_printf(&b,
+              "struct EpiDesc {  // StagesD = %d (cfg.epi_stages) instead of the builder's min(subtiles, 2)\n"
+              "  using TileShape = evt_gen_%s::TileShape;\n"
+              "  using EpilogueTile = decltype(cutlass::epilogue::collective::detail::sm90_compute_tile_shape_or_override<\n"
+              "      ElementD, EpilogueTileType, EpilogueSchedule, TileShape>());\n"
+              "  static constexpr int EpiTiles = size(shape_div(take<0, 2>(TileShape{}), EpilogueTile{}));\n"
+              "  static constexpr int StagesD = %d;\n"
+              "  static constexpr int StagesC = EpiTiles < 4 ? EpiTiles : 4;\n"
+              "  static_assert(StagesD <= EpiTiles, \"more D buffers than epilogue subtiles\");\n"
+              "  using DispatchPolicy = cutlass::epilogue::Sm90TmaWarpSpecialized<StagesC, StagesD,\n"
+              "      size(EpilogueTile{}) / %d, false, true>;\n"
+              "};\n\n",
+              s->cfg.epi_stages, hash, s->cfg.epi_stages, coop ? 256 : 128);
+  else
+    sb_printf(&b,
+              "using EpiDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<TileShape, EpilogueTileType, void, "
+              "ElementD, EpilogueSchedule>;\n\n");
   sb_printf(&b, "// visitor nodes (bare)\n");
   topo_ops o = {0};
   if (t->topo_root >= 0) {
@@ -533,11 +551,18 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
     snprintf(stages, sizeof stages,
              "cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(\n"
              "        sizeof(typename CollectiveEpilogue::SharedStorage))>");
+  if (s->cfg.epi_stages) /* the builder's implementation, with EpiDesc's dispatch policy */
+    sb_printf(&b,
+              "using CollectiveEpilogue = typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<\n"
+              "    TileShape, EpiDesc::EpilogueTile, ElementAccumulator, float, void, LayoutD, AlignmentD, ElementD,\n"
+              "    LayoutD, AlignmentD, EVT, EpiDesc::DispatchPolicy>::CollectiveOp;\n");
+  else
+    sb_printf(&b,
+              "using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<\n"
+              "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTileType,\n"
+              "    ElementAccumulator, float, void, LayoutD, AlignmentD, ElementD, LayoutD, AlignmentD,\n"
+              "    EpilogueSchedule, EVT>::CollectiveOp;\n");
   sb_printf(&b,
-            "using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<\n"
-            "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTileType,\n"
-            "    ElementAccumulator, float, void, LayoutD, AlignmentD, ElementD, LayoutD, AlignmentD,\n"
-            "    EpilogueSchedule, EVT>::CollectiveOp;\n"
             "using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<\n"
             "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, AlignmentAB, ElementB, LayoutB,\n"
             "    AlignmentAB, ElementAccumulator, TileShape, ClusterShape,\n"

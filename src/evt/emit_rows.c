@@ -130,11 +130,15 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_EXACT %d\n#endif\n"
          "#ifndef EVT_ROWS_RED_SOFTMAX  // softmax reductions: 0 max round + sum round, 2 warp rounds + one merge\n"
          "#define EVT_ROWS_RED_SOFTMAX %d\n#endif\n"
+         "#ifndef EVT_ROWS_MINB_W1  // one warp per row, several chunks per thread: __launch_bounds__ minimum CTAs per SM\n"
+         "#define EVT_ROWS_MINB_W1 %d\n#endif\n"
+         "#ifndef EVT_ROWS_WB_SMEM_VPT  // layer norms: w / b in shared memory from this many chunks per thread\n"
+         "#define EVT_ROWS_WB_SMEM_VPT %d\n#endif\n"
          "#ifndef EVT_ROWS_INST  // which (warps, vpt) configurations to instantiate (benchmarks compile fewer)\n"
          "#define EVT_ROWS_INST(w, v) 1\n#endif\n\n",
      EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
      EVT_ROWS_DEFAULT_DEPTH, EVT_ROWS_DEFAULT_DEPTH_VPT, EVT_ROWS_DEFAULT_DEEP_SUM, EVT_ROWS_DEFAULT_MINB_SUM, EVT_ROWS_DEFAULT_SMEM_SUM,
-     EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX);
+     EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_W1, EVT_ROWS_DEFAULT_WB_SMEM_VPT);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
   /* one warp per row while a row fits 32 lanes x this many chunks: per kernel (not a shared macro default, so
    * several kernels in one translation unit keep their own): light nuclei (softmax, nucleus-free without Σ over
@@ -202,8 +206,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     }
 #undef RIN
   sb(&b, nrowsum ? "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel(Params p) {\n"
-                 : "// one-chunk rows: at least 1024 resident threads per SM (caps registers at 64 per thread)\n"
-                   "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : 1)\n"
+                 : "// one-chunk rows: at least 1024 resident threads per SM (caps registers at 64 per thread); one-warp rows\n"
+                   "// with more chunks: at least EVT_ROWS_MINB_W1 CTAs per SM\n"
+                   "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : WARPS == 1 ? EVT_ROWS_MINB_W1 : 1)\n"
                    "row_kernel(Params p) {\n");
   sb(&b, "  constexpr int T = WARPS * 32;\n");
   if (nrowsum) sb(&b, "  using RSums = RSumsOf<WARPS, VPT, R>;\n");
@@ -217,11 +222,21 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   /* per-column vectors: loaded once */
   int hw = s->has_w, hb = s->has_b;
   if (nu == EVT_ROWN_LAYERNORM || nu == EVT_ROWN_LAYERNORM_BWD) {
-    sb(&b, "  float nu_w[VPT][8], nu_b[VPT][8];  // this thread's columns of w / b (loaded once)\n");
-    sb(&b, hw ? "  evt_rows::load_row<T, VPT>(p.w, n, t, true, vec, nu_w);\n"
-              : "  evt_rows::load_row<T, VPT>((const float *)nullptr, n, t, false, false, nu_w);  // no w\n");
-    sb(&b, hb ? "  evt_rows::load_row<T, VPT>(p.b, n, t, true, vec, nu_b);\n"
-              : "  evt_rows::load_row<T, VPT>((const float *)nullptr, n, t, false, false, nu_b);  // no b\n");
+    /* w / b: this thread's columns in registers, loaded once; from EVT_ROWS_WB_SMEM_VPT chunks per thread
+     * (WB_SMEM; rows of at most 2048 elements) they would take 16·VPT registers, so the CTA stages them in shared
+     * memory as f32 once and each row reads its chunks back (16-byte loads) */
+    sb(&b, "  constexpr bool WB_SMEM = VPT >= EVT_ROWS_WB_SMEM_VPT && T * VPT <= 256;  // (at most 16 KiB)\n"
+           "  __shared__ __align__(16) float wb_s[2][WB_SMEM ? T * 8 * VPT : 4];  // w, b as f32 (WB_SMEM)\n"
+           "  float nu_w[VPT][8], nu_b[VPT][8];  // this thread's columns of w / b\n"
+           "  if constexpr (WB_SMEM) {\n"
+           "    for (int j = threadIdx.x; j < T * 8 * VPT; j += blockDim.x) {\n"
+           "      wb_s[0][j] = %s;\n      wb_s[1][j] = %s;\n    }\n    __syncthreads();\n  } else {\n",
+       hw ? "j < n ? evt_rows::to_f(p.w[j]) : 0.f" : "0.f", hb ? "j < n ? evt_rows::to_f(p.b[j]) : 0.f" : "0.f");
+    sb(&b, hw ? "    evt_rows::load_row<T, VPT>(p.w, n, t, true, vec, nu_w);\n"
+              : "    evt_rows::load_row<T, VPT>((const float *)nullptr, n, t, false, false, nu_w);  // no w\n");
+    sb(&b, hb ? "    evt_rows::load_row<T, VPT>(p.b, n, t, true, vec, nu_b);\n"
+              : "    evt_rows::load_row<T, VPT>((const float *)nullptr, n, t, false, false, nu_b);  // no b\n");
+    sb(&b, "  }\n");
   }
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_ROW_BCAST)
@@ -233,7 +248,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
                                         : "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n",
          i, i, s->nodes[i].name);
   if (nrowsum)
-    sb(&b, "  extern __shared__ float dyn_smem[];\n"
+    sb(&b, "  extern __shared__ __align__(16) float dyn_smem[];\n"
            "  RSums rsum;  // this thread's columns of the row sums over the CTA's rows\n  rsum.init(dyn_smem, g, t);\n");
   /* prefetch of the first row */
   sb(&b, "  const long long stride = (long long)gridDim.x * R;\n");
@@ -266,6 +281,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     }
   }
   /* nucleus */
+  if (nu == EVT_ROWN_LAYERNORM || nu == EVT_ROWN_LAYERNORM_BWD)
+    sb(&b, "    if constexpr (WB_SMEM) {  // this row's copy of the staged w / b chunks\n"
+           "      evt_rows::smem_row<T, VPT>(wb_s[0], t, nu_w);\n      evt_rows::smem_row<T, VPT>(wb_s[1], t, nu_b);\n    }\n");
   switch (nu) {
     case EVT_ROWN_SOFTMAX:
       sb(&b, "    float nu_in0[VPT][8], nu_out[VPT][8];\n    evt_rows::unpack_row(c_in0, nu_in0);\n"
@@ -313,6 +331,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     const char *et = is_int(v->dtype) ? "double" : "float"; /* integer tensors: values in doubles (exact) */
     if (v->op == EVT_V_AUX_LOAD) sb(&b, "      %s L%d[8];\n      evt_rows::unpack8(c_L%d[v], L%d);\n", et, i, i, i);
     if (v->op == EVT_V_AUX_STORE) sb(&b, "      %s S%d[8];\n", et, i);
+    if (v->op == EVT_V_ROW_SUM) sb(&b, "      float RS%d[8];  // this chunk's terms of row_sum %s\n", i, v->name);
   }
   sb(&b, "#pragma unroll\n      for (int e = 0; e < 8; e++) {\n        const bool ok = j0 + e < n;\n        (void)ok;\n");
   for (int i = 0; i < s->nnodes; i++) {
@@ -335,8 +354,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
         break;
       case EVT_V_AUX_STORE: sb(&b, "        S%d[e] = v%d;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a); break;
       case EVT_V_ROW_SUM:
-        sb(&b, "        if (ok) rsum.at(%d, v, e) += v%d;  // %s\n        const auto v%d = v%d;\n", rsk[i], a, v->name, i,
-           a);
+        sb(&b, "        RS%d[e] = ok ? (float)v%d : 0.f;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a);
         break;
       case EVT_V_COL_SUM:
         sb(&b, "        if (ok) cs%d += v%d;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a);
@@ -358,6 +376,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_AUX_STORE)
       sb(&b, "      evt_rows::store8(p.n%d_%s + ro, j0, n, full, S%d);\n", i, s->nodes[i].name, i);
+    else if (s->nodes[i].op == EVT_V_ROW_SUM)
+      sb(&b, "      rsum.add8(%d, v, RS%d);\n", rsk[i], i);
   sb(&b, "    }\n");
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_COL_SUM)

@@ -120,15 +120,16 @@ char *evt_tile_config_label(const evt_tile_config *c, char *out, size_t len) {
   if (w > 0 && (size_t)w < len && c->stages) w += snprintf(out + w, len - (size_t)w, " s%d", c->stages);
   if (w > 0 && (size_t)w < len && c->reduction == EVT_RED_WORKSPACE) w += snprintf(out + w, len - (size_t)w, " red=workspace");
   if (w > 0 && (size_t)w < len && c->epi_n) w += snprintf(out + w, len - (size_t)w, " e%d", c->epi_n);
-  if (w > 0 && (size_t)w < len && c->stream_k) snprintf(out + w, len - (size_t)w, " sk");
+  if (w > 0 && (size_t)w < len && c->stream_k) w += snprintf(out + w, len - (size_t)w, " sk");
+  if (w > 0 && (size_t)w < len && c->epi_stages) snprintf(out + w, len - (size_t)w, " d%d", c->epi_stages);
   return out;
 }
 
 evt_status evt_tile_config_parse(const char *text, evt_tile_config *c) {
   evt_tile_config r = EVT_TILE_CONFIG_DEFAULT;
-  char sched[16] = "", rest[4][24] = {"", "", "", ""};
-  int n = sscanf(text, "%dx%dx%d c%dx%d %15s %23s %23s %23s %23s", &r.tile_m, &r.tile_n, &r.tile_k, &r.cluster_m,
-                 &r.cluster_n, sched, rest[0], rest[1], rest[2], rest[3]);
+  char sched[16] = "", rest[5][24] = {"", "", "", "", ""};
+  int n = sscanf(text, "%dx%dx%d c%dx%d %15s %23s %23s %23s %23s %23s", &r.tile_m, &r.tile_n, &r.tile_k, &r.cluster_m,
+                 &r.cluster_n, sched, rest[0], rest[1], rest[2], rest[3], rest[4]);
   if (n < 6) return EVT_ERR_INVALID;
   if (!strcmp(sched, "coop")) r.schedule = EVT_SCHED_COOPERATIVE;
   else if (!strcmp(sched, "pingpong")) r.schedule = EVT_SCHED_PINGPONG;
@@ -138,6 +139,7 @@ evt_status evt_tile_config_parse(const char *text, evt_tile_config *c) {
     char tail;
     if (sscanf(rest[i], "s%d%c", &st, &tail) == 1 && st > 0) r.stages = st;
     else if (sscanf(rest[i], "e%d%c", &st, &tail) == 1 && st > 0) r.epi_n = st;
+    else if (sscanf(rest[i], "d%d%c", &st, &tail) == 1 && st > 0) r.epi_stages = st;
     else if (!strcmp(rest[i], "red=workspace")) r.reduction = EVT_RED_WORKSPACE;
     else if (!strcmp(rest[i], "red=atomic")) r.reduction = EVT_RED_ATOMIC;
     else if (!strcmp(rest[i], "sk")) r.stream_k = 1;
@@ -183,6 +185,15 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
   }
   if (c->epi_n != 0 && ((c->epi_n != 16 && c->epi_n != 32 && c->epi_n != 64 && c->epi_n != 128) || tn % c->epi_n))
     BAD("epilogue subtile N %d (0 = auto, or 16, 32, 64, 128 dividing tile_n)", c->epi_n);
+  if (c->epi_stages != 0) {
+    /* subtiles of the tile: CUTLASS's subtile is min(tile_m, 128) x epi_n cooperative, 64 x epi_n ping-pong
+     * (epi_n 32 when automatic: 16 only adds subtiles, so this bound holds for it too) */
+    int em = c->schedule == EVT_SCHED_COOPERATIVE ? (tm < 128 ? tm : 128) : (tm < 64 ? tm : 64);
+    int subtiles = (tm / em) * (tn / (c->epi_n ? c->epi_n : 32));
+    if (c->epi_stages < 2 || c->epi_stages > 8 || c->epi_stages > subtiles)
+      BAD("epilogue store stages %d (0 = CUTLASS's choice, or 2..8 and at most the %d epilogue subtiles of the tile)",
+          c->epi_stages, subtiles);
+  }
   if (c->reduction != EVT_RED_ATOMIC && c->reduction != EVT_RED_WORKSPACE) BAD("unknown reduction strategy %d", (int)c->reduction);
   if (c->reduction == EVT_RED_WORKSPACE && !evt_kspec_has_sums(s))
     BAD("reduction strategy 'workspace' given but the epilogue has no row_sum / col_sum");
@@ -254,12 +265,13 @@ static const char *layout_name(evt_gemm_layout l) { return l == EVT_LAYOUT_NN ? 
 /* Mainloop stages CUTLASS's StageCountAutoCarveout leaves for spec s with a cooperative 128 x epi_n
  * epilogue subtile: 227 KiB of shared memory minus the epilogue's (the collective epilogue's formulas of
  * cutlass/epilogue/collective/builders/sm90_builder.inl: with no source C, StagesC = min(subtiles, 4)
- * TMA-load buffers per aux load, StagesD = min(subtiles, 2) buffers for D and for each aux store; 1 KiB
+ * TMA-load buffers per aux load, StagesD = min(subtiles, 2) (or cfg.epi_stages) buffers for D and for each
+ * aux store; 1 KiB
  * for barriers, broadcasts and reductions), divided by one stage of A and B tiles. */
 static int coop_stages(const evt_kspec *s, int epi_n) {
   const evt_tile_config *c = &s->cfg;
   int subtiles = (c->tile_m / 128) * (c->tile_n / epi_n);
-  int stages_c = subtiles < 4 ? subtiles : 4, stages_d = subtiles < 2 ? subtiles : 2;
+  int stages_c = subtiles < 4 ? subtiles : 4, stages_d = c->epi_stages ? c->epi_stages : subtiles < 2 ? subtiles : 2;
   long sub = 128L * epi_n, epi = (long)stages_d * sub * (long)evt_dtype_size(s->d_dtype) + 1024;
   for (int i = 0; i < s->nnodes; i++) {
     long bytes = sub * (long)evt_dtype_size(s->nodes[i].dtype);
@@ -293,6 +305,7 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
   if (s->cfg.reduction == EVT_RED_WORKSPACE) OUT(" reduction workspace");
   if (s->cfg.epi_n) OUT(" epilogue_n %d", s->cfg.epi_n);
   if (s->cfg.stream_k) OUT(" stream_k");
+  if (s->cfg.epi_stages) OUT(" epilogue_stages %d", s->cfg.epi_stages);
   OUT("\n");
   if (s->batched) OUT("batched\n"); /* unbatched specs keep their text (and hash) */
   for (int i = 0; i < s->nnodes; i++) {

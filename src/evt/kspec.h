@@ -130,6 +130,8 @@ typedef struct evt_tile_config {
                                    * CTAs share the K loop of a tile when there are fewer tiles than SMs, the
                                    * last one reduces the partial accumulators and runs the epilogue once.
                                    * Only the tuner proposes it (evt_tune_candidates), for few tiles over a long K */
+  int epi_stages;                 /* shared-memory buffers of D and of each aux store (the epilogue's StagesD: TMA
+                                   * stores in flight per subtile); 0 = CUTLASS's builder, min(subtiles, 2) */
 } evt_tile_config;
 
 #define EVT_TILE_CONFIG_DEFAULT ((evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC, 0})
@@ -168,10 +170,12 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen);
  *     compile is dropped by the tuner);
  *   reduction WORKSPACE only when the epilogue has a row_sum / col_sum;
  *   epi_n 0 or 32, 64, 128 dividing tile_n (the epilogue subtile is min(tile_m, 128) x epi_n cooperative,
- *     64 x epi_n ping-pong, as CUTLASS's auto choice with N = 32). */
+ *     64 x epi_n ping-pong, as CUTLASS's auto choice with N = 32);
+ *   epi_stages 0 or 2..8, at most the number of epilogue subtiles of the tile (more buffers than subtiles
+ *     would never be used). */
 evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, char *err, size_t errlen);
-/* Short label, e.g. "128x256x64 c2x1 coop", "128x128x64 c1x1 pingpong s4 red=workspace e64" (non-default
- * stages / reduction / epilogue subtile only). Returns out. */
+/* Short label, e.g. "128x256x64 c2x1 coop", "128x128x64 c1x1 pingpong s4 red=workspace e64 d4" (non-default
+ * stages / reduction / epilogue subtile / epilogue store stages only). Returns out. */
 char *evt_tile_config_label(const evt_tile_config *c, char *out, size_t len);
 /* Parses what evt_tile_config_label writes; EVT_OK or EVT_ERR_INVALID. */
 evt_status evt_tile_config_parse(const char *text, evt_tile_config *c);

@@ -81,7 +81,7 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
       seen = out[j].tile_m == c.tile_m && out[j].tile_n == c.tile_n && out[j].tile_k == c.tile_k &&
              out[j].cluster_m == c.cluster_m && out[j].cluster_n == c.cluster_n && out[j].schedule == c.schedule &&
              out[j].stages == c.stages && out[j].reduction == c.reduction && out[j].epi_n == c.epi_n &&
-             out[j].stream_k == c.stream_k;
+             out[j].stream_k == c.stream_k && out[j].epi_stages == c.epi_stages;
     if (!seen) out[cnt++] = c;
   }
   return cnt;

@@ -129,8 +129,14 @@ TEST(emit_rows_structure) {
   /* the finalize may launch early (PDL) only after the partial flush begins */
   const char *trig = strstr(a, "evt_rows::trigger_dependents();");
   CHECK(trig && strstr(trig, "rsum.flush(p.ws + (size_t)blockIdx.x * n, (size_t)gridDim.x * n, n, g, t);") != NULL);
-  CHECK(strstr(a, "if (ok) rsum.at(0, v, e) += v4;  // dgamma") != NULL);
-  CHECK(strstr(a, "if (ok) rsum.at(1, v, e) += v2;  // dbeta") != NULL);
+  /* a chunk's row-sum terms (0 past the row) are added with one vector read-modify-write per sum */
+  CHECK(strstr(a, "RS5[e] = ok ? (float)v4 : 0.f;  // dgamma") != NULL);
+  CHECK(strstr(a, "RS6[e] = ok ? (float)v2 : 0.f;  // dbeta") != NULL);
+  CHECK(strstr(a, "rsum.add8(0, v, RS5);") != NULL);
+  CHECK(strstr(a, "rsum.add8(1, v, RS6);") != NULL);
+  /* w is staged in shared memory only from EVT_ROWS_WB_SMEM_VPT chunks per thread, for rows of <= 2048 */
+  CHECK(strstr(a, "constexpr bool WB_SMEM = VPT >= EVT_ROWS_WB_SMEM_VPT && T * VPT <= 256;") != NULL);
+  CHECK(strstr(a, "evt_rows::smem_row<T, VPT>(wb_s[0], t, nu_w);") != NULL);
   CHECK(strstr(a, "using RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, 2,") != NULL);
   CHECK(strstr(a, "row_kernel<WARPS, VPT, R, EX><<<grid, WARPS * 32 * R, SMEM, st>>>(p);") != NULL);
   CHECK(strstr(a, "return EVT_ROWS_EXACT && p.vec && p.n == 1024 ? launch<4, 1, EVT_ROWS_EXACT != 0>(p, st) : launch<4, 1, false>(p, st);") != NULL);
