@@ -148,6 +148,15 @@ TEST(ci_nvcc_frontend_accepts_stream_k_kernel) {
   evt_test_nvcc_frontend("ci_nvcc_frontend_accepts_stream_k_kernel", &s);
 }
 
+/* nvcc front end over a kernel with its own epilogue store stages (cfg.epi_stages: StagesD = 4 through
+ * CUTLASS's builder implementation): bias + GELU + aux store, ping-pong. */
+TEST(ci_nvcc_frontend_accepts_epilogue_stages_kernel) {
+  evt_tile_config c = {128, 128, 64, 1, 1, EVT_SCHED_PINGPONG, 0, EVT_RED_ATOMIC, 0, 0, 4};
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "bias_gelu_aux", c) == EVT_OK);
+  evt_test_nvcc_frontend("ci_nvcc_frontend_accepts_epilogue_stages_kernel", &s);
+}
+
 /* ---- lowering of bmm groups ------------------------------------------------------------------------ */
 #include "evt/lower.h"
 #include "partition/partition.h"

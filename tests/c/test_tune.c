@@ -140,8 +140,9 @@ TEST(tune_config_label_round_trip) {
   evt_tile_config cs[] = {EVT_TILE_CONFIG_DEFAULT,
                           {64, 256, 64, 2, 1, EVT_SCHED_PINGPONG, 4, EVT_RED_WORKSPACE, 64, 0},
                           {256, 128, 32, 1, 2, EVT_SCHED_COOPERATIVE, 0, EVT_RED_WORKSPACE, 0, 0},
-                          {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 3, EVT_RED_ATOMIC, 32, 1}};
-  for (size_t i = 0; i < 4; i++) {
+                          {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 3, EVT_RED_ATOMIC, 32, 1},
+                          {128, 128, 64, 1, 1, EVT_SCHED_PINGPONG, 4, EVT_RED_WORKSPACE, 64, 0, 4}};
+  for (size_t i = 0; i < 5; i++) {
     char lab[96];
     evt_tile_config back;
     evt_tile_config_label(&cs[i], lab, sizeof lab);
@@ -151,6 +152,49 @@ TEST(tune_config_label_round_trip) {
   CHECK(evt_tile_config_parse("128x128x64 c1x1 fast", &x) == EVT_ERR_INVALID);
   CHECK(evt_tile_config_parse("128x128 c1x1 coop", &x) == EVT_ERR_INVALID);
   CHECK(evt_tile_config_parse("128x128x64 c1x1 coop s4 extra", &x) == EVT_ERR_INVALID);
+}
+
+/* Epilogue store stages (StagesD): label "dN", its own spec text and kernel, 2..8 and at most the tile's
+ * subtiles; emitted through CUTLASS's builder implementation with a project-written dispatch policy, and the
+ * default config's source unchanged (no descriptor of its own). */
+TEST(tune_epilogue_store_stages) {
+  evt_kspec s;
+  evt_kspec_init(&s, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16,
+                 (evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_PINGPONG, 0, EVT_RED_ATOMIC, 0, 0, 0});
+  int acc = evt_kspec_add(&s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
+  int bias = evt_kspec_add(&s, EVT_V_ROW_BCAST, -1, -1, EVT_BF16, "bias");
+  int z = evt_kspec_add(&s, EVT_V_ADD, acc, bias, EVT_F32, NULL);
+  int aux = evt_kspec_add(&s, EVT_V_AUX_STORE, z, -1, EVT_BF16, "pre");
+  s.d_node = evt_kspec_add(&s, EVT_V_GELU_ERF, aux, -1, EVT_F32, NULL);
+  CHECK(evt_kspec_check(&s, NULL, 0) == EVT_OK);
+  char msg[256], text[4096];
+  char *base = evt_emit_cutlass(&s, msg, sizeof msg);
+  CHECK(base && strstr(base, "detail::EpilogueDescriptor<TileShape") && !strstr(base, "Sm90TmaBuilderImpl"));
+  evt_kspec d = s;
+  d.cfg.epi_stages = 4;
+  CHECK(evt_kspec_check(&d, NULL, 0) == EVT_OK);
+  CHECK(evt_kspec_hash(&d) != evt_kspec_hash(&s) && evt_kspec_epilogue_hash(&d) == evt_kspec_epilogue_hash(&s));
+  evt_kspec_text(&d, text, sizeof text);
+  CHECK(strstr(text, " epilogue_stages 4\n") != NULL);
+  char *src = evt_emit_cutlass(&d, msg, sizeof msg);
+  CHECK_MSG(src && strstr(src, "static constexpr int StagesD = 4;") && strstr(src, "detail::Sm90TmaBuilderImpl<") &&
+                strstr(src, "EVT, EpiDesc::DispatchPolicy>::CollectiveOp;") &&
+                strstr(src, "AuxStoreDescriptor<EpiDesc, ") && !strstr(src, "CollectiveBuilder<\n    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTileType"),
+            "%s", src ? "unexpected source" : msg);
+  free(src);
+  free(base);
+  /* ping-pong 128x128 with 64x32 subtiles: 8 subtiles, so 8 is the most; 1, 9 and more than the subtiles refused */
+  const int bad[] = {1, 9};
+  for (size_t i = 0; i < 2; i++) {
+    d.cfg.epi_stages = bad[i];
+    CHECK(evt_kspec_check(&d, msg, sizeof msg) == EVT_ERR_UNSUPPORTED && strstr(msg, "epilogue store stages"));
+  }
+  d.cfg.epi_stages = 8;
+  CHECK(evt_kspec_check(&d, NULL, 0) == EVT_OK);
+  d.cfg.epi_n = 128; /* 64x128 subtiles: 2 */
+  CHECK(evt_kspec_check(&d, msg, sizeof msg) == EVT_ERR_UNSUPPORTED && strstr(msg, "at most the 2 epilogue subtiles"));
+  d.cfg.epi_stages = 2;
+  CHECK(evt_kspec_check(&d, NULL, 0) == EVT_OK);
 }
 
 /* The stream-K tile scheduler: a config flag ("sk") for the cooperative schedule, its own spec text and
