@@ -111,6 +111,14 @@ struct Lt {
   }
 };
 
+// BENCH_GAP_US=g: the GPU idles g microseconds before every timed call (synchronize, then sleep), so each call
+// starts from an idle GPU's clocks and power state instead of from a row of back-to-back calls (an experiment on
+// why the tuner's isolated timings differ from the same kernels' in a training step).
+static int gap_us() {
+  static int g = -1;
+  if (g < 0) g = getenv("BENCH_GAP_US") ? atoi(getenv("BENCH_GAP_US")) : 0;
+  return g;
+}
 template <class F>
 static double median_ms(F &&f, int reps) {
   for (int i = 0; i < 5; i++)
@@ -119,6 +127,10 @@ static double median_ms(F &&f, int reps) {
   std::vector<cudaEvent_t> ev(2 * reps);
   for (auto &e : ev) CUDA_CHECK(cudaEventCreate(&e));
   for (int i = 0; i < reps; i++) {
+    if (gap_us() > 0) {
+      CUDA_CHECK(cudaDeviceSynchronize());
+      usleep((useconds_t)gap_us());
+    }
     CUDA_CHECK(cudaEventRecord(ev[2 * i]));
     if (!f()) return -1;
     CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
@@ -200,6 +212,8 @@ static std::vector<Case> bench_cases() {
         Case c;
         c.what = dir ? "fc2 bwd dX" : "fc1 fwd";
         c.M = 16384, c.N = 4096, c.K = 1024, c.layout = dir ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, c.epi = e;
+        // BENCH_TUNE_MNK="MxNxK": another problem size for these epilogues (e.g. the paper MLP's 8192x16384x4096)
+        if (const char *mnk = getenv("BENCH_TUNE_MNK")) sscanf(mnk, "%dx%dx%d", &c.M, &c.N, &c.K);
         spec_ablation(&c.spec, c.epi);
         c.spec.layout = c.layout;
         // BENCH_TUNE_ONLY="fc1 fwd:bias_gelu_aux[,fc2 bwd dX:dbias...]": these cases only (e.g. a profiler run)
