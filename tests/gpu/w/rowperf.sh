@@ -86,7 +86,8 @@ echo "== timing ($(left)s left)"
 args=""; for v in $VARS; do args="$args $v=$B/$v"; done
 REPS=${REPS:-20} timeout $(( $(left) - 3 )) "$B/bench_rows" perf $args
 # ncu of single kernels: ROWPERF_NCU="op:variant ..." (e.g. layernorm:new); the first row_kernel launch of that op
-# (the checked one, operands cold), sections: throughput, occupancy, warp stalls, memory
+# (the checked one, operands cold), sections: throughput, occupancy, warp stalls, memory (ROWPERF_NCU_EXTRA: more
+# ncu options, e.g. "--section MemoryWorkloadAnalysis_Tables"; ROWPERF_NCU_LINES: lines printed, default 90)
 if command -v ncu >/dev/null; then
   for ov in ${ROWPERF_NCU:-}; do
     [ "$(left)" -gt 20 ] || { echo "no time left for ncu $ov"; break; }
@@ -94,9 +95,9 @@ if command -v ncu >/dev/null; then
     echo "== ncu $op ($v) at +$(( $(date +%s) - t0 ))s"
     ROWPERF_ONLY=$op REPS=1 timeout $(( $(left) - 5 )) ncu --kernel-name regex:row_kernel --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-      --section SchedulerStats --section MemoryWorkloadAnalysis -o "$B/prof_$op" -f \
+      --section SchedulerStats --section MemoryWorkloadAnalysis ${ROWPERF_NCU_EXTRA:-} -o "$B/prof_$op" -f \
       "$B/bench_rows" perf "$v=$B/$v" >"$B/ncu_$op.log" 2>&1
-    ncu -i "$B/prof_$op.ncu-rep" 2>&1 | grep -v "^\s*$\|^    ---\|^    OPT\|^          " | head -90
+    ncu -i "$B/prof_$op.ncu-rep" 2>&1 | grep -v "^\s*$\|^    ---\|^    OPT\|^          " | head -${ROWPERF_NCU_LINES:-90}
   done
 fi
 echo "== rowperf done at +$(( $(date +%s) - t0 ))s (check_rows rc $rc)"
