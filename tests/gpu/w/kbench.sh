@@ -5,11 +5,9 @@
 # every fused result checked against the CPU reference. Uses the driver window_prep.sh builds.
 #   bash tests/gpu/w/kbench.sh LOGFILE SECONDS
 set -uo pipefail
-LOG=${1:-/dev/stdout}
-SECS=${2:-300}
-T0=$(date +%s)
-left() { echo $((SECS - ($(date +%s) - T0))); }
-exec >>"$LOG" 2>&1
+WINDOW_SECS=300
+. "$(dirname "$0")/budget.sh"  # LOG, SECS, left(); output appended to LOG
+T0=$start
 echo "=== kbench.sh: $(date -u) budget ${SECS}s"
 BIN=${EVT_HOSTBIN:?window_prep.sh builds hostbin}/bench_tune
 MAXCFG=${KBENCH_MAXCFG:-4}

@@ -8,11 +8,9 @@
 #    again with its kernels, for an A/B of the emitter change (separate processes: same kernel names).
 # 2. ncu (SpeedOfLight, WarpStateStats, SchedulerStats, SourceCounters) of single kernels: RSUM_NCU="case|config ..."
 set -uo pipefail
-LOG=${1:-/dev/stdout}
-SECS=${2:-240}
-T0=$(date +%s)
-left() { echo $((SECS - ($(date +%s) - T0))); }
-exec >>"$LOG" 2>&1
+WINDOW_SECS=240
+. "$(dirname "$0")/budget.sh"  # LOG, SECS, left(); output appended to LOG
+T0=$start
 echo "=== rsum.sh: $(date -u) budget ${SECS}s"
 NEW=${EVT_HOSTBIN:?window_prep.sh builds hostbin}/bench_tune
 OLD=$PWD/.gpuwork/w/bench_tune_old

@@ -13,11 +13,9 @@
 #   3. the autotuner on the benchmark's cases (bench_tune tune).
 # TUNE_MAXCFG (default 3) caps the candidate configs per kernel (compile budget).
 set -uo pipefail
-LOG=${1:-/dev/stdout}
-SECS=${2:-240}
-T0=$(date +%s)
-left() { echo $((SECS - ($(date +%s) - T0))); }
-exec >>"$LOG" 2>&1
+WINDOW_SECS=240
+. "$(dirname "$0")/budget.sh"  # LOG, SECS, left(); output appended to LOG
+T0=$start
 echo "=== tune.sh: $(date -u) budget ${SECS}s"
 export CUTLASS_PATH=${CUTLASS_PATH:-$PWD/.cutlass/cutlass_library/source}
 export EVT_KERNELS_DIR=${EVT_KERNELS_DIR:-$PWD/kernels}
