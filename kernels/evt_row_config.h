@@ -5,12 +5,12 @@
  * (chunks = ceil(N / 8)). The choice for N:
  *   - short rows (chunks <= 32 * warp_vpt): one warp per row (no barriers, shuffles only), vpt = the smallest
  *     power of two with 32 * vpt >= chunks;
- *   - otherwise the smallest vpt of 1, 2, 4 whose warp count fits w1cap (8 or 16), 16, 32 warps, warps rounded
- *     up to a power of two (more threads per row rather than more registers per thread, until the group is
- *     large).
- * warp_vpt is 1, 2 or 4 (1: one warp only for N <= 256); w1cap 8 or 16. Returns 0 when N > 32 warps x 32 lanes
- * x 4 chunks x 8 = 32768 elements, or N < 1. Every pair it can return is in evt_row_configs (the instantiated
- * kernels).
+ *   - otherwise the smallest vpt of 1, 2, 4 (of 2, 4 when min_vpt is 2) whose warp count fits w1cap (8 or 16),
+ *     16, 32 warps, warps rounded up to a power of two (more threads per row rather than more registers per
+ *     thread, until the group is large).
+ * warp_vpt is 1, 2 or 4 (1: one warp only for N <= 256); w1cap 8 or 16; min_vpt 1 or 2 (other values: 1).
+ * Returns 0 when N > 32 warps x 32 lanes x 4 chunks x 8 = 32768 elements, or N < 1. Every pair it can return is
+ * in evt_row_configs (the instantiated kernels; the pairs only min_vpt 2 reaches are marked there).
  */
 #ifndef EVT_ROW_CONFIG_H
 #define EVT_ROW_CONFIG_H
@@ -30,6 +30,10 @@
 #define EVT_ROWS_DEFAULT_DEEP_SUM 0
 #define EVT_ROWS_DEFAULT_MINB_SUM 1
 #define EVT_ROWS_DEFAULT_SMEM_SUM 1
+#define EVT_ROWS_DEFAULT_SUM_REGS 0    /* with SMEM_SUM: how many row sums stay in registers all the same */
+/* layer norms without other M×N inputs, rows longer than one warp takes: at least this many chunks per thread
+ * (2 warps x 2 chunks for 1024-wide rows instead of 4 x 1; the other kernels 1; EVT_ROWS_MIN_VPT overrides) */
+#define EVT_ROWS_DEFAULT_MIN_VPT_LN 2
 #define EVT_ROWS_DEFAULT_EXACT 1
 #define EVT_ROWS_DEFAULT_RED_SOFTMAX 0
 #define EVT_ROWS_DEFAULT_MINB_W1 1     /* one warp per row, VPT > 1: minimum CTAs per SM (1: no register cap) */
@@ -38,12 +42,14 @@
  * for layer norms; read back per row it was slower than registers on the H200 (S21W4), so no default uses it */
 #define EVT_ROWS_DEFAULT_WB_SMEM_VPT 4
 
-/* (warps, vpt) of every configuration evt_row_pick_config can return. */
-#define EVT_ROW_NCONFIGS 11
-static const int evt_row_configs[EVT_ROW_NCONFIGS][2] = {{1, 1}, {1, 2},  {1, 4},  {2, 1},  {4, 1}, {8, 1},
-                                                         {8, 2}, {16, 1}, {16, 2}, {16, 4}, {32, 4}};
+/* (warps, vpt, min_vpt) of every configuration evt_row_pick_config can return; min_vpt 2: only with min_vpt 2
+ * (the generated launcher instantiates those only when EVT_ROWS_MIN_VPT is 2). */
+#define EVT_ROW_NCONFIGS 13
+static const int evt_row_configs[EVT_ROW_NCONFIGS][3] = {{1, 1, 1}, {1, 2, 1},  {1, 4, 1},  {2, 1, 1},  {4, 1, 1},
+                                                         {8, 1, 1}, {8, 2, 1},  {16, 1, 1}, {16, 2, 1}, {16, 4, 1},
+                                                         {32, 4, 1}, {2, 2, 2}, {4, 2, 2}};
 
-static inline int evt_row_pick_config(int n, int warp_vpt, int w1cap, int *warps, int *vpt) {
+static inline int evt_row_pick_config(int n, int warp_vpt, int w1cap, int min_vpt, int *warps, int *vpt) {
   if (n < 1) return 0;
   const int chunks = (n + 7) / 8;
   if (warp_vpt != 2 && warp_vpt != 4) warp_vpt = 1;
@@ -55,7 +61,7 @@ static inline int evt_row_pick_config(int n, int warp_vpt, int w1cap, int *warps
     return 1;
   }
   const int caps[3][2] = {{1, w1cap == 16 ? 16 : 8}, {2, 16}, {4, 32}};
-  for (int k = 0; k < 3; k++) {
+  for (int k = min_vpt == 2 ? 1 : 0; k < 3; k++) {
     const int need = (chunks + 32 * caps[k][0] - 1) / (32 * caps[k][0]);
     if (need <= caps[k][1]) {
       int w = 1;

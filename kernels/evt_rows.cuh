@@ -789,18 +789,20 @@ __device__ __forceinline__ void flush_rowsum(const float (&acc)[VPT][8], float *
   }
 }
 
-// The Σ-over-M accumulators of a kernel's NRS row sums, per thread: VPT·8 columns each. In registers (SMEM
-// false) or in this row-group's slots of dynamic shared memory (SMEM true: smem_bytes() per CTA; frees the
-// registers for occupancy). Shared layout: float4 slot ((k·VPT + v)·2 + h)·T + t holds columns e = 4h..4h+3 of
-// chunk v of thread t, so add8 is two 16-byte loads and stores per chunk and sum, a warp's 16-byte accesses
-// consecutive (no bank conflicts); scalar read-modify-writes per element made layer-norm backward L1-bound on the
-// H200 (ncu S21W2: L1/TEX 90% busy). flush writes the CTA's partial of sum k to ws + k·kstride[0..n): the R
-// row-groups added in group order.
-template <int T, int VPT, int R, int NRS, bool SMEM>
+// The Σ-over-M accumulators of a kernel's NRS row sums, per thread: VPT·8 columns each. Sums k < NREG in
+// registers, the others in this row-group's slots of dynamic shared memory (smem_bytes() per CTA; frees the
+// registers for occupancy). Shared layout: float4 slot ((k'·VPT + v)·2 + h)·T + t (k' = k − NREG) holds columns
+// e = 4h..4h+3 of chunk v of thread t, so add8 is two 16-byte loads and stores per chunk and sum, a warp's
+// 16-byte accesses consecutive (no bank conflicts); scalar read-modify-writes per element made layer-norm
+// backward L1-bound on the H200 (ncu S21W2: L1/TEX 90% busy). flush writes the CTA's partial of sum k to
+// ws + k·kstride[0..n): the R row-groups added in group order (either way: the same bits).
+template <int T, int VPT, int R, int NRS, int NREG>
 struct RowSums {
-  static constexpr int kPer = NRS * VPT * 8 * T;  // floats per row-group (a multiple of 4: float4 slots)
-  static constexpr size_t smem_bytes() { return SMEM ? sizeof(float) * (size_t)kPer * R : 0; }
-  float a[SMEM ? 1 : NRS][VPT][8];
+  static_assert(NREG >= 0 && NREG <= NRS, "sums in registers: 0..NRS");
+  static constexpr int NSM = NRS - NREG;             // sums in shared memory
+  static constexpr int kPer = NSM * VPT * 8 * T;     // floats per row-group (a multiple of 4: float4 slots)
+  static constexpr size_t smem_bytes() { return sizeof(float) * (size_t)kPer * R; }
+  float a[NREG > 0 ? NREG : 1][VPT][8];
   float4 *s;  // this row-group's slots
   int t;
   __device__ __forceinline__ void init(float *dyn, int g, int t_) {
@@ -810,41 +812,40 @@ struct RowSums {
     for (int k = 0; k < NRS; k++)
 #pragma unroll
       for (int v = 0; v < VPT; v++) {
-        if constexpr (SMEM) {
-          s[((k * VPT + v) * 2) * T + t] = make_float4(0.f, 0.f, 0.f, 0.f);
-          s[((k * VPT + v) * 2 + 1) * T + t] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (k >= NREG) {
+          s[(((k - NREG) * VPT + v) * 2) * T + t] = make_float4(0.f, 0.f, 0.f, 0.f);
+          s[(((k - NREG) * VPT + v) * 2 + 1) * T + t] = make_float4(0.f, 0.f, 0.f, 0.f);
         } else {
 #pragma unroll
-          for (int e = 0; e < 8; e++) a[k][v][e] = 0.f;
+          for (int e = 0; e < 8; e++) a[k < NREG ? k : 0][v][e] = 0.f;
         }
       }
   }
   // sum k, chunk v += x (elements outside the row must be 0 in x)
   __device__ __forceinline__ void add8(int k, int v, const float (&x)[8]) {
-    if constexpr (SMEM) {
+    if (k >= NREG) {
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        float4 &q = s[((k * VPT + v) * 2 + h) * T + t];
+        float4 &q = s[(((k - NREG) * VPT + v) * 2 + h) * T + t];
         float4 c = q;
         c.x += x[4 * h], c.y += x[4 * h + 1], c.z += x[4 * h + 2], c.w += x[4 * h + 3];
         q = c;
       }
     } else {
 #pragma unroll
-      for (int e = 0; e < 8; e++) a[SMEM ? 0 : k][v][e] += x[e];
+      for (int e = 0; e < 8; e++) a[k < NREG ? k : 0][v][e] += x[e];
     }
   }
   __device__ __forceinline__ void flush(float *ws, size_t kstride, int n, int g, int t_) {
-    if constexpr (!SMEM) {
 #pragma unroll
-      for (int k = 0; k < NRS; k++) flush_rowsum<T, VPT, R>(a[SMEM ? 0 : k], ws + k * kstride, n, g, t_);
-    } else {
+    for (int k = 0; k < NREG; k++) flush_rowsum<T, VPT, R>(a[k], ws + k * kstride, n, g, t_);
+    if constexpr (NSM > 0) {
       __syncthreads();
       const float *base = reinterpret_cast<const float *>(s) - (size_t)g * kPer;
-      for (int k = 0; k < NRS; k++)
+      for (int k = NREG; k < NRS; k++)
         for (int j = threadIdx.x; j < n; j += T * R) {
           const int c = j >> 3, e = j & 7, v = c / T, tt = c % T;
-          const size_t off = ((size_t)((k * VPT + v) * 2 + (e >> 2)) * T + tt) * 4 + (e & 3);
+          const size_t off = ((size_t)(((k - NREG) * VPT + v) * 2 + (e >> 2)) * T + tt) * 4 + (e & 3);
           float acc = 0.f;
           for (int gg = 0; gg < R; gg++) acc += base[(size_t)gg * kPer + off];
           ws[k * kstride + j] = acc;
@@ -915,7 +916,7 @@ __device__ __forceinline__ void trigger_dependents() {
 
 // ---- launch configuration -----------------------------------------------------------------------------------------
 // The original rule (evt_row_config.h with warp_vpt 1, w1cap 8), kept for callers of this name.
-static inline int pick_config(int n, int *warps, int *vpt) { return evt_row_pick_config(n, 1, 8, warps, vpt); }
+static inline int pick_config(int n, int *warps, int *vpt) { return evt_row_pick_config(n, 1, 8, 1, warps, vpt); }
 
 }  // namespace evt_rows
 

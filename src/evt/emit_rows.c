@@ -14,7 +14,7 @@
  *      (fixed-order two-pass: deterministic on a given GPU, no atomics);
  *   3. `extern "C" int evt_rowkernel_<hash>(const evt_row_launch_args *)`: argument checks, the 16-byte
  *      vector flag (N % 8 == 0 and every M×N / N-vector pointer 16-byte aligned), configuration choice
- *      (evt_rows::pick_config) and dispatch.
+ *      (evt_row_pick_config, kernels/evt_row_config.h) and dispatch.
  * R (row-groups per CTA): 8 warps per CTA for plain kernels, 16 with row sums (fewer partials), ≥ WARPS.
  */
 #include <stdarg.h>
@@ -126,6 +126,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_MINB_SUM %d\n#endif\n"
          "#ifndef EVT_ROWS_SMEM_SUM  // row sums: accumulate in shared memory (1) or registers (0)\n"
          "#define EVT_ROWS_SMEM_SUM %d\n#endif\n"
+         "#ifndef EVT_ROWS_SUM_REGS  // with EVT_ROWS_SMEM_SUM: this many of the row sums in registers all the same\n"
+         "#define EVT_ROWS_SUM_REGS %d\n#endif\n"
+
          "#ifndef EVT_ROWS_EXACT  // 1: also a kernel for N = 256 * warps * vpt without bounds checks\n"
          "#define EVT_ROWS_EXACT %d\n#endif\n"
          "#ifndef EVT_ROWS_RED_SOFTMAX  // softmax reductions: 0 max round + sum round, 2 warp rounds + one merge\n"
@@ -138,6 +141,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_INST(w, v) 1\n#endif\n\n",
      EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
      EVT_ROWS_DEFAULT_DEPTH, EVT_ROWS_DEFAULT_DEPTH_VPT, EVT_ROWS_DEFAULT_DEEP_SUM, EVT_ROWS_DEFAULT_MINB_SUM, EVT_ROWS_DEFAULT_SMEM_SUM,
+     EVT_ROWS_DEFAULT_SUM_REGS,
      EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_W1, EVT_ROWS_DEFAULT_WB_SMEM_VPT);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
   /* one warp per row while a row fits 32 lanes x this many chunks: per kernel (not a shared macro default, so
@@ -145,8 +149,16 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
    * M) take 4 chunks per lane, layer norms, softmax backward and row-sum kernels 2 (more registers per element:
    * one warp per 1024-wide row spilled or fell to one CTA per SM on the H200, W2) */
   const int light = (nu == EVT_ROWN_SOFTMAX || nu == EVT_ROWN_NONE) && !nrowsum;
-  sb(&b, "#ifdef EVT_ROWS_WARP_VPT\nconstexpr int kWarpVpt = EVT_ROWS_WARP_VPT;\n#else\nconstexpr int kWarpVpt = %d;\n#endif\n\n",
+  sb(&b, "#ifdef EVT_ROWS_WARP_VPT\nconstexpr int kWarpVpt = EVT_ROWS_WARP_VPT;\n#else\nconstexpr int kWarpVpt = %d;\n#endif\n",
      light ? EVT_ROWS_DEFAULT_WARP_VPT_LIGHT : EVT_ROWS_DEFAULT_WARP_VPT);
+  /* rows longer than one warp takes: at least this many chunks per thread (EVT_ROWS_MIN_VPT overrides; 1 or 2).
+   * Layer norms without other M×N inputs take 2 (H200 S22W1/W2: layer norm 1.42 -> 1.33x floor, backward 1.55
+   * -> 1.46x; a residual input's registers cost it the gain), the rest 1. */
+  int aux_rows = 0;
+  for (int i = 0; i < s->nnodes; i++) aux_rows += s->nodes[i].op == EVT_V_AUX_LOAD;
+  const int min_vpt = (nu == EVT_ROWN_LAYERNORM || nu == EVT_ROWN_LAYERNORM_BWD) && !aux_rows ? EVT_ROWS_DEFAULT_MIN_VPT_LN : 1;
+  sb(&b, "#ifdef EVT_ROWS_MIN_VPT\nconstexpr int kMinVpt = EVT_ROWS_MIN_VPT;\n#else\nconstexpr int kMinVpt = %d;\n#endif\n\n",
+     min_vpt);
 
   /* 2a. Params */
   sb(&b, "struct Params {\n  int m, n;\n  bool vec;  // 16-byte chunk accesses allowed\n");
@@ -169,9 +181,12 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
 
   /* 2b. kernel */
   if (nrowsum)
-    sb(&b, "// row-sum accumulators: shared memory when asked for and at most 96 KiB per CTA, else registers\n"
+    sb(&b, "// row-sum accumulators: the first EVT_ROWS_SUM_REGS sums in registers, the others in shared memory when\n"
+           "// asked for and at most 96 KiB per CTA, else all in registers\n"
+           "constexpr int kSumRegs = EVT_ROWS_SUM_REGS < %d ? EVT_ROWS_SUM_REGS : %d;\n"
            "template <int WARPS, int VPT, int R>\nusing RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, %d,\n"
-           "    EVT_ROWS_SMEM_SUM && (size_t)%d * VPT * 8 * WARPS * 32 * R * 4 <= 98304>;\n\n", nrowsum, nrowsum);
+           "    EVT_ROWS_SMEM_SUM && (size_t)(%d - kSumRegs) * VPT * 8 * WARPS * 32 * R * 4 <= 98304 ? kSumRegs : %d>;\n\n",
+       nrowsum, nrowsum, nrowsum, nrowsum, nrowsum);
   int ncolsum = 0;  /* per-row reductions (col_sum, col_max): they need the group's shared slots */
   for (int i = 0; i < s->nnodes; i++) ncolsum += s->nodes[i].op == EVT_V_COL_SUM || s->nodes[i].op == EVT_V_COL_MAX;
   /* M×N row inputs fetched one row ahead: (pointer field, element type, register array) */
@@ -474,13 +489,18 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   }
   sb(&b, "    return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n  }\n");
   sb(&b, "  int warps = 0, vpt = 0;\n"
-         "  if (!evt_row_pick_config(p.n, kWarpVpt, EVT_ROWS_W1CAP, &warps, &vpt)) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n");
+         "  if (!evt_row_pick_config(p.n, kWarpVpt, EVT_ROWS_W1CAP, kMinVpt, &warps, &vpt)) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n");
+  /* configurations only min_vpt 2 reaches, and the several-warp single-chunk ones it never reaches: instantiated
+   * for the kernel's min_vpt (kMinVpt: this kernel's default unless EVT_ROWS_MIN_VPT is defined) */
+  static const char *const mv_gate[2][3] = {
+      {"", " && defined(EVT_ROWS_MIN_VPT) && EVT_ROWS_MIN_VPT == 2", " && (!defined(EVT_ROWS_MIN_VPT) || EVT_ROWS_MIN_VPT != 2)"},
+      {"", " && (!defined(EVT_ROWS_MIN_VPT) || EVT_ROWS_MIN_VPT == 2)", " && defined(EVT_ROWS_MIN_VPT) && EVT_ROWS_MIN_VPT != 2"}};
   for (int k = 0; k < EVT_ROW_NCONFIGS; k++)
-    sb(&b, "#if EVT_ROWS_INST(%d, %d)\n  if (warps == %d && vpt == %d)\n"
+    sb(&b, "#if EVT_ROWS_INST(%d, %d)%s\n  if (warps == %d && vpt == %d)\n"
            "    return EVT_ROWS_EXACT && p.vec && p.n == %d ? launch<%d, %d, EVT_ROWS_EXACT != 0>(p, st) : launch<%d, %d, false>(p, st);\n"
            "#endif\n",
-       evt_row_configs[k][0], evt_row_configs[k][1], evt_row_configs[k][0], evt_row_configs[k][1],
-       evt_row_configs[k][0] * evt_row_configs[k][1] * 256, evt_row_configs[k][0], evt_row_configs[k][1],
+       evt_row_configs[k][0], evt_row_configs[k][1], mv_gate[min_vpt == 2][evt_row_configs[k][2] == 2 ? 1 : evt_row_configs[k][0] > 1 && evt_row_configs[k][1] == 1 ? 2 : 0],
+       evt_row_configs[k][0], evt_row_configs[k][1], evt_row_configs[k][0] * evt_row_configs[k][1] * 256, evt_row_configs[k][0], evt_row_configs[k][1],
        evt_row_configs[k][0], evt_row_configs[k][1]);
   sb(&b, "  return EVT_LAUNCH_CANNOT_IMPLEMENT;\n}\n");
   return b.p;

@@ -153,9 +153,26 @@ TEST(emit_rows_structure) {
     /* layer-norm backward (row sums): the heavy rule for one warp per row */
     snprintf(def, sizeof def, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT);
     CHECK(strstr(a, def) != NULL);
+    /* a layer norm without other M×N inputs: at least EVT_ROWS_DEFAULT_MIN_VPT_LN chunks per thread past one warp;
+     * the (2, 2) / (4, 2) kernels instantiated for it, the several-warp single-chunk ones only on request */
+    snprintf(def, sizeof def, "constexpr int kMinVpt = %d;\n", EVT_ROWS_DEFAULT_MIN_VPT_LN);
+    CHECK(strstr(a, def) != NULL);
   }
+  CHECK(strstr(a, "evt_row_pick_config(p.n, kWarpVpt, EVT_ROWS_W1CAP, kMinVpt, &warps, &vpt)") != NULL);
+  CHECK(strstr(a, "#if EVT_ROWS_INST(2, 2) && (!defined(EVT_ROWS_MIN_VPT) || EVT_ROWS_MIN_VPT == 2)\n  if (warps == 2 && vpt == 2)\n") != NULL);
+  CHECK(strstr(a, "#if EVT_ROWS_INST(4, 1) && defined(EVT_ROWS_MIN_VPT) && EVT_ROWS_MIN_VPT != 2\n") != NULL);
+  CHECK(strstr(a, "#if EVT_ROWS_INST(16, 4)\n") != NULL);
+  /* row sums: the first EVT_ROWS_SUM_REGS in registers, the rest in shared memory when it fits */
+  CHECK(strstr(a, "constexpr int kSumRegs = EVT_ROWS_SUM_REGS < 2 ? EVT_ROWS_SUM_REGS : 2;") != NULL);
+  CHECK(strstr(a, "(size_t)(2 - kSumRegs) * VPT * 8 * WARPS * 32 * R * 4 <= 98304 ? kSumRegs : 2>;") != NULL);
   free(a);
   free(b);
+  evt_rspec_example(&s, "ln_residual", EVT_BF16);
+  a = evt_emit_rows(&s, err, sizeof err);
+  CHECK(a && strstr(a, "constexpr int kMinVpt = 1;\n") != NULL); /* a residual input: one chunk per thread */
+  CHECK(a && strstr(a, "#if EVT_ROWS_INST(2, 2) && defined(EVT_ROWS_MIN_VPT) && EVT_ROWS_MIN_VPT == 2\n") != NULL);
+  CHECK(a && strstr(a, "#if EVT_ROWS_INST(4, 1) && (!defined(EVT_ROWS_MIN_VPT) || EVT_ROWS_MIN_VPT != 2)\n") != NULL);
+  free(a);
   evt_rspec_example(&s, "chain_rowsum", EVT_F32);
   a = evt_emit_rows(&s, err, sizeof err);
   {
@@ -406,26 +423,34 @@ TEST(ci_nvcc_compiles_generated_row_kernels) {
  * covers the row. */
 TEST(row_pick_config) {
   int w = 0, v = 0;
-  CHECK(evt_row_pick_config(1024, 1, 8, &w, &v) && w == 4 && v == 1);  /* the original rule */
-  CHECK(evt_row_pick_config(1024, 2, 8, &w, &v) && w == 4 && v == 1);  /* 128 chunks > 64: not one warp */
-  CHECK(evt_row_pick_config(1024, 4, 8, &w, &v) && w == 1 && v == 4);  /* one warp, 4 chunks per lane */
-  CHECK(evt_row_pick_config(512, 2, 8, &w, &v) && w == 1 && v == 2);
-  CHECK(evt_row_pick_config(512, 1, 8, &w, &v) && w == 2 && v == 1);
-  CHECK(evt_row_pick_config(100, 4, 8, &w, &v) && w == 1 && v == 1);   /* 13 chunks: one per lane is enough */
-  CHECK(evt_row_pick_config(4096, 4, 8, &w, &v) && w == 8 && v == 2);
-  CHECK(evt_row_pick_config(32768, 2, 8, &w, &v) && w == 32 && v == 4);
-  CHECK(!evt_row_pick_config(32769, 2, 8, &w, &v));
-  CHECK(!evt_row_pick_config(0, 2, 8, &w, &v));
-  CHECK(evt_row_pick_config(4096, 2, 16, &w, &v) && w == 16 && v == 1); /* w1cap 16: 512 threads x 1 chunk */
-  CHECK(evt_row_pick_config(4104, 2, 16, &w, &v) && w == 16 && v == 2); /* 513 chunks: 2 per thread */
-  for (int knob = 1; knob <= 4; knob *= 2)
-    for (int n = 1; n <= 32768; n += (n < 300 ? 1 : 97)) {
-      const int cap = knob == 2 ? 16 : 8;
-      CHECK(evt_row_pick_config(n, knob, cap, &w, &v));
-      CHECK(w * 32 * v * 8 >= n);                    /* the row fits */
-      CHECK(w == 1 || w * 32 * v * 8 / 2 < n || v > 1); /* no group twice as large as needed */
-      int listed = 0;
-      for (int k = 0; k < EVT_ROW_NCONFIGS; k++) listed |= evt_row_configs[k][0] == w && evt_row_configs[k][1] == v;
-      CHECK_MSG(listed, "n %d knob %d: (%d, %d) not instantiated", n, knob, w, v);
-    }
+  CHECK(evt_row_pick_config(1024, 1, 8, 1, &w, &v) && w == 4 && v == 1);  /* the original rule */
+  CHECK(evt_row_pick_config(1024, 2, 8, 1, &w, &v) && w == 4 && v == 1);  /* 128 chunks > 64: not one warp */
+  CHECK(evt_row_pick_config(1024, 4, 8, 1, &w, &v) && w == 1 && v == 4);  /* one warp, 4 chunks per lane */
+  CHECK(evt_row_pick_config(512, 2, 8, 1, &w, &v) && w == 1 && v == 2);
+  CHECK(evt_row_pick_config(512, 1, 8, 1, &w, &v) && w == 2 && v == 1);
+  CHECK(evt_row_pick_config(100, 4, 8, 1, &w, &v) && w == 1 && v == 1);   /* 13 chunks: one per lane is enough */
+  CHECK(evt_row_pick_config(4096, 4, 8, 1, &w, &v) && w == 8 && v == 2);
+  CHECK(evt_row_pick_config(32768, 2, 8, 1, &w, &v) && w == 32 && v == 4);
+  CHECK(!evt_row_pick_config(32769, 2, 8, 1, &w, &v));
+  CHECK(!evt_row_pick_config(0, 2, 8, 1, &w, &v));
+  CHECK(evt_row_pick_config(4096, 2, 16, 1, &w, &v) && w == 16 && v == 1); /* w1cap 16: 512 threads x 1 chunk */
+  CHECK(evt_row_pick_config(4104, 2, 16, 1, &w, &v) && w == 16 && v == 2); /* 513 chunks: 2 per thread */
+  /* min_vpt 2: rows past one warp get 2 chunks per thread, half the warps (the (2, 2) layer-norm shape) */
+  CHECK(evt_row_pick_config(1024, 2, 8, 2, &w, &v) && w == 2 && v == 2);
+  CHECK(evt_row_pick_config(2048, 2, 8, 2, &w, &v) && w == 4 && v == 2);
+  CHECK(evt_row_pick_config(512, 2, 8, 2, &w, &v) && w == 1 && v == 2);  /* one warp: unchanged */
+  CHECK(evt_row_pick_config(1024, 2, 8, 3, &w, &v) && w == 4 && v == 1);  /* other values: 1 */
+  for (int mv = 1; mv <= 2; mv++)
+    for (int knob = 1; knob <= 4; knob *= 2)
+      for (int n = 1; n <= 32768; n += (n < 300 ? 1 : 97)) {
+        const int cap = knob == 2 ? 16 : 8;
+        CHECK(evt_row_pick_config(n, knob, cap, mv, &w, &v));
+        CHECK(w * 32 * v * 8 >= n);                    /* the row fits */
+        CHECK(w == 1 || w * 32 * v * 8 / 2 < n || v > mv); /* no group twice as large as needed */
+        CHECK(w == 1 || v >= mv);
+        int listed = 0;
+        for (int k = 0; k < EVT_ROW_NCONFIGS; k++)
+          listed |= evt_row_configs[k][0] == w && evt_row_configs[k][1] == v && evt_row_configs[k][2] <= mv;
+        CHECK_MSG(listed, "n %d knob %d min_vpt %d: (%d, %d) not instantiated", n, knob, mv, w, v);
+      }
 }
