@@ -12,8 +12,8 @@
  *           when CheckRows (the emitter clears it when the input is exactly 0 there: zero_out_of_bounds);
  *   reduce  after the tile's last subtile: a reduce-scatter over the lanes that hold the same columns of a
  *           GMMA accumulator (lane ^ 16, ^ 8, ^ 4: ncols/2 + ncols/4 + ncols/8 shuffles), then each lane adds
- *           its ncols/8 fully reduced columns with red.global.add (two adjacent columns as one .v2 operation),
- *           columns past N skipped. The lane pattern is checked once per tile (a trap, not a wrong sum, if a
+ *           its ncols/8 fully reduced columns with red.global.add (two adjacent columns as one .v2 operation
+ *           where their address is 8-byte aligned; `ptr` needs only 4-byte alignment), columns past N skipped. The lane pattern is checked once per tile (a trap, not a wrong sum, if a
  *           future copy layout broke it).
  * Sums of different CTAs meet in atomics: the last bits of the result vary between runs (as with
  * Sm90RowReduction's atomic mode; the deterministic workspace mode keeps CUTLASS's node). */
@@ -41,7 +41,7 @@ struct RowSum {
   }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const &, Arguments const &a) {
-    return (reinterpret_cast<uintptr_t>(a.ptr) & 7) == 0;  // the .v2 reductions
+    return (reinterpret_cast<uintptr_t>(a.ptr) & 3) == 0;  // f32 elements (pairs at 8-byte addresses: .v2)
   }
   template <class ProblemShape>
   static size_t get_workspace_size(ProblemShape const &, Arguments const &) {
@@ -136,7 +136,9 @@ struct RowSum {
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < NC / 8; j += 2) {
         const int c0 = col_first + get<1>(c(base + j)), c1 = col_first + get<1>(c(base + j + 1));
-        if (c1 == c0 + 1 && (c0 & 1) == 0 && c1 < n_total) {
+        // a pair as one .v2 reduction where its address is 8-byte aligned (ptr may be only 4-byte aligned: a
+        // view into a flat gradient buffer), else two scalar ones
+        if (c1 == c0 + 1 && (reinterpret_cast<uintptr_t>(ptr + c0) & 7) == 0 && c1 < n_total) {
           atomicAdd(reinterpret_cast<float2 *>(ptr + c0), make_float2(v[j], v[j + 1]));
         } else {
           if (c0 < n_total) atomicAdd(ptr + c0, v[j]);

@@ -6,7 +6,9 @@
 // poisoned with NaN, the kernel run twice (the second run checks that initialize() resets atomic
 // reductions), then D and every stored tensor compared with the CPU reference (src/evt/vref.c):
 // relative Frobenius error <= 1e-2 for every output (D, aux stores, f32 sums); a NaN never passes.
-// Also checks that an unaligned N is rejected by can_implement. Prints "N passed, N failed".
+// Kernels with a Σ over M also run once with that output 4- but not 8-byte aligned. Also checks that an unaligned
+// N is rejected by can_implement. CHECK_EVT_ONLY=substring keeps the cases whose label has it. Prints "N passed,
+// N failed".
 //
 // Build and run on the H200: tests/gpu/run_h200.sh.
 #include "gpu_util.h"
@@ -58,7 +60,10 @@ static std::vector<double> download(const void *dptr, size_t n, evt_dtype dt) {
   return out;
 }
 
-static void check_case(const KernelCase &kc, int M, int N, int K, uint64_t seed) {
+// rs_off: bytes added to every row_sum (Σ over M) output pointer: 4 puts it at an address that is 4- but not 8-byte
+// aligned (a view into a flat gradient buffer); evt's RowSum node must still sum correctly (scalar reductions there),
+// CUTLASS's workspace-mode node may refuse it (can_implement), but never return a wrong sum.
+static void check_case(const KernelCase &kc, int M, int N, int K, uint64_t seed, int rs_off = 0) {
   const evt_kspec &s = kc.spec;
   Rng rng(seed);
   std::vector<double> ra, rb;
@@ -86,6 +91,7 @@ static void check_case(const KernelCase &kc, int M, int N, int K, uint64_t seed)
     host[v].assign(n, 0.0);
     size_t bytes = n * dtype_bytes(nd.dtype);
     CUDA_CHECK(cudaMalloc(&args.ptrs[v], bytes + 16));
+    if (nd.op == EVT_V_ROW_SUM && rs_off) args.ptrs[v] = (char *)args.ptrs[v] + rs_off;
     if (evt_vop_class(nd.op) == 'L') {
       float lim = nd.op == EVT_V_AUX_LOAD ? 3.f : 1.f;
       std::vector<unsigned char> h = fill_dtype(nd.dtype, n, rng, -lim, lim, host[v]);
@@ -102,8 +108,12 @@ static void check_case(const KernelCase &kc, int M, int N, int K, uint64_t seed)
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaGetLastError());
   }
-  if (rc != 0) {
-    report(false, "%-40s %5dx%5dx%5d: launcher returned %d", kc.label.c_str(), M, N, K, rc);
+  char tag[16] = "";
+  if (rs_off) snprintf(tag, sizeof tag, " Σ+%dB", rs_off);
+  if (rc != 0 && rs_off && rc == EVT_LAUNCH_CANNOT_IMPLEMENT && kc.cfg.reduction == EVT_RED_WORKSPACE) {
+    report(true, "%-40s %5dx%5dx%5d%s: refused by can_implement (workspace mode)", kc.label.c_str(), M, N, K, tag);
+  } else if (rc != 0) {
+    report(false, "%-40s %5dx%5dx%5d%s: launcher returned %d", kc.label.c_str(), M, N, K, tag, rc);
   } else {
     // layout: the reference reads A as K×M when A is transposed, B as N×K when B is; the host arrays were
     // generated directly in the stored layout, so they are passed through unchanged.
@@ -111,12 +121,12 @@ static void check_case(const KernelCase &kc, int M, int N, int K, uint64_t seed)
     evt_kspec_reference(&s, M, N, K, ra.data(), rb.data(), tens.data(), dref.data());
     double mx;
     double e = rel_err(download(dd, (size_t)M * N, s.d_dtype), dref, &mx);
-    report(e <= 1e-2, "%-40s %5dx%5dx%5d: D rel err %.3e max abs %.3e", kc.label.c_str(), M, N, K, e, mx);
+    report(e <= 1e-2, "%-40s %5dx%5dx%5d%s: D rel err %.3e max abs %.3e", kc.label.c_str(), M, N, K, tag, e, mx);
     for (int v = 0; v < s.nnodes; v++) {
       if (evt_vop_class(s.nodes[v].op) != 'S') continue;
       double tol = 1e-2;
       double ev = rel_err(download(args.ptrs[v], count[v], s.nodes[v].dtype), host[v], &mx);
-      report(ev <= tol, "%-40s %5dx%5dx%5d: %s (%s) rel err %.3e max abs %.3e", kc.label.c_str(), M, N, K,
+      report(ev <= tol, "%-40s %5dx%5dx%5d%s: %s (%s) rel err %.3e max abs %.3e", kc.label.c_str(), M, N, K, tag,
              s.nodes[v].name, evt_vop_name(s.nodes[v].op), ev, mx);
     }
   }
@@ -124,11 +134,17 @@ static void check_case(const KernelCase &kc, int M, int N, int K, uint64_t seed)
   cudaFree((void *)args.b);
   cudaFree(dd);
   for (int v = 0; v < s.nnodes; v++)
-    if (args.ptrs[v]) cudaFree(args.ptrs[v]);
+    if (args.ptrs[v]) cudaFree((char *)args.ptrs[v] - (s.nodes[v].op == EVT_V_ROW_SUM ? rs_off : 0));
 }
 
 int main() {
   std::vector<KernelCase> cases = all_cases();
+  if (const char *only = getenv("CHECK_EVT_ONLY")) {  // label substring (e.g. "dbias"): fewer kernels to compile
+    std::vector<KernelCase> keep;
+    for (auto &kc : cases)
+      if (kc.label.find(only) != std::string::npos) keep.push_back(kc);
+    cases.swap(keep);
+  }
   jit_load(cases);
   const int sizes[][3] = {{1032, 776, 520}, {256, 384, 1024}};
   uint64_t seed = 1;
@@ -144,6 +160,9 @@ int main() {
       check_case(kc, sz[0], sz[1], sz[2], seed++);
       if (bench_only) break;
     }
+    bool has_rs = false;
+    for (int v = 0; v < kc.spec.nnodes; v++) has_rs |= kc.spec.nodes[v].op == EVT_V_ROW_SUM;
+    if (has_rs) check_case(kc, sizes[0][0], sizes[0][1], sizes[0][2], seed++, 4);  // Σ output only 4-byte aligned
   }
   // can_implement must reject N whose rows are not 16-byte aligned
   for (auto &kc : cases) {
