@@ -1312,6 +1312,16 @@ extern "C" void evt_fb_event_free(void *ev) {
   if (ev) cudaEventDestroy((cudaEvent_t)ev);
 }
 
+/* 1 when `stream` is being captured into a CUDA graph (or the query fails: treat as capturing), else 0. */
+extern "C" int evt_fb_stream_capturing(void *stream) {
+  cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing((cudaStream_t)stream, &s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return s != cudaStreamCaptureStatusNone;
+}
+
 #define UNSUPPORTED(msg)                                                                                   \
   do {                                                                                                     \
     snprintf(err, errlen, "%s", msg);                                                                      \

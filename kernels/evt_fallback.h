@@ -108,6 +108,7 @@ int evt_fb_event_new(void **ev, char *err, size_t errlen);
 int evt_fb_event_record(void *ev, void *stream, char *err, size_t errlen);
 int evt_fb_event_ms(void *from, void *to, double *ms, char *err, size_t errlen); /* waits for `to` */
 void evt_fb_event_free(void *ev);
+int evt_fb_stream_capturing(void *stream); /* 1: being captured (or unknown), 0: not */
 int evt_fb_dtype_bytes(int dtype);
 
 #ifdef __cplusplus

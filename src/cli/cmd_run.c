@@ -394,6 +394,10 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
     long lf, lb;
     evt_cuda_fused_counts(cuda, &nf, &nb, &lf, &lb);
     printf("stats: groups fused %d, fallback %d; group launches: generated %ld, node by node %ld\n", nf, nb, lf, lb);
+    if (evt_cuda_ab_groups(cuda) > 0) { /* the in-step A/B chose some groups' paths at the first step */
+      printf("plan after the in-step A/B of %d group(s):\n", evt_cuda_ab_groups(cuda));
+      evt_cuda_print_plan(cuda, g, stdout);
+    }
   }
   evt_cuda_close(cuda);
   for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&values[i]);

@@ -60,6 +60,7 @@ static bool load_api(void *lib, evt_fb_api *a) {
   SYM(event_record, "evt_fb_event_record");
   SYM(event_ms, "evt_fb_event_ms");
   SYM(event_free, "evt_fb_event_free");
+  SYM(stream_capturing, "evt_fb_stream_capturing");
   SYM(gemm, "evt_fb_gemm_run");
 #undef SYM
   void *const *f = (void *const *)a;
@@ -402,6 +403,8 @@ void evt_cuda_fused_counts(const evt_cuda *c, int *fused, int *fallback, long *l
 void evt_cuda_print_plan(const evt_cuda *c, const evt_graph *g, FILE *out) {
   if (c && c->p->xp) evt_exec_plan_print(g, c->p->xp, out);
 }
+
+int evt_cuda_ab_groups(const evt_cuda *c) { return c && c->p->xp ? c->p->xp->nab : 0; }
 
 double evt_cuda_rel_error(const evt_tensor *gpu, const evt_tensor *cpu, double floor_) {
   if (!gpu->data || !cpu->data || gpu->numel != cpu->numel) return INFINITY;

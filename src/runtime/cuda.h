@@ -61,6 +61,7 @@ typedef struct evt_fb_api {
   int (*event_record)(void *, void *, char *, size_t);
   int (*event_ms)(void *, void *, double *, char *, size_t);
   void (*event_free)(void *);
+  int (*stream_capturing)(void *);  /* 1: the stream is being captured (or its state is unknown), else 0 */
   int (*gemm)(evt_fb_ctx *, const evt_fb_gemm *, void *, char *, size_t);
 } evt_fb_api;
 
@@ -199,6 +200,8 @@ void evt_cuda_close(evt_cuda *c);
 void evt_cuda_fused_counts(const evt_cuda *c, int *fused, int *fallback, long *launched_fused, long *launched_fallback);
 /* `--stats`: one line per group with the path it runs on (nothing for a node-by-node runtime). */
 void evt_cuda_print_plan(const evt_cuda *c, const evt_graph *g, FILE *out);
+/* Groups whose fused / unfused implementation the in-step A/B chose (exec_plan.h, EVT_FUSION_AB). */
+int evt_cuda_ab_groups(const evt_cuda *c);
 
 /* `evtc run --check`: max |gpu - cpu| over the tensor divided by max(max |cpu| of the tensor, floor_)
  * (0 when equal); +inf when either holds a NaN, when an infinity is not matched exactly, or when the sizes

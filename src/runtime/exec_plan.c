@@ -358,6 +358,52 @@ static bool bind_unfused(const evt_graph *g, evt_exec_plan *p, int gi, const evt
   return true;
 }
 
+/* The kernel (generated GEMM or row kernel; none for a cuBLAS call) of a fused group's implementation x, added
+ * to the plan's list once; T's bytes of an unf implementation into *tmax, a scratch D into the scratch. */
+static void assign_kernel(evt_exec_plan *p, int gi, const evt_lowered *L, evt_group_exec *x, int64_t *tmax) {
+  if (x->blas || (L->kind == EVT_LK_GEMM_EVT && x->d_node >= 0 && evt_exec_plain_blas(L, x->tuned))) {
+    x->blas = 1; /* (or cuBLASLt with the bias: bind_unfused) */
+    return;
+  }
+  char uname[40];
+  const char *kn = L->kernel;
+  if (x->unf) {
+    evt_rspec_kernel_name(&p->urs[gi], uname);
+    kn = uname;
+    int64_t tb = x->m * x->n * (int64_t)evt_dtype_size(L->spec.ab_dtype);
+    if (tb > *tmax) *tmax = tb;
+  }
+  int k = 0;
+  while (k < p->nkernels && strcmp(p->kname[k], kn)) k++;
+  if (k == p->nkernels) {
+    snprintf(p->kname[k], sizeof p->kname[k], "%s", kn);
+    if (x->unf) p->kspec[k] = &p->urs[gi];
+    else if (L->kind == EVT_LK_GEMM_EVT) p->gspec[k] = &L->spec;
+    else p->kspec[k] = &L->rspec;
+    p->nkernels++;
+  }
+  x->kernel = k;
+  if (L->kind == EVT_LK_GEMM_EVT && x->d_node < 0) { /* a batched scratch D is packed: every batch's tile */
+    int64_t nb = L->spec.batched ? (int64_t)(L->l > 0 ? L->l : 1) * (L->l_outer > 1 ? L->l_outer : 1) : 1;
+    int64_t bytes = nb * x->m * x->n * (int64_t)evt_dtype_size(L->spec.d_dtype);
+    if (bytes > p->scratch_bytes) p->scratch_bytes = bytes;
+  }
+}
+
+int evt_exec_fusion_ab_mode(void) {
+  const char *e = getenv("EVT_FUSION_AB");
+  if (e && !strcmp(e, "0")) return 0;
+  if (e && !strcmp(e, "all")) return 2;
+  return 1;
+}
+
+void evt_exec_swap_alt(evt_exec_plan *p, int gi) {
+  EVT_ASSERT(gi >= 0 && gi < p->ngroups && p->groups[gi].ab && p->alt);
+  evt_group_exec t = p->groups[gi];
+  p->groups[gi] = p->alt[gi];
+  p->alt[gi] = t;
+}
+
 evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
   memset(p, 0, sizeof *p);
   evt_part_options opt = evt_part_options_default();
@@ -380,7 +426,9 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
   p->kspec = calloc((size_t)ng + 1, sizeof *p->kspec);
   p->gspec = calloc((size_t)ng + 1, sizeof *p->gspec);
   p->urs = calloc((size_t)ng + 1, sizeof *p->urs);
-  EVT_ASSERT(p->groups && p->sources && p->kname && p->kspec && p->gspec && p->urs);
+  p->alt = calloc((size_t)ng + 1, sizeof *p->alt);
+  EVT_ASSERT(p->groups && p->sources && p->kname && p->kspec && p->gspec && p->urs && p->alt);
+  const int ab_mode = evt_exec_fusion_ab_mode();
   int64_t tmax = 0; /* largest T of an unf group */
   for (int v = 0; v < n; v++) {
     int gi = p->part.group[v];
@@ -422,16 +470,47 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
       x->swizzle = tg[gi].swizzle;
       x->raster = tg[gi].raster;
       snprintf(x->tune_desc, sizeof x->tune_desc, "%s", tg[gi].desc);
+      x->rec_fused_ms = tg[gi].fused_ms;
+      x->rec_unfused_ms = tg[gi].unfused_ms;
       /* UNFUSED with an epilogue: the measured pair where it measured at least EVT_EXEC_UNFUSED_MIN_GAIN faster
-       * (evt_exec_unfused_wanted), else the fastest fused config measured */
+       * (evt_exec_unfused_wanted), else the fastest fused config measured; with the in-step A/B both bound */
       if (x->fused && tg[gi].choice == EVT_TUNE_UNFUSED && !(x->d_node >= 0 && evt_exec_plain_blas(L, EVT_TUNE_UNFUSED))) {
         char lab[96];
-        if (evt_exec_unfused_wanted(tg[gi].fused_ms, tg[gi].unfused_ms) && bind_unfused(g, p, gi, L, x, tg[gi].unfused_bias))
+        evt_group_exec other = *x;
+        bool want = evt_exec_unfused_wanted(tg[gi].fused_ms, tg[gi].unfused_ms);
+        bool unf_ok = bind_unfused(g, p, gi, L, &other, tg[gi].unfused_bias);
+        evt_tile_config_label(&L->spec.cfg, lab, sizeof lab);
+        if (unf_ok && ab_mode >= 1 && !evt_exec_unfused_epilogue()) {
+          x->ab = other.ab = 1;
+          snprintf(other.tune_desc, sizeof other.tune_desc, "%.150s; runs unfused (in-step A/B)", tg[gi].desc);
+          snprintf(x->tune_desc, sizeof x->tune_desc, "%.120s; runs fused %.60s (in-step A/B)", tg[gi].desc, lab);
+          p->alt[gi] = other;
+          if (want) evt_exec_swap_alt(p, gi); /* the margin's choice first */
+        } else if (want && unf_ok) {
+          *x = other;
           snprintf(x->tune_desc, sizeof x->tune_desc, "%.150s; runs unfused", tg[gi].desc);
-        else
-          snprintf(x->tune_desc, sizeof x->tune_desc, "%.120s; runs fused %s (pair < %g%% faster; "
-                   "EVT_UNFUSED_EPILOGUE=1 runs it)", tg[gi].desc,
-                   evt_tile_config_label(&L->spec.cfg, lab, sizeof lab), 100 * EVT_EXEC_UNFUSED_MIN_GAIN);
+        } else {
+          snprintf(x->tune_desc, sizeof x->tune_desc, "%.120s; runs fused %.40s (pair < %g%% faster; "
+                   "EVT_UNFUSED_EPILOGUE=1 runs it)", tg[gi].desc, lab, 100 * EVT_EXEC_UNFUSED_MIN_GAIN);
+        }
+      }
+    }
+    /* EVT_FUSION_AB=all: every other GEMM+EVT group with an epilogue that the unfused pair can run, too */
+    if (ab_mode == 2 && L->kind == EVT_LK_GEMM_EVT && x->fused && !x->ab && !x->unf && !x->blas && x->d_node >= 0 &&
+        !evt_exec_plain_blas(L, x->tuned)) {
+      evt_group_exec other = *x;
+      bool ok = bind_unfused(g, p, gi, L, &other, 1);
+      if (!ok) {
+        other = *x;
+        ok = bind_unfused(g, p, gi, L, &other, 0);
+      }
+      if (ok) {
+        x->ab = other.ab = 1;
+        size_t len = strlen(x->tune_desc);
+        snprintf(x->tune_desc + len, sizeof x->tune_desc - len, "%sruns fused (in-step A/B: EVT_FUSION_AB=all)",
+                 len ? "; " : "");
+        snprintf(other.tune_desc, sizeof other.tune_desc, "runs unfused (in-step A/B: EVT_FUSION_AB=all)");
+        p->alt[gi] = other;
       }
     }
     /* an untuned GEMM over a large output: CUTLASS's tile scheduler with groups of 8 tiles (L2 reuse) */
@@ -454,32 +533,10 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
       snprintf(x->tune_desc, sizeof x->tune_desc, "runs unfused: K = %lld (EVT_LONG_K_UNFUSED=1: cuBLAS's mainloop)",
                (long long)x->k);
     if (!x->fused) continue;
-    if (x->blas || (L->kind == EVT_LK_GEMM_EVT && x->d_node >= 0 && evt_exec_plain_blas(L, x->tuned))) {
-      x->blas = 1; /* (or cuBLASLt with the bias: bind_unfused) */
-      continue;
-    }
-    char uname[40];
-    const char *kn = L->kernel;
-    if (x->unf) {
-      evt_rspec_kernel_name(&p->urs[gi], uname);
-      kn = uname;
-      int64_t tb = x->m * x->n * (int64_t)evt_dtype_size(L->spec.ab_dtype);
-      if (tb > tmax) tmax = tb;
-    }
-    int k = 0;
-    while (k < p->nkernels && strcmp(p->kname[k], kn)) k++;
-    if (k == p->nkernels) {
-      snprintf(p->kname[k], sizeof p->kname[k], "%s", kn);
-      if (x->unf) p->kspec[k] = &p->urs[gi];
-      else if (L->kind == EVT_LK_GEMM_EVT) p->gspec[k] = &L->spec;
-      else p->kspec[k] = &L->rspec;
-      p->nkernels++;
-    }
-    x->kernel = k;
-    if (L->kind == EVT_LK_GEMM_EVT && x->d_node < 0) { /* a batched scratch D is packed: every batch's tile */
-      int64_t nb = L->spec.batched ? (int64_t)(L->l > 0 ? L->l : 1) * (L->l_outer > 1 ? L->l_outer : 1) : 1;
-      int64_t bytes = nb * x->m * x->n * (int64_t)evt_dtype_size(L->spec.d_dtype);
-      if (bytes > p->scratch_bytes) p->scratch_bytes = bytes;
+    assign_kernel(p, gi, L, x, &tmax);
+    if (x->ab) {
+      assign_kernel(p, gi, L, &p->alt[gi], &tmax);
+      p->nab++;
     }
   }
   if (tmax > 0) { /* T after the D scratch */
@@ -548,10 +605,26 @@ bool evt_exec_plain_blas(const evt_lowered *L, int tuned) {
   return tuned != EVT_TUNE_FUSED || (e && !strcmp(e, "cublas"));
 }
 
+/* Drops group gi's alternative implementation (it keeps the one it runs). */
+static void drop_alt(evt_exec_plan *p, int gi, const char *what) {
+  evt_group_exec *x = &p->groups[gi];
+  if (!x->ab) return;
+  x->ab = 0;
+  p->nab--;
+  size_t len = strlen(x->tune_desc);
+  snprintf(x->tune_desc + len, sizeof x->tune_desc - len, " [no A/B: %s]", what);
+}
+
 void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why) {
   for (int gi = 0; gi < p->ngroups; gi++) {
     evt_group_exec *x = &p->groups[gi];
+    if (x->ab && p->alt[gi].kernel == k) drop_alt(p, gi, "the other kernel failed");
     if (!x->fused || x->kernel != k) continue;
+    if (x->ab) { /* the other implementation takes over */
+      evt_exec_swap_alt(p, gi);
+      drop_alt(p, gi, "the other kernel failed");
+      continue;
+    }
     x->fused = 0;
     snprintf(x->why, sizeof x->why, "group %d: kernel %s: %.340s", gi, p->kname[k], why);
   }
@@ -560,6 +633,7 @@ void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why) {
 void evt_exec_plan_demote_group(evt_exec_plan *p, int gi, const char *why) {
   EVT_ASSERT(gi >= 0 && gi < p->ngroups);
   evt_group_exec *x = &p->groups[gi];
+  drop_alt(p, gi, "its launcher refused");
   x->fused = 0;
   snprintf(x->why, sizeof x->why, "group %d: kernel %s: %.340s", gi, x->kernel >= 0 ? p->kname[x->kernel] : "?", why);
 }
@@ -585,6 +659,7 @@ void evt_exec_plan_free(evt_exec_plan *p) {
   free(p->kspec);
   free(p->gspec);
   free(p->urs);
+  free(p->alt); /* (members shared with groups) */
   if (p->low.k) evt_lower_free(&p->low);
   evt_part_plan_free(&p->part);
   memset(p, 0, sizeof *p);

@@ -71,6 +71,11 @@ typedef struct evt_group_exec {
   int tuned;                               /* evt_tune_choice */
   int swizzle, raster;
   char tune_desc[240];                     /* evt_tune_describe's line ("not tuned (default config ...)") */
+  /* 1: the other implementation of this GEMM group (fused kernel <-> measured unfused pair) is bound too, in
+   * evt_exec_plan.alt[group]: the program times its whole run both ways at the first run and keeps the faster
+   * (evt_exec_fusion_ab, src/runtime/program.c); evt_exec_swap_alt exchanges the two */
+  int ab;
+  double rec_fused_ms, rec_unfused_ms;     /* the tuning record's isolated times (ms; -1 none) */
 } evt_group_exec;
 
 typedef struct evt_exec_plan {
@@ -86,6 +91,8 @@ typedef struct evt_exec_plan {
   int64_t scratch_bytes;    /* device bytes for D tiles nobody reads (largest such D) and T (at t_offset) */
   int64_t t_offset;         /* where an unfused GEMM group's T starts in the scratch (256-aligned) */
   evt_rspec *urs;           /* per group: the row spec of an unf group's epilogue (owned) */
+  evt_group_exec *alt;      /* per group: with groups[gi].ab, the other implementation (members shared) */
+  int nab;                  /* groups with ab */
 } evt_exec_plan;
 
 #define EVT_EXEC_PTR_T (-2) /* evt_group_exec.rptr: the unfused GEMM's T */
@@ -127,8 +134,16 @@ bool evt_exec_unfused_epilogue(void);
 #define EVT_EXEC_UNFUSED_MIN_GAIN 0.10
 /* Whether a group with an UNFUSED record runs the pair: EVT_UNFUSED_EPILOGUE=1, or the record measured the pair
  * at least a fraction f faster than the best fused config: f = EVT_UNFUSED_MIN_GAIN (0 <= f <= 1; 1: never),
- * else EVT_EXEC_UNFUSED_MIN_GAIN. */
+ * else EVT_EXEC_UNFUSED_MIN_GAIN. With the in-step A/B (below, on by default) this is only the starting choice. */
 bool evt_exec_unfused_wanted(double fused_ms, double unfused_ms);
+/* The in-step A/B of fusion (EVT_FUSION_AB): because isolated timings can mislead (the margin above), a GEMM
+ * group whose tuning record measured the unfused pair faster (by any margin) gets both implementations bound
+ * (ab, alt); a device program times its whole run with each (src/runtime/program.c) and keeps the faster.
+ * EVT_FUSION_AB=0: off (the margin decides alone); =all: also every other GEMM+EVT group with an epilogue
+ * the unfused pair can run (diagnosis and tests); unset or 1: records only. Not with EVT_UNFUSED_EPILOGUE=1. */
+int evt_exec_fusion_ab_mode(void); /* 0 off, 1 records, 2 all */
+/* Exchanges group gi's implementation with its alternative (gi must have ab). */
+void evt_exec_swap_alt(evt_exec_plan *p, int gi);
 /* A GEMM+EVT group with an epilogue whose output has at most a quarter as many tiles (of its config) as the
  * H200 has SMs while K is at least 32x its larger output dim runs the unfused pair above by default (no tuning
  * record needed; a FUSED record keeps the kernel): the generated mainloop has no split-K, so a handful of CTAs
@@ -148,7 +163,8 @@ bool evt_exec_split_k_starved(const evt_lowered *L, int64_t m, int64_t n, int64_
  * by ~15% there (8192^3: 1.64 vs 1.36 ms; cuBLASLt + a row kernel 1.47, tune-h200-w2.md): run the unfused pair.
  * Opt-in while unmeasured end to end: EVT_LONG_K_UNFUSED=1. */
 bool evt_exec_long_k_unfused(const evt_lowered *L, int64_t m, int64_t n, int64_t k);
-/* Kernel k failed to compile: every group using it falls back, with `why`. */
+/* Kernel k failed to compile: every group using it falls back, with `why` (a group with an alternative
+ * implementation whose kernel is not k switches to that instead; an alternative using k is dropped). */
 void evt_exec_plan_demote(evt_exec_plan *p, int k, const char *why);
 /* Group gi alone falls back (its launcher refused the problem), with `why`. */
 void evt_exec_plan_demote_group(evt_exec_plan *p, int gi, const char *why);

@@ -547,6 +547,115 @@ static evt_status capture(evt_program *p) {
   }
 }
 
+/* ---- the in-step A/B of fusion (exec_plan.h: groups with ab) ------------------------------------------ */
+#define AB_ROUNDS 3 /* rounds of (implementation A, implementation B), alternating */
+#define AB_RUNS 3   /* timed runs per implementation and round, after one untimed run */
+
+/* Whole-run GPU time of the program as it is now: one untimed run, then AB_RUNS timed ones (events around
+ * each), their median into *ms. false when a run failed or re-planned (*st then says which). */
+static bool time_program(evt_program *p, void *stream, double *ms, evt_status *st) {
+  char err[256];
+  void *ev[2 * AB_RUNS] = {0};
+  double t[AB_RUNS];
+  bool ok = true;
+  *st = enqueue(p, stream);
+  if (*st != EVT_OK || p->replan) return false;
+  for (int i = 0; i < 2 * AB_RUNS && ok; i++) ok = !p->api->event_new(&ev[i], err, sizeof err);
+  for (int i = 0; i < AB_RUNS && ok; i++) {
+    ok = !p->api->event_record(ev[2 * i], stream, err, sizeof err);
+    if (ok && ((*st = enqueue(p, stream)) != EVT_OK || p->replan)) ok = false;
+    if (ok) ok = !p->api->event_record(ev[2 * i + 1], stream, err, sizeof err);
+  }
+  for (int i = 0; i < AB_RUNS && ok; i++) ok = !p->api->event_ms(ev[2 * i], ev[2 * i + 1], &t[i], err, sizeof err);
+  for (int i = 0; i < 2 * AB_RUNS; i++) p->api->event_free(ev[i]);
+  if (!ok) return false;
+  for (int i = 1; i < AB_RUNS; i++) /* insertion sort: the median */
+    for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+      double x = t[j];
+      t[j] = t[j - 1];
+      t[j - 1] = x;
+    }
+  *ms = t[AB_RUNS / 2];
+  return true;
+}
+
+static bool is_unfused_impl(const evt_group_exec *x) { return x->unf || x->blas; }
+
+static void swap_class(evt_exec_plan *xp, const int *cls, int c, int first) {
+  for (int gi = first; gi < xp->ngroups; gi++)
+    if (cls[gi] == c && xp->groups[gi].ab) evt_exec_swap_alt(xp, gi); /* (a group demoted meanwhile: not) */
+}
+
+/* After the first (eager) run: for each class of groups with two implementations bound (the same fused kernel
+ * and problem: one tuning record), time the whole program with the class fused and with it unfused, alternating
+ * AB_ROUNDS times, and keep the faster (sum of the rounds' medians); then one more run, so this call's outputs
+ * come from the implementations kept. The program only reads its inputs, so the extra runs are harmless (as
+ * run_eager's re-runs). Eager runs: the times include host launch gaps, which a CUDA graph would hide (the
+ * unfused pair is one launch more). Skipped while the stream is captured (the starting choice, the margin's,
+ * stays). Prints one line per class on stderr. A run that fails or re-plans during the A/B ends it (choices made
+ * so far stay; a failure's status is returned, a re-plan is left to the caller). */
+static evt_status fusion_ab(evt_program *p, void *stream) {
+  evt_exec_plan *xp = p->xp;
+  if (!xp || xp->nab <= 0 || !p->api || p->api->stream_capturing(stream)) return EVT_OK;
+  const int ng = xp->ngroups;
+  int *cls = malloc(sizeof(int) * ((size_t)ng + 1)), ncls = 0;
+  EVT_ASSERT(cls);
+  for (int gi = 0; gi < ng; gi++) {
+    cls[gi] = -1;
+    const evt_group_exec *x = &xp->groups[gi];
+    if (!x->ab || !x->fused) continue;
+    const evt_group_exec *f = is_unfused_impl(x) ? &xp->alt[gi] : x;
+    for (int j = 0; j < gi && cls[gi] < 0; j++) {
+      if (cls[j] < 0) continue;
+      const evt_group_exec *y = &xp->groups[j], *fy = is_unfused_impl(y) ? &xp->alt[j] : y;
+      if (fy->kernel == f->kernel && y->m == x->m && y->n == x->n && y->k == x->k) cls[gi] = cls[j];
+    }
+    if (cls[gi] < 0) cls[gi] = ncls++;
+  }
+  evt_status st = EVT_OK;
+  for (int c = 0; c < ncls && st == EVT_OK && !p->replan; c++) {
+    int first = 0, count = 0;
+    while (cls[first] != c) first++;
+    for (int gi = first; gi < ng; gi++) count += cls[gi] == c;
+    const bool start_unf = is_unfused_impl(&xp->groups[first]);
+    double sum[2] = {0, 0}; /* [0]: the starting implementation, [1]: the other */
+    bool ok = true, on_other = false;
+    for (int r = 0; r < 2 * AB_ROUNDS && ok; r++) {
+      double ms = 0;
+      if ((r % 2 == 1) != on_other) {
+        swap_class(xp, cls, c, first);
+        on_other = !on_other;
+      }
+      ok = time_program(p, stream, &ms, &st);
+      sum[r % 2] += ms;
+    }
+    const bool keep_other = ok && sum[1] < sum[0];
+    if (keep_other != on_other) swap_class(xp, cls, c, first);
+    const bool unf = keep_other ? !start_unf : start_unf;
+    const evt_group_exec *x = &xp->groups[first];
+    const double f_ms = (start_unf ? sum[1] : sum[0]) / AB_ROUNDS, u_ms = (start_unf ? sum[0] : sum[1]) / AB_ROUNDS;
+    char line[200];
+    if (ok)
+      snprintf(line, sizeof line, "in-step A/B: run %.3f ms fused, %.3f unfused -> %s", f_ms, u_ms, unf ? "unfused" : "fused");
+    else
+      snprintf(line, sizeof line, "in-step A/B stopped (a run failed or re-planned): %s", unf ? "unfused" : "fused");
+    fprintf(stderr, "[evt-ab] group %d (%d group%s, %lldx%lldx%lld; record %.4f ms fused, %.4f unfused): %s\n", first,
+            count, count == 1 ? "" : "s", (long long)x->m, (long long)x->n, (long long)x->k, x->rec_fused_ms,
+            x->rec_unfused_ms, line);
+    for (int gi = first; gi < ng; gi++) {
+      if (cls[gi] != c) continue;
+      evt_group_exec *y = &xp->groups[gi];
+      char *d = strstr(y->tune_desc, "(in-step A/B");
+      if (d) snprintf(d, sizeof y->tune_desc - (size_t)(d - y->tune_desc), "(%s)", line);
+    }
+  }
+  free(cls);
+  p->dirty = true; /* a CUDA graph captures the choices */
+  /* this call's outputs from the implementations kept (the last timed run may have used the others) */
+  if (st == EVT_OK && !p->replan && ncls > 0) st = enqueue(p, stream);
+  return st;
+}
+
 evt_status evt_program_run(evt_program *p, void *cuda_stream) {
   if (!p) return EVT_ERR_INVALID;
   evt_status st = check_bindings(p);
@@ -554,6 +663,10 @@ evt_status evt_program_run(evt_program *p, void *cuda_stream) {
   if (!p->api) return failf(p, -1, EVT_ERR_UNSUPPORTED, "evt_program_run: the program was planned without a device");
   if (!(p->flags & EVT_PROGRAM_CUDA_GRAPH) || !p->warmed) {
     st = run_eager(p, cuda_stream);
+    if (st == EVT_OK && !p->warmed && p->xp && p->xp->nab > 0) {
+      st = fusion_ab(p, cuda_stream);
+      if (st == EVT_OK && p->replan) st = run_eager(p, cuda_stream); /* a launcher refused during the A/B */
+    }
     p->warmed = st == EVT_OK;
     if (st == EVT_OK) p->runs++;
     return st;

@@ -631,9 +631,52 @@ TEST(tune_records_steer_the_fused_plan) {
       CHECK(u->fused && u->tuned == EVT_TUNE_UNFUSED &&
             strstr(u->tune_desc, "unfused (measured 0.1900 ms via cublasLt + row kernel vs fused 0.2000 ms)"));
       if (us->nnodes == 1) CHECK(u->blas && u->kernel < 0);
-      else CHECK_MSG(!u->blas && !u->unf && u->kernel >= 0 && strstr(u->tune_desc, "pair < 10% faster") &&
-                         strstr(u->tune_desc, "EVT_UNFUSED_EPILOGUE=1 runs it"),
-                     "%s", u->tune_desc);
+      if (us->nnodes > 1) {
+        /* the in-step A/B (default): the kernel first (the pair measured < EVT_EXEC_UNFUSED_MIN_GAIN faster), the
+         * pair bound too as the alternative (its row kernel compiled, T in the scratch); swapping exchanges them */
+        const evt_group_exec *a = &p.alt[gi];
+        int has_t = 0, uk = u->kernel;
+        for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) has_t += a->rptr[i] == EVT_EXEC_PTR_T;
+        CHECK_MSG(!u->blas && !u->unf && u->kernel >= 0 && u->ab && p.nab >= 1 && strstr(u->tune_desc, "runs fused") &&
+                      strstr(u->tune_desc, "(in-step A/B)"),
+                  "%s", u->tune_desc);
+        CHECK_MSG(a->ab && a->fused && a->unf && a->kernel >= 0 && a->kernel != uk && p.kspec[a->kernel] == &p.urs[gi] &&
+                      has_t == 1 && p.scratch_bytes >= p.t_offset + a->m * a->n * 2 && a->members == u->members &&
+                      strstr(a->tune_desc, "runs unfused (in-step A/B)"),
+                  "%s", a->tune_desc);
+        const int ak = a->kernel;
+        evt_exec_swap_alt(&p, gi);
+        CHECK(p.groups[gi].unf && p.groups[gi].kernel == ak && !p.alt[gi].unf && p.alt[gi].kernel == uk);
+        evt_exec_swap_alt(&p, gi);
+        /* a kernel that fails to compile: the alternative's is dropped; the running one's hands over to it */
+        evt_exec_plan_demote(&p, ak, "test");
+        CHECK(!p.groups[gi].ab && p.groups[gi].fused && p.groups[gi].kernel == uk && p.nab == 0 &&
+              strstr(p.groups[gi].tune_desc, "[no A/B"));
+        evt_exec_plan_free(&p);
+        CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+        evt_exec_plan_demote(&p, uk, "test");
+        CHECK(!p.groups[gi].ab && p.groups[gi].fused && p.groups[gi].unf && p.groups[gi].kernel == ak);
+        /* EVT_FUSION_AB=0: the margin alone decides: the kernel, and says why */
+        setenv("EVT_FUSION_AB", "0", 1);
+        evt_exec_plan_free(&p);
+        CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+        unsetenv("EVT_FUSION_AB");
+        u = &p.groups[gi];
+        CHECK_MSG(!u->blas && !u->unf && !u->ab && p.nab == 0 && u->kernel >= 0 && strstr(u->tune_desc, "pair < 10% faster") &&
+                      strstr(u->tune_desc, "EVT_UNFUSED_EPILOGUE=1 runs it"),
+                  "%s", u->tune_desc);
+        /* EVT_FUSION_AB=all: every GEMM group with an epilogue the pair can run gets the A/B, recorded or not */
+        setenv("EVT_FUSION_AB", "all", 1);
+        evt_exec_plan_free(&p);
+        CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+        unsetenv("EVT_FUSION_AB");
+        int nab = 0, ngemm_epi = 0;
+        for (int i = 0; i < p.ngroups; i++) {
+          nab += p.groups[i].ab;
+          ngemm_epi += p.groups[i].fused && p.groups[i].kind == EVT_LK_GEMM_EVT && !p.groups[i].blas;
+        }
+        CHECK_MSG(nab == p.nab && nab > 1 && nab >= ngemm_epi - 1, "%d A/B groups of %d", nab, ngemm_epi);
+      }
       if (us->nnodes > 1) { /* opted in: cuBLAS into T + the row kernel of the rest */
         setenv("EVT_UNFUSED_EPILOGUE", "1", 1);
         evt_exec_plan_free(&p);
