@@ -87,8 +87,9 @@ TUNE_DEFAULT_CONFIGS = 4
 # is the one the program compiles anyway; the tuner times it at the tile scheduler's swizzle / raster
 # variants and against the unfused alternative (cuBLASLt + a generated row kernel, compiled in the same
 # parallel nvcc batch); the group runs at the fastest scheduler variant, or as cuBLAS when it is a plain GEMM that
-# cuBLAS won, or as the unfused pair where that measured at least 10% faster (src/runtime/exec_plan.h
-# EVT_EXEC_UNFUSED_MIN_GAIN). A few seconds per problem
+# cuBLAS won; where the unfused pair measured faster, the program binds both and its first run keeps the one
+# the whole run measures faster (in-step A/B, src/runtime/exec_plan.h EVT_FUSION_AB; before it, and with
+# EVT_FUSION_AB=0, the pair only where it measured at least 10% faster). A few seconds per problem
 # (S18W5: 0.4-5.5 s on the paper MLP), once: the records are cached.
 TUNE_BY_DEFAULT = 1
 

@@ -121,8 +121,8 @@ bool evt_exec_plain_blas(const evt_lowered *L, int tuned);
  * epilogue when that variant won, into T, then the rest of the epilogue as one generated row kernel: the
  * tuner's evt_tune_unfused_rspec) runs that pair when the record measured it at least EVT_EXEC_UNFUSED_MIN_GAIN
  * faster than the best fused config (evt_exec_unfused_wanted), or always with EVT_UNFUSED_EPILOGUE=1; otherwise
- * the fastest fused config measured. Not for batched GEMMs, a D nobody reads, rows over 32768 elements, or a
- * bias whose dtype is not T's. */
+ * the fastest fused config measured: the starting choice, which the in-step A/B below then confirms or changes.
+ * Not for batched GEMMs, a D nobody reads, rows over 32768 elements, or a bias whose dtype is not T's. */
 bool evt_exec_unfused_epilogue(void);
 /* The margin: the tuner times each kernel alone, back to back, and there a fused kernel can read slower than
  * the same kernel inside the training step while the pair reads the same: the paper MLP's fc1 forward (bias +

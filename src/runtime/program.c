@@ -639,9 +639,11 @@ static evt_status fusion_ab(evt_program *p, void *stream) {
       snprintf(line, sizeof line, "in-step A/B: run %.3f ms fused, %.3f unfused -> %s", f_ms, u_ms, unf ? "unfused" : "fused");
     else
       snprintf(line, sizeof line, "in-step A/B stopped (a run failed or re-planned): %s", unf ? "unfused" : "fused");
-    fprintf(stderr, "[evt-ab] group %d (%d group%s, %lldx%lldx%lld; record %.4f ms fused, %.4f unfused): %s\n", first,
-            count, count == 1 ? "" : "s", (long long)x->m, (long long)x->n, (long long)x->k, x->rec_fused_ms,
-            x->rec_unfused_ms, line);
+    char rec[80] = "no record";
+    if (x->rec_fused_ms > 0 && x->rec_unfused_ms > 0)
+      snprintf(rec, sizeof rec, "record %.4f ms fused, %.4f unfused", x->rec_fused_ms, x->rec_unfused_ms);
+    fprintf(stderr, "[evt-ab] group %d (%d group%s, %lldx%lldx%lld; %s): %s\n", first, count, count == 1 ? "" : "s",
+            (long long)x->m, (long long)x->n, (long long)x->k, rec, line);
     for (int gi = first; gi < ng; gi++) {
       if (cls[gi] != c) continue;
       evt_group_exec *y = &xp->groups[gi];
