@@ -630,8 +630,9 @@ TEST(tune_records_steer_the_fused_plan) {
       const evt_kspec *us = &p.low.k[gi].spec;
       CHECK(u->fused && u->tuned == EVT_TUNE_UNFUSED &&
             strstr(u->tune_desc, "unfused (measured 0.1900 ms via cublasLt + row kernel vs fused 0.2000 ms)"));
-      if (us->nnodes == 1) CHECK(u->blas && u->kernel < 0);
-      if (us->nnodes > 1) {
+      const int epi_nodes = us->nnodes; /* (us points into p, which is rebuilt below) */
+      if (epi_nodes == 1) CHECK(u->blas && u->kernel < 0);
+      if (epi_nodes > 1) {
         /* the in-step A/B (default): the kernel first (the pair measured < EVT_EXEC_UNFUSED_MIN_GAIN faster), the
          * pair bound too as the alternative (its row kernel compiled, T in the scratch); swapping exchanges them */
         const evt_group_exec *a = &p.alt[gi];
@@ -677,7 +678,7 @@ TEST(tune_records_steer_the_fused_plan) {
         }
         CHECK_MSG(nab == p.nab && nab > 1 && nab >= ngemm_epi - 1, "%d A/B groups of %d", nab, ngemm_epi);
       }
-      if (us->nnodes > 1) { /* opted in: cuBLAS into T + the row kernel of the rest */
+      if (epi_nodes > 1) { /* opted in: cuBLAS into T + the row kernel of the rest */
         setenv("EVT_UNFUSED_EPILOGUE", "1", 1);
         evt_exec_plan_free(&p);
         CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
