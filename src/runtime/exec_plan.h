@@ -137,8 +137,9 @@ bool evt_exec_unfused_epilogue(void);
  * else EVT_EXEC_UNFUSED_MIN_GAIN. With the in-step A/B (below, on by default) this is only the starting choice. */
 bool evt_exec_unfused_wanted(double fused_ms, double unfused_ms);
 /* The in-step A/B of fusion (EVT_FUSION_AB): because isolated timings can mislead (the margin above), a GEMM
- * group whose tuning record measured the unfused pair faster (by any margin) gets both implementations bound
- * (ab, alt); a device program times its whole run with each (src/runtime/program.c) and keeps the faster.
+ * group whose tuning record measured the unfused pair faster (by any margin), or slower by less than
+ * EVT_EXEC_UNFUSED_MIN_GAIN, gets both implementations bound (ab, alt); a device program times its whole run
+ * with each (src/runtime/program.c) and keeps the faster.
  * EVT_FUSION_AB=0: off (the margin decides alone); =all: also every other GEMM+EVT group with an epilogue
  * the unfused pair can run (diagnosis and tests); unset or 1: records only. Not with EVT_UNFUSED_EPILOGUE=1. */
 int evt_exec_fusion_ab_mode(void); /* 0 off, 1 records, 2 all */

@@ -708,7 +708,7 @@ int evt_tune_apply_lowered(evt_lower_result *low, const char *cache_dir, const c
     evt_tune_record r;
     int stale;
     o->choice = tune_apply(&L->spec, L->m, L->n, L->k, cache_dir, gpu, &r, &stale);
-    o->unfused_bias = o->choice == EVT_TUNE_UNFUSED && strstr(r.unfused_how, "(bias)") != NULL;
+    o->unfused_bias = (o->choice == EVT_TUNE_UNFUSED || o->choice == EVT_TUNE_FUSED) && strstr(r.unfused_how, "(bias)") != NULL;
     if (o->choice == EVT_TUNE_FUSED || o->choice == EVT_TUNE_UNFUSED) {
       o->fused_ms = r.fused_ms;
       o->unfused_ms = r.unfused_ms;

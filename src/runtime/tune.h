@@ -157,7 +157,7 @@ void evt_tune_describe(const evt_tune_record *r, evt_tune_choice c, const evt_ks
 typedef struct evt_tune_group {
   evt_tune_choice choice;   /* NONE for non-GEMM groups and untuned ones */
   int swizzle, raster;      /* FUSED (and UNFUSED: of the fastest fused config): launch-time scheduler */
-  int unfused_bias;         /* UNFUSED: the faster unfused variant had cuBLASLt add the bias ("cublasLt(bias)") */
+  int unfused_bias;         /* the faster unfused variant measured had cuBLASLt add the bias ("cublasLt(bias)") */
   double fused_ms, unfused_ms; /* the record's times (0 without a record; unfused < 0: not measured) */
   char desc[240];           /* evt_tune_describe's line */
 } evt_tune_group;

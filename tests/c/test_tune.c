@@ -704,6 +704,23 @@ TEST(tune_records_steer_the_fused_plan) {
       char want[80];
       snprintf(want, sizeof want, "fused 128x%dx64 c1x1 coop swizzle 4 along-M (0.0500 ms", tn);
       CHECK_MSG(strstr(x->tune_desc, want), "%s", x->tune_desc);
+      CHECK(!x->ab); /* the pair measured 3.8x slower: no in-step A/B */
+      if (epi_nodes > 1) { /* FUSED, the pair within EVT_EXEC_UNFUSED_MIN_GAIN: both bound for the in-step A/B */
+        r.fused_ms = 0.2, r.unfused_ms = 0.21;
+        CHECK(evt_tune_record_write(NULL, &r, msg, sizeof msg) == EVT_OK);
+        evt_exec_plan_free(&p);
+        CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+        x = &p.groups[gi];
+        CHECK_MSG(x->fused && x->tuned == EVT_TUNE_FUSED && x->ab && !x->unf && p.alt[gi].unf && p.alt[gi].ab &&
+                      strstr(x->tune_desc, "runs fused (in-step A/B: the pair within 10%)"),
+                  "%s", x->tune_desc);
+        r.fused_ms = 0.05, r.unfused_ms = 0.19; /* back to the record above */
+        CHECK(evt_tune_record_write(NULL, &r, msg, sizeof msg) == EVT_OK);
+        evt_exec_plan_free(&p);
+        CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+        x = &p.groups[gi];
+        CHECK(!x->ab);
+      }
       /* what the tuner measures: every problem with the config its groups run untuned (the tuned group's
        * too, not the record's), and that config is the first candidate (so default_ms is the untuned time) */
       evt_tune_problem *probs = NULL;
