@@ -137,7 +137,11 @@ evt_status evt_interp_init_inputs(evt_graph *g, evt_tensor *values, uint64_t see
  * otherwise EVT_ERR_UNSUPPORTED with the reason in evt_program_error / the graph's error. Errors of a run
  * name the group or node. g must outlive the program (the program may optimize g in place).
  * Outputs must not alias inputs or params. The first run of a CUDA-graph program runs eagerly (it loads
- * kernels and workspaces), later runs replay the captured graph. A program runs one step at a time: runs
+ * kernels and workspaces), later runs replay the captured graph. The first run of a fused program whose
+ * tuning records leave a GEMM group's fusion open (the unfused pair measured faster, or within 10%) also
+ * times the whole step with each implementation and keeps the faster (in-step A/B: ~24 extra runs per such
+ * problem, synchronizing the stream; an `[evt-ab]` line each on stderr; outputs as of one run; not while the
+ * stream is being captured; EVT_FUSION_AB=0 turns it off). A program runs one step at a time: runs
  * on different streams must be ordered by the caller. An index out of range at run time (embedding,
  * one_hot, spmm) is skipped by the kernel and flagged on the device, not reported by evt_program_run
  * (`evtc run --device cuda` synchronizes and reports it). Launch count: known after the first run.
