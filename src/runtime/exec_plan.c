@@ -538,13 +538,14 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
                x->swizzle, (long long)evt_exec_output_tiles(L, x->m, x->n));
     }
     /* few output tiles for a long K: without split-K the generated kernel runs a handful of CTAs down K (XML-CNN's
-     * input gradient, 256 x 512 x 670208: 4 CTAs, 6.0 ms on the H200, S11W5); cuBLAS (split-K) + row kernel */
-    if (L->kind == EVT_LK_GEMM_EVT && x->fused && !x->unf && !x->blas && x->d_node >= 0 && x->tuned != EVT_TUNE_FUSED &&
+     * input gradient, 256 x 512 x 670208: 4 CTAs, 6.0 ms on the H200, S11W5); cuBLAS (split-K) + row kernel.
+     * (Not for a group with an in-step A/B: it measures both, and its alternative owns urs[gi].) */
+    if (L->kind == EVT_LK_GEMM_EVT && x->fused && !x->ab && !x->unf && !x->blas && x->d_node >= 0 && x->tuned != EVT_TUNE_FUSED &&
         !(evt_exec_plain_blas(L, x->tuned)) && evt_exec_split_k_starved(L, x->m, x->n, x->k) &&
         bind_unfused(g, p, gi, L, x, 0))
       snprintf(x->tune_desc, sizeof x->tune_desc, "runs unfused: %lld output tiles for K = %lld (no split-K in the "
                "generated mainloop)", (long long)evt_exec_output_tiles(L, x->m, x->n), (long long)x->k);
-    if (L->kind == EVT_LK_GEMM_EVT && x->fused && !x->unf && !x->blas && x->d_node >= 0 && x->tuned != EVT_TUNE_FUSED &&
+    if (L->kind == EVT_LK_GEMM_EVT && x->fused && !x->ab && !x->unf && !x->blas && x->d_node >= 0 && x->tuned != EVT_TUNE_FUSED &&
         !(evt_exec_plain_blas(L, x->tuned)) && evt_exec_long_k_unfused(L, x->m, x->n, x->k) &&
         (bind_unfused(g, p, gi, L, x, 1) || bind_unfused(g, p, gi, L, x, 0)))
       snprintf(x->tune_desc, sizeof x->tune_desc, "runs unfused: K = %lld (EVT_LONG_K_UNFUSED=1: cuBLAS's mainloop)",
