@@ -404,6 +404,30 @@ void evt_exec_swap_alt(evt_exec_plan *p, int gi) {
   p->alt[gi] = t;
 }
 
+/* Binds the unfused pair as group gi's alternative implementation (ab; x keeps its kernel): bias 1 / 0 with /
+ * without cuBLASLt adding the bias, -1 with if it can, else without. False (nothing bound) if the pair cannot run. */
+static bool bind_alt_unfused(const evt_graph *g, evt_exec_plan *p, int gi, const evt_lowered *L, evt_group_exec *x,
+                             int bias) {
+  evt_group_exec other = *x;
+  bool ok = bind_unfused(g, p, gi, L, &other, bias != 0);
+  if (!ok && bias < 0) {
+    other = *x;
+    ok = bind_unfused(g, p, gi, L, &other, 0);
+  }
+  if (!ok) return false;
+  x->ab = other.ab = 1;
+  p->alt[gi] = other;
+  return true;
+}
+
+/* The descriptions of a group whose kernel runs first and whose pair is its alternative. */
+static void note_ab(evt_exec_plan *p, int gi, const char *why) {
+  evt_group_exec *x = &p->groups[gi];
+  size_t len = strlen(x->tune_desc);
+  snprintf(x->tune_desc + len, sizeof x->tune_desc - len, "%sruns fused (in-step A/B: %s)", len ? "; " : "", why);
+  snprintf(p->alt[gi].tune_desc, sizeof p->alt[gi].tune_desc, "runs unfused (in-step A/B: %s)", why);
+}
+
 evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
   memset(p, 0, sizeof *p);
   evt_part_options opt = evt_part_options_default();
@@ -476,18 +500,13 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
        * (evt_exec_unfused_wanted), else the fastest fused config measured; with the in-step A/B both bound */
       if (x->fused && tg[gi].choice == EVT_TUNE_UNFUSED && !(x->d_node >= 0 && evt_exec_plain_blas(L, EVT_TUNE_UNFUSED))) {
         char lab[96];
-        evt_group_exec other = *x;
-        bool want = evt_exec_unfused_wanted(tg[gi].fused_ms, tg[gi].unfused_ms);
-        bool unf_ok = bind_unfused(g, p, gi, L, &other, tg[gi].unfused_bias);
+        const bool want = evt_exec_unfused_wanted(tg[gi].fused_ms, tg[gi].unfused_ms);
         evt_tile_config_label(&L->spec.cfg, lab, sizeof lab);
-        if (unf_ok && ab_mode >= 1 && !evt_exec_unfused_epilogue()) {
-          x->ab = other.ab = 1;
-          snprintf(other.tune_desc, sizeof other.tune_desc, "%.150s; runs unfused (in-step A/B)", tg[gi].desc);
+        if (ab_mode >= 1 && !evt_exec_unfused_epilogue() && bind_alt_unfused(g, p, gi, L, x, tg[gi].unfused_bias)) {
+          snprintf(p->alt[gi].tune_desc, sizeof p->alt[gi].tune_desc, "%.150s; runs unfused (in-step A/B)", tg[gi].desc);
           snprintf(x->tune_desc, sizeof x->tune_desc, "%.120s; runs fused %.60s (in-step A/B)", tg[gi].desc, lab);
-          p->alt[gi] = other;
           if (want) evt_exec_swap_alt(p, gi); /* the margin's choice first */
-        } else if (want && unf_ok) {
-          *x = other;
+        } else if (want && bind_unfused(g, p, gi, L, x, tg[gi].unfused_bias)) {
           snprintf(x->tune_desc, sizeof x->tune_desc, "%.150s; runs unfused", tg[gi].desc);
         } else {
           snprintf(x->tune_desc, sizeof x->tune_desc, "%.120s; runs fused %.40s (pair < %g%% faster; "
@@ -497,39 +516,18 @@ evt_status evt_exec_plan_build(evt_graph *g, evt_exec_plan *p) {
     }
     /* a FUSED record whose pair measured within the isolated timings' error (EVT_EXEC_UNFUSED_MIN_GAIN) of the
      * kernel: the in-step A/B too (bert_large's MLM decoder read 0.9% apart in isolation, 3% in the step) */
-    if (ab_mode >= 1 && tg && L->kind == EVT_LK_GEMM_EVT && x->fused && !x->ab && !x->unf && !x->blas && x->d_node >= 0 &&
-        tg[gi].choice == EVT_TUNE_FUSED && tg[gi].fused_ms > 0 && tg[gi].unfused_ms > 0 &&
-        tg[gi].unfused_ms <= (1.0 + EVT_EXEC_UNFUSED_MIN_GAIN) * tg[gi].fused_ms && !evt_exec_plain_blas(L, x->tuned) &&
-        !evt_exec_unfused_epilogue()) {
-      evt_group_exec other = *x;
-      if (bind_unfused(g, p, gi, L, &other, tg[gi].unfused_bias)) {
-        x->ab = other.ab = 1;
-        size_t len = strlen(x->tune_desc);
-        snprintf(x->tune_desc + len, sizeof x->tune_desc - len, "; runs fused (in-step A/B: the pair within %g%%)",
-                 100 * EVT_EXEC_UNFUSED_MIN_GAIN);
-        snprintf(other.tune_desc, sizeof other.tune_desc, "runs unfused (in-step A/B: the pair within %g%%)",
-                 100 * EVT_EXEC_UNFUSED_MIN_GAIN);
-        p->alt[gi] = other;
-      }
+    const bool epi_kernel = L->kind == EVT_LK_GEMM_EVT && x->fused && !x->ab && !x->unf && !x->blas && x->d_node >= 0 &&
+                            !evt_exec_plain_blas(L, x->tuned);
+    if (ab_mode >= 1 && tg && epi_kernel && tg[gi].choice == EVT_TUNE_FUSED && tg[gi].fused_ms > 0 &&
+        tg[gi].unfused_ms > 0 && tg[gi].unfused_ms <= (1.0 + EVT_EXEC_UNFUSED_MIN_GAIN) * tg[gi].fused_ms &&
+        !evt_exec_unfused_epilogue() && bind_alt_unfused(g, p, gi, L, x, tg[gi].unfused_bias)) {
+      char why[48];
+      snprintf(why, sizeof why, "the pair within %g%%", 100 * EVT_EXEC_UNFUSED_MIN_GAIN);
+      note_ab(p, gi, why);
     }
     /* EVT_FUSION_AB=all: every other GEMM+EVT group with an epilogue that the unfused pair can run, too */
-    if (ab_mode == 2 && L->kind == EVT_LK_GEMM_EVT && x->fused && !x->ab && !x->unf && !x->blas && x->d_node >= 0 &&
-        !evt_exec_plain_blas(L, x->tuned)) {
-      evt_group_exec other = *x;
-      bool ok = bind_unfused(g, p, gi, L, &other, 1);
-      if (!ok) {
-        other = *x;
-        ok = bind_unfused(g, p, gi, L, &other, 0);
-      }
-      if (ok) {
-        x->ab = other.ab = 1;
-        size_t len = strlen(x->tune_desc);
-        snprintf(x->tune_desc + len, sizeof x->tune_desc - len, "%sruns fused (in-step A/B: EVT_FUSION_AB=all)",
-                 len ? "; " : "");
-        snprintf(other.tune_desc, sizeof other.tune_desc, "runs unfused (in-step A/B: EVT_FUSION_AB=all)");
-        p->alt[gi] = other;
-      }
-    }
+    else if (ab_mode == 2 && epi_kernel && bind_alt_unfused(g, p, gi, L, x, -1))
+      note_ab(p, gi, "EVT_FUSION_AB=all");
     /* an untuned GEMM over a large output: CUTLASS's tile scheduler with groups of 8 tiles (L2 reuse) */
     if (L->kind == EVT_LK_GEMM_EVT && x->fused && x->tuned == EVT_TUNE_NONE && x->swizzle == 0 &&
         (x->swizzle = evt_exec_default_swizzle(L, x->m, x->n)) > 1) {

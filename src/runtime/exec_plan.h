@@ -75,7 +75,7 @@ typedef struct evt_group_exec {
    * evt_exec_plan.alt[group]: the program times its whole run both ways at the first run and keeps the faster
    * (evt_exec_fusion_ab, src/runtime/program.c); evt_exec_swap_alt exchanges the two */
   int ab;
-  double rec_fused_ms, rec_unfused_ms;     /* the tuning record's isolated times (ms; -1 none) */
+  double rec_fused_ms, rec_unfused_ms;     /* the tuning record's isolated times (ms; 0: no record) */
 } evt_group_exec;
 
 typedef struct evt_exec_plan {

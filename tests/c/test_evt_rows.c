@@ -108,6 +108,13 @@ TEST(rspec_examples_valid_and_hash_stable) {
   CHECK(strstr(text, "%0 = acc.out\n%1 = aux_store %0 y:bf16\n") != NULL);
 }
 
+/* Whether text a has fmt with the integer v in it. */
+static bool has_int(const char *a, const char *fmt, int v) {
+  char line[128];
+  snprintf(line, sizeof line, fmt, v);
+  return a && strstr(a, line) != NULL;
+}
+
 TEST(emit_rows_structure) {
   char err[256], name[40];
   evt_rspec s;
@@ -144,20 +151,14 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "evt_rows::store8(p.n1_dx + ro, j0, n, full, S1);") != NULL);
   CHECK(strstr(a, "atomic") == NULL); /* row sums are a deterministic two-pass */
   CHECK(strstr(a, "__launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel") != NULL);
-  {
-    char def[64]; /* every tuning macro gets its default from evt_row_config.h */
-    snprintf(def, sizeof def, "#define EVT_ROWS_MINB_SUM %d\n", EVT_ROWS_DEFAULT_MINB_SUM);
-    CHECK(strstr(a, def) != NULL);
-    snprintf(def, sizeof def, "#define EVT_ROWS_EXACT %d\n", EVT_ROWS_DEFAULT_EXACT);
-    CHECK(strstr(a, def) != NULL);
-    /* layer-norm backward (row sums): the heavy rule for one warp per row */
-    snprintf(def, sizeof def, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT);
-    CHECK(strstr(a, def) != NULL);
-    /* a layer norm without other M×N inputs: at least EVT_ROWS_DEFAULT_MIN_VPT_LN chunks per thread past one warp;
-     * the (2, 2) / (4, 2) kernels instantiated for it, the several-warp single-chunk ones only on request */
-    snprintf(def, sizeof def, "constexpr int kMinVpt = %d;\n", EVT_ROWS_DEFAULT_MIN_VPT_LN);
-    CHECK(strstr(a, def) != NULL);
-  }
+  /* every tuning macro gets its default from evt_row_config.h */
+  CHECK(has_int(a, "#define EVT_ROWS_MINB_SUM %d\n", EVT_ROWS_DEFAULT_MINB_SUM));
+  CHECK(has_int(a, "#define EVT_ROWS_EXACT %d\n", EVT_ROWS_DEFAULT_EXACT));
+  /* layer-norm backward (row sums): the heavy rule for one warp per row */
+  CHECK(has_int(a, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT));
+  /* a layer norm without other M×N inputs: at least EVT_ROWS_DEFAULT_MIN_VPT_LN chunks per thread past one warp;
+   * the (2, 2) / (4, 2) kernels instantiated for it, the several-warp single-chunk ones only on request */
+  CHECK(has_int(a, "constexpr int kMinVpt = %d;\n", EVT_ROWS_DEFAULT_MIN_VPT_LN));
   CHECK(strstr(a, "evt_row_pick_config(p.n, kWarpVpt, EVT_ROWS_W1CAP, kMinVpt, &warps, &vpt)") != NULL);
   CHECK(strstr(a, "#if EVT_ROWS_INST(2, 2) && (!defined(EVT_ROWS_MIN_VPT) || EVT_ROWS_MIN_VPT == 2)\n  if (warps == 2 && vpt == 2)\n") != NULL);
   CHECK(strstr(a, "#if EVT_ROWS_INST(4, 1) && defined(EVT_ROWS_MIN_VPT) && EVT_ROWS_MIN_VPT != 2\n") != NULL);
@@ -175,11 +176,7 @@ TEST(emit_rows_structure) {
   free(a);
   evt_rspec_example(&s, "chain_rowsum", EVT_F32);
   a = evt_emit_rows(&s, err, sizeof err);
-  {
-    char def[64]; /* nucleus-free without Σ over M: the light rule */
-    snprintf(def, sizeof def, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT_LIGHT);
-    CHECK(a && strstr(a, def) != NULL);
-  }
+  CHECK(has_int(a, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT_LIGHT)); /* no Σ over M: the light rule */
   CHECK(a && strstr(a, "const float cb1 = live ? evt_rows::to_f(p.n1_scale[row]) : 0.f;"));
   CHECK(strstr(a, "cs10 = evt_rows::group_sum1<WARPS>(cs10, rk);") != NULL); /* one-barrier reduction */
   CHECK(strstr(a, "const auto v5 = evt_rows::relu(v4);") != NULL);
