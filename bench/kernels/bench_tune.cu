@@ -199,6 +199,7 @@ static std::vector<Case> bench_cases() {
       {"fc1 bwd dX", 8192, 1024, 4096, EVT_LAYOUT_NT, "plain"},
       {"fc1 bwd dW", 1024, 4096, 8192, EVT_LAYOUT_TN, "plain"},
       {"fc2 bwd dW", 4096, 1024, 8192, EVT_LAYOUT_TN, "plain"},
+      {"square", 8192, 8192, 8192, EVT_LAYOUT_NN, "plain"},  // the mainloop alone against cuBLAS's
       {"square", 8192, 8192, 8192, EVT_LAYOUT_NN, "bias_gelu_aux"},
       {"square", 8192, 8192, 8192, EVT_LAYOUT_NN, "bias_relu_dbias"},
   };
@@ -498,10 +499,10 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   FILE *md = fopen(out_md, "w");
   if (!md) return 2;
-  fprintf(md, "Device: %s (%d SMs). Median of %d calls after 5 warm-ups (CUDA events). ms; ratios vs cuBLAS plain.\n\n",
+  fprintf(md, "Device: %s (%d SMs). Median of %d calls after 5 warm-ups (CUDA events). ms; ratios vs cuBLAS plain; the interleaved column times cuBLAS, the separate pair and the tuned config again in alternating rounds (same GPU temperature).\n\n",
           prop.name, prop.multiProcessorCount, reps);
-  fprintf(md, "| case | M×N×K | layout | epilogue | cuBLAS plain | cuBLAS + separate | evt default | evt tuned | tuned config | tuned/cuBLAS | tuned/separate | check default / tuned |\n");
-  fprintf(md, "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---|\n");
+  fprintf(md, "| case | M×N×K | layout | epilogue | cuBLAS plain | cuBLAS + separate | evt default | evt tuned | tuned config | tuned/cuBLAS | tuned/separate | interleaved cuBLAS / separate / tuned: tuned/cuBLAS, tuned/separate | check default / tuned |\n");
+  fprintf(md, "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---|\n");
   for (Plan &p : plans) {
     Case &c = p.c;
     const evt_kspec &s = c.spec;
@@ -529,44 +530,46 @@ int main(int argc, char **argv) {
       }
     }
     // cuBLAS plain
-    double t_plain = -1;
-    {
+    auto time_plain = [&]() -> double {
       Lt lt;
-      if (lt.init(c.M, c.N, c.K, c.layout, s.ab_dtype, s.ab_dtype, nullptr))
-        t_plain = median_ms([&] { return lt.run(A, B, T); }, reps);
-    }
-    // cuBLAS + separate (both variants)
-    double t_sep = -1;
-    std::string sep_how = "-";
-    for (int ab = 0; ab < 2; ab++) {
-      if (!p.have_rs[ab]) continue;
+      return lt.init(c.M, c.N, c.K, c.layout, s.ab_dtype, s.ab_dtype, nullptr)
+                 ? median_ms([&] { return lt.run(A, B, T); }, reps) : -1;
+    };
+    double t_plain = time_plain();
+    // cuBLAS + separate (ab 0: cuBLASLt then the whole epilogue as a row kernel; ab 1: with cuBLASLt's BIAS
+    // epilogue); -2 when that variant does not apply to this epilogue
+    auto time_sep = [&](int ab) -> double {
+      if (!p.have_rs[ab]) return -2;
       const void *bias = ab && p.bnode[ab] >= 0 ? dmem[p.bnode[ab]] : nullptr;
-      if (ab && !bias) continue;
+      if (ab && !bias) return -2;
       Lt lt;
       evt_dtype tout = p.have_rs[ab] == 2 ? s.d_dtype : s.ab_dtype;
-      if (!lt.init(c.M, c.N, c.K, c.layout, s.ab_dtype, tout, bias)) continue;
-      double t;
-      if (p.have_rs[ab] == 2) {
-        t = median_ms([&] { return lt.run(A, B, D); }, reps);
-      } else {
-        row_launch_fn rf = (row_launch_fn)g_kern[p.rname[ab]].fn;
-        if (!rf) {
-          printf("  separate (%s): row kernel not compiled\n", ab ? "bias" : "plain");
-          continue;
-        }
-        evt_row_launch_args ra;
-        memset(&ra, 0, sizeof ra);
-        ra.m = c.M, ra.n = c.N;
-        for (int i = 0; i < p.rs[ab].nnodes; i++) {
-          if (i == p.tnode[ab]) ra.ptrs[i] = T;
-          else if (i == p.dnode[ab]) ra.ptrs[i] = D;
-          else if (p.map[ab][i] >= 0) ra.ptrs[i] = dmem[p.map[ab][i]];
-        }
-        t = median_ms([&] { return lt.run(A, B, T) && rf(&ra) == 0; }, reps);
+      if (!lt.init(c.M, c.N, c.K, c.layout, s.ab_dtype, tout, bias)) return -2;
+      if (p.have_rs[ab] == 2) return median_ms([&] { return lt.run(A, B, D); }, reps);
+      row_launch_fn rf = (row_launch_fn)g_kern[p.rname[ab]].fn;
+      if (!rf) {
+        printf("  separate (%s): row kernel not compiled\n", ab ? "bias" : "plain");
+        return -2;
       }
+      evt_row_launch_args ra;
+      memset(&ra, 0, sizeof ra);
+      ra.m = c.M, ra.n = c.N;
+      for (int i = 0; i < p.rs[ab].nnodes; i++) {
+        if (i == p.tnode[ab]) ra.ptrs[i] = T;
+        else if (i == p.dnode[ab]) ra.ptrs[i] = D;
+        else if (p.map[ab][i] >= 0) ra.ptrs[i] = dmem[p.map[ab][i]];
+      }
+      return median_ms([&] { return lt.run(A, B, T) && rf(&ra) == 0; }, reps);
+    };
+    double t_sep = -1;
+    int sep_ab = -1;
+    std::string sep_how = "-";
+    for (int ab = 0; ab < 2; ab++) {
+      double t = time_sep(ab);
+      if (t == -2) continue;
       printf("  cuBLAS%s + %s: %.4f ms\n", ab ? "(bias)" : "", p.have_rs[ab] == 2 ? "nothing" : "row kernel", t);
       if (t > 0 && (t_sep < 0 || t < t_sep)) {
-        t_sep = t;
+        t_sep = t, sep_ab = ab;
         sep_how = std::string(ab ? "cuBLASLt(bias)" : "cuBLASLt") + (p.have_rs[ab] == 2 ? "" : " + row kernel");
       }
     }
@@ -637,6 +640,37 @@ int main(int argc, char **argv) {
       }
       fflush(stdout);
     }
+    // Interleaved rounds (BENCH_TUNE_ROUNDS, default 6: each of the three takes each slot of a round twice; 0: none): cuBLAS plain, the faster separate pair and
+    // evt's best config timed again side by side, their order rotated each round, each a median of `reps` calls;
+    // the medians over the rounds compare the three at the same GPU temperature and clocks. (The sweep above
+    // times cuBLAS first, on a GPU that the evt configs then heat: at 8192^3 cuBLASLt's own GEMM read 1.367 ms
+    // first and 1.490 ms right after, S23W1.)
+    double i_plain = -1, i_sep = -1, i_evt = -1;
+    int rounds = getenv("BENCH_TUNE_ROUNDS") ? atoi(getenv("BENCH_TUNE_ROUNDS")) : 6;
+    if (rounds > 0 && t_best > 0) {
+      evt_launch_fn fn = (evt_launch_fn)g_kern[best_name].fn;
+      evt_launch_args a;
+      memset(&a, 0, sizeof a);
+      a.m = c.M, a.n = c.N, a.k = c.K, a.a = A, a.b = B, a.d = D;
+      for (int v = 0; v < s.nnodes; v++) a.ptrs[v] = dmem[v];
+      a.swizzle = best_sw, a.raster = best_r;
+      std::vector<double> tp, ts, te;
+      for (int r = 0; r < rounds; r++)
+        for (int j = 0; j < 3; j++) switch ((r + j) % 3) {
+            case 0: tp.push_back(time_plain()); break;
+            case 1: if (sep_ab >= 0) ts.push_back(time_sep(sep_ab)); break;
+            default: te.push_back(median_ms([&] { return fn(&a) == 0; }, reps)); break;
+          }
+      auto med = [](std::vector<double> v) -> double {
+        if (v.empty()) return -1;
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      i_plain = med(tp), i_sep = med(ts), i_evt = med(te);
+      printf("  interleaved (%d rounds, medians): cuBLAS %.4f | separate %.4f | evt tuned %.4f -> evt/cuBLAS %.3f, "
+             "evt/separate %.3f\n", rounds, i_plain, i_sep, i_evt, i_plain > 0 ? i_evt / i_plain : 0.0,
+             i_sep > 0 ? i_evt / i_sep : 0.0);
+    }
     // checks: default config (swizzle 1) and the tuned one
     auto check = [&](const std::string &kn, int sw, int r) -> double {
       evt_launch_fn fn = (evt_launch_fn)g_kern[kn].fn;
@@ -680,9 +714,13 @@ int main(int argc, char **argv) {
     char r1[32] = "-", r2[32] = "-";
     if (t_plain > 0 && t_best > 0) snprintf(r1, sizeof r1, "%.3f", t_best / t_plain);
     if (t_sep > 0 && t_best > 0) snprintf(r2, sizeof r2, "%.3f", t_best / t_sep);
-    fprintf(md, "| %s | %dx%dx%d | %s | %s | %.4f | %.4f (%s) | %.4f | %.4f | %s | %s | %s | %s / %s |\n", c.what, c.M,
-            c.N, c.K, lname(c.layout), c.epi.c_str(), t_plain, t_sep, sep_how.c_str(), t_def, t_best, best_lab.c_str(),
-            r1, r2, verdict(e_def).c_str(), verdict(e_best).c_str());
+    char r3[96] = "-";
+    if (i_plain > 0 && i_evt > 0)
+      snprintf(r3, sizeof r3, "%.4f / %.4f / %.4f: %.3f, %.3f", i_plain, i_sep, i_evt, i_evt / i_plain,
+               i_sep > 0 ? i_evt / i_sep : 0.0);
+    fprintf(md, "| %s | %dx%dx%d | %s | %s | %.4f | %.4f (%s) | %.4f | %.4f | %s | %s | %s | %s | %s / %s |\n", c.what,
+            c.M, c.N, c.K, lname(c.layout), c.epi.c_str(), t_plain, t_sep, sep_how.c_str(), t_def, t_best,
+            best_lab.c_str(), r1, r2, r3, verdict(e_def).c_str(), verdict(e_best).c_str());
     fflush(md);
     cudaFree(A), cudaFree(B), cudaFree(D), cudaFree(T);
     for (int v = 0; v < s.nnodes; v++)

@@ -109,6 +109,32 @@ static int nusers(const evt_kspec *s, int v) {
   return u;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int evt_tune_interleave(int rounds, int (*time)(void *ctx, int which, double *ms), void *ctx, double ms[2]) {
+  enum { MAX_ROUNDS = 16 };
+  double t[2][MAX_ROUNDS];
+  /* an even number of rounds: each implementation then runs first as often as second, so a steady clock drift
+   * puts both medians at the same mean position (with an odd count the median of one sits a call later) */
+  if (rounds < 2) rounds = 2;
+  if (rounds > MAX_ROUNDS) rounds = MAX_ROUNDS;
+  rounds += rounds % 2;
+  for (int r = 0; r < rounds; r++)
+    for (int j = 0; j < 2; j++) {
+      int which = (r + j) % 2; /* round 0: fused first; round 1: unfused first; ... */
+      int rc = time(ctx, which, &t[which][r]);
+      if (rc) return rc;
+    }
+  for (int w = 0; w < 2; w++) {
+    qsort(t[w], (size_t)rounds, sizeof t[w][0], cmp_double);
+    ms[w] = rounds % 2 ? t[w][rounds / 2] : 0.5 * (t[w][rounds / 2 - 1] + t[w][rounds / 2]);
+  }
+  return 0;
+}
+
 evt_status evt_tune_unfused_rspec(const evt_kspec *s, evt_dtype t_dtype, int absorb_bias, evt_rspec *out, int *map,
                                   int *t_node, int *d_node, int *bias_node, char *err, size_t errlen) {
   *t_node = *d_node = *bias_node = -1;

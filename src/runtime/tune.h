@@ -100,6 +100,16 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
 /* The launch-time scheduler variants tried per config: pairs (swizzle, raster). Returns how many. */
 int evt_tune_sched_variants(int64_t m, int64_t n, int (*out)[2], int max);
 
+/* The final fused-vs-unfused comparison: times implementation 0 (the best fused candidate) and 1 (the faster
+ * unfused variant) in `rounds` rounds (rounded up to an even number, 2..16), the order swapped every round
+ * (0 1, 1 0, 0 1, 1 0, ...), and stores the median of each one's times in ms[0], ms[1] (under a steady drift
+ * both medians sit at the same mean position). time(ctx, which, &ms) times one implementation (itself a median
+ * of calls) and returns 0 or an error code. Why: a sweep over tens of candidates heats the GPU and its clocks
+ * fall, so whatever ran first reads faster — on the H200 cuBLASLt's 8192^3 GEMM read 1.375 ms before the
+ * candidate sweep and 1.586 ms when timed in alternation with evt's kernel right after it (S23W2). Returns 0,
+ * or the first nonzero code of time (ms[] untouched). */
+int evt_tune_interleave(int rounds, int (*time)(void *ctx, int which, double *ms), void *ctx, double ms[2]);
+
 /* The unfused alternative's epilogue as a nucleus-free row spec over [M, N]: the accumulator becomes an
  * aux_load "t" of dtype t_dtype (the GEMM's output T); with absorb_bias the node acc + row_bcast (when
  * the accumulator has no other user) is T itself (cuBLASLt added the bias; *bias_node gets the kspec

@@ -795,3 +795,53 @@ TEST(tune_without_a_device_keeps_the_default) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   CHECK(system(cmd) == 0);
 }
+
+/* A GPU that heats as it works: each timed call reads `drift` slower than the one before, whichever
+ * implementation it is. Records the order of the calls; fails call number fail_at (0: never). */
+typedef struct heat_timer {
+  double base[2], drift;
+  int calls, fail_at, seq[32];
+} heat_timer;
+
+static int heat_time(void *p, int which, double *ms) {
+  heat_timer *h = p;
+  if (h->fail_at && h->calls + 1 == h->fail_at) return 7;
+  h->seq[h->calls] = which;
+  *ms = h->base[which] * (1.0 + h->drift * h->calls);
+  h->calls++;
+  return 0;
+}
+
+/* The final fused-vs-unfused comparison alternates the two (0 1, 1 0, 0 1, 1 0) over an even number of rounds
+ * and keeps each one's median, so a clock drift that would hand a sequential comparison to whichever ran first
+ * cancels. */
+TEST(tune_interleave_alternates_and_takes_medians) {
+  heat_timer h = {{1.0, 1.0}, 0.05, 0, 0, {0}};
+  double ms[2] = {-1, -1};
+  CHECK(evt_tune_interleave(3, heat_time, &h, ms) == 0); /* 3 rounds -> 4 */
+  CHECK(h.calls == 8);
+  int want[8] = {0, 1, 1, 0, 0, 1, 1, 0};
+  for (int i = 0; i < 8; i++) CHECK(h.seq[i] == want[i]);
+  /* equal implementations on a GPU 5% slower per call: fused at calls 0 3 4 7, unfused at 1 2 5 6, both
+   * medians 1.175 (timed one after the other, 4 calls each, the second would read 20% slower) */
+  CHECK_NEAR(ms[0], 1.175, 1e-12);
+  CHECK_NEAR(ms[1], 1.175, 1e-12);
+  /* a 3% faster unfused pair wins although the drift per call is larger than the difference */
+  heat_timer h2 = {{1.0, 0.97}, 0.05, 0, 0, {0}};
+  CHECK(evt_tune_interleave(5, heat_time, &h2, ms) == 0);
+  CHECK(h2.calls == 12 && ms[1] < ms[0]);
+  CHECK_NEAR(ms[0], 1.275, 1e-12);
+  CHECK_NEAR(ms[1], 0.97 * 1.275, 1e-12);
+  /* no drift: the implementations' own times; rounds < 2 still time each twice */
+  heat_timer h3 = {{2.0, 1.0}, 0.0, 0, 0, {0}};
+  CHECK(evt_tune_interleave(2, heat_time, &h3, ms) == 0 && h3.calls == 4);
+  CHECK_NEAR(ms[0], 2.0, 1e-12);
+  CHECK_NEAR(ms[1], 1.0, 1e-12);
+  heat_timer h4 = {{2.0, 1.0}, 0.0, 0, 0, {0}};
+  CHECK(evt_tune_interleave(0, heat_time, &h4, ms) == 0 && h4.calls == 4);
+  /* a timing error stops the comparison, returns the code and leaves ms alone */
+  heat_timer h5 = {{1.0, 1.0}, 0.0, 0, 3, {0}};
+  ms[0] = ms[1] = -1;
+  CHECK(evt_tune_interleave(3, heat_time, &h5, ms) == 7);
+  CHECK(ms[0] == -1 && ms[1] == -1 && h5.calls == 2);
+}
