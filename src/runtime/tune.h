@@ -14,8 +14,10 @@
  * pointwise row kernel (evt_tune_unfused_rspec, src/evt/emit_rows.c); a plain epilogue (D = acc) is
  * cuBLASLt alone. The fastest fused candidate is checked against the CPU reference on sampled rows and
  * columns (evt_tune_check_sampled); a candidate that fails to compile, to launch or the check is dropped
- * with a note. The choice: FUSED (config + scheduler) when the best fused time <= the unfused time, else
- * UNFUSED. The compiler never ships a fused kernel slower than the unfused alternative it measured.
+ * with a note. The checked kernel and the faster unfused variant are then timed again side by side
+ * (evt_tune_interleave; the sweep heats the GPU, which favours whatever it timed first). The choice: FUSED
+ * (config + scheduler) when that fused time <= the unfused time, else UNFUSED. The compiler never ships a fused
+ * kernel slower than the unfused alternative it measured.
  *
  * Where the result lives: one text file per (spec, shape, GPU) under <root>/tune/, root = the cache_dir
  * argument, else $EVT_TUNE_CACHE, else the JIT cache directory of jit.h ($EVT_JIT_CACHE, $XDG_CACHE_HOME/evt
