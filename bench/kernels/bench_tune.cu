@@ -640,11 +640,12 @@ int main(int argc, char **argv) {
       }
       fflush(stdout);
     }
-    // Interleaved rounds (BENCH_TUNE_ROUNDS, default 6: each of the three takes each slot of a round twice; 0: none): cuBLAS plain, the faster separate pair and
-    // evt's best config timed again side by side, their order rotated each round, each a median of `reps` calls;
-    // the medians over the rounds compare the three at the same GPU temperature and clocks. (The sweep above
-    // times cuBLAS first, on a GPU that the evt configs then heat: at 8192^3 cuBLASLt's own GEMM read 1.367 ms
-    // first and 1.490 ms right after, S23W1.)
+    // Interleaved rounds (BENCH_TUNE_ROUNDS, default 6: each of the three takes each slot of a round twice; 0: none):
+    // cuBLAS plain, the faster separate pair and evt's best config timed again side by side, their order rotated
+    // each round, each a median of `reps` calls; the medians over the rounds compare the three at the same GPU
+    // temperature and clocks. (The sweep above times cuBLAS first and evt's configs after it, and the clocks follow
+    // the GPU's temperature and power: at 8192^3 cuBLASLt's own GEMM read 1.367 ms first and 1.490 ms right after,
+    // S23W1, and 1.586 ms side by side with evt's kernel after the sweep, S23W2.)
     double i_plain = -1, i_sep = -1, i_evt = -1;
     int rounds = getenv("BENCH_TUNE_ROUNDS") ? atoi(getenv("BENCH_TUNE_ROUNDS")) : 6;
     if (rounds > 0 && t_best > 0) {

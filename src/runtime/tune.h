@@ -15,7 +15,7 @@
  * cuBLASLt alone. The fastest fused candidate is checked against the CPU reference on sampled rows and
  * columns (evt_tune_check_sampled); a candidate that fails to compile, to launch or the check is dropped
  * with a note. The checked kernel and the faster unfused variant are then timed again side by side
- * (evt_tune_interleave; the sweep heats the GPU, which favours whatever it timed first). The choice: FUSED
+ * (evt_tune_interleave; times taken far apart in a long sweep are not comparable). The choice: FUSED
  * (config + scheduler) when that fused time <= the unfused time, else UNFUSED. The compiler never ships a fused
  * kernel slower than the unfused alternative it measured.
  *
@@ -106,9 +106,12 @@ int evt_tune_sched_variants(int64_t m, int64_t n, int (*out)[2], int max);
  * unfused variant) in `rounds` rounds (rounded up to an even number, 2..16), the order swapped every round
  * (0 1, 1 0, 0 1, 1 0, ...), and stores the median of each one's times in ms[0], ms[1] (under a steady drift
  * both medians sit at the same mean position). time(ctx, which, &ms) times one implementation (itself a median
- * of calls) and returns 0 or an error code. Why: a sweep over tens of candidates heats the GPU and its clocks
- * fall, so whatever ran first reads faster — on the H200 cuBLASLt's 8192^3 GEMM read 1.375 ms before the
- * candidate sweep and 1.586 ms when timed in alternation with evt's kernel right after it (S23W2). Returns 0,
+ * of calls) and returns 0 or an error code. Why: the GPU's clocks follow its temperature and power draw, so
+ * times taken at different points of a sweep over tens of candidates are not comparable — on the H200
+ * cuBLASLt's 8192^3 GEMM read 1.375 ms before a candidate sweep and 1.586 ms in alternation with evt's kernel
+ * right after it (S23W2); the paper MLP's fc1 pair (cuBLASLt + row kernel) read 1.63 ms at the end of its sweep
+ * and 1.89 side by side with the fused kernel, which read 1.68 and 1.62 (S23W3; the program-level A/B of S22W7
+ * had measured the fused kernel 12% faster). Returns 0,
  * or the first nonzero code of time (ms[] untouched). */
 int evt_tune_interleave(int rounds, int (*time)(void *ctx, int which, double *ms), void *ctx, double ms[2]);
 

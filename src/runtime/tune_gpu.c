@@ -368,8 +368,9 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
     }
     snprintf(cd->note, sizeof cd->note, "check vs CPU reference failed (%.2e)", err);
   }
-  /* the final comparison in alternating rounds (evt_tune_interleave: the sweep above heated the GPU, so the
-   * times it read favour whatever ran first); EVT_TUNE_AB_ROUNDS=0 keeps the sweep's times */
+  /* the final comparison in alternating rounds (evt_tune_interleave: times taken far apart in the sweep above
+   * are not comparable, the clocks follow the GPU's temperature and power); EVT_TUNE_AB_ROUNDS=0 keeps the
+   * sweep's times */
   int rounds = getenv("EVT_TUNE_AB_ROUNDS") ? atoi(getenv("EVT_TUNE_AB_ROUNDS")) : 4;
   if (r->choice == EVT_TUNE_FUSED && unf.lt && best_fn && rounds > 0) {
     ab_ctx ctx = {tb, best_fn, &a, &unf, A, B, warm, reps};
