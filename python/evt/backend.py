@@ -883,7 +883,8 @@ def mark_conv_inputs(gm):
     free_layout): cuDNN then takes it with the contiguous weight as it is, where it copied it in each
     convolution and backward (7 copies, 1.6 ms per xmlcnn_paper x0.25 step, S13W4); what the convolutions
     return is then contiguous too. On the H200 xmlcnn_paper x0.25 went from 8.07 to 6.42 ms/step with it
-    (S13W6 vs S14W1). Returns the number marked."""
+    (S13W6 vs S14W1). Not for a convolution with a channels-last weight (cuDNN runs it NHWC). Returns the number
+    marked."""
     if os.environ.get("EVT_CONV_INPUT_LAYOUT", "contiguous") == "strided":
         return 0
     count = 0
@@ -891,14 +892,35 @@ def mark_conv_inputs(gm):
         if n.op != "call_function" or not _channels_last_like(n.meta.get("val")) or not n.users:
             continue
         ok = all((u.target == aten.convolution.default and u.args[0] is n and n not in u.args[1:]) or
-                 (u.target == aten.convolution_backward.default and len(u.args) > 1 and u.args[1] is n
+                 (u.target == aten.convolution_backward.default and len(u.args) > 2 and u.args[1] is n
                   and n is not u.args[0] and n not in u.args[2:]) for u in n.users)
+        # a convolution whose weight is channels-last (a model in torch.channels_last: ResNet) runs NHWC in cuDNN
+        # and wants its input channels-last too: a contiguous input is copied back in every call (resnet50 on
+        # the H200: 17 activation copies, 1.23 ms per step, S23W6), so such inputs keep PyTorch's layout
+        if ok and any(_nhwc_strides(_node_val(u.args[1] if u.target == aten.convolution.default else u.args[2]))
+                      for u in n.users):
+            continue
         if ok:
             n.meta["evt_conv_input_free"] = True
             count += 1
     if count:
         log.info("joint graph: %d convolution input(s) returned contiguous (EVT_CONV_INPUT_LAYOUT)", count)
     return count
+
+
+def _node_val(x):
+    """The traced value (meta "val") of an FX node argument, or None."""
+    return x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+
+
+def _nhwc_strides(t):
+    """True for a 4-D tensor with exactly channels-last strides, 1x1 kernels included (a [O, C, 1, 1] weight of a
+    channels-last model has strides (C, 1, C, C), which PyTorch's convolution takes as channels-last, although
+    the tensor is also contiguous)."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 4:
+        return False
+    _, c, h, w = t.shape
+    return c > 1 and tuple(t.stride()) == (h * w * c, 1, w * c, c)
 
 
 def mark_embedding_grads(gm):

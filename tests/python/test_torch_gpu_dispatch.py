@@ -1605,6 +1605,47 @@ def test_conv_inputs_returned_contiguous(monkeypatch):
         assert any(n in [m_ for m_, _ in s.outputs] for n in marked for s in segs) == bool(want)
 
 
+def test_conv_inputs_of_channels_last_convolutions_keep_their_layout(monkeypatch):
+    """mark_conv_inputs leaves alone a value that only convolutions read when their weight is channels-last (a
+    model in torch.channels_last, like ResNet: cuDNN runs it NHWC, and a contiguous input would be copied back to
+    channels-last in every call); the same net in the default format has no channels-last value to mark.
+    Training matches eager either way (simulated CUDA rules)."""
+    plans = []
+    orig = B.Plan.finalize
+    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    monkeypatch.delenv("EVT_CONV_INPUT_LAYOUT", raising=False)
+
+    class Block(torch.nn.Module):  # conv -> bn -> relu -> 3x3 conv (the relu output is read by convolutions only)
+        def __init__(self):
+            super().__init__()
+            self.c1 = torch.nn.Conv2d(8, 16, 1, bias=False)
+            self.b1 = torch.nn.BatchNorm2d(16)
+            self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+            self.fc = torch.nn.Linear(16, 10)
+
+        def forward(self, x, t):
+            y = self.c2(torch.relu(self.b1(self.c1(x))))
+            return torch.nn.functional.cross_entropy(self.fc(y.mean((2, 3))).float(), t)
+
+    for fmt in (torch.channels_last, torch.contiguous_format):
+        plans.clear()
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = Block().to(memory_format=fmt)
+        x = torch.randn(4, 8, 12, 12).to(memory_format=fmt)
+        _step_like_eager(m, x, torch.randint(0, 10, (4,)))
+        marked = [n for p in plans for n in p.gm.graph.nodes if n.meta.get("evt_conv_input_free")]
+        convs = [n for p in plans for n in p.gm.graph.nodes if n.target == torch.ops.aten.convolution.default]
+        assert len(convs) == 2, convs
+        # channels-last: the relu output is channels-last, and its convolution's weight too -> not marked
+        if fmt is torch.channels_last:
+            relu_in = convs[1].args[0].meta["val"]
+            assert relu_in.is_contiguous(memory_format=torch.channels_last) and not relu_in.is_contiguous()
+            assert convs[1].args[1].meta["val"].is_contiguous(memory_format=torch.channels_last)
+        assert marked == [], marked
+
+
 def _train_xmlcnn_like_eager(monkeypatch, env, value):
     """One bf16-autocast step of a small XML-CNN (bench/e2e/models.py) through backend="evt" under the simulated
     CUDA rules, with env set to value (unset: None), and in eager from the same weights: asserts the loss and
