@@ -1872,9 +1872,14 @@ class Plan:
         # The backward module's outputs are gradients for AccumulateGrad: on the GPU path they are returned
         # contiguous as evt wrote them, not copied into PyTorch's recorded strides (a weight gradient is
         # recorded transposed: the copy and AccumulateGrad's copy back to the parameter's layout are saved).
+        # A channels-last gradient (the weight of a convolution in a channels-last model: the parameter has
+        # those strides, and AccumulateGrad takes a gradient of the parameter's layout as it is) keeps its
+        # recorded layout: evt writes it in memory order like the activations beside it (Segment._physical),
+        # where a contiguous result kept its whole segment off the physical layout (resnet50: the 3x3 weight
+        # gradients' casts share a segment with a ReLU backward, whose activations were then copied).
         grads = set()
         if self.kind == "backward":
-            grads = set(_flat_nodes(self.output.args[0]))
+            grads = {n for n in _flat_nodes(self.output.args[0]) if _dense_order(A.meta_val(n)) is None}
         free = grads | {n for n in self.gm.graph.nodes if n.meta.get("evt_conv_input_free")}
         segs = [s for s in self.steps if isinstance(s, Segment)]
         for s in segs:

@@ -1646,6 +1646,47 @@ def test_conv_inputs_of_channels_last_convolutions_keep_their_layout(monkeypatch
         assert marked == [], marked
 
 
+def test_channels_last_weight_gradients_keep_the_physical_layout(monkeypatch):
+    """A channels-last model's 3x3 weight gradient (cast to f32 for the parameter) is a backward output in its
+    recorded channels-last strides, written by evt in memory order (Segment._physical) like the ReLU backward in
+    the same segment: no segment with channels-last values falls back to row-major (which copied its activations
+    to contiguous and back), the gradient has the parameter's strides, and training matches eager (simulated
+    CUDA rules)."""
+    plans = []
+    orig = B.Plan.finalize
+    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = torch.nn.Conv2d(8, 16, 1, bias=False)
+            self.b1 = torch.nn.BatchNorm2d(16)
+            self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+            self.b2 = torch.nn.BatchNorm2d(16)
+            self.fc = torch.nn.Linear(16, 10)
+
+        def forward(self, x, t):
+            y = torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))))
+            return torch.nn.functional.cross_entropy(self.fc(y.amax((2, 3))).float(), t)
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = Block().to(memory_format=torch.channels_last)
+    x = torch.randn(4, 8, 12, 12).to(memory_format=torch.channels_last)
+    _step_like_eager(m, x, torch.randint(0, 10, (4,)))
+    assert m.c2.weight.grad.stride() == m.c2.weight.stride()
+    bwd = [p for p in plans if p.kind == "backward"]
+    segs = [s for p in bwd for s in p.steps if isinstance(s, B.Segment) and s.path != "none"]
+    # the segment that casts c2's weight gradient [16, 16, 3, 3] to f32 writes it, and the ReLU backward beside
+    # it, in memory order
+    wseg = [(s, k) for s in segs for m_, k in s.out_index if tuple(A.meta_val(m_).shape) == (16, 16, 3, 3)]
+    assert len(wseg) == 1, [s.text for s in segs]
+    s, k = wseg[0]
+    assert k in s.phys_out and len(s.phys_out) == len({k_ for _, k_ in s.out_index}), s.text
+    assert not s.torch_views and "permute(" not in s.graph.text(), s.graph.text()
+
+
 def _train_xmlcnn_like_eager(monkeypatch, env, value):
     """One bf16-autocast step of a small XML-CNN (bench/e2e/models.py) through backend="evt" under the simulated
     CUDA rules, with env set to value (unset: None), and in eager from the same weights: asserts the loss and
