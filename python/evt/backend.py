@@ -1877,9 +1877,11 @@ class Plan:
         # recorded layout: evt writes it in memory order like the activations beside it (Segment._physical),
         # where a contiguous result kept its whole segment off the physical layout (resnet50: the 3x3 weight
         # gradients' casts share a segment with a ReLU backward, whose activations were then copied).
+        # EVT_PHYSICAL_GRADS=0: every gradient returned contiguous, as before session 23.
         grads = set()
         if self.kind == "backward":
-            grads = {n for n in _flat_nodes(self.output.args[0]) if _dense_order(A.meta_val(n)) is None}
+            keep = os.environ.get("EVT_PHYSICAL_GRADS", "1") not in ("", "0")
+            grads = {n for n in _flat_nodes(self.output.args[0]) if not keep or _dense_order(A.meta_val(n)) is None}
         free = grads | {n for n in self.gm.graph.nodes if n.meta.get("evt_conv_input_free")}
         segs = [s for s in self.steps if isinstance(s, Segment)]
         for s in segs:

@@ -1656,6 +1656,7 @@ def test_channels_last_weight_gradients_keep_the_physical_layout(monkeypatch):
     orig = B.Plan.finalize
     monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
     monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    monkeypatch.delenv("EVT_PHYSICAL_GRADS", raising=False)
 
     class Block(torch.nn.Module):
         def __init__(self):
@@ -1685,6 +1686,15 @@ def test_channels_last_weight_gradients_keep_the_physical_layout(monkeypatch):
     s, k = wseg[0]
     assert k in s.phys_out and len(s.phys_out) == len({k_ for _, k_ in s.out_index}), s.text
     assert not s.torch_views and "permute(" not in s.graph.text(), s.graph.text()
+    # EVT_PHYSICAL_GRADS=0: the gradient is returned contiguous and its segment keeps row-major text
+    plans.clear()
+    monkeypatch.setenv("EVT_PHYSICAL_GRADS", "0")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    _step_like_eager(Block().to(memory_format=torch.channels_last), x, torch.randint(0, 10, (4,)))
+    segs = [s for p in plans if p.kind == "backward" for s in p.steps if isinstance(s, B.Segment) and s.path != "none"]
+    wseg = [(s, k) for s in segs for m_, k in s.out_index if tuple(A.meta_val(m_).shape) == (16, 16, 3, 3)]
+    assert len(wseg) == 1 and wseg[0][1] not in wseg[0][0].phys_out
 
 
 def _train_xmlcnn_like_eager(monkeypatch, env, value):
