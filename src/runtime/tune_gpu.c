@@ -378,9 +378,9 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
     double ms[2];
     if (evt_tune_interleave(rounds, ab_time, &ctx, ms) == 0) {
       if (!opt->quiet)
-        fprintf(stderr, "[evt-tune] %lldx%lldx%lld fused vs unfused in %d alternating rounds: %.4f vs %.4f ms (sweep: "
-                "%.4f vs %.4f)\n", (long long)M, (long long)N, (long long)K, rounds, ms[0], ms[1], r->fused_ms,
-                r->unfused_ms);
+        fprintf(stderr, "[evt-tune] %lldx%lldx%lld fused vs unfused side by side (EVT_TUNE_AB_ROUNDS %d): %.4f vs %.4f "
+                "ms (sweep: %.4f vs %.4f)\n", (long long)M, (long long)N, (long long)K, rounds, ms[0], ms[1],
+                r->fused_ms, r->unfused_ms);
       r->fused_ms = ms[0], r->unfused_ms = ms[1];
     }
   }
