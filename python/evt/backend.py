@@ -895,22 +895,16 @@ def mark_conv_inputs(gm):
                  (u.target == aten.convolution_backward.default and len(u.args) > 2 and u.args[1] is n
                   and n is not u.args[0] and n not in u.args[2:]) for u in n.users)
         # a convolution whose weight is channels-last (a model in torch.channels_last: ResNet) runs NHWC in cuDNN
-        # and wants its input channels-last too: a contiguous input is copied back in every call (resnet50 on
-        # the H200: 17 activation copies, 1.23 ms per step, S23W6), so such inputs keep PyTorch's layout
-        if ok and any(_nhwc_strides(_node_val(u.args[1] if u.target == aten.convolution.default else u.args[2]))
-                      for u in n.users):
-            continue
-        if ok:
+        # and wants its input channels-last too (a contiguous one would be copied back in every call), so such
+        # inputs keep PyTorch's layout
+        nhwc = any(_nhwc_strides(A.meta_val(u.args[1] if u.target == aten.convolution.default else u.args[2]))
+                   for u in n.users) if ok else False
+        if ok and not nhwc:
             n.meta["evt_conv_input_free"] = True
             count += 1
     if count:
         log.info("joint graph: %d convolution input(s) returned contiguous (EVT_CONV_INPUT_LAYOUT)", count)
     return count
-
-
-def _node_val(x):
-    """The traced value (meta "val") of an FX node argument, or None."""
-    return x.meta.get("val") if isinstance(x, torch.fx.Node) else None
 
 
 def _nhwc_strides(t):

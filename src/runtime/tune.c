@@ -128,9 +128,9 @@ int evt_tune_interleave(int rounds, int (*time)(void *ctx, int which, double *ms
       int rc = time(ctx, which, &t[which][r]);
       if (rc) return rc;
     }
-  for (int w = 0; w < 2; w++) {
+  for (int w = 0; w < 2; w++) { /* the median of an even count: the mean of the middle two */
     qsort(t[w], (size_t)rounds, sizeof t[w][0], cmp_double);
-    ms[w] = rounds % 2 ? t[w][rounds / 2] : 0.5 * (t[w][rounds / 2 - 1] + t[w][rounds / 2]);
+    ms[w] = 0.5 * (t[w][rounds / 2 - 1] + t[w][rounds / 2]);
   }
   return 0;
 }

@@ -111,8 +111,7 @@ int evt_tune_sched_variants(int64_t m, int64_t n, int (*out)[2], int max);
  * cuBLASLt's 8192^3 GEMM read 1.375 ms before a candidate sweep and 1.586 ms in alternation with evt's kernel
  * right after it (S23W2); the paper MLP's fc1 pair (cuBLASLt + row kernel) read 1.63 ms at the end of its sweep
  * and 1.89 side by side with the fused kernel, which read 1.68 and 1.62 (S23W3; the program-level A/B of S22W7
- * had measured the fused kernel 12% faster). Returns 0,
- * or the first nonzero code of time (ms[] untouched). */
+ * had measured the fused kernel 12% faster). Returns 0, or the first nonzero code of time (ms[] untouched). */
 int evt_tune_interleave(int rounds, int (*time)(void *ctx, int which, double *ms), void *ctx, double ms[2]);
 
 /* The unfused alternative's epilogue as a nucleus-free row spec over [M, N]: the accumulator becomes an

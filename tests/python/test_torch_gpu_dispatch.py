@@ -1605,6 +1605,24 @@ def test_conv_inputs_returned_contiguous(monkeypatch):
         assert any(n in [m_ for m_, _ in s.outputs] for n in marked for s in segs) == bool(want)
 
 
+class _ConvBlock(torch.nn.Module):
+    """A ResNet-like block: 1x1 conv -> BN -> ReLU -> 3x3 conv (the ReLU output is read by convolutions only)
+    -> BN -> ReLU, then a max over space and a linear classifier (a max, not a mean: the mean's backward would
+    put an expand into the ReLU backward's segment)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(8, 16, 1, bias=False)
+        self.b1 = torch.nn.BatchNorm2d(16)
+        self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.b2 = torch.nn.BatchNorm2d(16)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x, t):
+        y = torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))))
+        return torch.nn.functional.cross_entropy(self.fc(y.amax((2, 3))).float(), t)
+
+
 def test_conv_inputs_of_channels_last_convolutions_keep_their_layout(monkeypatch):
     """mark_conv_inputs leaves alone a value that only convolutions read when their weight is channels-last (a
     model in torch.channels_last, like ResNet: cuDNN runs it NHWC, and a contiguous input would be copied back to
@@ -1616,23 +1634,11 @@ def test_conv_inputs_of_channels_last_convolutions_keep_their_layout(monkeypatch
     monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
     monkeypatch.delenv("EVT_CONV_INPUT_LAYOUT", raising=False)
 
-    class Block(torch.nn.Module):  # conv -> bn -> relu -> 3x3 conv (the relu output is read by convolutions only)
-        def __init__(self):
-            super().__init__()
-            self.c1 = torch.nn.Conv2d(8, 16, 1, bias=False)
-            self.b1 = torch.nn.BatchNorm2d(16)
-            self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
-            self.fc = torch.nn.Linear(16, 10)
-
-        def forward(self, x, t):
-            y = self.c2(torch.relu(self.b1(self.c1(x))))
-            return torch.nn.functional.cross_entropy(self.fc(y.mean((2, 3))).float(), t)
-
     for fmt in (torch.channels_last, torch.contiguous_format):
         plans.clear()
         torch._dynamo.reset()
         torch.manual_seed(0)
-        m = Block().to(memory_format=fmt)
+        m = _ConvBlock().to(memory_format=fmt)
         x = torch.randn(4, 8, 12, 12).to(memory_format=fmt)
         _step_like_eager(m, x, torch.randint(0, 10, (4,)))
         marked = [n for p in plans for n in p.gm.graph.nodes if n.meta.get("evt_conv_input_free")]
@@ -1658,22 +1664,9 @@ def test_channels_last_weight_gradients_keep_the_physical_layout(monkeypatch):
     monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
     monkeypatch.delenv("EVT_PHYSICAL_GRADS", raising=False)
 
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c1 = torch.nn.Conv2d(8, 16, 1, bias=False)
-            self.b1 = torch.nn.BatchNorm2d(16)
-            self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
-            self.b2 = torch.nn.BatchNorm2d(16)
-            self.fc = torch.nn.Linear(16, 10)
-
-        def forward(self, x, t):
-            y = torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))))
-            return torch.nn.functional.cross_entropy(self.fc(y.amax((2, 3))).float(), t)
-
     torch._dynamo.reset()
     torch.manual_seed(0)
-    m = Block().to(memory_format=torch.channels_last)
+    m = _ConvBlock().to(memory_format=torch.channels_last)
     x = torch.randn(4, 8, 12, 12).to(memory_format=torch.channels_last)
     _step_like_eager(m, x, torch.randint(0, 10, (4,)))
     assert m.c2.weight.grad.stride() == m.c2.weight.stride()
@@ -1691,7 +1684,7 @@ def test_channels_last_weight_gradients_keep_the_physical_layout(monkeypatch):
     monkeypatch.setenv("EVT_PHYSICAL_GRADS", "0")
     torch._dynamo.reset()
     torch.manual_seed(0)
-    _step_like_eager(Block().to(memory_format=torch.channels_last), x, torch.randint(0, 10, (4,)))
+    _step_like_eager(_ConvBlock().to(memory_format=torch.channels_last), x, torch.randint(0, 10, (4,)))
     segs = [s for p in plans if p.kind == "backward" for s in p.steps if isinstance(s, B.Segment) and s.path != "none"]
     wseg = [(s, k) for s in segs for m_, k in s.out_index if tuple(A.meta_val(m_).shape) == (16, 16, 3, 3)]
     assert len(wseg) == 1 and wseg[0][1] not in wseg[0][0].phys_out
