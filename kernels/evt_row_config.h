@@ -20,8 +20,8 @@
  * Chosen from the H200 window W2 (bench/results/rows-perf-W2.md): EXACT (no bounds checks when N fills the
  * row-group, 1.66x -> 1.42x floor for layer norm), row sums in shared memory with 32-warp CTAs and one row
  * prefetched (layer-norm backward 2.38x -> 1.60x), one warp per row for 1024-wide softmax (1.42x -> 1.26x). */
-#define EVT_ROWS_DEFAULT_WARP_VPT 2       /* layer norms, softmax backward, kernels with row sums */
-#define EVT_ROWS_DEFAULT_WARP_VPT_LIGHT 4 /* softmax, nucleus-free kernels without row sums */
+#define EVT_ROWS_DEFAULT_WARP_VPT 2       /* layer norms, kernels with row sums or (softmax backward) M×N epilogue inputs */
+#define EVT_ROWS_DEFAULT_WARP_VPT_LIGHT 4 /* softmax, nucleus-free kernels without row sums, softmax backward */
 #define EVT_ROWS_DEFAULT_CTA_WARPS 8
 #define EVT_ROWS_DEFAULT_CTA_WARPS_SUM 32
 #define EVT_ROWS_DEFAULT_DEPTH 2
@@ -41,6 +41,20 @@
  * T·VPT <= 256 — with the default warp_vpt only the (1, 4) instantiation, which the default choice never picks
  * for layer norms; read back per row it was slower than registers on the H200 (S21W4), so no default uses it */
 #define EVT_ROWS_DEFAULT_WB_SMEM_VPT 4
+/* grid: at most this many waves of resident CTAs, each a grid-stride loop over rows with the next row prefetched
+ * (0: one pass, a CTA per R rows, no loop). WAVES_W1 for one warp per row (R = 8 rows per CTA), WAVES for rows
+ * of several warps, WAVES_SUM for kernels with row sums (each CTA adds a partial row to the workspace that the
+ * finalize kernel reads). H200 S24W3, steady x floor, persistent -> one pass: one warp per row gains (softmax
+ * 16384x1024 1.24 -> 1.21, 65536x512 1.21 -> 1.12, softmax backward 65536x512 1.08 -> 1.04, chain 1.15 ->
+ * 1.12: 24-40 rows in flight per SM without the prefetch); several warps per row lose (layer norm 1.31 -> 1.66,
+ * + residual 1.19 -> 1.53, softmax backward 1024 1.16 -> 1.30, GELU backward 1.34 -> 1.83: the prefetch of the
+ * next row is what keeps their few rows per SM streaming). CS: cache-streaming hints on the M×N chunks (1 loads
+ * and stores, 2 loads, 3 stores; 0 none): no gain anywhere in S24W3 (softmax 1.24 -> 1.26, layer norm 1.31 ->
+ * 1.33, layer-norm backward 1.44 -> 1.44), so off. */
+#define EVT_ROWS_DEFAULT_WAVES_W1 0
+#define EVT_ROWS_DEFAULT_WAVES 1
+#define EVT_ROWS_DEFAULT_WAVES_SUM 1
+#define EVT_ROWS_DEFAULT_CS 0
 
 /* (warps, vpt, min_vpt) of every configuration evt_row_pick_config can return; min_vpt 2: only with min_vpt 2
  * (the generated launcher instantiates those only when EVT_ROWS_MIN_VPT is 2). */

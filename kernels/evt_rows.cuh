@@ -7,9 +7,9 @@
 // (the launcher checked N % 8 == 0 and 16-byte aligned pointers, and the chunk lies inside the row),
 // otherwise element by element with bounds checks. Reductions within a row: butterfly warp shuffles, then
 // one shared-memory slot per warp, summed by every thread in the same order (deterministic; all threads of
-// a group see the same value); the group synchronizes on its own named barrier. Kernels are persistent (one
-// wave of CTAs, a grid-stride loop over rows) and fetch the next row's M×N inputs into raw registers before
-// working on the current one; per-column N-vectors (w, b, row broadcasts) are loaded once per thread. Elementwise math matches evt_vop_apply (src/evt/vref.c).
+// a group see the same value); the group synchronizes on its own named barrier. Kernels loop over rows
+// (grid-stride; the launcher's grid is one wave of CTAs, or one pass for one warp per row: EVT_ROWS_WAVES*) and
+// fetch the next row's M×N inputs into raw registers before working on the current one; per-column N-vectors (w, b, row broadcasts) are loaded once per thread. Elementwise math matches evt_vop_apply (src/evt/vref.c).
 #ifndef EVT_ROWS_CUH
 #define EVT_ROWS_CUH
 
@@ -26,6 +26,10 @@
 
 #ifndef EVT_ROWS_PDL  // programmatic dependent launch of the row-sum finalize kernel (Hopper)
 #define EVT_ROWS_PDL 1
+#endif
+
+#ifndef EVT_ROWS_CS  // cache-streaming hints on M×N chunks (the generated source sets it; see evt_row_config.h)
+#define EVT_ROWS_CS 0
 #endif
 
 namespace evt_rows {
@@ -109,7 +113,12 @@ __device__ __forceinline__ void store8(T *__restrict__ p, int j0, int n, bool fu
     }
     constexpr int NV = (int)sizeof(T) * 8 / 16;
 #pragma unroll
-    for (int k = 0; k < NV; k++) reinterpret_cast<uint4 *>(p + j0)[k] = reinterpret_cast<const uint4 *>(tmp)[k];
+    for (int k = 0; k < NV; k++) {
+      uint4 *q = reinterpret_cast<uint4 *>(p + j0) + k;
+      const uint4 u = reinterpret_cast<const uint4 *>(tmp)[k];
+      if (EVT_ROWS_CS == 1 || EVT_ROWS_CS == 3) __stcs(q, u);  // evict-first: written once, read by a later kernel
+      else *q = u;
+    }
   } else {
 #pragma unroll
     for (int e = 0; e < 8; e++)
@@ -167,7 +176,10 @@ template <class T>
 __device__ __forceinline__ void fetch8(const T *__restrict__ p, int j0, int n, bool full, Raw8<T> &r) {
   if (full) {
 #pragma unroll
-    for (int k = 0; k < (int)sizeof(T) * 8 / 16; k++) r.u[k] = reinterpret_cast<const uint4 *>(p + j0)[k];
+    for (int k = 0; k < (int)sizeof(T) * 8 / 16; k++) {
+      const uint4 *q = reinterpret_cast<const uint4 *>(p + j0) + k;
+      r.u[k] = EVT_ROWS_CS == 1 || EVT_ROWS_CS == 2 ? __ldcs(q) : *q;  // streamed: each chunk is read once
+    }
   } else {
     T *q = reinterpret_cast<T *>(r.u);
 #pragma unroll

@@ -9,8 +9,9 @@
  *      epilogue: chunk loads (aux, row broadcast), one straight-line f32 statement per node and element,
  *      chunk stores; col_sum accumulates per thread and is reduced per row; row_sum (Σ over M) accumulates
  *      per thread across the CTA's rows, and at the end each CTA writes one partial N-vector to a workspace;
- *      `launch<WARPS, VPT>`: block size, grid (with row sums: at most one wave of resident CTAs, so the
- *      partial count stays small), workspace, the kernel, then evt_rows::rowsum_finalize per row sum
+ *      `launch<WARPS, VPT>`: block size, grid (one warp per row: one pass, a CTA per R rows; otherwise, and
+ *      always with row sums, at most one wave of resident CTAs: the loop prefetches the next row, and the
+ *      partial count stays small; EVT_ROWS_WAVES*), workspace, the kernel, then evt_rows::rowsum_finalize per row sum
  *      (fixed-order two-pass: deterministic on a given GPU, no atomics);
  *   3. `extern "C" int evt_rowkernel_<hash>(const evt_row_launch_args *)`: argument checks, the 16-byte
  *      vector flag (N % 8 == 0 and every M×N / N-vector pointer 16-byte aligned), configuration choice
@@ -137,25 +138,36 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_MINB_W1 %d\n#endif\n"
          "#ifndef EVT_ROWS_WB_SMEM_VPT  // layer norms: w / b in shared memory from this many chunks per thread\n"
          "#define EVT_ROWS_WB_SMEM_VPT %d\n#endif\n"
+         "#ifndef EVT_ROWS_WAVES_W1  // grid, one warp per row: at most this many waves of resident CTAs (0: one pass)\n"
+         "#define EVT_ROWS_WAVES_W1 %d\n#endif\n"
+         "#ifndef EVT_ROWS_WAVES  // ... rows of several warps\n"
+         "#define EVT_ROWS_WAVES %d\n#endif\n"
+         "#ifndef EVT_ROWS_WAVES_SUM  // ... for kernels with row sums (one workspace partial per CTA)\n"
+         "#define EVT_ROWS_WAVES_SUM %d\n#endif\n"
+         "#ifndef EVT_ROWS_CS  // cache-streaming M×N chunks: 1 loads and stores, 2 loads, 3 stores, 0 none\n"
+         "#define EVT_ROWS_CS %d\n#endif\n"
          "#ifndef EVT_ROWS_INST  // which (warps, vpt) configurations to instantiate (benchmarks compile fewer)\n"
          "#define EVT_ROWS_INST(w, v) 1\n#endif\n\n",
      EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
      EVT_ROWS_DEFAULT_DEPTH, EVT_ROWS_DEFAULT_DEPTH_VPT, EVT_ROWS_DEFAULT_DEEP_SUM, EVT_ROWS_DEFAULT_MINB_SUM, EVT_ROWS_DEFAULT_SMEM_SUM,
      EVT_ROWS_DEFAULT_SUM_REGS,
-     EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_W1, EVT_ROWS_DEFAULT_WB_SMEM_VPT);
+     EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_W1, EVT_ROWS_DEFAULT_WB_SMEM_VPT,
+     EVT_ROWS_DEFAULT_WAVES_W1, EVT_ROWS_DEFAULT_WAVES, EVT_ROWS_DEFAULT_WAVES_SUM, EVT_ROWS_DEFAULT_CS);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
   /* one warp per row while a row fits 32 lanes x this many chunks: per kernel (not a shared macro default, so
    * several kernels in one translation unit keep their own): light nuclei (softmax, nucleus-free without Σ over
-   * M) take 4 chunks per lane, layer norms, softmax backward and row-sum kernels 2 (more registers per element:
+   * M, plain softmax backward) take 4 chunks per lane, layer norms and row-sum kernels 2 (more registers per element:
    * one warp per 1024-wide row spilled or fell to one CTA per SM on the H200, W2) */
-  const int light = (nu == EVT_ROWN_SOFTMAX || nu == EVT_ROWN_NONE) && !nrowsum;
+  int aux_rows = 0; /* M×N inputs of the epilogue */
+  for (int i = 0; i < s->nnodes; i++) aux_rows += s->nodes[i].op == EVT_V_AUX_LOAD;
+  /* softmax backward without other M×N inputs: light too since one pass per warp (S24W4: 16384x1024 one warp x 4
+   * chunks, 114 registers, 1.17 -> 1.12x floor) */
+  const int light = (nu == EVT_ROWN_SOFTMAX || nu == EVT_ROWN_NONE || (nu == EVT_ROWN_SOFTMAX_BWD && !aux_rows)) && !nrowsum;
   sb(&b, "#ifdef EVT_ROWS_WARP_VPT\nconstexpr int kWarpVpt = EVT_ROWS_WARP_VPT;\n#else\nconstexpr int kWarpVpt = %d;\n#endif\n",
      light ? EVT_ROWS_DEFAULT_WARP_VPT_LIGHT : EVT_ROWS_DEFAULT_WARP_VPT);
   /* rows longer than one warp takes: at least this many chunks per thread (EVT_ROWS_MIN_VPT overrides; 1 or 2).
    * Layer norms without other M×N inputs take 2 (H200 S22W1/W2: layer norm 1.42 -> 1.33x floor, backward 1.55
    * -> 1.46x; a residual input's registers cost it the gain), the rest 1. */
-  int aux_rows = 0;
-  for (int i = 0; i < s->nnodes; i++) aux_rows += s->nodes[i].op == EVT_V_AUX_LOAD;
   const int min_vpt = (nu == EVT_ROWN_LAYERNORM || nu == EVT_ROWN_LAYERNORM_BWD) && !aux_rows ? EVT_ROWS_DEFAULT_MIN_VPT_LN : 1;
   sb(&b, "#ifdef EVT_ROWS_MIN_VPT\nconstexpr int kMinVpt = EVT_ROWS_MIN_VPT;\n#else\nconstexpr int kMinVpt = %d;\n#endif\n\n",
      min_vpt);
@@ -426,7 +438,10 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "    cudaFuncAttributes fa = {};\n    cudaFuncGetAttributes(&fa, row_kernel<WARPS, VPT, R, EX>);\n    regs = fa.numRegs;\n"
          "    resident = sms * (occ > 0 ? occ : 1);\n  }\n"
          "  g_info[0] = WARPS, g_info[1] = VPT, g_info[2] = R, g_info[3] = occ, g_info[4] = regs;\n"
-         "  const int grid = (int)(blocks < resident ? blocks : resident);\n");
+         "  constexpr int WAVES = %s;  // 0: one pass\n"
+         "  const long long cap = WAVES > 0 ? (long long)resident * WAVES : blocks;\n"
+         "  const int grid = (int)(blocks < cap ? blocks : cap);\n",
+     nrowsum ? "EVT_ROWS_WAVES_SUM" : "WARPS == 1 ? EVT_ROWS_WAVES_W1 : EVT_ROWS_WAVES");
   if (nrowsum) {
     sb(&b, "  const size_t need = (size_t)%d * grid * p.n * sizeof(float);\n"
            "  if (need > g_ws_bytes) {\n    if (g_ws) cudaFree(g_ws);\n    g_ws = nullptr;\n    g_ws_bytes = 0;\n"

@@ -154,6 +154,9 @@ TEST(emit_rows_structure) {
   /* every tuning macro gets its default from evt_row_config.h */
   CHECK(has_int(a, "#define EVT_ROWS_MINB_SUM %d\n", EVT_ROWS_DEFAULT_MINB_SUM));
   CHECK(has_int(a, "#define EVT_ROWS_EXACT %d\n", EVT_ROWS_DEFAULT_EXACT));
+  CHECK(has_int(a, "#define EVT_ROWS_WAVES_W1 %d\n", EVT_ROWS_DEFAULT_WAVES_W1));
+  /* row sums: the grid is capped at EVT_ROWS_WAVES_SUM waves whatever the warps per row (partials per CTA) */
+  CHECK(strstr(a, "constexpr int WAVES = EVT_ROWS_WAVES_SUM;") != NULL);
   /* layer-norm backward (row sums): the heavy rule for one warp per row */
   CHECK(has_int(a, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT));
   /* a layer norm without other M×N inputs: at least EVT_ROWS_DEFAULT_MIN_VPT_LN chunks per thread past one warp;
@@ -174,6 +177,10 @@ TEST(emit_rows_structure) {
   CHECK(a && strstr(a, "#if EVT_ROWS_INST(2, 2) && defined(EVT_ROWS_MIN_VPT) && EVT_ROWS_MIN_VPT == 2\n") != NULL);
   CHECK(a && strstr(a, "#if EVT_ROWS_INST(4, 1) && (!defined(EVT_ROWS_MIN_VPT) || EVT_ROWS_MIN_VPT != 2)\n") != NULL);
   free(a);
+  evt_rspec_example(&s, "softmax_bwd", EVT_BF16); /* no other M×N input: one warp per row up to 4 chunks per lane */
+  a = evt_emit_rows(&s, err, sizeof err);
+  CHECK(a && has_int(a, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT_LIGHT));
+  free(a);
   evt_rspec_example(&s, "chain_rowsum", EVT_F32);
   a = evt_emit_rows(&s, err, sizeof err);
   CHECK(has_int(a, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT_LIGHT)); /* no Σ over M: the light rule */
@@ -181,6 +188,9 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "cs10 = evt_rows::group_sum1<WARPS>(cs10, rk);") != NULL); /* one-barrier reduction */
   CHECK(strstr(a, "const auto v5 = evt_rows::relu(v4);") != NULL);
   CHECK(strstr(a, "rowsum_finalize") == NULL && strstr(a, "g_ws") == NULL);
+  /* no row sums: one warp per row runs one pass (no grid cap), several warps per row one wave */
+  CHECK(strstr(a, "constexpr int WAVES = WARPS == 1 ? EVT_ROWS_WAVES_W1 : EVT_ROWS_WAVES;") != NULL);
+  CHECK(strstr(a, "const long long cap = WAVES > 0 ? (long long)resident * WAVES : blocks;") != NULL);
   CHECK(strstr(a, "1024 / (WARPS * 32 * R)") != NULL); /* one-chunk rows: >= 1024 resident threads */
   CHECK(strstr(a, "const float *n0_a;") != NULL);
   CHECK(strstr(a, "evt_rows::unpack8(c_L0[v], L0);") != NULL); /* aux loads come from the prefetched row */
