@@ -37,6 +37,7 @@
 #define EVT_ROWS_DEFAULT_EXACT 1
 #define EVT_ROWS_DEFAULT_RED_SOFTMAX 0
 #define EVT_ROWS_DEFAULT_MINB_W1 1     /* one warp per row, VPT > 1: minimum CTAs per SM (1: no register cap) */
+#define EVT_ROWS_DEFAULT_MINB_MULTI 1  /* several warps and chunks per row, no row sums: the same */
 /* layer norms: w / b staged in shared memory (not registers) from this many chunks per thread, for groups of
  * T·VPT <= 256 — with the default warp_vpt only the (1, 4) instantiation, which the default choice never picks
  * for layer norms; read back per row it was slower than registers on the H200 (S21W4), so no default uses it */

@@ -136,6 +136,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_RED_SOFTMAX %d\n#endif\n"
          "#ifndef EVT_ROWS_MINB_W1  // one warp per row, several chunks per thread: __launch_bounds__ minimum CTAs per SM\n"
          "#define EVT_ROWS_MINB_W1 %d\n#endif\n"
+         "#ifndef EVT_ROWS_MINB_MULTI  // several warps and chunks per row, no row sums: __launch_bounds__ minimum CTAs per SM\n"
+         "#define EVT_ROWS_MINB_MULTI %d\n#endif\n"
          "#ifndef EVT_ROWS_WB_SMEM_VPT  // layer norms: w / b in shared memory from this many chunks per thread\n"
          "#define EVT_ROWS_WB_SMEM_VPT %d\n#endif\n"
          "#ifndef EVT_ROWS_WAVES_W1  // grid, one warp per row: at most this many waves of resident CTAs (0: one pass)\n"
@@ -151,7 +153,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
      EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
      EVT_ROWS_DEFAULT_DEPTH, EVT_ROWS_DEFAULT_DEPTH_VPT, EVT_ROWS_DEFAULT_DEEP_SUM, EVT_ROWS_DEFAULT_MINB_SUM, EVT_ROWS_DEFAULT_SMEM_SUM,
      EVT_ROWS_DEFAULT_SUM_REGS,
-     EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_W1, EVT_ROWS_DEFAULT_WB_SMEM_VPT,
+     EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_W1, EVT_ROWS_DEFAULT_MINB_MULTI,
+     EVT_ROWS_DEFAULT_WB_SMEM_VPT,
      EVT_ROWS_DEFAULT_WAVES_W1, EVT_ROWS_DEFAULT_WAVES, EVT_ROWS_DEFAULT_WAVES_SUM, EVT_ROWS_DEFAULT_CS);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
   /* one warp per row while a row fits 32 lanes x this many chunks: per kernel (not a shared macro default, so
@@ -234,8 +237,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
 #undef RIN
   sb(&b, nrowsum ? "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel(Params p) {\n"
                  : "// one-chunk rows: at least 1024 resident threads per SM (caps registers at 64 per thread); one-warp rows\n"
-                   "// with more chunks: at least EVT_ROWS_MINB_W1 CTAs per SM\n"
-                   "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : WARPS == 1 ? EVT_ROWS_MINB_W1 : 1)\n"
+                   "// with more chunks: at least EVT_ROWS_MINB_W1 CTAs per SM, longer rows EVT_ROWS_MINB_MULTI\n"
+                   "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : WARPS == 1 ? EVT_ROWS_MINB_W1 : EVT_ROWS_MINB_MULTI)\n"
                    "row_kernel(Params p) {\n");
   sb(&b, "  constexpr int T = WARPS * 32;\n");
   if (nrowsum) sb(&b, "  using RSums = RSumsOf<WARPS, VPT, R>;\n");
