@@ -248,6 +248,20 @@ static void reference_parallel(RowProblem &P) {
       }
 }
 
+// The floor's reference for perf and copyfloor: allocates the flush buffer, the sink and two 1 GiB buffers (src
+// filled) and returns the time of one device-to-device copy of kCopyBytes (dirty method, median of 10).
+static const size_t kCopyBytes = 1u << 30;
+static double copy_floor_setup(char **src, char **dst) {
+  CUDA_CHECK(cudaMalloc(&g_flush, kFlush));
+  CUDA_CHECK(cudaMemset(g_flush, 1, kFlush));
+  CUDA_CHECK(cudaMalloc(&g_sink, 16));
+  CUDA_CHECK(cudaMalloc(src, kCopyBytes));
+  CUDA_CHECK(cudaMalloc(dst, kCopyBytes));
+  CUDA_CHECK(cudaMemset(*src, 1, kCopyBytes));
+  char *s = *src, *d = *dst;
+  return median_us_m([&] { CUDA_CHECK(cudaMemcpyAsync(d, s, kCopyBytes, cudaMemcpyDeviceToDevice)); }, 10, false);
+}
+
 static int perf_main(int argc, char **argv) {
   int reps = getenv("REPS") ? atoi(getenv("REPS")) : 20;
   std::vector<std::string> labels;
@@ -262,15 +276,9 @@ static int perf_main(int argc, char **argv) {
     vars.push_back(all_row_cases());
     load_all(vars.back(), eq + 1, true);
   }
-  CUDA_CHECK(cudaMalloc(&g_flush, kFlush));
-  CUDA_CHECK(cudaMemset(g_flush, 1, kFlush));
-  CUDA_CHECK(cudaMalloc(&g_sink, 16));
-  const size_t cb = 1u << 30;
-  void *src, *dst;
-  CUDA_CHECK(cudaMalloc(&src, cb));
-  CUDA_CHECK(cudaMalloc(&dst, cb));
-  CUDA_CHECK(cudaMemset(src, 1, cb));
-  double copy_d = median_us_m([&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice)); }, 10, false);
+  const size_t cb = kCopyBytes;
+  char *src, *dst;
+  const double copy_d = copy_floor_setup(&src, &dst);
   double copy_c = median_us_m([&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice)); }, 10, true);
   const double bw = 2.0 * cb / (copy_d * 1e-6);
   printf("copy 1 GiB D2D: %.1f us dirty-flush -> %.1f GB/s (the floor's bandwidth); %.1f us clean-flush -> %.1f GB/s\n",
@@ -450,16 +458,11 @@ static void launch_copy(copy_fn f, int grid, int threads, const void *s, void *d
 }
 
 static int copyfloor_main() {
-  CUDA_CHECK(cudaMalloc(&g_flush, kFlush));
-  CUDA_CHECK(cudaMalloc(&g_sink, 16));
-  const size_t cb = 1u << 30;
+  const size_t cb = kCopyBytes;
   char *src, *dst;
-  CUDA_CHECK(cudaMalloc(&src, cb));
-  CUDA_CHECK(cudaMalloc(&dst, cb));
-  CUDA_CHECK(cudaMemset(src, 1, cb));
+  const double copy_d = copy_floor_setup(&src, &dst);
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const double copy_d = median_us_m([&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice)); }, 10, false);
   const double bw = 2.0 * cb / (copy_d * 1e-6);
   printf("copy 1 GiB D2D: %.1f us -> %.1f GB/s (the floor's bandwidth), %d SMs\n", copy_d, bw / 1e9, sms);
   // check one variant moves the bytes (the timing below would not notice a kernel that copies nothing)
