@@ -20,7 +20,7 @@
  * Chosen from the H200 window W2 (bench/results/rows-perf-W2.md): EXACT (no bounds checks when N fills the
  * row-group, 1.66x -> 1.42x floor for layer norm), row sums in shared memory with 32-warp CTAs and one row
  * prefetched (layer-norm backward 2.38x -> 1.60x), one warp per row for 1024-wide softmax (1.42x -> 1.26x). */
-#define EVT_ROWS_DEFAULT_WARP_VPT 2       /* layer norms, kernels with row sums or (softmax backward) M×N epilogue inputs */
+#define EVT_ROWS_DEFAULT_WARP_VPT 2       /* layer norms, row-sum kernels, softmax backward with M×N epilogue inputs */
 #define EVT_ROWS_DEFAULT_WARP_VPT_LIGHT 4 /* softmax, nucleus-free kernels without row sums, softmax backward */
 #define EVT_ROWS_DEFAULT_CTA_WARPS 8
 #define EVT_ROWS_DEFAULT_CTA_WARPS_SUM 32
@@ -51,7 +51,8 @@
  * + residual 1.19 -> 1.53, softmax backward 1024 1.16 -> 1.30, GELU backward 1.34 -> 1.83: the prefetch of the
  * next row is what keeps their few rows per SM streaming). CS: cache-streaming hints on the M×N chunks (1 loads
  * and stores, 2 loads, 3 stores; 0 none): no gain anywhere in S24W3 (softmax 1.24 -> 1.26, layer norm 1.31 ->
- * 1.33, layer-norm backward 1.44 -> 1.44), so off. */
+ * 1.33, layer-norm backward 1.44 -> 1.44), so off; it is read by kernels/evt_rows.cuh itself (its chunk loads and
+ * stores), not emitted into the generated source. */
 #define EVT_ROWS_DEFAULT_WAVES_W1 0
 #define EVT_ROWS_DEFAULT_WAVES 1
 #define EVT_ROWS_DEFAULT_WAVES_SUM 1

@@ -9,7 +9,8 @@
 // one shared-memory slot per warp, summed by every thread in the same order (deterministic; all threads of
 // a group see the same value); the group synchronizes on its own named barrier. Kernels loop over rows
 // (grid-stride; the launcher's grid is one wave of CTAs, or one pass for one warp per row: EVT_ROWS_WAVES*) and
-// fetch the next row's M×N inputs into raw registers before working on the current one; per-column N-vectors (w, b, row broadcasts) are loaded once per thread. Elementwise math matches evt_vop_apply (src/evt/vref.c).
+// fetch the next row's M×N inputs into raw registers before working on the current one; per-column N-vectors
+// (w, b, row broadcasts) are loaded once per thread. Elementwise math matches evt_vop_apply (src/evt/vref.c).
 #ifndef EVT_ROWS_CUH
 #define EVT_ROWS_CUH
 
@@ -28,8 +29,8 @@
 #define EVT_ROWS_PDL 1
 #endif
 
-#ifndef EVT_ROWS_CS  // cache-streaming hints on M×N chunks (the generated source sets it; see evt_row_config.h)
-#define EVT_ROWS_CS 0
+#ifndef EVT_ROWS_CS  // cache-streaming hints on M×N chunks (evt_row_config.h; -D overrides)
+#define EVT_ROWS_CS EVT_ROWS_DEFAULT_CS
 #endif
 
 namespace evt_rows {

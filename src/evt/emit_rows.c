@@ -146,8 +146,6 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_WAVES %d\n#endif\n"
          "#ifndef EVT_ROWS_WAVES_SUM  // ... for kernels with row sums (one workspace partial per CTA)\n"
          "#define EVT_ROWS_WAVES_SUM %d\n#endif\n"
-         "#ifndef EVT_ROWS_CS  // cache-streaming M×N chunks: 1 loads and stores, 2 loads, 3 stores, 0 none\n"
-         "#define EVT_ROWS_CS %d\n#endif\n"
          "#ifndef EVT_ROWS_INST  // which (warps, vpt) configurations to instantiate (benchmarks compile fewer)\n"
          "#define EVT_ROWS_INST(w, v) 1\n#endif\n\n",
      EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
@@ -155,7 +153,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
      EVT_ROWS_DEFAULT_SUM_REGS,
      EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_W1, EVT_ROWS_DEFAULT_MINB_MULTI,
      EVT_ROWS_DEFAULT_WB_SMEM_VPT,
-     EVT_ROWS_DEFAULT_WAVES_W1, EVT_ROWS_DEFAULT_WAVES, EVT_ROWS_DEFAULT_WAVES_SUM, EVT_ROWS_DEFAULT_CS);
+     EVT_ROWS_DEFAULT_WAVES_W1, EVT_ROWS_DEFAULT_WAVES, EVT_ROWS_DEFAULT_WAVES_SUM);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
   /* one warp per row while a row fits 32 lanes x this many chunks: per kernel (not a shared macro default, so
    * several kernels in one translation unit keep their own): light nuclei (softmax, nucleus-free without Σ over
@@ -163,8 +161,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
    * one warp per 1024-wide row spilled or fell to one CTA per SM on the H200, W2) */
   int aux_rows = 0; /* M×N inputs of the epilogue */
   for (int i = 0; i < s->nnodes; i++) aux_rows += s->nodes[i].op == EVT_V_AUX_LOAD;
-  /* softmax backward without other M×N inputs: light too since one pass per warp (S24W4: 16384x1024 one warp x 4
-   * chunks, 114 registers, 1.17 -> 1.12x floor) */
+  /* softmax backward without other M×N inputs counts as light (S24W4: 16384x1024 as one warp x 4 chunks, 114
+   * registers, 1.17 -> 1.12x floor) */
   const int light = (nu == EVT_ROWN_SOFTMAX || nu == EVT_ROWN_NONE || (nu == EVT_ROWN_SOFTMAX_BWD && !aux_rows)) && !nrowsum;
   sb(&b, "#ifdef EVT_ROWS_WARP_VPT\nconstexpr int kWarpVpt = EVT_ROWS_WARP_VPT;\n#else\nconstexpr int kWarpVpt = %d;\n#endif\n",
      light ? EVT_ROWS_DEFAULT_WARP_VPT_LIGHT : EVT_ROWS_DEFAULT_WARP_VPT);
