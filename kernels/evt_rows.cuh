@@ -22,11 +22,16 @@
 
 #include <type_traits>
 
+#include "evt_launch.h"
 #include "evt_row_config.h"
 #include "philox.h"
 
 #ifndef EVT_ROWS_PDL  // programmatic dependent launch of the row-sum finalize kernel (Hopper)
 #define EVT_ROWS_PDL 1
+#endif
+
+#ifndef EVT_ROWS_PDL_MAIN  // the row kernels themselves as programmatic dependent launches (evt_row_config.h)
+#define EVT_ROWS_PDL_MAIN EVT_ROWS_DEFAULT_PDL_MAIN
 #endif
 
 #ifndef EVT_ROWS_CS  // cache-streaming hints on M×N chunks (evt_row_config.h; -D overrides)
@@ -880,6 +885,9 @@ static __global__ void __launch_bounds__(1024) rowsum_finalize(const float *__re
 #if EVT_ROWS_PDL
   cudaGridDependencySynchronize();  // launched early (programmatic dependent launch): wait for the row kernel
 #endif
+#if EVT_ROWS_PDL_MAIN
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the next row kernel may be scheduled
+#endif
   const int j = blockIdx.x * 32 + threadIdx.x;
   const float *w = ws + (size_t)blockIdx.y * parts * n;
   float a = 0.f;
@@ -920,6 +928,47 @@ static inline void launch_rowsum_finalize(dim3 grid, cudaStream_t st, const floa
 #endif
   rowsum_finalize<<<grid, dim3(32, 32), 0, st>>>(ws, parts, n, outs);
 }
+// A row kernel launched as a programmatic dependent launch (EVT_ROWS_PDL_MAIN) is scheduled while the previous
+// kernel in the stream drains: its first statement waits until that kernel completed and its writes are visible
+// (a no-op in a plain launch). Every kernel whose launcher sets the attribute waits before touching memory, so the
+// wait is transitive down the stream.
+__device__ __forceinline__ void wait_prior_grids() {
+#if EVT_ROWS_PDL_MAIN
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Lets the next kernel in the stream, if launched with the attribute, be scheduled once every CTA of this grid has
+// started (it waits for this grid's completion all the same): kernels without row sums call it right after the wait.
+__device__ __forceinline__ void release_dependents() {
+#if EVT_ROWS_PDL_MAIN
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// The row kernel's launch: with EVT_ROWS_PDL_MAIN a programmatic dependent launch (plain if the driver refuses it,
+// or with EVT_PDL=0 in the environment).
+template <class P>
+static inline void launch_main(void (*kernel)(P), int grid, int threads, size_t smem, cudaStream_t st, P p) {
+#if EVT_ROWS_PDL_MAIN
+  if (!evt_pdl_enabled()) {
+    kernel<<<grid, threads, smem, st>>>(p);
+    return;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, kernel, p) == cudaSuccess) return;
+  (void)cudaGetLastError();  // refused: a plain launch (the kernel's wait is then a no-op)
+#endif
+  kernel<<<grid, threads, smem, st>>>(p);
+}
+
 // Called by a row kernel with row sums after its last row: lets the dependent finalize launch begin.
 __device__ __forceinline__ void trigger_dependents() {
 #if EVT_ROWS_PDL

@@ -440,7 +440,7 @@ static void emit_batched_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o
             "    g_workspace_bytes = ws;\n"
             "  }\n"
             "  if (gemm.initialize(args, g_workspace, stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_INIT;\n"
-            "  if (gemm.run(stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
+            "  if (gemm.run(stream, nullptr, EVT_GEMM_PDL != 0 && evt_pdl_enabled()) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
             "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n"
             "  }\n"
             "  return EVT_LAUNCH_OK;\n"
@@ -471,6 +471,10 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
   }
   sb_printf(&b,
             "#include <cuda_runtime.h>\n#include <cstring>\n"
+            "#ifndef EVT_GEMM_PDL  // launched as a programmatic dependent launch: CUTLASS's producer warps wait for the\n"
+            "#define EVT_GEMM_PDL %d  // previous kernel (griddepcontrol) and the consumers release the next one%s\n"
+            "#endif\n"
+            "#if EVT_GEMM_PDL && !defined(CUTLASS_ENABLE_GDC_FOR_SM90)\n#define CUTLASS_ENABLE_GDC_FOR_SM90 1\n#endif\n"
             "#include \"cutlass/cutlass.h\"\n"
             "#include \"cute/tensor.hpp\"\n"
             "#include \"cutlass/gemm/device/gemm_universal_adapter.h\"\n"
@@ -485,7 +489,12 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "#include \"cutlass/util/packed_stride.hpp\"\n"
             "#include \"evt_visitor_ops.h\"\n"
             "%s"
-            "#include \"evt_launch.h\"\n\n",
+            "#include \"evt_launch.h\"\n"
+            "#if EVT_GEMM_PDL && defined(__CUDA_ARCH__) && !defined(CUTLASS_GDC_ENABLED)\n"
+            "#error \"EVT_GEMM_PDL: CUTLASS grid dependency control is off for this target (sm_90a only)\"\n"
+            "#endif\n\n",
+            /* CUTLASS 4.2's stream-K scheduler does not compile with grid dependency control (is_last_tile) */
+            s->cfg.stream_k ? 0 : 1, s->cfg.stream_k ? " (not with stream-K: CUTLASS 4.2 cannot)" : "",
             uses_own_row_sum(s) ? "#include \"evt_visitor_nodes.h\"\n" : "");
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
   int coop = s->cfg.schedule == EVT_SCHED_COOPERATIVE;
@@ -614,7 +623,7 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
               "  key.stream = nullptr;\n"
               "  for (int c = 0; c < kLaunchCache; c++)\n"
               "    if (g_cache_used[c] && !memcmp(&g_cache_key[c], &key, sizeof key)) {\n"
-              "      if (g_cache[c].run(stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
+              "      if (g_cache[c].run(stream, nullptr, EVT_GEMM_PDL != 0 && evt_pdl_enabled()) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
               "      return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n"
               "    }\n");
   sb_printf(&b, "  typename EVT::Arguments fusion_args =\n");
@@ -649,7 +658,7 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "    g_workspace_bytes = ws;\n"
             "  }\n"
             "  if (gemm.initialize(args, g_workspace, stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_INIT;\n"
-            "  if (gemm.run(stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
+            "  if (gemm.run(stream, nullptr, EVT_GEMM_PDL != 0 && evt_pdl_enabled()) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
             "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n",
             /* a kernel whose launches use the workspace (stream-K's partial tiles and locks, the 'workspace' sums)
              * keeps a smaller old buffer alive: a CUDA graph captured with it may replay later (kernels without

@@ -145,6 +145,10 @@ TEST(ci_nvcc_frontend_accepts_stream_k_kernel) {
   evt_tile_config c = {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC, 0, 1};
   evt_kspec s;
   CHECK(evt_kspec_example(&s, "bias_relu_dbias", c) == EVT_OK);
+  /* CUTLASS 4.2's stream-K scheduler does not compile with grid dependency control: a plain launch */
+  char err[256], *src = evt_emit_cutlass(&s, err, sizeof err);
+  CHECK(src && strstr(src, "#define EVT_GEMM_PDL 0 ") != NULL);
+  free(src);
   evt_test_nvcc_frontend("ci_nvcc_frontend_accepts_stream_k_kernel", &s);
 }
 

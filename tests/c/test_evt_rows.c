@@ -145,7 +145,12 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "constexpr bool WB_SMEM = VPT >= EVT_ROWS_WB_SMEM_VPT && T * VPT <= 256;") != NULL);
   CHECK(strstr(a, "evt_rows::smem_row<T, VPT>(wb_s[0], t, nu_w);") != NULL);
   CHECK(strstr(a, "using RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, 2,") != NULL);
-  CHECK(strstr(a, "row_kernel<WARPS, VPT, R, EX><<<grid, WARPS * 32 * R, SMEM, st>>>(p);") != NULL);
+  CHECK(strstr(a, "evt_rows::launch_main(row_kernel<WARPS, VPT, R, EX>, grid, WARPS * 32 * R, SMEM, st, p);") != NULL);
+  /* programmatic dependent launch: the wait comes before the first global access (w, then the first rows); with
+   * row sums the next kernel is released only at the flush (the finalize reads the partials) */
+  const char *wt = strstr(a, "evt_rows::wait_prior_grids();");
+  CHECK(wt && strstr(a, "p.w") > wt && strstr(a, "evt_rows::fetch_row") > wt);
+  CHECK(strstr(a, "evt_rows::release_dependents();") == NULL);
   CHECK(strstr(a, "return EVT_ROWS_EXACT && p.vec && p.n == 1024 ? launch<4, 1, EVT_ROWS_EXACT != 0>(p, st) : launch<4, 1, false>(p, st);") != NULL);
   CHECK(strstr(a, "const auto v4 = v2 * v3;") != NULL); /* auto: float, or double for integer tensors */
   CHECK(strstr(a, "evt_rows::store8(p.n1_dx + ro, j0, n, full, S1);") != NULL);
@@ -188,6 +193,9 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "cs10 = evt_rows::group_sum1<WARPS>(cs10, rk);") != NULL); /* one-barrier reduction */
   CHECK(strstr(a, "const auto v5 = evt_rows::relu(v4);") != NULL);
   CHECK(strstr(a, "rowsum_finalize") == NULL && strstr(a, "g_ws") == NULL);
+  /* no row sums: the next kernel may be scheduled as soon as this one waited for its predecessor */
+  const char *w2 = strstr(a, "evt_rows::wait_prior_grids();"), *r2 = strstr(a, "evt_rows::release_dependents();");
+  CHECK(w2 && r2 > w2 && strstr(a, "evt_rows::fetch_row") > r2);
   /* no row sums: one warp per row runs one pass (no grid cap), several warps per row one wave */
   CHECK(strstr(a, "constexpr int WAVES = WARPS == 1 ? EVT_ROWS_WAVES_W1 : EVT_ROWS_WAVES;") != NULL);
   CHECK(strstr(a, "const long long cap = WAVES > 0 ? (long long)resident * WAVES : blocks;") != NULL);
