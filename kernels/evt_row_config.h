@@ -42,6 +42,11 @@
  * T·VPT <= 256 — with the default warp_vpt only the (1, 4) instantiation, which the default choice never picks
  * for layer norms; read back per row it was slower than registers on the H200 (S21W4), so no default uses it */
 #define EVT_ROWS_DEFAULT_WB_SMEM_VPT 4
+/* layer norm forward: w / b loaded per chunk right where the epilogue applies them (L1 hits), not held in
+ * registers across the row's reductions (1) */
+#define EVT_ROWS_DEFAULT_LN_LATE 0
+/* layer-norm backward: w loaded per chunk in the reductions and again for dx (not held in registers) */
+#define EVT_ROWS_DEFAULT_LNB_LATE 0
 /* grid: at most this many waves of resident CTAs, each a grid-stride loop over rows with the next row prefetched
  * (0: one pass, a CTA per R rows, no loop). WAVES_W1 for one warp per row (R = 8 rows per CTA), WAVES for rows
  * of several warps, WAVES_SUM for kernels with row sums (each CTA adds a partial row to the workspace that the

@@ -714,6 +714,48 @@ __device__ __forceinline__ void layernorm_bwd(const float (&dy)[VPT][8], const f
                      dx[v][e] = ok ? rs * ((HW ? dy[v][e] * w[v][e] : dy[v][e]) - mg - xh[v][e] * mgx) : 0.f;)
 }
 
+// Layer-norm backward with w read per chunk from memory (EVT_ROWS_LNB_LATE: no registers hold w across the row):
+// the reductions of layernorm_bwd's EVT_ROWS_RED 0 path, in the same order (bit for bit the same results); x
+// becomes x̂ in place; the caller forms dx = rs · (dy·w − mg − x̂·mgx) per chunk, loading w again (L1).
+template <int WARPS, int VPT, bool HW, class W>
+__device__ __forceinline__ void layernorm_bwd_stats(const float (&dy)[VPT][8], float (&x)[VPT][8], const W *__restrict__ w,
+                                                    bool vec, float eps, float &rs, float &mg, float &mgx, int n, int t,
+                                                    Red<WARPS> &r) {
+  constexpr int T = WARPS * 32;
+  float a[3] = {0.f, 0.f, 0.f};
+  EVT_ROWS_FOR_VALID(if (ok) a[0] += x[v][e];)
+  group_reduce<WARPS, 1, true>(reinterpret_cast<float(&)[1]>(a), r, AddOp());
+  const float mu = a[0] / (float)n;
+  a[0] = 0.f;
+#pragma unroll
+  for (int v = 0; v < VPT; v++) {
+    const int j0 = (v * T + t) * 8;
+    float w8[8];
+    if (HW && j0 < n) {
+      load8(w, j0, n, vec && j0 + 8 <= n, w8);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; e++) w8[e] = 1.f;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+      if (j0 + e < n) {
+        const float d = x[v][e] - mu;
+        const float g = HW ? dy[v][e] * w8[e] : dy[v][e];
+        a[0] = fmaf(d, d, a[0]);
+        a[1] += g;
+        a[2] = fmaf(g, d, a[2]);
+      }
+  }
+  group_reduce<WARPS, 3, true>(a, r, AddOp());
+  rs = rsqrtf(a[0] / (float)n + eps);
+  const float inv_n = 1.f / (float)n;
+  mg = a[1] * inv_n;
+  mgx = rs * a[2] * inv_n;  // Σ g·x̂ = rstd · Σ g·(x − μ)
+  const float rsv = rs;
+  EVT_ROWS_FOR_VALID(x[v][e] = ok ? (x[v][e] - mu) * rsv : 0.f;)
+}
+
 // ---- elementwise ops (evt_vop_apply) --------------------------------------------------------------------------
 __device__ __forceinline__ float relu(float x) { return x > 0.f ? x : (x != x ? x : 0.f); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }

@@ -140,6 +140,10 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_MINB_MULTI %d\n#endif\n"
          "#ifndef EVT_ROWS_WB_SMEM_VPT  // layer norms: w / b in shared memory from this many chunks per thread\n"
          "#define EVT_ROWS_WB_SMEM_VPT %d\n#endif\n"
+         "#ifndef EVT_ROWS_LN_LATE  // layer norm: w / b loaded per chunk in the epilogue, not held in registers\n"
+         "#define EVT_ROWS_LN_LATE %d\n#endif\n"
+         "#ifndef EVT_ROWS_LNB_LATE  // layer-norm backward: w loaded per chunk where used, not held in registers\n"
+         "#define EVT_ROWS_LNB_LATE %d\n#endif\n"
          "#ifndef EVT_ROWS_WAVES_W1  // grid, one warp per row: at most this many waves of resident CTAs (0: one pass)\n"
          "#define EVT_ROWS_WAVES_W1 %d\n#endif\n"
          "#ifndef EVT_ROWS_WAVES  // ... rows of several warps\n"
@@ -152,7 +156,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
      EVT_ROWS_DEFAULT_DEPTH, EVT_ROWS_DEFAULT_DEPTH_VPT, EVT_ROWS_DEFAULT_DEEP_SUM, EVT_ROWS_DEFAULT_MINB_SUM, EVT_ROWS_DEFAULT_SMEM_SUM,
      EVT_ROWS_DEFAULT_SUM_REGS,
      EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_W1, EVT_ROWS_DEFAULT_MINB_MULTI,
-     EVT_ROWS_DEFAULT_WB_SMEM_VPT,
+     EVT_ROWS_DEFAULT_WB_SMEM_VPT, EVT_ROWS_DEFAULT_LN_LATE, EVT_ROWS_DEFAULT_LNB_LATE,
      EVT_ROWS_DEFAULT_WAVES_W1, EVT_ROWS_DEFAULT_WAVES, EVT_ROWS_DEFAULT_WAVES_SUM);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
   /* one warp per row while a row fits 32 lanes x this many chunks: per kernel (not a shared macro default, so
@@ -258,12 +262,19 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     /* w / b: this thread's columns in registers, loaded once; from EVT_ROWS_WB_SMEM_VPT chunks per thread
      * (WB_SMEM; rows of at most 2048 elements) they would take 16·VPT registers, so the CTA stages them in shared
      * memory as f32 once and each row reads its chunks back (16-byte loads) */
-    sb(&b, "  constexpr bool WB_SMEM = VPT >= EVT_ROWS_WB_SMEM_VPT && T * VPT <= 256;  // (at most 16 KiB)\n"
+    /* layer norm forward with EVT_ROWS_LN_LATE: w / b are not held at all; each chunk's 8 columns are loaded
+     * (L1 hits after the first row) right where the epilogue applies them, so they take no registers across the
+     * row reductions */
+    if (nu == EVT_ROWN_LAYERNORM)
+      sb(&b, "  constexpr bool LN_LATE = EVT_ROWS_LN_LATE != 0;  // w / b applied per chunk in the epilogue\n");
+    else
+      sb(&b, "  constexpr bool LN_LATE = EVT_ROWS_LNB_LATE != 0;  // w read per chunk (reductions, then dx)\n");
+    sb(&b, "  constexpr bool WB_SMEM = !LN_LATE && VPT >= EVT_ROWS_WB_SMEM_VPT && T * VPT <= 256;  // (at most 16 KiB)\n"
            "  __shared__ __align__(16) float wb_s[2][WB_SMEM ? T * 8 * VPT : 4];  // w, b as f32 (WB_SMEM)\n"
            "  float nu_w[VPT][8], nu_b[VPT][8];  // this thread's columns of w / b\n"
            "  if constexpr (WB_SMEM) {\n"
            "    for (int j = threadIdx.x; j < T * 8 * VPT; j += blockDim.x) {\n"
-           "      wb_s[0][j] = %s;\n      wb_s[1][j] = %s;\n    }\n    __syncthreads();\n  } else {\n",
+           "      wb_s[0][j] = %s;\n      wb_s[1][j] = %s;\n    }\n    __syncthreads();\n  } else if constexpr (!LN_LATE) {\n",
        hw ? "j < n ? evt_rows::to_f(p.w[j]) : 0.f" : "0.f", hb ? "j < n ? evt_rows::to_f(p.b[j]) : 0.f" : "0.f");
     sb(&b, hw ? "    evt_rows::load_row<T, VPT>(p.w, n, t, true, vec, nu_w);\n"
               : "    evt_rows::load_row<T, VPT>((const float *)nullptr, n, t, false, false, nu_w);  // no w\n");
@@ -330,7 +341,10 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     case EVT_ROWN_LAYERNORM:
       sb(&b, "    float nu_in0[VPT][8], nu_xhat[VPT][8], nu_out[VPT][8], mean, rstd;\n"
              "    evt_rows::unpack_row(c_in0, nu_in0);\n"
-             "    evt_rows::layernorm<WARPS, VPT, %s, %s>(nu_in0, nu_w, nu_b, p.eps, nu_xhat, nu_out, &mean, &rstd, n, t, "
+             "    if constexpr (LN_LATE)  // y = x̂·w + b per chunk, below\n"
+             "      evt_rows::ln_stats<WARPS, VPT>(nu_in0, p.eps, nu_xhat, &mean, &rstd, n, t, rk);\n"
+             "    else\n"
+             "      evt_rows::layernorm<WARPS, VPT, %s, %s>(nu_in0, nu_w, nu_b, p.eps, nu_xhat, nu_out, &mean, &rstd, n, t, "
              "rk);\n", hw ? "true" : "false", hb ? "true" : "false");
       if (s->store_stats)
         sb(&b, "    if (live && t == 0) {\n      p.mean[row] = mean;\n      p.rstd[row] = rstd;\n    }\n");
@@ -340,8 +354,12 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     case EVT_ROWN_LAYERNORM_BWD:
       sb(&b, "    float nu_in0[VPT][8], nu_in1[VPT][8], nu_xhat[VPT][8], nu_out[VPT][8];\n"
              "    evt_rows::unpack_row(c_in0, nu_in0);\n    evt_rows::unpack_row(c_in1, nu_in1);\n"
-             "    evt_rows::layernorm_bwd<WARPS, VPT, %s>(nu_in0, nu_in1, nu_w, p.eps, nu_xhat, nu_out, n, t, rk);\n",
-         hw ? "true" : "false");
+             "    float lnb_rs = 0.f, lnb_mg = 0.f, lnb_mgx = 0.f;  // (LN_LATE) rstd, mean(g), mean(g·x̂)\n"
+             "    if constexpr (LN_LATE)  // x̂ in place of x; dx per chunk, below\n"
+             "      evt_rows::layernorm_bwd_stats<WARPS, VPT, %s>(nu_in0, nu_in1, %s, vec, p.eps, lnb_rs, lnb_mg, lnb_mgx, n, t, rk);\n"
+             "    else\n"
+             "      evt_rows::layernorm_bwd<WARPS, VPT, %s>(nu_in0, nu_in1, nu_w, p.eps, nu_xhat, nu_out, n, t, rk);\n",
+         hw ? "true" : "false", hw ? "p.w" : "(const float *)nullptr", hw ? "true" : "false");
       break;
     default: break;
   }
@@ -359,6 +377,27 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   }
   sb(&b, "#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n      const int j0 = (v * T + t) * 8;\n"
          "      if (!live || j0 >= n) continue;\n      const bool full = vec && j0 + 8 <= n;\n      (void)full;\n");
+  if (nu == EVT_ROWN_LAYERNORM_BWD)
+    sb(&b, "      if constexpr (LN_LATE) {  // this chunk's w, then dx (as layernorm_bwd forms it)\n"
+           "        float w8[8];\n"
+           "%s"
+           "#pragma unroll\n        for (int e = 0; e < 8; e++) {\n"
+           "          const bool ok = j0 + e < n;\n"
+           "          nu_xhat[v][e] = nu_in1[v][e];\n"
+           "          nu_out[v][e] = ok ? lnb_rs * (%s - lnb_mg - nu_in1[v][e] * lnb_mgx) : 0.f;\n"
+           "        }\n      }\n",
+       hw ? "        evt_rows::load8(p.w, j0, n, full, w8);\n" : "#pragma unroll\n        for (int e = 0; e < 8; e++) w8[e] = 1.f;  // no w\n",
+       hw ? "nu_in0[v][e] * w8[e]" : "nu_in0[v][e]");
+  if (nu == EVT_ROWN_LAYERNORM)
+    sb(&b, "      if constexpr (LN_LATE) {  // this chunk's w / b, then y\n"
+           "        float w8[8], b8[8];\n"
+           "%s%s"
+           "#pragma unroll\n        for (int e = 0; e < 8; e++) nu_out[v][e] = nu_xhat[v][e] * w8[e] + b8[e];\n"
+           "      }\n",
+       hw ? "        evt_rows::load8(p.w, j0, n, full, w8);\n"
+          : "#pragma unroll\n        for (int e = 0; e < 8; e++) w8[e] = 1.f;  // no w\n",
+       hb ? "        evt_rows::load8(p.b, j0, n, full, b8);\n"
+          : "#pragma unroll\n        for (int e = 0; e < 8; e++) b8[e] = 0.f;  // no b\n");
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
     const char *et = is_int(v->dtype) ? "double" : "float"; /* integer tensors: values in doubles (exact) */
