@@ -142,7 +142,12 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "rsum.add8(0, v, RS5);") != NULL);
   CHECK(strstr(a, "rsum.add8(1, v, RS6);") != NULL);
   /* w is staged in shared memory only from EVT_ROWS_WB_SMEM_VPT chunks per thread, for rows of <= 2048 */
-  CHECK(strstr(a, "constexpr bool WB_SMEM = VPT >= EVT_ROWS_WB_SMEM_VPT && T * VPT <= 256;") != NULL);
+  CHECK(strstr(a, "constexpr bool WB_SMEM = !LN_LATE && VPT >= EVT_ROWS_WB_SMEM_VPT && T * VPT <= 256;") != NULL);
+  /* EVT_ROWS_LNB_LATE (a measured knob, off): w read per chunk by the reductions and again for dx */
+  CHECK(has_int(a, "#define EVT_ROWS_LNB_LATE %d\n", EVT_ROWS_DEFAULT_LNB_LATE));
+  CHECK(strstr(a, "constexpr bool LN_LATE = EVT_ROWS_LNB_LATE != 0;") != NULL);
+  CHECK(strstr(a, "evt_rows::layernorm_bwd_stats<WARPS, VPT, true>(nu_in0, nu_in1, p.w, vec, p.eps,") != NULL);
+  CHECK(strstr(a, "nu_out[v][e] = ok ? lnb_rs * (nu_in0[v][e] * w8[e] - lnb_mg - nu_in1[v][e] * lnb_mgx) : 0.f;") != NULL);
   CHECK(strstr(a, "evt_rows::smem_row<T, VPT>(wb_s[0], t, nu_w);") != NULL);
   CHECK(strstr(a, "using RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, 2,") != NULL);
   CHECK(strstr(a, "evt_rows::launch_main(row_kernel<WARPS, VPT, R, EX>, grid, WARPS * 32 * R, SMEM, st, p);") != NULL);
@@ -178,6 +183,11 @@ TEST(emit_rows_structure) {
   free(b);
   evt_rspec_example(&s, "ln_residual", EVT_BF16);
   a = evt_emit_rows(&s, err, sizeof err);
+  /* EVT_ROWS_LN_LATE (off): statistics only, then y = x̂·w + b per chunk with that chunk's w / b loaded there */
+  CHECK(a && strstr(a, "constexpr bool LN_LATE = EVT_ROWS_LN_LATE != 0;") != NULL);
+  CHECK(a && strstr(a, "evt_rows::ln_stats<WARPS, VPT>(nu_in0, p.eps, nu_xhat, &mean, &rstd, n, t, rk);") != NULL);
+  CHECK(a && strstr(a, "evt_rows::load8(p.b, j0, n, full, b8);") != NULL);
+  CHECK(a && strstr(a, "nu_out[v][e] = nu_xhat[v][e] * w8[e] + b8[e];") != NULL);
   CHECK(a && strstr(a, "constexpr int kMinVpt = 1;\n") != NULL); /* a residual input: one chunk per thread */
   CHECK(a && strstr(a, "#if EVT_ROWS_INST(2, 2) && defined(EVT_ROWS_MIN_VPT) && EVT_ROWS_MIN_VPT == 2\n") != NULL);
   CHECK(a && strstr(a, "#if EVT_ROWS_INST(4, 1) && (!defined(EVT_ROWS_MIN_VPT) || EVT_ROWS_MIN_VPT != 2)\n") != NULL);
