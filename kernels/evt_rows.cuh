@@ -954,19 +954,27 @@ static __global__ void __launch_bounds__(1024) rowsum_finalize(const float *__re
 // The finalize launch. With EVT_ROWS_PDL (default) it is a programmatic dependent launch: it may start while the
 // row kernel's last CTAs run (the row kernel triggers it once its partials are being flushed), and waits in
 // cudaGridDependencySynchronize() until the row kernel completed and its writes are visible.
-static inline void launch_rowsum_finalize(dim3 grid, cudaStream_t st, const float *ws, int parts, int n, RowSumOuts outs) {
-#if EVT_ROWS_PDL
+// One launch with cudaLaunchAttributeProgrammaticStreamSerialization; false if refused (e.g. an old driver: the
+// caller then launches plainly, and the kernel's wait is a no-op).
+template <class... P, class... A>
+static inline bool launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
-  cfg.blockDim = dim3(32, 32);
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = at;
   cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, rowsum_finalize, ws, parts, n, outs) == cudaSuccess) return;
-  (void)cudaGetLastError();  // PDL refused (e.g. an old driver): a plain launch; the wait is then a no-op
+  if (cudaLaunchKernelEx(&cfg, kernel, args...) == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  return false;
+}
+static inline void launch_rowsum_finalize(dim3 grid, cudaStream_t st, const float *ws, int parts, int n, RowSumOuts outs) {
+#if EVT_ROWS_PDL
+  if (launch_pdl(rowsum_finalize, grid, dim3(32, 32), 0, st, ws, parts, n, outs)) return;
 #endif
   rowsum_finalize<<<grid, dim3(32, 32), 0, st>>>(ws, parts, n, outs);
 }
@@ -991,22 +999,7 @@ __device__ __forceinline__ void release_dependents() {
 template <class P>
 static inline void launch_main(void (*kernel)(P), int grid, int threads, size_t smem, cudaStream_t st, P p) {
 #if EVT_ROWS_PDL_MAIN
-  if (!evt_pdl_enabled()) {
-    kernel<<<grid, threads, smem, st>>>(p);
-    return;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, kernel, p) == cudaSuccess) return;
-  (void)cudaGetLastError();  // refused: a plain launch (the kernel's wait is then a no-op)
+  if (evt_pdl_enabled() && launch_pdl(kernel, dim3(grid), dim3(threads), smem, st, p)) return;
 #endif
   kernel<<<grid, threads, smem, st>>>(p);
 }
