@@ -97,7 +97,9 @@ if command -v ncu >/dev/null; then
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
       --section SchedulerStats --section MemoryWorkloadAnalysis ${ROWPERF_NCU_EXTRA:-} -o "$B/prof_$op" -f \
       "$B/bench_rows" perf "$v=$B/$v" >"$B/ncu_$op.log" 2>&1
-    ncu -i "$B/prof_$op.ncu-rep" 2>&1 | grep -v "^\s*$\|^    ---\|^    OPT\|^          " | head -${ROWPERF_NCU_LINES:-90}
+    # (--print-details all: the sections' tables too, e.g. MemoryWorkloadAnalysis_Tables; without it if refused)
+    { ncu -i "$B/prof_$op.ncu-rep" --print-details all 2>/dev/null || ncu -i "$B/prof_$op.ncu-rep" 2>&1; } |
+      grep -v "^\s*$\|^    ---\|^    OPT\|^          " | head -${ROWPERF_NCU_LINES:-90}
   done
 fi
 echo "== rowperf done at +$(( $(date +%s) - t0 ))s (check_rows rc $rc)"
