@@ -247,9 +247,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "  static_assert(WARPS == 1 || R <= 15, \"named barriers 1..15: one per row-group\");\n");
   /* programmatic dependent launch: no global access before the previous kernel in the stream completed; a kernel
    * without row sums lets the next one start launching at once (its finalize kernel must wait for the partials) */
-  sb(&b, nrowsum ? "  evt_rows::wait_prior_grids();  // launched early (EVT_ROWS_PDL_MAIN): the previous kernel's writes first\n"
-                 : "  evt_rows::wait_prior_grids();  // launched early (EVT_ROWS_PDL_MAIN): the previous kernel's writes first\n"
-                   "  evt_rows::release_dependents();  // the next kernel may be scheduled into the slots this grid frees\n");
+  sb(&b, "  evt_rows::wait_prior_grids();  // launched early (EVT_ROWS_PDL_MAIN): the previous kernel's writes first\n");
+  if (!nrowsum) sb(&b, "  evt_rows::release_dependents();  // the next kernel may be scheduled into the slots this grid frees\n");
   sb(&b, "  const int g = threadIdx.x / T, t = threadIdx.x %% T;\n"
          "  const int n = EX ? T * 8 * VPT : p.n;  // EX: the row fills the group exactly (bounds checks fold away)\n"
          "  const bool vec = EX || p.vec;  // EX kernels run only with 16-byte aligned tensors\n");
