@@ -752,8 +752,7 @@ __device__ __forceinline__ void layernorm_bwd_stats(const float (&dy)[VPT][8], f
   const float inv_n = 1.f / (float)n;
   mg = a[1] * inv_n;
   mgx = rs * a[2] * inv_n;  // Σ g·x̂ = rstd · Σ g·(x − μ)
-  const float rsv = rs;
-  EVT_ROWS_FOR_VALID(x[v][e] = ok ? (x[v][e] - mu) * rsv : 0.f;)
+  EVT_ROWS_FOR_VALID(x[v][e] = ok ? (x[v][e] - mu) * rs : 0.f;)
 }
 
 // ---- elementwise ops (evt_vop_apply) --------------------------------------------------------------------------
@@ -914,6 +913,23 @@ struct RowSums {
   }
 };
 
+// A row kernel launched as a programmatic dependent launch (EVT_ROWS_PDL_MAIN) is scheduled while the previous
+// kernel in the stream drains: its first statement waits until that kernel completed and its writes are visible
+// (a no-op in a plain launch). Every kernel whose launcher sets the attribute waits before touching memory, so the
+// wait is transitive down the stream.
+__device__ __forceinline__ void wait_prior_grids() {
+#if EVT_ROWS_PDL_MAIN
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Lets the next kernel in the stream, if launched with the attribute, be scheduled once every CTA of this grid has
+// started (it waits for this grid's completion all the same): kernels without row sums call it right after the wait.
+__device__ __forceinline__ void release_dependents() {
+#if EVT_ROWS_PDL_MAIN
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // out[j] = Σ_{b < parts} ws[b·n + j] in a fixed order: thread (x, y) of a 32×32 block sums b ≡ y (mod 32)
 // ascending (loads unrolled by 8, so they are in flight together), then y = 0..31 are added in order.
 // Grid: (ceil(n / 32), number of sums); sum k reads ws + k·parts·n and writes out.p[k].
@@ -927,9 +943,7 @@ static __global__ void __launch_bounds__(1024) rowsum_finalize(const float *__re
 #if EVT_ROWS_PDL
   cudaGridDependencySynchronize();  // launched early (programmatic dependent launch): wait for the row kernel
 #endif
-#if EVT_ROWS_PDL_MAIN
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the next row kernel may be scheduled
-#endif
+  release_dependents();  // the next row kernel may be scheduled
   const int j = blockIdx.x * 32 + threadIdx.x;
   const float *w = ws + (size_t)blockIdx.y * parts * n;
   float a = 0.f;
@@ -977,22 +991,6 @@ static inline void launch_rowsum_finalize(dim3 grid, cudaStream_t st, const floa
   if (launch_pdl(rowsum_finalize, grid, dim3(32, 32), 0, st, ws, parts, n, outs)) return;
 #endif
   rowsum_finalize<<<grid, dim3(32, 32), 0, st>>>(ws, parts, n, outs);
-}
-// A row kernel launched as a programmatic dependent launch (EVT_ROWS_PDL_MAIN) is scheduled while the previous
-// kernel in the stream drains: its first statement waits until that kernel completed and its writes are visible
-// (a no-op in a plain launch). Every kernel whose launcher sets the attribute waits before touching memory, so the
-// wait is transitive down the stream.
-__device__ __forceinline__ void wait_prior_grids() {
-#if EVT_ROWS_PDL_MAIN
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-// Lets the next kernel in the stream, if launched with the attribute, be scheduled once every CTA of this grid has
-// started (it waits for this grid's completion all the same): kernels without row sums call it right after the wait.
-__device__ __forceinline__ void release_dependents() {
-#if EVT_ROWS_PDL_MAIN
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 }
 // The row kernel's launch: with EVT_ROWS_PDL_MAIN a programmatic dependent launch (plain if the driver refuses it,
 // or with EVT_PDL=0 in the environment).
