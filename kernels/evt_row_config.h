@@ -66,11 +66,6 @@
  * kernels without row sums let the next one launch right after): the launch and ramp-up overlap the previous
  * kernel's tail. bench_rows copyfloor (S24W2): ~1 us per launch for a streaming copy of 67-134 MB. */
 #define EVT_ROWS_DEFAULT_PDL_MAIN 1
-/* kernels whose row fills the row-group exactly (EX) and that loop over rows: the next BULK rows' M×N inputs of each
- * row-group copied into shared memory by the copy engine (cp.async.bulk with an mbarrier per slot) instead of the
- * one-row register prefetch; at most BULK_BYTES of staged rows per CTA (fewer stages if a row is large). 0: off. */
-#define EVT_ROWS_DEFAULT_BULK 0
-#define EVT_ROWS_DEFAULT_BULK_BYTES 98304
 
 /* (warps, vpt, min_vpt) of every configuration evt_row_pick_config can return; min_vpt 2: only with min_vpt 2
  * (the generated launcher instantiates those only when EVT_ROWS_MIN_VPT is 2). */

@@ -233,46 +233,6 @@ __device__ __forceinline__ void unpack_row(const Raw8<E> (&r)[VPT], float (&o)[V
   for (int v = 0; v < VPT; v++) unpack8(r[v], o[v]);
 }
 
-// ---- bulk-copy row ring (EVT_ROWS_BULK) ---------------------------------------------------------------------------
-// The next rows' M×N inputs of a row-group are copied global -> shared by the copy engine (cp.async.bulk, one per
-// row and input, completion counted in bytes on a per-slot mbarrier) instead of being held in registers: the bytes
-// in flight per SM then cost shared memory, not registers. Protocol of one row-group (the generated kernel):
-// thread 0 initialises the slots' barriers (arrival count 1); it issues a row into slot s with bulk_expect (arrive
-// + the row's byte count) and one bulk_copy per input; every thread waits for the slot's phase (its use count
-// & 1), reads its chunks with smem_chunks, and after a group barrier (everyone has read the slot) thread 0
-// refills the slot with the row S ahead. Sources and sizes must be 16-byte multiples (EX kernels: N = T·8·VPT,
-// 16-byte aligned tensors).
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(unsigned long long *bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-// the barriers' initialisation visible to the copy engine (then a __syncthreads for the other threads)
-__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
-__device__ __forceinline__ void bulk_expect(unsigned long long *bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, unsigned long long *bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_u32(dst)),
-               "l"(src), "r"(bytes), "r"(smem_u32(bar))
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned long long *bar, uint32_t phase) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n  .reg .pred p;\n  mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n  selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(phase)
-        : "memory");
-}
-// this thread's chunks of a row staged in shared memory (chunk v·T + t holds elements (v·T + t)·8 ..); zeros if !live
-template <int T, int VPT, class E>
-__device__ __forceinline__ void smem_chunks(const unsigned char *row, int t, bool live, Raw8<E> (&r)[VPT]) {
-#pragma unroll
-  for (int v = 0; v < VPT; v++) r[v] = live ? reinterpret_cast<const Raw8<E> *>(row)[v * T + t] : Raw8<E>{};
-}
-
 // ---- reductions --------------------------------------------------------------------------------------------
 constexpr int kRedVals = 5;  // values one group_reduce (below) can carry
 __device__ __forceinline__ float warp_sum(float v) {

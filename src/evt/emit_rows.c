@@ -150,10 +150,6 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_WAVES %d\n#endif\n"
          "#ifndef EVT_ROWS_WAVES_SUM  // ... for kernels with row sums (one workspace partial per CTA)\n"
          "#define EVT_ROWS_WAVES_SUM %d\n#endif\n"
-         "#ifndef EVT_ROWS_BULK  // EX kernels: rows ahead copied into shared memory by cp.async.bulk (0: registers)\n"
-         "#define EVT_ROWS_BULK %d\n#endif\n"
-         "#ifndef EVT_ROWS_BULK_BYTES  // ... at most this many bytes of staged rows per CTA (fewer stages if needed)\n"
-         "#define EVT_ROWS_BULK_BYTES %d\n#endif\n"
          "#ifndef EVT_ROWS_INST  // which (warps, vpt) configurations to instantiate (benchmarks compile fewer)\n"
          "#define EVT_ROWS_INST(w, v) 1\n#endif\n\n",
      EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
@@ -161,8 +157,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
      EVT_ROWS_DEFAULT_SUM_REGS,
      EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_W1, EVT_ROWS_DEFAULT_MINB_MULTI,
      EVT_ROWS_DEFAULT_WB_SMEM_VPT, EVT_ROWS_DEFAULT_LN_LATE, EVT_ROWS_DEFAULT_LNB_LATE,
-     EVT_ROWS_DEFAULT_WAVES_W1, EVT_ROWS_DEFAULT_WAVES, EVT_ROWS_DEFAULT_WAVES_SUM, EVT_ROWS_DEFAULT_BULK,
-     EVT_ROWS_DEFAULT_BULK_BYTES);
+     EVT_ROWS_DEFAULT_WAVES_W1, EVT_ROWS_DEFAULT_WAVES, EVT_ROWS_DEFAULT_WAVES_SUM);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
   /* one warp per row while a row fits 32 lanes x this many chunks: per kernel (not a shared macro default, so
    * several kernels in one translation unit keep their own): light nuclei (softmax, nucleus-free without Σ over
@@ -242,15 +237,6 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
       RIN(f, ctype(s->nodes[i].dtype), a);
     }
 #undef RIN
-  /* the bulk ring (EVT_ROWS_BULK, EX kernels only): a row of every M×N input per slot, inputs one after the other */
-  sb(&b, "// bulk ring (EVT_ROWS_BULK): bytes of one staged row of the M×N inputs (EX kernels: n = WARPS·32·8·VPT), and\n"
-         "// the stages per row-group that fit EVT_ROWS_BULK_BYTES per CTA (0: rows ahead are prefetched into registers)\n"
-         "template <int WARPS, int VPT>\nconstexpr size_t kRingRow = (size_t)WARPS * 32 * 8 * VPT * (0");
-  for (int k = 0; k < nrin; k++) sb(&b, " + sizeof(%s)", rin[k].type);
-  sb(&b, ");\ntemplate <int WARPS, int VPT, int R>\n"
-         "constexpr int kStages = EVT_ROWS_BULK <= 0 || kRingRow<WARPS, VPT> == 0 ? 0\n"
-         "    : (size_t)EVT_ROWS_BULK * R * kRingRow<WARPS, VPT> <= (size_t)EVT_ROWS_BULK_BYTES ? EVT_ROWS_BULK\n"
-         "    : (int)((size_t)EVT_ROWS_BULK_BYTES / (R * kRingRow<WARPS, VPT>));\n\n");
   sb(&b, nrowsum ? "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel(Params p) {\n"
                  : "// one-chunk rows: at least 1024 resident threads per SM (caps registers at 64 per thread); one-warp rows\n"
                    "// with more chunks: at least EVT_ROWS_MINB_W1 CTAs per SM, longer rows EVT_ROWS_MINB_MULTI\n"
@@ -304,75 +290,38 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
       sb(&b, is_int(s->nodes[i].dtype) ? "  const double sl%d = (double)p.n%d_%s[0];  // scalar_load (rank-0 tensor)\n"
                                         : "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n",
          i, i, s->nodes[i].name);
-  if (nrowsum || nrin) sb(&b, "  extern __shared__ __align__(16) float dyn_smem[];  // row sums, then the bulk ring\n");
   if (nrowsum)
-    sb(&b, "  RSums rsum;  // this thread's columns of the row sums over the CTA's rows\n  rsum.init(dyn_smem, g, t);\n");
-  /* prefetch of the first row(s) */
+    sb(&b, "  extern __shared__ __align__(16) float dyn_smem[];\n"
+           "  RSums rsum;  // this thread's columns of the row sums over the CTA's rows\n  rsum.init(dyn_smem, g, t);\n");
+  /* prefetch of the first row */
   sb(&b, "  const long long stride = (long long)gridDim.x * R;\n");
-  if (nrin) {
+  if (nrin)
     sb(&b, "  // prefetch ring: rows i+1 .. i+D of this row-group in flight while row i is worked on\n"
            "  constexpr int D = VPT <= EVT_ROWS_DEPTH_VPT && %s ? EVT_ROWS_DEPTH : 1;\n",
        nrowsum ? "EVT_ROWS_DEEP_SUM" : "true");
-    sb(&b, "  // or (EX kernels with EVT_ROWS_BULK) the bulk ring: S rows of this row-group staged in shared memory\n"
-           "  constexpr int S = EX ? kStages<WARPS, VPT, R> : 0;\n  constexpr size_t RR = kRingRow<WARPS, VPT>;\n"
-           "  __shared__ __align__(8) unsigned long long ring_bar[S > 0 ? R * S : 1];  // slot s of group g: g·S + s\n"
-           "  unsigned char *ring = reinterpret_cast<unsigned char *>(dyn_smem) + %s + (size_t)g * (S > 0 ? S : 1) * RR;\n"
-           "  int ring_it = 0;  // rows this group has taken from the ring\n"
-           "  auto ring_issue = [&](long long r, int slot) {  // (thread 0 of the group) row r into the slot\n"
-           "    unsigned long long *bar = &ring_bar[g * S + slot];\n    unsigned char *dst = ring + (size_t)slot * RR;\n"
-           "    evt_rows::bulk_expect(bar, (uint32_t)RR);\n",
-       nrowsum ? "RSums::smem_bytes()" : "0");
-    for (int k = 0; k < nrin; k++) {
-      sb(&b, "    evt_rows::bulk_copy(dst + (size_t)T * 8 * VPT * (0");
-      for (int j = 0; j < k; j++) sb(&b, " + sizeof(%s)", rin[j].type);
-      sb(&b, "), p.%s + r * n, (uint32_t)(T * 8 * VPT * sizeof(%s)), bar);\n", rin[k].field, rin[k].type);
-    }
-    sb(&b, "  };\n  (void)ring_issue;\n");
-  }
   for (int k = 0; k < nrin; k++)
     sb(&b, "  evt_rows::Raw8<%s> q_%s[D][VPT];  // %s, the next D rows\n", rin[k].type, rin[k].arr, rin[k].field);
-  if (nrin) {
-    sb(&b, "  if constexpr (S > 0) {  // the slots' barriers, then the first S rows\n"
-           "    if (t == 0)\n      for (int d = 0; d < S; d++) evt_rows::mbar_init(&ring_bar[g * S + d], 1);\n"
-           "    evt_rows::mbar_fence_init();\n    __syncthreads();\n"
-           "    if (t == 0)\n      for (int d = 0; d < S; d++) {\n"
-           "        const long long row = (long long)blockIdx.x * R + g + d * stride;\n"
-           "        if (row < p.m) ring_issue(row, d);\n      }\n  } else {\n");
+  if (nrin)
     sb(&b, "#pragma unroll\n  for (int d = 0; d < D; d++) {  // the first D rows\n"
            "    const long long row = (long long)blockIdx.x * R + g + d * stride;\n    const bool live = row < p.m;\n");
-  }
   for (int k = 0; k < nrin; k++)
     sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live ? row * n : 0), n, t, live, vec, q_%s[d]);\n", rin[k].field,
        rin[k].arr);
-  if (nrin) sb(&b, "  }\n  }\n");
+  if (nrin) sb(&b, "  }\n");
   sb(&b, "  for (long long base = (long long)blockIdx.x * R; base < p.m; base += stride) {\n");
   sb(&b, "    const long long row = base + g;\n    const bool live = row < p.m;\n"
          "    const long long ro = live ? row * n : 0;  // row offset\n");
   if (nrin) {
-    for (int k = 0; k < nrin; k++) sb(&b, "    evt_rows::Raw8<%s> c_%s[VPT];  // %s, this row\n", rin[k].type, rin[k].arr, rin[k].field);
-    sb(&b, "    if constexpr (S > 0) {  // this row from its slot; the slot then takes the row S ahead\n"
-           "      const int slot = ring_it %% S;\n"
-           "      if (live) evt_rows::mbar_wait(&ring_bar[g * S + slot], (uint32_t)((ring_it / S) & 1));\n"
-           "      const unsigned char *src = ring + (size_t)slot * RR;\n");
-    for (int k = 0; k < nrin; k++) {
-      sb(&b, "      evt_rows::smem_chunks<T, VPT>(src + (size_t)T * 8 * VPT * (0");
-      for (int j = 0; j < k; j++) sb(&b, " + sizeof(%s)", rin[j].type);
-      sb(&b, "), t, live, c_%s);\n", rin[k].arr);
-    }
-    sb(&b, "      evt_rows::group_sync<WARPS>();  // every thread of the group has its chunks: the slot is free\n"
-           "      const long long nrow = row + S * stride;\n"
-           "      if (t == 0 && nrow < p.m) ring_issue(nrow, slot);\n      ring_it++;\n    } else {\n");
     sb(&b, "    const long long nrow = row + D * stride;  // the row to fetch now\n"
            "    const bool nlive = nrow < p.m;\n");
     for (int k = 0; k < nrin; k++) {
-      sb(&b, "#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n"
+      sb(&b, "    evt_rows::Raw8<%s> c_%s[VPT];\n#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n"
              "      c_%s[v] = q_%s[0][v];\n#pragma unroll\n      for (int d = 0; d + 1 < D; d++) q_%s[d][v] = q_%s[d + 1][v];\n"
              "    }\n",
-         rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr);
+         rin[k].type, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr);
       sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, vec, q_%s[D - 1]);\n",
          rin[k].field, rin[k].arr);
     }
-    sb(&b, "    }\n");
   }
   /* nucleus */
   if (nu == EVT_ROWN_LAYERNORM || nu == EVT_ROWN_LAYERNORM_BWD)
@@ -522,9 +471,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "  constexpr int R = WARPS == 1 || R0 <= 15 ? R0 : 15;  // row-groups per CTA\n",
      nrowsum ? "VPT == 1 ? EVT_ROWS_CTA_WARPS_SUM : EVT_ROWS_CTA_WARPS_SUM / 2" : "EVT_ROWS_CTA_WARPS");
   sb(&b, "  const long long blocks = ((long long)p.m + R - 1) / R;\n");
-  sb(&b, "  // dynamic shared memory: the row sums' accumulators, then the bulk ring (EX kernels)\n"
-         "  constexpr size_t SMEM = %s + (EX ? (size_t)kStages<WARPS, VPT, R> * R * kRingRow<WARPS, VPT> : 0);\n",
-     nrowsum ? "RSumsOf<WARPS, VPT, R>::smem_bytes()" : "(size_t)0");
+  sb(&b, nrowsum ? "  constexpr size_t SMEM = RSumsOf<WARPS, VPT, R>::smem_bytes();  // dynamic shared memory\n"
+                 : "  constexpr size_t SMEM = 0;  // dynamic shared memory\n");
   sb(&b, "  static int resident = 0, occ = 0, regs = 0;  // CTAs of this shape that fit on the GPU at once: the grid\n"
          "  if (!resident) {\n    int dev = 0, sms = 0;\n    cudaGetDevice(&dev);\n"
          "    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n"
