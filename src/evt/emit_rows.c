@@ -90,6 +90,159 @@ static const char *fn(evt_vop op) {
 
 static const char *const acc_arrays[EVT_RV_COUNT] = {"nu_out", "nu_xhat", "nu_in0", "nu_in1"};
 
+/* Long-row kernel: this chunk's nucleus values (nu_in0 / nu_in1 / nu_xhat / nu_out as [1][8] arrays) from the row
+ * statistics the kernel computed (emit_long_kernel) */
+static void emit_long_chunk(sbuf *b, const evt_rspec *s) {
+  const char *w_t = ctype(s->w_dtype);
+  char w[64], bb[64];
+  snprintf(w, sizeof w, s->has_w ? "p.w" : "(const %s *)nullptr", w_t);
+  snprintf(bb, sizeof bb, s->has_b ? "p.b" : "(const %s *)nullptr", w_t);
+  switch (s->nucleus) {
+    case EVT_ROWN_SOFTMAX:
+      sb(b, "      float nu_in0[1][8], nu_out[1][8];\n"
+            "      evt_rows::long_softmax_chunk(p.x + ro, j0, es, n, full, sm_m2, sm_inv, nu_in0[0], nu_out[0]);\n"
+            "      (void)nu_in0;\n");
+      break;
+    case EVT_ROWN_SOFTMAX_BWD:
+      sb(b, "      float nu_in0[1][8], nu_in1[1][8], nu_out[1][8];\n"
+            "      evt_rows::long_softmax_bwd_chunk(p.dy + ro, p.y + ro, j0, es, n, full, sb_dot, nu_in0[0], nu_in1[0], nu_out[0]);\n");
+      break;
+    case EVT_ROWN_LAYERNORM:
+      sb(b, "      float nu_in0[1][8], nu_xhat[1][8], nu_out[1][8];\n"
+            "      evt_rows::long_ln_chunk(p.x + ro, %s, %s, j0, es, n, full, mean, rstd, nu_in0[0], nu_xhat[0], nu_out[0]);\n"
+            "      (void)nu_in0;\n      (void)nu_xhat;\n", w, bb);
+      break;
+    case EVT_ROWN_LAYERNORM_BWD:
+      sb(b, "      float nu_in0[1][8], nu_in1[1][8], nu_xhat[1][8], nu_out[1][8];\n"
+            "      evt_rows::long_lnb_chunk(p.dy + ro, p.x + ro, %s, j0, es, n, full, lnb_mu, lnb_rs, lnb_mg, lnb_mgx, nu_in0[0],\n"
+            "                               nu_in1[0], nu_xhat[0], nu_out[0]);\n"
+            "      (void)nu_in1;\n      (void)nu_xhat;\n", w);
+      break;
+    default: break;
+  }
+}
+
+/* The epilogue of one row: per-row values (column broadcasts, per-row reduction accumulators), then per chunk of 8
+ * columns its loads, one statement per node and element, its stores, then the per-row reductions. lng: the long-row
+ * kernel's form (chunks c = t, t + T, ... one at a time, the nucleus's chunk values and the M×N loads per chunk). */
+static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const int *rsk, int lng) {
+  evt_row_nucleus nu = s->nucleus;
+  int hw = s->has_w, hb = s->has_b;
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_rnode *v = &s->nodes[i];
+    if (v->op == EVT_V_COL_BCAST && is_int(v->dtype)) /* integers ride in doubles: exact */
+      sb(b, "    const double cb%d = live ? (double)p.n%d_%s[row] : 0.0;  // col_bcast\n", i, i, v->name);
+    else if (v->op == EVT_V_COL_BCAST)
+      sb(b, "    const float cb%d = live ? evt_rows::to_f(p.n%d_%s[row]) : 0.f;  // col_bcast\n", i, i, v->name);
+    if (v->op == EVT_V_COL_SUM) sb(b, "    float cs%d = 0.f;  // col_sum %s\n", i, v->name);
+    if (v->op == EVT_V_COL_MAX) sb(b, "    float cm%d = -INFINITY;  // col_max %s\n", i, v->name);
+    if (v->op == EVT_V_ONE_HOT)
+      sb(b, "    const long long oh%d = live ? (long long)p.n%d_%s[row] : -1;  // one_hot class of this row\n", i, i, v->name);
+  }
+  if (!lng) {
+    sb(b, "#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n      const int j0 = (v * T + t) * 8;\n"
+          "      if (!live || j0 >= n) continue;\n      const bool full = vec && j0 + 8 <= n;\n      (void)full;\n");
+  } else {
+    sb(b, "    for (int jb = 0; jb < n; jb += 8 * T) {  // this thread's chunk of each block of 8·T elements\n"
+          "      const int v = 0, j0 = jb + (vec ? t * 8 : t), es = vec ? 1 : T;  // element e: column j0 + e·es\n"
+          "      if (j0 >= n) continue;\n      const bool full = vec && j0 + 8 <= n;\n      (void)full;\n");
+    emit_long_chunk(b, s);
+  }
+  for (int i = 0; lng && i < s->nnodes; i++) {
+    const evt_rnode *v = &s->nodes[i];
+    if (v->op == EVT_V_AUX_LOAD)
+      sb(b, "      evt_rows::Raw8<%s> c_L%d[1];  // %s\n      evt_rows::fetch8s(p.n%d_%s + ro, j0, es, n, full, c_L%d[0]);\n",
+         ctype(v->dtype), i, v->name, i, v->name, i);
+    if (v->op == EVT_V_ROW_BCAST)
+      sb(b, "      float L%d[1][8];  // row_bcast %s\n      evt_rows::load8s(p.n%d_%s, j0, es, n, full, L%d[0]);\n", i, v->name, i,
+         v->name, i);
+  }
+  if (nu == EVT_ROWN_LAYERNORM_BWD && !lng)
+    sb(b, "      if constexpr (LN_LATE) {  // this chunk's w, then dx (as layernorm_bwd forms it)\n"
+           "        float w8[8];\n"
+           "%s"
+           "#pragma unroll\n        for (int e = 0; e < 8; e++) {\n"
+           "          const bool ok = j0 + e < n;\n"
+           "          nu_xhat[v][e] = nu_in1[v][e];\n"
+           "          nu_out[v][e] = ok ? lnb_rs * (%s - lnb_mg - nu_in1[v][e] * lnb_mgx) : 0.f;\n"
+           "        }\n      }\n",
+       hw ? "        evt_rows::load8(p.w, j0, n, full, w8);\n" : "#pragma unroll\n        for (int e = 0; e < 8; e++) w8[e] = 1.f;  // no w\n",
+       hw ? "nu_in0[v][e] * w8[e]" : "nu_in0[v][e]");
+  if (nu == EVT_ROWN_LAYERNORM && !lng)
+    sb(b, "      if constexpr (LN_LATE) {  // this chunk's w / b, then y\n"
+           "        float w8[8], b8[8];\n"
+           "%s%s"
+           "#pragma unroll\n        for (int e = 0; e < 8; e++) nu_out[v][e] = nu_xhat[v][e] * w8[e] + b8[e];\n"
+           "      }\n",
+       hw ? "        evt_rows::load8(p.w, j0, n, full, w8);\n"
+          : "#pragma unroll\n        for (int e = 0; e < 8; e++) w8[e] = 1.f;  // no w\n",
+       hb ? "        evt_rows::load8(p.b, j0, n, full, b8);\n"
+          : "#pragma unroll\n        for (int e = 0; e < 8; e++) b8[e] = 0.f;  // no b\n");
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_rnode *v = &s->nodes[i];
+    const char *et = is_int(v->dtype) ? "double" : "float"; /* integer tensors: values in doubles (exact) */
+    if (v->op == EVT_V_AUX_LOAD) sb(b, "      %s L%d[8];\n      evt_rows::unpack8(c_L%d[v], L%d);\n", et, i, i, i);
+    if (v->op == EVT_V_AUX_STORE) sb(b, "      %s S%d[8];\n", et, i);
+    if (v->op == EVT_V_ROW_SUM) sb(b, "      float RS%d[8];  // this chunk's terms of row_sum %s\n", i, v->name);
+  }
+  /* the column of element e: j0 + e (register kernel), j0 + e·es (long rows) */
+  const char *col = lng ? "j0 + e * es" : "j0 + e";
+  sb(b, "#pragma unroll\n      for (int e = 0; e < 8; e++) {\n        const bool ok = %s < n;\n        (void)ok;\n", col);
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_rnode *v = &s->nodes[i];
+    int a = v->in[0], c = v->in[1];
+    switch (v->op) {
+      case EVT_V_ACC: sb(b, "        const auto v%d = %s[v][e];\n", i, acc_arrays[v->sel]); break;
+      case EVT_V_AUX_LOAD: sb(b, "        const auto v%d = L%d[e];  // %s\n", i, i, v->name); break;
+      case EVT_V_ROW_BCAST: sb(b, "        const auto v%d = L%d[v][e];  // %s\n", i, i, v->name); break;
+      case EVT_V_COL_BCAST: sb(b, "        const auto v%d = cb%d;\n", i, i); break;
+      case EVT_V_SCALAR: sb(b, "        const auto v%d = (float)(%.17g);\n", i, v->value); break;
+      case EVT_V_SCALAR_LOAD: sb(b, "        const auto v%d = sl%d;  // %s\n", i, i, v->name); break;
+      case EVT_V_RAND:
+        sb(b, "        const auto v%d = evt_rows::rand_u<%s>(%lluull, %lluull, (unsigned long long)(row * n + %s));  // rand\n",
+           i, ctype(v->dtype), (unsigned long long)v->seed, (unsigned long long)v->offset, col);
+        break;
+      case EVT_V_ONE_HOT: sb(b, "        const auto v%d = (long long)(%s) == oh%d ? 1.f : 0.f;  // %s\n", i, col, i, v->name); break;
+      case EVT_V_COL_MAX:
+        sb(b, "        if (ok) cm%d = evt_rows::nanmax(cm%d, v%d);  // %s\n        const auto v%d = v%d;\n", i, i, a, v->name, i, a);
+        break;
+      case EVT_V_AUX_STORE: sb(b, "        S%d[e] = v%d;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a); break;
+      case EVT_V_ROW_SUM:
+        sb(b, "        RS%d[e] = ok ? (float)v%d : 0.f;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a);
+        break;
+      case EVT_V_COL_SUM:
+        sb(b, "        if (ok) cs%d += v%d;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a);
+        break;
+      default:
+        if (binop(v->op))
+          sb(b, "        const auto v%d = v%d %s v%d;\n", i, a, binop(v->op), c);
+        else if (evt_vop_arity(v->op) == 3)
+          sb(b, "        const auto v%d = evt_rows::%s(v%d, v%d, v%d);\n", i, fn(v->op), a, c, v->in[2]);
+        else if (evt_vop_arity(v->op) == 2)
+          sb(b, "        const auto v%d = evt_rows::%s(v%d, v%d);\n", i, fn(v->op), a, c);
+        else
+          sb(b, "        const auto v%d = evt_rows::%s(v%d);\n", i, fn(v->op), a);
+        break;
+    }
+    if (!users[i]) sb(b, "        (void)v%d;\n", i);
+  }
+  sb(b, "      }\n");
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_AUX_STORE)
+      sb(b, lng ? "      evt_rows::store8s(p.n%d_%s + ro, j0, es, n, full, S%d);\n"
+                : "      evt_rows::store8(p.n%d_%s + ro, j0, n, full, S%d);\n", i, s->nodes[i].name, i);
+    else if (s->nodes[i].op == EVT_V_ROW_SUM)
+      sb(b, "      rsum.add8(%d, v, RS%d);\n", rsk[i], i);
+  sb(b, "    }\n");
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_COL_SUM)
+      sb(b, "    cs%d = evt_rows::group_sum1<WARPS>(cs%d, rk);\n    if (live && t == 0) p.n%d_%s[row] = evt_rows::from_f<%s>(cs%d);\n", i, i,
+         i, s->nodes[i].name, ctype(s->nodes[i].dtype), i);
+    else if (s->nodes[i].op == EVT_V_COL_MAX)
+      sb(b, "    cm%d = evt_rows::group_nanmax1<WARPS>(cm%d, rk);\n    if (live && t == 0) p.n%d_%s[row] = evt_rows::from_f<%s>(cm%d);\n", i, i,
+         i, s->nodes[i].name, ctype(s->nodes[i].dtype), i);
+}
+
 char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   if (evt_rspec_check(s, err, errlen) != EVT_OK) return NULL;
   char kname[40], text[4096];
@@ -362,105 +515,56 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
       break;
     default: break;
   }
-  /* epilogue */
-  for (int i = 0; i < s->nnodes; i++) {
-    const evt_rnode *v = &s->nodes[i];
-    if (v->op == EVT_V_COL_BCAST && is_int(v->dtype)) /* integers ride in doubles: exact */
-      sb(&b, "    const double cb%d = live ? (double)p.n%d_%s[row] : 0.0;  // col_bcast\n", i, i, v->name);
-    else if (v->op == EVT_V_COL_BCAST)
-      sb(&b, "    const float cb%d = live ? evt_rows::to_f(p.n%d_%s[row]) : 0.f;  // col_bcast\n", i, i, v->name);
-    if (v->op == EVT_V_COL_SUM) sb(&b, "    float cs%d = 0.f;  // col_sum %s\n", i, v->name);
-    if (v->op == EVT_V_COL_MAX) sb(&b, "    float cm%d = -INFINITY;  // col_max %s\n", i, v->name);
-    if (v->op == EVT_V_ONE_HOT)
-      sb(&b, "    const long long oh%d = live ? (long long)p.n%d_%s[row] : -1;  // one_hot class of this row\n", i, i, v->name);
-  }
-  sb(&b, "#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n      const int j0 = (v * T + t) * 8;\n"
-         "      if (!live || j0 >= n) continue;\n      const bool full = vec && j0 + 8 <= n;\n      (void)full;\n");
-  if (nu == EVT_ROWN_LAYERNORM_BWD)
-    sb(&b, "      if constexpr (LN_LATE) {  // this chunk's w, then dx (as layernorm_bwd forms it)\n"
-           "        float w8[8];\n"
-           "%s"
-           "#pragma unroll\n        for (int e = 0; e < 8; e++) {\n"
-           "          const bool ok = j0 + e < n;\n"
-           "          nu_xhat[v][e] = nu_in1[v][e];\n"
-           "          nu_out[v][e] = ok ? lnb_rs * (%s - lnb_mg - nu_in1[v][e] * lnb_mgx) : 0.f;\n"
-           "        }\n      }\n",
-       hw ? "        evt_rows::load8(p.w, j0, n, full, w8);\n" : "#pragma unroll\n        for (int e = 0; e < 8; e++) w8[e] = 1.f;  // no w\n",
-       hw ? "nu_in0[v][e] * w8[e]" : "nu_in0[v][e]");
-  if (nu == EVT_ROWN_LAYERNORM)
-    sb(&b, "      if constexpr (LN_LATE) {  // this chunk's w / b, then y\n"
-           "        float w8[8], b8[8];\n"
-           "%s%s"
-           "#pragma unroll\n        for (int e = 0; e < 8; e++) nu_out[v][e] = nu_xhat[v][e] * w8[e] + b8[e];\n"
-           "      }\n",
-       hw ? "        evt_rows::load8(p.w, j0, n, full, w8);\n"
-          : "#pragma unroll\n        for (int e = 0; e < 8; e++) w8[e] = 1.f;  // no w\n",
-       hb ? "        evt_rows::load8(p.b, j0, n, full, b8);\n"
-          : "#pragma unroll\n        for (int e = 0; e < 8; e++) b8[e] = 0.f;  // no b\n");
-  for (int i = 0; i < s->nnodes; i++) {
-    const evt_rnode *v = &s->nodes[i];
-    const char *et = is_int(v->dtype) ? "double" : "float"; /* integer tensors: values in doubles (exact) */
-    if (v->op == EVT_V_AUX_LOAD) sb(&b, "      %s L%d[8];\n      evt_rows::unpack8(c_L%d[v], L%d);\n", et, i, i, i);
-    if (v->op == EVT_V_AUX_STORE) sb(&b, "      %s S%d[8];\n", et, i);
-    if (v->op == EVT_V_ROW_SUM) sb(&b, "      float RS%d[8];  // this chunk's terms of row_sum %s\n", i, v->name);
-  }
-  sb(&b, "#pragma unroll\n      for (int e = 0; e < 8; e++) {\n        const bool ok = j0 + e < n;\n        (void)ok;\n");
-  for (int i = 0; i < s->nnodes; i++) {
-    const evt_rnode *v = &s->nodes[i];
-    int a = v->in[0], c = v->in[1];
-    switch (v->op) {
-      case EVT_V_ACC: sb(&b, "        const auto v%d = %s[v][e];\n", i, acc_arrays[v->sel]); break;
-      case EVT_V_AUX_LOAD: sb(&b, "        const auto v%d = L%d[e];  // %s\n", i, i, v->name); break;
-      case EVT_V_ROW_BCAST: sb(&b, "        const auto v%d = L%d[v][e];  // %s\n", i, i, v->name); break;
-      case EVT_V_COL_BCAST: sb(&b, "        const auto v%d = cb%d;\n", i, i); break;
-      case EVT_V_SCALAR: sb(&b, "        const auto v%d = (float)(%.17g);\n", i, v->value); break;
-      case EVT_V_SCALAR_LOAD: sb(&b, "        const auto v%d = sl%d;  // %s\n", i, i, v->name); break;
-      case EVT_V_RAND:
-        sb(&b, "        const auto v%d = evt_rows::rand_u<%s>(%lluull, %lluull, (unsigned long long)(row * n + j0 + e));  // rand\n",
-           i, ctype(v->dtype), (unsigned long long)v->seed, (unsigned long long)v->offset);
-        break;
-      case EVT_V_ONE_HOT: sb(&b, "        const auto v%d = (long long)(j0 + e) == oh%d ? 1.f : 0.f;  // %s\n", i, i, v->name); break;
-      case EVT_V_COL_MAX:
-        sb(&b, "        if (ok) cm%d = evt_rows::nanmax(cm%d, v%d);  // %s\n        const auto v%d = v%d;\n", i, i, a, v->name, i, a);
-        break;
-      case EVT_V_AUX_STORE: sb(&b, "        S%d[e] = v%d;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a); break;
-      case EVT_V_ROW_SUM:
-        sb(&b, "        RS%d[e] = ok ? (float)v%d : 0.f;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a);
-        break;
-      case EVT_V_COL_SUM:
-        sb(&b, "        if (ok) cs%d += v%d;  // %s\n        const auto v%d = v%d;\n", i, a, v->name, i, a);
-        break;
-      default:
-        if (binop(v->op))
-          sb(&b, "        const auto v%d = v%d %s v%d;\n", i, a, binop(v->op), c);
-        else if (evt_vop_arity(v->op) == 3)
-          sb(&b, "        const auto v%d = evt_rows::%s(v%d, v%d, v%d);\n", i, fn(v->op), a, c, v->in[2]);
-        else if (evt_vop_arity(v->op) == 2)
-          sb(&b, "        const auto v%d = evt_rows::%s(v%d, v%d);\n", i, fn(v->op), a, c);
-        else
-          sb(&b, "        const auto v%d = evt_rows::%s(v%d);\n", i, fn(v->op), a);
-        break;
-    }
-    if (!users[i]) sb(&b, "        (void)v%d;\n", i);
-  }
-  sb(&b, "      }\n");
-  for (int i = 0; i < s->nnodes; i++)
-    if (s->nodes[i].op == EVT_V_AUX_STORE)
-      sb(&b, "      evt_rows::store8(p.n%d_%s + ro, j0, n, full, S%d);\n", i, s->nodes[i].name, i);
-    else if (s->nodes[i].op == EVT_V_ROW_SUM)
-      sb(&b, "      rsum.add8(%d, v, RS%d);\n", rsk[i], i);
-  sb(&b, "    }\n");
-  for (int i = 0; i < s->nnodes; i++)
-    if (s->nodes[i].op == EVT_V_COL_SUM)
-      sb(&b, "    cs%d = evt_rows::group_sum1<WARPS>(cs%d, rk);\n    if (live && t == 0) p.n%d_%s[row] = evt_rows::from_f<%s>(cs%d);\n", i, i,
-         i, s->nodes[i].name, ctype(s->nodes[i].dtype), i);
-    else if (s->nodes[i].op == EVT_V_COL_MAX)
-      sb(&b, "    cm%d = evt_rows::group_nanmax1<WARPS>(cm%d, rk);\n    if (live && t == 0) p.n%d_%s[row] = evt_rows::from_f<%s>(cm%d);\n", i, i,
-         i, s->nodes[i].name, ctype(s->nodes[i].dtype), i);
+  emit_epilogue(&b, s, users, rsk, 0);
   sb(&b, "  }\n");
   if (nrowsum) sb(&b, "  evt_rows::trigger_dependents();  // the finalize kernel may start launching\n");
   if (nrowsum) sb(&b, "  rsum.flush(p.ws + (size_t)blockIdx.x * n, (size_t)gridDim.x * n, n, g, t);\n");
   sb(&b, "}\n\n");
+
+  /* 2b'. the long-row kernel (no row sums): rows the register configurations do not take */
+  if (!nrowsum) {
+    sb(&b, "// Rows longer than a register-resident row-group takes (evt_row_pick_config refuses N > 32768): one CTA of\n"
+           "// WARPS warps per row, the nucleus's statistics in passes over the row, then chunk by chunk the nucleus's\n"
+           "// values and the epilogue (evt_rows::long_*).\n"
+           "#ifndef EVT_ROWS_LONG_MINB  // long rows: __launch_bounds__ minimum CTAs per SM\n#define EVT_ROWS_LONG_MINB %d\n#endif\n"
+           "template <int WARPS>\n__global__ void __launch_bounds__(WARPS * 32, EVT_ROWS_LONG_MINB) row_kernel_long(Params p) {\n"
+           "  constexpr int T = WARPS * 32;\n"
+           "  evt_rows::wait_prior_grids();  // launched early (EVT_ROWS_PDL_MAIN): the previous kernel's writes first\n"
+           "  evt_rows::release_dependents();\n"
+           "  const int t = threadIdx.x, n = p.n;\n  const bool vec = p.vec;\n"
+           "  __shared__ float red[evt_rows::red_floats<WARPS>()];\n  evt_rows::Red<WARPS> rk = {red, 0};\n  (void)rk;\n", EVT_ROWS_DEFAULT_LONG_MINB);
+    for (int i = 0; i < s->nnodes; i++)
+      if (s->nodes[i].op == EVT_V_SCALAR_LOAD)
+        sb(&b, is_int(s->nodes[i].dtype) ? "  const double sl%d = (double)p.n%d_%s[0];  // scalar_load (rank-0 tensor)\n"
+                                          : "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n",
+           i, i, s->nodes[i].name);
+    sb(&b, "  for (long long row = blockIdx.x; row < p.m; row += gridDim.x) {\n"
+           "    const bool live = true;\n    (void)live;\n    const long long ro = row * n;  // row offset\n");
+    const char *wn = s->has_w ? "p.w" : NULL;
+    char wnull[64];
+    snprintf(wnull, sizeof wnull, "(const %s *)nullptr", w_t);
+    switch (nu) {
+      case EVT_ROWN_SOFTMAX:
+        sb(&b, "    float sm_m2, sm_inv;  // max · log2(e), 1 / Σ\n"
+               "    evt_rows::long_softmax_stats<WARPS>(p.x + ro, n, vec, t, rk, sm_m2, sm_inv);\n");
+        break;
+      case EVT_ROWN_SOFTMAX_BWD:
+        sb(&b, "    const float sb_dot = evt_rows::long_softmax_bwd_stats<WARPS>(p.dy + ro, p.y + ro, n, vec, t, rk);\n");
+        break;
+      case EVT_ROWN_LAYERNORM:
+        sb(&b, "    float mean, rstd;\n    evt_rows::long_ln_stats<WARPS>(p.x + ro, n, vec, p.eps, t, rk, mean, rstd);\n");
+        if (s->store_stats) sb(&b, "    if (t == 0) {\n      p.mean[row] = mean;\n      p.rstd[row] = rstd;\n    }\n");
+        break;
+      case EVT_ROWN_LAYERNORM_BWD:
+        sb(&b, "    float lnb_mu, lnb_rs, lnb_mg, lnb_mgx;\n"
+               "    evt_rows::long_lnb_stats<WARPS>(p.dy + ro, p.x + ro, %s, n, vec, p.eps, t, rk, lnb_mu, lnb_rs, lnb_mg, lnb_mgx);\n",
+           wn ? wn : wnull);
+        break;
+      default: break;
+    }
+    emit_epilogue(&b, s, users, rsk, 1);
+    sb(&b, "  }\n}\n\n");
+  }
 
   /* 2c. launch<WARPS, VPT> */
   if (nrowsum) sb(&b, "static float *g_ws = nullptr;  // row_sum workspace, kept (not thread-safe)\nstatic size_t g_ws_bytes = 0;\n\n");
@@ -506,6 +610,22 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     sb(&b, "  evt_rows::launch_rowsum_finalize(dim3((p.n + 31) / 32, %d), st, p.ws, grid, p.n, outs);\n", nrowsum);
   }
   sb(&b, "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
+  if (!nrowsum) {
+    sb(&b, "// the long-row kernel: EVT_ROWS_LONG_WARPS warps per row, at most one wave of resident CTAs looping over the rows\n"
+           "#ifndef EVT_ROWS_LONG_WARPS\n#define EVT_ROWS_LONG_WARPS %d\n#endif\n", EVT_ROWS_DEFAULT_LONG_WARPS);
+    sb(&b, 
+           "static int launch_long(Params p, cudaStream_t st) {\n  constexpr int W = EVT_ROWS_LONG_WARPS;\n"
+           "  static int resident = 0, occ = 0, regs = 0;\n  if (!resident) {\n    int dev = 0, sms = 0;\n"
+           "    cudaGetDevice(&dev);\n    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n"
+           "    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, row_kernel_long<W>, W * 32, 0);\n"
+           "    cudaFuncAttributes fa = {};\n    cudaFuncGetAttributes(&fa, row_kernel_long<W>);\n    regs = fa.numRegs;\n"
+           "    resident = sms * (occ > 0 ? occ : 1);\n  }\n"
+           "  if (p.n > (1 << 30)) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // (block offsets stay in int)\n"
+           "  g_info[0] = W, g_info[1] = 0, g_info[2] = 1, g_info[3] = occ, g_info[4] = regs;\n"
+           "  const int grid = (int)(p.m < resident ? p.m : resident);\n"
+           "  evt_rows::launch_main(row_kernel_long<W>, grid, W * 32, 0, st, p);\n"
+           "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
+  }
   sb(&b, "static bool aligned16(const void *q) { return ((uintptr_t)q & 15) == 0; }\n\n}  // namespace evt_gen_%s\n\n",
      hash);
 
@@ -548,7 +668,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   }
   sb(&b, "    return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n  }\n");
   sb(&b, "  int warps = 0, vpt = 0;\n"
-         "  if (!evt_row_pick_config(p.n, kWarpVpt, EVT_ROWS_W1CAP, kMinVpt, &warps, &vpt)) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n");
+         "  if (!evt_row_pick_config(p.n, kWarpVpt, EVT_ROWS_W1CAP, kMinVpt, &warps, &vpt))%s\n",
+     nrowsum ? " return EVT_LAUNCH_CANNOT_IMPLEMENT;"
+             : "  // longer than the register configurations take\n    return launch_long(p, st);");
   /* configurations only min_vpt 2 reaches, and the several-warp single-chunk ones it never reaches: instantiated
    * for the kernel's min_vpt (kMinVpt: this kernel's default unless EVT_ROWS_MIN_VPT is defined) */
   static const char *const mv_gate[2][3] = {

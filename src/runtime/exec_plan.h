@@ -9,7 +9,7 @@
  *     k, ptr_node[i] = the graph node read / written by spec node i (loads: the memory source the lowering
  *     resolved through views; stores: the member, or the view of a sum the lowering bound). Checks: every
  *     such node exists, its dtype equals the spec's memory dtype (stores are in the spec's dtypes, sums f32),
- *     its element count equals evt_rspec_node_elems (M×N, N or M), N ≤ 32768 (register-resident rows).
+ *     its element count equals evt_rspec_node_elems (M×N, N or M), N ≤ 32768 (register-resident rows) unless the spec has no row sums (the long-row kernel).
  *   GEMM+EVT lowered groups whose binding checks pass run as a generated CUTLASS kernel (src/evt/emit_cutlass.c,
  *     ABI kernels/evt_launch.h, launched by src/runtime/gemm_launch.c): a_node / b_node = the graph nodes
  *     holding A and B in the spec's layout, d_node = D's tensor or -1 (D is a tile nobody reads: it goes to

@@ -161,6 +161,9 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "evt_rows::store8(p.n1_dx + ro, j0, n, full, S1);") != NULL);
   CHECK(strstr(a, "atomic") == NULL); /* row sums are a deterministic two-pass */
   CHECK(strstr(a, "__launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel") != NULL);
+  /* row sums: no long-row kernel; rows past 32768 are refused */
+  CHECK(strstr(a, "row_kernel_long") == NULL && strstr(a, "launch_long") == NULL);
+  CHECK(strstr(a, "&warps, &vpt)) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n") != NULL);
   /* every tuning macro gets its default from evt_row_config.h */
   CHECK(has_int(a, "#define EVT_ROWS_MINB_SUM %d\n", EVT_ROWS_DEFAULT_MINB_SUM));
   CHECK(has_int(a, "#define EVT_ROWS_EXACT %d\n", EVT_ROWS_DEFAULT_EXACT));
@@ -212,7 +215,33 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "1024 / (WARPS * 32 * R)") != NULL); /* one-chunk rows: >= 1024 resident threads */
   CHECK(strstr(a, "const float *n0_a;") != NULL);
   CHECK(strstr(a, "evt_rows::unpack8(c_L0[v], L0);") != NULL); /* aux loads come from the prefetched row */
+  /* no row sums: rows past 32768 run as the long-row kernel (one CTA per row, chunk by chunk), its M×N loads per
+   * chunk, its per-row reduction as in the register kernel, PDL wait before any global access */
+  const char *lk = strstr(a, "row_kernel_long(Params p) {");
+  CHECK(lk && strstr(a, "&warps, &vpt))  // longer than the register configurations take\n    return launch_long(p, st);\n"));
+  if (lk) {
+    const char *lw = strstr(lk, "evt_rows::wait_prior_grids();");
+    CHECK(lw && strstr(lk, "p.n1_scale") > lw);
+    CHECK(strstr(lk, "for (long long row = blockIdx.x; row < p.m; row += gridDim.x) {") != NULL);
+    /* chunks of 8 with 16-byte vectors, else 8 elements T apart (scalar accesses contiguous across a warp) */
+    CHECK(strstr(lk, "const int v = 0, j0 = jb + (vec ? t * 8 : t), es = vec ? 1 : T;") != NULL);
+    CHECK(strstr(lk, "evt_rows::fetch8s(p.n0_a + ro, j0, es, n, full, c_L0[0]);") != NULL);
+    CHECK(strstr(lk, "const bool ok = j0 + e * es < n;") != NULL);
+    CHECK(strstr(lk, "evt_rows::store8s(p.") != NULL && strstr(lk, "evt_rows::store8(") == NULL);
+    CHECK(strstr(lk, "cs10 = evt_rows::group_sum1<WARPS>(cs10, rk);") != NULL);
+  }
+  CHECK(strstr(a, "evt_rows::launch_main(row_kernel_long<W>, grid, W * 32, 0, st, p);") != NULL);
   free(a);
+  const char *const nuc[][2] = {{"softmax", "evt_rows::long_softmax_stats<WARPS>(p.x + ro, n, vec, t, rk, sm_m2, sm_inv);"},
+                                {"softmax_bwd", "evt_rows::long_softmax_bwd_stats<WARPS>(p.dy + ro, p.y + ro, n, vec, t, rk);"},
+                                {"layernorm", "evt_rows::long_ln_stats<WARPS>(p.x + ro, n, vec, p.eps, t, rk, mean, rstd);"}};
+  for (int k = 0; k < 3; k++) {
+    evt_rspec_example(&s, nuc[k][0], EVT_BF16);
+    a = evt_emit_rows(&s, err, sizeof err);
+    CHECK_MSG(a && strstr(a, nuc[k][1]), "%s: long-row statistics", nuc[k][0]);
+    free(a);
+  }
+  evt_rspec_example(&s, "chain_rowsum", EVT_F32);
   s.nnodes = 1; /* only a load: no outputs */
   CHECK(evt_emit_rows(&s, err, sizeof err) == NULL && strstr(err, "no outputs"));
 }

@@ -198,10 +198,15 @@ TEST(exec_bind_refusals) {
     *L = p.low.k[gi];
     L->vtensor[st] = 0;
     CHECK(!evt_exec_bind(g, p.part.group, L, x) && x->why[0]);
-    /* too long a row */
+    /* too long a row: past 32768 columns only without a sum over rows (the long-row kernel has none), never past
+     * 2^31 - 1 */
+    *L = p.low.k[gi];
+    L->n = 3000000000LL;
+    CHECK(!evt_exec_bind(g, p.part.group, L, x) && strstr(x->why, "does not fit a row kernel"));
     *L = p.low.k[gi];
     L->n = 40000;
-    CHECK(!evt_exec_bind(g, p.part.group, L, x) && strstr(x->why, "register-resident"));
+    L->rspec.nodes[st].op = EVT_V_ROW_SUM;
+    CHECK(!evt_exec_bind(g, p.part.group, L, x) && strstr(x->why, "does not fit a row kernel"));
     /* not lowered: the lowering's reason */
     *L = p.low.k[gi];
     L->ok = 0;

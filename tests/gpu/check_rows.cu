@@ -8,8 +8,9 @@
 // fresh random inputs, NaN-poisoned outputs, two launches, then every output (stores, sums, mean/rstd) vs the
 // reference: relative Frobenius error ≤ 1e-2 for bf16/f16 storage and ≤ 1e-5 for f32 (sums are f32 in both:
 // they get the tolerance of the case's dtype); a NaN/inf never passes. The second launch must reproduce the
-// first bit for bit (row sums are a deterministic two-pass). Also: an N beyond the register-resident limit
-// is rejected with EVT_LAUNCH_CANNOT_IMPLEMENT and a NULL tensor with EVT_LAUNCH_BAD_ARGS.
+// first bit for bit (row sums are a deterministic two-pass). Kernels without a sum over rows also at N > 32768
+// (the long-row kernel). Also: an N beyond the register-resident limit is rejected with
+// EVT_LAUNCH_CANNOT_IMPLEMENT by a kernel with row sums, and a NULL tensor with EVT_LAUNCH_BAD_ARGS.
 //   check_rows emit DIR    write the generated sources
 //   check_rows check DIR   run the checks on DIR/<kernel>.so; prints "N passed, N failed"
 #include <cstdarg>
@@ -101,6 +102,15 @@ int main(int argc, char **argv) {
       continue;
     }
     for (auto &sz : sizes) check_case(c, sz[0], sz[1], seed++);
+  }
+  // long rows (N > 32768: the streamed one-CTA-per-row kernel) for every kernel without a sum over rows: aligned,
+  // N % 8 != 0 (element path), and more rows than one wave of resident CTAs (the grid-stride loop)
+  const int long_sizes[][2] = {{6, 40000}, {5, 50257}, {300, 33000}};
+  for (auto &c : cases) {
+    bool row_sum = false;
+    for (int i = 0; i < c.spec.nnodes; i++) row_sum = row_sum || c.spec.nodes[i].op == EVT_V_ROW_SUM;
+    if (!c.fn || row_sum) continue;
+    for (auto &sz : long_sizes) check_case(c, sz[0], sz[1], seed++);
   }
   // launcher refusals
   for (auto &c : cases) {
