@@ -1360,6 +1360,34 @@ TEST(elementwise_groups_launch_reshaped) {
   evt_graph_free(g);
 }
 
+/* Rows longer than a register-resident row-group (a vocabulary-wide softmax and its backward, 40000 classes) bind
+ * as fused row groups (the generated kernel's long-row form); the CPU model of the plan matches the interpreter. */
+TEST(exec_plan_binds_long_rows) {
+  const char *text =
+      "graph t {\n"
+      "  %x: bf16[6,40000] = input()\n"
+      "  %dy: bf16[6,40000] = input()\n"
+      "  %y: bf16[6,40000] = softmax(%x, dim=1)\n"
+      "  %dx: bf16[6,40000] = softmax_backward(%dy, %y, dim=1)\n"
+      "  output %y, %dx\n"
+      "}\n";
+  evt_graph *g = parse_text(text, "long_rows.evt");
+  if (!g) return;
+  evt_exec_plan p;
+  CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+  int long_rows = 0;
+  for (int gi = 0; gi < p.ngroups; gi++) {
+    const evt_group_exec *x = &p.groups[gi];
+    if (p.low.k[gi].kind != EVT_LK_ROW) continue;
+    CHECK_MSG(x->fused, "%s", x->why);
+    long_rows += x->fused && x->n == 40000 && x->m == 6;
+  }
+  CHECK_MSG(long_rows >= 1, "%d long-row groups fused", long_rows);
+  check_model_bf16(g, &p, 0, 0, "plan");
+  evt_exec_plan_free(&p);
+  evt_graph_free(g);
+}
+
 /* EVT_UNFUSED_EPILOGUE=1 (or EVT_UNFUSED_MIN_GAIN=f below the records' measured gain) with UNFUSED tuning records for every GEMM group that has an epilogue (the
  * cuBLASLt(bias) variant where cuBLASLt can add the bias): those groups run as cuBLAS into T + the tuner's row
  * kernel of the rest, bound through the GEMM spec's tensors, or, for D = acc + bias, as cuBLASLt alone; the
