@@ -68,12 +68,16 @@
 #define EVT_ROWS_DEFAULT_PDL_MAIN 1
 /* rows longer than the register configurations take (N > 32768; kernels without Σ-over-M row sums): one CTA of
  * LONG_WARPS warps per row, the row streamed in blocks of 8 x 32 x warps elements; the statistics passes' block loop
- * unrolled by LONG_UNROLL; __launch_bounds__ minimum CTAs per SM LONG_MINB (2: 32 registers, 2048 threads per SM).
- * H200 S26W4/W5, softmax 2048 x 50304 bf16, steady x floor: (32, 2, 2) 1.62, (32, 1, 2) 1.63, (16 warps, 2, 4) 1.69,
- * (32, 4, 1) 1.94 (64 registers: one CTA per SM), (16, 4, 2) 1.86; softmax backward 1.77-1.78 for all but (16, 4, 2). */
-#define EVT_ROWS_DEFAULT_LONG_WARPS 32
+ * unrolled by LONG_UNROLL; __launch_bounds__ minimum CTAs per SM LONG_MINB for softmax and softmax backward (4 x 512
+ * threads: 32 registers), LONG_MINB_HEAVY for the others (layer norms, nucleus-free: their epilogues spill at 32).
+ * H200, softmax 2048 x 50304 bf16, steady x floor: S26W5 (before the head chunk) warps / unroll / min CTAs 32/2/2
+ * 1.62, 32/1/2 1.63, 16/2/4 1.69, 32/4/1 1.94 (64 registers: one CTA per SM), 16/4/2 1.86; S26W7 (head chunk and
+ * per-access alignment: 50257-wide rows 2.22 -> 1.78-1.85) 16/2/4 1.70 / 1.78 (N = 50257) / backward 1.77, 32/2/2
+ * 1.73 / 1.85 / 1.80. */
+#define EVT_ROWS_DEFAULT_LONG_WARPS 16
 #define EVT_ROWS_DEFAULT_LONG_UNROLL 2
-#define EVT_ROWS_DEFAULT_LONG_MINB 2
+#define EVT_ROWS_DEFAULT_LONG_MINB 4
+#define EVT_ROWS_DEFAULT_LONG_MINB_HEAVY 2
 
 /* (warps, vpt, min_vpt) of every configuration evt_row_pick_config can return; min_vpt 2: only with min_vpt 2
  * (the generated launcher instantiates those only when EVT_ROWS_MIN_VPT is 2). */

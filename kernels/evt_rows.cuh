@@ -760,39 +760,55 @@ __device__ __forceinline__ void layernorm_bwd_stats(const float (&dy)[VPT][8], f
 
 // ---- long rows: one row per CTA, streamed from memory ---------------------------------------------------------------
 // Rows longer than a register-resident row-group takes (N > 32768, evt_row_pick_config refuses): a CTA of WARPS
-// warps per row, the row walked in blocks of 8·T elements, thread t holding one chunk of 8 per block: with 16-byte
-// vectors (vec: N % 8 == 0, aligned tensors) elements j0 .. j0 + 7, j0 = block + 8t; otherwise elements j0 + e·T,
-// j0 = block + t (es = T: each of the 8 scalar accesses is contiguous across the warp, not 8 accesses 16 bytes
-// apart). The nucleus's row statistics take passes over the row (the re-reads of a CTA's row hit L2), each pass's
-// reduction the same kind as the register nuclei's EVT_ROWS_RED 0 path; the apply pass gives each chunk's nucleus
-// values (x / dy / y, x̂, the output) to the generated epilogue. Kernels with Σ-over-M row sums have no long form.
+// warps per row, the row walked in blocks of 8·T elements. h (long_head) = the elements before the first 16-byte
+// boundary of the row's first input: thread 0 takes those as a head chunk, then thread t holds elements j0 .. j0 + 7,
+// j0 = h + block + 8t, of each block (16-byte vectors wherever a tensor's chunk is aligned: every tensor of the
+// input's element size when the base pointers are; others element by element). h = -1 (a u8 row's head longer than
+// a chunk): elements j0 + e·T, j0 = block + t (es = T: each scalar access contiguous across the warp). The nucleus's
+// row statistics take passes over the row (the re-reads of a CTA's row hit L2), each pass's reduction the same
+// kind as the register nuclei's EVT_ROWS_RED 0 path; the apply pass gives each chunk's nucleus values (x / dy / y,
+// x̂, the output) to the generated epilogue. A chunk's elements are j0 + e·es < lim. Kernels with Σ-over-M row sums
+// have no long form.
+template <class E>
+__device__ __forceinline__ int long_head(const E *row) {
+  const unsigned a = (unsigned)((uintptr_t)row & 15);
+  if (a % sizeof(E)) return -1;
+  const int h = a ? (int)((16 - a) / sizeof(E)) : 0;
+  return h < 8 ? h : -1;
+}
 #define EVT_ROWS_STR_(x) #x
 #define EVT_ROWS_PRAGMA_(x) _Pragma(EVT_ROWS_STR_(x))
-#define EVT_ROWS_LONG_CHUNKS(...)                                                         \
-  EVT_ROWS_PRAGMA_(unroll EVT_ROWS_LONG_UNROLL) for (int jb_ = 0; jb_ < n; jb_ += 8 * T) { \
-    const int j0 = jb_ + (vec ? t * 8 : t), es = vec ? 1 : T;      \
-    if (j0 >= n) continue;                                         \
-    const bool full = vec && j0 + 8 <= n;                          \
-    __VA_ARGS__                                                    \
+// The chunks of a long row (h > 0: the first block is the head, thread 0's elements 0 .. h - 1), as one loop.
+#define EVT_ROWS_LONG_CHUNKS(...)                                                                            \
+  EVT_ROWS_PRAGMA_(unroll EVT_ROWS_LONG_UNROLL) for (int jb_ = h > 0 ? h - 8 * T : 0; jb_ < n; jb_ += 8 * T) { \
+    const bool head_ = jb_ < 0;                                                                              \
+    const int j0 = head_ ? 0 : jb_ + (h >= 0 ? t * 8 : t), es = h >= 0 ? 1 : T, lim = head_ ? h : n;        \
+    if (head_ ? t != 0 : j0 >= n) continue;                                                                  \
+    const bool full = !head_ && h >= 0 && j0 + 8 <= n;                                                       \
+    __VA_ARGS__                                                                                              \
   }
-// chunk access with element stride es (full: es == 1 and the 8 elements in the row, 16-byte aligned)
+// chunk access with element stride es; full: es == 1 and the 8 elements in the row (vectors where aligned)
 template <class P>
-__device__ __forceinline__ void load8s(const P *__restrict__ p, int j0, int es, int n, bool full, float (&o)[8]) {
-  if (full) {
-    load8(p, j0, n, true, o);
+__device__ __forceinline__ bool chunk_aligned(const P *p) {
+  return ((uintptr_t)p & (sizeof(P) == 1 ? 7 : 15)) == 0;
+}
+template <class P>
+__device__ __forceinline__ void load8s(const P *__restrict__ p, int j0, int es, int lim, bool full, float (&o)[8]) {
+  if (full && chunk_aligned(p + j0)) {
+    load8(p, j0, lim, true, o);
   } else {
 #pragma unroll
-    for (int e = 0; e < 8; e++) o[e] = j0 + e * es < n ? to_f(p[j0 + e * es]) : 0.f;
+    for (int e = 0; e < 8; e++) o[e] = j0 + e * es < lim ? to_f(p[j0 + e * es]) : 0.f;
   }
 }
 template <class E>
-__device__ __forceinline__ void fetch8s(const E *__restrict__ p, int j0, int es, int n, bool full, Raw8<E> &r) {
-  if (full) {
-    fetch8(p, j0, n, true, r);
+__device__ __forceinline__ void fetch8s(const E *__restrict__ p, int j0, int es, int lim, bool full, Raw8<E> &r) {
+  if (full && chunk_aligned(p + j0)) {
+    fetch8(p, j0, lim, true, r);
   } else {
     E *q = reinterpret_cast<E *>(r.u);
 #pragma unroll
-    for (int e = 0; e < 8; e++) q[e] = j0 + e * es < n ? p[j0 + e * es] : from_f<E>(0.f);
+    for (int e = 0; e < 8; e++) q[e] = j0 + e * es < lim ? p[j0 + e * es] : from_f<E>(0.f);
   }
 }
 __device__ __forceinline__ void store1(long long *p, double v) { *p = to_int64(v); }
@@ -800,75 +816,75 @@ __device__ __forceinline__ void store1(int *p, double v) { *p = (int)to_int64(v)
 template <class P>
 __device__ __forceinline__ void store1(P *p, float v) { *p = from_f<P>(v); }
 template <class P, class V>
-__device__ __forceinline__ void store8s(P *__restrict__ p, int j0, int es, int n, bool full, const V (&v)[8]) {
-  if (full) {
-    store8(p, j0, n, true, v);
+__device__ __forceinline__ void store8s(P *__restrict__ p, int j0, int es, int lim, bool full, const V (&v)[8]) {
+  if (full && chunk_aligned(p + j0)) {
+    store8(p, j0, lim, true, v);
   } else {
 #pragma unroll
     for (int e = 0; e < 8; e++)
-      if (j0 + e * es < n) store1(p + j0 + e * es, v[e]);
+      if (j0 + e * es < lim) store1(p + j0 + e * es, v[e]);
   }
 }
 // max and Σ exp(x − max) in one pass (online: a thread's running sum is rescaled when its maximum grows; the
 // threads' (max, Σ) pairs merge with SoftmaxOp); m2 = max · log2(e), inv = 1 / Σ
 template <int WARPS, class X>
-__device__ __forceinline__ void long_softmax_stats(const X *__restrict__ x, int n, bool vec, int t, Red<WARPS> &r,
-                                                   float &m2, float &inv) {
+__device__ __forceinline__ void long_softmax_stats(const X *__restrict__ x, int n, int h, int t, Red<WARPS> &r, float &m2,
+                                                   float &inv) {
   constexpr int T = WARPS * 32;
   constexpr float L2E = 1.4426950408889634f;
   float a[2] = {-INFINITY, 0.f};
-  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, n, full, v); float cm = -INFINITY;
-                       for (int e = 0; e < 8; e++) if (j0 + e * es < n) cm = fmaxf(cm, v[e]);
+  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, lim, full, v); float cm = -INFINITY;
+                       for (int e = 0; e < 8; e++) if (j0 + e * es < lim) cm = fmaxf(cm, v[e]);
                        cm *= L2E;
                        if (cm > a[0]) {
                          a[1] *= fast_exp2(a[0] - cm);
                          a[0] = cm;
                        }
-                       for (int e = 0; e < 8; e++) if (j0 + e * es < n) a[1] += fast_exp2(fmaf(v[e], L2E, -a[0]));)
+                       for (int e = 0; e < 8; e++) if (j0 + e * es < lim) a[1] += fast_exp2(fmaf(v[e], L2E, -a[0]));)
   group_reduce<WARPS, 2, true>(a, r, SoftmaxOp());
   m2 = a[0];
   inv = __frcp_rn(a[1]);
 }
-// one chunk: x into in, y = exp(x − max) / Σ into y (0 outside the row)
+// one chunk: x into in, y = exp(x − max) / Σ into y (0 outside the chunk's elements)
 template <class X>
-__device__ __forceinline__ void long_softmax_chunk(const X *__restrict__ x, int j0, int es, int n, bool full, float m2,
+__device__ __forceinline__ void long_softmax_chunk(const X *__restrict__ x, int j0, int es, int lim, bool full, float m2,
                                                    float inv, float (&in)[8], float (&y)[8]) {
-  load8s(x, j0, es, n, full, in);
+  load8s(x, j0, es, lim, full, in);
 #pragma unroll
-  for (int e = 0; e < 8; e++) y[e] = j0 + e * es < n ? fast_exp2(fmaf(in[e], 1.4426950408889634f, -m2)) * inv : 0.f;
+  for (int e = 0; e < 8; e++) y[e] = j0 + e * es < lim ? fast_exp2(fmaf(in[e], 1.4426950408889634f, -m2)) * inv : 0.f;
 }
 // Σ dy·y of the row
 template <int WARPS, class D, class Y>
-__device__ __forceinline__ float long_softmax_bwd_stats(const D *__restrict__ dy, const Y *__restrict__ y, int n, bool vec,
+__device__ __forceinline__ float long_softmax_bwd_stats(const D *__restrict__ dy, const Y *__restrict__ y, int n, int h,
                                                         int t, Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
   float dot = 0.f;
-  EVT_ROWS_LONG_CHUNKS(float a[8]; float b[8]; load8s(dy, j0, es, n, full, a); load8s(y, j0, es, n, full, b);
-                       for (int e = 0; e < 8; e++) if (j0 + e * es < n) dot += a[e] * b[e];)
+  EVT_ROWS_LONG_CHUNKS(float a[8]; float b[8]; load8s(dy, j0, es, lim, full, a); load8s(y, j0, es, lim, full, b);
+                       for (int e = 0; e < 8; e++) if (j0 + e * es < lim) dot += a[e] * b[e];)
   return group_sum1<WARPS>(dot, r);
 }
 template <class D, class Y>
 __device__ __forceinline__ void long_softmax_bwd_chunk(const D *__restrict__ dy, const Y *__restrict__ y, int j0, int es,
-                                                       int n, bool full, float dot, float (&in0)[8], float (&in1)[8],
+                                                       int lim, bool full, float dot, float (&in0)[8], float (&in1)[8],
                                                        float (&dx)[8]) {
-  load8s(dy, j0, es, n, full, in0);
-  load8s(y, j0, es, n, full, in1);
+  load8s(dy, j0, es, lim, full, in0);
+  load8s(y, j0, es, lim, full, in1);
 #pragma unroll
-  for (int e = 0; e < 8; e++) dx[e] = j0 + e * es < n ? in1[e] * (in0[e] - dot) : 0.f;
+  for (int e = 0; e < 8; e++) dx[e] = j0 + e * es < lim ? in1[e] * (in0[e] - dot) : 0.f;
 }
 // mean and rstd of the row (Σx, then Σ(x − mean)²)
 template <int WARPS, class X>
-__device__ __forceinline__ void long_ln_stats(const X *__restrict__ x, int n, bool vec, float eps, int t, Red<WARPS> &r,
+__device__ __forceinline__ void long_ln_stats(const X *__restrict__ x, int n, int h, float eps, int t, Red<WARPS> &r,
                                               float &mu, float &rs) {
   constexpr int T = WARPS * 32;
   float a[1] = {0.f};
-  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, n, full, v);
-                       for (int e = 0; e < 8; e++) if (j0 + e * es < n) a[0] += v[e];)
+  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, lim, full, v);
+                       for (int e = 0; e < 8; e++) if (j0 + e * es < lim) a[0] += v[e];)
   group_reduce<WARPS, 1, true>(a, r, AddOp());
   mu = a[0] / (float)n;
   a[0] = 0.f;
-  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, n, full, v);
-                       for (int e = 0; e < 8; e++) if (j0 + e * es < n) {
+  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, lim, full, v);
+                       for (int e = 0; e < 8; e++) if (j0 + e * es < lim) {
                          const float d = v[e] - mu;
                          a[0] = fmaf(d, d, a[0]);
                        })
@@ -878,15 +894,15 @@ __device__ __forceinline__ void long_ln_stats(const X *__restrict__ x, int n, bo
 // one chunk of layer norm: x, x̂, y = x̂ (· w) (+ b); w / b null when absent
 template <class X, class W>
 __device__ __forceinline__ void long_ln_chunk(const X *__restrict__ x, const W *__restrict__ w, const W *__restrict__ b,
-                                              int j0, int es, int n, bool full, float mu, float rs, float (&in)[8],
+                                              int j0, int es, int lim, bool full, float mu, float rs, float (&in)[8],
                                               float (&xh)[8], float (&y)[8]) {
   float w8[8], b8[8];
-  load8s(x, j0, es, n, full, in);
-  if (w) load8s(w, j0, es, n, full, w8);
-  if (b) load8s(b, j0, es, n, full, b8);
+  load8s(x, j0, es, lim, full, in);
+  if (w) load8s(w, j0, es, lim, full, w8);
+  if (b) load8s(b, j0, es, lim, full, b8);
 #pragma unroll
   for (int e = 0; e < 8; e++) {
-    const bool ok = j0 + e * es < n;
+    const bool ok = j0 + e * es < lim;
     xh[e] = ok ? (in[e] - mu) * rs : 0.f;
     y[e] = ok ? xh[e] * (w ? w8[e] : 1.f) + (b ? b8[e] : 0.f) : 0.f;
   }
@@ -894,18 +910,18 @@ __device__ __forceinline__ void long_ln_chunk(const X *__restrict__ x, const W *
 // layer-norm backward's row statistics: rstd, mean(g), mean(g·x̂) (g = dy (· w)), as layernorm_bwd's EVT_ROWS_RED 0
 template <int WARPS, class D, class X, class W>
 __device__ __forceinline__ void long_lnb_stats(const D *__restrict__ dy, const X *__restrict__ x, const W *__restrict__ w,
-                                               int n, bool vec, float eps, int t, Red<WARPS> &r, float &mu, float &rs,
+                                               int n, int h, float eps, int t, Red<WARPS> &r, float &mu, float &rs,
                                                float &mg, float &mgx) {
   constexpr int T = WARPS * 32;
   float a[3] = {0.f, 0.f, 0.f};
-  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, n, full, v);
-                       for (int e = 0; e < 8; e++) if (j0 + e * es < n) a[0] += v[e];)
+  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, lim, full, v);
+                       for (int e = 0; e < 8; e++) if (j0 + e * es < lim) a[0] += v[e];)
   group_reduce<WARPS, 1, true>(reinterpret_cast<float(&)[1]>(a), r, AddOp());
   mu = a[0] / (float)n;
   a[0] = 0.f;
-  EVT_ROWS_LONG_CHUNKS(float xv[8]; float dv[8]; float w8[8]; load8s(x, j0, es, n, full, xv);
-                       load8s(dy, j0, es, n, full, dv); if (w) load8s(w, j0, es, n, full, w8);
-                       for (int e = 0; e < 8; e++) if (j0 + e * es < n) {
+  EVT_ROWS_LONG_CHUNKS(float xv[8]; float dv[8]; float w8[8]; load8s(x, j0, es, lim, full, xv);
+                       load8s(dy, j0, es, lim, full, dv); if (w) load8s(w, j0, es, lim, full, w8);
+                       for (int e = 0; e < 8; e++) if (j0 + e * es < lim) {
                          const float d = xv[e] - mu, g = w ? dv[e] * w8[e] : dv[e];
                          a[0] = fmaf(d, d, a[0]);
                          a[1] += g;
@@ -919,15 +935,16 @@ __device__ __forceinline__ void long_lnb_stats(const D *__restrict__ dy, const X
 }
 template <class D, class X, class W>
 __device__ __forceinline__ void long_lnb_chunk(const D *__restrict__ dy, const X *__restrict__ x, const W *__restrict__ w,
-                                               int j0, int es, int n, bool full, float mu, float rs, float mg, float mgx,
-                                               float (&in0)[8], float (&in1)[8], float (&xh)[8], float (&dx)[8]) {
+                                               int j0, int es, int lim, bool full, float mu, float rs, float mg,
+                                               float mgx, float (&in0)[8], float (&in1)[8], float (&xh)[8],
+                                               float (&dx)[8]) {
   float w8[8];
-  load8s(dy, j0, es, n, full, in0);
-  load8s(x, j0, es, n, full, in1);
-  if (w) load8s(w, j0, es, n, full, w8);
+  load8s(dy, j0, es, lim, full, in0);
+  load8s(x, j0, es, lim, full, in1);
+  if (w) load8s(w, j0, es, lim, full, w8);
 #pragma unroll
   for (int e = 0; e < 8; e++) {
-    const bool ok = j0 + e * es < n;
+    const bool ok = j0 + e * es < lim;
     xh[e] = ok ? (in1[e] - mu) * rs : 0.f;
     dx[e] = ok ? rs * ((w ? in0[e] * w8[e] : in0[e]) - mg - xh[e] * mgx) : 0.f;
   }

@@ -100,21 +100,21 @@ static void emit_long_chunk(sbuf *b, const evt_rspec *s) {
   switch (s->nucleus) {
     case EVT_ROWN_SOFTMAX:
       sb(b, "      float nu_in0[1][8], nu_out[1][8];\n"
-            "      evt_rows::long_softmax_chunk(p.x + ro, j0, es, n, full, sm_m2, sm_inv, nu_in0[0], nu_out[0]);\n"
+            "      evt_rows::long_softmax_chunk(p.x + ro, j0, es, lim, full, sm_m2, sm_inv, nu_in0[0], nu_out[0]);\n"
             "      (void)nu_in0;\n");
       break;
     case EVT_ROWN_SOFTMAX_BWD:
       sb(b, "      float nu_in0[1][8], nu_in1[1][8], nu_out[1][8];\n"
-            "      evt_rows::long_softmax_bwd_chunk(p.dy + ro, p.y + ro, j0, es, n, full, sb_dot, nu_in0[0], nu_in1[0], nu_out[0]);\n");
+            "      evt_rows::long_softmax_bwd_chunk(p.dy + ro, p.y + ro, j0, es, lim, full, sb_dot, nu_in0[0], nu_in1[0], nu_out[0]);\n");
       break;
     case EVT_ROWN_LAYERNORM:
       sb(b, "      float nu_in0[1][8], nu_xhat[1][8], nu_out[1][8];\n"
-            "      evt_rows::long_ln_chunk(p.x + ro, %s, %s, j0, es, n, full, mean, rstd, nu_in0[0], nu_xhat[0], nu_out[0]);\n"
+            "      evt_rows::long_ln_chunk(p.x + ro, %s, %s, j0, es, lim, full, mean, rstd, nu_in0[0], nu_xhat[0], nu_out[0]);\n"
             "      (void)nu_in0;\n      (void)nu_xhat;\n", w, bb);
       break;
     case EVT_ROWN_LAYERNORM_BWD:
       sb(b, "      float nu_in0[1][8], nu_in1[1][8], nu_xhat[1][8], nu_out[1][8];\n"
-            "      evt_rows::long_lnb_chunk(p.dy + ro, p.x + ro, %s, j0, es, n, full, lnb_mu, lnb_rs, lnb_mg, lnb_mgx, nu_in0[0],\n"
+            "      evt_rows::long_lnb_chunk(p.dy + ro, p.x + ro, %s, j0, es, lim, full, lnb_mu, lnb_rs, lnb_mg, lnb_mgx, nu_in0[0],\n"
             "                               nu_in1[0], nu_xhat[0], nu_out[0]);\n"
             "      (void)nu_in1;\n      (void)nu_xhat;\n", w);
       break;
@@ -143,18 +143,22 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
     sb(b, "#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n      const int j0 = (v * T + t) * 8;\n"
           "      if (!live || j0 >= n) continue;\n      const bool full = vec && j0 + 8 <= n;\n      (void)full;\n");
   } else {
-    sb(b, "    for (int jb = 0; jb < n; jb += 8 * T) {  // this thread's chunk of each block of 8·T elements\n"
-          "      const int v = 0, j0 = jb + (vec ? t * 8 : t), es = vec ? 1 : T;  // element e: column j0 + e·es\n"
-          "      if (j0 >= n) continue;\n      const bool full = vec && j0 + 8 <= n;\n      (void)full;\n");
+    sb(b, "    // this thread's chunk of each block of 8·T elements: elements j0 + e·es < lim (evt_rows::long_head; h > 0:\n"
+          "    // the first block is the head, thread 0's elements 0 .. h - 1; the others 16-byte aligned in the first input)\n"
+          "    for (int jb = h > 0 ? h - 8 * T : 0; jb < n; jb += 8 * T) {\n"
+          "      const bool head = jb < 0;\n"
+          "      const int v = 0, j0 = head ? 0 : jb + (h >= 0 ? t * 8 : t), es = h >= 0 ? 1 : T, lim = head ? h : n;\n"
+          "      if (head ? t != 0 : j0 >= n) continue;\n"
+          "      const bool full = !head && h >= 0 && j0 + 8 <= n;\n      (void)full;\n");
     emit_long_chunk(b, s);
   }
   for (int i = 0; lng && i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
     if (v->op == EVT_V_AUX_LOAD)
-      sb(b, "      evt_rows::Raw8<%s> c_L%d[1];  // %s\n      evt_rows::fetch8s(p.n%d_%s + ro, j0, es, n, full, c_L%d[0]);\n",
+      sb(b, "      evt_rows::Raw8<%s> c_L%d[1];  // %s\n      evt_rows::fetch8s(p.n%d_%s + ro, j0, es, lim, full, c_L%d[0]);\n",
          ctype(v->dtype), i, v->name, i, v->name, i);
     if (v->op == EVT_V_ROW_BCAST)
-      sb(b, "      float L%d[1][8];  // row_bcast %s\n      evt_rows::load8s(p.n%d_%s, j0, es, n, full, L%d[0]);\n", i, v->name, i,
+      sb(b, "      float L%d[1][8];  // row_bcast %s\n      evt_rows::load8s(p.n%d_%s, j0, es, lim, full, L%d[0]);\n", i, v->name, i,
          v->name, i);
   }
   if (nu == EVT_ROWN_LAYERNORM_BWD && !lng)
@@ -187,7 +191,8 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
   }
   /* the column of element e: j0 + e (register kernel), j0 + e·es (long rows) */
   const char *col = lng ? "j0 + e * es" : "j0 + e";
-  sb(b, "#pragma unroll\n      for (int e = 0; e < 8; e++) {\n        const bool ok = %s < n;\n        (void)ok;\n", col);
+  sb(b, "#pragma unroll\n      for (int e = 0; e < 8; e++) {\n        const bool ok = %s < %s;\n        (void)ok;\n", col,
+     lng ? "lim" : "n");
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
     int a = v->in[0], c = v->in[1];
@@ -229,7 +234,7 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
   sb(b, "      }\n");
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_AUX_STORE)
-      sb(b, lng ? "      evt_rows::store8s(p.n%d_%s + ro, j0, es, n, full, S%d);\n"
+      sb(b, lng ? "      evt_rows::store8s(p.n%d_%s + ro, j0, es, lim, full, S%d);\n"
                 : "      evt_rows::store8(p.n%d_%s + ro, j0, n, full, S%d);\n", i, s->nodes[i].name, i);
     else if (s->nodes[i].op == EVT_V_ROW_SUM)
       sb(b, "      rsum.add8(%d, v, RS%d);\n", rsk[i], i);
@@ -531,8 +536,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "  constexpr int T = WARPS * 32;\n"
            "  evt_rows::wait_prior_grids();  // launched early (EVT_ROWS_PDL_MAIN): the previous kernel's writes first\n"
            "  evt_rows::release_dependents();\n"
-           "  const int t = threadIdx.x, n = p.n;\n  const bool vec = p.vec;\n"
-           "  __shared__ float red[evt_rows::red_floats<WARPS>()];\n  evt_rows::Red<WARPS> rk = {red, 0};\n  (void)rk;\n", EVT_ROWS_DEFAULT_LONG_MINB);
+           "  const int t = threadIdx.x, n = p.n;\n"
+           "  __shared__ float red[evt_rows::red_floats<WARPS>()];\n  evt_rows::Red<WARPS> rk = {red, 0};\n  (void)rk;\n",
+       nu == EVT_ROWN_SOFTMAX || nu == EVT_ROWN_SOFTMAX_BWD ? EVT_ROWS_DEFAULT_LONG_MINB : EVT_ROWS_DEFAULT_LONG_MINB_HEAVY);
     for (int i = 0; i < s->nnodes; i++)
       if (s->nodes[i].op == EVT_V_SCALAR_LOAD)
         sb(&b, is_int(s->nodes[i].dtype) ? "  const double sl%d = (double)p.n%d_%s[0];  // scalar_load (rank-0 tensor)\n"
@@ -540,24 +546,28 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            i, i, s->nodes[i].name);
     sb(&b, "  for (long long row = blockIdx.x; row < p.m; row += gridDim.x) {\n"
            "    const bool live = true;\n    (void)live;\n    const long long ro = row * n;  // row offset\n");
+    if (nrin)
+      sb(&b, "    const int h = evt_rows::long_head(p.%s + ro);  // elements before its first 16-byte boundary\n", rin[0].field);
+    else
+      sb(&b, "    const int h = 0;\n");
     const char *wn = s->has_w ? "p.w" : NULL;
     char wnull[64];
     snprintf(wnull, sizeof wnull, "(const %s *)nullptr", w_t);
     switch (nu) {
       case EVT_ROWN_SOFTMAX:
         sb(&b, "    float sm_m2, sm_inv;  // max · log2(e), 1 / Σ\n"
-               "    evt_rows::long_softmax_stats<WARPS>(p.x + ro, n, vec, t, rk, sm_m2, sm_inv);\n");
+               "    evt_rows::long_softmax_stats<WARPS>(p.x + ro, n, h, t, rk, sm_m2, sm_inv);\n");
         break;
       case EVT_ROWN_SOFTMAX_BWD:
-        sb(&b, "    const float sb_dot = evt_rows::long_softmax_bwd_stats<WARPS>(p.dy + ro, p.y + ro, n, vec, t, rk);\n");
+        sb(&b, "    const float sb_dot = evt_rows::long_softmax_bwd_stats<WARPS>(p.dy + ro, p.y + ro, n, h, t, rk);\n");
         break;
       case EVT_ROWN_LAYERNORM:
-        sb(&b, "    float mean, rstd;\n    evt_rows::long_ln_stats<WARPS>(p.x + ro, n, vec, p.eps, t, rk, mean, rstd);\n");
+        sb(&b, "    float mean, rstd;\n    evt_rows::long_ln_stats<WARPS>(p.x + ro, n, h, p.eps, t, rk, mean, rstd);\n");
         if (s->store_stats) sb(&b, "    if (t == 0) {\n      p.mean[row] = mean;\n      p.rstd[row] = rstd;\n    }\n");
         break;
       case EVT_ROWN_LAYERNORM_BWD:
         sb(&b, "    float lnb_mu, lnb_rs, lnb_mg, lnb_mgx;\n"
-               "    evt_rows::long_lnb_stats<WARPS>(p.dy + ro, p.x + ro, %s, n, vec, p.eps, t, rk, lnb_mu, lnb_rs, lnb_mg, lnb_mgx);\n",
+               "    evt_rows::long_lnb_stats<WARPS>(p.dy + ro, p.x + ro, %s, n, h, p.eps, t, rk, lnb_mu, lnb_rs, lnb_mg, lnb_mgx);\n",
            wn ? wn : wnull);
         break;
       default: break;

@@ -223,18 +223,22 @@ TEST(emit_rows_structure) {
     const char *lw = strstr(lk, "evt_rows::wait_prior_grids();");
     CHECK(lw && strstr(lk, "p.n1_scale") > lw);
     CHECK(strstr(lk, "for (long long row = blockIdx.x; row < p.m; row += gridDim.x) {") != NULL);
-    /* chunks of 8 with 16-byte vectors, else 8 elements T apart (scalar accesses contiguous across a warp) */
-    CHECK(strstr(lk, "const int v = 0, j0 = jb + (vec ? t * 8 : t), es = vec ? 1 : T;") != NULL);
-    CHECK(strstr(lk, "evt_rows::fetch8s(p.n0_a + ro, j0, es, n, full, c_L0[0]);") != NULL);
-    CHECK(strstr(lk, "const bool ok = j0 + e * es < n;") != NULL);
+    /* a head chunk up to the first input's 16-byte boundary, then aligned chunks of 8 (or, h = -1, 8 elements T
+     * apart: scalar accesses contiguous across a warp) */
+    CHECK(strstr(lk, "const int h = evt_rows::long_head(p.n0_a + ro);") != NULL);
+    CHECK(strstr(lk, "for (int jb = h > 0 ? h - 8 * T : 0; jb < n; jb += 8 * T) {") != NULL);
+    CHECK(strstr(lk, "const int v = 0, j0 = head ? 0 : jb + (h >= 0 ? t * 8 : t), es = h >= 0 ? 1 : T, lim = head ? h : n;") != NULL);
+    CHECK(strstr(lk, "if (head ? t != 0 : j0 >= n) continue;") != NULL);
+    CHECK(strstr(lk, "evt_rows::fetch8s(p.n0_a + ro, j0, es, lim, full, c_L0[0]);") != NULL);
+    CHECK(strstr(lk, "const bool ok = j0 + e * es < lim;") != NULL);
     CHECK(strstr(lk, "evt_rows::store8s(p.") != NULL && strstr(lk, "evt_rows::store8(") == NULL);
     CHECK(strstr(lk, "cs10 = evt_rows::group_sum1<WARPS>(cs10, rk);") != NULL);
   }
   CHECK(strstr(a, "evt_rows::launch_main(row_kernel_long<W>, grid, W * 32, 0, st, p);") != NULL);
   free(a);
-  const char *const nuc[][2] = {{"softmax", "evt_rows::long_softmax_stats<WARPS>(p.x + ro, n, vec, t, rk, sm_m2, sm_inv);"},
-                                {"softmax_bwd", "evt_rows::long_softmax_bwd_stats<WARPS>(p.dy + ro, p.y + ro, n, vec, t, rk);"},
-                                {"layernorm", "evt_rows::long_ln_stats<WARPS>(p.x + ro, n, vec, p.eps, t, rk, mean, rstd);"}};
+  const char *const nuc[][2] = {{"softmax", "evt_rows::long_softmax_stats<WARPS>(p.x + ro, n, h, t, rk, sm_m2, sm_inv);"},
+                                {"softmax_bwd", "evt_rows::long_softmax_bwd_stats<WARPS>(p.dy + ro, p.y + ro, n, h, t, rk);"},
+                                {"layernorm", "evt_rows::long_ln_stats<WARPS>(p.x + ro, n, h, p.eps, t, rk, mean, rstd);"}};
   for (int k = 0; k < 3; k++) {
     evt_rspec_example(&s, nuc[k][0], EVT_BF16);
     a = evt_emit_rows(&s, err, sizeof err);
