@@ -124,8 +124,8 @@ static int ce_loss_one_pass(evt_graph *g, int id, int x, int t) {
   return reduce_rows(g, id, evt_rw_binary(g, id, EVT_OP_MUL, row, mask), mask);
 }
 
-/* True when x is the f32 widening of 16-bit logits with rows a row kernel holds (at most 32768 classes,
- * kernels/evt_row_config.h): the softmax kernel then loads the 16-bit logits once (partition rules: the cast
+/* True when x is the f32 widening of 16-bit logits with rows a row kernel takes (any up to 2^30 classes: past 32768
+ * the generated kernel's long-row form, src/evt/emit_rows.c): the softmax kernel then loads the 16-bit logits once (partition rules: the cast
  * fuses into its load) and the loss is a row sum in its epilogue, where the logsumexp form's max is a
  * reduction that ends its group and its second pass reads a materialized f32 copy of x (bert_large's MLM head
  * after the joint graph moved the log-softmax's recomputation into the backward: 2 GB written and read). */
@@ -133,7 +133,7 @@ static bool widened_row(const evt_graph *g, int x) {
   const evt_node *n = &g->nodes[x];
   if (n->op != EVT_OP_CAST || n->ninputs != 1 || n->type.dtype != EVT_F32 || n->type.rank != 2) return false;
   evt_dtype from = g->nodes[n->inputs[0]].type.dtype;
-  return (from == EVT_BF16 || from == EVT_F16) && n->type.shape[1] <= 32768;
+  return (from == EVT_BF16 || from == EVT_F16) && n->type.shape[1] <= ((int64_t)1 << 30);
 }
 
 static bool is_output(const evt_graph *g, int id) {

@@ -493,8 +493,8 @@ TEST(loss_elim_nll_over_returned_log_probs) {
 
 /* nll_loss over the log-softmax of the f32 widening of bf16 logits (rows a row kernel holds), not returned:
  * the one-pass form too (its row kernels load the bf16 logits; the logsumexp form's max would end its group
- * and its second pass read a materialized f32 copy); values preserved. f32 logits, or rows of more than 32768
- * classes: the logsumexp form. */
+ * and its second pass read a materialized f32 copy), also over 40000 classes (the row kernel's long-row form);
+ * values preserved. f32 logits, or rows of more than 2^30 classes: the logsumexp form. */
 TEST(loss_elim_nll_over_widened_16bit_logits) {
   static const char *texts[] = {
       "graph t {\n  %x: bf16[8,16] = input()\n  %xf: f32[8,16] = cast(%x, dtype=f32)\n"
@@ -507,7 +507,7 @@ TEST(loss_elim_nll_over_widened_16bit_logits) {
       "  %y: i64[2] = input(init=randint, lo=0, hi=40000)\n  %lp: f32[2,40000] = log_softmax(%xf, dim=1)\n"
       "  %l: f32[] = nll_loss(%lp, %y)\n  loss %l\n}\n",
   };
-  static const int one_pass[] = {1, 0, 0};
+  static const int one_pass[] = {1, 0, 1};
   check_loss_forms(texts, EVT_ARRAY_LEN(texts), one_pass);
 }
 
