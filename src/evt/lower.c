@@ -1615,10 +1615,31 @@ evt_status evt_lower_retype(evt_graph *g, evt_dtype dt) {
   return EVT_OK;
 }
 
+/* A sum (or mean) over the leading dims of a tensor whose rows are longer than a register-resident row kernel takes:
+ * in a row nucleus's group it would be a Σ-over-M row sum, which the long-row kernel has none of (the group would
+ * run node by node); on its own it runs as the fallback's column reduction while the nucleus keeps its kernel. */
+static bool long_row_sum_over_m(const evt_graph *eg, int nucleus, int member) {
+  const evt_node *nn = &eg->nodes[nucleus], *m = &eg->nodes[member];
+  if (nn->op != EVT_OP_SOFTMAX && nn->op != EVT_OP_SOFTMAX_BACKWARD && nn->op != EVT_OP_LAYER_NORM &&
+      nn->op != EVT_OP_LAYER_NORM_BACKWARD_INPUT)
+    return false;
+  if (nn->type.rank < 1 || nn->type.shape[nn->type.rank - 1] <= 32768) return false;
+  if ((m->op != EVT_OP_SUM && m->op != EVT_OP_MEAN) || m->ninputs < 1) return false;
+  const evt_type *xt = &eg->nodes[m->inputs[0]].type;
+  if (xt->rank < 2) return false;
+  if (m->attr.dims.n == 0) return true; /* every dim: the M dims too */
+  for (int i = 0; i < m->attr.dims.n; i++) {
+    int d = (int)(m->attr.dims.v[i] < 0 ? m->attr.dims.v[i] + xt->rank : m->attr.dims.v[i]);
+    if (d < xt->rank - 1 && xt->shape[d] > 1) return true;
+  }
+  return false;
+}
+
 bool evt_lower_compat(const evt_pgraph *g, int nucleus, int member) { /* contract in lower.h */
   if (!evt_part_compat_evt(g, nucleus, member)) return false;
   const evt_graph *eg = g->src;
   if (!eg || member == nucleus) return true;
+  if (long_row_sum_over_m(eg, nucleus, member)) return false;
   const evt_node *nn = &eg->nodes[nucleus];
   bool bmm = nn->op == EVT_OP_BMM && nn->type.rank >= 3;
   if (nn->op != EVT_OP_MM && nn->op != EVT_OP_ADDMM && !bmm) return true;

@@ -124,7 +124,8 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
 /* The partitioner's epilogue-implementability hook (evt_part_compat_fn) with the lowering's rules: the
  * partitioner's own shape rule (evt_part_compat_evt), and for an mm/addmm nucleus that can lower (16-bit
  * operands, M, N, K multiples of 8) evt_lower_can_fuse (a view is judged as its producer). Other nuclei: the
- * shape rule only. */
+ * shape rule, and no sum over the leading (M) dims in a row nucleus's group when its rows are longer than 32768
+ * (the long-row kernel has no Σ-over-M row sums). */
 bool evt_lower_compat(const struct evt_pgraph *g, int nucleus, int member);
 /* evt_part_plan_build with evt_lower_compat as the hook: GEMM groups then only take members their kernel
  * spec can hold (evtc compile --fuse-rules=lower). */

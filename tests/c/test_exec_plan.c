@@ -28,6 +28,18 @@ static evt_graph *load_opt(const char *path) {
   return g;
 }
 
+/* load_opt for a graph given as text (the joint graph and the passes, as evtc run --fused) */
+static evt_graph *load_opt_text(const char *text, const char *name) {
+  char *err = NULL;
+  evt_graph *g = evt_parse(text, name, &err);
+  CHECK_MSG(g, "%s: %s", name, err ? err : "");
+  free(err);
+  if (!g) return NULL;
+  CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+  CHECK_MSG(evt_passes_run_all(g, 0, 0) == EVT_OK, "%s", evt_graph_error(g));
+  return g;
+}
+
 /* Every lowered group (row / pointwise / GEMM+EVT) is fused with a complete binding; everything else falls
  * back with the lowering's reason; each fused group's kernel is listed once, with its kind's spec. */
 TEST(exec_plan_paths_and_bindings_bf16) {
@@ -1383,6 +1395,42 @@ TEST(exec_plan_binds_long_rows) {
     long_rows += x->fused && x->n == 40000 && x->m == 6;
   }
   CHECK_MSG(long_rows >= 1, "%d long-row groups fused", long_rows);
+  check_model_bf16(g, &p, 0, 0, "plan");
+  evt_exec_plan_free(&p);
+  evt_graph_free(g);
+}
+
+/* A language-model head with a bias over 40000 classes: the bias gradient (a sum over the rows of dlogits) stays out
+ * of the softmax's group (the long-row kernel has no Σ over M: evt_lower_compat), so the softmax group runs fused
+ * and only that sum runs node by node; the CPU model of the plan matches the interpreter. */
+TEST(exec_plan_long_rows_keep_sums_over_m_apart) {
+  const char *text =
+      "graph t {\n"
+      "  %h: bf16[64,64] = input(init=normal, std=1.0)\n"
+      "  %y: i64[64] = input(init=randint, lo=0, hi=40000)\n"
+      "  %w: bf16[64,40000] = param(init=normal, std=0.125)\n"
+      "  %b: bf16[40000] = param(init=zeros)\n"
+      "  %mm: bf16[64,40000] = mm(%h, %w)\n"
+      "  %logits: bf16[64,40000] = add(%mm, %b)\n"
+      "  %lf: f32[64,40000] = cast(%logits, dtype=f32)\n"
+      "  %loss: f32[] = cross_entropy(%lf, %y)\n"
+      "  loss %loss\n"
+      "}\n";
+  evt_graph *g = load_opt_text(text, "lm_bias.evt");
+  if (!g) return;
+  evt_exec_plan p;
+  CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+  int soft = 0, refused = 0;
+  for (int gi = 0; gi < p.ngroups; gi++) {
+    const evt_group_exec *x = &p.groups[gi];
+    const evt_lowered *L = &p.low.k[gi];
+    if (L->kind == EVT_LK_ROW && L->n == 40000) soft += x->fused;
+    if (!x->fused) {
+      refused++;
+      CHECK_MSG(strstr(x->why, "sum over rows") != NULL, "group %d: %s", gi, x->why);
+    }
+  }
+  CHECK_MSG(soft == 1 && refused <= 1, "%d fused softmax groups, %d refused", soft, refused);
   check_model_bf16(g, &p, 0, 0, "plan");
   evt_exec_plan_free(&p);
   evt_graph_free(g);
