@@ -667,8 +667,10 @@ def unaligned_rows(node):
     return None
 
 
-# The longest row evt's row / pointwise kernels take (a row lives in the registers of one row-group: 32 warps x
-# 32 lanes x 4 chunks x 8 elements; kernels/evt_row_config.h, the exec plan's check).
+# The longest row evt's register-resident row / pointwise kernels take (32 warps x 32 lanes x 4 chunks x 8
+# elements; kernels/evt_row_config.h). Longer rows run as the generated kernels' long-row form (session 26), which has
+# no sum over rows: a group with one (a bias gradient beside a nucleus-free op) runs node by node, so a large op on
+# longer rows that no GEMM feeds still runs in PyTorch (long_rows below).
 ROW_KERNEL_MAX_N = 32768
 
 

@@ -13,9 +13,13 @@
  *      always with row sums, at most one wave of resident CTAs: the loop prefetches the next row, and the
  *      partial count stays small; EVT_ROWS_WAVES*), workspace, the kernel, then evt_rows::rowsum_finalize per row sum
  *      (fixed-order two-pass: deterministic on a given GPU, no atomics);
+ *      without row sums also `row_kernel_long<WARPS>` + `launch_long`: rows longer than the register
+ *      configurations take (N > 32768), one CTA per row, the nucleus's statistics in passes over the row
+ *      (evt_rows::long_*), then chunk by chunk the nucleus's values and the same epilogue (emit_epilogue, lng);
  *   3. `extern "C" int evt_rowkernel_<hash>(const evt_row_launch_args *)`: argument checks, the 16-byte
  *      vector flag (N % 8 == 0 and every M×N / N-vector pointer 16-byte aligned), configuration choice
- *      (evt_row_pick_config, kernels/evt_row_config.h) and dispatch.
+ *      (evt_row_pick_config, kernels/evt_row_config.h; none: the long-row kernel, or refused with row sums) and
+ *      dispatch.
  * R (row-groups per CTA): 8 warps per CTA for plain kernels, 16 with row sums (fewer partials), ≥ WARPS.
  */
 #include <stdarg.h>
