@@ -78,6 +78,9 @@
 #define EVT_ROWS_DEFAULT_LONG_UNROLL 2
 #define EVT_ROWS_DEFAULT_LONG_MINB 4
 #define EVT_ROWS_DEFAULT_LONG_MINB_HEAVY 2
+/* nucleus-free kernels with Σ-over-M sums and no per-row reduction, rows longer than the register configurations
+ * take: column blocks of 8 x 32 x COLS_WARPS elements, the sums in registers over a slice of rows */
+#define EVT_ROWS_DEFAULT_COLS_WARPS 8
 
 /* (warps, vpt, min_vpt) of every configuration evt_row_pick_config can return; min_vpt 2: only with min_vpt 2
  * (the generated launcher instantiates those only when EVT_ROWS_MIN_VPT is 2). */

@@ -297,7 +297,9 @@ static int perf_main(int argc, char **argv) {
                     {"chain_rowsum", EVT_BF16, 16384, 1024},
                     // vocabulary-wide rows (GPT-2: 50257 classes, 50304 padded): the long-row kernel
                     {"softmax", EVT_BF16, 2048, 50304},     {"softmax", EVT_BF16, 2048, 50257},
-                    {"softmax_bwd", EVT_BF16, 2048, 50304}};
+                    {"softmax_bwd", EVT_BF16, 2048, 50304},
+                    // XML-CNN's loss backward and bias gradient over 670208 labels: the column-block kernel
+                    {"bce_bias_grad", EVT_BF16, 256, 670208}};
   const char *only = getenv("ROWPERF_ONLY");  // comma list of ops (debug)
   const bool clean = getenv("ROWPERF_CLEAN") != nullptr;  // also the read-flushed single launch
   printf("\n%-14s %-5s %6s %5s %-10s %7s | %8s %5s | %8s %5s | %8s %5s | %s\n", "op", "dtype", "M", "N", "variant", "MB",

@@ -1,7 +1,8 @@
 """PyTorch eager side of the row-kernel benchmark (bench/kernels/bench_rows.cu perf): the same ops and shapes,
 bf16, timed with CUDA events (median of 7 runs of 20 back-to-back calls over 4 rotating inputs).
 
-    python3 bench/kernels/torch_rows.py [M:N ...]     (default: the vocabulary-wide rows of bench_rows)
+    python3 bench/kernels/torch_rows.py [M:N ...] [bce=M:N ...]   (default: the vocabulary-wide rows of bench_rows;
+                                                                   bce=: the BCE backward + bias gradient)
 """
 import statistics
 import sys
@@ -25,7 +26,9 @@ def timed_us(fn, reps=20, runs=7):
 
 
 def main():
-    shapes = [tuple(int(v) for v in s.split(":")) for s in sys.argv[1:]] or [(2048, 50304), (2048, 50257)]
+    args = [a for a in sys.argv[1:] if not a.startswith("bce=")]
+    shapes = [tuple(int(v) for v in s.split(":")) for s in args] or [(2048, 50304), (2048, 50257)]
+    bce_shapes = [tuple(int(v) for v in a[4:].split(":")) for a in sys.argv[1:] if a.startswith("bce=")]
     print(f"{'op':<12} {'M':>6} {'N':>6} {'torch eager us':>15}")
     for m, n in shapes:
         xs = [torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
@@ -35,6 +38,15 @@ def main():
         t_b = timed_us(lambda i: torch._softmax_backward_data(dys[i % 4], ys[i % 4], -1, torch.bfloat16))
         print(f"{'softmax':<12} {m:>6} {n:>6} {t_f:>15.1f}")
         print(f"{'softmax_bwd':<12} {m:>6} {n:>6} {t_b:>15.1f}")
+        del xs, ys, dys
+    for m, n in bce_shapes:  # bench_rows' bce_bias_grad: dx = (sigmoid(x) - y) / 4 (bf16), db = Σ_M dx (f32)
+        xs = [torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        ts = [torch.rand(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+
+        def bce(i):
+            d = (torch.sigmoid(xs[i % 2].float()) - ts[i % 2].float()) * 0.25
+            return d.to(torch.bfloat16), d.sum(0)
+        print(f"{'bce_bias_grad':<12} {m:>6} {n:>6} {timed_us(bce, reps=5, runs=5):>15.1f}")
 
 
 if __name__ == "__main__":

@@ -127,8 +127,9 @@ static void emit_long_chunk(sbuf *b, const evt_rspec *s) {
 }
 
 /* The epilogue of one row: per-row values (column broadcasts, per-row reduction accumulators), then per chunk of 8
- * columns its loads, one statement per node and element, its stores, then the per-row reductions. lng: the long-row
- * kernel's form (chunks c = t, t + T, ... one at a time, the nucleus's chunk values and the M×N loads per chunk). */
+ * columns its loads, one statement per node and element, its stores, then the per-row reductions. lng 1: the long-row
+ * kernel's form (this thread's chunk of each block, the nucleus's chunk values and the M×N loads per chunk); lng 2:
+ * the column-block kernel's (one chunk, j0 / es / lim / full set by the kernel; row sums into registers rsa<k>). */
 static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const int *rsk, int lng) {
   evt_row_nucleus nu = s->nucleus;
   int hw = s->has_w, hb = s->has_b;
@@ -146,6 +147,8 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
   if (!lng) {
     sb(b, "#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n      const int j0 = (v * T + t) * 8;\n"
           "      if (!live || j0 >= n) continue;\n      const bool full = vec && j0 + 8 <= n;\n      (void)full;\n");
+  } else if (lng == 2) { /* the column-block kernel: this thread's 8 columns of this row */
+    sb(b, "    if (j0 < n) {\n      const int v = 0;\n      (void)v;\n");
   } else {
     sb(b, "    // this thread's chunk of each block of 8·T elements: elements j0 + e·es < lim (evt_rows::long_head; h > 0:\n"
           "    // the first block is the head, thread 0's elements 0 .. h - 1; the others 16-byte aligned in the first input)\n"
@@ -240,6 +243,8 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
     if (s->nodes[i].op == EVT_V_AUX_STORE)
       sb(b, lng ? "      evt_rows::store8s(p.n%d_%s + ro, j0, es, lim, full, S%d);\n"
                 : "      evt_rows::store8(p.n%d_%s + ro, j0, n, full, S%d);\n", i, s->nodes[i].name, i);
+    else if (s->nodes[i].op == EVT_V_ROW_SUM && lng == 2)
+      sb(b, "#pragma unroll\n      for (int e = 0; e < 8; e++) rsa%d[e] += RS%d[e];\n", rsk[i], i);
     else if (s->nodes[i].op == EVT_V_ROW_SUM)
       sb(b, "      rsum.add8(%d, v, RS%d);\n", rsk[i], i);
   sb(b, "    }\n");
@@ -250,6 +255,19 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
     else if (s->nodes[i].op == EVT_V_COL_MAX)
       sb(b, "    cm%d = evt_rows::group_nanmax1<WARPS>(cm%d, rk);\n    if (live && t == 0) p.n%d_%s[row] = evt_rows::from_f<%s>(cm%d);\n", i, i,
          i, s->nodes[i].name, ctype(s->nodes[i].dtype), i);
+}
+
+/* The row sums' finalize launch (launch<> and launch_cols): parts = the expression naming the partial count */
+static void emit_rowsum_finalize(sbuf *b, const evt_rspec *s, int nrowsum, const char *parts) {
+  sb(b, "  evt_rows::RowSumOuts outs = {};\n");
+  for (int i = 0, k = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_ROW_SUM) {
+      evt_dtype dt = s->nodes[i].dtype;
+      sb(b, "  outs.p[%d] = p.n%d_%s;\n  outs.dt[%d] = %d;  // %s\n", k, i, s->nodes[i].name, k,
+         dt == EVT_F32 ? 0 : dt == EVT_F16 ? 1 : 2, evt_dtype_name(dt));
+      k++;
+    }
+  sb(b, "  evt_rows::launch_rowsum_finalize(dim3((p.n + 31) / 32, %d), st, p.ws, %s, p.n, outs);\n", nrowsum, parts);
 }
 
 char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
@@ -579,6 +597,37 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     emit_epilogue(&b, s, users, rsk, 1);
     sb(&b, "  }\n}\n\n");
   }
+  /* 2b''. the column-block kernel: nucleus-free, Σ over M, no per-row reduction, rows the register kernels refuse */
+  const int cols = nrowsum && nu == EVT_ROWN_NONE && !ncolsum;
+  if (cols) {
+    sb(&b, "// Rows longer than the register configurations take, with sums over M (nucleus-free, no per-row reduction):\n"
+           "// the tile in column blocks. CTA (x, y) takes columns x·8T .. x·8T + 8T − 1 (thread t its 8) of the rows of\n"
+           "// slice y; the sums over M accumulate in registers over the slice; partials ws[k][y][n], then rowsum_finalize.\n"
+           "#ifndef EVT_ROWS_COLS_WARPS\n#define EVT_ROWS_COLS_WARPS %d\n#endif\n"
+           "template <int WARPS>\n__global__ void __launch_bounds__(WARPS * 32) row_kernel_cols(Params p) {\n"
+           "  constexpr int T = WARPS * 32;\n"
+           "  evt_rows::wait_prior_grids();  // launched early (EVT_ROWS_PDL_MAIN): the previous kernel's writes first\n"
+           "  const int t = threadIdx.x, n = p.n, es = 1, lim = n;\n"
+           "  const int j0 = (blockIdx.x * T + t) * 8;  // this thread's 8 columns\n"
+           "  const bool full = p.vec && j0 + 8 <= n;\n  (void)es;\n  (void)lim;\n  (void)full;\n",
+       EVT_ROWS_DEFAULT_COLS_WARPS);
+    for (int i = 0; i < s->nnodes; i++)
+      if (s->nodes[i].op == EVT_V_SCALAR_LOAD)
+        sb(&b, is_int(s->nodes[i].dtype) ? "  const double sl%d = (double)p.n%d_%s[0];  // scalar_load (rank-0 tensor)\n"
+                                          : "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n",
+           i, i, s->nodes[i].name);
+    for (int k = 0; k < nrowsum; k++) sb(&b, "  float rsa%d[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};  // row sum %d\n", k, k);
+    sb(&b, "  const long long rows_per = ((long long)p.m + gridDim.y - 1) / gridDim.y;\n"
+           "  const long long r0 = (long long)blockIdx.y * rows_per, r1 = r0 + rows_per < p.m ? r0 + rows_per : p.m;\n"
+           "#pragma unroll 2\n  for (long long row = r0; row < r1; row++) {\n"
+           "    const bool live = true;\n    (void)live;\n    const long long ro = row * n;  // row offset\n");
+    emit_epilogue(&b, s, users, rsk, 2);
+    sb(&b, "  }\n  evt_rows::trigger_dependents();  // the finalize kernel may start launching\n  if (j0 < n) {\n");
+    for (int k = 0; k < nrowsum; k++)
+      sb(&b, "#pragma unroll\n    for (int e = 0; e < 8; e++)\n"
+             "      if (j0 + e < n) p.ws[((size_t)%d * gridDim.y + blockIdx.y) * n + j0 + e] = rsa%d[e];\n", k, k);
+    sb(&b, "  }\n}\n\n");
+  }
 
   /* 2c. launch<WARPS, VPT> */
   if (nrowsum) sb(&b, "static float *g_ws = nullptr;  // row_sum workspace, kept (not thread-safe)\nstatic size_t g_ws_bytes = 0;\n\n");
@@ -613,15 +662,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "  evt_rows::launch_main(row_kernel<WARPS, VPT, R, EX>, grid, WARPS * 32 * R, SMEM, st, p);\n");
   if (nrowsum) {
     sb(&b, "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n");
-    sb(&b, "  evt_rows::RowSumOuts outs = {};\n");
-    for (int i = 0, k = 0; i < s->nnodes; i++)
-      if (s->nodes[i].op == EVT_V_ROW_SUM) {
-        evt_dtype dt = s->nodes[i].dtype;
-        sb(&b, "  outs.p[%d] = p.n%d_%s;\n  outs.dt[%d] = %d;  // %s\n", k, i, s->nodes[i].name, k,
-           dt == EVT_F32 ? 0 : dt == EVT_F16 ? 1 : 2, evt_dtype_name(dt));
-        k++;
-      }
-    sb(&b, "  evt_rows::launch_rowsum_finalize(dim3((p.n + 31) / 32, %d), st, p.ws, grid, p.n, outs);\n", nrowsum);
+    emit_rowsum_finalize(&b, s, nrowsum, "grid");
   }
   sb(&b, "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
   if (!nrowsum) {
@@ -639,6 +680,29 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "  const int grid = (int)(p.m < resident ? p.m : resident);\n"
            "  evt_rows::launch_main(row_kernel_long<W>, grid, W * 32, 0, st, p);\n"
            "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
+  }
+  if (cols) {
+    sb(&b, "// the column-block kernel: about 8 CTAs per SM in all, row slices of at least 64 rows (fewer partials)\n"
+           "static int launch_cols(Params p, cudaStream_t st) {\n  constexpr int W = EVT_ROWS_COLS_WARPS;\n"
+           "  if (p.n > (1 << 30)) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // (column offsets stay in int)\n"
+           "  static int sms = 0;\n  if (!sms) {\n    int dev = 0;\n    cudaGetDevice(&dev);\n"
+           "    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n    if (sms < 1) sms = 1;\n  }\n"
+           "  const int gx = (p.n + 8 * W * 32 - 1) / (8 * W * 32);\n"
+           "  long long gy = ((long long)sms * 8 + gx - 1) / gx, cap = ((long long)p.m + 63) / 64;\n"
+           "  if (gy > cap) gy = cap;\n  if (gy > 65535) gy = 65535;\n  if (gy < 1) gy = 1;\n"
+           "  g_info[0] = W, g_info[1] = 0, g_info[2] = (int)gy, g_info[3] = 0, g_info[4] = 0;\n"
+           "  const size_t need = (size_t)%d * gy * p.n * sizeof(float);\n"
+           "  if (need > g_ws_bytes) {\n    if (g_ws) cudaFree(g_ws);\n    g_ws = nullptr;\n    g_ws_bytes = 0;\n"
+           "    if (cudaMalloc(&g_ws, need) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n    g_ws_bytes = need;\n  }\n"
+           "  p.ws = g_ws;\n"
+           "#if EVT_ROWS_PDL_MAIN\n"
+           "  if (!(evt_pdl_enabled() && evt_rows::launch_pdl(row_kernel_cols<W>, dim3(gx, (unsigned)gy), dim3(W * 32), 0, st, p)))\n"
+           "#endif\n"
+           "    row_kernel_cols<W><<<dim3(gx, (unsigned)gy), W * 32, 0, st>>>(p);\n"
+           "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n"
+           "  const int parts = (int)gy;\n", nrowsum);
+    emit_rowsum_finalize(&b, s, nrowsum, "parts");
+    sb(&b, "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
   }
   sb(&b, "static bool aligned16(const void *q) { return ((uintptr_t)q & 15) == 0; }\n\n}  // namespace evt_gen_%s\n\n",
      hash);
@@ -683,8 +747,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "    return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n  }\n");
   sb(&b, "  int warps = 0, vpt = 0;\n"
          "  if (!evt_row_pick_config(p.n, kWarpVpt, EVT_ROWS_W1CAP, kMinVpt, &warps, &vpt))%s\n",
-     nrowsum ? " return EVT_LAUNCH_CANNOT_IMPLEMENT;"
-             : "  // longer than the register configurations take\n    return launch_long(p, st);");
+     cols ? "  // longer than the register configurations take\n    return launch_cols(p, st);"
+     : nrowsum ? " return EVT_LAUNCH_CANNOT_IMPLEMENT;"
+               : "  // longer than the register configurations take\n    return launch_long(p, st);");
   /* configurations only min_vpt 2 reaches, and the several-warp single-chunk ones it never reaches: instantiated
    * for the kernel's min_vpt (kMinVpt: this kernel's default unless EVT_ROWS_MIN_VPT is defined) */
   static const char *const mv_gate[2][3] = {

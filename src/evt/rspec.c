@@ -300,7 +300,7 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
 
 const char *const evt_rspec_example_names[] = {"softmax",      "softmax_bwd", "layernorm",    "ln_residual",
                                                "layernorm_bwd", "gelu_bwd",    "chain_rowsum", "unary_math",
-                                               "cmp_where",     "softmax_xent", "layernorm_bwd_mixed", NULL};
+                                               "cmp_where",     "softmax_xent", "layernorm_bwd_mixed", "bce_bias_grad", NULL};
 
 evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
   if (!strcmp(name, "softmax")) {
@@ -338,6 +338,17 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
     int b = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, dt, "bias");
     int z = evt_rspec_add(s, EVT_V_ADD, x, b, EVT_F32, NULL);
     evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_GELU_ERF_GRAD, dy, z, EVT_F32, NULL), -1, dt, "dx");
+  } else if (!strcmp(name, "bce_bias_grad")) {
+    /* nucleus-free with a Σ over M and no per-row reduction (XML-CNN's loss backward and its classifier's bias
+     * gradient): dx = (sigmoid(x) − y)·k, db = Σ_M dx */
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
+    int y = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "y");
+    int d = evt_rspec_add(s, EVT_V_MUL, evt_rspec_add(s, EVT_V_SUB, evt_rspec_add(s, EVT_V_SIGMOID, x, -1, EVT_F32, NULL), y,
+                                                      EVT_F32, NULL),
+                          evt_rspec_scalar(s, 0.25), EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, d, -1, dt, "dx");
+    evt_rspec_add(s, EVT_V_ROW_SUM, d, -1, EVT_F32, "db");
   } else if (!strcmp(name, "chain_rowsum")) {
     evt_rspec_init(s, EVT_ROWN_NONE, dt);
     int a = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "a");

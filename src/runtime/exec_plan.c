@@ -242,12 +242,17 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
   if (L->kind != EVT_LK_ROW && L->kind != EVT_LK_POINTWISE) return WHY("group %d: no generated kernel for this kind", L->group);
   elementwise_launch_shape(s, L->m, L->n, &x->m, &x->n);
   /* rows longer than a register-resident row-group (N > 32768) run as the generated kernel's long-row form (one
-   * CTA per row, streamed), which has no Σ-over-M row sums */
-  int row_sums = 0;
-  for (int i = 0; i < s->nnodes; i++) row_sums += s->nodes[i].op == EVT_V_ROW_SUM;
-  if ((x->n > 32768 && row_sums) || x->n > 2147483647 || x->m > 2147483647 || x->n < 0 || x->m < 0)
-    return WHY("group %d: [%lld, %lld] does not fit a row kernel (rows over 32768 with a sum over rows)", L->group,
-               (long long)L->m, (long long)L->n);
+   * CTA per row, streamed: no Σ-over-M row sums) or, nucleus-free with row sums and no per-row reduction, as its
+   * column-block form */
+  int row_sums = 0, per_row = 0;
+  for (int i = 0; i < s->nnodes; i++) {
+    row_sums += s->nodes[i].op == EVT_V_ROW_SUM;
+    per_row += s->nodes[i].op == EVT_V_COL_SUM || s->nodes[i].op == EVT_V_COL_MAX;
+  }
+  const bool long_ok = !row_sums || (s->nucleus == EVT_ROWN_NONE && !per_row);
+  if ((x->n > 32768 && !long_ok) || x->n > 2147483647 || x->m > 2147483647 || x->n < 0 || x->m < 0)
+    return WHY("group %d: [%lld, %lld] does not fit a row kernel (rows over 32768 with a sum over rows beside a nucleus "
+               "or a per-row reduction)", L->group, (long long)L->m, (long long)L->n);
   if (s->nnodes > EVT_ROW_LAUNCH_MAX_PTRS)
     return WHY("group %d: %d spec nodes (at most %d pointers)", L->group, s->nnodes, EVT_ROW_LAUNCH_MAX_PTRS);
   int nin = evt_row_nucleus_ninputs(s);

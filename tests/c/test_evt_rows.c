@@ -199,6 +199,23 @@ TEST(emit_rows_structure) {
   a = evt_emit_rows(&s, err, sizeof err);
   CHECK(a && has_int(a, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT_LIGHT));
   free(a);
+  /* nucleus-free with a Σ over M and no per-row reduction: rows past 32768 run as the column-block kernel (the sums
+   * in registers over a slice of rows, one partial per slice, then the finalize); no long-row kernel */
+  evt_rspec_example(&s, "bce_bias_grad", EVT_BF16);
+  a = evt_emit_rows(&s, err, sizeof err);
+  CHECK(a && strstr(a, "row_kernel_long") == NULL);
+  CHECK(a && strstr(a, "&warps, &vpt))  // longer than the register configurations take\n    return launch_cols(p, st);\n"));
+  const char *ck = a ? strstr(a, "row_kernel_cols(Params p) {") : NULL;
+  CHECK(ck != NULL);
+  if (ck) {
+    CHECK(strstr(ck, "const int j0 = (blockIdx.x * T + t) * 8;  // this thread's 8 columns") != NULL);
+    CHECK(strstr(ck, "for (int e = 0; e < 8; e++) rsa0[e] += RS7[e];") != NULL);
+    CHECK(strstr(ck, "p.ws[((size_t)0 * gridDim.y + blockIdx.y) * n + j0 + e] = rsa0[e];") != NULL);
+    const char *cw = strstr(ck, "evt_rows::wait_prior_grids();"), *tr = strstr(ck, "evt_rows::trigger_dependents();");
+    CHECK(cw && strstr(ck, "p.n0_x") > cw && tr && strstr(ck, "p.ws[") > tr);
+  }
+  CHECK(a && strstr(a, "evt_rows::launch_rowsum_finalize(dim3((p.n + 31) / 32, 1), st, p.ws, parts, p.n, outs);") != NULL);
+  free(a);
   evt_rspec_example(&s, "chain_rowsum", EVT_F32);
   a = evt_emit_rows(&s, err, sizeof err);
   CHECK(has_int(a, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT_LIGHT)); /* no Σ over M: the light rule */

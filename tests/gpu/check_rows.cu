@@ -9,7 +9,7 @@
 // reference: relative Frobenius error ≤ 1e-2 for bf16/f16 storage and ≤ 1e-5 for f32 (sums are f32 in both:
 // they get the tolerance of the case's dtype); a NaN/inf never passes. The second launch must reproduce the
 // first bit for bit (row sums are a deterministic two-pass). Kernels without a sum over rows also at N > 32768
-// (the long-row kernel). Also: an N beyond the register-resident limit is rejected with
+// (the long-row kernel), and nucleus-free ones with sums over rows and no per-row reduction (the column-block kernel). Also: an N beyond the register-resident limit is rejected with
 // EVT_LAUNCH_CANNOT_IMPLEMENT by a kernel with row sums, and a NULL tensor with EVT_LAUNCH_BAD_ARGS.
 //   check_rows emit DIR    write the generated sources
 //   check_rows check DIR   run the checks on DIR/<kernel>.so; prints "N passed, N failed"
@@ -106,10 +106,14 @@ int main(int argc, char **argv) {
   // long rows (N > 32768: the streamed one-CTA-per-row kernel) for every kernel without a sum over rows: aligned,
   // N % 8 != 0 (element path), and more rows than one wave of resident CTAs (the grid-stride loop)
   const int long_sizes[][2] = {{6, 40000}, {5, 50257}, {300, 33000}};
+  // (kernels with sums over M too when nucleus-free without a per-row reduction: the column-block kernel)
   for (auto &c : cases) {
-    bool row_sum = false;
-    for (int i = 0; i < c.spec.nnodes; i++) row_sum = row_sum || c.spec.nodes[i].op == EVT_V_ROW_SUM;
-    if (!c.fn || row_sum) continue;
+    bool row_sum = false, per_row = false;
+    for (int i = 0; i < c.spec.nnodes; i++) {
+      row_sum = row_sum || c.spec.nodes[i].op == EVT_V_ROW_SUM;
+      per_row = per_row || c.spec.nodes[i].op == EVT_V_COL_SUM || c.spec.nodes[i].op == EVT_V_COL_MAX;
+    }
+    if (!c.fn || (row_sum && (c.spec.nucleus != EVT_ROWN_NONE || per_row))) continue;
     for (auto &sz : long_sizes) check_case(c, sz[0], sz[1], seed++);
   }
   // launcher refusals
