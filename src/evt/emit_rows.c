@@ -257,6 +257,15 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
          i, s->nodes[i].name, ctype(s->nodes[i].dtype), i);
 }
 
+/* The kernel's rank-0 tensor loads (scalar_load), once per thread before the row loop */
+static void emit_scalar_loads(sbuf *b, const evt_rspec *s) {
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_SCALAR_LOAD)
+      sb(b, is_int(s->nodes[i].dtype) ? "  const double sl%d = (double)p.n%d_%s[0];  // scalar_load (rank-0 tensor)\n"
+                                       : "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n",
+         i, i, s->nodes[i].name);
+}
+
 /* The row sums' finalize launch (launch<> and launch_cols): parts = the expression naming the partial count */
 static void emit_rowsum_finalize(sbuf *b, const evt_rspec *s, int nrowsum, const char *parts) {
   sb(b, "  evt_rows::RowSumOuts outs = {};\n");
@@ -465,11 +474,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     if (s->nodes[i].op == EVT_V_ROW_BCAST)
       sb(&b, "  float L%d[VPT][8];  // row_bcast %s (loaded once)\n  evt_rows::load_row<T, VPT>(p.n%d_%s, n, t, true, vec, L%d);\n",
          i, s->nodes[i].name, i, s->nodes[i].name, i);
-  for (int i = 0; i < s->nnodes; i++)
-    if (s->nodes[i].op == EVT_V_SCALAR_LOAD)
-      sb(&b, is_int(s->nodes[i].dtype) ? "  const double sl%d = (double)p.n%d_%s[0];  // scalar_load (rank-0 tensor)\n"
-                                        : "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n",
-         i, i, s->nodes[i].name);
+  emit_scalar_loads(&b, s);
   if (nrowsum)
     sb(&b, "  extern __shared__ __align__(16) float dyn_smem[];\n"
            "  RSums rsum;  // this thread's columns of the row sums over the CTA's rows\n  rsum.init(dyn_smem, g, t);\n");
@@ -561,11 +566,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "  const int t = threadIdx.x, n = p.n;\n"
            "  __shared__ float red[evt_rows::red_floats<WARPS>()];\n  evt_rows::Red<WARPS> rk = {red, 0};\n  (void)rk;\n",
        nu == EVT_ROWN_SOFTMAX || nu == EVT_ROWN_SOFTMAX_BWD ? EVT_ROWS_DEFAULT_LONG_MINB : EVT_ROWS_DEFAULT_LONG_MINB_HEAVY);
-    for (int i = 0; i < s->nnodes; i++)
-      if (s->nodes[i].op == EVT_V_SCALAR_LOAD)
-        sb(&b, is_int(s->nodes[i].dtype) ? "  const double sl%d = (double)p.n%d_%s[0];  // scalar_load (rank-0 tensor)\n"
-                                          : "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n",
-           i, i, s->nodes[i].name);
+    emit_scalar_loads(&b, s);
     sb(&b, "  for (long long row = blockIdx.x; row < p.m; row += gridDim.x) {\n"
            "    const bool live = true;\n    (void)live;\n    const long long ro = row * n;  // row offset\n");
     if (nrin)
@@ -611,11 +612,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "  const int j0 = (blockIdx.x * T + t) * 8;  // this thread's 8 columns\n"
            "  const bool full = p.vec && j0 + 8 <= n;\n  (void)es;\n  (void)lim;\n  (void)full;\n",
        EVT_ROWS_DEFAULT_COLS_WARPS);
-    for (int i = 0; i < s->nnodes; i++)
-      if (s->nodes[i].op == EVT_V_SCALAR_LOAD)
-        sb(&b, is_int(s->nodes[i].dtype) ? "  const double sl%d = (double)p.n%d_%s[0];  // scalar_load (rank-0 tensor)\n"
-                                          : "  const float sl%d = evt_rows::to_f(p.n%d_%s[0]);  // scalar_load (rank-0 tensor)\n",
-           i, i, s->nodes[i].name);
+    emit_scalar_loads(&b, s);
     for (int k = 0; k < nrowsum; k++) sb(&b, "  float rsa%d[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};  // row sum %d\n", k, k);
     sb(&b, "  const long long rows_per = ((long long)p.m + gridDim.y - 1) / gridDim.y;\n"
            "  const long long r0 = (long long)blockIdx.y * rows_per, r1 = r0 + rows_per < p.m ? r0 + rows_per : p.m;\n"
