@@ -15,6 +15,11 @@
 #ifndef EVT_ROW_CONFIG_H
 #define EVT_ROW_CONFIG_H
 
+/* The longest row a register-resident row-group holds (evt_row_pick_config's last configuration, 32 warps x 32
+ * lanes x 4 chunks x 8); longer rows take the generated kernel's long-row or column-block form, when it has one
+ * (evt_rspec_long_rows). */
+#define EVT_ROW_MAX_N 32768
+
 /* Defaults of the generated kernels' tuning macros (EVT_ROWS_<name> for each EVT_ROWS_DEFAULT_<name> below;
  * each can be overridden with -D when the kernel is compiled, which the H200 benchmark uses to compare).
  * Chosen from the H200 window W2 (bench/results/rows-perf-W2.md): EXACT (no bounds checks when N fills the
@@ -100,6 +105,7 @@ static inline int evt_row_pick_config(int n, int warp_vpt, int w1cap, int min_vp
     *vpt = v;
     return 1;
   }
+  if (n > EVT_ROW_MAX_N) return 0;
   const int caps[3][2] = {{1, w1cap == 16 ? 16 : 8}, {2, 16}, {4, 32}};
   for (int k = min_vpt == 2 ? 1 : 0; k < 3; k++) {
     const int need = (chunks + 32 * caps[k][0] - 1) / (32 * caps[k][0]);

@@ -554,7 +554,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "}\n\n");
 
   /* 2b'. the long-row kernel (no row sums): rows the register configurations do not take */
-  if (!nrowsum) {
+  const int long_form = evt_rspec_long_rows(s);
+  if (long_form == 1) {
     sb(&b, "// Rows longer than a register-resident row-group takes (evt_row_pick_config refuses N > 32768): one CTA of\n"
            "// WARPS warps per row, the nucleus's statistics in passes over the row, then chunk by chunk the nucleus's\n"
            "// values and the epilogue (evt_rows::long_*).\n"
@@ -599,7 +600,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     sb(&b, "  }\n}\n\n");
   }
   /* 2b''. the column-block kernel: nucleus-free, Σ over M, no per-row reduction, rows the register kernels refuse */
-  const int cols = nrowsum && nu == EVT_ROWN_NONE && !ncolsum;
+  const int cols = long_form == 2;
   if (cols) {
     sb(&b, "// Rows longer than the register configurations take, with sums over M (nucleus-free, no per-row reduction):\n"
            "// the tile in column blocks. CTA (x, y) takes columns x·8T .. x·8T + 8T − 1 (thread t its 8) of the rows of\n"
@@ -662,7 +663,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     emit_rowsum_finalize(&b, s, nrowsum, "grid");
   }
   sb(&b, "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
-  if (!nrowsum) {
+  if (long_form == 1) {
     sb(&b, "// the long-row kernel: EVT_ROWS_LONG_WARPS warps per row, at most one wave of resident CTAs looping over the rows\n"
            "#ifndef EVT_ROWS_LONG_WARPS\n#define EVT_ROWS_LONG_WARPS %d\n#endif\n", EVT_ROWS_DEFAULT_LONG_WARPS);
     sb(&b, 
@@ -744,9 +745,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "    return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n  }\n");
   sb(&b, "  int warps = 0, vpt = 0;\n"
          "  if (!evt_row_pick_config(p.n, kWarpVpt, EVT_ROWS_W1CAP, kMinVpt, &warps, &vpt))%s\n",
-     cols ? "  // longer than the register configurations take\n    return launch_cols(p, st);"
-     : nrowsum ? " return EVT_LAUNCH_CANNOT_IMPLEMENT;"
-               : "  // longer than the register configurations take\n    return launch_long(p, st);");
+     long_form == 2 ? "  // longer than the register configurations take\n    return launch_cols(p, st);"
+     : long_form == 1 ? "  // longer than the register configurations take\n    return launch_long(p, st);"
+                      : " return EVT_LAUNCH_CANNOT_IMPLEMENT;");
   /* configurations only min_vpt 2 reaches, and the several-warp single-chunk ones it never reaches: instantiated
    * for the kernel's min_vpt (kMinVpt: this kernel's default unless EVT_ROWS_MIN_VPT is defined) */
   static const char *const mv_gate[2][3] = {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "evt_row_config.h"
 #include "partition/partition.h"
 
 const char *evt_lower_kind_name(evt_lower_kind k) {
@@ -1623,7 +1624,7 @@ static bool long_row_sum_over_m(const evt_graph *eg, int nucleus, int member) {
   if (nn->op != EVT_OP_SOFTMAX && nn->op != EVT_OP_SOFTMAX_BACKWARD && nn->op != EVT_OP_LAYER_NORM &&
       nn->op != EVT_OP_LAYER_NORM_BACKWARD_INPUT)
     return false;
-  if (nn->type.rank < 1 || nn->type.shape[nn->type.rank - 1] <= 32768) return false;
+  if (nn->type.rank < 1 || nn->type.shape[nn->type.rank - 1] <= EVT_ROW_MAX_N) return false;
   if ((m->op != EVT_OP_SUM && m->op != EVT_OP_MEAN) || m->ninputs < 1) return false;
   const evt_type *xt = &eg->nodes[m->inputs[0]].type;
   if (xt->rank < 2) return false;

@@ -21,6 +21,16 @@ static const char *const value_names[EVT_RV_COUNT] = {"out", "xhat", "in0", "in1
 const char *evt_row_nucleus_name(evt_row_nucleus n) { return (unsigned)n < EVT_ROWN_COUNT ? nucleus_names[n] : "?"; }
 const char *evt_row_value_name(evt_row_value v) { return (unsigned)v < EVT_RV_COUNT ? value_names[v] : "?"; }
 
+int evt_rspec_long_rows(const evt_rspec *s) {
+  int row_sums = 0, per_row = 0;
+  for (int i = 0; i < s->nnodes; i++) {
+    row_sums += s->nodes[i].op == EVT_V_ROW_SUM;
+    per_row += s->nodes[i].op == EVT_V_COL_SUM || s->nodes[i].op == EVT_V_COL_MAX;
+  }
+  if (!row_sums) return 1;
+  return s->nucleus == EVT_ROWN_NONE && !per_row ? 2 : 0;
+}
+
 int evt_row_nucleus_ninputs(const evt_rspec *s) {
   switch (s->nucleus) {
     case EVT_ROWN_SOFTMAX: return 1;

@@ -89,6 +89,9 @@ evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen);
 const char *evt_row_nucleus_name(evt_row_nucleus n);
 const char *evt_row_value_name(evt_row_value v);
 int evt_row_nucleus_ninputs(const evt_rspec *s); /* number of in[] pointers the launcher reads */
+/* Does the generated kernel take rows longer than EVT_ROW_MAX_N (kernels/evt_row_config.h)? 2: the column-block
+ * kernel (nucleus-free, Σ-over-M row sums, no per-row reduction), 1: the long-row kernel (no row sums), 0: no. */
+int evt_rspec_long_rows(const evt_rspec *s);
 evt_dtype evt_rspec_in_dtype(const evt_rspec *s, int k); /* dtype of M×N input k (0 or 1) */
 int evt_rspec_text(const evt_rspec *s, char *buf, size_t len);
 uint64_t evt_rspec_hash(const evt_rspec *s);

@@ -5,6 +5,7 @@
 #include "runtime/tune.h"
 
 #include "evt_launch.h"
+#include "evt_row_config.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -220,7 +221,7 @@ static bool elementwise_only(const evt_rspec *s) {
 static void elementwise_launch_shape(const evt_rspec *s, int64_t m, int64_t n, int64_t *mo, int64_t *no) {
   *mo = m, *no = n;
   int64_t total = m * n;
-  if (!elementwise_only(s) || (m >= 1024 && n >= 512 && n <= 32768) || total < 8192) return;
+  if (!elementwise_only(s) || (m >= 1024 && n >= 512 && n <= EVT_ROW_MAX_N) || total < 8192) return;
   for (int64_t c = 4096; c >= 256; c -= 8)
     if (total % c == 0) {
       if (c != n) *mo = total / c, *no = c;
@@ -241,16 +242,8 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
   if (L->kind == EVT_LK_GEMM_EVT) return bind_gemm(g, group, L, x);
   if (L->kind != EVT_LK_ROW && L->kind != EVT_LK_POINTWISE) return WHY("group %d: no generated kernel for this kind", L->group);
   elementwise_launch_shape(s, L->m, L->n, &x->m, &x->n);
-  /* rows longer than a register-resident row-group (N > 32768) run as the generated kernel's long-row form (one
-   * CTA per row, streamed: no Σ-over-M row sums) or, nucleus-free with row sums and no per-row reduction, as its
-   * column-block form */
-  int row_sums = 0, per_row = 0;
-  for (int i = 0; i < s->nnodes; i++) {
-    row_sums += s->nodes[i].op == EVT_V_ROW_SUM;
-    per_row += s->nodes[i].op == EVT_V_COL_SUM || s->nodes[i].op == EVT_V_COL_MAX;
-  }
-  const bool long_ok = !row_sums || (s->nucleus == EVT_ROWN_NONE && !per_row);
-  if ((x->n > 32768 && !long_ok) || x->n > 2147483647 || x->m > 2147483647 || x->n < 0 || x->m < 0)
+  /* rows longer than a register-resident row-group run as the generated kernel's long-row or column-block form */
+  if ((x->n > EVT_ROW_MAX_N && !evt_rspec_long_rows(s)) || x->n > 2147483647 || x->m > 2147483647 || x->n < 0 || x->m < 0)
     return WHY("group %d: [%lld, %lld] does not fit a row kernel (rows over 32768 with a sum over rows beside a nucleus "
                "or a per-row reduction)", L->group, (long long)L->m, (long long)L->n);
   if (s->nnodes > EVT_ROW_LAUNCH_MAX_PTRS)
@@ -345,7 +338,7 @@ static bool bind_unfused(const evt_graph *g, evt_exec_plan *p, int gi, const evt
   int map[EVT_RSPEC_MAX_NODES], tn = -1, dn = -1, bn = -1;
   char err[320];
   evt_rspec *rs = &p->urs[gi];
-  if (L->spec.batched || x->d_node < 0 || x->n > 32768) return false;
+  if (L->spec.batched || x->d_node < 0 || x->n > EVT_ROW_MAX_N) return false;
   evt_status st = evt_tune_unfused_rspec(&L->spec, L->spec.ab_dtype, bias, rs, map, &tn, &dn, &bn, err, sizeof err);
   if (st == EVT_ERR_UNSUPPORTED && dn < 0 && bias && bn >= 0 && L->spec.d_dtype == L->spec.ab_dtype) {
     /* D = acc + bias: cuBLASLt's bias epilogue writes D itself, no row kernel */

@@ -267,6 +267,18 @@ TEST(emit_rows_structure) {
   CHECK(evt_emit_rows(&s, err, sizeof err) == NULL && strstr(err, "no outputs"));
 }
 
+/* Which kernels take rows past EVT_ROW_MAX_N: without row sums the long-row kernel, nucleus-free with row sums and
+ * no per-row reduction the column-block kernel, else none (the plan and the emitter both ask this). */
+TEST(rspec_long_rows) {
+  const char *const names[] = {"softmax", "layernorm", "chain_rowsum", "bce_bias_grad", "layernorm_bwd", "softmax_xent"};
+  const int want[] = {1, 1, 1, 2, 0, 0};
+  for (int k = 0; k < 6; k++) {
+    evt_rspec s;
+    CHECK(evt_rspec_example(&s, names[k], EVT_BF16) == EVT_OK);
+    CHECK_MSG(evt_rspec_long_rows(&s) == want[k], "%s: %d", names[k], evt_rspec_long_rows(&s));
+  }
+}
+
 /* Row-major M×N values, deterministic pseudo-random in [lo, hi). */
 static double *rnd(int64_t count, unsigned *st, double lo, double hi) {
   double *p = malloc(sizeof(double) * (size_t)count);

@@ -17,10 +17,10 @@
 #include "runtime/jit.h"
 #include "test.h"
 
-static evt_graph *load_opt(const char *path) {
-  char *err = NULL;
-  evt_graph *g = evt_parse_file(path, &err);
-  CHECK_MSG(g, "%s: %s", path, err ? err : "");
+/* g (parsed from `name`, NULL when that failed: a failed check) as evtc run --fused takes it: the joint graph and
+ * the passes */
+static evt_graph *joint_opt(evt_graph *g, const char *name, char *err) {
+  CHECK_MSG(g, "%s: %s", name, err ? err : "");
   free(err);
   if (!g) return NULL;
   CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
@@ -28,16 +28,17 @@ static evt_graph *load_opt(const char *path) {
   return g;
 }
 
-/* load_opt for a graph given as text (the joint graph and the passes, as evtc run --fused) */
+static evt_graph *load_opt(const char *path) {
+  char *err = NULL;
+  evt_graph *g = evt_parse_file(path, &err);
+  return joint_opt(g, path, err);
+}
+
+/* load_opt for a graph given as text */
 static evt_graph *load_opt_text(const char *text, const char *name) {
   char *err = NULL;
   evt_graph *g = evt_parse(text, name, &err);
-  CHECK_MSG(g, "%s: %s", name, err ? err : "");
-  free(err);
-  if (!g) return NULL;
-  CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
-  CHECK_MSG(evt_passes_run_all(g, 0, 0) == EVT_OK, "%s", evt_graph_error(g));
-  return g;
+  return joint_opt(g, name, err);
 }
 
 /* Every lowered group (row / pointwise / GEMM+EVT) is fused with a complete binding; everything else falls

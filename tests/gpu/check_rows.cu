@@ -108,12 +108,7 @@ int main(int argc, char **argv) {
   const int long_sizes[][2] = {{6, 40000}, {5, 50257}, {300, 33000}};
   // (kernels with sums over M too when nucleus-free without a per-row reduction: the column-block kernel)
   for (auto &c : cases) {
-    bool row_sum = false, per_row = false;
-    for (int i = 0; i < c.spec.nnodes; i++) {
-      row_sum = row_sum || c.spec.nodes[i].op == EVT_V_ROW_SUM;
-      per_row = per_row || c.spec.nodes[i].op == EVT_V_COL_SUM || c.spec.nodes[i].op == EVT_V_COL_MAX;
-    }
-    if (!c.fn || (row_sum && (c.spec.nucleus != EVT_ROWN_NONE || per_row))) continue;
+    if (!c.fn || !evt_rspec_long_rows(&c.spec)) continue;
     for (auto &sz : long_sizes) check_case(c, sz[0], sz[1], seed++);
   }
   // launcher refusals
