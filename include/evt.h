@@ -157,7 +157,7 @@ evt_status evt_interp_init_inputs(evt_graph *g, evt_tensor *values, uint64_t see
  *     evt_program_bind_output(p, 0, dloss); evt_program_bind_output(p, 1, dgw);            // loss, grad.w
  *     for (int step = 0; step < 100; step++) {
  *       if (evt_program_run(p, stream) != EVT_OK) fprintf(stderr, "%s\n", evt_program_error(p));
- *       sgd_kernel<<<..., stream>>>(dw, dgw);                 // the caller's update, same stream
+ *       evt_program_sgd(p, 0.5, stream);                       // w -= 0.5 * grad.w on the device
  *     }
  *     cudaStreamSynchronize(stream);
  *     evt_program_destroy(p);                                  // the caller frees its buffers */
@@ -190,6 +190,13 @@ evt_status evt_program_bind(evt_program *p, const char *name, void *device_ptr);
 /* Binds device memory to graph output i (evt_graph_output order of the graph passed to create). */
 evt_status evt_program_bind_output(evt_program *p, int i, void *device_ptr);
 evt_status evt_program_run(evt_program *p, void *cuda_stream);
+/* Optional, after a run: one SGD step on the device, enqueued on cuda_stream (no synchronization; may be
+ * captured into the caller's own CUDA graph): for every param %w with a graph output %grad.w (the joint
+ * graph's gradients), w -= lr * grad.w in the memory bound to both, elementwise in double and rounded to w's
+ * dtype - the arithmetic of `evtc run`'s CPU update, so a training loop on the GPU follows it bit for bit
+ * given the same gradients. Params that are not f32/f16/bf16 are left alone. EVT_ERR_INVALID for lr < 0 or
+ * not finite, an unbound input/param/output, or a graph without gradient outputs. */
+evt_status evt_program_sgd(evt_program *p, double lr, void *cuda_stream);
 const char *evt_program_error(const evt_program *p);   /* message of the last failed call, "" if none */
 /* Kernel launches one run enqueues (generated + library kernels; memsets and copies not counted). */
 int evt_program_launch_count(const evt_program *p);

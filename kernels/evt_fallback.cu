@@ -753,6 +753,12 @@ __global__ void k_to_double(double *S, tv x, ll n) {
   GRID_FOR(e, n) S[e] = ld(x.p, x.dt, e);
 }
 
+/* ---- SGD: p -= lr * g in double, rounded to p's dtype (evt_train_sgd_update's arithmetic) ------------- */
+
+__global__ void k_sgd(void *p, int pdt, tv g, double lr, ll n) {
+  GRID_FOR(e, n) st(p, pdt, e, ld(p, pdt, e) - lr * ld(g.p, g.dt, e));
+}
+
 /* ---- host side ------------------------------------------------------------------------------------- */
 
 /* Per-runtime state (one per evt_program): the stream of the node being enqueued, a cuBLAS handle with its
@@ -1091,6 +1097,21 @@ extern "C" int evt_fb_download(evt_fb_ctx *ctx, const evt_fb_tensor *t, double *
   CK(cudaGetLastError());
   CK(cudaMemcpyAsync(host, ctx->stage, sizeof(double) * (size_t)t->numel, cudaMemcpyDeviceToHost, s));
   CK(cudaStreamSynchronize(s));
+  return 0;
+}
+
+extern "C" int evt_fb_sgd(const evt_fb_tensor *p, const evt_fb_tensor *g, double lr, void *stream, char *err,
+                          size_t errlen) {
+  if (p->numel != g->numel) {
+    snprintf(err, errlen, "sgd: the param has %lld elements, its gradient %lld", (long long)p->numel,
+             (long long)g->numel);
+    return 1;
+  }
+  if (p->dtype != EVT_FB_F32 && p->dtype != EVT_FB_F16 && p->dtype != EVT_FB_BF16) return 0; /* (not trained) */
+  if (p->numel > 0) {
+    k_sgd<<<blocks(p->numel), 256, 0, (cudaStream_t)stream>>>(p->ptr, p->dtype, view(*g), lr, p->numel);
+    CK(cudaGetLastError());
+  }
   return 0;
 }
 

@@ -93,6 +93,10 @@ long evt_fb_launches(const evt_fb_ctx *c);                  /* kernel launches e
 int evt_fb_upload(evt_fb_ctx *c, const evt_fb_tensor *t, const double *host, void *stream, char *err, size_t errlen);
 int evt_fb_download(evt_fb_ctx *c, const evt_fb_tensor *t, double *host, void *stream, char *err, size_t errlen);
 int evt_fb_copy(void *dst, const void *src, int64_t bytes, void *stream, char *err, size_t errlen); /* async */
+/* One SGD step in place, enqueued on stream (no synchronization; graph-capturable): p -= lr * g elementwise,
+ * computed in double and rounded to p's dtype as evt_round_to_dtype does (evt_train_sgd_update's arithmetic,
+ * so a GPU training loop follows the host update's bits). p not f32/f16/bf16: nothing (not trained). */
+int evt_fb_sgd(const evt_fb_tensor *p, const evt_fb_tensor *g, double lr, void *stream, char *err, size_t errlen);
 /* Waits for the stream; *bad_node = node id of the first run-time index error since the last call (else
  * -1). The index flag is one per process. */
 int evt_fb_sync(void *stream, int *bad_node, char *err, size_t errlen);

@@ -8,16 +8,22 @@
  * then N times: run the interpreter, print `step K loss L (T ms)`, and update every param
  * p -= lr * grad.p. The data inputs stay the same every step, so a working backward makes the loss go
  * down. Ends with `done: N steps, loss A -> B, T ms/step`.
- * --device cuda (or gpu) runs each step on the GPU (src/runtime/cuda.h) and the SGD update on the host;
- * with --check every step is also run on the interpreter and every output compared (check_step); the
- * step time printed excludes the check. No GPU or no kernel library: exit 1 with "no CUDA device".
+ * --device cuda (or gpu) runs each step on the GPU (src/runtime/cuda.h): the inputs and params are uploaded
+ * once and stay on the device, each step runs the program and the SGD update there (evt_program_sgd: the
+ * host update's arithmetic) and brings back the loss only (evt_cuda_train_step); --host-sgd instead uploads
+ * every input and param each step, downloads every output and updates on the host (the loop before session 27,
+ * kept to compare: both give the same losses bit for bit). With --check every step is also run on the
+ * interpreter and every output compared (check_step; the GPU then also sends back the outputs and the params
+ * the step read); the step time printed excludes the check. No GPU or no kernel library: exit 1 with "no CUDA device".
  * --fused (implies --opt) partitions and lowers the graph and runs GEMM+EVT / row / pointwise groups as generated
  * kernels (src/runtime/exec_plan.h, evt_cuda_open_fused); --stats lists each group's path. Off by default.
  * --check's rule (evt_check_step, src/runtime/cuda.h): f32 outputs within 1e-4 of the interpreter; bf16/f16
  * outputs within max(1e-2, 2 x the per-node interpreter's own distance) of the exact (fp64) answer.
  * --cuda-graph (with --device cuda) replays the step as a CUDA graph (EVT_PROGRAM_CUDA_GRAPH). The GPU
  * runs through the public evt_program API (src/runtime/program.c); the printed step time is the
- * program's run measured with CUDA events (host conversions, uploads and the SGD update excluded).
+ * program's run and the device's SGD update measured with CUDA events (the loss's download excluded; with
+ * --host-sgd the run only: conversions, uploads and the host's update excluded).
+ * EVT_LOSS_DIGITS=N prints each step's loss with N significant digits (17: every bit of the double).
  * Exit codes: 0 ok; 1 bad flags, a bad file, no loss, a non-finite loss; 2 an internal error. */
 #include "cli.h"
 #include "passes/passes.h"
@@ -35,7 +41,7 @@ typedef struct {
   double lr;
   unsigned long long seed;
   const char *device;
-  bool fp64, opt, check, fused, stats, cuda_graph;
+  bool fp64, opt, check, fused, stats, cuda_graph, host_sgd;
 } run_options;
 
 static double now_ms(void) {
@@ -69,6 +75,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
       o->fused = true;
     } else if (!strcmp(a, "--cuda-graph")) {
       o->cuda_graph = true;
+    } else if (!strcmp(a, "--host-sgd")) {
+      o->host_sgd = true;
     } else if (!strcmp(a, "--stats")) {
       o->stats = true;
     } else if (!strcmp(a, "--steps") || !strcmp(a, "--every") || !strcmp(a, "--lr") || !strcmp(a, "--seed") ||
@@ -124,8 +132,9 @@ static int parse_options(int argc, char **argv, run_options *o) {
     fprintf(stderr, "evtc run: --check needs --device cuda\n");
     return EVTC_EXIT_USER;
   }
-  if ((o->fused || o->stats || o->cuda_graph) && !gpu) {
-    fprintf(stderr, "evtc run: %s needs --device cuda\n", o->fused ? "--fused" : o->stats ? "--stats" : "--cuda-graph");
+  if ((o->fused || o->stats || o->cuda_graph || o->host_sgd) && !gpu) {
+    fprintf(stderr, "evtc run: %s needs --device cuda\n",
+            o->fused ? "--fused" : o->stats ? "--stats" : o->cuda_graph ? "--cuda-graph" : "--host-sgd");
     return EVTC_EXIT_USER;
   }
   if (o->stats && !o->fused) {
@@ -245,15 +254,22 @@ static double median(double *v, long n) {
 
 static int train_steps(evt_graph *g, const run_options *o, evt_tensor *values, evt_cuda *cuda, double *step_times) {
   evt_status st;
-  double first = NAN, last = NAN, total_ms = 0, check_ms = 0;
+  double first = NAN, last = NAN, total_ms = 0, check_ms = 0, wall_ms = 0;
   evt_check_result acc;
   memset(&acc, 0, sizeof acc);
   bool mismatch = false;
+  /* EVT_LOSS_DIGITS=17: the loss printed to every digit of the double (comparing two loops bit for bit) */
+  const char *ld = getenv("EVT_LOSS_DIGITS");
+  int loss_digits = ld ? atoi(ld) : 0;
+  if (loss_digits > 17) loss_digits = 17;
   for (long step = 1; step <= o->steps; step++) {
     double t0 = now_ms();
-    st = cuda ? evt_cuda_step(cuda, g, values) : evt_interp_run(g, values, o->fp64 ? EVT_RUN_FP64 : 0, 0);
+    bool device_sgd = cuda && !o->host_sgd; /* the model stays on the device, updated there */
+    if (device_sgd) st = evt_cuda_train_step(cuda, g, values, o->lr, o->check);
+    else st = cuda ? evt_cuda_step(cuda, g, values) : evt_interp_run(g, values, o->fp64 ? EVT_RUN_FP64 : 0, 0);
     if (st != EVT_OK) return fail(g, st);
-    double step_ms = cuda ? evt_cuda_last_ms(cuda) : now_ms() - t0; /* GPU: the program's run (events) */
+    double step_ms = cuda ? evt_cuda_last_ms(cuda) : now_ms() - t0; /* GPU: run (+ device update), events */
+    double check_before = check_ms;
     if (cuda && o->check) {
       double c0 = now_ms();
       if (!check_step(g, values, step, &acc, &st)) {
@@ -275,21 +291,28 @@ static int train_steps(evt_graph *g, const run_options *o, evt_tensor *values, e
       return EVTC_EXIT_USER;
     }
     double u0 = now_ms();
-    st = evt_train_sgd_update(g, values, o->lr, o->fp64 ? EVT_RUN_FP64 : 0);
+    if (!device_sgd) st = evt_train_sgd_update(g, values, o->lr, o->fp64 ? EVT_RUN_FP64 : 0);
     if (st != EVT_OK) return fail(g, st);
     evt_train_release(g, values);
     double ms = step_ms + (cuda ? 0 : now_ms() - u0); /* the CPU's step includes the update */
+    wall_ms += now_ms() - t0 - (cuda && o->check ? check_ms - check_before : 0); /* host clock, check excluded */
     total_ms += ms;
     if (step_times) step_times[step - 1] = ms;
-    if (step == 1 || step == o->steps || step % o->every == 0) printf("step %ld loss %.6f (%.1f ms)\n", step, last, ms);
+    if (step == 1 || step == o->steps || step % o->every == 0) {
+      if (loss_digits > 0) printf("step %ld loss %.*g (%.1f ms)\n", step, loss_digits, last, ms);
+      else printf("step %ld loss %.6f (%.1f ms)\n", step, last, ms);
+    }
     fflush(stdout);
   }
   if (o->steps > 0) {
     printf("done: %ld steps, loss %.6f -> %.6f, %.1f ms/step", o->steps, first, last, total_ms / (double)o->steps);
     /* the GPU's steady state: the first step loads kernels lazily, a CUDA-graph run captures at step 2 */
-    if (cuda && step_times) printf(" (median %.3f ms/step)", median(step_times, o->steps));
+    if (cuda && step_times)
+      printf(" (median %.3f ms/step; wall %.3f ms/step with the host's transfers%s)", median(step_times, o->steps),
+             wall_ms / (double)o->steps, o->host_sgd ? " and update" : "");
     printf("\n");
   }
+  if (cuda && !o->host_sgd && (st = evt_cuda_download_params(cuda, g, values)) != EVT_OK) return fail(g, st);
   if (cuda && o->check && o->steps > 0) {
     bool low = acc.bound > 0; /* the graph has bf16/f16 outputs */
     printf("check: %s, %ld steps against the interpreter, max rel error %.3g (interpreter %.1f ms/step)\n",
@@ -310,15 +333,16 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values, evt_cud
   return rc;
 }
 
-EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check] [--fused] [--cuda-graph] [--stats]",
+EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check] [--fused] [--cuda-graph] [--host-sgd] [--stats]",
              "train a model with SGD on the CPU interpreter or the GPU\n"
              "  FILE          a .evt graph with a loss (- for stdin; the joint graph is built if it has no gradients)\n"
              "  --steps N     training steps (required; 0 only checks that the graph can be prepared)\n"
              "  --lr X        SGD learning rate: p -= X * grad (default 0.01)\n"
              "  --seed S      seed of the input/param initializers (default 0)\n"
              "  --device D    cpu (default); auto: cuda when a GPU and build/libevt_fallback.so are there, else cpu;\n"
-             "                cuda (or gpu): each step runs\n"
-             "                on the GPU node by node (build/libevt_fallback.so, `make cuda`), SGD on the host\n"
+             "                cuda (or gpu): each step runs on the GPU node by node (build/libevt_fallback.so,\n"
+             "                `make cuda`); the inputs and params stay on the device, SGD runs there, the loss\n"
+             "                comes back\n"
              "  --every K     print every K-th step (the first and last always; default 1)\n"
              "  --fp64        compute (and update params) in fp64 instead of rounding to each tensor's dtype\n"
              "  --opt         run the graph passes (evtc opt's pipeline) on the joint graph first\n"
@@ -331,6 +355,8 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "                GEMM+EVT / row / pointwise kernels (nvcc, cache $EVT_JIT_CACHE) and run each such group\n"
              "                as one generated kernel; other groups run node by node, one warning each\n"
              "  --cuda-graph  with --device cuda: capture the step as a CUDA graph once, replay it every step\n"
+             "  --host-sgd    with --device cuda: upload the inputs and params every step, bring every output back\n"
+             "                and update on the host (the same losses, slower; for comparison)\n"
              "  --stats       with --fused: list every group with the path it runs on, and launches per path\n"
              "prints `step K loss L (T ms)` per step, then `done: N steps, loss A -> B, T ms/step`") {
   run_options o;

@@ -62,6 +62,7 @@ static bool load_api(void *lib, evt_fb_api *a) {
   SYM(event_free, "evt_fb_event_free");
   SYM(stream_capturing, "evt_fb_stream_capturing");
   SYM(gemm, "evt_fb_gemm_run");
+  SYM(sgd, "evt_fb_sgd");
 #undef SYM
   void *const *f = (void *const *)a;
   for (size_t i = 0; i < sizeof *a / sizeof(void *); i++)
@@ -280,6 +281,7 @@ struct evt_cuda {
   void **mem;          /* per node: a device buffer for inputs, params, outputs (else NULL) */
   double last_ms;
   long launched_fused, launched_fallback;
+  bool resident; /* evt_cuda_train_step: inputs and params live on the device (uploaded once) */
 };
 
 static int64_t node_bytes(const evt_graph *g, int v) {
@@ -348,13 +350,13 @@ evt_status evt_cuda_open_fused(evt_graph *g, evt_cuda **out) { return open_impl(
 double evt_cuda_last_ms(const evt_cuda *c) { return c ? c->last_ms : 0; }
 const evt_program *evt_cuda_program(const evt_cuda *c) { return c ? c->p : NULL; }
 
-evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values) {
+/* Host values -> the device buffers of the inputs (and the params too when `params`). */
+static evt_status upload_sources(evt_cuda *c, evt_graph *g, const evt_tensor *values, bool params) {
   char err[512];
-  if (!c || g != c->p->g) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "the CUDA runtime was opened for another graph");
   const evt_fb_api *api = c->p->api;
   for (int i = 0; i < g->nnodes; i++) {
     const evt_node *n = &g->nodes[i];
-    if (n->op != EVT_OP_INPUT && n->op != EVT_OP_PARAM) continue;
+    if (n->op != EVT_OP_INPUT && !(params && n->op == EVT_OP_PARAM)) continue;
     evt_fb_tensor t = c->p->t[i];
     t.ptr = c->mem[i];
     if (!values[i].data || values[i].numel != t.numel)
@@ -362,9 +364,32 @@ evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values) {
     if (api->upload(c->p->ctx, &t, values[i].data, c->stream, err, sizeof err))
       return evt_graph_errorf(g, i, EVT_ERR_INTERNAL, "CUDA upload failed: %s", err);
   }
+  return EVT_OK;
+}
+
+/* The device buffer of node id -> values[id] (allocated here). */
+static evt_status download_node(evt_cuda *c, evt_graph *g, evt_tensor *values, int id) {
+  char err[512];
+  const evt_type *ty = &g->nodes[id].type;
+  evt_fb_tensor t = c->p->t[id];
+  t.ptr = c->mem[id];
+  evt_tensor_free(&values[id]);
+  if (evt_tensor_alloc(&values[id], ty->dtype, ty->rank, ty->shape) != EVT_OK)
+    return evt_graph_errorf(g, id, EVT_ERR_INTERNAL, "cannot allocate the host copy");
+  if (c->p->api->download(c->p->ctx, &t, values[id].data, c->stream, err, sizeof err))
+    return evt_graph_errorf(g, id, EVT_ERR_INTERNAL, "CUDA download failed: %s", err);
+  return EVT_OK;
+}
+
+/* Enqueues the program's run (and, lr >= 0, its SGD step) between the two timing events, waits, and reports
+ * a run-time index error; counts the launches. */
+static evt_status run_timed(evt_cuda *c, evt_graph *g, double lr) {
+  char err[512];
+  const evt_fb_api *api = c->p->api;
   if (api->event_record(c->ev0, c->stream, err, sizeof err))
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "CUDA: %s", err);
   evt_status st = evt_program_run(c->p, c->stream);
+  if (st == EVT_OK && lr >= 0) st = evt_program_sgd(c->p, lr, c->stream);
   if (st != EVT_OK) return st;
   if (api->event_record(c->ev1, c->stream, err, sizeof err) || api->event_ms(c->ev0, c->ev1, &c->last_ms, err, sizeof err))
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "CUDA: %s", err);
@@ -378,19 +403,49 @@ evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values) {
     c->launched_fused += nf;
     c->launched_fallback += nb;
   }
-  for (int k = 0; k < g->noutputs; k++) {
+  return EVT_OK;
+}
+
+static evt_status download_outputs(evt_cuda *c, evt_graph *g, evt_tensor *values) {
+  evt_status st = EVT_OK;
+  for (int k = 0; k < g->noutputs && st == EVT_OK; k++) {
     int id = g->outputs[k];
     if (g->nodes[id].op == EVT_OP_INPUT || g->nodes[id].op == EVT_OP_PARAM) continue; /* the caller's slot */
-    const evt_type *ty = &g->nodes[id].type;
-    evt_fb_tensor t = c->p->t[id];
-    t.ptr = c->mem[id];
-    evt_tensor_free(&values[id]);
-    if (evt_tensor_alloc(&values[id], ty->dtype, ty->rank, ty->shape) != EVT_OK)
-      return evt_graph_errorf(g, id, EVT_ERR_INTERNAL, "cannot allocate the host copy");
-    if (api->download(c->p->ctx, &t, values[id].data, c->stream, err, sizeof err))
-      return evt_graph_errorf(g, id, EVT_ERR_INTERNAL, "CUDA download failed: %s", err);
+    st = download_node(c, g, values, id);
   }
-  return EVT_OK;
+  return st;
+}
+
+evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values) {
+  if (!c || g != c->p->g) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "the CUDA runtime was opened for another graph");
+  evt_status st = upload_sources(c, g, values, true);
+  if (st == EVT_OK) st = run_timed(c, g, -1);
+  return st == EVT_OK ? download_outputs(c, g, values) : st;
+}
+
+evt_status evt_cuda_train_step(evt_cuda *c, evt_graph *g, evt_tensor *values, double lr, bool all) {
+  if (!c || g != c->p->g) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "the CUDA runtime was opened for another graph");
+  if (!(lr >= 0)) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "the learning rate must be >= 0");
+  evt_status st = EVT_OK;
+  if (!c->resident) {
+    st = upload_sources(c, g, values, true);
+    c->resident = st == EVT_OK;
+  } else if (all) {
+    st = evt_cuda_download_params(c, g, values); /* the params this step reads, for the caller's check */
+  }
+  if (st == EVT_OK) st = run_timed(c, g, lr);
+  if (st != EVT_OK) return st;
+  if (all) return download_outputs(c, g, values);
+  return g->loss >= 0 ? download_node(c, g, values, g->loss) : EVT_OK;
+}
+
+evt_status evt_cuda_download_params(evt_cuda *c, evt_graph *g, evt_tensor *values) {
+  if (!c || g != c->p->g) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "the CUDA runtime was opened for another graph");
+  if (!c->resident) return EVT_OK; /* the host values are the device's */
+  evt_status st = EVT_OK;
+  for (int i = 0; i < g->nnodes && st == EVT_OK; i++)
+    if (g->nodes[i].op == EVT_OP_PARAM) st = download_node(c, g, values, i);
+  return st;
 }
 
 void evt_cuda_fused_counts(const evt_cuda *c, int *fused, int *fallback, long *launched_fused, long *launched_fallback) {

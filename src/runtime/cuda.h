@@ -63,6 +63,7 @@ typedef struct evt_fb_api {
   void (*event_free)(void *);
   int (*stream_capturing)(void *);  /* 1: the stream is being captured (or its state is unknown), else 0 */
   int (*gemm)(evt_fb_ctx *, const evt_fb_gemm *, void *, char *, size_t);
+  int (*sgd)(const evt_fb_tensor *, const evt_fb_tensor *, double, void *, char *, size_t);
 } evt_fb_api;
 
 /* Loads the library once per process and initializes the device; NULL with the reason in why. */
@@ -135,6 +136,8 @@ struct evt_program {
   unsigned char *bound;     /* per input/param node: bound */
   void *graph_exec, *capture_stream;
   bool dirty, warmed;
+  int *grad_of;             /* evt_program_sgd: per node, its %grad.<name> output node (-1), found at the first call */
+  int nparams_trained;
   long launches;            /* kernel launches of one run */
   int groups_fused, groups_fallback;
   long runs;
@@ -192,6 +195,14 @@ evt_status evt_cuda_open_fused(evt_graph *g, evt_cuda **out);
  * in their dtype, runs the program on its stream, reports run-time index errors (naming the node), and
  * fills the slot of every graph output that is not an input/param with the downloaded result. */
 evt_status evt_cuda_step(evt_cuda *c, evt_graph *g, evt_tensor *values);
+/* A training step that keeps the model on the device (evtc run's default on the GPU): the first call uploads
+ * the inputs and params, later calls none; each runs the program and evt_program_sgd(lr) on the device and
+ * brings back the loss only - or, with `all` (evtc run --check), every output and, before the run, the
+ * params the step reads, so the interpreter can run the same step. last_ms covers the run and the update.
+ * After the first call the host's param values are stale until evt_cuda_download_params. */
+evt_status evt_cuda_train_step(evt_cuda *c, evt_graph *g, evt_tensor *values, double lr, bool all);
+/* The device's params -> values (nothing before the first evt_cuda_train_step). */
+evt_status evt_cuda_download_params(evt_cuda *c, evt_graph *g, evt_tensor *values);
 /* Milliseconds of the last step's program run on the GPU (events around evt_program_run). */
 double evt_cuda_last_ms(const evt_cuda *c);
 const evt_program *evt_cuda_program(const evt_cuda *c);

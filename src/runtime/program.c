@@ -21,6 +21,7 @@
 #include "runtime/plan.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -285,6 +286,7 @@ void evt_program_destroy(evt_program *p) {
   free(p->out_node);
   free(p->out_ptr);
   free(p->bound);
+  free(p->grad_of);
   free(p);
 }
 
@@ -677,6 +679,31 @@ evt_status evt_program_run(evt_program *p, void *cuda_stream) {
   char err[512];
   if (p->api->graph_launch(p->graph_exec, cuda_stream, err, sizeof err)) return failf(p, -1, EVT_ERR_INTERNAL, err);
   p->runs++;
+  return EVT_OK;
+}
+
+/* One SGD step on the device (public contract in include/evt.h): every param with a %grad.<name> output,
+ * p -= lr * grad in the memory bound to both, enqueued on the caller's stream after whatever it holds (the
+ * run that filled the gradients). */
+evt_status evt_program_sgd(evt_program *p, double lr, void *cuda_stream) {
+  if (!p) return EVT_ERR_INVALID;
+  if (!isfinite(lr) || lr < 0) return failf(p, -1, EVT_ERR_INVALID, "evt_program_sgd: the learning rate must be finite and >= 0");
+  evt_status st = check_bindings(p);
+  if (st != EVT_OK) return st;
+  const evt_graph *g = p->g;
+  if (!p->grad_of) {
+    p->grad_of = malloc(sizeof(int) * (size_t)(g->nnodes ? g->nnodes : 1));
+    if (!p->grad_of) evt_fatal(__FILE__, __LINE__, "out of memory");
+    p->nparams_trained = evt_train_grad_outputs(g, p->grad_of);
+  }
+  if (p->nparams_trained == 0)
+    return failf(p, -1, EVT_ERR_INVALID, "evt_program_sgd: the graph has no %grad.<param> output (build the joint graph)");
+  if (!p->api) return failf(p, -1, EVT_ERR_UNSUPPORTED, "evt_program_sgd: the program was planned without a device");
+  char err[512];
+  for (int v = 0; v < g->nnodes; v++) {
+    if (p->grad_of[v] < 0) continue;
+    if (p->api->sgd(&p->t[v], &p->t[p->grad_of[v]], lr, cuda_stream, err, sizeof err)) return failf(p, v, EVT_ERR_INTERNAL, err);
+  }
   return EVT_OK;
 }
 

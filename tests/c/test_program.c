@@ -118,6 +118,50 @@ TEST(program_bind_errors_name_what_is_wrong) {
   evt_graph_free(g);
 }
 
+/* evt_program_sgd without a device: the learning rate, the bindings and the gradient outputs are checked
+ * (each failure says which), then it needs the device like a run. */
+TEST(program_sgd_checks_its_arguments) {
+  CHECK(evt_program_sgd(NULL, 0.1, NULL) == EVT_ERR_INVALID);
+  evt_graph *g = parse_joint(k_small);
+  if (!g) return;
+  evt_program *p = NULL;
+  CHECK_MSG(evt_program_create_host(g, 0, &p) == EVT_OK, "%s", evt_graph_error(g));
+  if (!p) {
+    evt_graph_free(g);
+    return;
+  }
+  void *mem = (void *)(uintptr_t)4096;
+  CHECK(evt_program_sgd(p, -0.1, NULL) == EVT_ERR_INVALID);
+  CHECK_MSG(strstr(evt_program_error(p), "learning rate"), "%s", evt_program_error(p));
+  CHECK(evt_program_sgd(p, 1.0 / 0.0, NULL) == EVT_ERR_INVALID);
+  CHECK(evt_program_sgd(p, 0.1, NULL) == EVT_ERR_INVALID); /* nothing bound */
+  CHECK_MSG(strstr(evt_program_error(p), "not bound"), "%s", evt_program_error(p));
+  CHECK(evt_program_bind(p, "x", mem) == EVT_OK && evt_program_bind(p, "w", mem) == EVT_OK &&
+        evt_program_bind(p, "y", mem) == EVT_OK && evt_program_bind_output(p, 0, mem) == EVT_OK);
+  CHECK(evt_program_sgd(p, 0.1, NULL) == EVT_ERR_INVALID); /* grad.w's output not bound */
+  CHECK_MSG(strstr(evt_program_error(p), "output 1 is not bound"), "%s", evt_program_error(p));
+  CHECK(evt_program_bind_output(p, 1, mem) == EVT_OK);
+  CHECK(evt_program_sgd(p, 0.1, NULL) == EVT_ERR_UNSUPPORTED); /* all bound, a gradient for w; no device */
+  CHECK_MSG(strstr(evt_program_error(p), "without a device"), "%s", evt_program_error(p));
+  evt_program_destroy(p);
+  evt_graph_free(g);
+  /* a graph with a loss but no gradient outputs (not the joint graph): nothing to update */
+  char *err = NULL;
+  g = evt_parse(k_small, "t.evt", &err);
+  free(err);
+  if (!g) return;
+  CHECK(evt_program_create_host(g, EVT_PROGRAM_NO_OPT, &p) == EVT_OK);
+  if (p) {
+    for (int i = 0; i < evt_graph_output_count(g); i++) CHECK(evt_program_bind_output(p, i, mem) == EVT_OK);
+    CHECK(evt_program_bind(p, "x", mem) == EVT_OK && evt_program_bind(p, "w", mem) == EVT_OK &&
+          evt_program_bind(p, "y", mem) == EVT_OK);
+    CHECK(evt_program_sgd(p, 0.1, NULL) == EVT_ERR_INVALID);
+    CHECK_MSG(strstr(evt_program_error(p), "no %grad.<param> output"), "%s", evt_program_error(p));
+  }
+  evt_program_destroy(p);
+  evt_graph_free(g);
+}
+
 /* Independent check of a layout: aligned, inside the arena, the lifetime of every arena tensor covers
  * every step that reads it (recomputed here from the steps), and tensors alive together never overlap. */
 static int check_layout(const evt_graph *g, const evt_exec_plan *xp, const evt_arena_slot *s, int64_t arena,
