@@ -279,7 +279,9 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
  * refusal names (a per-row index vector in a row space, a cast, a permute inside an epilogue, ...) is put
  * in a group of its own and the graph partitioned again, up to REFINE_ROUNDS times, so that the rest of
  * the group still becomes a generated kernel. Opt-in: EVT_REFINE_PARTITION=1 (the torch.compile backend
- * sets it for its GPU programs); plans of evtc and the C API are unchanged without it. */
+ * sets it for its GPU programs); plans of evtc and the C API are unchanged without it. Refined plans can
+ * make a view of a stored value share its memory (evt_lowered_alias_base) where the unrefined plan did not
+ * (resnet_block: a reshape of a batch norm's rstd); the CPU model materializes such views (session 27). */
 #define REFINE_ROUNDS 16
 
 static bool is_view(evt_op op) {
@@ -799,6 +801,24 @@ static evt_status run_gemm_cpu(evt_graph *g, const evt_exec_plan *p, int gi, evt
 }
 
 /* CPU model of a fused step: the GPU path's order, fused groups through their spec's reference. */
+/* After fused group gi ran on the CPU: each member that shares another's memory (a reshape of a stored value,
+ * evt_lowered_alias_base; the GPU reads the base's bytes, program.c follow_aliases) gets a copy of its base's
+ * values, so every later reader - fused or node by node - finds it computed. */
+static evt_status materialize_aliases(evt_graph *g, const evt_exec_plan *p, int gi, evt_tensor *values) {
+  const evt_lowered *L = &p->low.k[gi];
+  for (int i = 0; i < L->nalias; i++) {
+    int v = L->alias_view[i], u = L->alias_base[i];
+    if (!values[u].data || values[u].numel != evt_type_numel(&g->nodes[v].type))
+      return evt_graph_errorf(g, v, EVT_ERR_INTERNAL, "group %d: the value this view shares was not stored", gi);
+    const evt_type *t = &g->nodes[v].type;
+    evt_tensor_free(&values[v]);
+    evt_status st = evt_tensor_alloc(&values[v], t->dtype, t->rank, t->shape);
+    if (st != EVT_OK) return st;
+    memcpy(values[v].data, values[u].data, sizeof(double) * (size_t)values[u].numel);
+  }
+  return EVT_OK;
+}
+
 evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tensor *values) {
   evt_status st = EVT_OK;
   const evt_tensor *ins[EVT_MAX_INPUTS];
@@ -821,6 +841,7 @@ evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tenso
     }
     if (x->kind == EVT_LK_GEMM_EVT) {
       st = x->unf ? run_unfused_cpu(g, p, gi, values) : run_gemm_cpu(g, p, gi, values);
+      if (st == EVT_OK) st = materialize_aliases(g, p, gi, values);
       continue;
     }
     const evt_rspec *s = &p->low.k[gi].rspec;
@@ -834,6 +855,7 @@ evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tenso
       if (v >= 0) st = cpu_node_memory(g, gi, v, evt_vop_class(s->nodes[i].op) != 'L', values, &mem[i]);
     }
     if (st == EVT_OK) evt_rspec_reference(s, x->m, x->n, in, mem, NULL, NULL);
+    if (st == EVT_OK) st = materialize_aliases(g, p, gi, values);
   }
   return st;
 }

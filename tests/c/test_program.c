@@ -208,6 +208,8 @@ static int check_layout(const evt_graph *g, const evt_exec_plan *xp, const evt_a
   for (int a = 0; a < n; a++)
     for (int b = a + 1; b < n; b++) {
       if (s[a].kind != EVT_SLOT_ARENA || s[b].kind != EVT_SLOT_ARENA) continue;
+      int ua = evt_exec_alias(xp, a), ub = evt_exec_alias(xp, b);
+      if (ua == b || ub == a || (ua >= 0 && ua == ub)) continue; /* views sharing one stored value's memory */
       bool live = s[a].first <= s[b].last && s[b].first <= s[a].last;
       bool share = s[a].offset < s[b].offset + s[b].bytes && s[b].offset < s[a].offset + s[a].bytes;
       overlaps += live && share;
@@ -289,6 +291,29 @@ TEST(program_layout_examples_smaller_than_a_buffer_per_node) {
       evt_graph_free(g);
     }
   }
+}
+
+/* The refined partition (EVT_REFINE_PARTITION=1, the torch backend's) of resnet_block lets a reshape of a
+ * batch norm's stored rstd share its memory (an alias): its layout is valid (the alias's readers keep the base
+ * alive; an alias and its base are one tensor, not an overlap). */
+TEST(program_layout_refined_plan_with_aliases) {
+  const char *files[] = {"examples/resnet_block.evt", "bench/graphs/resnet_block_bf16.evt"};
+  setenv("EVT_REFINE_PARTITION", "1", 1);
+  for (int f = 0; f < 2; f++) {
+    evt_graph *g = load_joint_file(files[f]);
+    if (!g) continue;
+    evt_program *p = NULL;
+    CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s: %s", files[f], evt_graph_error(g));
+    if (p) {
+      int aliases = 0;
+      for (int v = 0; v < g->nnodes; v++) aliases += evt_exec_alias(p->xp, v) >= 0;
+      CHECK_MSG(aliases > 0, "%s: the refined plan has no alias (the test lost its subject)", files[f]);
+      CHECK(check_layout(g, p->xp, p->slots, p->arena_bytes, files[f]) == 0);
+    }
+    evt_program_destroy(p);
+    evt_graph_free(g);
+  }
+  unsetenv("EVT_REFINE_PARTITION");
 }
 
 /* A GEMM launcher that refuses its problem demotes the group at run time (gemm_launch.h); the program then
