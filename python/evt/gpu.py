@@ -19,8 +19,7 @@ Contract
   the GPU segments before their programs are created (evt_program_tune; records cached on disk).
 - Importing this module sets EVT_REFINE_PARTITION=1 unless it is set (src/runtime/exec_plan.c: a group the
   lowering refuses is split around the node it names, so the rest of it still runs as a generated kernel
-  instead of node by node; the runtime's default since session 27, kept explicit here);
-  EVT_REFINE_PARTITION=0 keeps the unrefined plans.
+  instead of node by node); EVT_REFINE_PARTITION=0 keeps the unrefined plans.
 - gpu_ops(options, env) is the CUDA op placement policy: "fast" (default) or "all", from
   options["gpu_ops"], else EVT_CUDA_OPS. Under "fast", ops whose only evt GPU implementation is the
   reference library (kernels/evt_fallback.cu: direct loops in double; see backend.CUDA_REFERENCE_ONLY)

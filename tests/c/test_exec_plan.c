@@ -431,34 +431,24 @@ TEST(exec_bind_gemm_refusals) {
 
 /* The --check rule (evt_check_step, cuda.h) on the CPU model of the fused step, trained 3 SGD steps on its own
  * gradients as `evtc run --fused` does: every bf16 graph passes the rule (the GPU must), and the quantities it
- * reports are consistent; a gradient off by 5% and a negated one fail it; f32 stays tight.
- * resnet_block_bf16 runs its unrefined plan here (EVT_REFINE_PARTITION=0: nearly every node as the interpreter
- * runs it). Its refined plan fuses the batch norms (f32 inside a group) and is closer to the exact gradients on
- * the whole (step 1: grad.b0.c2.w 0.019 from fp64 vs the interpreter's 0.104), but the 4x8x8x8 block's ReLU
- * masks flip under bf16 rounding as a lottery: at step 2 the model flips 5 signs of b0.res against fp64 where
- * the interpreter flips 3, and grad.b0.c2.w lands 0.105 from exact vs the interpreter's 0.010 - a
- * discontinuity no bound relative to the interpreter can follow (exec_plan_refines_refused_groups checks the
- * refined plan against fp64 at its first step; S27W2 ran it on the H200: matched, 0.0104 from exact). */
+ * reports are consistent; a gradient off by 5% and a negated one fail it; f32 stays tight. (The plans are the
+ * default, unrefined ones. With EVT_REFINE_PARTITION=1 resnet_block_bf16 fails the rule at step 2 - its ReLU
+ * masks flip under bf16 rounding: the model flips 5 signs of b0.res against fp64 where the interpreter flips 3
+ * - and the H200 at step 4 (S27W3); src/runtime/exec_plan.c, refine().) */
 TEST(check_rule_on_the_fused_cpu_model) {
   const char *files[] = {"bench/graphs/mlp_bf16.evt",          "bench/graphs/bert_layer_bf16.evt",
                          "bench/graphs/bert_layer_sdpa_bf16.evt", "bench/graphs/gcn_bf16.evt",
                          "bench/graphs/resnet_block_bf16.evt",    "bench/graphs/vit_bf16.evt",
                          "bench/graphs/xmlcnn_bf16.evt",          "examples/mlp.evt"};
   for (int f = 0; f < 8; f++) {
-    bool unrefined = strstr(files[f], "resnet_block") != NULL;
-    if (unrefined) setenv("EVT_REFINE_PARTITION", "0", 1);
     evt_graph *g = load_opt(files[f]);
-    if (!g) {
-      unsetenv("EVT_REFINE_PARTITION");
-      continue;
-    }
+    if (!g) continue;
     bool bf = strstr(files[f], "bf16") != NULL;
     int n = g->nnodes, no = g->noutputs;
     evt_tensor *v = calloc((size_t)n, sizeof *v), *w = calloc((size_t)n, sizeof *w), *gpu = calloc((size_t)no, sizeof *gpu);
     CHECK(evt_interp_init_inputs(g, v, 1) == EVT_OK);
     evt_exec_plan p;
     CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
-    if (unrefined) unsetenv("EVT_REFINE_PARTITION");
     FILE *sink = fopen("/dev/null", "w");
     for (long step = 1; step <= 3; step++) {
       for (int i = 0; i < n; i++)
@@ -929,9 +919,9 @@ TEST(exec_plan_batched_shared_nodes_match_interpreter) {
 }
 
 
-/* A group the lowering refuses ran every member node by node; refine() (the default; EVT_REFINE_PARTITION=0
- * turns it off) isolates the node the refusal names and partitions again: vit_bf16's plan then leaves fewer
- * nodes (and elements) node by node than the unrefined one. The refined plans' CPU model against the interpreter
+/* A group the lowering refuses ran every member node by node; with EVT_REFINE_PARTITION=1 refine() isolates
+ * the node the refusal names and partitions again: vit_bf16's plan then leaves fewer nodes (and elements)
+ * node by node; unset, the plan is the unrefined one. The refined plans' CPU model against the interpreter
  * and an fp64 run (EVT_RUN_FP64): every output of mlp_bf16 / bert_layer_bf16 / vit_bf16 is no further
  * from fp64 than max(the interpreter's distance, 1e-2) + 1e-2 (measured: vit's grad.cls 1.61e-2 from fp64
  * refined, 2.01e-2 interpreter, 2.80e-2 unrefined). */
@@ -952,10 +942,10 @@ TEST(exec_plan_refines_refused_groups) {
   evt_graph *g = load_opt("bench/graphs/vit_bf16.evt");
   if (!g) return;
   long n1, e1, n0, e0;
-  setenv("EVT_REFINE_PARTITION", "0", 1);
   unfused_nodes(g, &n0, &e0);
-  unsetenv("EVT_REFINE_PARTITION"); /* (the default: refined) */
+  setenv("EVT_REFINE_PARTITION", "1", 1);
   unfused_nodes(g, &n1, &e1);
+  unsetenv("EVT_REFINE_PARTITION");
   CHECK_MSG(n1 < n0 && e1 < e0, "refined %ld nodes / %ld elements, unrefined %ld / %ld", n1, e1, n0, e0);
   evt_graph_free(g);
   /* resnet_block: the refined plan fuses its batch norms (f32 inside a group) and lets a view of a stored rstd
