@@ -312,7 +312,8 @@ static int train_steps(evt_graph *g, const run_options *o, evt_tensor *values, e
     /* the GPU's steady state: the first step loads kernels lazily, a CUDA-graph run captures at step 2 */
     if (cuda && step_times)
       printf(" (median %.3f ms/step; wall median %.3f ms/step with the host's transfers%s)", median(step_times, o->steps),
-             median(step_times + o->steps, o->steps), o->host_sgd ? " and update" : "");
+             median(step_times + o->steps, o->steps),
+             o->host_sgd ? " and update" : o->check ? " and the check's downloads" : "");
     printf("\n");
   }
   if (cuda && !o->host_sgd && (st = evt_cuda_download_params(cuda, g, values)) != EVT_OK) return fail(g, st);

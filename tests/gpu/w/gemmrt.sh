@@ -90,7 +90,7 @@ for f in $order; do
   late=$(grep -c 'runs node by node from now on' "$fz")
   chk() { grep -E '^check: (matched|MISMATCH)' "$1" | sed -E 's/^check: ([A-Za-z]+),.*max rel error ([^ ,]+).*/\1 \2/'; }
   bound() { if [ $dt = bf16 ]; then grep -E '^check: bf16/f16 outputs' "$1" | sed -E 's/.*, bound ([^ ]+) .*/\1/'; else grep -qE '^check:' "$1" && echo 1e-4; fi; }
-  med() { grep -E '^done: ' "$1" | sed -E 's/.*\(median ([0-9.]+) ms\/step\).*/\1/'; }
+  med() { grep -E '^done: ' "$1" | sed -E 's/.*\(median ([0-9.]+) ms\/step[;)].*/\1/'; }
   cf=$(chk "$fz"); cn=$(chk "$tmp/$b.nbn"); mf=$(med "$fz"); mn=$(med "$tmp/$b.nbn")
   [ -n "$cf" ] || cf="no-result -"
   [ $rcf = 124 ] || [ $rcf = 137 ] && cf="timeout -"
@@ -116,8 +116,8 @@ for f in $order; do
   fi
   c1=$(grep -E '^check: (matched|MISMATCH)' "$tmp/$b.cgf" | sed -E 's/^check: ([A-Za-z]+),.*max rel error ([^ ,]+).*/\1 \2/')
   c2=$(grep -E '^check: (matched|MISMATCH)' "$tmp/$b.cgn" | sed -E 's/^check: ([A-Za-z]+),.*max rel error ([^ ,]+).*/\1 \2/')
-  m1=$(grep -E '^done: ' "$tmp/$b.cgf" | sed -E 's/.*\(median ([0-9.]+) ms\/step\).*/\1/')
-  m2=$(grep -E '^done: ' "$tmp/$b.cgn" | sed -E 's/.*\(median ([0-9.]+) ms\/step\).*/\1/')
+  m1=$(grep -E '^done: ' "$tmp/$b.cgf" | sed -E 's/.*\(median ([0-9.]+) ms\/step[;)].*/\1/')
+  m2=$(grep -E '^done: ' "$tmp/$b.cgn" | sed -E 's/.*\(median ([0-9.]+) ms\/step[;)].*/\1/')
   sp=""; [ -n "$m1" ] && [ -n "$m2" ] && sp=$(awk -v a="$m1" -v b="$m2" 'BEGIN { if (a > 0) printf "%.2fx", b / a }')
   cgrows+=("| $b | ${c1:-none} | ${c2:-none} | $m1 | $m2 | $sp | $r1/$r2 |")
   echo "CGROW ${cgrows[-1]}"
