@@ -78,15 +78,23 @@ TEST(program_create_rejects_bad_arguments) {
   evt_graph_free(g);
 }
 
-TEST(program_bind_errors_name_what_is_wrong) {
-  evt_graph *g = parse_joint(k_small);
-  if (!g) return;
+/* The host half of a program of k_small's joint graph (NULL, with *g freed and NULL, when either fails). */
+static evt_program *small_host_program(evt_graph **g) {
+  *g = parse_joint(k_small);
+  if (!*g) return NULL;
   evt_program *p = NULL;
-  CHECK_MSG(evt_program_create_host(g, 0, &p) == EVT_OK, "%s", evt_graph_error(g));
+  CHECK_MSG(evt_program_create_host(*g, 0, &p) == EVT_OK, "%s", evt_graph_error(*g));
   if (!p) {
-    evt_graph_free(g);
-    return;
+    evt_graph_free(*g);
+    *g = NULL;
   }
+  return p;
+}
+
+TEST(program_bind_errors_name_what_is_wrong) {
+  evt_graph *g;
+  evt_program *p = small_host_program(&g);
+  if (!p) return;
   CHECK(!strcmp(evt_program_error(p), ""));
   void *mem = (void *)(uintptr_t)4096;
   CHECK(evt_program_bind(p, "nosuch", mem) == EVT_ERR_INVALID);
@@ -122,14 +130,9 @@ TEST(program_bind_errors_name_what_is_wrong) {
  * (each failure says which), then it needs the device like a run. */
 TEST(program_sgd_checks_its_arguments) {
   CHECK(evt_program_sgd(NULL, 0.1, NULL) == EVT_ERR_INVALID);
-  evt_graph *g = parse_joint(k_small);
-  if (!g) return;
-  evt_program *p = NULL;
-  CHECK_MSG(evt_program_create_host(g, 0, &p) == EVT_OK, "%s", evt_graph_error(g));
-  if (!p) {
-    evt_graph_free(g);
-    return;
-  }
+  evt_graph *g;
+  evt_program *p = small_host_program(&g);
+  if (!p) return;
   void *mem = (void *)(uintptr_t)4096;
   CHECK(evt_program_sgd(p, -0.1, NULL) == EVT_ERR_INVALID);
   CHECK_MSG(strstr(evt_program_error(p), "learning rate"), "%s", evt_program_error(p));
