@@ -55,6 +55,7 @@ if [ -z "${TRAINLOOP_QUICK:-}" ]; then # (TRAINLOOP_QUICK=1: no generated kernel
 fi
 one bench/graphs/bert_layer_bf16.evt
 for f in examples/*.evt; do [ "$f" = examples/mlp.evt ] || one "$f"; done
+one tests/gpu/graphs/no_params.evt
 
 chk=skipped
 if [ "$(left)" -gt 25 ] && [ -z "${TRAINLOOP_QUICK:-}" ]; then
