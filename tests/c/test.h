@@ -53,6 +53,20 @@ static inline evt_graph *evt_test_parse_ok(const char *text) {
   free(err);
   return g;
 }
+/* The largest |value| over the graph outputs other than the loss in values (evt_cuda_rel_error's floor for a
+ * step's gradients is 0.1 x it: a gradient that is 0 in exact arithmetic holds only rounding noise). */
+static inline double evt_test_output_scale(const evt_graph *g, const evt_tensor *values) {
+  double sc = 0;
+  for (int k = 0; k < g->noutputs; k++)
+    if (g->outputs[k] != g->loss)
+      for (int64_t i = 0; i < values[g->outputs[k]].numel; i++) sc = fmax(sc, fabs(values[g->outputs[k]].data[i]));
+  return sc;
+}
+/* The fp64 rule for a 16-bit output of the fused CPU model (evtc run --check's idea): its distance to the exact
+ * answer is at most max(the per-node interpreter's distance, 1e-2) + 1e-2. */
+static inline bool evt_test_near_exact(double model_to_exact, double interp_to_exact) {
+  return model_to_exact <= fmax(interp_to_exact, 1e-2) + 1e-2;
+}
 /* A fresh empty directory /tmp/evt-<tag>-<pid>-XXXXXX in out (a failure is a test failure), and its removal. */
 static inline void evt_test_tmpdir(char *out, size_t len, const char *tag) {
   snprintf(out, len, "/tmp/evt-%s-%ld-XXXXXX", tag, (long)getpid());

@@ -248,10 +248,7 @@ TEST(addmm_examples_lower_and_run_like_mm_add) {
       }
     CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
     CHECK(evt_interp_run(g, v, 0, 0) == EVT_OK);
-    double scale = 0;
-    for (int k = 0; k < g->noutputs; k++)
-      if (g->outputs[k] != g->loss)
-        for (int64_t i = 0; i < v[g->outputs[k]].numel; i++) scale = fmax(scale, fabs(v[g->outputs[k]].data[i]));
+    double scale = evt_test_output_scale(g, v);
     /* test_exec_plan's bf16 rule: within 1.5e-2 of the interpreter, or no further from the exact (fp64) answer
      * than max(the interpreter's distance, 1e-2) + 1e-2 */
     evt_tensor *x = calloc((size_t)g->nnodes, sizeof *x);
@@ -264,13 +261,10 @@ TEST(addmm_examples_lower_and_run_like_mm_add) {
         exact = evt_interp_run(g, x, EVT_RUN_FP64, 0) == EVT_OK;
       }
       if (e > 1.5e-2 && exact) {
-        double sc = 0;
-        for (int j = 0; j < g->noutputs; j++)
-          if (g->outputs[j] != g->loss)
-            for (int64_t i = 0; i < x[g->outputs[j]].numel; i++) sc = fmax(sc, fabs(x[g->outputs[j]].data[i]));
+        double sc = evt_test_output_scale(g, x);
         ef = evt_cuda_rel_error(&w[id], &x[id], 0.1 * sc), ei = evt_cuda_rel_error(&v[id], &x[id], 0.1 * sc);
       }
-      CHECK_MSG(e <= 1.5e-2 || (exact && ef <= fmax(ei, 1e-2) + 1e-2), "%s: %%%s rel error %g (from fp64 %g, the "
+      CHECK_MSG(e <= 1.5e-2 || (exact && evt_test_near_exact(ef, ei)), "%s: %%%s rel error %g (from fp64 %g, the "
                 "interpreter %g)", files[f], g->nodes[id].name, e, ef, ei);
     }
     for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&v[i]), evt_tensor_free(&w[i]), evt_tensor_free(&x[i]);

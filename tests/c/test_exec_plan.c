@@ -267,10 +267,7 @@ static double cpu_model_error(evt_graph *g, const evt_exec_plan *p, int seed, in
             memcpy(t[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
       }
     if (evt_exec_plan_run_cpu(g, p, w) == EVT_OK && evt_interp_run(g, v, 0, 0) == EVT_OK) {
-      double scale = 0;
-      for (int k = 0; k < g->noutputs; k++)
-        if (g->outputs[k] != g->loss)
-          for (int64_t i = 0; i < v[g->outputs[k]].numel; i++) scale = fmax(scale, fabs(v[g->outputs[k]].data[i]));
+      double scale = evt_test_output_scale(g, v);
       bool exact = false; /* the fp64 run, made when an output needs it */
       err = 0;
       for (int k = 0; k < g->noutputs; k++) {
@@ -279,12 +276,9 @@ static double cpu_model_error(evt_graph *g, const evt_exec_plan *p, int seed, in
         evt_dtype dt = g->nodes[id].type.dtype;
         if (!(e <= bound) && (dt == EVT_BF16 || dt == EVT_F16)) {
           if (!exact) exact = evt_interp_run(g, x, EVT_RUN_FP64, 0) == EVT_OK;
-          double sc = 0;
-          for (int j = 0; exact && j < g->noutputs; j++)
-            if (g->outputs[j] != g->loss)
-              for (int64_t i = 0; i < x[g->outputs[j]].numel; i++) sc = fmax(sc, fabs(x[g->outputs[j]].data[i]));
+          double sc = exact ? evt_test_output_scale(g, x) : 0;
           double ef = evt_cuda_rel_error(&w[id], &x[id], 0.1 * sc), ei = evt_cuda_rel_error(&v[id], &x[id], 0.1 * sc);
-          if (exact && ef <= fmax(ei, 1e-2) + 1e-2) e = 0;
+          if (exact && evt_test_near_exact(ef, ei)) e = 0;
         }
         if (!(e <= err)) err = e, *worst = id;
       }
@@ -971,14 +965,11 @@ TEST(exec_plan_refines_refused_groups) {
     CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
     CHECK(evt_interp_run(g, v, 0, 0) == EVT_OK);
     CHECK(evt_interp_run(g, x, EVT_RUN_FP64, 0) == EVT_OK);
-    double sc = 0; /* (the floor: 0.1 x the largest gradient; e.g. a key bias gradient is 0 in exact arithmetic) */
-    for (int k = 0; k < g->noutputs; k++)
-      if (g->outputs[k] != g->loss)
-        for (int64_t i = 0; i < x[g->outputs[k]].numel; i++) sc = fmax(sc, fabs(x[g->outputs[k]].data[i]));
+    double sc = evt_test_output_scale(g, x);
     for (int k = 0; k < g->noutputs; k++) {
       int id = g->outputs[k];
       double ef = evt_cuda_rel_error(&w[id], &x[id], 0.1 * sc), ei = evt_cuda_rel_error(&v[id], &x[id], 0.1 * sc);
-      CHECK_MSG(ef <= fmax(ei, 1e-2) + 1e-2, "%s: %%%s fused %g, interpreter %g from fp64", files[f], g->nodes[id].name,
+      CHECK_MSG(evt_test_near_exact(ef, ei), "%s: %%%s fused %g, interpreter %g from fp64", files[f], g->nodes[id].name,
                 ef, ei);
     }
     for (int i = 0; i < n; i++) {
