@@ -125,6 +125,11 @@ void evt_tensor_free(evt_tensor *t);
 evt_status evt_interp_run(evt_graph *g, evt_tensor *values, unsigned flags, int keep_all);
 /* Fills every input/param slot from the node's init attributes with a counter-based generator. */
 evt_status evt_interp_init_inputs(evt_graph *g, evt_tensor *values, uint64_t seed);
+/* The RNG step of the graph's later interpreter runs (default 0): rand and dropout draw element i with the
+ * Philox counter (offset + i, step), so a training loop that sets step k before step k's run gets fresh
+ * dropout masks every step, the ones a GPU program draws in its k-th run (evt_program_set_rng_step). */
+void evt_graph_set_rng_step(evt_graph *g, uint64_t step);
+uint64_t evt_graph_rng_step(const evt_graph *g);
 
 /* ---- running a step on the GPU (src/runtime/program.c) ---------------------------------------------
  * A program is a graph compiled for the GPU: optimized (unless EVT_PROGRAM_NO_OPT), partitioned, lowered,
@@ -190,6 +195,13 @@ evt_status evt_program_bind(evt_program *p, const char *name, void *device_ptr);
 /* Binds device memory to graph output i (evt_graph_output order of the graph passed to create). */
 evt_status evt_program_bind_output(evt_program *p, int i, void *device_ptr);
 evt_status evt_program_run(evt_program *p, void *cuda_stream);
+/* RNG: a graph's rand / dropout draw with a step (kernels/philox.h). A program's first run uses the graph's
+ * step at create (evt_graph_set_rng_step, default 0) and every run advances it by one, on the device (a
+ * CUDA-graph replay too), so each training step gets fresh dropout masks: run k (from 0) draws what the
+ * interpreter draws with step first + k. evt_program_set_rng_step sets the step of the next run (enqueued
+ * on the stream; e.g. to repeat a step); evt_program_rng_step returns it as enqueued. */
+evt_status evt_program_set_rng_step(evt_program *p, uint64_t step, void *cuda_stream);
+uint64_t evt_program_rng_step(const evt_program *p);
 /* Optional, after a run: one SGD step on the device, enqueued on cuda_stream (no synchronization; may be
  * captured into the caller's own CUDA graph): for every param %w with a graph output %grad.w (the joint
  * graph's gradients), w -= lr * grad.w in the memory bound to both, elementwise in double and rounded to w's

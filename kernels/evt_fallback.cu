@@ -178,8 +178,9 @@ __global__ void k_fill(double *S, ll n, double v) {
 
 __global__ void k_rand(double *S, ll n, evt_fb_attrs a, tv x, int dropout) {
   double scale = a.p < 1 ? 1.0 / (1.0 - a.p) : 0.0;
+  const uint64_t step = a.rng_step ? *a.rng_step : 0;
   GRID_FOR(e, n) {
-    double u = (double)evt_philox_uniform((uint64_t)a.seed, (uint64_t)a.offset, (uint64_t)e);
+    double u = (double)evt_philox_uniform((uint64_t)a.seed, (uint64_t)a.offset, step, (uint64_t)e);
     if (!dropout) S[e] = u;
     else S[e] = ld(x.p, x.dt, e) * (a.p < 1 && u >= a.p ? 1.0 : 0.0) * scale;
   }
@@ -1112,6 +1113,17 @@ extern "C" int evt_fb_sgd(const evt_fb_tensor *p, const evt_fb_tensor *g, double
     k_sgd<<<blocks(p->numel), 256, 0, (cudaStream_t)stream>>>(p->ptr, p->dtype, view(*g), lr, p->numel);
     CK(cudaGetLastError());
   }
+  return 0;
+}
+
+__global__ void k_rng_step(unsigned long long *step, unsigned long long value, int set) {
+  *step = set ? value : *step + 1;
+}
+
+extern "C" int evt_fb_rng_step(unsigned long long *step, unsigned long long value, int set, void *stream, char *err,
+                               size_t errlen) {
+  k_rng_step<<<1, 1, 0, (cudaStream_t)stream>>>(step, value, set);
+  CK(cudaGetLastError());
   return 0;
 }
 

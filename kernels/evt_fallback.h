@@ -55,6 +55,7 @@ typedef struct evt_fb_attrs {
   int64_t dim, keepdim, start, end, step;
   double value, eps, p, scale;
   int64_t seed, offset, ignore_index;
+  const unsigned long long *rng_step; /* rand / dropout: device memory holding the run's RNG step (NULL: 0) */
   int reduction;          /* 0 none, 1 mean, 2 sum */
   int approx_tanh, nhwc, causal;
   int sdpa_siblings;      /* sdpa_backward_{q,k,v}: which of the three (bits 1 q, 2 k, 4 v) the graph has with
@@ -97,6 +98,10 @@ int evt_fb_copy(void *dst, const void *src, int64_t bytes, void *stream, char *e
  * computed in double and rounded to p's dtype as evt_round_to_dtype does (evt_train_sgd_update's arithmetic,
  * so a GPU training loop follows the host update's bits). p not f32/f16/bf16: nothing (not trained). */
 int evt_fb_sgd(const evt_fb_tensor *p, const evt_fb_tensor *g, double lr, void *stream, char *err, size_t errlen);
+/* The RNG step a program's kernels read (kernels/philox.h), enqueued on stream (graph-capturable): set: *step =
+ * value; else *step += 1 (a captured run advances its own step at every replay). */
+int evt_fb_rng_step(unsigned long long *step, unsigned long long value, int set, void *stream, char *err,
+                    size_t errlen);
 /* Waits for the stream; *bad_node = node id of the first run-time index error since the last call (else
  * -1). The index flag is one per process. */
 int evt_fb_sync(void *stream, int *bad_node, char *err, size_t errlen);

@@ -11,6 +11,7 @@
  *   mean, rstd layer-norm forward statistics (f32 M-vectors), written only when the spec stores them
  *   ptrs[i]    memory of epilogue node i: M×N for aux loads/stores, N for row broadcasts and row_sum
  *              (Σ over M), M for column broadcasts and col_sum (Σ over N); f32 for both sums
+ *   rng_step   the RNG step rand nodes draw with (kernels/philox.h), read after the previous kernel completed
  * Row sums (Σ over M) are deterministic: each CTA writes a partial N-vector into a workspace that the
  * launcher allocates and keeps (one buffer per shared object; not thread-safe), then a second kernel adds
  * the partials in a fixed order. Outputs are fully overwritten on every call.
@@ -29,6 +30,7 @@ typedef struct evt_row_launch_args {
   void *mean, *rstd;
   void *ptrs[EVT_ROW_LAUNCH_MAX_PTRS];
   void *stream; /* cudaStream_t; NULL = default stream */
+  const unsigned long long *rng_step; /* device memory: the run's RNG step for rand nodes (NULL: step 0) */
 } evt_row_launch_args;
 
 #endif

@@ -1005,8 +1005,9 @@ __device__ __forceinline__ double neg(double x) { return -x; }
 __device__ __forceinline__ double abs_(double x) { return fabs(x); }
 // rand: element e of a Philox stream (kernels/philox.h, as the interpreter draws it), rounded to T like the tensor
 template <class T>
-__device__ __forceinline__ float rand_u(unsigned long long seed, unsigned long long offset, unsigned long long e) {
-  return to_f(from_f<T>(evt_philox_uniform(seed, offset, e)));
+__device__ __forceinline__ float rand_u(unsigned long long seed, unsigned long long offset, unsigned long long step,
+                                        unsigned long long e) {
+  return to_f(from_f<T>(evt_philox_uniform(seed, offset, step, e)));
 }
 // max that lets NaN win (amax propagates NaN); the running value m starts at -inf
 __device__ __forceinline__ float nanmax(float m, float x) { return m != m ? m : (x != x || x > m) ? x : m; }

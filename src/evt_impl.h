@@ -145,6 +145,7 @@ struct evt_graph {
   int noutputs, outcap;
   int loss;              /* node id or -1 */
   int name_counter;      /* for fresh names */
+  uint64_t rng_step;     /* the RNG step the interpreter draws rand / dropout with (kernels/philox.h) */
   /* name → id cache for evt_graph_find (src/ir/graph.c). Every name a node gets through graph.c is
    * entered; hits are re-checked against the node, so passes may swap names or renumber freely. */
   struct {

@@ -7,7 +7,7 @@
  * the joint graph (it keeps the loss, the %grad.<param> outputs, and the inputs/params with their values);
  * then N times: run the interpreter, print `step K loss L (T ms)`, and update every param
  * p -= lr * grad.p. The data inputs stay the same every step, so a working backward makes the loss go
- * down. Ends with `done: N steps, loss A -> B, T ms/step`.
+ * down; rand / dropout draw fresh numbers every step (step K with RNG step K - 1, kernels/philox.h). Ends with `done: N steps, loss A -> B, T ms/step`.
  * --device cuda (or gpu) runs each step on the GPU (src/runtime/cuda.h): the inputs and params are uploaded
  * once and stay on the device, each step runs the program and the SGD update there (evt_program_sgd: the
  * host update's arithmetic) and brings back the loss only (evt_cuda_train_step); --host-sgd instead uploads
@@ -264,6 +264,9 @@ static int train_steps(evt_graph *g, const run_options *o, evt_tensor *values, e
   int loss_digits = ld ? atoi(ld) : 0;
   if (loss_digits > 17) loss_digits = 17;
   for (long step = 1; step <= o->steps; step++) {
+    /* fresh dropout masks every step: step K draws with RNG step K - 1 (kernels/philox.h); a GPU program
+     * advances its own step after each run, from the graph's at create (0) */
+    evt_graph_set_rng_step(g, (uint64_t)(step - 1));
     double t0 = now_ms();
     bool device_sgd = cuda && !o->host_sgd; /* the model stays on the device, updated there */
     if (device_sgd) st = evt_cuda_train_step(cuda, g, values, o->lr, o->check);

@@ -211,7 +211,7 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
       case EVT_V_SCALAR: sb(b, "        const auto v%d = (float)(%.17g);\n", i, v->value); break;
       case EVT_V_SCALAR_LOAD: sb(b, "        const auto v%d = sl%d;  // %s\n", i, i, v->name); break;
       case EVT_V_RAND:
-        sb(b, "        const auto v%d = evt_rows::rand_u<%s>(%lluull, %lluull, (unsigned long long)(row * n + %s));  // rand\n",
+        sb(b, "        const auto v%d = evt_rows::rand_u<%s>(%lluull, %lluull, rng_step, (unsigned long long)(row * n + %s));  // rand\n",
            i, ctype(v->dtype), (unsigned long long)v->seed, (unsigned long long)v->offset, col);
         break;
       case EVT_V_ONE_HOT: sb(b, "        const auto v%d = (long long)(%s) == oh%d ? 1.f : 0.f;  // %s\n", i, col, i, v->name); break;
@@ -258,7 +258,16 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
 }
 
 /* The kernel's rank-0 tensor loads (scalar_load), once per thread before the row loop */
+static bool has_rand(const evt_rspec *s) {
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_RAND) return true;
+  return false;
+}
+
+/* The kernel's scalars (after wait_prior_grids: the previous kernel may have written them): rank-0 loads and,
+ * with rand nodes, the run's RNG step (kernels/philox.h; evt_row_launch_args.rng_step) */
 static void emit_scalar_loads(sbuf *b, const evt_rspec *s) {
+  if (has_rand(s)) sb(b, "  const unsigned long long rng_step = p.rng_step ? *p.rng_step : 0ull;  // the run's RNG step\n");
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_SCALAR_LOAD)
       sb(b, is_int(s->nodes[i].dtype) ? "  const double sl%d = (double)p.n%d_%s[0];  // scalar_load (rank-0 tensor)\n"
@@ -383,6 +392,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     sb(&b, "  %s%s *n%d_%s;  // %s\n", ld ? "const " : "", ctype(v->dtype), i, v->name, evt_vop_name(v->op));
   }
   if (nrowsum) sb(&b, "  float *ws;  // row_sum partials: [%d][gridDim.x][n]\n", nrowsum);
+  if (has_rand(s)) sb(&b, "  const unsigned long long *rng_step;  // rand: the run's RNG step (device memory; NULL: 0)\n");
   sb(&b, "};\n\n");
 
   /* 2b. kernel */
@@ -734,6 +744,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     if (v->op == EVT_V_AUX_LOAD || v->op == EVT_V_AUX_STORE || v->op == EVT_V_ROW_BCAST)
       sb(&b, "  al = al && aligned16(p.n%d_%s);\n", i, v->name);
   }
+  if (has_rand(s)) sb(&b, "  p.rng_step = a->rng_step;\n");
   sb(&b, "  if (!ok) return EVT_LAUNCH_BAD_ARGS;\n  p.vec = al;\n  cudaStream_t st = (cudaStream_t)a->stream;\n");
   sb(&b, "  if (p.m == 0 || p.n == 0) {  // empty: sums are 0\n");
   for (int i = 0; i < s->nnodes; i++) {

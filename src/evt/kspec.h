@@ -257,8 +257,9 @@ int evt_vop_storage_ok(evt_vop op, evt_dtype dtype, int gemm);
  * inputs' values in[0..2]. Returns the node's value. */
 double evt_vop_visit(evt_vop op, evt_dtype dtype, double value, double *const *tensors, int v, int64_t i,
                      int64_t j, int64_t n, const double in[3]);
-/* EVT_V_RAND's value for element e = i·N + j: evt_philox_uniform(seed, offset, e) rounded to dtype. */
-double evt_vop_rand(uint64_t seed, uint64_t offset, evt_dtype dtype, int64_t e);
+/* EVT_V_RAND's value for element e = i·N + j in a run with RNG step `step`: evt_philox_uniform(seed, offset,
+ * step, e) rounded to dtype. */
+double evt_vop_rand(uint64_t seed, uint64_t offset, uint64_t step, evt_dtype dtype, int64_t e);
 /* Number of elements of a node's memory for an M×N problem (0 for nodes without memory). */
 int64_t evt_vop_elems(evt_vop op, int64_t m, int64_t n);
 

@@ -262,6 +262,11 @@ static void ref_nucleus(const evt_rspec *s, int64_t i, int64_t n, const double *
 
 void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
                          double *mean, double *rstd) {
+  evt_rspec_reference_at(s, m, n, in, tensors, mean, rstd, 0);
+}
+
+void evt_rspec_reference_at(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
+                            double *mean, double *rstd, uint64_t rng_step) {
   for (int v = 0; v < s->nnodes; v++) {
     evt_vop op = s->nodes[v].op;
     if (op == EVT_V_ROW_SUM) memset(tensors[v], 0, sizeof(double) * (size_t)n);
@@ -291,7 +296,7 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
                      : nd->sel == EVT_RV_IN0  ? in[0][i * n + j]
                                               : in[1][i * n + j];
             break;
-          case EVT_V_RAND: val[v] = evt_vop_rand(nd->seed, nd->offset, nd->dtype, i * n + j); break;
+          case EVT_V_RAND: val[v] = evt_vop_rand(nd->seed, nd->offset, rng_step, nd->dtype, i * n + j); break;
           default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, vin); break;
         }
       }

@@ -104,6 +104,9 @@ int64_t evt_rspec_node_elems(const evt_rspec *s, int i, int64_t m, int64_t n);
  * to f32), mean/rstd (M-vectors, may be NULL) receive the layer-norm statistics when the spec stores them. */
 void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
                          double *mean, double *rstd);
+/* The same in a run with RNG step rng_step (rand nodes; evt_rspec_reference: step 0). */
+void evt_rspec_reference_at(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
+                            double *mean, double *rstd, uint64_t rng_step);
 
 /* Named groups used by tests and benchmarks; dt is the storage dtype of every tensor except the f32 sums.
  *   softmax         y = softmax(x) (aux_store y)

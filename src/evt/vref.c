@@ -69,8 +69,8 @@ double evt_vop_apply3(evt_vop op, double x, double y, double z) {
   return evt_vop_apply(op, x, y);
 }
 
-double evt_vop_rand(uint64_t seed, uint64_t offset, evt_dtype dtype, int64_t e) {
-  return evt_round_to_dtype((double)evt_philox_uniform(seed, offset, (uint64_t)e), dtype);
+double evt_vop_rand(uint64_t seed, uint64_t offset, uint64_t step, evt_dtype dtype, int64_t e) {
+  return evt_round_to_dtype((double)evt_philox_uniform(seed, offset, step, (uint64_t)e), dtype);
 }
 
 int64_t evt_vop_elems(evt_vop op, int64_t m, int64_t n) {

@@ -311,6 +311,12 @@ int evt_param(evt_graph *g, const char *name, evt_dtype dt, int rank, const int6
   return add_source(g, EVT_OP_PARAM, name, dt, rank, shape);
 }
 
+void evt_graph_set_rng_step(evt_graph *g, uint64_t step) {
+  if (g) g->rng_step = step;
+}
+
+uint64_t evt_graph_rng_step(const evt_graph *g) { return g ? g->rng_step : 0; }
+
 evt_status evt_graph_set_name(evt_graph *g, int node, const char *name) {
   if (node < 0 || node >= g->nnodes) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "no node %d", node);
   int other = evt_graph_find(g, name);

@@ -63,6 +63,7 @@ static bool load_api(void *lib, evt_fb_api *a) {
   SYM(stream_capturing, "evt_fb_stream_capturing");
   SYM(gemm, "evt_fb_gemm_run");
   SYM(sgd, "evt_fb_sgd");
+  SYM(rng_step, "evt_fb_rng_step");
 #undef SYM
   void *const *f = (void *const *)a;
   for (size_t i = 0; i < sizeof *a / sizeof(void *); i++)
@@ -152,6 +153,7 @@ void evt_gpu_fb_node(const evt_program *p, int i, evt_fb_node *fn) {
   for (int j = 0; j < n->ninputs && j < EVT_FB_MAX_IN; j++) fn->in[j] = p->t[n->inputs[j]];
   fn->out = p->t[i];
   copy_attrs(&n->attr, &fn->a);
+  fn->a.rng_step = p->rng_dev;
   /* attention: the gradients computed from the same (dout, q, k, v), or for the forward, those of its q, k, v */
   if (n->op == EVT_OP_SDPA || sdpa_bit(n->op))
     for (int j = 0; j < p->g->nnodes; j++)
@@ -227,6 +229,7 @@ static evt_status launch_unfused(evt_program *p, int gi, void *stream) {
   a.n = (int)x->n;
   for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) a.ptrs[i] = x->rptr[i] == EVT_EXEC_PTR_T ? t : dev(p, x->rptr[i]);
   a.stream = stream;
+  a.rng_step = p->rng_dev;
   int rc = p->kfn[x->kernel](&a);
   if (rc != EVT_LAUNCH_OK)
     return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: generated kernel %s (unfused epilogue) returned %d",
@@ -256,6 +259,7 @@ evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
   for (int k = 0; k < 3; k++) a.in[k] = dev(p, x->in_node[k]);
   for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) a.ptrs[i] = dev(p, x->ptr_node[i]);
   a.stream = stream;
+  a.rng_step = p->rng_dev;
   int rc = p->kfn[x->kernel](&a);
   if (rc != EVT_LAUNCH_OK)
     return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: generated kernel %s returned %d", gi,

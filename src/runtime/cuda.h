@@ -64,6 +64,7 @@ typedef struct evt_fb_api {
   int (*stream_capturing)(void *);  /* 1: the stream is being captured (or its state is unknown), else 0 */
   int (*gemm)(evt_fb_ctx *, const evt_fb_gemm *, void *, char *, size_t);
   int (*sgd)(const evt_fb_tensor *, const evt_fb_tensor *, double, void *, char *, size_t);
+  int (*rng_step)(unsigned long long *, unsigned long long, int, void *, char *, size_t);
 } evt_fb_api;
 
 /* Loads the library once per process and initializes the device; NULL with the reason in why. */
@@ -138,6 +139,8 @@ struct evt_program {
   bool dirty, warmed;
   int *grad_of;             /* evt_program_sgd: per node, its %grad.<name> output node (-1), found at the first call */
   int nparams_trained;
+  unsigned long long *rng_dev; /* graphs with rand / dropout: device memory holding the RNG step of the next run */
+  uint64_t rng_step;        /* ... its value as the host enqueued it (evt_program_rng_step) */
   long launches;            /* kernel launches of one run */
   int groups_fused, groups_fallback;
   long runs;

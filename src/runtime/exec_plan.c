@@ -775,7 +775,7 @@ static evt_status run_unfused_cpu(evt_graph *g, const evt_exec_plan *p, int gi, 
     else if (v >= 0) st = cpu_node_memory(g, gi, v, evt_vop_class(rs->nodes[i].op) != 'L', values, &mem[i]);
   }
   const double *in[3] = {NULL, NULL, NULL};
-  if (st == EVT_OK) evt_rspec_reference(rs, x->m, x->n, in, mem, NULL, NULL);
+  if (st == EVT_OK) evt_rspec_reference_at(rs, x->m, x->n, in, mem, NULL, NULL, g->rng_step);
   free(t);
   return st;
 }
@@ -861,7 +861,7 @@ evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tenso
       int v = x->ptr_node[i];
       if (v >= 0) st = cpu_node_memory(g, gi, v, evt_vop_class(s->nodes[i].op) != 'L', values, &mem[i]);
     }
-    if (st == EVT_OK) evt_rspec_reference(s, x->m, x->n, in, mem, NULL, NULL);
+    if (st == EVT_OK) evt_rspec_reference_at(s, x->m, x->n, in, mem, NULL, NULL, g->rng_step);
     if (st == EVT_OK) st = materialize_aliases(g, p, gi, values);
   }
   return st;

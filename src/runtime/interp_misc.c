@@ -1,5 +1,6 @@
 /* Interpreter: sources, randomness, losses, gathers/scatters and layout ops.
- * - full/scalar fill `value`; rand stores u = evt_philox_uniform(seed, offset, i) for row-major element i;
+ * - full/scalar fill `value`; rand stores u = evt_philox_uniform(seed, offset, step, i) for row-major element i
+ *   (step: the graph's RNG step, evt_graph_set_rng_step);
  *   dropout keeps x[i] iff that u >= p, compared in double ((double)u >= p, p the attribute's double),
  *   and scales kept elements by 1/(1-p) (p >= 1: all dropped). A kernel that must reproduce the mask bit
  *   for bit has to make the same comparison (u has 24 bits, so it is exact in float).
@@ -32,7 +33,7 @@ static evt_status source_or_rng(evt_interp_ctx *ctx) {
     return EVT_OK;
   case EVT_OP_RAND:
     for (int64_t i = 0; i < out->numel; i++)
-      out->data[i] = evt_philox_uniform((uint64_t)a->seed, (uint64_t)a->offset, (uint64_t)i);
+      out->data[i] = evt_philox_uniform((uint64_t)a->seed, (uint64_t)a->offset, ctx->g->rng_step, (uint64_t)i);
     return EVT_OK;
   case EVT_OP_DROPOUT: {
     const evt_tensor *x = ctx->in[0];
@@ -40,7 +41,7 @@ static evt_status source_or_rng(evt_interp_ctx *ctx) {
     if (!(a->p >= 0 && a->p <= 1)) return interp_fail(ctx, "dropout p=%g is not in [0, 1]", a->p);
     double scale = a->p < 1 ? 1.0 / (1.0 - a->p) : 0.0;
     for (int64_t i = 0; i < out->numel; i++) {
-      double u = evt_philox_uniform((uint64_t)a->seed, (uint64_t)a->offset, (uint64_t)i);
+      double u = evt_philox_uniform((uint64_t)a->seed, (uint64_t)a->offset, ctx->g->rng_step, (uint64_t)i);
       out->data[i] = x->data[i] * (a->p < 1 && u >= a->p ? 1.0 : 0.0) * scale;
     }
     return EVT_OK;

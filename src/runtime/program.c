@@ -271,6 +271,7 @@ void evt_program_destroy(evt_program *p) {
     p->api->stream_free(p->capture_stream);
     p->api->free_(p->arena);
     p->api->free_(p->gemm_scratch);
+    p->api->free_(p->rng_dev);
     p->api->ctx_free(p->ctx);
   }
   /* generated kernels stay loaded (no dlclose; see evt_gpu_library) */
@@ -354,6 +355,27 @@ static evt_status build_fused(evt_program *p, bool device) {
   return EVT_OK;
 }
 
+/* Graphs with rand / dropout: the device word their kernels read the RNG step from, starting at the graph's
+ * (evt_graph_set_rng_step), so the first run draws what the interpreter draws for that graph. */
+static evt_status rng_init(evt_program *p) {
+  bool rng = false;
+  for (int v = 0; v < p->g->nnodes && !rng; v++) rng = p->g->nodes[v].op == EVT_OP_RAND || p->g->nodes[v].op == EVT_OP_DROPOUT;
+  if (!rng) return EVT_OK;
+  char why[512];
+  int bad = -1;
+  if (!(p->rng_dev = p->api->alloc(sizeof *p->rng_dev, why, sizeof why)) ||
+      p->api->rng_step(p->rng_dev, p->rng_step, 1, NULL, why, sizeof why) || p->api->sync(NULL, &bad, why, sizeof why))
+    return evt_graph_errorf_at(p->g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "the RNG step's memory: %s", why);
+  return EVT_OK;
+}
+
+/* After a run's kernels on `stream`: the next run draws with the next RNG step (inside a captured run too). */
+static evt_status rng_advance(evt_program *p, void *stream) {
+  char err[512];
+  if (p->rng_dev && p->api->rng_step(p->rng_dev, 0, 0, stream, err, sizeof err)) return failf(p, -1, EVT_ERR_INTERNAL, err);
+  return EVT_OK;
+}
+
 static evt_status create(evt_graph *g, unsigned flags, bool device, evt_program **out) {
   if (!out) return EVT_ERR_INVALID;
   *out = NULL;
@@ -364,6 +386,7 @@ static evt_status create(evt_graph *g, unsigned flags, bool device, evt_program 
   if (!p) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "out of memory");
   p->g = g;
   p->flags = flags;
+  p->rng_step = g->rng_step; /* the first run's RNG step */
   char why[1024];
   p->api = device ? evt_gpu_library(why, sizeof why) : NULL;
   evt_status st = EVT_OK;
@@ -403,6 +426,7 @@ static evt_status create(evt_graph *g, unsigned flags, bool device, evt_program 
     return EVT_OK;
   }
   if (st == EVT_OK) st = place_on_device(p);
+  if (st == EVT_OK) st = rng_init(p);
   if (st == EVT_OK && (flags & EVT_PROGRAM_CUDA_GRAPH) && p->api->stream_new(&p->capture_stream, why, sizeof why))
     st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "capture stream: %s", why);
   if (st != EVT_OK) {
@@ -534,6 +558,7 @@ static evt_status capture(evt_program *p) {
   for (int tries = 0;; tries++) {
     if (p->api->capture_begin(p->capture_stream, err, sizeof err)) return failf(p, -1, EVT_ERR_INTERNAL, err);
     evt_status st = enqueue(p, p->capture_stream);
+    if (st == EVT_OK && !p->replan) st = rng_advance(p, p->capture_stream); /* every replay advances it */
     void *exec = NULL;
     bool again = st == EVT_OK && p->replan;
     if (p->api->capture_end(p->capture_stream, st != EVT_OK || again, &exec, err, sizeof err))
@@ -671,16 +696,28 @@ evt_status evt_program_run(evt_program *p, void *cuda_stream) {
       st = fusion_ab(p, cuda_stream);
       if (st == EVT_OK && p->replan) st = run_eager(p, cuda_stream); /* a launcher refused during the A/B */
     }
+    if (st == EVT_OK) st = rng_advance(p, cuda_stream); /* (once: the A/B's runs drew with the same step) */
     p->warmed = st == EVT_OK;
-    if (st == EVT_OK) p->runs++;
+    if (st == EVT_OK) p->runs++, p->rng_step++;
     return st;
   }
   if ((p->dirty || !p->graph_exec) && (st = capture(p)) != EVT_OK) return st;
   char err[512];
   if (p->api->graph_launch(p->graph_exec, cuda_stream, err, sizeof err)) return failf(p, -1, EVT_ERR_INTERNAL, err);
-  p->runs++;
+  p->runs++, p->rng_step++;
   return EVT_OK;
 }
+
+evt_status evt_program_set_rng_step(evt_program *p, uint64_t step, void *cuda_stream) {
+  if (!p) return EVT_ERR_INVALID;
+  char err[512];
+  if (p->rng_dev && p->api->rng_step(p->rng_dev, step, 1, cuda_stream, err, sizeof err))
+    return failf(p, -1, EVT_ERR_INTERNAL, err);
+  p->rng_step = step;
+  return EVT_OK;
+}
+
+uint64_t evt_program_rng_step(const evt_program *p) { return p ? p->rng_step : 0; }
 
 /* One SGD step on the device (public contract in include/evt.h): every param with a %grad.<name> output,
  * p -= lr * grad in the memory bound to both, enqueued on the caller's stream after whatever it holds (the

@@ -340,6 +340,42 @@ TEST(exec_plan_cpu_model_matches_interpreter) {
   }
 }
 
+/* A later training step's dropout masks: the fused plan's CPU model draws the graph's RNG step as the
+ * interpreter does (evt_rspec_reference_at), and that step changes the loss (the masks are its). */
+TEST(exec_plan_cpu_model_draws_the_rng_step) {
+  const char *files[] = {"examples/bert_layer.evt", "bench/graphs/bert_layer_bf16.evt"};
+  for (int f = 0; f < (int)EVT_ARRAY_LEN(files); f++) {
+    evt_graph *g = load_opt(files[f]);
+    if (!g) continue;
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    int rand_groups = 0; /* fused groups whose kernel draws the numbers */
+    for (int gi = 0; gi < p.ngroups; gi++) {
+      const evt_rspec *s = p.groups[gi].fused && p.groups[gi].kernel >= 0 ? p.kspec[p.groups[gi].kernel] : NULL;
+      for (int i = 0; s && i < s->nnodes; i++) rand_groups += s->nodes[i].op == EVT_V_RAND;
+    }
+    CHECK_MSG(rand_groups > 0, "%s: no fused group draws the dropout numbers", files[f]);
+    double loss[2];
+    for (int k = 0; k < 2; k++) {
+      evt_graph_set_rng_step(g, k ? 5 : 0);
+      int worst;
+      bool bf = strstr(files[f], "bf16") != NULL;
+      double e = cpu_model_error(g, &p, 3, 0, bf ? 1.5e-2 : 1e-5, &worst);
+      CHECK_MSG(e <= (bf ? 1.5e-2 : 1e-5), "%s step %d: %%%s rel error %g", files[f], k ? 5 : 0,
+                worst >= 0 ? g->nodes[worst].name : "?", e);
+      evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v);
+      CHECK(evt_interp_init_inputs(g, v, 3) == EVT_OK && evt_interp_run(g, v, 0, 0) == EVT_OK);
+      loss[k] = v[g->loss].data[0];
+      for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&v[i]);
+      free(v);
+    }
+    CHECK_MSG(loss[0] != loss[1], "%s: the loss %.17g is the same at RNG steps 0 and 5", files[f], loss[0]);
+    evt_graph_set_rng_step(g, 0);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
+}
+
 /* The binding checks of a GEMM+EVT group refuse operands, D and visitor tensors that do not match the
  * graph, each with a reason naming the group; a D nobody reads is bound to scratch memory. */
 TEST(exec_bind_gemm_refusals) {

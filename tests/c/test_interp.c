@@ -559,17 +559,36 @@ TEST(interp_dropout_mask_is_philox) {
   a.offset = 99;
   int d = raw_op(t, "dropout", IDS(x), 1, &a, EVT_F32, 2, SH(10, 100));
   int r = raw_op(t, "rand", NULL, 0, &a, EVT_F32, 2, SH(10, 100));
-  CHECK(run(t, 0) == EVT_OK);
-  int kept = 0;
-  for (int i = 0; i < 1000; i++) {
-    float u = evt_philox_uniform(1234567, 99, (uint64_t)i);
-    double want = u >= 0.3f ? (double)(float)(xd[i] / 0.7) : 0.0;
-    CHECK_MSG(t->v[d].data[i] == want, "element %d: %g vs %g", i, t->v[d].data[i], want);
-    CHECK(t->v[r].data[i] == (double)u);
-    kept += u >= 0.3f;
+  /* step 0 (the default), then RNG step 7 (a later training step): the counter's upper words */
+  static double mask0[1000];
+  const uint64_t steps[2] = {0, 7};
+  for (int k = 0; k < 2; k++) {
+    if (k) evt_graph_set_rng_step(t->g, steps[k]);
+    CHECK(evt_graph_rng_step(t->g) == steps[k]);
+    CHECK(run(t, 0) == EVT_OK);
+    int kept = 0, changed = 0;
+    for (int i = 0; i < 1000; i++) {
+      float u = evt_philox_uniform(1234567, 99, steps[k], (uint64_t)i);
+      double want = u >= 0.3f ? (double)(float)(xd[i] / 0.7) : 0.0;
+      CHECK_MSG(t->v[d].data[i] == want, "step %d element %d: %g vs %g", (int)steps[k], i, t->v[d].data[i], want);
+      CHECK(t->v[r].data[i] == (double)u);
+      kept += u >= 0.3f;
+      if (k == 0) mask0[i] = want != 0;
+      changed += k > 0 && mask0[i] != (want != 0);
+    }
+    CHECK(kept > 620 && kept < 780);
+    /* independent masks keep-vs-drop differ at 2 * 0.3 * 0.7 = 42% of the elements */
+    CHECK_MSG(k == 0 || (changed > 340 && changed < 500), "masks of steps 0 and 7 differ at %d of 1000", changed);
   }
-  CHECK(kept > 620 && kept < 780);
   tg_free(t);
+}
+
+/* Philox4x32-10 against the known-answer vectors of its authors (Random123's kat_vectors: counter, key ->
+ * first output word), the step filling the counter's upper words. */
+TEST(philox_known_answers) {
+  CHECK(evt_philox4x32_10_word0(0, 0, 0) == 0x6627e8d5u);
+  CHECK(evt_philox4x32_10_word0(~0ull, ~0ull, ~0ull) == 0x408f276du);
+  CHECK(evt_philox4x32_10_word0(0x299f31d0a4093822ull, 0x85a308d3243f6a88ull, 0x0370734413198a2eull) == 0xd16cfe09u);
 }
 
 /* ---- losses ---------------------------------------------------------------------------------------- */

@@ -128,6 +128,28 @@ TEST(program_bind_errors_name_what_is_wrong) {
 
 /* evt_program_sgd without a device: the learning rate, the bindings and the gradient outputs are checked
  * (each failure says which), then it needs the device like a run. */
+/* The RNG step: a program starts at its graph's, evt_program_set_rng_step sets the next run's (a host program has
+ * no device word to write: it only records it). The device side (every run advancing it) is the H200's
+ * tests/gpu/w/gemmrt.sh: dropout graphs over several steps against the interpreter step by step. */
+TEST(program_rng_step_starts_at_the_graphs) {
+  CHECK(evt_program_set_rng_step(NULL, 1, NULL) == EVT_ERR_INVALID);
+  CHECK(evt_program_rng_step(NULL) == 0);
+  char *err = NULL;
+  evt_graph *g = evt_parse_file("examples/mlp.evt", &err);
+  free(err);
+  if (!g) return;
+  CHECK(evt_graph_rng_step(g) == 0);
+  evt_graph_set_rng_step(g, 41);
+  evt_program *p = NULL;
+  CHECK(evt_graph_build_joint(g, 0) == EVT_OK && evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK);
+  if (p) {
+    CHECK(evt_program_rng_step(p) == 41);
+    CHECK(evt_program_set_rng_step(p, 7, NULL) == EVT_OK && evt_program_rng_step(p) == 7);
+    evt_program_destroy(p);
+  }
+  evt_graph_free(g);
+}
+
 TEST(program_sgd_checks_its_arguments) {
   CHECK(evt_program_sgd(NULL, 0.1, NULL) == EVT_ERR_INVALID);
   evt_graph *g;
