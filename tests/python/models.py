@@ -44,7 +44,7 @@ def philox_word0(seed, counter):
 
 
 def philox_uniform(seed, offset, n):
-    """evt_philox_uniform(seed, offset, i) for i in [0, n): top 24 bits * 2^-24."""
+    """evt_philox_uniform(seed, offset, step 0, i) for i in [0, n): top 24 bits * 2^-24 (one step's masks)."""
     w = philox_word0(seed, np.arange(n, dtype=np.uint64) + np.uint64(offset))
     return (w >> np.uint64(8)).astype(np.float64) * (1.0 / 16777216.0)
 
