@@ -42,14 +42,28 @@
 #define EVT_ROWS_DEFAULT_EXACT 1
 #define EVT_ROWS_DEFAULT_RED_SOFTMAX 0
 #define EVT_ROWS_DEFAULT_MINB_W1 1     /* one warp per row, VPT > 1: minimum CTAs per SM (1: no register cap) */
+/* Layer norms without other M×N inputs ("plain"; session 29, H200 S29W2-W7): one warp x 4 chunks per 1024-wide row
+ * (WARP_VPT_LN), w / b loaded per chunk where the epilogue applies them (LN_LATE, below), CTAs of 4 warps
+ * (CTA_WARPS_W1) and at least 8 of them per SM (MINB_W1_LN: 64 registers, 56 used): 16384 x 1024 bf16 1.27 -> 1.18x
+ * the floor in bench_rows lnbisect, 1.27 -> 1.21 in bench_rows perf (a hand-written kernel of the same shape 1.18);
+ * the default 2 warps x 2 chunks with w / b in registers held 80 registers, 3 CTAs of 8 warps per SM. */
+#define EVT_ROWS_DEFAULT_WARP_VPT_LN 4
+#define EVT_ROWS_DEFAULT_MINB_W1_LN 8
+/* warps per CTA for one warp per row: softmax and plain layer norms 4 (softmax 65536 x 512 1.08 -> 1.06, 16384 x
+ * 1024 1.11-1.13 -> 1.11-1.12, S29W4/W6), the others EVT_ROWS_DEFAULT_CTA_WARPS (not measured otherwise) */
+#define EVT_ROWS_DEFAULT_CTA_WARPS_W1 4
 #define EVT_ROWS_DEFAULT_MINB_MULTI 1  /* several warps and chunks per row, no row sums: the same */
 /* layer norms: w / b staged in shared memory (not registers) from this many chunks per thread, for groups of
  * T·VPT <= 256 — with the default warp_vpt only the (1, 4) instantiation, which the default choice never picks
  * for layer norms; read back per row it was slower than registers on the H200 (S21W4), so no default uses it */
 #define EVT_ROWS_DEFAULT_WB_SMEM_VPT 4
 /* layer norm forward: w / b loaded per chunk right where the epilogue applies them (L1 hits), not held in
- * registers across the row's reductions (1) */
-#define EVT_ROWS_DEFAULT_LN_LATE 0
+ * registers across the row's reductions (1): plain layer norms (above; also 2 x 2 rows: 1.27 -> 1.23, S29W6), not
+ * those with other M×N inputs (layer norm + residual 1.14 -> 1.22, S25W2). Loading them through the read-only path
+ * so the compiler hoists them above the row's stores gained nothing with one warp per row and cost 2 x 2 rows
+ * (1.40: 88 registers), S29W6. */
+#define EVT_ROWS_DEFAULT_LN_LATE 1
+#define EVT_ROWS_DEFAULT_LN_LATE_AUX 0
 /* layer-norm backward: w loaded per chunk in the reductions and again for dx (not held in registers) */
 #define EVT_ROWS_DEFAULT_LNB_LATE 0
 /* grid: at most this many waves of resident CTAs, each a grid-stride loop over rows with the next row prefetched
@@ -64,6 +78,10 @@
  * 1.33, layer-norm backward 1.44 -> 1.44), so off; it is read by kernels/evt_rows.cuh itself (its chunk loads and
  * stores), not emitted into the generated source. */
 #define EVT_ROWS_DEFAULT_WAVES_W1 0
+/* one pass (WAVES_W1 0, one warp per row): 1 keeps the prefetch of a second row no row-group has (predicated off, but
+ * its registers held: softmax 1 x 4 71 vs 48 registers, layer norm 1 x 4 95 vs 79; S29W4 neutral for softmax, its
+ * backward and the chain, needed for the layer norm's 56) */
+#define EVT_ROWS_DEFAULT_ONE_RING 0
 #define EVT_ROWS_DEFAULT_WAVES 1
 #define EVT_ROWS_DEFAULT_WAVES_SUM 1
 #define EVT_ROWS_DEFAULT_CS 0

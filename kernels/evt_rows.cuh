@@ -644,6 +644,14 @@ __device__ __forceinline__ void ln_stats(const float (&x)[VPT][8], float eps, fl
   *rstd = rs;
 }
 
+// mean, rstd only (x̂ formed per chunk by the caller: fewer registers live across the row's stores)
+template <int WARPS, int VPT>
+__device__ __forceinline__ void ln_moments(const float (&x)[VPT][8], float eps, float *mean, float *rstd, int n, int t,
+                                           Red<WARPS> &r) {
+  float xh[VPT][8];  // (dead: its stores are removed)
+  ln_stats<WARPS, VPT>(x, eps, xh, mean, rstd, n, t, r);
+}
+
 // y = x̂ (· w) (+ b); w, b: this thread's columns of the N-vectors (HW / HB: present)
 template <int WARPS, int VPT, bool HW, bool HB>
 __device__ __forceinline__ void layernorm(const float (&x)[VPT][8], const float (&w)[VPT][8], const float (&b)[VPT][8],

@@ -180,10 +180,13 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
        hw ? "        evt_rows::load8(p.w, j0, n, full, w8);\n" : "#pragma unroll\n        for (int e = 0; e < 8; e++) w8[e] = 1.f;  // no w\n",
        hw ? "nu_in0[v][e] * w8[e]" : "nu_in0[v][e]");
   if (nu == EVT_ROWN_LAYERNORM && !lng)
-    sb(b, "      if constexpr (LN_LATE) {  // this chunk's w / b, then y\n"
+    sb(b, "      if constexpr (LN_LATE) {  // this chunk's x̂, w / b, then y\n"
            "        float w8[8], b8[8];\n"
            "%s%s"
-           "#pragma unroll\n        for (int e = 0; e < 8; e++) nu_out[v][e] = nu_xhat[v][e] * w8[e] + b8[e];\n"
+           "#pragma unroll\n        for (int e = 0; e < 8; e++) {\n"
+           "          nu_xhat[v][e] = j0 + e < n ? (nu_in0[v][e] - mean) * rstd : 0.f;\n"
+           "          nu_out[v][e] = nu_xhat[v][e] * w8[e] + b8[e];\n"
+           "        }\n"
            "      }\n",
        hw ? "        evt_rows::load8(p.w, j0, n, full, w8);\n"
           : "#pragma unroll\n        for (int e = 0; e < 8; e++) w8[e] = 1.f;  // no w\n",
@@ -333,17 +336,21 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#ifndef EVT_ROWS_RED_SOFTMAX  // softmax reductions: 0 max round + sum round, 2 warp rounds + one merge\n"
          "#define EVT_ROWS_RED_SOFTMAX %d\n#endif\n"
          "#ifndef EVT_ROWS_MINB_W1  // one warp per row, several chunks per thread: __launch_bounds__ minimum CTAs per SM\n"
-         "#define EVT_ROWS_MINB_W1 %d\n#endif\n"
+         "#define EVT_ROWS_MINB_W1 -1  // (-1: each kernel's kMinbW1)\n#endif\n"
+         "#ifndef EVT_ROWS_CTA_WARPS_W1  // warps per CTA, one warp per row\n"
+         "#define EVT_ROWS_CTA_WARPS_W1 -1  // (-1: each kernel's kCtaWarpsW1)\n#endif\n"
          "#ifndef EVT_ROWS_MINB_MULTI  // several warps and chunks per row, no row sums: __launch_bounds__ minimum CTAs per SM\n"
          "#define EVT_ROWS_MINB_MULTI %d\n#endif\n"
          "#ifndef EVT_ROWS_WB_SMEM_VPT  // layer norms: w / b in shared memory from this many chunks per thread\n"
          "#define EVT_ROWS_WB_SMEM_VPT %d\n#endif\n"
          "#ifndef EVT_ROWS_LN_LATE  // layer norm: w / b loaded per chunk in the epilogue, not held in registers\n"
-         "#define EVT_ROWS_LN_LATE %d\n#endif\n"
+         "#define EVT_ROWS_LN_LATE -1  // (-1: each kernel's kLnLate)\n#endif\n"
          "#ifndef EVT_ROWS_LNB_LATE  // layer-norm backward: w loaded per chunk where used, not held in registers\n"
          "#define EVT_ROWS_LNB_LATE %d\n#endif\n"
          "#ifndef EVT_ROWS_WAVES_W1  // grid, one warp per row: at most this many waves of resident CTAs (0: one pass)\n"
          "#define EVT_ROWS_WAVES_W1 %d\n#endif\n"
+         "#ifndef EVT_ROWS_ONE_RING  // one pass: keep the (dead) prefetch of each row-group's second row (1) or not (0)\n"
+         "#define EVT_ROWS_ONE_RING %d\n#endif\n"
          "#ifndef EVT_ROWS_WAVES  // ... rows of several warps\n"
          "#define EVT_ROWS_WAVES %d\n#endif\n"
          "#ifndef EVT_ROWS_WAVES_SUM  // ... for kernels with row sums (one workspace partial per CTA)\n"
@@ -353,9 +360,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
      EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
      EVT_ROWS_DEFAULT_DEPTH, EVT_ROWS_DEFAULT_DEPTH_VPT, EVT_ROWS_DEFAULT_DEEP_SUM, EVT_ROWS_DEFAULT_MINB_SUM, EVT_ROWS_DEFAULT_SMEM_SUM,
      EVT_ROWS_DEFAULT_SUM_REGS,
-     EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_W1, EVT_ROWS_DEFAULT_MINB_MULTI,
-     EVT_ROWS_DEFAULT_WB_SMEM_VPT, EVT_ROWS_DEFAULT_LN_LATE, EVT_ROWS_DEFAULT_LNB_LATE,
-     EVT_ROWS_DEFAULT_WAVES_W1, EVT_ROWS_DEFAULT_WAVES, EVT_ROWS_DEFAULT_WAVES_SUM);
+     EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_MULTI,
+     EVT_ROWS_DEFAULT_WB_SMEM_VPT, EVT_ROWS_DEFAULT_LNB_LATE,
+     EVT_ROWS_DEFAULT_WAVES_W1, EVT_ROWS_DEFAULT_ONE_RING, EVT_ROWS_DEFAULT_WAVES, EVT_ROWS_DEFAULT_WAVES_SUM);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
   /* one warp per row while a row fits 32 lanes x this many chunks: per kernel (not a shared macro default, so
    * several kernels in one translation unit keep their own): light nuclei (softmax, nucleus-free without Σ over
@@ -366,8 +373,17 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   /* softmax backward without other M×N inputs counts as light (S24W4: 16384x1024 as one warp x 4 chunks, 114
    * registers, 1.17 -> 1.12x floor) */
   const int light = (nu == EVT_ROWN_SOFTMAX || nu == EVT_ROWN_NONE || (nu == EVT_ROWN_SOFTMAX_BWD && !aux_rows)) && !nrowsum;
+  const int ln_plain = nu == EVT_ROWN_LAYERNORM && !aux_rows; /* (kernels/evt_row_config.h, session 29) */
   sb(&b, "#ifdef EVT_ROWS_WARP_VPT\nconstexpr int kWarpVpt = EVT_ROWS_WARP_VPT;\n#else\nconstexpr int kWarpVpt = %d;\n#endif\n",
-     light ? EVT_ROWS_DEFAULT_WARP_VPT_LIGHT : EVT_ROWS_DEFAULT_WARP_VPT);
+     light ? EVT_ROWS_DEFAULT_WARP_VPT_LIGHT : ln_plain ? EVT_ROWS_DEFAULT_WARP_VPT_LN : EVT_ROWS_DEFAULT_WARP_VPT);
+  /* the same for the knobs a kernel picks for itself (macro -1) */
+  sb(&b, "constexpr int kMinbW1 = EVT_ROWS_MINB_W1 > 0 ? EVT_ROWS_MINB_W1 : %d;\n"
+         "constexpr int kCtaWarpsW1 = EVT_ROWS_CTA_WARPS_W1 > 0 ? EVT_ROWS_CTA_WARPS_W1 : %d;\n",
+     ln_plain ? EVT_ROWS_DEFAULT_MINB_W1_LN : EVT_ROWS_DEFAULT_MINB_W1,
+     ln_plain || nu == EVT_ROWN_SOFTMAX ? EVT_ROWS_DEFAULT_CTA_WARPS_W1 : EVT_ROWS_DEFAULT_CTA_WARPS);
+  if (nu == EVT_ROWN_LAYERNORM)
+    sb(&b, "constexpr bool kLnLate = EVT_ROWS_LN_LATE >= 0 ? EVT_ROWS_LN_LATE != 0 : %s;\n",
+       (ln_plain ? EVT_ROWS_DEFAULT_LN_LATE : EVT_ROWS_DEFAULT_LN_LATE_AUX) ? "true" : "false");
   /* rows longer than one warp takes: at least this many chunks per thread (EVT_ROWS_MIN_VPT overrides; 1 or 2).
    * Layer norms without other M×N inputs take 2 (H200 S22W1/W2: layer norm 1.42 -> 1.33x floor, backward 1.55
    * -> 1.46x; a residual input's registers cost it the gain), the rest 1. */
@@ -438,8 +454,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
 #undef RIN
   sb(&b, nrowsum ? "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel(Params p) {\n"
                  : "// one-chunk rows: at least 1024 resident threads per SM (caps registers at 64 per thread); one-warp rows\n"
-                   "// with more chunks: at least EVT_ROWS_MINB_W1 CTAs per SM, longer rows EVT_ROWS_MINB_MULTI\n"
-                   "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : WARPS == 1 ? EVT_ROWS_MINB_W1 : EVT_ROWS_MINB_MULTI)\n"
+                   "// with more chunks: at least kMinbW1 CTAs per SM, longer rows EVT_ROWS_MINB_MULTI\n"
+                   "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : WARPS == 1 ? kMinbW1 : EVT_ROWS_MINB_MULTI)\n"
                    "row_kernel(Params p) {\n");
   sb(&b, "  constexpr int T = WARPS * 32;\n");
   if (nrowsum) sb(&b, "  using RSums = RSumsOf<WARPS, VPT, R>;\n");
@@ -464,7 +480,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
      * (L1 hits after the first row) right where the epilogue applies them, so they take no registers across the
      * row reductions */
     if (nu == EVT_ROWN_LAYERNORM)
-      sb(&b, "  constexpr bool LN_LATE = EVT_ROWS_LN_LATE != 0;  // w / b applied per chunk in the epilogue\n");
+      sb(&b, "  constexpr bool LN_LATE = kLnLate;  // w / b applied per chunk in the epilogue\n");
     else
       sb(&b, "  constexpr bool LN_LATE = EVT_ROWS_LNB_LATE != 0;  // w read per chunk (reductions, then dx)\n");
     sb(&b, "  constexpr bool WB_SMEM = !LN_LATE && VPT >= EVT_ROWS_WB_SMEM_VPT && T * VPT <= 256;  // (at most 16 KiB)\n"
@@ -491,9 +507,11 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   /* prefetch of the first row */
   sb(&b, "  const long long stride = (long long)gridDim.x * R;\n");
   if (nrin)
-    sb(&b, "  // prefetch ring: rows i+1 .. i+D of this row-group in flight while row i is worked on\n"
-           "  constexpr int D = VPT <= EVT_ROWS_DEPTH_VPT && %s ? EVT_ROWS_DEPTH : 1;\n",
-       nrowsum ? "EVT_ROWS_DEEP_SUM" : "true");
+    sb(&b, "  // prefetch ring: rows i+1 .. i+D of this row-group in flight while row i is worked on; none when the\n"
+           "  // launch gives each row-group one row (ONE: one pass, a CTA per R rows) and EVT_ROWS_ONE_RING is 0\n"
+           "  constexpr bool ONE = %s && EVT_ROWS_ONE_RING == 0;\n"
+           "  constexpr int D = !ONE && VPT <= EVT_ROWS_DEPTH_VPT && %s ? EVT_ROWS_DEPTH : 1;\n",
+       nrowsum ? "false" : "WARPS == 1 && EVT_ROWS_WAVES_W1 == 0", nrowsum ? "EVT_ROWS_DEEP_SUM" : "true");
   for (int k = 0; k < nrin; k++)
     sb(&b, "  evt_rows::Raw8<%s> q_%s[D][VPT];  // %s, the next D rows\n", rin[k].type, rin[k].arr, rin[k].field);
   if (nrin)
@@ -514,7 +532,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
              "      c_%s[v] = q_%s[0][v];\n#pragma unroll\n      for (int d = 0; d + 1 < D; d++) q_%s[d][v] = q_%s[d + 1][v];\n"
              "    }\n",
          rin[k].type, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr);
-      sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, vec, q_%s[D - 1]);\n",
+      sb(&b, "    if constexpr (!ONE)\n"
+             "      evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, vec, q_%s[D - 1]);\n",
          rin[k].field, rin[k].arr);
     }
   }
@@ -535,8 +554,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     case EVT_ROWN_LAYERNORM:
       sb(&b, "    float nu_in0[VPT][8], nu_xhat[VPT][8], nu_out[VPT][8], mean, rstd;\n"
              "    evt_rows::unpack_row(c_in0, nu_in0);\n"
-             "    if constexpr (LN_LATE)  // y = x̂·w + b per chunk, below\n"
-             "      evt_rows::ln_stats<WARPS, VPT>(nu_in0, p.eps, nu_xhat, &mean, &rstd, n, t, rk);\n"
+             "    if constexpr (LN_LATE)  // x̂ and y = x̂·w + b per chunk, below\n"
+             "      evt_rows::ln_moments<WARPS, VPT>(nu_in0, p.eps, &mean, &rstd, n, t, rk);\n"
              "    else\n"
              "      evt_rows::layernorm<WARPS, VPT, %s, %s>(nu_in0, nu_w, nu_b, p.eps, nu_xhat, nu_out, &mean, &rstd, n, t, "
              "rk);\n", hw ? "true" : "false", hb ? "true" : "false");
@@ -558,6 +577,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     default: break;
   }
   emit_epilogue(&b, s, users, rsk, 0);
+  if (nrin) sb(&b, "    if constexpr (ONE) break;  // (the row-group's only row: nothing carried to a next iteration)\n");
   sb(&b, "  }\n");
   if (nrowsum) sb(&b, "  evt_rows::trigger_dependents();  // the finalize kernel may start launching\n");
   if (nrowsum) sb(&b, "  rsum.flush(p.ws + (size_t)blockIdx.x * n, (size_t)gridDim.x * n, n, g, t);\n");
@@ -644,7 +664,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "  // warps per CTA (row sums with more than one chunk per thread: half, 1024 threads would cap registers at 64)\n"
          "  constexpr int CW = %s, R0 = CW / WARPS > 1 ? CW / WARPS : 1;\n"
          "  constexpr int R = WARPS == 1 || R0 <= 15 ? R0 : 15;  // row-groups per CTA\n",
-     nrowsum ? "VPT == 1 ? EVT_ROWS_CTA_WARPS_SUM : EVT_ROWS_CTA_WARPS_SUM / 2" : "EVT_ROWS_CTA_WARPS");
+     nrowsum ? "VPT == 1 ? EVT_ROWS_CTA_WARPS_SUM : EVT_ROWS_CTA_WARPS_SUM / 2" : "WARPS == 1 ? kCtaWarpsW1 : EVT_ROWS_CTA_WARPS");
   sb(&b, "  const long long blocks = ((long long)p.m + R - 1) / R;\n");
   sb(&b, nrowsum ? "  constexpr size_t SMEM = RSumsOf<WARPS, VPT, R>::smem_bytes();  // dynamic shared memory\n"
                  : "  constexpr size_t SMEM = 0;  // dynamic shared memory\n");

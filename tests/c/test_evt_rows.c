@@ -186,14 +186,31 @@ TEST(emit_rows_structure) {
   free(b);
   evt_rspec_example(&s, "ln_residual", EVT_BF16);
   a = evt_emit_rows(&s, err, sizeof err);
-  /* EVT_ROWS_LN_LATE (off): statistics only, then y = x̂·w + b per chunk with that chunk's w / b loaded there */
-  CHECK(a && strstr(a, "constexpr bool LN_LATE = EVT_ROWS_LN_LATE != 0;") != NULL);
-  CHECK(a && strstr(a, "evt_rows::ln_stats<WARPS, VPT>(nu_in0, p.eps, nu_xhat, &mean, &rstd, n, t, rk);") != NULL);
+  /* LN_LATE (off by default with a residual input): mean / rstd only, then per chunk x̂ and y = x̂·w + b with that
+   * chunk's w / b loaded there */
+  CHECK(a && strstr(a, "constexpr bool kLnLate = EVT_ROWS_LN_LATE >= 0 ? EVT_ROWS_LN_LATE != 0 : false;") != NULL);
+  CHECK(a && strstr(a, "constexpr bool LN_LATE = kLnLate;") != NULL);
+  CHECK(a && strstr(a, "evt_rows::ln_moments<WARPS, VPT>(nu_in0, p.eps, &mean, &rstd, n, t, rk);") != NULL);
   CHECK(a && strstr(a, "evt_rows::load8(p.b, j0, n, full, b8);") != NULL);
+  CHECK(a && strstr(a, "nu_xhat[v][e] = j0 + e < n ? (nu_in0[v][e] - mean) * rstd : 0.f;") != NULL);
   CHECK(a && strstr(a, "nu_out[v][e] = nu_xhat[v][e] * w8[e] + b8[e];") != NULL);
+  CHECK(a && has_int(a, "constexpr int kCtaWarpsW1 = EVT_ROWS_CTA_WARPS_W1 > 0 ? EVT_ROWS_CTA_WARPS_W1 : %d;\n",
+                     EVT_ROWS_DEFAULT_CTA_WARPS));
   CHECK(a && strstr(a, "constexpr int kMinVpt = 1;\n") != NULL); /* a residual input: one chunk per thread */
   CHECK(a && strstr(a, "#if EVT_ROWS_INST(2, 2) && defined(EVT_ROWS_MIN_VPT) && EVT_ROWS_MIN_VPT == 2\n") != NULL);
   CHECK(a && strstr(a, "#if EVT_ROWS_INST(4, 1) && (!defined(EVT_ROWS_MIN_VPT) || EVT_ROWS_MIN_VPT != 2)\n") != NULL);
+  free(a);
+  /* a plain layer norm (session 29): one warp x 4 chunks, late w / b, 4-warp CTAs, at least 8 per SM */
+  evt_rspec_example(&s, "layernorm", EVT_BF16);
+  a = evt_emit_rows(&s, err, sizeof err);
+  CHECK(a && has_int(a, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT_LN));
+  CHECK(a && strstr(a, "constexpr bool kLnLate = EVT_ROWS_LN_LATE >= 0 ? EVT_ROWS_LN_LATE != 0 : true;") != NULL);
+  CHECK(a && has_int(a, "constexpr int kMinbW1 = EVT_ROWS_MINB_W1 > 0 ? EVT_ROWS_MINB_W1 : %d;\n", EVT_ROWS_DEFAULT_MINB_W1_LN));
+  CHECK(a && has_int(a, "constexpr int kCtaWarpsW1 = EVT_ROWS_CTA_WARPS_W1 > 0 ? EVT_ROWS_CTA_WARPS_W1 : %d;\n",
+                     EVT_ROWS_DEFAULT_CTA_WARPS_W1));
+  /* one pass: no prefetch of a second row unless asked for, and the row loop left after its only row */
+  CHECK(a && strstr(a, "constexpr bool ONE = WARPS == 1 && EVT_ROWS_WAVES_W1 == 0 && EVT_ROWS_ONE_RING == 0;") != NULL);
+  CHECK(a && strstr(a, "    if constexpr (ONE) break;") != NULL);
   free(a);
   evt_rspec_example(&s, "softmax_bwd", EVT_BF16); /* no other M×N input: one warp per row up to 4 chunks per lane */
   a = evt_emit_rows(&s, err, sizeof err);
