@@ -12,6 +12,7 @@
 //   bench_rows copyfloor              how close to the floor any kernel gets at these byte counts (copyfloor_main)
 //   bench_rows lnbisect [LABEL=DIR..] hand-written steps from a row copy to layer norm, then the generated layer
 //                                     norm of each DIR on the same buffers (lnbisect_main)
+//   bench_rows lnbbisect [LABEL=DIR..] the same for layer-norm backward (lnb_bisect.cuh)
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -48,11 +49,13 @@ static double median_us(const std::function<void()> &f, int reps) {
 static int perf_main(int argc, char **argv);
 static int copyfloor_main();
 static int lnbisect_main(int argc, char **argv);
+static int lnbbisect_main(int argc, char **argv);
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "perf")) return perf_main(argc - 2, argv + 2);
   if (argc > 1 && !strcmp(argv[1], "copyfloor")) return copyfloor_main();
   if (argc > 1 && !strcmp(argv[1], "lnbisect")) return lnbisect_main(argc - 2, argv + 2);
+  if (argc > 1 && !strcmp(argv[1], "lnbbisect")) return lnbbisect_main(argc - 2, argv + 2);
   if (argc < 3) {
     fprintf(stderr, "usage: bench_rows DIR OUT.json [REPS]\n");
     return 2;
@@ -306,7 +309,7 @@ static int perf_main(int argc, char **argv) {
                     {"bce_bias_grad", EVT_BF16, 256, 670208}};
   const char *only = getenv("ROWPERF_ONLY");  // comma list of ops (debug)
   // steady: ROWPERF_STEADY x K launches per timed batch (K rotating buffer sets)
-  const int smult = getenv("ROWPERF_STEADY") ? std::max(1, atoi(getenv("ROWPERF_STEADY"))) : 4;
+  const int smult = getenv("ROWPERF_STEADY") ? std::max(1, atoi(getenv("ROWPERF_STEADY"))) : 16;
   const bool clean = getenv("ROWPERF_CLEAN") != nullptr;  // also the read-flushed single launch
   printf("\n%-14s %-5s %6s %5s %-10s %7s | %8s %5s | %8s %5s | %8s %5s | %s\n", "op", "dtype", "M", "N", "variant", "MB",
          "dirty us", "xflr", "clean us", "xflr", "steady", "xflr", "match (rel err)");
@@ -946,3 +949,5 @@ static int lnbisect_main(int argc, char **argv) {
   }
   return all ? 0 : 1;
 }
+
+#include "lnb_bisect.cuh"
