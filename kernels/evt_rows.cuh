@@ -1064,13 +1064,19 @@ struct RowSums {
   static_assert(NREG >= 0 && NREG <= NRS, "sums in registers: 0..NRS");
   static constexpr int NSM = NRS - NREG;             // sums in shared memory
   static constexpr int kPer = NSM * VPT * 8 * T;     // floats per row-group (a multiple of 4: float4 slots)
-  static constexpr size_t smem_bytes() { return sizeof(float) * (size_t)kPer * R; }
+  // Register sums are flushed through shared memory too when slots for every sum fit (96 KiB per CTA): each
+  // row-group writes its registers into its slots (after the shared ones), one barrier, then one ordered sum over
+  // the row-groups (flush_rowsum's R barrier-separated global read-modify-write rounds cost layer-norm backward ~8 us
+  // of tail, S29); else flush_rowsum.
+  static constexpr bool SMFLUSH = NREG > 0 && (size_t)NRS * VPT * 8 * T * R * 4 <= 98304;
+  static constexpr int kStride = SMFLUSH ? NRS * VPT * 8 * T : kPer;  // floats per row-group
+  static constexpr size_t smem_bytes() { return sizeof(float) * (size_t)kStride * R; }
   float a[NREG > 0 ? NREG : 1][VPT][8];
   float4 *s;  // this row-group's slots
   int t;
   __device__ __forceinline__ void init(float *dyn, int g, int t_) {
     t = t_;
-    s = reinterpret_cast<float4 *>(dyn + (size_t)g * kPer);
+    s = reinterpret_cast<float4 *>(dyn + (size_t)g * kStride);
 #pragma unroll
     for (int k = 0; k < NRS; k++)
 #pragma unroll
@@ -1100,19 +1106,33 @@ struct RowSums {
     }
   }
   __device__ __forceinline__ void flush(float *ws, size_t kstride, int n, int g, int t_) {
+    if constexpr (!SMFLUSH) {
 #pragma unroll
-    for (int k = 0; k < NREG; k++) flush_rowsum<T, VPT, R>(a[k], ws + k * kstride, n, g, t_);
-    if constexpr (NSM > 0) {
+      for (int k = 0; k < NREG; k++) flush_rowsum<T, VPT, R>(a[k], ws + k * kstride, n, g, t_);
+    } else {
+#pragma unroll
+      for (int k = 0; k < NREG; k++)
+#pragma unroll
+        for (int v = 0; v < VPT; v++)
+#pragma unroll
+          for (int h = 0; h < 2; h++)
+            s[(((NSM + k) * VPT + v) * 2 + h) * T + t] =
+                make_float4(a[k][v][4 * h], a[k][v][4 * h + 1], a[k][v][4 * h + 2], a[k][v][4 * h + 3]);
+    }
+    constexpr int K0 = SMFLUSH ? 0 : NREG;  // the sums reduced from shared memory
+    if constexpr (NRS > K0) {
       __syncthreads();
-      const float *base = reinterpret_cast<const float *>(s) - (size_t)g * kPer;
-      for (int k = NREG; k < NRS; k++)
+      const float *base = reinterpret_cast<const float *>(s) - (size_t)g * kStride;
+      for (int k = K0; k < NRS; k++) {
+        const int kk = k >= NREG ? k - NREG : NSM + k;  // its slots
         for (int j = threadIdx.x; j < n; j += T * R) {
           const int c = j >> 3, e = j & 7, v = c / T, tt = c % T;
-          const size_t off = ((size_t)(((k - NREG) * VPT + v) * 2 + (e >> 2)) * T + tt) * 4 + (e & 3);
+          const size_t off = ((size_t)((kk * VPT + v) * 2 + (e >> 2)) * T + tt) * 4 + (e & 3);
           float acc = 0.f;
-          for (int gg = 0; gg < R; gg++) acc += base[(size_t)gg * kPer + off];
+          for (int gg = 0; gg < R; gg++) acc += base[(size_t)gg * kStride + off];
           ws[k * kstride + j] = acc;
         }
+      }
     }
   }
 };
