@@ -46,6 +46,22 @@ static double median_us(const std::function<void()> &f, int reps) {
   return t[t.size() / 2];
 }
 
+// A kernel launch with or without the programmatic-dependent-launch attribute (PDL: it may be scheduled while the
+// previous kernel drains and waits for it in griddepcontrol.wait), as evt's runtime launches its kernels.
+template <class... P, class... A>
+static void launch_ex(void (*f)(P...), int grid, int threads, size_t smem, bool pdl, A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, f, ((P)args)...));
+}
+
 static int perf_main(int argc, char **argv);
 static int copyfloor_main();
 static int lnbisect_main(int argc, char **argv);
@@ -460,15 +476,7 @@ static copy_fn copy_variant(int u, bool hint) {
   return u == 1 ? stream_copy<1, false> : u == 2 ? stream_copy<2, false> : u == 4 ? stream_copy<4, false> : stream_copy<8, false>;
 }
 static void launch_copy(copy_fn f, int grid, int threads, const void *s, void *d, size_t n16, bool pdl) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = pdl ? 1 : 0;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, f, (const uint4 *)s, (uint4 *)d, n16, pdl ? 1 : 0));
+  launch_ex(f, grid, threads, 0, pdl, s, d, n16, pdl ? 1 : 0);
 }
 
 static int copyfloor_main() {
@@ -790,6 +798,17 @@ static const char *const names[] = {"copy", "softmax", "ln", "ln+stats", "+wb la
                                     "+wb smem", "onepass+stats", "+wb late, stats last"};
 }  // namespace lnb
 
+// The bf16 kernel of row example `ex` compiled in DIR (lnbisect / lnbbisect: the generated kernel on the hand-written
+// kernels' buffers), or null with a message; `cases` owns it.
+static const RowCase *generated_case(std::vector<RowCase> &cases, const char *dir, const char *ex) {
+  cases = all_row_cases();
+  load_all(cases, dir, true);
+  for (auto &q : cases)
+    if (q.example == ex && q.dt == EVT_BF16 && q.fn) return &q;
+  printf("%s: no compiled %s\n", dir, ex);
+  return nullptr;
+}
+
 static int lnbisect_main(int argc, char **argv) {
   using namespace lnb;
   const int M = 16384, nvar = 10;
@@ -853,18 +872,7 @@ static int lnbisect_main(int argc, char **argv) {
   auto run = [&](fn_t f, int grid, int threads, int v, const char *label, int wpc) {
     cudaFuncAttributes fa = {};
     CUDA_CHECK(cudaFuncGetAttributes(&fa, f));
-    auto launch = [&](int r, bool pdl) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(grid);
-      cfg.blockDim = dim3(threads);
-      cudaLaunchAttribute at[1];
-      at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      at[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = at;
-      cfg.numAttrs = pdl ? 1 : 0;
-      CUDA_CHECK(cudaLaunchKernelEx(&cfg, f, (const uint4 *)dx[r], dy[r], (const uint4 *)dw, (const uint4 *)db, dm[r], dr[r],
-                                    M, eps));
-    };
+    auto launch = [&](int r, bool pdl) { launch_ex(f, grid, threads, 0, pdl, dx[r], dy[r], dw, db, dm[r], dr[r], M, eps); };
     CUDA_CHECK(cudaMemset(dy[0], 0xff, xe * 2));  // NaN-poisoned
     CUDA_CHECK(cudaMemset(dm[0], 0xff, M * 4));
     CUDA_CHECK(cudaMemset(dr[0], 0xff, M * 4));
@@ -906,13 +914,9 @@ static int lnbisect_main(int argc, char **argv) {
   for (int k = 0; k < argc; k++) {
     const char *eq = strchr(argv[k], '=');
     if (!eq) continue;
-    std::vector<RowCase> cases = all_row_cases();
-    load_all(cases, eq + 1, true);
-    const RowCase *c = nullptr;
-    for (auto &x : cases)
-      if (x.example == "layernorm" && x.dt == EVT_BF16) c = &x;
-    if (!c || !c->fn) {
-      printf("%s: no compiled layernorm\n", argv[k]);
+    std::vector<RowCase> cases;
+    const RowCase *c = generated_case(cases, eq + 1, "layernorm");
+    if (!c) {
       all = false;
       continue;
     }

@@ -212,18 +212,6 @@ static int lnbbisect_main(int argc, char **argv) {
   std::vector<double> rsum(rg);
   rsum.insert(rsum.end(), rb.begin(), rb.end());
   const double bytes = 3.0 * xe * 2, floor_us = bytes / bw * 1e6;  // dy, x read, dx written
-  auto launch_pdl = [&](auto f, int grid, int threads, size_t smem, auto... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, f, args...));
-  };
   printf("\n%-32s | %8s %5s | %5s | %s\n", "variant (warps/row, warps/CTA)", "PDL us", "xflr", "regs", "check (rel err)");
   bool all = true;
   auto check = [&](const char *label, int mode, double tp, int regs, int r0) {
@@ -251,8 +239,8 @@ static int lnbbisect_main(int argc, char **argv) {
     CUDA_CHECK(cudaFuncGetAttributes(&fa, c.f));
     const int grid = sms * std::max(occ, 1);
     auto run = [&](int r) {
-      launch_pdl(c.f, grid, c.wpc * 32, smem, (const uint4 *)dd[r], (const uint4 *)dx_[r], (const uint4 *)dw, dout[r], dws, M, eps);
-      if (c.mode >= 2) launch_pdl(fin, 2 * N / 128, 128, (size_t)0, (const float *)dws, grid, dsum);
+      launch_ex(c.f, grid, c.wpc * 32, smem, true, dd[r], dx_[r], dw, dout[r], dws, M, eps);
+      if (c.mode >= 2) launch_ex(fin, 2 * N / 128, 128, 0, true, dws, grid, dsum);
     };
     CUDA_CHECK(cudaMemset(dout[0], 0xff, xe * 2));
     CUDA_CHECK(cudaMemset(dsum, 0xff, 2 * N * 4));
@@ -267,13 +255,9 @@ static int lnbbisect_main(int argc, char **argv) {
   for (int a = 0; a < argc; a++) {
     const char *eq = strchr(argv[a], '=');
     if (!eq) continue;
-    std::vector<RowCase> cases = all_row_cases();
-    load_all(cases, eq + 1, true);
-    const RowCase *c = nullptr;
-    for (auto &q : cases)
-      if (q.example == "layernorm_bwd" && q.dt == EVT_BF16) c = &q;
-    if (!c || !c->fn) {
-      printf("%s: no compiled layernorm_bwd\n", argv[a]);
+    std::vector<RowCase> cases;
+    const RowCase *c = generated_case(cases, eq + 1, "layernorm_bwd");
+    if (!c) {
       all = false;
       continue;
     }
