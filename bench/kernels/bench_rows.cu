@@ -285,6 +285,14 @@ static double copy_floor_setup(char **src, char **dst) {
   return median_us_m([&] { CUDA_CHECK(cudaMemcpyAsync(d, s, kCopyBytes, cudaMemcpyDeviceToDevice)); }, 10, false);
 }
 
+// copy_floor_setup, then the floor's bandwidth (bytes/s) printed and returned
+static double floor_bandwidth(char **src, char **dst) {
+  const double copy_d = copy_floor_setup(src, dst);
+  const double bw = 2.0 * kCopyBytes / (copy_d * 1e-6);
+  printf("copy 1 GiB D2D: %.1f us -> %.1f GB/s (the floor's bandwidth)\n", copy_d, bw / 1e9);
+  return bw;
+}
+
 static int perf_main(int argc, char **argv) {
   int reps = getenv("REPS") ? atoi(getenv("REPS")) : 20;
   std::vector<std::string> labels;
@@ -813,11 +821,8 @@ static int lnbisect_main(int argc, char **argv) {
   using namespace lnb;
   const int M = 16384, nvar = 10;
   const float eps = 1e-5f;
-  const size_t cb = kCopyBytes;
   char *src, *dst;
-  const double copy_d = copy_floor_setup(&src, &dst);
-  const double bw = 2.0 * cb / (copy_d * 1e-6);
-  printf("copy 1 GiB D2D: %.1f us -> %.1f GB/s (the floor's bandwidth)\n", copy_d, bw / 1e9);
+  const double bw = floor_bandwidth(&src, &dst);
   const size_t xe = (size_t)M * N;
   std::vector<__nv_bfloat16> hx(xe), hw(N), hb(N);
   std::vector<float> fx(xe), fw(N), fb(N);

@@ -158,13 +158,10 @@ static int lnbbisect_main(int argc, char **argv) {
   using namespace lnbb;
   const int M = 16384, K = 3;
   const float eps = 1e-5f;
-  const size_t cb = kCopyBytes;
   char *src, *dst;
-  const double copy_d = copy_floor_setup(&src, &dst);
-  const double bw = 2.0 * cb / (copy_d * 1e-6);
+  const double bw = floor_bandwidth(&src, &dst);
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  printf("copy 1 GiB D2D: %.1f us -> %.1f GB/s (the floor's bandwidth), %d SMs\n", copy_d, bw / 1e9, sms);
   const size_t xe = (size_t)M * N;
   std::vector<__nv_bfloat16> hx(xe), hd(xe), hw(N);
   std::vector<float> fx(xe), fd(xe), fw(N);
