@@ -11,7 +11,8 @@
 # N, 1 to 32 warps, 1 to 4 chunks per thread, NaN-poisoned outputs, bitwise-equal second launch), and times
 # every variant at BERT-large sizes, each output checked against the CPU reference at that size (bench_rows
 # perf: "dirty" = the old method, "steady" = back-to-back launches over rotating buffers; floor = bytes / the
-# bandwidth of a 1 GiB device-to-device copy). Everything goes to LOGFILE; a summary table ends it.
+# bandwidth of a 1 GiB device-to-device copy; ROWPERF_STEADY: launches per timed batch per rotating buffer set, default
+# 16). Everything goes to LOGFILE; a summary table ends it.
 LOG=${1:?usage: rowperf.sh LOGFILE SECONDS}
 SECS=${2:-150}
 cd "$(dirname "$0")/../../.."
