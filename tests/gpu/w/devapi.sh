@@ -11,17 +11,9 @@
 # eager bits, re-binding re-captures, ms/step (20 runs between CUDA events), launches/step. All output goes to
 # LOGFILE, ending with the rows of every mode that finished and a summary table.
 set -uo pipefail
-LOG=${1:-devapi.log}
-BUDGET=${2:-300}
-cd "$(dirname "$0")/../../.."
-: >"$LOG"
-T0=$(date +%s)
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-log() { echo "$@" | tee -a "$LOG"; }
-EVTC=${EVTC:-$PWD/build/evtc}
-B=/tmp/devapi-gpu
+WINDOW_LOG=devapi.log WINDOW_SECS=300 WINDOW_TMP=/tmp/devapi-gpu
+source "$(dirname "$0")/budget_tee.sh"
 NOCUTLASS=/nonexistent/devapi-no-cutlass
-mkdir -p "$B"
 log "== devapi: program API on the GPU ($(date -u +%H:%M:%S), budget ${BUDGET}s)"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$LOG" 2>&1
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}

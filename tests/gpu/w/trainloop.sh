@@ -9,16 +9,8 @@
 # (evt_program_sgd through the public API). Ends with a table: graph, mode, losses identical, wall seconds and
 # ms/step of both loops (GPU events and host wall clock).
 set -uo pipefail
-LOG=${1:-trainloop.log}
-BUDGET=${2:-200}
-cd "$(dirname "$0")/../../.."
-: >"$LOG"
-T0=$(date +%s)
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-log() { echo "$@" | tee -a "$LOG"; }
-EVTC=${EVTC:-$PWD/build/evtc}
-B=/tmp/trainloop-gpu
-mkdir -p "$B"
+WINDOW_LOG=trainloop.log WINDOW_SECS=200 WINDOW_TMP=/tmp/trainloop-gpu
+source "$(dirname "$0")/budget_tee.sh"
 log "== trainloop: evtc run's GPU loop, device SGD vs host SGD ($(date -u +%H:%M:%S), budget ${BUDGET}s)"
 STEPS=${TRAINLOOP_STEPS:-12}
 export EVT_LOSS_DIGITS=17 # every bit of each step's loss
