@@ -259,14 +259,13 @@ static int lnbisect_main(int argc, char **argv) {
   const size_t xe = (size_t)M * N;
   std::vector<__nv_bfloat16> hx(xe), hw(N), hb(N);
   std::vector<float> fx(xe), fw(N), fb(N);
-  uint32_t st = 12345u;
-  auto rnd = [&] { st = st * 1664525u + 1013904223u; return (float)((st >> 8) & 0xffff) / 65536.f; };
+  Rng rng(12345);
   for (size_t i = 0; i < xe; i++) {
-    hx[i] = __float2bfloat16(4.f * rnd() - 2.f + (float)(i / N % 7) * 0.25f);
+    hx[i] = __float2bfloat16(rng.uniform(-2.f, 2.f) + (float)(i / N % 7) * 0.25f);
     fx[i] = __bfloat162float(hx[i]);
   }
   for (int j = 0; j < N; j++) {
-    hw[j] = __float2bfloat16(0.5f + rnd()), hb[j] = __float2bfloat16(rnd() - 0.5f);
+    hw[j] = __float2bfloat16(rng.uniform(0.5f, 1.5f)), hb[j] = __float2bfloat16(rng.uniform(-0.5f, 0.5f));
     fw[j] = __bfloat162float(hw[j]), fb[j] = __bfloat162float(hb[j]);
   }
   const int K = 3;  // rotating buffer sets (3 x 67 MB > L2)

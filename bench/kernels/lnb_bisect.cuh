@@ -165,13 +165,12 @@ static int lnbbisect_main(int argc, char **argv) {
   const size_t xe = (size_t)M * N;
   std::vector<__nv_bfloat16> hx(xe), hd(xe), hw(N);
   std::vector<float> fx(xe), fd(xe), fw(N);
-  uint32_t st = 777u;
-  auto rnd = [&] { st = st * 1664525u + 1013904223u; return (float)((st >> 8) & 0xffff) / 65536.f; };
+  Rng rng(777);
   for (size_t i = 0; i < xe; i++) {
-    hx[i] = __float2bfloat16(5.f * rnd() - 2.f), fx[i] = __bfloat162float(hx[i]);
-    hd[i] = __float2bfloat16(2.f * rnd() - 1.f), fd[i] = __bfloat162float(hd[i]);
+    hx[i] = __float2bfloat16(rng.uniform(-2.f, 3.f)), fx[i] = __bfloat162float(hx[i]);
+    hd[i] = __float2bfloat16(rng.uniform(-1.f, 1.f)), fd[i] = __bfloat162float(hd[i]);
   }
-  for (int j = 0; j < N; j++) hw[j] = __float2bfloat16(0.5f + rnd()), fw[j] = __bfloat162float(hw[j]);
+  for (int j = 0; j < N; j++) hw[j] = __float2bfloat16(rng.uniform(0.5f, 1.5f)), fw[j] = __bfloat162float(hw[j]);
   uint4 *dx_[K], *dd[K], *dout[K], *dw;
   float *dws, *dsum;
   for (int r = 0; r < K; r++) {

@@ -260,7 +260,7 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
          i, s->nodes[i].name, ctype(s->nodes[i].dtype), i);
 }
 
-/* The kernel's rank-0 tensor loads (scalar_load), once per thread before the row loop */
+/* Whether the spec draws random numbers (a rand node: the kernel then reads the run's RNG step) */
 static bool has_rand(const evt_rspec *s) {
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_RAND) return true;
