@@ -49,10 +49,10 @@ static double median_us(const std::function<void()> &f, int reps) {
 // A kernel launch with or without the programmatic-dependent-launch attribute (PDL: it may be scheduled while the
 // previous kernel drains and waits for it in griddepcontrol.wait), as evt's runtime launches its kernels.
 template <class... P, class... A>
-static void launch_ex(void (*f)(P...), int grid, int threads, size_t smem, bool pdl, A... args) {
+static void launch_ex(void (*f)(P...), dim3 grid, dim3 threads, size_t smem, bool pdl, A... args) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
+  cfg.gridDim = grid;
+  cfg.blockDim = threads;
   cfg.dynamicSmemBytes = smem;
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

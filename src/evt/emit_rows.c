@@ -376,9 +376,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   const int ln_plain = nu == EVT_ROWN_LAYERNORM && !aux_rows; /* (kernels/evt_row_config.h, session 29) */
   sb(&b, "#ifdef EVT_ROWS_WARP_VPT\nconstexpr int kWarpVpt = EVT_ROWS_WARP_VPT;\n#else\nconstexpr int kWarpVpt = %d;\n#endif\n",
      light ? EVT_ROWS_DEFAULT_WARP_VPT_LIGHT : ln_plain ? EVT_ROWS_DEFAULT_WARP_VPT_LN : EVT_ROWS_DEFAULT_WARP_VPT);
-  /* the same for the knobs a kernel picks for itself (macro -1) */
-  sb(&b, "constexpr int kMinbW1 = EVT_ROWS_MINB_W1 > 0 ? EVT_ROWS_MINB_W1 : %d;\n"
-         "constexpr int kCtaWarpsW1 = EVT_ROWS_CTA_WARPS_W1 > 0 ? EVT_ROWS_CTA_WARPS_W1 : %d;\n",
+  /* the same for the knobs a kernel picks for itself (macro -1); kernels with row sums use neither (nvcc's #177) */
+  sb(&b, "[[maybe_unused]] constexpr int kMinbW1 = EVT_ROWS_MINB_W1 > 0 ? EVT_ROWS_MINB_W1 : %d;\n"
+         "[[maybe_unused]] constexpr int kCtaWarpsW1 = EVT_ROWS_CTA_WARPS_W1 > 0 ? EVT_ROWS_CTA_WARPS_W1 : %d;\n",
      ln_plain ? EVT_ROWS_DEFAULT_MINB_W1_LN : EVT_ROWS_DEFAULT_MINB_W1,
      ln_plain || nu == EVT_ROWN_SOFTMAX ? EVT_ROWS_DEFAULT_CTA_WARPS_W1 : EVT_ROWS_DEFAULT_CTA_WARPS);
   if (nu == EVT_ROWN_LAYERNORM)

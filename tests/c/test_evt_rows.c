@@ -454,7 +454,7 @@ TEST(reference_nucleus_free_groups) {
 }
 
 /* CI compile check: every example (bf16, plus f32 / f16 variants) emitted into one translation unit and
- * compiled by nvcc for sm_90a, ptxas included (row kernels need no CUTLASS: ~15 s on 2 cores). Cached in
+ * compiled by nvcc for sm_90a, ptxas included, warnings as errors (row kernels need no CUTLASS: ~15 s on 2 cores). Cached in
  * build/rows_ci/ by the FNV hash of the text, so repeated runs skip it until the emitter or header change.
  * Without nvcc it prints a note and checks nothing. */
 TEST(ci_nvcc_compiles_generated_row_kernels) {
@@ -515,7 +515,7 @@ TEST(ci_nvcc_compiles_generated_row_kernels) {
     fclose(f);
     snprintf(cmd, sizeof cmd,
              "nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Ikernels "
-             "-c -o %s.tmp %s >%s.log 2>&1 && mv %s.tmp %s",
+             "-Werror all-warnings -c -o %s.tmp %s >%s.log 2>&1 && mv %s.tmp %s",
              obj, cu, obj, obj, obj);
     CHECK_MSG(system(cmd) == 0, "nvcc rejected the generated row kernels; see %s.log", obj);
   }
