@@ -11,7 +11,10 @@
 //   MODE 4  MODE 2 at one warp per row, rows fed through a per-warp cp.async pipeline in shared memory (k4)
 //   MODE 5  tiles of rows staged in shared memory: dx a warp per row, then dγ / dβ a thread per column (k5)
 // Row-groups of WPR warps (4 / WPR chunks of 8 per lane), WPC warps per CTA, one wave of CTAs looping over the rows;
-// each CTA writes one partial of (dγ, dβ) and the finalize kernel sums the partials in a fixed order.
+// each CTA writes one partial of (dγ, dβ) and the finalize kernel sums the partials in a fixed order. Modes 2-5 are
+// timed again without the finalize launch (its cost). LNBB_CFG="i,j,..." runs only those entries of cfgs ("-": none).
+// Session 30 (S30W2, S30W5): no hand-written form with column sums beat the generated kernel (1.38x with its
+// finalize): MODE 4 1.39-1.49 (1.29 without the finalize), MODE 5 1.53-1.85; the finalize costs 1.8-3.4 us.
 namespace lnbb {
 constexpr int N = 1024;
 

@@ -146,7 +146,9 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
   }
   if (!lng) {
     sb(b, "#pragma unroll\n    for (int v = 0; v < VPT; v++) {\n      const int j0 = (v * T + t) * 8;\n"
-          "      if (!live || j0 >= n) continue;\n      const bool full = vec && j0 + 8 <= n;\n      (void)full;\n");
+          "      if (!live || (!EXF && j0 >= n)) continue;\n"
+          "      const bool full = EXF || (vec && j0 + 8 <= n);\n"
+          "      (void)full;\n");
   } else if (lng == 2) { /* the column-block kernel: this thread's 8 columns of this row */
     sb(b, "    if (j0 < n) {\n      const int v = 0;\n      (void)v;\n");
   } else {
@@ -333,6 +335,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
 
          "#ifndef EVT_ROWS_EXACT  // 1: also a kernel for N = 256 * warps * vpt without bounds checks\n"
          "#define EVT_ROWS_EXACT %d\n#endif\n"
+         "#ifndef EVT_ROWS_EX_FULL  // EX kernels: chunk bounds tests left out (nvcc does not prove them from t < T)\n"
+         "#define EVT_ROWS_EX_FULL %d\n#endif\n"
          "#ifndef EVT_ROWS_RED_SOFTMAX  // softmax reductions: 0 max round + sum round, 2 warp rounds + one merge\n"
          "#define EVT_ROWS_RED_SOFTMAX %d\n#endif\n"
          "#ifndef EVT_ROWS_MINB_W1  // one warp per row, several chunks per thread: __launch_bounds__ minimum CTAs per SM\n"
@@ -360,7 +364,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
      EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
      EVT_ROWS_DEFAULT_DEPTH, EVT_ROWS_DEFAULT_DEPTH_VPT, EVT_ROWS_DEFAULT_DEEP_SUM, EVT_ROWS_DEFAULT_MINB_SUM, EVT_ROWS_DEFAULT_SMEM_SUM,
      EVT_ROWS_DEFAULT_SUM_REGS,
-     EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_MULTI,
+     EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_EX_FULL, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_MULTI,
      EVT_ROWS_DEFAULT_WB_SMEM_VPT, EVT_ROWS_DEFAULT_LNB_LATE,
      EVT_ROWS_DEFAULT_WAVES_W1, EVT_ROWS_DEFAULT_ONE_RING, EVT_ROWS_DEFAULT_WAVES, EVT_ROWS_DEFAULT_WAVES_SUM);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
@@ -465,8 +469,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "  evt_rows::wait_prior_grids();  // launched early (EVT_ROWS_PDL_MAIN): the previous kernel's writes first\n");
   if (!nrowsum) sb(&b, "  evt_rows::release_dependents();  // the next kernel may be scheduled into the slots this grid frees\n");
   sb(&b, "  const int g = threadIdx.x / T, t = threadIdx.x %% T;\n"
-         "  const int n = EX ? T * 8 * VPT : p.n;  // EX: the row fills the group exactly (bounds checks fold away)\n"
-         "  const bool vec = EX || p.vec;  // EX kernels run only with 16-byte aligned tensors\n");
+         "  const int n = EX ? T * 8 * VPT : p.n;  // EX: the row fills the group exactly (its bounds checks fold away)\n"
+         "  const bool vec = EX || p.vec;  // EX kernels run only with 16-byte aligned tensors\n"
+         "  constexpr bool EXF = EX && EVT_ROWS_EX_FULL != 0;  // every chunk a full vector: no bounds tests\n");
   if (nu != EVT_ROWN_NONE || ncolsum)
     sb(&b, "  __shared__ float red[R][evt_rows::red_floats<WARPS>()];  // per row-group reduction slots\n"
            "  evt_rows::Red<WARPS> rk = {red[g], 0};\n");
@@ -518,7 +523,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     sb(&b, "#pragma unroll\n  for (int d = 0; d < D; d++) {  // the first D rows\n"
            "    const long long row = (long long)blockIdx.x * R + g + d * stride;\n    const bool live = row < p.m;\n");
   for (int k = 0; k < nrin; k++)
-    sb(&b, "    evt_rows::fetch_row<T, VPT>(p.%s + (live ? row * n : 0), n, t, live, vec, q_%s[d]);\n", rin[k].field,
+    sb(&b, "    evt_rows::fetch_row<T, VPT, EXF>(p.%s + (live ? row * n : 0), n, t, live, vec, q_%s[d]);\n", rin[k].field,
        rin[k].arr);
   if (nrin) sb(&b, "  }\n");
   sb(&b, "  for (long long base = (long long)blockIdx.x * R; base < p.m; base += stride) {\n");
@@ -533,7 +538,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
              "    }\n",
          rin[k].type, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr, rin[k].arr);
       sb(&b, "    if constexpr (!ONE)\n"
-             "      evt_rows::fetch_row<T, VPT>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, vec, q_%s[D - 1]);\n",
+             "      evt_rows::fetch_row<T, VPT, EXF>(p.%s + (nlive ? nrow * n : 0), n, t, nlive, vec, q_%s[D - 1]);\n",
          rin[k].field, rin[k].arr);
     }
   }

@@ -129,8 +129,10 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "#include \"evt_rows.cuh\"") != NULL);
   CHECK(strstr(a, "evt_rows::layernorm_bwd<WARPS, VPT, true>(nu_in0, nu_in1, nu_w,") != NULL);
   /* the next row's dy and x are fetched before the current row is reduced */
-  const char *pf = strstr(a, "evt_rows::fetch_row<T, VPT>(p.x + (nlive ? nrow * n : 0)");
+  const char *pf = strstr(a, "evt_rows::fetch_row<T, VPT, EXF>(p.x + (nlive ? nrow * n : 0)");
   CHECK(pf && strstr(pf, "layernorm_bwd<WARPS") != NULL);
+  /* EX kernels (the row fills the group exactly) take every chunk as a full vector without a bounds test */
+  CHECK(strstr(a, "const bool full = EXF || (vec && j0 + 8 <= n);") != NULL);
   CHECK(strstr(a, "evt_rows::load_row<T, VPT>(p.w, n, t, true, vec, nu_w);") != NULL);
   CHECK(strstr(a, "launch_rowsum_finalize(dim3((p.n + 31) / 32, 2), st,") != NULL);
   /* the finalize may launch early (PDL) only after the partial flush begins */
