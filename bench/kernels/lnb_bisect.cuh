@@ -148,6 +148,43 @@ __device__ __forceinline__ uint4 lds(const uint4 *p) {
   return r;
 }
 
+// A row staged in shared memory (x at xr, dy at dr: 4 chunks of 8 per lane, chunk v of lane l at [v·32 + l]; w in
+// sw): mean, rstd, mean(g) and rstd · mean(g·(x − mean)), g = dy·w — one warp, two shuffle rounds (k4, k5).
+__device__ __forceinline__ void staged_stats(const uint4 *xr, const uint4 *dr, const uint4 *sw, int lane, float eps,
+                                             float &mu, float &rs, float &mg, float &mgx) {
+  float s1 = 0.f;
+#pragma unroll
+  for (int v = 0; v < 4; v++) {
+    float f[8];
+    lnb::unpack(lds(xr + v * 32 + lane), f);
+#pragma unroll
+    for (int e = 0; e < 8; e++) s1 += f[e];
+  }
+#pragma unroll
+  for (int o = 16; o; o >>= 1) s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+  mu = s1 * (1.f / N);
+  float s3[3] = {0.f, 0.f, 0.f};
+#pragma unroll
+  for (int v = 0; v < 4; v++) {
+    float f[8], d[8], ww[8];
+    lnb::unpack(lds(xr + v * 32 + lane), f);
+    lnb::unpack(lds(dr + v * 32 + lane), d);
+    lnb::unpack(lds(sw + v * 32 + lane), ww);
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      const float c = f[e] - mu, g = d[e] * ww[e];
+      s3[0] += c * c, s3[1] += g, s3[2] += g * c;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o; o >>= 1)
+#pragma unroll
+    for (int k = 0; k < 3; k++) s3[k] += __shfl_xor_sync(0xffffffffu, s3[k], o);
+  rs = rsqrtf(s3[0] * (1.f / N) + eps);
+  mg = s3[1] * (1.f / N);
+  mgx = rs * s3[2] * (1.f / N);
+}
+
 // MODE 4: one warp per row (4 chunks of 8 per lane), dγ / dβ in registers (64 per lane), the rows fed through a
 // per-warp S-stage cp.async pipeline in shared memory: each lane copies its own 16-byte chunks of x and dy S − 1 rows
 // ahead and reads back only what it copied (its own wait_group makes them visible: no barrier), so the bytes in
@@ -191,35 +228,8 @@ __global__ void __launch_bounds__(WPC * 32, 1) k4(const uint4 *__restrict__ dy, 
   for (long long row = r0; row < m; row += G) {
     asm volatile("cp.async.wait_group %0;" ::"n"(S - 2) : "memory");
     const uint4 *st = mine + stage * 256;
-    float s1 = 0.f;
-#pragma unroll
-    for (int v = 0; v < 4; v++) {
-      float f[8];
-      lnb::unpack(lds(st + v * 32 + lane), f);
-#pragma unroll
-      for (int e = 0; e < 8; e++) s1 += f[e];
-    }
-#pragma unroll
-    for (int o = 16; o; o >>= 1) s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-    const float mu = s1 * (1.f / N);
-    float s3[3] = {0.f, 0.f, 0.f};
-#pragma unroll
-    for (int v = 0; v < 4; v++) {
-      float f[8], d[8], ww[8];
-      lnb::unpack(lds(st + v * 32 + lane), f);
-      lnb::unpack(lds(st + 128 + v * 32 + lane), d);
-      lnb::unpack(lds(sw + v * 32 + lane), ww);
-#pragma unroll
-      for (int e = 0; e < 8; e++) {
-        const float c = f[e] - mu, g = d[e] * ww[e];
-        s3[0] += c * c, s3[1] += g, s3[2] += g * c;
-      }
-    }
-#pragma unroll
-    for (int o = 16; o; o >>= 1)
-#pragma unroll
-      for (int k = 0; k < 3; k++) s3[k] += __shfl_xor_sync(0xffffffffu, s3[k], o);
-    const float rs = rsqrtf(s3[0] * (1.f / N) + eps), mg = s3[1] * (1.f / N), mgx = rs * s3[2] * (1.f / N);
+    float mu, rs, mg, mgx;
+    staged_stats(st, st + 128, sw, lane, eps, mu, rs, mg, mgx);
 #pragma unroll
     for (int v = 0; v < 4; v++) {
       float f[8], d[8], ww[8], o[8];
@@ -322,35 +332,8 @@ __global__ void __launch_bounds__(WPC * 32, 1) k5(const uint4 *__restrict__ dy, 
       const long long row = (long long)tile * TR + r;
       if (row >= m) break;
       const uint4 *xr = st + r * C, *dr = st + TILE + r * C;
-      float s1 = 0.f;
-#pragma unroll
-      for (int v = 0; v < 4; v++) {
-        float f[8];
-        lnb::unpack(lds(xr + v * 32 + lane), f);
-#pragma unroll
-        for (int e = 0; e < 8; e++) s1 += f[e];
-      }
-#pragma unroll
-      for (int o = 16; o; o >>= 1) s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-      const float mu = s1 * (1.f / N);
-      float s3[3] = {0.f, 0.f, 0.f};
-#pragma unroll
-      for (int v = 0; v < 4; v++) {
-        float f[8], d[8], ww[8];
-        lnb::unpack(lds(xr + v * 32 + lane), f);
-        lnb::unpack(lds(dr + v * 32 + lane), d);
-        lnb::unpack(lds(sw + v * 32 + lane), ww);
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-          const float c = f[e] - mu, g = d[e] * ww[e];
-          s3[0] += c * c, s3[1] += g, s3[2] += g * c;
-        }
-      }
-#pragma unroll
-      for (int o = 16; o; o >>= 1)
-#pragma unroll
-        for (int k = 0; k < 3; k++) s3[k] += __shfl_xor_sync(0xffffffffu, s3[k], o);
-      const float rs = rsqrtf(s3[0] * (1.f / N) + eps), mg = s3[1] * (1.f / N), mgx = rs * s3[2] * (1.f / N);
+      float mu, rs, mg, mgx;
+      staged_stats(xr, dr, sw, lane, eps, mu, rs, mg, mgx);
       if (lane == 0) smu[r] = mu, srs[r] = rs;
 #pragma unroll
       for (int v = 0; v < 4; v++) {
