@@ -5,7 +5,7 @@
  * for fragments, binary operator()(dy, x). Semantics match evt_vop_apply in src/evt/vref.c:
  *   evt_ops::GeluErf:     x · Φ(x)                (the exact, erf-based GELU)
  *   evt_ops::GeluErfGrad: dy · (Φ(x) + x·φ(x))   (its derivative)
- *   Both evaluate Φ with evt_ops::normal_cdf (one branch-free formula, below), not with erff: a GEMM epilogue
+ *   Both evaluate Φ with evt_math::normal_cdf (kernels/evt_math.h: one branch-free formula), not with erff: a GEMM epilogue
  *   is issue-bound on its math (the cooperative kernel's tensor cores wait for it), and erff's two
  *   polynomials selected per element cost ~25 instructions where this costs ~12 and two MUFU operations.
  *   evt_ops::ReluGrad:    x > 0 ? dy : 0
@@ -17,53 +17,17 @@
 #include "cutlass/array.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
+#include "evt_math.h"
 
 namespace evt_ops {
 
-CUTLASS_HOST_DEVICE float rcp_approx(float x) {
-#ifdef __CUDA_ARCH__
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-#else
-  return 1.0f / x;
-#endif
-}
-
-CUTLASS_HOST_DEVICE float exp2_approx(float x) {
-#ifdef __CUDA_ARCH__
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-#else
-  return exp2f(x);
-#endif
-}
-
-/* Φ(x), the standard normal CDF, and *e = exp(-x²/2). With q = erfc(|x|/√2)/2 = t·P(t)·exp(-x²/2),
- * t = 1/(1 + 0.373·|x|/√2) and P of degree 6 fitted for the relative error of q over |x| ≤ 13.4 (where
- * exp(-x²/2) leaves f32) — at most 5.4e-7 in exact arithmetic (bench: GELU within 7.4e-6 relative and 3.7e-7
- * absolute of the exact one in f32) — Φ = q for x < 0 (relative accuracy in the tail) and 1 - q otherwise.
- * ±inf and NaN give what x·Φ(x) should: gelu(+inf) = inf, gelu(-inf) = NaN like PyTorch's, NaN stays NaN. */
-CUTLASS_HOST_DEVICE float normal_cdf(float x, float *e) {
-  float t = rcp_approx(fmaf(fabsf(x), 0.263750821f, 1.0f));
-  float p = fmaf(t, -0.0695693567f, 0.205193743f);
-  p = fmaf(t, p, -0.0784068257f);
-  p = fmaf(t, p, 0.149989784f);
-  p = fmaf(t, p, 0.0799206123f);
-  p = fmaf(t, p, 0.107803389f);
-  p = fmaf(t, p, 0.105068445f);
-  *e = exp2_approx(x * x * -0.721347520f); /* exp(-x²/2) = 2^(-x²/(2 ln 2)) */
-  float q = t * p * *e;
-  return x < 0.f ? q : 1.0f - q;
-}
+using evt_math::exp2_approx;
+using evt_math::normal_cdf;
+using evt_math::rcp_approx;
 
 template <class T>
 struct GeluErf {
-  CUTLASS_HOST_DEVICE T operator()(T const &v) const {
-    float x = float(v), e;
-    return T(x * normal_cdf(x, &e));
-  }
+  CUTLASS_HOST_DEVICE T operator()(T const &v) const { return T(evt_math::gelu_erf(float(v))); }
 };
 
 template <class T, int N>
@@ -80,9 +44,7 @@ struct GeluErf<cutlass::Array<T, N>> {
 template <class T>
 struct GeluErfGrad {
   CUTLASS_HOST_DEVICE T operator()(T const &dy, T const &v) const {
-    float x = float(v), e;
-    float cdf = normal_cdf(x, &e);
-    return T(float(dy) * fmaf(x * 0.39894228040143268f, e, cdf)); /* Φ(x) + x·φ(x), φ(x) = e/√(2π) */
+    return T(evt_math::gelu_erf_grad(float(dy), float(v)));
   }
 };
 
