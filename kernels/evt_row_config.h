@@ -93,10 +93,6 @@
  * kernels without row sums let the next one launch right after): the launch and ramp-up overlap the previous
  * kernel's tail. bench_rows copyfloor (S24W2): ~1 us per launch for a streaming copy of 67-134 MB. */
 #define EVT_ROWS_DEFAULT_PDL_MAIN 1
-/* row kernels with Σ-over-M sums add the CTAs' partials themselves (evt_rows::fused_finalize: the last CTAs to
- * finish each take a slice of the columns once every CTA's partial is written) instead of a second, dependent
- * rowsum_finalize launch; the column-block kernel keeps the launch */
-#define EVT_ROWS_DEFAULT_FUSED_FINALIZE 1
 /* rows longer than the register configurations take (N > 32768; kernels without Σ-over-M row sums): one CTA of
  * LONG_WARPS warps per row, the row streamed in blocks of 8 x 32 x warps elements; the statistics passes' block loop
  * unrolled by LONG_UNROLL; __launch_bounds__ minimum CTAs per SM LONG_MINB for softmax and softmax backward (4 x 512

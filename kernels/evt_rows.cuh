@@ -31,13 +31,6 @@
 #define EVT_ROWS_PDL 1
 #endif
 
-#ifndef EVT_ROWS_FUSED_FINALIZE  // the row sums' partials added by the row kernel's last CTAs (evt_row_config.h)
-#define EVT_ROWS_FUSED_FINALIZE EVT_ROWS_DEFAULT_FUSED_FINALIZE
-#endif
-#ifndef EVT_ROWS_FIN_CTAS  // at most this many CTAs share the fused finalize
-#define EVT_ROWS_FIN_CTAS 64
-#endif
-
 #ifndef EVT_ROWS_PDL_MAIN  // the row kernels themselves as programmatic dependent launches (evt_row_config.h)
 #define EVT_ROWS_PDL_MAIN EVT_ROWS_DEFAULT_PDL_MAIN
 #endif
@@ -1207,78 +1200,6 @@ static __global__ void __launch_bounds__(1024) rowsum_finalize(const float *__re
     if (dt == 0) static_cast<float *>(o)[j] = r;
     else if (dt == 1) static_cast<__half *>(o)[j] = __float2half_rn(r);
     else static_cast<__nv_bfloat16 *>(o)[j] = __float2bfloat16_rn(r);
-  }
-}
-
-// The same sums inside the row kernel (EVT_ROWS_FUSED_FINALIZE), after its CTA flushed its partials to ws (sum k of
-// CTA b at ws[(k·parts + b)·n + j], parts = gridDim.x). Each CTA syncs, and its thread 0 fences (the CTA's writes,
-// seen through the barrier, become visible GPU-wide: the pattern of cooperative groups' grid sync) and arrives on
-// sync[0] with atomicInc, which wraps to 0 at the last arrival: the counter is 0 again for the next launch without
-// a reset. The last CTA to arrive then bumps the generation sync[1]. The last F arrivals (F = min(CTAs,
-// EVT_ROWS_FIN_CTAS)) each own a slice of the nsums·n columns: they wait for the new generation (read before
-// arriving), then sum their columns over all partials in a fixed order (thread t takes column t % CW of the slice's
-// CW-column block and partials b ≡ t / CW mod Q, then the Q sums of a column are added in order: the same bits every
-// launch). No CTA waits for one that has not started: the grid is at most one wave (EVT_ROWS_WAVES_SUM 1), and at
-// most F − 1 CTAs wait.
-// sync: two zero-initialized words of the kernel's module, used by one launch at a time (as the workspace is).
-__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *q) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(q) : "memory");
-  return v;
-}
-template <int CTA_THREADS>
-__device__ __noinline__ void fused_finalize(const float *ws, int n, int nsums, const RowSumOuts &out, unsigned *sync) {
-  static_assert(CTA_THREADS % 32 == 0 && CTA_THREADS <= 1024, "CTA of whole warps");
-  __shared__ float fin[CTA_THREADS];
-  __shared__ unsigned s_ticket, s_gen;
-  const int parts = (int)gridDim.x, t = (int)threadIdx.x;
-  __syncthreads();  // the CTA's partial is written (thread 0's fence below makes it visible with its own writes)
-  if (t == 0) {
-    const unsigned g0 = *reinterpret_cast<volatile unsigned *>(&sync[1]);
-    __threadfence();
-    const unsigned k = atomicInc(&sync[0], (unsigned)parts - 1u);
-    if (k == (unsigned)parts - 1u) {
-      __threadfence();
-      atomicAdd(&sync[1], 1u);
-    }
-    s_ticket = k;
-    s_gen = g0;
-  }
-  __syncthreads();
-  const int F = parts < EVT_ROWS_FIN_CTAS ? parts : EVT_ROWS_FIN_CTAS;
-  const int slice = (int)s_ticket - (parts - F);
-  if (slice < 0) return;
-  if (t == 0) {
-    while (ld_acquire_gpu(&sync[1]) == s_gen) __nanosleep(32);
-    __threadfence();
-  }
-  __syncthreads();
-  // CW columns at a time (thread t: column t % CW, partial class t / CW of Q): few loads per thread, in flight together
-  const long long cols = (long long)nsums * n, per = (cols + F - 1) / F;
-  const int CW = per >= 32 ? 32 : per >= 16 ? 16 : 8, Q = CTA_THREADS / CW, col = t % CW, cls = t / CW;
-  const long long c0 = slice * per, c1 = c0 + per < cols ? c0 + per : cols;
-  for (long long base = c0; base < c1; base += CW) {
-    const long long c = base + col;
-    float a = 0.f;
-    if (c < c1) {
-      const int k = (int)(c / n), j = (int)(c % n);
-      const float *w = ws + ((size_t)k * parts) * n + j;
-#pragma unroll 8
-      for (int b = cls; b < parts; b += Q) a += __ldcg(w + (size_t)b * n);
-    }
-    fin[t] = a;
-    __syncthreads();
-    if (cls == 0 && c < c1) {
-      float r = 0.f;
-      for (int qq = 0; qq < Q; qq++) r += fin[qq * CW + col];
-      const int k = (int)(c / n), j = (int)(c % n);
-      void *o = out.p[k];
-      const int dt = out.dt[k];
-      if (dt == 0) static_cast<float *>(o)[j] = r;
-      else if (dt == 1) static_cast<__half *>(o)[j] = __float2half_rn(r);
-      else static_cast<__nv_bfloat16 *>(o)[j] = __float2bfloat16_rn(r);
-    }
-    __syncthreads();
   }
 }
 

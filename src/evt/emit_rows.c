@@ -280,21 +280,16 @@ static void emit_scalar_loads(sbuf *b, const evt_rspec *s) {
          i, i, s->nodes[i].name);
 }
 
-/* The row sums' outputs (evt_rows::RowSumOuts outs): pointer and storage type of each */
-static void emit_rowsum_outs(sbuf *b, const evt_rspec *s, const char *ind) {
-  sb(b, "%sevt_rows::RowSumOuts outs = {};\n", ind);
+/* The row sums' finalize launch (launch<> and launch_cols): parts = the expression naming the partial count */
+static void emit_rowsum_finalize(sbuf *b, const evt_rspec *s, int nrowsum, const char *parts) {
+  sb(b, "  evt_rows::RowSumOuts outs = {};\n");
   for (int i = 0, k = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_ROW_SUM) {
       evt_dtype dt = s->nodes[i].dtype;
-      sb(b, "%souts.p[%d] = p.n%d_%s;\n%souts.dt[%d] = %d;  // %s\n", ind, k, i, s->nodes[i].name, ind, k,
+      sb(b, "  outs.p[%d] = p.n%d_%s;\n  outs.dt[%d] = %d;  // %s\n", k, i, s->nodes[i].name, k,
          dt == EVT_F32 ? 0 : dt == EVT_F16 ? 1 : 2, evt_dtype_name(dt));
       k++;
     }
-}
-
-/* The row sums' finalize launch (launch<> and launch_cols): parts = the expression naming the partial count */
-static void emit_rowsum_finalize(sbuf *b, const evt_rspec *s, int nrowsum, const char *parts) {
-  emit_rowsum_outs(b, s, "  ");
   sb(b, "  evt_rows::launch_rowsum_finalize(dim3((p.n + 31) / 32, %d), st, p.ws, %s, p.n, outs);\n", nrowsum, parts);
 }
 
@@ -461,9 +456,6 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
       RIN(f, ctype(s->nodes[i].dtype), a);
     }
 #undef RIN
-  if (nrowsum)
-    sb(&b, "// the fused finalize's arrival counter and generation (evt_rows::fused_finalize; zero at load, never reset)\n"
-           "__device__ unsigned g_fin_sync[2];\n\n");
   sb(&b, nrowsum ? "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, EVT_ROWS_MINB_SUM) row_kernel(Params p) {\n"
                  : "// one-chunk rows: at least 1024 resident threads per SM (caps registers at 64 per thread); one-warp rows\n"
                    "// with more chunks: at least kMinbW1 CTAs per SM, longer rows EVT_ROWS_MINB_MULTI\n"
@@ -592,13 +584,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   emit_epilogue(&b, s, users, rsk, 0);
   if (nrin) sb(&b, "    if constexpr (ONE) break;  // (the row-group's only row: nothing carried to a next iteration)\n");
   sb(&b, "  }\n");
-  if (nrowsum) {
-    sb(&b, "  evt_rows::trigger_dependents();  // the next kernel (or the finalize kernel) may start launching\n");
-    sb(&b, "  rsum.flush(p.ws + (size_t)blockIdx.x * n, (size_t)gridDim.x * n, n, g, t);\n");
-    sb(&b, "#if EVT_ROWS_FUSED_FINALIZE  // the last CTAs add the partials (no finalize launch)\n");
-    emit_rowsum_outs(&b, s, "  ");
-    sb(&b, "  evt_rows::fused_finalize<WARPS * 32 * R>(p.ws, n, %d, outs, g_fin_sync);\n#endif\n", nrowsum);
-  }
+  if (nrowsum) sb(&b, "  evt_rows::trigger_dependents();  // the finalize kernel may start launching\n");
+  if (nrowsum) sb(&b, "  rsum.flush(p.ws + (size_t)blockIdx.x * n, (size_t)gridDim.x * n, n, g, t);\n");
   sb(&b, "}\n\n");
 
   /* 2b'. the long-row kernel (no row sums): rows the register configurations do not take */
@@ -707,10 +694,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   }
   sb(&b, "  evt_rows::launch_main(row_kernel<WARPS, VPT, R, EX>, grid, WARPS * 32 * R, SMEM, st, p);\n");
   if (nrowsum) {
-    sb(&b, "#if !EVT_ROWS_FUSED_FINALIZE\n"
-           "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n");
+    sb(&b, "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n");
     emit_rowsum_finalize(&b, s, nrowsum, "grid");
-    sb(&b, "#endif\n");
   }
   sb(&b, "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
   if (long_form == 1) {
