@@ -105,9 +105,6 @@
 #define EVT_ROWS_DEFAULT_LONG_UNROLL 2
 #define EVT_ROWS_DEFAULT_LONG_MINB 4
 #define EVT_ROWS_DEFAULT_LONG_MINB_HEAVY 2
-/* long rows: the nucleus's inputs staged in shared memory for the passes after the first when they fit this many
- * bytes per CTA (112 KiB: two CTAs per SM; a bf16 row of 50304 takes 100.6 KB); 0: never (the re-reads go to L2) */
-#define EVT_ROWS_DEFAULT_LONG_STAGE_MAX 114688
 /* nucleus-free kernels with Σ-over-M sums and no per-row reduction, rows longer than the register configurations
  * take: column blocks of 8 x 32 x COLS_WARPS elements, the sums in registers over a slice of rows */
 #define EVT_ROWS_DEFAULT_COLS_WARPS 8

@@ -781,26 +781,6 @@ __device__ __forceinline__ void layernorm_bwd_stats(const float (&dy)[VPT][8], f
 // kind as the register nuclei's EVT_ROWS_RED 0 path; the apply pass gives each chunk's nucleus values (x / dy / y,
 // x̂, the output) to the generated epilogue. A chunk's elements are j0 + e·es < lim. Kernels with Σ-over-M row sums
 // have no long form.
-// Staged rows (EVT_ROWS_LONG_STAGE_MAX, session 31): when the launcher gives the kernel dynamic shared memory, the
-// first pass over a nucleus input also stores each chunk there (at its row position + a shift that keeps full chunks
-// 16-byte aligned), and the later passes read it back from there instead of memory: a thread reads back only the
-// elements it stored itself (same chunks every pass), so only a barrier per row is needed (h, hence the chunks,
-// changes between rows). Without it the re-reads hit L2 only while the rows in flight fit there (528 rows of 100 KB
-// do not). s0 / s1: the stage of the nucleus's first / second input, or null (read memory again).
-template <class E>
-__host__ __device__ constexpr size_t long_stage_bytes(long long n) {
-  return (size_t)(((n + 8) * (long long)sizeof(E) + 15) / 16 * 16);
-}
-__device__ __forceinline__ unsigned dynamic_smem_bytes() {
-  unsigned v;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
-  return v;
-}
-// the stage of a row whose head is h elements (see above): full chunks land on 16-byte boundaries
-template <class E>
-__device__ __forceinline__ E *long_stage_at(unsigned char *base, int h) {
-  return reinterpret_cast<E *>(base) + (h > 0 ? 8 - h : 0);
-}
 template <class E>
 __device__ __forceinline__ int long_head(const E *row) {
   const unsigned a = (unsigned)((uintptr_t)row & 15);
@@ -861,12 +841,11 @@ __device__ __forceinline__ void store8s(P *__restrict__ p, int j0, int es, int l
 // threads' (max, Σ) pairs merge with SoftmaxOp); m2 = max · log2(e), inv = 1 / Σ
 template <int WARPS, class X>
 __device__ __forceinline__ void long_softmax_stats(const X *__restrict__ x, int n, int h, int t, Red<WARPS> &r, float &m2,
-                                                   float &inv, X *s0) {
+                                                   float &inv) {
   constexpr int T = WARPS * 32;
   constexpr float L2E = 1.4426950408889634f;
   float a[2] = {-INFINITY, 0.f};
-  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, lim, full, v); if (s0) store8s(s0, j0, es, lim, full, v);
-                       float cm = -INFINITY;
+  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, lim, full, v); float cm = -INFINITY;
                        for (int e = 0; e < 8; e++) if (j0 + e * es < lim) cm = fmaxf(cm, v[e]);
                        cm *= L2E;
                        if (cm > a[0]) {
@@ -881,44 +860,42 @@ __device__ __forceinline__ void long_softmax_stats(const X *__restrict__ x, int 
 // one chunk: x into in, y = exp(x − max) / Σ into y (0 outside the chunk's elements)
 template <class X>
 __device__ __forceinline__ void long_softmax_chunk(const X *__restrict__ x, int j0, int es, int lim, bool full, float m2,
-                                                   float inv, float (&in)[8], float (&y)[8], const X *s0) {
-  load8s(s0 ? s0 : x, j0, es, lim, full, in);
+                                                   float inv, float (&in)[8], float (&y)[8]) {
+  load8s(x, j0, es, lim, full, in);
 #pragma unroll
   for (int e = 0; e < 8; e++) y[e] = j0 + e * es < lim ? fast_exp2(fmaf(in[e], 1.4426950408889634f, -m2)) * inv : 0.f;
 }
 // Σ dy·y of the row
 template <int WARPS, class D, class Y>
 __device__ __forceinline__ float long_softmax_bwd_stats(const D *__restrict__ dy, const Y *__restrict__ y, int n, int h,
-                                                        int t, Red<WARPS> &r, D *s0, Y *s1) {
+                                                        int t, Red<WARPS> &r) {
   constexpr int T = WARPS * 32;
   float dot = 0.f;
   EVT_ROWS_LONG_CHUNKS(float a[8]; float b[8]; load8s(dy, j0, es, lim, full, a); load8s(y, j0, es, lim, full, b);
-                       if (s0) store8s(s0, j0, es, lim, full, a); if (s1) store8s(s1, j0, es, lim, full, b);
                        for (int e = 0; e < 8; e++) if (j0 + e * es < lim) dot += a[e] * b[e];)
   return group_sum1<WARPS>(dot, r);
 }
 template <class D, class Y>
 __device__ __forceinline__ void long_softmax_bwd_chunk(const D *__restrict__ dy, const Y *__restrict__ y, int j0, int es,
                                                        int lim, bool full, float dot, float (&in0)[8], float (&in1)[8],
-                                                       float (&dx)[8], const D *s0, const Y *s1) {
-  load8s(s0 ? s0 : dy, j0, es, lim, full, in0);
-  load8s(s1 ? s1 : y, j0, es, lim, full, in1);
+                                                       float (&dx)[8]) {
+  load8s(dy, j0, es, lim, full, in0);
+  load8s(y, j0, es, lim, full, in1);
 #pragma unroll
   for (int e = 0; e < 8; e++) dx[e] = j0 + e * es < lim ? in1[e] * (in0[e] - dot) : 0.f;
 }
 // mean and rstd of the row (Σx, then Σ(x − mean)²)
 template <int WARPS, class X>
 __device__ __forceinline__ void long_ln_stats(const X *__restrict__ x, int n, int h, float eps, int t, Red<WARPS> &r,
-                                              float &mu, float &rs, X *s0) {
+                                              float &mu, float &rs) {
   constexpr int T = WARPS * 32;
   float a[1] = {0.f};
-  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, lim, full, v); if (s0) store8s(s0, j0, es, lim, full, v);
+  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, lim, full, v);
                        for (int e = 0; e < 8; e++) if (j0 + e * es < lim) a[0] += v[e];)
   group_reduce<WARPS, 1, true>(a, r, AddOp());
   mu = a[0] / (float)n;
   a[0] = 0.f;
-  const X *x2 = s0 ? s0 : x;
-  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x2, j0, es, lim, full, v);
+  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, lim, full, v);
                        for (int e = 0; e < 8; e++) if (j0 + e * es < lim) {
                          const float d = v[e] - mu;
                          a[0] = fmaf(d, d, a[0]);
@@ -930,9 +907,9 @@ __device__ __forceinline__ void long_ln_stats(const X *__restrict__ x, int n, in
 template <class X, class W>
 __device__ __forceinline__ void long_ln_chunk(const X *__restrict__ x, const W *__restrict__ w, const W *__restrict__ b,
                                               int j0, int es, int lim, bool full, float mu, float rs, float (&in)[8],
-                                              float (&xh)[8], float (&y)[8], const X *s0) {
+                                              float (&xh)[8], float (&y)[8]) {
   float w8[8], b8[8];
-  load8s(s0 ? s0 : x, j0, es, lim, full, in);
+  load8s(x, j0, es, lim, full, in);
   if (w) load8s(w, j0, es, lim, full, w8);
   if (b) load8s(b, j0, es, lim, full, b8);
 #pragma unroll
@@ -946,18 +923,16 @@ __device__ __forceinline__ void long_ln_chunk(const X *__restrict__ x, const W *
 template <int WARPS, class D, class X, class W>
 __device__ __forceinline__ void long_lnb_stats(const D *__restrict__ dy, const X *__restrict__ x, const W *__restrict__ w,
                                                int n, int h, float eps, int t, Red<WARPS> &r, float &mu, float &rs,
-                                               float &mg, float &mgx, D *s0, X *s1) {
+                                               float &mg, float &mgx) {
   constexpr int T = WARPS * 32;
   float a[3] = {0.f, 0.f, 0.f};
-  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, lim, full, v); if (s1) store8s(s1, j0, es, lim, full, v);
+  EVT_ROWS_LONG_CHUNKS(float v[8]; load8s(x, j0, es, lim, full, v);
                        for (int e = 0; e < 8; e++) if (j0 + e * es < lim) a[0] += v[e];)
   group_reduce<WARPS, 1, true>(reinterpret_cast<float(&)[1]>(a), r, AddOp());
   mu = a[0] / (float)n;
   a[0] = 0.f;
-  const X *x2 = s1 ? s1 : x;
-  EVT_ROWS_LONG_CHUNKS(float xv[8]; float dv[8]; float w8[8]; load8s(x2, j0, es, lim, full, xv);
-                       load8s(dy, j0, es, lim, full, dv); if (s0) store8s(s0, j0, es, lim, full, dv);
-                       if (w) load8s(w, j0, es, lim, full, w8);
+  EVT_ROWS_LONG_CHUNKS(float xv[8]; float dv[8]; float w8[8]; load8s(x, j0, es, lim, full, xv);
+                       load8s(dy, j0, es, lim, full, dv); if (w) load8s(w, j0, es, lim, full, w8);
                        for (int e = 0; e < 8; e++) if (j0 + e * es < lim) {
                          const float d = xv[e] - mu, g = w ? dv[e] * w8[e] : dv[e];
                          a[0] = fmaf(d, d, a[0]);
@@ -974,10 +949,10 @@ template <class D, class X, class W>
 __device__ __forceinline__ void long_lnb_chunk(const D *__restrict__ dy, const X *__restrict__ x, const W *__restrict__ w,
                                                int j0, int es, int lim, bool full, float mu, float rs, float mg,
                                                float mgx, float (&in0)[8], float (&in1)[8], float (&xh)[8],
-                                               float (&dx)[8], const D *s0, const X *s1) {
+                                               float (&dx)[8]) {
   float w8[8];
-  load8s(s0 ? s0 : dy, j0, es, lim, full, in0);
-  load8s(s1 ? s1 : x, j0, es, lim, full, in1);
+  load8s(dy, j0, es, lim, full, in0);
+  load8s(x, j0, es, lim, full, in1);
   if (w) load8s(w, j0, es, lim, full, w8);
 #pragma unroll
   for (int e = 0; e < 8; e++) {

@@ -104,23 +104,22 @@ static void emit_long_chunk(sbuf *b, const evt_rspec *s) {
   switch (s->nucleus) {
     case EVT_ROWN_SOFTMAX:
       sb(b, "      float nu_in0[1][8], nu_out[1][8];\n"
-            "      evt_rows::long_softmax_chunk(p.x + ro, j0, es, lim, full, sm_m2, sm_inv, nu_in0[0], nu_out[0], st0);\n"
+            "      evt_rows::long_softmax_chunk(p.x + ro, j0, es, lim, full, sm_m2, sm_inv, nu_in0[0], nu_out[0]);\n"
             "      (void)nu_in0;\n");
       break;
     case EVT_ROWN_SOFTMAX_BWD:
       sb(b, "      float nu_in0[1][8], nu_in1[1][8], nu_out[1][8];\n"
-            "      evt_rows::long_softmax_bwd_chunk(p.dy + ro, p.y + ro, j0, es, lim, full, sb_dot, nu_in0[0], nu_in1[0], nu_out[0],\n"
-            "                                             st0, st1);\n");
+            "      evt_rows::long_softmax_bwd_chunk(p.dy + ro, p.y + ro, j0, es, lim, full, sb_dot, nu_in0[0], nu_in1[0], nu_out[0]);\n");
       break;
     case EVT_ROWN_LAYERNORM:
       sb(b, "      float nu_in0[1][8], nu_xhat[1][8], nu_out[1][8];\n"
-            "      evt_rows::long_ln_chunk(p.x + ro, %s, %s, j0, es, lim, full, mean, rstd, nu_in0[0], nu_xhat[0], nu_out[0], st0);\n"
+            "      evt_rows::long_ln_chunk(p.x + ro, %s, %s, j0, es, lim, full, mean, rstd, nu_in0[0], nu_xhat[0], nu_out[0]);\n"
             "      (void)nu_in0;\n      (void)nu_xhat;\n", w, bb);
       break;
     case EVT_ROWN_LAYERNORM_BWD:
       sb(b, "      float nu_in0[1][8], nu_in1[1][8], nu_xhat[1][8], nu_out[1][8];\n"
             "      evt_rows::long_lnb_chunk(p.dy + ro, p.x + ro, %s, j0, es, lim, full, lnb_mu, lnb_rs, lnb_mg, lnb_mgx, nu_in0[0],\n"
-            "                               nu_in1[0], nu_xhat[0], nu_out[0], st0, st1);\n"
+            "                               nu_in1[0], nu_xhat[0], nu_out[0]);\n"
             "      (void)nu_in1;\n      (void)nu_xhat;\n", w);
       break;
     default: break;
@@ -604,48 +603,30 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "  __shared__ float red[evt_rows::red_floats<WARPS>()];\n  evt_rows::Red<WARPS> rk = {red, 0};\n  (void)rk;\n",
        nu == EVT_ROWN_SOFTMAX || nu == EVT_ROWN_SOFTMAX_BWD ? EVT_ROWS_DEFAULT_LONG_MINB : EVT_ROWS_DEFAULT_LONG_MINB_HEAVY);
     emit_scalar_loads(&b, s);
-    /* the nucleus's inputs staged in dynamic shared memory when the launcher gave enough (evt_rows::long_stage_*) */
-    const int nstage = nu == EVT_ROWN_SOFTMAX || nu == EVT_ROWN_LAYERNORM ? 1 : nu == EVT_ROWN_NONE ? 0 : 2;
-    if (nstage) {
-      sb(&b, "  extern __shared__ __align__(16) unsigned char long_stage[];  // the row's nucleus inputs (launch_long)\n"
-             "  const size_t stage_cap = evt_rows::dynamic_smem_bytes(), stage1 = evt_rows::long_stage_bytes<%s>(n);\n"
-             "  const bool stage0_ok = stage1 <= stage_cap;\n", rin[0].type);
-      if (nstage == 2)
-        sb(&b, "  const bool stage1_ok = stage1 + evt_rows::long_stage_bytes<%s>(n) <= stage_cap;\n", rin[1].type);
-    }
     sb(&b, "  for (long long row = blockIdx.x; row < p.m; row += gridDim.x) {\n"
            "    const bool live = true;\n    (void)live;\n    const long long ro = row * n;  // row offset\n");
     if (nrin)
       sb(&b, "    const int h = evt_rows::long_head(p.%s + ro);  // elements before its first 16-byte boundary\n", rin[0].field);
     else
       sb(&b, "    const int h = 0;\n");
-    if (nstage) {
-      sb(&b, "    if (stage_cap) __syncthreads();  // the last row's chunks (another h) are read back: none is overwritten early\n"
-             "    %s *const st0 = stage0_ok ? evt_rows::long_stage_at<%s>(long_stage, h) : nullptr;\n",
-         rin[0].type, rin[0].type);
-      if (nstage == 2)
-        sb(&b, "    %s *const st1 = stage1_ok ? evt_rows::long_stage_at<%s>(long_stage + stage1, h) : nullptr;\n",
-           rin[1].type, rin[1].type);
-    }
     const char *wn = s->has_w ? "p.w" : NULL;
     char wnull[64];
     snprintf(wnull, sizeof wnull, "(const %s *)nullptr", w_t);
     switch (nu) {
       case EVT_ROWN_SOFTMAX:
         sb(&b, "    float sm_m2, sm_inv;  // max · log2(e), 1 / Σ\n"
-               "    evt_rows::long_softmax_stats<WARPS>(p.x + ro, n, h, t, rk, sm_m2, sm_inv, st0);\n");
+               "    evt_rows::long_softmax_stats<WARPS>(p.x + ro, n, h, t, rk, sm_m2, sm_inv);\n");
         break;
       case EVT_ROWN_SOFTMAX_BWD:
-        sb(&b, "    const float sb_dot = evt_rows::long_softmax_bwd_stats<WARPS>(p.dy + ro, p.y + ro, n, h, t, rk, st0, st1);\n");
+        sb(&b, "    const float sb_dot = evt_rows::long_softmax_bwd_stats<WARPS>(p.dy + ro, p.y + ro, n, h, t, rk);\n");
         break;
       case EVT_ROWN_LAYERNORM:
-        sb(&b, "    float mean, rstd;\n    evt_rows::long_ln_stats<WARPS>(p.x + ro, n, h, p.eps, t, rk, mean, rstd, st0);\n");
+        sb(&b, "    float mean, rstd;\n    evt_rows::long_ln_stats<WARPS>(p.x + ro, n, h, p.eps, t, rk, mean, rstd);\n");
         if (s->store_stats) sb(&b, "    if (t == 0) {\n      p.mean[row] = mean;\n      p.rstd[row] = rstd;\n    }\n");
         break;
       case EVT_ROWN_LAYERNORM_BWD:
         sb(&b, "    float lnb_mu, lnb_rs, lnb_mg, lnb_mgx;\n"
-               "    evt_rows::long_lnb_stats<WARPS>(p.dy + ro, p.x + ro, %s, n, h, p.eps, t, rk, lnb_mu, lnb_rs, lnb_mg, lnb_mgx, st0,\n"
-               "                                    st1);\n",
+               "    evt_rows::long_lnb_stats<WARPS>(p.dy + ro, p.x + ro, %s, n, h, p.eps, t, rk, lnb_mu, lnb_rs, lnb_mg, lnb_mgx);\n",
            wn ? wn : wnull);
         break;
       default: break;
@@ -720,32 +701,17 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   if (long_form == 1) {
     sb(&b, "// the long-row kernel: EVT_ROWS_LONG_WARPS warps per row, at most one wave of resident CTAs looping over the rows\n"
            "#ifndef EVT_ROWS_LONG_WARPS\n#define EVT_ROWS_LONG_WARPS %d\n#endif\n", EVT_ROWS_DEFAULT_LONG_WARPS);
-    const int nst = s->nucleus == EVT_ROWN_SOFTMAX || s->nucleus == EVT_ROWN_LAYERNORM ? 1 : s->nucleus == EVT_ROWN_NONE ? 0 : 2;
-    sb(&b, "// the nucleus's inputs staged in shared memory (evt_rows::long_stage_*) up to this many bytes per CTA\n"
-           "#ifndef EVT_ROWS_LONG_STAGE_MAX\n#define EVT_ROWS_LONG_STAGE_MAX %d\n#endif\n", EVT_ROWS_DEFAULT_LONG_STAGE_MAX);
-    sb(&b, "static int launch_long(Params p, cudaStream_t st) {\n  constexpr int W = EVT_ROWS_LONG_WARPS;\n"
-           "  static int sms = 0, occ = 0, regs = 0, stage_max = 0;\n  static size_t occ_smem = (size_t)-1;\n"
-           "  if (!sms) {\n    int dev = 0;\n    cudaGetDevice(&dev);\n"
-           "    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n    if (sms < 1) sms = 1;\n"
+    sb(&b, 
+           "static int launch_long(Params p, cudaStream_t st) {\n  constexpr int W = EVT_ROWS_LONG_WARPS;\n"
+           "  static int resident = 0, occ = 0, regs = 0;\n  if (!resident) {\n    int dev = 0, sms = 0;\n"
+           "    cudaGetDevice(&dev);\n    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n"
+           "    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, row_kernel_long<W>, W * 32, 0);\n"
            "    cudaFuncAttributes fa = {};\n    cudaFuncGetAttributes(&fa, row_kernel_long<W>);\n    regs = fa.numRegs;\n"
-           "    stage_max = EVT_ROWS_LONG_STAGE_MAX;  // (above 48 KiB needs the opt-in; refused: 48 KiB)\n"
-           "    if (stage_max > 49152 &&\n        cudaFuncSetAttribute(row_kernel_long<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, stage_max) !=\n"
-           "            cudaSuccess) {\n      (void)cudaGetLastError();\n      stage_max = 49152;\n    }\n  }\n"
-           "  if (p.n > (1 << 30)) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // (block offsets stay in int)\n");
-    if (nst == 0)
-      sb(&b, "  const size_t smem = 0;  // (no statistics pass: nothing read twice)\n");
-    else if (nst == 1)
-      sb(&b, "  const size_t b0 = evt_rows::long_stage_bytes<%s>(p.n), smem = b0 <= (size_t)stage_max ? b0 : 0;\n", in_t);
-    else
-      sb(&b, "  const size_t b0 = evt_rows::long_stage_bytes<%s>(p.n), b1 = evt_rows::long_stage_bytes<%s>(p.n);\n"
-             "  const size_t smem = b0 + b1 <= (size_t)stage_max ? b0 + b1 : b0 <= (size_t)stage_max ? b0 : 0;  // both, the first, none\n",
-         in_t, in1_t);
-    sb(&b, "  if (smem != occ_smem) {  // CTAs per SM with this much shared memory\n"
-           "    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, row_kernel_long<W>, W * 32, smem);\n    occ_smem = smem;\n  }\n"
-           "  const long long resident = (long long)sms * (occ > 0 ? occ : 1);\n"
+           "    resident = sms * (occ > 0 ? occ : 1);\n  }\n"
+           "  if (p.n > (1 << 30)) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // (block offsets stay in int)\n"
            "  g_info[0] = W, g_info[1] = 0, g_info[2] = 1, g_info[3] = occ, g_info[4] = regs;\n"
            "  const int grid = (int)(p.m < resident ? p.m : resident);\n"
-           "  evt_rows::launch_main(row_kernel_long<W>, grid, W * 32, smem, st, p);\n"
+           "  evt_rows::launch_main(row_kernel_long<W>, grid, W * 32, 0, st, p);\n"
            "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
   }
   if (cols) {
