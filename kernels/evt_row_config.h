@@ -36,6 +36,7 @@
 #define EVT_ROWS_DEFAULT_MINB_SUM 1
 #define EVT_ROWS_DEFAULT_SMEM_SUM 1
 #define EVT_ROWS_DEFAULT_SUM_REGS 0    /* with SMEM_SUM: how many row sums stay in registers all the same */
+#define EVT_ROWS_DEFAULT_SUM_REGS_EX 2 /* ... in the exact-size (EX) kernels */
 /* layer norms without other M×N inputs, rows longer than one warp takes: at least this many chunks per thread
  * (2 warps x 2 chunks for 1024-wide rows instead of 4 x 1; the other kernels 1; EVT_ROWS_MIN_VPT overrides) */
 #define EVT_ROWS_DEFAULT_MIN_VPT_LN 2

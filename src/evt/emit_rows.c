@@ -47,6 +47,7 @@ static const char *ctype(evt_dtype t) {
 
 
 static int is_int(evt_dtype t) { return t == EVT_I64 || t == EVT_I32; }
+static int is_16bit(evt_dtype t) { return t == EVT_BF16 || t == EVT_F16; }
 
 static const char *binop(evt_vop op) {
   switch (op) {
@@ -306,6 +307,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   }
   const char *in_t = ctype(s->in_dtype), *in1_t = ctype(evt_rspec_in_dtype(s, 1)), *w_t = ctype(s->w_dtype);
   evt_row_nucleus nu = s->nucleus;
+  /* EX kernels keep EVT_ROWS_DEFAULT_SUM_REGS_EX row sums in registers when their row inputs are 16-bit (f32 rows
+   * hold twice the registers: their sums stay in shared memory, or they spill) */
+  const int half_rows = is_16bit(s->in_dtype) && is_16bit(evt_rspec_in_dtype(s, 1)) && (!s->has_w || is_16bit(s->w_dtype));
   sbuf b = {0};
 
   /* 1. banner */
@@ -332,6 +336,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_SMEM_SUM %d\n#endif\n"
          "#ifndef EVT_ROWS_SUM_REGS  // with EVT_ROWS_SMEM_SUM: this many of the row sums in registers all the same\n"
          "#define EVT_ROWS_SUM_REGS %d\n#endif\n"
+         "#ifndef EVT_ROWS_SUM_REGS_EX  // ... in the exact-size (EX) kernels\n"
+         "#define EVT_ROWS_SUM_REGS_EX %d\n#endif\n"
 
          "#ifndef EVT_ROWS_EXACT  // 1: also a kernel for N = 256 * warps * vpt without bounds checks\n"
          "#define EVT_ROWS_EXACT %d\n#endif\n"
@@ -363,7 +369,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_INST(w, v) 1\n#endif\n\n",
      EVT_ROWS_DEFAULT_CTA_WARPS, EVT_ROWS_DEFAULT_CTA_WARPS_SUM, EVT_ROWS_DEFAULT_W1CAP,
      EVT_ROWS_DEFAULT_DEPTH, EVT_ROWS_DEFAULT_DEPTH_VPT, EVT_ROWS_DEFAULT_DEEP_SUM, EVT_ROWS_DEFAULT_MINB_SUM, EVT_ROWS_DEFAULT_SMEM_SUM,
-     EVT_ROWS_DEFAULT_SUM_REGS,
+     EVT_ROWS_DEFAULT_SUM_REGS, half_rows ? EVT_ROWS_DEFAULT_SUM_REGS_EX : EVT_ROWS_DEFAULT_SUM_REGS,
      EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_EX_FULL, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_MULTI,
      EVT_ROWS_DEFAULT_WB_SMEM_VPT, EVT_ROWS_DEFAULT_LNB_LATE,
      EVT_ROWS_DEFAULT_WAVES_W1, EVT_ROWS_DEFAULT_ONE_RING, EVT_ROWS_DEFAULT_WAVES, EVT_ROWS_DEFAULT_WAVES_SUM);
@@ -417,11 +423,13 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
 
   /* 2b. kernel */
   if (nrowsum)
-    sb(&b, "// row-sum accumulators: the first EVT_ROWS_SUM_REGS sums in registers, the others in shared memory when\n"
-           "// asked for and at most 96 KiB per CTA, else all in registers\n"
-           "constexpr int kSumRegs = EVT_ROWS_SUM_REGS < %d ? EVT_ROWS_SUM_REGS : %d;\n"
-           "template <int WARPS, int VPT, int R>\nusing RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, %d,\n"
-           "    EVT_ROWS_SMEM_SUM && (size_t)(%d - kSumRegs) * VPT * 8 * WARPS * 32 * R * 4 <= 98304 ? kSumRegs : %d>;\n\n",
+    sb(&b, "// row-sum accumulators: the first EVT_ROWS_SUM_REGS (EX kernels: EVT_ROWS_SUM_REGS_EX) sums in registers, the\n"
+           "// others in shared memory when asked for and at most 96 KiB per CTA, else all in registers\n"
+           "template <bool EX>\nconstexpr int kSumRegsOf = (EX ? EVT_ROWS_SUM_REGS_EX : EVT_ROWS_SUM_REGS) < %d\n"
+           "                                ? (EX ? EVT_ROWS_SUM_REGS_EX : EVT_ROWS_SUM_REGS) : %d;\n"
+           "template <int WARPS, int VPT, int R, bool EX, int K = kSumRegsOf<EX && VPT >= 2>>  // (one chunk: 1024-thread CTAs, 64 registers)\n"
+           "using RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, %d,\n"
+           "    EVT_ROWS_SMEM_SUM && (size_t)(%d - K) * VPT * 8 * WARPS * 32 * R * 4 <= 98304 ? K : %d>;\n\n",
        nrowsum, nrowsum, nrowsum, nrowsum, nrowsum);
   int ncolsum = 0;  /* per-row reductions (col_sum, col_max): they need the group's shared slots */
   for (int i = 0; i < s->nnodes; i++) ncolsum += s->nodes[i].op == EVT_V_COL_SUM || s->nodes[i].op == EVT_V_COL_MAX;
@@ -462,7 +470,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
                    "template <int WARPS, int VPT, int R, bool EX>\n__global__ void __launch_bounds__(WARPS * 32 * R, VPT == 1 && 1024 / (WARPS * 32 * R) > 1 ? 1024 / (WARPS * 32 * R) : WARPS == 1 ? kMinbW1 : EVT_ROWS_MINB_MULTI)\n"
                    "row_kernel(Params p) {\n");
   sb(&b, "  constexpr int T = WARPS * 32;\n");
-  if (nrowsum) sb(&b, "  using RSums = RSumsOf<WARPS, VPT, R>;\n");
+  if (nrowsum) sb(&b, "  using RSums = RSumsOf<WARPS, VPT, R, EX>;\n");
   sb(&b, "  static_assert(WARPS == 1 || R <= 15, \"named barriers 1..15: one per row-group\");\n");
   /* programmatic dependent launch: no global access before the previous kernel in the stream completed; a kernel
    * without row sums lets the next one start launching at once (its finalize kernel must wait for the partials) */
@@ -671,7 +679,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "  constexpr int R = WARPS == 1 || R0 <= 15 ? R0 : 15;  // row-groups per CTA\n",
      nrowsum ? "VPT == 1 ? EVT_ROWS_CTA_WARPS_SUM : EVT_ROWS_CTA_WARPS_SUM / 2" : "WARPS == 1 ? kCtaWarpsW1 : EVT_ROWS_CTA_WARPS");
   sb(&b, "  const long long blocks = ((long long)p.m + R - 1) / R;\n");
-  sb(&b, nrowsum ? "  constexpr size_t SMEM = RSumsOf<WARPS, VPT, R>::smem_bytes();  // dynamic shared memory\n"
+  sb(&b, nrowsum ? "  constexpr size_t SMEM = RSumsOf<WARPS, VPT, R, EX>::smem_bytes();  // dynamic shared memory\n"
                  : "  constexpr size_t SMEM = 0;  // dynamic shared memory\n");
   sb(&b, "  static int resident = 0, occ = 0, regs = 0;  // CTAs of this shape that fit on the GPU at once: the grid\n"
          "  if (!resident) {\n    int dev = 0, sms = 0;\n    cudaGetDevice(&dev);\n"

@@ -181,9 +181,31 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "#if EVT_ROWS_INST(2, 2) && (!defined(EVT_ROWS_MIN_VPT) || EVT_ROWS_MIN_VPT == 2)\n  if (warps == 2 && vpt == 2)\n") != NULL);
   CHECK(strstr(a, "#if EVT_ROWS_INST(4, 1) && defined(EVT_ROWS_MIN_VPT) && EVT_ROWS_MIN_VPT != 2\n") != NULL);
   CHECK(strstr(a, "#if EVT_ROWS_INST(16, 4)\n") != NULL);
-  /* row sums: the first EVT_ROWS_SUM_REGS in registers, the rest in shared memory when it fits */
-  CHECK(strstr(a, "constexpr int kSumRegs = EVT_ROWS_SUM_REGS < 2 ? EVT_ROWS_SUM_REGS : 2;") != NULL);
-  CHECK(strstr(a, "(size_t)(2 - kSumRegs) * VPT * 8 * WARPS * 32 * R * 4 <= 98304 ? kSumRegs : 2>;") != NULL);
+  /* row sums: the first EVT_ROWS_SUM_REGS (EX kernels: EVT_ROWS_SUM_REGS_EX) in registers, the rest in shared
+   * memory when it fits */
+  CHECK(strstr(a, "constexpr int kSumRegsOf = (EX ? EVT_ROWS_SUM_REGS_EX : EVT_ROWS_SUM_REGS) < 2\n"
+                  "                                ? (EX ? EVT_ROWS_SUM_REGS_EX : EVT_ROWS_SUM_REGS) : 2;") != NULL);
+  CHECK(strstr(a, "template <int WARPS, int VPT, int R, bool EX, int K = kSumRegsOf<EX && VPT >= 2>>") != NULL);
+  CHECK(strstr(a, "(size_t)(2 - K) * VPT * 8 * WARPS * 32 * R * 4 <= 98304 ? K : 2>;") != NULL);
+  CHECK(strstr(a, "using RSums = RSumsOf<WARPS, VPT, R, EX>;") != NULL &&
+        strstr(a, "constexpr size_t SMEM = RSumsOf<WARPS, VPT, R, EX>::smem_bytes();") != NULL);
+  /* exact-size kernels of 16-bit rows keep EVT_ROWS_DEFAULT_SUM_REGS_EX sums in registers; f32 rows (twice the
+   * registers) and mixed ones the default of the others */
+  char want[96];
+  snprintf(want, sizeof want, "#define EVT_ROWS_SUM_REGS_EX %d\n", EVT_ROWS_DEFAULT_SUM_REGS_EX);
+  CHECK(strstr(a, want) != NULL);
+  {
+    const char *const others[] = {"layernorm_bwd", "layernorm_bwd_mixed"};
+    const evt_dtype dts[] = {EVT_F32, EVT_BF16};
+    snprintf(want, sizeof want, "#define EVT_ROWS_SUM_REGS_EX %d\n", EVT_ROWS_DEFAULT_SUM_REGS);
+    for (int k = 0; k < 2; k++) {
+      evt_rspec o;
+      evt_rspec_example(&o, others[k], dts[k]);
+      char *c = evt_emit_rows(&o, err, sizeof err);
+      CHECK_MSG(c && strstr(c, want), "%s: f32 rows keep their sums in shared memory", others[k]);
+      free(c);
+    }
+  }
   free(a);
   free(b);
   evt_rspec_example(&s, "ln_residual", EVT_BF16);
