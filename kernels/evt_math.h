@@ -1,10 +1,13 @@
 /* Elementwise math shared by every kind of generated kernel (GEMM epilogues through evt_visitor_ops.h, row
- * kernels through evt_rows.cuh), so an op gives the same bits whichever kernel the partitioner puts it in.
- * No CUTLASS here: row kernels include this without it.
+ * kernels through evt_rows.cuh), so an op gives the same bits whichever kernel the partitioner puts it in. Plain C
+ * as well (no CUTLASS, no namespace: the unit tests check the formula on the host, where the MUFU approximations are
+ * the exact functions).
  *
- *   evt_math::normal_cdf(x, &e)  Φ(x) and e = exp(-x²/2) in one branch-free formula (GELU and its derivative:
- *                                ~12 instructions and two MUFU operations where erff + expf cost ~35)
- *   evt_math::rcp_approx, exp2_approx   the MUFU forms it uses (the host gets the exact functions)
+ *   evt_normal_cdf(x, &e)    Φ(x) and e = exp(-x²/2) in one branch-free formula (GELU and its derivative:
+ *                            ~12 instructions and two MUFU operations where erff + expf cost ~35)
+ *   evt_gelu_erf(x)          x·Φ(x), the exact (erf-based) GELU
+ *   evt_gelu_erf_grad(dy, x) dy·(Φ(x) + x·φ(x)), its derivative times dy
+ *   evt_rcp_approx, evt_exp2_approx   the MUFU forms they use
  */
 #ifndef EVT_MATH_H
 #define EVT_MATH_H
@@ -17,9 +20,7 @@
 #define EVT_MATH_HD static inline
 #endif
 
-namespace evt_math {
-
-EVT_MATH_HD float rcp_approx(float x) {
+EVT_MATH_HD float evt_rcp_approx(float x) {
 #ifdef __CUDA_ARCH__
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
@@ -29,7 +30,7 @@ EVT_MATH_HD float rcp_approx(float x) {
 #endif
 }
 
-EVT_MATH_HD float exp2_approx(float x) {
+EVT_MATH_HD float evt_exp2_approx(float x) {
 #ifdef __CUDA_ARCH__
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
@@ -44,32 +45,29 @@ EVT_MATH_HD float exp2_approx(float x) {
  * exp(-x²/2) leaves f32) — at most 5.4e-7 in exact arithmetic (bench: GELU within 7.4e-6 relative and 3.7e-7
  * absolute of the exact one in f32) — Φ = q for x < 0 (relative accuracy in the tail) and 1 - q otherwise.
  * ±inf and NaN give what x·Φ(x) should: gelu(+inf) = inf, gelu(-inf) = NaN like PyTorch's, NaN stays NaN. */
-EVT_MATH_HD float normal_cdf(float x, float *e) {
-  float t = rcp_approx(fmaf(fabsf(x), 0.263750821f, 1.0f));
+EVT_MATH_HD float evt_normal_cdf(float x, float *e) {
+  float t = evt_rcp_approx(fmaf(fabsf(x), 0.263750821f, 1.0f));
   float p = fmaf(t, -0.0695693567f, 0.205193743f);
   p = fmaf(t, p, -0.0784068257f);
   p = fmaf(t, p, 0.149989784f);
   p = fmaf(t, p, 0.0799206123f);
   p = fmaf(t, p, 0.107803389f);
   p = fmaf(t, p, 0.105068445f);
-  *e = exp2_approx(x * x * -0.721347520f); /* exp(-x²/2) = 2^(-x²/(2 ln 2)) */
+  *e = evt_exp2_approx(x * x * -0.721347520f); /* exp(-x²/2) = 2^(-x²/(2 ln 2)) */
   float q = t * p * *e;
   return x < 0.f ? q : 1.0f - q;
 }
 
-/* x·Φ(x), the exact (erf-based) GELU */
-EVT_MATH_HD float gelu_erf(float x) {
+EVT_MATH_HD float evt_gelu_erf(float x) {
   float e;
-  return x * normal_cdf(x, &e);
+  return x * evt_normal_cdf(x, &e);
 }
 
-/* dy·(Φ(x) + x·φ(x)), its derivative times dy; φ(x) = e/√(2π) */
-EVT_MATH_HD float gelu_erf_grad(float dy, float x) {
+/* φ(x) = e/√(2π) */
+EVT_MATH_HD float evt_gelu_erf_grad(float dy, float x) {
   float e;
-  const float cdf = normal_cdf(x, &e);
+  const float cdf = evt_normal_cdf(x, &e);
   return dy * fmaf(x * 0.39894228040143268f, e, cdf);
 }
-
-}  // namespace evt_math
 
 #endif

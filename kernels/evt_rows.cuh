@@ -965,7 +965,7 @@ __device__ __forceinline__ void long_lnb_chunk(const D *__restrict__ dy, const X
 // ---- elementwise ops (evt_vop_apply) --------------------------------------------------------------------------
 __device__ __forceinline__ float relu(float x) { return x > 0.f ? x : (x != x ? x : 0.f); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-// GELU and its derivative: evt_math's branch-free Φ, the very formula of the GEMM epilogues (evt_ops::GeluErf), so a
+// GELU and its derivative: evt_math.h's branch-free Φ, the very formula of the GEMM epilogues (evt_ops::GeluErf), so a
 // GELU gives the same bits in either kind of kernel (erff + expf cost ~35 instructions an element: session 31)
 #ifndef EVT_ROWS_GELU_ERFF  // 1: the libm-accurate erff / expf forms instead (for comparison)
 #define EVT_ROWS_GELU_ERFF 0
@@ -978,8 +978,8 @@ __device__ __forceinline__ float gelu_erf_grad(float dy, float x) {
   return dy * (cdf + x * pdf);
 }
 #else
-__device__ __forceinline__ float gelu_erf(float x) { return evt_math::gelu_erf(x); }
-__device__ __forceinline__ float gelu_erf_grad(float dy, float x) { return evt_math::gelu_erf_grad(dy, x); }
+__device__ __forceinline__ float gelu_erf(float x) { return evt_gelu_erf(x); }
+__device__ __forceinline__ float gelu_erf_grad(float dy, float x) { return evt_gelu_erf_grad(dy, x); }
 #endif
 __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));

@@ -5,7 +5,7 @@
  * for fragments, binary operator()(dy, x). Semantics match evt_vop_apply in src/evt/vref.c:
  *   evt_ops::GeluErf:     x · Φ(x)                (the exact, erf-based GELU)
  *   evt_ops::GeluErfGrad: dy · (Φ(x) + x·φ(x))   (its derivative)
- *   Both evaluate Φ with evt_math::normal_cdf (kernels/evt_math.h: one branch-free formula), not with erff: a GEMM epilogue
+ *   Both evaluate Φ with evt_normal_cdf (kernels/evt_math.h: one branch-free formula), not with erff: a GEMM epilogue
  *   is issue-bound on its math (the cooperative kernel's tensor cores wait for it), and erff's two
  *   polynomials selected per element cost ~25 instructions where this costs ~12 and two MUFU operations.
  *   evt_ops::ReluGrad:    x > 0 ? dy : 0
@@ -21,13 +21,9 @@
 
 namespace evt_ops {
 
-using evt_math::exp2_approx;
-using evt_math::normal_cdf;
-using evt_math::rcp_approx;
-
 template <class T>
 struct GeluErf {
-  CUTLASS_HOST_DEVICE T operator()(T const &v) const { return T(evt_math::gelu_erf(float(v))); }
+  CUTLASS_HOST_DEVICE T operator()(T const &v) const { return T(evt_gelu_erf(float(v))); }
 };
 
 template <class T, int N>
@@ -44,7 +40,7 @@ struct GeluErf<cutlass::Array<T, N>> {
 template <class T>
 struct GeluErfGrad {
   CUTLASS_HOST_DEVICE T operator()(T const &dy, T const &v) const {
-    return T(evt_math::gelu_erf_grad(float(dy), float(v)));
+    return T(evt_gelu_erf_grad(float(dy), float(v)));
   }
 };
 

@@ -1,10 +1,10 @@
 // How close two f32 GELU formulas come to the exact GELU once rounded to bf16 (host only, no GPU):
 //   erff form    0.5·x·(1 + erff(x/√2)), dy·(cdf + x·φ(x)) with expf: PyTorch's CUDA formula (and evt's row kernels
 //                before session 31)
-//   normal_cdf   evt_math::gelu_erf / gelu_erf_grad (kernels/evt_math.h): the GEMM epilogues' and row kernels' formula
+//   normal_cdf   evt_gelu_erf / evt_gelu_erf_grad (kernels/evt_math.h): the GEMM epilogues' and row kernels' formula
 // against the double-precision GELU (what the CPU interpreter computes), on x ~ N(0, SCALE²), dy ~ N(0, 1).
 //   g++ -O2 -Ikernels bench/kernels/gelu_accuracy.cc -o /tmp/gelu_accuracy -lm && /tmp/gelu_accuracy [SCALE] [COUNT]
-// The host build evaluates evt_math's rcp / exp2 exactly where the GPU uses MUFU approximations (1-2 ulp).
+// The host build evaluates evt_math.h's rcp / exp2 exactly where the GPU uses MUFU approximations (1-2 ulp).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,9 +34,9 @@ int main(int argc, char **argv) {
     const float cdf_f = 0.5f * (1.f + erff(x * 0.70710678118654752f));
     const float gelu_f = x * cdf_f, grad_f = dy * (cdf_f + x * 0.39894228040143268f * expf(-0.5f * x * x));
     diff[0][0] += to_bf16(gelu_f) != to_bf16((float)gelu_d);
-    diff[0][1] += to_bf16(evt_math::gelu_erf(x)) != to_bf16((float)gelu_d);
+    diff[0][1] += to_bf16(evt_gelu_erf(x)) != to_bf16((float)gelu_d);
     diff[1][0] += to_bf16(grad_f) != to_bf16((float)grad_d);
-    diff[1][1] += to_bf16(evt_math::gelu_erf_grad(dy, x)) != to_bf16((float)grad_d);
+    diff[1][1] += to_bf16(evt_gelu_erf_grad(dy, x)) != to_bf16((float)grad_d);
   }
   printf("x ~ N(0, %.2f^2), %ld samples: bf16 results that differ from the exact GELU rounded to bf16\n", scale, n);
   printf("  gelu:      erff form %.4f%%   normal_cdf %.4f%%\n", 100.0 * diff[0][0] / n, 100.0 * diff[0][1] / n);
