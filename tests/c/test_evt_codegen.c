@@ -434,6 +434,14 @@ TEST(ci_nvcc_frontend_accepts_own_row_sum_node) {
   evt_test_nvcc_frontend("ci_nvcc_frontend_accepts_own_row_sum_node", &s);
 }
 
+/* Every remaining node kind once (the mixed_f32 example: col broadcast, aux load, scalars, div, the tanh GELU and
+ * its derivative, relu_grad, a column sum, f32 D). */
+TEST(ci_nvcc_frontend_accepts_every_node_kind) {
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "mixed_f32", cfg128) == EVT_OK);
+  evt_test_nvcc_frontend("ci_nvcc_frontend_accepts_every_node_kind", &s);
+}
+
 /* The epilogue subtile (evt_kspec_epilogue_n): the paper MLP's fc2 forward (bias, f32 residual aux load,
  * f32 D) on a cooperative 128x256x64 tile would leave the mainloop 2 stages with CUTLASS's 128x32 subtiles
  * (the H200 ran it ~1.7x as long as the plain GEMM): 16-wide subtiles, and the emitted kernel says so; a
