@@ -7,6 +7,9 @@
  *                            ~12 instructions and two MUFU operations where erff + expf cost ~35)
  *   evt_gelu_erf(x)          x·Φ(x), the exact (erf-based) GELU
  *   evt_gelu_erf_grad(dy, x) dy·(Φ(x) + x·φ(x)), its derivative times dy
+ *   evt_gelu_tanh(x), evt_gelu_tanh_grad(dy, x)   the tanh approximation of GELU and its derivative, on tanhf
+ *                            (PyTorch's approximate="tanh" formulas; CUTLASS's GELU_taylor / dGELU use tanh.approx,
+ *                            ~5e-4 relative error)
  *   evt_rcp_approx, evt_exp2_approx   the MUFU forms they use
  */
 #ifndef EVT_MATH_H
@@ -68,6 +71,18 @@ EVT_MATH_HD float evt_gelu_erf_grad(float dy, float x) {
   float e;
   const float cdf = evt_normal_cdf(x, &e);
   return dy * fmaf(x * 0.39894228040143268f, e, cdf);
+}
+
+/* 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) */
+EVT_MATH_HD float evt_gelu_tanh(float x) {
+  return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+/* dy·(0.5·(1 + th) + 0.5·x·(1 − th²)·√(2/π)·(1 + 3·0.044715·x²)), th = tanh(√(2/π)·(x + 0.044715·x³)) */
+EVT_MATH_HD float evt_gelu_tanh_grad(float dy, float x) {
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  const float th = tanhf(k0 * (x + k1 * x * x * x));
+  return dy * (0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * k0 * (1.f + 3.f * k1 * x * x));
 }
 
 #endif

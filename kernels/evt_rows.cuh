@@ -981,14 +981,8 @@ __device__ __forceinline__ float gelu_erf_grad(float dy, float x) {
 __device__ __forceinline__ float gelu_erf(float x) { return evt_gelu_erf(x); }
 __device__ __forceinline__ float gelu_erf_grad(float dy, float x) { return evt_gelu_erf_grad(dy, x); }
 #endif
-__device__ __forceinline__ float gelu_tanh(float x) {
-  return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-__device__ __forceinline__ float gelu_tanh_grad(float dy, float x) {
-  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
-  const float th = tanhf(k0 * (x + k1 * x * x * x));
-  return dy * (0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * k0 * (1.f + 3.f * k1 * x * x));
-}
+__device__ __forceinline__ float gelu_tanh(float x) { return evt_gelu_tanh(x); }
+__device__ __forceinline__ float gelu_tanh_grad(float dy, float x) { return evt_gelu_tanh_grad(dy, x); }
 __device__ __forceinline__ float relu_grad(float dy, float x) { return x > 0.f ? dy : 0.f; }
 __device__ __forceinline__ float neg(float x) { return -x; }
 __device__ __forceinline__ float exp_(float x) { return expf(x); }

@@ -42,8 +42,8 @@ static const char *compute_fn(evt_vop op) {
     case EVT_V_RELU: return "cutlass::epilogue::thread::ReLu";
     case EVT_V_SIGMOID: return "cutlass::epilogue::thread::Sigmoid";
     case EVT_V_GELU_ERF: return "evt_ops::GeluErf";
-    case EVT_V_GELU_TANH: return "cutlass::epilogue::thread::GELU_taylor";
-    case EVT_V_GELU_TANH_GRAD: return "cutlass::epilogue::thread::dGELU";
+    case EVT_V_GELU_TANH: return "evt_ops::GeluTanh";
+    case EVT_V_GELU_TANH_GRAD: return "evt_ops::GeluTanhGrad";
     case EVT_V_GELU_ERF_GRAD: return "evt_ops::GeluErfGrad";
     case EVT_V_RELU_GRAD: return "evt_ops::ReluGrad";
     case EVT_V_NEG: return "evt_ops::Neg";

@@ -435,7 +435,7 @@ TEST(ci_nvcc_frontend_accepts_own_row_sum_node) {
 }
 
 /* Every remaining node kind once (the mixed_f32 example: col broadcast, aux load, scalars, div, the tanh GELU and
- * its derivative, relu_grad, a column sum, f32 D). */
+ * its derivative on the project's functors, relu_grad, a column sum, f32 D). */
 TEST(ci_nvcc_frontend_accepts_every_node_kind) {
   evt_kspec s;
   CHECK(evt_kspec_example(&s, "mixed_f32", cfg128) == EVT_OK);

@@ -36,3 +36,23 @@ TEST(evt_math_gelu_matches_the_exact_gelu) {
   CHECK(fabsf(evt_normal_cdf(0.f, &e) - 0.5f) < 1e-6f && e == 1.f);
   CHECK(evt_gelu_erf(0.f) == 0.f && fabsf(evt_gelu_erf_grad(2.f, 0.f) - 1.f) < 1e-6f);
 }
+
+/* The tanh GELU and its derivative: the same f32 formulas as PyTorch's approximate="tanh", on tanhf, against the
+ * interpreter's (double) */
+TEST(evt_math_gelu_tanh_matches_the_interpreter) {
+  double worst = 0, worst_grad = 0;
+  for (int i = -16000; i <= 16000; i++) { /* x in [-8, 8] */
+    const float x = (float)(i * 5e-4 + (i % 5) * 1.7e-5);
+    const double g = evt_vop_apply(EVT_V_GELU_TANH, x, 0), gg = evt_vop_apply(EVT_V_GELU_TANH_GRAD, 0.75, x);
+    /* relative, at least 1/20: 1 + tanh cancels in f32 in the negative tail (PyTorch's f32 formula alike) */
+    worst = fmax(worst, fabs(evt_gelu_tanh(x) - g) / fmax(fabs(g), 1.0 / 20));
+    const double th = tanh(0.7978845608028654 * (x + 0.044715 * (double)x * x * x));
+    /* relative to dy·0.5·(1 + th), at least dy / 20: in f32 th reaches -1 near x = -5, where the exact derivative is
+     * -4e-7 (PyTorch's f32 formula gives 0 there too) */
+    worst_grad = fmax(worst_grad, fabs(evt_gelu_tanh_grad(0.75f, x) - gg) / fmax(fmax(fabs(gg), 0.75 * 0.5 * (1.0 + th)), 0.75 / 20));
+  }
+  CHECK_MSG(worst < 2e-5, "gelu_tanh: worst relative error %.3g", worst);
+  CHECK_MSG(worst_grad < 2e-5, "gelu_tanh_grad: worst relative error %.3g", worst_grad);
+  CHECK(evt_gelu_tanh(0.f) == 0.f && fabsf(evt_gelu_tanh_grad(2.f, 0.f) - 1.f) < 1e-6f);
+  CHECK(isnan(evt_gelu_tanh(NAN)) && isnan(evt_gelu_tanh_grad(1.f, NAN)));
+}

@@ -1,5 +1,5 @@
 // H200-only check of the GEMM epilogue's compute functors (kernels/evt_visitor_ops.h: evt_ops::Neg ... Where,
-// Keep, GeluErf, GeluErfGrad, ReluGrad) on the device, through their cutlass::Array<float, 4> specialization as
+// Keep, GeluErf, GeluErfGrad, GeluTanh, GeluTanhGrad, ReluGrad) on the device, through their cutlass::Array<float, 4> specialization as
 // Sm90Compute calls them, against the CPU element semantics evt_vop_apply3 (src/evt/vref.c) in double.
 // Quick (no CUTLASS GEMM to compile): the functors' part of the GEMM path when the budget has no room for
 // the CUTLASS kernels of tests/gpu/check_visitors.cu (gemm). Inputs: random in [-3, 3) with ties and special
@@ -123,6 +123,8 @@ int main() {
   check<evt_ops::ReluGrad, 2>("relu_grad", EVT_V_RELU_GRAD, x, y, z, dx, dy, dz, dout);
   check<evt_ops::GeluErf, 1>("gelu_erf", EVT_V_GELU_ERF, x, y, z, dx, dy, dz, dout);
   check<evt_ops::GeluErfGrad, 2>("gelu_erf_grad", EVT_V_GELU_ERF_GRAD, y, x, z, dy, dx, dz, dout);
+  check<evt_ops::GeluTanh, 1>("gelu_tanh", EVT_V_GELU_TANH, x, y, z, dx, dy, dz, dout);
+  check<evt_ops::GeluTanhGrad, 2>("gelu_tanh_grad", EVT_V_GELU_TANH_GRAD, y, x, z, dy, dx, dz, dout);
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
