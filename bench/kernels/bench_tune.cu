@@ -173,11 +173,13 @@ static void spec_ablation(evt_kspec *s, const std::string &b) {
     int z = evt_kspec_add(s, EVT_V_ADD, acc, bias, EVT_F32, NULL);
     if (b.find("_aux") != std::string::npos) evt_kspec_add(s, EVT_V_AUX_STORE, z, -1, EVT_BF16, "z");
     d = z;
-    if (b.find("gelu") != std::string::npos) d = evt_kspec_add(s, EVT_V_GELU_ERF, z, -1, EVT_F32, NULL);
+    // "gelut": the tanh GELU (PyTorch's approximate="tanh") instead of the erf one
+    if (b.find("gelu") != std::string::npos)
+      d = evt_kspec_add(s, b.find("gelut") != std::string::npos ? EVT_V_GELU_TANH : EVT_V_GELU_ERF, z, -1, EVT_F32, NULL);
     if (b.find("relu") != std::string::npos) d = evt_kspec_add(s, EVT_V_RELU, z, -1, EVT_F32, NULL);
-  } else if (b.rfind("mulx", 0) == 0 || b.rfind("gelu_bwd", 0) == 0) {
+  } else if (b.rfind("mulx", 0) == 0 || b.rfind("gelu_bwd", 0) == 0 || b.rfind("gelut_bwd", 0) == 0) {
     int x = evt_kspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "x");
-    d = evt_kspec_add(s, b[0] == 'm' ? EVT_V_MUL : EVT_V_GELU_ERF_GRAD, acc, x, EVT_F32, NULL);
+    d = evt_kspec_add(s, b[0] == 'm' ? EVT_V_MUL : b[4] == 't' ? EVT_V_GELU_TANH_GRAD : EVT_V_GELU_ERF_GRAD, acc, x, EVT_F32, NULL);
     if (b.find("dbias") != std::string::npos) evt_kspec_add(s, EVT_V_ROW_SUM, d, -1, EVT_F32, "dbias");
   } else if (b == "dbias") {
     evt_kspec_add(s, EVT_V_ROW_SUM, acc, -1, EVT_F32, "dbias");
@@ -206,8 +208,8 @@ static std::vector<Case> bench_cases() {
   std::vector<Case> v;
   const char *set = getenv("BENCH_TUNE_CASES");
   if (set && !strcmp(set, "epi")) {
-    const char *fw[] = {"plain", "bias", "bias_aux", "bias_gelu", "bias_gelu_aux", "bias_relu_aux"};
-    const char *bw[] = {"plain", "dbias", "mulx", "mulx_dbias", "gelu_bwd", "gelu_bwd_dbias"};
+    const char *fw[] = {"plain", "bias", "bias_aux", "bias_gelu", "bias_gelu_aux", "bias_relu_aux", "bias_gelut_aux"};
+    const char *bw[] = {"plain", "dbias", "mulx", "mulx_dbias", "gelu_bwd", "gelu_bwd_dbias", "gelut_bwd_dbias"};
     for (int dir = 0; dir < 2; dir++)
       for (const char *e : dir ? bw : fw) {
         Case c;
@@ -580,8 +582,8 @@ int main(int argc, char **argv) {
     {
       cublasLtEpilogue_t le = CUBLASLT_EPILOGUE_DEFAULT;
       const char *lname_ = nullptr;
-      if (c.epi == "bias_gelu_aux") le = CUBLASLT_EPILOGUE_GELU_AUX_BIAS, lname_ = "GELU_AUX_BIAS";
-      if (c.epi == "gelu_bwd_dbias") le = CUBLASLT_EPILOGUE_DGELU_BGRAD, lname_ = "DGELU_BGRAD";
+      if (c.epi == "bias_gelu_aux" || c.epi == "bias_gelut_aux") le = CUBLASLT_EPILOGUE_GELU_AUX_BIAS, lname_ = "GELU_AUX_BIAS";
+      if (c.epi == "gelu_bwd_dbias" || c.epi == "gelut_bwd_dbias") le = CUBLASLT_EPILOGUE_DGELU_BGRAD, lname_ = "DGELU_BGRAD";
       if (c.epi == "gelu_bwd") le = CUBLASLT_EPILOGUE_DGELU, lname_ = "DGELU";
       if (lname_) {
         void *lbias = nullptr, *laux = nullptr;

@@ -376,7 +376,7 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
     int z = evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_SUB, t, h, EVT_F32, NULL), -1, dt, "z");
     evt_rspec_add(s, EVT_V_COL_SUM, z, -1, EVT_F32, "zsum");
   } else if (!strcmp(name, "unary_math")) {
-    /* nucleus-free: every unary compute on safe arguments, maximum / minimum */
+    /* nucleus-free: every unary compute on safe arguments, maximum / minimum, the tanh GELU */
     evt_rspec_init(s, EVT_ROWN_NONE, dt);
     int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
     int ax = evt_rspec_add(s, EVT_V_ABS, x, -1, EVT_F32, NULL);
@@ -399,6 +399,10 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
     int y3 = evt_rspec_add(s, EVT_V_SUB, evt_rspec_add(s, EVT_V_MAXIMUM, x, er, EVT_F32, NULL),
                            evt_rspec_add(s, EVT_V_MINIMUM, x, th, EVT_F32, NULL), EVT_F32, NULL);
     evt_rspec_add(s, EVT_V_AUX_STORE, y3, -1, dt, "y3");
+    /* the tanh GELU and its derivative (kernels/evt_math.h, as in GEMM epilogues) */
+    int gt = evt_rspec_add(s, EVT_V_GELU_TANH, x, -1, EVT_F32, NULL);
+    int gg = evt_rspec_add(s, EVT_V_GELU_TANH_GRAD, th, x, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_ADD, gt, gg, EVT_F32, NULL), -1, dt, "y4");
   } else if (!strcmp(name, "cmp_where")) {
     /* nucleus-free: comparisons of loaded values (exact on both sides), where, bool loads and stores (u8) */
     evt_rspec_init(s, EVT_ROWN_NONE, dt);
