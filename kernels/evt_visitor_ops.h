@@ -103,8 +103,8 @@ EVT_OPS_U(Exp, expf(x))
 EVT_OPS_U(Log, logf(x))
 EVT_OPS_U(Erf, erff(x))
 EVT_OPS_U(Tanh, tanhf(x))
-// the tanh GELU on tanhf (kernels/evt_math.h), as the row kernels compute it; CUTLASS's GELU_taylor / dGELU take
-// tanh.approx (~5e-4 relative error)
+// the tanh GELU in its sigmoid form (kernels/evt_math.h), as the row kernels compute it; CUTLASS's GELU_taylor /
+// dGELU take tanh.approx (~5e-4 relative error)
 EVT_OPS_U(GeluTanh, evt_gelu_tanh(x))
 EVT_OPS_B(GeluTanhGrad, evt_gelu_tanh_grad(x, y))  // (dy, x)
 EVT_OPS_U(Sqrt, sqrtf(x))

@@ -82,7 +82,7 @@ def mlp(cfg, t):
     drop = Dropper(cfg["dropout"])
     x = t["x"]
     for i in range(cfg["layers"]):
-        h = F.gelu(linear(t, f"l{i}.fc1", x))
+        h = F.gelu(linear(t, f"l{i}.fc1", x), approximate="tanh" if cfg.get("gelu") == "tanh" else "none")
         h = drop(linear(t, f"l{i}.fc2", h))
         x = layer_norm(t, f"l{i}.ln", x + h)
     return F.cross_entropy(linear(t, "head", x), t["y"])

@@ -46,10 +46,15 @@ def test_committed_file_is_generated(name):
         assert f.read() == gen.build(name), f"examples/{name}.evt is stale: run python3 examples/gen.py all"
 
 
-def evt_and_torch(name, fp64):
-    """(evt loss, evt grads by param name, torch loss, torch grads by param name)."""
-    with open(example_path(name)) as f:
-        g = Graph(f.read(), name + ".evt")
+def evt_and_torch(name, fp64, cfg=None):
+    """(evt loss, evt grads by param name, torch loss, torch grads by param name); cfg: knobs other than the
+    committed example's (the graph is then generated)."""
+    if cfg is None:
+        with open(example_path(name)) as f:
+            text = f.read()
+    else:
+        text = gen.build(name, cfg)
+    g = Graph(text, name + ".evt")
     g.build_joint()
     sources = [(nm, dt) for nm, dt, _ in g.inputs()]
     params = [g.name(i) for i in range(g.node_count) if g.op(i) == "param"]
@@ -62,7 +67,7 @@ def evt_and_torch(name, fp64):
             t[nm] = torch.tensor(vals[nm], dtype=dtype, requires_grad=nm in params)
         else:
             t[nm] = torch.tensor(vals[nm].astype(np.int64))
-    loss = models.MODELS[name](gen.DEFAULTS[name], t)
+    loss = models.MODELS[name](cfg or gen.DEFAULTS[name], t)
     loss.backward()
     evt_grads = {p: vals["grad." + p] for p in params}
     torch_grads = {p: t[p].grad.detach().double().numpy() for p in params}
@@ -70,10 +75,14 @@ def evt_and_torch(name, fp64):
     return float(vals[loss_name]), evt_grads, loss.item(), torch_grads
 
 
+# (name, knobs other than the defaults): the committed examples, and the mlp with the tanh GELU
+CASES = [(n, None) for n in NAMES] + [("mlp", dict(gen.DEFAULTS["mlp"], gelu="tanh"))]
+
+
 @pytest.mark.parametrize("fp64,tol", [(True, 1e-9), (False, 1e-4)], ids=["fp64", "fp32"])
-@pytest.mark.parametrize("name", NAMES)
-def test_loss_and_grads_match_torch(name, fp64, tol):
-    loss, grads, tloss, tgrads = evt_and_torch(name, fp64)
+@pytest.mark.parametrize("name,cfg", CASES, ids=[n if c is None else n + "_gelu_tanh" for n, c in CASES])
+def test_loss_and_grads_match_torch(name, cfg, fp64, tol):
+    loss, grads, tloss, tgrads = evt_and_torch(name, fp64, cfg)
     assert math.isfinite(loss)
     assert abs(loss - tloss) <= tol * max(abs(tloss), 1e-30), f"loss evt {loss} torch {tloss}"
     assert set(grads) == set(tgrads) and grads
