@@ -8,6 +8,9 @@
 #   erftanh  the erf GELU and its derivative computed by the tanh.approx formula (wrong by ~1e-3: timing only)
 #   tanhf    the tanh GELU on tanhf (0.5·x·(1 + tanhf(y)); the form before session 32)
 #   taylor   the tanh GELU on tanh.approx.f32 (what CUTLASS's GELU_taylor / dGELU compute)
+#   noinl4, noinl8   evt_ops::GeluErf / GeluErfGrad (evt_visitor_ops.h) call a __noinline__ function per 4 / 8
+#            elements: the fully unrolled epilogue's code shrinks ~2x (3520 -> ~1850 SASS instructions), a test of
+#            whether instruction fetch is what the GELU epilogue waits for
 # Cases: EPIVAR_ONLY (bench_tune's BENCH_TUNE_CASES=epi names) at 16384x4096xK for K in EPIVAR_KS, config EPIVAR_CFG.
 set -u
 LOG=${1:?LOGFILE}
@@ -63,13 +66,49 @@ elif v == 'tanhf':
 ''')
 elif v == 'taylor':
     put('evt_gelu_tanh', FAST); put('evt_gelu_tanh_grad', FAST_GRAD)
-elif v != 'base':
+elif v not in ('base', 'noinl4', 'noinl8'):
     sys.exit('unknown variant ' + v)
 if 'evt_tanh_fast(' in s:
     a = s.index('EVT_MATH_HD float evt_gelu_erf(')
     s = s[:a] + TANH_FAST + s[a:]
 open(p, 'w').write(s)
 PY
+  case $1 in noinl*) python3 - "$d/evt_visitor_ops.h" "${1#noinl}" <<'PY'
+import sys
+p, w = sys.argv[1], int(sys.argv[2])
+s = open(p).read()
+g = w // 4
+def f4(name, base):  # "make_float4(name[i + base], ..., name[i + base + 3])"
+    return 'make_float4(%s)' % ', '.join('%s[i + %d]' % (name, base + k) for k in range(4))
+ret = 'EvtF%d' % w
+helpers = 'struct EvtF%d { float4 q[%d]; };\n' % (w, g)
+for fn, args in (('gelu_erf', ['x']), ('gelu_erf_grad', ['dy', 'x'])):
+    params = ', '.join('float4 %s%d' % (a, j) for a in args for j in range(g))
+    comps = []
+    for j in range(g):
+        comps.append('make_float4(%s)' % ', '.join('evt_%s(%s)' % (fn, ', '.join('%s%d.%s' % (a, j, c) for a in args)) for c in 'xyzw'))
+    helpers += 'static __host__ __device__ __noinline__ %s evt_%s_x%d(%s) {\n  return %s{{%s}};\n}\n' % (ret, fn, w, params, ret, ', '.join(comps))
+def body(fn, arrs):
+    call = 'evt_%s_x%d(%s)' % (fn, w, ', '.join(f4(a, 4 * j) for a in arrs for j in range(g)))
+    unpack = ' '.join('y[i + %d] = r.q[%d].%s;' % (4 * j + k, j, c) for j in range(g) for k, c in enumerate('xyzw'))
+    return ('    if constexpr (N %% %d == 0 && std::is_same<T, float>::value) {\n'
+            '      CUTLASS_PRAGMA_UNROLL\n'
+            '      for (int i = 0; i < N; i += %d) {\n'
+            '        %s r = %s;\n'
+            '        %s\n'
+            '      }\n'
+            '      return y;\n'
+            '    }\n') % (w, w, ret, call, unpack)
+old_u = "    cutlass::Array<T, N> y;\n    GeluErf<T> op;"
+old_b = "    cutlass::Array<T, N> y;\n    GeluErfGrad<T> op;"
+assert old_u in s and old_b in s
+s = s.replace(old_u, "    cutlass::Array<T, N> y;\n" + body('gelu_erf', ['v']) + "    GeluErf<T> op;")
+s = s.replace(old_b, "    cutlass::Array<T, N> y;\n" + body('gelu_erf_grad', ['dy', 'x']) + "    GeluErfGrad<T> op;")
+a = s.index('template <class T>\nstruct GeluErf {')
+s = s[:a] + helpers + s[a:]
+open(p, 'w').write(s)
+PY
+  esac
 }
 export BENCH_TUNE_CASES=epi
 echo "-- compile $VARIANTS at +$(( $(date +%s) - T0 ))s"
