@@ -35,6 +35,10 @@
 #define EVT_ROWS_PDL_MAIN EVT_ROWS_DEFAULT_PDL_MAIN
 #endif
 
+#ifndef EVT_ROWS_BF16_SHIFT  // bf16 chunks unpacked from their 32-bit words (1) or element by element (0)
+#define EVT_ROWS_BF16_SHIFT 1
+#endif
+
 #ifndef EVT_ROWS_LONG_UNROLL  // long rows: blocks of a statistics pass unrolled by this much (evt_row_config.h)
 #define EVT_ROWS_LONG_UNROLL EVT_ROWS_DEFAULT_LONG_UNROLL
 #endif
@@ -202,6 +206,19 @@ __device__ __forceinline__ void unpack8(const Raw8<T> &r, float (&o)[8]) {
 #pragma unroll
   for (int e = 0; e < 8; e++) o[e] = to_f(q[e]);
 }
+// bf16 → f32 is the 16 bits shifted up: one instruction per element from the 32-bit words (w << 16 for the low
+// element, w & 0xffff0000 for the high one), where extracting each 16-bit element first costs the high one a PRMT
+// more; the same values.
+#if EVT_ROWS_BF16_SHIFT
+__device__ __forceinline__ void unpack8(const Raw8<__nv_bfloat16> &r, float (&o)[8]) {
+  const unsigned w[4] = {r.u[0].x, r.u[0].y, r.u[0].z, r.u[0].w};
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    o[2 * k] = __uint_as_float(w[k] << 16);
+    o[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+#endif
 // Row `p` (already offset to the row) into raw chunks; zeros outside the row or when !live.
 template <class T>
 __device__ __forceinline__ void unpack8(const Raw8<T> &r, double (&o)[8]) {  // integer chunks, exact
