@@ -8,7 +8,7 @@
  *   evt_gelu_erf(x)          x·Φ(x), the exact (erf-based) GELU
  *   evt_gelu_erf_grad(dy, x) dy·(Φ(x) + x·φ(x)), its derivative times dy
  *   evt_gelu_tanh(x), evt_gelu_tanh_grad(dy, x)   the tanh approximation of GELU (PyTorch's approximate="tanh")
- *                            and its derivative, in the exact sigmoid form x·σ(2y): 7 / 12 instructions, two MUFU
+ *                            and its derivative, in the exact sigmoid form x·σ(2y): 7 / 13 instructions, two MUFU
  *                            operations (tanhf costs ~20; CUTLASS's GELU_taylor / dGELU take tanh.approx, ~5e-4
  *                            relative error)
  *   evt_rcp_approx, evt_exp2_approx   the MUFU forms they use
@@ -80,18 +80,20 @@ EVT_MATH_HD float evt_gelu_erf_grad(float dy, float x) {
  * (a few ulp) over the whole range, where the 1 + tanh form loses it in the negative tail.
  * exp(-2y) = 2^(x·(c0 + c1·x²)), c0 = -2·√(2/π)·log2(e), c1 = c0·0.044715. gelu(+inf) = inf, gelu(-inf) = NaN as
  * PyTorch's, NaN stays NaN; below x ≈ -11 the exponent overflows to inf and the result is -0. */
-EVT_MATH_HD float evt_gelu_tanh_sigmoid(float x) { /* σ(2y) */
-  return evt_rcp_approx(1.0f + evt_exp2_approx(x * fmaf(x * x, -0.102943240f, -2.30220820f)));
+EVT_MATH_HD float evt_gelu_tanh_exp(float x) { /* exp(-2y) */
+  return evt_exp2_approx(x * fmaf(x * x, -0.102943240f, -2.30220820f));
 }
 
-EVT_MATH_HD float evt_gelu_tanh(float x) { return x * evt_gelu_tanh_sigmoid(x); }
+EVT_MATH_HD float evt_gelu_tanh(float x) { return x * evt_rcp_approx(1.0f + evt_gelu_tanh_exp(x)); }
 
-/* d/dx x·s = s + x·s·(1 - s)·2y', s = σ(2y), 2y' = 2·√(2/π)·(1 + 3·0.044715·x²); 1 - s as such (not exp(-2y)·s,
- * which is inf·0 where the exponent overflows) */
+/* d/dx x·s = s + x·s·(1 - s)·2y', s = σ(2y) = 1 / (1 + e), e = exp(-2y), 2y' = 2·√(2/π)·(1 + 3·0.044715·x²).
+ * 1 - s as e·s (a few ulp; 1.0f - s loses up to 2e-6 of the derivative near x = 5), with e capped at FLT_MAX where
+ * the exponent overflows (s = 0 there: 1 - s becomes 0 instead of inf·0, and the derivative 0, its f32 value). */
 EVT_MATH_HD float evt_gelu_tanh_grad(float dy, float x) {
-  const float s = evt_gelu_tanh_sigmoid(x);
+  const float e = evt_gelu_tanh_exp(x);
+  const float s = evt_rcp_approx(1.0f + e);
   const float xw = x * fmaf(x * x, 0.214064449f, 1.59576912f);
-  return dy * fmaf(xw * s, 1.0f - s, s);
+  return dy * fmaf(xw * s, fminf(e, 3.40282347e38f) * s, s);
 }
 
 #endif

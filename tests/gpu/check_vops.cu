@@ -3,7 +3,7 @@
 // Sm90Compute calls them, against the CPU element semantics evt_vop_apply3 (src/evt/vref.c) in double.
 // Quick (no CUTLASS GEMM to compile): the functors' part of the GEMM path when the budget has no room for
 // the CUTLASS kernels of tests/gpu/check_visitors.cu (gemm). Inputs: random in [-3, 3) with ties and special
-// values (0, ±inf, NaN) mixed in; a result matches when both are NaN, or equal infinities, or
+// values (0, ±inf, NaN) mixed in, and the GELUs once more over [-16, 16); a result matches when both are NaN, or equal infinities, or
 // |gpu − cpu| ≤ 2e-6 · max(1, |cpu|). Prints one line per functor and "N passed, N failed".
 #include <cuda_runtime.h>
 
@@ -125,6 +125,22 @@ int main() {
   check<evt_ops::GeluErfGrad, 2>("gelu_erf_grad", EVT_V_GELU_ERF_GRAD, y, x, z, dy, dx, dz, dout);
   check<evt_ops::GeluTanh, 1>("gelu_tanh", EVT_V_GELU_TANH, x, y, z, dx, dy, dz, dout);
   check<evt_ops::GeluTanhGrad, 2>("gelu_tanh_grad", EVT_V_GELU_TANH_GRAD, y, x, z, dy, dx, dz, dout);
+  // the GELUs again over [-16, 16): their tails (exp(-x²/2) leaves f32 below x ≈ -13.4; the tanh GELU's exponent
+  // overflows to inf below x ≈ -11, where the result must be -0, not NaN). dy finite here: an infinite dy times a
+  // derivative below f32's range (x < -13) is NaN on the device (inf · 0) where double gives ±inf, and double's
+  // 1 + tanh(y) cancels to 0 below x ≈ -8 (inf · 0 = NaN) where the sigmoid form keeps a nonzero f32 derivative
+  // (S32W6: the only differences in this pass when dy held ±inf).
+  std::vector<float> wx(n), wy(n);
+  for (int i = 0; i < n; i++) wx[i] = x[i] * (16.f / 3.f), wy[i] = std::isfinite(y[i]) ? y[i] : rnd();
+  float *dwx, *dwy;
+  CUDA_CHECK(cudaMalloc(&dwx, n * 4));
+  CUDA_CHECK(cudaMalloc(&dwy, n * 4));
+  CUDA_CHECK(cudaMemcpy(dwx, wx.data(), n * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dwy, wy.data(), n * 4, cudaMemcpyHostToDevice));
+  check<evt_ops::GeluErf, 1>("gelu_erf_wide", EVT_V_GELU_ERF, wx, wy, z, dwx, dwy, dz, dout);
+  check<evt_ops::GeluErfGrad, 2>("gelu_erf_grad_w", EVT_V_GELU_ERF_GRAD, wy, wx, z, dwy, dwx, dz, dout);
+  check<evt_ops::GeluTanh, 1>("gelu_tanh_wide", EVT_V_GELU_TANH, wx, wy, z, dwx, dwy, dz, dout);
+  check<evt_ops::GeluTanhGrad, 2>("gelu_tanh_grad_w", EVT_V_GELU_TANH_GRAD, wy, wx, z, dwy, dwx, dz, dout);
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
