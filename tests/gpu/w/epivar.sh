@@ -111,6 +111,7 @@ PY
   esac
 }
 export BENCH_TUNE_CASES=epi
+mkdir -p /tmp/evt-epivar  # the result tables (mk makes it too, but a base-only run calls no mk)
 echo "-- compile $VARIANTS at +$(( $(date +%s) - T0 ))s"
 for v in $VARIANTS; do
   kd=$PWD/kernels
