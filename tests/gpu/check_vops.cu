@@ -41,6 +41,14 @@ __global__ void apply(int n, const float *x, const float *y, const float *z, flo
 
 static int g_pass = 0, g_fail = 0;
 
+// a device copy of v (freed at exit)
+static float *to_device(const std::vector<float> &v) {
+  float *d;
+  CUDA_CHECK(cudaMalloc(&d, v.size() * 4));
+  CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+  return d;
+}
+
 template <template <class> class F, int A>
 static void check(const char *name, evt_vop op, const std::vector<float> &x, const std::vector<float> &y,
                   const std::vector<float> &z, float *dx, float *dy, float *dz, float *dout) {
@@ -88,16 +96,8 @@ int main() {
   // the positive-domain functions get |x| (NaN stays NaN)
   std::vector<float> ax(n);
   for (int i = 0; i < n; i++) ax[i] = fabsf(x[i]);
-  float *dx, *dy, *dz, *dax, *dout;
-  CUDA_CHECK(cudaMalloc(&dx, n * 4));
-  CUDA_CHECK(cudaMalloc(&dy, n * 4));
-  CUDA_CHECK(cudaMalloc(&dz, n * 4));
-  CUDA_CHECK(cudaMalloc(&dax, n * 4));
+  float *dx = to_device(x), *dy = to_device(y), *dz = to_device(z), *dax = to_device(ax), *dout;
   CUDA_CHECK(cudaMalloc(&dout, n * 4));
-  CUDA_CHECK(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(dy, y.data(), n * 4, cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(dz, z.data(), n * 4, cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(dax, ax.data(), n * 4, cudaMemcpyHostToDevice));
   check<evt_ops::Neg, 1>("neg", EVT_V_NEG, x, y, z, dx, dy, dz, dout);
   check<evt_ops::Exp, 1>("exp", EVT_V_EXP, x, y, z, dx, dy, dz, dout);
   check<evt_ops::Log, 1>("log", EVT_V_LOG, ax, y, z, dax, dy, dz, dout);
@@ -132,11 +132,7 @@ int main() {
   // (S32W6: the only differences in this pass when dy held ±inf).
   std::vector<float> wx(n), wy(n);
   for (int i = 0; i < n; i++) wx[i] = x[i] * (16.f / 3.f), wy[i] = std::isfinite(y[i]) ? y[i] : rnd();
-  float *dwx, *dwy;
-  CUDA_CHECK(cudaMalloc(&dwx, n * 4));
-  CUDA_CHECK(cudaMalloc(&dwy, n * 4));
-  CUDA_CHECK(cudaMemcpy(dwx, wx.data(), n * 4, cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(dwy, wy.data(), n * 4, cudaMemcpyHostToDevice));
+  float *dwx = to_device(wx), *dwy = to_device(wy);
   check<evt_ops::GeluErf, 1>("gelu_erf_wide", EVT_V_GELU_ERF, wx, wy, z, dwx, dwy, dz, dout);
   check<evt_ops::GeluErfGrad, 2>("gelu_erf_grad_w", EVT_V_GELU_ERF_GRAD, wy, wx, z, dwy, dwx, dz, dout);
   check<evt_ops::GeluTanh, 1>("gelu_tanh_wide", EVT_V_GELU_TANH, wx, wy, z, dwx, dwy, dz, dout);
