@@ -616,6 +616,8 @@ def cuda_placement(node, options=None):
         return unaligned_rows(node) or long_rows(node) or partial_broadcast(node) or unfusable_move(node)
     if G.attention_in_evt(options) and why is _ATTN:
         return None
+    if G.batch_norm_in_evt(options) and why is _BN:
+        return None
     return why
 
 

@@ -141,6 +141,13 @@ def attention_in_evt(options, env=None):
     return gpu_ops(options, env) == "all" or env.get("EVT_ATTENTION", "torch") == "evt"
 
 
+def batch_norm_in_evt(options, env=None):
+    """True when CUDA batch norm (forward and backward) runs in evt segments: gpu_ops "all", or
+    EVT_BATCH_NORM=evt (its statistics then run as Σ-over-M row kernels, see backend._BN)."""
+    env = os.environ if env is None else env
+    return gpu_ops(options, env) == "all" or env.get("EVT_BATCH_NORM", "torch") == "evt"
+
+
 def program_flags(options, env=None):
     """evt_program flags: FUSED unless options['fused'] is False or EVT_FUSED=0 (the option wins);
     CUDA_GRAPH when options['cudagraphs'] is "segments" (under "step" the whole step is captured by PyTorch:

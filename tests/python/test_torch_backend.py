@@ -498,6 +498,18 @@ def test_cuda_rules_simulated_on_cpu(name, caplog, monkeypatch):
         assert any("reference library" in m and "sdpa_backward" in m for m in msgs), fb
 
 
+def test_cuda_batch_norm_in_evt_simulated_on_cpu(caplog, monkeypatch):
+    """EVT_BATCH_NORM=evt (simulated CUDA rules, channels-last): the batch norms and their backward stay in evt
+    segments (no batch-norm fallback; the convolutions and pooling still run in PyTorch), and training, the
+    running statistics included, matches eager."""
+    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    monkeypatch.setenv("EVT_BATCH_NORM", "evt")
+    fb = check_training(ConvBN, lambda: (torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last),
+                                         torch.randint(0, 3, (2,))), caplog, steps=2)
+    assert any(f.startswith("convolution") for f in fb), fb
+    assert not any("batch_norm" in f for f in fb), fb
+
+
 def test_cross_entropy_is_finite_for_far_logits():
     """A target whose logit is 200 below its row's max: its probability underflows f32, so log(softmax) there is
     -inf; evt's loss (one pass: (max - x[t]) - log(max(softmax))) equals eager's finite value, and so do the
