@@ -20,9 +20,9 @@ Contract
   goes on until a node reads a deferred one (Plan._torch_step; EVT_DEFER_TORCH=0: it ends the segment).
 - CUDA op placement (gpu.gpu_ops: options={"gpu_ops": "fast"|"all"}, else EVT_CUDA_OPS; default "fast"):
   under "fast" a CUDA node whose op is in CUDA_REFERENCE_ONLY (convolutions, attention, pooling and their
-  backward, batch norm and its backward, the embedding and its backward: evt's only GPU implementation of them is the reference library
-  kernels/evt_fallback.cu, direct loops in double, no implicit-GEMM convolution or tiled attention, and
-  batch-norm statistics over N, H, W are no row/column reduction of the generated row kernels) runs in
+  backward, the embedding and its backward: evt's only GPU implementation of them is the reference library
+  kernels/evt_fallback.cu, direct loops in double, no implicit-GEMM convolution or tiled attention; batch norm
+  and its backward: evt's kernels measured slower, see _BN; EVT_BATCH_NORM=evt keeps them in evt) runs in
   PyTorch (cuDNN, flash attention), logged as a fallback with that reason; so does a large op whose rows
   are not 16-byte aligned (unaligned_rows: a 30522-word vocabulary's logits and their GEMMs), or that
   broadcasts or sums over some leading dims only (partial_broadcast: position embeddings and their gradient),
@@ -582,8 +582,9 @@ _POOL = _REF.format(what="pooling", how="one thread per element in double", torc
 _EMB = _REF.format(what="the embedding and its backward", how="a gather by index, and a scatter-add with atomics "
                    "in double plus a conversion pass (0.35-0.58 ms per step on bert_large / xmlcnn_paper, S13W6, "
                    "S14W1)", torch="its gather and sort-based backward kernels")
-_BN = _REF.format(what="batch norm", how="statistics over N, H, W: no row/column reduction of the row "
-                  "kernels, one thread per channel in double", torch="cuDNN")
+_BN = ("batch norm runs in PyTorch (its channels-last kernels): in evt (EVT_BATCH_NORM=evt) its channels-last "
+       "statistics lower as column sums of the row kernels, but measured slower on the H200 (resnet50 41.1 vs 28.7 "
+       "ms/step, S33W3: rows of 64-256 channels take one warp each, four passes over x, ~10 launches per layer)")
 # FX op packets that run in PyTorch on CUDA under gpu_ops "fast", with the reason logged.
 CUDA_REFERENCE_ONLY = {
     aten.convolution: _CONV, aten.convolution_backward: _CONV,

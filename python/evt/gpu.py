@@ -143,7 +143,8 @@ def attention_in_evt(options, env=None):
 
 def batch_norm_in_evt(options, env=None):
     """True when CUDA batch norm (forward and backward) runs in evt segments: gpu_ops "all", or
-    EVT_BATCH_NORM=evt (its statistics then run as Σ-over-M row kernels, see backend._BN)."""
+    EVT_BATCH_NORM=evt. Channels-last statistics then run as Σ-over-M row kernels (the layout pass carries the
+    memory order through them); measured slower than PyTorch's kernels (backend._BN), so off by default."""
     env = os.environ if env is None else env
     return gpu_ops(options, env) == "all" or env.get("EVT_BATCH_NORM", "torch") == "evt"
 

@@ -716,8 +716,9 @@ static bool member(lctx *c, int v) {
     int x = nd->inputs[0];
     if (c->vid[x] < 0) {
       const evt_node *xn = &g->nodes[x];
-      if (nd->op != EVT_OP_CAST && c->group && c->group[x] == c->gi && (xn->op == EVT_OP_SUM || xn->op == EVT_OP_AMAX) &&
-          !member_uses_in_group(c, v))
+      /* (a mean is a sum of scaled values here: a batch norm's [1,1,1,C] mean leaves as the saved [C] mean) */
+      if (nd->op != EVT_OP_CAST && c->group && c->group[x] == c->gi &&
+          (xn->op == EVT_OP_SUM || xn->op == EVT_OP_MEAN || xn->op == EVT_OP_AMAX) && !member_uses_in_group(c, v))
         return true; /* the reduction's output seen through a view that leaves: add_stores binds its store there */
       if (nd->op != EVT_OP_CAST) return refuse(c, v, "view of a value that is not a tile value of this kernel");
       c->vid[v] = operand(c, v, x, t);
@@ -886,7 +887,8 @@ static void add_stores(lctx *c, evt_lowered *L, bool want_d, int *dmem) {
     add_node(c, v, EVT_V_AUX_STORE, c->vid[v], -1, g->nodes[v].type.dtype, name, v);
   }
   for (int v = 0; v < n && c->bad < 0; v++) /* a view of a sum that leaves beside the sum itself */
-    if (group[v] == gi && leaves[v] == 1 && c->vid[v] < 0 && g->nodes[v].op != EVT_OP_SUM && g->nodes[v].op != EVT_OP_AMAX) {
+    if (group[v] == gi && leaves[v] == 1 && c->vid[v] < 0 && g->nodes[v].op != EVT_OP_SUM && g->nodes[v].op != EVT_OP_MEAN &&
+        g->nodes[v].op != EVT_OP_AMAX) {
       bool bound = false;
       for (int i = 0; i < c->s->nnodes; i++) bound |= L->vtensor[i] == v;
       if (bound) continue;

@@ -15,9 +15,13 @@
  *   only here, plus broadcast operands whose order p does not change (a per-channel bias)
  *                                         -> permute(op(x_1, ..., reshaped broadcasts), p)
  * Permute propagation (propagate_all; the paper's NCHW <-> NHWC cancellation): for a permutation p undone
- * by some permute of a computed tensor, the region of elementwise ops and sum/mean/amax reachable from such
- * permutes is rebuilt in the p order (dims remapped; per-channel broadcasts reshaped), users outside read a
- * permute back, and the attempt is kept only if, after the local rules, fewer permutes remain (else undone).
+ * by some permute of a tensor, the region of elementwise ops and sum/mean/amax reachable from such permutes
+ * is rebuilt in the p order (dims remapped; per-channel broadcasts reshaped), users outside read a permute
+ * back, and the attempt is kept only if, after the local rules, fewer permutes remain (else undone). The
+ * permute may read an input (session 33): a channels-last activation declared in memory order and permuted
+ * to NCHW carries its batch-norm statistics along, mean over N, H, W becoming a sum over the leading dims of
+ * the memory order (a Σ over M of the row kernels); before, only permutes of computed tensors seeded it and
+ * such a region kept its permutes.
  * Last (the only rule that adds permutes):
  *   permute(y) used by several nodes, some of them GEMMs (mm, bmm), y not an input/param
  *                                         -> one copy per GEMM user, so each GEMM absorbs its own copy as an
@@ -259,8 +263,6 @@ static bool pure_permute(const int64_t *s, const evt_ilist *p) {
   return true;
 }
 
-static bool is_source(evt_op op) { return op == EVT_OP_INPUT || op == EVT_OP_PARAM || op == EVT_OP_FULL || op == EVT_OP_SCALAR; }
-
 static bool is_reduction(evt_op op) { return op == EVT_OP_SUM || op == EVT_OP_MEAN || op == EVT_OP_AMAX; }
 
 /* State of one propagation attempt for the permutation p (rank r); arrays indexed by node ids < n0. */
@@ -374,7 +376,7 @@ static int propagate(evt_graph *g, const evt_ilist *p, bool strict) {
     const evt_node *n = &g->nodes[i];
     if (n->op != EVT_OP_PERMUTE || n->attr.dims.n != p->n) continue;
     int x = n->inputs[0];
-    if (!memcmp(n->attr.dims.v, P.inv.v, sizeof(int64_t) * (size_t)p->n) && !is_source(g->nodes[x].op)) P.seed[i] = 1;
+    if (!memcmp(n->attr.dims.v, P.inv.v, sizeof(int64_t) * (size_t)p->n)) P.seed[i] = 1;
     if (!memcmp(n->attr.dims.v, p->v, sizeof(int64_t) * (size_t)p->n) && P.lift[x] < 0) P.lift[x] = i; /* reuse */
   }
   int moved = 0;
@@ -447,7 +449,7 @@ static int propagate_all(evt_graph *g, evt_pass_stats *st) {
   int ntried = 0, done = 0;
   for (int i = 0; i < g->nnodes && ntried < 8; i++) {
     const evt_node *n = &g->nodes[i];
-    if (n->op != EVT_OP_PERMUTE || is_source(g->nodes[n->inputs[0]].op) || identity(&n->attr.dims)) continue;
+    if (n->op != EVT_OP_PERMUTE || identity(&n->attr.dims)) continue;
     evt_ilist p = n->attr.dims;
     for (int k = 0; k < p.n; k++) p.v[n->attr.dims.v[k]] = k; /* p = inverse(dims) */
     bool seen = false;

@@ -2,6 +2,7 @@
 #include "runtime/exec_plan.h"
 
 #include "partition/partition.h"
+#include "passes/passes.h"
 #include "runtime/tune.h"
 
 #include "evt_launch.h"
@@ -296,6 +297,19 @@ static bool is_view(evt_op op) {
          op == EVT_OP_PERMUTE || op == EVT_OP_TRANSPOSE;
 }
 
+/* A group refused because a member's shape is not a split of its row space (a batch norm's per-channel
+ * statistics math, [C], beside its [N·H·W, C] apply): every elementwise member smaller than the group's
+ * largest value is isolated in the same round, so one more partition separates them all instead of one per
+ * round (each round solves the ILP again: ~10 s for a ResNet downsample block's backward). */
+static void isolate_small_elementwise(const evt_graph *g, const evt_part_plan *part, int grp, unsigned char *iso) {
+  int64_t big = 0;
+  for (int v = 0; v < g->nnodes; v++)
+    if (part->group[v] == grp && evt_type_numel(&g->nodes[v].type) > big) big = evt_type_numel(&g->nodes[v].type);
+  for (int v = 0; v < g->nnodes; v++)
+    if (part->group[v] == grp && evt_op_is_elementwise(g->nodes[v].op) && evt_type_numel(&g->nodes[v].type) < big)
+      iso[v] = 1;
+}
+
 static evt_status refine(evt_graph *g, const evt_part_options *opt, evt_exec_plan *p) {
   const char *env = getenv("EVT_REFINE_PARTITION");
   if (!env || strcmp(env, "1")) return EVT_OK;
@@ -319,6 +333,7 @@ static evt_status refine(evt_graph *g, const evt_part_options *opt, evt_exec_pla
       if (b < 0 || iso[b] || g->nodes[b].op == EVT_OP_INPUT || g->nodes[b].op == EVT_OP_PARAM) continue;
       iso[b] = 1;
       more = true;
+      if (strstr(L->reason, "is not a split of the")) isolate_small_elementwise(g, &p->part, L->group, iso);
     }
     if (!more) break;
     evt_part_plan next;

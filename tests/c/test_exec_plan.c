@@ -968,6 +968,40 @@ static void unfused_nodes(evt_graph *g, long *nodes, long *elems) {
   evt_exec_plan_free(&p);
 }
 
+/* The fused plan of g on the CPU model against the interpreter, both against fp64: each output as close to the
+ * exact answer as the interpreter's own (evt_test_near_exact). */
+static void check_plan_cpu_vs_fp64(evt_graph *g, const char *name) {
+  int n = g->nnodes;
+  evt_tensor *v = calloc((size_t)n, sizeof *v), *w = calloc((size_t)n, sizeof *w), *x = calloc((size_t)n, sizeof *x);
+  CHECK(evt_interp_init_inputs(g, v, 0) == EVT_OK);
+  for (int i = 0; i < n; i++)
+    if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM)
+      for (evt_tensor *t = w; t; t = t == w ? x : NULL) {
+        CHECK(evt_tensor_alloc(&t[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
+        memcpy(t[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
+      }
+  evt_exec_plan p;
+  CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+  CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
+  CHECK(evt_interp_run(g, v, 0, 0) == EVT_OK);
+  CHECK(evt_interp_run(g, x, EVT_RUN_FP64, 0) == EVT_OK);
+  double sc = evt_test_output_scale(g, x);
+  for (int k = 0; k < g->noutputs; k++) {
+    int id = g->outputs[k];
+    double ef = evt_cuda_rel_error(&w[id], &x[id], 0.1 * sc), ei = evt_cuda_rel_error(&v[id], &x[id], 0.1 * sc);
+    CHECK_MSG(evt_test_near_exact(ef, ei), "%s: %%%s fused %g, interpreter %g from fp64", name, g->nodes[id].name, ef, ei);
+  }
+  for (int i = 0; i < n; i++) {
+    evt_tensor_free(&v[i]);
+    evt_tensor_free(&w[i]);
+    evt_tensor_free(&x[i]);
+  }
+  free(v);
+  free(w);
+  free(x);
+  evt_exec_plan_free(&p);
+}
+
 TEST(exec_plan_refines_refused_groups) {
   evt_graph *g = load_opt("bench/graphs/vit_bf16.evt");
   if (!g) return;
@@ -987,39 +1021,56 @@ TEST(exec_plan_refines_refused_groups) {
   for (int f = 0; f < 5; f++) {
     g = load_opt(files[f]);
     if (!g) continue;
-    int n = g->nnodes;
-    evt_tensor *v = calloc((size_t)n, sizeof *v), *w = calloc((size_t)n, sizeof *w), *x = calloc((size_t)n, sizeof *x);
-    CHECK(evt_interp_init_inputs(g, v, 0) == EVT_OK);
-    for (int i = 0; i < n; i++)
-      if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM)
-        for (evt_tensor *t = w; t; t = t == w ? x : NULL) {
-          CHECK(evt_tensor_alloc(&t[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
-          memcpy(t[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
-        }
-    evt_exec_plan p;
-    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
-    CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
-    CHECK(evt_interp_run(g, v, 0, 0) == EVT_OK);
-    CHECK(evt_interp_run(g, x, EVT_RUN_FP64, 0) == EVT_OK);
-    double sc = evt_test_output_scale(g, x);
-    for (int k = 0; k < g->noutputs; k++) {
-      int id = g->outputs[k];
-      double ef = evt_cuda_rel_error(&w[id], &x[id], 0.1 * sc), ei = evt_cuda_rel_error(&v[id], &x[id], 0.1 * sc);
-      CHECK_MSG(evt_test_near_exact(ef, ei), "%s: %%%s fused %g, interpreter %g from fp64", files[f], g->nodes[id].name,
-                ef, ei);
-    }
-    for (int i = 0; i < n; i++) {
-      evt_tensor_free(&v[i]);
-      evt_tensor_free(&w[i]);
-      evt_tensor_free(&x[i]);
-    }
-    free(v);
-    free(w);
-    free(x);
-    evt_exec_plan_free(&p);
+    check_plan_cpu_vs_fp64(g, files[f]);
     evt_graph_free(g);
   }
   unsetenv("EVT_REFINE_PARTITION");
+}
+
+/* A channels-last batch norm as the torch.compile backend declares it (the input in memory order, permuted to
+ * NCHW; the output permuted back): the layout pass carries the permutes through the statistics (mean over
+ * N, H, W of the logical tensor = a Σ over the rows of the [N·H·W, C] memory order) and the per-channel
+ * broadcasts, so no permute is left, forward or backward; the refined plan lowers every group (column sums,
+ * per-channel math, the apply) and computes what the interpreter does. Before session 33 the statistics
+ * stayed over dims [0, 2, 3] of the permuted tensor, which no kernel takes: the groups ran node by node. */
+TEST(batch_norm_channels_last_lowers_as_column_sums) {
+  const char *text = "graph bn_cl {\n"
+                     "  %xp: f32[4,4,4,16] = input(init=normal, std=1.0)\n"
+                     "  %x: f32[4,16,4,4] = permute(%xp, dims=[0,3,1,2])\n"
+                     "  %w: f32[16] = param(init=normal, std=1.0)\n"
+                     "  %b: f32[16] = param(init=normal, std=1.0)\n"
+                     "  %y: f32[4,16,4,4] = batch_norm(%x, %w, %b)\n"
+                     "  %r: f32[4,16,4,4] = relu(%y)\n"
+                     "  %rp: f32[4,4,4,16] = permute(%r, dims=[0,2,3,1])\n"
+                     "  %t: f32[4,4,4,16] = input(init=normal, std=1.0)\n"
+                     "  %d: f32[4,4,4,16] = sub(%rp, %t)\n"
+                     "  %sq: f32[4,4,4,16] = mul(%d, %d)\n"
+                     "  %loss: f32[] = mean(%sq)\n"
+                     "  loss %loss\n"
+                     "}\n";
+  evt_graph *g = load_opt_text(text, "bn_cl");
+  if (!g) return;
+  int permutes = 0, colstats = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const evt_node *n = &g->nodes[i];
+    permutes += n->op == EVT_OP_PERMUTE;
+    colstats += (n->op == EVT_OP_MEAN || n->op == EVT_OP_SUM) && n->attr.dims.n == 3 && n->attr.dims.v[0] == 0 &&
+                n->attr.dims.v[1] == 1 && n->attr.dims.v[2] == 2 && g->nodes[n->inputs[0]].type.rank == 4;
+  }
+  CHECK_MSG(permutes == 0, "%d permutes left", permutes);
+  CHECK_MSG(colstats >= 4, "%d sums / means over N, H, W in memory order", colstats); /* mean, E[x²], dγ, dβ */
+  setenv("EVT_REFINE_PARTITION", "1", 1);
+  evt_exec_plan p;
+  CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+  int nf, nb;
+  evt_exec_plan_counts(&p, &nf, &nb);
+  for (int gi = 0; gi < p.ngroups; gi++)
+    CHECK_MSG(p.groups[gi].fused, "group %d not lowered: %s", gi, p.low.k[gi].reason);
+  CHECK_MSG(nb == 0 && nf == p.ngroups, "%d fused, %d fallback", nf, nb);
+  evt_exec_plan_free(&p);
+  check_plan_cpu_vs_fp64(g, "bn_cl");
+  unsetenv("EVT_REFINE_PARTITION");
+  evt_graph_free(g);
 }
 
 /* Plain-epilogue GEMM groups (D = acc) run as one cuBLAS call (evt_exec_plain_blas) unless a tuning record

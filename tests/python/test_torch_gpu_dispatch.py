@@ -559,9 +559,10 @@ def _cuda_resnet_block():
 
 @needs_lib
 def test_cuda_reference_only_ops_run_in_pytorch(monkeypatch):
-    """gpu_ops "fast" (default): convolution, batch norm, pooling and their backward on CUDA are PyTorch
-    fallbacks naming the reference library; the elementwise ops around them stay evt segments on the GPU;
-    gpu_ops "all" (option or EVT_CUDA_OPS) keeps them in evt."""
+    """gpu_ops "fast" (default): convolution, pooling and their backward on CUDA are PyTorch fallbacks naming
+    the reference library, batch norm and its backward fallbacks naming EVT_BATCH_NORM=evt (evt's kernels
+    measured slower); the elementwise ops around them stay evt segments on the GPU; gpu_ops "all" (option or
+    EVT_CUDA_OPS) keeps them in evt, EVT_BATCH_NORM=evt the batch norms only."""
     monkeypatch.setattr(G, "has_program_api", lambda: True)
     monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
     monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
@@ -571,7 +572,8 @@ def test_cuda_reference_only_ops_run_in_pytorch(monkeypatch):
     plan = B.build_plan(gm)
     fb = collections.Counter(B._op_name(n).split(".")[0] for n, w in plan.fallbacks if "reference library" in w)
     assert fb["convolution"] == 1 and fb["convolution_backward"] == 1, fb
-    assert fb["native_batch_norm"] == 1 and fb["native_batch_norm_backward"] == 1, fb
+    bn = collections.Counter(B._op_name(n).split(".")[0] for n, w in plan.fallbacks if "EVT_BATCH_NORM=evt" in w)
+    assert bn["native_batch_norm"] == 1 and bn["native_batch_norm_backward"] == 1, plan.fallbacks
     assert fb["max_pool2d_with_indices"] == 1 and fb["max_pool2d_with_indices_backward"] == 1, fb
     segs = _segments(plan)
     assert segs and all(s.path == "gpu" for s in segs)
@@ -590,6 +592,15 @@ def test_cuda_reference_only_ops_run_in_pytorch(monkeypatch):
         text = "".join(s.text for s in _segments(plan))
         assert "conv2d(" in text and "max_pool2d_backward(" in text, text
     monkeypatch.delenv("EVT_CUDA_OPS")
+    # EVT_BATCH_NORM=evt: the batch norms alone join the segments
+    monkeypatch.setenv("EVT_BATCH_NORM", "evt")
+    gm = _cuda_resnet_block()
+    A.rewrite_joint(gm, attention=False, cuda_pools=False)
+    plan = B.build_plan(gm)
+    names = {B._op_name(n).split(".")[0] for n, _ in plan.fallbacks}
+    assert "convolution" in names and "native_batch_norm" not in names and "native_batch_norm_backward" not in names, names
+    text = "".join(s.text for s in _segments(plan))
+    assert "batch_norm" in text, text
 
 
 @needs_lib
