@@ -19,7 +19,8 @@ Contract
   the GPU segments before their programs are created (evt_program_tune; records cached on disk).
 - Importing this module sets EVT_REFINE_PARTITION=1 unless it is set (src/runtime/exec_plan.c: a group the
   lowering refuses is split around the node it names, so the rest of it still runs as a generated kernel
-  instead of node by node); EVT_REFINE_PARTITION=0 keeps the unrefined plans.
+  instead of node by node); EVT_REFINE_PARTITION=0 keeps the unrefined plans; 2 (the default when
+  EVT_BATCH_NORM=evt) isolates every per-channel member of a refused group at once (fewer ILP solves).
 - gpu_ops(options, env) is the CUDA op placement policy: "fast" (default) or "all", from
   options["gpu_ops"], else EVT_CUDA_OPS. Under "fast", ops whose only evt GPU implementation is the
   reference library (kernels/evt_fallback.cu: direct loops in double; see backend.CUDA_REFERENCE_ONLY)
@@ -47,7 +48,8 @@ EVT_PROGRAM_NO_OPT = 4
 
 OPTIONS = {"cudagraphs", "fused", "gpu_ops", "tune"}
 
-os.environ.setdefault("EVT_REFINE_PARTITION", "1")  # (read by evt_program_create; see the contract)
+# (read by evt_program_create; see the contract; 2 isolates a batch norm's per-channel math in one round)
+os.environ.setdefault("EVT_REFINE_PARTITION", "2" if os.environ.get("EVT_BATCH_NORM") == "evt" else "1")
 GPU_OPS = ("fast", "all")
 
 # Outputs of at most this many elements are copied out of a private buffer under CUDA graphs.

@@ -280,7 +280,8 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
  * refusal names (a per-row index vector in a row space, a cast, a permute inside an epilogue, ...) is put
  * in a group of its own and the graph partitioned again, up to REFINE_ROUNDS times, so that the rest of
  * the group still becomes a generated kernel. Opt-in: EVT_REFINE_PARTITION=1 (the torch.compile backend
- * sets it for its GPU programs); plans of evtc and the C API are unchanged without it. Measured on the H200 in
+ * sets it for its GPU programs; 2: see isolate_small_elementwise); plans of evtc and the C API are unchanged
+ * without it. Measured on the H200 in
  * session 27 (S27W2/W3) with it on for evtc: every example and bench graph matched the interpreter fused, most
  * faster (resnet_block_bf16 34 of 49 groups generated instead of 9 of 26: 0.97-1.03 vs 1.72-2.10 ms/step), but
  * `--check` flagged resnet_block_bf16 at step 4: its 4x8x8x8 block's ReLU masks flip under bf16 rounding
@@ -297,10 +298,12 @@ static bool is_view(evt_op op) {
          op == EVT_OP_PERMUTE || op == EVT_OP_TRANSPOSE;
 }
 
-/* A group refused because a member's shape is not a split of its row space (a batch norm's per-channel
- * statistics math, [C], beside its [N·H·W, C] apply): every elementwise member smaller than the group's
- * largest value is isolated in the same round, so one more partition separates them all instead of one per
- * round (each round solves the ILP again: ~10 s for a ResNet downsample block's backward). */
+/* EVT_REFINE_PARTITION=2 (the torch backend's with EVT_BATCH_NORM=evt): a group refused because a member's shape
+ * is not a split of its row space (a batch norm's per-channel statistics math, [C], beside its [N·H·W, C] apply)
+ * has every elementwise member smaller than its largest value isolated in the same round, so one more partition
+ * separates them all instead of one per round (each round solves the ILP again: ~10 s for a ResNet downsample
+ * block's backward; S33W2 timed out in them). Not the default: on the bf16 bench graphs' loss regions it
+ * leaves one or two more small kernels than isolating one node per round. */
 static void isolate_small_elementwise(const evt_graph *g, const evt_part_plan *part, int grp, unsigned char *iso) {
   int64_t big = 0;
   for (int v = 0; v < g->nnodes; v++)
@@ -312,7 +315,8 @@ static void isolate_small_elementwise(const evt_graph *g, const evt_part_plan *p
 
 static evt_status refine(evt_graph *g, const evt_part_options *opt, evt_exec_plan *p) {
   const char *env = getenv("EVT_REFINE_PARTITION");
-  if (!env || strcmp(env, "1")) return EVT_OK;
+  if (!env || (strcmp(env, "1") && strcmp(env, "2"))) return EVT_OK;
+  const bool batch = !strcmp(env, "2");
   int n = g->nnodes;
   unsigned char *iso = calloc((size_t)n + 1, 1);
   int *size = calloc((size_t)n + 1, sizeof *size);
@@ -333,7 +337,7 @@ static evt_status refine(evt_graph *g, const evt_part_options *opt, evt_exec_pla
       if (b < 0 || iso[b] || g->nodes[b].op == EVT_OP_INPUT || g->nodes[b].op == EVT_OP_PARAM) continue;
       iso[b] = 1;
       more = true;
-      if (strstr(L->reason, "is not a split of the")) isolate_small_elementwise(g, &p->part, L->group, iso);
+      if (batch && strstr(L->reason, "is not a split of the")) isolate_small_elementwise(g, &p->part, L->group, iso);
     }
     if (!more) break;
     evt_part_plan next;
