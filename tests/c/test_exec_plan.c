@@ -244,6 +244,18 @@ TEST(jit_flags_without_cutlass) {
   CHECK(evt_jit_flags(&o, flags, sizeof flags) == EVT_ERR_UNSUPPORTED);
 }
 
+/* Frees the three value arrays (n tensors each) a plan-vs-interpreter comparison holds. */
+static void free_values3(evt_tensor *v, evt_tensor *w, evt_tensor *x, int n) {
+  for (int i = 0; i < n; i++) {
+    evt_tensor_free(&v[i]);
+    evt_tensor_free(&w[i]);
+    evt_tensor_free(&x[i]);
+  }
+  free(v);
+  free(w);
+  free(x);
+}
+
 /* The CPU model of plan p (evt_exec_plan_run_cpu) against the interpreter on fresh inputs (seed; float inputs
  * scaled by 2^shift, exact in bf16): the largest relative error over the graph outputs (evt_cuda_rel_error,
  * floor 0.1 x the largest non-loss output), its output node in *worst; +inf when a run fails. A 16-bit output
@@ -284,14 +296,7 @@ static double cpu_model_error(evt_graph *g, const evt_exec_plan *p, int seed, in
       }
     }
   }
-  for (int i = 0; i < n; i++) {
-    evt_tensor_free(&v[i]);
-    evt_tensor_free(&w[i]);
-    evt_tensor_free(&x[i]);
-  }
-  free(v);
-  free(w);
-  free(x);
+  free_values3(v, w, x, n);
   return err;
 }
 
@@ -991,14 +996,7 @@ static void check_plan_cpu_vs_fp64(evt_graph *g, const char *name) {
     double ef = evt_cuda_rel_error(&w[id], &x[id], 0.1 * sc), ei = evt_cuda_rel_error(&v[id], &x[id], 0.1 * sc);
     CHECK_MSG(evt_test_near_exact(ef, ei), "%s: %%%s fused %g, interpreter %g from fp64", name, g->nodes[id].name, ef, ei);
   }
-  for (int i = 0; i < n; i++) {
-    evt_tensor_free(&v[i]);
-    evt_tensor_free(&w[i]);
-    evt_tensor_free(&x[i]);
-  }
-  free(v);
-  free(w);
-  free(x);
+  free_values3(v, w, x, n);
   evt_exec_plan_free(&p);
 }
 
