@@ -52,7 +52,8 @@ ALL_MODES = ("eager", "inductor", "autotune", "evt", "evt_cg", "evt_cgs", "evt_u
 # one torch._foreach_copy_ per dtype pair; an A/B of that default).
 # evt_cg_noab: evt_cg with EVT_FUSION_AB=0 (no in-step A/B of fused kernel vs unfused pair for the groups whose
 # tuning record measured the pair faster: the 10% margin alone decides; an A/B of that default).
-# evt_cg_bn: evt_cg with EVT_BATCH_NORM=evt (CUDA batch norms in evt segments instead of PyTorch's kernels).
+# evt_cg_bn: evt_cg with EVT_BATCH_NORM=evt (CUDA batch norms in evt segments instead of PyTorch's kernels) and
+# EVT_REFINE_PARTITION=2 (what python/evt/gpu.py sets when EVT_BATCH_NORM=evt is in the environment at import).
 # evt_cg_sw8: evt_cg with EVT_DEFAULT_SWIZZLE=8 (untuned large GEMMs with swizzle 8; an A/B of that option).
 # evt_cg_notune: evt_cg without tuning (EVT_TUNE=0) and without the tuning records of the JIT cache
 # (EVT_TUNE_CACHE pointed at an empty place): the untuned defaults. evt_cg itself measures each GEMM group's
@@ -61,7 +62,7 @@ ALL_MODES = ("eager", "inductor", "autotune", "evt", "evt_cg", "evt_cgs", "evt_u
 MODE_ENV = {"evt_unf": {"EVT_UNFUSED_EPILOGUE": "1"}, "evt_unf10": {"EVT_UNFUSED_MIN_GAIN": "0.1"},
             "evt_cg_sw8": {"EVT_DEFAULT_SWIZZLE": "8"}, "evt_cg_unf": {"EVT_UNFUSED_EPILOGUE": "1"},
             "evt_cg_unf3": {"EVT_UNFUSED_MIN_GAIN": "0.03"}, "evt_cg_nofc": {"EVT_FOREACH_CASTS": "0"}, "evt_cg_noab": {"EVT_FUSION_AB": "0"},
-            "evt_cg_bn": {"EVT_BATCH_NORM": "evt"},
+            "evt_cg_bn": {"EVT_BATCH_NORM": "evt", "EVT_REFINE_PARTITION": "2"},
             "evt_cg_notune": {"EVT_TUNE_CACHE": "/nonexistent-evt-tune-records", "EVT_TUNE": "0"}}
 WORKLOADS = ("bert_large", "vit_p14", "xmlcnn_paper", "resnet50", "gcn_mag", "mlp")  # = models.WORKLOADS
 QUICK_WORKLOADS = ("mlp", "xmlcnn_paper", "gcn_mag", "vit_p14")
