@@ -584,7 +584,7 @@ _EMB = _REF.format(what="the embedding and its backward", how="a gather by index
                    "S14W1)", torch="its gather and sort-based backward kernels")
 _BN = ("batch norm runs in PyTorch (its channels-last kernels): in evt (EVT_BATCH_NORM=evt) its channels-last "
        "statistics lower as column sums of the row kernels, but measured slower on the H200 (resnet50 41.1 vs 28.7 "
-       "ms/step, S33W3: rows of 64-256 channels take one warp each, four passes over x, ~10 launches per layer)")
+       "ms/step, S33W3: rows of 64-256 channels take one warp each, ~10 launches per layer)")
 # FX op packets that run in PyTorch on CUDA under gpu_ops "fast", with the reason logged.
 CUDA_REFERENCE_ONLY = {
     aten.convolution: _CONV, aten.convolution_backward: _CONV,
