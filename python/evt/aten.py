@@ -1088,12 +1088,28 @@ def _batch_norm_bwd(b, node, used):
     vals, res = out(node), {}
     dt = _ln_compute_dtype(x, w)
     dyn, xn = b.cast(dy, dt), b.cast(x, dt)
-    dims = [0] + list(range(2, meta_val(x).dim()))
-    if 0 in used:
-        ops = [dyn, xn] + ([b.cast(w, dt)] if w is not None else [])
-        res[0] = _result_in(b, "batch_norm_backward_input", ops, {"eps": float(eps)}, dt, vals[0])
-    if 1 in used:
-        res[1] = _result_in(b, "batch_norm_backward_weight", [dyn, xn], {"eps": float(eps)}, dt, vals[1])
+    nd = meta_val(x).dim()
+    dims = [0] + list(range(2, nd))
+    if smean is not None and sinv is not None and used & {0, 1}:
+        # From the forward's saved statistics, as PyTorch's kernel does: x̂ = (x - mean)·invstd needs no
+        # statistics pass over x (evt's batch_norm_backward_* ops recompute them: one more pass)
+        bc = [1, meta_val(x).shape[1]] + [1] * (nd - 2)
+        m, r = b.reshape(b.cast(smean, dt), bc), b.reshape(b.cast(sinv, dt), bc)
+        xhat = b.op("mul", [b.op("sub", [xn, m]), r])
+        if 0 in used:
+            g = b.op("mul", [dyn, b.reshape(b.cast(w, dt), bc)]) if w is not None else dyn
+            mg = b.op("mean", [g], {"dims": dims, "keepdim": 1})
+            mgx = b.op("mean", [b.op("mul", [g, xhat])], {"dims": dims, "keepdim": 1})
+            t = b.op("sub", [b.op("sub", [g, mg]), b.op("mul", [xhat, mgx])])
+            res[0] = _result_in(b, "mul", [t, r], {}, dt, vals[0])
+        if 1 in used:
+            res[1] = _result_in(b, "sum", [b.op("mul", [dyn, xhat])], {"dims": dims}, dt, vals[1])
+    elif 0 in used or 1 in used:
+        if 0 in used:
+            ops = [dyn, xn] + ([b.cast(w, dt)] if w is not None else [])
+            res[0] = _result_in(b, "batch_norm_backward_input", ops, {"eps": float(eps)}, dt, vals[0])
+        if 1 in used:
+            res[1] = _result_in(b, "batch_norm_backward_weight", [dyn, xn], {"eps": float(eps)}, dt, vals[1])
     if 2 in used:
         res[2] = _result_in(b, "sum", [dyn], {"dims": dims}, dt, vals[2])
     return res

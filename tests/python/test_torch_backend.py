@@ -510,6 +510,21 @@ def test_cuda_batch_norm_in_evt_simulated_on_cpu(caplog, monkeypatch):
     assert not any("batch_norm" in f for f in fb), fb
 
 
+@pytest.mark.parametrize("affine", [False, True])
+def test_batch_norm_backward_from_saved_statistics(affine, caplog):
+    """native_batch_norm_backward is translated from the forward's saved mean / invstd (x̂ without a statistics
+    pass over x, as PyTorch's kernel), with and without the affine weight: training matches eager."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.bn = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8, affine=affine)
+            self.fc = nn.Linear(8, 3)
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.fc(F.relu(self.bn(self.c(x))).mean((2, 3))), y)
+    check_training(M, lambda: (torch.randn(4, 3, 5, 5), torch.randint(0, 3, (4,))), caplog, steps=2)
+
+
 def test_cross_entropy_is_finite_for_far_logits():
     """A target whose logit is 200 below its row's max: its probability underflows f32, so log(softmax) there is
     -inf; evt's loss (one pass: (max - x[t]) - log(max(softmax))) equals eager's finite value, and so do the
