@@ -980,6 +980,23 @@ def _evt_layer_norm_bwd(b, node, used):  # (registered after evt::layer_norm_bac
     return _layer_norm_bwd_math(b, node, used, dy, x, ns, w, float(eps), None, None)
 
 
+def _norm_bwd_from_stats(b, used, dyn, xn, wn, m, r, norm_dims, sum_dims):
+    """The (op, operands, attrs) of a normalization's dx (0) and dw (1) from saved statistics m / r (broadcast to
+    xn), as PyTorch's kernels compute them: x̂ = (x - m)·r, g = dy [· w], dx = (g - mean(g) - x̂·mean(g·x̂))·r
+    with the means over norm_dims, dw = Σ dy·x̂ over sum_dims."""
+    final = {}
+    xhat = b.op("mul", [b.op("sub", [xn, m]), r])
+    if 1 in used:
+        final[1] = ("sum", [b.op("mul", [dyn, xhat])], {"dims": sum_dims})
+    if 0 in used:
+        g = b.op("mul", [dyn, wn]) if wn else dyn
+        mg = b.op("mean", [g], {"dims": norm_dims, "keepdim": 1})
+        mgx = b.op("mean", [b.op("mul", [g, xhat])], {"dims": norm_dims, "keepdim": 1})
+        t = b.op("sub", [b.op("sub", [g, mg]), b.op("mul", [xhat, mgx])])
+        final[0] = ("mul", [t, r], {})
+    return final
+
+
 def _layer_norm_bwd_math(b, node, used, dy, x, ns, w, eps, mean, rstd):
     """(dx, dw, db) of a layer norm: the row ops (statistics recomputed from x) when eps is known, else
     the same math from the saved statistics mean / rstd."""
@@ -1000,15 +1017,7 @@ def _layer_norm_bwd_math(b, node, used, dy, x, ns, w, eps, mean, rstd):
     elif used & {0, 1}:
         # No eps known: the same math from the saved statistics (as PyTorch's own kernel does).
         mn, rn = _flat(b, b.cast(mean, cdt), rows, 1, k), _flat(b, b.cast(rstd, cdt), rows, 1, k)
-        xhat = b.op("mul", [b.op("sub", [xn, mn]), rn])
-        if 1 in used:
-            final[1] = ("sum", [b.op("mul", [dyn, xhat])], {"dims": rdims})
-        if 0 in used:
-            g = b.op("mul", [dyn, wn]) if wn else dyn
-            mg = b.op("mean", [g], {"dims": [-1], "keepdim": 1})
-            mgx = b.op("mean", [b.op("mul", [g, xhat])], {"dims": [-1], "keepdim": 1})
-            t = b.op("sub", [b.op("sub", [g, mg]), b.op("mul", [xhat, mgx])])
-            final[0] = ("mul", [t, rn], {})
+        final.update(_norm_bwd_from_stats(b, used, dyn, xn, wn, mn, rn, [-1], rdims))
     if 2 in used:
         final[2] = ("sum", [dyn], {"dims": rdims})
     for i, (op, ops, attrs) in sorted(final.items()):
@@ -1091,20 +1100,14 @@ def _batch_norm_bwd(b, node, used):
     nd = meta_val(x).dim()
     dims = [0] + list(range(2, nd))
     if smean is not None and sinv is not None and used & {0, 1}:
-        # From the forward's saved statistics, as PyTorch's kernel does: x̂ = (x - mean)·invstd needs no
-        # statistics pass over x (evt's batch_norm_backward_* ops recompute them: one more pass)
+        # From the forward's saved statistics, as PyTorch's kernel does: x̂ needs no statistics pass over x
+        # (evt's batch_norm_backward_* ops recompute them: one more pass)
         bc = [1, meta_val(x).shape[1]] + [1] * (nd - 2)
         m, r = b.reshape(b.cast(smean, dt), bc), b.reshape(b.cast(sinv, dt), bc)
-        xhat = b.op("mul", [b.op("sub", [xn, m]), r])
-        if 0 in used:
-            g = b.op("mul", [dyn, b.reshape(b.cast(w, dt), bc)]) if w is not None else dyn
-            mg = b.op("mean", [g], {"dims": dims, "keepdim": 1})
-            mgx = b.op("mean", [b.op("mul", [g, xhat])], {"dims": dims, "keepdim": 1})
-            t = b.op("sub", [b.op("sub", [g, mg]), b.op("mul", [xhat, mgx])])
-            res[0] = _result_in(b, "mul", [t, r], {}, dt, vals[0])
-        if 1 in used:
-            res[1] = _result_in(b, "sum", [b.op("mul", [dyn, xhat])], {"dims": dims}, dt, vals[1])
-    elif 0 in used or 1 in used:
+        wn = b.reshape(b.cast(w, dt), bc) if w is not None else None
+        for i, (op, ops, attrs) in _norm_bwd_from_stats(b, used, dyn, xn, wn, m, r, dims, dims).items():
+            res[i] = _result_in(b, op, ops, attrs, dt, vals[i])
+    elif used & {0, 1}:
         if 0 in used:
             ops = [dyn, xn] + ([b.cast(w, dt)] if w is not None else [])
             res[0] = _result_in(b, "batch_norm_backward_input", ops, {"eps": float(eps)}, dt, vals[0])
