@@ -109,6 +109,12 @@
 /* nucleus-free kernels with Σ-over-M sums and no per-row reduction, rows longer than the register configurations
  * take: column blocks of 8 x 32 x COLS_WARPS elements, the sums in registers over a slice of rows */
 #define EVT_ROWS_DEFAULT_COLS_WARPS 8
+/* the same kernel for short rows of nucleus-free kernels without a per-row reduction (rows of at most PACK_CHUNKS
+ * chunks of 8; with or without sums over M): a row takes ceil(N / 8) threads and a CTA of 8 warps 256 / that rows
+ * side by side, where the register kernels give each row a warp (N = 64: 8 of 32 lanes busy; ResNet's 64-channel
+ * batch norms in channels-last memory order); each thread fetches PACK_UNROLL rows' chunks before their epilogues. */
+#define EVT_ROWS_DEFAULT_PACK_CHUNKS 16
+#define EVT_ROWS_DEFAULT_PACK_UNROLL 4
 
 /* (warps, vpt, min_vpt) of every configuration evt_row_pick_config can return; min_vpt 2: only with min_vpt 2
  * (the generated launcher instantiates those only when EVT_ROWS_MIN_VPT is 2). */

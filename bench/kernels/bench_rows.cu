@@ -330,7 +330,13 @@ static int perf_main(int argc, char **argv) {
                     {"softmax", EVT_BF16, 2048, 50304},     {"softmax", EVT_BF16, 2048, 50257},
                     {"softmax_bwd", EVT_BF16, 2048, 50304},
                     // XML-CNN's loss backward and bias gradient over 670208 labels: the column-block kernel
-                    {"bce_bias_grad", EVT_BF16, 256, 670208}};
+                    {"bce_bias_grad", EVT_BF16, 256, 670208},
+                    // ResNet-50's batch norms at batch 128 in channels-last memory order (rows = N·H·W, N = channels):
+                    // 56² x 64 / 256 channels (layer1), 112² x 64 (the stem), 28² x 128 (layer2): short rows
+                    {"bn_stats", EVT_BF16, 401408, 64},      {"bn_stats", EVT_BF16, 1605632, 64},
+                    {"bn_stats", EVT_BF16, 100352, 128},     {"bn_stats", EVT_BF16, 401408, 256},
+                    {"bn_apply", EVT_BF16, 401408, 64},      {"bn_apply", EVT_BF16, 401408, 256},
+                    {"bn_bwd_reduce", EVT_BF16, 401408, 64}, {"bn_bwd_reduce", EVT_BF16, 100352, 128}};
   const char *only = getenv("ROWPERF_ONLY");  // comma list of ops (debug)
   // steady: ROWPERF_STEADY x K launches per timed batch (K rotating buffer sets)
   const int smult = getenv("ROWPERF_STEADY") ? std::max(1, atoi(getenv("ROWPERF_STEADY"))) : 16;

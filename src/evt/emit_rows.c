@@ -130,7 +130,9 @@ static void emit_long_chunk(sbuf *b, const evt_rspec *s) {
 /* The epilogue of one row: per-row values (column broadcasts, per-row reduction accumulators), then per chunk of 8
  * columns its loads, one statement per node and element, its stores, then the per-row reductions. lng 1: the long-row
  * kernel's form (this thread's chunk of each block, the nucleus's chunk values and the M×N loads per chunk); lng 2:
- * the column-block kernel's (one chunk, j0 / es / lim / full set by the kernel; row sums into registers rsa<k>). */
+ * the column-block kernel's (one chunk, j0 / es / lim / full set by the kernel; row sums into registers rsa<k>); lng 3:
+ * the same with the M×N loads already fetched (f_L<i>[u], row_kernel_cols's batch of U rows) and the row broadcasts
+ * loaded once before the row loop. */
 static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const int *rsk, int lng) {
   evt_row_nucleus nu = s->nucleus;
   int hw = s->has_w, hb = s->has_b;
@@ -150,7 +152,7 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
           "      if (!live || (!EXF && j0 >= n)) continue;\n"
           "      const bool full = EXF || (vec && j0 + 8 <= n);\n"
           "      (void)full;\n");
-  } else if (lng == 2) { /* the column-block kernel: this thread's 8 columns of this row */
+  } else if (lng >= 2) { /* the column-block kernel: this thread's 8 columns of this row */
     sb(b, "    if (j0 < n) {\n      const int v = 0;\n      (void)v;\n");
   } else {
     sb(b, "    // this thread's chunk of each block of 8·T elements: elements j0 + e·es < lim (evt_rows::long_head; h > 0:\n"
@@ -164,10 +166,12 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
   }
   for (int i = 0; lng && i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
-    if (v->op == EVT_V_AUX_LOAD)
+    if (v->op == EVT_V_AUX_LOAD && lng == 3) /* fetched with the batch's other rows (row_kernel_cols) */
+      sb(b, "      evt_rows::Raw8<%s> c_L%d[1] = {f_L%d[u]};  // %s\n", ctype(v->dtype), i, i, v->name);
+    else if (v->op == EVT_V_AUX_LOAD)
       sb(b, "      evt_rows::Raw8<%s> c_L%d[1];  // %s\n      evt_rows::fetch8s(p.n%d_%s + ro, j0, es, lim, full, c_L%d[0]);\n",
          ctype(v->dtype), i, v->name, i, v->name, i);
-    if (v->op == EVT_V_ROW_BCAST)
+    if (v->op == EVT_V_ROW_BCAST && lng != 3) /* (row_kernel_cols loads its columns once) */
       sb(b, "      float L%d[1][8];  // row_bcast %s\n      evt_rows::load8s(p.n%d_%s, j0, es, lim, full, L%d[0]);\n", i, v->name, i,
          v->name, i);
   }
@@ -249,7 +253,7 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
     if (s->nodes[i].op == EVT_V_AUX_STORE)
       sb(b, lng ? "      evt_rows::store8s(p.n%d_%s + ro, j0, es, lim, full, S%d);\n"
                 : "      evt_rows::store8(p.n%d_%s + ro, j0, n, full, S%d);\n", i, s->nodes[i].name, i);
-    else if (s->nodes[i].op == EVT_V_ROW_SUM && lng == 2)
+    else if (s->nodes[i].op == EVT_V_ROW_SUM && lng >= 2)
       sb(b, "#pragma unroll\n      for (int e = 0; e < 8; e++) rsa%d[e] += RS%d[e];\n", rsk[i], i);
     else if (s->nodes[i].op == EVT_V_ROW_SUM)
       sb(b, "      rsum.add8(%d, v, RS%d);\n", rsk[i], i);
@@ -431,6 +435,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "using RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, %d,\n"
            "    EVT_ROWS_SMEM_SUM && (size_t)(%d - K) * VPT * 8 * WARPS * 32 * R * 4 <= 98304 ? K : %d>;\n\n",
        nrowsum, nrowsum, nrowsum, nrowsum, nrowsum);
+  int nstore = 0; /* M×N stores (aux_store) */
+  for (int i = 0; i < s->nnodes; i++) nstore += s->nodes[i].op == EVT_V_AUX_STORE;
   int ncolsum = 0;  /* per-row reductions (col_sum, col_max): they need the group's shared slots */
   for (int i = 0; i < s->nnodes; i++) ncolsum += s->nodes[i].op == EVT_V_COL_SUM || s->nodes[i].op == EVT_V_COL_MAX;
   /* M×N row inputs fetched one row ahead: (pointer field, element type, register array) */
@@ -537,6 +543,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   sb(&b, "  for (long long base = (long long)blockIdx.x * R; base < p.m; base += stride) {\n");
   sb(&b, "    const long long row = base + g;\n    const bool live = row < p.m;\n"
          "    const long long ro = live ? row * n : 0;  // row offset\n");
+  if (!nstore) sb(&b, "    (void)ro;  // (no M×N store)\n");
   if (nrin) {
     sb(&b, "    const long long nrow = row + D * stride;  // the row to fetch now\n"
            "    const bool nlive = nrow < p.m;\n");
@@ -642,32 +649,73 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     emit_epilogue(&b, s, users, rsk, 1);
     sb(&b, "  }\n}\n\n");
   }
-  /* 2b''. the column-block kernel: nucleus-free, Σ over M, no per-row reduction, rows the register kernels refuse */
-  const int cols = long_form == 2;
+  /* 2b''. the column-block kernel: nucleus-free, no per-row reduction (with or without Σ over M): short rows, several
+   * side by side in a CTA (every lane busy; the register kernels give each row a warp), and rows with sums over M
+   * that the register kernels refuse (column blocks) */
+  const int cols = nu == EVT_ROWN_NONE && !ncolsum;
   if (cols) {
-    sb(&b, "// Rows longer than the register configurations take, with sums over M (nucleus-free, no per-row reduction):\n"
-           "// the tile in column blocks. CTA (x, y) takes columns x·8T .. x·8T + 8T − 1 (thread t its 8) of the rows of\n"
-           "// slice y; the sums over M accumulate in registers over the slice; partials ws[k][y][n], then rowsum_finalize.\n"
+    sb(&b, "// Nucleus-free rows without a per-row reduction, as a tile of 8-column chunks: a row of cpr < T chunks takes cpr\n"
+           "// threads and a CTA S = T / cpr rows side by side (short rows: every lane busy); longer rows a column block of\n"
+           "// T chunks per CTA (blockIdx.x), S = 1. CTA (x, y) takes the rows of slice y, U rows per thread fetched\n"
+           "// together (their loads in flight at once), then each row's epilogue; sums over M accumulate in registers,\n"
+           "// are added over the S rows side by side in a fixed order, and give partials ws[k][y][n] for rowsum_finalize.\n"
            "#ifndef EVT_ROWS_COLS_WARPS\n#define EVT_ROWS_COLS_WARPS %d\n#endif\n"
+           "#ifndef EVT_ROWS_PACK_CHUNKS  // rows of at most this many 8-element chunks take this kernel (0: only long rows)\n"
+           "#define EVT_ROWS_PACK_CHUNKS %d\n#endif\n"
+           "#ifndef EVT_ROWS_PACK_UNROLL  // rows per thread whose loads are issued together\n"
+           "#define EVT_ROWS_PACK_UNROLL %d\n#endif\n"
            "template <int WARPS>\n__global__ void __launch_bounds__(WARPS * 32) row_kernel_cols(Params p) {\n"
-           "  constexpr int T = WARPS * 32;\n"
-           "  evt_rows::wait_prior_grids();  // launched early (EVT_ROWS_PDL_MAIN): the previous kernel's writes first\n"
-           "  const int t = threadIdx.x, n = p.n, es = 1, lim = n;\n"
-           "  const int j0 = (blockIdx.x * T + t) * 8;  // this thread's 8 columns\n"
-           "  const bool full = p.vec && j0 + 8 <= n;\n  (void)es;\n  (void)lim;\n  (void)full;\n",
-       EVT_ROWS_DEFAULT_COLS_WARPS);
+           "  constexpr int T = WARPS * 32, U = EVT_ROWS_PACK_UNROLL;\n"
+           "  evt_rows::wait_prior_grids();  // launched early (EVT_ROWS_PDL_MAIN): the previous kernel's writes first\n",
+       EVT_ROWS_DEFAULT_COLS_WARPS, EVT_ROWS_DEFAULT_PACK_CHUNKS, EVT_ROWS_DEFAULT_PACK_UNROLL);
+    if (!nrowsum) sb(&b, "  evt_rows::release_dependents();  // the next kernel may be scheduled into the slots this grid frees\n");
+    sb(&b, "  const int n = p.n, es = 1, lim = n;\n"
+           "  const int cpr = (n + 7) / 8, cw = cpr < T ? cpr : T, S = T / cw;  // threads per row, rows side by side\n"
+           "  const int c = threadIdx.x %% cw, sub = threadIdx.x / cw;  // sub >= S: idle (T %% cw threads)\n"
+           "  const int j0 = (blockIdx.x * cw + c) * 8;  // this thread's 8 columns\n"
+           "  const bool full = p.vec && j0 + 8 <= n;\n  (void)es;\n  (void)lim;\n  (void)full;\n");
     emit_scalar_loads(&b, s);
+    for (int i = 0; i < s->nnodes; i++)
+      if (s->nodes[i].op == EVT_V_ROW_BCAST)
+        sb(&b, "  float L%d[1][8];  // row_bcast %s: this thread's columns (loaded once)\n"
+               "  evt_rows::load8s(p.n%d_%s, j0, es, lim, full, L%d[0]);\n",
+           i, s->nodes[i].name, i, s->nodes[i].name, i);
     for (int k = 0; k < nrowsum; k++) sb(&b, "  float rsa%d[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};  // row sum %d\n", k, k);
     sb(&b, "  const long long rows_per = ((long long)p.m + gridDim.y - 1) / gridDim.y;\n"
            "  const long long r0 = (long long)blockIdx.y * rows_per, r1 = r0 + rows_per < p.m ? r0 + rows_per : p.m;\n"
-           "#pragma unroll 2\n  for (long long row = r0; row < r1; row++) {\n"
-           "    const bool live = true;\n    (void)live;\n    const long long ro = row * n;  // row offset\n");
-    emit_epilogue(&b, s, users, rsk, 2);
-    sb(&b, "  }\n  evt_rows::trigger_dependents();  // the finalize kernel may start launching\n  if (j0 < n) {\n");
-    for (int k = 0; k < nrowsum; k++)
-      sb(&b, "#pragma unroll\n    for (int e = 0; e < 8; e++)\n"
-             "      if (j0 + e < n) p.ws[((size_t)%d * gridDim.y + blockIdx.y) * n + j0 + e] = rsa%d[e];\n", k, k);
-    sb(&b, "  }\n}\n\n");
+           "  if (sub < S && j0 < n) {\n"
+           "    for (long long rb = r0 + sub; rb < r1; rb += (long long)S * U) {\n");
+    for (int i = 0; i < s->nnodes; i++)
+      if (s->nodes[i].op == EVT_V_AUX_LOAD)
+        sb(&b, "      evt_rows::Raw8<%s> f_L%d[U];  // %s, U rows\n", ctype(s->nodes[i].dtype), i, s->nodes[i].name);
+    sb(&b, "#pragma unroll\n      for (int u = 0; u < U; u++) {  // the U rows' loads first\n"
+           "        const long long row = rb + (long long)u * S;\n        const bool ok = row < r1;\n        (void)ok;\n");
+    for (int i = 0; i < s->nnodes; i++)
+      if (s->nodes[i].op == EVT_V_AUX_LOAD)
+        sb(&b, "        evt_rows::fetch8s(p.n%d_%s + (ok ? row * n : 0), j0, es, ok ? lim : 0, full && ok, f_L%d[u]);\n", i,
+           s->nodes[i].name, i);
+    sb(&b, "      }\n#pragma unroll\n      for (int u = 0; u < U; u++) {\n"
+           "        const long long row = rb + (long long)u * S;\n        if (row >= r1) break;\n"
+           "        const bool live = true;\n        (void)live;\n        const long long ro = row * n;  // row offset\n");
+    if (!nstore) sb(&b, "        (void)ro;  // (no M×N store)\n");
+    emit_epilogue(&b, s, users, rsk, 3);
+    sb(&b, "      }\n    }\n  }\n");
+    if (nrowsum) {
+      sb(&b, "  evt_rows::trigger_dependents();  // the finalize kernel may start launching\n"
+             "  if (S > 1) {  // (uniform over the CTA) the S rows side by side added in order: sub 0's threads hold the sums\n"
+             "    __shared__ float cred[8 * T];\n");
+      for (int k = 0; k < nrowsum; k++)
+        sb(&b, "    __syncthreads();\n#pragma unroll\n    for (int e = 0; e < 8; e++) cred[e * T + threadIdx.x] = rsa%d[e];\n"
+               "    __syncthreads();\n    if (sub == 0)\n#pragma unroll\n      for (int e = 0; e < 8; e++) {\n"
+               "        float a = 0.f;\n        for (int q = 0; q < S; q++) a += cred[e * T + q * cw + c];\n"
+               "        rsa%d[e] = a;\n      }\n", k, k);
+      sb(&b, "  }\n  if (sub == 0 && j0 < n) {\n");
+      for (int k = 0; k < nrowsum; k++)
+        sb(&b, "#pragma unroll\n    for (int e = 0; e < 8; e++)\n"
+               "      if (j0 + e < n) p.ws[((size_t)%d * gridDim.y + blockIdx.y) * n + j0 + e] = rsa%d[e];\n", k, k);
+      sb(&b, "  }\n");
+    }
+    sb(&b, "}\n\n");
   }
 
   /* 2c. launch<WARPS, VPT> */
@@ -723,26 +771,31 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
   }
   if (cols) {
-    sb(&b, "// the column-block kernel: about 8 CTAs per SM in all, row slices of at least 64 rows (fewer partials)\n"
-           "static int launch_cols(Params p, cudaStream_t st) {\n  constexpr int W = EVT_ROWS_COLS_WARPS;\n"
+    sb(&b, "// the column-block kernel: about 8 CTAs per SM in all, row slices of at least 64 rows and 8 steps of S rows\n"
+           "// (fewer partials)\n"
+           "static int launch_cols(Params p, cudaStream_t st) {\n  constexpr int W = EVT_ROWS_COLS_WARPS, T = W * 32;\n"
            "  if (p.n > (1 << 30)) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // (column offsets stay in int)\n"
            "  static int sms = 0;\n  if (!sms) {\n    int dev = 0;\n    cudaGetDevice(&dev);\n"
            "    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n    if (sms < 1) sms = 1;\n  }\n"
-           "  const int gx = (p.n + 8 * W * 32 - 1) / (8 * W * 32);\n"
-           "  long long gy = ((long long)sms * 8 + gx - 1) / gx, cap = ((long long)p.m + 63) / 64;\n"
+           "  const int cpr = (p.n + 7) / 8, S = cpr < T ? T / cpr : 1;  // rows side by side (as the kernel)\n"
+           "  const int gx = (cpr + T - 1) / T, minrows = 8 * S > 64 ? 8 * S : 64;\n"
+           "  long long gy = ((long long)sms * 8 + gx - 1) / gx, cap = ((long long)p.m + minrows - 1) / minrows;\n"
            "  if (gy > cap) gy = cap;\n  if (gy > 65535) gy = 65535;\n  if (gy < 1) gy = 1;\n"
-           "  g_info[0] = W, g_info[1] = 0, g_info[2] = (int)gy, g_info[3] = 0, g_info[4] = 0;\n"
-           "  const size_t need = (size_t)%d * gy * p.n * sizeof(float);\n"
-           "  if (need > g_ws_bytes) {\n    if (g_ws) cudaFree(g_ws);\n    g_ws = nullptr;\n    g_ws_bytes = 0;\n"
-           "    if (cudaMalloc(&g_ws, need) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n    g_ws_bytes = need;\n  }\n"
-           "  p.ws = g_ws;\n"
-           "#if EVT_ROWS_PDL_MAIN\n"
-           "  if (!(evt_pdl_enabled() && evt_rows::launch_pdl(row_kernel_cols<W>, dim3(gx, (unsigned)gy), dim3(W * 32), 0, st, p)))\n"
+           "  g_info[0] = W, g_info[1] = 0, g_info[2] = (int)gy, g_info[3] = 0, g_info[4] = 0;\n");
+    if (nrowsum)
+      sb(&b, "  const size_t need = (size_t)%d * gy * p.n * sizeof(float);\n"
+             "  if (need > g_ws_bytes) {\n    if (g_ws) cudaFree(g_ws);\n    g_ws = nullptr;\n    g_ws_bytes = 0;\n"
+             "    if (cudaMalloc(&g_ws, need) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n    g_ws_bytes = need;\n  }\n"
+             "  p.ws = g_ws;\n", nrowsum);
+    sb(&b, "#if EVT_ROWS_PDL_MAIN\n"
+           "  if (!(evt_pdl_enabled() && evt_rows::launch_pdl(row_kernel_cols<W>, dim3(gx, (unsigned)gy), dim3(T), 0, st, p)))\n"
            "#endif\n"
-           "    row_kernel_cols<W><<<dim3(gx, (unsigned)gy), W * 32, 0, st>>>(p);\n"
-           "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n"
-           "  const int parts = (int)gy;\n", nrowsum);
-    emit_rowsum_finalize(&b, s, nrowsum, "parts");
+           "    row_kernel_cols<W><<<dim3(gx, (unsigned)gy), T, 0, st>>>(p);\n");
+    if (nrowsum) {
+      sb(&b, "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n"
+             "  const int parts = (int)gy;\n");
+      emit_rowsum_finalize(&b, s, nrowsum, "parts");
+    }
     sb(&b, "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
   }
   sb(&b, "static bool aligned16(const void *q) { return ((uintptr_t)q & 15) == 0; }\n\n}  // namespace evt_gen_%s\n\n",
@@ -787,6 +840,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     if (v->op == EVT_V_COL_MAX) sb(&b, "    if (p.m > 0) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // max over no columns\n");
   }
   sb(&b, "    return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n  }\n");
+  if (cols)
+    sb(&b, "  if (EVT_ROWS_PACK_CHUNKS > 0 && (p.n + 7) / 8 <= EVT_ROWS_PACK_CHUNKS)  // short rows: several side by side\n"
+           "    return launch_cols(p, st);\n");
   sb(&b, "  int warps = 0, vpt = 0;\n"
          "  if (!evt_row_pick_config(p.n, kWarpVpt, EVT_ROWS_W1CAP, kMinVpt, &warps, &vpt))%s\n",
      long_form == 2 ? "  // longer than the register configurations take\n    return launch_cols(p, st);"

@@ -315,7 +315,8 @@ void evt_rspec_reference_at(const evt_rspec *s, int64_t m, int64_t n, const doub
 
 const char *const evt_rspec_example_names[] = {"softmax",      "softmax_bwd", "layernorm",    "ln_residual",
                                                "layernorm_bwd", "gelu_bwd",    "chain_rowsum", "unary_math",
-                                               "cmp_where",     "softmax_xent", "layernorm_bwd_mixed", "bce_bias_grad", NULL};
+                                               "cmp_where",     "softmax_xent", "layernorm_bwd_mixed", "bce_bias_grad",
+                                               "bn_stats",     "bn_apply",    "bn_bwd_reduce", NULL};
 
 evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
   if (!strcmp(name, "softmax")) {
@@ -364,6 +365,36 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
                           evt_rspec_scalar(s, 0.25), EVT_F32, NULL);
     evt_rspec_add(s, EVT_V_AUX_STORE, d, -1, dt, "dx");
     evt_rspec_add(s, EVT_V_ROW_SUM, d, -1, EVT_F32, "db");
+  } else if (!strcmp(name, "bn_stats")) {
+    /* batch-norm statistics in channels-last memory order (rows = N·H·W positions, N = channels): Σ_M x, Σ_M x² */
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
+    evt_rspec_add(s, EVT_V_ROW_SUM, x, -1, EVT_F32, "sx");
+    evt_rspec_add(s, EVT_V_ROW_SUM, evt_rspec_add(s, EVT_V_MUL, x, x, EVT_F32, NULL), -1, EVT_F32, "sxx");
+  } else if (!strcmp(name, "bn_apply")) {
+    /* batch-norm apply + ReLU, channels-last: y = relu((x − mean)·invstd·w + b), per-channel vectors broadcast */
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
+    int mu = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "mean");
+    int is = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "invstd");
+    int w = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, dt, "w");
+    int b = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, dt, "b");
+    int xh = evt_rspec_add(s, EVT_V_MUL, evt_rspec_add(s, EVT_V_SUB, x, mu, EVT_F32, NULL), is, EVT_F32, NULL);
+    int y = evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_MUL, xh, w, EVT_F32, NULL), b, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_RELU, y, -1, EVT_F32, NULL), -1, dt, "y");
+  } else if (!strcmp(name, "bn_bwd_reduce")) {
+    /* batch-norm backward's reduction through the ReLU, channels-last: g = dy·(y > 0), Σ_M g, Σ_M g·x̂ */
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int dy = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "dy");
+    int y = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "y");
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
+    int mu = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "mean");
+    int is = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "invstd");
+    int g = evt_rspec_add3(s, EVT_V_WHERE, evt_rspec_add(s, EVT_V_GT, y, evt_rspec_scalar(s, 0.0), EVT_F32, NULL), dy,
+                           evt_rspec_scalar(s, 0.0), EVT_F32, NULL);
+    int xh = evt_rspec_add(s, EVT_V_MUL, evt_rspec_add(s, EVT_V_SUB, x, mu, EVT_F32, NULL), is, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_ROW_SUM, g, -1, EVT_F32, "sg");
+    evt_rspec_add(s, EVT_V_ROW_SUM, evt_rspec_add(s, EVT_V_MUL, g, xh, EVT_F32, NULL), -1, EVT_F32, "sgx");
   } else if (!strcmp(name, "chain_rowsum")) {
     evt_rspec_init(s, EVT_ROWN_NONE, dt);
     int a = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "a");

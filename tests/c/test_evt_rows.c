@@ -249,13 +249,30 @@ TEST(emit_rows_structure) {
   const char *ck = a ? strstr(a, "row_kernel_cols(Params p) {") : NULL;
   CHECK(ck != NULL);
   if (ck) {
-    CHECK(strstr(ck, "const int j0 = (blockIdx.x * T + t) * 8;  // this thread's 8 columns") != NULL);
+    CHECK(strstr(ck, "const int j0 = (blockIdx.x * cw + c) * 8;  // this thread's 8 columns") != NULL);
+    /* U rows' loads issued before their epilogues; short rows side by side, their sums added in order */
+    const char *f = strstr(ck, "evt_rows::fetch8s(p.n0_x + (ok ? row * n : 0), j0, es, ok ? lim : 0, full && ok, f_L0[u]);");
+    CHECK(f && strstr(ck, "evt_rows::Raw8<__nv_bfloat16> c_L0[1] = {f_L0[u]};") > f);
+    CHECK(strstr(ck, "for (int q = 0; q < S; q++) a += cred[e * T + q * cw + c];") != NULL);
     CHECK(strstr(ck, "for (int e = 0; e < 8; e++) rsa0[e] += RS7[e];") != NULL);
     CHECK(strstr(ck, "p.ws[((size_t)0 * gridDim.y + blockIdx.y) * n + j0 + e] = rsa0[e];") != NULL);
     const char *cw = strstr(ck, "evt_rows::wait_prior_grids();"), *tr = strstr(ck, "evt_rows::trigger_dependents();");
     CHECK(cw && strstr(ck, "p.n0_x") > cw && tr && strstr(ck, "p.ws[") > tr);
   }
   CHECK(a && strstr(a, "evt_rows::launch_rowsum_finalize(dim3((p.n + 31) / 32, 1), st, p.ws, parts, p.n, outs);") != NULL);
+  /* short rows go to the same kernel before the register configurations are considered */
+  const char *pk = a ? strstr(a, "if (EVT_ROWS_PACK_CHUNKS > 0 && (p.n + 7) / 8 <= EVT_ROWS_PACK_CHUNKS)") : NULL;
+  CHECK(pk && strstr(pk, "evt_row_pick_config(") != NULL);
+  free(a);
+  /* nucleus-free without sums: short rows in the column-block kernel (no workspace, no finalize; it releases the
+   * next kernel at once), long rows still in the long-row kernel, row broadcasts loaded once per thread */
+  evt_rspec_example(&s, "gelu_bwd", EVT_BF16);
+  a = evt_emit_rows(&s, err, sizeof err);
+  CHECK(a && strstr(a, "row_kernel_long") != NULL && strstr(a, "g_ws") == NULL && strstr(a, "launch_rowsum_finalize") == NULL);
+  ck = a ? strstr(a, "row_kernel_cols(Params p) {") : NULL;
+  CHECK(ck && strstr(ck, "evt_rows::release_dependents();") != NULL);
+  CHECK(ck && strstr(ck, "evt_rows::load8s(p.n2_bias, j0, es, lim, full, L2[0]);") < strstr(ck, "for (long long rb ="));
+  CHECK(a && strstr(a, "if (EVT_ROWS_PACK_CHUNKS > 0 && (p.n + 7) / 8 <= EVT_ROWS_PACK_CHUNKS)") != NULL);
   free(a);
   evt_rspec_example(&s, "chain_rowsum", EVT_F32);
   a = evt_emit_rows(&s, err, sizeof err);
@@ -264,6 +281,7 @@ TEST(emit_rows_structure) {
   CHECK(strstr(a, "cs10 = evt_rows::group_sum1<WARPS>(cs10, rk);") != NULL); /* one-barrier reduction */
   CHECK(strstr(a, "const auto v5 = evt_rows::relu(v4);") != NULL);
   CHECK(strstr(a, "rowsum_finalize") == NULL && strstr(a, "g_ws") == NULL);
+  CHECK(strstr(a, "row_kernel_cols") == NULL); /* a per-row reduction: rows stay in row-groups */
   /* no row sums: the next kernel may be scheduled as soon as this one waited for its predecessor */
   const char *w2 = strstr(a, "evt_rows::wait_prior_grids();"), *r2 = strstr(a, "evt_rows::release_dependents();");
   CHECK(w2 && r2 > w2 && strstr(a, "evt_rows::fetch_row") > r2);

@@ -4,7 +4,8 @@
 // For every case of all_row_cases() (softmax, softmax backward, layer norm + affine with stats, layer norm +
 // affine + residual, layer-norm backward data gradient with fused dγ/dβ Σ-over-M sums, and the nucleus-free
 // GELU backward and elementwise chain with a Σ-over-N row sum; bf16 and f32, two in f16) and several sizes
-// (N not a multiple of 8 → element path; short rows; every (warps, chunks) configuration up to N = 20000):
+// (N not a multiple of 8 → element path; short rows, nucleus-free ones several per warp; every (warps, chunks)
+// configuration up to N = 20000):
 // fresh random inputs, NaN-poisoned outputs, two launches, then every output (stores, sums, mean/rstd) vs the
 // reference: relative Frobenius error ≤ 1e-2 for bf16/f16 storage and ≤ 1e-5 for f32 (sums are f32 in both:
 // they get the tolerance of the case's dtype); a NaN/inf never passes. The second launch must reproduce the
@@ -94,7 +95,10 @@ int main(int argc, char **argv) {
   }
   load_all(cases, argv[2]);
   // (M, N): aligned BERT-like; N % 8 != 0 (element path); short rows (1 warp); N = 1; 2 and 4 chunks per thread
-  const int sizes[][2] = {{300, 1024}, {37, 1000}, {129, 100}, {5, 1}, {64, 520}, {17, 5000}, {9, 20000}};
+  // short rows of nucleus-free kernels without per-row reductions (row_kernel_cols, several rows side by side): 64
+  // (32 per CTA), 128, 24 (10 of 256 threads idle), 8 with many row slices; each M leaves a partial last step
+  const int sizes[][2] = {{300, 1024}, {37, 1000}, {129, 100}, {5, 1},     {64, 520},   {17, 5000},
+                          {9, 20000},  {4099, 64}, {2001, 128}, {333, 24}, {70001, 8}};
   uint64_t seed = 1;
   for (auto &c : cases) {
     if (!c.fn) {

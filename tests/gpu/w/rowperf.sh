@@ -37,9 +37,9 @@ mkdir -p "$B/gen"
 wait
 [ -x "$B/check_rows" ] && [ -x "$B/bench_rows" ] || { echo "FAIL: driver build failed"; exit 1; }
 "$B/check_rows" emit "$B/gen" >/dev/null || { echo "FAIL: emit"; exit 1; }
-# the configurations the benchmark sizes (N = 512, 1024, 4096) can pick under any variant below
+# the configurations the benchmark sizes (N = 64 .. 256, 512, 1024, 4096) can pick under any variant below
 cat >"$B/inst.h" <<'H'
-#define EVT_ROWS_INST(w, v) (((w) == 1 && (v) == 2) || ((w) == 2 && (v) == 1) || ((w) == 4 && (v) == 1) || ((w) == 2 && (v) == 2) || \
+#define EVT_ROWS_INST(w, v) (((w) == 1 && (v) == 1) || ((w) == 1 && (v) == 2) || ((w) == 2 && (v) == 1) || ((w) == 4 && (v) == 1) || ((w) == 2 && (v) == 2) || \
                              ((w) == 1 && (v) == 4) || ((w) == 8 && (v) == 2) || ((w) == 16 && (v) == 1))
 H
 # name|flags (variants other than v0 / new)
