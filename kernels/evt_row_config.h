@@ -112,9 +112,16 @@
 /* the same kernel for short rows of nucleus-free kernels without a per-row reduction (rows of at most PACK_CHUNKS
  * chunks of 8; with or without sums over M): a row takes ceil(N / 8) threads and a CTA of 8 warps 256 / that rows
  * side by side, where the register kernels give each row a warp (N = 64: 8 of 32 lanes busy; ResNet's 64-channel
- * batch norms in channels-last memory order); each thread fetches PACK_UNROLL rows' chunks before their epilogues. */
-#define EVT_ROWS_DEFAULT_PACK_CHUNKS 16
+ * batch norms in channels-last memory order); each thread fetches PACK_UNROLL rows' chunks before their epilogues
+ * (COLS_UNROLL in column blocks of long rows). H200 S34W1, bf16, steady x floor, one warp per row -> packed: Σx, Σx²
+ * over 401408 x 64 5.43 -> 2.16 (26.1 us; PyTorch's batch_norm_stats 97.7), 1605632 x 64 5.01 -> 1.32, 100352 x 128
+ * 3.39 -> 2.92; apply + ReLU 401408 x 64 4.97 -> 1.23, 401408 x 256 1.46 -> 1.16 (only with PACK_CHUNKS 32, hence
+ * 32); ReLU backward + Σg, Σg·x̂ 401408 x 64 2.76 -> 1.59, 100352 x 128 1.70 -> 1.85 (the one loss). PACK_UNROLL 2
+ * instead of 4: 3-8% slower on every short row, but the column blocks (XML-CNN's 256 x 670208 loss backward) 2.73 ->
+ * 2.52: COLS_UNROLL 2. */
+#define EVT_ROWS_DEFAULT_PACK_CHUNKS 32
 #define EVT_ROWS_DEFAULT_PACK_UNROLL 4
+#define EVT_ROWS_DEFAULT_COLS_UNROLL 2
 
 /* (warps, vpt, min_vpt) of every configuration evt_row_pick_config can return; min_vpt 2: only with min_vpt 2
  * (the generated launcher instantiates those only when EVT_ROWS_MIN_VPT is 2). */

@@ -709,15 +709,17 @@ __device__ __forceinline__ void layernorm_bwd(const float (&dy)[VPT][8], const f
     const float rs = rsqrtf(a[0] / (float)n + eps);
     const float inv_n = 1.f / (float)n;
     const float mg = a[1] * inv_n, mgx = rs * a[2] * inv_n;  // Σ g·x̂ = rstd · Σ g·(x − μ)
+    // g rounded as in Σ g (__fmul_rn: no fma of dy·w into g − mean(g)): g − mean(g) is exactly 0 where it should be
+    // (a 1-wide row: dx was rstd ≈ 316 times dy·w's rounding error, ~1e-5 instead of 0)
     EVT_ROWS_FOR_VALID(xh[v][e] = ok ? (x[v][e] - mu) * rs : 0.f;
-                       dx[v][e] = ok ? rs * ((HW ? dy[v][e] * w[v][e] : dy[v][e]) - mg - xh[v][e] * mgx) : 0.f;)
+                       dx[v][e] = ok ? rs * ((HW ? __fmul_rn(dy[v][e], w[v][e]) : dy[v][e]) - mg - xh[v][e] * mgx) : 0.f;)
     return;
   }
 #endif
 #if EVT_ROWS_RED == 2
   {
     float g[VPT][8];
-    EVT_ROWS_FOR_VALID((void)ok; g[v][e] = HW ? dy[v][e] * w[v][e] : dy[v][e];)
+    EVT_ROWS_FOR_VALID((void)ok; g[v][e] = HW ? __fmul_rn(dy[v][e], w[v][e]) : dy[v][e];)
     float mu, m2, sg, sc;
     group_moments<WARPS, VPT, true>(x, g, n, t, r, mu, m2, sg, sc);
     const float rs = rsqrtf(m2 / (float)n + eps);
@@ -743,7 +745,7 @@ __device__ __forceinline__ void layernorm_bwd(const float (&dy)[VPT][8], const f
   const float inv_n = 1.f / (float)n;
   const float mg = a[3] * inv_n, mgx = rs * a[4] * inv_n;
   EVT_ROWS_FOR_VALID(xh[v][e] = ok ? (x[v][e] - mu) * rs : 0.f;
-                     dx[v][e] = ok ? rs * ((HW ? dy[v][e] * w[v][e] : dy[v][e]) - mg - xh[v][e] * mgx) : 0.f;)
+                     dx[v][e] = ok ? rs * ((HW ? __fmul_rn(dy[v][e], w[v][e]) : dy[v][e]) - mg - xh[v][e] * mgx) : 0.f;)
 }
 
 // Layer-norm backward with w read per chunk from memory (EVT_ROWS_LNB_LATE: no registers hold w across the row):
@@ -975,7 +977,7 @@ __device__ __forceinline__ void long_lnb_chunk(const D *__restrict__ dy, const X
   for (int e = 0; e < 8; e++) {
     const bool ok = j0 + e * es < lim;
     xh[e] = ok ? (in1[e] - mu) * rs : 0.f;
-    dx[e] = ok ? rs * ((w ? in0[e] * w8[e] : in0[e]) - mg - xh[e] * mgx) : 0.f;
+    dx[e] = ok ? rs * ((w ? __fmul_rn(in0[e], w8[e]) : in0[e]) - mg - xh[e] * mgx) : 0.f;
   }
 }
 

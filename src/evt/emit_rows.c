@@ -185,7 +185,7 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
            "          nu_out[v][e] = ok ? lnb_rs * (%s - lnb_mg - nu_in1[v][e] * lnb_mgx) : 0.f;\n"
            "        }\n      }\n",
        hw ? "        evt_rows::load8(p.w, j0, n, full, w8);\n" : "#pragma unroll\n        for (int e = 0; e < 8; e++) w8[e] = 1.f;  // no w\n",
-       hw ? "nu_in0[v][e] * w8[e]" : "nu_in0[v][e]");
+       hw ? "__fmul_rn(nu_in0[v][e], w8[e])" : "nu_in0[v][e]");
   if (nu == EVT_ROWN_LAYERNORM && !lng)
     sb(b, "      if constexpr (LN_LATE) {  // this chunk's x̂, w / b, then y\n"
            "        float w8[8], b8[8];\n"
@@ -662,12 +662,15 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "#ifndef EVT_ROWS_COLS_WARPS\n#define EVT_ROWS_COLS_WARPS %d\n#endif\n"
            "#ifndef EVT_ROWS_PACK_CHUNKS  // rows of at most this many 8-element chunks take this kernel (0: only long rows)\n"
            "#define EVT_ROWS_PACK_CHUNKS %d\n#endif\n"
-           "#ifndef EVT_ROWS_PACK_UNROLL  // rows per thread whose loads are issued together\n"
+           "#ifndef EVT_ROWS_PACK_UNROLL  // rows per thread whose loads are issued together: several rows side by side\n"
            "#define EVT_ROWS_PACK_UNROLL %d\n#endif\n"
-           "template <int WARPS>\n__global__ void __launch_bounds__(WARPS * 32) row_kernel_cols(Params p) {\n"
-           "  constexpr int T = WARPS * 32, U = EVT_ROWS_PACK_UNROLL;\n"
+           "#ifndef EVT_ROWS_COLS_UNROLL  // ... column blocks of long rows\n"
+           "#define EVT_ROWS_COLS_UNROLL %d\n#endif\n"
+           "template <int WARPS, int U>\n__global__ void __launch_bounds__(WARPS * 32) row_kernel_cols(Params p) {\n"
+           "  constexpr int T = WARPS * 32;\n"
            "  evt_rows::wait_prior_grids();  // launched early (EVT_ROWS_PDL_MAIN): the previous kernel's writes first\n",
-       EVT_ROWS_DEFAULT_COLS_WARPS, EVT_ROWS_DEFAULT_PACK_CHUNKS, EVT_ROWS_DEFAULT_PACK_UNROLL);
+       EVT_ROWS_DEFAULT_COLS_WARPS, EVT_ROWS_DEFAULT_PACK_CHUNKS, EVT_ROWS_DEFAULT_PACK_UNROLL,
+       EVT_ROWS_DEFAULT_COLS_UNROLL);
     if (!nrowsum) sb(&b, "  evt_rows::release_dependents();  // the next kernel may be scheduled into the slots this grid frees\n");
     sb(&b, "  const int n = p.n, es = 1, lim = n;\n"
            "  const int cpr = (n + 7) / 8, cw = cpr < T ? cpr : T, S = T / cw;  // threads per row, rows side by side\n"
@@ -787,10 +790,14 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
              "  if (need > g_ws_bytes) {\n    if (g_ws) cudaFree(g_ws);\n    g_ws = nullptr;\n    g_ws_bytes = 0;\n"
              "    if (cudaMalloc(&g_ws, need) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n    g_ws_bytes = need;\n  }\n"
              "  p.ws = g_ws;\n", nrowsum);
-    sb(&b, "#if EVT_ROWS_PDL_MAIN\n"
-           "  if (!(evt_pdl_enabled() && evt_rows::launch_pdl(row_kernel_cols<W>, dim3(gx, (unsigned)gy), dim3(T), 0, st, p)))\n"
+    /* (column blocks of long rows only where the register kernels refuse them: kernels with sums over M) */
+    sb(&b, "  void (*kern)(Params) = %s;\n"
+           "#if EVT_ROWS_PDL_MAIN\n"
+           "  if (!(evt_pdl_enabled() && evt_rows::launch_pdl(kern, dim3(gx, (unsigned)gy), dim3(T), 0, st, p)))\n"
            "#endif\n"
-           "    row_kernel_cols<W><<<dim3(gx, (unsigned)gy), T, 0, st>>>(p);\n");
+           "    kern<<<dim3(gx, (unsigned)gy), T, 0, st>>>(p);\n",
+       long_form == 2 ? "S > 1 ? row_kernel_cols<W, EVT_ROWS_PACK_UNROLL> : row_kernel_cols<W, EVT_ROWS_COLS_UNROLL>"
+                      : "row_kernel_cols<W, EVT_ROWS_PACK_UNROLL>");
     if (nrowsum) {
       sb(&b, "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n"
              "  const int parts = (int)gy;\n");

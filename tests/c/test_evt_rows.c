@@ -149,7 +149,7 @@ TEST(emit_rows_structure) {
   CHECK(has_int(a, "#define EVT_ROWS_LNB_LATE %d\n", EVT_ROWS_DEFAULT_LNB_LATE));
   CHECK(strstr(a, "constexpr bool LN_LATE = EVT_ROWS_LNB_LATE != 0;") != NULL);
   CHECK(strstr(a, "evt_rows::layernorm_bwd_stats<WARPS, VPT, true>(nu_in0, nu_in1, p.w, vec, p.eps,") != NULL);
-  CHECK(strstr(a, "nu_out[v][e] = ok ? lnb_rs * (nu_in0[v][e] * w8[e] - lnb_mg - nu_in1[v][e] * lnb_mgx) : 0.f;") != NULL);
+  CHECK(strstr(a, "nu_out[v][e] = ok ? lnb_rs * (__fmul_rn(nu_in0[v][e], w8[e]) - lnb_mg - nu_in1[v][e] * lnb_mgx) : 0.f;") != NULL);
   CHECK(strstr(a, "evt_rows::smem_row<T, VPT>(wb_s[0], t, nu_w);") != NULL);
   CHECK(strstr(a, "using RSumsOf = evt_rows::RowSums<WARPS * 32, VPT, R, 2,") != NULL);
   CHECK(strstr(a, "evt_rows::launch_main(row_kernel<WARPS, VPT, R, EX>, grid, WARPS * 32 * R, SMEM, st, p);") != NULL);
