@@ -120,6 +120,11 @@
  * instead of 4: 3-8% slower on every short row, but the column blocks (XML-CNN's 256 x 670208 loss backward) 2.73 ->
  * 2.52: COLS_UNROLL 2. */
 #define EVT_ROWS_DEFAULT_PACK_CHUNKS 32
+/* kernels with sums over M: the column-block kernel for rows of up to PACK_CHUNKS_SUM chunks (4096: every row the
+ * register kernels take); short rows of such kernels in one wave of resident CTAs (PACK_ONE_WAVE; else about 8 CTAs
+ * per SM: 1056 partials per sum for the finalize, ~10 us each in ResNet-50's step, S34W3) */
+#define EVT_ROWS_DEFAULT_PACK_CHUNKS_SUM 4096
+#define EVT_ROWS_DEFAULT_PACK_ONE_WAVE 1
 #define EVT_ROWS_DEFAULT_PACK_UNROLL 4
 #define EVT_ROWS_DEFAULT_COLS_UNROLL 2
 

@@ -336,7 +336,11 @@ static int perf_main(int argc, char **argv) {
                     {"bn_stats", EVT_BF16, 401408, 64},      {"bn_stats", EVT_BF16, 1605632, 64},
                     {"bn_stats", EVT_BF16, 100352, 128},     {"bn_stats", EVT_BF16, 401408, 256},
                     {"bn_apply", EVT_BF16, 401408, 64},      {"bn_apply", EVT_BF16, 401408, 256},
-                    {"bn_bwd_reduce", EVT_BF16, 401408, 64}, {"bn_bwd_reduce", EVT_BF16, 100352, 128}};
+                    {"bn_bwd_reduce", EVT_BF16, 401408, 64}, {"bn_bwd_reduce", EVT_BF16, 100352, 128},
+                    // sums over M of rows the register kernels also take (layer2's 512 channels, layer3's 1024; a
+                    // bias gradient at BERT-large widths): the column-block kernel vs the register kernels
+                    {"bn_bwd_reduce", EVT_BF16, 100352, 512}, {"bn_stats", EVT_BF16, 25088, 1024},
+                    {"bce_bias_grad", EVT_BF16, 16384, 1024}, {"bce_bias_grad", EVT_BF16, 16384, 4096}};
   const char *only = getenv("ROWPERF_ONLY");  // comma list of ops (debug)
   // steady: ROWPERF_STEADY x K launches per timed batch (K rotating buffer sets)
   const int smult = getenv("ROWPERF_STEADY") ? std::max(1, atoi(getenv("ROWPERF_STEADY"))) : 16;

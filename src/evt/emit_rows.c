@@ -662,6 +662,10 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "#ifndef EVT_ROWS_COLS_WARPS\n#define EVT_ROWS_COLS_WARPS %d\n#endif\n"
            "#ifndef EVT_ROWS_PACK_CHUNKS  // rows of at most this many 8-element chunks take this kernel (0: only long rows)\n"
            "#define EVT_ROWS_PACK_CHUNKS %d\n#endif\n"
+           "#ifndef EVT_ROWS_PACK_CHUNKS_SUM  // ... in kernels with sums over M\n"
+           "#define EVT_ROWS_PACK_CHUNKS_SUM %d\n#endif\n"
+           "#ifndef EVT_ROWS_PACK_ONE_WAVE  // short rows with sums over M: one wave of resident CTAs (fewer partials)\n"
+           "#define EVT_ROWS_PACK_ONE_WAVE %d\n#endif\n"
            "#ifndef EVT_ROWS_PACK_UNROLL  // rows per thread whose loads are issued together: several rows side by side\n"
            "#define EVT_ROWS_PACK_UNROLL %d\n#endif\n"
            "#ifndef EVT_ROWS_COLS_UNROLL  // ... column blocks of long rows\n"
@@ -669,7 +673,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "template <int WARPS, int U>\n__global__ void __launch_bounds__(WARPS * 32) row_kernel_cols(Params p) {\n"
            "  constexpr int T = WARPS * 32;\n"
            "  evt_rows::wait_prior_grids();  // launched early (EVT_ROWS_PDL_MAIN): the previous kernel's writes first\n",
-       EVT_ROWS_DEFAULT_COLS_WARPS, EVT_ROWS_DEFAULT_PACK_CHUNKS, EVT_ROWS_DEFAULT_PACK_UNROLL,
+       EVT_ROWS_DEFAULT_COLS_WARPS, EVT_ROWS_DEFAULT_PACK_CHUNKS, EVT_ROWS_DEFAULT_PACK_CHUNKS_SUM,
+       EVT_ROWS_DEFAULT_PACK_ONE_WAVE, EVT_ROWS_DEFAULT_PACK_UNROLL,
        EVT_ROWS_DEFAULT_COLS_UNROLL);
     if (!nrowsum) sb(&b, "  evt_rows::release_dependents();  // the next kernel may be scheduled into the slots this grid frees\n");
     sb(&b, "  const int n = p.n, es = 1, lim = n;\n"
@@ -778,26 +783,34 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "// (fewer partials)\n"
            "static int launch_cols(Params p, cudaStream_t st) {\n  constexpr int W = EVT_ROWS_COLS_WARPS, T = W * 32;\n"
            "  if (p.n > (1 << 30)) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // (column offsets stay in int)\n"
-           "  static int sms = 0;\n  if (!sms) {\n    int dev = 0;\n    cudaGetDevice(&dev);\n"
-           "    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n    if (sms < 1) sms = 1;\n  }\n"
-           "  const int cpr = (p.n + 7) / 8, S = cpr < T ? T / cpr : 1;  // rows side by side (as the kernel)\n"
+           "  const int cpr = (p.n + 7) / 8, S = cpr < T ? T / cpr : 1;  // rows side by side (as the kernel)\n");
+    /* (column blocks of long rows only where the register kernels refuse them: kernels with sums over M) */
+    sb(&b, "  void (*kern)(Params) = %s;\n",
+       long_form == 2 ? "S > 1 ? row_kernel_cols<W, EVT_ROWS_PACK_UNROLL> : row_kernel_cols<W, EVT_ROWS_COLS_UNROLL>"
+                      : "row_kernel_cols<W, EVT_ROWS_PACK_UNROLL>");
+    sb(&b, "  static int sms = 0, occ = 0;  // (occ: resident CTAs per SM of the short-row kernel)\n  if (!sms) {\n"
+           "    int dev = 0;\n    cudaGetDevice(&dev);\n"
+           "    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n    if (sms < 1) sms = 1;\n"
+           "    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, row_kernel_cols<W, EVT_ROWS_PACK_UNROLL>, T, 0);\n"
+           "    if (occ < 1) occ = 1;\n  }\n"
            "  const int gx = (cpr + T - 1) / T, minrows = 8 * S > 64 ? 8 * S : 64;\n"
-           "  long long gy = ((long long)sms * 8 + gx - 1) / gx, cap = ((long long)p.m + minrows - 1) / minrows;\n"
+           "  // row slices: about 8 CTAs per SM; %s\n"
+           "  long long gy = %s, cap = ((long long)p.m + minrows - 1) / minrows;\n"
            "  if (gy > cap) gy = cap;\n  if (gy > 65535) gy = 65535;\n  if (gy < 1) gy = 1;\n"
-           "  g_info[0] = W, g_info[1] = 0, g_info[2] = (int)gy, g_info[3] = 0, g_info[4] = 0;\n");
+           "  g_info[0] = W, g_info[1] = 0, g_info[2] = (int)gy, g_info[3] = S > 1 ? occ : 0, g_info[4] = 0;\n",
+       nrowsum ? "short rows with sums over M one wave of resident CTAs (each slice's partial is read by the finalize)"
+               : "at least 64 rows and 8 steps of S rows each",
+       nrowsum ? "S > 1 && EVT_ROWS_PACK_ONE_WAVE ? (long long)sms * occ : ((long long)sms * 8 + gx - 1) / gx"
+               : "((long long)sms * 8 + gx - 1) / gx");
     if (nrowsum)
       sb(&b, "  const size_t need = (size_t)%d * gy * p.n * sizeof(float);\n"
              "  if (need > g_ws_bytes) {\n    if (g_ws) cudaFree(g_ws);\n    g_ws = nullptr;\n    g_ws_bytes = 0;\n"
              "    if (cudaMalloc(&g_ws, need) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n    g_ws_bytes = need;\n  }\n"
              "  p.ws = g_ws;\n", nrowsum);
-    /* (column blocks of long rows only where the register kernels refuse them: kernels with sums over M) */
-    sb(&b, "  void (*kern)(Params) = %s;\n"
-           "#if EVT_ROWS_PDL_MAIN\n"
+    sb(&b, "#if EVT_ROWS_PDL_MAIN\n"
            "  if (!(evt_pdl_enabled() && evt_rows::launch_pdl(kern, dim3(gx, (unsigned)gy), dim3(T), 0, st, p)))\n"
            "#endif\n"
-           "    kern<<<dim3(gx, (unsigned)gy), T, 0, st>>>(p);\n",
-       long_form == 2 ? "S > 1 ? row_kernel_cols<W, EVT_ROWS_PACK_UNROLL> : row_kernel_cols<W, EVT_ROWS_COLS_UNROLL>"
-                      : "row_kernel_cols<W, EVT_ROWS_PACK_UNROLL>");
+           "    kern<<<dim3(gx, (unsigned)gy), T, 0, st>>>(p);\n");
     if (nrowsum) {
       sb(&b, "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n"
              "  const int parts = (int)gy;\n");
@@ -848,8 +861,9 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   }
   sb(&b, "    return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n  }\n");
   if (cols)
-    sb(&b, "  if (EVT_ROWS_PACK_CHUNKS > 0 && (p.n + 7) / 8 <= EVT_ROWS_PACK_CHUNKS)  // short rows: several side by side\n"
-           "    return launch_cols(p, st);\n");
+    sb(&b, "  if (%s > 0 && (p.n + 7) / 8 <= %s)  // short rows: several side by side\n"
+           "    return launch_cols(p, st);\n",
+       nrowsum ? "EVT_ROWS_PACK_CHUNKS_SUM" : "EVT_ROWS_PACK_CHUNKS", nrowsum ? "EVT_ROWS_PACK_CHUNKS_SUM" : "EVT_ROWS_PACK_CHUNKS");
   sb(&b, "  int warps = 0, vpt = 0;\n"
          "  if (!evt_row_pick_config(p.n, kWarpVpt, EVT_ROWS_W1CAP, kMinVpt, &warps, &vpt))%s\n",
      long_form == 2 ? "  // longer than the register configurations take\n    return launch_cols(p, st);"

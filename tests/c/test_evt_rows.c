@@ -260,9 +260,11 @@ TEST(emit_rows_structure) {
     CHECK(cw && strstr(ck, "p.n0_x") > cw && tr && strstr(ck, "p.ws[") > tr);
   }
   CHECK(a && strstr(a, "evt_rows::launch_rowsum_finalize(dim3((p.n + 31) / 32, 1), st, p.ws, parts, p.n, outs);") != NULL);
-  /* short rows go to the same kernel before the register configurations are considered */
-  const char *pk = a ? strstr(a, "if (EVT_ROWS_PACK_CHUNKS > 0 && (p.n + 7) / 8 <= EVT_ROWS_PACK_CHUNKS)") : NULL;
+  /* with sums over M every row the register configurations would take goes to the same kernel (by default), before
+   * they are considered; short rows in one wave of resident CTAs */
+  const char *pk = a ? strstr(a, "if (EVT_ROWS_PACK_CHUNKS_SUM > 0 && (p.n + 7) / 8 <= EVT_ROWS_PACK_CHUNKS_SUM)") : NULL;
   CHECK(pk && strstr(pk, "evt_row_pick_config(") != NULL);
+  CHECK(a && strstr(a, "long long gy = S > 1 && EVT_ROWS_PACK_ONE_WAVE ? (long long)sms * occ : ((long long)sms * 8 + gx - 1) / gx,"));
   free(a);
   /* nucleus-free without sums: short rows in the column-block kernel (no workspace, no finalize; it releases the
    * next kernel at once), long rows still in the long-row kernel, row broadcasts loaded once per thread */
