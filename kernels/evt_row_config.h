@@ -120,10 +120,13 @@
  * instead of 4: 3-8% slower on every short row, but the column blocks (XML-CNN's 256 x 670208 loss backward) 2.73 ->
  * 2.52: COLS_UNROLL 2. */
 #define EVT_ROWS_DEFAULT_PACK_CHUNKS 32
-/* kernels with sums over M: the column-block kernel for rows of up to PACK_CHUNKS_SUM chunks (4096: every row the
- * register kernels take); short rows of such kernels in one wave of resident CTAs (PACK_ONE_WAVE; else about 8 CTAs
- * per SM: 1056 partials per sum for the finalize, ~10 us each in ResNet-50's step, S34W3) */
-#define EVT_ROWS_DEFAULT_PACK_CHUNKS_SUM 4096
+/* kernels with sums over M: the column-block kernel for rows of up to PACK_CHUNKS_SUM chunks; short rows of such
+ * kernels in one wave of resident CTAs (PACK_ONE_WAVE; else about 8 CTAs per SM: 1056 partials per sum for the
+ * finalize, ~10 us each in ResNet-50's step, S34W3). H200 S34W4, steady x floor, one wave vs 8 CTAs per SM: Σx, Σx²
+ * 401408 x 64 1.77 vs 2.16, 100352 x 128 2.29 vs 2.91; ReLU backward + Σg, Σg·x̂ 401408 x 64 1.24 vs 1.58. Wider
+ * rows stay in the register kernels (PACK_CHUNKS_SUM 4096 measured slower: Σ over 100352 x 512 1.11 vs 1.05, 25088 x
+ * 1024 2.07 vs 1.85, a bias gradient 16384 x 1024 1.73 vs 1.26, 16384 x 4096 1.19 vs 1.12). */
+#define EVT_ROWS_DEFAULT_PACK_CHUNKS_SUM 32
 #define EVT_ROWS_DEFAULT_PACK_ONE_WAVE 1
 #define EVT_ROWS_DEFAULT_PACK_UNROLL 4
 #define EVT_ROWS_DEFAULT_COLS_UNROLL 2
