@@ -16,10 +16,13 @@
  *      without row sums also `row_kernel_long<WARPS>` + `launch_long`: rows longer than the register
  *      configurations take (N > 32768), one CTA per row, the nucleus's statistics in passes over the row
  *      (evt_rows::long_*), then chunk by chunk the nucleus's values and the same epilogue (emit_epilogue, lng);
+ *      nucleus-free kernels without a per-row reduction also `row_kernel_cols<WARPS, U>` + `launch_cols`: the
+ *      tile in 8-column chunks, short rows (at most EVT_ROWS_PACK_CHUNKS[_SUM] chunks) several side by side in a
+ *      CTA, long rows with sums over M in column blocks; U rows' loads per thread issued together;
  *   3. `extern "C" int evt_rowkernel_<hash>(const evt_row_launch_args *)`: argument checks, the 16-byte
  *      vector flag (N % 8 == 0 and every M×N / N-vector pointer 16-byte aligned), configuration choice
- *      (evt_row_pick_config, kernels/evt_row_config.h; none: the long-row kernel, or refused with row sums) and
- *      dispatch.
+ *      (short rows of a nucleus-free kernel: the column-block kernel; else evt_row_pick_config,
+ *      kernels/evt_row_config.h; none: the long-row or column-block kernel, or refused) and dispatch.
  * R (row-groups per CTA): 8 warps per CTA for plain kernels, 16 with row sums (fewer partials), ≥ WARPS.
  */
 #include <stdarg.h>
