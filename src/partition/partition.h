@@ -250,7 +250,9 @@ evt_status evt_part_plan_build(evt_graph *eg, const evt_part_options *opt, doubl
 evt_status evt_part_plan_build_compat(evt_graph *eg, const evt_part_options *opt, double lambda,
                                       evt_part_compat_fn compat, evt_part_plan *plan);
 /* The same with the kernel nodes v with isolate[v] != 0 in groups of their own (every in- and out-edge
- * cut; views and operand permutes are not isolated). isolate NULL: as _compat. */
+ * cut; views and operand permutes are not isolated), except isolate[v] == EVT_PART_ISOLATE_CLASS: those nodes
+ * may share groups with each other (and views of them), with no other node. isolate NULL: as _compat. */
+#define EVT_PART_ISOLATE_CLASS 2
 evt_status evt_part_plan_build_isolated(evt_graph *eg, const evt_part_options *opt, double lambda,
                                         evt_part_compat_fn compat, const unsigned char *isolate, evt_part_plan *plan);
 void evt_part_plan_free(evt_part_plan *plan);

@@ -19,15 +19,38 @@ evt_status evt_part_plan_build_isolated(evt_graph *eg, const evt_part_options *o
                                         evt_part_compat_fn compat, const unsigned char *isolate, evt_part_plan *plan) {
   memset(plan, 0, sizeof *plan);
   evt_pgraph *g = evt_part_from_graph(eg, lambda);
-  bool refinish = false;
+  bool refinish = false, classes = false;
   for (int v = 0; isolate && v < eg->nnodes; v++)
     if (isolate[v] && evt_pgraph_kernel(g, v) && !(g->nodes[v].flags & (EVT_PN_VIEW | EVT_PN_OPERAND))) {
+      if (isolate[v] == EVT_PART_ISOLATE_CLASS) {
+        classes = refinish = true;
+        continue;
+      }
       g->nodes[v].flags |= EVT_PN_CUT_IN | EVT_PN_CUT_OUT;
       refinish = true;
     }
   if (compat) g->compat = compat;
   if (compat || refinish)
     evt_pgraph_finish(g); /* edge statuses depend on the hook (FUSE edges that break a pair rule become FREE) */
+  if (classes) {
+    /* EVT_PART_ISOLATE_CLASS nodes group only among themselves: every edge between one of them (or a view of
+     * one, in graph order) and another kernel node is cut; FUSE edges (views, operand prologues) are kept */
+    unsigned char *cls = calloc((size_t)g->n + 1, 1);
+    EVT_ASSERT(cls);
+    for (int v = 0; v < g->n && v < eg->nnodes; v++) {
+      const evt_pnode *p = &g->nodes[v];
+      if (!evt_pgraph_kernel(g, v)) continue;
+      if (isolate[v] == EVT_PART_ISOLATE_CLASS && !(p->flags & (EVT_PN_VIEW | EVT_PN_OPERAND))) cls[v] = 1;
+      else if ((p->flags & EVT_PN_VIEW) && p->nin == 1) cls[v] = cls[g->edges[g->in_edges[p->in0]].u];
+    }
+    for (int e = 0; e < g->m; e++) {
+      evt_pedge *ed = &g->edges[e];
+      if (ed->status == EVT_PE_FREE && evt_pgraph_kernel(g, ed->u) && evt_pgraph_kernel(g, ed->v) &&
+          cls[ed->u] != cls[ed->v])
+        ed->status = EVT_PE_CUT;
+    }
+    free(cls);
+  }
   int n = eg->nnodes;
   plan->group = malloc((size_t)(n + 1) * sizeof(int));
   EVT_ASSERT(plan->group);

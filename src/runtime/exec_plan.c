@@ -300,8 +300,9 @@ static bool is_view(evt_op op) {
 
 /* EVT_REFINE_PARTITION=2 (the torch backend's with EVT_BATCH_NORM=evt): a group refused because a member's shape
  * is not a split of its row space (a batch norm's per-channel statistics math, [C], beside its [N·H·W, C] apply)
- * has every elementwise member smaller than its largest value isolated in the same round, so one more partition
- * separates them all instead of one per round (each round solves the ILP again: ~10 s for a ResNet downsample
+ * has every elementwise member smaller than its largest value isolated in the same round, as one class that may
+ * group among itself (EVT_PART_ISOLATE_CLASS: the per-channel math one kernel), so one more partition separates
+ * them all instead of one per round (each round solves the ILP again: ~10 s for a ResNet downsample
  * block's backward; S33W2 timed out in them). Not the default: on the bf16 bench graphs' loss regions it
  * leaves one or two more small kernels than isolating one node per round. */
 static void isolate_small_elementwise(const evt_graph *g, const evt_part_plan *part, int grp, unsigned char *iso) {
@@ -310,7 +311,8 @@ static void isolate_small_elementwise(const evt_graph *g, const evt_part_plan *p
     if (part->group[v] == grp && evt_type_numel(&g->nodes[v].type) > big) big = evt_type_numel(&g->nodes[v].type);
   for (int v = 0; v < g->nnodes; v++)
     if (part->group[v] == grp && evt_op_is_elementwise(g->nodes[v].op) && evt_type_numel(&g->nodes[v].type) < big)
-      iso[v] = 1;
+      iso[v] = EVT_PART_ISOLATE_CLASS; /* together, apart from the big members (session 34: one singleton each was
+                                        * ~6 launches of per-channel math per batch norm) */
 }
 
 static evt_status refine(evt_graph *g, const evt_part_options *opt, evt_exec_plan *p) {
@@ -334,7 +336,8 @@ static evt_status refine(evt_graph *g, const evt_part_options *opt, evt_exec_pla
       /* views and permutes follow their producer: a refused view (e.g. a second view of a reduction that
        * leaves the group) isolates the node it views instead */
       while (b >= 0 && is_view(g->nodes[b].op)) b = g->nodes[b].ninputs > 0 ? g->nodes[b].inputs[0] : -1;
-      if (b < 0 || iso[b] || g->nodes[b].op == EVT_OP_INPUT || g->nodes[b].op == EVT_OP_PARAM) continue;
+      /* (a node refused among its class goes on alone) */
+      if (b < 0 || iso[b] == 1 || g->nodes[b].op == EVT_OP_INPUT || g->nodes[b].op == EVT_OP_PARAM) continue;
       iso[b] = 1;
       more = true;
       if (batch && strstr(L->reason, "is not a split of the")) isolate_small_elementwise(g, &p->part, L->group, iso);

@@ -1065,6 +1065,20 @@ TEST(batch_norm_channels_last_lowers_as_column_sums) {
   for (int gi = 0; gi < p.ngroups; gi++)
     CHECK_MSG(p.groups[gi].fused, "group %d not lowered: %s", gi, p.low.k[gi].reason);
   CHECK_MSG(nb == 0 && nf == p.ngroups, "%d fused, %d fallback", nf, nb);
+  /* the per-channel math between the sums and the apply ([16]-sized element-wise nodes, taken out of the apply's
+   * group) is one kernel: no such node in a group apart from a same-sized element-wise input (session 34; one
+   * group per node before) */
+  int apart = 0;
+  for (int v = 0; v < g->nnodes; v++) {
+    const evt_node *n = &g->nodes[v];
+    if (!evt_op_is_elementwise(n->op) || evt_type_numel(&n->type) != 16 || p.part.group[v] < 0) continue;
+    for (int k = 0; k < n->ninputs; k++) {
+      const evt_node *u = &g->nodes[n->inputs[k]];
+      apart += evt_op_is_elementwise(u->op) && evt_type_numel(&u->type) == 16 && p.part.group[n->inputs[k]] >= 0 &&
+               p.part.group[n->inputs[k]] != p.part.group[v];
+    }
+  }
+  CHECK_MSG(apart == 0, "%d per-channel inputs in another group", apart);
   evt_exec_plan_free(&p);
   check_plan_cpu_vs_fp64(g, "bn_cl");
   unsetenv("EVT_REFINE_PARTITION");
