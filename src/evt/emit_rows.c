@@ -709,7 +709,17 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
            "        const long long row = rb + (long long)u * S;\n        if (row >= r1) break;\n"
            "        const bool live = true;\n        (void)live;\n        const long long ro = row * n;  // row offset\n");
     if (!nstore) sb(&b, "        (void)ro;  // (no M×N store)\n");
-    emit_epilogue(&b, s, users, rsk, 3);
+    {  /* the epilogue (written for a row loop at depth 1) indented to this loop's depth */
+      sbuf e = {0};
+      emit_epilogue(&e, s, users, rsk, 3);
+      for (const char *q = e.p; q && *q;) {
+        const char *nl = strchr(q, '\n');
+        const int len = nl ? (int)(nl - q) : (int)strlen(q);
+        sb(&b, *q != '#' && len ? "    %.*s\n" : "%.*s\n", len, q);
+        q += len + (nl ? 1 : 0);
+      }
+      free(e.p);
+    }
     sb(&b, "      }\n    }\n  }\n");
     if (nrowsum) {
       sb(&b, "  evt_rows::trigger_dependents();  // the finalize kernel may start launching\n"
