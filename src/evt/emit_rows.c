@@ -133,9 +133,9 @@ static void emit_long_chunk(sbuf *b, const evt_rspec *s) {
 /* The epilogue of one row: per-row values (column broadcasts, per-row reduction accumulators), then per chunk of 8
  * columns its loads, one statement per node and element, its stores, then the per-row reductions. lng 1: the long-row
  * kernel's form (this thread's chunk of each block, the nucleus's chunk values and the M×N loads per chunk); lng 2:
- * the column-block kernel's (one chunk, j0 / es / lim / full set by the kernel; row sums into registers rsa<k>); lng 3:
- * the same with the M×N loads already fetched (f_L<i>[u], row_kernel_cols's batch of U rows) and the row broadcasts
- * loaded once before the row loop. */
+ * the column-block kernel's (one chunk, j0 / es / lim / full set by the kernel; the M×N loads already fetched in
+ * f_L<i>[u], row_kernel_cols's batch of U rows; the row broadcasts loaded once before the row loop; row sums into
+ * registers rsa<k>). */
 static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const int *rsk, int lng) {
   evt_row_nucleus nu = s->nucleus;
   int hw = s->has_w, hb = s->has_b;
@@ -155,7 +155,7 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
           "      if (!live || (!EXF && j0 >= n)) continue;\n"
           "      const bool full = EXF || (vec && j0 + 8 <= n);\n"
           "      (void)full;\n");
-  } else if (lng >= 2) { /* the column-block kernel: this thread's 8 columns of this row */
+  } else if (lng == 2) { /* the column-block kernel: this thread's 8 columns of this row */
     sb(b, "    if (j0 < n) {\n      const int v = 0;\n      (void)v;\n");
   } else {
     sb(b, "    // this thread's chunk of each block of 8·T elements: elements j0 + e·es < lim (evt_rows::long_head; h > 0:\n"
@@ -169,12 +169,12 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
   }
   for (int i = 0; lng && i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
-    if (v->op == EVT_V_AUX_LOAD && lng == 3) /* fetched with the batch's other rows (row_kernel_cols) */
+    if (v->op == EVT_V_AUX_LOAD && lng == 2) /* fetched with the batch's other rows (row_kernel_cols) */
       sb(b, "      evt_rows::Raw8<%s> c_L%d[1] = {f_L%d[u]};  // %s\n", ctype(v->dtype), i, i, v->name);
     else if (v->op == EVT_V_AUX_LOAD)
       sb(b, "      evt_rows::Raw8<%s> c_L%d[1];  // %s\n      evt_rows::fetch8s(p.n%d_%s + ro, j0, es, lim, full, c_L%d[0]);\n",
          ctype(v->dtype), i, v->name, i, v->name, i);
-    if (v->op == EVT_V_ROW_BCAST && lng != 3) /* (row_kernel_cols loads its columns once) */
+    if (v->op == EVT_V_ROW_BCAST && lng != 2) /* (row_kernel_cols loads its columns once) */
       sb(b, "      float L%d[1][8];  // row_bcast %s\n      evt_rows::load8s(p.n%d_%s, j0, es, lim, full, L%d[0]);\n", i, v->name, i,
          v->name, i);
   }
@@ -256,7 +256,7 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
     if (s->nodes[i].op == EVT_V_AUX_STORE)
       sb(b, lng ? "      evt_rows::store8s(p.n%d_%s + ro, j0, es, lim, full, S%d);\n"
                 : "      evt_rows::store8(p.n%d_%s + ro, j0, n, full, S%d);\n", i, s->nodes[i].name, i);
-    else if (s->nodes[i].op == EVT_V_ROW_SUM && lng >= 2)
+    else if (s->nodes[i].op == EVT_V_ROW_SUM && lng == 2)
       sb(b, "#pragma unroll\n      for (int e = 0; e < 8; e++) rsa%d[e] += RS%d[e];\n", rsk[i], i);
     else if (s->nodes[i].op == EVT_V_ROW_SUM)
       sb(b, "      rsum.add8(%d, v, RS%d);\n", rsk[i], i);
@@ -711,7 +711,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
     if (!nstore) sb(&b, "        (void)ro;  // (no M×N store)\n");
     {  /* the epilogue (written for a row loop at depth 1) indented to this loop's depth */
       sbuf e = {0};
-      emit_epilogue(&e, s, users, rsk, 3);
+      emit_epilogue(&e, s, users, rsk, 2);
       for (const char *q = e.p; q && *q;) {
         const char *nl = strchr(q, '\n');
         const int len = nl ? (int)(nl - q) : (int)strlen(q);
