@@ -301,6 +301,15 @@ static void emit_rowsum_finalize(sbuf *b, const evt_rspec *s, int nrowsum, const
   sb(b, "  evt_rows::launch_rowsum_finalize(dim3((p.n + 31) / 32, %d), st, p.ws, %s, p.n, outs);\n", nrowsum, parts);
 }
 
+/* The launcher's row-sum workspace (g_ws): nrowsum partial N-vectors per part (`parts`: the grid's count of them),
+ * grown when a launch needs more, p.ws pointed at it */
+static void emit_ws_alloc(sbuf *b, int nrowsum, const char *parts) {
+  sb(b, "  const size_t need = (size_t)%d * %s * p.n * sizeof(float);\n"
+        "  if (need > g_ws_bytes) {\n    if (g_ws) cudaFree(g_ws);\n    g_ws = nullptr;\n    g_ws_bytes = 0;\n"
+        "    if (cudaMalloc(&g_ws, need) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n    g_ws_bytes = need;\n  }\n"
+        "  p.ws = g_ws;\n", nrowsum, parts);
+}
+
 char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
   if (evt_rspec_check(s, err, errlen) != EVT_OK) return NULL;
   char kname[40], text[4096];
@@ -763,12 +772,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "  const long long cap = WAVES > 0 ? (long long)resident * WAVES : blocks;\n"
          "  const int grid = (int)(blocks < cap ? blocks : cap);\n",
      nrowsum ? "EVT_ROWS_WAVES_SUM" : "WARPS == 1 ? EVT_ROWS_WAVES_W1 : EVT_ROWS_WAVES");
-  if (nrowsum) {
-    sb(&b, "  const size_t need = (size_t)%d * grid * p.n * sizeof(float);\n"
-           "  if (need > g_ws_bytes) {\n    if (g_ws) cudaFree(g_ws);\n    g_ws = nullptr;\n    g_ws_bytes = 0;\n"
-           "    if (cudaMalloc(&g_ws, need) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n    g_ws_bytes = need;\n  }\n"
-           "  p.ws = g_ws;\n", nrowsum);
-  }
+  if (nrowsum) emit_ws_alloc(&b, nrowsum, "grid");
   sb(&b, "  evt_rows::launch_main(row_kernel<WARPS, VPT, R, EX>, grid, WARPS * 32 * R, SMEM, st, p);\n");
   if (nrowsum) {
     sb(&b, "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;  // before the finalize launch\n");
@@ -815,11 +819,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
                : "at least 64 rows and 8 steps of S rows each",
        nrowsum ? "S > 1 && EVT_ROWS_PACK_ONE_WAVE ? (long long)sms * occ : ((long long)sms * 8 + gx - 1) / gx"
                : "((long long)sms * 8 + gx - 1) / gx");
-    if (nrowsum)
-      sb(&b, "  const size_t need = (size_t)%d * gy * p.n * sizeof(float);\n"
-             "  if (need > g_ws_bytes) {\n    if (g_ws) cudaFree(g_ws);\n    g_ws = nullptr;\n    g_ws_bytes = 0;\n"
-             "    if (cudaMalloc(&g_ws, need) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n    g_ws_bytes = need;\n  }\n"
-             "  p.ws = g_ws;\n", nrowsum);
+    if (nrowsum) emit_ws_alloc(&b, nrowsum, "gy");
     sb(&b, "#if EVT_ROWS_PDL_MAIN\n"
            "  if (!(evt_pdl_enabled() && evt_rows::launch_pdl(kern, dim3(gx, (unsigned)gy), dim3(T), 0, st, p)))\n"
            "#endif\n"

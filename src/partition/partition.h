@@ -249,9 +249,10 @@ evt_status evt_part_plan_build(evt_graph *eg, const evt_part_options *opt, doubl
  * generator's evt_lower_compat). */
 evt_status evt_part_plan_build_compat(evt_graph *eg, const evt_part_options *opt, double lambda,
                                       evt_part_compat_fn compat, evt_part_plan *plan);
-/* The same with the kernel nodes v with isolate[v] != 0 in groups of their own (every in- and out-edge
- * cut; views and operand permutes are not isolated), except isolate[v] == EVT_PART_ISOLATE_CLASS: those nodes
- * may share groups with each other (and views of them), with no other node. isolate NULL: as _compat. */
+/* The same with the kernel nodes v with isolate[v] == EVT_PART_ISOLATE_ALONE in groups of their own (every in-
+ * and out-edge cut; views and operand permutes are not isolated), and those with EVT_PART_ISOLATE_CLASS in groups
+ * shared only with each other (and views of them). isolate NULL: as _compat. */
+#define EVT_PART_ISOLATE_ALONE 1
 #define EVT_PART_ISOLATE_CLASS 2
 evt_status evt_part_plan_build_isolated(evt_graph *eg, const evt_part_options *opt, double lambda,
                                         evt_part_compat_fn compat, const unsigned char *isolate, evt_part_plan *plan);

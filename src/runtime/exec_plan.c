@@ -337,8 +337,9 @@ static evt_status refine(evt_graph *g, const evt_part_options *opt, evt_exec_pla
        * leaves the group) isolates the node it views instead */
       while (b >= 0 && is_view(g->nodes[b].op)) b = g->nodes[b].ninputs > 0 ? g->nodes[b].inputs[0] : -1;
       /* (a node refused among its class goes on alone) */
-      if (b < 0 || iso[b] == 1 || g->nodes[b].op == EVT_OP_INPUT || g->nodes[b].op == EVT_OP_PARAM) continue;
-      iso[b] = 1;
+      if (b < 0 || iso[b] == EVT_PART_ISOLATE_ALONE || g->nodes[b].op == EVT_OP_INPUT || g->nodes[b].op == EVT_OP_PARAM)
+        continue;
+      iso[b] = EVT_PART_ISOLATE_ALONE;
       more = true;
       if (batch && strstr(L->reason, "is not a split of the")) isolate_small_elementwise(g, &p->part, L->group, iso);
     }
