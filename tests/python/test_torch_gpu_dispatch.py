@@ -369,6 +369,8 @@ class InterpProgram:
         self.flags = flags
         self.runs = self.captures = 0
         self._last = None
+        self._names = []
+        self.moved = []  # names of the bindings whose pointer changed, once per change
         self.bound = []
 
     def run(self, inputs, outputs, stream):
@@ -378,7 +380,11 @@ class InterpProgram:
         key = tuple(t.data_ptr() for _, t in inputs) + tuple(t.data_ptr() for t in outputs)
         if key != self._last:
             self.captures += 1
-            self._last = key
+            if self._last is not None:  # which bindings moved (by name; outputs by position)
+                now = [name for name, _ in inputs] + ["out%d" % k for k in range(len(outputs))]
+                before = dict(zip(self._names, self._last))
+                self.moved.extend(n for n, ptr in zip(now, key) if before.get(n, ptr) != ptr)
+            self._last, self._names = key, [name for name, _ in inputs] + ["out%d" % k for k in range(len(outputs))]
         ids = self.graph.ids
         res = self.graph.run([(ids[name], t) for name, t in inputs],
                              [(self.graph.outputs[k], t.dtype) for k, t in enumerate(outputs)])
@@ -463,8 +469,9 @@ def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
     assert B.STATS["gpu_segment_runs"] == steps * len(made) and B.STATS["interp_segment_runs"] == 0
     if options:
         # Each input can force one more capture, when its pointer first changes (it is staged from then
-        # on; when that happens depends on the allocator), then the bindings stay put.
-        assert captures[-1] == 0, captures
+        # on; at which step that happens depends on the allocator), so no binding moves twice.
+        for p in made:
+            assert len(p.moved) == len(set(p.moved)), (p.moved, captures)
         assert sum(captures) <= sum(1 + len(p.bound[0]) for p in made), captures
 
 
