@@ -64,7 +64,7 @@ static int bn_normalize(evt_graph *g, int at, int x, double eps, int *rstd) {
   int mean = evt_rw_reduce(g, at, EVT_OP_MEAN, x, dims, nd, 1);
   int ex2 = evt_rw_reduce(g, at, EVT_OP_MEAN, evt_rw_binary(g, at, EVT_OP_MUL, x, x), dims, nd, 1);
   int var = evt_rw_binary(g, at, EVT_OP_SUB, ex2, evt_rw_binary(g, at, EVT_OP_MUL, mean, mean));
-  *rstd = evt_rw_unary(g, at, EVT_OP_RSQRT, evt_rw_binary(g, at, EVT_OP_ADD, var, scalar_like(g, at, x, eps)));
+  *rstd = evt_rw_unary(g, at, EVT_OP_RSQRT, evt_rw_binary(g, at, EVT_OP_ADD, var, evt_rw_factor(g, at, g->nodes[x].type.dtype, eps)));
   return evt_rw_binary(g, at, EVT_OP_MUL, evt_rw_binary(g, at, EVT_OP_SUB, x, mean), *rstd);
 }
 
@@ -179,7 +179,7 @@ static int decompose(evt_graph *g, int id) {
     double thr = ceil(p * 16777216.0) / 16777216.0;
     int keep = evt_rw_cast(g, id, evt_rw_binary(g, id, EVT_OP_GE, u, evt_rw_scalar(g, id, EVT_F32, thr)), dt);
     return evt_rw_binary(g, id, EVT_OP_MUL, evt_rw_binary(g, id, EVT_OP_MUL, a, keep),
-                         evt_rw_scalar(g, id, dt, 1.0 / (1.0 - p)));
+                         evt_rw_factor(g, id, dt, 1.0 / (1.0 - p)));
   }
   case EVT_OP_LAYER_NORM: {
     if (n->ninputs == 1) return id;

@@ -156,7 +156,7 @@ static int grad_scale(evt_graph *g, int id, int dy, int x, double factor) {
   evt_dtype dt = g->nodes[x].type.dtype;
   if (g->nodes[id].attr.reduction == EVT_REDUCTION_MEAN) factor /= (double)evt_type_numel(&g->nodes[x].type);
   if (factor == 1.0) return dy;
-  return evt_rw_binary(g, id, EVT_OP_MUL, dy, evt_rw_scalar(g, id, dt, factor));
+  return evt_rw_binary(g, id, EVT_OP_MUL, dy, evt_rw_factor(g, id, dt, factor));
 }
 
 static int rewrite(evt_graph *g, int id) {

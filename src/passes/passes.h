@@ -69,6 +69,7 @@ int evt_rw_unary(evt_graph *g, int at, evt_op op, int x);
 int evt_rw_binary(evt_graph *g, int at, evt_op op, int a, int b);
 int evt_rw_where(evt_graph *g, int at, int cond, int a, int b);
 int evt_rw_scalar(evt_graph *g, int at, evt_dtype dt, double v);                   /* value rounded to dt */
+int evt_rw_factor(evt_graph *g, int at, evt_dtype dt, double v); /* an arithmetic operand of dtype-dt math (below) */
 int evt_rw_full(evt_graph *g, int at, const evt_type *t, double v);                /* full or scalar */
 int evt_rw_cast(evt_graph *g, int at, int x, evt_dtype dt);                         /* no-op if same dtype */
 int evt_rw_reduce(evt_graph *g, int at, evt_op op, int x, const int *dims, int ndims, int keepdim);

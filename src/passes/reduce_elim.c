@@ -225,7 +225,7 @@ static int share_reduction(evt_graph *g, int id, int n0) {
     int v = s;
     if (g->nodes[id].op == EVT_OP_MEAN) {
       int64_t count = evt_type_numel(&g->nodes[x].type) / (evt_type_numel(&out) ? evt_type_numel(&out) : 1);
-      v = evt_rw_binary(g, id, EVT_OP_MUL, s, evt_rw_scalar(g, id, out.dtype, 1.0 / (double)count));
+      v = evt_rw_binary(g, id, EVT_OP_MUL, s, evt_rw_factor(g, id, out.dtype, 1.0 / (double)count));
     }
     return evt_rw_reshape(g, id, v, out.rank, out.shape);
   }

@@ -363,15 +363,17 @@ TEST(layout_folds_and_cancels_permutes) {
 
 /* Runs `pass` on the graph of `text` and checks every output keeps its value (relative 1e-9 in fp64) on
  * random inputs; `skip_loss` leaves output 0 out. Returns the graph after the pass (caller frees). */
-static evt_graph *check_preserves(const char *text, evt_status (*pass)(evt_graph *, evt_pass_stats *), unsigned flags,
-                                  bool skip_loss) {
+/* Runs pass on text's graph and compares every output before and after on the same inputs: runs with run_flags
+ * (EVT_RUN_FP64: values unrounded; 0: each node rounded to its dtype), max |diff| <= rtol * max |before|. */
+static evt_graph *check_preserves_at(const char *text, evt_status (*pass)(evt_graph *, evt_pass_stats *), unsigned flags,
+                                     bool skip_loss, unsigned run_flags, double rtol) {
   evt_graph *g = evt_test_parse_ok(text);
   if (!g) return NULL;
   if (g->loss >= 0 && g->noutputs == 1) CHECK(evt_graph_build_joint(g, 0) == EVT_OK);
   int n0 = g->nnodes, no = g->noutputs;
   evt_tensor *v0 = calloc((size_t)n0, sizeof *v0);
   CHECK(evt_interp_init_inputs(g, v0, 42) == EVT_OK);
-  CHECK_MSG(evt_interp_run(g, v0, EVT_RUN_FP64, 1) == EVT_OK, "run before: %s", evt_graph_error(g));
+  CHECK_MSG(evt_interp_run(g, v0, run_flags, 1) == EVT_OK, "run before: %s", evt_graph_error(g));
   const char **names = malloc(sizeof(char *) * (size_t)n0);
   int *outs = malloc(sizeof(int) * (size_t)no);
   for (int i = 0; i < n0; i++) names[i] = g->nodes[i].name;
@@ -385,7 +387,7 @@ static evt_graph *check_preserves(const char *text, evt_status (*pass)(evt_graph
     for (int j = 0; j < n0; j++)
       if (!strcmp(names[j], g->nodes[i].name)) memcpy(v1[i].data, v0[j].data, sizeof(double) * (size_t)v1[i].numel);
   }
-  CHECK_MSG(evt_interp_run(g, v1, EVT_RUN_FP64, 0) == EVT_OK, "run after: %s", evt_graph_error(g));
+  CHECK_MSG(evt_interp_run(g, v1, run_flags, 0) == EVT_OK, "run after: %s", evt_graph_error(g));
   CHECK(g->noutputs == no);
   for (int o = skip_loss ? 1 : 0; o < no && o < g->noutputs; o++) {
     const evt_tensor *a = &v0[outs[o]], *b = &v1[g->outputs[o]];
@@ -395,12 +397,17 @@ static evt_graph *check_preserves(const char *text, evt_status (*pass)(evt_graph
       if (fabs(a->data[i]) > scale) scale = fabs(a->data[i]);
       if (fabs(a->data[i] - b->data[i]) > diff || isnan(b->data[i])) diff = isnan(b->data[i]) ? INFINITY : fabs(a->data[i] - b->data[i]);
     }
-    CHECK_MSG(diff <= 1e-9 * scale, "output %d (%%%s): max diff %g at scale %g", o, g->nodes[g->outputs[o]].name, diff, scale);
+    CHECK_MSG(diff <= rtol * scale, "output %d (%%%s): max diff %g at scale %g", o, g->nodes[g->outputs[o]].name, diff, scale);
   }
   for (int i = 0; i < n0; i++) evt_tensor_free(&v0[i]);
   for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&v1[i]);
   free(v0), free(v1), free(names), free(outs);
   return g;
+}
+
+static evt_graph *check_preserves(const char *text, evt_status (*pass)(evt_graph *, evt_pass_stats *), unsigned flags,
+                                  bool skip_loss) {
+  return check_preserves_at(text, pass, flags, skip_loss, EVT_RUN_FP64, 1e-9);
 }
 
 TEST(values_canonicalize_cse_constprop_layout) {
@@ -594,6 +601,19 @@ TEST(values_decompose_rules) {
   CHECK(evt_test_count_op(g, EVT_OP_RAND) == 1); /* the forward's and the backward's masks are one */
   CHECK(evt_test_count_op(g, EVT_OP_LAYER_NORM) == 1);
   evt_graph_free(g);
+}
+
+/* A 16-bit dropout decomposes into the same bits: its mask as before, and its 1/(1-p) an f32 factor (a bf16 scalar
+ * rounded it to 1.109375: a quarter of the elements one bf16 step off). Compared with every node rounded. */
+TEST(values_decomposed_16bit_dropout_is_bit_identical) {
+  const char *texts[] = {
+      "graph t {\n  %x: bf16[16,64] = input()\n  %d: bf16[16,64] = dropout(%x, p=0.1, seed=5, offset=7)\n  output %d\n}\n",
+      "graph t {\n  %x: f16[16,64] = input()\n  %d: f16[16,64] = dropout(%x, p=0.3, seed=2)\n  output %d\n}\n"};
+  for (int t = 0; t < EVT_ARRAY_LEN(texts); t++) {
+    evt_graph *g = check_preserves_at(texts[t], evt_pass_decompose, 0, false, 0, 0.0);
+    if (g) CHECK(evt_test_count_op(g, EVT_OP_DROPOUT) == 0 && evt_test_count_op(g, EVT_OP_RAND) == 1);
+    evt_graph_free(g);
+  }
 }
 
 TEST(values_whole_pipeline_keeps_loss) {
