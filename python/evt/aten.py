@@ -15,6 +15,7 @@ Contract
 - Decompositions into several evt ops are used where evt lacks a single op (e.g. layer-norm statistics,
   the running-stat update of batch norm, nll_loss's total weight).
 """
+import math
 import operator
 
 import torch
@@ -94,6 +95,7 @@ class Builder:
         self.cuda_attention = cuda_attention_in_evt()  # translate CUDA SDPA (the backend sets it per options)
         self.transposed_input = None  # FX node -> True: declare it transposed (backend.gemm_only_transposed)
         self.transposed = set()       # names of inputs declared transposed (bound as x.t())
+        self.rng_sites = 0            # dropout sites so far: site k draws with Philox seed k (native_dropout)
 
     def snapshot(self):
         return (len(self.lines), len(self.inputs), dict(self.names), dict(self.origin), self.device,
@@ -287,7 +289,11 @@ def binary(evt_op, compare=False):
         x, y = node.args[0], node.args[1]
         alpha = node.kwargs.get("alpha", 1)
         dt = _promote([x, y]) if compare else out(node).dtype
-        a, c = _operand(b, x, dt), _operand(b, y, dt)
+        # PyTorch multiplies a 16-bit tensor by a Python number in f32 (opmath) without rounding the number to
+        # the tensor's dtype: an f32 scalar, which adopts the tensor's dtype in evt (x * 1/(1-p) of a dropout's
+        # backward; CPU eager's bf16 add, unlike its mul, rounds the number first, so only mul)
+        sdt = torch.float32 if evt_op == "mul" and dt in LOW_PRECISION else dt
+        a, c = _operand(b, x, sdt if not is_tensor_node(x) else dt), _operand(b, y, sdt if not is_tensor_node(y) else dt)
         if alpha != 1:
             c = b.op("mul", [c, b.scalar(alpha, dt)])
         return b.result(evt_op, [a, c])
@@ -1492,6 +1498,40 @@ def _index_put(b, node, used):
         vn = b.op("expand", [vn], {"shape": want})
     sc = b.op("index_select_backward", [vn, b.val(idxs[0])], {"dim": 0, "shape": xs})
     return b.result("add", [b.cast(x, dt), sc])
+
+
+@rule(aten.native_dropout)
+def _native_dropout(b, node, used):
+    """(y, mask) = native_dropout(x, p, train) with evt's own random numbers: site k of the segment draws u from
+    Philox with seed k (the RNG step of the run: the backend sets a fresh one from PyTorch's generator before
+    every run, Segment.run); mask = u >= p (keep probability 1 - p, as PyTorch's u > p) and y = evt's dropout op,
+    x * mask / (1 - p) rounded once, which the passes decompose into the same rand, so mask and y agree."""
+    x, p, train = node.args[0], node.args[1], arg(node, 2, "train", None)
+    if not isinstance(p, (int, float)):
+        raise Unsupported("symbolic dropout probability")
+    p = float(p)
+    vals, res = out(node), {}
+    if train is False or p == 0.0:  # the identity, and an all-true mask
+        if 0 in used:
+            res[0] = b.val(x)
+        if 1 in used:
+            res[1] = b.result("full", [], {"value": 1.0}, val=vals[1])
+        return res
+    if not 0.0 < p < 1.0:
+        if p != 1.0:
+            raise Unsupported(f"dropout probability {p}")
+        for i in used & {0, 1}:  # p = 1 drops everything
+            res[i] = b.result("full", [], {"value": 0.0}, val=vals[i])
+        return res
+    b.rng_sites += 1
+    seed = b.rng_sites
+    if 0 in used:
+        res[0] = b.result("dropout", [b.val(x)], {"p": p, "seed": seed}, val=vals[0])
+    if 1 in used:
+        u = b.op("rand", [], {"seed": seed}, like=vals[1], dtype=torch.float32)
+        thr = b.scalar(math.ceil(p * 16777216.0) / 16777216.0, torch.float32)  # (p on f32's grid, as decompose.c)
+        res[1] = b.result("ge", [u, thr], val=vals[1])
+    return res
 
 
 @rule(aten.full_like)

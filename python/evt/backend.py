@@ -1312,7 +1312,23 @@ class Segment:
         self.staged = {}  # CUDA graphs: input name -> staging buffer (see _input)
         self.seen = {}    # CUDA graphs: input name -> the pointer it was first bound with
 
+    def _draw_rng_step(self):
+        """Segments with dropout sites (aten._native_dropout): the RNG step of this run, drawn from PyTorch's
+        default (CPU) generator, so torch.manual_seed makes evt's masks reproducible and every run, and every
+        segment, draws fresh ones. Under a CUDA-graph capture of the whole step (cudagraphs "step") nothing is
+        set: a captured step would repeat at every replay, and the program advances its own step on the
+        device at every replay instead (from the step drawn at the warm-up run)."""
+        if self.path == "gpu" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return
+        step = int(torch.randint(0, 2 ** 62, (1,)).item())
+        if self.path == "interp":
+            self.graph.set_rng_step(step)
+        else:
+            self.program.set_rng_step(step, torch.cuda.current_stream(self.device).cuda_stream)
+
     def run(self, env):
+        if self.b.rng_sites and self.path in ("interp", "gpu"):
+            self._draw_rng_step()
         if self.path == "interp":
             names = dict(self.input_names)
             res = self.graph.run([(i, self._layout(names[x], env[x]).contiguous()) for x, i in self.inputs],

@@ -286,6 +286,12 @@ class Program:
     def launch_count(self):
         return int(L.lib().evt_program_launch_count(self._p))
 
+    def set_rng_step(self, step, stream):
+        """The RNG step of the next run (evt_program_set_rng_step, enqueued on `stream`)."""
+        f = L._declare("evt_program_set_rng_step", ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p])
+        if f(self._p, step, stream) != 0:
+            raise self._err("set the RNG step")
+
     def __del__(self):
         p = getattr(self, "_p", None)
         if p is not None and L._lib is not None:

@@ -138,6 +138,13 @@ class Graph:
         finally:
             lib().free(p)
 
+    def set_rng_step(self, step):
+        """The RNG step the next interpreter runs draw rand / dropout with (evt_graph_set_rng_step)."""
+        f = _declare("evt_graph_set_rng_step", None, [ctypes.c_void_p, ctypes.c_uint64])
+        if f is None:
+            raise EvtError("this libevt has no evt_graph_set_rng_step")
+        f(self._g, step)
+
     def __del__(self):
         g = getattr(self, "_g", None)
         if g and _lib is not None:

@@ -576,3 +576,77 @@ def test_returned_log_softmax_is_finite_for_far_logits():
     with torch.no_grad():
         got = torch.compile(M(), backend="evt")(x)
     assert torch.isfinite(got).all() and torch.allclose(got, want.detach(), rtol=1e-5, atol=1e-5)
+
+
+class DropMLP(nn.Module):
+    """Linear -> GELU -> dropout(p) -> Linear -> cross entropy; also returns the dropped activation, whose zeros
+    are the mask (GELU of random floats is never exactly 0)."""
+
+    def __init__(self, p, dtype=torch.float32):
+        super().__init__()
+        self.p = p
+        self.a, self.b = nn.Linear(16, 32, dtype=dtype), nn.Linear(32, 4, dtype=dtype)
+
+    def forward(self, x, y):
+        h = F.dropout(F.gelu(self.a(x)), self.p, training=True)
+        return F.cross_entropy(self.b(h).float(), y), h
+
+
+def test_native_dropout_runs_in_evt_with_fresh_reproducible_masks(caplog):
+    """native_dropout translates (evt's Philox masks, mask = u >= p): the forward and backward agree with eager
+    PyTorch run with evt's mask, each step draws a fresh mask with keep rate 1 - p, and torch.manual_seed
+    repeats a step's masks (the RNG step of every run comes from PyTorch's generator)."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    p = 0.25
+    torch.manual_seed(0)
+    ref = DropMLP(p)
+    mod = copy.deepcopy(ref)
+    f = torch.compile(mod, backend="evt", fullgraph=True)
+    x, y = torch.randn(64, 16), torch.randint(0, 4, (64,))
+    masks = []
+    for step in range(3):
+        for m in (ref, mod):
+            m.zero_grad()
+        loss, h = f(x, y)
+        loss.backward()
+        keep = h != 0
+        masks.append(keep)
+        assert abs(keep.float().mean().item() - (1 - p)) < 0.05, keep.float().mean()
+        hr = F.gelu(ref.a(x))
+        dropped = hr * keep / (1 - p)  # eager with evt's mask
+        assert rel_err(h.detach(), dropped.detach()) <= 1e-5
+        loss_ref = F.cross_entropy(ref.b(dropped), y)
+        loss_ref.backward()
+        assert rel_err(loss.detach(), loss_ref.detach()) <= 1e-5
+        for (n, p_ref), (_, p_evt) in zip(ref.named_parameters(), mod.named_parameters()):
+            assert rel_err(p_evt.grad, p_ref.grad) <= 1e-4, (step, n)
+    assert "native_dropout" not in fallbacks(caplog.records)
+    for a, b in ((0, 1), (1, 2), (0, 2)):  # fresh masks: independent ones differ at 2p(1 - p) = 37.5%
+        assert (masks[a] != masks[b]).float().mean().item() > 0.25
+    again = []
+    for _ in range(2):
+        torch.manual_seed(123)
+        again.append(f(x, y)[1] != 0)
+    assert torch.equal(again[0], again[1])
+
+
+def test_native_dropout_bf16_scales_in_f32(caplog):
+    """A bf16 dropout and its backward scale by 1/(1 - p) as PyTorch does (f32, not the bf16-rounded 1.109375):
+    eager with evt's mask gives the same bits for the activation and matching gradients."""
+    torch._dynamo.reset()
+    p = 0.1
+    torch.manual_seed(0)
+    ref = DropMLP(p, torch.bfloat16)
+    mod = copy.deepcopy(ref)
+    f = torch.compile(mod, backend="evt", fullgraph=True)
+    x, y = torch.randn(64, 16, dtype=torch.bfloat16), torch.randint(0, 4, (64,))
+    loss, h = f(x, y)
+    loss.backward()
+    keep = h != 0
+    hr = F.gelu(ref.a(x))
+    dropped = torch.ops.aten.native_dropout_backward(hr, keep, 1 / (1 - p))  # hr * keep * scale as PyTorch's dropout
+    assert torch.equal(h, dropped)
+    F.cross_entropy(ref.b(dropped).float(), y).backward()
+    for (n, p_ref), (_, p_evt) in zip(ref.named_parameters(), mod.named_parameters()):
+        assert rel_err(p_evt.grad.float(), p_ref.grad.float()) <= 2e-2, n

@@ -371,6 +371,7 @@ class InterpProgram:
         self._last = None
         self._names = []
         self.moved = []  # names of the bindings whose pointer changed, once per change
+        self.steps = []  # the RNG step set before each run (set_rng_step)
         self.bound = []
 
     def run(self, inputs, outputs, stream):
@@ -396,6 +397,11 @@ class InterpProgram:
 
     def launch_count(self):
         return 1
+
+    def set_rng_step(self, step, stream):
+        assert stream == 0
+        self.steps.append(step)
+        self.graph.set_rng_step(step)
 
 
 class _Stream:
@@ -473,6 +479,38 @@ def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
         for p in made:
             assert len(p.moved) == len(set(p.moved)), (p.moved, captures)
         assert sum(captures) <= sum(1 + len(p.bound[0]) for p in made), captures
+
+
+@needs_lib
+@pytest.mark.parametrize("options", [None, {"cudagraphs": "segments"}, "cuda_rules"])
+def test_gpu_glue_draws_an_rng_step_per_dropout_run(monkeypatch, options):
+    """The GPU path of a model with dropout: the segment holding native_dropout gets a fresh RNG step from
+    PyTorch's generator before every run (set_rng_step), repeated by torch.manual_seed; its mask and output
+    agree with eager PyTorch run with that mask."""
+    import copy
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import test_torch_backend as T
+    if options == "cuda_rules":
+        monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+        options = None
+    made = _glue_setup(monkeypatch)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = T.DropMLP(0.25)
+    f = torch.compile(copy.deepcopy(ref), backend="evt", fullgraph=True, options=options)
+    x, y = torch.randn(64, 16), torch.randint(0, 4, (64,))
+    outs = []
+    for seed in (5, 6, 5):
+        torch.manual_seed(seed)
+        loss, h = f(x, y)
+        loss.backward()
+        keep = h != 0
+        assert T.rel_err(h.detach(), (F.gelu(ref.a(x)) * keep / 0.75).detach()) <= 1e-5
+        outs.append(keep)
+    drawing = [p for p in made if p.steps]
+    assert len(drawing) == 1 and len(drawing[0].steps) == 3 == drawing[0].runs, [(p.steps, p.runs) for p in made]
+    s = drawing[0].steps
+    assert s[0] == s[2] != s[1] and torch.equal(outs[0], outs[2]) and not torch.equal(outs[0], outs[1])
 
 
 # ---- CUDA attention (EVT_ATTENTION=evt) --------------------------------------------------------------------

@@ -66,13 +66,14 @@ bmodes=${TORCHGPU_BENCH_MODES:-eager,evt,inductor,evt_cg}
 PRE_PID=
 if [ "${TORCHGPU_PREWARM:-1}" = 1 ] && [ "${TORCHGPU_TUNE:-0}" = 0 ] && command -v setsid >/dev/null; then
   export TG_BENCH=$bench TG_E=$E TG_CUTLASS=$CUTLASS TG_JOBS=$(( EVT_JIT_JOBS > 6 ? EVT_JIT_JOBS - 4 : EVT_JIT_JOBS ))
+  export TG_ARGS=${TORCHGPU_BENCH_ARGS:-}  # (--dropout: the same graphs as the benchmark)
   # (a session of its own: stop_prewarm kills the whole group, nvcc jobs included)
   setsid bash -c '
     for spec in ${TG_BENCH//,/ }; do
       IFS=: read -r w t sc _ <<<"$spec"
       echo "== prewarm $w (scale ${sc:-1}) at $(date -u +%H:%M:%S)"
       CUTLASS_PATH=$TG_CUTLASS EVT_JIT_JOBS=$TG_JOBS python3 bench/e2e/run.py --child "$w" --modes evt \
-        --scale "${sc:-1}" --iters 1 --warmup 0 --quick --no-profile
+        --scale "${sc:-1}" --iters 1 --warmup 0 --quick --no-profile $TG_ARGS
       echo "$w rc $? at $(date -u +%H:%M:%S)" >> "$TG_E/prewarm.done"
     done' > "$E/prewarm.log" 2>&1 < /dev/null &
   PRE_PID=$!
