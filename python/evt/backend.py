@@ -585,6 +585,8 @@ _EMB = _REF.format(what="the embedding and its backward", how="a gather by index
 _BN = ("batch norm runs in PyTorch (its channels-last kernels): in evt (EVT_BATCH_NORM=evt) its channels-last "
        "statistics lower as column sums of the row kernels, but measured slower on the H200 (resnet50 41.1 vs 28.7 "
        "ms/step, S33W3: rows of 64-256 channels take one warp each, ~10 launches per layer)")
+_DROP = ("dropout draws its mask in PyTorch on CUDA: evt's own masks (EVT_DROPOUT=evt or gpu_ops 'all') are "
+         "checked on the CPU interpreter, not yet on the H200 (tests/gpu/torch_dropout_gpu.py)")
 # FX op packets that run in PyTorch on CUDA under gpu_ops "fast", with the reason logged.
 CUDA_REFERENCE_ONLY = {
     aten.convolution: _CONV, aten.convolution_backward: _CONV,
@@ -601,6 +603,7 @@ CUDA_REFERENCE_ONLY = {
     aten._native_batch_norm_legit_functional: _BN, aten.native_batch_norm: _BN, aten._native_batch_norm_legit: _BN,
     aten._native_batch_norm_legit_no_training: _BN, aten.native_batch_norm_backward: _BN,
     aten.embedding: _EMB, aten.embedding_dense_backward: _EMB,
+    aten.native_dropout: _DROP,
 }
 
 
@@ -618,6 +621,8 @@ def cuda_placement(node, options=None):
     if G.attention_in_evt(options) and why is _ATTN:
         return None
     if G.batch_norm_in_evt(options) and why is _BN:
+        return None
+    if G.dropout_in_evt(options) and why is _DROP:
         return None
     return why
 

@@ -151,6 +151,15 @@ def batch_norm_in_evt(options, env=None):
     return gpu_ops(options, env) == "all" or env.get("EVT_BATCH_NORM", "torch") == "evt"
 
 
+def dropout_in_evt(options, env=None):
+    """True when CUDA dropout (native_dropout) runs in evt segments with evt's masks: gpu_ops "all", or
+    EVT_DROPOUT=evt. Off by default on CUDA until its programs (the bool mask output, the RNG step set per
+    run, whole-step CUDA graphs) are checked on the H200 (tests/gpu/torch_dropout_gpu.py; backend._DROP);
+    the CPU interpreter path always translates it (tests/python/test_torch_backend.py)."""
+    env = os.environ if env is None else env
+    return gpu_ops(options, env) == "all" or env.get("EVT_DROPOUT", "torch") == "evt"
+
+
 def program_flags(options, env=None):
     """evt_program flags: FUSED unless options['fused'] is False or EVT_FUSED=0 (the option wins);
     CUDA_GRAPH when options['cudagraphs'] is "segments" (under "step" the whole step is captured by PyTorch:

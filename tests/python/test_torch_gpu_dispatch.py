@@ -490,8 +490,9 @@ def test_gpu_glue_draws_an_rng_step_per_dropout_run(monkeypatch, options):
     import copy
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import test_torch_backend as T
-    if options == "cuda_rules":
+    if options == "cuda_rules":  # (CUDA placement: dropout stays in PyTorch unless EVT_DROPOUT=evt)
         monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+        monkeypatch.setenv("EVT_DROPOUT", "evt")
         options = None
     made = _glue_setup(monkeypatch)
     torch._dynamo.reset()
@@ -511,6 +512,24 @@ def test_gpu_glue_draws_an_rng_step_per_dropout_run(monkeypatch, options):
     assert len(drawing) == 1 and len(drawing[0].steps) == 3 == drawing[0].runs, [(p.steps, p.runs) for p in made]
     s = drawing[0].steps
     assert s[0] == s[2] != s[1] and torch.equal(outs[0], outs[2]) and not torch.equal(outs[0], outs[1])
+
+
+@needs_lib
+def test_cuda_dropout_stays_in_pytorch_by_default(monkeypatch, caplog):
+    """Under the CUDA placement rules (simulated on the CPU) native_dropout runs in PyTorch, with the logged
+    reason, unless EVT_DROPOUT=evt; the rest of the step still runs in evt."""
+    import test_torch_backend as T
+    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    monkeypatch.delenv("EVT_DROPOUT", raising=False)
+    caplog.set_level(logging.INFO, logger="evt")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    f = torch.compile(T.DropMLP(0.25), backend="evt", fullgraph=True)
+    loss, h = f(torch.randn(64, 16), torch.randint(0, 4, (64,)))
+    loss.backward()
+    assert "native_dropout.default" in T.fallbacks(caplog.records)
+    assert any("dropout draws its mask in PyTorch on CUDA" in r.getMessage() for r in caplog.records)
+    assert abs((h != 0).float().mean().item() - 0.75) < 0.1
 
 
 # ---- CUDA attention (EVT_ATTENTION=evt) --------------------------------------------------------------------
