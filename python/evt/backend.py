@@ -22,7 +22,8 @@ Contract
   under "fast" a CUDA node whose op is in CUDA_REFERENCE_ONLY (convolutions, attention, pooling and their
   backward, the embedding and its backward: evt's only GPU implementation of them is the reference library
   kernels/evt_fallback.cu, direct loops in double, no implicit-GEMM convolution or tiled attention; batch norm
-  and its backward: evt's kernels measured slower, see _BN; EVT_BATCH_NORM=evt keeps them in evt) runs in
+  and its backward: evt's kernels measured slower, see _BN; EVT_BATCH_NORM=evt keeps them in evt; dropout:
+  evt's masks not yet checked on the H200, see _DROP; EVT_DROPOUT=evt keeps it in evt) runs in
   PyTorch (cuDNN, flash attention), logged as a fallback with that reason; so does a large op whose rows
   are not 16-byte aligned (unaligned_rows: a 30522-word vocabulary's logits and their GEMMs), or that
   broadcasts or sums over some leading dims only (partial_broadcast: position embeddings and their gradient),
