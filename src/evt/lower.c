@@ -45,6 +45,11 @@ typedef struct lctx {
   int64_t vst[EVT_KSPEC_MAX_NODES][EVT_MAX_RANK]; /* loads: strides of node i's memory over bt's dims */
 } lctx;
 
+/* A scalar / full operand's value as the interpreter holds it: rounded to the node's dtype (a bf16 0.1 is
+ * 0.10009765625, the threshold PyTorch compares a bf16 tensor with); visitor scalars are float constants,
+ * which would otherwise keep the unrounded value. */
+static double scalar_value(const evt_node *bn) { return evt_round_to_dtype(bn->attr.value, bn->type.dtype); }
+
 static bool refuse(lctx *c, int node, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static bool refuse(lctx *c, int node, const char *fmt, ...) {
   if (c->bad >= 0) return false; /* keep the first reason */
@@ -276,9 +281,10 @@ static int operand(lctx *c, int v, int x, const evt_type *out) {
     return -1;
   }
   if (m0 && n0) {
+    const double sv = scalar_value(bn);
     for (int i = 0; i < c->s->nnodes; i++)
-      if (c->s->nodes[i].op == EVT_V_SCALAR && c->s->nodes[i].value == bn->attr.value) return i;
-    int id = evt_kspec_scalar(c->s, bn->attr.value);
+      if (c->s->nodes[i].op == EVT_V_SCALAR && c->s->nodes[i].value == sv) return i;
+    int id = evt_kspec_scalar(c->s, sv);
     if (id < 0) refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
     else c->vt[id] = -1;
     return id;
@@ -492,9 +498,10 @@ static int operand_batched(lctx *c, int v, int x, const evt_type *out) {
              evt_op_table[bn->op].name);
       return -1;
     }
+    const double sv = scalar_value(bn);
     for (int i = 0; i < c->s->nnodes; i++)
-      if (c->s->nodes[i].op == EVT_V_SCALAR && c->s->nodes[i].value == bn->attr.value) return i;
-    int id = evt_kspec_scalar(c->s, bn->attr.value);
+      if (c->s->nodes[i].op == EVT_V_SCALAR && c->s->nodes[i].value == sv) return i;
+    int id = evt_kspec_scalar(c->s, sv);
     if (id < 0) refuse(c, v, "the epilogue needs more than %d visitor nodes", EVT_KSPEC_MAX_NODES);
     else c->vt[id] = -1;
     return id;

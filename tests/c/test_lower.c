@@ -674,6 +674,49 @@ TEST(lower_new_visitor_nodes_match_the_interpreter) {
   }
 }
 
+/* A 16-bit scalar operand is the interpreter's value, rounded to its dtype: a bf16 0.1 threshold is
+ * 0.10009765625 in the generated constant (the GPU compared with 0.1f, the interpreter and PyTorch with the
+ * bf16 value: x = 0.10009765625 > 0.1 kept on the GPU only), in a GEMM epilogue and in a row kernel. */
+TEST(lower_16bit_scalars_are_rounded_to_their_dtype) {
+  const char *texts[] = {
+      "graph t {\n  %a: bf16[64,32] = input()\n  %b: bf16[32,48] = param()\n  %m: bf16[64,48] = mm(%a, %b)\n"
+      "  %t: bf16[] = scalar(value=0.1)\n  %c: bool[64,48] = gt(%m, %t)\n  %z: bf16[] = scalar(value=0)\n"
+      "  %y: bf16[64,48] = where(%c, %m, %z)\n  output %y\n}\n",
+      "graph t {\n  %x: bf16[64,48] = input()\n  %s: bf16[64,48] = softmax(%x, dim=1)\n  %t: bf16[] = scalar(value=0.1)\n"
+      "  %c: bool[64,48] = gt(%s, %t)\n  %z: bf16[] = scalar(value=0)\n  %y: bf16[64,48] = where(%c, %s, %z)\n"
+      "  output %y\n}\n"};
+  for (int k = 0; k < EVT_ARRAY_LEN(texts); k++) {
+    char *err = NULL;
+    evt_graph *g = evt_parse(texts[k], "t", &err);
+    CHECK_MSG(g, "%s", err ? err : "");
+    free(err);
+    if (!g) continue;
+    int y = evt_graph_find(g, "y");
+    evt_part_options o = evt_part_options_default();
+    o.use_cache = 0;
+    evt_part_plan part;
+    evt_lower_result low;
+    CHECK(evt_lower_partition(g, &o, EVT_PART_LAMBDA_DEFAULT, &part) == EVT_OK);
+    CHECK(evt_lower_plan(g, &part, &low) == EVT_OK);
+    const evt_lowered *L = &low.k[part.group[y]];
+    CHECK_MSG(L->ok && (k == 0) == (L->kind == EVT_LK_GEMM_EVT), "text %d: %s %s", k, evt_lower_kind_name(L->kind), L->reason);
+    int rounded = 0, raw = 0;
+    int nn = L->kind == EVT_LK_GEMM_EVT ? L->spec.nnodes : L->rspec.nnodes;
+    for (int i = 0; i < nn; i++) {
+      bool sc = L->kind == EVT_LK_GEMM_EVT ? L->spec.nodes[i].op == EVT_V_SCALAR : L->rspec.nodes[i].op == EVT_V_SCALAR;
+      double v = L->kind == EVT_LK_GEMM_EVT ? L->spec.nodes[i].value : L->rspec.nodes[i].value;
+      rounded += sc && v == 0.10009765625;
+      raw += sc && v == 0.1;
+    }
+    CHECK_MSG(rounded == 1 && raw == 0, "text %d: %d rounded, %d unrounded threshold constants", k, rounded, raw);
+    evt_lower_free(&low);
+    evt_part_plan_free(&part);
+    int tensors = 0;
+    CHECK(check_lowered_against_interp_rules(g, "bf16 threshold", &tensors, true, NULL) >= 1 && tensors >= 1);
+    evt_graph_free(g);
+  }
+}
+
 /* A cast to bf16 / f16 whose value the group uses again rounds there (round_bf16 / round_f16) and the
  * mean of a row is a sum of x / count: on f32 graphs the spec reference matches the interpreter to 1e-5
  * (a round left out would be ~4e-3 off). */
