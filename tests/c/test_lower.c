@@ -16,7 +16,9 @@ typedef struct lowered_graph {
   evt_lower_result low;
 } lowered_graph;
 
-static bool lower_text(const char *text, lowered_graph *lg) {
+/* text's graph partitioned (rules: with the lowering's rules, evt_lower_partition: a group takes only what its kernel
+ * holds) and lowered; false (a failed check) if it does not parse or partition */
+static bool lower_text_with(const char *text, lowered_graph *lg, bool rules) {
   char *err = NULL;
   memset(lg, 0, sizeof *lg);
   lg->g = evt_parse(text, "lower", &err);
@@ -25,12 +27,16 @@ static bool lower_text(const char *text, lowered_graph *lg) {
   if (!lg->g) return false;
   evt_part_options o = evt_part_options_default();
   o.use_cache = 0;
-  evt_status st = evt_part_plan_build(lg->g, &o, EVT_PART_LAMBDA_DEFAULT, &lg->part);
+  evt_status st = rules ? evt_lower_partition(lg->g, &o, EVT_PART_LAMBDA_DEFAULT, &lg->part)
+                        : evt_part_plan_build(lg->g, &o, EVT_PART_LAMBDA_DEFAULT, &lg->part);
   CHECK(st == EVT_OK);
   if (st != EVT_OK) return false;
   CHECK(evt_lower_plan(lg->g, &lg->part, &lg->low) == EVT_OK);
   return true;
 }
+
+static bool lower_text(const char *text, lowered_graph *lg) { return lower_text_with(text, lg, false); }
+static bool lower_text_rules(const char *text, lowered_graph *lg) { return lower_text_with(text, lg, true); }
 
 static void lowered_free(lowered_graph *lg) {
   evt_lower_free(&lg->low);
@@ -650,23 +656,14 @@ TEST(lower_new_visitor_nodes_match_the_interpreter) {
   for (int i = 0; i < EVT_ARRAY_LEN(cases); i++) {
     char text[2048];
     snprintf(text, sizeof text, "graph t {\n%s%s  output %%y\n}\n", cases[i].gemm ? gemm_head : rows_head, cases[i].body);
-    char *err = NULL;
-    evt_graph *g = evt_parse(text, "t", &err);
-    CHECK_MSG(g, "case %d: %s", i, err ? err : "");
-    free(err);
-    if (!g) continue;
-    int y = evt_graph_find(g, "y");
-    evt_part_options o = evt_part_options_default();
-    o.use_cache = 0;
-    evt_part_plan part;
-    evt_lower_result low;
-    CHECK(evt_lower_partition(g, &o, EVT_PART_LAMBDA_DEFAULT, &part) == EVT_OK);
-    CHECK(evt_lower_plan(g, &part, &low) == EVT_OK);
-    const evt_lowered *L = &low.k[part.group[y]];
+    lowered_graph lg;
+    if (!lower_text_rules(text, &lg)) continue;
+    evt_graph *g = lg.g;
+    const evt_lowered *L = &lg.low.k[lg.part.group[evt_graph_find(g, "y")]];
     CHECK_MSG(L->ok && (cases[i].gemm ? L->kind == EVT_LK_GEMM_EVT : L->kind != EVT_LK_GEMM_EVT) && spec_has(L, cases[i].op),
               "case %d (%s): group of %%y: %s %s", i, evt_vop_name(cases[i].op), evt_lower_kind_name(L->kind), L->reason);
-    evt_lower_free(&low);
-    evt_part_plan_free(&part);
+    evt_lower_free(&lg.low);
+    evt_part_plan_free(&lg.part);
     int tensors = 0;
     int checked = check_lowered_against_interp_rules(g, evt_vop_name(cases[i].op), &tensors, true, NULL);
     CHECK_MSG(checked >= 1 && tensors >= 1, "case %d: %d kernels, %d tensors checked", i, checked, tensors);
@@ -686,19 +683,10 @@ TEST(lower_16bit_scalars_are_rounded_to_their_dtype) {
       "  %c: bool[64,48] = gt(%s, %t)\n  %z: bf16[] = scalar(value=0)\n  %y: bf16[64,48] = where(%c, %s, %z)\n"
       "  output %y\n}\n"};
   for (int k = 0; k < EVT_ARRAY_LEN(texts); k++) {
-    char *err = NULL;
-    evt_graph *g = evt_parse(texts[k], "t", &err);
-    CHECK_MSG(g, "%s", err ? err : "");
-    free(err);
-    if (!g) continue;
-    int y = evt_graph_find(g, "y");
-    evt_part_options o = evt_part_options_default();
-    o.use_cache = 0;
-    evt_part_plan part;
-    evt_lower_result low;
-    CHECK(evt_lower_partition(g, &o, EVT_PART_LAMBDA_DEFAULT, &part) == EVT_OK);
-    CHECK(evt_lower_plan(g, &part, &low) == EVT_OK);
-    const evt_lowered *L = &low.k[part.group[y]];
+    lowered_graph lg;
+    if (!lower_text_rules(texts[k], &lg)) continue;
+    evt_graph *g = lg.g;
+    const evt_lowered *L = &lg.low.k[lg.part.group[evt_graph_find(g, "y")]];
     CHECK_MSG(L->ok && (k == 0) == (L->kind == EVT_LK_GEMM_EVT), "text %d: %s %s", k, evt_lower_kind_name(L->kind), L->reason);
     int rounded = 0, raw = 0;
     int nn = L->kind == EVT_LK_GEMM_EVT ? L->spec.nnodes : L->rspec.nnodes;
@@ -709,8 +697,8 @@ TEST(lower_16bit_scalars_are_rounded_to_their_dtype) {
       raw += sc && v == 0.1;
     }
     CHECK_MSG(rounded == 1 && raw == 0, "text %d: %d rounded, %d unrounded threshold constants", k, rounded, raw);
-    evt_lower_free(&low);
-    evt_part_plan_free(&part);
+    evt_lower_free(&lg.low);
+    evt_part_plan_free(&lg.part);
     int tensors = 0;
     CHECK(check_lowered_against_interp_rules(g, "bf16 threshold", &tensors, true, NULL) >= 1 && tensors >= 1);
     evt_graph_free(g);
