@@ -616,6 +616,28 @@ TEST(values_decomposed_16bit_dropout_is_bit_identical) {
   }
 }
 
+/* Constant propagation folds (x * a) * b and -(x * a) of 16-bit x with f32 factors (evt_rw_factor) into one f32
+ * factor: a bf16 one would round 1/0.9 * 1/3 to 0.37109375. */
+TEST(constprop_keeps_f32_factors_of_16bit_math) {
+  const char *text = "graph t {\n  %x: bf16[8,16] = input()\n  %a: f32[] = scalar(value=1.1111111111111112)\n"
+                     "  %b: f32[] = scalar(value=0.33333333333333331)\n  %y: bf16[8,16] = mul(%x, %a)\n"
+                     "  %z: bf16[8,16] = mul(%y, %b)\n  %n: bf16[8,16] = neg(%y)\n  output %z, %n\n}\n";
+  evt_graph *g = check_preserves_at(text, evt_pass_constprop, 0, false, 0, 4e-3);
+  if (!g) return;
+  const double want[2] = {1.1111111111111112 * 0.33333333333333331, -1.1111111111111112};
+  for (int o = 0; o < 2; o++) { /* z = x * (a·b), n = x * -a */
+    const evt_node *m = &g->nodes[g->outputs[o]];
+    int k = m->ninputs == 2 && g->nodes[m->inputs[0]].op == EVT_OP_SCALAR ? 0 : 1;
+    const evt_node *sc = m->ninputs == 2 ? &g->nodes[m->inputs[k]] : NULL;
+    CHECK_MSG(m->op == EVT_OP_MUL && sc && sc->op == EVT_OP_SCALAR && g->nodes[m->inputs[1 - k]].op == EVT_OP_INPUT,
+              "output %d: %s", o, evt_op_table[m->op].name);
+    if (sc && sc->op == EVT_OP_SCALAR)
+      CHECK_MSG(sc->type.dtype == EVT_F32 && sc->attr.value == want[o], "output %d: folded scalar %s %.17g", o,
+                evt_dtype_name(sc->type.dtype), sc->attr.value);
+  }
+  evt_graph_free(g);
+}
+
 TEST(values_whole_pipeline_keeps_loss) {
   for (int t = 0; t < EVT_ARRAY_LEN(kLosses); t++) {
     evt_graph *g = check_preserves(kLosses[t], evt_pass_canonicalize, 0, false);
