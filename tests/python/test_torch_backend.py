@@ -650,3 +650,29 @@ def test_native_dropout_bf16_scales_in_f32(caplog):
     F.cross_entropy(ref.b(dropped).float(), y).backward()
     for (n, p_ref), (_, p_evt) in zip(ref.named_parameters(), mod.named_parameters()):
         assert rel_err(p_evt.grad.float(), p_ref.grad.float()) <= 2e-2, n
+
+
+def test_bert_block_with_dropout_runs_whole_in_evt(caplog):
+    """The CI Bert block with dropout 0.1 on its attention probabilities and FFN output (4-d and 3-d
+    native_dropout, two sites in one segment): nothing falls back, torch.manual_seed repeats the step bit for bit
+    (loss and every gradient) and another seed draws other masks."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    torch.manual_seed(0)
+    m = Bert()
+    m.block.drop.p = 0.1
+    f = torch.compile(m, backend="evt", fullgraph=True)
+    x, y = torch.randn(4, 6, 8), torch.randint(0, 3, (4,))
+    runs = []
+    for seed in (1, 1, 2):
+        m.zero_grad()
+        torch.manual_seed(seed)
+        loss = f(x, y)
+        loss.backward()
+        runs.append([loss.detach()] + [p.grad.clone() for p in m.parameters()])
+    assert not fallbacks(caplog.records), fallbacks(caplog.records)
+    assert all(torch.isfinite(t).all() for t in runs[0])
+    assert all(torch.equal(a, b) for a, b in zip(runs[0], runs[1]))
+    assert not torch.equal(runs[0][0], runs[2][0])
+    sites = [r.getMessage() for r in caplog.records if "native_dropout" in r.getMessage()]
+    assert any("native_dropout.default x2" in s for s in sites), sites
