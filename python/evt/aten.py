@@ -284,18 +284,24 @@ def _pow(b, node, used):
     return b.result("pow", [b.cast(node.args[0], out(node).dtype)], {"value": float(node.args[1])})
 
 
+def _number_dtype(evt_op, dt):
+    """The dtype of a Python number operand of evt_op on dtype-dt tensors. PyTorch's CUDA kernels add, subtract,
+    multiply and divide a 16-bit tensor and a Python number in f32 (opmath) without rounding the number to the
+    tensor's dtype: an f32 scalar, which adopts the tensor's dtype in evt (x * 1/(1-p) of a dropout's backward).
+    Comparisons round it (their functors take the tensor's type), and so does CPU eager's bf16 add (its mul does
+    not): the CUDA semantics are the ones evt's GPU path is checked against."""
+    return torch.float32 if evt_op in ("mul", "div", "add", "sub") and dt in LOW_PRECISION else dt
+
+
 def binary(evt_op, compare=False):
     def fn(b, node, used):
         x, y = node.args[0], node.args[1]
         alpha = node.kwargs.get("alpha", 1)
         dt = _promote([x, y]) if compare else out(node).dtype
-        # PyTorch multiplies a 16-bit tensor by a Python number in f32 (opmath) without rounding the number to
-        # the tensor's dtype: an f32 scalar, which adopts the tensor's dtype in evt (x * 1/(1-p) of a dropout's
-        # backward; CPU eager's bf16 add, unlike its mul, rounds the number first, so only mul)
-        sdt = torch.float32 if evt_op == "mul" and dt in LOW_PRECISION else dt
+        sdt = _number_dtype(evt_op, dt)
         a, c = _operand(b, x, sdt if not is_tensor_node(x) else dt), _operand(b, y, sdt if not is_tensor_node(y) else dt)
         if alpha != 1:
-            c = b.op("mul", [c, b.scalar(alpha, dt)])
+            c = b.op("mul", [c, b.scalar(alpha, sdt)])
         return b.result(evt_op, [a, c])
     return fn
 
@@ -317,10 +323,11 @@ def _div(b, node, used):
 @rule(aten.rsub)
 def _rsub(b, node, used):
     dt = out(node).dtype
-    x, y = _operand(b, node.args[0], dt), _operand(b, node.args[1], dt)
+    sdt = _number_dtype("sub", dt)
+    x, y = (_operand(b, a, sdt if not is_tensor_node(a) else dt) for a in node.args[:2])
     alpha = node.kwargs.get("alpha", 1)
     if alpha != 1:
-        x = b.op("mul", [x, b.scalar(alpha, dt)])
+        x = b.op("mul", [x, b.scalar(alpha, sdt)])
     return b.result("sub", [y, x])
 
 

@@ -1983,3 +1983,30 @@ def test_large_permuted_input_declared_in_memory_order(monkeypatch):
         segs = [s for p in plans if p.kind == "forward" for s in p.steps if isinstance(s, B.Segment)]
         phys = [name for s in segs for name in getattr(s, "phys_in", {})]  # (a segment of views only has none)
         assert bool(phys) == want, (phys, [s.text for s in segs])
+
+
+@needs_lib
+def test_python_numbers_in_16bit_arithmetic_are_f32():
+    """x op number on a bf16 tensor: add, sub, mul and div take the number as an f32 scalar (PyTorch's CUDA
+    opmath; the result as float math rounded once), a comparison its bf16 rounding (0.1 -> 0.10009765625, as
+    PyTorch's comparison functors), on the interpreter."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    def f(x):
+        return [x * 0.1, x + 0.1, x - 0.1, 0.1 - x, x / 3.0, x > 0.1]
+    x = (torch.randn(64, 64, generator=torch.Generator().manual_seed(2)) * 0.2).bfloat16()
+    x[0, :4] = torch.tensor([0.1, -0.1, 0.2, 3.0]).bfloat16()  # (x > 0.1 with x = bf16(0.1): false)
+    gm = make_fx(f)(x)
+    FakeTensorProp(gm).propagate(x)
+    plan = B.build_plan(gm)
+    assert plan.fallbacks == [] and [s.path for s in _segments(plan)] == ["interp"], plan.fallbacks
+    text = _segments(plan)[0].text
+    assert "f32[] = scalar(value=0.1" in text and "bf16[] = scalar(value=0.1" in text, text
+    got = plan([x])
+    xf = x.float()
+    want = [xf * 0.1, xf + 0.1, xf - 0.1, 0.1 - xf]
+    for k, w in enumerate(want):
+        assert torch.equal(got[k], w.bfloat16()), k
+    assert torch.equal(got[4], (xf / 3.0).bfloat16())
+    assert torch.equal(got[5], x > torch.tensor(0.1).bfloat16()) and not got[5][0, 0]
