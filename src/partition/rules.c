@@ -35,8 +35,8 @@
  *   otherwise                                     -> FREE
  * FUSE edges whose closure would break a pair rule (two nuclei, or compat) are demoted to FREE.
  * Epilogue implementability (compat hook): see evt_part_compat_evt; it applies to a nucleus and every other
- * member of its group except operand prologues. A view member is judged as its producer. one_hot never joins a
- * GEMM (a row-kernel visitor only). */
+ * member of its group except operand prologues. A view member is judged as its producer. one_hot and a member
+ * reading rand never join a GEMM (row-kernel visitors only). */
 #include "partition/partition.h"
 
 #include <stdlib.h>
@@ -112,6 +112,10 @@ bool evt_part_compat_evt(const evt_pgraph *g, int nucleus, int member) {
   if (member == nucleus) return true;
   /* one_hot is a row-kernel visitor only (no GEMM epilogue node: the lowering refuses it there) */
   if (m->op == EVT_OP_ONE_HOT && evt_op_table[eg->nodes[nucleus].op].cls == EVT_CLASS_GEMM) return false;
+  /* nor is the Philox draw: a member reading rand (a dropout's mask) stays out of GEMM epilogues */
+  if (evt_op_table[eg->nodes[nucleus].op].cls == EVT_CLASS_GEMM)
+    for (int k = 0; k < m->ninputs; k++)
+      if (eg->nodes[m->inputs[k]].op == EVT_OP_RAND) return false;
   if ((g->nodes[member].flags & EVT_PN_VIEW) && m->ninputs == 1 && evt_pgraph_kernel(g, m->inputs[0]))
     return evt_part_compat_evt(g, nucleus, m->inputs[0]);   /* a view is its producer's tensor */
   if ((evt_part_op_flags(eg, member) & EVT_PN_CUT_OUT) && m->ninputs > 0) {
