@@ -1319,7 +1319,7 @@ class Segment:
         self.seen = {}    # CUDA graphs: input name -> the pointer it was first bound with
 
     def _draw_rng_step(self):
-        """Segments with dropout sites (aten._native_dropout): the RNG step of this run, drawn from PyTorch's
+        """Segments with dropout sites (aten.native_dropout): the RNG step of this run, drawn from PyTorch's
         default (CPU) generator, so torch.manual_seed makes evt's masks reproducible and every run, and every
         segment, draws fresh ones. Under a CUDA-graph capture of the whole step (cudagraphs "step") nothing is
         set: a captured step would repeat at every replay, and the program advances its own step on the
