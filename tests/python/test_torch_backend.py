@@ -676,3 +676,31 @@ def test_bert_block_with_dropout_runs_whole_in_evt(caplog):
     assert not torch.equal(runs[0][0], runs[2][0])
     sites = [r.getMessage() for r in caplog.records if "native_dropout" in r.getMessage()]
     assert any("native_dropout.default x2" in s for s in sites), sites
+
+
+def test_evt_check_compares_segments_with_pytorch(caplog, monkeypatch):
+    """EVT_CHECK=1 (backend._CHECK) reruns each segment in PyTorch: silent on a correct step, a warning naming the
+    node when evt's values are off (here every interpreter result + 1), and outputs that depend on a dropout of
+    the segment (evt's own masks) are left out, logged once."""
+    from evt import backend as B
+    monkeypatch.setattr(B, "_CHECK", True)
+    caplog.set_level(logging.INFO, logger="evt")
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    f = torch.compile(DropMLP(0.0), backend="evt", fullgraph=True)
+    f(x, y)[0].backward()
+    assert not [r for r in caplog.records if "EVT_CHECK" in r.getMessage()]
+    run = evt_lib.Graph.run
+    monkeypatch.setattr(evt_lib.Graph, "run", lambda self, i, o: [t + 1 for t in run(self, i, o)])
+    torch._dynamo.reset()
+    f = torch.compile(DropMLP(0.0), backend="evt", fullgraph=True)
+    f(x, y)
+    assert any("EVT_CHECK" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+    monkeypatch.setattr(evt_lib.Graph, "run", run)
+    caplog.clear()
+    torch._dynamo.reset()
+    f = torch.compile(DropMLP(0.3), backend="evt", fullgraph=True)
+    f(x, y)[0].backward()
+    msgs = [r.getMessage() for r in caplog.records if "EVT_CHECK" in r.getMessage()]
+    assert msgs and all("not compared" in s for s in msgs), msgs
