@@ -16,10 +16,18 @@
  *           where their address is 8-byte aligned; `ptr` needs only 4-byte alignment), columns past N skipped. The lane pattern is checked once per tile (a trap, not a wrong sum, if a
  *           future copy layout broke it).
  * Sums of different CTAs meet in atomics: the last bits of the result vary between runs (as with
- * Sm90RowReduction's atomic mode; the deterministic workspace mode keeps CUTLASS's node). */
+ * Sm90RowReduction's atomic mode; the deterministic workspace mode keeps CUTLASS's node).
+ *
+ * Philox<Element>: a leaf that draws rand(seed, offset) in the epilogue, what CUTLASS has no node for: element
+ * (m, n) of the M x N output gets evt_philox_uniform(seed, offset, step, m·N + n) (kernels/philox.h: the
+ * interpreter's numbers bit for bit), rounded to Element (the rand's dtype). `step` points at the run's RNG step
+ * in device memory (a GPU program's, advanced after every run; NULL: step 0), read once per tile, after the
+ * mainloop. Unbatched kernels only (the lowering keeps rand out of batched ones). No loads, no shared memory: a
+ * dropout's mask costs no bytes. */
 #pragma once
 
 #include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
+#include "philox.h"
 
 namespace evt_nodes {
 using namespace cute;
@@ -161,6 +169,82 @@ struct RowSum {
     const bool rows_in = (int(m) + 1) * int(size<0>(args.tile_shape_mnk)) <= int(M);
     return ConsumerStoreCallbacks<decltype(sums), decltype(args.tCcD), decltype(args.residue_tCcD)>(
         sums, args.tCcD, args.residue_tCcD, params.ptr, int(N), rows_in);
+  }
+};
+
+template <class Element>
+struct Philox {
+  struct SharedStorage {};
+  struct Arguments {
+    const unsigned long long *step = nullptr;  // the run's RNG step (device memory); NULL: 0
+    unsigned long long seed = 0, offset = 0;
+  };
+  using Params = Arguments;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const &, Arguments const &a, void *) {
+    return a;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const &problem, Arguments const &) {
+    return get<3>(append<4>(problem, 1)) == 1;  // (element index m·N + n: one batch)
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const &, Arguments const &) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const &, Arguments const &, void *, cudaStream_t,
+                                              cutlass::CudaHostAdapter * = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  CUTLASS_HOST_DEVICE Philox() {}
+  CUTLASS_HOST_DEVICE Philox(Params const &p, SharedStorage const &) : params(p) {}
+  Params params;
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
+
+  template <class... Args>
+  CUTLASS_DEVICE auto get_producer_load_callbacks(fus::ProducerLoadArgs<Args...> const &) {
+    return fus::EmptyProducerLoadCallbacks{};
+  }
+
+  template <class Coords>
+  struct ConsumerStoreCallbacks : fus::EmptyConsumerStoreCallbacks {
+    Coords coords;                   // (m, n) of each element relative to the thread's first, as the visit fragments
+    unsigned long long first;        // counter of the thread's first element: offset + m0·N + n0
+    unsigned long long n_total;      // N
+    unsigned long long seed, step;
+
+    CUTLASS_DEVICE ConsumerStoreCallbacks(Coords c, unsigned long long f, unsigned long long n, unsigned long long s,
+                                          unsigned long long st)
+        : coords(c), first(f), n_total(n), seed(s), step(st) {}
+
+    template <class ElementAccumulator, int FragmentSize>
+    CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const &, int epi_v, int epi_m, int epi_n) {
+      Tensor c = coords(_, _, _, epi_m, epi_n);
+      cutlass::Array<float, FragmentSize> out;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < FragmentSize; ++i) {
+        auto mn = c(epi_v * FragmentSize + i);
+        const unsigned long long e = first + (unsigned long long)get<0>(mn) * n_total + (unsigned long long)get<1>(mn);
+        // (evt_philox_uniform with offset + i folded into e; rounded to the rand's dtype as the interpreter stores it)
+        out[i] = float(Element((float)(evt_philox4x32_10_word0(seed, e, step) >> 8) * (1.0f / 16777216.0f)));
+      }
+      return out;
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(fus::ConsumerStoreArgs<Args...> const &args) {
+    auto [M, N, K, L] = args.problem_shape_mnkl;
+    const unsigned long long m0 = (unsigned long long)(int(M) - int(get<0>(args.residue_tCcD)));
+    const unsigned long long n0 = (unsigned long long)(int(N) - int(get<1>(args.residue_tCcD)));
+    const unsigned long long step = params.step ? *params.step : 0ull;
+    return ConsumerStoreCallbacks<decltype(args.tCcD)>(args.tCcD, params.offset + m0 * (unsigned long long)int(N) + n0,
+                                                       (unsigned long long)int(N), params.seed, step);
   }
 };
 

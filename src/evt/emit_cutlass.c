@@ -129,6 +129,13 @@ static int uses_own_row_sum(const evt_kspec *s) {
   return 0;
 }
 
+/* The project's nodes header is included only where a node needs it (kernels without keep their source and hash) */
+static int uses_own_nodes(const evt_kspec *s) {
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_RAND) return 1;
+  return uses_own_row_sum(s);
+}
+
 int evt_emit_cutlass_sums(const evt_kspec *s) {
   int n = 0;
   for (int i = 0; i < s->nnodes; i++)
@@ -150,6 +157,7 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
       sb_printf(b, "using N%d = %sSm90ColBroadcast<0, TileShape, %s, float, Stride<_1, _0, int64_t>>;", i, fus, e);
       break;
     case EVT_V_SCALAR: sb_printf(b, "using N%d = %sSm90ScalarBroadcast<float>;", i, fus); break;
+    case EVT_V_RAND: sb_printf(b, "using N%d = evt_nodes::Philox<%s>;", i, e); break;
     case EVT_V_SCALAR_LOAD: sb_printf(b, "using N%d = %sSm90ScalarBroadcast<%s>;", i, fus, e); break;
     case EVT_V_AUX_LOAD:
       sb_printf(b,
@@ -195,6 +203,7 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
   for (int j = 0; j < evt_vop_arity(v->op); j++) sb_printf(b, " %%%d", v->in[j]);
   if (evt_vop_has_memory(v->op)) sb_printf(b, " %s:%s", v->name, evt_dtype_name(v->dtype));
   if (v->op == EVT_V_SCALAR) sb_printf(b, " %.17g", v->value);
+  if (v->op == EVT_V_RAND) sb_printf(b, " seed %llu offset %llu", (unsigned long long)v->seed, (unsigned long long)v->offset);
   sb_printf(b, "\n");
 }
 
@@ -303,6 +312,10 @@ static void emit_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
     case EVT_V_ROW_BCAST:
     case EVT_V_COL_BCAST: sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]), %s(0), {}}", e, v, e); break;
     case EVT_V_SCALAR: sb_printf(b, "{{float(%.17g)}, {}, {}}", nd->value); break;
+    case EVT_V_RAND:  /* ptrs[v]: the run's RNG step (device memory; NULL: 0) */
+      sb_printf(b, "{static_cast<const unsigned long long *>(a->ptrs[%d]), %lluull, %lluull}", v,
+                (unsigned long long)nd->seed, (unsigned long long)nd->offset);
+      break;
     case EVT_V_SCALAR_LOAD: sb_printf(b, "{{}, {static_cast<%s const *>(a->ptrs[%d])}, {}}", e, v); break;
     case EVT_V_AUX_LOAD:
       sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]), %s(0), cutlass::make_cute_packed_stride(Aux%dDesc::Stride{}, mn1)}",
@@ -495,7 +508,7 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "#endif\n\n",
             /* CUTLASS 4.2's stream-K scheduler does not compile with grid dependency control (is_last_tile) */
             s->cfg.stream_k ? 0 : 1, s->cfg.stream_k ? " (not with stream-K: CUTLASS 4.2 cannot)" : "",
-            uses_own_row_sum(s) ? "#include \"evt_visitor_nodes.h\"\n" : "");
+            uses_own_nodes(s) ? "#include \"evt_visitor_nodes.h\"\n" : "");
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
   int coop = s->cfg.schedule == EVT_SCHED_COOPERATIVE;
   sb_printf(&b, "namespace evt_gen_%s {\nusing namespace cute;\n\n", hash);

@@ -6,7 +6,7 @@
 const char *const evt_kspec_example_names[] = {"plain",    "bias_gelu_aux", "bias_relu_dbias", "gelu_bwd",
                                                "gelu_bwd_dbias", "bias_silu", "bias_relu_aux", "bias_gelu_aux_f16", "mixed_f32",
                                                "bmm_plain", "bmm_scale", "bmm_scale_mask_stats", "bmm_softmax_bwd",
-                                               "visitor_ops", "visitor_cmp", NULL};
+                                               "visitor_ops", "visitor_cmp", "bias_dropout", NULL};
 
 evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg) {
   evt_kspec_init(s, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, cfg);
@@ -113,6 +113,17 @@ evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg
                            -1, EVT_F32, NULL);
     s->d_node = evt_kspec_add(s, EVT_V_ADD, evt_kspec_add(s, EVT_V_ADD, cmp, mm, EVT_F32, NULL),
                               evt_kspec_add(s, EVT_V_MUL, sq, rc, EVT_F32, NULL), EVT_F32, NULL);
+  } else if (!strcmp(name, "bias_dropout")) {
+    /* a projection's bias + dropout drawn in the epilogue (evt_nodes::Philox, seed 7 offset 3, p = 0.25): the
+     * mask stored as bool (the backward's), D = (acc + bias) · keep · 4/3 */
+    int bias = evt_kspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_BF16, "bias");
+    int z = evt_kspec_add(s, EVT_V_ADD, acc, bias, EVT_F32, NULL);
+    int u = evt_kspec_add(s, EVT_V_RAND, -1, -1, EVT_F32, NULL);
+    if (u >= 0) s->nodes[u].seed = 7, s->nodes[u].offset = 3;
+    int keep = evt_kspec_add(s, EVT_V_GE, u, evt_kspec_scalar(s, 0.25), EVT_F32, NULL);
+    evt_kspec_add(s, EVT_V_AUX_STORE, keep, -1, EVT_BOOL, "mask");
+    s->d_node = evt_kspec_add(s, EVT_V_MUL, evt_kspec_add(s, EVT_V_MUL, z, keep, EVT_F32, NULL),
+                              evt_kspec_scalar(s, 4.0 / 3.0), EVT_F32, NULL);
   } else if (!strncmp(name, "bmm_", 4)) {
     s->batched = 1;
     if (!strcmp(name, "bmm_plain")) {

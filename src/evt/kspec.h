@@ -235,6 +235,9 @@ void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, co
  * row/col sums accumulate over every batch. */
 void evt_kspec_reference_batched(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
                                  const double *b, double *const *tensors, double *d);
+/* The same in a run with RNG step rng_step (rand nodes: evt_vop_rand of element i·N + j; the two above: step 0). */
+void evt_kspec_reference_batched_at(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
+                                    const double *b, double *const *tensors, double *d, uint64_t rng_step);
 /* Elements of node v's tensor for one batch of an m×n problem: evt_vop_elems of its op (m*n aux, n row
  * bcast / row sum, m col bcast / col sum / col_max / one_hot, 1 scalar_load, 0 for nodes without memory). */
 int64_t evt_vnode_numel(const evt_kspec *s, int v, int64_t m, int64_t n);

@@ -301,8 +301,12 @@ static int operand(lctx *c, int v, int x, const evt_type *out) {
     return -1;
   }
   if (bn->op == EVT_OP_RAND) { /* drawn in the kernel: element (i, j) of a dense M x N rand is Philox counter i*N+j */
-    if (!c->row) {
-      refuse(c, v, "operand %%%s: rand in a GEMM epilogue (the Philox visitor is a row-kernel node)", xn->name);
+    if (!c->row && (c->s->batched || !evt_part_gemm_rand())) {
+      if (c->s->batched)
+        refuse(c, v, "operand %%%s: rand in a batched GEMM epilogue (the Philox visitor numbers one M x N output)", xn->name);
+      else
+        refuse(c, v, "operand %%%s: rand in a GEMM epilogue (the Philox visitor is a row-kernel node; EVT_GEMM_RAND=1 "
+               "draws it in GEMM epilogues, not yet checked on the H200)", xn->name);
       return -1;
     }
     if (op != EVT_V_AUX_LOAD || !float_dtype(bn->type.dtype)) {
@@ -1489,10 +1493,11 @@ static void mat_io(double *mem, int64_t off, int64_t ld, int64_t rows, int64_t c
     }
 }
 
-void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d) {
+void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d,
+                              uint64_t rng_step) {
   const evt_kspec *s = &L->spec;
   if (!s->batched) {
-    evt_kspec_reference(s, L->m, L->n, L->k, a, b, mem, d);
+    evt_kspec_reference_batched_at(s, 1, L->m, L->n, L->k, a, b, mem, d, rng_step);
     return;
   }
   int64_t M = L->m, N = L->n, K = L->k, l = L->l > 0 ? L->l : 1, lo = L->l_outer > 1 ? L->l_outer : 1;

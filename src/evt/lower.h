@@ -113,7 +113,8 @@ void evt_lower_launch_batch(const evt_lowered *L, evt_launch_args *a);
  * hold every element the launch reaches through L's leading dims and batch / outer strides? false with the
  * tensor named in why. lower_bmm itself refuses a group that fails it. */
 bool evt_lower_batched_check(const evt_graph *g, const evt_lowered *L, char *why, size_t whylen);
-void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d);
+void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d,
+                              uint64_t rng_step);
 
 /* Can node `node` be part of the epilogue of GEMM nucleus `nucleus` (mm/addmm)? Judges the node alone:
  * its op, dtype, and each operand (a tile value, or a load chosen from its strides and alignment);

@@ -109,7 +109,7 @@ int64_t evt_vnode_numel(const evt_kspec *s, int v, int64_t m, int64_t n) { retur
 
 /* One batch: tensors already point at this batch's memory; sums were zeroed by the caller. */
 static void reference_one(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
-                          double *const *tensors, double *d) {
+                          double *const *tensors, double *d, uint64_t rng_step) {
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
   double *row = malloc(sizeof(double) * (size_t)n);
   EVT_ASSERT(row);
@@ -131,6 +131,7 @@ static void reference_one(const evt_kspec *s, int64_t m, int64_t n, int64_t k, c
         for (int q = 0; q < 3; q++) in[q] = nd->in[q] >= 0 ? val[nd->in[q]] : 0;
         switch (nd->op) {
           case EVT_V_ACC: val[v] = (double)(float)row[j]; break;
+          case EVT_V_RAND: val[v] = evt_vop_rand(nd->seed, nd->offset, rng_step, nd->dtype, i * n + j); break;
           default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, in); break;
         }
       }
@@ -140,8 +141,8 @@ static void reference_one(const evt_kspec *s, int64_t m, int64_t n, int64_t k, c
   free(row);
 }
 
-void evt_kspec_reference_batched(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
-                                 const double *b, double *const *tensors, double *d) {
+void evt_kspec_reference_batched_at(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
+                                    const double *b, double *const *tensors, double *d, uint64_t rng_step) {
   for (int v = 0; v < s->nnodes; v++) {
     evt_vop op = s->nodes[v].op;
     if (op == EVT_V_ROW_SUM || op == EVT_V_COL_SUM)
@@ -151,11 +152,16 @@ void evt_kspec_reference_batched(const evt_kspec *s, int64_t l, int64_t m, int64
   for (int64_t bi = 0; bi < l; bi++) {
     for (int v = 0; v < s->nnodes; v++)
       tb[v] = tensors[v] && !s->nodes[v].shared ? tensors[v] + bi * evt_vnode_numel(s, v, m, n) : tensors[v];
-    reference_one(s, m, n, k, a + bi * m * k, b + bi * k * n, tb, d + bi * m * n);
+    reference_one(s, m, n, k, a + bi * m * k, b + bi * k * n, tb, d + bi * m * n, rng_step);
   }
+}
+
+void evt_kspec_reference_batched(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
+                                 const double *b, double *const *tensors, double *d) {
+  evt_kspec_reference_batched_at(s, l, m, n, k, a, b, tensors, d, 0);
 }
 
 void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
                          double *const *tensors, double *d) {
-  evt_kspec_reference_batched(s, 1, m, n, k, a, b, tensors, d);
+  evt_kspec_reference_batched_at(s, 1, m, n, k, a, b, tensors, d, 0);
 }

@@ -171,7 +171,9 @@ evt_status evt_gpu_launch_node(evt_program *p, int i, void *stream) {
 }
 
 static void *dev(const evt_program *p, int node) { return node >= 0 ? p->t[node].ptr : NULL; }
-static void *node_ptr(void *p, int node) { return dev(p, node); }
+static void *node_ptr(void *p, int node) {
+  return node == EVT_EXEC_PTR_RNG ? (void *)((const evt_program *)p)->rng_dev : dev(p, node);
+}
 
 _Static_assert(EVT_FB_F32 == (int)EVT_F32 && EVT_FB_F16 == (int)EVT_F16 && EVT_FB_BF16 == (int)EVT_BF16,
                "the kernel library's dtype codes are evt_dtype's");

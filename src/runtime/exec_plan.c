@@ -825,7 +825,7 @@ static evt_status run_gemm_cpu(evt_graph *g, const evt_exec_plan *p, int gi, evt
     EVT_ASSERT(scratch);
     d = scratch;
   }
-  evt_lower_gemm_reference(&p->low.k[gi], a, b, mem, d); /* batched: through the launch's strides */
+  evt_lower_gemm_reference(&p->low.k[gi], a, b, mem, d, g->rng_step); /* batched: through the launch's strides */
   free(scratch);
   return EVT_OK;
 }

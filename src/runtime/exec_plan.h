@@ -96,6 +96,7 @@ typedef struct evt_exec_plan {
 } evt_exec_plan;
 
 #define EVT_EXEC_PTR_T (-2) /* evt_group_exec.rptr: the unfused GEMM's T */
+#define EVT_EXEC_PTR_RNG (-3) /* node id asked of evt_node_ptr_fn for a GEMM rand node's pointer: the run's RNG step */
 
 /* The node whose memory node v shares while its group runs fused (a leaving reshape of a value the kernel
  * stores: evt_lowered.alias_view), or -1. */

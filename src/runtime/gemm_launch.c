@@ -113,10 +113,13 @@ bool evt_gemm_group_run(evt_gemm_kernels *gk, evt_exec_plan *p, int gi, evt_node
   a.raster = x->raster;
   evt_lower_launch_batch(&p->low.k[gi], &a); /* batch fields (all 0 for an unbatched GEMM; batched: l x l_outer batches through the lowered strides) */
   bool aligned = ((uintptr_t)a.a | (uintptr_t)a.b | (uintptr_t)a.d) % 16 == 0;
+  const evt_kspec *s = &p->low.k[gi].spec;
   for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++)
     if (x->ptr_node[i] >= 0) {
       a.ptrs[i] = node_ptr(ctx, x->ptr_node[i]);
       aligned = aligned && (uintptr_t)a.ptrs[i] % 16 == 0;
+    } else if (i < s->nnodes && s->nodes[i].op == EVT_V_RAND) {
+      a.ptrs[i] = node_ptr(ctx, EVT_EXEC_PTR_RNG); /* (evt_nodes::Philox reads the step there; NULL: step 0) */
     }
   if (!a.a || !a.b || !a.d) return refuse(p, gi, "no device memory for A, B or D");
   if (!aligned) return refuse(p, gi, "a tensor is not 16-byte aligned");

@@ -232,7 +232,7 @@ static int batched_vs_interp(bgraph *b, const char *what) {
     int64_t dn = val[L->d_tensor].numel;
     double *d = malloc(sizeof(double) * (size_t)dn);
     for (int64_t i = 0; i < dn; i++) d[i] = NAN; /* every element must be written */
-    evt_lower_gemm_reference(L, val[L->a_node].data, val[L->b_node].data, mem, d);
+    evt_lower_gemm_reference(L, val[L->a_node].data, val[L->b_node].data, mem, d, 0);
     double worst = 0, scale = 1e-3;
     for (int64_t i = 0; i < dn; i++) scale = fmax(scale, fabs(val[L->d_tensor].data[i]));
     for (int64_t i = 0; i < dn; i++) {

@@ -434,6 +434,14 @@ TEST(ci_nvcc_frontend_accepts_own_row_sum_node) {
   evt_test_nvcc_frontend("ci_nvcc_frontend_accepts_own_row_sum_node", &s);
 }
 
+/* The project's Philox node (kernels/evt_visitor_nodes.h) in a real kernel: bias + dropout drawn in the epilogue,
+ * its mask stored as bool (the bias_dropout example; EVT_GEMM_RAND=1 lowers dropout this way). */
+TEST(ci_nvcc_frontend_accepts_philox_node) {
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "bias_dropout", cfg128) == EVT_OK);
+  evt_test_nvcc_frontend("ci_nvcc_frontend_accepts_philox_node", &s);
+}
+
 /* Every remaining node kind once (the mixed_f32 example: col broadcast, aux load, scalars, div, the tanh GELU and
  * its derivative on the project's functors, relu_grad, a column sum, f32 D). */
 TEST(ci_nvcc_frontend_accepts_every_node_kind) {

@@ -381,6 +381,40 @@ TEST(exec_plan_cpu_model_draws_the_rng_step) {
   }
 }
 
+/* EVT_GEMM_RAND=1: a dropout's mask after a GEMM is drawn in the GEMM's epilogue (evt_nodes::Philox) instead of by a
+ * row kernel of its own; the fused plan's CPU model (evt_kspec_reference_batched_at with the graph's RNG step)
+ * reproduces the interpreter at RNG steps 0 and 5. Off (the default), no GEMM spec has a rand node. */
+TEST(exec_plan_gemm_epilogues_draw_dropout_with_evt_gemm_rand) {
+  const char *files[] = {"bench/graphs/mlp_bf16.evt", "bench/graphs/bert_layer_bf16.evt"};
+  for (int on = 0; on < 2; on++) {
+    if (on) setenv("EVT_GEMM_RAND", "1", 1);
+    else unsetenv("EVT_GEMM_RAND");
+    for (int f = 0; f < (int)EVT_ARRAY_LEN(files); f++) {
+      evt_graph *g = load_opt(files[f]);
+      if (!g) continue;
+      evt_exec_plan p;
+      CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+      int gemm_rand = 0;
+      for (int gi = 0; gi < p.ngroups; gi++) {
+        const evt_kspec *s = &p.low.k[gi].spec;
+        for (int i = 0; p.groups[gi].fused && p.groups[gi].kind == EVT_LK_GEMM_EVT && i < s->nnodes; i++)
+          gemm_rand += s->nodes[i].op == EVT_V_RAND;
+      }
+      CHECK_MSG(on ? gemm_rand > 0 : gemm_rand == 0, "%s, EVT_GEMM_RAND %d: %d GEMM epilogues draw rand", files[f], on,
+                gemm_rand);
+      for (int k = 0; on && k < 2; k++) {
+        evt_graph_set_rng_step(g, k ? 5 : 0);
+        int worst;
+        double e = cpu_model_error(g, &p, 3, 0, 1.5e-2, &worst);
+        CHECK_MSG(e <= 1.5e-2, "%s step %d: %%%s rel error %g", files[f], k ? 5 : 0, worst >= 0 ? g->nodes[worst].name : "?", e);
+      }
+      evt_exec_plan_free(&p);
+      evt_graph_free(g);
+    }
+  }
+  unsetenv("EVT_GEMM_RAND");
+}
+
 /* The binding checks of a GEMM+EVT group refuse operands, D and visitor tensors that do not match the
  * graph, each with a reason naming the group; a D nobody reads is bound to scratch memory. */
 TEST(exec_bind_gemm_refusals) {

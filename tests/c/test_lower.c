@@ -453,7 +453,7 @@ static int check_lowered_against_interp_rules(evt_graph *g, const char *what, in
     if (!bad && L->kind == EVT_LK_GEMM_EVT) {
       int64_t dn = L->spec.batched ? evt_type_numel(&g->nodes[L->nucleus].type) : L->m * L->n;
       d = calloc((size_t)dn, sizeof *d);
-      evt_lower_gemm_reference(L, val[L->a_node].data, val[L->b_node].data, mem, d);
+      evt_lower_gemm_reference(L, val[L->a_node].data, val[L->b_node].data, mem, d, 0);
       if (L->d_tensor >= 0) {
         double r = rel_err(d, val[L->d_tensor].data, dn);
         CHECK_MSG(r < g_lower_tol, "%s group %d (%s): D vs %%%s: relative error %g", what, gi, L->kernel, g->nodes[L->d_tensor].name, r);

@@ -329,10 +329,20 @@ static void check_gemm(const char *label, const evt_kspec &s, gemm_fn fn, int M,
   evt_vop ops[EVT_KSPEC_MAX_NODES + 1];
   evt_dtype dts[EVT_KSPEC_MAX_NODES + 1];
   char names[EVT_KSPEC_MAX_NODES + 1][24];
+  // rand nodes (evt_nodes::Philox) read the run's RNG step from device memory: one past 2^32 (both counter words)
+  const unsigned long long step_h = (1ull << 33) + 5;
+  unsigned long long *step_d = nullptr;
   for (int i = 0; i < s.nnodes; i++) {
     ops[i] = s.nodes[i].op;
     dts[i] = s.nodes[i].dtype;
     memcpy(names[i], s.nodes[i].name, 24);
+    if (ops[i] == EVT_V_RAND) {
+      if (!step_d) {
+        CUDA_CHECK(cudaMalloc(&step_d, sizeof step_h));
+        CUDA_CHECK(cudaMemcpy(step_d, &step_h, sizeof step_h, cudaMemcpyHostToDevice));
+      }
+      a.ptrs[i] = step_d;
+    }
     if (!evt_vop_has_memory(ops[i])) continue;
     B.make(i, ops[i], dts[i], (size_t)evt_vop_elems(ops[i], M, N), N, r);
     a.ptrs[i] = B.dev[i];
@@ -362,7 +372,7 @@ static void check_gemm(const char *label, const evt_kspec &s, gemm_fn fn, int M,
   } else {
     std::vector<double *> t(s.nnodes, nullptr);
     for (int i = 0; i < s.nnodes; i++) t[i] = B.host[i].empty() ? nullptr : B.host[i].data();
-    evt_kspec_reference(&s, M, N, K, ra.data(), rb.data(), t.data(), B.host[dn].data());
+    evt_kspec_reference_batched_at(&s, 1, M, N, K, ra.data(), rb.data(), t.data(), B.host[dn].data(), step_d ? step_h : 0);
     // bool stores of comparisons on the accumulator may flip where GPU and CPU sums differ in the last bit
     ok = compare_stores(label, M, N, ops, dts, names, s.nnodes + 1, B, first, 1e-2, (size_t)M * N / 10000, &worst);
   }
@@ -373,19 +383,21 @@ static void check_gemm(const char *label, const evt_kspec &s, gemm_fn fn, int M,
     if (worst > st.max_err) st.max_err = worst;
   }
   B.dev[dn] = nullptr;
+  cudaFree(step_d);
   cudaFree(dd);
   cudaFree(da);
   cudaFree(db);
 }
 
 static void run_gemm() {
-  const char *eps[] = {"visitor_ops", "visitor_cmp"};
+  const char *eps[] = {"visitor_ops", "visitor_cmp", "bias_dropout"};  // bias_dropout: evt_nodes::Philox (a bool mask)
+  constexpr int NE = 3;
   evt_tile_config cfg = {128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
-  evt_kspec specs[2];
-  std::string names[2];
-  std::vector<evt_jit_job> jobs(2);
+  evt_kspec specs[NE];
+  std::string names[NE];
+  std::vector<evt_jit_job> jobs(NE);
   std::vector<char *> srcs;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < NE; i++) {
     evt_kspec_example(&specs[i], eps[i], cfg);
     char nm[40], err[512];
     evt_kspec_kernel_name(&specs[i], nm);
@@ -402,8 +414,8 @@ static void run_gemm() {
     jobs[i].source = src;
   }
   char msg[2048];
-  evt_jit_compile(jobs.data(), 2, nullptr, msg, sizeof msg);
-  for (int i = 0; i < 2; i++) {
+  evt_jit_compile(jobs.data(), NE, nullptr, msg, sizeof msg);
+  for (int i = 0; i < NE; i++) {
     gemm_fn fn = nullptr;
     if (jobs[i].ok) {
       void *h = dlopen(jobs[i].so_path, RTLD_NOW | RTLD_LOCAL);
