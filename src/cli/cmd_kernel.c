@@ -8,7 +8,8 @@
 
 EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--stages N] [--reduction atomic|workspace] [--epi-n N] [--epi-stages N] [--stream-k] [--spec]",
              "print the generated CUTLASS Sm90 GEMM + epilogue-visitor-tree source of a named epilogue\n"
-             "  EPILOGUE     plain, bias_gelu_aux, bias_relu_dbias, gelu_bwd, bias_silu, bias_relu_aux\n"
+             "  EPILOGUE     a named example: plain, bias_gelu_aux, bias_relu_dbias, gelu_bwd, gelu_bwd_dbias, bias_silu,\n"
+             "               bias_relu_aux, bias_gelu_aux_f16, mixed_f32, visitor_ops, visitor_cmp, bias_dropout, bmm_*\n"
              "  --tile       CTA tile (default 128x128x64)\n"
              "  --cluster    cluster shape (default 1x1)\n"
              "  --pingpong   ping-pong schedule instead of cooperative\n"
