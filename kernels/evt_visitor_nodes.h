@@ -33,9 +33,24 @@ namespace evt_nodes {
 using namespace cute;
 namespace fus = cutlass::epilogue::fusion;
 
-template <class CtaTileShapeMNK, bool CheckRows>
-struct RowSum {
+// What both nodes share: no shared memory, no workspace, nothing for the producer warp to load (their work is in
+// the consumer's store callbacks).
+struct StoreSideNode {
   struct SharedStorage {};
+  template <class ProblemShape, class Arguments>
+  static size_t get_workspace_size(ProblemShape const &, Arguments const &) {
+    return 0;
+  }
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
+  template <class... Args>
+  CUTLASS_DEVICE auto get_producer_load_callbacks(fus::ProducerLoadArgs<Args...> const &) {
+    return fus::EmptyProducerLoadCallbacks{};
+  }
+};
+
+template <class CtaTileShapeMNK, bool CheckRows>
+struct RowSum : StoreSideNode {
   struct Arguments {
     void *ptr = nullptr;  // float[N]
   };
@@ -52,10 +67,6 @@ struct RowSum {
     return (reinterpret_cast<uintptr_t>(a.ptr) & 3) == 0;  // f32 elements (pairs at 8-byte addresses: .v2)
   }
   template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const &, Arguments const &) {
-    return 0;
-  }
-  template <class ProblemShape>
   static cutlass::Status initialize_workspace(ProblemShape const &problem, Arguments const &a, void *, cudaStream_t stream,
                                               cutlass::CudaHostAdapter * = nullptr) {
     if (!a.ptr) return cutlass::Status::kSuccess;
@@ -69,13 +80,6 @@ struct RowSum {
   CUTLASS_HOST_DEVICE RowSum(Params const &p, SharedStorage const &) : params(p) {}
   Params params;
 
-  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
-  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
-
-  template <class... Args>
-  CUTLASS_DEVICE auto get_producer_load_callbacks(fus::ProducerLoadArgs<Args...> const &) {
-    return fus::EmptyProducerLoadCallbacks{};
-  }
 
   // One reduce-scatter step over lanes lane ^ O: the lane with bit O set keeps the upper half of v[0, 2 Half)
   // (summed with its partner's), the other the lower half, both into v[0, Half). Returns the kept half's offset.
@@ -173,8 +177,7 @@ struct RowSum {
 };
 
 template <class Element>
-struct Philox {
-  struct SharedStorage {};
+struct Philox : StoreSideNode {
   struct Arguments {
     const unsigned long long *step = nullptr;  // the run's RNG step (device memory); NULL: 0
     unsigned long long seed = 0, offset = 0;
@@ -190,10 +193,6 @@ struct Philox {
     return get<3>(append<4>(problem, 1)) == 1;  // (element index m·N + n: one batch)
   }
   template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const &, Arguments const &) {
-    return 0;
-  }
-  template <class ProblemShape>
   static cutlass::Status initialize_workspace(ProblemShape const &, Arguments const &, void *, cudaStream_t,
                                               cutlass::CudaHostAdapter * = nullptr) {
     return cutlass::Status::kSuccess;
@@ -203,13 +202,6 @@ struct Philox {
   CUTLASS_HOST_DEVICE Philox(Params const &p, SharedStorage const &) : params(p) {}
   Params params;
 
-  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
-  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
-
-  template <class... Args>
-  CUTLASS_DEVICE auto get_producer_load_callbacks(fus::ProducerLoadArgs<Args...> const &) {
-    return fus::EmptyProducerLoadCallbacks{};
-  }
 
   template <class Coords>
   struct ConsumerStoreCallbacks : fus::EmptyConsumerStoreCallbacks {
