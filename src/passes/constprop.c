@@ -75,14 +75,11 @@ static int same_type_or(const evt_graph *g, int id, int x) {
   return evt_type_equal(&g->nodes[id].type, &g->nodes[x].type) ? x : id;
 }
 
-/* The dtype of a scalar folded from the constants s1, s2 (-1: none) of dtype-dt arithmetic: f32 when one of them is
- * (an evt_rw_factor of 16-bit math keeps its value unrounded; folding it into a dt scalar would round it), else dt */
-static evt_dtype fold_dtype(const evt_graph *g, evt_dtype dt, int s1, int s2) {
-  for (int k = 0; k < 2; k++) {
-    int s = k ? s2 : s1;
-    if (s >= 0 && g->nodes[s].type.dtype == EVT_F32 && (dt == EVT_BF16 || dt == EVT_F16)) return EVT_F32;
-  }
-  return dt;
+/* The scalar v folded from the constants s1, s2 (-1: none) of dtype-dt arithmetic: an evt_rw_factor when one of them
+ * is f32 (a factor of 16-bit math keeps its value unrounded; a dt scalar would round it), else a dt scalar */
+static int fold_scalar(evt_graph *g, int at, evt_dtype dt, int s1, int s2, double v) {
+  bool f32 = (s1 >= 0 && g->nodes[s1].type.dtype == EVT_F32) || (s2 >= 0 && g->nodes[s2].type.dtype == EVT_F32);
+  return f32 ? evt_rw_factor(g, at, dt, v) : evt_rw_scalar(g, at, dt, v);
 }
 
 static int simplify(evt_graph *g, int id) {
@@ -127,12 +124,12 @@ static int simplify(evt_graph *g, int id) {
     evt_dtype dt = t->dtype;
     double c2;
     if (xop == EVT_OP_NEG) {
-      int s = evt_rw_scalar(g, id, fold_dtype(g, dt, cs, -1), -c);
+      int s = fold_scalar(g, id, dt, cs, -1, -c);
       return same_type_or(g, id, evt_rw_binary(g, id, EVT_OP_MUL, x0, s));
     }
     if (xop == EVT_OP_MUL && (scalar_const(g, x0, &c2) || scalar_const(g, x1, &c2))) {
       int y = scalar_const(g, x0, NULL) ? x1 : x0;
-      int s = evt_rw_scalar(g, id, fold_dtype(g, dt, cs, y == x0 ? x1 : x0), c * c2);
+      int s = fold_scalar(g, id, dt, cs, y == x0 ? x1 : x0, c * c2);
       return same_type_or(g, id, evt_rw_binary(g, id, EVT_OP_MUL, y, s));
     }
     return id;
@@ -152,7 +149,7 @@ static int simplify(evt_graph *g, int id) {
       evt_dtype dt = t->dtype;
       for (int k = 0; k < 2; k++)
         if (scalar_const(g, k ? x1 : x0, &c)) {
-          int s = evt_rw_scalar(g, id, fold_dtype(g, dt, k ? x1 : x0, -1), -c);
+          int s = fold_scalar(g, id, dt, k ? x1 : x0, -1, -c);
           return same_type_or(g, id, evt_rw_binary(g, id, EVT_OP_MUL, k ? x0 : x1, s));
         }
     }

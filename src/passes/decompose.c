@@ -64,7 +64,8 @@ static int bn_normalize(evt_graph *g, int at, int x, double eps, int *rstd) {
   int mean = evt_rw_reduce(g, at, EVT_OP_MEAN, x, dims, nd, 1);
   int ex2 = evt_rw_reduce(g, at, EVT_OP_MEAN, evt_rw_binary(g, at, EVT_OP_MUL, x, x), dims, nd, 1);
   int var = evt_rw_binary(g, at, EVT_OP_SUB, ex2, evt_rw_binary(g, at, EVT_OP_MUL, mean, mean));
-  *rstd = evt_rw_unary(g, at, EVT_OP_RSQRT, evt_rw_binary(g, at, EVT_OP_ADD, var, evt_rw_factor(g, at, g->nodes[x].type.dtype, eps)));
+  int e = evt_rw_factor(g, at, g->nodes[x].type.dtype, eps);
+  *rstd = evt_rw_unary(g, at, EVT_OP_RSQRT, evt_rw_binary(g, at, EVT_OP_ADD, var, e));
   return evt_rw_binary(g, at, EVT_OP_MUL, evt_rw_binary(g, at, EVT_OP_SUB, x, mean), *rstd);
 }
 
