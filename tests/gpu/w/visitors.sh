@@ -11,6 +11,7 @@
 #    the bf16 graphs too (--check's bf16 rule: src/runtime/gpu_check.c).
 # 3. with time left: the two GEMM examples visitor_ops / visitor_cmp JIT-compiled with CUTLASS (nvcc,
 #    $EVT_JIT_CACHE) and checked the same way.
+# VISITORS_PARTS (default "rows vops e2e gemm"): the parts to run, e.g. VISITORS_PARTS=gemm for the CUTLASS part alone.
 # Ends with a summary table.
 log=${1:?LOGFILE}
 secs=${2:-600}
@@ -41,8 +42,10 @@ nvcc -std=c++17 --expt-relaxed-constexpr -O2 -gencode=arch=compute_90a,code=sm_9
   -o "$B/check_vops" || echo "BUILD FAILED: check_vops" &
 wait
 summary=""
+parts=" ${VISITORS_PARTS:-rows vops e2e gemm} "
+want() { [[ "$parts" == *" $1 "* ]]; }
 row_rc=skipped
-if [ -x "$B/check_visitors" ]; then
+if [ -x "$B/check_visitors" ] && want rows; then
   "$B/check_visitors" emit "$K"
   # the flags of src/runtime/jit.c for kernels without CUTLASS
   ls "$K"/*.cu | sed 's/\.cu$//' | xargs -P "$(nproc)" -I{} sh -c \
@@ -57,7 +60,7 @@ summary+="row visitor kernels (check_visitors): rc $row_rc, $(tail -1 "$B/rows.t
 
 echo; echo "=== GEMM epilogue functors (evt_ops::*, Array<float,4> as Sm90Compute calls them) vs evt_vop_apply3"
 vops_rc=skipped
-if [ -x "$B/check_vops" ] && [ "$(left)" -gt 8 ]; then
+if [ -x "$B/check_vops" ] && [ "$(left)" -gt 8 ] && want vops; then
   timeout $(( $(left) - 3 )) "$B/check_vops" >"$B/vops.txt" 2>&1
   vops_rc=$?
   cat "$B/vops.txt"
@@ -68,6 +71,7 @@ echo; echo "=== end-to-end: evtc run --device cuda --fused --check (generated ro
 echo "(row kernels JIT-compile on first use; \$EVT_JIT_CACHE keeps them for the next window)"
 for f in examples/mlp.evt examples/bert_layer.evt examples/gcn.evt examples/resnet_block.evt examples/vit.evt \
          bench/graphs/mlp_bf16.evt bench/graphs/bert_layer_bf16.evt; do
+  want e2e || break
   [ "$(left)" -lt 12 ] && { summary+="$f: skipped (time)\n"; continue; }
   out=$(timeout $(( $(left) - 4 )) "$EVTC" run "$f" --device cuda --fused --check --steps 2 --stats 2>&1)
   rc=$?
@@ -79,11 +83,11 @@ for f in examples/mlp.evt examples/bert_layer.evt examples/gcn.evt examples/resn
 done
 
 gemm_rc=skipped
-if [ -x "$B/check_visitors" ] && [ "$(left)" -gt 200 ]; then  # two CUTLASS kernels: ~3 min of nvcc when not cached
+if [ -x "$B/check_visitors" ] && [ "$(left)" -gt 150 ] && want gemm; then  # two CUTLASS kernels: ~3 min of nvcc when not cached
   echo; echo "=== GEMM visitor kernels (CUTLASS JIT, $(left) s left)"
   timeout $(( $(left) - 20 )) "$B/check_visitors" gemm 2>&1 | tee "$B/gemm.txt"
   gemm_rc=${PIPESTATUS[0]}
 fi
-summary+="GEMM visitor kernels (visitor_ops, visitor_cmp): rc $gemm_rc, $(grep -E 'passed, ' "$B/gemm.txt" 2>/dev/null | tail -1)$([ "$gemm_rc" = skipped ] && echo ' (needs > 200 s of budget: CUTLASS JIT)')\n"
+summary+="GEMM visitor kernels (visitor_ops, visitor_cmp): rc $gemm_rc, $(grep -E 'passed, ' "$B/gemm.txt" 2>/dev/null | tail -1)$([ "$gemm_rc" = skipped ] && echo ' (needs > 150 s of budget: CUTLASS JIT)')\n"
 echo; echo "=== visitors summary ($((SECONDS - t0)) s)"
 printf "$summary"
