@@ -1044,6 +1044,22 @@ __device__ __forceinline__ float rand_u(unsigned long long seed, unsigned long l
                                         unsigned long long e) {
   return to_f(from_f<T>(evt_philox_uniform(seed, offset, step, e)));
 }
+// rand of a thread's 8 consecutive elements e0 .. e0 + 7: with offset + e0 a multiple of 4 (a row of a multiple
+// of 4 elements, an aligned offset) two Philox calls, each giving four elements; else one call per element
+template <class T>
+__device__ __forceinline__ void rand8(unsigned long long seed, unsigned long long offset, unsigned long long step,
+                                      unsigned long long e0, float u[8]) {
+  if (((offset + e0) & 3) == 0) {
+    float a[4], b[4];
+    evt_philox_uniform4(seed, offset, step, e0, a);
+    evt_philox_uniform4(seed, offset, step, e0 + 4, b);
+#pragma unroll
+    for (int k = 0; k < 4; k++) u[k] = to_f(from_f<T>(a[k])), u[4 + k] = to_f(from_f<T>(b[k]));
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; k++) u[k] = rand_u<T>(seed, offset, step, e0 + k);
+  }
+}
 // max that lets NaN win (amax propagates NaN); the running value m starts at -inf
 __device__ __forceinline__ float nanmax(float m, float x) { return m != m ? m : (x != x || x > m) ? x : m; }
 struct NanMaxOp {  // not bitwise symmetric for two NaNs: group_reduce broadcasts lane 0's result

@@ -223,7 +223,7 @@ struct Philox : StoreSideNode {
         auto mn = c(epi_v * FragmentSize + i);
         const unsigned long long e = first + (unsigned long long)get<0>(mn) * n_total + (unsigned long long)get<1>(mn);
         // (evt_philox_uniform with offset + i folded into e; rounded to the rand's dtype as the interpreter stores it)
-        out[i] = float(Element((float)(evt_philox4x32_10_word0(seed, e, step) >> 8) * (1.0f / 16777216.0f)));
+        out[i] = float(Element(evt_philox_uniform(seed, 0, step, e)));
       }
       return out;
     }

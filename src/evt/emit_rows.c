@@ -209,6 +209,12 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
     if (v->op == EVT_V_AUX_STORE) sb(b, "      %s S%d[8];\n", et, i);
     if (v->op == EVT_V_ROW_SUM) sb(b, "      float RS%d[8];  // this chunk's terms of row_sum %s\n", i, v->name);
   }
+  /* rand over contiguous columns j0 .. j0 + 7 (not long rows, whose elements may be T apart): drawn before the
+   * element loop, four elements per Philox call (evt_rows::rand8) */
+  for (int i = 0; lng != 1 && i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_RAND)
+      sb(b, "      float R%d[8];  // rand\n      evt_rows::rand8<%s>(%lluull, %lluull, rng_step, (unsigned long long)row * n + j0, R%d);\n",
+         i, ctype(s->nodes[i].dtype), (unsigned long long)s->nodes[i].seed, (unsigned long long)s->nodes[i].offset, i);
   /* the column of element e: j0 + e (register kernel), j0 + e·es (long rows) */
   const char *col = lng ? "j0 + e * es" : "j0 + e";
   sb(b, "#pragma unroll\n      for (int e = 0; e < 8; e++) {\n        const bool ok = %s < %s;\n        (void)ok;\n", col,
@@ -224,8 +230,11 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
       case EVT_V_SCALAR: sb(b, "        const auto v%d = (float)(%.17g);\n", i, v->value); break;
       case EVT_V_SCALAR_LOAD: sb(b, "        const auto v%d = sl%d;  // %s\n", i, i, v->name); break;
       case EVT_V_RAND:
-        sb(b, "        const auto v%d = evt_rows::rand_u<%s>(%lluull, %lluull, rng_step, (unsigned long long)(row * n + %s));  // rand\n",
-           i, ctype(v->dtype), (unsigned long long)v->seed, (unsigned long long)v->offset, col);
+        if (lng != 1)
+          sb(b, "        const auto v%d = R%d[e];  // rand\n", i, i);
+        else
+          sb(b, "        const auto v%d = evt_rows::rand_u<%s>(%lluull, %lluull, rng_step, (unsigned long long)row * n + %s);  // rand\n",
+             i, ctype(v->dtype), (unsigned long long)v->seed, (unsigned long long)v->offset, col);
         break;
       case EVT_V_ONE_HOT: sb(b, "        const auto v%d = (long long)(%s) == oh%d ? 1.f : 0.f;  // %s\n", i, col, i, v->name); break;
       case EVT_V_COL_MAX:

@@ -458,6 +458,9 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
     int u = evt_rspec_rand(s, 1234567, 89, dt); /* a dropout mask drawn in the kernel */
     evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_GE, u, evt_rspec_scalar(s, 0.25), EVT_F32, NULL), -1,
                   EVT_BOOL, "keep");
+    /* at offset 0 (four elements per Philox call where a row's length is a multiple of 4; offset 89 above never
+     * is): the numbers themselves, stored in f32 (exact) */
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_rand(s, 424242, 0, dt), -1, EVT_F32, "u0");
   } else if (!strcmp(name, "softmax_xent")) {
     /* cross-entropy backward on a softmax row: (softmax(x) − one_hot(t)) · k with k a run-time scalar, the
      * row max (col_max), Σ_N x·one_hot (col_sum) and Σ_M of the gradient (row_sum), all stored in dt */

@@ -583,12 +583,34 @@ TEST(interp_dropout_mask_is_philox) {
   tg_free(t);
 }
 
-/* Philox4x32-10 against the known-answer vectors of its authors (Random123's kat_vectors: counter, key ->
- * first output word), the step filling the counter's upper words. */
+/* Philox4x32-10 against the known-answer vectors of its authors (Random123's kat_vectors: counter, key -> the
+ * four output words), the step filling the counter's upper words; and evt's stream convention on top of it:
+ * element j uses word j mod 4 of counter j / 4, so evt_philox_uniform4 equals four evt_philox_uniform calls. */
 TEST(philox_known_answers) {
-  CHECK(evt_philox4x32_10_word0(0, 0, 0) == 0x6627e8d5u);
-  CHECK(evt_philox4x32_10_word0(~0ull, ~0ull, ~0ull) == 0x408f276du);
-  CHECK(evt_philox4x32_10_word0(0x299f31d0a4093822ull, 0x85a308d3243f6a88ull, 0x0370734413198a2eull) == 0xd16cfe09u);
+  static const struct {
+    uint64_t seed, counter, step;
+    uint32_t w[4];
+  } kat[] = {
+      {0, 0, 0, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+      {~0ull, ~0ull, ~0ull, {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+      {0x299f31d0a4093822ull, 0x85a308d3243f6a88ull, 0x0370734413198a2eull,
+       {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
+  };
+  for (int t = 0; t < 3; t++) {
+    uint32_t w[4];
+    evt_philox4x32_10(kat[t].seed, kat[t].counter, kat[t].step, w);
+    for (int k = 0; k < 4; k++) CHECK_MSG(w[k] == kat[t].w[k], "vector %d word %d: %08x", t, k, w[k]);
+  }
+  /* element j of stream (seed, offset): word j % 4 of counter j / 4 */
+  uint32_t w[4];
+  evt_philox4x32_10(77, 5, 9, w);
+  for (int k = 0; k < 4; k++) {
+    CHECK(evt_philox_uniform(77, 3, 9, (uint64_t)(17 + k)) == (float)(w[k] >> 8) / 16777216.0f);
+    CHECK(evt_philox_uniform(77, 20, 9, (uint64_t)k) == (float)(w[k] >> 8) / 16777216.0f);
+  }
+  float u4[4];
+  evt_philox_uniform4(77, 3, 9, 17, u4);
+  for (int k = 0; k < 4; k++) CHECK(u4[k] == evt_philox_uniform(77, 3, 9, (uint64_t)(17 + k)));
 }
 
 /* ---- losses ---------------------------------------------------------------------------------------- */

@@ -23,8 +23,9 @@ import gen  # noqa: E402  (examples/gen.py: DEFAULTS, config, build)
 M32 = np.uint64(0xFFFFFFFF)
 
 
-def philox_word0(seed, counter):
-    """Philox4x32-10, first output word, for a vector of 64-bit counters (kernels/philox.h)."""
+def philox_words(seed, counter):
+    """Philox4x32-10's four output words (a 4 x len(counter) array) for a vector of 64-bit counters, step 0
+    (kernels/philox.h)."""
     counter = np.asarray(counter, dtype=np.uint64)
     c0 = counter & M32
     c1 = counter >> np.uint64(32)
@@ -40,12 +41,14 @@ def philox_word0(seed, counter):
         c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
         k0 = (k0 + np.uint64(0x9E3779B9)) & M32
         k1 = (k1 + np.uint64(0xBB67AE85)) & M32
-    return c0
+    return np.stack([c0, c1, c2, c3])
 
 
 def philox_uniform(seed, offset, n):
-    """evt_philox_uniform(seed, offset, step 0, i) for i in [0, n): top 24 bits * 2^-24 (one step's masks)."""
-    w = philox_word0(seed, np.arange(n, dtype=np.uint64) + np.uint64(offset))
+    """evt_philox_uniform(seed, offset, step 0, i) for i in [0, n): stream element j = offset + i is word j % 4
+    of counter j / 4, its top 24 bits * 2^-24 (one step's masks)."""
+    j = np.arange(n, dtype=np.uint64) + np.uint64(offset)
+    w = philox_words(seed, j >> np.uint64(2))[(j & np.uint64(3)).astype(np.int64), np.arange(n)]
     return (w >> np.uint64(8)).astype(np.float64) * (1.0 / 16777216.0)
 
 
