@@ -2,7 +2,7 @@
 
     python3 tests/gpu/torch_dropout_gpu.py [--steps N]
 
-With EVT_DROPOUT=evt (set here unless given) native_dropout runs in evt with evt's own Philox masks, so eager PyTorch cannot draw the same ones; each step is
+With EVT_DROPOUT=evt (the default; set here unless given) native_dropout runs in evt with evt's own Philox masks, so eager PyTorch cannot draw the same ones; each step is
 checked against eager run with evt's mask instead. The model (tests/python/test_torch_backend.py's DropMLP at GPU
 sizes: Linear -> GELU -> dropout -> Linear -> cross entropy) also returns the dropped activation h, whose zeros are
 the mask. Per mode (evt: per-segment launches; evt_cgs: per-segment CUDA graphs; evt_cg: the whole step as one
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-os.environ.setdefault("EVT_DROPOUT", "evt")  # (on CUDA dropout stays in PyTorch unless asked: gpu.dropout_in_evt)
+os.environ.setdefault("EVT_DROPOUT", "evt")  # (the default since session 36; EVT_DROPOUT=torch would keep it in PyTorch)
 sys.path.insert(0, os.path.join(REPO, "python"))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
 import evt  # noqa: E402,F401

@@ -490,9 +490,9 @@ def test_gpu_glue_draws_an_rng_step_per_dropout_run(monkeypatch, options):
     import copy
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import test_torch_backend as T
-    if options == "cuda_rules":  # (CUDA placement: dropout stays in PyTorch unless EVT_DROPOUT=evt)
+    if options == "cuda_rules":  # (CUDA placement: dropout runs in evt unless EVT_DROPOUT=torch)
         monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-        monkeypatch.setenv("EVT_DROPOUT", "evt")
+        monkeypatch.delenv("EVT_DROPOUT", raising=False)
         options = None
     made = _glue_setup(monkeypatch)
     torch._dynamo.reset()
@@ -515,20 +515,25 @@ def test_gpu_glue_draws_an_rng_step_per_dropout_run(monkeypatch, options):
 
 
 @needs_lib
-def test_cuda_dropout_stays_in_pytorch_by_default(monkeypatch, caplog):
-    """Under the CUDA placement rules (simulated on the CPU) native_dropout runs in PyTorch, with the logged
-    reason, unless EVT_DROPOUT=evt; the rest of the step still runs in evt."""
+@pytest.mark.parametrize("env", [None, "torch"])
+def test_cuda_dropout_runs_in_evt_unless_evt_dropout_torch(monkeypatch, caplog, env):
+    """Under the CUDA placement rules (simulated on the CPU) native_dropout runs in evt by default, and in
+    PyTorch with the logged reason under EVT_DROPOUT=torch; the rest of the step runs in evt either way."""
     import test_torch_backend as T
     monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-    monkeypatch.delenv("EVT_DROPOUT", raising=False)
+    if env is None:
+        monkeypatch.delenv("EVT_DROPOUT", raising=False)
+    else:
+        monkeypatch.setenv("EVT_DROPOUT", env)
     caplog.set_level(logging.INFO, logger="evt")
     torch._dynamo.reset()
     torch.manual_seed(0)
     f = torch.compile(T.DropMLP(0.25), backend="evt", fullgraph=True)
     loss, h = f(torch.randn(64, 16), torch.randint(0, 4, (64,)))
     loss.backward()
-    assert "native_dropout.default" in T.fallbacks(caplog.records)
-    assert any("dropout draws its mask in PyTorch on CUDA" in r.getMessage() for r in caplog.records)
+    in_torch = "native_dropout.default" in T.fallbacks(caplog.records)
+    logged = any("dropout draws its mask in PyTorch on CUDA" in r.getMessage() for r in caplog.records)
+    assert in_torch == logged == (env == "torch")
     assert abs((h != 0).float().mean().item() - 0.75) < 0.1
 
 
