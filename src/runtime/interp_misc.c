@@ -23,6 +23,18 @@
 
 /* ---- sources and randomness ------------------------------------------------------------------------ */
 
+/* The uniforms of elements i, i + 1, ... of the stream (seed, offset), at most 4 and not past n, into q: four
+ * from one Philox call when the stream index offset + i is a multiple of 4 and four are left, else one. Returns
+ * how many. */
+static int philox_block(uint64_t seed, uint64_t offset, uint64_t step, int64_t i, int64_t n, float q[4]) {
+  if (((offset + (uint64_t)i) & 3) == 0 && i + 4 <= n) {
+    evt_philox_uniform4(seed, offset, step, (uint64_t)i, q);
+    return 4;
+  }
+  q[0] = evt_philox_uniform(seed, offset, step, (uint64_t)i);
+  return 1;
+}
+
 static evt_status source_or_rng(evt_interp_ctx *ctx) {
   const evt_attrs *a = &ctx->n->attr;
   evt_tensor *out = ctx->out;
@@ -32,17 +44,21 @@ static evt_status source_or_rng(evt_interp_ctx *ctx) {
     for (int64_t i = 0; i < out->numel; i++) out->data[i] = a->value;
     return EVT_OK;
   case EVT_OP_RAND:
-    for (int64_t i = 0; i < out->numel; i++)
-      out->data[i] = evt_philox_uniform((uint64_t)a->seed, (uint64_t)a->offset, ctx->g->rng_step, (uint64_t)i);
+    for (int64_t i = 0; i < out->numel;) {
+      float q[4];
+      int c = philox_block((uint64_t)a->seed, (uint64_t)a->offset, ctx->g->rng_step, i, out->numel, q);
+      for (int k = 0; k < c; k++) out->data[i++] = q[k];
+    }
     return EVT_OK;
   case EVT_OP_DROPOUT: {
     const evt_tensor *x = ctx->in[0];
     if (!interp_numel_is(ctx, out, x->numel, "the output")) return EVT_ERR_INVALID;
     if (!(a->p >= 0 && a->p <= 1)) return interp_fail(ctx, "dropout p=%g is not in [0, 1]", a->p);
     double scale = a->p < 1 ? 1.0 / (1.0 - a->p) : 0.0;
-    for (int64_t i = 0; i < out->numel; i++) {
-      double u = evt_philox_uniform((uint64_t)a->seed, (uint64_t)a->offset, ctx->g->rng_step, (uint64_t)i);
-      out->data[i] = x->data[i] * (a->p < 1 && u >= a->p ? 1.0 : 0.0) * scale;
+    for (int64_t i = 0; i < out->numel;) {
+      float q[4];
+      int c = philox_block((uint64_t)a->seed, (uint64_t)a->offset, ctx->g->rng_step, i, out->numel, q);
+      for (int k = 0; k < c; k++, i++) out->data[i] = x->data[i] * (a->p < 1 && (double)q[k] >= a->p ? 1.0 : 0.0) * scale;
     }
     return EVT_OK;
   }
