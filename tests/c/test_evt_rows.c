@@ -4,7 +4,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "evt/kspec.h"
 #include "evt/rspec.h"
+#include "philox.h"
 #include "evt_row_config.h"
 #include "test.h"
 
@@ -113,6 +115,33 @@ static bool has_int(const char *a, const char *fmt, int v) {
   char line[128];
   snprintf(line, sizeof line, fmt, v);
   return a && strstr(a, line) != NULL;
+}
+
+/* rand in row kernels: the register and column-block kernels draw a thread's 8 consecutive elements before the
+ * element loop, four per Philox call (evt_rows::rand8); the long-row kernel, whose elements may be T apart, one
+ * call per element; the CPU reference is the interpreter's convention (kernels/philox.h) */
+TEST(emit_rows_draws_rand_before_the_element_loop) {
+  char err[256];
+  evt_rspec s;
+  CHECK(evt_rspec_example(&s, "cmp_where", EVT_BF16) == EVT_OK);
+  char *a = evt_emit_rows(&s, err, sizeof err);
+  CHECK_MSG(a != NULL, "%s", err);
+  int r89 = -1, r0 = -1;
+  for (int i = 0; i < s.nnodes; i++)
+    if (s.nodes[i].op == EVT_V_RAND) *(s.nodes[i].offset ? &r89 : &r0) = i;
+  CHECK(r89 >= 0 && r0 >= 0);
+  char want[160];
+  snprintf(want, sizeof want, "evt_rows::rand8<__nv_bfloat16>(424242ull, 0ull, rng_step, (unsigned long long)row * n + j0, R%d);", r0);
+  const char *first = a ? strstr(a, want) : NULL, *second = first ? strstr(first + 1, want) : NULL;
+  CHECK(first && second && !strstr(second + 1, want)); /* the register and the column-block kernels */
+  snprintf(want, sizeof want, "const auto v%d = R%d[e];  // rand", r0, r0);
+  CHECK(a && strstr(a, want));
+  snprintf(want, sizeof want, "evt_rows::rand_u<__nv_bfloat16>(1234567ull, 89ull, rng_step, (unsigned long long)row * n + j0 + e * es);");
+  const char *lg = a ? strstr(a, want) : NULL;
+  CHECK(lg && !strstr(lg + 1, want)); /* the long-row kernel only */
+  /* the reference: element (i, j) of a row of n is stream element offset + i·n + j */
+  CHECK(evt_vop_rand(424242, 0, 3, EVT_F32, 7 * 1024 + 5) == (double)evt_philox_uniform(424242, 0, 3, 7 * 1024 + 5));
+  free(a);
 }
 
 TEST(emit_rows_structure) {
