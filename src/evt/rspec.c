@@ -318,6 +318,14 @@ const char *const evt_rspec_example_names[] = {"softmax",      "softmax_bwd", "l
                                                "cmp_where",     "softmax_xent", "layernorm_bwd_mixed", "bce_bias_grad",
                                                "bn_stats",     "bn_apply",    "bn_bwd_reduce", NULL};
 
+/* Batch norm's x̂ = (x − mean)·invstd for the examples, with per-channel f32 mean and invstd broadcast along
+ * the row (channels-last: a row is one position's channels) */
+static int bn_xhat(evt_rspec *s, int x) {
+  int mu = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "mean");
+  int is = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "invstd");
+  return evt_rspec_add(s, EVT_V_MUL, evt_rspec_add(s, EVT_V_SUB, x, mu, EVT_F32, NULL), is, EVT_F32, NULL);
+}
+
 evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
   if (!strcmp(name, "softmax")) {
     evt_rspec_init(s, EVT_ROWN_SOFTMAX, dt);
@@ -374,12 +382,9 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
   } else if (!strcmp(name, "bn_apply")) {
     /* batch-norm apply + ReLU, channels-last: y = relu((x − mean)·invstd·w + b), per-channel vectors broadcast */
     evt_rspec_init(s, EVT_ROWN_NONE, dt);
-    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
-    int mu = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "mean");
-    int is = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "invstd");
+    int xh = bn_xhat(s, evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x"));
     int w = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, dt, "w");
     int b = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, dt, "b");
-    int xh = evt_rspec_add(s, EVT_V_MUL, evt_rspec_add(s, EVT_V_SUB, x, mu, EVT_F32, NULL), is, EVT_F32, NULL);
     int y = evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_MUL, xh, w, EVT_F32, NULL), b, EVT_F32, NULL);
     evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_RELU, y, -1, EVT_F32, NULL), -1, dt, "y");
   } else if (!strcmp(name, "bn_bwd_reduce")) {
@@ -387,12 +392,9 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
     evt_rspec_init(s, EVT_ROWN_NONE, dt);
     int dy = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "dy");
     int y = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "y");
-    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
-    int mu = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "mean");
-    int is = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "invstd");
+    int xh = bn_xhat(s, evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x"));
     int g = evt_rspec_add3(s, EVT_V_WHERE, evt_rspec_add(s, EVT_V_GT, y, evt_rspec_scalar(s, 0.0), EVT_F32, NULL), dy,
                            evt_rspec_scalar(s, 0.0), EVT_F32, NULL);
-    int xh = evt_rspec_add(s, EVT_V_MUL, evt_rspec_add(s, EVT_V_SUB, x, mu, EVT_F32, NULL), is, EVT_F32, NULL);
     evt_rspec_add(s, EVT_V_ROW_SUM, g, -1, EVT_F32, "sg");
     evt_rspec_add(s, EVT_V_ROW_SUM, evt_rspec_add(s, EVT_V_MUL, g, xh, EVT_F32, NULL), -1, EVT_F32, "sgx");
   } else if (!strcmp(name, "chain_rowsum")) {
