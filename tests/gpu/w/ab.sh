@@ -3,6 +3,7 @@
 # switches such as EVT_LONG_K_UNFUSED=1 or EVT_GEMM_ROW_SUMS=0).
 #   AB_WORKLOAD=mlp AB_SCALE=1 AB_MODES=evt_cg AB_VARIANTS="|EVT_LONG_K_UNFUSED=1|EVT_GEMM_ROW_SUMS=0" AB_REPEAT=2 \
 #   AB_REF=inductor bash tests/gpu/w/ab.sh LOGFILE SECONDS     (repo root, on the H200; tests/gpu/window.sh env)
+# AB_ARGS: more bench/e2e/run.py arguments for every run (e.g. --dropout).
 # AB_VARIANTS: '|'-separated; each variant is space-separated VAR=value pairs ('' = the defaults). Every round
 # (AB_REPEAT, default 2) runs each variant once, in order, as `bench/e2e/run.py --quick --no-profile` with
 # AB_MODES (default evt_cg); AB_REF (default none) adds those modes (e.g. inductor) to the defaults' run of the
@@ -19,7 +20,7 @@ REF=${AB_REF:-}
 ROUNDS=${AB_REPEAT:-2}
 IFS='|' read -r -a VARS <<<"${AB_VARIANTS:-|}"
 [ "${#VARS[@]}" -eq 0 ] && VARS=("")
-echo "== ab.sh: $W x$SC modes $MODES, ${#VARS[@]} variant(s) x $ROUNDS round(s) ($(date -u +%H:%M:%S), budget ${SECS}s)"
+echo "== ab.sh: $W x$SC ${AB_ARGS:-} modes $MODES, ${#VARS[@]} variant(s) x $ROUNDS round(s) ($(date -u +%H:%M:%S), budget ${SECS}s)"
 export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache} EVT_FUSED=${EVT_FUSED:-1} PYTHONUNBUFFERED=1
 J=$(mktemp /tmp/ab.XXXXXX.jsonl)
 for r in $(seq 1 "$ROUNDS"); do
@@ -32,7 +33,7 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "-- [$(date -u +%H:%M:%S)] round $r variant '${v:-defaults}' modes $m (timeout ${l}s)"
     # shellcheck disable=SC2086  # the variant is a list of VAR=value words
     env $v timeout -k 5 "$l" python3 bench/e2e/run.py --quick --no-profile --workloads "$W" --scale "$SC" \
-      --modes "$m" --timeout "$l" --out /tmp --tag "ab$r$i" 2>&1 | grep -v "^\[evt-jit\] [0-9]*/" |
+      --modes "$m" --timeout "$l" --out /tmp --tag "ab$r$i" ${AB_ARGS:-} 2>&1 | grep -v "^\[evt-jit\] [0-9]*/" |
       while IFS= read -r line; do
         echo "$line"
         case "$line" in E2E_JSON*) printf '%s\t%s\t%s\n' "$r" "${v:-defaults}" "${line#E2E_JSON }" >>"$J" ;; esac

@@ -8,9 +8,11 @@
 #   erftanh  the erf GELU and its derivative computed by the tanh.approx formula (wrong by ~1e-3: timing only)
 #   tanhf    the tanh GELU on tanhf (0.5·x·(1 + tanhf(y)); the form before session 32)
 #   taylor   the tanh GELU on tanh.approx.f32 (what CUTLASS's GELU_taylor / dGELU compute)
+#   prevbwd  evt_gelu_erf_grad as before session 37 (Φ from evt_normal_cdf, then fmaf(x·φ0, e, Φ): one multiply more)
 #   noinl4, noinl8   evt_ops::GeluErf / GeluErfGrad (evt_visitor_ops.h) call a __noinline__ function per 4 / 8
 #            elements: the fully unrolled epilogue's code shrinks ~2x (3520 -> ~1850 SASS instructions), a test of
 #            whether instruction fetch is what the GELU epilogue waits for
+# EPIVAR_PHASE=compile | run | all (default): compile only (e.g. beside another job's compile), time only, or both.
 # Cases: EPIVAR_ONLY (bench_tune's BENCH_TUNE_CASES=epi names) at 16384x4096xK for K in EPIVAR_KS, config EPIVAR_CFG.
 set -u
 LOG=${1:?LOGFILE}
@@ -66,6 +68,11 @@ elif v == 'tanhf':
 ''')
 elif v == 'taylor':
     put('evt_gelu_tanh', FAST); put('evt_gelu_tanh_grad', FAST_GRAD)
+elif v == 'prevbwd':
+    put('evt_gelu_erf_grad', '''  float e;
+  const float cdf = evt_normal_cdf(x, &e);
+  return dy * fmaf(x * 0.39894228040143268f, e, cdf);
+''')
 elif v not in ('base', 'noinl4', 'noinl8'):
     sys.exit('unknown variant ' + v)
 if 'evt_tanh_fast(' in s:
@@ -112,15 +119,19 @@ PY
 }
 export BENCH_TUNE_CASES=epi
 mkdir -p /tmp/evt-epivar  # the result tables (mk makes it too, but a base-only run calls no mk)
-echo "-- compile $VARIANTS at +$(( $(date +%s) - T0 ))s"
+PHASE=${EPIVAR_PHASE:-all}
+echo "-- compile $VARIANTS at +$(( $(date +%s) - T0 ))s (phase $PHASE)"
 for v in $VARIANTS; do
+  [ "$PHASE" = run ] && break
   kd=$PWD/kernels
   [ "$v" = base ] || { mk "$v" || continue; kd=/tmp/evt-epivar/k_$v; }
   ( EVT_KERNELS_DIR=$kd BENCH_TUNE_ONLY="$ONLY" BENCH_TUNE_CFGS="$CF" EVT_JIT_JOBS=6 timeout $(( $(left) - 60 )) \
       "$B" compile 2 2>&1 | grep -v "^\[evt-jit\] [0-9]*/" | tail -2 | sed "s/^/[$v] /" ) &
 done
 wait
+[ "$PHASE" = compile ] && EPIVAR_KS=none
 for k in ${EPIVAR_KS:-1024 64}; do
+  [ "$k" = none ] && break
   for v in $VARIANTS; do
     kd=$PWD/kernels; [ "$v" = base ] || kd=/tmp/evt-epivar/k_$v
     echo "##### variant $v K=$k at +$(( $(date +%s) - T0 ))s"
