@@ -3,8 +3,9 @@
  * as well (no CUTLASS, no namespace: the unit tests check the formula on the host, where the MUFU approximations are
  * the exact functions).
  *
- *   evt_normal_cdf(x, &e)    Φ(x) and e = exp(-x²/2) in one branch-free formula (GELU and its derivative:
- *                            ~12 instructions and two MUFU operations where erff + expf cost ~35)
+ *   evt_normal_tail_tp(x, &e)  t·P(t) with Φ(-|x|) = t·P(t)·e, e = exp(-x²/2): one branch-free formula for the
+ *                            normal CDF's tail (~11 instructions and two MUFU operations where erff + expf cost ~35)
+ *   evt_normal_cdf(x, &e)    Φ(x) from it (GELU)
  *   evt_gelu_erf(x)          x·Φ(x), the exact (erf-based) GELU
  *   evt_gelu_erf_grad(dy, x) dy·(Φ(x) + x·φ(x)), its derivative times dy
  *   evt_gelu_tanh(x), evt_gelu_tanh_grad(dy, x)   the tanh approximation of GELU (PyTorch's approximate="tanh")

@@ -5,7 +5,7 @@
  * for fragments, binary operator()(dy, x). Semantics match evt_vop_apply in src/evt/vref.c:
  *   evt_ops::GeluErf:     x · Φ(x)                (the exact, erf-based GELU)
  *   evt_ops::GeluErfGrad: dy · (Φ(x) + x·φ(x))   (its derivative)
- *   Both evaluate Φ with evt_normal_cdf (kernels/evt_math.h: one branch-free formula), not with erff: a GEMM epilogue
+ *   Both evaluate Φ's tail with evt_normal_tail_tp (kernels/evt_math.h: one branch-free formula), not with erff: a GEMM epilogue
  *   is issue-bound on its math (the cooperative kernel's tensor cores wait for it), and erff's two
  *   polynomials selected per element cost ~25 instructions where this costs ~12 and two MUFU operations.
  *   evt_ops::ReluGrad:    x > 0 ? dy : 0
