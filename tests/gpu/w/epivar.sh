@@ -8,6 +8,9 @@
 #   erftanh  the erf GELU and its derivative computed by the tanh.approx formula (wrong by ~1e-3: timing only)
 #   tanhf    the tanh GELU on tanhf (0.5·x·(1 + tanhf(y)); the form before session 32)
 #   taylor   the tanh GELU on tanh.approx.f32 (what CUTLASS's GELU_taylor / dGELU compute)
+#   deg5     the tail polynomial P of degree 5 (refitted, 4.0e-6; one FFMA per element fewer; session 37: rejected
+#            for bf16 agreement, see docs/codegen.md)
+#   relufwd  timing only (gelu(+inf) becomes NaN): the erf GELU as relu(x) - |x·t·P(t)|·e (one instruction fewer)
 #   prevbwd  evt_gelu_erf_grad as before session 37 (Φ from evt_normal_cdf, then fmaf(x·φ0, e, Φ): one multiply more)
 #   noinl4, noinl8   evt_ops::GeluErf / GeluErfGrad (evt_visitor_ops.h) call a __noinline__ function per 4 / 8
 #            elements: the fully unrolled epilogue's code shrinks ~2x (3520 -> ~1850 SASS instructions), a test of
@@ -68,6 +71,21 @@ elif v == 'tanhf':
 ''')
 elif v == 'taylor':
     put('evt_gelu_tanh', FAST); put('evt_gelu_tanh_grad', FAST_GRAD)
+elif v == 'deg5':
+    put('evt_normal_tail_tp', '''  float t = evt_rcp_approx(fmaf(fabsf(x), 0.306622416f, 1.0f));
+  float p = fmaf(t, -0.0761068985f, 0.19507128f);
+  p = fmaf(t, p, 0.00224591163f);
+  p = fmaf(t, p, 0.13829346f);
+  p = fmaf(t, p, 0.117888384f);
+  p = fmaf(t, p, 0.122607857f);
+  *e = evt_exp2_approx(x * x * -0.721347520f);
+  return t * p;
+''')
+elif v == 'relufwd':
+    put('evt_gelu_erf', '''  float e;
+  const float tp = evt_normal_tail_tp(x, &e);
+  return fmaf(-fabsf(x * tp), e, fmaxf(x, 0.f));
+''')
 elif v == 'prevbwd':
     put('evt_gelu_erf_grad', '''  float e;
   const float cdf = evt_normal_cdf(x, &e);
