@@ -8,8 +8,6 @@
 #   erftanh  the erf GELU and its derivative computed by the tanh.approx formula (wrong by ~1e-3: timing only)
 #   tanhf    the tanh GELU on tanhf (0.5·x·(1 + tanhf(y)); the form before session 32)
 #   taylor   the tanh GELU on tanh.approx.f32 (what CUTLASS's GELU_taylor / dGELU compute)
-#   deg5     the tail polynomial P of degree 5 (refitted, 4.0e-6; one FFMA per element fewer; session 37: rejected
-#            for bf16 agreement, see docs/codegen.md)
 #   relufwd  timing only (gelu(+inf) becomes NaN): the erf GELU as relu(x) - |x·t·P(t)|·e (one instruction fewer)
 #   prevbwd  evt_gelu_erf_grad as before session 37 (Φ from evt_normal_cdf, then fmaf(x·φ0, e, Φ): one multiply more)
 #   noinl4, noinl8   evt_ops::GeluErf / GeluErfGrad (evt_visitor_ops.h) call a __noinline__ function per 4 / 8
@@ -71,16 +69,6 @@ elif v == 'tanhf':
 ''')
 elif v == 'taylor':
     put('evt_gelu_tanh', FAST); put('evt_gelu_tanh_grad', FAST_GRAD)
-elif v == 'deg5':
-    put('evt_normal_tail_tp', '''  float t = evt_rcp_approx(fmaf(fabsf(x), 0.306622416f, 1.0f));
-  float p = fmaf(t, -0.0761068985f, 0.19507128f);
-  p = fmaf(t, p, 0.00224591163f);
-  p = fmaf(t, p, 0.13829346f);
-  p = fmaf(t, p, 0.117888384f);
-  p = fmaf(t, p, 0.122607857f);
-  *e = evt_exp2_approx(x * x * -0.721347520f);
-  return t * p;
-''')
 elif v == 'relufwd':
     put('evt_gelu_erf', '''  float e;
   const float tp = evt_normal_tail_tp(x, &e);
@@ -139,17 +127,14 @@ export BENCH_TUNE_CASES=epi
 mkdir -p /tmp/evt-epivar  # the result tables (mk makes it too, but a base-only run calls no mk)
 PHASE=${EPIVAR_PHASE:-all}
 echo "-- compile $VARIANTS at +$(( $(date +%s) - T0 ))s (phase $PHASE)"
-for v in $VARIANTS; do
-  [ "$PHASE" = run ] && break
+[ "$PHASE" = run ] || for v in $VARIANTS; do
   kd=$PWD/kernels
   [ "$v" = base ] || { mk "$v" || continue; kd=/tmp/evt-epivar/k_$v; }
   ( EVT_KERNELS_DIR=$kd BENCH_TUNE_ONLY="$ONLY" BENCH_TUNE_CFGS="$CF" EVT_JIT_JOBS=6 timeout $(( $(left) - 60 )) \
       "$B" compile 2 2>&1 | grep -v "^\[evt-jit\] [0-9]*/" | tail -2 | sed "s/^/[$v] /" ) &
 done
 wait
-[ "$PHASE" = compile ] && EPIVAR_KS=none
-for k in ${EPIVAR_KS:-1024 64}; do
-  [ "$k" = none ] && break
+[ "$PHASE" = compile ] || for k in ${EPIVAR_KS:-1024 64}; do
   for v in $VARIANTS; do
     kd=$PWD/kernels; [ "$v" = base ] || kd=/tmp/evt-epivar/k_$v
     echo "##### variant $v K=$k at +$(( $(date +%s) - T0 ))s"
