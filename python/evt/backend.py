@@ -1321,9 +1321,10 @@ class Segment:
     def _draw_rng_step(self):
         """Segments with dropout sites (aten.native_dropout): the RNG step of this run, drawn from PyTorch's
         default (CPU) generator, so torch.manual_seed makes evt's masks reproducible and every run, and every
-        segment, draws fresh ones. Under a CUDA-graph capture of the whole step (cudagraphs "step") nothing is
-        set: a captured step would repeat at every replay, and the program advances its own step on the
-        device at every replay instead (from the step drawn at the warm-up run)."""
+        segment, draws fresh ones. Under a CUDA-graph capture nothing is set (a captured value would repeat at
+        every replay): the captured kernels read the step from the program's device word, which the program
+        advances after each run on the device, and which cudagraphs "step" sets before every replay
+        (Plan.draw_rng_steps, called by step_graphs' wrapper outside the capture)."""
         if self.path == "gpu" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             return
         step = int(torch.randint(0, 2 ** 62, (1,)).item())
@@ -1332,8 +1333,9 @@ class Segment:
         else:
             self.program.set_rng_step(step, torch.cuda.current_stream(self.device).cuda_stream)
 
-    def run(self, env):
-        if self.b.rng_sites and self.path in ("interp", "gpu"):
+    def run(self, env, draw_rng=True):
+        """draw_rng=False: the caller drew this run's RNG step already (Plan.draw_rng_steps)."""
+        if draw_rng and self.b.rng_sites and self.path in ("interp", "gpu"):
             self._draw_rng_step()
         if self.path == "interp":
             names = dict(self.input_names)
@@ -1734,6 +1736,7 @@ class Plan:
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.steps, self.fallbacks = [], []
+        self.rng_by_caller = False  # dropout segments' RNG steps are drawn by the caller (draw_rng_steps)
         self.torch_permutes = []  # see contiguous_permute
         self.torch_moves = []     # data movement of PyTorch-made values (_DATA_MOVES), run by PyTorch
         self._torch_vals = set()  # nodes PyTorch computes as plan steps (not module inputs, not hoisted casts)
@@ -1965,6 +1968,21 @@ class Plan:
             if 0 <= i < len(self.steps):
                 self.free_after[i].append(node)
 
+    def rng_segments(self):
+        """The segments that draw an RNG step each run (dropout sites run by evt: the interpreter or a GPU
+        program)."""
+        return [s for s in self.steps if isinstance(s, Segment) and s.b.rng_sites and s.path in ("interp", "gpu")]
+
+    def draw_rng_steps(self):
+        """Draws every dropout segment's RNG step for the next call, in plan order, and from then on the
+        segments leave the drawing to the caller (rng_by_caller). cudagraphs "step" calls this before each call
+        of its step graph, outside any capture: a GPU program's step is a kernel on the current stream, where
+        PyTorch's CUDA-graph trees then replay the graph, so the replayed kernels draw with it, and
+        torch.manual_seed repeats the masks of the whole-step graph as it does those of the other modes."""
+        self.rng_by_caller = True
+        for s in self.rng_segments():
+            s._draw_rng_step()
+
     def __call__(self, args, consume=False):
         """consume=True (a boxed call): the plan takes the list over (clears it), so it can free each input
         after its last use."""
@@ -1985,7 +2003,7 @@ class Plan:
         for i, s in enumerate(self.steps[k:], start=k):
             if isinstance(s, Segment):
                 try:
-                    s.run(env)
+                    s.run(env, draw_rng=not self.rng_by_caller)
                     if _CHECK:
                         _check_segment(s, env)
                 except Exception as e:  # noqa: BLE001 (never fail the step: PyTorch runs the segment)
@@ -2226,8 +2244,14 @@ def step_graphs(opts, n_dynamo_inputs):
                               placeholders=get_placeholder_info(gm.graph),
                               mutated_input_idxs=tuple(find_input_mutations(gm.graph)))
         broken = []
+        plan = getattr(run, "plan", None)
+        draw = plan.draw_rng_steps if plan is not None and plan.rng_segments() else None
+        if os.environ.get("EVT_STEP_RNG", "1") in ("", "0"):  # (the replays advance each program's own step)
+            draw = None
 
         def step(args):
+            if draw is not None:  # (dropout: this step's masks, from PyTorch's generator; see Plan.draw_rng_steps)
+                draw()
             if broken:
                 return run(args)
             try:

@@ -8,8 +8,9 @@ sizes: Linear -> GELU -> dropout -> Linear -> cross entropy) also returns the dr
 the mask. Per mode (evt: per-segment launches; evt_cgs: per-segment CUDA graphs; evt_cg: the whole step as one
 CUDA graph) and dtype (bf16 weights, f32): h against eager's gelu(a(x)) * mask / (1 - p), the loss and every
 gradient against eager with that mask (rel = max|a - b| / max|b|; bf16 1e-2, f32 1e-4), the keep rate (1 - p within
-0.01), fresh masks every step (independent masks differ at 2p(1 - p)), and, except under evt_cg (whose replays
-advance the step on the device), torch.manual_seed repeating a step's mask. Prints one line per case and a
+0.01), fresh masks every step (independent masks differ at 2p(1 - p)), and torch.manual_seed repeating a step's
+mask (under evt_cg too: the step wrapper sets each dropout program's RNG step before the replay, with the value the
+other modes draw from the same seed, which the masks are also compared with). Prints one line per case and a
 summary; exit status 1 on any failure.
 """
 import argparse
@@ -61,6 +62,9 @@ def rel(a, b):
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-6)).item()
 
 
+SEEDED = {}  # (mode, dtype) -> the mask drawn right after torch.manual_seed(123)
+
+
 def case(mode, dtype, steps, p=0.1):
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -100,13 +104,16 @@ def case(mode, dtype, steps, p=0.1):
             d = (masks[a] != masks[b]).float().mean().item()
             if abs(d - 2 * p * (1 - p)) > (0.02 if dev == "cuda" else 0.06):
                 fails.append(f"steps {a}, {b}: masks differ at {d:.4f} (independent: {2 * p * (1 - p):.4f})")
-    if mode != "evt_cg":
-        again = []
-        for _ in range(2):
-            torch.manual_seed(123)
-            again.append((f(x, y)[1] != 0).clone())
-        if not torch.equal(again[0], again[1]):
-            fails.append("torch.manual_seed did not repeat the mask")
+    again = []
+    for _ in range(2):
+        torch.manual_seed(123)
+        again.append((f(x, y)[1] != 0).clone())
+    if not torch.equal(again[0], again[1]):
+        fails.append("torch.manual_seed did not repeat the mask")
+    SEEDED[(mode, dtype)] = again[0]
+    first = SEEDED.get(("evt", dtype))
+    if mode != "evt" and first is not None and not torch.equal(first, again[0]):
+        fails.append("the mask of torch.manual_seed(123) differs from mode evt's")
     fb = B.STATS.get("torch_nodes_run", 0)
     fails += [m.strip() for m in LOG.msgs if "fallback to PyTorch: native_dropout" in m]
     print(f"{mode:8s} {str(dtype).replace('torch.', ''):9s} worst rel {worst:.2e} (tol {tol:g}); gpu segment runs "

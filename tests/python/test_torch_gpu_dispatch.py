@@ -1317,9 +1317,10 @@ def test_default_tuning_failure_is_not_a_warning(monkeypatch, caplog):
 
 # ---- cudagraphs "step": the wiring around PyTorch's CUDA-graph trees, with a stand-in for the trees ---------
 
-def _fake_trees(monkeypatch, fail=False):
+def _fake_trees(monkeypatch, fail=False, events=None):
     """Replaces the trees' cudagraphify_impl by a recorder that calls the model as the trees do (a list the model
-    must consume) and makes PyTorch's device checks pass for CPU graphs; returns the record."""
+    must consume) and makes PyTorch's device checks pass for CPU graphs; returns the record. events: a list the
+    stand-in appends "call" / "end" to around each call of a model."""
     import torch._dynamo.backends.cudagraphs as cgb
     import torch._inductor.cudagraph_trees as trees
     import torch._inductor.cudagraph_utils as cgu
@@ -1333,7 +1334,11 @@ def _fake_trees(monkeypatch, fail=False):
             entry["calls"] += 1
             if fail:
                 raise RuntimeError("capture failed (stand-in)")
+            if events is not None:
+                events.append("call")
             out = model(new_inputs)
+            if events is not None:
+                events.append("end")
             assert len(new_inputs) == 0, "the model must consume its argument list"
             return out
         return replay
@@ -1373,6 +1378,47 @@ def test_step_graphs_wiring(monkeypatch, caplog, fail):
     assert all(e["calls"] == (1 if fail else 3) for e in rec), rec
     assert any("replayed as one CUDA graph" in s for s in msgs), msgs
     assert fail == any("the step CUDA graph failed" in s for s in msgs), msgs
+    torch._dynamo.reset()
+
+
+@needs_lib
+def test_step_graphs_draw_dropout_masks_from_torch_manual_seed(monkeypatch):
+    """cudagraphs "step" with dropout run by evt: the step wrapper draws every dropout segment's RNG step before
+    each call of the trees (a replay runs no Python), once per call, from PyTorch's generator, so the masks are
+    fresh every step, torch.manual_seed repeats them, and they are the masks the per-segment mode draws from the
+    same seed."""
+    from test_torch_backend import DropMLP
+    events = []
+    _fake_trees(monkeypatch, events=events)
+    monkeypatch.setenv("EVT_DROPOUT", "evt")
+    real = B.Segment._draw_rng_step
+    monkeypatch.setattr(B.Segment, "_draw_rng_step", lambda self: events.append("draw") or real(self))
+
+    def masks(options, seed, steps=3):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = DropMLP(0.5)
+        f = torch.compile(m, backend="evt", fullgraph=True, options=options)
+        x, y = torch.randn(24, 16), torch.randint(0, 4, (24,))
+        torch.manual_seed(seed)
+        out = []
+        for _ in range(steps):
+            loss, h = f(x, y)
+            loss.backward()
+            out.append(h.detach() != 0)
+        return out
+
+    a = masks({"cudagraphs": True}, 7)
+    # one dropout segment: one draw per step, before the forward's call of the trees (whose replays run no
+    # Python), none inside a call and none for the backward
+    assert events == ["draw", "call", "end", "call", "end"] * 3, events
+    b = masks({"cudagraphs": True}, 7)
+    c = masks(None, 7)
+    d = masks({"cudagraphs": True}, 8)
+    assert all(torch.equal(u, v) for u, v in zip(a, b)), "torch.manual_seed did not repeat the step graph's masks"
+    assert all(torch.equal(u, v) for u, v in zip(a, c)), "the step graph drew other masks than the plain mode"
+    assert not torch.equal(a[0], a[1]) and not torch.equal(a[1], a[2]), "a mask repeated across steps"
+    assert not torch.equal(a[0], d[0]), "another seed drew the same mask"
     torch._dynamo.reset()
 
 
