@@ -1974,13 +1974,21 @@ class Plan:
         return [s for s in self.steps if isinstance(s, Segment) and s.b.rng_sites and s.path in ("interp", "gpu")]
 
     def draw_rng_steps(self):
-        """Draws every dropout segment's RNG step for the next call, in plan order, and from then on the
-        segments leave the drawing to the caller (rng_by_caller). cudagraphs "step" calls this before each call
-        of its step graph, outside any capture: a GPU program's step is a kernel on the current stream, where
-        PyTorch's CUDA-graph trees then replay the graph, so the replayed kernels draw with it, and
-        torch.manual_seed repeats the masks of the whole-step graph as it does those of the other modes."""
+        """Draws the dropout segments' RNG steps for the next call, in plan order, and from then on the segments
+        leave the drawing to the caller (rng_by_caller). cudagraphs "step" calls this before each call of its
+        step graph, outside any capture: a GPU program's step is a kernel on the current stream, where PyTorch's
+        CUDA-graph trees then replay the graph, so the replayed kernels draw with it, and torch.manual_seed
+        repeats the masks of the whole-step graph as it does those of the other modes. Segments of the same
+        text share one GPU program (_program_for; BERT-large: the 24 layers' forward segments), which is set
+        once: its runs in the call draw with that step, then the next ones (the program advances its device
+        word after each run), so its masks still differ from run to run."""
         self.rng_by_caller = True
+        done = set()
         for s in self.rng_segments():
+            if s.path == "gpu":
+                if id(s.program) in done:
+                    continue
+                done.add(id(s.program))
             s._draw_rng_step()
 
     def __call__(self, args, consume=False):

@@ -10,6 +10,7 @@ import logging
 import operator
 import os
 import sys
+import types
 
 import pytest
 
@@ -1420,6 +1421,44 @@ def test_step_graphs_draw_dropout_masks_from_torch_manual_seed(monkeypatch):
     assert not torch.equal(a[0], a[1]) and not torch.equal(a[1], a[2]), "a mask repeated across steps"
     assert not torch.equal(a[0], d[0]), "another seed drew the same mask"
     torch._dynamo.reset()
+
+
+def test_draw_rng_steps_sets_each_shared_program_once(monkeypatch):
+    """Plan.draw_rng_steps (cudagraphs "step"): GPU segments that share one program (the same text, e.g. every
+    layer of a transformer) get one draw and one set per call, in plan order, from PyTorch's generator (so
+    torch.manual_seed repeats them); segments without dropout or running in PyTorch get none; afterwards the
+    segments leave the drawing to the plan's caller."""
+    class Prog:
+        def __init__(self):
+            self.steps = []
+
+        def set_rng_step(self, step, stream):
+            self.steps.append(step)
+
+    def seg(program, sites=1, path="gpu"):
+        s = B.Segment.__new__(B.Segment)
+        s.b, s.path, s.program, s.device = types.SimpleNamespace(rng_sites=sites), path, program, 0
+        return s
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=0))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    a, b, c, d = Prog(), Prog(), Prog(), Prog()
+    plan = B.Plan.__new__(B.Plan)
+    plan.steps, plan.rng_by_caller = [seg(a), seg(b), seg(a), seg(c, sites=0), seg(d, path="torch"), seg(b)], False
+
+    def draws(seed):
+        for q in (a, b, c, d):
+            q.steps.clear()
+        torch.manual_seed(seed)
+        plan.draw_rng_steps()
+        plan.draw_rng_steps()
+        return [list(q.steps) for q in (a, b, c, d)]
+
+    first = draws(5)
+    assert [len(x) for x in first] == [2, 2, 0, 0], first  # a and b once per call, c (no dropout) and d never
+    assert len({*first[0], *first[1]}) == 4, first  # four different steps
+    assert draws(5) == first and draws(6) != first
+    assert plan.rng_by_caller
 
 
 @needs_lib
