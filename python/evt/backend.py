@@ -1981,7 +1981,8 @@ class Plan:
         repeats the masks of the whole-step graph as it does those of the other modes. Segments of the same
         text share one GPU program (_program_for; BERT-large: the 24 layers' forward segments), which is set
         once: its runs in the call draw with that step, then the next ones (the program advances its device
-        word after each run), so its masks still differ from run to run."""
+        word after each run), so its masks still differ from run to run. __call__ draws the same way when the
+        caller does not (at each program's first run of the call), so the masks are the same in every mode."""
         self.rng_by_caller = True
         done = set()
         for s in self.rng_segments():
@@ -2008,10 +2009,15 @@ class Plan:
                     env.pop(node, None)
         else:
             k = 0
+        drawn = set()  # the GPU programs whose RNG step this call drew (a shared program: at its first run)
         for i, s in enumerate(self.steps[k:], start=k):
             if isinstance(s, Segment):
+                draw = not self.rng_by_caller
+                if draw and s.path == "gpu" and s.program is not None and s.b.rng_sites:
+                    draw = id(s.program) not in drawn
+                    drawn.add(id(s.program))
                 try:
-                    s.run(env, draw_rng=not self.rng_by_caller)
+                    s.run(env, draw_rng=draw)
                     if _CHECK:
                         _check_segment(s, env)
                 except Exception as e:  # noqa: BLE001 (never fail the step: PyTorch runs the segment)

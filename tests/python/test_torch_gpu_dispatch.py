@@ -1427,7 +1427,8 @@ def test_draw_rng_steps_sets_each_shared_program_once(monkeypatch):
     """Plan.draw_rng_steps (cudagraphs "step"): GPU segments that share one program (the same text, e.g. every
     layer of a transformer) get one draw and one set per call, in plan order, from PyTorch's generator (so
     torch.manual_seed repeats them); segments without dropout or running in PyTorch get none; afterwards the
-    segments leave the drawing to the plan's caller."""
+    segments leave the drawing to the plan's caller. A plain call of the plan draws the same steps (at each
+    program's first run), so every mode draws the same masks."""
     class Prog:
         def __init__(self):
             self.steps = []
@@ -1459,6 +1460,23 @@ def test_draw_rng_steps_sets_each_shared_program_once(monkeypatch):
     assert len({*first[0], *first[1]}) == 4, first  # four different steps
     assert draws(5) == first and draws(6) != first
     assert plan.rng_by_caller
+
+    # a plain call of the plan (no caller drawing) draws at each program's first run: the same steps
+    class Seg(B.Segment):
+        def run(self, env, draw_rng=True):
+            if draw_rng and self.b.rng_sites and self.path in ("interp", "gpu"):
+                self._draw_rng_step()
+
+    for x in plan.steps:
+        x.__class__ = Seg
+    plan.rng_by_caller, plan.placeholders, plan._foreach_casts = False, [], set()
+    plan.free_after, plan.output = [[] for _ in plan.steps], types.SimpleNamespace(args=([],))
+    for q in (a, b, c, d):
+        q.steps.clear()
+    torch.manual_seed(5)
+    plan([])
+    plan([])
+    assert [list(q.steps) for q in (a, b, c, d)] == first
 
 
 @needs_lib
