@@ -1982,7 +1982,8 @@ class Plan:
         text share one GPU program (_program_for; BERT-large: the 24 layers' forward segments), which is set
         once: its runs in the call draw with that step, then the next ones (the program advances its device
         word after each run), so its masks still differ from run to run. __call__ draws the same way when the
-        caller does not (at each program's first run of the call), so the masks are the same in every mode."""
+        caller does not (at each program's first run of the call), so both draw the same masks (per-segment CUDA
+        graphs never share a program: every segment draws there)."""
         self.rng_by_caller = True
         done = set()
         for s in self.rng_segments():

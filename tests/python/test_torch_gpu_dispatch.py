@@ -1428,7 +1428,7 @@ def test_draw_rng_steps_sets_each_shared_program_once(monkeypatch):
     layer of a transformer) get one draw and one set per call, in plan order, from PyTorch's generator (so
     torch.manual_seed repeats them); segments without dropout or running in PyTorch get none; afterwards the
     segments leave the drawing to the plan's caller. A plain call of the plan draws the same steps (at each
-    program's first run), so every mode draws the same masks."""
+    program's first run), so the default mode and the whole-step graph draw the same masks."""
     class Prog:
         def __init__(self):
             self.steps = []
