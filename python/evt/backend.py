@@ -1971,7 +1971,8 @@ class Plan:
     def rng_segments(self):
         """The segments that draw an RNG step each run (dropout sites run by evt: the interpreter or a GPU
         program)."""
-        return [s for s in self.steps if isinstance(s, Segment) and s.b.rng_sites and s.path in ("interp", "gpu")]
+        return [s for s in self.steps if isinstance(s, Segment) and s.b.rng_sites
+                and (s.path == "interp" or (s.path == "gpu" and s.program is not None))]
 
     def draw_rng_steps(self):
         """Draws the dropout segments' RNG steps for the next call, in plan order, and from then on the segments
