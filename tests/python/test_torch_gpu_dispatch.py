@@ -1420,6 +1420,12 @@ def test_step_graphs_draw_dropout_masks_from_torch_manual_seed(monkeypatch):
     assert all(torch.equal(u, v) for u, v in zip(a, c)), "the step graph drew other masks than the plain mode"
     assert not torch.equal(a[0], a[1]) and not torch.equal(a[1], a[2]), "a mask repeated across steps"
     assert not torch.equal(a[0], d[0]), "another seed drew the same mask"
+    # EVT_STEP_RNG=0: the wrapper draws nothing (here the segment then draws inside the call, as in the plain mode;
+    # on a GPU, inside the capture, where nothing is set)
+    monkeypatch.setenv("EVT_STEP_RNG", "0")
+    events.clear()
+    masks({"cudagraphs": True}, 7, steps=1)
+    assert events == ["call", "draw", "end", "call", "end"], events
     torch._dynamo.reset()
 
 
