@@ -631,6 +631,34 @@ def test_native_dropout_runs_in_evt_with_fresh_reproducible_masks(caplog):
     assert torch.equal(again[0], again[1])
 
 
+def test_dropout_under_activation_checkpointing_backward_uses_the_forward_mask():
+    """A dropout inside torch.utils.checkpoint: the backward recomputes the block, and its mask must be the one the
+    forward drew (PyTorch wraps the two in run_and_save_rng_state / run_with_rng_state, which run in PyTorch), or
+    the gradient would be silently wrong. dW is checked against x^T (mask / (1 - p) * tanh'(xW)) with the mask read
+    from the forward's output, over two steps (fresh masks)."""
+    from torch.utils.checkpoint import checkpoint
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    w = torch.randn(16, 32, requires_grad=True)
+
+    def block(x):
+        return F.dropout(torch.tanh(x @ w), 0.5, training=True)
+
+    f = torch.compile(lambda x: checkpoint(block, x, use_reentrant=False), backend="evt")
+    x = torch.randn(8, 16)
+    masks = []
+    for _ in range(2):
+        w.grad = None
+        y = f(x)
+        y.sum().backward()
+        mask = (y != 0).float()
+        t = torch.tanh(x @ w).detach()
+        assert torch.allclose(w.grad, x.t() @ (mask * 2.0 * (1 - t * t)), rtol=1e-5, atol=1e-5)
+        masks.append(mask)
+    assert not torch.equal(masks[0], masks[1])
+    torch._dynamo.reset()
+
+
 def test_native_dropout_bf16_scales_in_f32(caplog):
     """A bf16 dropout and its backward scale by 1/(1 - p) as PyTorch does (f32, not the bf16-rounded 1.109375):
     eager with evt's mask gives the same bits for the activation and matching gradients."""
