@@ -1986,13 +1986,21 @@ class Plan:
         caller does not (at each program's first run of the call), so both draw the same masks (per-segment CUDA
         graphs never share a program: every segment draws there)."""
         self.rng_by_caller = True
-        done = set()
+        drawn = set()
         for s in self.rng_segments():
-            if s.path == "gpu":
-                if id(s.program) in done:
-                    continue
-                done.add(id(s.program))
-            s._draw_rng_step()
+            if self._draws_now(s, drawn):
+                s._draw_rng_step()
+
+    @staticmethod
+    def _draws_now(s, drawn):
+        """Whether segment s draws its RNG step at this point of a call (drawn: the GPU programs drawn for so far in
+        the call): an interpreter segment at every run, a GPU program at its first run of the call only."""
+        if s.path != "gpu" or s.program is None:
+            return True
+        if id(s.program) in drawn:
+            return False
+        drawn.add(id(s.program))
+        return True
 
     def __call__(self, args, consume=False):
         """consume=True (a boxed call): the plan takes the list over (clears it), so it can free each input
@@ -2011,15 +2019,11 @@ class Plan:
                     env.pop(node, None)
         else:
             k = 0
-        drawn = set()  # the GPU programs whose RNG step this call drew (a shared program: at its first run)
+        drawn = set()  # the GPU programs this call drew an RNG step for (_draws_now)
         for i, s in enumerate(self.steps[k:], start=k):
             if isinstance(s, Segment):
-                draw = not self.rng_by_caller
-                if draw and s.path == "gpu" and s.program is not None and s.b.rng_sites:
-                    draw = id(s.program) not in drawn
-                    drawn.add(id(s.program))
                 try:
-                    s.run(env, draw_rng=draw)
+                    s.run(env, draw_rng=not self.rng_by_caller and self._draws_now(s, drawn))
                     if _CHECK:
                         _check_segment(s, env)
                 except Exception as e:  # noqa: BLE001 (never fail the step: PyTorch runs the segment)
