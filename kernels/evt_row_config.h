@@ -71,6 +71,12 @@
 #define EVT_ROWS_DEFAULT_LN_LATE_AUX 0
 /* layer-norm backward: w loaded per chunk in the reductions and again for dx (not held in registers) */
 #define EVT_ROWS_DEFAULT_LNB_LATE 0
+/* row broadcasts (per-column vectors of the epilogue, e.g. an affine split from its layer norm): loaded per chunk
+ * where the epilogue uses them (L1 hits after the first row) once holding them all would take at least this many
+ * floats per thread (VPT·8 per broadcast), else loaded once and held. Held, ViT's f32 layer norm + affine at
+ * 32896 x 768 (one warp per row, 4 chunks, two f32 broadcasts, 64-register cap) spilled 1 KiB per thread and ran
+ * 3.5x its floor (S39). */
+#define EVT_ROWS_DEFAULT_RB_LATE_FLOATS 32
 /* grid: at most this many waves of resident CTAs, each a grid-stride loop over rows with the next row prefetched
  * (0: one pass, a CTA per R rows, no loop). WAVES_W1 for one warp per row (R = 8 rows per CTA), WAVES for rows
  * of several warps, WAVES_SUM for kernels with row sums (each CTA adds a partial row to the workspace that the

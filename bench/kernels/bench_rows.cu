@@ -340,7 +340,10 @@ static int perf_main(int argc, char **argv) {
                     // sums over M of rows the register kernels also take (layer2's 512 channels, layer3's 1024; a
                     // bias gradient at BERT-large widths): the column-block kernel vs the register kernels
                     {"bn_bwd_reduce", EVT_BF16, 100352, 512}, {"bn_stats", EVT_BF16, 25088, 1024},
-                    {"bce_bias_grad", EVT_BF16, 16384, 1024}, {"bce_bias_grad", EVT_BF16, 16384, 4096}};
+                    {"bce_bias_grad", EVT_BF16, 16384, 1024}, {"bce_bias_grad", EVT_BF16, 16384, 4096},
+                    // ViT-B/14 at batch 128 (32896 tokens x 768) under autocast: the layer norm over the f32 residual
+                    // stream with its affine as row broadcasts, f32 and bf16 results
+                    {"ln_affine_mixed", EVT_F32, 32896, 768}, {"ln_affine_mixed", EVT_BF16, 32896, 768}};
   const char *only = getenv("ROWPERF_ONLY");  // comma list of ops (debug)
   // steady: ROWPERF_STEADY x K launches per timed batch (K rotating buffer sets)
   const int smult = getenv("ROWPERF_STEADY") ? std::max(1, atoi(getenv("ROWPERF_STEADY"))) : 16;
@@ -398,7 +401,8 @@ static int perf_main(int argc, char **argv) {
         auto out = download(P.args.ptrs[i], (size_t)evt_rspec_node_elems(&c->spec, i, b.m, b.n), c->spec.nodes[i].dtype);
         double e = rel_err_v(out, P.node_h[i]);
         worst = std::max(worst, e);
-        match = match && e <= tol;
+        const bool half = c->spec.nodes[i].dtype == EVT_BF16 || c->spec.nodes[i].dtype == EVT_F16;
+        match = match && e <= (half ? 1e-2 : tol);  // (a 16-bit store of an f32 case: the 16-bit tolerance)
       }
       if (rc == 0 && c->spec.store_stats) {
         double e = std::max(rel_err_v(download(P.args.mean, b.m, EVT_F32), P.mean_h),

@@ -155,6 +155,10 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
           "      if (!live || (!EXF && j0 >= n)) continue;\n"
           "      const bool full = EXF || (vec && j0 + 8 <= n);\n"
           "      (void)full;\n");
+    for (int i = 0; i < s->nnodes; i++)
+      if (s->nodes[i].op == EVT_V_ROW_BCAST)
+        sb(b, "      if constexpr (RB_LATE) evt_rows::load8(p.n%d_%s, j0, n, full, L%d[0]);  // row_bcast %s\n", i,
+           s->nodes[i].name, i, s->nodes[i].name);
   } else if (lng == 2) { /* the column-block kernel: this thread's 8 columns of this row */
     sb(b, "    if (j0 < n) {\n      const int v = 0;\n      (void)v;\n");
   } else {
@@ -225,7 +229,9 @@ static void emit_epilogue(sbuf *b, const evt_rspec *s, const int *users, const i
     switch (v->op) {
       case EVT_V_ACC: sb(b, "        const auto v%d = %s[v][e];\n", i, acc_arrays[v->sel]); break;
       case EVT_V_AUX_LOAD: sb(b, "        const auto v%d = L%d[e];  // %s\n", i, i, v->name); break;
-      case EVT_V_ROW_BCAST: sb(b, "        const auto v%d = L%d[v][e];  // %s\n", i, i, v->name); break;
+      case EVT_V_ROW_BCAST:
+        sb(b, "        const auto v%d = L%d[%s][e];  // %s\n", i, i, lng ? "v" : "RB_LATE ? 0 : v", v->name);
+        break;
       case EVT_V_COL_BCAST: sb(b, "        const auto v%d = cb%d;\n", i, i); break;
       case EVT_V_SCALAR: sb(b, "        const auto v%d = (float)(%.17g);\n", i, v->value); break;
       case EVT_V_SCALAR_LOAD: sb(b, "        const auto v%d = sl%d;  // %s\n", i, i, v->name); break;
@@ -382,6 +388,8 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
          "#define EVT_ROWS_LN_LATE -1  // (-1: each kernel's kLnLate)\n#endif\n"
          "#ifndef EVT_ROWS_LNB_LATE  // layer-norm backward: w loaded per chunk where used, not held in registers\n"
          "#define EVT_ROWS_LNB_LATE %d\n#endif\n"
+         "#ifndef EVT_ROWS_RB_LATE_FLOATS  // row broadcasts: loaded per chunk where used from this many held floats\n"
+         "#define EVT_ROWS_RB_LATE_FLOATS %d\n#endif\n"
          "#ifndef EVT_ROWS_WAVES_W1  // grid, one warp per row: at most this many waves of resident CTAs (0: one pass)\n"
          "#define EVT_ROWS_WAVES_W1 %d\n#endif\n"
          "#ifndef EVT_ROWS_ONE_RING  // one pass: keep the (dead) prefetch of each row-group's second row (1) or not (0)\n"
@@ -396,7 +404,7 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
      EVT_ROWS_DEFAULT_DEPTH, EVT_ROWS_DEFAULT_DEPTH_VPT, EVT_ROWS_DEFAULT_DEEP_SUM, EVT_ROWS_DEFAULT_MINB_SUM, EVT_ROWS_DEFAULT_SMEM_SUM,
      EVT_ROWS_DEFAULT_SUM_REGS, half_rows ? EVT_ROWS_DEFAULT_SUM_REGS_EX : EVT_ROWS_DEFAULT_SUM_REGS,
      EVT_ROWS_DEFAULT_EXACT, EVT_ROWS_DEFAULT_EX_FULL, EVT_ROWS_DEFAULT_RED_SOFTMAX, EVT_ROWS_DEFAULT_MINB_MULTI,
-     EVT_ROWS_DEFAULT_WB_SMEM_VPT, EVT_ROWS_DEFAULT_LNB_LATE,
+     EVT_ROWS_DEFAULT_WB_SMEM_VPT, EVT_ROWS_DEFAULT_LNB_LATE, EVT_ROWS_DEFAULT_RB_LATE_FLOATS,
      EVT_ROWS_DEFAULT_WAVES_W1, EVT_ROWS_DEFAULT_ONE_RING, EVT_ROWS_DEFAULT_WAVES, EVT_ROWS_DEFAULT_WAVES_SUM);
   sb(&b, "namespace evt_gen_%s {\n\n", hash);
   /* one warp per row while a row fits 32 lanes x this many chunks: per kernel (not a shared macro default, so
@@ -536,9 +544,16 @@ char *evt_emit_rows(const evt_rspec *s, char *err, size_t errlen) {
               : "    evt_rows::load_row<T, VPT>((const float *)nullptr, n, t, false, false, nu_b);  // no b\n");
     sb(&b, "  }\n");
   }
+  /* row broadcasts: this thread's columns loaded once and held, or (RB_LATE: holding them all would take
+   * EVT_ROWS_RB_LATE_FLOATS registers or more) one chunk at a time where the epilogue uses them */
+  int nrb = 0;
+  for (int i = 0; i < s->nnodes; i++) nrb += s->nodes[i].op == EVT_V_ROW_BCAST;
+  if (nrb)
+    sb(&b, "  constexpr bool RB_LATE = VPT * 8 * %d >= EVT_ROWS_RB_LATE_FLOATS;  // row broadcasts per chunk, below\n", nrb);
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_ROW_BCAST)
-      sb(&b, "  float L%d[VPT][8];  // row_bcast %s (loaded once)\n  evt_rows::load_row<T, VPT>(p.n%d_%s, n, t, true, vec, L%d);\n",
+      sb(&b, "  float L%d[RB_LATE ? 1 : VPT][8];  // row_bcast %s (held unless RB_LATE)\n"
+             "  if constexpr (!RB_LATE) evt_rows::load_row<T, VPT>(p.n%d_%s, n, t, true, vec, L%d);\n",
          i, s->nodes[i].name, i, s->nodes[i].name, i);
   emit_scalar_loads(&b, s);
   if (nrowsum)

@@ -316,7 +316,7 @@ void evt_rspec_reference_at(const evt_rspec *s, int64_t m, int64_t n, const doub
 const char *const evt_rspec_example_names[] = {"softmax",      "softmax_bwd", "layernorm",    "ln_residual",
                                                "layernorm_bwd", "gelu_bwd",    "chain_rowsum", "unary_math",
                                                "cmp_where",     "softmax_xent", "layernorm_bwd_mixed", "bce_bias_grad",
-                                               "bn_stats",     "bn_apply",    "bn_bwd_reduce", NULL};
+                                               "bn_stats",     "bn_apply",    "bn_bwd_reduce", "ln_affine_mixed", NULL};
 
 /* Batch norm's x̂ = (x − mean)·invstd for the examples, with per-channel f32 mean and invstd broadcast along
  * the row (channels-last: a row is one position's channels) */
@@ -355,6 +355,16 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
     int dy = evt_rspec_acc(s, EVT_RV_IN0), xh = evt_rspec_acc(s, EVT_RV_XHAT);
     evt_rspec_add(s, EVT_V_ROW_SUM, evt_rspec_add(s, EVT_V_MUL, dy, xh, EVT_F32, NULL), -1, EVT_F32, "dgamma");
     evt_rspec_add(s, EVT_V_ROW_SUM, dy, -1, EVT_F32, "dbeta");
+  } else if (!strcmp(name, "ln_affine_mixed")) {
+    /* autocast's layer norm over an f32 residual stream as the torch backend lowers it (ViT): the nucleus without
+     * w / b, the affine as two f32 row broadcasts, the f32 result and its bf16 copy (the next GEMM's operand) */
+    evt_rspec_init(s, EVT_ROWN_LAYERNORM, dt);
+    int y = evt_rspec_acc(s, EVT_RV_OUT);
+    int wy = evt_rspec_add(s, EVT_V_MUL, evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "w"), y, EVT_F32, NULL);
+    int z = evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "b"), wy, EVT_F32, NULL);
+    int z16 = evt_rspec_add(s, EVT_V_ROUND_BF16, z, -1, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, z, -1, EVT_F32, "y");
+    evt_rspec_add(s, EVT_V_AUX_STORE, z16, -1, EVT_BF16, "y16");
   } else if (!strcmp(name, "gelu_bwd")) {
     evt_rspec_init(s, EVT_ROWN_NONE, dt);
     int dy = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "dy");

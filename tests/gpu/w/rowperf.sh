@@ -5,8 +5,8 @@
 # the generated row kernels in several variants:
 #   v0     the kernels as generated before this work (frozen sources + header in bench/kernels/rows_v0/)
 #   new    src/evt/emit_rows.c + kernels/evt_rows.cuh as they are, default tuning (all kernels, all configurations)
-#   others the same sources with tuning macros changed (see VARIANTS below; bf16 kernels, only the (warps, vpt)
-#          configurations the benchmark sizes use, EVT_ROWS_INST)
+#   others the same sources with tuning macros changed (see VARIANTS below; bf16 kernels, with ROWPERF_VARIANT_F32=1
+#          f32-input ones too, only the (warps, vpt) configurations the benchmark sizes use, EVT_ROWS_INST)
 # then checks every `new` kernel against the CPU reference at small odd sizes (check_rows: aligned / unaligned
 # N, 1 to 32 warps, 1 to 4 chunks per thread, NaN-poisoned outputs, bitwise-equal second launch), and times
 # every variant at BERT-large sizes, each output checked against the CPU reference at that size (bench_rows
@@ -61,11 +61,11 @@ for f in bench/kernels/rows_v0/evt_rowkernel_*.cu; do
 done
 VARS="v0 new"
 while IFS='|' read -r v fl; do
-  [ -n "$v" ] || continue
+  v=${v// /}; [ -n "$v" ] || continue  # (a blank ROWPERF_VARIANTS: no extra variants)
   VARS="$VARS $v"; mkdir -p "$B/$v"
   for f in "$B"/gen/evt_rowkernel_*.cu; do
     k=$(basename "$f" .cu)
-    head -3 "$f" | grep -q "in:bf16" || continue
+    head -3 "$f" | grep -q "in:bf16${ROWPERF_VARIANT_F32:+\\|in:f32}" || continue  # (ROWPERF_VARIANT_F32=1: f32 inputs too)
     grep -q "^//   rows \(softmax\|softmax_bwd\|layernorm\|layernorm_bwd\|none\) " "$f" || continue
     echo "$NVK -Ikernels -include $B/inst.h $fl -o $B/$v/$k.so $f >$B/$v/$k.log 2>&1 || echo 'nvcc failed: $v/$k'" >>"$jobs"
   done
