@@ -343,7 +343,9 @@ static int perf_main(int argc, char **argv) {
                     {"bce_bias_grad", EVT_BF16, 16384, 1024}, {"bce_bias_grad", EVT_BF16, 16384, 4096},
                     // ViT-B/14 at batch 128 (32896 tokens x 768) under autocast: the layer norm over the f32 residual
                     // stream with its affine as row broadcasts, f32 and bf16 results
-                    {"ln_affine_mixed", EVT_F32, 32896, 768}, {"ln_affine_mixed", EVT_BF16, 32896, 768}};
+                    {"ln_affine_mixed", EVT_F32, 32896, 768}, {"ln_affine_mixed", EVT_BF16, 32896, 768},
+                    // ... at BERT-large's 16384 tokens x 1024 (one warp per row, 4 chunks: the exact-size kernel)
+                    {"ln_affine_mixed", EVT_F32, 16384, 1024}};
   const char *only = getenv("ROWPERF_ONLY");  // comma list of ops (debug)
   // steady: ROWPERF_STEADY x K launches per timed batch (K rotating buffer sets)
   const int smult = getenv("ROWPERF_STEADY") ? std::max(1, atoi(getenv("ROWPERF_STEADY"))) : 16;
