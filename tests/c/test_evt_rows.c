@@ -527,18 +527,19 @@ TEST(reference_nucleus_free_groups) {
 }
 
 /* CI compile check: every example (bf16, plus f32 / f16 variants) emitted into one translation unit and
- * compiled by nvcc for sm_90a, ptxas included, warnings as errors (row kernels need no CUTLASS: ~15 s on 2 cores). Cached in
- * build/rows_ci/ by the FNV hash of the text, so repeated runs skip it until the emitter or header change.
- * Without nvcc it prints a note and checks nothing. */
-TEST(ci_nvcc_compiles_generated_row_kernels) {
-  if (system("nvcc --version >/dev/null 2>&1") != 0) {
-    fprintf(stderr, "note: ci_nvcc_compiles_generated_row_kernels: no nvcc here, nothing checked\n");
-    return;
-  }
+ * compiled by nvcc for sm_90a, ptxas included (its -v report kept in the log), warnings as errors (row kernels need
+ * no CUTLASS: ~15 s on 2 cores). Cached in build/rows_ci/ by the FNV hash of the text and the command, so repeated
+ * runs skip it until the emitter or header change. rows_ci_compile returns 1 with the ptxas log's path, 0 without
+ * nvcc (nothing compiled), -1 on failure (checked by the caller's CHECKs). */
+#define ROWS_CI_NVCC                                                                                              \
+  "nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Ikernels -Xptxas -v " \
+  "-Werror all-warnings"
+static int rows_ci_compile(char *log, size_t loglen) {
+  if (system("nvcc --version >/dev/null 2>&1") != 0) return 0;
   size_t cap = 1 << 20, len = 0;
   char *all = malloc(cap), err[256];
   CHECK(all != NULL);
-  if (!all) return;
+  if (!all) return -1;
   all[0] = 0;
   const evt_dtype dts[3] = {EVT_BF16, EVT_F32, EVT_F16};
   for (int k = 0; evt_rspec_example_names[k]; k++)
@@ -562,8 +563,9 @@ TEST(ci_nvcc_compiles_generated_row_kernels) {
       len += n;
       free(src);
     }
-  /* the header is part of what is compiled: hash it too */
+  /* the header and the command are part of what is compiled: hash them too */
   uint64_t h = evt_hash_bytes(0, all, len);
+  h = evt_hash_bytes(h, ROWS_CI_NVCC, strlen(ROWS_CI_NVCC));
   FILE *hf = fopen("kernels/evt_rows.cuh", "rb");
   CHECK(hf != NULL);
   if (hf) {
@@ -575,24 +577,105 @@ TEST(ci_nvcc_compiles_generated_row_kernels) {
   char cu[128], obj[128], cmd[2048];
   snprintf(cu, sizeof cu, "build/rows_ci/rows-%016llx.cu", (unsigned long long)h);
   snprintf(obj, sizeof obj, "build/rows_ci/rows-%016llx.o", (unsigned long long)h);
+  snprintf(log, loglen, "%s.log", obj);
   struct stat st;
   if (stat(obj, &st) == 0) { /* compiled before */
     free(all);
-    return;
+    return 1;
   }
+  int ok = 0;
   CHECK(system("mkdir -p build/rows_ci") == 0);
   FILE *f = fopen(cu, "w");
   CHECK(f != NULL);
   if (f) {
     fputs(all, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd,
-             "nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Ikernels "
-             "-Werror all-warnings -c -o %s.tmp %s >%s.log 2>&1 && mv %s.tmp %s",
-             obj, cu, obj, obj, obj);
-    CHECK_MSG(system(cmd) == 0, "nvcc rejected the generated row kernels; see %s.log", obj);
+    snprintf(cmd, sizeof cmd, ROWS_CI_NVCC " -c -o %s.tmp %s >%s 2>&1 && mv %s.tmp %s", obj, cu, log, obj, obj);
+    ok = system(cmd) == 0;
+    CHECK_MSG(ok, "nvcc rejected the generated row kernels; see %s", log);
   }
   free(all);
+  return ok ? 1 : -1;
+}
+
+TEST(ci_nvcc_compiles_generated_row_kernels) {
+  char log[160];
+  if (rows_ci_compile(log, sizeof log) == 0)
+    fprintf(stderr, "note: ci_nvcc_compiles_generated_row_kernels: no nvcc here, nothing checked\n");
+}
+
+/* Spill stores (bytes per thread) ptxas reported in `log` for kernel `kn`'s row_kernel<W, V, R, EX> (any R), or -1. */
+static int rows_ci_spill_stores(const char *log, const char *kn, int w, int v, int ex) {
+  FILE *lf = fopen(log, "r");
+  if (!lf) return -1;
+  char ns[64], line[2048];
+  snprintf(ns, sizeof ns, "evt_gen_%s10row_kernelILi", kn + strlen("evt_rowkernel_")); /* (the register kernel) */
+  int in_fn = 0, stores = -1;
+  while (fgets(line, sizeof line, lf) && stores < 0) {
+    if (strstr(line, "Compiling entry function")) {
+      const char *q = strstr(line, ns);
+      int fw, fv, fr, fex;
+      in_fn = q && sscanf(q + strlen(ns), "%dELi%dELi%dELb%d", &fw, &fv, &fr, &fex) == 4 && fw == w && fv == v && fex == ex;
+    }
+    const char *sp = strstr(line, "bytes stack frame, ");
+    if (in_fn && sp) sscanf(sp, "bytes stack frame, %d bytes spill stores", &stores);
+  }
+  fclose(lf);
+  return stores;
+}
+
+/* The first numeric value assigned after `key` in src (skipping a macro's: `key EVT_...`), or -1. */
+static int emitted_int(const char *src, const char *key) {
+  for (const char *q = strstr(src, key); q; q = strstr(q + 1, key)) {
+    const char *v = q + strlen(key);
+    if (*v >= '0' && *v <= '9') return atoi(v);
+  }
+  return -1;
+}
+
+/* The row kernels of the benchmark workloads' hot rows (BERT-large's and ViT's softmax, layer norms, their backwards,
+ * the GELU backward), in the configuration the launcher picks for their widths (evt_row_pick_config with the
+ * kernel's kWarpVpt / kMinVpt, exact-size when N fills the group), keep to at most 64 bytes of spill stores per
+ * thread in ptxas's report. A spill of a whole row of registers made ViT's layer norm 3.1x slower in session 39
+ * (1072 bytes; row broadcasts now RB_LATE). Reads the CI compile's log (rows_ci_compile: cached). */
+TEST(ci_hot_row_kernels_keep_out_of_local_memory) {
+  char log[160];
+  int rc = rows_ci_compile(log, sizeof log);
+  if (rc == 0) {
+    fprintf(stderr, "note: ci_hot_row_kernels_keep_out_of_local_memory: no nvcc here, nothing checked\n");
+    return;
+  }
+  CHECK(rc == 1);
+  if (rc != 1) return;
+  const struct {
+    const char *ex;
+    evt_dtype dt;
+    int n;
+  } hot[] = {{"softmax", EVT_BF16, 1024},         {"softmax", EVT_BF16, 512},           {"softmax_bwd", EVT_BF16, 1024},
+             {"softmax_bwd", EVT_BF16, 512},      {"layernorm", EVT_BF16, 1024},        {"ln_residual", EVT_BF16, 1024},
+             {"layernorm_bwd", EVT_BF16, 1024},   {"layernorm_bwd_mixed", EVT_BF16, 1024}, {"gelu_bwd", EVT_BF16, 4096},
+             {"ln_affine_mixed", EVT_F32, 768},   {"ln_affine_mixed", EVT_F32, 1024},   {"ln_affine_mixed", EVT_BF16, 768}};
+  for (size_t i = 0; i < sizeof hot / sizeof hot[0]; i++) {
+    evt_rspec s;
+    CHECK(evt_rspec_example(&s, hot[i].ex, hot[i].dt) == EVT_OK);
+    char err[256], kn[40];
+    evt_rspec_kernel_name(&s, kn);
+    char *src = evt_emit_rows(&s, err, sizeof err);
+    CHECK_MSG(src != NULL, "%s: %s", hot[i].ex, err);
+    if (!src) continue;
+    /* the launcher's own knobs, as emitted (the numeric default after the macro override) */
+    const int wv = emitted_int(src, "constexpr int kWarpVpt = "), mv = emitted_int(src, "constexpr int kMinVpt = ");
+    free(src);
+    CHECK_MSG(wv > 0 && mv > 0, "%s: kWarpVpt / kMinVpt not found in the emitted source", hot[i].ex);
+    int w = 0, v = 0;
+    CHECK(evt_row_pick_config(hot[i].n, wv, EVT_ROWS_DEFAULT_W1CAP, mv, &w, &v));
+    const int ex = EVT_ROWS_DEFAULT_EXACT && hot[i].n == w * 32 * 8 * v;
+    const int stores = rows_ci_spill_stores(log, kn, w, v, ex);
+    CHECK_MSG(stores >= 0, "%s %s N = %d: no ptxas report for row_kernel<%d, %d, R, %d> of %s in %s", hot[i].ex,
+              evt_dtype_name(hot[i].dt), hot[i].n, w, v, ex, kn, log);
+    CHECK_MSG(stores <= 64, "%s %s N = %d: row_kernel<%d, %d, R, %d> spills %d bytes per thread (see %s)", hot[i].ex,
+              evt_dtype_name(hot[i].dt), hot[i].n, w, v, ex, stores, log);
+  }
 }
 
 /* Row broadcasts per chunk (RB_LATE): ViT's autocast layer norm over an f32 residual stream with its affine as two
