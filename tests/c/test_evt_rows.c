@@ -654,7 +654,8 @@ TEST(ci_hot_row_kernels_keep_out_of_local_memory) {
   } hot[] = {{"softmax", EVT_BF16, 1024},         {"softmax", EVT_BF16, 512},           {"softmax_bwd", EVT_BF16, 1024},
              {"softmax_bwd", EVT_BF16, 512},      {"layernorm", EVT_BF16, 1024},        {"ln_residual", EVT_BF16, 1024},
              {"layernorm_bwd", EVT_BF16, 1024},   {"layernorm_bwd_mixed", EVT_BF16, 1024}, {"gelu_bwd", EVT_BF16, 4096},
-             {"ln_affine_mixed", EVT_F32, 768},   {"ln_affine_mixed", EVT_F32, 1024},   {"ln_affine_mixed", EVT_BF16, 768}};
+             {"ln_affine_mixed", EVT_F32, 768},   {"ln_affine_mixed", EVT_F32, 1024},   {"ln_affine_mixed", EVT_BF16, 768},
+             {"layernorm_bwd", EVT_F32, 768},     {"layernorm_bwd", EVT_F32, 1024},     {"softmax", EVT_F32, 1024}};
   for (size_t i = 0; i < sizeof hot / sizeof hot[0]; i++) {
     evt_rspec s;
     CHECK(evt_rspec_example(&s, hot[i].ex, hot[i].dt) == EVT_OK);
