@@ -397,14 +397,13 @@ static int perf_main(int argc, char **argv) {
       if (c->info) c->info(info);
       double worst = 0;
       bool match = rc == 0;
-      const double tol = b.dt == EVT_F32 ? 1e-5 : 1e-2;
+      const double tol = store_tol(b.dt, EVT_F32);  // (row sums, mean / rstd)
       for (int i = 0; i < c->spec.nnodes && rc == 0; i++) {
         if (evt_vop_class(c->spec.nodes[i].op) != 'S') continue;
         auto out = download(P.args.ptrs[i], (size_t)evt_rspec_node_elems(&c->spec, i, b.m, b.n), c->spec.nodes[i].dtype);
         double e = rel_err_v(out, P.node_h[i]);
         worst = std::max(worst, e);
-        const bool half = c->spec.nodes[i].dtype == EVT_BF16 || c->spec.nodes[i].dtype == EVT_F16;
-        match = match && e <= (half ? 1e-2 : tol);  // (a 16-bit store of an f32 case: the 16-bit tolerance)
+        match = match && e <= store_tol(b.dt, c->spec.nodes[i].dtype);
       }
       if (rc == 0 && c->spec.store_stats) {
         double e = std::max(rel_err_v(download(P.args.mean, b.m, EVT_F32), P.mean_h),

@@ -50,7 +50,7 @@ static double rel_err(const std::vector<double> &out, const std::vector<double> 
 static void check_case(const RowCase &c, int m, int n, uint64_t seed) {
   RowProblem P(&c.spec, m, n, seed);
   const evt_rspec &s = c.spec;
-  const double tol = c.dt == EVT_F32 ? 1e-5 : 1e-2;
+  const double tol = store_tol(c.dt, EVT_F32);  // (mean / rstd)
   int rc = c.fn(&P.args);
   CUDA_CHECK(cudaDeviceSynchronize());
   if (rc != EVT_LAUNCH_OK) {
@@ -72,7 +72,7 @@ static void check_case(const RowCase &c, int m, int n, uint64_t seed) {
     if (evt_vop_class(s.nodes[i].op) != 'S') continue;
     auto out = download(P.args.ptrs[i], (size_t)evt_rspec_node_elems(&s, i, m, n), s.nodes[i].dtype);
     double e = rel_err(out, P.node_h[i], &mx);
-    const double tol_i = s.nodes[i].dtype == EVT_BF16 || s.nodes[i].dtype == EVT_F16 ? 1e-2 : tol;
+    const double tol_i = store_tol(c.dt, s.nodes[i].dtype);
     bool same = out.size() == first[i].size() && memcmp(out.data(), first[i].data(), out.size() * sizeof(double)) == 0;
     report(e <= tol_i && same && rc == 0, "%-22s %6dx%-6d: %-7s (%s) rel err %.3e max abs %.3e%s", c.label.c_str(), m, n,
            s.nodes[i].name, evt_vop_name(s.nodes[i].op), e, mx, same ? "" : "  (second launch differs)");
