@@ -45,7 +45,7 @@ $(BUILD)/evtc: $(CLI_OBJ) $(BUILD)/libevt.a
 $(BUILD)/unit_tests: $(TEST_OBJ) $(BUILD)/libevt.a
 	$(CC) $(SAN) -o $@ $(TEST_OBJ) $(BUILD)/libevt.a $(LDLIBS)
 
-# The per-node CUDA kernel library, loaded by src/runtime/cuda.c with dlopen (libevt itself never links CUDA).
+# The per-node CUDA kernel library, loaded by src/runtime/gpu/cuda.c with dlopen (libevt itself never links CUDA).
 # --fmad=false keeps a*b+c as two roundings, like the CPU interpreter.
 cuda: $(BUILD)/libevt_fallback.so
 # kernels/evt_cudnn_sdpa.cu (attention through cuDNN's flash-attention engines) loads libcudnn with dlopen at run

@@ -170,12 +170,30 @@ typedef struct evt_program evt_program;
 #define EVT_PROGRAM_FUSED 1u       /* run lowered groups as generated kernels (else node by node) */
 #define EVT_PROGRAM_CUDA_GRAPH 2u  /* capture the step as a CUDA graph, replay it */
 #define EVT_PROGRAM_NO_OPT 4u      /* skip the graph passes (g is run as given) */
+/* Options of a program: everything evt's compile driver can be told, in one place (the torch backend's
+ * options= dict maps onto it; environment variables hold only paths, see docs/config.md). Start from
+ * evt_options_init, which sets the defaults below. */
+typedef struct evt_options {
+  unsigned flags;       /* EVT_PROGRAM_*: default EVT_PROGRAM_FUSED */
+  /* A group the lowering refuses, split around the node it names so the rest still runs as one generated
+   * kernel: 0 off (default), 1 one node per round, 2 also every smaller per-channel member of such a group at
+   * once (batch-norm statistics beside their apply: fewer partitioner rounds). */
+  int refine_partition;
+  /* The in-step A/B of fusion at a program's first run (the whole step timed with each implementation of a
+   * GEMM group whose tuning records leave fused-vs-unfused open, the faster kept): 0 off, 1 on (default),
+   * 2 also every other GEMM group with an epilogue the unfused pair can run. */
+  int fusion_ab;
+} evt_options;
+void evt_options_init(evt_options *o);
+/* evt_program_create with options (o NULL: the defaults with o->flags = 0). */
+evt_status evt_program_create_opts(evt_graph *g, const evt_options *o, evt_program **out);
 evt_status evt_program_create(evt_graph *g, unsigned flags, evt_program **out);
 /* Optional, before creating several programs: JIT-compiles in one parallel batch every generated kernel that
  * evt_program_create(graphs[i], flags) would compile (deduplicated across graphs; results in the JIT cache),
  * so the creations that follow only load them. Needs nvcc, not a GPU. Problems are left to the creations to
  * report. Returns the number of distinct kernels now compiled or cached (0 without EVT_PROGRAM_FUSED). */
 int evt_program_prefetch(evt_graph *const *graphs, int n, unsigned flags);
+int evt_program_prefetch_opts(evt_graph *const *graphs, int n, const evt_options *o);
 /* Optional, before creating programs (and before evt_program_prefetch): autotunes every GEMM+EVT group that
  * evt_program_create(graphs[i], flags) would run - the distinct (epilogue, shape) problems across the graphs:
  * candidate mainloop configs x tile-scheduler variants against the unfused cuBLAS alternative, the fastest
@@ -190,6 +208,8 @@ int evt_program_prefetch(evt_graph *const *graphs, int n, unsigned flags);
  * EVT_ERR_UNSUPPORTED, nothing written). *nproblems (may be NULL): the distinct problems found. */
 evt_status evt_program_tune(evt_graph *const *graphs, int n, unsigned flags, int max_configs, int *nproblems,
                             char *msg, size_t msglen);
+evt_status evt_program_tune_opts(evt_graph *const *graphs, int n, const evt_options *o, int max_configs,
+                                 int *nproblems, char *msg, size_t msglen);
 /* Binds device memory to an input or param, by node name. */
 evt_status evt_program_bind(evt_program *p, const char *name, void *device_ptr);
 /* Binds device memory to graph output i (evt_graph_output order of the graph passed to create). */

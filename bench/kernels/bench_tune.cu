@@ -29,9 +29,9 @@
 #include "../../tests/gpu/gpu_util.h"
 
 extern "C" {
-#include "evt/rspec.h"
+#include "codegen/rspec.h"
 #include "evt_row_launch.h"
-#include "runtime/tune.h"
+#include "tune/tune.h"
 }
 
 typedef int (*row_launch_fn)(const evt_row_launch_args *);

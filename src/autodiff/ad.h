@@ -7,7 +7,7 @@
  * operand's dtype and sums contributions from several users with `add`. */
 #ifndef EVT_AUTODIFF_AD_H
 #define EVT_AUTODIFF_AD_H
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 typedef struct evt_ad {
   evt_graph *g;

@@ -9,7 +9,7 @@
  * usage line and the help text (describe every flag there, one per line) without calling the command. */
 #ifndef EVT_CLI_H
 #define EVT_CLI_H
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 enum { EVTC_EXIT_OK = 0, EVTC_EXIT_USER = 1, EVTC_EXIT_INTERNAL = 2 };
 

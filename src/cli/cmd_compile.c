@@ -1,7 +1,7 @@
 /* `evtc compile FILE -o DIR [--emit-cuda] [--stats] [--build]`: the whole compiler front to back without a
  * GPU. A graph with a loss and no gradient outputs becomes the joint graph; then the graph passes, the
- * partitioner, the lowering of every group to a kernel spec (src/evt/lower.c) and the runtime plan
- * (src/runtime/plan.c). Writes DIR/plan.txt (lowering per group, launches, buffers with arena offsets,
+ * partitioner, the lowering of every group to a kernel spec (src/codegen/lower.c) and the runtime plan
+ * (src/compile/launch_plan.c). Writes DIR/plan.txt (lowering per group, launches, buffers with arena offsets,
  * bindings); --emit-cuda also writes DIR/<kernel>.cu for every distinct lowered kernel (each marked
  * GENERATED); --stats prints kernels by kind, the unlowered groups with their reasons, arena bytes and
  * bytes through global memory; --build compiles the emitted kernels with the JIT (needs nvcc + CUTLASS;
@@ -9,13 +9,14 @@
  * are f32 and the kernel spec takes 16-bit operands). Exit codes: 0 ok, 1 user error, 2 internal error
  * (a plan that fails its own check). */
 #include "cli.h"
-#include "evt/lower.h"
+#include "codegen/lower.h"
 #include "partition/partition.h"
 #include "passes/passes.h"
-#include "runtime/exec_plan.h"
-#include "runtime/jit.h"
-#include "runtime/plan.h"
-#include "runtime/tune.h"
+#include "compile/compile.h"
+#include "runtime/jit/jit.h"
+#include "compile/launch_plan.h"
+#include "tune/tune.h"
+#include "compile/train.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -221,9 +222,9 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--tune] [-
         printf("  group %d %s %lldx%lldx%lld: %s%s\n", i, low.k[i].kernel, (long long)low.k[i].m, (long long)low.k[i].n,
                (long long)low.k[i].k, tg[i].desc,
                evt_exec_plain_blas(&low.k[i], tg[i].choice) ? "; the GPU runtime runs it as one cuBLAS call (plain epilogue)"
-               : tg[i].choice == EVT_TUNE_UNFUSED && evt_exec_fusion_ab_mode() && !evt_exec_unfused_epilogue()
+               : tg[i].choice == EVT_TUNE_UNFUSED
                    ? "; the GPU runtime binds the kernel and the pair and keeps the one its whole run measures faster"
-                     " at the first run (in-step A/B; EVT_FUSION_AB=0: the 10% margin alone)"
+                     " at the first run (in-step A/B)"
                    : "");
   }
   if (rc == EVTC_EXIT_OK && build && nk > 0) {

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "evt/kspec.h"
+#include "codegen/kspec.h"
 
 EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--stages N] [--reduction atomic|workspace] [--epi-n N] [--epi-stages N] [--stream-k] [--spec]",
              "print the generated CUTLASS Sm90 GEMM + epilogue-visitor-tree source of a named epilogue\n"

@@ -1,6 +1,6 @@
 /* `evtc prefetch FILE... [--only gemm|rows] [--list]`: JIT-compiles, in one parallel batch, every generated
  * kernel that `evtc run FILE --device cuda --fused` would compile for each FILE, so that later runs find
- * them in the JIT cache (src/runtime/jit.h: EVT_JIT_CACHE, EVT_JIT_JOBS).
+ * them in the JIT cache (src/runtime/jit/jit.h: EVT_JIT_CACHE, EVT_JIT_JOBS).
  *
  * Per FILE exactly what run does before it JIT-compiles: parse, joint graph, the pass pipeline once,
  * evt_program_create_host(EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT) (partition, lowering, tune records,
@@ -14,9 +14,10 @@
  * 2 internal error. Needs no GPU (nvcc and CUTLASS for the GEMM batch). */
 #include "cli.h"
 #include "passes/passes.h"
-#include "runtime/cuda.h"
-#include "runtime/exec_plan.h"
-#include "runtime/jit.h"
+#include "compile/compile.h"
+#include "runtime/gpu/exec_plan.h"
+#include "runtime/jit/jit.h"
+#include "compile/train.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,7 @@
  * then N times: run the interpreter, print `step K loss L (T ms)`, and update every param
  * p -= lr * grad.p. The data inputs stay the same every step, so a working backward makes the loss go
  * down; rand / dropout draw fresh numbers every step (step K with RNG step K - 1, kernels/philox.h). Ends with `done: N steps, loss A -> B, T ms/step`.
- * --device cuda (or gpu) runs each step on the GPU (src/runtime/cuda.h): the inputs and params are uploaded
+ * --device cuda (or gpu) runs each step on the GPU (src/runtime/gpu/cuda.h): the inputs and params are uploaded
  * once and stay on the device, each step runs the program and the SGD update there (evt_program_sgd: the
  * host update's arithmetic) and brings back the loss only (evt_cuda_train_step); --host-sgd instead uploads
  * every input and param each step, downloads every output and updates on the host (the loop before session 27,
@@ -16,18 +16,19 @@
  * interpreter and every output compared (check_step; the GPU then also sends back the outputs and the params
  * the step read); the step time printed excludes the check. No GPU or no kernel library: exit 1 with "no CUDA device".
  * --fused (implies --opt) partitions and lowers the graph and runs GEMM+EVT / row / pointwise groups as generated
- * kernels (src/runtime/exec_plan.h, evt_cuda_open_fused); --stats lists each group's path. Off by default.
- * --check's rule (evt_check_step, src/runtime/cuda.h): f32 outputs within 1e-4 of the interpreter; bf16/f16
+ * kernels (src/runtime/gpu/exec_plan.h, evt_cuda_open_fused); --stats lists each group's path. Off by default.
+ * --check's rule (evt_check_step, src/runtime/gpu/cuda.h): f32 outputs within 1e-4 of the interpreter; bf16/f16
  * outputs within max(1e-2, 2 x the per-node interpreter's own distance) of the exact (fp64) answer.
  * --cuda-graph (with --device cuda) replays the step as a CUDA graph (EVT_PROGRAM_CUDA_GRAPH). The GPU
- * runs through the public evt_program API (src/runtime/program.c); the printed step time is the
+ * runs through the public evt_program API (src/runtime/gpu/program.c); the printed step time is the
  * program's run and the device's SGD update measured with CUDA events (the loss's download excluded; with
  * --host-sgd the run only: conversions, uploads and the host's update excluded).
  * EVT_LOSS_DIGITS=N prints each step's loss with N significant digits (17: every bit of the double).
  * Exit codes: 0 ok; 1 bad flags, a bad file, no loss, a non-finite loss; 2 an internal error. */
 #include "cli.h"
 #include "passes/passes.h"
-#include "runtime/cuda.h"
+#include "compile/compile.h"
+#include "compile/train.h"
 
 #include <errno.h>
 #include <math.h>
@@ -37,7 +38,7 @@
 
 typedef struct {
   const char *path;
-  long steps, every;
+  long steps, every, loss_digits;
   double lr;
   unsigned long long seed;
   const char *device;
@@ -80,7 +81,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     } else if (!strcmp(a, "--stats")) {
       o->stats = true;
     } else if (!strcmp(a, "--steps") || !strcmp(a, "--every") || !strcmp(a, "--lr") || !strcmp(a, "--seed") ||
-               !strcmp(a, "--device")) {
+               !strcmp(a, "--device") || !strcmp(a, "--loss-digits")) {
       if (!has_value) {
         fprintf(stderr, "evtc run: %s needs a value\n", a);
         return EVTC_EXIT_USER;
@@ -91,6 +92,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
         ok = parse_long(v, 0, &o->steps);
       } else if (!strcmp(a, "--every")) {
         ok = parse_long(v, 1, &o->every);
+      } else if (!strcmp(a, "--loss-digits")) {
+        ok = parse_long(v, 1, &o->loss_digits) && o->loss_digits <= 17;
       } else if (!strcmp(a, "--lr")) {
         char *end;
         errno = 0;
@@ -197,7 +200,7 @@ static evt_status optimize(evt_graph *g, evt_tensor **values) {
   evt_tensor *old = *values, *nw = calloc((size_t)g->nnodes, sizeof *nw);
   int *grad_of = malloc(sizeof(int) * (size_t)g->nnodes);
   if (!nw || !grad_of) evt_fatal(__FILE__, __LINE__, "out of memory");
-  if (st == EVT_OK && evt_train_grad_outputs(g, grad_of) != evt_train_param_count(g))
+  if (st == EVT_OK && evt_graph_grad_outputs(g, grad_of) != evt_graph_param_count(g))
     st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "the passes lost a %%grad.<param> output");
   free(grad_of);
   for (int i = 0; i < g->nnodes && st == EVT_OK; i++) {
@@ -219,7 +222,7 @@ static evt_status optimize(evt_graph *g, evt_tensor **values) {
 }
 
 /* Runs the interpreter on the same inputs as the GPU step that filled the outputs of `values` and compares
- * every graph output with evt_check_step's rule (src/runtime/cuda.h). Leaves the GPU's outputs in `values`.
+ * every graph output with evt_check_step's rule (src/runtime/gpu/cuda.h). Leaves the GPU's outputs in `values`.
  * Returns false (message printed) on a mismatch; *acc gets the maxima over the steps. */
 static bool check_step(evt_graph *g, evt_tensor *values, long step, evt_check_result *acc, evt_status *st) {
   int no = g->noutputs;
@@ -260,9 +263,7 @@ static int train_steps(evt_graph *g, const run_options *o, evt_tensor *values, e
   memset(&acc, 0, sizeof acc);
   bool mismatch = false;
   /* EVT_LOSS_DIGITS=17: the loss printed to every digit of the double (comparing two loops bit for bit) */
-  const char *ld = getenv("EVT_LOSS_DIGITS");
-  int loss_digits = ld ? atoi(ld) : 0;
-  if (loss_digits > 17) loss_digits = 17;
+  const int loss_digits = (int)o->loss_digits;
   for (long step = 1; step <= o->steps; step++) {
     /* fresh dropout masks every step: step K draws with RNG step K - 1 (kernels/philox.h); a GPU program
      * advances its own step after each run, from the graph's at create (0) */
@@ -340,7 +341,7 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values, evt_cud
   return rc;
 }
 
-EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check] [--fused] [--cuda-graph] [--host-sgd] [--stats]",
+EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check] [--fused] [--cuda-graph] [--host-sgd] [--stats] [--loss-digits D]",
              "train a model with SGD on the CPU interpreter or the GPU\n"
              "  FILE          a .evt graph with a loss (- for stdin; the joint graph is built if it has no gradients)\n"
              "  --steps N     training steps (required; 0 only checks that the graph can be prepared)\n"
@@ -351,6 +352,7 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "                `make cuda`); the inputs and params stay on the device, SGD runs there, the loss\n"
              "                comes back\n"
              "  --every K     print every K-th step (the first and last always; default 1)\n"
+             "  --loss-digits D  print each step's loss with D significant digits (17: every digit of the double)\n"
              "  --fp64        compute (and update params) in fp64 instead of rounding to each tensor's dtype\n"
              "  --opt         run the graph passes (evtc opt's pipeline) on the joint graph first\n"
              "  --check       with --device cuda: compare every step's loss and gradients with the interpreter\n"
@@ -359,7 +361,7 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "                interpreter's own distance) of the exact answer (the interpreter in fp64), or 1e-2 of\n"
              "                the per-node interpreter; NaN fails)\n"
              "  --fused       with --device cuda (implies --opt): partition + lower the graph, JIT-compile the\n"
-             "                GEMM+EVT / row / pointwise kernels (nvcc, cache $EVT_JIT_CACHE) and run each such group\n"
+             "                GEMM+EVT / row / pointwise kernels (nvcc, cache $EVT_CACHE_DIR/jit) and run each such group\n"
              "                as one generated kernel; other groups run node by node, one warning each\n"
              "  --cuda-graph  with --device cuda: capture the step as a CUDA graph once, replay it every step\n"
              "  --host-sgd    with --device cuda: upload the inputs and params every step, bring every output back\n"
@@ -394,7 +396,7 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
   if (st == EVT_OK) {
     printf("%s: %d nodes%s", o.path, before, built ? " (joint graph built)" : "");
     if (o.opt) printf(", %d after the passes", g->nnodes);
-    printf(", %d params, lr %g, seed %llu\n", evt_train_param_count(g), o.lr, o.seed);
+    printf(", %d params, lr %g, seed %llu\n", evt_graph_param_count(g), o.lr, o.seed);
   }
   evt_cuda *cuda = NULL;
   if (st == EVT_OK && autodev) { /* auto: the GPU when there is one (node by node), else the interpreter */

@@ -1,5 +1,5 @@
 /* `evtc tune FILE`: measure every GEMM+EVT kernel of a training step on the GPU and record, per kernel and
- * shape, the fastest mainloop configuration or "unfused" (src/runtime/tune.h).
+ * shape, the fastest mainloop configuration or "unfused" (src/tune/tune.h).
  *
  * The graph is prepared exactly as `evtc run --fused` prepares it (joint graph, passes, the fused execution
  * plan: partition with the lowering's rules, lowering, binding), so the records written are the ones the
@@ -8,10 +8,11 @@
  * problem and a summary. Without nvcc, CUTLASS or a GPU nothing is measured or written: the message says
  * so, every GEMM group keeps the default config, exit 1. */
 #include "cli.h"
-#include "evt/lower.h"
+#include "codegen/lower.h"
 #include "passes/passes.h"
-#include "runtime/exec_plan.h"
-#include "runtime/tune.h"
+#include "compile/compile.h"
+#include "tune/tune.h"
+#include "compile/train.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,7 @@ EVTC_COMMAND(tune, "FILE [--dtype bf16|f16] [--max-configs N] [--reps N] [--jobs
   evt_exec_plan p;
   bool have = false;
   if (st == EVT_OK) {
-    st = evt_exec_plan_build(g, &p);
+    st = evt_exec_plan_build(g, NULL, &p);
     have = st == EVT_OK;
   }
   if (st != EVT_OK) {

@@ -1,5 +1,5 @@
 /* Bump allocator: everything a graph owns lives here and is freed with one call. */
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,19 +1,9 @@
 /* The graph: an arena-owned array of nodes (a node's id is its index; inputs always have smaller ids),
  * the output list, error messages that point at a node's origin, and the public builder calls. */
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-void evt_fatal(const char *file, int line, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "evt: internal error at %s:%d: ", file, line);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  abort();
-}
 
 evt_graph *evt_graph_new(const char *name) {
   evt_graph *g = calloc(1, sizeof *g);
@@ -360,4 +350,31 @@ evt_status evt_graph_set_loss(evt_graph *g, int node) {
   memmove(g->outputs + 1, g->outputs, sizeof(int) * (size_t)(g->noutputs - 1));
   g->outputs[0] = node;
   return EVT_OK;
+}
+
+/* ---- the joint graph's gradient outputs, by name: %grad.<param> ---- */
+
+int evt_graph_grad_outputs(const evt_graph *g, int *grad_of) {
+  int found = 0;
+  for (int i = 0; i < g->nnodes; i++) grad_of[i] = -1;
+  for (int i = 0; i < g->nnodes; i++) {
+    const evt_node *p = &g->nodes[i];
+    if (p->op != EVT_OP_PARAM || !p->name) continue;
+    for (int k = 0; k < g->noutputs; k++) {
+      const evt_node *o = &g->nodes[g->outputs[k]];
+      if (o->name && !strncmp(o->name, "grad.", 5) && !strcmp(o->name + 5, p->name) &&
+          evt_type_equal(&o->type, &p->type)) {
+        grad_of[i] = g->outputs[k];
+        found++;
+        break;
+      }
+    }
+  }
+  return found;
+}
+
+int evt_graph_param_count(const evt_graph *g) {
+  int n = 0;
+  for (int i = 0; i < g->nnodes; i++) n += g->nodes[i].op == EVT_OP_PARAM;
+  return n;
 }

@@ -19,7 +19,7 @@
  * 16-bit operands (canonicalize's bf16/f16 addmm); out_dtype equal to the operands' dtype is reset to the
  * default (-1) so that printing stays canonical.
  * The switch has no default: -Werror=switch makes every op of ops.def have a rule here. */
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 #include <stdlib.h>
 #include <string.h>

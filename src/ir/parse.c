@@ -16,7 +16,7 @@
  * Contract: never reads past the text, never recurses (the grammar is flat), bounds every size (names,
  * ranks, lists, operand counts, shape products, integer literals) and reports every violation as
  * "file:line:col: message" in a malloc'd string. The first error stops the parse. */
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -11,7 +11,7 @@
  * -0.0 survives), in attrs.def order; typed sources leave out shape and dtype (the type shows them).
  * Floats use the shortest of %.15g/%.16g/%.17g that reads back to the same double, and inf/-inf/nan;
  * enums print by name. */
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 #include <math.h>
 #include <stdlib.h>

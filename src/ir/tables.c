@@ -1,5 +1,5 @@
 /* The op and attribute tables generated from ops.def / attrs.def, dtype facts, and dtype rounding. */
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 #include <math.h>
 #include <string.h>

@@ -11,7 +11,7 @@
  *   - the loss, if any, is a floating-point scalar (one element) and outputs[0]; no other node carries
  *     EVT_NODE_LOSS.
  * The graph itself is not modified (the error message aside). */
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,6 +9,7 @@
  * canonical positions and is mapped back through the order. Entries live in memory and, if a directory
  * is given, in files <dir>/partition-<fnv64 of key>.txt (key line, then "optimal n g0 g1 ..."). */
 #include "partition/partition.h"
+#include "util/env.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -30,11 +31,7 @@ struct evt_part_cache {
 };
 
 const char *evt_part_cache_default_dir(char *buf, size_t n) {
-  const char *d = getenv("EVT_CACHE_DIR");
-  if (d && *d) snprintf(buf, n, "%s", d);
-  else if ((d = getenv("XDG_CACHE_HOME")) && *d) snprintf(buf, n, "%s/evt", d);
-  else if ((d = getenv("HOME")) && *d) snprintf(buf, n, "%s/.cache/evt", d);
-  else snprintf(buf, n, "%s", "");
+  evt_env_cache_dir("partition", buf, n);
   return buf;
 }
 

@@ -21,7 +21,7 @@
 #ifndef EVT_PARTITION_H
 #define EVT_PARTITION_H
 
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 /* ---- node flags (set by the adapter or by a test) ----------------------------------------------------- */
 #define EVT_PN_SOURCE 1u      /* input/param/constant/rng source: not a kernel, in no group */
@@ -110,9 +110,6 @@ bool evt_part_compat_shape_class(const evt_pgraph *g, int nucleus, int member);
 /* Compat hook for adapter graphs: the member's tensor has the nucleus output's shape or broadcasts to it;
  * a reduction member reduces a tensor of that shape over its row dim, its column dims, or all dims. */
 bool evt_part_compat_evt(const evt_pgraph *g, int nucleus, int member);
-/* EVT_GEMM_RAND=1 (opt-in until checked on the H200): a member reading rand (a dropout's mask) may join an unbatched
- * GEMM's group, whose epilogue draws it (kernels/evt_visitor_nodes.h: Philox); otherwise a row kernel draws it. */
-bool evt_part_gemm_rand(void);
 /* May a and b (kernel nodes) share a group as far as nucleus/compat rules go? */
 bool evt_part_pair_ok(const evt_pgraph *g, int a, int b);
 

@@ -113,9 +113,9 @@ bool evt_part_compat_evt(const evt_pgraph *g, int nucleus, int member) {
   if (member == nucleus) return true;
   /* one_hot is a row-kernel visitor only (no GEMM epilogue node: the lowering refuses it there) */
   if (m->op == EVT_OP_ONE_HOT && evt_op_table[eg->nodes[nucleus].op].cls == EVT_CLASS_GEMM) return false;
-  /* nor is the Philox draw, unless EVT_GEMM_RAND=1: a member reading rand (a dropout's mask) stays out of GEMM
-   * epilogues (and with it out of batched GEMMs, convolutions and GEMMs that do not lower) */
-  if (evt_op_table[eg->nodes[nucleus].op].cls == EVT_CLASS_GEMM && (!evt_part_gemm_rand() || eg->nodes[nucleus].op != EVT_OP_MM))
+  /* nor is the Philox draw: a member reading rand (a dropout's mask) stays out of GEMM epilogues, where drawing
+   * it measured slower than a row kernel of its own */
+  if (evt_op_table[eg->nodes[nucleus].op].cls == EVT_CLASS_GEMM)
     for (int k = 0; k < m->ninputs; k++)
       if (eg->nodes[m->inputs[k]].op == EVT_OP_RAND) return false;
   if ((g->nodes[member].flags & EVT_PN_VIEW) && m->ninputs == 1 && evt_pgraph_kernel(g, m->inputs[0]))
@@ -139,11 +139,6 @@ bool evt_part_compat_evt(const evt_pgraph *g, int nucleus, int member) {
   if (evt_type_numel(&m->type) == numel) return true;
   evt_type out;
   return evt_broadcast_shapes(&m->type, tn, &out) && same_shape(&out, tn);
-}
-
-bool evt_part_gemm_rand(void) {
-  const char *e = getenv("EVT_GEMM_RAND");
-  return e && !strcmp(e, "1");
 }
 
 static bool compat(const evt_pgraph *g, int nucleus, int member) {

@@ -125,7 +125,7 @@ static int ce_loss_one_pass(evt_graph *g, int id, int x, int t) {
 }
 
 /* True when x is the f32 widening of 16-bit logits with rows a row kernel takes (any up to 2^30 classes: past 32768
- * the generated kernel's long-row form, src/evt/emit_rows.c): the softmax kernel then loads the 16-bit logits once (partition rules: the cast
+ * the generated kernel's long-row form, src/codegen/emit_rows.c): the softmax kernel then loads the 16-bit logits once (partition rules: the cast
  * fuses into its load) and the loss is a row sum in its epilogue, where the logsumexp form's max is a
  * reduction that ends its group and its second pass reads a materialized f32 copy of x (bert_large's MLM head
  * after the joint graph moved the log-softmax's recomputation into the backward: 2 GB written and read). */
@@ -174,8 +174,7 @@ static int rewrite(evt_graph *g, int id) {
   case EVT_OP_NLL_LOSS: {
     int x = evt_match_log_softmax(g, a);
     if (x < 0) return id;
-    const char *lse = getenv("EVT_LOSS_ELIM_LSE"); /* "1": the logsumexp form even then (tests, comparisons) */
-    bool from_lp = (is_output(g, a) || widened_row(g, x)) && !(lse && strcmp(lse, "1") == 0);
+    bool from_lp = is_output(g, a) || widened_row(g, x);
     return from_lp ? ce_loss_one_pass(g, id, x, b) : ce_loss(g, id, x, b);
   }
   case EVT_OP_BCE_WITH_LOGITS_BACKWARD: /* (dy, x, y) */

@@ -15,7 +15,7 @@
 #ifndef EVT_PASSES_H
 #define EVT_PASSES_H
 
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 /* Node flag (beside EVT_NODE_OUTPUT/LOSS): the node was made by a pass and has a generated name, which it
  * gives up for the name of the node it replaces (evt_graph_replace_uses). */

@@ -4,7 +4,7 @@
  * prints "unit: N passed, N failed". A failed CHECK reports file:line and fails the test. */
 #ifndef EVT_TEST_H
 #define EVT_TEST_H
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "evt/kspec.h"
-#include "runtime/jit.h"
+#include "codegen/kspec.h"
+#include "runtime/jit/jit.h"
 
 typedef void (*evt_test_fn)(void);
 void evt_test_register(const char *name, evt_test_fn fn);

@@ -4,11 +4,12 @@
  * lowering of the canonical form to one GEMM epilogue (accumulator, row-broadcast bias, 16-bit store). */
 #include "test.h"
 
-#include "evt/lower.h"
+#include "codegen/lower.h"
 #include "partition/partition.h"
 #include "passes/passes.h"
-#include "runtime/cuda.h"
-#include "runtime/exec_plan.h"
+#include "compile/compile.h"
+#include "runtime/gpu/exec_plan.h"
+#include "compile/train.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -240,7 +241,7 @@ TEST(addmm_examples_lower_and_run_like_mm_add) {
     evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v), *w = calloc((size_t)g->nnodes, sizeof *w);
     CHECK(evt_interp_init_inputs(g, v, 0) == EVT_OK);
     evt_exec_plan p;
-    CHECK(evt_exec_plan_build(g, &p) == EVT_OK);
+    CHECK(evt_exec_plan_build(g, NULL, &p) == EVT_OK);
     for (int i = 0; i < g->nnodes; i++)
       if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
         CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);

@@ -4,8 +4,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "evt/kspec.h"
-#include "runtime/jit.h"
+#include "codegen/kspec.h"
+#include "runtime/jit/jit.h"
 #include "test.h"
 
 static const evt_tile_config bcfg = {128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
@@ -162,9 +162,10 @@ TEST(ci_nvcc_frontend_accepts_epilogue_stages_kernel) {
 }
 
 /* ---- lowering of bmm groups ------------------------------------------------------------------------ */
-#include "evt/lower.h"
+#include "codegen/lower.h"
 #include "partition/partition.h"
 #include "passes/passes.h"
+#include "compile/train.h"
 
 typedef struct bgraph {
   evt_graph *g;

@@ -1,7 +1,8 @@
 /* The CUDA runtime's host side without a GPU: the --check metric, and a clean "no CUDA device" when the
  * kernel library cannot be loaded. */
-#include "runtime/cuda.h"
+#include "compile/compile.h"
 #include "test.h"
+#include "compile/train.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "evt/kspec.h"
-#include "runtime/jit.h"
+#include "codegen/kspec.h"
+#include "runtime/jit/jit.h"
 #include "test.h"
 
 static const evt_tile_config cfg128 = {128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};

@@ -1,10 +1,10 @@
 /* kernels/evt_math.h on the host: the branch-free GELU every generated kernel evaluates (GEMM epilogues and row
- * kernels), against the reference semantics of src/evt/vref.c (double precision). The host path computes the MUFU
+ * kernels), against the reference semantics of src/codegen/vref.c (double precision). The host path computes the MUFU
  * approximations (rcp, exp2) exactly, so this checks the formula and its coefficients; the GPU tests check the device
  * code against the interpreter. */
 #include <math.h>
 
-#include "evt/kspec.h"
+#include "codegen/kspec.h"
 #include "evt_math.h"
 #include "test.h"
 

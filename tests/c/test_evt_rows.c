@@ -1,11 +1,11 @@
-/* Row-kernel specs (src/evt/rspec.c), the row emitter (src/evt/emit_rows.c) and the CPU reference of
+/* Row-kernel specs (src/codegen/rspec.c), the row emitter (src/codegen/emit_rows.c) and the CPU reference of
  * reduce-apply nuclei and nucleus-free groups. No GPU needed; tests/gpu/check_rows.cu runs the kernels. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "evt/kspec.h"
-#include "evt/rspec.h"
+#include "codegen/kspec.h"
+#include "codegen/rspec.h"
 #include "philox.h"
 #include "evt_row_config.h"
 #include "test.h"

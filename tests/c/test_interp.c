@@ -7,6 +7,7 @@
 #include "test.h"
 
 #include "philox.h"
+#include "runtime/interp/interp.h"
 
 #include <stdlib.h>
 #include <string.h>

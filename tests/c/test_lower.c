@@ -1,14 +1,15 @@
-/* Lowering of partition groups to kernel specs (src/evt/lower.c) and the runtime plan (src/runtime/plan.c). */
+/* Lowering of partition groups to kernel specs (src/codegen/lower.c) and the runtime plan (src/compile/launch_plan.c). */
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "evt/lower.h"
-#include "evt/rspec.h"
+#include "codegen/lower.h"
+#include "codegen/rspec.h"
 #include "partition/partition.h"
 #include "passes/passes.h"
-#include "runtime/plan.h"
+#include "compile/launch_plan.h"
 #include "test.h"
+#include "compile/train.h"
 
 typedef struct lowered_graph {
   evt_graph *g;

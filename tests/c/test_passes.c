@@ -475,8 +475,7 @@ static void check_loss_forms(const char *const *texts, int n, const int *want_on
 
 /* nll_loss over log-probabilities the graph also returns (a PyTorch forward segment whose log-softmax is saved
  * for the backward): the one-pass form (row reductions beside the softmax kernel) instead of a second
- * logsumexp pass over the logits; values preserved (mean with ignored rows, and none); EVT_LOSS_ELIM_LSE=1
- * keeps the logsumexp form. */
+ * logsumexp pass over the logits; values preserved (mean with ignored rows, and none). */
 TEST(loss_elim_nll_over_returned_log_probs) {
   static const char *texts[] = {
       "graph t {\n  %x: f32[8,5] = input()\n  %w: f32[5,5] = param()\n  %h: f32[8,5] = mm(%x, %w)\n"
@@ -488,14 +487,6 @@ TEST(loss_elim_nll_over_returned_log_probs) {
   };
   static const int one_pass[] = {1, 1};
   check_loss_forms(texts, EVT_ARRAY_LEN(texts), one_pass);
-  const char *keys[] = {"EVT_LOSS_ELIM_LSE"};
-  char *saved[1];
-  evt_test_env_save(keys, 1, saved);
-  setenv("EVT_LOSS_ELIM_LSE", "1", 1);
-  evt_graph *g = check_preserves(texts[0], evt_pass_loss_elim, 0, false);
-  if (g) CHECK(evt_test_count_op(g, EVT_OP_AMAX) == 1);
-  evt_graph_free(g);
-  evt_test_env_restore(keys, 1, saved);
 }
 
 /* nll_loss over the log-softmax of the f32 widening of bf16 logits (rows a row kernel holds), not returned:

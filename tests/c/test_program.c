@@ -1,10 +1,11 @@
-/* The GPU program API (src/runtime/program.c) without a GPU: create fails cleanly, bindings name what is
+/* The GPU program API (src/runtime/gpu/program.c) without a GPU: create fails cleanly, bindings name what is
  * wrong (through evt_program_create_host, the host half of create), and the arena plan never lets two live
  * tensors share bytes while taking less than one buffer per node. The GPU half: tests/gpu/program_check.c. */
 #include "passes/passes.h"
-#include "runtime/cuda.h"
-#include "runtime/exec_plan.h"
+#include "compile/compile.h"
+#include "runtime/gpu/exec_plan.h"
 #include "test.h"
+#include "compile/train.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -318,17 +319,19 @@ TEST(program_layout_examples_smaller_than_a_buffer_per_node) {
   }
 }
 
-/* The refined partition (EVT_REFINE_PARTITION=1, the torch backend's) of resnet_block lets a reshape of a
+/* The refined partition (refine_partition 1, the torch backend's) of resnet_block lets a reshape of a
  * batch norm's stored rstd share its memory (an alias): its layout is valid (the alias's readers keep the base
  * alive; an alias and its base are one tensor, not an overlap). */
 TEST(program_layout_refined_plan_with_aliases) {
   const char *files[] = {"examples/resnet_block.evt", "bench/graphs/resnet_block_bf16.evt"};
-  setenv("EVT_REFINE_PARTITION", "1", 1);
+  evt_options o;
+  evt_options_init(&o);
+  o.refine_partition = 1;
   for (int f = 0; f < 2; f++) {
     evt_graph *g = load_joint_file(files[f]);
     if (!g) continue;
     evt_program *p = NULL;
-    CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s: %s", files[f], evt_graph_error(g));
+    CHECK_MSG(evt_program_create_host_opts(g, &o, &p) == EVT_OK, "%s: %s", files[f], evt_graph_error(g));
     if (p) {
       int aliases = 0;
       for (int v = 0; v < g->nnodes; v++) aliases += evt_exec_alias(p->xp, v) >= 0;
@@ -338,7 +341,6 @@ TEST(program_layout_refined_plan_with_aliases) {
     evt_program_destroy(p);
     evt_graph_free(g);
   }
-  unsetenv("EVT_REFINE_PARTITION");
 }
 
 /* A GEMM launcher that refuses its problem demotes the group at run time (gemm_launch.h); the program then
@@ -388,7 +390,7 @@ TEST(program_steps_skip_sources_nothing_reads) {
     free(err);
     if (!g) continue;
     evt_exec_plan xp;
-    CHECK(evt_exec_plan_build(g, &xp) == EVT_OK);
+    CHECK(evt_exec_plan_build(g, NULL, &xp) == EVT_OK);
     int wt = evt_graph_find(g, "wt"), gemm = -1;
     for (int gi = 0; gi < xp.ngroups; gi++)
       if (xp.groups[gi].fused && xp.groups[gi].kind == EVT_LK_GEMM_EVT) gemm = gi;
@@ -491,20 +493,14 @@ TEST(program_host_plan_runs_batched_gemm_groups) {
   evt_graph_free(g);
 }
 
-/* EVT_PROFILE's table names each step by what runs (src/runtime/profile.c): on bert_layer_bf16's host plan
+/* EVT_PROFILE's table names each step by what runs (src/runtime/gpu/profile.c): on bert_layer_bf16's host plan
  * (default: plain GEMMs through cuBLAS), a GEMM step names its kernel, M x N x K, layout and tile config; a
  * plain GEMM cuBLAS and its shape; a row step its kernel and M x N; a step of one node the node. */
 TEST(profile_labels_name_kernel_shape_and_config) {
   evt_graph *g = load_joint_file("bench/graphs/bert_layer_bf16.evt");
   if (!g) return;
-  const char *old = getenv("EVT_PLAIN_GEMM");
-  char *saved = old ? strdup(old) : NULL;
-  unsetenv("EVT_PLAIN_GEMM"); /* (plain GEMM groups are cuBLAS steps by default) */
   evt_program *p = NULL;
   CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s", evt_graph_error(g));
-  if (saved) setenv("EVT_PLAIN_GEMM", saved, 1);
-  else unsetenv("EVT_PLAIN_GEMM");
-  free(saved);
   int gemm = 0, row = 0, blas = 0;
   for (int s = 0; p && s < p->nsteps; s++) {
     char label[640], want[96];
@@ -536,7 +532,7 @@ TEST(profile_labels_name_kernel_shape_and_config) {
   evt_graph_free(g);
 }
 
-/* EVT_HOST_PROFILE's accounting (src/runtime/profile.c) on bert_layer_bf16's host plan, with step times
+/* EVT_PROFILE=host:N's accounting (src/runtime/gpu/profile.c) on bert_layer_bf16's host plan, with step times
  * fed in directly (the enqueue that measures them needs a GPU): off without the variable; per-run means over
  * the runs, the slowest step first with its EVT_PROFILE label, shares of the steps' sum. */
 TEST(host_profile_table) {
@@ -544,12 +540,12 @@ TEST(host_profile_table) {
   if (!g) return;
   evt_program *p = NULL;
   CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s", evt_graph_error(g));
-  const char *keys[] = {"EVT_HOST_PROFILE"};
+  const char *keys[] = {"EVT_PROFILE"};
   char *saved[1];
   evt_test_env_save(keys, 1, saved);
-  unsetenv("EVT_HOST_PROFILE");
+  setenv("EVT_PROFILE", "1000", 1); /* the GPU table's period: no host table */
   CHECK(p && !evt_hprof_begin(p, NULL) && !p->hprof);
-  setenv("EVT_HOST_PROFILE", "1000", 1);
+  setenv("EVT_PROFILE", "host:1000", 1);
   if (p && p->nsteps >= 3) {
     for (int run = 0; run < 2; run++) {
       CHECK(evt_hprof_begin(p, NULL));

@@ -1,7 +1,7 @@
 /* libFuzzer target for the .evt parser and printer: any input must either fail cleanly with a message or
  * parse to a graph whose canonical print reads back to the same print (print(parse(print(g))) ==
  * print(g)) and that passes evt_graph_verify; anything else aborts. Build: make fuzz; run: build/fuzz_parse tests/fuzz/corpus */
-#include "evt_impl.h"
+#include "ir/ir.h"
 
 #include <stdlib.h>
 #include <string.h>

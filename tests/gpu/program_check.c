@@ -13,7 +13,7 @@
  * write the same bits there. Times `reps` runs with CUDA events (ms/step) and prints launches per step.
  * Ends with a table; exit 1 if anything mismatched or failed. */
 #include "evt.h"
-#include "evt_impl.h"
+#include "ir/ir.h"
 #include "passes/passes.h"
 #include "runtime/cuda.h"
 

@@ -1,0 +1,289 @@
+/* Kernel specs for GEMM + epilogue-visitor-tree kernels (operator compiler, pipeline stage 5).
+ *
+ * A kernel spec is everything the CUTLASS emitter needs and nothing else; its hash names the kernel
+ * (`evt_kernel_<hash>`) and, together with the compiler flags, keys the JIT cache. It describes
+ *
+ *   acc[M,N] = A[M,K] · B[K,N]          (bf16 or f16 operands, f32 accumulation)
+ *   D[M,N]   = epilogue(acc, ...)       (row-major, bf16 / f16 / f32)
+ *
+ * where the epilogue is a visitor DAG: nodes in topological order (inputs have smaller ids). Loads:
+ * the accumulator, a per-column N-vector (CUTLASS Sm90RowBroadcast), a per-row M-vector (Sm90ColBroadcast),
+ * a scalar constant, a rank-0 tensor read at run time (scalar_load: Sm90ScalarBroadcast's pointer), a full
+ * M×N aux tensor. Computes: elementwise f32 (comparisons give 0/1, where selects). Stores pass their input through:
+ * an aux M×N tensor, Σ over M into an N-vector (Sm90RowReduction, e.g. a bias gradient), Σ over N into
+ * an M-vector (Sm90ColReduction). One node is D. M, N, K are run-time arguments of the generated kernel;
+ * they are not part of the spec. Every M×N/N/M tensor is dense and row-major; M and N must be multiples
+ * of 8 (16-byte TMA alignment) — the launcher's can_implement rejects others.
+ *
+ * Operand layouts, in row-major terms: first letter A, second B; N = stored as in the formula
+ * (A as M×K, B as K×N), T = stored transposed (A as K×M, B as N×K).
+ *
+ * Batch mode (`batched` = 1, a bmm nucleus): the kernel computes L independent GEMMs + epilogues over
+ * [L, M, N], L a run-time argument like M, N, K. A, B and D are per batch; each node with memory is per
+ * batch (its own M×N tile / N-vector / M-vector in every batch, summed per batch for row/col sums) or,
+ * with `shared` = 1, one tensor for every batch (a bias broadcast to all heads; a row/col sum accumulated
+ * over all batches too). An aux store cannot be shared (batches would race). Where the batches lie in
+ * memory (batch strides, leading dims, an outer batch level) is a launch argument (kernels/evt_launch.h),
+ * not part of the spec; the layout letters hold per batch. `shared` is ignored (must be 0) unbatched.
+ *
+ * Lowering (tree.c): stores whose value is otherwise unused are threaded into the chain of their input
+ * (users of x read store(x) instead, which passes x through), so the DAG has the single sink D; nodes
+ * that still have several users are folded into one Sm90TopologicalVisitor spanning from the first
+ * shared node to the common post-dominator of all shared nodes; everything else is a Sm90EVT tree.
+ */
+#ifndef EVT_KSPEC_H
+#define EVT_KSPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "evt.h"
+
+#define EVT_KSPEC_MAX_NODES 32
+
+/* Visitor node kinds. X(enum, text name, arity, class) with class L = load, C = compute, S = store. */
+#define EVT_VOP_LIST(X)                                                                       \
+  X(ACC, "acc", 0, 'L')                 /* the f32 accumulator */                                \
+  X(ROW_BCAST, "row_bcast", 0, 'L')     /* N-vector broadcast over rows (per-column bias) */     \
+  X(COL_BCAST, "col_bcast", 0, 'L')     /* M-vector broadcast over columns */                    \
+  X(SCALAR, "scalar", 0, 'L')           /* compile-time constant `value` */                      \
+  X(AUX_LOAD, "aux_load", 0, 'L')       /* M×N tensor */                                         \
+  X(ADD, "add", 2, 'C')                                                                         \
+  X(SUB, "sub", 2, 'C')                                                                         \
+  X(MUL, "mul", 2, 'C')                                                                         \
+  X(DIV, "div", 2, 'C')                                                                         \
+  X(RELU, "relu", 1, 'C')                                                                       \
+  X(SIGMOID, "sigmoid", 1, 'C')                                                                 \
+  X(GELU_ERF, "gelu_erf", 1, 'C')       /* x·Φ(x) */                                             \
+  X(GELU_TANH, "gelu_tanh", 1, 'C')     /* tanh approximation */                                 \
+  X(GELU_ERF_GRAD, "gelu_erf_grad", 2, 'C')   /* (dy, x) → dy·gelu_erf'(x) */                    \
+  X(GELU_TANH_GRAD, "gelu_tanh_grad", 2, 'C') /* (dy, x) → dy·gelu_tanh'(x) */                   \
+  X(RELU_GRAD, "relu_grad", 2, 'C')     /* (dy, x) → x > 0 ? dy : 0 */                           \
+  X(NEG, "neg", 1, 'C')                                                                         \
+  X(EXP, "exp", 1, 'C')                                                                         \
+  X(LOG, "log", 1, 'C')                                                                         \
+  X(ERF, "erf", 1, 'C')                                                                         \
+  X(TANH, "tanh", 1, 'C')                                                                       \
+  X(SQRT, "sqrt", 1, 'C')                                                                       \
+  X(RSQRT, "rsqrt", 1, 'C')                                                                     \
+  X(RECIPROCAL, "reciprocal", 1, 'C')                                                           \
+  X(ABS, "abs", 1, 'C')                                                                         \
+  X(SIGN, "sign", 1, 'C')               /* -1, 0, 1; NaN stays NaN */                            \
+  X(ROUND_BF16, "round_bf16", 1, 'C')   /* x rounded to bf16 (RNE), kept as f32: a cast mid-tree */ \
+  X(ROUND_F16, "round_f16", 1, 'C')     /* x rounded to f16 (RNE), kept as f32 */                \
+  X(MAXIMUM, "maximum", 2, 'C')         /* NaN if either is NaN */                               \
+  X(MINIMUM, "minimum", 2, 'C')                                                                 \
+  X(EQ, "eq", 2, 'C')                   /* comparisons give 1 or 0 (bool values are 0/1 floats) */ \
+  X(NE, "ne", 2, 'C')                                                                           \
+  X(LT, "lt", 2, 'C')                                                                           \
+  X(LE, "le", 2, 'C')                                                                           \
+  X(GT, "gt", 2, 'C')                                                                           \
+  X(GE, "ge", 2, 'C')                                                                           \
+  X(WHERE, "where", 3, 'C')             /* (c, a, b) → c != 0 ? a : b */                         \
+  X(KEEP, "keep", 2, 'C')               /* (a, b) → a; b is visited for its stores (tree.c) */   \
+  X(SCALAR_LOAD, "scalar_load", 0, 'L') /* a rank-0 tensor read from memory at run time */       \
+  X(ONE_HOT, "one_hot", 0, 'L')         /* M-vector of class indices t (i64/i32): j == t[i] */   \
+  X(RAND, "rand", 0, 'L')               /* Philox uniform of element i·N + j (seed, offset) */   \
+  X(AUX_STORE, "aux_store", 1, 'S')     /* stores its input (rounded to dtype) to an M×N tensor */ \
+  X(ROW_SUM, "row_sum", 1, 'S')         /* Σ over M → N-vector (f32, atomic) */                  \
+  X(COL_SUM, "col_sum", 1, 'S')         /* Σ over N → M-vector (f32, atomic) */                  \
+  X(COL_MAX, "col_max", 1, 'S')         /* max over N → M-vector (row kernels only; NaN wins) */
+
+typedef enum evt_vop {
+#define X(e, s, a, c) EVT_V_##e,
+  EVT_VOP_LIST(X)
+#undef X
+  EVT_V_COUNT
+} evt_vop;
+
+typedef enum evt_gemm_layout { EVT_LAYOUT_NN = 0, EVT_LAYOUT_NT, EVT_LAYOUT_TN } evt_gemm_layout;
+typedef enum evt_schedule { EVT_SCHED_COOPERATIVE = 0, EVT_SCHED_PINGPONG } evt_schedule;
+
+typedef struct evt_vnode {
+  evt_vop op;
+  int in[3];        /* input node ids (smaller than this node's id), -1 if unused */
+  evt_dtype dtype;  /* element type in memory of loads/stores; EVT_F32 for computes */
+  double value;     /* EVT_V_SCALAR */
+  uint64_t seed, offset; /* EVT_V_RAND: the rand op's Philox key and counter offset (dtype: its rounding) */
+  int shared;       /* batched specs: 1 = one tensor for every batch (see batch mode above) */
+  char name[24];    /* argument name in the generated launcher and in messages */
+} evt_vnode;
+
+/* Row / column sum (Sm90RowReduction / Sm90ColReduction) strategy: ATOMIC adds each CTA's partial sums
+ * into the f32 output with atomics (output zeroed by Gemm::initialize; order, hence the last bits, vary
+ * from run to run); WORKSPACE writes the partials to a CUTLASS workspace and the last CTA of each
+ * column (row) tile adds them in a fixed order (deterministic; no atomics). */
+typedef enum evt_reduce_strategy { EVT_RED_ATOMIC = 0, EVT_RED_WORKSPACE } evt_reduce_strategy;
+
+/* The mainloop configuration of a GEMM kernel (part of the spec, its canonical text and its hash).
+ * The zero of the trailing fields is the default, so `{128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE}`
+ * (EVT_TILE_CONFIG_DEFAULT) is the base configuration (the lowering widens tile_n to 256 when N >= 256). Legal combinations: evt_tile_config_check. */
+typedef struct evt_tile_config {
+  int tile_m, tile_n, tile_k;
+  int cluster_m, cluster_n;
+  evt_schedule schedule;
+  int stages;                     /* mainloop pipeline stages; 0 = as many as fit (StageCountAutoCarveout) */
+  evt_reduce_strategy reduction;  /* row/col sums only; must stay ATOMIC for an epilogue without sums */
+  int epi_n;                      /* epilogue subtile N (32, 64, 128); 0 = CUTLASS's EpilogueTileAuto (32) */
+  int stream_k;                   /* 1: CUTLASS's stream-K tile scheduler (cooperative, unbatched, atomic sums):
+                                   * CTAs share the K loop of a tile when there are fewer tiles than SMs, the
+                                   * last one reduces the partial accumulators and runs the epilogue once.
+                                   * Only the tuner proposes it (evt_tune_candidates), for few tiles over a long K */
+  int epi_stages;                 /* shared-memory buffers of D and of each aux store (the epilogue's StagesD: TMA
+                                   * stores in flight per subtile); 0 = CUTLASS's builder, min(subtiles, 2) */
+} evt_tile_config;
+
+#define EVT_TILE_CONFIG_DEFAULT ((evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC, 0})
+
+typedef struct evt_kspec {
+  evt_gemm_layout layout;
+  evt_dtype ab_dtype;  /* EVT_BF16 or EVT_F16 */
+  evt_dtype d_dtype;   /* EVT_BF16, EVT_F16 or EVT_F32 */
+  evt_tile_config cfg;
+  int nnodes;
+  evt_vnode nodes[EVT_KSPEC_MAX_NODES];
+  int d_node;          /* node whose value is D; -1 until set */
+  int batched;         /* 1: batch mode (L GEMMs over [L, M, N]); 0: one GEMM */
+} evt_kspec;
+
+/* ---- src/codegen/kspec.c: building, checking, naming ------------------------------------------------- */
+void evt_kspec_init(evt_kspec *s, evt_gemm_layout layout, evt_dtype ab, evt_dtype d, evt_tile_config cfg);
+/* Appends a node; returns its id or -1 (too many nodes, bad input id, wrong arity). Loads and stores
+ * take `dtype` and `name`; computes ignore them (pass EVT_F32, NULL). */
+int evt_kspec_add(evt_kspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name);
+int evt_kspec_add3(evt_kspec *s, evt_vop op, int in0, int in1, int in2, evt_dtype dtype, const char *name);
+int evt_kspec_scalar(evt_kspec *s, double value);
+/* Checks the whole spec (including evt_tile_config_check); EVT_OK or a status with a message in err
+ * naming the node. */
+evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen);
+/* Is `c` a legal mainloop for spec s (its dtypes and whether its epilogue has sums)? EVT_OK, or
+ * EVT_ERR_UNSUPPORTED with the reason in err ("kernel spec: config 128x256x64 c1x1 pingpong: ..."). Rules
+ * (CUTLASS 4.2 Sm90 TMA warp-specialized kernels, 128 threads per consumer warp group, f32 accumulators):
+ *   tile_m, tile_n in {64, 128, 256}; tile_k in {32, 64, 128}; cluster_m, cluster_n in {1, 2, 4}, product <= 4;
+ *   cooperative: two consumer warp groups split the tile's M, so tile_m % 128 == 0, and each holds
+ *     tile_m*tile_n/256 accumulators per thread <= 128 (tile_m*tile_n <= 128*256);
+ *   ping-pong: each consumer warp group owns a whole tile, tile_m*tile_n/128 <= 128 accumulators per thread
+ *     (64x128, 64x256, 128x128, 128x64, 64x64);
+ *   stages 0 or 2..8, and stages x (tile_m + tile_n) x tile_k x operand bytes <= 227 KiB - 32 KiB (the
+ *     epilogue's shared memory; CUTLASS's static_assert is the final word, a candidate that still fails to
+ *     compile is dropped by the tuner);
+ *   reduction WORKSPACE only when the epilogue has a row_sum / col_sum;
+ *   epi_n 0 or 32, 64, 128 dividing tile_n (the epilogue subtile is min(tile_m, 128) x epi_n cooperative,
+ *     64 x epi_n ping-pong, as CUTLASS's auto choice with N = 32);
+ *   epi_stages 0 or 2..8, at most the number of epilogue subtiles of the tile (more buffers than subtiles
+ *     would never be used). */
+evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, char *err, size_t errlen);
+/* Short label, e.g. "128x256x64 c2x1 coop", "128x128x64 c1x1 pingpong s4 red=workspace e64 d4" (non-default
+ * stages / reduction / epilogue subtile / epilogue store stages only). Returns out. */
+char *evt_tile_config_label(const evt_tile_config *c, char *out, size_t len);
+/* Parses what evt_tile_config_label writes; EVT_OK or EVT_ERR_INVALID. */
+evt_status evt_tile_config_parse(const char *text, evt_tile_config *c);
+/* Has the epilogue a row_sum or col_sum node? */
+int evt_kspec_has_sums(const evt_kspec *s);
+/* Hash of the spec without its mainloop configuration (the key of tuning results: every config of one
+ * epilogue, layout and dtypes shares it). */
+uint64_t evt_kspec_epilogue_hash(const evt_kspec *s);
+const char *evt_vop_name(evt_vop op);
+int evt_vop_arity(evt_vop op);
+char evt_vop_class(evt_vop op);          /* 'L', 'C' or 'S' */
+int evt_vop_has_memory(evt_vop op);      /* node reads or writes a tensor given at launch */
+/* Canonical one-line-per-node text of the spec (what the hash covers). Returns bytes written (like
+ * snprintf). */
+int evt_kspec_text(const evt_kspec *s, char *buf, size_t len);
+/* The epilogue subtile width the emitter uses (0: CUTLASS's EpilogueTileAuto, 128 x 32 for a cooperative
+ * 128 x 256 tile): cfg.epi_n when set; else, for a cooperative schedule with automatic stages, 16 when the
+ * epilogue's TMA buffers at 32 would leave the mainloop fewer than 3 stages and 16 leaves it more (aux
+ * loads keep 4 subtiles in flight: an f32 aux load and an f32 D left 2 stages of 128x256x64 tiles, and that
+ * kernel ran ~1.7x as long as the plain GEMM on the H200). At 3 stages 32 stays: the GELU backward with its
+ * bias-gradient sum (bf16 aux load, bf16 D) measured faster at 32 with 3 stages than at 16 with 4, in
+ * isolation and in the step (paper MLP 8192x16384x4096: 1.78 vs 2.04 ms per call in the step, S17W3; the
+ * tuner's pick on vit_p14's 32896x3072x768 too, S17W1). */
+int evt_kspec_epilogue_n(const evt_kspec *s);
+uint64_t evt_kspec_hash(const evt_kspec *s);
+void evt_kspec_kernel_name(const evt_kspec *s, char out[40]);     /* "evt_kernel_<16 hex>" */
+
+/* ---- src/codegen/tree.c: DAG → tree ------------------------------------------------------------------ */
+typedef struct evt_vtree {
+  evt_kspec spec;                    /* the spec with side stores threaded (same ids, rewired inputs) */
+  int nusers[EVT_KSPEC_MAX_NODES];   /* users after threading */
+  int live[EVT_KSPEC_MAX_NODES];     /* reaches D */
+  int topo_root;                     /* node that roots the topological visitor, -1 if a plain tree */
+  int in_region[EVT_KSPEC_MAX_NODES];/* node is a bare op inside the topological visitor */
+} evt_vtree;
+evt_status evt_vtree_build(const evt_kspec *s, evt_vtree *t, char *err, size_t errlen);
+
+/* ---- src/codegen/emit_cutlass.c ---------------------------------------------------------------------- */
+/* CUDA C++ source of the kernel and its launcher `extern "C" int evt_kernel_<hash>(const
+ * evt_launch_args *)` (kernels/evt_launch.h). Returns a malloc'd string, or NULL with err set. */
+char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen);
+/* How many of s's row/column sums the emitter gives to CUTLASS's reduction nodes under s->cfg (the others run on
+ * the project's RowSum, kernels/evt_visitor_nodes.h). CUTLASS's keep their sums in local memory in a ping-pong
+ * kernel, so a spec with any stays cooperative untuned (evt_lower_untuned_config). */
+int evt_emit_cutlass_sums(const evt_kspec *s);
+
+/* ---- src/codegen/vref.c: CPU reference --------------------------------------------------------------- */
+/* Evaluates the spec on the CPU in double precision, rounding each stored value to its dtype as the
+ * kernel does. a: M×K (or K×M for layout T) values, b likewise; tensors[i] holds node i's memory
+ * (loads read it, stores write it; row/col sums are accumulated from 0); d: M×N output. All as double. */
+void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
+                         double *const *tensors, double *d);
+/* Batched reference (s->batched; an unbatched spec is the l = 1 case): every per-batch array holds l
+ * packed batches one after another (a: l × M×K or l × K×M, b likewise, d: l × M×N, per-batch node
+ * tensors l × (M×N | N | M)); shared node tensors (nodes[v].shared) hold one batch's worth, and shared
+ * row/col sums accumulate over every batch. */
+void evt_kspec_reference_batched(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
+                                 const double *b, double *const *tensors, double *d);
+/* The same in a run with RNG step rng_step (rand nodes: evt_vop_rand of element i·N + j; the two above: step 0). */
+void evt_kspec_reference_batched_at(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
+                                    const double *b, double *const *tensors, double *d, uint64_t rng_step);
+/* Elements of node v's tensor for one batch of an m×n problem: evt_vop_elems of its op (m*n aux, n row
+ * bcast / row sum, m col bcast / col sum / col_max / one_hot, 1 scalar_load, 0 for nodes without memory). */
+int64_t evt_vnode_numel(const evt_kspec *s, int v, int64_t m, int64_t n);
+/* Elementwise semantics of a compute node (shared by the reference and tests); evt_vop_apply3 also takes
+ * the third operand of where. Comparisons give 1.0 / 0.0 (false when an operand is NaN, except ne). */
+double evt_vop_apply(evt_vop op, double x, double y);
+double evt_vop_apply3(evt_vop op, double x, double y, double z);
+/* Rules shared by kspec and rspec when a node is added: its inputs are exactly its arity's earlier nodes
+ * (unused ones -1), and the dtype it carries (memory dtype for loads/stores, f32 for computes and sums). */
+bool evt_vop_inputs_ok(evt_vop op, const int in[3], int id);
+evt_dtype evt_vop_node_dtype(evt_vop op, evt_dtype dtype);
+/* May node `op` keep `dtype` in memory? gemm = 1: the GEMM epilogue (bf16/f16/f32 loads and stores, u8 bool
+ * aux tiles; row/col sums f32 because CTAs add into them with atomics), 0: row kernels (also bool loads/stores
+ * as u8 0/1; sums and col_max rounded to bf16/f16 at their single store; i64 / i32 aux loads / stores, column
+ * broadcasts and scalar loads, whose values ride in doubles: exact). one_hot reads i64 or i32 class indices. */
+int evt_vop_storage_ok(evt_vop op, evt_dtype dtype, int gemm);
+/* Element (i, j) of an M×N epilogue through one node other than EVT_V_ACC, for the CPU references of
+ * kspec and rspec: broadcasts, aux/scalar loads and one_hot read tensors[v], aux stores (rounded to dtype)
+ * and row/column sums / col_max write it (col_max starts at -inf), computes apply evt_vop_apply3 to the
+ * inputs' values in[0..2]. Returns the node's value. */
+double evt_vop_visit(evt_vop op, evt_dtype dtype, double value, double *const *tensors, int v, int64_t i,
+                     int64_t j, int64_t n, const double in[3]);
+/* EVT_V_RAND's value for element e = i·N + j in a run with RNG step `step`: evt_philox_uniform(seed, offset,
+ * step, e) rounded to dtype. */
+double evt_vop_rand(uint64_t seed, uint64_t offset, uint64_t step, evt_dtype dtype, int64_t e);
+/* Number of elements of a node's memory for an M×N problem (0 for nodes without memory). */
+int64_t evt_vop_elems(evt_vop op, int64_t m, int64_t n);
+
+/* ---- src/codegen/examples.c: named epilogues used by tests and benchmarks -------------------------- */
+/* Builds the named epilogue into *s (bf16 operands, layout NN, D bf16); EVT_ERR_INVALID for an unknown
+ * name. Names:
+ *   plain            D = acc
+ *   bias_gelu_aux    z = acc + bias[n] (stored bf16 as aux "z"); D = gelu_erf(z)      (MLP forward)
+ *   bias_relu_dbias  y = relu(acc + bias[n]); D = y; dbias[n] = Σ_m y  (row_sum "dbias", f32)
+ *   gelu_bwd         D = acc · gelu_erf'(x), x an aux load               (GELU backward, dX = dY·W^T)
+ *   bias_silu        z = acc + bias[n]; D = z · sigmoid(z)   (z is shared: topological visitor)
+ *   bias_relu_aux    z = acc + bias[n] (aux "z"); D = relu(z)
+ *   bias_gelu_aux_f16  bias_gelu_aux with f16 operands, bias, aux and D
+ *   mixed_f32        the remaining node kinds (scalar, col_bcast, sub, div, gelu_tanh, relu_grad,
+ *                    gelu_tanh_grad, col_sum) with a shared value and D in f32 (see examples.c)
+ * Batched (batched = 1; attention-style epilogues):
+ *   bmm_plain        D = acc
+ *   bmm_scale        D = acc · 0.125                               (attention scores q·k^T / sqrt(d))
+ *   bmm_scale_mask_stats  z = acc·0.125 + mask (aux, per batch) + bias[n] (shared); D = z;
+ *                    rowstat[m] = Σ_n z per batch (col_sum); colstat[n] = Σ over m and all batches (shared)
+ *   bmm_softmax_bwd  D = p · (acc − rowdot[m]) · 0.125, p aux per batch, rowdot f32 per batch */
+evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg);
+extern const char *const evt_kspec_example_names[];
+
+#endif

@@ -1,0 +1,142 @@
+/* Lowering: from the partitioner's groups to kernel specs (operator compiler, pipeline stage 5).
+ *
+ * Input: an optimized joint graph and its partition plan (src/partition/partition.h). Output: one
+ * evt_lowered per group, in group order (a topological order of the contracted graph):
+ *
+ *   GEMM+EVT   a group whose nucleus is mm / addmm: an evt_kspec (src/codegen/kspec.h). Operand permutes that
+ *              swap the two dims of a matrix (members fused as operand layouts, or views of sources) are
+ *              absorbed as layouts NN / NT / TN. The epilogue visitor DAG is built from the other members:
+ *              the accumulator; every external operand becomes a load chosen from its *strides* relative
+ *              to the [M,N] tile (aux_load for a dense tile, row_bcast for an N-vector broadcast over rows,
+ *              col_bcast for an M-vector broadcast over columns, scalar for a compile-time constant); every
+ *              supported elementwise op a compute; every tile value that leaves the group a store (the
+ *              latest one is D, the others aux_store); sum over the M dims a row_sum, over the N dims a
+ *              col_sum. The finished spec must pass evt_kspec_check and evt_vtree_build (a side output
+ *              outside D's tree is refused there, with its message).
+ *   ROW        a group whose nucleus is softmax, softmax_backward, layer_norm or layer_norm_backward_input:
+ *              an evt_rspec (src/codegen/rspec.h) over [M, N] = [rows, last dim]; its M x N inputs (x; dy, y;
+ *              dy, x) are read once by the nucleus and reused as acc(IN0/IN1) by the epilogue; w / b are
+ *              N-vectors. The epilogue is built with the same rules as a GEMM's, all outputs are aux stores.
+ *   POINTWISE  a nucleus-free group: an evt_rspec without nucleus over the largest tensor the group writes
+ *              or reads ([M, N] = [rest, last dim]); sums over rows / within rows are row_sum / col_sum.
+ *              Row kernels need no 16-byte alignment (they fall back to element accesses).
+ *   GEMM+EVT, batched: a bmm nucleus: a batched evt_kspec over [batch..., M, N] (lower_bmm in lower.c and
+ *              docs/codegen.md "Batched GEMM"): operand layouts and leading dims from strides, loads per batch
+ *              or shared by every batch, stores through member views (heads merge), per-batch or all-batch
+ *              sums, batch dims collapsed into at most two strided levels (l per launch, l_outer launches).
+ *   UNFUSED    anything that cannot be expressed: a conv / SpMM nucleus, a library singleton
+ *              (pool, embedding, sdpa, ...), or a group with a member its spec cannot hold. The
+ *              reason names the group and the node ("group 3: %erf.118 (erf): no visitor compute for erf").
+ *
+ * Rules for one epilogue node (evt_lower_can_fuse answers them for one node, so the partitioner's rules
+ * can ask later): dtype bf16 / f16 / f32 (integers and bools are refused); a tensor with memory in the
+ * kernel needs 16-byte aligned rows (contiguous extent × element size % 16 == 0, which also covers M and N
+ * multiples of 8 for 16-bit types); an operand must be a broadcast of the tile (strides, not just shapes,
+ * decide: a transposed view of a tile is refused); a scalar must be a constant (scalar / full source);
+ * row/col sums accumulate in f32, so the sum's tensor must be f32.
+ *
+ * Visitor names are by role and index (a0 b0 r0 c0 s0 ...), not by graph name, so equal epilogues of
+ * different layers get equal specs, equal hashes and one compiled kernel.
+ */
+#ifndef EVT_LOWER_H
+#define EVT_LOWER_H
+
+#include "codegen/kspec.h"
+#include "codegen/rspec.h"
+#include "ir/ir.h"
+#include "evt_launch.h"
+
+struct evt_part_plan;
+struct evt_part_options;
+struct evt_pgraph;
+
+typedef enum evt_lower_kind { EVT_LK_GEMM_EVT = 0, EVT_LK_ROW, EVT_LK_POINTWISE, EVT_LK_UNFUSED, EVT_LK_COUNT } evt_lower_kind;
+const char *evt_lower_kind_name(evt_lower_kind k);   /* "gemm+evt", "row", "pointwise", "unfused" */
+
+#define EVT_LOWER_MAX_ALIAS 8
+
+typedef struct evt_lowered {
+  int group;
+  evt_lower_kind kind;
+  int ok;                 /* 1: a complete kernel spec (spec for GEMM+EVT, rspec for ROW / POINTWISE) */
+  int nucleus;            /* graph node or -1 */
+  int bad_node;           /* node named by the reason, or -1 */
+  char reason[320];       /* why not lowered ("" when ok) */
+  /* GEMM+EVT only */
+  evt_kspec spec;
+  char kernel[40];        /* evt_kernel_<hash> (GEMM+EVT) or evt_rowkernel_<hash> (ROW / POINTWISE) */
+  int64_t m, n, k;
+  int a_node, b_node;     /* graph nodes holding A and B in memory (permutes resolved to their input) */
+  int d_tensor;           /* graph node stored as D, or -1: D is a scratch tile nobody reads */
+  int vtensor[EVT_KSPEC_MAX_NODES]; /* per visitor/row node with memory: the graph node it reads/writes; else -1 */
+  /* Members that leave the group as a reshape / squeeze / unsqueeze (the same bytes) of another leaving member
+   * the kernel stores: no store of their own; while the group runs fused they share their base's memory
+   * (evt_exec_alias). Both kinds of kernel. */
+  int nalias;
+  int alias_view[EVT_LOWER_MAX_ALIAS], alias_base[EVT_LOWER_MAX_ALIAS];
+  /* GEMM+EVT of a bmm nucleus (spec.batched): the launch's batch fields, same names and meaning as in
+   * evt_launch_args (kernels/evt_launch.h); all 0 for an unbatched GEMM. evt_lower_launch_batch copies them.
+   * m, n, k are per batch; a_node / b_node / d_tensor / vtensor are whole tensors (l_outer * l batches,
+   * placed by these strides); a scratch D (d_tensor -1) is packed: l_outer * l * m * n elements. */
+  int l, l_outer;
+  int64_t lda, ldb, ldd, bs_a, bs_b, bs_d, os_a, os_b, os_d;
+  int64_t ld_ptrs[EVT_KSPEC_MAX_NODES], bs_ptrs[EVT_KSPEC_MAX_NODES], os_ptrs[EVT_KSPEC_MAX_NODES];
+  /* ROW / POINTWISE only (m, n: the [M, N] iteration space; kernel: evt_rowkernel_<hash>) */
+  evt_rspec rspec;
+  int rin[3];             /* graph nodes read as the nucleus inputs in[0..2] (x / dy, y / x, w, b), or -1 */
+} evt_lowered;
+
+typedef struct evt_lower_result {
+  int n;                  /* = plan->ngroups */
+  evt_lowered *k;
+  int count[EVT_LK_COUNT];/* groups per kind */
+  int lowered;            /* groups with ok = 1 */
+} evt_lower_result;
+
+/* Lowers every group of `plan` (built on g). Never fails on an unsupported group (it is listed with its
+ * reason); returns EVT_ERR_INVALID only for a plan that does not belong to g. */
+evt_status evt_lower_plan(const evt_graph *g, const struct evt_part_plan *plan, evt_lower_result *out);
+void evt_lower_free(evt_lower_result *r);
+/* The mainloop config an unbatched GEMM+EVT group with epilogue s over M x N x K runs without a tune record
+ * (the lowering's choice; the tuner's first candidate, so a record's default_ms is this kernel's time). */
+evt_tile_config evt_lower_untuned_config(const evt_kspec *s, int64_t m, int64_t n, int64_t k);
+/* The stored member whose memory leaving member v of L shares (alias_view / alias_base), or -1. */
+int evt_lowered_alias_base(const evt_lowered *L, int v);
+/* Copies L's batch fields (l, l_outer, ld*, bs*, os*) into a's; the runtime calls it for every GEMM+EVT
+ * launch after filling m/n/k/a/b/d/ptrs (a no-op apart from zeroing them for an unbatched GEMM). */
+void evt_lower_launch_batch(const evt_lowered *L, evt_launch_args *a);
+/* CPU reference of a lowered GEMM+EVT group on whole tensors, laid out as the launch puts them: a, b the
+ * memory of a_node / b_node, mem[i] the memory of vtensor[i] (loads read, stores write; sums from 0), d the
+ * memory of D (d_tensor, or an L*M*N scratch). Unbatched: evt_kspec_reference. Batched: per batch through
+ * the lowered leading dims, batch and outer strides (0 = packed, as the launcher reads them). */
+/* For the runtime's binding of a lowered batched GEMM: does every tensor (A, B, D, each visitor node's)
+ * hold every element the launch reaches through L's leading dims and batch / outer strides? false with the
+ * tensor named in why. lower_bmm itself refuses a group that fails it. */
+bool evt_lower_batched_check(const evt_graph *g, const evt_lowered *L, char *why, size_t whylen);
+void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d,
+                              uint64_t rng_step);
+
+/* Can node `node` be part of the epilogue of GEMM nucleus `nucleus` (mm/addmm)? Judges the node alone:
+ * its op, dtype, and each operand (a tile value, or a load chosen from its strides and alignment);
+ * operands that are themselves tile-shaped count as tile values (fused or aux-loaded). false with the
+ * reason in why (may be NULL). */
+bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, size_t whylen);
+
+/* The partitioner's epilogue-implementability hook (evt_part_compat_fn) with the lowering's rules: the
+ * partitioner's own shape rule (evt_part_compat_evt), and for an mm/addmm nucleus that can lower (16-bit
+ * operands, M, N, K multiples of 8) evt_lower_can_fuse (a view is judged as its producer). Other nuclei: the
+ * shape rule, and no sum over the leading (M) dims in a row nucleus's group when its rows are longer than 32768
+ * (the long-row kernel has no Σ-over-M row sums). */
+bool evt_lower_compat(const struct evt_pgraph *g, int nucleus, int member);
+/* evt_part_plan_build with evt_lower_compat as the hook: GEMM groups then only take members their kernel
+ * spec can hold (evtc compile --fuse-rules=lower). */
+evt_status evt_lower_partition(evt_graph *eg, const struct evt_part_options *opt, double lambda, struct evt_part_plan *plan);
+
+/* Every f32 tensor of g becomes dt (bf16/f16): source types and cast targets, then every type is
+ * re-inferred. The examples are f32 and GEMM kernel specs take 16-bit operands (evtc compile --dtype). */
+evt_status evt_lower_retype(evt_graph *g, evt_dtype dt);
+
+/* One line per group: "group 3 gemm+evt evt_kernel_...: NT bf16->bf16, 7 visitor nodes" or the reason. */
+void evt_lower_print(const evt_graph *g, const evt_lower_result *r, FILE *out);
+
+#endif

@@ -1,0 +1,492 @@
+/* Row-kernel specs: building, checking, canonical text and hash, the CPU reference, named examples
+ * (contract in rspec.h).
+ *
+ * The canonical text is a header line (nucleus, dtypes, flags, eps) plus one line per node; its FNV-1a hash
+ * names the kernel. The reference evaluates the nucleus per row and the epilogue per element in double,
+ * rounding only where the kernel writes memory (aux stores to their dtype, sums to f32).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/rspec.h"
+#include "ir/ir.h"
+
+static const char *const nucleus_names[EVT_ROWN_COUNT] = {"none", "softmax", "softmax_bwd", "layernorm",
+                                                          "layernorm_bwd"};
+static const char *const value_names[EVT_RV_COUNT] = {"out", "xhat", "in0", "in1"};
+
+const char *evt_row_nucleus_name(evt_row_nucleus n) { return (unsigned)n < EVT_ROWN_COUNT ? nucleus_names[n] : "?"; }
+const char *evt_row_value_name(evt_row_value v) { return (unsigned)v < EVT_RV_COUNT ? value_names[v] : "?"; }
+
+int evt_rspec_long_rows(const evt_rspec *s) {
+  int row_sums = 0, per_row = 0;
+  for (int i = 0; i < s->nnodes; i++) {
+    row_sums += s->nodes[i].op == EVT_V_ROW_SUM;
+    per_row += s->nodes[i].op == EVT_V_COL_SUM || s->nodes[i].op == EVT_V_COL_MAX;
+  }
+  if (!row_sums) return 1;
+  return s->nucleus == EVT_ROWN_NONE && !per_row ? 2 : 0;
+}
+
+int evt_row_nucleus_ninputs(const evt_rspec *s) {
+  switch (s->nucleus) {
+    case EVT_ROWN_SOFTMAX: return 1;
+    case EVT_ROWN_SOFTMAX_BWD: return 2;
+    case EVT_ROWN_LAYERNORM: return 1 + (s->has_w || s->has_b ? 2 : 0);
+    case EVT_ROWN_LAYERNORM_BWD: return 2 + (s->has_w ? 1 : 0);
+    default: return 0;
+  }
+}
+
+void evt_rspec_init(evt_rspec *s, evt_row_nucleus nucleus, evt_dtype in_dtype) {
+  memset(s, 0, sizeof *s);
+  s->nucleus = nucleus;
+  s->in_dtype = in_dtype;
+  s->w_dtype = in_dtype;
+  s->eps = 1e-5;
+}
+
+int evt_rspec_add3(evt_rspec *s, evt_vop op, int in0, int in1, int in2, evt_dtype dtype, const char *name) {
+  if ((unsigned)op >= EVT_V_COUNT || s->nnodes >= EVT_RSPEC_MAX_NODES) return -1;
+  int id = s->nnodes, in[3] = {in0, in1, in2};
+  if (!evt_vop_inputs_ok(op, in, id)) return -1;
+  evt_rnode *v = &s->nodes[id];
+  memset(v, 0, sizeof *v);
+  v->op = op;
+  for (int k = 0; k < 3; k++) v->in[k] = in[k];
+  v->dtype = evt_vop_node_dtype(op, dtype);
+  v->sel = EVT_RV_OUT;
+  snprintf(v->name, sizeof v->name, "%s", name && *name ? name : "");
+  if (!v->name[0]) snprintf(v->name, sizeof v->name, "v%d", id);
+  s->nnodes++;
+  return id;
+}
+
+int evt_rspec_add(evt_rspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name) {
+  return evt_rspec_add3(s, op, in0, in1, -1, dtype, name);
+}
+
+int evt_rspec_acc(evt_rspec *s, evt_row_value sel) {
+  int id = evt_rspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
+  if (id >= 0) s->nodes[id].sel = sel;
+  return id;
+}
+
+int evt_rspec_rand(evt_rspec *s, uint64_t seed, uint64_t offset, evt_dtype dtype) {
+  int id = evt_rspec_add(s, EVT_V_RAND, -1, -1, dtype, NULL);
+  if (id >= 0) s->nodes[id].seed = seed, s->nodes[id].offset = offset;
+  return id;
+}
+
+int evt_rspec_scalar(evt_rspec *s, double value) {
+  int id = evt_rspec_add(s, EVT_V_SCALAR, -1, -1, EVT_F32, NULL);
+  if (id >= 0) s->nodes[id].value = value;
+  return id;
+}
+
+static evt_status fail(char *err, size_t errlen, evt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static evt_status fail(char *err, size_t errlen, evt_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+static int is_ident(const char *s) {
+  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_')) return 0;
+  return 1;
+}
+
+static int storage_dtype(evt_dtype t) { return t == EVT_BF16 || t == EVT_F16 || t == EVT_F32; }
+
+evt_dtype evt_rspec_in_dtype(const evt_rspec *s, int k) { return k == 1 && s->in1_mixed ? s->in1_dtype : s->in_dtype; }
+
+evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen) {
+  if ((unsigned)s->nucleus >= EVT_ROWN_COUNT) return fail(err, errlen, EVT_ERR_INVALID, "row spec: bad nucleus");
+  const char *nn = evt_row_nucleus_name(s->nucleus);
+  int ln = s->nucleus == EVT_ROWN_LAYERNORM || s->nucleus == EVT_ROWN_LAYERNORM_BWD;
+  if (s->nucleus != EVT_ROWN_NONE && !storage_dtype(s->in_dtype))
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: %s inputs must be bf16, f16 or f32, not %s", nn,
+                evt_dtype_name(s->in_dtype));
+  if (s->in1_mixed && (evt_row_nucleus_ninputs(s) < 2 || !storage_dtype(s->in1_dtype)))
+    return fail(err, errlen, EVT_ERR_INVALID, "row spec: %s: a second input dtype %s", nn, evt_dtype_name(s->in1_dtype));
+  if ((s->has_w && !ln) || (s->has_b && s->nucleus != EVT_ROWN_LAYERNORM))
+    return fail(err, errlen, EVT_ERR_INVALID, "row spec: %s takes no %s", nn, s->has_b ? "bias" : "weight");
+  if (s->has_b && !s->has_w)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: layernorm with a bias needs a weight");
+  if ((s->has_w || s->has_b) && !storage_dtype(s->w_dtype))
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: layer-norm weight dtype %s not supported",
+                evt_dtype_name(s->w_dtype));
+  if (s->store_stats && s->nucleus != EVT_ROWN_LAYERNORM)
+    return fail(err, errlen, EVT_ERR_INVALID, "row spec: only layernorm stores statistics");
+  if (ln && !(s->eps > 0 && isfinite(s->eps)))
+    return fail(err, errlen, EVT_ERR_INVALID, "row spec: layer-norm eps must be positive and finite (%g)", s->eps);
+  int outputs = s->store_stats;
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_rnode *v = &s->nodes[i];
+    int ar = evt_vop_arity(v->op);
+    if (ar < 0) return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d has a bad op", i);
+    for (int j = 0; j < ar; j++)
+      if (v->in[j] < 0 || v->in[j] >= i)
+        return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d (%s %s): input %d is not an earlier node", i,
+                    evt_vop_name(v->op), v->name, j);
+    if (!is_ident(v->name))
+      return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d: name '%s' is not an identifier", i, v->name);
+    for (int j = 0; j < i; j++)
+      if (evt_vop_has_memory(v->op) && evt_vop_has_memory(s->nodes[j].op) && !strcmp(s->nodes[j].name, v->name))
+        return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d: name '%s' used twice", i, v->name);
+    if ((evt_vop_has_memory(v->op) || v->op == EVT_V_RAND) && !evt_vop_storage_ok(v->op, v->dtype, 0))
+      return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: node %d (%s %s): dtype %s not supported", i,
+                  evt_vop_name(v->op), v->name, evt_dtype_name(v->dtype));
+    if (v->op == EVT_V_ACC) {
+      if (s->nucleus == EVT_ROWN_NONE)
+        return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d: acc in a nucleus-free group", i);
+      int ok = (unsigned)v->sel < EVT_RV_COUNT;
+      if (v->sel == EVT_RV_XHAT) ok = ln;
+      if (v->sel == EVT_RV_IN1) ok = s->nucleus == EVT_ROWN_SOFTMAX_BWD || s->nucleus == EVT_ROWN_LAYERNORM_BWD;
+      if (!ok)
+        return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d: %s has no value '%s'", i, nn,
+                    evt_row_value_name(v->sel));
+    }
+    outputs += evt_vop_class(v->op) == 'S';
+  }
+  int nrs = 0;
+  for (int i = 0; i < s->nnodes; i++) nrs += s->nodes[i].op == EVT_V_ROW_SUM;
+  if (nrs > 8) return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: at most 8 row_sum nodes (%d)", nrs);
+  if (!outputs) return fail(err, errlen, EVT_ERR_INVALID, "row spec: no outputs (no store, no statistics)");
+  return EVT_OK;
+}
+
+int evt_rspec_text(const evt_rspec *s, char *buf, size_t len) {
+  size_t pos = 0;
+#define OUT(...)                                                                                              \
+  do {                                                                                                        \
+    int w_ = snprintf(buf ? buf + (pos < len ? pos : len) : NULL, buf && pos < len ? len - pos : 0, __VA_ARGS__); \
+    if (w_ > 0) pos += (size_t)w_;                                                                            \
+  } while (0)
+  OUT("rows %s in:%s", evt_row_nucleus_name(s->nucleus), evt_dtype_name(s->in_dtype));
+  if (s->in1_mixed) OUT(",%s", evt_dtype_name(s->in1_dtype)); /* (absent otherwise: earlier specs keep their hash) */
+  if (s->has_w || s->has_b) OUT(" w:%s%s%s", evt_dtype_name(s->w_dtype), s->has_w ? " +w" : "", s->has_b ? " +b" : "");
+  if (s->store_stats) OUT(" +stats");
+  if (s->nucleus == EVT_ROWN_LAYERNORM || s->nucleus == EVT_ROWN_LAYERNORM_BWD) OUT(" eps %.17g", s->eps);
+  OUT("\n");
+  for (int i = 0; i < s->nnodes; i++) {
+    const evt_rnode *v = &s->nodes[i];
+    OUT("%%%d = %s", i, evt_vop_name(v->op));
+    if (v->op == EVT_V_ACC) OUT(".%s", evt_row_value_name(v->sel));
+    for (int j = 0; j < evt_vop_arity(v->op); j++) OUT(" %%%d", v->in[j]);
+    if (evt_vop_has_memory(v->op)) OUT(" %s:%s", v->name, evt_dtype_name(v->dtype));
+    if (v->op == EVT_V_SCALAR) OUT(" %.17g", v->value);
+    if (v->op == EVT_V_RAND) OUT(" seed %llu offset %llu %s", (unsigned long long)v->seed, (unsigned long long)v->offset,
+                                 evt_dtype_name(v->dtype));
+    OUT("\n");
+  }
+#undef OUT
+  return (int)pos;
+}
+
+uint64_t evt_rspec_hash(const evt_rspec *s) {
+  char buf[4096];
+  int n = evt_rspec_text(s, buf, sizeof buf);
+  EVT_ASSERT(n > 0 && (size_t)n < sizeof buf);
+  return evt_hash_bytes(0, buf, (size_t)n);
+}
+
+void evt_rspec_kernel_name(const evt_rspec *s, char out[40]) {
+  snprintf(out, 40, "evt_rowkernel_%016llx", (unsigned long long)evt_rspec_hash(s));
+}
+
+int64_t evt_rspec_node_elems(const evt_rspec *s, int i, int64_t m, int64_t n) {
+  return evt_vop_elems(s->nodes[i].op, m, n);
+}
+
+/* ---- reference ---------------------------------------------------------------------------------------- */
+
+/* Nucleus of one row: out/xhat (may be unused), from inputs in[k] + row offset. */
+static void ref_nucleus(const evt_rspec *s, int64_t i, int64_t n, const double *const in[3], double *out, double *xhat,
+                        double *mean_out, double *rstd_out) {
+  const double *a = in[0] ? in[0] + i * n : NULL, *b = in[1] ? in[1] + i * n : NULL;
+  switch (s->nucleus) {
+    case EVT_ROWN_SOFTMAX: {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < n; j++) mx = a[j] > mx ? a[j] : mx;
+      for (int64_t j = 0; j < n; j++) sum += exp(a[j] - mx);
+      for (int64_t j = 0; j < n; j++) out[j] = exp(a[j] - mx) / sum;
+      break;
+    }
+    case EVT_ROWN_SOFTMAX_BWD: {
+      double dot = 0;
+      for (int64_t j = 0; j < n; j++) dot += a[j] * b[j];
+      for (int64_t j = 0; j < n; j++) out[j] = b[j] * (a[j] - dot);
+      break;
+    }
+    case EVT_ROWN_LAYERNORM:
+    case EVT_ROWN_LAYERNORM_BWD: {
+      const double *x = s->nucleus == EVT_ROWN_LAYERNORM ? a : b;
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < n; j++) mean += x[j];
+      mean /= (double)n;
+      for (int64_t j = 0; j < n; j++) var += (x[j] - mean) * (x[j] - mean);
+      var /= (double)n;
+      double rstd = 1.0 / sqrt(var + (double)(float)s->eps);
+      for (int64_t j = 0; j < n; j++) xhat[j] = (x[j] - mean) * rstd;
+      if (s->nucleus == EVT_ROWN_LAYERNORM) {
+        const double *w = s->has_w ? in[1] : NULL, *bb = s->has_b ? in[2] : NULL;
+        for (int64_t j = 0; j < n; j++) out[j] = xhat[j] * (w ? w[j] : 1.0) + (bb ? bb[j] : 0.0);
+        if (mean_out) *mean_out = mean;
+        if (rstd_out) *rstd_out = rstd;
+      } else {
+        const double *w = s->has_w ? in[2] : NULL;
+        double mg = 0, mgx = 0;
+        for (int64_t j = 0; j < n; j++) {
+          double g = a[j] * (w ? w[j] : 1.0);
+          mg += g;
+          mgx += g * xhat[j];
+        }
+        mg /= (double)n;
+        mgx /= (double)n;
+        for (int64_t j = 0; j < n; j++) out[j] = rstd * (a[j] * (w ? w[j] : 1.0) - mg - xhat[j] * mgx);
+      }
+      break;
+    }
+    default: break;
+  }
+}
+
+void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
+                         double *mean, double *rstd) {
+  evt_rspec_reference_at(s, m, n, in, tensors, mean, rstd, 0);
+}
+
+void evt_rspec_reference_at(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
+                            double *mean, double *rstd, uint64_t rng_step) {
+  for (int v = 0; v < s->nnodes; v++) {
+    evt_vop op = s->nodes[v].op;
+    if (op == EVT_V_ROW_SUM) memset(tensors[v], 0, sizeof(double) * (size_t)n);
+    if (op == EVT_V_COL_SUM) memset(tensors[v], 0, sizeof(double) * (size_t)m);
+    if (op == EVT_V_COL_MAX)
+      for (int64_t k = 0; k < m; k++) tensors[v][k] = -INFINITY;
+  }
+  double *out = calloc((size_t)n, sizeof(double)), *xhat = calloc((size_t)n, sizeof(double));
+  EVT_ASSERT(out && xhat);
+  double val[EVT_RSPEC_MAX_NODES];
+  for (int64_t i = 0; i < m; i++) {
+    double mu = 0, rs = 0;
+    ref_nucleus(s, i, n, in, out, xhat, &mu, &rs);
+    if (s->store_stats) {
+      if (mean) mean[i] = (double)(float)mu;
+      if (rstd) rstd[i] = (double)(float)rs;
+    }
+    for (int64_t j = 0; j < n; j++) {
+      for (int v = 0; v < s->nnodes; v++) {
+        const evt_rnode *nd = &s->nodes[v];
+        double vin[3];
+        for (int k = 0; k < 3; k++) vin[k] = nd->in[k] >= 0 ? val[nd->in[k]] : 0;
+        switch (nd->op) {
+          case EVT_V_ACC:
+            val[v] = nd->sel == EVT_RV_OUT    ? out[j]
+                     : nd->sel == EVT_RV_XHAT ? xhat[j]
+                     : nd->sel == EVT_RV_IN0  ? in[0][i * n + j]
+                                              : in[1][i * n + j];
+            break;
+          case EVT_V_RAND: val[v] = evt_vop_rand(nd->seed, nd->offset, rng_step, nd->dtype, i * n + j); break;
+          default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, vin); break;
+        }
+      }
+    }
+  }
+  for (int v = 0; v < s->nnodes; v++) {
+    evt_vop op = s->nodes[v].op;
+    int64_t cnt = op == EVT_V_ROW_SUM ? n : op == EVT_V_COL_SUM || op == EVT_V_COL_MAX ? m : 0;
+    for (int64_t k = 0; k < cnt; k++) tensors[v][k] = evt_round_to_dtype((double)(float)tensors[v][k], s->nodes[v].dtype);
+  }
+  free(out);
+  free(xhat);
+}
+
+/* ---- examples ----------------------------------------------------------------------------------------- */
+
+const char *const evt_rspec_example_names[] = {"softmax",      "softmax_bwd", "layernorm",    "ln_residual",
+                                               "layernorm_bwd", "gelu_bwd",    "chain_rowsum", "unary_math",
+                                               "cmp_where",     "softmax_xent", "layernorm_bwd_mixed", "bce_bias_grad",
+                                               "bn_stats",     "bn_apply",    "bn_bwd_reduce", "ln_affine_mixed", NULL};
+
+/* Batch norm's x̂ = (x − mean)·invstd for the examples, with per-channel f32 mean and invstd broadcast along
+ * the row (channels-last: a row is one position's channels) */
+static int bn_xhat(evt_rspec *s, int x) {
+  int mu = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "mean");
+  int is = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "invstd");
+  return evt_rspec_add(s, EVT_V_MUL, evt_rspec_add(s, EVT_V_SUB, x, mu, EVT_F32, NULL), is, EVT_F32, NULL);
+}
+
+evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
+  if (!strcmp(name, "softmax")) {
+    evt_rspec_init(s, EVT_ROWN_SOFTMAX, dt);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_acc(s, EVT_RV_OUT), -1, dt, "y");
+  } else if (!strcmp(name, "softmax_bwd")) {
+    evt_rspec_init(s, EVT_ROWN_SOFTMAX_BWD, dt);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_acc(s, EVT_RV_OUT), -1, dt, "dx");
+  } else if (!strcmp(name, "layernorm") || !strcmp(name, "ln_residual")) {
+    evt_rspec_init(s, EVT_ROWN_LAYERNORM, dt);
+    s->has_w = s->has_b = 1;
+    s->store_stats = 1;
+    int y = evt_rspec_acc(s, EVT_RV_OUT);
+    if (!strcmp(name, "ln_residual")) {
+      int r = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "residual");
+      evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_ADD, y, r, EVT_F32, NULL), -1, dt, "h");
+    } else {
+      evt_rspec_add(s, EVT_V_AUX_STORE, y, -1, dt, "y");
+    }
+  } else if (!strcmp(name, "layernorm_bwd") || !strcmp(name, "layernorm_bwd_mixed")) {
+    evt_rspec_init(s, EVT_ROWN_LAYERNORM_BWD, dt);
+    s->has_w = 1;
+    if (name[13] && dt != EVT_F32) { /* _mixed: dy in dt, x and w in f32 (autocast's layer norm) */
+      s->in1_mixed = 1;
+      s->in1_dtype = s->w_dtype = EVT_F32;
+    }
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_acc(s, EVT_RV_OUT), -1, dt, "dx");
+    int dy = evt_rspec_acc(s, EVT_RV_IN0), xh = evt_rspec_acc(s, EVT_RV_XHAT);
+    evt_rspec_add(s, EVT_V_ROW_SUM, evt_rspec_add(s, EVT_V_MUL, dy, xh, EVT_F32, NULL), -1, EVT_F32, "dgamma");
+    evt_rspec_add(s, EVT_V_ROW_SUM, dy, -1, EVT_F32, "dbeta");
+  } else if (!strcmp(name, "ln_affine_mixed")) {
+    /* autocast's layer norm over an f32 residual stream as the torch backend lowers it (ViT): the nucleus without
+     * w / b, the affine as two f32 row broadcasts, the f32 result and its bf16 copy (the next GEMM's operand) */
+    evt_rspec_init(s, EVT_ROWN_LAYERNORM, dt);
+    int y = evt_rspec_acc(s, EVT_RV_OUT);
+    int wy = evt_rspec_add(s, EVT_V_MUL, evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "w"), y, EVT_F32, NULL);
+    int z = evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "b"), wy, EVT_F32, NULL);
+    int z16 = evt_rspec_add(s, EVT_V_ROUND_BF16, z, -1, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, z, -1, EVT_F32, "y");
+    evt_rspec_add(s, EVT_V_AUX_STORE, z16, -1, EVT_BF16, "y16");
+  } else if (!strcmp(name, "gelu_bwd")) {
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int dy = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "dy");
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
+    int b = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, dt, "bias");
+    int z = evt_rspec_add(s, EVT_V_ADD, x, b, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_GELU_ERF_GRAD, dy, z, EVT_F32, NULL), -1, dt, "dx");
+  } else if (!strcmp(name, "bce_bias_grad")) {
+    /* nucleus-free with a Σ over M and no per-row reduction (XML-CNN's loss backward and its classifier's bias
+     * gradient): dx = (sigmoid(x) − y)·k, db = Σ_M dx */
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
+    int y = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "y");
+    int d = evt_rspec_add(s, EVT_V_MUL, evt_rspec_add(s, EVT_V_SUB, evt_rspec_add(s, EVT_V_SIGMOID, x, -1, EVT_F32, NULL), y,
+                                                      EVT_F32, NULL),
+                          evt_rspec_scalar(s, 0.25), EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, d, -1, dt, "dx");
+    evt_rspec_add(s, EVT_V_ROW_SUM, d, -1, EVT_F32, "db");
+  } else if (!strcmp(name, "bn_stats")) {
+    /* batch-norm statistics in channels-last memory order (rows = N·H·W positions, N = channels): Σ_M x, Σ_M x² */
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
+    evt_rspec_add(s, EVT_V_ROW_SUM, x, -1, EVT_F32, "sx");
+    evt_rspec_add(s, EVT_V_ROW_SUM, evt_rspec_add(s, EVT_V_MUL, x, x, EVT_F32, NULL), -1, EVT_F32, "sxx");
+  } else if (!strcmp(name, "bn_apply")) {
+    /* batch-norm apply + ReLU, channels-last: y = relu((x − mean)·invstd·w + b), per-channel vectors broadcast */
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int xh = bn_xhat(s, evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x"));
+    int w = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, dt, "w");
+    int b = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, dt, "b");
+    int y = evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_MUL, xh, w, EVT_F32, NULL), b, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_RELU, y, -1, EVT_F32, NULL), -1, dt, "y");
+  } else if (!strcmp(name, "bn_bwd_reduce")) {
+    /* batch-norm backward's reduction through the ReLU, channels-last: g = dy·(y > 0), Σ_M g, Σ_M g·x̂ */
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int dy = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "dy");
+    int y = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "y");
+    int xh = bn_xhat(s, evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x"));
+    int g = evt_rspec_add3(s, EVT_V_WHERE, evt_rspec_add(s, EVT_V_GT, y, evt_rspec_scalar(s, 0.0), EVT_F32, NULL), dy,
+                           evt_rspec_scalar(s, 0.0), EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_ROW_SUM, g, -1, EVT_F32, "sg");
+    evt_rspec_add(s, EVT_V_ROW_SUM, evt_rspec_add(s, EVT_V_MUL, g, xh, EVT_F32, NULL), -1, EVT_F32, "sgx");
+  } else if (!strcmp(name, "chain_rowsum")) {
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int a = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "a");
+    int sc = evt_rspec_add(s, EVT_V_COL_BCAST, -1, -1, dt, "scale");
+    int b = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "b");
+    int t = evt_rspec_add(s, EVT_V_RELU, evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_MUL, a, sc, EVT_F32, NULL),
+                                                        b, EVT_F32, NULL),
+                          -1, EVT_F32, NULL);
+    int h = evt_rspec_add(s, EVT_V_MUL, a, evt_rspec_scalar(s, 0.5), EVT_F32, NULL);
+    int z = evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_SUB, t, h, EVT_F32, NULL), -1, dt, "z");
+    evt_rspec_add(s, EVT_V_COL_SUM, z, -1, EVT_F32, "zsum");
+  } else if (!strcmp(name, "unary_math")) {
+    /* nucleus-free: every unary compute on safe arguments, maximum / minimum, the tanh GELU */
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
+    int ax = evt_rspec_add(s, EVT_V_ABS, x, -1, EVT_F32, NULL);
+    int h = evt_rspec_scalar(s, 0.5), one = evt_rspec_scalar(s, 1.0);
+    int e = evt_rspec_add(s, EVT_V_EXP, evt_rspec_add(s, EVT_V_NEG, ax, -1, EVT_F32, NULL), -1, EVT_F32, NULL);
+    int l = evt_rspec_add(s, EVT_V_LOG, evt_rspec_add(s, EVT_V_ADD, ax, h, EVT_F32, NULL), -1, EVT_F32, NULL);
+    int er = evt_rspec_add(s, EVT_V_ERF, x, -1, EVT_F32, NULL);
+    int y1 = evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_ADD, e, l, EVT_F32, NULL), er, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, y1, -1, dt, "y1");
+    int th = evt_rspec_add(s, EVT_V_TANH, x, -1, EVT_F32, NULL);
+    int sq = evt_rspec_add(s, EVT_V_SQRT, ax, -1, EVT_F32, NULL);
+    int ax1 = evt_rspec_add(s, EVT_V_ADD, ax, one, EVT_F32, NULL);
+    int rs = evt_rspec_add(s, EVT_V_RSQRT, ax1, -1, EVT_F32, NULL);
+    int rc = evt_rspec_add(s, EVT_V_RECIPROCAL, ax1, -1, EVT_F32, NULL);
+    int sg = evt_rspec_add(s, EVT_V_SIGN, x, -1, EVT_F32, NULL);
+    int y2 = evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_MUL, th, sq, EVT_F32, NULL),
+                           evt_rspec_add(s, EVT_V_SUB, evt_rspec_add(s, EVT_V_MUL, rs, rc, EVT_F32, NULL), sg, EVT_F32, NULL),
+                           EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, y2, -1, dt, "y2");
+    int y3 = evt_rspec_add(s, EVT_V_SUB, evt_rspec_add(s, EVT_V_MAXIMUM, x, er, EVT_F32, NULL),
+                           evt_rspec_add(s, EVT_V_MINIMUM, x, th, EVT_F32, NULL), EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, y3, -1, dt, "y3");
+    /* the tanh GELU and its derivative (kernels/evt_math.h, as in GEMM epilogues) */
+    int gt = evt_rspec_add(s, EVT_V_GELU_TANH, x, -1, EVT_F32, NULL);
+    int gg = evt_rspec_add(s, EVT_V_GELU_TANH_GRAD, th, x, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_ADD, gt, gg, EVT_F32, NULL), -1, dt, "y4");
+  } else if (!strcmp(name, "cmp_where")) {
+    /* nucleus-free: comparisons of loaded values (exact on both sides), where, bool loads and stores (u8) */
+    evt_rspec_init(s, EVT_ROWN_NONE, dt);
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, dt, "x");
+    int m = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BOOL, "mask");
+    int r = evt_rspec_add(s, EVT_V_ROW_BCAST, -1, -1, dt, "r");
+    int z = evt_rspec_scalar(s, 0.0);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_GT, x, r, EVT_F32, NULL), -1, EVT_BOOL, "gt");
+    int ge = evt_rspec_add(s, EVT_V_GE, x, z, EVT_F32, NULL), lt = evt_rspec_add(s, EVT_V_LT, x, r, EVT_F32, NULL);
+    int le = evt_rspec_add(s, EVT_V_LE, r, z, EVT_F32, NULL), eq = evt_rspec_add(s, EVT_V_EQ, m, z, EVT_F32, NULL);
+    int ne = evt_rspec_add(s, EVT_V_NE, x, r, EVT_F32, NULL);
+    int sel = evt_rspec_add3(s, EVT_V_WHERE, m, x, r, EVT_F32, NULL);
+    int cnt = evt_rspec_add(s, EVT_V_ADD, evt_rspec_add(s, EVT_V_ADD, ge, lt, EVT_F32, NULL),
+                            evt_rspec_add(s, EVT_V_ADD, le, evt_rspec_add(s, EVT_V_MUL, eq, ne, EVT_F32, NULL), EVT_F32, NULL),
+                            EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_ADD, sel, cnt, EVT_F32, NULL), -1, dt, "y");
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add3(s, EVT_V_WHERE, ge, m, eq, EVT_F32, NULL), -1, EVT_BOOL, "mb");
+    /* integer labels (values in doubles): where(ne(lab, 2), lab, 0) stored as i64, as the loss's ignore mask */
+    int lab = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_I64, "lab");
+    int keep = evt_rspec_add(s, EVT_V_NE, lab, evt_rspec_scalar(s, 2.0), EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add3(s, EVT_V_WHERE, keep, lab, z, EVT_F32, NULL), -1, EVT_I64, "labo");
+    int u = evt_rspec_rand(s, 1234567, 89, dt); /* a dropout mask drawn in the kernel */
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_GE, u, evt_rspec_scalar(s, 0.25), EVT_F32, NULL), -1,
+                  EVT_BOOL, "keep");
+    /* at offset 0 (four elements per Philox call where a row's length is a multiple of 4; offset 89 above never
+     * is): the numbers themselves, stored in f32 (exact) */
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_rand(s, 424242, 0, dt), -1, EVT_F32, "u0");
+  } else if (!strcmp(name, "softmax_xent")) {
+    /* cross-entropy backward on a softmax row: (softmax(x) − one_hot(t)) · k with k a run-time scalar, the
+     * row max (col_max), Σ_N x·one_hot (col_sum) and Σ_M of the gradient (row_sum), all stored in dt */
+    evt_rspec_init(s, EVT_ROWN_SOFTMAX, dt);
+    int y = evt_rspec_acc(s, EVT_RV_OUT), x = evt_rspec_acc(s, EVT_RV_IN0);
+    int oh = evt_rspec_add(s, EVT_V_ONE_HOT, -1, -1, EVT_I64, "target");
+    int k = evt_rspec_add(s, EVT_V_SCALAR_LOAD, -1, -1, dt, "k");
+    int d = evt_rspec_add(s, EVT_V_MUL, evt_rspec_add(s, EVT_V_SUB, y, oh, EVT_F32, NULL), k, EVT_F32, NULL);
+    evt_rspec_add(s, EVT_V_AUX_STORE, d, -1, dt, "dx");
+    evt_rspec_add(s, EVT_V_ROW_SUM, d, -1, dt, "db");
+    evt_rspec_add(s, EVT_V_COL_MAX, x, -1, dt, "xmax");
+    evt_rspec_add(s, EVT_V_COL_SUM, evt_rspec_add(s, EVT_V_MUL, x, oh, EVT_F32, NULL), -1, dt, "xt");
+  } else {
+    return EVT_ERR_INVALID;
+  }
+  return EVT_OK;
+}

@@ -1,0 +1,101 @@
+/* `evtc run --check`: one GPU step's outputs against the CPU interpreter (contract and the rule: cuda.h,
+ * evt_check_step). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile/compile.h"
+#include "compile/train.h"
+
+/* 0.1 x the largest finite |value| over the outputs other than the loss (all of them if the loss is alone). */
+static double grad_scale(const evt_graph *g, const evt_tensor *t) {
+  double scale = 0;
+  for (int k = 0; k < g->noutputs; k++) {
+    if (g->outputs[k] == g->loss && g->noutputs > 1) continue;
+    for (int64_t i = 0; i < t[k].numel; i++)
+      if (isfinite(t[k].data[i]) && fabs(t[k].data[i]) > scale) scale = fabs(t[k].data[i]);
+  }
+  return 0.1 * scale;
+}
+
+/* Runs the interpreter with `flags` on the inputs/params of `values` and moves its outputs into out[k]. */
+static evt_status interp_outputs(evt_graph *g, evt_tensor *values, unsigned flags, evt_tensor *out) {
+  evt_status st = evt_interp_run(g, values, flags, 0);
+  for (int k = 0; k < g->noutputs && st == EVT_OK; k++) {
+    out[k] = values[g->outputs[k]];
+    memset(&values[g->outputs[k]], 0, sizeof(evt_tensor));
+  }
+  evt_train_release(g, values);
+  return st;
+}
+
+static bool low_precision(evt_dtype dt) { return dt == EVT_BF16 || dt == EVT_F16; }
+
+/* low[v] = 1 when node v is 16-bit or computed from a 16-bit value (an f32 loss of bf16 logits carries bf16
+ * error, whichever valid bf16 evaluation produced the logits). Inputs precede their users. */
+static unsigned char *low_ancestry(const evt_graph *g) {
+  unsigned char *low = calloc((size_t)g->nnodes + 1, 1);
+  if (!low) evt_fatal(__FILE__, __LINE__, "out of memory");
+  for (int v = 0; v < g->nnodes; v++) {
+    low[v] = low_precision(g->nodes[v].type.dtype);
+    for (int j = 0; j < g->nodes[v].ninputs && !low[v]; j++) low[v] = low[g->nodes[v].inputs[j]];
+  }
+  return low;
+}
+
+evt_status evt_check_step(evt_graph *g, evt_tensor *values, const evt_tensor *gpu, long step, FILE *out,
+                          evt_check_result *r) {
+  int no = g->noutputs;
+  memset(r, 0, sizeof *r);
+  evt_tensor *ref = calloc((size_t)(no ? no : 1), sizeof *ref), *exact = calloc((size_t)(no ? no : 1), sizeof *exact);
+  if (!ref || !exact) evt_fatal(__FILE__, __LINE__, "out of memory");
+  evt_status st = interp_outputs(g, values, 0, ref);
+  unsigned char *anc = low_ancestry(g);
+  bool low = false;
+  for (int k = 0; k < no; k++) low |= anc[g->outputs[k]];
+  if (st == EVT_OK && low) st = interp_outputs(g, values, EVT_RUN_FP64, exact);
+  if (st == EVT_OK) {
+    double sref = grad_scale(g, ref), sx = low ? grad_scale(g, exact) : 0;
+    for (int k = 0; k < no && low; k++) /* the per-node evaluation's own distance to the exact answer */
+      if (anc[g->outputs[k]]) {
+        double e = evt_cuda_rel_error(&ref[k], &exact[k], sx);
+        if (!(e <= r->ref_exact)) r->ref_exact = e;
+      }
+    if (low) r->bound = fmax(1e-2, 2 * r->ref_exact);
+    for (int k = 0; k < no; k++) {
+      int id = g->outputs[k];
+      evt_dtype dt = g->nodes[id].type.dtype;
+      const char *name = g->nodes[id].name ? g->nodes[id].name : "?";
+      double er = evt_cuda_rel_error(&gpu[k], &ref[k], sref);
+      if (!anc[id]) {
+        double tol = dt == EVT_F32 ? 1e-4 : 1e-2;
+        if (!(er <= r->f32_ref)) r->f32_ref = er;
+        if (!(er <= tol)) {
+          fprintf(out, "check: step %ld output %%%s (%s): max rel error %.3g > %.0e against the interpreter: MISMATCH\n",
+                  step, name, evt_dtype_name(dt), er, tol);
+          r->mismatches++;
+        }
+        continue;
+      }
+      double ex = evt_cuda_rel_error(&gpu[k], &exact[k], sx);
+      if (!(er <= r->gpu_ref)) r->gpu_ref = er;
+      if (!(ex <= r->gpu_exact)) r->gpu_exact = ex;
+      if (!(ex <= r->bound) && !(er <= 1e-2)) {
+        fprintf(out,
+                "check: step %ld output %%%s (%s): max rel error %.3g against the exact (fp64) answer > %.3g "
+                "(max(1e-2, 2 x %.3g, the per-node %s interpreter's own distance)), %.3g against that interpreter: "
+                "MISMATCH\n",
+                step, name, evt_dtype_name(dt), ex, r->bound, r->ref_exact, evt_dtype_name(dt), er);
+        r->mismatches++;
+      }
+    }
+  }
+  free(anc);
+  for (int k = 0; k < no; k++) {
+    evt_tensor_free(&ref[k]);
+    evt_tensor_free(&exact[k]);
+  }
+  free(ref);
+  free(exact);
+  return st;
+}

@@ -1,0 +1,218 @@
+/* Interpreter: matrix products and attention.
+ * - mm [M,K]x[K,N]; bmm [...,M,K]x[...,K,N] (batch dims broadcast numpy-style if they differ);
+ *   addmm(c, a, b) = a @ b + c with c broadcast to [M,N]. Loops run i-k-j (rows of b stream through
+ *   the cache); each output element sums its k terms in increasing k.
+ * - spmm(rowptr, col, val, x) = A x with A in CSR form ([M,K], K = rows of x); spmm_t(...) = A^T dy with
+ *   shape [K,N]. rowptr must start at >= 0, never decrease and end at <= nnz; col in [0, K).
+ * - sdpa(q, k, v) [..., S, D] = softmax(q k^T * scale [+ causal mask: key j > query i masked]) v with
+ *   scale = 1/sqrt(D) when the attribute is 0; sdpa_backward_{q,k,v}(dout, q, k, v) are the exact
+ *   gradients, recomputing the probabilities row by row. */
+#include "runtime/interp/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* out[M,N] += a[M,K] @ b[K,N] (all contiguous). */
+static void matmul_acc(double *out, const double *a, const double *b, int64_t M, int64_t K, int64_t N) {
+  for (int64_t i = 0; i < M; i++) {
+    double *orow = out + i * N;
+    const double *arow = a + i * K;
+    for (int64_t k = 0; k < K; k++) {
+      double av = arow[k];
+      const double *brow = b + k * N;
+      for (int64_t j = 0; j < N; j++) orow[j] += av * brow[j];
+    }
+  }
+}
+
+/* Matrix offset of an operand for every batch index of the output, numpy broadcast over batch dims;
+ * false if the operand's batch dims do not broadcast to the output's. */
+static bool batch_offsets(const evt_tensor *t, const evt_tensor *out, int64_t *offsets) {
+  int rb = out->rank - 2, tb = t->rank - 2;
+  if (tb > rb) return false;
+  int64_t mat = t->shape[t->rank - 2] * t->shape[t->rank - 1];
+  int64_t stride[EVT_MAX_RANK] = {0}, s = mat;
+  for (int i = rb - 1; i >= 0; i--) {
+    int j = i - (rb - tb);
+    if (j < 0) continue;
+    if (t->shape[j] != out->shape[i] && t->shape[j] != 1) return false;
+    stride[i] = (t->shape[j] == 1 && out->shape[i] != 1) ? 0 : s;
+    s *= t->shape[j];
+  }
+  int64_t nb = interp_prod(out->shape, 0, rb), idx[EVT_MAX_RANK] = {0}, o = 0;
+  for (int64_t b = 0; b < nb; b++) {
+    offsets[b] = o;
+    for (int d = rb - 1; d >= 0; d--) {
+      o += stride[d];
+      if (++idx[d] < out->shape[d]) break;
+      o -= stride[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+  return true;
+}
+
+static evt_status gemm(evt_interp_ctx *ctx) {
+  evt_op op = ctx->n->op;
+  const evt_tensor *a = ctx->in[op == EVT_OP_ADDMM ? 1 : 0], *b = ctx->in[op == EVT_OP_ADDMM ? 2 : 1];
+  evt_tensor *out = ctx->out;
+  if (a->rank < 2 || b->rank < 2 || out->rank < 2) return interp_fail(ctx, "operands must have rank >= 2");
+  int64_t M = a->shape[a->rank - 2], K = a->shape[a->rank - 1], N = b->shape[b->rank - 1];
+  if (b->shape[b->rank - 2] != K || out->shape[out->rank - 2] != M || out->shape[out->rank - 1] != N)
+    return interp_fail(ctx, "operand shapes do not match the output");
+  int64_t nb = interp_prod(out->shape, 0, out->rank - 2);
+  int64_t *oa = malloc(sizeof(int64_t) * (size_t)(nb ? nb : 1)), *ob = malloc(sizeof(int64_t) * (size_t)(nb ? nb : 1));
+  if (!oa || !ob) {
+    free(oa);
+    free(ob);
+    return interp_fail(ctx, "out of memory");
+  }
+  if (!batch_offsets(a, out, oa) || !batch_offsets(b, out, ob)) {
+    free(oa);
+    free(ob);
+    return interp_fail(ctx, "batch dims of the operands do not match the output");
+  }
+  for (int64_t bi = 0; bi < nb; bi++) matmul_acc(out->data + bi * M * N, a->data + oa[bi], b->data + ob[bi], M, K, N);
+  free(oa);
+  free(ob);
+  if (op == EVT_OP_ADDMM) {
+    const evt_tensor *c = ctx->in[0];
+    int64_t cs[EVT_MAX_RANK];
+    if (out->rank != 2 || !evt_interp_bcast_strides(c, 2, out->shape, cs))
+      return interp_fail(ctx, "addmm bias does not broadcast to the product");
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) out->data[i * N + j] += c->data[i * cs[0] + j * cs[1]];
+  }
+  return EVT_OK;
+}
+
+/* ---- CSR sparse x dense ---------------------------------------------------------------------------- */
+
+static evt_status spmm(evt_interp_ctx *ctx) {
+  const evt_tensor *rowptr = ctx->in[0], *col = ctx->in[1], *val = ctx->in[2], *x = ctx->in[3];
+  evt_tensor *out = ctx->out;
+  bool transposed = ctx->n->op == EVT_OP_SPMM_T;
+  if (x->rank != 2 || out->rank != 2 || rowptr->rank != 1 || col->numel != val->numel)
+    return interp_fail(ctx, "expects rowptr[M+1], col[nnz], val[nnz] and a rank-2 dense operand");
+  int64_t M = rowptr->numel - 1, N = x->shape[1], nnz = col->numel;
+  int64_t K = transposed ? out->shape[0] : x->shape[0];
+  if (M < 0 || (transposed ? x->shape[0] : out->shape[0]) != M || out->shape[1] != N)
+    return interp_fail(ctx, "rowptr has %lld entries, which does not match the dense shapes", (long long)rowptr->numel);
+  int64_t prev = 0;
+  for (int64_t i = 0; i <= M; i++) {
+    int64_t r = evt_interp_index(ctx, rowptr, i, nnz + 1, "CSR rowptr");
+    if (r < 0) return EVT_ERR_INVALID;
+    if (r < prev) return interp_fail(ctx, "CSR rowptr is not monotone: rowptr[%lld] = %lld < %lld", (long long)i, (long long)r, (long long)prev);
+    prev = r;
+  }
+  for (int64_t p = 0; p < nnz; p++)
+    if (evt_interp_index(ctx, col, p, K, "CSR column index") < 0) return EVT_ERR_INVALID;
+  for (int64_t i = 0; i < M; i++) {
+    for (int64_t p = (int64_t)rowptr->data[i]; p < (int64_t)rowptr->data[i + 1]; p++) {
+      int64_t c = (int64_t)col->data[p];
+      double v = val->data[p];
+      if (!transposed) {
+        double *o = out->data + i * N;
+        const double *xr = x->data + c * N;
+        for (int64_t j = 0; j < N; j++) o[j] += v * xr[j];
+      } else {
+        double *o = out->data + c * N;
+        const double *dr = x->data + i * N;
+        for (int64_t j = 0; j < N; j++) o[j] += v * dr[j];
+      }
+    }
+  }
+  return EVT_OK;
+}
+
+/* ---- attention ------------------------------------------------------------------------------------- */
+
+static evt_status sdpa(evt_interp_ctx *ctx) {
+  evt_op op = ctx->n->op;
+  int base = op == EVT_OP_SDPA ? 0 : 1;
+  const evt_tensor *q = ctx->in[base], *k = ctx->in[base + 1], *v = ctx->in[base + 2];
+  const double *dout = base ? ctx->in[0]->data : NULL;
+  evt_tensor *out = ctx->out;
+  int r = q->rank;
+  if (r < 2 || k->rank != r || v->rank != r) return interp_fail(ctx, "q, k, v must have the same rank >= 2");
+  int64_t Sq = q->shape[r - 2], D = q->shape[r - 1], Skv = k->shape[r - 2], Dv = v->shape[r - 1];
+  int64_t B = interp_prod(q->shape, 0, r - 2);
+  if (k->shape[r - 1] != D || v->shape[r - 2] != Skv || interp_prod(k->shape, 0, r - 2) != B ||
+      interp_prod(v->shape, 0, r - 2) != B)
+    return interp_fail(ctx, "q, k, v shapes do not agree");
+  int64_t per_batch = op == EVT_OP_SDPA || op == EVT_OP_SDPA_BACKWARD_Q ? Sq : Skv;
+  per_batch *= op == EVT_OP_SDPA || op == EVT_OP_SDPA_BACKWARD_V ? Dv : D;
+  if (!interp_numel_is(ctx, out, B * per_batch, "the output") || (base && !interp_numel_is(ctx, ctx->in[0], B * Sq * Dv, "dout")))
+    return EVT_ERR_INVALID;
+  double scale = ctx->n->attr.scale != 0 ? ctx->n->attr.scale : 1.0 / sqrt((double)D);
+  bool causal = ctx->n->attr.causal != 0;
+  double *p = malloc(sizeof(double) * (size_t)(Skv ? Skv : 1));
+  double *dp = malloc(sizeof(double) * (size_t)(Skv ? Skv : 1));
+  if (!p || !dp) {
+    free(p);
+    free(dp);
+    return interp_fail(ctx, "out of memory");
+  }
+  for (int64_t b = 0; b < B; b++) {
+    const double *qb = q->data + b * Sq * D, *kb = k->data + b * Skv * D, *vb = v->data + b * Skv * Dv;
+    const double *dob = dout ? dout + b * Sq * Dv : NULL;
+    double *ob = out->data + b * per_batch;
+    for (int64_t i = 0; i < Sq; i++) {
+      const double *qi = qb + i * D;
+      int64_t nk = causal ? (i + 1 < Skv ? i + 1 : Skv) : Skv; /* keys 0..nk-1 are visible */
+      double m = -INFINITY;
+      for (int64_t j = 0; j < nk; j++) {
+        double s = 0;
+        for (int64_t d = 0; d < D; d++) s += qi[d] * kb[j * D + d];
+        p[j] = s * scale;
+        if (isnan(p[j]) || p[j] > m) m = isnan(m) ? m : p[j];
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < nk; j++) sum += (p[j] = exp(p[j] - m));
+      for (int64_t j = 0; j < nk; j++) p[j] /= sum;
+      if (op == EVT_OP_SDPA) {
+        double *oi = ob + i * Dv;
+        for (int64_t j = 0; j < nk; j++)
+          for (int64_t d = 0; d < Dv; d++) oi[d] += p[j] * vb[j * Dv + d];
+        continue;
+      }
+      const double *doi = dob + i * Dv;
+      if (op == EVT_OP_SDPA_BACKWARD_V) { /* dV_j += P_ij dO_i */
+        for (int64_t j = 0; j < nk; j++)
+          for (int64_t d = 0; d < Dv; d++) ob[j * Dv + d] += p[j] * doi[d];
+        continue;
+      }
+      /* dS_ij = P_ij (dP_ij - sum_j P_ij dP_ij), dP_ij = dO_i . V_j */
+      double dot = 0;
+      for (int64_t j = 0; j < nk; j++) {
+        double s = 0;
+        for (int64_t d = 0; d < Dv; d++) s += doi[d] * vb[j * Dv + d];
+        dp[j] = s;
+        dot += p[j] * s;
+      }
+      for (int64_t j = 0; j < nk; j++) dp[j] = p[j] * (dp[j] - dot) * scale;
+      if (op == EVT_OP_SDPA_BACKWARD_Q) { /* dQ_i = scale sum_j dS_ij K_j */
+        double *oi = ob + i * D;
+        for (int64_t j = 0; j < nk; j++)
+          for (int64_t d = 0; d < D; d++) oi[d] += dp[j] * kb[j * D + d];
+      } else { /* dK_j += scale dS_ij Q_i */
+        for (int64_t j = 0; j < nk; j++)
+          for (int64_t d = 0; d < D; d++) ob[j * D + d] += dp[j] * qi[d];
+      }
+    }
+  }
+  free(p);
+  free(dp);
+  return EVT_OK;
+}
+
+evt_status evt_interp_gemm(evt_interp_ctx *ctx) {
+  switch (ctx->n->op) {
+  case EVT_OP_MM:
+  case EVT_OP_BMM:
+  case EVT_OP_ADDMM: return gemm(ctx);
+  case EVT_OP_SPMM:
+  case EVT_OP_SPMM_T: return spmm(ctx);
+  default: return sdpa(ctx);
+  }
+}

@@ -1,0 +1,66 @@
+/* Internals of the CPU interpreter, shared by src/runtime/interp*.c. Not part of any other module's API.
+ *
+ * Each op family lives in one file and exposes one entry, `evt_interp_<family>(ctx)`, that computes the
+ * node's output values in double into ctx->out (already allocated with the node's shape and dtype, zero-
+ * filled). The dispatcher in interp.c rounds the stored values to the node's dtype afterwards (unless
+ * EVT_RUN_FP64 leaves floats in double), so the family code never rounds, except where an op's meaning
+ * needs a value at the dtype mid-way (none does today).
+ *
+ * Run-time errors (an index out of range, a CSR row pointer not monotone) are user errors: the family
+ * returns EVT_ERR_INVALID through interp_fail(), whose message names the node. */
+#ifndef EVT_INTERP_IMPL_H
+#define EVT_INTERP_IMPL_H
+
+#include "ir/ir.h"
+
+#include <math.h>
+
+typedef struct evt_interp_ctx {
+  evt_graph *g;
+  int id;                          /* the node being run */
+  const evt_node *n;
+  const evt_tensor *const *in;     /* n->ninputs tensors, shapes checked against the input nodes' types */
+  evt_tensor *out;                 /* allocated and zeroed by the dispatcher */
+  unsigned flags;                  /* EVT_RUN_* */
+} evt_interp_ctx;
+
+#define interp_fail(ctx, ...) evt_graph_errorf((ctx)->g, (ctx)->id, EVT_ERR_INVALID, __VA_ARGS__)
+
+/* A dim attribute that may be negative (Python style) as an index in [0, rank); -1 if out of range. */
+static inline int interp_norm_dim(int64_t d, int rank) {
+  if (d < 0) d += rank;
+  return d >= 0 && d < rank ? (int)d : -1;
+}
+
+/* Product of shape[lo..hi). */
+static inline int64_t interp_prod(const int64_t *shape, int lo, int hi) {
+  int64_t p = 1;
+  for (int i = lo; i < hi; i++) p *= shape[i];
+  return p;
+}
+
+/* Strides (in elements) with which `in` is read when broadcast numpy-style to a tensor of rank `rank`
+ * and shape `shape`: 0 along broadcast dimensions. False (strides unset) if `in` does not broadcast to it. */
+bool evt_interp_bcast_strides(const evt_tensor *in, int rank, const int64_t *shape, int64_t *stride);
+
+/* Fails unless t has exactly `numel` elements (guards against a node whose type disagrees with its inputs,
+ * so that a malformed graph gives a message instead of an out-of-bounds access). */
+static inline bool interp_numel_is(evt_interp_ctx *ctx, const evt_tensor *t, int64_t numel, const char *what) {
+  if (t->numel == numel) return true;
+  evt_graph_errorf(ctx->g, ctx->id, EVT_ERR_INVALID, "%s has %lld elements, expected %lld", what,
+                   (long long)t->numel, (long long)numel);
+  return false;
+}
+
+/* Reads an index tensor's element i as an integer in [0, limit); on failure sets the message (naming
+ * `what`) and returns -1. Integral floats are accepted; NaN or fractions are not. */
+int64_t evt_interp_index(evt_interp_ctx *ctx, const evt_tensor *t, int64_t i, int64_t limit, const char *what);
+
+/* The op families. Each handles the ops of its file; see the file's top comment. */
+evt_status evt_interp_elementwise(evt_interp_ctx *ctx);   /* interp_elementwise.c: unary, binary, where */
+evt_status evt_interp_reduce(evt_interp_ctx *ctx);        /* interp_reduce.c: sum/mean/amax, row ops, norms */
+evt_status evt_interp_gemm(evt_interp_ctx *ctx);          /* interp_gemm.c: mm, bmm, addmm, spmm, sdpa */
+evt_status evt_interp_conv(evt_interp_ctx *ctx);          /* interp_conv.c: conv2d and pools, with backwards */
+evt_status evt_interp_misc(evt_interp_ctx *ctx);          /* interp_misc.c: sources, rng, losses, gathers, layout */
+
+#endif
