@@ -10,9 +10,6 @@
 //   bench_rows DIR OUT.json [REPS]    (DIR holds the compiled kernels; see tests/gpu/run_rows_h200.sh)
 //   bench_rows perf LABEL=DIR...      before/after comparison (tests/gpu/w/rowperf.sh; see perf_main below)
 //   bench_rows copyfloor              how close to the floor any kernel gets at these byte counts (copyfloor_main)
-//   bench_rows lnbisect [LABEL=DIR..] hand-written steps from a row copy to layer norm, then the generated layer
-//                                     norm of each DIR on the same buffers (ln_bisect.cuh)
-//   bench_rows lnbbisect [LABEL=DIR..] the same for layer-norm backward (lnb_bisect.cuh)
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -64,14 +61,10 @@ static void launch_ex(void (*f)(P...), dim3 grid, dim3 threads, size_t smem, boo
 
 static int perf_main(int argc, char **argv);
 static int copyfloor_main();
-static int lnbisect_main(int argc, char **argv);
-static int lnbbisect_main(int argc, char **argv);
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "perf")) return perf_main(argc - 2, argv + 2);
   if (argc > 1 && !strcmp(argv[1], "copyfloor")) return copyfloor_main();
-  if (argc > 1 && !strcmp(argv[1], "lnbisect")) return lnbisect_main(argc - 2, argv + 2);
-  if (argc > 1 && !strcmp(argv[1], "lnbbisect")) return lnbbisect_main(argc - 2, argv + 2);
   if (argc < 3) {
     fprintf(stderr, "usage: bench_rows DIR OUT.json [REPS]\n");
     return 2;
@@ -283,14 +276,6 @@ static double copy_floor_setup(char **src, char **dst) {
   CUDA_CHECK(cudaMemset(*src, 1, kCopyBytes));
   char *s = *src, *d = *dst;
   return median_us_m([&] { CUDA_CHECK(cudaMemcpyAsync(d, s, kCopyBytes, cudaMemcpyDeviceToDevice)); }, 10, false);
-}
-
-// copy_floor_setup, then the floor's bandwidth (bytes/s) printed and returned
-static double floor_bandwidth(char **src, char **dst) {
-  const double copy_d = copy_floor_setup(src, dst);
-  const double bw = 2.0 * kCopyBytes / (copy_d * 1e-6);
-  printf("copy 1 GiB D2D: %.1f us -> %.1f GB/s (the floor's bandwidth)\n", copy_d, bw / 1e9);
-  return bw;
 }
 
 static int perf_main(int argc, char **argv) {
@@ -568,17 +553,3 @@ static int copyfloor_main() {
   }
   return 0;
 }
-
-// The bf16 kernel of row example `ex` compiled in DIR (lnbisect / lnbbisect: the generated kernel on the hand-written
-// kernels' buffers), or null with a message; `cases` owns it.
-static const RowCase *generated_case(std::vector<RowCase> &cases, const char *dir, const char *ex) {
-  cases = all_row_cases();
-  load_all(cases, dir, true);
-  for (auto &q : cases)
-    if (q.example == ex && q.dt == EVT_BF16 && q.fn) return &q;
-  printf("%s: no compiled %s\n", dir, ex);
-  return nullptr;
-}
-
-#include "ln_bisect.cuh"
-#include "lnb_bisect.cuh"
