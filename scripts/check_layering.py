@@ -21,7 +21,7 @@ LAYERS = {
     "runtime/interp": {"ir", "kernels"},  # kernels/philox.h: the interpreter draws the GPU's dropout masks
     "runtime/jit": set(),
     "codegen": {"partition", "ir", "kernels"},
-    "runtime/gpu": {"codegen", "partition", "ir", "runtime/jit", "kernels"},
+    "runtime/gpu": {"codegen", "partition", "ir", "kernels"},
     "tune": {"runtime/gpu", "runtime/jit", "codegen", "partition", "ir", "kernels"},
     "compile": {"tune", "runtime/gpu", "runtime/jit", "runtime/interp", "codegen", "partition", "passes",
                 "autodiff", "ir", "kernels"},

@@ -3,7 +3,7 @@
 //   cuBLAS plain      cuBLASLt GEMM alone (bf16 out), heuristic's first algorithm
 //   cuBLAS + separate cuBLASLt GEMM into T (with cuBLASLt's BIAS epilogue when the epilogue starts with
 //                     acc + bias, else plain) + the rest of the epilogue as one generated row kernel
-//                     (evt_tune_unfused_rspec, src/evt/emit_rows.c); the faster of the two variants
+//                     (evt_tune_unfused_rspec, src/codegen/emit_rows.c); the faster of the two variants
 //   evt default       the generated CUTLASS kernel, default config (128x128x64 c1x1 coop), no swizzle
 //   evt tuned         the fastest of evt_tune_candidates x evt_tune_sched_variants (launch-time swizzle/raster)
 // Timing: 5 warm-ups, then the median of R calls each bracketed by CUDA events. Every fused result (default
@@ -414,7 +414,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(argv[1], "tune")) {
-    // the autotuner itself (src/runtime/tune_gpu.c) on every case: records under $EVT_TUNE_CACHE
+    // the autotuner itself (src/tune/tune_gpu.c) on every case: records under $EVT_TUNE_CACHE
     std::vector<evt_tune_problem> probs;
     for (Plan &p : plans) {
       evt_tune_problem q;
@@ -440,7 +440,7 @@ int main(int argc, char **argv) {
     return st == EVT_OK ? 0 : 1;
   }
   if (compile) {
-    // the autotuner's timing helper too (same name and source as src/runtime/tune_gpu.c uses: one cache entry)
+    // the autotuner's timing helper too (same name and source as src/tune/tune_gpu.c uses: one cache entry)
     {
       const char *kd = getenv("EVT_KERNELS_DIR") ? getenv("EVT_KERNELS_DIR") : "kernels";
       std::string path = std::string(kd) + "/evt_tune_bench.cu";

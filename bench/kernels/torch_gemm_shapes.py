@@ -1,5 +1,5 @@
 """cuBLAS (through torch) time of the GEMM shapes of one bert_large training step, for comparison with
-evt's per-step GPU table (EVT_PROFILE=N, src/runtime/profile.c), which names each GEMM as M x N x K.
+evt's per-step GPU table (EVT_PROFILE=N, src/runtime/gpu/profile.c), which names each GEMM as M x N x K.
 
     python3 bench/kernels/torch_gemm_shapes.py [--tokens 16384] [--hidden 1024] [--ffn 4096] [--vocab 30528]
 

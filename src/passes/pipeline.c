@@ -1,4 +1,4 @@
-/* The pass pipeline: the ordered list of graph passes (stage 3 of ARCHITECTURE.md).
+/* The pass pipeline: the ordered list of graph passes (stage 3 of docs/architecture.md).
  *
  *   canonicalize -> loss elimination -> decomposition (to a fixpoint) -> reduction elimination ->
  *   constant propagation -> CSE -> layout folding / permute propagation -> DCE -> split casts
