@@ -11,8 +11,8 @@
  * --device cuda (or gpu) runs each step on the GPU (src/runtime/gpu/cuda.h): the inputs and params are uploaded
  * once and stay on the device, each step runs the program and the SGD update there (evt_program_sgd: the
  * host update's arithmetic) and brings back the loss only (evt_cuda_train_step); --host-sgd instead uploads
- * every input and param each step, downloads every output and updates on the host (the loop before session 27,
- * kept to compare: both give the same losses bit for bit). With --check every step is also run on the
+ * every input and param each step, downloads every output and updates on the host (an independent path to
+ * compare with: both give the same losses bit for bit). With --check every step is also run on the
  * interpreter and every output compared (check_step; the GPU then also sends back the outputs and the params
  * the step read); the step time printed excludes the check. No GPU or no kernel library: exit 1 with "no CUDA device".
  * --fused (implies --opt) partitions and lowers the graph and runs GEMM+EVT / row / pointwise groups as generated

@@ -135,9 +135,9 @@ evt_status evt_program_tune_opts(evt_graph *const *graphs, int n, const evt_opti
     int *want = calloc((size_t)xp->ngroups + 1, sizeof *want);
     EVT_ASSERT(want);
     /* the groups the fused runtime runs as GEMMs (generated or cuBLAS), and those a record sent unfused; at one
-     * config (the backend's default tuning) not those a rule already runs unfused untuned (few output tiles
-     * for a long K: the generated kernel has no split-K, XML-CNN's 1024x512x670208 input gradient measured
-     * 5.94 ms fused vs 0.91 ms unfused on the H200, and compiling and timing that loser took ~110 s) */
+     * config (the backend's default tuning) not those a rule already runs unfused untuned (few output tiles for
+     * a long K: the generated kernel has no split-K, so it loses by far, and compiling and timing it costs
+     * minutes) */
     for (int gi = 0; gi < xp->ngroups; gi++) {
       const evt_group_exec *x = &xp->groups[gi];
       want[gi] = x->kind == EVT_LK_GEMM_EVT && (x->fused || x->tuned == EVT_TUNE_UNFUSED) &&

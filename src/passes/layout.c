@@ -18,10 +18,9 @@
  * by some permute of a tensor, the region of elementwise ops and sum/mean/amax reachable from such permutes
  * is rebuilt in the p order (dims remapped; per-channel broadcasts reshaped), users outside read a permute
  * back, and the attempt is kept only if, after the local rules, fewer permutes remain (else undone). The
- * permute may read an input (session 33): a channels-last activation declared in memory order and permuted
+ * permute may read an input: a channels-last activation declared in memory order and permuted
  * to NCHW carries its batch-norm statistics along, mean over N, H, W becoming a sum over the leading dims of
- * the memory order (a Σ over M of the row kernels); before, only permutes of computed tensors seeded it and
- * such a region kept its permutes.
+ * the memory order (a Σ over M of the row kernels).
  * Last (the only rule that adds permutes):
  *   permute(y) used by several nodes, some of them GEMMs (mm, bmm), y not an input/param
  *                                         -> one copy per GEMM user, so each GEMM absorbs its own copy as an

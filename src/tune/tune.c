@@ -26,7 +26,7 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
   const evt_tile_config C = EVT_TILE_CONFIG_DEFAULT;
   /* In the order they are worth trying (a cap keeps the first ones): the spec's own config (what runs
    * untuned: the lowering's default), the large cooperative tiles with and without a 2-CTA cluster (the best
-   * configs of bench/results/h200-run4), ping-pong, then the deterministic workspace reduction for specs with
+   * configs measured), ping-pong, then the deterministic workspace reduction for specs with
    * sums; each config once. */
   evt_tile_config list[32];
   int nl = 0;
@@ -38,8 +38,7 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
     list[nl++] = c_;                                                                                  \
   } while (0)
   /* Fewer 128x256 output tiles than SMs over a long K: the stream-K scheduler right after the default (the
-   * generated kernel otherwise runs a handful of CTAs down K: vit_p14's weight gradients at K = 32896, 0.30 ms
-   * against cuBLASLt's split-K 0.06-0.20 ms, S17W1) */
+   * generated kernel otherwise runs a handful of CTAs down K, e.g. vit_p14's weight gradients at K = 32896) */
   if (!s->batched && k >= 2048 && ((m + 127) / 128) * ((n + 255) / 256) < EVT_TUNE_SMS) {
     ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
     list[nl - 1].stream_k = 1;
@@ -47,7 +46,7 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
     list[nl - 1].stream_k = 1;
   }
   /* ping-pong with a 64x64 epilogue subtile (64x32 otherwise): more independent elements between the subtile's
-   * barriers, 1-4% faster than 64x32 on the GELU epilogues at 16384x4096x1024 (S20W8; 64x128: 0-3%) */
+   * barriers: faster on the GELU epilogues */
   ADD(128, 128, 1, 1, EVT_SCHED_PINGPONG, EVT_RED_ATOMIC);
   list[nl - 1].epi_n = 64;
   ADD(128, 256, 1, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
@@ -250,10 +249,10 @@ static double err_value(const erracc *e) {
 }
 
 /* The sampled check is the tuner's main host cost at training sizes (an MLP problem's rows are 16384 x 4096
- * multiply-adds each; XML-CNN's 670208-wide rows took ~25 s in one thread on the H200's host, S18W4), so:
+ * multiply-adds each; XML-CNN's rows are 670208 wide), so:
  * the operands are converted to double once per sub-problem, in row-major (NN) order whatever the spec's
  * layout (the reference's inner loop then runs along contiguous memory), and each sampled row / column is
- * an independent job; the jobs run on up to EVT_TUNE_CHECK_THREADS threads (default: the online CPUs). */
+ * an independent job; the jobs run on the online CPUs (evt_tune_set_threads). */
 typedef struct check_job {
   const evt_kspec *s;  /* the spec with layout NN */
   int64_t m, n, k;     /* the full problem */

@@ -107,11 +107,8 @@ int evt_tune_sched_variants(int64_t m, int64_t n, int (*out)[2], int max);
  * (0 1, 1 0, 0 1, 1 0, ...), and stores the median of each one's times in ms[0], ms[1] (under a steady drift
  * both medians sit at the same mean position). time(ctx, which, &ms) times one implementation (itself a median
  * of calls) and returns 0 or an error code. Why: the GPU's clocks follow its temperature and power draw, so
- * times taken at different points of a sweep over tens of candidates are not comparable — on the H200
- * cuBLASLt's 8192^3 GEMM read 1.375 ms before a candidate sweep and 1.586 ms in alternation with evt's kernel
- * right after it (S23W2); the paper MLP's fc1 pair (cuBLASLt + row kernel) read 1.63 ms at the end of its sweep
- * and 1.89 side by side with the fused kernel, which read 1.68 and 1.62 (S23W3; the program-level A/B of S22W7
- * had measured the fused kernel 12% faster). Returns 0, or the first nonzero code of time (ms[] untouched). */
+ * times taken at different points of a sweep over tens of candidates are not comparable (bench/RESULTS.md).
+ * Returns 0, or the first nonzero code of time (ms[] untouched). */
 int evt_tune_interleave(int rounds, int (*time)(void *ctx, int which, double *ms), void *ctx, double ms[2]);
 
 /* The unfused alternative's epilogue as a nucleus-free row spec over [M, N]: the accumulator becomes an
