@@ -4,7 +4,8 @@
  * node that carries a gradient it calls evt_vjp_apply once (reverse id order, so every user of a node has
  * contributed before the node itself is differentiated); the rule emits new nodes with evt_ad_emit and
  * hands each operand's contribution to evt_ad_accumulate, which reduces broadcast dims, casts to the
- * operand's dtype and sums contributions from several users with `add`. */
+ * operand's dtype and sums contributions from several users with `add`. The two files call each other
+ * through this header on purpose: the driver applies rules, the rules hand contributions back. */
 #ifndef EVT_AUTODIFF_AD_H
 #define EVT_AUTODIFF_AD_H
 #include "ir/ir.h"

@@ -191,6 +191,7 @@ const char *evt_type_str(const evt_type *t, char *buf, size_t n);
 int evt_graph_grad_outputs(const evt_graph *g, int *grad_of);
 int evt_graph_param_count(const evt_graph *g);
 
+/* (graph.c adds a node by inferring its type; infer.c reports errors on the graph: they call each other.) */
 /* ---- src/ir/infer.c -------------------------------------------------------------------------------- */
 /* Checks the node's inputs and attributes (the verifier rule of its op) and sets n->type. Messages go
  * through evt_graph_errorf and name the node. Called by evt_graph_add_node and evt_graph_verify. */

@@ -1,5 +1,6 @@
-/* The GPU runtime (internal header): the program behind the public evt_program_* API (src/runtime/gpu/program.c),
- * the launches it enqueues (src/runtime/gpu/cuda.c), and `evtc run --device cuda`'s host-tensor wrapper over it.
+/* The GPU runtime (internal header): the program behind the public evt_program_* API (src/runtime/gpu/program.c)
+ * and the launches it enqueues (src/runtime/gpu/cuda.c); a launch reads the program's tensors, the program
+ * enqueues launches: the two call each other through this header on purpose.
  *
  * There is ONE GPU runtime: an evt_program. Layers:
  *   cuda.c     loads kernels/evt_fallback.cu's library (build/libevt_fallback.so) with dlopen - libevt
@@ -8,11 +9,12 @@
  *              EVT_ERR_UNSUPPORTED with "no CUDA device: ..." -, and launches one step of a program on a
  *              stream: evt_gpu_launch_node (one node through the library) and evt_gpu_launch_group (one
  *              partition group on its path: a generated row kernel, a generated GEMM+EVT kernel
- *              (src/runtime/gpu/gemm_launch.c), or its members node by node). Nothing there synchronizes or copies to the host.
- *   program.c  builds a program: optional passes, the fused plan (src/runtime/gpu/exec_plan.h) and its JIT'd
- *              kernels, the step list, the arena; binds caller memory; runs (eager or CUDA graph).
- *   cuda.c     also evt_cuda_*: `evtc run`'s double host tensors -> native device buffers -> program ->
- *              doubles, timed with events around the program's run.
+ *              (src/runtime/gpu/gemm_launch.c), or its members node by node). Nothing there synchronizes or
+ *              copies to the host.
+ *   program.c  a program created by src/compile/program.c (passes, fused plan, compiled kernels, memory plan):
+ *              loads its kernels, places its arena, binds caller memory, runs (eager or CUDA graph).
+ *   memory.c   the steps of a run and the arena's layout (memory.h); exec_plan.c, the plan's run-time changes.
+ *   profile.c  EVT_PROFILE's tables.
  *
  * Steps and memory: src/runtime/gpu/memory.h.
  */

@@ -1,4 +1,5 @@
-/* Internals of the CPU interpreter, shared by src/runtime/interp*.c. Not part of any other module's API.
+/* Internals of the CPU interpreter, shared by the files of src/runtime/interp. Not part of any other module's API.
+ * (The dispatcher calls the families and they call its helpers back: one module, one header, on purpose.)
  *
  * Each op family lives in one file and exposes one entry, `evt_interp_<family>(ctx)`, that computes the
  * node's output values in double into ctx->out (already allocated with the node's shape and dtype, zero-
