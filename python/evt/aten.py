@@ -20,6 +20,7 @@ import operator
 
 import torch
 
+from . import config
 from .lib import DTYPE_NAMES
 
 aten = torch.ops.aten
@@ -92,7 +93,7 @@ class Builder:
         self.cur = None
         self.k = 0
         self.device = None  # torch.device of every tensor in the segment (one device per segment)
-        self.cuda_attention = cuda_attention_in_evt()  # translate CUDA SDPA (the backend sets it per options)
+        self.cuda_attention = False  # translate CUDA SDPA (the backend sets it from its options)
         self.transposed_input = None  # FX node -> True: declare it transposed (backend.gemm_only_transposed)
         self.transposed = set()       # names of inputs declared transposed (bound as x.t())
         self.rng_sites = 0            # dropout sites so far: site k draws with Philox seed k (native_dropout)
@@ -1284,14 +1285,6 @@ def _(dout, q, k, v, is_causal, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def cuda_attention_in_evt():
-    """The environment's default for CUDA attention (flash / efficient / cuDNN SDPA): translated to evt's
-    sdpa, its backward to evt::sdpa_backward, with EVT_ATTENTION=evt or EVT_CUDA_OPS=all; otherwise
-    PyTorch's fused kernels. The backend's options override it (gpu.attention_in_evt)."""
-    import os
-    return os.environ.get("EVT_ATTENTION", "torch") == "evt" or os.environ.get("EVT_CUDA_OPS", "fast") == "all"
-
-
 # CUDA SDPA backward ops: (index of dropout_p, index of is_causal, index of attn_bias or None)
 _CUDA_SDPA_BWD = {
     aten._scaled_dot_product_flash_attention_backward.default: (10, 11, None),
@@ -1307,10 +1300,9 @@ _CUDA_SDPA_FWD = {
 
 
 def _on_cuda(n):
-    import os
     v = n.meta.get("val")
     v = v[0] if isinstance(v, (tuple, list)) and v else v
-    sim = os.environ.get("EVT_SIMULATE_CUDA_RULES", "0") == "1"  # (see backend._cuda_rules)
+    sim = config.SIMULATE_CUDA_RULES
     return isinstance(v, torch.Tensor) and (v.device.type == "cuda" or (sim and v.device.type == "cpu"))
 
 
@@ -1337,15 +1329,13 @@ def _ln_recompute_args(n, devices):
     return dy, x, list(ns), w, bias, float(fwd.args[4])
 
 
-def rewrite_joint(gm, attention=None, cuda_pools=True, ln_devices=("cuda",)):
+def rewrite_joint(gm, attention=False, cuda_pools=True, ln_devices=("cuda",)):
     """Replaces index-taking pool backward ops by the evt:: ones (on CUDA only when cuda_pools: when
-    the pools run in PyTorch, its indexed backward is kept), when attention (default:
-    cuda_attention_in_evt()) the CUDA SDPA backward by evt::sdpa_backward, and a layer-norm backward on
+    the pools run in PyTorch, its indexed backward is kept), when attention (CUDA attention runs in evt) the
+    CUDA SDPA backward by evt::sdpa_backward, and a layer-norm backward on
     ln_devices whose statistics come from its forward by evt::layer_norm_backward (statistics recomputed
     from x, as evt's row ops do anyway: the forward then no longer computes and saves mean / rstd);
     returns how many were replaced."""
-    if attention is None:
-        attention = cuda_attention_in_evt()
     count = 0
     for n in list(gm.graph.nodes):
         if n.op != "call_function":

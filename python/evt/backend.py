@@ -92,16 +92,13 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import default_partition
 
 from . import aten as A
+from . import config
 from . import diskcache
 from . import gpu as G
 from .lib import EvtError, Graph
 
 log = logging.getLogger("evt")
-if os.environ.get("EVT_LOG", "0") not in ("", "0") and not log.handlers:
-    _h = logging.StreamHandler()
-    _h.setFormatter(logging.Formatter("[evt] %(message)s"))
-    log.addHandler(_h)
-    log.setLevel(logging.INFO)
+config.configure_logging(log)
 
 aten = torch.ops.aten
 
@@ -170,7 +167,8 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
     if kwargs.get("num_fwd_outputs") is not None:
         mark_returned_log_softmax(joint, kwargs["num_fwd_outputs"])
     joint_cse(joint)
-    A.rewrite_joint(joint, attention=G.attention_in_evt(options), cuda_pools=G.gpu_ops(options) == "all",
+    A.rewrite_joint(joint, attention=config.gpu_family_in_evt(options, "attention"),
+                    cuda_pools=config.gpu_family_in_evt(options, "pooling"),
                     ln_devices=("cuda", "cpu") if _cuda_rules("cpu") else ("cuda",))
     stack_select_backwards(joint, options)
     mark_conv_inputs(joint)
@@ -186,9 +184,6 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
                 fwd = rstd.args[0]
                 if getattr(fwd, "target", None) == aten.native_layer_norm.default:
                     n.meta["evt_eps"] = float(fwd.args[4])
-    if os.environ.get("EVT_PARTITIONER", "default") == "min_cut":
-        from torch._functorch.partitioners import min_cut_rematerialization_partition
-        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     return default_partition(joint, joint_inputs, **kwargs)
 
 
@@ -212,8 +207,6 @@ def pad_vocab(gm, options=None):
     Applied to a CUDA addmm(bias, x, permute(w)) that pad_gemm would pad when every op its vocabulary dim
     reaches is one the rewrite knows (_VOCAB_OPS); else the graph is left as it is. EVT_PAD_VOCAB=0 turns it
     off. Returns the number of heads padded."""
-    if os.environ.get("EVT_PAD_VOCAB", "1") in ("", "0"):
-        return 0
     count = 0
     for a in list(gm.graph.nodes):
         if a.op == "call_function" and a.target == aten.addmm.default and pad_gemm(a):
@@ -338,8 +331,6 @@ def recompute_log_softmax(gm, options=None):
     reads them (the widening cast fuses into the softmax's load: partition rules, CONVERT). The forward's loss
     then needs no log-probabilities in memory (loss_elim's logsumexp form). bert_large's MLM head: 16384 x 30528
     logits per step. EVT_RECOMPUTE_LOG_SOFTMAX=0 turns it off. Returns the number rewritten."""
-    if os.environ.get("EVT_RECOMPUTE_LOG_SOFTMAX", "1") in ("", "0"):
-        return 0
     count = 0
     for n in list(gm.graph.nodes):
         m = _log_softmax_of_upcast(n)
@@ -383,7 +374,7 @@ def recompute_upcasts(gm, num_fwd_outputs, options=None):
     were an output of the logits GEMM's epilogue (2.75 GB) and the input of the loss backward's kernel, 1.63 ms on
     the H200 (S17W2). CUDA rules, tensors from UNALIGNED_MIN_NUMEL elements; EVT_RECOMPUTE_UPCASTS=0 turns it
     off. Returns the number rewritten."""
-    if os.environ.get("EVT_RECOMPUTE_UPCASTS", "1") in ("", "0") or num_fwd_outputs is None:
+    if num_fwd_outputs is None:
         return 0
     # the forward, as the default partitioner splits: every node the forward's outputs need
     out = next(n for n in gm.graph.nodes if n.op == "output")
@@ -422,8 +413,6 @@ def upcast_into_log_softmax(gm, options=None):
     accumulates in f32 as before): the upcast's separate [tokens, vocab] f32 copy (1.2 ms per bert_large step on
     the H200, S13W4) goes. The backward is unchanged (it reads the f32 output). Real CUDA tensors only (PyTorch
     has no CPU kernel for half_to_float). EVT_UPCAST_LOG_SOFTMAX=0 turns it off. Returns the number rewritten."""
-    if os.environ.get("EVT_UPCAST_LOG_SOFTMAX", "1") in ("", "0"):
-        return 0
     count = 0
     for n in list(gm.graph.nodes):
         m = _log_softmax_of_upcast(n)
@@ -445,8 +434,6 @@ def joint_cse(gm):
     returns apart). Autocast casts the same activation once per consumer: XML-CNN's transposed embedding went
     to bf16 three times (one per convolution, [256, 304, 512] each at x0.25) and all three were saved for the
     backward. EVT_JOINT_CSE=0 turns it off. Returns the number of nodes removed."""
-    if os.environ.get("EVT_JOINT_CSE", "1") in ("", "0"):
-        return 0
     try:
         from torch._functorch.compile_utils import fx_graph_cse
     except ImportError:  # (an older PyTorch without it: nothing to do)
@@ -566,66 +553,71 @@ def _cuda_rules(device):
     """True when the CUDA placement and layout rules apply to a value on this device: CUDA, or the CPU
     with EVT_SIMULATE_CUDA_RULES=1 (tests: the rules' rewrites checked end to end on the interpreter)."""
     t = getattr(device, "type", device)
-    return t == "cuda" or (t == "cpu" and os.environ.get("EVT_SIMULATE_CUDA_RULES", "0") == "1")
+    return t == "cuda" or (t == "cpu" and config.SIMULATE_CUDA_RULES)
 
 
 # ---- CUDA op placement ------------------------------------------------------------------------------------
 
-_REF = ("evt's only CUDA implementation of {what} is the reference library (kernels/evt_fallback.cu: "
-        "{how}); runs in PyTorch ({torch}); options={{'gpu_ops': 'all'}} or EVT_CUDA_OPS=all keeps it in evt")
-_CONV = _REF.format(what="convolution", how="direct loops in double, no implicit GEMM", torch="cuDNN")
-_ATTN = ("evt's CUDA attention is cuDNN's fused flash attention for bf16/f16 (kernels/evt_cudnn_sdpa.cu; in a "
-         "backward program it recomputes the forward: evt's sdpa_backward takes q, k, v, not the saved statistics) and the "
-         "reference library for f32 (kernels/evt_fallback.cu: one thread per query row in double); runs in PyTorch "
-         "(flash / efficient / cuDNN attention); options={'gpu_ops': 'all'} or EVT_CUDA_OPS=all keeps it in evt "
-         "(EVT_ATTENTION=evt: attention only)")
-_POOL = _REF.format(what="pooling", how="one thread per element in double", torch="cuDNN / ATen")
-_EMB = _REF.format(what="the embedding and its backward", how="a gather by index, and a scatter-add with atomics "
-                   "in double plus a conversion pass (0.35-0.58 ms per step on bert_large / xmlcnn_paper, S13W6, "
-                   "S14W1)", torch="its gather and sort-based backward kernels")
-_BN = ("batch norm runs in PyTorch (its channels-last kernels): in evt (EVT_BATCH_NORM=evt) its channels-last "
-       "statistics lower as column sums of the row kernels, but measured slower on the H200 (resnet50 41.1 vs 28.7 "
-       "ms/step, S33W3: rows of 64-256 channels take one warp each, ~10 launches per layer)")
-_DROP = ("dropout draws its mask in PyTorch on CUDA, as EVT_DROPOUT=torch asks (by default evt draws it, in its "
-         "row kernels: bert_large --dropout 84.92 vs 85.68 ms/step on the H200, S36W5)")
-# FX op packets that run in PyTorch on CUDA under gpu_ops "fast", with the reason logged.
-CUDA_REFERENCE_ONLY = {
-    aten.convolution: _CONV, aten.convolution_backward: _CONV,
-    aten._scaled_dot_product_flash_attention: _ATTN, aten._scaled_dot_product_efficient_attention: _ATTN,
-    aten._scaled_dot_product_cudnn_attention: _ATTN, torch.ops.evt.sdpa_backward: _ATTN,
-    # (their backward ops have no translation; under "all" the joint graph's rewrite makes evt::sdpa_backward)
-    aten._scaled_dot_product_cudnn_attention_backward: _ATTN,
-    aten._scaled_dot_product_flash_attention_backward: _ATTN,
-    aten._scaled_dot_product_efficient_attention_backward: _ATTN,
-    aten.max_pool2d_with_indices: _POOL, aten.max_pool2d_with_indices_backward: _POOL,
-    torch.ops.evt.max_pool2d_backward: _POOL, aten.avg_pool2d: _POOL, aten.avg_pool2d_backward: _POOL,
-    aten.adaptive_max_pool2d: _POOL, aten.adaptive_max_pool2d_backward: _POOL,
-    torch.ops.evt.adaptive_max_pool2d_backward: _POOL,
-    aten._native_batch_norm_legit_functional: _BN, aten.native_batch_norm: _BN, aten._native_batch_norm_legit: _BN,
-    aten._native_batch_norm_legit_no_training: _BN, aten.native_batch_norm_backward: _BN,
-    aten.embedding: _EMB, aten.embedding_dense_backward: _EMB,
-    aten.native_dropout: _DROP,
+def _keep(family):
+    return f"; options={{'gpu_ops': 'all'}} or a gpu_ops list naming {family!r} keeps it in evt"
+
+
+def _reference_only(family, what, how, torch_kernels):
+    return (f"evt's only CUDA implementation of {what} is the reference library (kernels/evt_fallback.cu: {how}); "
+            f"runs in PyTorch ({torch_kernels})" + _keep(family))
+
+
+# Why each op family of config.GPU_OP_FAMILIES runs in PyTorch on CUDA unless options["gpu_ops"] names it.
+FAMILY_REASON = {
+    "convolution": _reference_only("convolution", "convolution", "direct loops in double, no implicit GEMM",
+                                   "cuDNN"),
+    "attention": ("evt's CUDA attention is cuDNN's fused flash attention for bf16/f16 (kernels/evt_cudnn_sdpa.cu; "
+                  "a backward program recomputes the forward: evt's sdpa_backward takes q, k, v, not the saved "
+                  "statistics) and the reference library for f32 (kernels/evt_fallback.cu: one thread per query row "
+                  "in double); runs in PyTorch (flash / efficient / cuDNN attention)" + _keep("attention")),
+    "pooling": _reference_only("pooling", "pooling", "one thread per element in double", "cuDNN / ATen"),
+    "embedding": _reference_only("embedding", "the embedding and its backward", "a gather by index, and a "
+                                 "scatter-add with atomics in double plus a conversion pass",
+                                 "its gather and sort-based backward kernels"),
+    "batch_norm": ("batch norm runs in PyTorch (its channels-last kernels): in evt its channels-last statistics "
+                   "lower as column sums of the row kernels, one warp per row of 64-256 channels, slower than "
+                   "PyTorch's" + _keep("batch_norm")),
+    "dropout": ("dropout draws its mask in PyTorch on CUDA, as options['gpu_ops'] asks (the default \"fast\" draws "
+                "it in evt's row kernels)"),
+}
+# FX op packets of each family (the backward ops of PyTorch's fused attention have no translation; when
+# attention runs in evt the joint graph's rewrite makes them evt::sdpa_backward).
+CUDA_FAMILY = {
+    aten.convolution: "convolution", aten.convolution_backward: "convolution",
+    aten._scaled_dot_product_flash_attention: "attention", aten._scaled_dot_product_efficient_attention: "attention",
+    aten._scaled_dot_product_cudnn_attention: "attention", torch.ops.evt.sdpa_backward: "attention",
+    aten._scaled_dot_product_cudnn_attention_backward: "attention",
+    aten._scaled_dot_product_flash_attention_backward: "attention",
+    aten._scaled_dot_product_efficient_attention_backward: "attention",
+    aten.max_pool2d_with_indices: "pooling", aten.max_pool2d_with_indices_backward: "pooling",
+    torch.ops.evt.max_pool2d_backward: "pooling", aten.avg_pool2d: "pooling", aten.avg_pool2d_backward: "pooling",
+    aten.adaptive_max_pool2d: "pooling", aten.adaptive_max_pool2d_backward: "pooling",
+    torch.ops.evt.adaptive_max_pool2d_backward: "pooling",
+    aten._native_batch_norm_legit_functional: "batch_norm", aten.native_batch_norm: "batch_norm",
+    aten._native_batch_norm_legit: "batch_norm", aten._native_batch_norm_legit_no_training: "batch_norm",
+    aten.native_batch_norm_backward: "batch_norm",
+    aten.embedding: "embedding", aten.embedding_dense_backward: "embedding",
+    aten.native_dropout: "dropout",
 }
 
 
 def cuda_placement(node, options=None):
     """Why node runs in PyTorch under the CUDA op placement policy (module contract), or None."""
-    if G.gpu_ops(options) == "all":
+    if config.all_gpu_ops(options):
         return None
     v = node.meta.get("val")
     vs = v if isinstance(v, (tuple, list)) else [v]
     if not any(isinstance(t, torch.Tensor) and _cuda_rules(t.device) for t in vs):
         return None
-    why = CUDA_REFERENCE_ONLY.get(getattr(node.target, "overloadpacket", None))
-    if why is None:
+    family = CUDA_FAMILY.get(getattr(node.target, "overloadpacket", None))
+    if family is None:
         return unaligned_rows(node) or long_rows(node) or partial_broadcast(node) or unfusable_move(node)
-    if G.attention_in_evt(options) and why is _ATTN:
-        return None
-    if G.batch_norm_in_evt(options) and why is _BN:
-        return None
-    if G.dropout_in_evt(options) and why is _DROP:
-        return None
-    return why
+    return None if config.gpu_family_in_evt(options, family) else FAMILY_REASON[family]
 
 
 # Tensors from this many elements on: an op whose rows are not 16-byte aligned runs in PyTorch (CUDA).
@@ -634,7 +626,6 @@ UNALIGNED_MIN_NUMEL = 1 << 20
 # element by element (no 16-byte vectors), which measured 3-4x slower than PyTorch's kernels on bert_large's
 # MLM head (30522 words: its log-softmax and backward in evt took 13.7 ms per step vs PyTorch's ~7.6 with the
 # copies; 101.0 vs 90.0 ms/step, S13W3)
-UNALIGNED_ROW_KERNELS = os.environ.get("EVT_UNALIGNED_ROWS", "torch") == "evt"
 _GEMMS = {aten.mm.default: 0, aten.addmm.default: 1, aten.bmm.default: 0}
 
 
@@ -657,14 +648,11 @@ def unaligned_rows(node):
     ts = [t for t in ts if isinstance(t, torch.Tensor) and t.dim() >= 1]
     if not ts or max(t.numel() for t in ts) < UNALIGNED_MIN_NUMEL:
         return None
-    # row / pointwise ops (EVT_UNALIGNED_ROWS=evt): the row kernels take unaligned rows (element accesses: the
-    # launcher's 16-byte vector flag is off), only GEMM epilogues refuse them; data moves stay PyTorch views
-    rows_ok = UNALIGNED_ROW_KERNELS and node.target not in _DATA_MOVES and node.target not in _GEMMS
     for t in ts:
-        if not rows_ok and t.numel() >= UNALIGNED_MIN_NUMEL and (_row_length(t) * t.element_size()) % 16:
+        if t.numel() >= UNALIGNED_MIN_NUMEL and (_row_length(t) * t.element_size()) % 16:
             return (f"rows of {_row_length(t)} x {str(t.dtype).replace('torch.', '')} are not 16-byte aligned: evt's "
-                    "row kernels would take them element by element (3-4x slower than PyTorch on the H200, S13W3; "
-                    "EVT_UNALIGNED_ROWS=evt keeps such ops in evt) and no GEMM epilogue stores them; runs in PyTorch")
+                    "row kernels would take them element by element (no 16-byte vector accesses: several times "
+                    "slower than PyTorch's) and no GEMM epilogue stores them; runs in PyTorch")
     k = _GEMMS.get(node.target)
     if k is not None and len(node.args) >= k + 2:
         a, b = (x.meta.get("val") for x in node.args[k:k + 2])
@@ -720,7 +708,7 @@ def long_rows(node):
         return None
     return (f"rows of {_row_length(long[0])} elements: evt's row kernels hold a row in registers (at most "
             f"{ROW_KERNEL_MAX_N}), and no GEMM epilogue takes this op (the reference library would run it node by "
-            "node in double); runs in PyTorch; options={'gpu_ops': 'all'} or EVT_CUDA_OPS=all keeps it in evt")
+            "node in double); runs in PyTorch; options={'gpu_ops': 'all'} keeps it in evt")
 
 
 _SUMS = {aten.sum.dim_IntList, aten.mean.dim}
@@ -830,12 +818,9 @@ HOISTED_CAST = ("cast of a module input to 16 bits (autocast's weight copy): one
 _CASTS = {aten._to_copy.default, torch.ops.prims.convert_element_type.default}
 
 
-def hoisted_casts(gm, env=None):
+def hoisted_casts(gm):
     """The casts run in PyTorch before the first step (module contract): f32 -> bf16/f16 casts of the
-    module's inputs on CUDA, in graph order; none when EVT_HOIST_CASTS=0."""
-    env = os.environ if env is None else env
-    if env.get("EVT_HOIST_CASTS", "1") in ("", "0"):
-        return []
+    module's inputs on CUDA, in graph order."""
     out = []
     for n in gm.graph.nodes:
         if n.op != "call_function" or n.target not in _CASTS or not n.args:
@@ -861,31 +846,6 @@ def _channels_last_like(t):
     return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
 
 
-def mark_conv_weight_casts(gm, hoisted):
-    """A hoisted weight cast that only convolutions read, whose input is laid out channels-last ([N, W, C]
-    memory: XML-CNN's transposed embedding), is written in that layout too (meta evt_cast_layout): cuDNN then
-    takes input and weight as they are, where a contiguous weight made it copy the [256, 304, 512] input into
-    contiguous memory in each of the three convolutions and their backward (7 copies, 1.6 ms per xmlcnn_paper
-    x0.25 step on the H200, S13W4). Opt-in (EVT_CONV_WEIGHT_LAYOUT=1): on the H200 it removed cuDNN's layout
-    conversions but the channels-last convolution results then cost 34 copies in the PyTorch ops around them
-    (3.9 ms; xmlcnn_paper 8.07 -> 9.61 ms/step, S13W7). Returns the number marked."""
-    if os.environ.get("EVT_CONV_WEIGHT_LAYOUT", "0") in ("", "0"):
-        return 0
-    count = 0
-    for n in hoisted:
-        v = n.meta.get("val")
-        if not isinstance(v, torch.Tensor) or v.dim() not in (3, 4) or not v.is_contiguous():
-            continue
-        convs = [u for u in n.users if u.op != "output"]
-        if not convs or any(u.target != aten.convolution.default or len(u.args) < 2 or u.args[1] is not n
-                            or n in u.args[2:] for u in convs):
-            continue
-        if all(_channels_last_like(u.args[0].meta.get("val")) for u in convs):
-            n.meta["evt_cast_layout"] = "channels_last"
-            count += 1
-    return count
-
-
 def mark_conv_inputs(gm):
     """(Default; EVT_CONV_INPUT_LAYOUT=strided turns it off) A value laid out channels-last
     ([N, W, C] memory: XML-CNN's transposed embedding) that only convolutions and their backward read as input,
@@ -896,8 +856,6 @@ def mark_conv_inputs(gm):
     return is then contiguous too. On the H200 xmlcnn_paper x0.25 went from 8.07 to 6.42 ms/step with it
     (S13W6 vs S14W1). Not for a convolution with a channels-last weight (cuDNN runs it NHWC). Returns the number
     marked."""
-    if os.environ.get("EVT_CONV_INPUT_LAYOUT", "contiguous") == "strided":
-        return 0
     count = 0
     for n in gm.graph.nodes:
         if n.op != "call_function" or not _channels_last_like(n.meta.get("val")) or not n.users:
@@ -950,18 +908,6 @@ def mark_embedding_grads(gm):
     return count
 
 
-def _cast_channels_last(args, kwargs):
-    """A marked weight cast (mark_conv_weight_casts): the cast written in channels-last memory ([O, K, I] for a
-    3-D weight), one copy kernel that casts and lays out."""
-    x = args[0]
-    dt = kwargs.get("dtype", x.dtype)
-    if x.dim() == 4:
-        out = torch.empty_like(x, dtype=dt, memory_format=torch.channels_last)
-    else:
-        out = torch.empty((x.shape[0], x.shape[2], x.shape[1]), dtype=dt, device=x.device).permute(0, 2, 1)
-    return out.copy_(x)
-
-
 _PERMUTES = {aten.permute.default, aten.transpose.int, aten.t.default}
 # Data movement that runs in PyTorch when every tensor it reads was made by a PyTorch step (CUDA).
 _DATA_MOVES = {aten.stack.default, aten.cat.default, aten.select_backward.default, aten.slice_backward.default,
@@ -983,7 +929,6 @@ def _tensor_args(node):
             if isinstance(x, torch.fx.Node):
                 out.append(x)
     return out
-_PHYSICAL = os.environ.get("EVT_PHYSICAL_LAYOUT", "1") not in ("", "0")
 
 
 def _dense_order(v):
@@ -1051,41 +996,37 @@ def contiguous_permute(node):
 _GRAPHS = {}  # sha256 of the segment text -> parsed Graph (the text holds every shape and dtype)
 
 
-PASSES = os.environ.get("EVT_PASSES", "1") not in ("", "0")  # (at import; _graph_for reads it per compile)
-
-
-def _graph_for(text):
-    """The parsed (and, unless EVT_PASSES=0, pass-optimized) graph of a segment text, cached in memory
-    and, unless EVT_CACHE=0, on disk (diskcache.py: the optimized text, reused by later processes)."""
+def _graph_for(text, dump=None):
+    """The parsed and pass-optimized graph of a segment text, cached in memory and, unless EVT_CACHE=0, on disk
+    (diskcache.py: the optimized text, reused by later processes). dump: a folder that gets the text and its
+    optimized form (options["dump"])."""
     key = hashlib.sha256(text.encode()).hexdigest()
-    passes = os.environ.get("EVT_PASSES", "1") not in ("", "0")  # (read at each compile)
-    g = _GRAPHS.get((key, passes))
+    g = _GRAPHS.get(key)
     if g is None:
         name = f"evt-{key[:12]}.evt"
-        dkey = diskcache.key(text, passes) if diskcache.enabled() else None
+        dkey = diskcache.key(text) if diskcache.enabled() else None
         g = diskcache.load(dkey, name) if dkey else None
         if g is None:
             optimized = False
-            if passes:
-                try:
-                    g = Graph(text, name, optimize=True)
-                    optimized = True
-                except EvtError as e:
-                    if "no graph passes" not in str(e):
-                        log.warning("evt graph passes failed on %s (%s); running it unoptimized", name, e)
+            try:
+                g = Graph(text, name, optimize=True)
+                optimized = True
+            except EvtError as e:
+                if "no graph passes" not in str(e):
+                    log.warning("evt graph passes failed on %s (%s); running it unoptimized", name, e)
             if g is None:
                 g = Graph(text, name)
             if dkey:
                 diskcache.store(dkey, g, optimized)
         log.info("  segment %s: %d evt nodes, %d after the graph passes", name, g.parsed_nodes, g.node_count)
-        _GRAPHS[(key, passes)] = g
-        d = os.environ.get("EVT_DUMP")
-        if d:
-            os.makedirs(d, exist_ok=True)
-            with open(os.path.join(d, f"{key[:16]}.evt"), "w") as f:
-                f.write(text)
-            with open(os.path.join(d, f"{key[:16]}.opt.evt"), "w") as f:
-                f.write(g.text())
+        _GRAPHS[key] = g
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+        for suffix, body in ((".evt", text), (".opt.evt", None)):
+            path = os.path.join(dump, key[:16] + suffix)
+            if not os.path.exists(path):
+                with open(path, "w") as f:
+                    f.write(body if body is not None else g.text())
     return g
 
 
@@ -1119,7 +1060,7 @@ class Segment:
         self.b = A.Builder()
         self.members = []
         self.options = options or {}
-        self.b.cuda_attention = G.attention_in_evt(self.options)
+        self.b.cuda_attention = config.gpu_family_in_evt(self.options, "attention")
         self.b.transposed_input = gemm_only_transposed
         self.path = None      # "interp", "gpu" or "torch" (set by finalize)
         self.free_layout = set()  # FX nodes returned as evt wrote them (contiguous; see Plan.finalize)
@@ -1175,12 +1116,12 @@ class Segment:
         lines = _used_input_lines(b.lines, out_names)
         self.text = "graph seg {\n  " + "\n  ".join(lines) + "\n" + \
             (f"  output {', '.join('%' + n for n in out_names)}\n" if out_names else "") + "}\n"
-        self.graph = _graph_for(self.text) if self.outputs else None
+        self.graph = _graph_for(self.text, self.options.get("dump")) if self.outputs else None
         if self.graph is None:
             self.path = "none"
             return
         self.phys_in, self.phys_out = {}, {}  # bound name -> order / output index -> order (see _physical)
-        if b.device is not None and _cuda_rules(b.device) and _PHYSICAL:
+        if b.device is not None and _cuda_rules(b.device):
             self._physical(out_names)
         self.out_index = list(self.outputs)  # (FX node, index of the graph output)
         # the type of each graph output, from the first FX node it holds
@@ -1245,7 +1186,7 @@ class Segment:
             lines.append(f"%{out_names[k]}.phys: {A.type_str(types[k].permute(o))} = "
                          f"permute(%{out_names[k]}, dims=[{','.join(map(str, o))}])")
             outs[k] = out_names[k] + ".phys"
-        text, g = self._parsed(lines, outs, "a segment")
+        text, g = self._parsed(lines, outs, "a segment", self.options.get("dump"))
         if g is None:
             return
         if "permute(" in g.text() or "transpose(" in g.text():
@@ -1255,12 +1196,12 @@ class Segment:
         self.phys_out = pout
 
     @staticmethod
-    def _parsed(lines, outs, what):
+    def _parsed(lines, outs, what, dump=None):
         """(text, parsed graph) of a segment with these statements and outputs, or (text, None) when evt rejects
         it (logged: the segment keeps its row-major text)."""
         text = "graph seg {\n  " + "\n  ".join(lines) + "\n" + f"  output {', '.join('%' + n for n in outs)}\n" + "}\n"
         try:
-            return text, _graph_for(text)
+            return text, _graph_for(text, dump)
         except EvtError as e:
             log.info("  physical layout of %s rejected (%s); row-major kept", what, e)
             return text, None
@@ -1292,7 +1233,8 @@ class Segment:
         pin = {k: o for k, o in pin.items() if vals[k].numel() >= UNALIGNED_MIN_NUMEL}
         if not pin:
             return
-        text, g = self._parsed(self._phys_input_lines(out_names, pin), out_names, "a segment's inputs")
+        text, g = self._parsed(self._phys_input_lines(out_names, pin), out_names, "a segment's inputs",
+                               self.options.get("dump"))
         if g is None:
             return
         self.text, self.graph = text, g
@@ -1484,6 +1426,11 @@ def reset_stats():
     STATS.clear()
 
 
+def release_programs():
+    """Drops the cached GPU programs (their device memory goes with the plans that still hold them)."""
+    _PROGRAMS.clear()
+
+
 _PROGRAMS = {}  # (sha256 of the optimized text, flags, device) -> Program (not for CUDA graphs)
 
 
@@ -1533,7 +1480,7 @@ def _has_tensor(node):
 def _foreach_castable(node, x):
     """A hoisted cast that the multi-tensor copy may run: a plain dtype change of a contiguous tensor (no padded or
     channels-last output, no memory format, no other kwargs)."""
-    if node.meta.get("evt_pad_out") or node.meta.get("evt_cast_layout"):
+    if node.meta.get("evt_pad_out"):
         return False
     if not isinstance(x, torch.Tensor) or not x.is_contiguous() or x.numel() == 0:
         return False
@@ -1583,8 +1530,6 @@ def _run_torch(node, env):
             return out
     if node.meta.get("evt_pad_gemm"):
         return padded_gemm(node.target, args, kwargs, contiguous=node.meta["evt_pad_gemm"] == "contiguous")
-    if node.meta.get("evt_cast_layout") and len(args) == 1 and isinstance(args[0], torch.Tensor):
-        return _cast_channels_last(args, kwargs)
     return node.target(*args, **kwargs)
 
 
@@ -1593,7 +1538,7 @@ def pad_gemm(node):
     large (UNALIGNED_MIN_NUMEL): cuBLAS then has only 2-byte-aligned kernels for it (a 30522-word vocabulary's
     logits and their gradients: 4.1 ms per GEMM at bert_large's size on the H200, where Inductor's padded GEMM
     takes 2.5 ms; S11W5), so padded_gemm runs it on zero-padded operands. EVT_PAD_GEMM=0 turns it off."""
-    if os.environ.get("EVT_PAD_GEMM", "1") in ("", "0") or node.target not in (aten.mm.default, aten.addmm.default):
+    if node.target not in (aten.mm.default, aten.addmm.default):
         return False
     k = _GEMMS[node.target]
     if len(node.args) < k + 2 or not _on_cuda(node):
@@ -1732,6 +1677,7 @@ class Plan:
         self.gm = gm
         self.kind = kind
         self.options = options or {}
+        self.check = config.parse_options(self.options)["check"]
         self.program_node_fallback = program_node_fallback
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
@@ -1746,9 +1692,7 @@ class Plan:
         self._seg_of = {}
         self._new_segment = False  # the next evt node starts a segment (after deferred steps were placed)
         hoisted = hoisted_casts(gm)
-        mark_conv_weight_casts(gm, hoisted)
-        # the leading hoisted casts run as one multi-tensor copy (run_hoisted_casts); EVT_FOREACH_CASTS=0: one each
-        self._foreach_casts = set(hoisted) if os.environ.get("EVT_FOREACH_CASTS", "1") not in ("", "0") else set()
+        self._foreach_casts = set(hoisted)  # (the leading hoisted casts run as one multi-tensor copy)
         for node in hoisted:
             self.steps.append(node)
             self.fallbacks.append((node, HOISTED_CAST))
@@ -1767,7 +1711,7 @@ class Plan:
         the transposed GEMM result as a copied input: a 690 MB strided copy per step)."""
         seg_of, torch_vals = self._seg_of, self._torch_vals
         why = self._force_torch.get(node) or node.meta.get("evt_torch_why") or cuda_placement(node, self.options)
-        if why is None and node.target in _CASTS and _on_cuda(node) and G.gpu_ops(self.options) != "all" and \
+        if why is None and node.target in _CASTS and _on_cuda(node) and not config.all_gpu_ops(self.options) and \
                 _tensor_args(node) and all(a in torch_vals for a in _tensor_args(node)) and _torch_bound(node, self.options):
             why = TORCH_CAST
         if why:
@@ -1804,12 +1748,8 @@ class Plan:
                 pass
         cur = self._open_segment()
         if self._reads_deferred(node):
-            if os.environ.get("EVT_DEFER_TORCH", "1") in ("", "0"):
-                self._flush_deferred()  # (the segment ends; the deferred steps are placed; a new one starts)
-                cur = None
-            else:
-                self._defer(node, self._place)
-                return
+            self._defer(node, self._place)
+            return
         elif self._deferred and cur is not None and node.target in _PERMUTES and \
                 not any(seg_of.get(a) is cur for a in node.all_input_nodes):
             # a permute that reads nothing of the segment being built goes with its readers, after the deferred
@@ -1885,7 +1825,7 @@ class Plan:
         reads_cur = any(self._seg_of.get(a) is cur for a in node.all_input_nodes)
         if cur is not None and functional and not reads_cur and not self._deferred:
             self.steps.insert(len(self.steps) - 1, node)
-        elif cur is not None and functional and os.environ.get("EVT_DEFER_TORCH", "1") not in ("", "0"):
+        elif cur is not None and functional:
             self._defer(node, self._torch_step)
         else:
             self._flush_deferred()
@@ -1904,8 +1844,7 @@ class Plan:
         # EVT_PHYSICAL_GRADS=0: every gradient returned contiguous, as before session 23.
         grads = set()
         if self.kind == "backward":
-            keep = os.environ.get("EVT_PHYSICAL_GRADS", "1") not in ("", "0")
-            grads = {n for n in _flat_nodes(self.output.args[0]) if not keep or _dense_order(A.meta_val(n)) is None}
+            grads = {n for n in _flat_nodes(self.output.args[0]) if _dense_order(A.meta_val(n)) is None}
         free = grads | {n for n in self.gm.graph.nodes if n.meta.get("evt_conv_input_free")}
         segs = [s for s in self.steps if isinstance(s, Segment)]
         for s in segs:
@@ -2024,7 +1963,7 @@ class Plan:
             if isinstance(s, Segment):
                 try:
                     s.run(env, draw_rng=not self.rng_by_caller and self._draws_now(s, drawn))
-                    if _CHECK:
+                    if self.check:
                         _check_segment(s, env)
                 except Exception as e:  # noqa: BLE001 (never fail the step: PyTorch runs the segment)
                     log.warning("evt segment failed at run time on %s (%s: %s); running its %d nodes in PyTorch",
@@ -2040,11 +1979,8 @@ class Plan:
         return list(torch.fx.node.map_arg(self.output.args[0], lambda n: env[n]))
 
 
-_CHECK = os.environ.get("EVT_CHECK", "0") not in ("", "0")
-
-
 def _check_segment(seg, env):
-    """EVT_CHECK=1: reruns the segment's nodes in PyTorch and logs every output that differs. Outputs that depend
+    """options["check"]: reruns the segment's nodes in PyTorch and logs every output that differs. Outputs that depend
     on a dropout of the segment are not compared (evt draws its own masks; logged once per segment)."""
     ref = dict(env)
     drawn = set()  # members that depend on one of the segment's dropouts
@@ -2055,22 +1991,22 @@ def _check_segment(seg, env):
     skipped = [m.name for m, _ in seg.outputs if m in drawn]
     if skipped and not getattr(seg, "_check_skip_logged", False):
         seg._check_skip_logged = True
-        log.info("EVT_CHECK: %d output(s) not compared, they depend on evt's dropout masks: %s", len(skipped),
+        log.info("evt check: %d output(s) not compared, they depend on evt's dropout masks: %s", len(skipped),
                  ", ".join(skipped[:8]))
     for m, _ in seg.outputs:
         if m in drawn:
             continue
         a, b = env[m], ref[m]
         if a.shape != b.shape or a.dtype != b.dtype:
-            log.warning("EVT_CHECK %s: %s %s vs PyTorch %s %s", m.name, a.dtype, tuple(a.shape), b.dtype, tuple(b.shape))
+            log.warning("evt check %s: %s %s vs PyTorch %s %s", m.name, a.dtype, tuple(a.shape), b.dtype, tuple(b.shape))
             continue
         if a.numel() and a.is_floating_point():
             diff = (a.double() - b.double()).abs().max().item()
             rel = diff / max(b.double().abs().max().item(), 1e-30)
             if diff > 1e-5 and rel > 1e-4:  # (both: values that cancel to ~0 are rounding noise)
-                log.warning("EVT_CHECK %s (%s): max abs error %.3g, relative %.3g", m.name, _op_name(m), diff, rel)
+                log.warning("evt check %s (%s): max abs error %.3g, relative %.3g", m.name, _op_name(m), diff, rel)
         elif a.numel() and not torch.equal(a, b):
-            log.warning("EVT_CHECK %s (%s): values differ", m.name, _op_name(m))
+            log.warning("evt check %s (%s): values differ", m.name, _op_name(m))
 
 
 _NODE_IN_MSG = re.compile(r"node %([A-Za-z0-9_.]+)")
@@ -2207,7 +2143,7 @@ def compile_module(gm, example_inputs, kind="module", options=None):
 def make_backend(options=None, n_dynamo_inputs=None):
     """aot_autograd with evt's decompositions, partition_fn and fw/bw compilers for these options
     (cudagraphs "step": the compilers of step_graphs, which need the Dynamo graph's input count)."""
-    opts = G.parse_options(options)
+    opts = config.parse_options(options)
     fw = lambda gm, ex: compile_module(gm, ex, "forward", opts)  # noqa: E731
     bw = lambda gm, ex: compile_module(gm, ex, "backward", opts)  # noqa: E731
     inference = lambda gm, ex: compile_module(gm, ex, "inference", opts)  # noqa: E731
@@ -2266,8 +2202,6 @@ def step_graphs(opts, n_dynamo_inputs):
         broken = []
         plan = getattr(run, "plan", None)
         draw = plan.draw_rng_steps if plan is not None and plan.rng_segments() else None
-        if os.environ.get("EVT_STEP_RNG", "1") in ("", "0"):  # (the replays advance each program's own step)
-            draw = None
 
         def step(args):
             if draw is not None:  # (dropout: this step's masks, from PyTorch's generator; see Plan.draw_rng_steps)
