@@ -278,17 +278,17 @@ def test_evt_log_env(tmp_path):
 
 def test_segment_cache():
     """Two compilations of the same graph reuse the parsed evt segments (keyed by text: shapes, dtypes)."""
-    from evt import backend
+    from evt import segment
     torch._dynamo.reset()
     lin = nn.Linear(4, 3)
     x = torch.randn(2, 4)
     torch.compile(lin, backend="evt")(x).sum().backward()
-    n = len(backend._GRAPHS)
+    n = len(segment._GRAPHS)
     torch._dynamo.reset()
     torch.compile(copy.deepcopy(lin), backend="evt")(x).sum().backward()
-    assert len(backend._GRAPHS) == n
+    assert len(segment._GRAPHS) == n
     torch.compile(copy.deepcopy(lin), backend="evt", dynamic=False)(torch.randn(5, 4)).sum().backward()
-    assert len(backend._GRAPHS) > n  # new shapes: new segments
+    assert len(segment._GRAPHS) > n  # new shapes: new segments
 
 
 def test_dump_option(tmp_path):
