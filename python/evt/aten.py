@@ -94,7 +94,7 @@ class Builder:
         self.k = 0
         self.device = None  # torch.device of every tensor in the segment (one device per segment)
         self.cuda_attention = False  # translate CUDA SDPA (the backend sets it from its options)
-        self.transposed_input = None  # FX node -> True: declare it transposed (backend.gemm_only_transposed)
+        self.transposed_input = None  # FX node -> True: declare it transposed (placement.gemm_only_transposed)
         self.transposed = set()       # names of inputs declared transposed (bound as x.t())
         self.rng_sites = 0            # dropout sites so far: site k draws with Philox seed k (native_dropout)
 
@@ -887,7 +887,7 @@ def _softmax(evt_op):
 def _stable_log_softmax(b, x, d):
     """log_softmax(x) as x - max - log(sum(exp(x - max))) over dim d, in f32 (rounded once to a 16-bit result):
     finite wherever PyTorch's is, where evt's log(softmax(x)) is -inf once a probability underflows f32 (a log-softmax
-    the module returns to its caller: backend.mark_returned_log_softmax). Two more reductions than the row op."""
+    the module returns to its caller: rewrites.mark_returned_log_softmax). Two more reductions than the row op."""
     xf = b.cast(x, torch.float32)
     z = b.op("sub", [xf, b.op("amax", [xf], {"dims": [d], "keepdim": 1})])
     lse = b.op("log", [b.op("sum", [b.op("exp", [z])], {"dims": [d], "keepdim": 1})])
@@ -1425,11 +1425,11 @@ def _sdpa(b, node, used):
 
 @rule(*_CUDA_SDPA_FWD)
 def _sdpa_cuda(b, node, used):
-    """CUDA SDPA forward (EVT_ATTENTION=evt): evt sdpa when only the output is used (the backward was
-    rewritten to evt::sdpa_backward, so the logsumexp and RNG state are dead)."""
+    """CUDA SDPA forward (when options["gpu_ops"] keeps attention in evt): evt sdpa when only the output is used
+    (the backward was rewritten to evt::sdpa_backward, so the logsumexp and RNG state are dead)."""
     if not b.cuda_attention:
-        raise Unsupported("CUDA attention stays in PyTorch (flash attention; options={'gpu_ops': 'all'}, "
-                          "EVT_CUDA_OPS=all or EVT_ATTENTION=evt translates it)")
+        raise Unsupported("CUDA attention stays in PyTorch (flash attention; options={'gpu_ops': 'all'} or a "
+                          "gpu_ops list naming 'attention' translates it)")
     i_p, i_causal, i_bias = _CUDA_SDPA_FWD[node.target.overloadpacket]
     q, k, v = node.args[:3]
     p = node.args[i_p] if len(node.args) > i_p else 0.0

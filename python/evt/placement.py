@@ -18,6 +18,7 @@ aten = torch.ops.aten
 
 
 def op_name(node):
+    """The op's name as the logs show it (aten overload name, or getitem)."""
     t = node.target
     if t is operator.getitem:
         return "getitem"
@@ -25,8 +26,8 @@ def op_name(node):
 
 
 def cuda_rules(device):
-    """True when the CUDA placement and layout rules apply to a value on this device: CUDA, or the CPU
-    with EVT_SIMULATE_CUDA_RULES=1 (tests: the rules' rewrites checked end to end on the interpreter)."""
+    """True when the CUDA placement and layout rules apply to a value on this device: CUDA, or the CPU under
+    config.SIMULATE_CUDA_RULES (tests)."""
     t = getattr(device, "type", device)
     return t == "cuda" or (t == "cpu" and config.SIMULATE_CUDA_RULES)
 
@@ -95,14 +96,11 @@ def cuda_placement(node, options=None):
     return None if config.gpu_family_in_evt(options, family) else FAMILY_REASON[family]
 
 
-# Tensors from this many elements on: an op whose rows are not 16-byte aligned runs in PyTorch (CUDA).
+# Tensors from this many elements on, the shape rules apply (unaligned or long rows, partial broadcasts, large
+# data moves); below it the reference library's node-by-node cost does not matter.
 UNALIGNED_MIN_NUMEL = 1 << 20
 
-
-# Row / pointwise ops on such rows run in PyTorch too, unless EVT_UNALIGNED_ROWS=evt: the row kernels take them
-# element by element (no 16-byte vectors), which measured 3-4x slower than PyTorch's kernels on bert_large's
-# MLM head (30522 words: its log-softmax and backward in evt took 13.7 ms per step vs PyTorch's ~7.6 with the
-# copies; 101.0 vs 90.0 ms/step, S13W3)
+# GEMM targets -> index of their first operand.
 GEMMS = {aten.mm.default: 0, aten.addmm.default: 1, aten.bmm.default: 0}
 
 
@@ -142,9 +140,9 @@ def unaligned_rows(node):
 
 
 # The longest row evt's register-resident row / pointwise kernels take (32 warps x 32 lanes x 4 chunks x 8
-# elements; kernels/evt_row_config.h). Longer rows run as the generated kernels' long-row form (session 26), which has
-# no sum over rows: a group with one (a bias gradient beside a nucleus-free op) runs node by node, so a large op on
-# longer rows that no GEMM feeds still runs in PyTorch (long_rows below).
+# elements; kernels/evt_row_config.h). Longer rows run as the generated kernels' long-row form, which has no sum
+# over rows: a group with one (a bias gradient beside a nucleus-free op) runs node by node, so a large op on
+# longer rows that no GEMM feeds runs in PyTorch (long_rows).
 ROW_KERNEL_MAX_N = 32768
 
 
@@ -170,9 +168,9 @@ def _gemm_fed(node, depth=24):
 
 def long_rows(node):
     """Why a large CUDA op that no GEMM feeds runs in PyTorch because its rows are longer than the row kernels
-    take (ROW_KERNEL_MAX_N), or None: its group would run node by node in the reference library (in double);
-    XML-CNN's loss backward over 670,208 labels took 22 ms so on the H200 (S11W5), where PyTorch's elementwise
-    kernels stream at bandwidth. A chain a GEMM feeds stays in evt (the GEMM epilogue takes any row length)."""
+    take (ROW_KERNEL_MAX_N), or None: its group would run node by node in the reference library (in double),
+    where PyTorch's elementwise kernels stream at bandwidth. A chain a GEMM feeds stays in evt (the GEMM
+    epilogue takes any row length)."""
     if node.target in GEMMS or node.target is operator.getitem or node.target in VIEW_OPS:
         return None
     if _whole_tensor_pointwise(node):
@@ -196,8 +194,7 @@ def partial_broadcast(node):
     tensor but not all of them, or None: [B, S, D] + [S, D] (bert's and ViT's position embeddings) and the sum
     over B of its gradient. evt's visitor loads take a full tile, a row vector (broadcast over every leading
     dim) or a column vector, and its reductions sum over the rows or over every leading dim, so the group
-    would run node by node in the reference library (in double: 0.8 ms for bert_large's position-embedding
-    add, 0.1 ms for its gradient's sum, S13W6 / S14W1); PyTorch's kernels stream them at bandwidth."""
+    would run node by node in the reference library (in double); PyTorch's kernels stream them at bandwidth."""
     v = node.meta.get("val")
     if not isinstance(v, torch.Tensor):
         return None
@@ -232,9 +229,8 @@ def partial_broadcast(node):
 
 # Data moves no evt kernel takes (no visitor node, no row-kernel form): from UNALIGNED_MIN_NUMEL elements on,
 # they run in PyTorch on CUDA (a view, or one kernel at bandwidth) instead of node by node in the reference
-# library (in double). ViT's token concatenation (class token + patches, with the f32 cast of the patches), the
-# zero-padded gradient of its class-token select and the patches' slice of the token gradient, each
-# [128, 257, 768] f32 at batch 128: ~1.2 ms per reference-library pass on the H200 (S17W1, k_elementwise).
+# library (in double); e.g. ViT's token concatenation, the gradient of its class-token select and the patches'
+# slice of the token gradient.
 _UNFUSABLE_MOVES = {aten.cat.default: "concatenation", aten.slice_backward.default: "slice_backward",
                     aten.select_backward.default: "select_backward", aten.slice.Tensor: "slice"}
 
@@ -249,7 +245,7 @@ def unfusable_move(node):
             "node in the reference library (in double); runs in PyTorch (a view or one copy kernel)")
 
 
-def _torch_bound(node, options=None, depth=6):
+def torch_bound(node, options=None, depth=6):
     """True when every reader of node runs in PyTorch by the placement rules (cuda_placement), also through
     data moves (views, casts) whose own readers do: a value only PyTorch reads."""
     if depth == 0 or not node.users:
@@ -259,7 +255,7 @@ def _torch_bound(node, options=None, depth=6):
             return False
         if cuda_placement(u, options) is not None:
             continue
-        if (u.target in DATA_MOVES or u.target in CASTS) and _torch_bound(u, options, depth - 1):
+        if (u.target in DATA_MOVES or u.target in CASTS) and torch_bound(u, options, depth - 1):
             continue
         return False
     return True
@@ -272,9 +268,8 @@ TORCH_CAST = ("cast of a PyTorch-made value that only PyTorch reads (the input o
 def _whole_tensor_pointwise(node):
     """True for a pointwise op (ATen's pointwise tag, or a cast) with a contiguous result whose tensor operands
     are contiguous of its shape or have one element: a group of such ops has no broadcast vector or reduction,
-    and the runtime launches it reshaped into rows the row kernel takes, whatever the row length (XML-CNN's
-    loss backward over 670,208 labels: sigmoid, sub, mul, div and the bf16 cast in one kernel instead of five
-    PyTorch passes). A strided operand would be a permute the group cannot take."""
+    and the runtime launches it reshaped into rows the row kernel takes, whatever the row length. A strided
+    operand would be a permute the group cannot take."""
     t = node.target
     if not (t in CASTS or torch.Tag.pointwise in getattr(t, "tags", ())):
         return False
@@ -291,15 +286,15 @@ def _whole_tensor_pointwise(node):
 
 HOISTED_CAST = ("cast of a module input to 16 bits (autocast's weight copy): one PyTorch kernel at the start of "
                 "the module (in evt its group is refused by the lowering: a cast rounded inside an epilogue, and it "
-                "would run node by node); EVT_HOIST_CASTS=0 keeps it in evt")
+                "would run node by node)")
 
 
 CASTS = {aten._to_copy.default, torch.ops.prims.convert_element_type.default}
 
 
 def hoisted_casts(gm):
-    """The casts run in PyTorch before the first step (module contract): f32 -> bf16/f16 casts of the
-    module's inputs on CUDA, in graph order."""
+    """The casts that run in PyTorch at the start of the module (HOISTED_CAST): f32 -> bf16/f16 casts of the
+    module's inputs on CUDA (autocast's copies of weights, biases and inputs), in graph order."""
     out = []
     for n in gm.graph.nodes:
         if n.op != "call_function" or n.target not in CASTS or not n.args:
@@ -321,25 +316,27 @@ PERMUTES = {aten.permute.default, aten.transpose.int, aten.t.default}
 
 # Data movement that runs in PyTorch when every tensor it reads was made by a PyTorch step (CUDA).
 DATA_MOVES = {aten.stack.default, aten.cat.default, aten.select_backward.default, aten.slice_backward.default,
-               aten.permute.default, aten.transpose.int, aten.t.default, aten.view.default, aten._unsafe_view.default,
-               aten.reshape.default, aten.clone.default, aten.expand.default, aten.unsqueeze.default,
-               aten.squeeze.dim, aten.select.int, aten.slice.Tensor, operator.getitem}
+              aten.permute.default, aten.transpose.int, aten.t.default, aten.view.default, aten._unsafe_view.default,
+              aten.reshape.default, aten.clone.default, aten.expand.default, aten.unsqueeze.default,
+              aten.squeeze.dim, aten.select.int, aten.slice.Tensor, operator.getitem}
 
 
 # View ops whose result, when it is a view of a segment input needed outside the segment, PyTorch makes
 # (Segment.torch_views) instead of evt writing a copy.
 VIEW_OPS = {aten.permute.default, aten.t.default, aten.transpose.int, aten.view.default, aten._unsafe_view.default,
-             aten.reshape.default, aten.expand.default, aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
-             aten.squeeze.default, aten.alias.default, aten.select.int, aten.slice.Tensor}
+            aten.reshape.default, aten.expand.default, aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
+            aten.squeeze.default, aten.alias.default, aten.select.int, aten.slice.Tensor}
 
 
 def on_cuda(node):
+    """True when node's value (its first, for a tuple) is a tensor the CUDA rules apply to."""
     v = node.meta.get("val")
     v = v[0] if isinstance(v, (tuple, list)) and v else v
     return isinstance(v, torch.Tensor) and cuda_rules(v.device)
 
 
 def tensor_args(node):
+    """The FX nodes among node's positional arguments (lists included), in order."""
     out = []
     for a in node.args:
         for x in (a if isinstance(a, (list, tuple)) else [a]):
@@ -389,8 +386,7 @@ def contiguous_slice(node):
     """True for a CUDA slice whose result is contiguous (a prefix or a block of rows of a contiguous value:
     bert's position embeddings sliced to the sequence length): PyTorch makes it as a free view before the
     segment that reads it, which binds the slice itself; in evt a slice has no visitor node, so its group
-    (the embedding sum and the first layer norm's mean) ran node by node in the reference library (in
-    double: 0.8 ms for bert_large's [32, 512, 1024] add, S13W6)."""
+    (the embedding sum and the first layer norm's mean) would run node by node in the reference library."""
     if node.target is not aten.slice.Tensor or not node.args or not isinstance(node.args[0], torch.fx.Node):
         return False
     v, xv = node.meta.get("val"), node.args[0].meta.get("val")

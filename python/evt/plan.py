@@ -27,7 +27,7 @@ aten = torch.ops.aten
 
 
 class Plan:
-    """The ordered steps of one FX module: Segments and PyTorch nodes."""
+    """The ordered steps of one FX module (Segments and PyTorch nodes; segments.Segmentation), ready to run."""
 
     def __init__(self, gm, force_torch, options=None, program_node_fallback=True, kind="module"):
         self.gm = gm
@@ -44,16 +44,18 @@ class Plan:
         self._foreach_casts = seg.hoisted
 
     def finalize(self):
-        """Parses every segment (raises EvtError with the parser's message on a rejected statement)."""
+        """Parses every segment (raises EvtError with the parser's message on a rejected statement), tunes and
+        prefetches every GPU segment's kernels in one batch each, creates the GPU programs (raising ProgramError
+        with the node a program names), marks the PyTorch GEMMs that run padded, and computes each value's last
+        use."""
         # The backward module's outputs are gradients for AccumulateGrad: on the GPU path they are returned
         # contiguous as evt wrote them, not copied into PyTorch's recorded strides (a weight gradient is
         # recorded transposed: the copy and AccumulateGrad's copy back to the parameter's layout are saved).
         # A channels-last gradient (the weight of a convolution in a channels-last model: the parameter has
         # those strides, and AccumulateGrad takes a gradient of the parameter's layout as it is) keeps its
         # recorded layout: evt writes it in memory order like the activations beside it (Segment._physical),
-        # where a contiguous result kept its whole segment off the physical layout (resnet50: the 3x3 weight
-        # gradients' casts share a segment with a ReLU backward, whose activations were then copied).
-        # EVT_PHYSICAL_GRADS=0: every gradient returned contiguous, as before session 23.
+        # where a contiguous result would keep its whole segment off the physical layout (resnet50: the 3x3
+        # weight gradients' casts share a segment with a ReLU backward, whose activations would be copied).
         grads = set()
         if self.kind == "backward":
             grads = {n for n in _flat_nodes(self.output.args[0]) if P.dense_order(A.meta_val(n)) is None}

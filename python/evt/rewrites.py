@@ -63,10 +63,10 @@ def pad_vocab(gm, options=None):
     dtype's lowest value (exact: the padded logits' probabilities are 0, so are their gradients, and the loss
     picks only real targets), every [.., V] value of the head becomes [.., Vp], and the weight and bias gradients are
     sliced back to V. Then the logits GEMM, the log-softmax, the loss and its backward and both gradient GEMMs
-    have 16-byte rows and run in evt (generated kernels; unpadded they ran in PyTorch with padded copies).
+    have 16-byte rows and run in evt (generated kernels; unpadded they would run in PyTorch with padded copies).
     Applied to a CUDA addmm(bias, x, permute(w)) that pad_gemm would pad when every op its vocabulary dim
-    reaches is one the rewrite knows (_VOCAB_OPS); else the graph is left as it is. EVT_PAD_VOCAB=0 turns it
-    off. Returns the number of heads padded."""
+    reaches is one the rewrite knows (_VOCAB_OPS); else the graph is left as it is. Returns the number of heads
+    padded."""
     count = 0
     for a in list(gm.graph.nodes):
         if a.op == "call_function" and a.target == aten.addmm.default and TS.pad_gemm(a):
@@ -186,11 +186,10 @@ def _log_softmax_of_upcast(n):
 def recompute_log_softmax(gm, options=None):
     """A log-softmax evt runs (CUDA rules) over the f32 upcast of 16-bit logits, whose output the backward reads
     (_log_softmax_backward_data), is computed again in the backward from the 16-bit logits instead of being saved:
-    the forward saved a [tokens, vocab] f32 tensor (written, then read back: 8 bytes per logit) where the logits
+    saving it costs a [tokens, vocab] f32 tensor (written, then read back: 8 bytes per logit) where the logits
     themselves are 2 bytes each way, and the backward's row kernel recomputes the row's log-sum-exp while it
     reads them (the widening cast fuses into the softmax's load: partition rules, CONVERT). The forward's loss
-    then needs no log-probabilities in memory (loss_elim's logsumexp form). bert_large's MLM head: 16384 x 30528
-    logits per step. EVT_RECOMPUTE_LOG_SOFTMAX=0 turns it off. Returns the number rewritten."""
+    then needs no log-probabilities in memory (loss_elim's logsumexp form). Returns the number rewritten."""
     count = 0
     for n in list(gm.graph.nodes):
         m = _log_softmax_of_upcast(n)
@@ -230,10 +229,9 @@ def recompute_upcasts(gm, num_fwd_outputs, options=None):
     """A widening cast of a 16-bit value to f32 (autocast's `.float()` of a GEMM's logits) that the forward
     computes and the backward reads is computed again in the backward from the 16-bit value: the partition then
     saves the 16-bit value (2 bytes per element written by the forward and read by the backward) instead of
-    the f32 copy (4 bytes each way); the cast is exact either way. XML-CNN's head: the [1024, 670208] f32 logits
-    were an output of the logits GEMM's epilogue (2.75 GB) and the input of the loss backward's kernel, 1.63 ms on
-    the H200 (S17W2). CUDA rules, tensors from UNALIGNED_MIN_NUMEL elements; EVT_RECOMPUTE_UPCASTS=0 turns it
-    off. Returns the number rewritten."""
+    the f32 copy (4 bytes each way); the cast is exact either way (XML-CNN's head: its f32 logits are no longer
+    an output of the logits GEMM's epilogue). CUDA rules, tensors from placement.UNALIGNED_MIN_NUMEL elements.
+    Returns the number rewritten."""
     if num_fwd_outputs is None:
         return 0
     # the forward, as the default partitioner splits: every node the forward's outputs need
@@ -268,11 +266,11 @@ def recompute_upcasts(gm, num_fwd_outputs, options=None):
 
 
 def upcast_into_log_softmax(gm, options=None):
-    """A log-softmax that runs in PyTorch on CUDA (unaligned rows: bert's 30522-word MLM head) over the f32 upcast
-    of 16-bit logits reads the 16-bit logits itself (`_log_softmax(x, dim, half_to_float=True)`, which
-    accumulates in f32 as before): the upcast's separate [tokens, vocab] f32 copy (1.2 ms per bert_large step on
-    the H200, S13W4) goes. The backward is unchanged (it reads the f32 output). Real CUDA tensors only (PyTorch
-    has no CPU kernel for half_to_float). EVT_UPCAST_LOG_SOFTMAX=0 turns it off. Returns the number rewritten."""
+    """A log-softmax that runs in PyTorch on CUDA (unaligned rows: a vocabulary that is no multiple of 8) over the
+    f32 upcast of 16-bit logits reads the 16-bit logits itself (`_log_softmax(x, dim, half_to_float=True)`, which
+    accumulates in f32 all the same): the upcast's separate [tokens, vocab] f32 copy goes. The backward is
+    unchanged (it reads the f32 output). Real CUDA tensors only (PyTorch has no CPU kernel for half_to_float).
+    Returns the number rewritten."""
     count = 0
     for n in list(gm.graph.nodes):
         m = _log_softmax_of_upcast(n)
@@ -291,9 +289,8 @@ def upcast_into_log_softmax(gm, options=None):
 def joint_cse(gm):
     """Common-subexpression elimination on the joint graph with PyTorch's own pass (fx_graph_cse, which the
     min-cut partitioner runs and the default partitioner does not; it leaves random ops and values the module
-    returns apart). Autocast casts the same activation once per consumer: XML-CNN's transposed embedding went
-    to bf16 three times (one per convolution, [256, 304, 512] each at x0.25) and all three were saved for the
-    backward. EVT_JOINT_CSE=0 turns it off. Returns the number of nodes removed."""
+    returns apart). Autocast casts the same activation once per consumer (XML-CNN's transposed embedding, once per
+    convolution), and every copy would be saved for the backward. Returns the number of nodes removed."""
     try:
         from torch._functorch.compile_utils import fx_graph_cse
     except ImportError:  # (an older PyTorch without it: nothing to do)
@@ -320,10 +317,10 @@ def _untranslated_on_cuda(node):
 def stack_select_backwards(gm, options=None):
     """Rewrites a sum of select_backward(g_i, sizes, d, i) over every index i of dim d (the gradient of
     q, k, v = qkv[0], qkv[1], qkv[2]) into stack([g_0, ..., g_n-1], d) when the g_i are outputs of one op
-    that runs in PyTorch on CUDA (cuda_placement, or an op evt has no translation for: the fused attention
-    backward); with Plan's data-movement
-    rule the stack and the permute / flatten after it then run in PyTorch (one copy each) instead of n
-    zero-filled scatters and n-1 adds. Returns how many sums were rewritten."""
+    that runs in PyTorch on CUDA (placement.cuda_placement, or an op evt has no translation for: the fused
+    attention backward); with the segmentation's data-movement rule the stack and the permute / flatten after it
+    then run in PyTorch (one copy each) instead of n zero-filled scatters and n-1 adds. Returns how many sums
+    were rewritten."""
     count = 0
     for root in list(gm.graph.nodes):
         if root.op != "call_function" or root.target != aten.add.Tensor:
@@ -419,15 +416,12 @@ def _channels_last_like(t):
 
 
 def mark_conv_inputs(gm):
-    """(Default; EVT_CONV_INPUT_LAYOUT=strided turns it off) A value laid out channels-last
-    ([N, W, C] memory: XML-CNN's transposed embedding) that only convolutions and their backward read as input,
-    in the whole joint graph, is returned by its evt segment contiguous in its logical [N, C, W] layout instead
-    of PyTorch's recorded strides (meta evt_conv_input_free; Plan.finalize adds it to the segments'
-    free_layout): cuDNN then takes it with the contiguous weight as it is, where it copied it in each
-    convolution and backward (7 copies, 1.6 ms per xmlcnn_paper x0.25 step, S13W4); what the convolutions
-    return is then contiguous too. On the H200 xmlcnn_paper x0.25 went from 8.07 to 6.42 ms/step with it
-    (S13W6 vs S14W1). Not for a convolution with a channels-last weight (cuDNN runs it NHWC). Returns the number
-    marked."""
+    """A value laid out channels-last ([N, W, C] memory: XML-CNN's transposed embedding) that only convolutions and
+    their backward read as input, in the whole joint graph, is returned by its evt segment contiguous in its
+    logical [N, C, W] layout instead of PyTorch's recorded strides (meta evt_conv_input_free; Plan.finalize adds
+    it to the segments' free_layout): cuDNN then takes it with the contiguous weight as it is instead of copying
+    it in each convolution and backward, and what the convolutions return is contiguous too. Not for a
+    convolution with a channels-last weight (cuDNN runs it NHWC). Returns the number marked."""
     count = 0
     for n in gm.graph.nodes:
         if n.op != "call_function" or not _channels_last_like(n.meta.get("val")) or not n.users:
@@ -444,7 +438,7 @@ def mark_conv_inputs(gm):
             n.meta["evt_conv_input_free"] = True
             count += 1
     if count:
-        log.info("joint graph: %d convolution input(s) returned contiguous (EVT_CONV_INPUT_LAYOUT)", count)
+        log.info("joint graph: %d convolution input(s) returned contiguous", count)
     return count
 
 
@@ -462,9 +456,8 @@ def mark_embedding_grads(gm):
     """A strided value that only embedding backward ops read as their gradient (XML-CNN's: the convolutions'
     input gradient [N, C, W] permuted back to the embedding's [N, W, C]) is returned by its evt segment
     contiguous (meta evt_conv_input_free, so in the segments' free_layout, and not as a PyTorch view of the
-    segment's [N, C, W] result): PyTorch's embedding backward copied it contiguous itself (a strided copy,
-    0.27 ms per xmlcnn_paper x0.25 step, S14W2), where evt writes it with a tiled transpose. CUDA rules only.
-    Returns the number marked."""
+    segment's [N, C, W] result): PyTorch's embedding backward would copy it contiguous itself (a strided copy),
+    where evt writes it with a tiled transpose. CUDA rules only. Returns the number marked."""
     count = 0
     for n in gm.graph.nodes:
         v = n.meta.get("val")

@@ -31,6 +31,7 @@ STATS = collections.Counter()
 
 
 def reset_stats():
+    """Zeroes STATS."""
     STATS.clear()
 
 
@@ -43,7 +44,7 @@ _GRAPHS = {}  # sha256 of the segment text -> parsed Graph (the text holds every
 
 
 def _graph_for(text, dump=None):
-    """The parsed and pass-optimized graph of a segment text, cached in memory and, unless EVT_CACHE=0, on disk
+    """The parsed and pass-optimized graph of a segment text, cached in memory and (config.cache_enabled()) on disk
     (diskcache.py: the optimized text, reused by later processes). dump: a folder that gets the text and its
     optimized form (options["dump"])."""
     key = hashlib.sha256(text.encode()).hexdigest()
@@ -85,9 +86,8 @@ _REF = re.compile(r"%([\w.]+)")
 def _used_input_lines(lines, out_names):
     """The segment's statements without those nothing reads, inputs included (repeated until none is left;
     every statement of the text format is pure, the outputs are listed). A value evt only passes on (an alias
-    of a PyTorch-made value, which PyTorch then makes as a view: Segment.torch_views) stayed an input that
-    every run bound, and a strided one was copied to be bound: the cuDNN attention output of every bert_large
-    layer, forward and backward, 48 copies per step on the H200 (S12W5/W6, input_copies)."""
+    of a PyTorch-made value, which PyTorch then makes as a view: Segment.torch_views) is then no input that every
+    run binds (and copies, when it is strided: the cuDNN attention output of every transformer layer)."""
     lines = list(lines)
     while True:
         refs = set(out_names)
@@ -100,12 +100,17 @@ def _used_input_lines(lines, out_names):
         lines = keep
 
 
+# How libevt's error messages name the node that is the reason (the parser's and evt_program_create's).
 NODE_IN_MSG = re.compile(r"node %([A-Za-z0-9_.]+)")
 
 
 class Segment:
-    """A run of FX nodes translated into one evt graph, run on the device of its tensors: the CPU
-    interpreter, an evt GPU program, or (when the program cannot run it) PyTorch."""
+    """A run of FX nodes translated into one evt graph, run on the device of its tensors: the CPU interpreter, an
+    evt GPU program, or (when the program cannot run it) PyTorch. A CUDA segment never runs on the interpreter.
+    At run time a GPU segment's inputs are bound as they are when they fit evt's memory contract (else copied into
+    it, counted in STATS["input_copies"]), its outputs are new tensors in the nodes' dtypes with PyTorch's
+    recorded strides, and the program is enqueued on the current stream; a run that raises makes the plan run
+    the segment in PyTorch from then on."""
 
     def __init__(self, options=None):
         self.b = A.Builder()
@@ -114,7 +119,7 @@ class Segment:
         self.b.cuda_attention = config.gpu_family_in_evt(self.options, "attention")
         self.b.transposed_input = P.gemm_only_transposed
         self.path = None      # "interp", "gpu" or "torch" (set by finalize)
-        self.free_layout = set()  # FX nodes returned as evt wrote them (contiguous; see Plan.finalize)
+        self.free_layout = set()  # FX nodes returned as evt wrote them (contiguous; set by Plan.finalize)
         self.program = None
         self.why = None       # why a CUDA segment runs in PyTorch
         self.torch_views = []  # members that are views of segment inputs, needed outside: PyTorch views
@@ -125,7 +130,7 @@ class Segment:
         b, members = self.b, set(self.members)
         inputs = {name for _, name in b.inputs}
         self.outputs, self.aliases, out_names = [], [], []
-        # Views needed outside: a chain of view ops (_VIEW_OPS) ending in a member needed outside is made by
+        # Views needed outside: a chain of view ops (placement.VIEW_OPS) ending in a member needed outside is made by
         # PyTorch from the chain's base (a segment input, or a member evt then writes as it is): evt's output
         # would be a materialized copy, copied again into PyTorch's recorded strides.
         self.torch_views, bases = [], set()
@@ -275,11 +280,10 @@ class Segment:
 
     def _physical_inputs(self, out_names, pin):
         """The segment keeps permutes (a GEMM, a row op): its large dense permuted inputs (at least
-        UNALIGNED_MIN_NUMEL elements: XML-CNN's [N, C, W] view of the [N, W, C] embedding) are still declared
-        in memory order and permuted in the segment, where a GEMM absorbs the permute as its operand layout
-        or evt writes it with a tiled transpose; bound as they are, they were copied to row-major by a
-        strided PyTorch copy at every run (0.27 ms per xmlcnn_paper x0.25 step, S14W2). Outputs keep
-        PyTorch's recorded strides."""
+        placement.UNALIGNED_MIN_NUMEL elements: XML-CNN's [N, C, W] view of the [N, W, C] embedding) are still
+        declared in memory order and permuted in the segment, where a GEMM absorbs the permute as its operand
+        layout or evt writes it with a tiled transpose, instead of a strided PyTorch copy to row-major at every
+        run. Outputs keep PyTorch's recorded strides."""
         vals = {name: A.meta_val(x) for x, name in self.b.inputs}
         pin = {k: o for k, o in pin.items() if vals[k].numel() >= P.UNALIGNED_MIN_NUMEL}
         if not pin:

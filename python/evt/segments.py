@@ -50,13 +50,14 @@ class Segmentation:
         """Places one FX node: a PyTorch step, a PyTorch view or data move, or an evt node of the segment being
         built. An evt node that reads a deferred step (or a deferred evt node), or once a step was deferred a
         permute that reads nothing of the segment being built, is deferred too: the segment goes on with the
-        other nodes (XML-CNN: the bias gradient's bf16 cast read the deferred long-row sum
-        and ended the segment between the weight-gradient GEMM and its transposed f32 cast, which then bound
-        the transposed GEMM result as a copied input: a 690 MB strided copy per step)."""
+        other nodes (XML-CNN: the bias gradient's bf16 cast reads the deferred long-row sum; ending the segment
+        there would split the weight-gradient GEMM from its transposed f32 cast, which would then bind the
+        transposed GEMM result as a copied input)."""
         seg_of, torch_vals = self._seg_of, self._torch_vals
         why = self._force_torch.get(node) or node.meta.get("evt_torch_why") or P.cuda_placement(node, self.options)
         if why is None and node.target in P.CASTS and P.on_cuda(node) and not config.all_gpu_ops(self.options) and \
-                P.tensor_args(node) and all(a in torch_vals for a in P.tensor_args(node)) and P._torch_bound(node, self.options):
+                P.tensor_args(node) and all(a in torch_vals for a in P.tensor_args(node)) and \
+                P.torch_bound(node, self.options):
             why = P.TORCH_CAST
         if why:
             self._torch_step(node)
@@ -158,11 +159,9 @@ class Segmentation:
         gradient, its f32 cast and its transpose stay one GEMM group although the bias gradient between them
         in graph order runs in PyTorch). A functional op that reads the segment is deferred: it runs after the
         segment, which goes on with the evt nodes that do not read a deferred step (those that do are deferred
-        too and start a segment after it, _place); every PyTorch step after a deferred one is deferred too, so the PyTorch steps keep their order
-        among themselves (random ops draw from PyTorch's generator in eager's order). XML-CNN's bias gradient
-        (a long-row sum, PyTorch) read the loss gradient the segment made, and split the weight gradient GEMM
-        from its transposed f32 cast, which then bound the transposed GEMM result as a copied input.
-        EVT_DEFER_TORCH=0: such an op ends the segment at once (as before)."""
+        too and start a segment after it, _place); every PyTorch step after a deferred one is deferred too, so
+        the PyTorch steps keep their order among themselves (random ops draw from PyTorch's generator in eager's
+        order). An op that is not functional ends the segment."""
         cur = self._open_segment()
         schema = getattr(node.target, "_schema", None)
         functional = node.target is operator.getitem or (schema is not None and not schema.is_mutable)

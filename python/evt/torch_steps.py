@@ -18,8 +18,8 @@ aten = torch.ops.aten
 
 
 def _foreach_castable(node, x):
-    """A hoisted cast that the multi-tensor copy may run: a plain dtype change of a contiguous tensor (no padded or
-    channels-last output, no memory format, no other kwargs)."""
+    """A hoisted cast that the multi-tensor copy may run: a plain dtype change of a contiguous tensor (no padded
+    output, no memory format, no other kwargs)."""
     if node.meta.get("evt_pad_out"):
         return False
     if not isinstance(x, torch.Tensor) or not x.is_contiguous() or x.numel() == 0:
@@ -37,11 +37,10 @@ def _foreach_castable(node, x):
 
 
 def run_hoisted_casts(nodes, env):
-    """Runs hoisted casts (autocast's f32 -> bf16/f16 weight copies, HOISTED_CAST) as one torch._foreach_copy_ per
-    (device, source dtype, target dtype) into fresh tensors: a multi-tensor kernel instead of one PyTorch kernel
-    per tensor. On the H200 (bench/e2e/cast_bench.py, S20W9) BERT-large's 291 casts took 1.84 ms per step this way
-    against 2.54 ms one by one, bitwise equal (a copy of the same bytes: 0.95 ms). A cast it cannot take, or a
-    group the multi-tensor copy refuses, runs as before (_run_torch)."""
+    """Runs hoisted casts (autocast's f32 -> bf16/f16 weight copies, placement.HOISTED_CAST) as one
+    torch._foreach_copy_ per (device, source dtype, target dtype) into fresh tensors: a multi-tensor kernel
+    instead of one PyTorch kernel per tensor, bitwise equal (bench/e2e/cast_bench.py compares the two). A cast it
+    cannot take, or a group the multi-tensor copy refuses, runs on its own (run_torch)."""
     groups = {}
     for n in nodes:
         x = env[n.args[0]]
@@ -62,6 +61,7 @@ def run_hoisted_casts(nodes, env):
 
 
 def run_torch(node, env):
+    """node's value computed by PyTorch from env (padded where the plan marked it: evt_pad_out, evt_pad_gemm)."""
     args = torch.fx.node.map_arg(node.args, lambda n: env[n])
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
     if node.meta.get("evt_pad_out"):
@@ -75,9 +75,9 @@ def run_torch(node, env):
 
 def pad_gemm(node):
     """True when a PyTorch-run CUDA GEMM (mm / addmm) of 16-bit operands has M, K or N not a multiple of 8 and is
-    large (UNALIGNED_MIN_NUMEL): cuBLAS then has only 2-byte-aligned kernels for it (a 30522-word vocabulary's
-    logits and their gradients: 4.1 ms per GEMM at bert_large's size on the H200, where Inductor's padded GEMM
-    takes 2.5 ms; S11W5), so padded_gemm runs it on zero-padded operands. EVT_PAD_GEMM=0 turns it off."""
+    large (placement.UNALIGNED_MIN_NUMEL): cuBLAS then has only 2-byte-aligned kernels for it (a 30522-word
+    vocabulary's logits and their gradients), slower than the same GEMM on operands padded to multiples of 8,
+    so padded_gemm runs it on zero-padded operands (as Inductor's padded GEMM does)."""
     if node.target not in (aten.mm.default, aten.addmm.default):
         return False
     k = P.GEMMS[node.target]
@@ -93,6 +93,7 @@ def pad_gemm(node):
 
 
 def up8(d):
+    """d rounded up to a multiple of 8."""
     return (d + 7) // 8 * 8
 
 
@@ -100,8 +101,8 @@ def pad_cast_output(node, in_torch, output):
     """True for a PyTorch cast (_to_copy to a 16-bit dtype, same device) of a 2-D value whose row length is not
     a multiple of 8, that only PyTorch steps read and the module does not return: cast_into_padded writes it
     into memory padded to 8 columns, and the padded GEMMs that read it (directly or transposed) use that
-    memory as their operand instead of copying it into a padded one each (bert_large's logits gradient,
-    [16384, 30522]: two 1-GB copies and fills per step, S12W4)."""
+    memory as their operand instead of copying it into a padded one each (a vocabulary head's logits gradient
+    feeds two such GEMMs)."""
     if node.target not in P.CASTS or not node.args or output in node.users:
         return False
     v = node.meta.get("val")
@@ -152,8 +153,8 @@ def _padded_base(x, rows, cols):
 def _pad2d(x, rows, cols):
     """x (2-D) zero-padded to [rows, cols]: one copy of x into new memory whose margins alone are zeroed. A
     column-major x (a transposed view: the weight-gradient GEMM's grad^T) stays column-major, padded as the
-    row-major tensor it views (a straight copy; padding the view itself copied it transposed: 3.3 ms for
-    bert_large's [30522, 16384] logits gradient on the H200, S12W4)."""
+    row-major tensor it views (a straight copy; padding the view itself would copy it transposed, several times
+    slower)."""
     r, c = x.shape
     if (r, c) == (rows, cols):
         return x
@@ -175,7 +176,7 @@ def _pad2d(x, rows, cols):
         out[r:, :c].zero_()
     # the other padded GEMM of the same value (the logits gradient feeds the input- and the weight-gradient
     # GEMMs) reuses this copy within the plan run while x lives (a functional graph: its values cannot change;
-    # Plan.__call__ empties the cache, as pooled buffers hold new values at the next run)
+    # each plan run starts with clear_padded_copies, as pooled buffers hold new values at the next run)
     _PAD_CACHE[key] = (weakref.ref(src), out)
     weakref.finalize(src, _PAD_CACHE.pop, key, None)
     return out

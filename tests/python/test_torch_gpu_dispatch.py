@@ -1509,9 +1509,9 @@ def test_joint_cse_merges_duplicate_casts(monkeypatch):
 @needs_lib
 def test_values_a_segment_only_passes_on_are_not_its_inputs(monkeypatch):
     """An alias of a value PyTorch made (AOT saves the cuDNN attention output for the backward as one) is made
-    by PyTorch as a view (Segment.torch_views); the segment declared the aliased value as an input anyway, and
-    every run bound it (a strided one copied: 48 attention outputs per bert_large step on the H200). Now the
-    segment text keeps only statements something reads (_used_input_lines); the plan still returns the alias."""
+    by PyTorch as a view (Segment.torch_views), so the segment does not declare the aliased value as an input
+    that every run binds (and copies, when it is strided): its text keeps only statements something reads
+    (_used_input_lines); the plan still returns the alias."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
@@ -1821,9 +1821,8 @@ def test_vit_token_moves_run_in_pytorch(monkeypatch):
     concatenation (class token + the f32 cast of the permuted patches), the zero-padded gradient of the class
     token's select and the patches' slice of the token gradient (with its bf16 cast for the convolution's
     backward) have no evt kernel: from UNALIGNED_MIN_NUMEL elements on they run in PyTorch, the casts with them,
-    and no evt segment keeps a concat, slice or slice_backward of that size (before, each ran node by node in
-    the reference library, in double: ~1.2 ms per [128, 257, 768] pass on the H200, S17W1). Below the size
-    nothing moves; training matches eager either way."""
+    and no evt segment keeps a concat, slice or slice_backward of that size (in evt each would run node by node
+    in the reference library, in double). Below the size nothing moves; training matches eager either way."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(
         "e2e_models", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e", "models.py"))
