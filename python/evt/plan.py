@@ -64,7 +64,13 @@ class Plan:
         for s in segs:
             s.free_layout = free
             s.finalize(lambda m: m.users, self.program_node_fallback, defer_program=True)
-        # every GPU segment's kernels in one parallel JIT batch, then the programs (cache hits)
+        self._create_programs(segs)
+        self._mark_padded_gemms()
+        self._liveness()
+
+    def _create_programs(self, segs):
+        """Tunes (gpu.tune_configs) and JIT-compiles every GPU segment's kernels in one batch each, then creates
+        the programs (cache hits); a segment whose program cannot be made runs in PyTorch (fallbacks)."""
         gpu = [s for s in segs if s.path == "gpu" and getattr(s, "pending", None) is not None]
         texts = [s.graph.text() for s in gpu if not SG.program_cached(s.graph, G.program_flags(s.options), s.device)]
         if texts and G.tune_configs(gpu[0].options) > 0:
@@ -85,8 +91,10 @@ class Plan:
             if s.path == "torch":
                 for m in s.members:
                     self.fallbacks.append((m, s.why))
-        # GEMMs left to PyTorch with unaligned dims run on padded operands (pad_gemm); a PyTorch cast that only
-        # PyTorch steps read and that feeds such a GEMM writes its result padded (pad_cast_output)
+
+    def _mark_padded_gemms(self):
+        """GEMMs left to PyTorch with unaligned dims run on padded operands (torch_steps.pad_gemm); a PyTorch cast
+        that only PyTorch steps read and that feeds such a GEMM writes its result padded (pad_cast_output)."""
         torch_nodes = [m for s in self.steps for m in (s.members if isinstance(s, Segment) and s.path == "torch"
                                                         else [] if isinstance(s, Segment) else [s])]
         for m in torch_nodes:
@@ -104,7 +112,9 @@ class Plan:
                         x.meta["evt_pad_out"] = True
                         log.info("  %s (%s): written into memory padded to 8 columns (the padded GEMMs read it "
                                  "without copying)", x.name, P.op_name(x))
-        # Liveness: each value is dropped from the environment after the last step that reads it.
+
+    def _liveness(self):
+        """free_after[i]: the values dropped from the environment after step i, the last that reads them."""
         step_of = {}
         for i, s in enumerate(self.steps):
             for m in (s.members if isinstance(s, Segment) else [s]):

@@ -16,6 +16,8 @@ from .segment import Segment
 
 
 def _has_tensor(node):
+    """True when node's value is (or may be) a tensor: an untranslated node without one (SymInt arithmetic) is no
+    fallback worth logging."""
     v = node.meta.get("val")
     vs = v if isinstance(v, (tuple, list)) else [v]
     return v is None or any(isinstance(t, torch.Tensor) for t in vs)
