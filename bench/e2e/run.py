@@ -4,7 +4,7 @@ and evt (torch.compile(backend="evt"), optionally with CUDA graphs), side by sid
     python3 bench/e2e/run.py                       # every workload, modes eager,inductor,evt
     python3 bench/e2e/run.py --quick               # fewer steps, a subset, a time budget (GPU windows)
     python3 bench/e2e/run.py --autotune --cudagraphs --workloads mlp,bert_large
-    python3 bench/e2e/run.py --tune 5 --workloads mlp --modes eager,evt_cg,evt_cg_notune,inductor  # evt tuned
+    python3 bench/e2e/run.py --tune 5 --workloads mlp --modes eager,evt_cg,inductor  # evt tuned
     python3 bench/e2e/run.py --render FILE.json    # markdown + PNG again from a JSON result
     python3 bench/e2e/run.py --render W.log --tag w3   # ... from a GPU window's log (its E2E_JSON line)
 
@@ -21,7 +21,8 @@ evt also evt_program_launch_count summed over the step's programs), evt's covera
 ops in PyTorch, segments on the GPU, CUDA graph captures), and the gradient match: one step from the same
 initial weights and inputs as eager, rel = max over parameters of max|g - g_eager| / max|g_eager|
 (dropout is off by default for this reason; --dropout keeps the paper's rates and skips the check).
-Writes bench/results/e2e_<tag>.json, .md and .png (matplotlib, when present).
+Writes <out>/e2e_<tag>.json (default out: bench/logs), .md and .png (matplotlib, when present). E2E_EVT_OPTIONS (a JSON dict) adds
+backend options to every evt mode.
 """
 import argparse
 import copy
@@ -39,31 +40,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-ALL_MODES = ("eager", "inductor", "autotune", "evt", "evt_cg", "evt_cgs", "evt_unf", "evt_unf10", "evt_cg_sw8",
-             "evt_cg_notune", "evt_cg_unf", "evt_cg_unf3", "evt_cg_nofc", "evt_cg_noab", "evt_cg_bn")
-# evt_cg: options={"cudagraphs": True} (forward and backward each replayed as one CUDA graph); evt_cgs:
-# {"cudagraphs": "segments"} (each evt GPU program its own graph, PyTorch's ops between them eager).
-# evt_unf: evt with EVT_UNFUSED_EPILOGUE=1 (a GEMM group whose tuning record measured cuBLAS(Lt) + a separate
-# row kernel faster than the fused kernel runs that pair; README "Tuning"), for comparison with evt.
-# evt_unf10: only the groups whose record measured the pair at least 10% faster (EVT_UNFUSED_MIN_GAIN=0.1).
-# evt_cg_unf / evt_cg_unf3: evt_cg with EVT_UNFUSED_EPILOGUE=1 / EVT_UNFUSED_MIN_GAIN=0.03 (A/B of honouring the
-# records that measured the unfused pair faster, under the default tuning).
-# evt_cg_nofc: evt_cg with EVT_FOREACH_CASTS=0 (autocast's hoisted weight casts one PyTorch kernel each instead of
-# one torch._foreach_copy_ per dtype pair; an A/B of that default).
-# evt_cg_noab: evt_cg with EVT_FUSION_AB=0 (no in-step A/B of fused kernel vs unfused pair for the groups whose
-# tuning record measured the pair faster: the 10% margin alone decides; an A/B of that default).
-# evt_cg_bn: evt_cg with EVT_BATCH_NORM=evt (CUDA batch norms in evt segments instead of PyTorch's kernels) and
-# EVT_REFINE_PARTITION=2 (what python/evt/gpu.py sets when EVT_BATCH_NORM=evt is in the environment at import).
-# evt_cg_sw8: evt_cg with EVT_DEFAULT_SWIZZLE=8 (untuned large GEMMs with swizzle 8; an A/B of that option).
-# evt_cg_notune: evt_cg without tuning (EVT_TUNE=0) and without the tuning records of the JIT cache
-# (EVT_TUNE_CACHE pointed at an empty place): the untuned defaults. evt_cg itself measures each GEMM group's
-# untuned config at its scheduler variants and against the unfused pair by default (python/evt/gpu.py
-# TUNE_BY_DEFAULT), or reads the records `--tune N` / `options={"tune": N}` / `evtc tune` left.
-MODE_ENV = {"evt_unf": {"EVT_UNFUSED_EPILOGUE": "1"}, "evt_unf10": {"EVT_UNFUSED_MIN_GAIN": "0.1"},
-            "evt_cg_sw8": {"EVT_DEFAULT_SWIZZLE": "8"}, "evt_cg_unf": {"EVT_UNFUSED_EPILOGUE": "1"},
-            "evt_cg_unf3": {"EVT_UNFUSED_MIN_GAIN": "0.03"}, "evt_cg_nofc": {"EVT_FOREACH_CASTS": "0"}, "evt_cg_noab": {"EVT_FUSION_AB": "0"},
-            "evt_cg_bn": {"EVT_BATCH_NORM": "evt", "EVT_REFINE_PARTITION": "2"},
-            "evt_cg_notune": {"EVT_TUNE_CACHE": "/nonexistent-evt-tune-records", "EVT_TUNE": "0"}}
+ALL_MODES = ("eager", "inductor", "autotune", "evt", "evt_cg", "evt_cgs", "evt_cg_bn")
+# The backend options of each evt mode. evt_cg: the forward and the backward each replayed as one CUDA graph;
+# evt_cgs: each evt GPU program its own graph, PyTorch's ops between them eager; evt_cg_bn: evt_cg with the CUDA
+# batch norms in evt segments instead of PyTorch's kernels. evt modes read the tuning records `--tune N` leaves.
+MODE_OPTIONS = {"evt_cg": {"cudagraphs": True}, "evt_cgs": {"cudagraphs": "segments"},
+                "evt_cg_bn": {"cudagraphs": True, "gpu_ops": ("batch_norm", "dropout")}}
 WORKLOADS = ("bert_large", "vit_p14", "xmlcnn_paper", "resnet50", "gcn_mag", "mlp")  # = models.WORKLOADS
 QUICK_WORKLOADS = ("mlp", "xmlcnn_paper", "gcn_mag", "vit_p14")
 
@@ -89,7 +71,8 @@ class _Capture(logging.Handler):
             print(f"  [evt +{time.time() - self.t0:.1f}s] {m.strip()[:300]}", flush=True)
 
 
-def _compile(model, mode):
+def _compile(model, mode, extra=None):
+    """model compiled for `mode`; extra: backend options added to the mode's (evt modes)."""
     import torch
     if mode == "eager":
         return model
@@ -99,12 +82,9 @@ def _compile(model, mode):
         return torch.compile(model, mode="max-autotune-no-cudagraphs")
     sys.path.insert(0, os.path.join(REPO, "python"))
     import evt  # noqa: F401 (registers the backend)
-    opts = {"evt_cg": {"cudagraphs": True}, "evt_cgs": {"cudagraphs": "segments"},
-            "evt_cg_sw8": {"cudagraphs": True}, "evt_cg_notune": {"cudagraphs": True},
-            "evt_cg_unf": {"cudagraphs": True}, "evt_cg_unf3": {"cudagraphs": True},
-            "evt_cg_nofc": {"cudagraphs": True}, "evt_cg_noab": {"cudagraphs": True},
-            "evt_cg_bn": {"cudagraphs": True}}.get(mode)
-    return torch.compile(model, backend="evt", options=opts)
+    # (E2E_EVT_OPTIONS: a JSON dict of backend options added to every evt mode's, e.g. {"dump": "/tmp/d"})
+    opts = dict(MODE_OPTIONS.get(mode, {}), **json.loads(os.environ.get("E2E_EVT_OPTIONS") or "{}"), **(extra or {}))
+    return torch.compile(model, backend="evt", options=opts or None)
 
 
 def _step_fn(f, args, amp, params=()):
@@ -169,12 +149,21 @@ def _cutlass_names_from_symbols(symbols_by_kernel):
     return out
 
 
-def _cutlass_names(cache_dir):
-    """{digest: evt_kernel_<hash>} for the GEMM kernels in the JIT cache ($EVT_JIT_CACHE), read with nm; {} when
-    there is no cache or no nm."""
+def _jit_cache_dirs():
+    """Where libevt's JIT cache keeps its kernels: <cache root>/jit, or the cache root itself (older libevt); the
+    root as python/evt/config.py cache_root() finds it."""
+    root = os.environ.get("EVT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "evt")
+    return [os.path.join(root, "jit"), root]
+
+
+def _cutlass_names(cache_dirs):
+    """{digest: evt_kernel_<hash>} for the GEMM kernels in the JIT cache folders, read with nm; {} when there is no
+    cache or no nm."""
     import glob
     syms = {}
-    for so in sorted(glob.glob(os.path.join(cache_dir or "", "evt_kernel_*.so")))[:2000]:
+    sos = [so for d in cache_dirs for so in sorted(glob.glob(os.path.join(d, "evt_kernel_*.so")))]
+    for so in sos[:2000]:
         try:
             r = subprocess.run(["nm", so], capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
@@ -219,7 +208,7 @@ def _kernels_in_one_step(step):
                 # (the mangled names of different GEMM kernels share their first 110 characters: a digest of the
                 # whole name tells them apart from one profile to the next; the JIT cache's objects name it)
                 if gemm_names is None:
-                    gemm_names = _cutlass_names(os.environ.get("EVT_JIT_CACHE", ""))
+                    gemm_names = _cutlass_names(_jit_cache_dirs())
                 d = _cutlass_digest(e.name)
                 name = f"CUTLASS GemmUniversal #{d} ({gemm_names[d] if d in gemm_names else f'{len(e.name)}-char mangled name'})"
             t, c = by_name.get(name, (0.0, 0))
@@ -353,7 +342,7 @@ def _grad_rel(model, ref_grads):
 def _fp32_grads(m, args):
     """The gradients of one step of eager module m without autocast and without TF32 (E2E_FP32_REF=1): the
     reference that tells a mode's bf16 error from bf16 noise (a freshly initialized ResNet's batch-norm
-    gradients differ between two bf16 runs by more than 1e-2 relative; S17W4: torch.compile's by 1.6)."""
+    gradients differ between two bf16 runs by more than 1e-2 relative, torch.compile's by more)."""
     import torch
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
@@ -373,13 +362,14 @@ def _release_evt():
     gc.collect()
     b = sys.modules.get("evt.backend")
     if b is not None:
-        b._PROGRAMS.clear()
+        b.release_programs()
         gc.collect()
 
 
-def _fresh_model_step(name, mode, a):
-    """(model, args, amp, step): a new model of the workload (seed 0) compiled for `mode` and its step function,
-    after dropping the previous mode's compiled graphs, evt programs and cached device memory."""
+def _fresh_model_step(name, mode, a, extra=None):
+    """(model, args, amp, step): a new model of the workload (seed 0) compiled for `mode` (with the backend
+    options extra) and its step function, after dropping the previous mode's compiled graphs, evt programs and
+    cached device memory."""
     import torch
     import models as M
     torch._dynamo.reset()
@@ -389,21 +379,19 @@ def _fresh_model_step(name, mode, a):
     torch.manual_seed(0)
     m, args, amp = M.make(name, "cuda", None if a.dropout else 0.0, a.scale)
     m.train()
-    return m, args, amp, _step_fn(_compile(m, mode), args, amp, m.parameters())
+    return m, args, amp, _step_fn(_compile(m, mode, extra), args, amp, m.parameters())
 
 
 def _tune_workload(name, a):
-    """--tune N: one evt step of the workload with EVT_TUNE=N, so that evt's autotuner measures every GEMM group
-    of its GPU segments and leaves records in the JIT cache (python/evt/gpu.py tune_configs; docs/pytorch.md
-    "Autotuning"). Problems with a record are not measured again. Returns the seconds it took (None when it
-    failed: the modes then run with whatever records exist)."""
+    """--tune N: one evt step of the workload with options={"tune": N}, so that evt's autotuner measures every GEMM
+    group of its GPU segments and leaves records in the JIT cache, which the timed evt modes then read
+    (docs/pytorch.md "Autotuning"). Problems with a record are not measured again. Returns the seconds it took
+    (None when it failed: the modes then run with whatever records exist)."""
     import torch
-    saved = os.environ.get("EVT_TUNE")
-    os.environ["EVT_TUNE"] = str(a.tune)
     t0 = time.time()
-    print(f"  tuning {name}'s GEMM groups (EVT_TUNE={a.tune}) ...", flush=True)
+    print(f"  tuning {name}'s GEMM groups (tune={a.tune}) ...", flush=True)
     try:
-        step = _fresh_model_step(name, "evt", a)[3]
+        step = _fresh_model_step(name, "evt", a, {"tune": a.tune})[3]
         step()
         torch.cuda.synchronize()
         took = round(time.time() - t0, 1)
@@ -414,10 +402,6 @@ def _tune_workload(name, a):
               flush=True)
         return None
     finally:
-        if saved is None:
-            os.environ.pop("EVT_TUNE", None)
-        else:
-            os.environ["EVT_TUNE"] = saved
         torch._dynamo.reset()
         _release_evt()
         torch.cuda.empty_cache()
@@ -435,15 +419,13 @@ def run_workload(name, modes, a):
     tune_s = _tune_workload(name, a) if a.tune > 0 and any(m.startswith("evt") for m in modes) else None
     for mode in modes:
         row = dict(workload=name, mode=mode, **env)
-        if tune_s is not None and mode.startswith("evt") and mode != "evt_cg_notune":
+        if tune_s is not None and mode.startswith("evt"):
             row["tune_s"] = tune_s
         cap = _Capture()
         evt_log = logging.getLogger("evt")
         evt_log.addHandler(cap)
         evt_log.setLevel(logging.INFO)
         t_mode = time.time()
-        saved_env = {k: os.environ.get(k) for k in MODE_ENV.get(mode, {})}
-        os.environ.update(MODE_ENV.get(mode, {}))
         try:
             m, args, amp, step = _fresh_model_step(name, mode, a)
             if mode.startswith("evt"):
@@ -484,7 +466,7 @@ def run_workload(name, modes, a):
                 # where a step's time goes besides the kernels: gpu_ms = the GPU's time for the step with the
                 # host's lead hidden (a 20 ms spin queued first), cool_ms = the same after 0.3 s idle (clocks).
                 # (The spin also lowers the power drawn before the step: a power-bound, GEMM-heavy step runs
-                # faster after it, ~5 ms on the paper MLP (S16W5) for every compiler; compare modes, not ms/step.)
+                # faster after it, for every compiler: compare modes, not ms/step.)
                 g = _time_steps(step, 1, a.iters, spin_ms=20.0)
                 c = _time_steps(step, 0, a.iters, spin_ms=20.0, pause_s=0.3)
                 row.update(gpu_ms=round(statistics.median(g), 3), cool_ms=round(statistics.median(c), 3))
@@ -540,11 +522,6 @@ def run_workload(name, modes, a):
                                      "evt cannot run it: every segment ran in PyTorch")
         except Exception as e:  # noqa: BLE001 (a failure is a result)
             row["error"] = f"{type(e).__name__}: {e}"[:600]
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         row["mode_s"] = round(time.time() - t_mode, 1)
         evt_log.removeHandler(cap)
         rows.append(row)
@@ -644,7 +621,8 @@ def _chart(rows, path):
     except ImportError:
         return None
     wls = [w for w in dict.fromkeys(r["workload"] for r in rows)]
-    modes = [m for m in ALL_MODES if any(r["mode"] == m for r in rows)]
+    seen = list(dict.fromkeys(r["mode"] for r in rows))  # (a result of older modes renders too)
+    modes = [m for m in ALL_MODES if m in seen] + [m for m in seen if m not in ALL_MODES]
     fig, ax = plt.subplots(figsize=(1.8 * len(wls) + 2, 4))
     width = 0.8 / max(len(modes), 1)
     for j, mode in enumerate(modes):
@@ -683,10 +661,10 @@ def main():
     ap.add_argument("--host-profile", type=int, default=0,
                     help="1: cProfile 3 steps of each compiled mode (top functions by own host time); 2: eager too")
     ap.add_argument("--tune", type=int, default=0,
-                    help="N > 0: before the timed modes, one evt step per workload with EVT_TUNE=N (evt's autotuner: "
+                    help="N > 0: before the timed modes, one evt step per workload with options={'tune': N} (evt's autotuner: "
                          "N mainloop configs per GEMM kernel against cuBLAS, records in the JIT cache, which the evt "
-                         "modes then read; evt_cg_notune ignores them); the rows get tune_s")
-    ap.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+                         "modes then read); the rows get tune_s")
+    ap.add_argument("--out", default=os.path.join(REPO, "bench", "logs"))
     ap.add_argument("--tag", default=None)
     ap.add_argument("--render", default=None, help="re-render a JSON result (markdown + PNG)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)

@@ -4,7 +4,8 @@
     model = torch.compile(model, backend="evt")
     model = torch.compile(model, backend="evt", options={"cudagraphs": True})   # CUDA graph replay
 
-See docs/pytorch.md. Logging: EVT_LOG=1 (logger "evt"). Library: $EVT_LIB or <repo>/build/libevt.so.
+See docs/pytorch.md for the options (config.py checks them). Logging: EVT_LOG=1 (logger "evt"). Library: $EVT_LIB
+or <repo>/build/libevt.so. Disk caches: $EVT_CACHE_DIR (EVT_CACHE=0: off).
 """
 from .backend import DECOMPOSITIONS, STATS, compile_module, evt_backend, partition_fn, reset_stats  # noqa: F401
 from .lib import EvtError, Graph  # noqa: F401

@@ -20,6 +20,7 @@ import operator
 
 import torch
 
+from . import config
 from .lib import DTYPE_NAMES
 
 aten = torch.ops.aten
@@ -92,8 +93,8 @@ class Builder:
         self.cur = None
         self.k = 0
         self.device = None  # torch.device of every tensor in the segment (one device per segment)
-        self.cuda_attention = cuda_attention_in_evt()  # translate CUDA SDPA (the backend sets it per options)
-        self.transposed_input = None  # FX node -> True: declare it transposed (backend.gemm_only_transposed)
+        self.cuda_attention = False  # translate CUDA SDPA (the backend sets it from its options)
+        self.transposed_input = None  # FX node -> True: declare it transposed (placement.gemm_only_transposed)
         self.transposed = set()       # names of inputs declared transposed (bound as x.t())
         self.rng_sites = 0            # dropout sites so far: site k draws with Philox seed k (native_dropout)
 
@@ -886,7 +887,7 @@ def _softmax(evt_op):
 def _stable_log_softmax(b, x, d):
     """log_softmax(x) as x - max - log(sum(exp(x - max))) over dim d, in f32 (rounded once to a 16-bit result):
     finite wherever PyTorch's is, where evt's log(softmax(x)) is -inf once a probability underflows f32 (a log-softmax
-    the module returns to its caller: backend.mark_returned_log_softmax). Two more reductions than the row op."""
+    the module returns to its caller: rewrites.mark_returned_log_softmax). Two more reductions than the row op."""
     xf = b.cast(x, torch.float32)
     z = b.op("sub", [xf, b.op("amax", [xf], {"dims": [d], "keepdim": 1})])
     lse = b.op("log", [b.op("sum", [b.op("exp", [z])], {"dims": [d], "keepdim": 1})])
@@ -1284,14 +1285,6 @@ def _(dout, q, k, v, is_causal, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def cuda_attention_in_evt():
-    """The environment's default for CUDA attention (flash / efficient / cuDNN SDPA): translated to evt's
-    sdpa, its backward to evt::sdpa_backward, with EVT_ATTENTION=evt or EVT_CUDA_OPS=all; otherwise
-    PyTorch's fused kernels. The backend's options override it (gpu.attention_in_evt)."""
-    import os
-    return os.environ.get("EVT_ATTENTION", "torch") == "evt" or os.environ.get("EVT_CUDA_OPS", "fast") == "all"
-
-
 # CUDA SDPA backward ops: (index of dropout_p, index of is_causal, index of attn_bias or None)
 _CUDA_SDPA_BWD = {
     aten._scaled_dot_product_flash_attention_backward.default: (10, 11, None),
@@ -1307,10 +1300,9 @@ _CUDA_SDPA_FWD = {
 
 
 def _on_cuda(n):
-    import os
     v = n.meta.get("val")
     v = v[0] if isinstance(v, (tuple, list)) and v else v
-    sim = os.environ.get("EVT_SIMULATE_CUDA_RULES", "0") == "1"  # (see backend._cuda_rules)
+    sim = config.SIMULATE_CUDA_RULES
     return isinstance(v, torch.Tensor) and (v.device.type == "cuda" or (sim and v.device.type == "cpu"))
 
 
@@ -1337,15 +1329,13 @@ def _ln_recompute_args(n, devices):
     return dy, x, list(ns), w, bias, float(fwd.args[4])
 
 
-def rewrite_joint(gm, attention=None, cuda_pools=True, ln_devices=("cuda",)):
+def rewrite_joint(gm, attention=False, cuda_pools=True, ln_devices=("cuda",)):
     """Replaces index-taking pool backward ops by the evt:: ones (on CUDA only when cuda_pools: when
-    the pools run in PyTorch, its indexed backward is kept), when attention (default:
-    cuda_attention_in_evt()) the CUDA SDPA backward by evt::sdpa_backward, and a layer-norm backward on
+    the pools run in PyTorch, its indexed backward is kept), when attention (CUDA attention runs in evt) the
+    CUDA SDPA backward by evt::sdpa_backward, and a layer-norm backward on
     ln_devices whose statistics come from its forward by evt::layer_norm_backward (statistics recomputed
     from x, as evt's row ops do anyway: the forward then no longer computes and saves mean / rstd);
     returns how many were replaced."""
-    if attention is None:
-        attention = cuda_attention_in_evt()
     count = 0
     for n in list(gm.graph.nodes):
         if n.op != "call_function":
@@ -1435,11 +1425,11 @@ def _sdpa(b, node, used):
 
 @rule(*_CUDA_SDPA_FWD)
 def _sdpa_cuda(b, node, used):
-    """CUDA SDPA forward (EVT_ATTENTION=evt): evt sdpa when only the output is used (the backward was
-    rewritten to evt::sdpa_backward, so the logsumexp and RNG state are dead)."""
+    """CUDA SDPA forward (when options["gpu_ops"] keeps attention in evt): evt sdpa when only the output is used
+    (the backward was rewritten to evt::sdpa_backward, so the logsumexp and RNG state are dead)."""
     if not b.cuda_attention:
-        raise Unsupported("CUDA attention stays in PyTorch (flash attention; options={'gpu_ops': 'all'}, "
-                          "EVT_CUDA_OPS=all or EVT_ATTENTION=evt translates it)")
+        raise Unsupported("CUDA attention stays in PyTorch (flash attention; options={'gpu_ops': 'all'} or a "
+                          "gpu_ops list naming 'attention' translates it)")
     i_p, i_causal, i_bias = _CUDA_SDPA_FWD[node.target.overloadpacket]
     q, k, v = node.args[:3]
     p = node.args[i_p] if len(node.args) > i_p else 0.0

@@ -1,19 +1,13 @@
 """On-disk cache of compiled torch.compile segments, shared between processes.
 
 Contract
-- key(text, passes) = SHA-256 of (FORMAT, the segment's `.evt` text before the passes -- it holds every
-  shape and dtype --, the identity of the loaded libevt (SHA-256 of the library file's bytes, computed once
-  per process), and the pass options: whether passes run and PASS_OPTIONS, the arguments given to
-  evt_passes_run_all, with the values of PASS_ENV, the environment variables the passes read).
-- The value is one JSON file `<dir>/<key>.json`: the key, the optimized `.evt` text (output of the pass
-  pipeline; the parsed text when the passes failed), whether it is optimized, the node count before the
-  passes, and the node ids the Python side uses (name -> id, output ids). A hit parses the stored text
-  without running the passes and checks that the ids it gets are the stored ones.
-- The folder is `$EVT_CACHE_DIR`, else `$XDG_CACHE_HOME/evt`, else `~/.cache/evt`; subfolder `torch/`.
-  `EVT_CACHE=0` disables the cache (read at each call, so a process can switch it).
-- Writes are atomic (a temp file in the same folder, then os.replace). Any unreadable, corrupt or stale
-  entry, or one that fails to parse, is ignored (logged on the `evt` logger) and recompiled and rewritten;
-  a failure to write is logged too. The cache never raises.
+- key(text) = SHA-256 of (FORMAT, the identity of the loaded libevt (SHA-256 of the library file), the arguments
+  of the pass pipeline, the segment's `.evt` text before the passes, which holds every shape and dtype).
+- The value is one JSON file `<config.torch_cache_dir()>/<key>.json` with the optimized text and the node ids
+  the backend uses (name -> id, output ids); a hit parses the stored text without running the passes and checks
+  that it gets the stored ids. config.cache_enabled() is read at each call.
+- Writes are atomic (temp file, then os.replace). An unreadable, corrupt or stale entry is logged, ignored and
+  rewritten; a failed write is logged. The cache never raises.
 """
 import hashlib
 import json
@@ -21,28 +15,23 @@ import logging
 import os
 import tempfile
 
+from . import config
 from . import lib as L
 
 log = logging.getLogger("evt")
 
 FORMAT = "evt-torch-segment-1"
 PASS_OPTIONS = "evt_passes_run_all(flags=0,verify=1)"
-# environment variables the C passes read (a different value gives a different optimized text)
-PASS_ENV = ("EVT_LOSS_ELIM_LSE",)
 
 _lib_hash = None
 
 
 def enabled():
-    return os.environ.get("EVT_CACHE", "1") not in ("", "0")
+    return config.cache_enabled()
 
 
 def cache_dir():
-    d = os.environ.get("EVT_CACHE_DIR")
-    if not d:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        d = os.path.join(xdg, "evt") if xdg else os.path.join(os.path.expanduser("~"), ".cache", "evt")
-    return os.path.join(d, "torch")
+    return config.torch_cache_dir()
 
 
 def library_hash():
@@ -57,10 +46,9 @@ def library_hash():
     return _lib_hash
 
 
-def key(text, passes):
+def key(text):
     h = hashlib.sha256()
-    env = ";".join(f"{k}={os.environ.get(k, '')}" for k in PASS_ENV)
-    for part in (FORMAT, library_hash(), (PASS_OPTIONS + env) if passes else "no-passes", text):
+    for part in (FORMAT, library_hash(), PASS_OPTIONS, text):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

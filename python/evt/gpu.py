@@ -1,56 +1,35 @@
 """GPU path of the torch.compile backend: a segment on CUDA tensors runs as an evt GPU program.
 
 Contract
-- Program(text, flags) parses the segment's (already pass-optimized) `.evt` text into a graph of its own
-  and calls evt_program_create(g, flags | EVT_PROGRAM_NO_OPT) (include/evt.h; the passes already ran in
-  the backend). A failure raises ProgramError with the library's message (which names the node when a
-  node is the reason), so the backend can move that node to PyTorch or run the segment in PyTorch.
-- Program.run(inputs, outputs, stream): binds device pointers of inputs by node name and of graph
-  outputs by output index, then enqueues the step on `stream` (a cudaStream_t as an int, fetched by the
-  caller at call time); it does not synchronize.
-- Memory contract of evt_program: dense row-major in the node's dtype, integers as i64, bool as u8.
-  device_dtype() is the torch dtype evt reads/writes for a torch dtype; to_device_layout() makes a tensor
-  fit it (contiguous, integer -> int64, and 16-byte aligned: a view at an odd offset is copied).
-- choose_path(device type, program API present) is the dispatch rule: CPU tensors -> the interpreter;
-  CUDA tensors -> a GPU program when libevt has the program API; anything else -> PyTorch.
-- program_flags(options, env) turns the backend options and EVT_FUSED into evt_program flags.
-- tune_configs(options, env) / tune(texts, flags, n): options["tune"] (or EVT_TUNE=N; default TUNE_BY_DEFAULT:
-  the untuned config's scheduler variants and the unfused alternative, measured) autotunes every GEMM group of
-  the GPU segments before their programs are created (evt_program_tune; records cached on disk).
-- Importing this module sets EVT_REFINE_PARTITION=1 unless it is set (src/runtime/exec_plan.c: a group the
-  lowering refuses is split around the node it names, so the rest of it still runs as a generated kernel
-  instead of node by node); EVT_REFINE_PARTITION=0 keeps the unrefined plans; 2 (the default when
-  EVT_BATCH_NORM=evt) isolates every per-channel member of a refused group at once (fewer ILP solves).
-- gpu_ops(options, env) is the CUDA op placement policy: "fast" (default) or "all", from
-  options["gpu_ops"], else EVT_CUDA_OPS. Under "fast", ops whose only evt GPU implementation is the
-  reference library (kernels/evt_fallback.cu: direct loops in double; see backend.CUDA_REFERENCE_ONLY)
-  run in PyTorch (cuDNN, flash attention) as logged fallbacks; "all" keeps them in evt segments.
-  attention_in_evt(options, env): CUDA attention in evt ("all", or EVT_ATTENTION=evt).
-- OutputPool (CUDA graphs): a captured graph replays with the pointers bound at capture, so each output
-  keeps a base buffer that is bound again whenever it is free. A buffer is free when no tensor handed out
-  from it is alive (the storage's use count is the pool's own reference; the caller gets a fresh view of
-  the buffer, and anything that keeps it, autograd's saved tensors included, holds that view). A busy
-  buffer is replaced by a new one (the program then captures again: a pointer changed). Small outputs
-  (the loss, statistics) are written to a private buffer that is never handed out and returned as a
-  copy, so they never force a capture. (Inputs: backend.Segment._input stages inputs whose pointer
-  changes.)
+- Program(text, flags) parses an already pass-optimized segment text into a graph of its own and creates its
+  evt_program with EVT_PROGRAM_NO_OPT (include/evt.h). A failure raises ProgramError with the library's message,
+  which names the node when a node is the reason, so the caller can move that node to PyTorch.
+- Program.run(inputs, outputs, stream) binds device pointers (inputs by node name, outputs by index) and
+  enqueues the step on `stream` (a cudaStream_t as an int); it does not synchronize.
+- evt_program's memory contract: dense row-major in the node's dtype, integers as i64, bool as u8
+  (device_dtype, bindable, to_device_layout).
+- program_flags / tune_configs turn the backend options (config.parse_options) into evt_program flags and the
+  autotuner's candidate count; prefetch / tune compile and measure every segment's kernels in one batch.
+- OutputPool keeps stable output buffers for CUDA-graph replay (see the class).
+- Programs are created with evt_options (include/evt.h): the flags, and refine_partition (refine_level: 1 splits
+  a group the lowering refuses around the node it names, so the rest still runs as a generated kernel; 2, when
+  batch norms run in evt, isolates every per-channel member of a refused group at once).
 """
 import ctypes
-import os
 
 import torch
 
+from . import config
 from . import lib as L
 
 EVT_PROGRAM_FUSED = 1
 EVT_PROGRAM_CUDA_GRAPH = 2
 EVT_PROGRAM_NO_OPT = 4
 
-OPTIONS = {"cudagraphs", "fused", "gpu_ops", "tune"}
 
-# (read by evt_program_create; see the contract; 2 isolates a batch norm's per-channel math in one round)
-os.environ.setdefault("EVT_REFINE_PARTITION", "2" if os.environ.get("EVT_BATCH_NORM") == "evt" else "1")
-GPU_OPS = ("fast", "all")
+class EvtOptions(ctypes.Structure):
+    """evt_options of include/evt.h (filled by evt_options_init, then by options_for)."""
+    _fields_ = [("flags", ctypes.c_uint), ("refine_partition", ctypes.c_int), ("fusion_ab", ctypes.c_int)]
 
 # Outputs of at most this many elements are copied out of a private buffer under CUDA graphs.
 SMALL_OUTPUT = 1 << 16
@@ -60,58 +39,21 @@ class ProgramError(L.EvtError):
     pass
 
 
-def parse_options(options):
-    """The backend's options dict (torch.compile(..., options=...)) checked and with defaults."""
-    options = dict(options or {})
-    unknown = set(options) - OPTIONS
-    if unknown:
-        raise ValueError(f"evt backend: unknown option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
-    ops = options.get("gpu_ops")
-    if ops is not None and ops not in GPU_OPS:
-        raise ValueError(f"evt backend: gpu_ops must be one of {GPU_OPS}, not {ops!r}")
-    tune = options.get("tune")
-    if tune is not None and not isinstance(tune, (bool, int)):
-        raise ValueError(f"evt backend: tune must be a bool or a number of candidate configs, not {tune!r}")
-    cg = options.get("cudagraphs", False)
-    if not isinstance(cg, (bool, str, type(None))) or cg not in CUDAGRAPHS:
-        raise ValueError(f"evt backend: cudagraphs must be one of {sorted(CUDAGRAPHS, key=str)}, not {cg!r}")
-    return {"cudagraphs": CUDAGRAPHS[cg], "fused": options.get("fused"), "gpu_ops": ops, "tune": tune}
-
-
-# options["cudagraphs"] -> its mode: False (none), "step" (the whole forward and the whole backward each
-# replayed as one CUDA graph through PyTorch's CUDA-graph trees, backend.step_graphs), "segments" (each evt
-# GPU program captured on its own: EVT_PROGRAM_CUDA_GRAPH; PyTorch's ops between them run eagerly).
-CUDAGRAPHS = {False: False, None: False, True: "step", "step": "step", "segments": "segments"}
-
-
 TUNE_DEFAULT_CONFIGS = 4
-# Unless told otherwise, every GEMM group is measured with one config: the one it runs untuned. Its kernel
-# is the one the program compiles anyway; the tuner times it at the tile scheduler's swizzle / raster
-# variants and against the unfused alternative (cuBLASLt + a generated row kernel, compiled in the same
-# parallel nvcc batch); the group runs at the fastest scheduler variant, or as cuBLAS when it is a plain GEMM that
-# cuBLAS won; where the unfused pair measured faster, the program binds both and its first run keeps the one
-# the whole run measures faster (in-step A/B, src/runtime/exec_plan.h EVT_FUSION_AB; before it, and with
-# EVT_FUSION_AB=0, the pair only where it measured at least 10% faster). A few seconds per problem
-# (S18W5: 0.4-5.5 s on the paper MLP), once: the records are cached.
+# Without options["tune"], every GEMM group is measured with one config, the one it runs untuned: the tuner
+# times that kernel at the tile scheduler's swizzle / raster variants and against the unfused alternative
+# (cuBLASLt + a generated row kernel) and records the fastest; a few seconds per problem, once (the records
+# are cached on disk).
 TUNE_BY_DEFAULT = 1
 
 
-def tune_configs(options, env=None, cuda=None):
+def tune_configs(options, cuda=None):
     """Candidate mainloop configs per GEMM kernel the autotuner compiles before the GPU programs are created
-    (evt_program_tune): options["tune"] (True: TUNE_DEFAULT_CONFIGS, a number: that many, False / 0: off),
-    else EVT_TUNE (a number, 0: off), else TUNE_BY_DEFAULT where CUDA is available (`cuda`, default
-    torch.cuda.is_available(); without a GPU there is nothing to measure). More configs compile configs x
-    kernels with nvcc and time them on the GPU (minutes); records are cached, so a later process reuses them,
-    and a record of fewer configs than asked for is measured again."""
-    env = os.environ if env is None else env
-    tune = parse_options(options)["tune"]
+    (evt_program_tune): options["tune"] (True: TUNE_DEFAULT_CONFIGS, a number: that many, False / 0: off), else
+    TUNE_BY_DEFAULT where CUDA is available (`cuda`, default torch.cuda.is_available(); without a GPU there is
+    nothing to measure). Records are cached; a record of fewer configs than asked for is measured again."""
+    tune = config.parse_options(options)["tune"]
     if tune is None:
-        v = env.get("EVT_TUNE", "").strip()
-        try:
-            if v:
-                return max(0, int(v))
-        except ValueError:
-            pass
         if cuda is None:
             cuda = torch.cuda.is_available()
         return TUNE_BY_DEFAULT if cuda else 0
@@ -120,57 +62,34 @@ def tune_configs(options, env=None, cuda=None):
     return max(0, int(tune))
 
 
-def tune_asked(options, env=None):
-    """True when tuning was asked for (options["tune"] or EVT_TUNE set), not the default level: a tuning that
-    fails (no nvcc, no CUTLASS) is then worth a warning; at the default level it is logged at INFO."""
-    env = os.environ if env is None else env
-    return parse_options(options)["tune"] is not None or bool(env.get("EVT_TUNE", "").strip())
+def tune_asked(options):
+    """True when options["tune"] was given: a tuning that fails (no nvcc, no CUTLASS) is then worth a warning; at
+    the default level it is logged at INFO."""
+    return config.parse_options(options)["tune"] is not None
 
 
-def gpu_ops(options, env=None):
-    """The CUDA op placement policy, "fast" or "all": options["gpu_ops"], else EVT_CUDA_OPS (default
-    "fast"; any value other than "all" means "fast")."""
-    env = os.environ if env is None else env
-    ops = parse_options(options)["gpu_ops"]
-    if ops is None:
-        ops = "all" if env.get("EVT_CUDA_OPS", "fast") == "all" else "fast"
-    return ops
+def refine_level(options):
+    """evt_options.refine_partition for these backend options: 2 when batch norms run in evt, else 1."""
+    return 2 if config.gpu_family_in_evt(options, "batch_norm") else 1
 
 
-def attention_in_evt(options, env=None):
-    """True when CUDA attention is translated to evt's sdpa: gpu_ops "all", or EVT_ATTENTION=evt."""
-    env = os.environ if env is None else env
-    return gpu_ops(options, env) == "all" or env.get("EVT_ATTENTION", "torch") == "evt"
+def options_for(flags, refine):
+    """The evt_options a program of these flags and refine level is created with (NO_OPT always: the backend
+    ran the passes)."""
+    o = EvtOptions()
+    L._declare("evt_options_init", None, [ctypes.POINTER(EvtOptions)])(ctypes.byref(o))
+    o.flags = flags | EVT_PROGRAM_NO_OPT
+    o.refine_partition = refine
+    return o
 
 
-def batch_norm_in_evt(options, env=None):
-    """True when CUDA batch norm (forward and backward) runs in evt segments: gpu_ops "all", or
-    EVT_BATCH_NORM=evt. Channels-last statistics then run as Σ-over-M row kernels (the layout pass carries the
-    memory order through them); measured slower than PyTorch's kernels (backend._BN), so off by default."""
-    env = os.environ if env is None else env
-    return gpu_ops(options, env) == "all" or env.get("EVT_BATCH_NORM", "torch") == "evt"
-
-
-def dropout_in_evt(options, env=None):
-    """True when CUDA dropout (native_dropout) runs in evt segments with evt's masks: the default since
-    session 36 (checked on the H200, tests/gpu/torch_dropout_gpu.py; bert_large --dropout 84.92 vs 85.68
-    ms/step with PyTorch's dropout, S36W5). EVT_DROPOUT=torch keeps it in PyTorch (its own kernels and RNG
-    stream; backend._DROP), unless gpu_ops is "all". The CPU interpreter path always translates it."""
-    env = os.environ if env is None else env
-    return gpu_ops(options, env) == "all" or env.get("EVT_DROPOUT", "evt") != "torch"
-
-
-def program_flags(options, env=None):
-    """evt_program flags: FUSED unless options['fused'] is False or EVT_FUSED=0 (the option wins);
-    CUDA_GRAPH when options['cudagraphs'] is "segments" (under "step" the whole step is captured by PyTorch:
-    a program must not capture on its own); NO_OPT always (the backend ran the passes)."""
-    env = os.environ if env is None else env
-    opts = parse_options(options)
-    fused = opts["fused"]
-    if fused is None:
-        fused = env.get("EVT_FUSED", "1") not in ("", "0")
+def program_flags(options):
+    """evt_program flags: FUSED unless options["fused"] is False; CUDA_GRAPH when options["cudagraphs"] is
+    "segments" (under "step" PyTorch captures the whole step: a program must not capture on its own); NO_OPT
+    always (the backend ran the passes)."""
+    opts = config.parse_options(options)
     flags = EVT_PROGRAM_NO_OPT
-    if fused:
+    if opts["fused"]:
         flags |= EVT_PROGRAM_FUSED
     if opts["cudagraphs"] == "segments":
         flags |= EVT_PROGRAM_CUDA_GRAPH
@@ -222,6 +141,7 @@ def _api():
     P = ctypes.c_void_p
     sigs = {
         "evt_program_create": (ctypes.c_int, [P, ctypes.c_uint, ctypes.POINTER(P)]),
+        "evt_program_create_opts": (ctypes.c_int, [P, ctypes.POINTER(EvtOptions), ctypes.POINTER(P)]),
         "evt_program_bind": (ctypes.c_int, [P, ctypes.c_char_p, P]),
         "evt_program_bind_output": (ctypes.c_int, [P, ctypes.c_int, P]),
         "evt_program_run": (ctypes.c_int, [P, P]),
@@ -237,18 +157,18 @@ def _api():
 class Program:
     """One evt GPU program for one segment text (owns its graph and the evt_program)."""
 
-    def __init__(self, text, flags, name="<segment>", host=False):
-        """host=True: evt_program_create_host, the same plan without a device (tests: runs fail)."""
+    def __init__(self, text, flags, name="<segment>", host=False, refine=1):
+        """host=True: evt_program_create_host_opts, the same plan without a device (tests: runs fail)."""
         lib = _api()
         self.flags = flags
         self.graph = L.Graph(text, name)  # a graph of its own: the program may keep pointers into it
         self._p = None
         p = ctypes.c_void_p()
-        create = lib.evt_program_create
+        create = lib.evt_program_create_opts
         if host:
-            create = L._declare("evt_program_create_host", ctypes.c_int,
-                                [ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)])
-        st = create(self.graph._g, flags | EVT_PROGRAM_NO_OPT, ctypes.byref(p))
+            create = L._declare("evt_program_create_host_opts", ctypes.c_int,
+                                [ctypes.c_void_p, ctypes.POINTER(EvtOptions), ctypes.POINTER(ctypes.c_void_p)])
+        st = create(self.graph._g, ctypes.byref(options_for(flags, refine)), ctypes.byref(p))
         if st != 0 or not p.value:
             msg = lib.evt_graph_error(self.graph._g).decode() if self.graph._g else ""
             if p.value:
@@ -308,39 +228,40 @@ class Program:
             self._p = None
 
 
-def prefetch(texts, flags):
+def prefetch(texts, flags, refine=1):
     """One JIT batch for the kernels of every program about to be created from `texts` (optimized segment
     texts, as Program takes them): evt_program_prefetch. Returns the number of distinct kernels compiled or
     cached; 0 when nothing is fused, there is nothing to do, or the library predates the call."""
     if not texts or not flags & EVT_PROGRAM_FUSED:
         return 0
     lib = L.lib()
-    if not hasattr(lib, "evt_program_prefetch"):
+    if not hasattr(lib, "evt_program_prefetch_opts"):
         return 0
-    fn = L._declare("evt_program_prefetch", ctypes.c_int,
-                    [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint])
+    fn = L._declare("evt_program_prefetch_opts", ctypes.c_int,
+                    [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.POINTER(EvtOptions)])
     graphs = [L.Graph(t, f"<prefetch {i}>") for i, t in enumerate(texts)]
     arr = (ctypes.c_void_p * len(graphs))(*[g._g for g in graphs])
-    return int(fn(arr, len(graphs), flags | EVT_PROGRAM_NO_OPT))
+    return int(fn(arr, len(graphs), ctypes.byref(options_for(flags, refine))))
 
 
-def tune(texts, flags, max_configs):
+def tune(texts, flags, max_configs, refine=1):
     """evt_program_tune over the programs about to be created from `texts` (include/evt.h): (status, distinct
     GEMM problems, message). Status 0 when every problem has a tuning record (measured now or before); the
     message says why not (no GPU, no nvcc / CUTLASS, a failed measurement). A library without the call: (-1, 0, why)."""
     if not texts or not flags & EVT_PROGRAM_FUSED or max_configs <= 0:
         return 0, 0, ""
     lib = L.lib()
-    if not hasattr(lib, "evt_program_tune"):
-        return -1, 0, "libevt has no evt_program_tune"
-    fn = L._declare("evt_program_tune", ctypes.c_int,
-                    [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint, ctypes.c_int,
+    if not hasattr(lib, "evt_program_tune_opts"):
+        return -1, 0, "libevt has no evt_program_tune_opts"
+    fn = L._declare("evt_program_tune_opts", ctypes.c_int,
+                    [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.POINTER(EvtOptions), ctypes.c_int,
                      ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t])
     graphs = [L.Graph(t, f"<tune {i}>") for i, t in enumerate(texts)]
     arr = (ctypes.c_void_p * len(graphs))(*[g._g for g in graphs])
     n = ctypes.c_int(0)
     msg = ctypes.create_string_buffer(1024)
-    st = int(fn(arr, len(graphs), flags | EVT_PROGRAM_NO_OPT, int(max_configs), ctypes.byref(n), msg, len(msg)))
+    st = int(fn(arr, len(graphs), ctypes.byref(options_for(flags, refine)), int(max_configs), ctypes.byref(n), msg,
+                len(msg)))
     return st, n.value, msg.value.decode(errors="replace")
 
 
@@ -349,7 +270,12 @@ def _use_count(t):
 
 
 class OutputPool:
-    """Stable output buffers for CUDA-graph replay (see the module contract)."""
+    """Stable output buffers for CUDA-graph replay. A captured graph replays with the pointers bound at capture,
+    so each output keeps a base buffer that is bound again whenever it is free: no tensor handed out from it is
+    alive (the storage's use count is the pool's own reference; the caller gets a fresh view, and whatever keeps
+    it, autograd's saved tensors included, holds that view). A busy buffer is replaced by a new one (the program
+    then captures again). Small outputs (the loss, statistics) go to a private buffer that is never handed out
+    and are returned as copies, so they never force a capture."""
 
     def __init__(self):
         self.base = {}    # output index -> the pool's own tensor

@@ -16,6 +16,8 @@ import threading
 
 import torch
 
+from . import config
+
 _PKG = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(_PKG))
 MAX_RANK = 6
@@ -40,7 +42,7 @@ _lock = threading.Lock()
 
 def library_path():
     """Where libevt is (building it if needed): $EVT_LIB, else <repo>/build/libevt.so."""
-    env = os.environ.get("EVT_LIB")
+    env = config.library_override()
     if env:
         return env
     path = os.path.join(REPO, "build", "libevt.so")

@@ -3,12 +3,11 @@
     python3 tests/gpu/torch_models_gpu.py MODEL[,MODEL...] [--modes evt,evt_cg,evt_fp32] [--json FILE]
 
 MODEL is one of the CI models of tests/python/test_torch_backend.py (mlp, bert, vit, xmlcnn, convbn, gcn,
-gcn_edges), built at small sizes on CUDA. For each mode (evt: default flags; evt_cg: options
-{"cudagraphs": True}, the whole step as one CUDA graph; evt_cgs: {"cudagraphs": "segments"}; evt_fp32: no autocast; evt_all: EVT_CUDA_OPS=all, convolutions and CUDA
-attention translated to evt too (by default they stay cuDNN / flash attention), only for the models
-that have them; evt_nopass: EVT_PASSES=0, the segments as translated, without evt's graph
-passes, whose decompositions add bf16 roundings) the model trains eager and compiled side by side from the
-same weights: 2 SGD (momentum) steps then 2 AdamW steps, under bf16 autocast (fp32 for evt_fp32). Every
+gcn_edges), built at small sizes on CUDA. For each mode (evt: default options; evt_cg: options
+{"cudagraphs": True}, the whole step as one CUDA graph; evt_cgs: {"cudagraphs": "segments"}; evt_fp32: no
+autocast; evt_all: {"gpu_ops": "all"}, convolutions and CUDA attention translated to evt too (by default they
+stay cuDNN / flash attention), only for the models that have them) the model trains eager and compiled side by
+side from the same weights: 2 SGD (momentum) steps then 2 AdamW steps, under bf16 autocast (fp32 for evt_fp32). Every
 step's loss and every parameter gradient are compared with eager's: rel = max|a - b| / max|b|; matched
 when rel <= 1e-2 (bf16) or 1e-3 (fp32). Under bf16 each step starts from the same weights (the eager
 model's after its optimizer step are copied into the compiled one), and an fp32 eager copy gives the
@@ -78,12 +77,8 @@ def run(name, mode):
     make_model, make_inputs = models()[name]
     amp = mode != "evt_fp32"
     tol = 1e-2 if amp else 1e-3
-    opts = {"evt_cg": {"cudagraphs": True}, "evt_cgs": {"cudagraphs": "segments"}}.get(mode)
-    if mode == "evt_all":
-        os.environ["EVT_CUDA_OPS"] = "all"
-    else:
-        os.environ.pop("EVT_CUDA_OPS", None)
-    os.environ["EVT_PASSES"] = "0" if mode == "evt_nopass" else "1"
+    opts = {"evt_cg": {"cudagraphs": True}, "evt_cgs": {"cudagraphs": "segments"},
+            "evt_all": {"gpu_ops": "all"}}.get(mode)
     torch._dynamo.reset()
     cap = Capture()
     log = logging.getLogger("evt")
@@ -191,7 +186,7 @@ def main():
     ap.add_argument("--modes", default="evt,evt_cg")
     ap.add_argument("--json")
     a = ap.parse_args()
-    print(f"program API in libevt: {G.has_program_api()}; EVT_FUSED={os.environ.get('EVT_FUSED', '1')}", flush=True)
+    print(f"program API in libevt: {G.has_program_api()}", flush=True)
     if dev == "cuda" and G.has_program_api():
         for line in preflight():
             print("preflight (evt_program via ctypes):", line, flush=True)

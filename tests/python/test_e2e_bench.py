@@ -120,29 +120,26 @@ def test_gpu_timeline_finds_the_idle_time_and_the_largest_gaps(monkeypatch, caps
     assert "gap    1.000 ms after b  before c" in out, out
 
 
-def test_tune_runs_one_evt_step_with_evt_tune_and_restores_the_environment(monkeypatch, capsys, tmp_path):
-    """--tune N: one evt step with EVT_TUNE=N set while it runs (the backend reads it when it compiles), the
-    previous value back afterwards, the seconds returned; a failing step returns None and the benchmark goes on.
-    The rendered table says which evt rows ran with the records and shows the GPU time of a step."""
+def test_tune_runs_one_evt_step_with_the_tune_option(monkeypatch, capsys, tmp_path):
+    """--tune N: one evt step compiled with options={"tune": N} (the backend tunes when it compiles), the seconds
+    returned; a failing step returns None and the benchmark goes on. The rendered table says which evt rows ran
+    with the records and shows the GPU time of a step."""
     run = _run_module()
     seen = []
     # (a stand-in for bench/e2e/models.py: the name `models` may be another test module's in this session)
     monkeypatch.setitem(sys.modules, "models", types.SimpleNamespace(
         make=lambda *a, **k: (torch.nn.Linear(2, 2), (), False)))
-    monkeypatch.setattr(run, "_compile", lambda m, mode: (seen.append(("compile", mode)), m)[1])
-    monkeypatch.setattr(run, "_step_fn", lambda f, args, amp, params: lambda: seen.append(os.environ.get("EVT_TUNE")))
+    monkeypatch.setattr(run, "_compile", lambda m, mode, extra=None: (seen.append(("compile", mode, extra)), m)[1])
+    monkeypatch.setattr(run, "_step_fn", lambda f, args, amp, params: lambda: seen.append("step"))
     monkeypatch.setattr(run, "_release_evt", lambda: None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
-    monkeypatch.setenv("EVT_TUNE", "0")
     a = types.SimpleNamespace(tune=5, dropout=False, scale=1.0)
     took = run._tune_workload("mlp", a)
-    assert isinstance(took, float) and seen == [("compile", "evt"), "5"], seen
-    assert os.environ["EVT_TUNE"] == "0"
+    assert isinstance(took, float) and seen == [("compile", "evt", {"tune": 5}), "step"], seen
     monkeypatch.setattr(run, "_step_fn", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no GPU")))
     assert run._tune_workload("mlp", a) is None and "tuning failed (RuntimeError: no GPU)" in capsys.readouterr().out
-    assert os.environ["EVT_TUNE"] == "0"
     rows = [dict(workload="mlp", mode="evt_cg", ms=40.0, gpu_ms=36.5, tune_s=180.0),
             dict(workload="mlp", mode="inductor", ms=42.0)]
     md, _ = run.render(dict(rows=rows, command="c", torch="t", date="d", iters=5), str(tmp_path / "e2e"))

@@ -18,6 +18,7 @@ import torch.nn.functional as F  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "python"))
 import evt  # noqa: E402
+from evt import config as C  # noqa: E402
 from evt import lib as evt_lib  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not evt_lib.has_interpreter(), reason="libevt has no CPU interpreter yet")
@@ -40,14 +41,14 @@ def fallbacks(records):
     return out
 
 
-def check_training(make_model, make_inputs, caplog, steps=3, tol=1e-4):
-    """3 SGD + 3 AdamW steps eager vs evt; returns the set of ops that fell back."""
+def check_training(make_model, make_inputs, caplog, steps=3, tol=1e-4, options=None):
+    """3 SGD + 3 AdamW steps eager vs evt (backend options: options); returns the set of ops that fell back."""
     torch._dynamo.reset()
     caplog.set_level(logging.INFO, logger="evt")
     torch.manual_seed(0)
     ref = make_model()
     mod = copy.deepcopy(ref)
-    compiled = torch.compile(mod, backend="evt", fullgraph=True)
+    compiled = torch.compile(mod, backend="evt", fullgraph=True, options=options)
     for make_opt in (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
                      lambda p: torch.optim.AdamW(p, lr=1e-2)):
         opt_ref, opt = make_opt(ref.parameters()), make_opt(mod.parameters())
@@ -203,15 +204,8 @@ def test_registered():
 def test_mlp(caplog):
     fb = check_training(MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,))), caplog)
     assert fb == set(), fb
-    if hasattr(evt_lib.lib(), "evt_passes_run_all") and evt.backend.PASSES:
+    if hasattr(evt_lib.lib(), "evt_passes_run_all"):
         assert any("after the graph passes" in r.getMessage() for r in caplog.records)
-
-
-def test_min_cut_partitioner(caplog, monkeypatch):
-    """EVT_PARTITIONER=min_cut: forward values are recomputed in the backward instead of saved; exact."""
-    monkeypatch.setenv("EVT_PARTITIONER", "min_cut")
-    fb = check_training(MLP, lambda: (torch.randn(4, 8), torch.randint(0, 4, (4,))), caplog, steps=2)
-    assert fb == set(), fb
 
 
 def test_bert_layer(caplog):
@@ -284,17 +278,28 @@ def test_evt_log_env(tmp_path):
 
 def test_segment_cache():
     """Two compilations of the same graph reuse the parsed evt segments (keyed by text: shapes, dtypes)."""
-    from evt import backend
+    from evt import segment
     torch._dynamo.reset()
     lin = nn.Linear(4, 3)
     x = torch.randn(2, 4)
     torch.compile(lin, backend="evt")(x).sum().backward()
-    n = len(backend._GRAPHS)
+    n = len(segment._GRAPHS)
     torch._dynamo.reset()
     torch.compile(copy.deepcopy(lin), backend="evt")(x).sum().backward()
-    assert len(backend._GRAPHS) == n
+    assert len(segment._GRAPHS) == n
     torch.compile(copy.deepcopy(lin), backend="evt", dynamic=False)(torch.randn(5, 4)).sum().backward()
-    assert len(backend._GRAPHS) > n  # new shapes: new segments
+    assert len(segment._GRAPHS) > n  # new shapes: new segments
+
+
+def test_dump_option(tmp_path):
+    """options={"dump": dir} writes each segment's text (<hash>.evt) and its optimized form (<hash>.opt.evt)."""
+    torch._dynamo.reset()
+    lin = nn.Linear(4, 3)
+    torch.compile(lin, backend="evt", options={"dump": str(tmp_path / "d")})(torch.randn(2, 4)).sum().backward()
+    texts = sorted((tmp_path / "d").glob("*.evt"))
+    plain = [p for p in texts if not p.name.endswith(".opt.evt")]
+    assert plain and len(texts) == 2 * len(plain), texts
+    assert all(p.read_text().startswith("graph seg {") for p in plain)
 
 
 class SDPAModel(nn.Module):
@@ -472,7 +477,7 @@ def test_disk_cache(tmp_path):
     assert "disk cache" not in off
 
 
-# ---- the CUDA placement and layout rules, run on the interpreter (EVT_SIMULATE_CUDA_RULES=1) ------------
+# ---- the CUDA placement and layout rules, run on the interpreter (config.SIMULATE_CUDA_RULES) ------------
 
 @pytest.mark.parametrize("name", ["bert", "vit", "xmlcnn", "convbn", "sdpa"])
 def test_cuda_rules_simulated_on_cpu(name, caplog, monkeypatch):
@@ -480,7 +485,7 @@ def test_cuda_rules_simulated_on_cpu(name, caplog, monkeypatch):
     layer-norm backward recomputing its statistics, the q/k/v gradient stack, data movement of PyTorch-made
     values, view chains, channels-last / transposed input declarations) applied to CPU tensors: the same
     training steps as the CI tests still match eager."""
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+    monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
     models = {
         "bert": (Bert, lambda: (torch.randn(2, 5, 8), torch.randint(0, 3, (2,)))),
         "vit": (ViT, lambda: (torch.randn(2, 3, 4, 4), torch.randint(0, 3, (2,)))),
@@ -499,13 +504,13 @@ def test_cuda_rules_simulated_on_cpu(name, caplog, monkeypatch):
 
 
 def test_cuda_batch_norm_in_evt_simulated_on_cpu(caplog, monkeypatch):
-    """EVT_BATCH_NORM=evt (simulated CUDA rules, channels-last): the batch norms and their backward stay in evt
-    segments (no batch-norm fallback; the convolutions and pooling still run in PyTorch), and training, the
-    running statistics included, matches eager."""
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-    monkeypatch.setenv("EVT_BATCH_NORM", "evt")
+    """gpu_ops naming "batch_norm" (simulated CUDA rules, channels-last): the batch norms and their backward stay
+    in evt segments (no batch-norm fallback; the convolutions and pooling still run in PyTorch), and training,
+    the running statistics included, matches eager."""
+    monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
     fb = check_training(ConvBN, lambda: (torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last),
-                                         torch.randint(0, 3, (2,))), caplog, steps=2)
+                                         torch.randint(0, 3, (2,))), caplog, steps=2,
+                        options={"gpu_ops": ("batch_norm", "dropout")})
     assert any(f.startswith("convolution") for f in fb), fb
     assert not any("batch_norm" in f for f in fb), fb
 
@@ -707,28 +712,26 @@ def test_bert_block_with_dropout_runs_whole_in_evt(caplog):
 
 
 def test_evt_check_compares_segments_with_pytorch(caplog, monkeypatch):
-    """EVT_CHECK=1 (backend._CHECK) reruns each segment in PyTorch: silent on a correct step, a warning naming the
+    """options={"check": True} reruns each segment in PyTorch: silent on a correct step, a warning naming the
     node when evt's values are off (here every interpreter result + 1), and outputs that depend on a dropout of
     the segment (evt's own masks) are left out, logged once."""
-    from evt import backend as B
-    monkeypatch.setattr(B, "_CHECK", True)
     caplog.set_level(logging.INFO, logger="evt")
     x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
     torch._dynamo.reset()
     torch.manual_seed(0)
-    f = torch.compile(DropMLP(0.0), backend="evt", fullgraph=True)
+    f = torch.compile(DropMLP(0.0), backend="evt", fullgraph=True, options={"check": True})
     f(x, y)[0].backward()
-    assert not [r for r in caplog.records if "EVT_CHECK" in r.getMessage()]
+    assert not [r for r in caplog.records if "evt check" in r.getMessage()]
     run = evt_lib.Graph.run
     monkeypatch.setattr(evt_lib.Graph, "run", lambda self, i, o: [t + 1 for t in run(self, i, o)])
     torch._dynamo.reset()
-    f = torch.compile(DropMLP(0.0), backend="evt", fullgraph=True)
+    f = torch.compile(DropMLP(0.0), backend="evt", fullgraph=True, options={"check": True})
     f(x, y)
-    assert any("EVT_CHECK" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+    assert any("evt check" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
     monkeypatch.setattr(evt_lib.Graph, "run", run)
     caplog.clear()
     torch._dynamo.reset()
-    f = torch.compile(DropMLP(0.3), backend="evt", fullgraph=True)
+    f = torch.compile(DropMLP(0.3), backend="evt", fullgraph=True, options={"check": True})
     f(x, y)[0].backward()
-    msgs = [r.getMessage() for r in caplog.records if "EVT_CHECK" in r.getMessage()]
+    msgs = [r.getMessage() for r in caplog.records if "evt check" in r.getMessage()]
     assert msgs and all("not compared" in s for s in msgs), msgs

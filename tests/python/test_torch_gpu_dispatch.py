@@ -22,7 +22,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
                                 "python"))
 import evt  # noqa: E402
 from evt import aten as A  # noqa: E402
+from evt import config as C  # noqa: E402
 from evt import backend as B  # noqa: E402
+from evt import placement as P  # noqa: E402
+from evt import plan as PL  # noqa: E402
+from evt import rewrites as R  # noqa: E402
+from evt import segment as SG  # noqa: E402
+from evt import torch_steps as TS  # noqa: E402
 from evt import gpu as G  # noqa: E402
 from evt import lib as evt_lib  # noqa: E402
 
@@ -33,47 +39,48 @@ os.environ.setdefault("EVT_CACHE", "0")
 # ---- options and flags -----------------------------------------------------------------------------------
 
 def test_parse_options_defaults_and_unknown():
-    assert G.parse_options(None) == {"cudagraphs": False, "fused": None, "gpu_ops": None, "tune": None}
-    assert G.parse_options({"cudagraphs": True})["cudagraphs"] == "step"
-    assert G.parse_options({"cudagraphs": "step"})["cudagraphs"] == "step"
-    assert G.parse_options({"cudagraphs": "segments"})["cudagraphs"] == "segments"
-    assert G.parse_options({"cudagraphs": False})["cudagraphs"] is False
-    assert G.parse_options(G.parse_options({"cudagraphs": True}))["cudagraphs"] == "step"  # (idempotent)
+    assert C.parse_options(None) == {"check": False, "cudagraphs": False, "dump": None, "fused": True,
+                                     "gpu_ops": ("dropout",), "tune": None}
+    assert C.parse_options({"cudagraphs": True})["cudagraphs"] == "step"
+    assert C.parse_options({"cudagraphs": "step"})["cudagraphs"] == "step"
+    assert C.parse_options({"cudagraphs": "segments"})["cudagraphs"] == "segments"
+    assert C.parse_options({"cudagraphs": False})["cudagraphs"] is False
+    assert C.parse_options(C.parse_options({"cudagraphs": True}))["cudagraphs"] == "step"  # (idempotent)
     for bad in ("always", 2.5, ["step"]):
         with pytest.raises(ValueError, match="cudagraphs must be one of"):
-            G.parse_options({"cudagraphs": bad})
+            C.parse_options({"cudagraphs": bad})
     with pytest.raises(ValueError, match="unknown option"):
-        G.parse_options({"cudagraph": True})
+        C.parse_options({"cudagraph": True})
 
 
 def test_program_flags():
     F_, CG, NO = G.EVT_PROGRAM_FUSED, G.EVT_PROGRAM_CUDA_GRAPH, G.EVT_PROGRAM_NO_OPT
-    assert G.program_flags(None, {}) == F_ | NO
-    assert G.program_flags(None, {"EVT_FUSED": "0"}) == NO
-    assert G.program_flags(None, {"EVT_FUSED": "1"}) == F_ | NO
-    assert G.program_flags({"cudagraphs": "segments"}, {}) == F_ | CG | NO
-    assert G.program_flags({"cudagraphs": "segments", "fused": False}, {}) == CG | NO
+    assert G.program_flags(None) == F_ | NO
+    assert G.program_flags({"fused": False}) == NO
+    assert G.program_flags({"fused": True}) == F_ | NO
+    assert G.program_flags({"cudagraphs": "segments"}) == F_ | CG | NO
+    assert G.program_flags({"cudagraphs": "segments", "fused": False}) == CG | NO
     # the whole-step graph is PyTorch's capture: a program inside it must not capture on its own
-    assert G.program_flags({"cudagraphs": True}, {}) == F_ | NO
-    assert G.program_flags({"fused": True}, {"EVT_FUSED": "0"}) == F_ | NO  # the option wins
+    assert G.program_flags({"cudagraphs": True}) == F_ | NO
+    with pytest.raises(ValueError, match="fused must be a bool"):
+        G.program_flags({"fused": "no"})
     # the values agree with include/evt.h
     h = open(os.path.join(evt_lib.REPO, "include", "evt.h")).read()
     for name, v in (("FUSED", F_), ("CUDA_GRAPH", CG), ("NO_OPT", NO)):
         assert f"#define EVT_PROGRAM_{name} {v}u" in h.replace("  ", " ").replace("  ", " ")
 
 
-def test_tune_option_and_env():
-    """options["tune"] / EVT_TUNE: how many candidate configs the autotuner compiles per GEMM kernel."""
-    assert G.tune_configs(None, {}, cuda=True) == G.TUNE_BY_DEFAULT == 1  # measured by default on a GPU
-    assert G.tune_configs(None, {}, cuda=False) == 0  # nothing to measure
-    assert G.tune_configs(None, {"EVT_TUNE": "3"}, cuda=False) == 3
-    assert G.tune_configs(None, {"EVT_TUNE": "0"}, cuda=True) == 0
-    assert G.tune_configs(None, {"EVT_TUNE": "junk"}, cuda=True) == G.TUNE_BY_DEFAULT
-    assert G.tune_configs({"tune": True}, {}) == G.TUNE_DEFAULT_CONFIGS
-    assert G.tune_configs({"tune": 6}, {"EVT_TUNE": "2"}) == 6  # the option wins
-    assert G.tune_configs({"tune": False}, {"EVT_TUNE": "2"}) == 0
+def test_tune_option():
+    """options["tune"]: how many candidate configs the autotuner compiles per GEMM kernel."""
+    assert G.tune_configs(None, cuda=True) == G.TUNE_BY_DEFAULT == 1  # measured by default on a GPU
+    assert G.tune_configs(None, cuda=False) == 0  # nothing to measure
+    assert G.tune_configs({"tune": 3}, cuda=False) == 3
+    assert G.tune_configs({"tune": 0}, cuda=True) == 0
+    assert G.tune_configs({"tune": True}) == G.TUNE_DEFAULT_CONFIGS
+    assert G.tune_configs({"tune": False}, cuda=True) == 0
+    assert not G.tune_asked(None) and G.tune_asked({"tune": 1}) and G.tune_asked({"tune": False})
     with pytest.raises(ValueError, match="tune must be"):
-        G.parse_options({"tune": "fast"})
+        C.parse_options({"tune": "fast"})
 
 
 @needs_lib
@@ -81,7 +88,8 @@ def test_tune_without_a_gpu_says_why(monkeypatch, tmp_path):
     """G.tune -> evt_program_tune on segment texts: the distinct GEMM problems are found, and without a GPU
     nothing is measured or written, with the reason (the backend logs it and creates the programs untuned)."""
     monkeypatch.setenv("EVT_TUNE_NO_DEVICE", "1")
-    monkeypatch.setenv("EVT_TUNE_CACHE", str(tmp_path))
+    monkeypatch.setenv("EVT_TUNE_CACHE", str(tmp_path))  # (libevt's variables; its records under tmp_path either way)
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
     text = ("graph seg {\n  %x: bf16[64,128] = input()\n  %w: bf16[128,256] = input()\n"
             "  %b: bf16[256] = input()\n  %h = mm(%x, %w)\n  %y = add(%h, %b)\n  %z = relu(%y)\n"
             "  output %z\n}\n")
@@ -155,7 +163,7 @@ def _cuda_module(with_cumsum=True):
 
 
 def _segments(plan):
-    return [s for s in plan.steps if isinstance(s, B.Segment)]
+    return [s for s in plan.steps if isinstance(s, SG.Segment)]
 
 
 def _cuda_fx(f, shapes, dtype=torch.float32):
@@ -176,7 +184,7 @@ def _cuda_fx(f, shapes, dtype=torch.float32):
 def test_cuda_segments_without_program_api_run_in_pytorch(monkeypatch, caplog):
     monkeypatch.setattr(G, "has_program_api", lambda: False)
     caplog.set_level(logging.INFO, logger="evt")
-    plan = B.build_plan(_cuda_module())
+    plan = PL.build_plan(_cuda_module())
     segs = _segments(plan)
     assert segs and all(s.path == "torch" and s.device.type == "cuda" for s in segs)
     why = {n.name: w for n, w in plan.fallbacks}
@@ -203,8 +211,8 @@ def test_program_rejecting_a_node_moves_it_to_pytorch(monkeypatch):
             raise G.ProgramError("seg.evt:3:3: node %tanh (tanh): no GPU kernel for this op")
         made.append((flags, device))
         return _Created(text)
-    monkeypatch.setattr(B, "_program_for", fake_program_for)
-    plan = B.build_plan(_cuda_module(with_cumsum=False))
+    monkeypatch.setattr(SG, "_program_for", fake_program_for)
+    plan = PL.build_plan(_cuda_module(with_cumsum=False))
     why = {n.name: w for n, w in plan.fallbacks}
     assert set(why) == {"tanh"} and "evt GPU program" in why["tanh"], why
     segs = _segments(plan)
@@ -221,8 +229,8 @@ def test_program_failure_without_a_node_runs_its_segment_in_pytorch(monkeypatch)
         if "mm(" in graph.text():
             raise G.ProgramError("out of device memory for the arena")
         return _Created(graph.text())
-    monkeypatch.setattr(B, "_program_for", fake_program_for)
-    plan = B.build_plan(_cuda_module(with_cumsum=True), {"cudagraphs": "segments"})
+    monkeypatch.setattr(SG, "_program_for", fake_program_for)
+    plan = PL.build_plan(_cuda_module(with_cumsum=True), {"cudagraphs": "segments"})
     segs = _segments(plan)
     assert [s.path for s in segs] == ["torch", "gpu"], [(s.path, s.text) for s in segs]
     why = {n.name: w for n, w in plan.fallbacks}
@@ -234,7 +242,7 @@ def test_program_failure_without_a_node_runs_its_segment_in_pytorch(monkeypatch)
 def test_rebuilds_are_bounded(monkeypatch):
     """Past MAX_PROGRAM_REBUILDS node rejections, a rejecting segment runs whole in PyTorch."""
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "MAX_PROGRAM_REBUILDS", 1)
+    monkeypatch.setattr(PL, "MAX_PROGRAM_REBUILDS", 1)
 
     def fake_program_for(graph, flags, device):
         t = graph.text()
@@ -242,8 +250,8 @@ def test_rebuilds_are_bounded(monkeypatch):
             if f"{op}(" in t:
                 raise G.ProgramError(f"x: node %{op} ({op}): unsupported")
         return _Created(t)
-    monkeypatch.setattr(B, "_program_for", fake_program_for)
-    plan = B.build_plan(_cuda_module(with_cumsum=False))
+    monkeypatch.setattr(SG, "_program_for", fake_program_for)
+    plan = PL.build_plan(_cuda_module(with_cumsum=False))
     why = {n.name: w for n, w in plan.fallbacks}
     assert "relu" in why and "tanh" in why
     assert any(s.path == "torch" and len(s.members) > 1 for s in _segments(plan))
@@ -255,7 +263,7 @@ def test_cpu_segments_use_the_interpreter():
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     gm = make_fx(lambda x, w: [torch.relu(x @ w).sum()])(torch.randn(4, 8), torch.randn(8, 3))
     FakeTensorProp(gm).propagate(torch.randn(4, 8), torch.randn(8, 3))
-    plan = B.build_plan(gm)
+    plan = PL.build_plan(gm)
     assert [s.path for s in _segments(plan)] == ["interp"]
     x, w = torch.randn(4, 8), torch.randn(8, 3)
     B.reset_stats()
@@ -416,9 +424,9 @@ def _glue_setup(monkeypatch):
     def program_for(graph, flags, device):
         made.append(InterpProgram(graph.text(), flags))
         return made[-1]
-    monkeypatch.setattr(B, "_program_for", program_for)
+    monkeypatch.setattr(SG, "_program_for", program_for)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
-    monkeypatch.setattr(B, "_GRAPHS", {})  # (other tests expect to see their segments parsed)
+    monkeypatch.setattr(SG, "_GRAPHS", {})  # (other tests expect to see their segments parsed)
     return made
 
 
@@ -428,12 +436,12 @@ def _glue_setup(monkeypatch):
 def test_gpu_glue_with_the_interpreter_as_device(monkeypatch, options, model):
     """The GPU path's Python glue (binding, output allocation, layouts, casts; Segment._run_fast without CUDA
     graphs, the staging / output pool with them) on the interpreter: "cuda_rules" also applies the CUDA
-    placement and layout rules (EVT_SIMULATE_CUDA_RULES: transposed and memory-order bindings, hoisted casts)."""
+    placement and layout rules (config.SIMULATE_CUDA_RULES: transposed and memory-order bindings, hoisted casts)."""
     import copy
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import test_torch_backend as T
     if options == "cuda_rules":
-        monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
+        monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
         options = None
     made = _glue_setup(monkeypatch)
     make, inputs = {
@@ -491,9 +499,8 @@ def test_gpu_glue_draws_an_rng_step_per_dropout_run(monkeypatch, options):
     import copy
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import test_torch_backend as T
-    if options == "cuda_rules":  # (CUDA placement: dropout runs in evt unless EVT_DROPOUT=torch)
-        monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-        monkeypatch.delenv("EVT_DROPOUT", raising=False)
+    if options == "cuda_rules":  # (CUDA placement: dropout runs in evt under the default gpu_ops)
+        monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
         options = None
     made = _glue_setup(monkeypatch)
     torch._dynamo.reset()
@@ -516,29 +523,27 @@ def test_gpu_glue_draws_an_rng_step_per_dropout_run(monkeypatch, options):
 
 
 @needs_lib
-@pytest.mark.parametrize("env", [None, "torch"])
-def test_cuda_dropout_runs_in_evt_unless_evt_dropout_torch(monkeypatch, caplog, env):
+@pytest.mark.parametrize("gpu_ops", [None, ()])
+def test_cuda_dropout_runs_in_evt_unless_gpu_ops_leaves_it_out(monkeypatch, caplog, gpu_ops):
     """Under the CUDA placement rules (simulated on the CPU) native_dropout runs in evt by default, and in
-    PyTorch with the logged reason under EVT_DROPOUT=torch; the rest of the step runs in evt either way."""
+    PyTorch with the logged reason when a gpu_ops list leaves "dropout" out; the rest of the step runs in evt
+    either way."""
     import test_torch_backend as T
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-    if env is None:
-        monkeypatch.delenv("EVT_DROPOUT", raising=False)
-    else:
-        monkeypatch.setenv("EVT_DROPOUT", env)
+    monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
     caplog.set_level(logging.INFO, logger="evt")
     torch._dynamo.reset()
     torch.manual_seed(0)
-    f = torch.compile(T.DropMLP(0.25), backend="evt", fullgraph=True)
+    f = torch.compile(T.DropMLP(0.25), backend="evt", fullgraph=True,
+                      options=None if gpu_ops is None else {"gpu_ops": gpu_ops})
     loss, h = f(torch.randn(64, 16), torch.randint(0, 4, (64,)))
     loss.backward()
     in_torch = "native_dropout.default" in T.fallbacks(caplog.records)
     logged = any("dropout draws its mask in PyTorch on CUDA" in r.getMessage() for r in caplog.records)
-    assert in_torch == logged == (env == "torch")
+    assert in_torch == logged == (gpu_ops is not None)
     assert abs((h != 0).float().mean().item() - 0.75) < 0.1
 
 
-# ---- CUDA attention (EVT_ATTENTION=evt) --------------------------------------------------------------------
+# ---- CUDA attention (gpu_ops naming "attention") --------------------------------------------------------------------
 
 def test_sdpa_grad_recompute_matches_the_cpu_kernel():
     """evt::sdpa_backward's device-generic implementation (used on CUDA) against PyTorch's CPU kernel."""
@@ -553,7 +558,7 @@ def test_sdpa_grad_recompute_matches_the_cpu_kernel():
 
 @needs_lib
 def test_cuda_attention_translation_is_opt_in(monkeypatch):
-    """The CUDA SDPA ops are translated only with EVT_ATTENTION=evt; the joint-graph rewrite likewise."""
+    """The CUDA SDPA ops are translated only when gpu_ops names "attention"; the joint-graph rewrite likewise."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
@@ -570,13 +575,11 @@ def test_cuda_attention_translation_is_opt_in(monkeypatch):
     gm.recompile()
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
-    monkeypatch.delenv("EVT_ATTENTION", raising=False)
-    plan = B.build_plan(gm)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    plan = PL.build_plan(gm)
     why = {n.name: w for n, w in plan.fallbacks}
-    assert any("EVT_ATTENTION" in w for w in why.values()), why
-    monkeypatch.setenv("EVT_ATTENTION", "evt")
-    plan = B.build_plan(gm)
+    assert any("naming 'attention'" in w for w in why.values()), why
+    plan = PL.build_plan(gm, {"gpu_ops": ["attention", "dropout"]})
     segs = _segments(plan)
     assert plan.fallbacks == [] and len(segs) == 1 and "sdpa(" in segs[0].text
 
@@ -595,13 +598,12 @@ def test_cuda_convolution_stays_in_pytorch_unless_all_ops(monkeypatch):
         gm = make_fx(f)(*fakes)
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
-    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
-    why = {n.name: w for n, w in B.build_plan(gm).fallbacks}
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    why = {n.name: w for n, w in PL.build_plan(gm).fallbacks}
     assert list(why) == ["convolution"] and "cuDNN" in why["convolution"], why
-    monkeypatch.setenv("EVT_CUDA_OPS", "all")
-    plan = B.build_plan(gm)
-    assert plan.fallbacks == [] and "conv2d(" in _segments(plan)[0].text
+    for ops in ("all", ("convolution",)):
+        plan = PL.build_plan(gm, {"gpu_ops": ops})
+        assert plan.fallbacks == [] and "conv2d(" in _segments(plan)[0].text
 
 
 def _cuda_resnet_block():
@@ -630,19 +632,18 @@ def _cuda_resnet_block():
 @needs_lib
 def test_cuda_reference_only_ops_run_in_pytorch(monkeypatch):
     """gpu_ops "fast" (default): convolution, pooling and their backward on CUDA are PyTorch fallbacks naming
-    the reference library, batch norm and its backward fallbacks naming EVT_BATCH_NORM=evt (evt's kernels
-    measured slower); the elementwise ops around them stay evt segments on the GPU; gpu_ops "all" (option or
-    EVT_CUDA_OPS) keeps them in evt, EVT_BATCH_NORM=evt the batch norms only."""
+    the reference library, batch norm and its backward fallbacks naming the "batch_norm" family (evt's kernels
+    are slower); the elementwise ops around them stay evt segments on the GPU; gpu_ops "all" keeps them in evt,
+    a list naming "batch_norm" the batch norms only."""
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
-    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
     gm = _cuda_resnet_block()
     A.rewrite_joint(gm, attention=False, cuda_pools=False)
     assert any(n.target == torch.ops.aten.max_pool2d_with_indices_backward.default for n in gm.graph.nodes)
-    plan = B.build_plan(gm)
-    fb = collections.Counter(B._op_name(n).split(".")[0] for n, w in plan.fallbacks if "reference library" in w)
+    plan = PL.build_plan(gm)
+    fb = collections.Counter(P.op_name(n).split(".")[0] for n, w in plan.fallbacks if "reference library" in w)
     assert fb["convolution"] == 1 and fb["convolution_backward"] == 1, fb
-    bn = collections.Counter(B._op_name(n).split(".")[0] for n, w in plan.fallbacks if "EVT_BATCH_NORM=evt" in w)
+    bn = collections.Counter(P.op_name(n).split(".")[0] for n, w in plan.fallbacks if "naming 'batch_norm'" in w)
     assert bn["native_batch_norm"] == 1 and bn["native_batch_norm_backward"] == 1, plan.fallbacks
     assert fb["max_pool2d_with_indices"] == 1 and fb["max_pool2d_with_indices_backward"] == 1, fb
     segs = _segments(plan)
@@ -651,23 +652,19 @@ def test_cuda_reference_only_ops_run_in_pytorch(monkeypatch):
     assert "relu(" in text or "threshold_backward(" in text or "where(" in text
     for op in ("conv2d", "batch_norm", "max_pool2d"):
         assert f"{op}(" not in text and f"{op}_backward" not in text, op
-    # "all" by option, and by the environment
-    for opts, env in (({"gpu_ops": "all"}, None), (None, "all")):
-        if env:
-            monkeypatch.setenv("EVT_CUDA_OPS", env)
+    # "all", and a list of every family but dropout (the block has none)
+    for opts in ({"gpu_ops": "all"}, {"gpu_ops": ("attention", "batch_norm", "convolution", "pooling")}):
         gm = _cuda_resnet_block()
         A.rewrite_joint(gm, attention=True, cuda_pools=True)
-        plan = B.build_plan(gm, opts)
+        plan = PL.build_plan(gm, opts)
         assert not any("reference library" in w for _, w in plan.fallbacks), plan.fallbacks
         text = "".join(s.text for s in _segments(plan))
         assert "conv2d(" in text and "max_pool2d_backward(" in text, text
-    monkeypatch.delenv("EVT_CUDA_OPS")
-    # EVT_BATCH_NORM=evt: the batch norms alone join the segments
-    monkeypatch.setenv("EVT_BATCH_NORM", "evt")
+    # a list naming "batch_norm": the batch norms alone join the segments
     gm = _cuda_resnet_block()
     A.rewrite_joint(gm, attention=False, cuda_pools=False)
-    plan = B.build_plan(gm)
-    names = {B._op_name(n).split(".")[0] for n, _ in plan.fallbacks}
+    plan = PL.build_plan(gm, {"gpu_ops": ["batch_norm", "dropout"]})
+    names = {P.op_name(n).split(".")[0] for n, _ in plan.fallbacks}
     assert "convolution" in names and "native_batch_norm" not in names and "native_batch_norm_backward" not in names, names
     text = "".join(s.text for s in _segments(plan))
     assert "batch_norm" in text, text
@@ -679,7 +676,6 @@ def test_cuda_placement_leaves_cpu_plans_alone(monkeypatch):
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
-    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
 
     def f(x, w):
         y = aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
@@ -691,8 +687,8 @@ def test_cuda_placement_leaves_cpu_plans_alone(monkeypatch):
     FakeTensorProp(gm).propagate(x, w)
     for n in gm.graph.nodes:
         if n.op == "call_function":
-            assert B.cuda_placement(n, {"gpu_ops": "fast"}) is None
-    plan = B.build_plan(gm, {"gpu_ops": "fast"})
+            assert P.cuda_placement(n, {"gpu_ops": "fast"}) is None
+    plan = PL.build_plan(gm, {"gpu_ops": "fast"})
     assert plan.fallbacks == [] and [s.path for s in _segments(plan)] == ["interp"]
     (out,) = plan([x, w])
     assert torch.allclose(out, f(x, w)[0], rtol=1e-5)
@@ -722,31 +718,26 @@ def _cuda_autocast_linear():
 @needs_lib
 def test_input_casts_are_hoisted_on_cuda(monkeypatch):
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
-    monkeypatch.delenv("EVT_HOIST_CASTS", raising=False)
-    plan = B.build_plan(_cuda_autocast_linear())
-    casts = [n for n, w in plan.fallbacks if w == B.HOISTED_CAST]
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    plan = PL.build_plan(_cuda_autocast_linear())
+    casts = [n for n, w in plan.fallbacks if w == P.HOISTED_CAST]
     assert len(casts) == 3 and plan.steps[:3] == casts, plan.steps
     (seg,) = _segments(plan)
     assert "cast(" not in seg.text and "mm(" in seg.text, seg.text
     # the transposed weight leaves the segment as a PyTorch view of the hoisted cast, not an evt output
     assert [m.target for m in seg.torch_views] == [torch.ops.aten.t.default], seg.torch_views
     assert seg.text.count("output") == 1 and "output %relu" in seg.text.replace(" ", " "), seg.text
-    monkeypatch.setenv("EVT_HOIST_CASTS", "0")
-    plan = B.build_plan(_cuda_autocast_linear())
-    assert not [n for n, w in plan.fallbacks if w == B.HOISTED_CAST] and "cast(" in _segments(plan)[0].text
 
 
 @needs_lib
 def test_hoisted_casts_run_as_one_multi_tensor_copy(monkeypatch):
-    """Hoisted casts (EVT_SIMULATE_CUDA_RULES: the CUDA rules on the CPU) run as one torch._foreach_copy_ per
-    (device, dtypes) into fresh tensors, bitwise equal to one cast each; a non-contiguous input is cast on its own;
-    EVT_FOREACH_CASTS=0 casts one by one."""
+    """Hoisted casts (config.SIMULATE_CUDA_RULES: the CUDA rules on the CPU) run as one torch._foreach_copy_ per
+    (device, dtypes) into fresh tensors, bitwise equal to one cast each; a non-contiguous input is cast on its
+    own."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-    monkeypatch.delenv("EVT_HOIST_CASTS", raising=False)
+    monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
 
     def f(x, w1, w2, b):
         xb, w1b, w2b, bb = (aten._to_copy(t, dtype=torch.bfloat16) for t in (x, w1, w2, b))
@@ -764,22 +755,17 @@ def test_hoisted_casts_run_as_one_multi_tensor_copy(monkeypatch):
         return real(outs, srcs)
     monkeypatch.setattr(torch, "_foreach_copy_", spy)
     ref = f(*ins)[0]
-    for foreach in ("1", "0"):
-        monkeypatch.setenv("EVT_FOREACH_CASTS", foreach)
-        calls.clear()
-        plan = B.build_plan(gm)
-        assert [w for _, w in plan.fallbacks].count(B.HOISTED_CAST) == 4, plan.fallbacks
-        (out,) = plan(list(ins))
-        assert torch.equal(out, ref), (out, ref)
-        assert calls == ([[(4, 8), (6, 8), (5, 6), (6,)]] if foreach == "1" else []), calls
+    plan = PL.build_plan(gm)
+    assert [w for _, w in plan.fallbacks].count(P.HOISTED_CAST) == 4, plan.fallbacks
+    (out,) = plan(list(ins))
+    assert torch.equal(out, ref), (out, ref)
+    assert calls == [[(4, 8), (6, 8), (5, 6), (6,)]], calls
     # one step's casts directly: fresh bf16 tensors equal to .to(); a transposed (non-contiguous) weight alone
-    monkeypatch.setenv("EVT_FOREACH_CASTS", "1")
-    plan = B.build_plan(gm)
     casts = plan.steps[:4]
     w1t = torch.randn(8, 6).t()
     env = dict(zip(plan.placeholders, [ins[0], w1t, ins[2], ins[3]]))
     calls.clear()
-    B.run_hoisted_casts(casts, env)
+    TS.run_hoisted_casts(casts, env)
     assert calls == [[(4, 8), (5, 6), (6,)]], calls
     for c, x in zip(casts, [ins[0], w1t, ins[2], ins[3]]):
         assert env[c].dtype == torch.bfloat16 and torch.equal(env[c], x.to(torch.bfloat16))
@@ -803,13 +789,13 @@ def test_views_leaving_a_segment_are_pytorch_views():
     x, w = torch.randn(4, 8), torch.randn(6, 8)
     gm = make_fx(f)(x, w)
     FakeTensorProp(gm).propagate(x, w)
-    assert B.hoisted_casts(gm) == []
-    plan = B.build_plan(gm)
+    assert P.hoisted_casts(gm) == []
+    plan = PL.build_plan(gm)
     segs = _segments(plan)
-    assert [B._op_name(n) for n, _ in plan.fallbacks] == ["cumsum.default"], plan.fallbacks
+    assert [P.op_name(n) for n, _ in plan.fallbacks] == ["cumsum.default"], plan.fallbacks
     assert [s.path for s in segs if s.path != "none"] == ["interp"], [(s.path, s.text) for s in segs]
     views = [m for s in segs for m in s.torch_views]
-    names = sorted(B._op_name(m).split(".")[0] for m in views)
+    names = sorted(P.op_name(m).split(".")[0] for m in views)
     assert names == ["permute", "select", "t", "t", "view"], names
     (seg,) = [s for s in segs if s.path == "interp"]
     assert "output" in seg.text and "permute(" not in seg.text.split("output")[1]
@@ -830,7 +816,7 @@ def test_contiguous_permute_of_a_strided_input_runs_before_the_segment(monkeypat
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
 
     def f(w, a):
         w = torch.tanh(w)  # (first: the segment starts before the permute)
@@ -841,15 +827,15 @@ def test_contiguous_permute_of_a_strided_input_runs_before_the_segment(monkeypat
     with mode:
         fakes = [torch.empty(3, 64, device="cuda"), torch.empty(2, 8, 4, 16, device="cuda").transpose(1, 2)]
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
-    plan = B.build_plan(gm)
-    assert [B._op_name(n) for n in plan.torch_permutes] == ["permute.default"]
+    plan = PL.build_plan(gm)
+    assert [P.op_name(n) for n in plan.torch_permutes] == ["permute.default"]
     assert plan.steps[0] is plan.torch_permutes[0] and len(_segments(plan)) == 1
     (seg,) = _segments(plan)
     assert "permute(%in.a" not in seg.text and "in.permute" in seg.text, seg.text
     # CPU: unaffected
     gm2 = make_fx(f)(torch.randn(3, 64), torch.randn(2, 8, 4, 16).transpose(1, 2))
     FakeTensorProp(gm2).propagate(torch.randn(3, 64), torch.randn(2, 8, 4, 16).transpose(1, 2))
-    assert B.build_plan(gm2).torch_permutes == []
+    assert PL.build_plan(gm2).torch_permutes == []
 
 
 @needs_lib
@@ -861,7 +847,7 @@ def test_transposed_gemm_operand_is_bound_as_its_memory(monkeypatch):
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
 
     def plan_for(f):
         a, wt = torch.randn(16, 32).bfloat16(), torch.randn(64, 32).bfloat16().t()
@@ -871,7 +857,7 @@ def test_transposed_gemm_operand_is_bound_as_its_memory(monkeypatch):
             fakes = [torch.empty(16, 32, device="cuda", dtype=torch.bfloat16),
                      torch.empty(64, 32, device="cuda", dtype=torch.bfloat16).t()]
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
-        return B.build_plan(gm), wt
+        return PL.build_plan(gm), wt
 
     plan, wt = plan_for(lambda a, wt: [torch.relu(aten.mm(a, wt))])
     (seg,) = _segments(plan)
@@ -889,13 +875,13 @@ def test_channels_last_segment_runs_in_memory_order(monkeypatch):
     """CUDA, channels-last: relu(x) + y * b[c] is declared over [N, H, W, C] memory (inputs %in.*.phys, the
     output permuted to memory order, every permute cancelled by the passes); at run time the inputs are
     bound as they are (same storage) and the output comes back as a channels-last view with the right
-    values (a stand-in program computes on the physical tensors). EVT_PHYSICAL_LAYOUT=0: row-major text."""
+    values (a stand-in program computes on the physical tensors)."""
     import types
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
     cl = torch.channels_last
 
     def f(x, y, b):
@@ -908,7 +894,7 @@ def test_channels_last_segment_runs_in_memory_order(monkeypatch):
         fakes = [torch.empty(2, 3, 4, 5, device="cuda").to(memory_format=cl),
                  torch.empty(2, 3, 4, 5, device="cuda").to(memory_format=cl), torch.empty(3, device="cuda")]
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
-    plan = B.build_plan(gm)
+    plan = PL.build_plan(gm)
     (seg,) = _segments(plan)
     assert set(seg.phys_in) == {"in.x_1.phys", "in.y_1.phys"} and list(seg.phys_out.values()) == [[0, 2, 3, 1]], seg.text
     assert "permute(" not in seg.graph.text() and "f32[2,4,5,3]" in seg.graph.text(), seg.graph.text()
@@ -931,9 +917,6 @@ def test_channels_last_segment_runs_in_memory_order(monkeypatch):
     seg._run_gpu(env)
     (m, _), = seg.out_index
     assert env[m].is_contiguous(memory_format=cl) and torch.allclose(env[m], torch.relu(x) + y * bb.view(1, 3, 1, 1))
-    monkeypatch.setattr(B, "_PHYSICAL", False)
-    (seg,) = _segments(B.build_plan(gm))
-    assert not seg.phys_in and not seg.phys_out and "f32[2,3,4,5] = input()" in seg.text
 
 
 @needs_lib
@@ -948,9 +931,7 @@ def test_attention_gradients_are_stacked_and_moved_by_pytorch(monkeypatch):
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
-    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
-    monkeypatch.delenv("EVT_ATTENTION", raising=False)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
 
     def f(dout, qkv, w):
         q, k, v = (aten.select(qkv, 0, i) for i in range(3))
@@ -967,7 +948,7 @@ def test_attention_gradients_are_stacked_and_moved_by_pytorch(monkeypatch):
     with mode:
         fakes = [torch.empty(a.shape, device="cuda") for a in args]
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
-    assert B.stack_select_backwards(gm) == 1
+    assert R.stack_select_backwards(gm) == 1
     targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert aten.stack.default in targets and aten.select_backward.default not in targets
     # the permute + clone after the stack fold into it: one stack of the permuted gradients (one copy)
@@ -976,15 +957,15 @@ def test_attention_gradients_are_stacked_and_moved_by_pytorch(monkeypatch):
     assert st.args[1] == 2 and all(x.target == aten.permute.default and x.args[1] == [0, 2, 1, 3] for x in st.args[0])
     assert tuple(st.meta["val"].shape) == (2, 8, 3, 4, 16)
     assert torch.equal(gm(*args)[0], f(*args)[0])  # (exact: the same elements, moved once)
-    plan = B.build_plan(gm)
-    moved = [B._op_name(n).split(".")[0] for n in plan.torch_moves]
+    plan = PL.build_plan(gm)
+    moved = [P.op_name(n).split(".")[0] for n in plan.torch_moves]
     assert moved[-5:] == ["permute", "permute", "permute", "stack", "_unsafe_view"], moved
     (seg,) = [s for s in _segments(plan) if s.path == "gpu"]  # (the q/k/v selects: PyTorch views, path none)
     assert "in._unsafe_view" in seg.text and "slice_backward" not in seg.text, seg.text
     # the rewrite is exact
     ref = f(*args)[0]
     gm2 = make_fx(f)(*args)
-    B.stack_select_backwards(gm2, {"gpu_ops": "fast"})  # (CPU nodes: cuda_placement says no; unchanged)
+    R.stack_select_backwards(gm2, {"gpu_ops": "fast"})  # (CPU nodes: cuda_placement says no; unchanged)
     assert torch.allclose(gm2(*args)[0], ref)
     # PyTorch's own CUDA attention backward (placed in PyTorch with the forward's reason, and no translation in
     # evt) is a source too: the bert_large graphs under autocast have the cuDNN one
@@ -992,13 +973,13 @@ def test_attention_gradients_are_stacked_and_moved_by_pytorch(monkeypatch):
     FakeTensorProp(gm3, mode).propagate_dont_convert_inputs(*fakes)
     (bwd,) = [n for n in gm3.graph.nodes if n.target == torch.ops.evt.sdpa_backward.default]
     bwd.target = aten._scaled_dot_product_cudnn_attention_backward.default
-    assert "attention is cuDNN's fused flash attention" in B.cuda_placement(bwd) and B._untranslated_on_cuda(bwd)
-    assert B.stack_select_backwards(gm3) == 1
+    assert "attention is cuDNN's fused flash attention" in P.cuda_placement(bwd) and R._untranslated_on_cuda(bwd)
+    assert R.stack_select_backwards(gm3) == 1
     gm4 = make_fx(f)(*args)
     FakeTensorProp(gm4, mode).propagate_dont_convert_inputs(*fakes)
     (bwd4,) = [n for n in gm4.graph.nodes if n.target == torch.ops.evt.sdpa_backward.default]
     bwd4.target = aten.add.Tensor  # (an op evt translates: the gradients stay in evt, no rewrite)
-    assert B.stack_select_backwards(gm4) == 0
+    assert R.stack_select_backwards(gm4) == 0
 
 
 @needs_lib
@@ -1026,7 +1007,7 @@ def test_layer_norm_backward_recomputes_its_statistics():
     assert sum(1 for n in gm.graph.nodes if n.target is operator.getitem and
                n.args[0].target == aten.native_layer_norm.default) == 1  # only y is left
     FakeTensorProp(gm).propagate(*args)
-    plan = B.build_plan(gm)
+    plan = PL.build_plan(gm)
     assert plan.fallbacks == [] and all(s.path in ("interp", "none") for s in _segments(plan))
     got = plan(args)
     for a, r in zip(got, ref):
@@ -1038,18 +1019,15 @@ def test_layer_norm_backward_recomputes_its_statistics():
 @needs_lib
 def test_unaligned_rows_run_in_pytorch_on_cuda(monkeypatch):
     """CUDA: a vocabulary of 30522 words (bf16 rows of 61044 bytes) -> the decoder GEMM (with its bias add) runs
-    in PyTorch (CUTLASS needs 16-byte rows), and so does the log-softmax after it by default; with
-    EVT_UNALIGNED_ROWS=evt it stays in evt while its rows fit the row kernels (which take unaligned rows element
-    by element), and runs in PyTorch when they are longer (long_rows: the GEMM that feeds it is PyTorch's, no
-    epilogue takes it); the aligned GEMM before stays evt; small unaligned tensors and gpu_ops "all" are
-    unaffected."""
+    in PyTorch (CUTLASS needs 16-byte rows), and so does the log-softmax after it (the row kernels would take
+    its unaligned rows element by element); the aligned GEMM before stays evt; small unaligned tensors and
+    gpu_ops "all" are unaffected."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
-    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
 
     def f(x, w1, w2, b2):
         h = torch.relu(aten.mm(x, w1))
@@ -1062,31 +1040,20 @@ def test_unaligned_rows_run_in_pytorch_on_cuda(monkeypatch):
         with mode:
             fakes = [torch.empty(s, device="cuda", dtype=torch.bfloat16) for s in shapes]
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
-        return B.build_plan(gm, opts)
+        return PL.build_plan(gm, opts)
     big = plan_for(30522 * 17)  # (64 x 518874 logits: over UNALIGNED_MIN_NUMEL)
-    why = {B._op_name(n).split(".")[0]: w for n, w in big.fallbacks}
+    why = {P.op_name(n).split(".")[0]: w for n, w in big.fallbacks}
     assert "addmm" in why and "_log_softmax" in why and "16-byte" in why["addmm"], why
-    why = {B._op_name(n).split(".")[0]: w for n, w in plan_for(30522).fallbacks}  # (the default: PyTorch)
+    why = {P.op_name(n).split(".")[0]: w for n, w in plan_for(30522).fallbacks}
     assert "_log_softmax" in why and "16-byte" in why["_log_softmax"], why
-    monkeypatch.setattr(B, "UNALIGNED_ROW_KERNELS", True)  # (EVT_UNALIGNED_ROWS=evt)
-    assert "rows of 518874 elements" in {B._op_name(n).split(".")[0]: w for n, w in plan_for(30522 * 17).fallbacks}[
-        "_log_softmax"]  # (longer than the row kernels take, and no evt GEMM feeds it)
-    vocab = plan_for(30522)  # (64 x 30522: unaligned rows the row kernels hold)
-    why = {B._op_name(n).split(".")[0]: w for n, w in vocab.fallbacks}
-    assert set(why) == {"addmm"}, why
-    # (the module returns the log-softmax: mark_returned_log_softmax's x - max - log(sum(exp(x - max))), in evt)
-    assert any("amax(" in s.text and "log(" in s.text for s in _segments(vocab)), [s.text for s in _segments(vocab)]
-    monkeypatch.setattr(B, "UNALIGNED_ROW_KERNELS", False)
     assert "mm" not in why and any("mm(" in s.text for s in _segments(big))
     assert not plan_for(30).fallbacks  # (64 x 30: small)
     assert not plan_for(30522 * 17, {"gpu_ops": "all"}).fallbacks
-    assert B.unaligned_rows(next(n for n in plan_for(64 * 1024).gm.graph.nodes if n.op == "call_function")) is None
+    assert P.unaligned_rows(next(n for n in plan_for(64 * 1024).gm.graph.nodes if n.op == "call_function")) is None
     # the GEMM left to PyTorch runs on zero-padded operands (pad_gemm); the aligned one and small ones do not
     padded = [n for n in big.gm.graph.nodes if n.meta.get("evt_pad_gemm")]
     assert [n.target for n in padded] == [aten.addmm.default], padded
     assert not [n for n in plan_for(30).gm.graph.nodes if n.meta.get("evt_pad_gemm")]
-    monkeypatch.setenv("EVT_PAD_GEMM", "0")
-    assert not [n for n in plan_for(30522 * 17).gm.graph.nodes if n.meta.get("evt_pad_gemm")]
 
 
 @needs_lib
@@ -1095,16 +1062,13 @@ def test_long_rows_run_in_pytorch_unless_a_gemm_feeds_them(monkeypatch):
     (the XML-CNN loss backward over 670,208 labels: its bias-gradient sum), except whole-tensor elementwise ops
     (sigmoid(logits) - target), whose group the runtime launches reshaped into short rows; the chain a GEMM
     feeds (the loss forward in the logits GEMM's epilogue) stays in evt. The sum reads the segment's g: it is
-    deferred (runs after the segment), and the GEMMs after it in graph order stay in the segment.
-    EVT_DEFER_TORCH=0: the sum ends the segment, the last GEMM starts another."""
+    deferred (runs after the segment), and the GEMMs after it in graph order stay in the segment."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
-    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
-    monkeypatch.delenv("EVT_DEFER_TORCH", raising=False)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
     n = 40000
 
     def f(h, w, logits, t, x2, w2):
@@ -1120,19 +1084,15 @@ def test_long_rows_run_in_pytorch_unless_a_gemm_feeds_them(monkeypatch):
     with mode:
         fakes = [torch.empty(sh, device="cuda", dtype=torch.bfloat16) for sh in shapes]
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
-    plan = B.build_plan(gm, None)
-    why = {B._op_name(m).split(".")[0]: w for m, w in plan.fallbacks}
+    plan = PL.build_plan(gm, None)
+    why = {P.op_name(m).split(".")[0]: w for m, w in plan.fallbacks}
     assert set(why) == {"sum"} and "rows of 40000" in why["sum"], why
     segs = _segments(plan)
     # relu(mm), sigmoid - t, mm(t(g), h) and relu(mm(fwd, w2)) in one segment; the sum after it
     assert len(segs) == 1 and segs[0].text.count("mm(") == 3 and "sigmoid(" in segs[0].text, [s.text for s in segs]
-    names = [B._op_name(s).split(".")[0] if not isinstance(s, B.Segment) else "SEG" for s in plan.steps]
+    names = [P.op_name(s).split(".")[0] if not isinstance(s, SG.Segment) else "SEG" for s in plan.steps]
     assert names == ["SEG", "sum"], names
-    assert B.long_rows(next(m for m in gm.graph.nodes if m.target == aten.relu.default)) is None
-    monkeypatch.setenv("EVT_DEFER_TORCH", "0")
-    plan0 = B.build_plan(gm, None)
-    names0 = [B._op_name(s).split(".")[0] if not isinstance(s, B.Segment) else "SEG" for s in plan0.steps]
-    assert names0 == ["SEG", "sum", "SEG"], names0
+    assert P.long_rows(next(m for m in gm.graph.nodes if m.target == aten.relu.default)) is None
 
 
 @pytest.mark.parametrize("m,k,n", [(30, 64, 30522), (64, 30522, 40), (30522, 24, 64), (5, 3, 7), (16, 16, 16)])
@@ -1145,35 +1105,41 @@ def test_padded_gemm_is_the_gemm(m, k, n):
     bt = torch.randn(n, k, generator=g, dtype=torch.float64)
     b = bt.t()  # (a transposed view, as the logits' weight W^T)
     for bias in (torch.randn(n, generator=g, dtype=torch.float64), torch.randn(m, n, generator=g, dtype=torch.float64)):
-        got = B.padded_gemm(aten.addmm.default, [bias, a, b], {"beta": 0.5, "alpha": 2.0})
+        got = TS.padded_gemm(aten.addmm.default, [bias, a, b], {"beta": 0.5, "alpha": 2.0})
         ref = aten.addmm(bias, a, b, beta=0.5, alpha=2.0)
         assert got.shape == ref.shape and got.is_contiguous()
         assert torch.allclose(got, ref, rtol=1e-12, atol=1e-12)
-    got = B.padded_gemm(aten.mm.default, [a.t().contiguous().t(), b], {})
+    got = TS.padded_gemm(aten.mm.default, [a.t().contiguous().t(), b], {})
     assert torch.allclose(got, a @ b, rtol=1e-12, atol=1e-12) and got.is_contiguous()
     # contiguous=False: the strided view of the padded result (no copy), the same values
-    view = B.padded_gemm(aten.mm.default, [a, b], {}, contiguous=False)
-    assert torch.equal(view, B.padded_gemm(aten.mm.default, [a, b], {}))
+    view = TS.padded_gemm(aten.mm.default, [a, b], {}, contiguous=False)
+    assert torch.equal(view, TS.padded_gemm(aten.mm.default, [a, b], {}))
     assert view.is_contiguous() == (n % 8 == 0)  # (padded columns: a row stride of N rounded up)
     # a transposed view is padded as the row-major tensor it views: the padded operand stays column-major
     at = a.t().contiguous().t()
-    pa = B._pad2d(at, B._up8(m), B._up8(k))
-    assert pa.t().is_contiguous() and torch.equal(pa, torch.nn.functional.pad(a, (0, B._up8(k) - k, 0, B._up8(m) - m)))
+    pa = TS._pad2d(at, TS.up8(m), TS.up8(k))
+    assert pa.t().is_contiguous() and torch.equal(pa, torch.nn.functional.pad(a, (0, TS.up8(k) - k, 0, TS.up8(m) - m)))
     if m * k * n > 10000:  # bf16 (what it runs on): the same up to the summation order
         a16, b16 = a.bfloat16(), b.bfloat16()
-        got = B.padded_gemm(aten.mm.default, [a16, b16], {})
+        got = TS.padded_gemm(aten.mm.default, [a16, b16], {})
         ref = (a16.double() @ b16.double())
         assert got.dtype == torch.bfloat16 and ((got.double() - ref).abs().max() / ref.abs().max()) < 1e-2
 
 
-def test_gpu_ops_option_and_env():
-    assert G.gpu_ops(None, {}) == "fast" and G.gpu_ops(None, {"EVT_CUDA_OPS": "all"}) == "all"
-    assert G.gpu_ops({"gpu_ops": "fast"}, {"EVT_CUDA_OPS": "all"}) == "fast"  # the option wins
-    assert G.gpu_ops({"gpu_ops": "all"}, {}) == "all"
-    assert not G.attention_in_evt(None, {}) and G.attention_in_evt(None, {"EVT_ATTENTION": "evt"})
-    assert G.attention_in_evt({"gpu_ops": "all"}, {})
-    with pytest.raises(ValueError, match="gpu_ops"):
-        G.parse_options({"gpu_ops": "some"})
+def test_gpu_ops_option():
+    """gpu_ops: "fast" (the default: dropout only), "all", or the list of op families that run in evt on CUDA."""
+    assert C.parse_options({"gpu_ops": "fast"})["gpu_ops"] == C.parse_options(None)["gpu_ops"] == ("dropout",)
+    assert C.parse_options({"gpu_ops": ["dropout", "attention"]})["gpu_ops"] == ("attention", "dropout")
+    assert C.parse_options(C.parse_options({"gpu_ops": {"pooling"}}))["gpu_ops"] == ("pooling",)  # (idempotent)
+    assert C.all_gpu_ops({"gpu_ops": "all"}) and not C.all_gpu_ops(None)
+    assert C.all_gpu_ops(C.parse_options({"gpu_ops": "all"}))
+    assert C.gpu_family_in_evt(None, "dropout") and not C.gpu_family_in_evt(None, "attention")
+    assert not C.gpu_family_in_evt({"gpu_ops": ()}, "dropout")
+    assert C.gpu_family_in_evt({"gpu_ops": ("attention",)}, "attention")
+    assert all(C.gpu_family_in_evt({"gpu_ops": "all"}, f) for f in C.GPU_OP_FAMILIES)
+    for bad, msg in (("some", "gpu_ops must be"), (["attention", "softmax"], "unknown gpu_ops family"), (3, "gpu_ops")):
+        with pytest.raises(ValueError, match=msg):
+            C.parse_options({"gpu_ops": bad})
 
 
 # ---- mixed-dtype normalizations (CUDA autocast: bf16 activations, f32 affine parameters and statistics) ----
@@ -1208,7 +1174,7 @@ def test_mixed_dtype_norm_translation(norm):
         args = (x, w, bb, torch.randn(6, 8, generator=g).bfloat16())
     gm = make_fx(f)(*args)
     FakeTensorProp(gm).propagate(*args)
-    plan = B.build_plan(gm)
+    plan = PL.build_plan(gm)
     assert plan.fallbacks == [] and [s.path for s in _segments(plan)] == ["interp"], plan.fallbacks
     got, ref = plan(list(args)), f(*args)
     for a, r in zip(got, ref):
@@ -1237,7 +1203,7 @@ def test_bf16_composite_backward_rounds_once():
     args = (x, dy, y, ly)
     gm = make_fx(f)(*args)
     FakeTensorProp(gm).propagate(*args)
-    plan = B.build_plan(gm)
+    plan = PL.build_plan(gm)
     assert plan.fallbacks == []
     assert "dtype=f32" in _segments(plan)[0].text
     for a, r in zip(plan(list(args)), f(*args)):
@@ -1253,15 +1219,14 @@ def test_gpu_segments_prefetch_their_kernels_in_one_batch(monkeypatch):
     gm = _cuda_resnet_block()
     events = []
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_PROGRAMS", {})
+    monkeypatch.setattr(SG, "_PROGRAMS", {})
     monkeypatch.setattr(G, "prefetch", lambda texts, flags: events.append(("prefetch", list(texts), flags)) or 0)
 
     def program_for(graph, flags, device):
         events.append(("create", graph.text()))
         return _Created(graph.text())
-    monkeypatch.setattr(B, "_program_for", program_for)
-    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
-    plan = B.build_plan(gm)
+    monkeypatch.setattr(SG, "_program_for", program_for)
+    plan = PL.build_plan(gm)
     segs = [s for s in _segments(plan) if s.path == "gpu"]
     assert len(segs) >= 2, [s.path for s in _segments(plan)]
     kinds = [e[0] for e in events]
@@ -1272,20 +1237,18 @@ def test_gpu_segments_prefetch_their_kernels_in_one_batch(monkeypatch):
 
 @needs_lib
 def test_gpu_segments_are_tuned_first_when_asked(monkeypatch, caplog):
-    """EVT_TUNE=3 (or options={"tune": 3}): every GPU segment's text goes to gpu.tune once, before the
+    """options={"tune": 3}: every GPU segment's text goes to gpu.tune once, before the
     prefetch and the programs (which then read the records); a tuning failure (no GPU here) is a logged
     warning, and the programs are created untuned."""
     gm = _cuda_resnet_block()
     events = []
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_PROGRAMS", {})
-    monkeypatch.setenv("EVT_TUNE", "3")
+    monkeypatch.setattr(SG, "_PROGRAMS", {})
     monkeypatch.setattr(G, "tune", lambda texts, flags, n: events.append(("tune", list(texts), n)) or (5, 2, "no GPU"))
     monkeypatch.setattr(G, "prefetch", lambda texts, flags: events.append(("prefetch",)) or 0)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: events.append(("create",)) or _Created(graph.text()))
-    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: events.append(("create",)) or _Created(graph.text()))
     with caplog.at_level(logging.WARNING, logger="evt"):
-        plan = B.build_plan(gm)
+        plan = PL.build_plan(gm, {"tune": 3})
     segs = [s for s in _segments(plan) if s.path == "gpu"]
     kinds = [e[0] for e in events]
     assert kinds[:2] == ["tune", "prefetch"] and kinds.count("tune") == 1 and kinds.count("create") == len(segs), kinds
@@ -1296,21 +1259,19 @@ def test_gpu_segments_are_tuned_first_when_asked(monkeypatch, caplog):
 
 @needs_lib
 def test_default_tuning_failure_is_not_a_warning(monkeypatch, caplog):
-    """Without options["tune"] / EVT_TUNE the backend tunes at TUNE_BY_DEFAULT on a GPU; when that cannot run
+    """Without options["tune"] the backend tunes at TUNE_BY_DEFAULT on a GPU; when that cannot run
     (no nvcc or CUTLASS, say) the programs are created untuned and the reason is logged at INFO, not as a
     warning the user did not ask for."""
     gm = _cuda_resnet_block()
     events = []
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_PROGRAMS", {})
-    monkeypatch.delenv("EVT_TUNE", raising=False)
+    monkeypatch.setattr(SG, "_PROGRAMS", {})
     monkeypatch.setattr(G.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(G, "tune", lambda texts, flags, n: events.append(("tune", n)) or (5, 2, "no nvcc"))
     monkeypatch.setattr(G, "prefetch", lambda texts, flags: 0)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
-    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
     with caplog.at_level(logging.INFO, logger="evt"):
-        B.build_plan(gm)
+        PL.build_plan(gm)
     assert events == [("tune", G.TUNE_BY_DEFAULT)], events
     msgs = [r for r in caplog.records if "not all tuned: no nvcc" in r.getMessage()]
     assert msgs and all(r.levelno == logging.INFO for r in msgs), caplog.text
@@ -1391,9 +1352,8 @@ def test_step_graphs_draw_dropout_masks_from_torch_manual_seed(monkeypatch):
     from test_torch_backend import DropMLP
     events = []
     _fake_trees(monkeypatch, events=events)
-    monkeypatch.setenv("EVT_DROPOUT", "evt")
-    real = B.Segment._draw_rng_step
-    monkeypatch.setattr(B.Segment, "_draw_rng_step", lambda self: events.append("draw") or real(self))
+    real = SG.Segment._draw_rng_step
+    monkeypatch.setattr(SG.Segment, "_draw_rng_step", lambda self: events.append("draw") or real(self))
 
     def masks(options, seed, steps=3):
         torch._dynamo.reset()
@@ -1420,12 +1380,6 @@ def test_step_graphs_draw_dropout_masks_from_torch_manual_seed(monkeypatch):
     assert all(torch.equal(u, v) for u, v in zip(a, c)), "the step graph drew other masks than the plain mode"
     assert not torch.equal(a[0], a[1]) and not torch.equal(a[1], a[2]), "a mask repeated across steps"
     assert not torch.equal(a[0], d[0]), "another seed drew the same mask"
-    # EVT_STEP_RNG=0: the wrapper draws nothing (here the segment then draws inside the call, as in the plain mode;
-    # on a GPU, inside the capture, where nothing is set)
-    monkeypatch.setenv("EVT_STEP_RNG", "0")
-    events.clear()
-    masks({"cudagraphs": True}, 7, steps=1)
-    assert events == ["call", "draw", "end", "call", "end"], events
     torch._dynamo.reset()
 
 
@@ -1443,14 +1397,14 @@ def test_draw_rng_steps_sets_each_shared_program_once(monkeypatch):
             self.steps.append(step)
 
     def seg(program, sites=1, path="gpu"):
-        s = B.Segment.__new__(B.Segment)
+        s = SG.Segment.__new__(SG.Segment)
         s.b, s.path, s.program, s.device = types.SimpleNamespace(rng_sites=sites), path, program, 0
         return s
 
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=0))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     a, b, c, d = Prog(), Prog(), Prog(), Prog()
-    plan = B.Plan.__new__(B.Plan)
+    plan = PL.Plan.__new__(PL.Plan)
     plan.steps, plan.rng_by_caller = [seg(a), seg(b), seg(a), seg(c, sites=0), seg(d, path="torch"), seg(b)], False
 
     def draws(seed):
@@ -1468,14 +1422,14 @@ def test_draw_rng_steps_sets_each_shared_program_once(monkeypatch):
     assert plan.rng_by_caller
 
     # a plain call of the plan (no caller drawing) draws at each program's first run: the same steps
-    class Seg(B.Segment):
+    class Seg(SG.Segment):
         def run(self, env, draw_rng=True):
             if draw_rng and self.b.rng_sites and self.path in ("interp", "gpu"):
                 self._draw_rng_step()
 
     for x in plan.steps:
         x.__class__ = Seg
-    plan.rng_by_caller, plan.placeholders, plan._foreach_casts = False, [], set()
+    plan.rng_by_caller, plan.placeholders, plan._foreach_casts, plan.check = False, [], set(), False
     plan.free_after, plan.output = [[] for _ in plan.steps], types.SimpleNamespace(args=([],))
     for q in (a, b, c, d):
         q.steps.clear()
@@ -1490,9 +1444,9 @@ def test_padded_gemms_train_like_eager(monkeypatch, caplog):
     """End to end under the simulated CUDA rules (CPU tensors): a vocabulary head whose 16-bit GEMMs have an
     unaligned N (4001 words) runs in PyTorch on padded operands (forward logits, and in the backward the input
     and weight gradients), and the loss and gradients match eager."""
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-    monkeypatch.setenv("EVT_PAD_VOCAB", "0")  # (pad_vocab would take the head whole: test_pad_vocab_...)
-    monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", 1 << 16)
+    monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
+    monkeypatch.setattr(R, "pad_vocab", lambda gm, options=None: 0)  # (it would take the head whole: test_pad_vocab_...)
+    monkeypatch.setattr(P, "UNALIGNED_MIN_NUMEL", 1 << 16)
     msgs = _train_vocab_head_like_eager(caplog)
     padded = [m_ for m_ in msgs if "zero-padded" in m_]
     assert len(padded) >= 2, padded  # the logits GEMM and at least one gradient GEMM
@@ -1507,34 +1461,34 @@ def test_cast_into_padded_feeds_padded_gemms_without_copies():
     g = torch.Generator().manual_seed(0)
     x32, w, h = (torch.randn(24, 4001, generator=g), torch.randn(4001, 16, generator=g).bfloat16(),
                  torch.randn(24, 16, generator=g).bfloat16())
-    x = B.cast_into_padded([x32], {"dtype": torch.bfloat16})
+    x = TS.cast_into_padded([x32], {"dtype": torch.bfloat16})
     assert x.shape == (24, 4001) and x.stride() == (4008, 1) and torch.equal(x, x32.bfloat16())
-    pa = B._pad2d(x, 24, 4008)
+    pa = TS._pad2d(x, 24, 4008)
     assert pa.data_ptr() == x.data_ptr() and torch.equal(pa[:, 4001:], torch.zeros(24, 7, dtype=torch.bfloat16))
-    pt = B._pad2d(x.t(), 4008, 24)  # (the weight gradient's grad^T)
+    pt = TS._pad2d(x.t(), 4008, 24)  # (the weight gradient's grad^T)
     assert pt.data_ptr() == x.data_ptr() and pt.shape == (4008, 24)
     ref = (x32.bfloat16().double() @ w.double())
-    got = B.padded_gemm(aten.mm.default, [x, w], {})
+    got = TS.padded_gemm(aten.mm.default, [x, w], {})
     assert ((got.double() - ref).abs().max() / ref.abs().max()) < 1e-2
-    got_t = B.padded_gemm(aten.mm.default, [x.t(), h], {})
+    got_t = TS.padded_gemm(aten.mm.default, [x.t(), h], {})
     ref_t = x32.bfloat16().double().t() @ h.double()
     assert got_t.shape == (4001, 16) and ((got_t.double() - ref_t).abs().max() / ref_t.abs().max()) < 1e-2
     # a slice of the data is not the padded buffer's corner (data, not zeros, lies beyond it): copied
     part = x[:, :100]
-    pp = B._pad2d(part, 24, 104)
+    pp = TS._pad2d(part, 24, 104)
     assert pp.data_ptr() != x.data_ptr() and torch.equal(pp[:, 100:], torch.zeros(24, 4, dtype=torch.bfloat16))
     rows = x[:5]
-    pr = B._pad2d(rows, 8, 4008)
+    pr = TS._pad2d(rows, 8, 4008)
     assert pr.data_ptr() != x.data_ptr() and torch.equal(pr[5:], torch.zeros(3, 4008, dtype=torch.bfloat16))
     # not a padded buffer: the ordinary copy
     y = x32.bfloat16()
-    assert B._pad2d(y, 24, 4008).data_ptr() != y.data_ptr()
-    assert B.cast_into_padded([x32.view(24, 4001, 1)], {"dtype": torch.bfloat16}) is None
+    assert TS._pad2d(y, 24, 4008).data_ptr() != y.data_ptr()
+    assert TS.cast_into_padded([x32.view(24, 4001, 1)], {"dtype": torch.bfloat16}) is None
 
 
 def test_joint_cse_merges_duplicate_casts(monkeypatch):
     """joint_cse: autocast's three casts of one activation (one per convolution in XML-CNN) become one node,
-    the graph computes the same; EVT_JOINT_CSE=0 leaves the graph alone."""
+    the graph computes the same."""
     from torch.fx.experimental.proxy_tensor import make_fx
     aten = torch.ops.aten
 
@@ -1548,25 +1502,22 @@ def test_joint_cse_merges_duplicate_casts(monkeypatch):
     casts = lambda gm: sum(n.target == aten._to_copy.default for n in gm.graph.nodes)  # noqa: E731
     gm = make_fx(f)(*args)
     assert casts(gm) == 3
-    monkeypatch.setenv("EVT_JOINT_CSE", "0")
-    assert B.joint_cse(gm) == 0 and casts(gm) == 3
-    monkeypatch.delenv("EVT_JOINT_CSE")
-    assert B.joint_cse(gm) >= 2 and casts(gm) == 1
+    assert R.joint_cse(gm) >= 2 and casts(gm) == 1
     assert torch.equal(gm(*args)[0], ref)
 
 
 @needs_lib
 def test_values_a_segment_only_passes_on_are_not_its_inputs(monkeypatch):
     """An alias of a value PyTorch made (AOT saves the cuDNN attention output for the backward as one) is made
-    by PyTorch as a view (Segment.torch_views); the segment declared the aliased value as an input anyway, and
-    every run bound it (a strided one copied: 48 attention outputs per bert_large step on the H200). Now the
-    segment text keeps only statements something reads (_used_input_lines); the plan still returns the alias."""
+    by PyTorch as a view (Segment.torch_views), so the segment does not declare the aliased value as an input
+    that every run binds (and copies, when it is strided): its text keeps only statements something reads
+    (_used_input_lines); the plan still returns the alias."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
 
     def f(x, b, w):
         a = aten.cumsum(x, 0)  # (no translation: PyTorch makes it, as it makes the attention output)
@@ -1579,7 +1530,7 @@ def test_values_a_segment_only_passes_on_are_not_its_inputs(monkeypatch):
                  torch.empty(16, 32, device="cuda", dtype=torch.bfloat16),
                  torch.empty(32, 8, device="cuda", dtype=torch.bfloat16)]
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
-    plan = B.build_plan(gm)
+    plan = PL.build_plan(gm)
     (seg,) = _segments(plan)
     names = [n for _, n in seg.input_names]
     assert names == ["in.b_1", "in.w_1"], (names, seg.text)  # (make_fx names the placeholders x_1, b_1, w_1)
@@ -1587,7 +1538,7 @@ def test_values_a_segment_only_passes_on_are_not_its_inputs(monkeypatch):
     # (the raw helper: an unread input goes, and so does a dead statement that alone read another input)
     lines = ["%in.x: f32[2] = input()", "%in.y: f32[2] = input()", "%dead: f32[2] = neg(%in.y)",
              "%r: f32[2] = relu(%in.x)"]
-    assert B._used_input_lines(lines, ["r"]) == [lines[0], lines[3]]
+    assert SG._used_input_lines(lines, ["r"]) == [lines[0], lines[3]]
 
 
 @needs_lib
@@ -1597,8 +1548,7 @@ def test_deferred_pytorch_steps_keep_their_order(monkeypatch):
     the segment), so PyTorch's steps run in graph order (random ops draw in eager's order)."""
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
-    monkeypatch.delenv("EVT_DEFER_TORCH", raising=False)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
 
     def f(a, b, w, w2):
         s = torch.relu(aten.mm(a, w))        # evt
@@ -1608,8 +1558,8 @@ def test_deferred_pytorch_steps_keep_their_order(monkeypatch):
         return [x, y, z]
     shapes = [(16, 32), (16, 32), (32, 32), (32, 32)]
     gm = _cuda_fx(f, shapes)
-    plan = B.build_plan(gm, None)
-    names = [s.name if not isinstance(s, B.Segment) else "SEG" for s in plan.steps]
+    plan = PL.build_plan(gm, None)
+    names = [s.name if not isinstance(s, SG.Segment) else "SEG" for s in plan.steps]
     assert names == ["SEG", "cumsum", "cumsum_1"], names
     (seg,) = _segments(plan)
     assert seg.text.count("mm(") == 2
@@ -1621,11 +1571,10 @@ def test_evt_nodes_reading_a_deferred_step_are_deferred(monkeypatch):
     that step) and the segment being built goes on with the nodes that do not: XML-CNN's bias-gradient cast
     read the deferred long-row sum and ended the segment between the weight-gradient GEMM and its transposed
     cast (the transposed GEMM result was then copied into the next segment every step). A node reading the
-    deferred evt node is deferred behind it; EVT_DEFER_TORCH=0 ends the segment at the first such node."""
+    deferred evt node is deferred behind it."""
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
-    monkeypatch.delenv("EVT_DEFER_TORCH", raising=False)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
 
     def f(a, b, w, w2):
         s = aten.mm(a, w)                    # evt
@@ -1639,21 +1588,14 @@ def test_evt_nodes_reading_a_deferred_step_are_deferred(monkeypatch):
         return [y3, z, u]
     shapes = [(16, 32), (16, 32), (32, 32), (32, 32)]
     gm = _cuda_fx(f, shapes)
-    plan = B.build_plan(gm, None)
-    names = [s.name if not isinstance(s, B.Segment) else "SEG" for s in plan.steps]
+    plan = PL.build_plan(gm, None)
+    names = [s.name if not isinstance(s, SG.Segment) else "SEG" for s in plan.steps]
     assert names == ["SEG", "cumsum", "SEG"], names
     first, second = _segments(plan)
     assert first.text.count("mm(") == 2 and "sigmoid(" not in first.text, first.text
     assert "cast(" in first.text and "permute(%in.w2" not in first.text, first.text  # (z stays, wt does not)
     assert "sigmoid(" in second.text and "relu(%in.cumsum" in second.text.replace(" ", ""), second.text
     assert second.text.count("mm(") == 1 and "in.mm:" not in second.text and "in.t:" not in second.text, second.text
-    monkeypatch.setenv("EVT_DEFER_TORCH", "0")
-    plan0 = B.build_plan(gm, None)
-    names0 = [s.name if not isinstance(s, B.Segment) else "SEG" for s in plan0.steps]
-    assert names0 == ["SEG", "cumsum", "SEG"], names0
-    a0, b0 = _segments(plan0)
-    assert a0.text.count("mm(") == 1 and "cast(" not in a0.text, a0.text  # (z and u went to the second one)
-    assert "in.mm:" in b0.text and b0.text.count("mm(") == 2, b0.text      # (which reads the GEMM result)
 
 
 def test_padded_gemms_share_one_padded_copy():
@@ -1664,26 +1606,26 @@ def test_padded_gemms_share_one_padded_copy():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(24, 4001, generator=g).bfloat16()
     w, h = torch.randn(4001, 16, generator=g).bfloat16(), torch.randn(24, 16, generator=g).bfloat16()
-    B._PAD_CACHE.clear()
-    got = B.padded_gemm(aten.mm.default, [x, w], {})
-    assert len(B._PAD_CACHE) == 2  # (x along K, w along its rows)
-    (ref_pad,) = [v[1] for k, v in B._PAD_CACHE.items() if k[0] == x.data_ptr()]
-    got_t = B.padded_gemm(aten.mm.default, [x.t(), h], {})
-    assert len(B._PAD_CACHE) == 2  # (x^T reused x's copy)
-    assert [v[1] for k, v in B._PAD_CACHE.items() if k[0] == x.data_ptr()][0] is ref_pad
+    TS._PAD_CACHE.clear()
+    got = TS.padded_gemm(aten.mm.default, [x, w], {})
+    assert len(TS._PAD_CACHE) == 2  # (x along K, w along its rows)
+    (ref_pad,) = [v[1] for k, v in TS._PAD_CACHE.items() if k[0] == x.data_ptr()]
+    got_t = TS.padded_gemm(aten.mm.default, [x.t(), h], {})
+    assert len(TS._PAD_CACHE) == 2  # (x^T reused x's copy)
+    assert [v[1] for k, v in TS._PAD_CACHE.items() if k[0] == x.data_ptr()][0] is ref_pad
     for a, b, r in ((x, w, got), (x.t(), h, got_t)):
         ref = a.double() @ b.double()
         assert ((r.double() - ref).abs().max() / ref.abs().max()) < 1e-2
     del x, ref_pad, got, got_t, a, r
     import gc
     gc.collect()
-    assert len(B._PAD_CACHE) == 1  # (x's copy went with x; w's stays while w lives)
+    assert len(TS._PAD_CACHE) == 1  # (x's copy went with x; w's stays while w lives)
 
 
 def test_upcast_into_log_softmax():
     """A PyTorch-run CUDA log-softmax over the f32 upcast of bf16 logits (unaligned rows) reads the bf16 logits
     with half_to_float (the upcast's copy goes); an aligned one (evt runs it), one whose upcast has another
-    reader, and EVT_UPCAST_LOG_SOFTMAX=0 are left as they are."""
+    reader are left as they are."""
     aten = torch.ops.aten
 
     def f(x):
@@ -1696,17 +1638,12 @@ def test_upcast_into_log_softmax():
     def graph_for(fn, v):
         return _cuda_fx(fn, [(64, v)], torch.bfloat16)
     gm = graph_for(f, 30522 * 17)
-    assert B.upcast_into_log_softmax(gm) == 1
+    assert R.upcast_into_log_softmax(gm) == 1
     (ls,) = [n for n in gm.graph.nodes if n.target == aten._log_softmax.default]
     assert ls.args[2] is True and ls.args[0].op == "placeholder", ls.args
     assert not [n for n in gm.graph.nodes if n.target == aten._to_copy.default]
-    assert B.upcast_into_log_softmax(graph_for(f, 1024 * 17)) == 0   # (aligned rows: evt's)
-    assert B.upcast_into_log_softmax(graph_for(g, 30522 * 17)) == 0  # (the upcast has another reader)
-    os.environ["EVT_UPCAST_LOG_SOFTMAX"] = "0"
-    try:
-        assert B.upcast_into_log_softmax(graph_for(f, 30522 * 17)) == 0
-    finally:
-        del os.environ["EVT_UPCAST_LOG_SOFTMAX"]
+    assert R.upcast_into_log_softmax(graph_for(f, 1024 * 17)) == 0   # (aligned rows: evt's)
+    assert R.upcast_into_log_softmax(graph_for(g, 30522 * 17)) == 0  # (the upcast has another reader)
 
 
 @needs_lib
@@ -1717,9 +1654,8 @@ def test_pad_vocab_trains_like_eager(monkeypatch, caplog, smoothing):
     GEMMs, log-softmax and loss backward run in evt segments (no GEMM left to PyTorch); the loss and every
     gradient match eager, the weight and bias gradients have the unpadded shapes. Label smoothing (a sum over
     the vocabulary the rewrite does not know) leaves the head as it is, still matching."""
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-    monkeypatch.delenv("EVT_PAD_VOCAB", raising=False)
-    monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", 1 << 16)
+    monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
+    monkeypatch.setattr(P, "UNALIGNED_MIN_NUMEL", 1 << 16)
     msgs = _train_vocab_head_like_eager(caplog, smoothing=smoothing, ignore_row=3)
     padded = any("vocabulary head(s) padded" in m_ for m_ in msgs)
     assert padded == (smoothing == 0.0), msgs
@@ -1728,28 +1664,6 @@ def test_pad_vocab_trains_like_eager(monkeypatch, caplog, smoothing):
         assert not fell, fell
         pads = [m_ for m_ in msgs if "fallback to PyTorch: constant_pad_nd" in m_]
         assert len(pads) == 2 and all("padded to 4008 words" in m_ for m_ in pads), pads
-
-
-def test_conv_weight_casts_follow_a_channels_last_input(monkeypatch):
-    """mark_conv_weight_casts: XML-CNN's convolutions read the transposed embedding ([N, C, W] over [N, W, C]
-    memory); their hoisted weight casts are written in that layout too (cuDNN then copies neither), the values
-    are the cast's; the model trains like eager (simulated CUDA rules); EVT_CONV_WEIGHT_LAYOUT=1 (opt-in: slower
-    on the H200, S13W7); off by default: none marked."""
-    x = torch.randn(32, 304, 2)
-    w = B._cast_channels_last([x], {"dtype": torch.bfloat16})
-    assert w.stride() == (608, 1, 304) and torch.equal(w, x.bfloat16())
-    x4 = torch.randn(8, 3, 5, 5)
-    w4 = B._cast_channels_last([x4], {"dtype": torch.bfloat16})
-    assert w4.is_contiguous(memory_format=torch.channels_last) and torch.equal(w4, x4.bfloat16())
-    assert B._channels_last_like(torch.empty(4, 512, 304).permute(0, 2, 1))
-    assert not B._channels_last_like(torch.empty(4, 304, 512))
-    marked = []
-    orig = B.mark_conv_weight_casts
-    monkeypatch.setattr(B, "mark_conv_weight_casts", lambda gm, h: marked.append(orig(gm, h)) or marked[-1])
-    for layout, want in (("1", 3), (None, 0)):
-        marked.clear()
-        _train_xmlcnn_like_eager(monkeypatch, "EVT_CONV_WEIGHT_LAYOUT", layout)
-        assert max(marked) == want, marked
 
 
 def _train_vocab_head_like_eager(caplog, smoothing=0.0, ignore_row=None):
@@ -1776,22 +1690,19 @@ def _train_vocab_head_like_eager(caplog, smoothing=0.0, ignore_row=None):
 
 
 def test_conv_inputs_returned_contiguous(monkeypatch):
-    """mark_conv_inputs (default; EVT_CONV_INPUT_LAYOUT=strided turns it off): XML-CNN's transposed embedding,
-    read only by the convolutions and their backward in the joint graph, is marked so its forward segment
-    returns it contiguous (it is in the segments' free_layout); training matches eager (simulated CUDA rules)
-    either way."""
+    """mark_conv_inputs: XML-CNN's transposed embedding, read only by the convolutions and their backward in the
+    joint graph, is marked so its forward segment returns it contiguous (it is in the segments' free_layout);
+    training matches eager (simulated CUDA rules)."""
     plans = []
-    orig = B.Plan.finalize
-    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
-    for layout, want in ((None, 1), ("strided", 0)):
-        plans.clear()
-        _train_xmlcnn_like_eager(monkeypatch, "EVT_CONV_INPUT_LAYOUT", layout)
-        fwd = [p for p in plans if p.kind == "forward"]
-        marked = [n for p in fwd for n in p.gm.graph.nodes if n.meta.get("evt_conv_input_free")]
-        assert len(marked) == want, marked
-        segs = [s for p in fwd for s in p.steps if isinstance(s, B.Segment)]
-        assert all(n in s.free_layout for n in marked for s in segs)
-        assert any(n in [m_ for m_, _ in s.outputs] for n in marked for s in segs) == bool(want)
+    orig = PL.Plan.finalize
+    monkeypatch.setattr(PL.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    _train_xmlcnn_like_eager(monkeypatch)
+    fwd = [p for p in plans if p.kind == "forward"]
+    marked = [n for p in fwd for n in p.gm.graph.nodes if n.meta.get("evt_conv_input_free")]
+    assert len(marked) == 1, marked
+    segs = [s for p in fwd for s in p.steps if isinstance(s, SG.Segment)]
+    assert all(n in s.free_layout for n in marked for s in segs)
+    assert any(n in [m_ for m_, _ in s.outputs] for n in marked for s in segs)
 
 
 class _ConvBlock(torch.nn.Module):
@@ -1818,10 +1729,9 @@ def test_conv_inputs_of_channels_last_convolutions_keep_their_layout(monkeypatch
     channels-last in every call); the same net in the default format has no channels-last value to mark.
     Training matches eager either way (simulated CUDA rules)."""
     plans = []
-    orig = B.Plan.finalize
-    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-    monkeypatch.delenv("EVT_CONV_INPUT_LAYOUT", raising=False)
+    orig = PL.Plan.finalize
+    monkeypatch.setattr(PL.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
 
     for fmt in (torch.channels_last, torch.contiguous_format):
         plans.clear()
@@ -1848,10 +1758,9 @@ def test_channels_last_weight_gradients_keep_the_physical_layout(monkeypatch):
     to contiguous and back), the gradient has the parameter's strides, and training matches eager (simulated
     CUDA rules)."""
     plans = []
-    orig = B.Plan.finalize
-    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-    monkeypatch.delenv("EVT_PHYSICAL_GRADS", raising=False)
+    orig = PL.Plan.finalize
+    monkeypatch.setattr(PL.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
 
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -1860,7 +1769,7 @@ def test_channels_last_weight_gradients_keep_the_physical_layout(monkeypatch):
     _step_like_eager(m, x, torch.randint(0, 10, (4,)))
     assert m.c2.weight.grad.stride() == m.c2.weight.stride()
     bwd = [p for p in plans if p.kind == "backward"]
-    segs = [s for p in bwd for s in p.steps if isinstance(s, B.Segment) and s.path != "none"]
+    segs = [s for p in bwd for s in p.steps if isinstance(s, SG.Segment) and s.path != "none"]
     # the segment that casts c2's weight gradient [16, 16, 3, 3] to f32 writes it, and the ReLU backward beside
     # it, in memory order
     wseg = [(s, k) for s in segs for m_, k in s.out_index if tuple(A.meta_val(m_).shape) == (16, 16, 3, 3)]
@@ -1868,31 +1777,17 @@ def test_channels_last_weight_gradients_keep_the_physical_layout(monkeypatch):
     s, k = wseg[0]
     assert k in s.phys_out and len(s.phys_out) == len({k_ for _, k_ in s.out_index}), s.text
     assert not s.torch_views and "permute(" not in s.graph.text(), s.graph.text()
-    # EVT_PHYSICAL_GRADS=0: the gradient is returned contiguous and its segment keeps row-major text
-    plans.clear()
-    monkeypatch.setenv("EVT_PHYSICAL_GRADS", "0")
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    _step_like_eager(_ConvBlock().to(memory_format=torch.channels_last), x, torch.randint(0, 10, (4,)))
-    segs = [s for p in plans if p.kind == "backward" for s in p.steps if isinstance(s, B.Segment) and s.path != "none"]
-    wseg = [(s, k) for s in segs for m_, k in s.out_index if tuple(A.meta_val(m_).shape) == (16, 16, 3, 3)]
-    assert len(wseg) == 1 and wseg[0][1] not in wseg[0][0].phys_out
 
 
-def _train_xmlcnn_like_eager(monkeypatch, env, value):
+def _train_xmlcnn_like_eager(monkeypatch):
     """One bf16-autocast step of a small XML-CNN (bench/e2e/models.py) through backend="evt" under the simulated
-    CUDA rules, with env set to value (unset: None), and in eager from the same weights: asserts the loss and
-    every gradient match."""
+    CUDA rules, and in eager from the same weights: asserts the loss and every gradient match."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(
         "e2e_models", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e", "models.py"))
     M = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(M)  # (bench/e2e/models.py: tests/python has a models.py of its own)
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-    if value is None:
-        monkeypatch.delenv(env, raising=False)
-    else:
-        monkeypatch.setenv(env, value)
+    monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
     torch._dynamo.reset()
     torch.manual_seed(0)
     _step_like_eager(M.XMLCNN(vocab=1000, labels=512, p=0.0), torch.randint(0, 1000, (16, 64)),
@@ -1926,30 +1821,28 @@ def test_vit_token_moves_run_in_pytorch(monkeypatch):
     concatenation (class token + the f32 cast of the permuted patches), the zero-padded gradient of the class
     token's select and the patches' slice of the token gradient (with its bf16 cast for the convolution's
     backward) have no evt kernel: from UNALIGNED_MIN_NUMEL elements on they run in PyTorch, the casts with them,
-    and no evt segment keeps a concat, slice or slice_backward of that size (before, each ran node by node in
-    the reference library, in double: ~1.2 ms per [128, 257, 768] pass on the H200, S17W1). Below the size
-    nothing moves; training matches eager either way."""
+    and no evt segment keeps a concat, slice or slice_backward of that size (in evt each would run node by node
+    in the reference library, in double). Below the size nothing moves; training matches eager either way."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(
         "e2e_models", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e", "models.py"))
     M = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(M)
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
     plans = []
-    orig = B.Plan.finalize
-    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    orig = PL.Plan.finalize
+    monkeypatch.setattr(PL.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
     for min_numel, moved in ((1024, True), (1 << 20, False)):
-        monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", min_numel)
+        monkeypatch.setattr(P, "UNALIGNED_MIN_NUMEL", min_numel)
         plans.clear()
         torch._dynamo.reset()
         torch.manual_seed(0)
         m = M.ViT(patch=8, image=32, layers=1, dim=64, heads=2, ffn=128, classes=10)
         _step_like_eager(m, torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,)))
         why = {n.target: w for p in plans for n, w in p.fallbacks}
-        casts = [w for p in plans for n, w in p.fallbacks if w is B.TORCH_CAST]
-        in_evt = [n for p in plans for s in p.steps if isinstance(s, B.Segment) for n in s.members
-                  if n.target in B._UNFUSABLE_MOVES and n.meta["val"].numel() >= 1024]
+        casts = [w for p in plans for n, w in p.fallbacks if w is P.TORCH_CAST]
+        in_evt = [n for p in plans for s in p.steps if isinstance(s, SG.Segment) for n in s.members
+                  if n.target in P._UNFUSABLE_MOVES and n.meta["val"].numel() >= 1024]
         if moved:
             assert "concatenation of [4, 17, 64]" in why[torch.ops.aten.cat.default], why
             assert "select_backward of [4, 17, 64]" in why[torch.ops.aten.select_backward.default], why
@@ -1974,8 +1867,7 @@ def test_position_embedding_ops_evt_has_no_kernel_for_run_in_pytorch(monkeypatch
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(B, "_program_for", lambda graph, flags, device: _Created(graph.text()))
-    monkeypatch.delenv("EVT_CUDA_OPS", raising=False)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device: _Created(graph.text()))
 
     def f(w, ids, pos, dy):
         x = aten.add(aten.embedding(w, ids), aten.slice(pos, 0, 0, 16))
@@ -1985,14 +1877,14 @@ def test_position_embedding_ops_evt_has_no_kernel_for_run_in_pytorch(monkeypatch
         return [y, dpos, dw]
 
     def plan_for(device, min_numel):
-        monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", min_numel)
+        monkeypatch.setattr(P, "UNALIGNED_MIN_NUMEL", min_numel)
         args = [torch.randn(100, 32), torch.randint(0, 100, (4, 16)), torch.randn(64, 32), torch.randn(4, 16, 32)]
         gm = make_fx(f)(*args)
         mode = FakeTensorMode()
         with mode:
             fakes = [mode.from_tensor(a).to(device) for a in args]
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
-        return B.build_plan(gm)
+        return PL.build_plan(gm)
 
     plan = plan_for("cuda", 1024)
     why = {n.name: w for n, w in plan.fallbacks}
@@ -2012,34 +1904,30 @@ def test_position_embedding_ops_evt_has_no_kernel_for_run_in_pytorch(monkeypatch
     assert plan.fallbacks == [] and plan.torch_permutes == []
     # a sum over every dim (dims None) is no partial reduction
     gm = make_fx(lambda x: [aten.sum.dim_IntList(x, None)])(torch.randn(4, 16, 32))
-    assert all(B.partial_broadcast(n) is None for n in gm.graph.nodes if n.op == "call_function")
+    assert all(P.partial_broadcast(n) is None for n in gm.graph.nodes if n.op == "call_function")
 
 
-@pytest.mark.parametrize("recompute", ["1", "0"])
-def test_log_softmax_recomputed_in_the_backward(monkeypatch, caplog, recompute):
+def test_log_softmax_recomputed_in_the_backward(monkeypatch, caplog):
     """recompute_log_softmax (simulated CUDA rules): the padded 4008-word head's log-softmax over the f32 upcast of
     its bf16 logits is computed again in the backward from the bf16 logits, so no forward segment returns a
     [tokens, vocab] f32 value (the forward's loss is a row sum in the softmax kernel: loss_elim) and the
-    backward's segment reads the bf16 logits; loss and gradients match eager. EVT_RECOMPUTE_LOG_SOFTMAX=0: the
-    forward returns the f32 log-probabilities for the backward, as before."""
-    monkeypatch.setenv("EVT_SIMULATE_CUDA_RULES", "1")
-    monkeypatch.setenv("EVT_RECOMPUTE_LOG_SOFTMAX", recompute)
-    monkeypatch.delenv("EVT_PAD_VOCAB", raising=False)
-    monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", 1 << 16)
+    backward's segment reads the bf16 logits; loss and gradients match eager."""
+    monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
+    monkeypatch.setattr(P, "UNALIGNED_MIN_NUMEL", 1 << 16)
     plans = []
-    orig = B.Plan.finalize
-    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    orig = PL.Plan.finalize
+    monkeypatch.setattr(PL.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
     msgs = _train_vocab_head_like_eager(caplog, ignore_row=3)
-    assert any("recomputed in the backward" in m_ for m_ in msgs) == (recompute == "1"), msgs
+    assert any("recomputed in the backward" in m_ for m_ in msgs), msgs
 
     def big_f32(p, which):
-        return [n for s in p.steps if isinstance(s, B.Segment) for n, _ in getattr(s, which)
+        return [n for s in p.steps if isinstance(s, SG.Segment) for n, _ in getattr(s, which)
                 if isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].dtype == torch.float32
                 and tuple(n.meta["val"].shape) == (32, 4008)]
     fwd = [p for p in plans if p.kind == "forward"]
     bwd = [p for p in plans if p.kind == "backward"]
     assert fwd and bwd
-    assert bool(big_f32(fwd[0], "outputs")) == (recompute == "0")
+    assert not big_f32(fwd[0], "outputs")
 
 
 def test_embedding_gradient_returned_contiguous(monkeypatch):
@@ -2048,37 +1936,34 @@ def test_embedding_gradient_returned_contiguous(monkeypatch):
     evt writes contiguous (not a PyTorch view of the [N, C, W] result, which the embedding backward copied);
     training matches eager."""
     plans = []
-    orig = B.Plan.finalize
-    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
-    _train_xmlcnn_like_eager(monkeypatch, "EVT_CONV_INPUT_LAYOUT", None)
+    orig = PL.Plan.finalize
+    monkeypatch.setattr(PL.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    _train_xmlcnn_like_eager(monkeypatch)
     bwd = [p for p in plans if p.kind == "backward"]
     marked = [n for p in bwd for n in p.gm.graph.nodes if n.meta.get("evt_conv_input_free")
               and all(u.target == torch.ops.aten.embedding_dense_backward.default for u in n.users)]
     assert len(marked) == 1 and not marked[0].meta["val"].is_contiguous()
-    segs = [s for p in bwd for s in p.steps if isinstance(s, B.Segment)]
+    segs = [s for p in bwd for s in p.steps if isinstance(s, SG.Segment)]
     assert any(marked[0] in [m_ for m_, _ in s.outputs] for s in segs)
     assert not any(marked[0] in s.torch_views for s in segs)
 
 
-@pytest.mark.parametrize("recompute", ["1", "0"])
-def test_upcast_logits_recomputed_in_the_backward(monkeypatch, recompute):
+def test_upcast_logits_recomputed_in_the_backward(monkeypatch):
     """recompute_upcasts (simulated CUDA rules): XML-CNN's f32 upcast of its bf16 logits, which the loss reads in
     the forward and the loss backward in the backward, is cast again in the backward from the bf16 logits: no
-    forward segment returns a [batch, labels] f32 value, one returns the bf16 logits; training matches eager.
-    EVT_RECOMPUTE_UPCASTS=0: the forward returns the f32 upcast, as before."""
-    monkeypatch.setenv("EVT_RECOMPUTE_UPCASTS", recompute)
-    monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", 1024)
+    forward segment returns a [batch, labels] f32 value, one returns the bf16 logits; training matches eager."""
+    monkeypatch.setattr(P, "UNALIGNED_MIN_NUMEL", 1024)
     plans = []
-    orig = B.Plan.finalize
-    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
-    _train_xmlcnn_like_eager(monkeypatch, "EVT_CONV_INPUT_LAYOUT", None)
+    orig = PL.Plan.finalize
+    monkeypatch.setattr(PL.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    _train_xmlcnn_like_eager(monkeypatch)
 
     def returned(dtype):
-        return [n for p in plans if p.kind == "forward" for s in p.steps if isinstance(s, B.Segment)
+        return [n for p in plans if p.kind == "forward" for s in p.steps if isinstance(s, SG.Segment)
                 for n, _ in getattr(s, "outputs", []) if tuple(n.meta["val"].shape) == (16, 512)
                 and n.meta["val"].dtype == dtype and n.target != torch.ops.aten.relu.default]  # (the hidden: 512 too)
-    assert bool(returned(torch.float32)) == (recompute == "0")
-    assert bool(returned(torch.bfloat16)) == (recompute == "1")
+    assert not returned(torch.float32)
+    assert returned(torch.bfloat16)
 
 
 def test_large_permuted_input_declared_in_memory_order(monkeypatch):
@@ -2088,13 +1973,13 @@ def test_large_permuted_input_declared_in_memory_order(monkeypatch):
     segment) instead of being copied row-major at every run; below UNALIGNED_MIN_NUMEL it is not; training
     matches eager either way."""
     plans = []
-    orig = B.Plan.finalize
-    monkeypatch.setattr(B.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
+    orig = PL.Plan.finalize
+    monkeypatch.setattr(PL.Plan, "finalize", lambda self: (plans.append(self), orig(self))[1])
     for min_numel, want in ((1 << 10, True), (1 << 30, False)):
         plans.clear()
-        monkeypatch.setattr(B, "UNALIGNED_MIN_NUMEL", min_numel)
-        _train_xmlcnn_like_eager(monkeypatch, "EVT_CONV_INPUT_LAYOUT", None)
-        segs = [s for p in plans if p.kind == "forward" for s in p.steps if isinstance(s, B.Segment)]
+        monkeypatch.setattr(P, "UNALIGNED_MIN_NUMEL", min_numel)
+        _train_xmlcnn_like_eager(monkeypatch)
+        segs = [s for p in plans if p.kind == "forward" for s in p.steps if isinstance(s, SG.Segment)]
         phys = [name for s in segs for name in getattr(s, "phys_in", {})]  # (a segment of views only has none)
         assert bool(phys) == want, (phys, [s.text for s in segs])
 
@@ -2113,7 +1998,7 @@ def test_python_numbers_in_16bit_arithmetic_are_f32():
     x[0, :4] = torch.tensor([0.1, -0.1, 0.2, 3.0]).bfloat16()  # (x > 0.1 with x = bf16(0.1): false)
     gm = make_fx(f)(x)
     FakeTensorProp(gm).propagate(x)
-    plan = B.build_plan(gm)
+    plan = PL.build_plan(gm)
     assert plan.fallbacks == [] and [s.path for s in _segments(plan)] == ["interp"], plan.fallbacks
     text = _segments(plan)[0].text
     assert "f32[] = scalar(value=0.1" in text and "bf16[] = scalar(value=0.1" in text, text
@@ -2124,3 +2009,47 @@ def test_python_numbers_in_16bit_arithmetic_are_f32():
         assert torch.equal(got[k], w.bfloat16()), k
     assert torch.equal(got[4], (xf / 3.0).bfloat16())
     assert torch.equal(got[5], x > torch.tensor(0.1).bfloat16()) and not got[5][0, 0]
+
+
+def test_only_config_reads_the_environment():
+    """python/evt/config.py is the package's one reader of os.environ; the one write left is gpu.py's line that
+    configures libevt."""
+    import re
+    pkg = os.path.dirname(C.__file__)
+    for name in sorted(os.listdir(pkg)):
+        if not name.endswith(".py") or name == "config.py":
+            continue
+        for ln in open(os.path.join(pkg, name)).read().splitlines():
+            if re.search(r"os\.environ|getenv|putenv", ln):
+                assert name == "gpu.py" and ln.startswith('os.environ.setdefault("EVT_REFINE_PARTITION"'), (name, ln)
+
+
+def test_config_environment(monkeypatch, tmp_path):
+    """The variables config.py reads: the cache root ($EVT_CACHE_DIR, $XDG_CACHE_HOME/evt, ~/.cache/evt), EVT_CACHE,
+    EVT_LIB and EVT_LOG."""
+    for k in ("EVT_CACHE_DIR", "XDG_CACHE_HOME", "EVT_CACHE", "EVT_LIB", "EVT_LOG"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert C.cache_root() == str(tmp_path / ".cache" / "evt") and C.cache_enabled()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert C.cache_root() == str(tmp_path / "x" / "evt")
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path / "c"))
+    assert C.torch_cache_dir() == str(tmp_path / "c" / "torch")
+    monkeypatch.setenv("EVT_CACHE", "0")
+    assert not C.cache_enabled()
+    assert C.library_override() is None and C.log_level() is None
+    monkeypatch.setenv("EVT_LIB", "/x/libevt.so")
+    assert C.library_override() == "/x/libevt.so"
+    for v, level in (("0", None), ("1", logging.INFO), ("debug", logging.DEBUG), ("WARNING", logging.WARNING)):
+        monkeypatch.setenv("EVT_LOG", v)
+        assert C.log_level() == level, v
+
+
+def test_options_are_checked():
+    """Unknown keys and bad values of the backend options are errors that name them."""
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['gpu_op'\]"):
+        C.parse_options({"gpu_op": "all"})
+    for key, bad in (("check", 1), ("dump", 3), ("fused", "yes"), ("tune", "fast"), ("cudagraphs", "always")):
+        with pytest.raises(ValueError, match=key):
+            C.parse_options({key: bad})
+    assert C.parse_options({"dump": "/tmp/x", "check": True}) == dict(C.DEFAULTS, dump="/tmp/x", check=True)

@@ -21,7 +21,7 @@ ROUNDS=${AB_REPEAT:-2}
 IFS='|' read -r -a VARS <<<"${AB_VARIANTS:-|}"
 [ "${#VARS[@]}" -eq 0 ] && VARS=("")
 echo "== ab.sh: $W x$SC ${AB_ARGS:-} modes $MODES, ${#VARS[@]} variant(s) x $ROUNDS round(s) ($(date -u +%H:%M:%S), budget ${SECS}s)"
-export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache} EVT_FUSED=${EVT_FUSED:-1} PYTHONUNBUFFERED=1
+export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache} PYTHONUNBUFFERED=1
 J=$(mktemp /tmp/ab.XXXXXX.jsonl)
 for r in $(seq 1 "$ROUNDS"); do
   for i in "${!VARS[@]}"; do

@@ -2,7 +2,7 @@
 # GPU window script: one ad-hoc command (a diagnosis that no other script covers), its output in the log.
 #   WINDOW_CMD='...' bash tests/gpu/w/cmd.sh LOGFILE SECONDS   (repo root, on the H200; tests/gpu/window.sh env)
 # Example: dump the segments evt builds for a workload on CUDA (files printed into the log):
-#   WINDOW_CMD='EVT_LOG=1 EVT_DUMP=/tmp/d python3 bench/e2e/run.py --child xmlcnn_paper --modes evt --scale 0.25
+#   WINDOW_CMD='EVT_LOG=1 E2E_EVT_OPTIONS={\"dump\":\"/tmp/d\"} python3 bench/e2e/run.py --child xmlcnn_paper --modes evt --scale 0.25
 #     --iters 1 --warmup 0 --quick --no-profile; tail -n +1 /tmp/d/*.evt'
 set -u
 LOG=${1:?LOGFILE}

@@ -11,7 +11,7 @@
 #   prefetch  the kernels of bench/graphs/{mlp,bert_layer}_bf16.evt (for phase 3);
 #   prewarm   one evt step of bench/e2e/run.py bert_large --dropout (its kernels, for phase 2).
 # Phase 2 (alone on the machine): tests/gpu/w/torchgpu.sh, bert_large --dropout, modes DROPCHECK_MODES
-#   (default eager+inductor+evt_cg) with EVT_DROPOUT=evt.
+#   (default eager+inductor+evt_cg) (evt draws the masks: the default gpu_ops).
 # Phase 3: tests/gpu/w/gemmrt.sh on the two dropout graphs (evtc run --fused --check against the interpreter).
 set -u
 LOG=${1:?LOGFILE}
@@ -20,7 +20,7 @@ t0=$SECONDS
 left() { echo $((SECS - (SECONDS - t0))); }
 exec >>"$LOG" 2>&1
 echo "=== dropcheck.sh: $(date -u +%H:%M:%S), budget ${SECS}s"
-export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache} PYTHONUNBUFFERED=1 EVT_DROPOUT=evt
+export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache} PYTHONUNBUFFERED=1
 graphs="bench/graphs/mlp_bf16.evt bench/graphs/bert_layer_bf16.evt"
 p1=$(( SECS * 45 / 100 ))
 VISITORS_PARTS="rows gemm" VISITORS_GEMM_MIN=80 EVT_JIT_JOBS=3 timeout -k 5 $p1 bash tests/gpu/w/visitors.sh "$LOG.visitors" $p1 &
@@ -37,7 +37,7 @@ p2=$(( $(left) - 60 ))
 if [ $p2 -gt 60 ]; then
   TORCHGPU_MODELS=none TORCHGPU_BENCH_ARGS=--dropout TORCHGPU_BENCH="bert_large:$((p2 - 20)):1:${DROPCHECK_MODES:-eager+inductor+evt_cg}" \
     bash tests/gpu/w/torchgpu.sh "$LOG.bench" $p2
-  echo; echo "=== bench (bert_large --dropout, EVT_DROPOUT=evt)"; grep -vE '^\[evt-jit\]|GPU program for' "$LOG.bench" | tail -c 15000
+  echo; echo "=== bench (bert_large --dropout, evt's masks)"; grep -vE '^\[evt-jit\]|GPU program for' "$LOG.bench" | tail -c 15000
   rm -f "$LOG.bench"
 else
   echo "bench skipped: $(left) s left"

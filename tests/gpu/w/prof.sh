@@ -10,7 +10,7 @@ set -u
 WINDOW_SECS=90
 . "$(dirname "$0")/budget.sh"
 echo "== prof.sh: EVT_PROFILE per-step GPU time ($(date -u +%H:%M:%S), budget ${SECS}s)"
-export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache} EVT_FUSED=${EVT_FUSED:-1} PYTHONUNBUFFERED=1
+export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache} PYTHONUNBUFFERED=1
 for spec in ${PROF_WORKLOADS:-mlp:1}; do
   spec=${spec//,/ }
   for ws in $spec; do

@@ -17,7 +17,7 @@
 #    the JSON / markdown) and per evt mode: launches per step, segments GPU / PyTorch, and the ops that ran in
 #    PyTorch with the reason.
 # 1b. TORCHGPU_TUNE=N: before the benchmark, one evt step per workload (TORCHGPU_TUNE_WORKLOADS: a comma list of
-#    them, default all) with EVT_TUNE=N (autotuning of its GEMM groups; records in the JIT cache, which the
+#    them, default all) with options={"tune": N} (run.py --tune N: autotuning of its GEMM groups; records in the JIT cache, which the
 #    benchmark reads); the prewarm below is off then. TORCHGPU_TUNE_S caps each tuning step's seconds (records
 #    of the groups finished by then are kept).
 # 0. From the start, in the background (own session, killed at the end): a JIT prewarm, one evt step per
@@ -44,14 +44,14 @@ if ! nm -D "$FB" 2>/dev/null | grep -q " T evt_fb_ctx_new"; then
 fi
 export EVT_FALLBACK_LIB=$FB
 export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-torchgpu-cache}
-export EVT_JIT_JOBS=${EVT_JIT_JOBS:-16} EVT_JIT_CACHE=${EVT_JIT_CACHE:-/tmp/evt-jit} EVT_FUSED=${EVT_FUSED:-1}
+export EVT_JIT_JOBS=${EVT_JIT_JOBS:-16} EVT_JIT_CACHE=${EVT_JIT_CACHE:-/tmp/evt-jit}
 mkdir -p "$EVT_JIT_CACHE"
 CUTLASS=${CUTLASS_PATH:-}
 [ "${TORCHGPU_CUTLASS:-1}" = 1 ] || CUTLASS=/nonexistent-torchgpu-no-cutlass
 export PYTHONUNBUFFERED=1
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-echo "EVT_LIB=$EVT_LIB EVT_FALLBACK_LIB=$EVT_FALLBACK_LIB EVT_JIT_CACHE=$EVT_JIT_CACHE ($(ls "$EVT_JIT_CACHE" 2>/dev/null | grep -c '\.so$') kernels) EVT_JIT_JOBS=$EVT_JIT_JOBS EVT_FUSED=$EVT_FUSED"
-echo "CUTLASS for the benchmark: ${CUTLASS:-unset} (TORCHGPU_CUTLASS=${TORCHGPU_CUTLASS:-1}); CUDA op placement EVT_CUDA_OPS=${EVT_CUDA_OPS:-fast}"
+echo "EVT_LIB=$EVT_LIB EVT_FALLBACK_LIB=$EVT_FALLBACK_LIB EVT_JIT_CACHE=$EVT_JIT_CACHE ($(ls "$EVT_JIT_CACHE" 2>/dev/null | grep -c '\.so$') kernels) EVT_JIT_JOBS=$EVT_JIT_JOBS"
+echo "CUTLASS for the benchmark: ${CUTLASS:-unset} (TORCHGPU_CUTLASS=${TORCHGPU_CUTLASS:-1}); extra evt options: ${E2E_EVT_OPTIONS:-none}"
 J=$(mktemp /tmp/torchgpu.XXXXXX.jsonl)
 E=$(mktemp -d /tmp/torchgpu-e2e.XXXXXX)
 
@@ -113,7 +113,7 @@ PY
 fi
 
 # ---- 1b. (TORCHGPU_TUNE=N) autotune each workload's GPU segments first, one workload at a time with the GPU
-# otherwise idle (the prewarm is off then): one evt step with EVT_TUNE=N (the backend's evt_program_tune:
+# otherwise idle (the prewarm is off then): one evt step with options={"tune": N} (the backend's evt_program_tune:
 # N candidate configs per GEMM kernel, records in the JIT cache), which the benchmark's evt modes then read.
 if [ "${TORCHGPU_TUNE:-0}" != 0 ]; then
   for spec in ${bench//,/ }; do
@@ -122,8 +122,8 @@ if [ "${TORCHGPU_TUNE:-0}" != 0 ]; then
     l=$(( $(left) - 60 ))
     [ -n "${TORCHGPU_TUNE_S:-}" ] && [ "$l" -gt "$TORCHGPU_TUNE_S" ] && l=$TORCHGPU_TUNE_S
     [ "$l" -lt 30 ] && { echo "-- tune $w skipped: ${l}s left"; continue; }
-    echo "-- [$(date -u +%H:%M:%S)] tune $w (EVT_TUNE=$TORCHGPU_TUNE, scale ${sc:-1}, timeout ${l}s)"
-    EVT_TUNE=$TORCHGPU_TUNE CUTLASS_PATH=$CUTLASS EVT_LOG=1 timeout -k 5 "$l" python3 bench/e2e/run.py --child "$w" \
+    echo "-- [$(date -u +%H:%M:%S)] tune $w (tune=$TORCHGPU_TUNE, scale ${sc:-1}, timeout ${l}s)"
+    CUTLASS_PATH=$CUTLASS EVT_LOG=1 timeout -k 5 "$l" python3 bench/e2e/run.py --child "$w" --tune "$TORCHGPU_TUNE" \
       --modes evt --scale "${sc:-1}" --iters 1 --warmup 0 --quick --no-profile 2>&1 |
       grep -E "evt-tune\]|tune:|evt-jit\] done|ms\"" | tail -60
   done

@@ -1,0 +1,133 @@
+"""The configuration of the evt package: the backend's options dict and the few environment variables it reads.
+
+Contract: this is the only module of the package that reads os.environ, and no module writes it (except the one
+line of gpu.py that configures libevt until libevt takes its options through its API). The environment is read
+at each call, so a process can change it between compilations. docs/pytorch.md documents every key and variable.
+"""
+import logging
+import os
+
+# ---- environment --------------------------------------------------------------------------------------
+
+
+def library_override():
+    """$EVT_LIB: the libevt.so to load instead of <repo>/build/libevt.so, or None."""
+    return os.environ.get("EVT_LIB") or None
+
+
+def log_level():
+    """The level $EVT_LOG asks for the `evt` logger: None when unset, empty or "0"; "1" is INFO; a level name
+    (debug, info, warning, ...) that level."""
+    v = os.environ.get("EVT_LOG", "").strip()
+    if v in ("", "0"):
+        return None
+    if v == "1":
+        return logging.INFO
+    level = logging.getLevelName(v.upper())
+    return level if isinstance(level, int) else logging.INFO
+
+
+def configure_logging(log):
+    """Gives the `evt` logger a stderr handler at log_level(), unless EVT_LOG is off or it has handlers."""
+    level = log_level()
+    if level is None or log.handlers:
+        return
+    h = logging.StreamHandler()
+    h.setFormatter(logging.Formatter("[evt] %(message)s"))
+    log.addHandler(h)
+    log.setLevel(level)
+
+
+def cache_enabled():
+    """False when EVT_CACHE is "0" or empty: the disk caches are neither read nor written."""
+    return os.environ.get("EVT_CACHE", "1") not in ("", "0")
+
+
+def cache_root():
+    """$EVT_CACHE_DIR, else $XDG_CACHE_HOME/evt, else ~/.cache/evt."""
+    d = os.environ.get("EVT_CACHE_DIR")
+    if d:
+        return d
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return os.path.join(xdg, "evt") if xdg else os.path.join(os.path.expanduser("~"), ".cache", "evt")
+
+
+def torch_cache_dir():
+    """Where the torch backend's compiled segments are stored (diskcache.py)."""
+    return os.path.join(cache_root(), "torch")
+
+
+# Tests set this to apply the CUDA placement and layout rules to CPU tensors as well, so the rules' rewrites
+# can be checked end to end on the interpreter. It is no option: a user never wants it.
+SIMULATE_CUDA_RULES = False
+
+
+# ---- the backend's options: torch.compile(model, backend="evt", options={...}) ---------------------------
+
+# options["cudagraphs"] -> its mode: False (none), "step" (the forward and the backward each replayed as one
+# CUDA graph through PyTorch's CUDA-graph trees, cudagraphs.py), "segments" (each evt GPU program captured on
+# its own; PyTorch's ops between them run eagerly).
+CUDAGRAPHS = {False: False, None: False, True: "step", "step": "step", "segments": "segments"}
+
+# The op families that evt can run on CUDA but that run in PyTorch unless options["gpu_ops"] names them
+# (placement.py says why for each). "fast", the default, keeps dropout only: evt draws its masks in the row
+# kernels it runs anyway. "all" keeps every family and also turns off the shape rules (unaligned or long
+# rows, partial broadcasts, large data moves), so that every translatable op runs in evt.
+GPU_OP_FAMILIES = ("attention", "batch_norm", "convolution", "dropout", "embedding", "pooling")
+GPU_OPS_FAST = ("dropout",)
+
+OPTIONS = ("check", "cudagraphs", "dump", "fused", "gpu_ops", "tune")
+DEFAULTS = {"check": False, "cudagraphs": False, "dump": None, "fused": True, "gpu_ops": GPU_OPS_FAST,
+            "tune": None}
+
+
+def _gpu_ops(v):
+    if v is None or v == "fast":
+        return GPU_OPS_FAST
+    if v == "all":
+        return "all"
+    if isinstance(v, (list, tuple, set, frozenset)) and all(isinstance(f, str) for f in v):
+        bad = sorted(set(v) - set(GPU_OP_FAMILIES))
+        if not bad:
+            return tuple(sorted(set(v)))
+        raise ValueError(f"evt backend: unknown gpu_ops famil{'y' if len(bad) == 1 else 'ies'} {bad}; "
+                         f"known: {list(GPU_OP_FAMILIES)}")
+    raise ValueError(f"evt backend: gpu_ops must be \"fast\", \"all\" or a list of op families from "
+                     f"{list(GPU_OP_FAMILIES)}, not {v!r}")
+
+
+def parse_options(options):
+    """The backend's options dict checked, with every key present (DEFAULTS for those not given). Idempotent.
+    Raises ValueError naming an unknown key or a bad value."""
+    options = dict(options or {})
+    unknown = set(options) - set(OPTIONS)
+    if unknown:
+        raise ValueError(f"evt backend: unknown option(s) {sorted(unknown)}; known: {list(OPTIONS)}")
+    cg = options.get("cudagraphs", False)
+    if not isinstance(cg, (bool, str, type(None))) or cg not in CUDAGRAPHS:
+        raise ValueError(f"evt backend: cudagraphs must be one of {sorted(CUDAGRAPHS, key=str)}, not {cg!r}")
+    fused = options.get("fused", True)
+    if not isinstance(fused, (bool, type(None))):
+        raise ValueError(f"evt backend: fused must be a bool, not {fused!r}")
+    tune = options.get("tune")
+    if tune is not None and not isinstance(tune, (bool, int)):
+        raise ValueError(f"evt backend: tune must be a bool or a number of candidate configs, not {tune!r}")
+    check = options.get("check", False)
+    if not isinstance(check, bool):
+        raise ValueError(f"evt backend: check must be a bool, not {check!r}")
+    dump = options.get("dump")
+    if dump is not None and not isinstance(dump, (str, os.PathLike)):
+        raise ValueError(f"evt backend: dump must be a directory path, not {dump!r}")
+    return {"check": check, "cudagraphs": CUDAGRAPHS[cg], "dump": os.fspath(dump) if dump is not None else None,
+            "fused": fused is not False, "gpu_ops": _gpu_ops(options.get("gpu_ops")), "tune": tune}
+
+
+def all_gpu_ops(options):
+    """True under gpu_ops "all": every translatable CUDA op runs in evt, whatever its family or shape."""
+    return parse_options(options)["gpu_ops"] == "all"
+
+
+def gpu_family_in_evt(options, family):
+    """True when the CUDA ops of this family (GPU_OP_FAMILIES) run in evt under these options."""
+    ops = parse_options(options)["gpu_ops"]
+    return ops == "all" or family in ops

@@ -1,0 +1,277 @@
+"""The Plan of one FX module: its steps (segments.py), made ready to run, and running them.
+
+Contract: build_plan(gm, options, kind) returns a Plan whose segments are parsed and whose GPU programs exist
+(after one tuning and one JIT batch for all of them), or None when evt cannot plan the module; a node the parser
+or the GPU program rejects moves to PyTorch and the plan is rebuilt. Plan(args) runs one step; nothing evt
+cannot do fails it (a segment that raises runs in PyTorch).
+"""
+import logging
+import time
+
+import torch
+import torch.fx
+
+from . import aten as A
+from . import config
+from . import gpu as G
+from . import placement as P
+from . import rewrites as R
+from . import segment as SG
+from . import torch_steps as TS
+from .lib import EvtError
+from .segment import Segment
+from .segments import Segmentation
+
+log = logging.getLogger("evt")
+aten = torch.ops.aten
+
+
+class Plan:
+    """The ordered steps of one FX module (Segments and PyTorch nodes; segments.Segmentation), ready to run."""
+
+    def __init__(self, gm, force_torch, options=None, program_node_fallback=True, kind="module"):
+        self.gm = gm
+        self.kind = kind
+        self.options = options or {}
+        self.check = config.parse_options(self.options)["check"]
+        self.program_node_fallback = program_node_fallback
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.output = next(n for n in gm.graph.nodes if n.op == "output")
+        self.rng_by_caller = False  # dropout segments' RNG steps are drawn by the caller (draw_rng_steps)
+        seg = Segmentation(gm, force_torch, self.options)
+        self.steps, self.fallbacks = seg.steps, seg.fallbacks
+        self.torch_permutes, self.torch_moves = seg.torch_permutes, seg.torch_moves
+        self._foreach_casts = seg.hoisted
+
+    def finalize(self):
+        """Parses every segment (raises EvtError with the parser's message on a rejected statement), tunes and
+        prefetches every GPU segment's kernels in one batch each, creates the GPU programs (raising ProgramError
+        with the node a program names), marks the PyTorch GEMMs that run padded, and computes each value's last
+        use."""
+        # The backward module's outputs are gradients for AccumulateGrad: on the GPU path they are returned
+        # contiguous as evt wrote them, not copied into PyTorch's recorded strides (a weight gradient is
+        # recorded transposed: the copy and AccumulateGrad's copy back to the parameter's layout are saved).
+        # A channels-last gradient (the weight of a convolution in a channels-last model: the parameter has
+        # those strides, and AccumulateGrad takes a gradient of the parameter's layout as it is) keeps its
+        # recorded layout: evt writes it in memory order like the activations beside it (Segment._physical),
+        # where a contiguous result would keep its whole segment off the physical layout (resnet50: the 3x3
+        # weight gradients' casts share a segment with a ReLU backward, whose activations would be copied).
+        grads = set()
+        if self.kind == "backward":
+            grads = {n for n in _flat_nodes(self.output.args[0]) if P.dense_order(A.meta_val(n)) is None}
+        free = grads | {n for n in self.gm.graph.nodes if n.meta.get("evt_conv_input_free")}
+        segs = [s for s in self.steps if isinstance(s, Segment)]
+        for s in segs:
+            s.free_layout = free
+            s.finalize(lambda m: m.users, self.program_node_fallback, defer_program=True)
+        self._create_programs(segs)
+        self._mark_padded_gemms()
+        self._liveness()
+
+    def _create_programs(self, segs):
+        """Tunes (gpu.tune_configs) and JIT-compiles every GPU segment's kernels in one batch each, then creates
+        the programs (cache hits); a segment whose program cannot be made runs in PyTorch (fallbacks)."""
+        gpu = [s for s in segs if s.path == "gpu" and getattr(s, "pending", None) is not None]
+        texts = [s.graph.text() for s in gpu if not SG.program_cached(s.graph, G.program_flags(s.options), s.device)]
+        if texts and G.tune_configs(gpu[0].options) > 0:
+            t0 = time.time()
+            st, n, why = G.tune(texts, G.program_flags(gpu[0].options), G.tune_configs(gpu[0].options),
+                                G.refine_level(gpu[0].options))
+            msg = "  tune: %d GEMM problems of %d GPU segments in %.1f s%s" % (
+                n, len(texts), time.time() - t0, "" if st == 0 else f" (not all tuned: {why})")
+            if st == 0 or not G.tune_asked(gpu[0].options):
+                log.info(msg)
+            else:
+                log.warning(msg)
+        if len(texts) > 1:
+            t0 = time.time()
+            n = G.prefetch(texts, G.program_flags(gpu[0].options), G.refine_level(gpu[0].options))
+            log.info("  prefetch: %d kernels for %d GPU segments in %.1f s", n, len(texts), time.time() - t0)
+        for s in segs:
+            s.create_program()
+            if s.path == "torch":
+                for m in s.members:
+                    self.fallbacks.append((m, s.why))
+
+    def _mark_padded_gemms(self):
+        """GEMMs left to PyTorch with unaligned dims run on padded operands (torch_steps.pad_gemm); a PyTorch cast
+        that only PyTorch steps read and that feeds such a GEMM writes its result padded (pad_cast_output)."""
+        torch_nodes = [m for s in self.steps for m in (s.members if isinstance(s, Segment) and s.path == "torch"
+                                                        else [] if isinstance(s, Segment) else [s])]
+        for m in torch_nodes:
+            if TS.pad_gemm(m):  # (a result the module returns keeps PyTorch's contiguous layout)
+                m.meta["evt_pad_gemm"] = "contiguous" if self.output in m.users else "view"
+                log.info("  %s (%s): runs in PyTorch on operands zero-padded to multiples of 8", m.name, P.op_name(m))
+        in_torch = set(torch_nodes)
+        for m in torch_nodes:
+            if m.meta.get("evt_pad_gemm"):
+                k = P.GEMMS[m.target]
+                for x in m.args[k:k + 2]:
+                    while isinstance(x, torch.fx.Node) and x in in_torch and x.target in P.PERMUTES:
+                        x = x.args[0]
+                    if isinstance(x, torch.fx.Node) and TS.pad_cast_output(x, in_torch, self.output):
+                        x.meta["evt_pad_out"] = True
+                        log.info("  %s (%s): written into memory padded to 8 columns (the padded GEMMs read it "
+                                 "without copying)", x.name, P.op_name(x))
+
+    def _liveness(self):
+        """free_after[i]: the values dropped from the environment after step i, the last that reads them."""
+        step_of = {}
+        for i, s in enumerate(self.steps):
+            for m in (s.members if isinstance(s, Segment) else [s]):
+                step_of[m] = i
+        last = {}
+        for node in list(self.placeholders) + list(step_of):
+            uses = [step_of.get(u, len(self.steps)) for u in node.users]
+            last[node] = max(uses, default=step_of.get(node, -1))
+        self.free_after = [[] for _ in self.steps]
+        for node, i in last.items():
+            if 0 <= i < len(self.steps):
+                self.free_after[i].append(node)
+
+    def rng_segments(self):
+        """The segments that draw an RNG step each run (dropout sites run by evt: the interpreter or a GPU
+        program)."""
+        return [s for s in self.steps if isinstance(s, Segment) and s.b.rng_sites
+                and (s.path == "interp" or (s.path == "gpu" and s.program is not None))]
+
+    def draw_rng_steps(self):
+        """Draws the dropout segments' RNG steps for the next call, in plan order, and from then on the segments
+        leave the drawing to the caller (rng_by_caller). cudagraphs "step" calls this before each call of its
+        step graph, outside any capture: a GPU program's step is a kernel on the current stream, where PyTorch's
+        CUDA-graph trees then replay the graph, so the replayed kernels draw with it, and torch.manual_seed
+        repeats the masks of the whole-step graph as it does those of the other modes. Segments of the same
+        text share one GPU program (_program_for; BERT-large: the 24 layers' forward segments), which is set
+        once: its runs in the call draw with that step, then the next ones (the program advances its device
+        word after each run), so its masks still differ from run to run. __call__ draws the same way when the
+        caller does not (at each program's first run of the call), so both draw the same masks (per-segment CUDA
+        graphs never share a program: every segment draws there)."""
+        self.rng_by_caller = True
+        drawn = set()
+        for s in self.rng_segments():
+            if self._draws_now(s, drawn):
+                s._draw_rng_step()
+
+    @staticmethod
+    def _draws_now(s, drawn):
+        """Whether segment s draws its RNG step at this point of a call (drawn: the GPU programs drawn for so far in
+        the call): an interpreter segment at every run, a GPU program at its first run of the call only."""
+        if s.path != "gpu" or s.program is None:
+            return True
+        if id(s.program) in drawn:
+            return False
+        drawn.add(id(s.program))
+        return True
+
+    def __call__(self, args, consume=False):
+        """consume=True (a boxed call): the plan takes the list over (clears it), so it can free each input
+        after its last use."""
+        env = dict(zip(self.placeholders, args))
+        if consume:
+            args.clear()
+        TS.clear_padded_copies()
+        k = 0
+        while k < len(self.steps) and self.steps[k] in self._foreach_casts:
+            k += 1
+        if k > 1:
+            TS.run_hoisted_casts(self.steps[:k], env)
+            for i in range(k):
+                for node in self.free_after[i]:
+                    env.pop(node, None)
+        else:
+            k = 0
+        drawn = set()  # the GPU programs this call drew an RNG step for (_draws_now)
+        for i, s in enumerate(self.steps[k:], start=k):
+            if isinstance(s, Segment):
+                try:
+                    s.run(env, draw_rng=not self.rng_by_caller and self._draws_now(s, drawn))
+                    if self.check:
+                        _check_segment(s, env)
+                except Exception as e:  # noqa: BLE001 (never fail the step: PyTorch runs the segment)
+                    log.warning("evt segment failed at run time on %s (%s: %s); running its %d nodes in PyTorch",
+                                s.path, type(e).__name__, e, len(s.members))
+                    if s.path == "gpu":  # (a GPU program that failed once is not tried again)
+                        s.path, s.why = "torch", f"GPU program failed at run time: {e}"
+                    for m in s.members:
+                        env[m] = TS.run_torch(m, env)
+            else:
+                env[s] = TS.run_torch(s, env)
+            for node in self.free_after[i]:
+                env.pop(node, None)
+        return list(torch.fx.node.map_arg(self.output.args[0], lambda n: env[n]))
+
+
+def _check_segment(seg, env):
+    """options["check"]: reruns the segment's nodes in PyTorch and logs every output that differs. Outputs that depend
+    on a dropout of the segment are not compared (evt draws its own masks; logged once per segment)."""
+    ref = dict(env)
+    drawn = set()  # members that depend on one of the segment's dropouts
+    for m in seg.members:
+        ref[m] = TS.run_torch(m, ref)
+        if getattr(m.target, "overloadpacket", None) is aten.native_dropout or any(a in drawn for a in m.all_input_nodes):
+            drawn.add(m)
+    skipped = [m.name for m, _ in seg.outputs if m in drawn]
+    if skipped and not getattr(seg, "_check_skip_logged", False):
+        seg._check_skip_logged = True
+        log.info("evt check: %d output(s) not compared, they depend on evt's dropout masks: %s", len(skipped),
+                 ", ".join(skipped[:8]))
+    for m, _ in seg.outputs:
+        if m in drawn:
+            continue
+        a, b = env[m], ref[m]
+        if a.shape != b.shape or a.dtype != b.dtype:
+            log.warning("evt check %s: %s %s vs PyTorch %s %s", m.name, a.dtype, tuple(a.shape), b.dtype, tuple(b.shape))
+            continue
+        if a.numel() and a.is_floating_point():
+            diff = (a.double() - b.double()).abs().max().item()
+            rel = diff / max(b.double().abs().max().item(), 1e-30)
+            if diff > 1e-5 and rel > 1e-4:  # (both: values that cancel to ~0 are rounding noise)
+                log.warning("evt check %s (%s): max abs error %.3g, relative %.3g", m.name, P.op_name(m), diff, rel)
+        elif a.numel() and not torch.equal(a, b):
+            log.warning("evt check %s (%s): values differ", m.name, P.op_name(m))
+
+
+# A CUDA segment whose program creation names a node moves that node to PyTorch and the plan is rebuilt,
+# at most this many times per module; later failures run their whole segment in PyTorch.
+MAX_PROGRAM_REBUILDS = 16
+
+
+def _flat_nodes(x):
+    if isinstance(x, torch.fx.Node):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [n for y in x for n in _flat_nodes(y)]
+    return []
+
+
+def build_plan(gm, options=None, kind="module"):
+    """A Plan for gm; nodes the evt parser (or the GPU program) rejects move to PyTorch one by one."""
+    if kind in ("module", "inference"):
+        R.mark_returned_log_softmax(gm)  # (a module without a backward returns every output to its caller)
+    force = {}
+    rebuilds = 0
+    while True:
+        plan = Plan(gm, force, options, program_node_fallback=rebuilds < MAX_PROGRAM_REBUILDS, kind=kind)
+        try:
+            plan.finalize()
+            return plan
+        except G.ProgramError as e:
+            bad = getattr(e, "node", None)
+            if bad is None or bad in force:  # (finalize only raises with a node; defensive)
+                log.warning("evt could not build a plan (%s); running the module in PyTorch", e)
+                return None
+            force[bad] = f"evt GPU program: {e}"
+            rebuilds += 1
+        except EvtError as e:
+            msg = str(e)
+            m = SG.NODE_IN_MSG.search(msg)
+            bad = None
+            if m:
+                for s in plan.steps:
+                    if isinstance(s, Segment) and s.b.origin.get(m.group(1)) in s.members:
+                        bad = s.b.origin[m.group(1)]
+                        break
+            if bad is None or bad in force:
+                log.warning("evt could not build a plan (%s); running the module in PyTorch", msg)
+                return None
+            force[bad] = f"rejected by evt: {msg}"
