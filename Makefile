@@ -54,7 +54,7 @@ cuda: $(BUILD)/libevt_fallback.so
 CUDNN_INCLUDE ?= $(firstword $(foreach d,$(if $(CUDA_HOME),$(CUDA_HOME)/include) /usr/local/cuda/include \
   $(shell python3 -c "import nvidia.cudnn,os;print(os.path.join(list(nvidia.cudnn.__path__)[0],'include'))" 2>/dev/null),\
   $(if $(wildcard $(d)/cudnn_graph.h),$(d))))
-$(BUILD)/libevt_fallback.so: kernels/evt_fallback.cu kernels/evt_fallback.h src/runtime/fb_gemm.h kernels/philox.h src/ir/ops.def \
+$(BUILD)/libevt_fallback.so: kernels/evt_fallback.cu kernels/evt_fallback.h kernels/evt_fb_gemm.h kernels/philox.h src/ir/ops.def \
   kernels/evt_cudnn_sdpa.cu kernels/evt_cudnn_sdpa.h
 	@mkdir -p $(BUILD)
 	$(NVCC) -O2 --fmad=false -arch=$(CUDA_ARCH) -Xcompiler -fPIC -shared -Ikernels -Isrc \

@@ -10,7 +10,7 @@
  * editing it, even a comment, recompiles every generated kernel; document changes here instead.) */
 #include "evt_fallback.h"
 #include "evt_cudnn_sdpa.h"
-#include "runtime/fb_gemm.h"
+#include "evt_fb_gemm.h"
 #include "philox.h"
 
 #include <cuda_bf16.h>

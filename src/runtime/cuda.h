@@ -31,7 +31,7 @@
 #include <stdio.h>
 
 #include "evt_fallback.h"
-#include "runtime/fb_gemm.h"
+#include "evt_fb_gemm.h"
 #include "evt_impl.h"
 #include "evt_row_launch.h"
 #include "runtime/exec_plan.h"

@@ -1,7 +1,7 @@
 /* The kernel library's cuBLAS GEMM entry: ABI shared by kernels/evt_fallback.cu (which defines it) and
- * src/runtime/cuda.c (which loads it with dlsym). It lives here, not in kernels/evt_fallback.h, because
- * the JIT cache key hashes every header of kernels/ (src/runtime/jit.c): a library-only declaration there
- * would invalidate every cached generated kernel.
+ * src/runtime/cuda.c (which loads it with dlsym). No generated kernel includes this header, and the JIT cache
+ * key hashes only the kernels/ headers a generated source includes (src/runtime/jit.c): editing it recompiles
+ * nothing.
  *
  * One GEMM through cuBLAS: the fused runtime runs a GEMM group whose epilogue is plain (D = A.B, nothing
  * to fuse) this way (src/runtime/exec_plan.h, `blas`). Row-major D[M,N] (leading dim ldd) = op(A).op(B):
@@ -11,8 +11,8 @@
  * operands, no TF32 for f32 and no reduced-precision split-K (the context's cuBLAS math mode). Enqueues on
  * stream; no synchronization, no allocation (graph-capturable). Returns 0, 1 (unsupported: err says why)
  * or 2 (a cuBLAS / CUDA error). */
-#ifndef EVT_RUNTIME_FB_GEMM_H
-#define EVT_RUNTIME_FB_GEMM_H
+#ifndef EVT_FB_GEMM_H
+#define EVT_FB_GEMM_H
 
 #include "evt_fallback.h"
 
