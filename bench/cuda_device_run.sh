@@ -6,7 +6,6 @@ out=${1:?OUTDIR}
 evtc=${EVTC:-build/evtc}
 bench/cuda_check.sh 3 /tmp/evt-cuda-logs > "$out/table.md"
 tail -n +1 /tmp/evt-cuda-logs/* > "$out/all_logs.txt"
-EVT_CUDA_EXACT_GEMM=1 bench/cuda_check.sh 3 /tmp/evt-cuda-logs-exact > "$out/table_exact_gemm.md"
 {
   echo "== bad_index (expect exit 1 naming %loss)"
   $evtc run bench/graphs/bad_index.evt --device cuda --steps 1; echo "exit $?"
@@ -17,8 +16,6 @@ EVT_CUDA_EXACT_GEMM=1 bench/cuda_check.sh 3 /tmp/evt-cuda-logs-exact > "$out/tab
     [ -f "$big" ] || python3 examples/gen.py $spec -o "$big" || continue
     echo "== GPU only: gen.py $spec"
     timeout 150 $evtc run "$big" --device cuda --steps 3 2>&1 | tail -2
-    echo "   same with EVT_CUDA_EXACT_GEMM=1 (f64 GEMM):"
-    EVT_CUDA_EXACT_GEMM=1 timeout 150 $evtc run "$big" --device cuda --steps 3 2>&1 | tail -2
   done
 } > "$out/extra.txt" 2>&1
-cat "$out/table.md" "$out/table_exact_gemm.md" "$out/extra.txt"
+cat "$out/table.md" "$out/extra.txt"

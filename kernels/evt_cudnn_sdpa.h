@@ -15,12 +15,10 @@
  *   The last stride must be 1, the others multiples of 8 elements (16 bytes), and every pointer 16-byte
  *   aligned. [B,S,H,D]-interleaved views are fine: q_stride = {S*H*D, D, H*D, 1}.
  *
- * Library: cuDNN is loaded at the first call with dlopen: $EVT_CUDNN_LIB first, then "libcudnn.so.9" (in a
- *   PyTorch process the library is already loaded, so the soname resolves), then "libcudnn.so".
+ * Library: cuDNN is loaded at the first call with dlopen by soname, "libcudnn.so.9" then "libcudnn.so", from the
+ *   loader's search path (in a PyTorch process the library is already loaded, so the soname resolves).
  *   libevt_fallback.so has no link-time dependency on cuDNN. Built without the cuDNN headers
  *   (EVT_HAVE_CUDNN undefined), every entry fails with "built without cuDNN headers".
- *   EVT_CUDNN_SDPA_LOG=1 prints every plan build (graph variant, engine, workspace) to stderr;
- *   EVT_CUDNN_SDPA_VARIANT=A or B builds only that variant of the graphs (see the .cu).
  *
  * Plans: per distinct descriptor (all fields except scale) and device, one forward graph (with the stats
  *   output) and one backward graph, each with its engine's execution plan and its own device workspace,

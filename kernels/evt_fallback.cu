@@ -807,8 +807,6 @@ struct evt_fb_ctx {
   long stamps;
 };
 
-static bool g_exact_gemm; /* $EVT_CUDA_EXACT_GEMM=1: every product on the f64 tiled kernel */
-
 /* the stream argument of every launch in evt_fb_run: counts the launch */
 #define ST (ctx->launches++, ctx->stream)
 
@@ -958,8 +956,6 @@ extern "C" int evt_fb_init(char *err, size_t errlen) {
     return 1;
   }
   CK(cudaSetDevice(0));
-  const char *ex = getenv("EVT_CUDA_EXACT_GEMM");
-  g_exact_gemm = ex && *ex && strcmp(ex, "0");
   return 0;
 }
 
@@ -1019,12 +1015,6 @@ extern "C" long evt_fb_launches(const evt_fb_ctx *c) { return c ? c->launches : 
 
 static bool attn_cudnn(const evt_fb_node *nd, evt_cudnn_sdpa_desc *d);
 static size_t attn_scratch_bytes(int op, const evt_cudnn_sdpa_desc *d);
-/* The attention forward keeps its out and statistics for the backward ($EVT_CUDNN_ATTENTION_SAVE=0: it does
- * not, and the backward recomputes them). */
-static bool attn_save_enabled(void) {
-  const char *e = getenv("EVT_CUDNN_ATTENTION_SAVE");
-  return !(e && !strcmp(e, "0"));
-}
 
 extern "C" int evt_fb_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, size_t errlen) {
   evt_cudnn_sdpa_desc ad;
@@ -1038,7 +1028,7 @@ extern "C" int evt_fb_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, s
       CK(cudaMalloc(&c->attn, need));
       c->attn_bytes = need;
     }
-    if (nd->op == EVT_FB_OP_SDPA && nd->a.sdpa_siblings && attn_save_enabled()) { /* its out and statistics */
+    if (nd->op == EVT_FB_OP_SDPA && nd->a.sdpa_siblings) { /* its out and statistics, for the backward */
       int i = 0;
       while (i < c->nsaved && c->saved[i].node != nd->id) i++;
       if (i == c->nsaved) {
@@ -1420,8 +1410,8 @@ static const char *slice_plan(const evt_fb_node *nd, strides *s1, ll *base) {
 
 /* ---- attention through cuDNN's fused flash attention (kernels/evt_cudnn_sdpa.h) ------------------------
  * sdpa and sdpa_backward_{q,k,v} with bf16 / f16 q, k, v, dout and output, no broadcast batch dims, 16-byte
- * aligned buffers, and a shape cuDNN supports run through cuDNN; anything else (f32, $EVT_CUDNN_ATTENTION=0,
- * $EVT_CUDA_EXACT_GEMM=1, no cuDNN) on k_sdpa, the reference kernel in double (one thread per query row).
+ * aligned buffers, and a shape cuDNN supports run through cuDNN; anything else (f32, no cuDNN) on k_sdpa, the
+ * reference kernel in double (one thread per query row).
  * [..., H, S, D] maps to cuDNN's [B, H, S, D] with B the product of the leading dims; contiguous strides. A
  * backward node recomputes the forward (out and the log-sum-exp stats, into the context's scratch) and runs
  * cuDNN's backward, which writes all three gradients: its own into the output, the other two into scratch,
@@ -1435,8 +1425,6 @@ static bool attn_cudnn(const evt_fb_node *nd, evt_cudnn_sdpa_desc *d) {
   if (op != EVT_FB_OP_SDPA && op != EVT_FB_OP_SDPA_BACKWARD_Q && op != EVT_FB_OP_SDPA_BACKWARD_K &&
       op != EVT_FB_OP_SDPA_BACKWARD_V)
     return false;
-  const char *e = getenv("EVT_CUDNN_ATTENTION");
-  if ((e && !strcmp(e, "0")) || g_exact_gemm) return false;
   int base = op == EVT_FB_OP_SDPA ? 0 : 1, dt = nd->out.dtype;
   if (dt != EVT_FB_BF16 && dt != EVT_FB_F16) return false;
   for (int i = 0; i < base + 3; i++)
@@ -1458,8 +1446,8 @@ static bool attn_cudnn(const evt_fb_node *nd, evt_cudnn_sdpa_desc *d) {
   evt_cudnn_sdpa_set_strides(d, 0);
   char why[400];
   if (!evt_cudnn_sdpa_supported(d, why, sizeof why)) {
-    static int said;
-    if (!said++ || getenv("EVT_CUDNN_SDPA_LOG"))
+    static int said; /* once per process */
+    if (!said++)
       fprintf(stderr, "evt: attention (node %d) runs on the reference kernel: %s\n", nd->id, why);
     return false;
   }
@@ -1547,12 +1535,6 @@ static int attn_run(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t er
       sv = c;
   }
   if (sv) o = sv->o, stats = sv->stats;
-  if (getenv("EVT_CUDNN_SDPA_LOG")) {
-    static int said; /* (the first few, for the window logs) */
-    if (said++ < 6)
-      fprintf(stderr, "[evt-cudnn-sdpa] backward node %d: %s\n", nd->id,
-              sv ? "the forward's saved out and statistics" : "recomputes the forward");
-  }
   ctx->launches += sv ? 1 : 2;
   if ((!sv && evt_cudnn_sdpa_fwd(ctx->stream, &d, in[1].ptr, in[2].ptr, in[3].ptr, o, stats, e, sizeof e)) ||
       evt_cudnn_sdpa_bwd(ctx->stream, &d, in[1].ptr, in[2].ptr, in[3].ptr, o, stats, in[0].ptr, g[0], g[1], g[2], e,
@@ -1948,7 +1930,7 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
     bool uniform = uniform_stride(bsh, sa, &ua) && uniform_stride(bsh, sb, &ub);
     cudaDataType_t ct = A.dtype == EVT_FB_F32 ? CUDA_R_32F : A.dtype == EVT_FB_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     bool floating = A.dtype == B.dtype && (A.dtype == EVT_FB_F32 || A.dtype == EVT_FB_BF16 || A.dtype == EVT_FB_F16);
-    if (!g_exact_gemm && uniform && floating && nbat && M && N && K && nbat <= INT32_MAX && M <= INT32_MAX &&
+    if (uniform && floating && nbat && M && N && K && nbat <= INT32_MAX && M <= INT32_MAX &&
         N <= INT32_MAX && K <= INT32_MAX) {
       float *F = (float *)ctx->s2, alpha = 1.0f, beta = 0.0f;
       cublasSetStream(ctx->cublas, ctx->stream);

@@ -65,16 +65,8 @@ enum {
   EVT_LAUNCH_BAD_ARGS = 5          /* a needed pointer is NULL */
 };
 
-/* Whether generated launchers use programmatic dependent launches (compiled in by EVT_GEMM_PDL / EVT_ROWS_PDL_MAIN):
- * EVT_PDL=0 in the environment turns them into plain launches at run time, for A/B measurements (the kernels'
- * waits are no-ops then). Read once per shared object. */
-static inline int evt_pdl_enabled(void) {
-  static int on = -1;
-  if (on < 0) {
-    const char *e = getenv("EVT_PDL");
-    on = !(e && e[0] == '0');
-  }
-  return on;
-}
+/* Generated launchers call this before a programmatic dependent launch (compiled in by EVT_GEMM_PDL /
+ * EVT_ROWS_PDL_MAIN); always on. */
+static inline int evt_pdl_enabled(void) { return 1; }
 
 #endif

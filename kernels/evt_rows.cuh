@@ -1263,8 +1263,7 @@ static inline void launch_rowsum_finalize(dim3 grid, cudaStream_t st, const floa
 #endif
   rowsum_finalize<<<grid, dim3(32, 32), 0, st>>>(ws, parts, n, outs);
 }
-// The row kernel's launch: with EVT_ROWS_PDL_MAIN a programmatic dependent launch (plain if the driver refuses it,
-// or with EVT_PDL=0 in the environment).
+// The row kernel's launch: with EVT_ROWS_PDL_MAIN a programmatic dependent launch (plain if the driver refuses it).
 template <class P>
 static inline void launch_main(void (*kernel)(P), int grid, int threads, size_t smem, cudaStream_t st, P p) {
 #if EVT_ROWS_PDL_MAIN
