@@ -45,20 +45,22 @@ $(BUILD)/evtc: $(CLI_OBJ) $(BUILD)/libevt.a
 $(BUILD)/unit_tests: $(TEST_OBJ) $(BUILD)/libevt.a
 	$(CC) $(SAN) -o $@ $(TEST_OBJ) $(BUILD)/libevt.a $(LDLIBS)
 
-# The per-node CUDA kernel library, loaded by src/runtime/cuda.c with dlopen (libevt itself never links CUDA).
-# --fmad=false keeps a*b+c as two roundings, like the CPU interpreter.
+# The per-node CUDA kernel library (kernels/fallback/, one file per op family), loaded by src/runtime/cuda.c with
+# dlopen (libevt itself never links CUDA). --fmad=false keeps a*b+c as two roundings, like the CPU interpreter.
 cuda: $(BUILD)/libevt_fallback.so
-# kernels/evt_cudnn_sdpa.cu (attention through cuDNN's flash-attention engines) loads libcudnn with dlopen at run
-# time; it only needs cudnn_graph.h to compile: from $(CUDA_HOME)/include, /usr/local/cuda/include or the
+# kernels/fallback/cudnn_sdpa.cu (attention through cuDNN's flash-attention engines) loads libcudnn with dlopen at
+# run time; it only needs cudnn_graph.h to compile: from $(CUDA_HOME)/include, /usr/local/cuda/include or the
 # nvidia-cudnn pip wheel (a namespace package: __path__). Without it the module compiles to stubs that say so.
 CUDNN_INCLUDE ?= $(firstword $(foreach d,$(if $(CUDA_HOME),$(CUDA_HOME)/include) /usr/local/cuda/include \
   $(shell python3 -c "import nvidia.cudnn,os;print(os.path.join(list(nvidia.cudnn.__path__)[0],'include'))" 2>/dev/null),\
   $(if $(wildcard $(d)/cudnn_graph.h),$(d))))
-$(BUILD)/libevt_fallback.so: kernels/evt_fallback.cu kernels/evt_fallback.h kernels/evt_fb_gemm.h kernels/philox.h src/ir/ops.def \
-  kernels/evt_cudnn_sdpa.cu kernels/evt_cudnn_sdpa.h
+FALLBACK_SRC := $(sort $(wildcard kernels/fallback/*.cu))
+FALLBACK_HDR := kernels/fallback/internal.h kernels/evt_fallback.h kernels/evt_fb_gemm.h kernels/evt_cudnn_sdpa.h \
+  kernels/philox.h src/ir/ops.def
+$(BUILD)/libevt_fallback.so: $(FALLBACK_SRC) $(FALLBACK_HDR)
 	@mkdir -p $(BUILD)
 	$(NVCC) -O2 --fmad=false -arch=$(CUDA_ARCH) -Xcompiler -fPIC -shared -Ikernels -Isrc \
-	  $(if $(CUDNN_INCLUDE),-DEVT_HAVE_CUDNN -I$(CUDNN_INCLUDE)) -o $@ kernels/evt_fallback.cu kernels/evt_cudnn_sdpa.cu \
+	  $(if $(CUDNN_INCLUDE),-DEVT_HAVE_CUDNN -I$(CUDNN_INCLUDE)) -o $@ $(FALLBACK_SRC) \
 	  -L$(CUDA_LIB) -Xlinker -rpath -Xlinker $(CUDA_LIB) -lcublasLt -lcublas -ldl
 
 test: all

@@ -1,6 +1,6 @@
 /* Scaled-dot-product attention, forward and backward, through cuDNN's fused flash-attention engines,
  * driven by the cuDNN v9 backend (graph) C API (cudnnBackendCreateDescriptor / SetAttribute / Finalize /
- * Execute). Part of build/libevt_fallback.so (kernels/evt_cudnn_sdpa.cu); plain C, no CUDA header needed.
+ * Execute). Part of build/libevt_fallback.so (kernels/fallback/cudnn_sdpa.cu); plain C, no CUDA header needed.
  *
  * Semantics (those of the CPU interpreter, src/runtime/interp_gemm.c `sdpa`)
  *   q [B,H,Sq,D], k [B,H,Skv,D], v [B,H,Skv,Dv] -> out [B,H,Sq,Dv]

@@ -1,4 +1,4 @@
-/* The kernel library's cuBLAS GEMM entry: ABI shared by kernels/evt_fallback.cu (which defines it) and
+/* The kernel library's cuBLAS GEMM entry: ABI shared by kernels/fallback/gemm.cu (which defines it) and
  * src/runtime/cuda.c (which loads it with dlsym). No generated kernel includes this header, and the JIT cache
  * key hashes only the kernels/ headers a generated source includes (src/runtime/jit.c): editing it recompiles
  * nothing.

@@ -61,7 +61,7 @@ template <> __device__ __forceinline__ __half from_f<__half>(float x) { return _
 template <> __device__ __forceinline__ long long from_f<long long>(float x) { return (long long)x; }
 template <> __device__ __forceinline__ int from_f<int>(float x) { return (int)x; }
 __device__ __forceinline__ long long to_int64(double v) { return isfinite(v) ? (long long)trunc(v) : 0; }
-// bool tensors are u8 0/1 (as the interpreter and evt_fallback.cu store them): nonzero (NaN too) → 1
+// bool tensors are u8 0/1 (as the interpreter and the kernel library store them): nonzero (NaN too) → 1
 __device__ __forceinline__ float to_f(unsigned char x) { return (float)x; }
 template <> __device__ __forceinline__ unsigned char from_f<unsigned char>(float x) { return x != 0.f ? 1 : 0; }
 
