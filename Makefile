@@ -1,6 +1,7 @@
 # evt build. `make` builds build/libevt.a, build/libevt.so and build/evtc; `make test` runs every test and
-# ends with one line "N passed, N failed"; `make asan` rebuilds with ASan+UBSan into build-asan/ and runs
-# the C tests. Warnings are errors.
+# ends with one line "N passed, N failed"; `make test-gpu` runs every GPU check (tests/gpu/run.sh: a machine with
+# a Hopper GPU; same last line); `make asan` rebuilds with ASan+UBSan into build-asan/ and runs the C tests.
+# Warnings are errors.
 CC      ?= gcc
 BUILD   ?= build
 OPT     ?= -O2
@@ -18,7 +19,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test asan fuzz clean cuda
+.PHONY: all test test-gpu asan fuzz clean cuda
 NVCC ?= nvcc
 CUDA_ARCH ?= sm_90
 CUDA_LIB ?= $(abspath $(dir $(shell command -v $(NVCC) 2>/dev/null))/../lib64)
@@ -65,6 +66,10 @@ $(BUILD)/libevt_fallback.so: $(FALLBACK_SRC) $(FALLBACK_HDR)
 
 test: all
 	@bash tests/run.sh $(BUILD)
+
+# Every GPU correctness check (it builds what it needs; exit 2 at once without a GPU). Logs: $OUT or build/gpu-logs.
+test-gpu:
+	@bash tests/gpu/run.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
