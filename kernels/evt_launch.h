@@ -24,12 +24,11 @@ typedef struct evt_launch_args {
   void *ptrs[EVT_LAUNCH_MAX_PTRS];
   void *stream;      /* cudaStream_t; NULL = default stream */
 
-  /* ---- batch mode (helper bmm; appended: a zero-filled struct is exactly the unbatched call) -------------
-   * NOTE for the runtime (gemmrt, src/runtime/exec_plan.c / gemm_launch.c): memset the struct to 0, fill the
-   * fields above as before; for a batched kernel (evt_kspec.batched, evt_lowered.batch) copy the values that
-   * lowering computed (evt_lowered.l, .ld*, .bs*, .os*: same names; evt_lower_launch_batch does it) into the
-   * fields below; evt_lower_batched_check (src/evt/lower.h) says whether the bound tensors hold every element the
-   * launch reaches (a, b, d, ptrs[v] are whole tensors; m, n, k per batch). Unbatched kernels
+  /* ---- batch mode (a zero-filled struct is exactly the unbatched call) -------------------------------------
+   * The runtime memsets the struct to 0 and fills the fields above; for a batched kernel (evt_kspec.batched,
+   * evt_lowered.batch) evt_lower_launch_batch copies the values lowering computed (evt_lowered.l, .ld*, .bs*, .os*:
+   * same names) into the fields below; evt_lower_batched_check (src/evt/lower.h) says whether the bound tensors hold
+   * every element the launch reaches (a, b, d, ptrs[v] are whole tensors; m, n, k per batch). Unbatched kernels
    * ignore all of them. All strides and leading dims are in ELEMENTS of the tensor's own dtype.
    *
    * A batched kernel computes l GEMMs (0 means 1): for batch i, A_i = a + i*bs_a, B_i = b + i*bs_b,

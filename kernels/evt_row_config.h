@@ -20,11 +20,8 @@
  * (evt_rspec_long_rows). */
 #define EVT_ROW_MAX_N 32768
 
-/* Defaults of the generated kernels' tuning macros (EVT_ROWS_<name> for each EVT_ROWS_DEFAULT_<name> below;
- * each can be overridden with -D when the kernel is compiled, which the H200 benchmark uses to compare).
- * Chosen from the H200 window W2 (bench/results/rows-perf-W2.md): EXACT (no bounds checks when N fills the
- * row-group, 1.66x -> 1.42x floor for layer norm), row sums in shared memory with 32-warp CTAs and one row
- * prefetched (layer-norm backward 2.38x -> 1.60x), one warp per row for 1024-wide softmax (1.42x -> 1.26x). */
+/* Defaults of the generated kernels' tuning macros (EVT_ROWS_<name> for each EVT_ROWS_DEFAULT_<name> below; each
+ * can be overridden with -D when the kernel is compiled). Measured choices; bench/kernels/run.sh rows compares. */
 #define EVT_ROWS_DEFAULT_WARP_VPT 2       /* layer norms, row-sum kernels, softmax backward with M×N epilogue inputs */
 #define EVT_ROWS_DEFAULT_WARP_VPT_LIGHT 4 /* softmax, nucleus-free kernels without row sums, softmax backward */
 #define EVT_ROWS_DEFAULT_CTA_WARPS 8
@@ -34,80 +31,58 @@
 #define EVT_ROWS_DEFAULT_W1CAP 8
 #define EVT_ROWS_DEFAULT_DEEP_SUM 0
 #define EVT_ROWS_DEFAULT_MINB_SUM 1
-#define EVT_ROWS_DEFAULT_SMEM_SUM 1
+#define EVT_ROWS_DEFAULT_SMEM_SUM 1    /* row sums in shared memory */
 #define EVT_ROWS_DEFAULT_SUM_REGS 0    /* with SMEM_SUM: how many row sums stay in registers all the same */
 #define EVT_ROWS_DEFAULT_SUM_REGS_EX 2 /* ... in the exact-size (EX) kernels */
 /* layer norms without other M×N inputs, rows longer than one warp takes: at least this many chunks per thread
  * (2 warps x 2 chunks for 1024-wide rows instead of 4 x 1; the other kernels 1; EVT_ROWS_MIN_VPT overrides) */
 #define EVT_ROWS_DEFAULT_MIN_VPT_LN 2
-#define EVT_ROWS_DEFAULT_EXACT 1
-/* EX kernels take every chunk as a full 16-byte vector without testing j0 + 8 <= n: nvcc does not prove it from
- * t < T and keeps the element-wise fallback predicated (issued) beside each vector load. S30W6 (H200, steady x floor):
- * layer-norm backward 1.38 -> 1.37 (loop 456 -> 396 instructions), GELU backward 1.30 -> 1.27, others unchanged. */
+#define EVT_ROWS_DEFAULT_EXACT 1 /* exact-size kernels: no bounds checks when N fills the row-group */
+/* EX kernels take every chunk as a full 16-byte vector without testing j0 + 8 <= n (nvcc does not prove it from
+ * t < T and would keep the element-wise fallback predicated beside each vector load) */
 #define EVT_ROWS_DEFAULT_EX_FULL 1
 #define EVT_ROWS_DEFAULT_RED_SOFTMAX 0
 #define EVT_ROWS_DEFAULT_MINB_W1 1     /* one warp per row, VPT > 1: minimum CTAs per SM (1: no register cap) */
-/* Layer norms without other M×N inputs ("plain"; session 29, H200 S29W2-W7): one warp x 4 chunks per 1024-wide row
- * (WARP_VPT_LN), w / b loaded per chunk where the epilogue applies them (LN_LATE, below), CTAs of 4 warps
- * (CTA_WARPS_W1) and at least 8 of them per SM (MINB_W1_LN: 64 registers, 56 used): 16384 x 1024 bf16 1.27 -> 1.18x
- * the floor in bench_rows lnbisect, 1.27 -> 1.21 in bench_rows perf (a hand-written kernel of the same shape 1.18);
- * the default 2 warps x 2 chunks with w / b in registers held 80 registers, 3 CTAs of 8 warps per SM. */
+/* layer norms without other M×N inputs: one warp x 4 chunks per 1024-wide row, CTAs of 4 warps (CTA_WARPS_W1), at
+ * least 8 CTAs per SM (a 64-register cap), w / b loaded per chunk where the epilogue applies them (LN_LATE) */
 #define EVT_ROWS_DEFAULT_WARP_VPT_LN 4
 #define EVT_ROWS_DEFAULT_MINB_W1_LN 8
-/* warps per CTA for one warp per row: softmax and plain layer norms 4 (softmax 65536 x 512 1.08 -> 1.06, 16384 x
- * 1024 1.11-1.13 -> 1.11-1.12, S29W4/W6), the others EVT_ROWS_DEFAULT_CTA_WARPS (not measured otherwise) */
+/* warps per CTA for one warp per row: softmax and plain layer norms; the others EVT_ROWS_DEFAULT_CTA_WARPS */
 #define EVT_ROWS_DEFAULT_CTA_WARPS_W1 4
 #define EVT_ROWS_DEFAULT_MINB_MULTI 1  /* several warps and chunks per row, no row sums: the same */
 /* layer norms: w / b staged in shared memory (not registers) from this many chunks per thread, for groups of
- * T·VPT <= 256 — with the default warp_vpt only the (1, 4) instantiation, which the default choice never picks
- * for layer norms; read back per row it was slower than registers on the H200 (S21W4), so no default uses it */
+ * T·VPT <= 256 (with the default warp_vpt only the (1, 4) instantiation, which no default choice picks) */
 #define EVT_ROWS_DEFAULT_WB_SMEM_VPT 4
-/* layer norm forward: w / b loaded per chunk right where the epilogue applies them (L1 hits), not held in
- * registers across the row's reductions (1): plain layer norms (above; also 2 x 2 rows: 1.27 -> 1.23, S29W6), not
- * those with other M×N inputs (layer norm + residual 1.14 -> 1.22, S25W2). Loading them through the read-only path
- * so the compiler hoists them above the row's stores gained nothing with one warp per row and cost 2 x 2 rows
- * (1.40: 88 registers), S29W6. */
+/* layer norm forward: w / b loaded per chunk right where the epilogue applies them (L1 hits), not held in registers
+ * across the row's reductions (1): plain layer norms, not those with other M×N inputs (LN_LATE_AUX) */
 #define EVT_ROWS_DEFAULT_LN_LATE 1
 #define EVT_ROWS_DEFAULT_LN_LATE_AUX 0
 /* layer-norm backward: w loaded per chunk in the reductions and again for dx (not held in registers) */
 #define EVT_ROWS_DEFAULT_LNB_LATE 0
 /* row broadcasts (per-column vectors of the epilogue, e.g. an affine split from its layer norm): loaded per chunk
  * where the epilogue uses them (L1 hits after the first row) once holding them all would take at least this many
- * floats per thread (VPT·8 per broadcast), else loaded once and held. Held, ViT's f32 layer norm + affine at
- * 32896 x 768 (one warp per row, 4 chunks, two f32 broadcasts, 64-register cap) spilled 1 KiB per thread and ran
- * 3.5x its floor (S39). */
+ * floats per thread (VPT·8 per broadcast), else loaded once and held (held beyond that, they spill) */
 #define EVT_ROWS_DEFAULT_RB_LATE_FLOATS 32
 /* grid: at most this many waves of resident CTAs, each a grid-stride loop over rows with the next row prefetched
- * (0: one pass, a CTA per R rows, no loop). WAVES_W1 for one warp per row (R = 8 rows per CTA), WAVES for rows
- * of several warps, WAVES_SUM for kernels with row sums (each CTA adds a partial row to the workspace that the
- * finalize kernel reads). H200 S24W3, steady x floor, persistent -> one pass: one warp per row gains (softmax
- * 16384x1024 1.24 -> 1.21, 65536x512 1.21 -> 1.12, softmax backward 65536x512 1.08 -> 1.04, chain 1.15 ->
- * 1.12: 24-40 rows in flight per SM without the prefetch); several warps per row lose (layer norm 1.31 -> 1.66,
- * + residual 1.19 -> 1.53, softmax backward 1024 1.16 -> 1.30, GELU backward 1.34 -> 1.83: the prefetch of the
- * next row is what keeps their few rows per SM streaming). CS: cache-streaming hints on the M×N chunks (1 loads
- * and stores, 2 loads, 3 stores; 0 none): no gain anywhere in S24W3 (softmax 1.24 -> 1.26, layer norm 1.31 ->
- * 1.33, layer-norm backward 1.44 -> 1.44), so off; it is read by kernels/evt_rows.cuh itself (its chunk loads and
- * stores), not emitted into the generated source. */
+ * (0: one pass, a CTA per R rows, no loop). WAVES_W1 for one warp per row (R = 8 rows per CTA), WAVES for rows of
+ * several warps (the prefetch keeps their few rows per SM streaming), WAVES_SUM for kernels with row sums (each CTA
+ * adds a partial row to the workspace that the finalize kernel reads). CS: cache-streaming hints on the M×N chunks
+ * (1 loads and stores, 2 loads, 3 stores; 0 none), read by kernels/evt_rows.cuh itself, not emitted. */
 #define EVT_ROWS_DEFAULT_WAVES_W1 0
-/* one pass (WAVES_W1 0, one warp per row): 1 keeps the prefetch of a second row no row-group has (predicated off, but
- * its registers held: softmax 1 x 4 71 vs 48 registers, layer norm 1 x 4 95 vs 79; S29W4 neutral for softmax, its
- * backward and the chain, needed for the layer norm's 56) */
+/* one pass (WAVES_W1 0, one warp per row): 1 keeps the prefetch of a second row no row-group has (predicated off,
+ * its registers held) */
 #define EVT_ROWS_DEFAULT_ONE_RING 0
 #define EVT_ROWS_DEFAULT_WAVES 1
 #define EVT_ROWS_DEFAULT_WAVES_SUM 1
 #define EVT_ROWS_DEFAULT_CS 0
 /* the row kernels as programmatic dependent launches (each waits for the previous kernel at its first statement;
  * kernels without row sums let the next one launch right after): the launch and ramp-up overlap the previous
- * kernel's tail. bench_rows copyfloor (S24W2): ~1 us per launch for a streaming copy of 67-134 MB. */
+ * kernel's tail */
 #define EVT_ROWS_DEFAULT_PDL_MAIN 1
 /* rows longer than the register configurations take (N > 32768; kernels without Σ-over-M row sums): one CTA of
  * LONG_WARPS warps per row, the row streamed in blocks of 8 x 32 x warps elements; the statistics passes' block loop
  * unrolled by LONG_UNROLL; __launch_bounds__ minimum CTAs per SM LONG_MINB for softmax and softmax backward (4 x 512
- * threads: 32 registers), LONG_MINB_HEAVY for the others (layer norms, nucleus-free: their epilogues spill at 32).
- * H200, softmax 2048 x 50304 bf16, steady x floor: S26W5 (before the head chunk) warps / unroll / min CTAs 32/2/2
- * 1.62, 32/1/2 1.63, 16/2/4 1.69, 32/4/1 1.94 (64 registers: one CTA per SM), 16/4/2 1.86; S26W7 (head chunk and
- * per-access alignment: 50257-wide rows 2.22 -> 1.78-1.85) 16/2/4 1.70 / 1.78 (N = 50257) / backward 1.77, 32/2/2
- * 1.73 / 1.85 / 1.80. */
+ * threads: 32 registers), LONG_MINB_HEAVY for the others (layer norms, nucleus-free: their epilogues spill at 32) */
 #define EVT_ROWS_DEFAULT_LONG_WARPS 16
 #define EVT_ROWS_DEFAULT_LONG_UNROLL 2
 #define EVT_ROWS_DEFAULT_LONG_MINB 4
@@ -117,21 +92,12 @@
 #define EVT_ROWS_DEFAULT_COLS_WARPS 8
 /* the same kernel for short rows of nucleus-free kernels without a per-row reduction (rows of at most PACK_CHUNKS
  * chunks of 8; with or without sums over M): a row takes ceil(N / 8) threads and a CTA of 8 warps 256 / that rows
- * side by side, where the register kernels give each row a warp (N = 64: 8 of 32 lanes busy; ResNet's 64-channel
- * batch norms in channels-last memory order); each thread fetches PACK_UNROLL rows' chunks before their epilogues
- * (COLS_UNROLL in column blocks of long rows). H200 S34W1, bf16, steady x floor, one warp per row -> packed: Σx, Σx²
- * over 401408 x 64 5.43 -> 2.16 (26.1 us; PyTorch's batch_norm_stats 97.7), 1605632 x 64 5.01 -> 1.32, 100352 x 128
- * 3.39 -> 2.92; apply + ReLU 401408 x 64 4.97 -> 1.23, 401408 x 256 1.46 -> 1.16 (only with PACK_CHUNKS 32, hence
- * 32); ReLU backward + Σg, Σg·x̂ 401408 x 64 2.76 -> 1.59, 100352 x 128 1.70 -> 1.85 (the one loss). PACK_UNROLL 2
- * instead of 4: 3-8% slower on every short row, but the column blocks (XML-CNN's 256 x 670208 loss backward) 2.73 ->
- * 2.52: COLS_UNROLL 2. */
+ * side by side, where the register kernels give each row a warp (N = 64: 8 of 32 lanes busy); each thread fetches
+ * PACK_UNROLL rows' chunks before their epilogues (COLS_UNROLL in column blocks of long rows) */
 #define EVT_ROWS_DEFAULT_PACK_CHUNKS 32
-/* kernels with sums over M: the column-block kernel for rows of up to PACK_CHUNKS_SUM chunks; short rows of such
- * kernels in one wave of resident CTAs (PACK_ONE_WAVE; else about 8 CTAs per SM: 1056 partials per sum for the
- * finalize, ~10 us each in ResNet-50's step, S34W3). H200 S34W4, steady x floor, one wave vs 8 CTAs per SM: Σx, Σx²
- * 401408 x 64 1.77 vs 2.16, 100352 x 128 2.29 vs 2.91; ReLU backward + Σg, Σg·x̂ 401408 x 64 1.24 vs 1.58. Wider
- * rows stay in the register kernels (PACK_CHUNKS_SUM 4096 measured slower: Σ over 100352 x 512 1.11 vs 1.05, 25088 x
- * 1024 2.07 vs 1.85, a bias gradient 16384 x 1024 1.73 vs 1.26, 16384 x 4096 1.19 vs 1.12). */
+/* kernels with sums over M: the column-block kernel for rows of up to PACK_CHUNKS_SUM chunks (wider rows stay in the
+ * register kernels); short rows of such kernels in one wave of resident CTAs (PACK_ONE_WAVE: fewer partials for the
+ * finalize) */
 #define EVT_ROWS_DEFAULT_PACK_CHUNKS_SUM 32
 #define EVT_ROWS_DEFAULT_PACK_ONE_WAVE 1
 #define EVT_ROWS_DEFAULT_PACK_UNROLL 4
