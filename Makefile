@@ -1,6 +1,7 @@
 # evt build. `make` builds build/libevt.a, build/libevt.so and build/evtc; `make test` runs every test and
-# ends with one line "N passed, N failed"; `make asan` rebuilds with ASan+UBSan into build-asan/ and runs
-# the C tests. Warnings are errors.
+# ends with one line "N passed, N failed"; `make test-gpu` runs every GPU check (tests/gpu/run.sh: a machine with
+# a Hopper GPU; same last line); `make asan` rebuilds with ASan+UBSan into build-asan/ and runs the C tests.
+# Warnings are errors.
 CC      ?= gcc
 BUILD   ?= build
 OPT     ?= -O2
@@ -18,7 +19,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test asan fuzz clean cuda
+.PHONY: all test test-gpu asan fuzz clean cuda
 NVCC ?= nvcc
 CUDA_ARCH ?= sm_90
 CUDA_LIB ?= $(abspath $(dir $(shell command -v $(NVCC) 2>/dev/null))/../lib64)
@@ -28,9 +29,16 @@ ifneq ($(shell command -v $(NVCC) 2>/dev/null),)
 all: $(BUILD)/libevt_fallback.so
 endif
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c | $(BUILD)/layering.ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# The layering of docs/architecture.md, checked from the #include lines before anything compiles.
+LAYERED := $(shell find src kernels -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.def')
+$(BUILD)/layering.ok: scripts/check_layering.py $(LAYERED)
+	@mkdir -p $(BUILD)
+	python3 scripts/check_layering.py
+	@touch $@
 
 $(BUILD)/libevt.a: $(LIB_OBJ)
 	@rm -f $@
@@ -45,24 +53,30 @@ $(BUILD)/evtc: $(CLI_OBJ) $(BUILD)/libevt.a
 $(BUILD)/unit_tests: $(TEST_OBJ) $(BUILD)/libevt.a
 	$(CC) $(SAN) -o $@ $(TEST_OBJ) $(BUILD)/libevt.a $(LDLIBS)
 
-# The per-node CUDA kernel library, loaded by src/runtime/gpu/cuda.c with dlopen (libevt itself never links CUDA).
-# --fmad=false keeps a*b+c as two roundings, like the CPU interpreter.
+# The per-node CUDA kernel library (kernels/fallback/, one file per op family), loaded by src/runtime/gpu/cuda.c with
+# dlopen (libevt itself never links CUDA). --fmad=false keeps a*b+c as two roundings, like the CPU interpreter.
 cuda: $(BUILD)/libevt_fallback.so
-# kernels/evt_cudnn_sdpa.cu (attention through cuDNN's flash-attention engines) loads libcudnn with dlopen at run
-# time; it only needs cudnn_graph.h to compile: from $(CUDA_HOME)/include, /usr/local/cuda/include or the
+# kernels/fallback/cudnn_sdpa.cu (attention through cuDNN's flash-attention engines) loads libcudnn with dlopen at
+# run time; it only needs cudnn_graph.h to compile: from $(CUDA_HOME)/include, /usr/local/cuda/include or the
 # nvidia-cudnn pip wheel (a namespace package: __path__). Without it the module compiles to stubs that say so.
 CUDNN_INCLUDE ?= $(firstword $(foreach d,$(if $(CUDA_HOME),$(CUDA_HOME)/include) /usr/local/cuda/include \
   $(shell python3 -c "import nvidia.cudnn,os;print(os.path.join(list(nvidia.cudnn.__path__)[0],'include'))" 2>/dev/null),\
   $(if $(wildcard $(d)/cudnn_graph.h),$(d))))
-$(BUILD)/libevt_fallback.so: kernels/evt_fallback.cu kernels/evt_fallback.h src/runtime/fb_gemm.h kernels/philox.h src/ir/ops.def \
-  kernels/evt_cudnn_sdpa.cu kernels/evt_cudnn_sdpa.h
+FALLBACK_SRC := $(sort $(wildcard kernels/fallback/*.cu))
+FALLBACK_HDR := kernels/fallback/internal.h kernels/evt_fallback.h kernels/evt_fb_gemm.h kernels/evt_cudnn_sdpa.h \
+  kernels/philox.h src/ir/ops.def
+$(BUILD)/libevt_fallback.so: $(FALLBACK_SRC) $(FALLBACK_HDR)
 	@mkdir -p $(BUILD)
 	$(NVCC) -O2 --fmad=false -arch=$(CUDA_ARCH) -Xcompiler -fPIC -shared -Ikernels -Isrc \
-	  $(if $(CUDNN_INCLUDE),-DEVT_HAVE_CUDNN -I$(CUDNN_INCLUDE)) -o $@ kernels/evt_fallback.cu kernels/evt_cudnn_sdpa.cu \
+	  $(if $(CUDNN_INCLUDE),-DEVT_HAVE_CUDNN -I$(CUDNN_INCLUDE)) -o $@ $(FALLBACK_SRC) \
 	  -L$(CUDA_LIB) -Xlinker -rpath -Xlinker $(CUDA_LIB) -lcublasLt -lcublas -ldl
 
 test: all
 	@bash tests/run.sh $(BUILD)
+
+# Every GPU correctness check (it builds what it needs; exit 2 at once without a GPU). Logs: $OUT or build/gpu-logs.
+test-gpu:
+	@bash tests/gpu/run.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all

@@ -1,8 +1,8 @@
 /* Scaled-dot-product attention, forward and backward, through cuDNN's fused flash-attention engines,
  * driven by the cuDNN v9 backend (graph) C API (cudnnBackendCreateDescriptor / SetAttribute / Finalize /
- * Execute). Part of build/libevt_fallback.so (kernels/evt_cudnn_sdpa.cu); plain C, no CUDA header needed.
+ * Execute). Part of build/libevt_fallback.so (kernels/fallback/cudnn_sdpa.cu); plain C, no CUDA header needed.
  *
- * Semantics (those of the CPU interpreter, src/runtime/interp_gemm.c `sdpa`)
+ * Semantics (those of the CPU interpreter, src/runtime/interp/gemm.c `sdpa`)
  *   q [B,H,Sq,D], k [B,H,Skv,D], v [B,H,Skv,Dv] -> out [B,H,Sq,Dv]
  *   out = softmax(q k^T * scale + mask) v; causal: key j > query i is masked (top-left aligned, also when
  *   Sq != Skv). stats [B,H,Sq,1] f32, packed = the row's log-sum-exp (natural log) of the scaled, masked
@@ -15,12 +15,10 @@
  *   The last stride must be 1, the others multiples of 8 elements (16 bytes), and every pointer 16-byte
  *   aligned. [B,S,H,D]-interleaved views are fine: q_stride = {S*H*D, D, H*D, 1}.
  *
- * Library: cuDNN is loaded at the first call with dlopen: $EVT_CUDNN_LIB first, then "libcudnn.so.9" (in a
- *   PyTorch process the library is already loaded, so the soname resolves), then "libcudnn.so".
+ * Library: cuDNN is loaded at the first call with dlopen by soname, "libcudnn.so.9" then "libcudnn.so", from the
+ *   loader's search path (in a PyTorch process the library is already loaded, so the soname resolves).
  *   libevt_fallback.so has no link-time dependency on cuDNN. Built without the cuDNN headers
  *   (EVT_HAVE_CUDNN undefined), every entry fails with "built without cuDNN headers".
- *   EVT_CUDNN_SDPA_LOG=1 prints every plan build (graph variant, engine, workspace) to stderr;
- *   EVT_CUDNN_SDPA_VARIANT=A or B builds only that variant of the graphs (see the .cu).
  *
  * Plans: per distinct descriptor (all fields except scale) and device, one forward graph (with the stats
  *   output) and one backward graph, each with its engine's execution plan and its own device workspace,

@@ -1,6 +1,6 @@
 /* The unfused CUDA path: one kernel (or a few) per graph node, the semantics of the CPU interpreter
  * (src/runtime/interp*.c) on the GPU. Built once by nvcc into build/libevt_fallback.so (`make cuda`) and
- * loaded by src/runtime/cuda.c with dlopen, so libevt never links CUDA.
+ * loaded by src/runtime/gpu/cuda.c with dlopen, so libevt never links CUDA.
  *
  * Contract
  * - A tensor lives on the device in its node's dtype (f32, f16, bf16, i64, i32, bool as one byte),

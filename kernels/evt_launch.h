@@ -1,4 +1,4 @@
-/* The C ABI between evt's runtime and a generated GEMM + epilogue-visitor kernel (src/evt/emit_cutlass.c).
+/* The C ABI between evt's runtime and a generated GEMM + epilogue-visitor kernel (src/codegen/emit_cutlass.c).
  *
  * Every generated shared object exports `int evt_kernel_<hash>(const evt_launch_args *)`. It checks the
  * problem with CUTLASS's can_implement, initializes (which fills atomic reduction outputs with 0), and
@@ -24,12 +24,11 @@ typedef struct evt_launch_args {
   void *ptrs[EVT_LAUNCH_MAX_PTRS];
   void *stream;      /* cudaStream_t; NULL = default stream */
 
-  /* ---- batch mode (helper bmm; appended: a zero-filled struct is exactly the unbatched call) -------------
-   * NOTE for the runtime (gemmrt, src/runtime/exec_plan.c / gemm_launch.c): memset the struct to 0, fill the
-   * fields above as before; for a batched kernel (evt_kspec.batched, evt_lowered.batch) copy the values that
-   * lowering computed (evt_lowered.l, .ld*, .bs*, .os*: same names; evt_lower_launch_batch does it) into the
-   * fields below; evt_lower_batched_check (src/evt/lower.h) says whether the bound tensors hold every element the
-   * launch reaches (a, b, d, ptrs[v] are whole tensors; m, n, k per batch). Unbatched kernels
+  /* ---- batch mode (a zero-filled struct is exactly the unbatched call) -------------------------------------
+   * The runtime memsets the struct to 0 and fills the fields above; for a batched kernel (evt_kspec.batched,
+   * evt_lowered.batch) evt_lower_launch_batch copies the values lowering computed (evt_lowered.l, .ld*, .bs*, .os*:
+   * same names) into the fields below; evt_lower_batched_check (src/codegen/lower.h) says whether the bound tensors hold
+   * every element the launch reaches (a, b, d, ptrs[v] are whole tensors; m, n, k per batch). Unbatched kernels
    * ignore all of them. All strides and leading dims are in ELEMENTS of the tensor's own dtype.
    *
    * A batched kernel computes l GEMMs (0 means 1): for batch i, A_i = a + i*bs_a, B_i = b + i*bs_b,
@@ -49,7 +48,7 @@ typedef struct evt_launch_args {
   int64_t bs_ptrs[EVT_LAUNCH_MAX_PTRS]; /* batch stride of node v's tensor; 0 = shared by all batches */
   int64_t os_ptrs[EVT_LAUNCH_MAX_PTRS]; /* outer batch stride of node v's tensor */
 
-  /* Tile scheduler (launch-time, not part of the kernel; chosen by the tuner, src/runtime/tune.h):
+  /* Tile scheduler (launch-time, not part of the kernel; chosen by the tuner, src/tune/tune.h):
    * swizzle = CUTLASS max_swizzle_size (0 or 1: none; 2, 4, 8: groups of tiles for L2 reuse);
    * raster: 0 = CUTLASS's heuristic, 1 = along M, 2 = along N. Zero-initialized args keep the defaults. */
   int swizzle, raster;
@@ -65,16 +64,8 @@ enum {
   EVT_LAUNCH_BAD_ARGS = 5          /* a needed pointer is NULL */
 };
 
-/* Whether generated launchers use programmatic dependent launches (compiled in by EVT_GEMM_PDL / EVT_ROWS_PDL_MAIN):
- * EVT_PDL=0 in the environment turns them into plain launches at run time, for A/B measurements (the kernels'
- * waits are no-ops then). Read once per shared object. */
-static inline int evt_pdl_enabled(void) {
-  static int on = -1;
-  if (on < 0) {
-    const char *e = getenv("EVT_PDL");
-    on = !(e && e[0] == '0');
-  }
-  return on;
-}
+/* Generated launchers call this before a programmatic dependent launch (compiled in by EVT_GEMM_PDL /
+ * EVT_ROWS_PDL_MAIN); always on. */
+static inline int evt_pdl_enabled(void) { return 1; }
 
 #endif

@@ -47,10 +47,9 @@ EVT_MATH_HD float evt_exp2_approx(float x) {
 
 /* q = Φ(-|x|) = erfc(|x|/√2)/2, the normal CDF's tail, and *e = exp(-x²/2), in one branch-free formula:
  * q = t·P(t)·exp(-x²/2), t = 1/(1 + 0.373·|x|/√2) and P of degree 6 fitted (minimax) for the relative error of q
- * over |x| ≤ 13.4 (where exp(-x²/2) leaves f32): at most 5.4e-7 in exact arithmetic (bench: GELU within 7.4e-6
- * relative and 3.7e-7 absolute of the exact one in f32). Degree 5 (4.0e-6) would save one instruction per element
- * but make ~7x as many bf16 results differ from the exact GELU's (bench/kernels/gelu_accuracy.cc: 0.030% instead of
- * 0.0041%, the derivative 0.19% instead of 0.025%; session 37), so P keeps degree 6. */
+ * over |x| ≤ 13.4 (where exp(-x²/2) leaves f32): at most 5.4e-7 in exact arithmetic. P keeps degree 6: degree 5
+ * saves one instruction per element but makes ~7x as many bf16 results differ from the exact GELU's
+ * (bench/kernels/gelu_accuracy.cc measures both). */
 EVT_MATH_HD float evt_normal_tail_tp(float x, float *e) { /* t·P(t); q = t·P(t)·e */
   float t = evt_rcp_approx(fmaf(fabsf(x), 0.263750821f, 1.0f));
   float p = fmaf(t, -0.0695693567f, 0.205193743f);

@@ -1,4 +1,4 @@
-/* The C ABI between evt's runtime and a generated row kernel (src/evt/emit_rows.c, spec in src/evt/rspec.h).
+/* The C ABI between evt's runtime and a generated row kernel (src/codegen/emit_rows.c, spec in src/codegen/rspec.h).
  *
  * Every generated shared object exports `int evt_rowkernel_<hash>(const evt_row_launch_args *)`. It picks a
  * launch configuration from N, launches on `stream` and does not synchronize. Return codes are the

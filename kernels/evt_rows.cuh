@@ -1,5 +1,5 @@
 // Hand-written device code of evt's row kernels (reduce-apply nuclei and nucleus-free groups), included by
-// the CUDA C++ that src/evt/emit_rows.c generates. Spec semantics: src/evt/rspec.h; ABI: evt_row_launch.h.
+// the CUDA C++ that src/codegen/emit_rows.c generates. Spec semantics: src/codegen/rspec.h; ABI: evt_row_launch.h.
 //
 // Layout of work: a CTA holds R row-groups of WARPS warps (T = 32·WARPS threads); a row-group owns one row
 // at a time and keeps it in registers as VPT chunks of 8 elements per thread: thread t holds columns
@@ -10,7 +10,7 @@
 // a group see the same value); the group synchronizes on its own named barrier. Kernels loop over rows
 // (grid-stride; the launcher's grid is one wave of CTAs, or one pass for one warp per row: EVT_ROWS_WAVES*) and
 // fetch the next row's M×N inputs into raw registers before working on the current one; per-column N-vectors
-// (w, b, row broadcasts) are loaded once per thread. Elementwise math matches evt_vop_apply (src/evt/vref.c).
+// (w, b, row broadcasts) are loaded once per thread. Elementwise math matches evt_vop_apply (src/codegen/vref.c).
 #ifndef EVT_ROWS_CUH
 #define EVT_ROWS_CUH
 
@@ -61,7 +61,7 @@ template <> __device__ __forceinline__ __half from_f<__half>(float x) { return _
 template <> __device__ __forceinline__ long long from_f<long long>(float x) { return (long long)x; }
 template <> __device__ __forceinline__ int from_f<int>(float x) { return (int)x; }
 __device__ __forceinline__ long long to_int64(double v) { return isfinite(v) ? (long long)trunc(v) : 0; }
-// bool tensors are u8 0/1 (as the interpreter and evt_fallback.cu store them): nonzero (NaN too) → 1
+// bool tensors are u8 0/1 (as the interpreter and the kernel library store them): nonzero (NaN too) → 1
 __device__ __forceinline__ float to_f(unsigned char x) { return (float)x; }
 template <> __device__ __forceinline__ unsigned char from_f<unsigned char>(float x) { return x != 0.f ? 1 : 0; }
 
@@ -238,7 +238,7 @@ __device__ __forceinline__ void store8(int *__restrict__ p, int j0, int n, bool 
 }
 // EXACT: the row is exactly T·8·VPT elements and vec holds (an EX kernel): every chunk is a full vector. nvcc does
 // not prove j0 + 8 <= n from t < T itself, and the element-wise fallback it keeps is predicated, not branched over:
-// ~13 issued instructions per chunk and tensor (SASS of layer-norm backward, session 30).
+// issued instructions per chunk and tensor.
 template <int T, int VPT, bool EXACT = false, class E>
 __device__ __forceinline__ void fetch_row(const E *__restrict__ p, int n, int t, bool live, bool vec, Raw8<E> (&r)[VPT]) {
 #pragma unroll
@@ -463,9 +463,8 @@ __device__ __forceinline__ const float *group_exchange(const float (&a)[K], Red<
 // Reduction scheme of the nuclei. 0: plain sum / max rounds (softmax: max, then Σ; layer norm: Σx, then Σ(x − μ)²;
 // layer-norm backward: Σx, then {Σ(x − μ)², Σg, Σg·(x − μ)} in one round), each a butterfly of adds / maxes
 // and one barrier: short dependency chains. 1: one round with merge operators at every butterfly level
-// (SoftmaxOp, ChanOp). 2: warp-level plain butterflies and one cross-warp merge. On the H200 (W1) 1 and 2
-// were 1.5-1.7x slower than the two-barrier plain rounds of before: the exp / divide inside the chain costs
-// more than the rounds it saves.
+// (SoftmaxOp, ChanOp). 2: warp-level plain butterflies and one cross-warp merge. 1 and 2 are slower than 0: the
+// exp / divide inside the chain costs more than the rounds it saves.
 #ifndef EVT_ROWS_RED
 #define EVT_ROWS_RED 0
 #endif
@@ -985,7 +984,7 @@ __device__ __forceinline__ void long_lnb_chunk(const D *__restrict__ dy, const X
 __device__ __forceinline__ float relu(float x) { return x > 0.f ? x : (x != x ? x : 0.f); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 // GELU and its derivative: evt_math.h's branch-free Φ, the very formula of the GEMM epilogues (evt_ops::GeluErf), so a
-// GELU gives the same bits in either kind of kernel (erff + expf cost ~35 instructions an element: session 31)
+// GELU gives the same bits in either kind of kernel (and costs fewer instructions than erff + expf)
 #ifndef EVT_ROWS_GELU_ERFF  // 1: the libm-accurate erff / expf forms instead (for comparison)
 #define EVT_ROWS_GELU_ERFF 0
 #endif
@@ -1099,8 +1098,8 @@ __device__ __forceinline__ void flush_rowsum(const float (&acc)[VPT][8], float *
 // registers, the others in this row-group's slots of dynamic shared memory (smem_bytes() per CTA; frees the
 // registers for occupancy). Shared layout: float4 slot ((k'·VPT + v)·2 + h)·T + t (k' = k − NREG) holds columns
 // e = 4h..4h+3 of chunk v of thread t, so add8 is two 16-byte loads and stores per chunk and sum, a warp's
-// 16-byte accesses consecutive (no bank conflicts); scalar read-modify-writes per element made layer-norm
-// backward L1-bound on the H200 (ncu S21W2: L1/TEX 90% busy). flush writes the CTA's partial of sum k to
+// 16-byte accesses consecutive (no bank conflicts; scalar read-modify-writes per element make the kernel
+// L1-bound). flush writes the CTA's partial of sum k to
 // ws + k·kstride[0..n): the R row-groups added in group order (either way: the same bits).
 template <int T, int VPT, int R, int NRS, int NREG>
 struct RowSums {
@@ -1109,8 +1108,8 @@ struct RowSums {
   static constexpr int kPer = NSM * VPT * 8 * T;     // floats per row-group (a multiple of 4: float4 slots)
   // Register sums are flushed through shared memory too when slots for every sum fit (96 KiB per CTA): each
   // row-group writes its registers into its slots (after the shared ones), one barrier, then one ordered sum over
-  // the row-groups (flush_rowsum's R barrier-separated global read-modify-write rounds cost layer-norm backward ~8 us
-  // of tail, S29); else flush_rowsum.
+  // the row-groups (flush_rowsum's R barrier-separated global read-modify-write rounds lengthen the kernel's tail);
+  // else flush_rowsum.
   static constexpr bool SMFLUSH = NREG > 0 && (size_t)NRS * VPT * 8 * T * R * 4 <= 98304;
   static constexpr int kStride = SMFLUSH ? NRS * VPT * 8 * T : kPer;  // floats per row-group
   static constexpr size_t smem_bytes() { return sizeof(float) * (size_t)kStride * R; }
@@ -1263,8 +1262,7 @@ static inline void launch_rowsum_finalize(dim3 grid, cudaStream_t st, const floa
 #endif
   rowsum_finalize<<<grid, dim3(32, 32), 0, st>>>(ws, parts, n, outs);
 }
-// The row kernel's launch: with EVT_ROWS_PDL_MAIN a programmatic dependent launch (plain if the driver refuses it,
-// or with EVT_PDL=0 in the environment).
+// The row kernel's launch: with EVT_ROWS_PDL_MAIN a programmatic dependent launch (plain if the driver refuses it).
 template <class P>
 static inline void launch_main(void (*kernel)(P), int grid, int threads, size_t smem, cudaStream_t st, P p) {
 #if EVT_ROWS_PDL_MAIN

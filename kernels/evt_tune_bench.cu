@@ -1,4 +1,4 @@
-// Timing helper of the GEMM + EVT autotuner (src/runtime/tune_gpu.c), JIT-compiled into its own shared object
+// Timing helper of the GEMM + EVT autotuner (src/tune/tune_gpu.c), JIT-compiled into its own shared object
 // together with the candidate kernels and dlopened by libevt (which never links CUDA). C ABI: see the
 // functions below; every one returns 0 on success, a launcher's nonzero code, or -1 on a CUDA / cuBLASLt
 // error (message in a thread-local buffer, evt_tb_last_error).

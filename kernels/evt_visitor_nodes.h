@@ -1,20 +1,18 @@
 /* Epilogue visitor nodes written by the project (CUTLASS Sm90 visitor protocol, ../shared/notes/cutlass-evt.md),
- * for what CUTLASS's own nodes do slowly. Included by generated GEMM kernels (src/evt/emit_cutlass.c).
+ * for what CUTLASS's own nodes do slowly. Included by generated GEMM kernels (src/codegen/emit_cutlass.c).
  *
  * RowSum<CtaTile, CheckRows>: Σ over M of its input, per column: an N-vector of f32 added atomically into `ptr`
  * (zeroed by initialize_workspace, i.e. Gemm::initialize). It replaces Sm90RowReduction with atomics for
  * unbatched kernels because that node, in a ping-pong kernel, keeps its per-thread sums and its tensors in local
- * memory (528-624 byte stack frame, -Xptxas -v): a 128x128 ping-pong GEMM with a bias-gradient sum took 0.298 ms
- * against 0.177 ms without it, ncu: 43% of stalls on L1TEX scoreboards (bench/results/h200-2026-11-30/S20W1).
- * Here every register index is static:
+ * memory (a stack frame of hundreds of bytes, -Xptxas -v). Here every register index is static:
  *   visit   adds the input to this thread's sum of each of its columns (a register tensor with stride 0 over M,
  *           indexed like the visit fragment); rows past M are skipped only in a tile that has some and only
  *           when CheckRows (the emitter clears it when the input is exactly 0 there: zero_out_of_bounds);
  *   reduce  after the tile's last subtile: a reduce-scatter over the lanes that hold the same columns of a
  *           GMMA accumulator (lane ^ 16, ^ 8, ^ 4: ncols/2 + ncols/4 + ncols/8 shuffles), then each lane adds
  *           its ncols/8 fully reduced columns with red.global.add (two adjacent columns as one .v2 operation
- *           where their address is 8-byte aligned; `ptr` needs only 4-byte alignment), columns past N skipped. The lane pattern is checked once per tile (a trap, not a wrong sum, if a
- *           future copy layout broke it).
+ *           where their address is 8-byte aligned; `ptr` needs only 4-byte alignment), columns past N skipped.
+ *           The lane pattern is checked once per tile (a trap, not a wrong sum, if a copy layout breaks it).
  * Sums of different CTAs meet in atomics: the last bits of the result vary between runs (as with
  * Sm90RowReduction's atomic mode; the deterministic workspace mode keeps CUTLASS's node).
  *

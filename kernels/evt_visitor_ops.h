@@ -2,14 +2,14 @@
  * by generated kernels after the CUTLASS headers).
  *
  * Each is a class template usable as Sm90Compute's ComputeFn: Fn<T> for scalars and Fn<cutlass::Array<T,N>>
- * for fragments, binary operator()(dy, x). Semantics match evt_vop_apply in src/evt/vref.c:
+ * for fragments, binary operator()(dy, x). Semantics match evt_vop_apply in src/codegen/vref.c:
  *   evt_ops::GeluErf:     x · Φ(x)                (the exact, erf-based GELU)
  *   evt_ops::GeluErfGrad: dy · (Φ(x) + x·φ(x))   (its derivative)
  *   Both evaluate Φ's tail with evt_normal_tail_tp (kernels/evt_math.h: one branch-free formula), not with erff: a GEMM epilogue
  *   is issue-bound on its math (the cooperative kernel's tensor cores wait for it), and erff's two
  *   polynomials selected per element cost ~25 instructions where this costs ~12 and two MUFU operations.
  *   evt_ops::ReluGrad:    x > 0 ? dy : 0
- *   evt_ops::Neg ... Where, Keep: the other computes of src/evt/kspec.h (see below)
+ *   evt_ops::Neg ... Where, Keep: the other computes of src/codegen/kspec.h (see below)
  */
 #ifndef EVT_VISITOR_OPS_H
 #define EVT_VISITOR_OPS_H

@@ -7,8 +7,8 @@
 // written once; the row-sum workspace is not counted) ÷ the copy bandwidth of a plain device-to-device
 // cudaMemcpyAsync of 1 GiB measured in the same run (2 × bytes ÷ time, also L2-flushed, median). For context
 // each row also times a plain copy that moves the same number of bytes (small copies do not reach the 1 GiB rate).
-//   bench_rows DIR OUT.json [REPS]    (DIR holds the compiled kernels; see tests/gpu/run_rows_h200.sh)
-//   bench_rows perf LABEL=DIR...      before/after comparison (tests/gpu/w/rowperf.sh; see perf_main below)
+//   bench_rows DIR OUT.json [REPS]    (DIR holds the compiled kernels; bench/kernels/run.sh rows builds them)
+//   bench_rows perf LABEL=DIR...      before/after comparison of kernel folders (see perf_main below)
 //   bench_rows copyfloor              how close to the floor any kernel gets at these byte counts (copyfloor_main)
 #include <algorithm>
 #include <functional>

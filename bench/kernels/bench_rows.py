@@ -1,4 +1,4 @@
-"""PyTorch eager side of the row-kernel benchmark (H200; run by tests/gpu/run_rows_h200.sh after bench_rows).
+"""PyTorch eager side of the row-kernel benchmark (run by bench/kernels/run.sh rows after bench_rows).
 
 Reads the evt results (bench_rows OUT.json), times the same op in PyTorch eager with the same method
 (256 MiB L2 flush before each timed call, CUDA events around the call only, median of REPS), and writes

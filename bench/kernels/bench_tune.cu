@@ -1,4 +1,4 @@
-// H200 benchmark of GEMM + epilogue kernels with mainloop tuning (tests/gpu/w/tune.sh runs it).
+// Benchmark of GEMM + epilogue kernels with mainloop tuning (bench/kernels/run.sh tune runs it).
 // Per case (shape, operand layout, epilogue) it reports
 //   cuBLAS plain      cuBLASLt GEMM alone (bf16 out), heuristic's first algorithm
 //   cuBLAS + separate cuBLASLt GEMM into T (with cuBLASLt's BIAS epilogue when the epilogue starts with

@@ -415,8 +415,8 @@ TEST(jit_parallel_cache_and_errors) {
 /* CI check of generated CUDA C++ (no GPU there): run nvcc's front end (-cuda: parsing and every template
  * instantiation of host and device code, no code generation) over one GEMM group's kernel — bias + GELU +
  * aux store, what an MLP forward layer fuses. Catches everything the emitter can get wrong in C++ short of
- * ptxas resource limits (those are exercised on the H200 by tests/gpu/run_h200.sh). Cached by source hash
- * like any JIT result, so it costs ~30 s once per emitter change. Needs nvcc and CUTLASS 4.2 headers
+ * ptxas resource limits (those are exercised on a GPU by tests/gpu/run.sh). Cached by source hash like any
+ * JIT result, so it compiles once per emitter change. Needs nvcc and CUTLASS 4.2 headers
  * (CUTLASS_PATH, ./.cutlass from scripts/setup.sh, or the nvidia-cutlass package); without them it says so
  * and checks nothing. */
 TEST(ci_nvcc_frontend_accepts_generated_kernel) {

@@ -130,8 +130,8 @@ TEST(program_bind_errors_name_what_is_wrong) {
 /* evt_program_sgd without a device: the learning rate, the bindings and the gradient outputs are checked
  * (each failure says which), then it needs the device like a run. */
 /* The RNG step: a program starts at its graph's, evt_program_set_rng_step sets the next run's (a host program has
- * no device word to write: it only records it). The device side (every run advancing it) is the H200's
- * tests/gpu/w/gemmrt.sh: dropout graphs over several steps against the interpreter step by step. */
+ * no device word to write: it only records it). The device side (every run advancing it) is tests/gpu/run.sh's:
+ * dropout graphs over several steps against the interpreter step by step. */
 TEST(program_rng_step_starts_at_the_graphs) {
   CHECK(evt_program_set_rng_step(NULL, 1, NULL) == EVT_ERR_INVALID);
   CHECK(evt_program_rng_step(NULL) == 0);

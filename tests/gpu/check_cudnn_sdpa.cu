@@ -1,21 +1,15 @@
-/* GPU check of kernels/evt_cudnn_sdpa.cu: scaled-dot-product attention forward and backward through cuDNN's
- * fused flash-attention engines, against a reference computed in double on the GPU.
- *
+/* GPU check of kernels/fallback/cudnn_sdpa.cu: scaled-dot-product attention forward and backward through cuDNN's
+ * fused flash-attention engines, against a reference computed in double on the GPU. Run by tests/gpu/run.sh; alone:
  *   nvcc -std=c++17 -O2 -arch=sm_90a -Ikernels -DEVT_HAVE_CUDNN -I<cudnn include> \
- *        tests/gpu/check_cudnn_sdpa.cu kernels/evt_cudnn_sdpa.cu -ldl -o check_cudnn_sdpa
- *   EVT_CUDNN_LIB=<...>/libcudnn.so.9 ./check_cudnn_sdpa [--iters N] [--only SUBSTRING]
- * (tests/gpu/w/cudnn_sdpa.sh does all of it on the device machine.)
+ *        tests/gpu/check_cudnn_sdpa.cu kernels/fallback/cudnn_sdpa.cu -ldl -o check_cudnn_sdpa
+ *   ./check_cudnn_sdpa [--iters N] [--only SUBSTRING]          (libcudnn.so.9 on the loader's path)
  *
- * Per case (B, H, Sq, Skv, D, Dv, dtype, causal, layout): random q, k (N(0,1)), v, dout (U(-1,1)) from a fixed
- * seed, rounded to the dtype; the reference uses the rounded values. Runs the forward (out, stats) and the
- * backward (dq, dk, dv) once and compares with the reference: relative Frobenius error ||a-b|| / ||b||,
- * pass when <= 1e-2 for out, dq, dk, dv (NaN never passes; outputs start as NaN so unwritten elements show).
- * Then times fwd and bwd (CUDA events, median of N after 3 warm-up runs; TFLOP/s with fwd flops
- * 2*B*H*Sq*Skv*(D+Dv), bwd 2.5x that, halved when causal), checks the outputs again after those runs (a
- * workspace that is not cleared between calls shows here), then captures fwd + bwd into a CUDA graph
- * (relaxed mode, as the evt runtime does), replays it and checks once more.
- * A shape cuDNN rejects prints its reason and counts as "unsupported"; for the cases marked required
- * (BERT-large, 128x128, causal) that is a failure. One table at the end; exit 1 if anything failed. */
+ * Per case (B, H, Sq, Skv, D, Dv, dtype, causal, layout): random q, k, v, dout from a fixed seed, rounded to the
+ * dtype (the reference uses the rounded values); forward (out, stats) and backward (dq, dk, dv) pass when the
+ * relative Frobenius error of out, dq, dk, dv is <= 1e-2 (NaN never passes; outputs start as NaN). The outputs are
+ * checked again after N timed runs (a workspace not cleared between calls shows) and after a CUDA-graph capture
+ * and replay (relaxed mode, as the runtime captures). A shape cuDNN rejects counts as "unsupported", a failure for
+ * the required cases (BERT-large, 128x128, causal). Exit 1 if anything failed. */
 #include "evt_cudnn_sdpa.h"
 
 #include <cuda_bf16.h>

@@ -1,16 +1,10 @@
-// H200-only correctness check of generated GEMM + epilogue-visitor-tree kernels.
-//
-// For every check kernel (all_cases() in gpu_util.h: plain / bias+GELU+aux store / bias+ReLU+Σ_M bias
-// gradient / GELU backward dY·gelu'(X) / bias+SiLU through a topological visitor; layouts NN, NT, TN)
-// and two problem sizes whose M and N are not multiples of the tile: fresh random bf16 inputs, outputs
-// poisoned with NaN, the kernel run twice (the second run checks that initialize() resets atomic
-// reductions), then D and every stored tensor compared with the CPU reference (src/evt/vref.c):
-// relative Frobenius error <= 1e-2 for every output (D, aux stores, f32 sums); a NaN never passes.
-// Kernels with a Σ over M also run once with that output 4- but not 8-byte aligned. Also checks that an unaligned
-// N is rejected by can_implement. CHECK_EVT_ONLY=substring keeps the cases whose label has it. Prints "N passed,
-// N failed".
-//
-// Build and run on the H200: tests/gpu/run_h200.sh.
+// GPU check of generated GEMM + epilogue-visitor-tree kernels against the CPU reference (src/codegen/vref.c); run by
+// tests/gpu/run.sh. Every case of all_cases() (gpu_util.h: plain, bias+GELU+aux store, bias+ReLU+Σ_M bias gradient,
+// GELU backward, bias+SiLU through a topological visitor; layouts NN, NT, TN) at two sizes whose M and N are not
+// tile multiples: fresh random bf16 inputs, NaN-poisoned outputs, two runs (initialize() must reset atomic
+// reductions), D and every stored tensor within a relative Frobenius error of 1e-2 (NaN never passes). Kernels with
+// a Σ over M run once more with that output 4- but not 8-byte aligned; an unaligned N must be rejected by
+// can_implement. CHECK_EVT_ONLY=substring keeps the cases whose label has it. Prints "N passed, N failed".
 #include "gpu_util.h"
 
 static int g_pass = 0, g_fail = 0;

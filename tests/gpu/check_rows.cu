@@ -1,20 +1,13 @@
-// H200-only correctness check of generated row kernels (src/evt/emit_rows.c) against the CPU reference
-// (evt_rspec_reference, src/evt/rspec.c).
-//
-// For every case of all_row_cases() (softmax, softmax backward, layer norm + affine with stats, layer norm +
-// affine + residual, layer-norm backward data gradient with fused dγ/dβ Σ-over-M sums, and the nucleus-free
-// GELU backward and elementwise chain with a Σ-over-N row sum; bf16 and f32, two in f16) and several sizes
-// (N not a multiple of 8 → element path; short rows, nucleus-free ones several per warp; every (warps, chunks)
-// configuration up to N = 20000):
-// fresh random inputs, NaN-poisoned outputs, two launches, then every output (stores, sums, mean/rstd) vs the
-// reference: relative Frobenius error ≤ 1e-2 for bf16/f16 storage and ≤ 1e-5 for f32 (sums are f32 in both:
-// they get the tolerance of the case's dtype; a 16-bit store of an f32 case, e.g. ln_affine_mixed's bf16 copy, gets
-// the 16-bit one: its reference rounds a double, the kernel an f32); a NaN/inf never passes. The second launch must reproduce the
-// first bit for bit (row sums are a deterministic two-pass). Kernels without a sum over rows also at N > 32768
-// (the long-row kernel), and nucleus-free ones with sums over rows and no per-row reduction (the column-block kernel). Also: an N beyond the register-resident limit is rejected with
-// EVT_LAUNCH_CANNOT_IMPLEMENT by a kernel with row sums, and a NULL tensor with EVT_LAUNCH_BAD_ARGS.
-//   check_rows emit DIR    write the generated sources
-//   check_rows check DIR   run the checks on DIR/<kernel>.so; prints "N passed, N failed"
+// GPU check of generated row kernels (src/codegen/emit_rows.c) against the CPU reference (evt_rspec_reference,
+// src/codegen/rspec.c); run by tests/gpu/run.sh.
+//   check_rows emit DIR    writes the generated sources
+//   check_rows check DIR   runs the checks on DIR/<kernel>.so; prints "N passed, N failed"
+// Every case of all_row_cases() (softmax and its backward, layer norms with affine, stats, residual, the layer-norm
+// backward with fused dγ/dβ sums, nucleus-free chains with row sums; bf16, f32, f16) at sizes that reach every
+// kernel path (element path, several rows per warp, every (warps, chunks) configuration, long rows, column blocks):
+// NaN-poisoned outputs, two launches that must agree bit for bit, every output within a relative Frobenius error of
+// 1e-2 for 16-bit storage and 1e-5 for f32 (a NaN/inf never passes). A kernel with row sums must reject an N beyond
+// the register-resident limit (EVT_LAUNCH_CANNOT_IMPLEMENT), and every kernel a NULL tensor (EVT_LAUNCH_BAD_ARGS).
 #include <cstdarg>
 
 #include "rows_gpu.h"

@@ -1,19 +1,14 @@
-// H200-only check of the visitor node types added for the examples' loss / activation / mask groups
-// (src/evt/kspec.h EVT_VOP_LIST: neg exp log erf tanh sqrt rsqrt reciprocal abs sign maximum minimum,
-// eq ne lt le gt ge where keep, scalar_load one_hot rand col_max, bool u8 loads/stores, sums rounded to bf16):
-// generated kernels on the GPU against the CPU reference of their spec (evt_rspec_reference /
-// evt_kspec_reference, which the unit tests check against the interpreter).
-//   check_visitors emit DIR   write DIR/<kernel>.cu for the row examples unary_math, cmp_where, softmax_xent
-//                             (bf16 and f32); tests/gpu/w/visitors.sh compiles them in parallel
-//   check_visitors check DIR  run them at several sizes (N % 8 != 0 → element path; long rows → 2 and 4
+// GPU check of the visitor node types (src/codegen/kspec.h EVT_VOP_LIST) in generated kernels against the CPU
+// reference of their spec (evt_rspec_reference / evt_kspec_reference, which the unit tests check against the
+// interpreter); run by tests/gpu/run.sh.
+//   check_visitors emit DIR   DIR/<kernel>.cu for the row examples unary_math, cmp_where, softmax_xent (bf16, f32)
+//   check_visitors check DIR  runs DIR/<kernel>.so at several sizes (N % 8 != 0: element path; long rows: 2 and 4
 //                             chunks per thread)
-//   check_visitors gemm       JIT-compile (src/runtime/jit.c, CUTLASS) and run the GEMM examples visitor_ops
-//                             and visitor_cmp
-// Per case: fresh random inputs, NaN-poisoned outputs, two launches (the second must equal the first bit for
-// bit), then every store vs the reference: relative Frobenius error ≤ 1e-2 for 16-bit storage, ≤ 1e-5 for
-// f32 row kernels (GEMM: 1e-2, the accumulation order differs), bool stores: mismatching elements counted
-// (row kernels: must be 0; their comparisons read loaded values or Philox draws, exact on both sides).
-// Prints one line per store ("matched" / "NOT MATCHED"), then a table per node type, then "N passed, N failed".
+//   check_visitors gemm       JIT-compiles (src/runtime/jit/jit.c, CUTLASS) and runs the GEMM examples visitor_ops and
+//                             visitor_cmp
+// Per case: NaN-poisoned outputs, two launches (equal bit for bit), every store within a relative Frobenius error
+// of 1e-2 (16-bit storage; GEMM kernels) or 1e-5 (f32 row kernels); bool stores of row kernels match exactly.
+// Prints one line per store, a table per node type, then "N passed, N failed".
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -30,11 +25,11 @@
 #include <vector>
 
 extern "C" {
-#include "evt/kspec.h"
-#include "evt/rspec.h"
+#include "codegen/kspec.h"
+#include "codegen/rspec.h"
 #include "evt_launch.h"
 #include "evt_row_launch.h"
-#include "runtime/jit.h"
+#include "runtime/jit/jit.h"
 }
 
 #define CUDA_CHECK(x)                                                                            \

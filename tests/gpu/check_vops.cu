@@ -1,10 +1,8 @@
-// H200-only check of the GEMM epilogue's compute functors (kernels/evt_visitor_ops.h: evt_ops::Neg ... Where,
-// Keep, GeluErf, GeluErfGrad, GeluTanh, GeluTanhGrad, ReluGrad) on the device, through their cutlass::Array<float, 4> specialization as
-// Sm90Compute calls them, against the CPU element semantics evt_vop_apply3 (src/evt/vref.c) in double.
-// Quick (no CUTLASS GEMM to compile): the functors' part of the GEMM path when the budget has no room for
-// the CUTLASS kernels of tests/gpu/check_visitors.cu (gemm). Inputs: random in [-3, 3) with ties and special
-// values (0, ±inf, NaN) mixed in, and the GELUs once more over [-16, 16); a result matches when both are NaN, or equal infinities, or
-// |gpu − cpu| ≤ 2e-6 · max(1, |cpu|). Prints one line per functor and "N passed, N failed".
+// GPU check of the GEMM epilogue's compute functors (kernels/evt_visitor_ops.h), through the
+// cutlass::Array<float, 4> specialization Sm90Compute calls, against the CPU element semantics evt_vop_apply3
+// (src/codegen/vref.c) in double. Inputs: random in [-3, 3) with ties and special values (0, ±inf, NaN), and the GELUs
+// over [-16, 16); a result matches when both are NaN, equal infinities, or |gpu − cpu| ≤ 2e-6 · max(1, |cpu|).
+// Prints one line per functor and "N passed, N failed".
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -14,7 +12,7 @@
 
 #include "evt_visitor_ops.h"
 extern "C" {
-#include "evt/kspec.h"
+#include "codegen/kspec.h"
 }
 
 #define CUDA_CHECK(x)                                                                            \
@@ -128,8 +126,7 @@ int main() {
   // the GELUs again over [-16, 16): their tails (exp(-x²/2) leaves f32 below x ≈ -13.4; the tanh GELU's exponent
   // overflows to inf below x ≈ -11, where the result must be -0, not NaN). dy finite here: an infinite dy times a
   // derivative below f32's range (x < -13) is NaN on the device (inf · 0) where double gives ±inf, and double's
-  // 1 + tanh(y) cancels to 0 below x ≈ -8 (inf · 0 = NaN) where the sigmoid form keeps a nonzero f32 derivative
-  // (S32W6: the only differences in this pass when dy held ±inf).
+  // 1 + tanh(y) cancels to 0 below x ≈ -8 (inf · 0 = NaN) where the sigmoid form keeps a nonzero f32 derivative.
   std::vector<float> wx(n), wy(n);
   for (int i = 0; i < n; i++) wx[i] = x[i] * (16.f / 3.f), wy[i] = std::isfinite(y[i]) ? y[i] : rnd();
   float *dwx = to_device(wx), *dwy = to_device(wy);

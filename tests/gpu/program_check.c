@@ -1,4 +1,4 @@
-/* GPU check of the public program API (include/evt.h, evt_program_*), run by tests/gpu/w/devapi.sh on the H200.
+/* GPU check of the public program API (include/evt.h, evt_program_*); run by tests/gpu/run.sh (program).
  *
  *   program_check [--steps 3] [--reps 20] [--budget SECONDS] [--modes node|fused|all] FILE.evt...
  *
@@ -15,7 +15,7 @@
 #include "evt.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
-#include "runtime/cuda.h"
+#include "compile/compile.h"
 
 #include <cuda_runtime.h>
 #include <math.h>

@@ -1,6 +1,6 @@
-// Shared helpers of the H200-only row-kernel programs (tests/gpu/check_rows.cu, bench/kernels/bench_rows.cu):
-// the case list (named row specs of src/evt/rspec.c × dtypes), writing their generated sources for the
-// parallel nvcc step of tests/gpu/run_rows_h200.sh, loading the compiled launchers, and allocating /
+// Shared helpers of the row-kernel programs (tests/gpu/check_rows.cu, bench/kernels/bench_rows.cu): the case list
+// (named row specs of src/codegen/rspec.c × dtypes), writing their generated sources (compiled in parallel by
+// tests/gpu/run.sh or bench/kernels/run.sh), loading the compiled launchers, and allocating /
 // filling every tensor a spec needs (host copies kept as double for the CPU reference).
 #ifndef EVT_ROWS_GPU_H
 #define EVT_ROWS_GPU_H
@@ -19,7 +19,7 @@
 #include <vector>
 
 extern "C" {
-#include "evt/rspec.h"
+#include "codegen/rspec.h"
 #include "evt_row_launch.h"
 }
 
@@ -86,7 +86,7 @@ static std::vector<RowCase> all_row_cases() {
   return v;
 }
 
-// Writes DIR/<kernel name>.cu for every case (run_rows_h200.sh compiles them in parallel).
+// Writes DIR/<kernel name>.cu for every case.
 static void emit_all(const std::vector<RowCase> &cases, const char *dir) {
   for (auto &c : cases) {
     char err[256];

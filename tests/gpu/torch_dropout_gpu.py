@@ -1,17 +1,13 @@
-"""Dropout through torch.compile(backend="evt") on CUDA (run by tests/gpu/w/cmd.sh on the H200).
+"""Dropout through torch.compile(backend="evt") on CUDA; run by tests/gpu/run.sh (torch).
 
     python3 tests/gpu/torch_dropout_gpu.py [--steps N]
 
-Under the default gpu_ops native_dropout runs in evt with evt's own Philox masks, so eager PyTorch cannot draw the
-same ones; each step is checked against eager run with evt's mask instead. The model (test_torch_backend.py's
-DropMLP at GPU sizes: Linear -> GELU -> dropout -> Linear -> cross entropy) also returns the dropped activation h,
-whose zeros are the mask. Per mode (evt: per-segment launches; evt_cgs: per-segment CUDA graphs; evt_cg: the whole
-step as one CUDA graph) and dtype (bf16 weights, f32): h against eager's gelu(a(x)) * mask / (1 - p), the loss and
-every gradient against eager with that mask (rel = max|a - b| / max|b|; bf16 1e-2, f32 1e-4), the keep rate
-(1 - p within 0.01), fresh masks every step (independent masks differ at 2p(1 - p)), and torch.manual_seed
-repeating a step's mask (under evt_cg too: the step wrapper sets each dropout program's RNG step before the
-replay, with the value the other modes draw from the same seed, which the masks are also compared with). Prints
-one line per case and a summary; exit status 1 on any failure.
+Under the default gpu_ops native_dropout runs in evt with evt's own Philox masks, which eager
+PyTorch cannot draw, so each step is checked against eager run with evt's mask. The model (test_torch_backend.py's
+DropMLP at GPU sizes) also returns the dropped activation h, whose zeros are the mask. Per mode (evt, evt_cgs, evt_cg)
+and dtype (bf16 weights, f32): h, the loss and every gradient against eager with that mask (rel = max|a - b| /
+max|b|; bf16 1e-2, f32 1e-4), the keep rate (1 - p within 0.01), fresh masks every step, and torch.manual_seed
+repeating a step's mask (under evt_cg too). Prints one line per case and a summary; exit status 1 on any failure.
 """
 import argparse
 import copy

@@ -1,20 +1,15 @@
-"""torch.compile(backend="evt") on CUDA vs eager PyTorch (run by tests/gpu/w/torchgpu.sh on the H200).
+"""torch.compile(backend="evt") on CUDA vs eager PyTorch; run by tests/gpu/run.sh (torch).
 
     python3 tests/gpu/torch_models_gpu.py MODEL[,MODEL...] [--modes evt,evt_cg,evt_fp32] [--json FILE]
 
-MODEL is one of the CI models of tests/python/test_torch_backend.py (mlp, bert, vit, xmlcnn, convbn, gcn,
-gcn_edges), built at small sizes on CUDA. For each mode (evt: default options; evt_cg: options
-{"cudagraphs": True}, the whole step as one CUDA graph; evt_cgs: {"cudagraphs": "segments"}; evt_fp32: no
-autocast; evt_all: {"gpu_ops": "all"}, convolutions and CUDA attention translated to evt too (by default they
-stay cuDNN / flash attention), only for the models that have them) the model trains eager and compiled side by
-side from the same weights: 2 SGD (momentum) steps then 2 AdamW steps, under bf16 autocast (fp32 for evt_fp32). Every
-step's loss and every parameter gradient are compared with eager's: rel = max|a - b| / max|b|; matched
-when rel <= 1e-2 (bf16) or 1e-3 (fp32). Under bf16 each step starts from the same weights (the eager
-model's after its optimizer step are copied into the compiled one), and an fp32 eager copy gives the
-bf16 noise: noise_ratio = max over loss/gradients of rel(evt, fp32) / rel(eager bf16, fp32); a result
-that misses 1e-2 with noise_ratio <= 2 is reported as "within bf16 noise", not as matched. One JSON line per mode: matched, the worst rel and where, which
-path each segment took (GPU program / PyTorch), the ops that fell back, evt kernel launches per step and
-CUDA graph captures.
+MODEL: a CI model of tests/python/test_torch_backend.py at small sizes. Modes: evt (default flags), evt_cg
+({"cudagraphs": True}), evt_cgs ({"cudagraphs": "segments"}), evt_fp32 (no autocast), evt_all ({"gpu_ops": "all"}:
+convolutions and attention in evt too; models that have them). Eager and compiled train
+side by side from the same weights, 2 SGD (momentum) then 2 AdamW steps; every step's loss and parameter gradients
+match eager's when rel = max|a - b| / max|b| <= 1e-2 (bf16 autocast) or 1e-3 (fp32). Under bf16 each step starts
+from eager's weights, and a result missing 1e-2 whose distance to an fp32 eager copy is at most twice eager bf16's
+is "within bf16 noise". One JSON line per (model, mode): matched, the worst rel and where, the segments' paths, the
+ops that fell back, launches per step, CUDA-graph captures.
 """
 import argparse
 import copy

@@ -1,5 +1,5 @@
 """The CUDA runtime without a GPU (CI): libevt never links CUDA, `evtc run --device cuda` fails cleanly,
-and kernels/evt_fallback.cu compiles with nvcc where nvcc exists (about 4 s; skipped otherwise).
+and the kernel library (kernels/fallback/) compiles with nvcc where nvcc exists (skipped otherwise).
 What ran on a GPU is in bench/results/runtime-h200.md (bench/cuda_device_run.sh)."""
 import os
 import shutil
@@ -73,7 +73,7 @@ cuda_include = next((d for d in ("/usr/local/cuda/include",) if os.path.exists(o
 @pytest.mark.skipif(cuda_include is None, reason="no CUDA headers")
 def test_program_api_example_compiles():
     """examples/c/train_step.c (the evt_program_* example of include/evt.h) compiles against the public header
-    with warnings as errors; it runs on the GPU in tests/gpu/w/devapi.sh."""
+    with warnings as errors; it runs on the GPU in tests/gpu/run.sh (program)."""
     with tempfile.TemporaryDirectory() as d:
         r = subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + os.path.join(ROOT, "include"),
                             "-I" + cuda_include, os.path.join(ROOT, "examples", "c", "train_step.c"),

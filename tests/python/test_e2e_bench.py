@@ -146,35 +146,6 @@ def test_tune_runs_one_evt_step_with_the_tune_option(monkeypatch, capsys, tmp_pa
     assert "GPU 36.5 ms" in md and "tuned (tuning step 180.0 s)" in md, md
 
 
-def test_ab_window_script_tabulates_every_round_and_variant(tmp_path):
-    """tests/gpu/w/ab.sh over a stand-in bench/e2e/run.py (no GPU): every round runs every variant with its
-    environment, the reference modes join the first round only, and the closing table reads the E2E_JSON lines
-    (ms/step, the step detail's GPU and after-idle times, grad rel)."""
-    import subprocess
-    stub = tmp_path / "bench" / "e2e"
-    stub.mkdir(parents=True)
-    (stub / "run.py").write_text(
-        "import json, os, sys\n"
-        "modes = sys.argv[sys.argv.index('--modes') + 1].split(',')\n"
-        "ms = 40.0 + (1.0 if os.environ.get('X_SWITCH') == '1' else 0.0)\n"
-        "t = {m: 42.0 if m == 'inductor' else ms for m in modes}\n"
-        "rows = [dict(workload='mlp', mode=m, ms=t[m], gpu_ms=t[m] - 4, cool_ms=t[m] - 5, grad_rel=3e-3) for m in modes]\n"
-        "print('noise line')\n"
-        "print('E2E_JSON ' + json.dumps(dict(rows=rows)))\n")
-    log = tmp_path / "ab.log"
-    env = dict(os.environ, AB_WORKLOAD="mlp", AB_VARIANTS="|X_SWITCH=1", AB_REPEAT="2", AB_REF="inductor")
-    subprocess.run(["bash", os.path.join(ROOT, "tests", "gpu", "w", "ab.sh"), str(log), "120"], cwd=tmp_path,
-                   env=env, check=True, timeout=120)
-    out = log.read_text()
-    table = out[out.index("### A/B summary"):]
-    assert "| 1 | defaults | evt_cg | 40.0 | 36.0 | 35.0 | 3.0e-03 |" in table, table
-    assert "| 1 | defaults | inductor | 42.0 | 38.0 | 37.0 | 3.0e-03 |" in table, table
-    assert "| 1 | X_SWITCH=1 | evt_cg | 41.0 | 37.0 | 36.0 | 3.0e-03 |" in table, table
-    assert "| 2 | defaults | evt_cg | 40.0 |" in table and "| 2 | X_SWITCH=1 | evt_cg | 41.0 |" in table, table
-    assert table.count("inductor") == 1, table  # (the reference runs in the first round only)
-    assert out.count("E2E_JSON ") == 4, out  # (the runs' E2E_JSON lines stay whole in the log)
-
-
 def test_fp32_reference_gradients_and_their_cell(monkeypatch, tmp_path):
     """E2E_FP32_REF=1: _fp32_grads runs one step of the eager module without autocast and with TF32 off (the
     flags restored after it, the module's gradients cleared) and returns its gradients; the table's grad rel

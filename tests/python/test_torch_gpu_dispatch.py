@@ -3,7 +3,7 @@ dtype mapping, the dispatch rule (interpreter / GPU program / PyTorch) and how a
 is built when the program API is missing or rejects a node, the CUDA-graph output pool's reuse policy.
 
 CUDA graphs of FX modules are made with fake CUDA tensors (FakeTensorProp needs no GPU); no test here
-runs anything on a GPU or produces GPU results: those are tests/gpu/w/torchgpu.sh's.
+runs anything on a GPU or produces GPU results: those are tests/gpu/run.sh's (torch).
 """
 import collections
 import logging

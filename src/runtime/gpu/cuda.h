@@ -24,7 +24,7 @@
 #include <stdio.h>
 
 #include "evt_fallback.h"
-#include "runtime/fb_gemm.h"
+#include "evt_fb_gemm.h"
 #include "ir/ir.h"
 #include "evt_row_launch.h"
 #include "runtime/gpu/exec_plan.h"

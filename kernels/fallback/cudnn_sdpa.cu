@@ -28,7 +28,7 @@
  *   dQ = identity(dQacc)
  * Two variants of each graph, tried in order: A is the frontend's current lowering (cuDNN >= 9.x), B the
  * lowering of frontend 1.5-era releases (causal mask with int32 index arithmetic before the stats
- * subtraction, virtual softmax_sum, F16x16-reordered dQacc). EVT_CUDNN_SDPA_VARIANT=A|B forces one.
+ * subtraction, virtual softmax_sum, F16x16-reordered dQacc).
  *
  * dQacc is zeroed by us (cudaMemsetAsync on the call's stream) for cuDNN < 9.6 and variant B; later
  * cuDNN versions clear it inside the plan. cuDNN <= 9.15.0 needs a padding-mask workaround in the
@@ -129,23 +129,6 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static cudnn_api g_api;
 static int g_load_tried;
 static char g_load_error[1024];
-static int g_log = -1;
-
-static int log_on(void) {
-  if (g_log < 0) {
-    const char *e = getenv("EVT_CUDNN_SDPA_LOG");
-    g_log = e && *e && strcmp(e, "0") != 0;
-  }
-  return g_log;
-}
-
-#define LOG(...)                                                                                                      \
-  do {                                                                                                                \
-    if (log_on()) {                                                                                                   \
-      fprintf(stderr, "[evt-cudnn-sdpa] " __VA_ARGS__);                                                               \
-      fputc('\n', stderr);                                                                                            \
-    }                                                                                                                 \
-  } while (0)
 
 /* cudnnGetLastErrorString on one line ("" if the library has none) */
 static void last_error_text(char *buf, size_t n) {
@@ -174,12 +157,11 @@ static int load_library(char *err, size_t n) {
     return -1;
   }
   g_load_tried = 1;
-  const char *env = getenv("EVT_CUDNN_LIB");
-  const char *names[3] = {env && *env ? env : NULL, "libcudnn.so.9", "libcudnn.so"};
+  /* by soname: the loader's search path (in a PyTorch process, the cuDNN torch already loaded) */
+  const char *names[2] = {"libcudnn.so.9", "libcudnn.so"};
   char tried[1024] = "";
   void *lib = NULL;
-  for (int i = 0; i < 3 && !lib; i++) {
-    if (!names[i]) continue;
+  for (int i = 0; i < 2 && !lib; i++) {
     lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       const char *e = dlerror();
@@ -188,7 +170,7 @@ static int load_library(char *err, size_t n) {
     }
   }
   if (!lib) {
-    set_msg(g_load_error, sizeof g_load_error, "cannot load cuDNN (EVT_CUDNN_LIB, libcudnn.so.9, libcudnn.so): %s",
+    set_msg(g_load_error, sizeof g_load_error, "cannot load cuDNN (libcudnn.so.9, libcudnn.so): %s",
             tried);
     set_msg(err, n, "%s", g_load_error);
     return -1;
@@ -232,7 +214,6 @@ static int load_library(char *err, size_t n) {
   }
   a.lib = lib;
   g_api = a;
-  LOG("loaded cuDNN %ld from %s", a.version, a.path);
   return 0;
 }
 
@@ -643,7 +624,6 @@ static void choose_engine(builder *g, cudnnHandle_t handle) {
    * attribute, a device-property descriptor (cuDNN >= 9.8) carries the handle to them instead. */
   cudnnBackendDescriptor_t devprop = NULL;
   if (g_api.set_attr(og, ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle) != CUDNN_STATUS_SUCCESS) {
-    LOG("%s graph: CUDNN_ATTR_OPERATIONGRAPH_HANDLE refused; using a DEVICEPROP descriptor", g->graph);
     devprop = new_desc(g, DEVICEPROP_DESCRIPTOR, "device properties");
     SET(g, devprop, "device properties", ATTR_DEVICEPROP_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
     finalize(g, devprop, "device properties");
@@ -707,8 +687,6 @@ static void choose_engine(builder *g, cudnnHandle_t handle) {
         ps = g_api.get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws);
       if (ps != CUDNN_STATUS_SUCCESS) {
         status_text(ps, last, sizeof last);
-        LOG("%s graph %c: heuristics %s config %lld: plan: %s", g->graph, 'A' + g->variant, mode_names[m],
-            (long long)i, last);
         if (plan) g_api.destroy_desc(plan);
         continue;
       }
@@ -719,7 +697,7 @@ static void choose_engine(builder *g, cudnnHandle_t handle) {
         break;
       }
       chosen = (int)i;
-      /* the engine's global index, for the logs only */
+      /* the engine's global index, for evt_cudnn_sdpa_plan_info */
       int64_t engine = -1;
       cudnnBackendDescriptor_t eng = NULL;
       if (g_api.create_desc(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) == CUDNN_STATUS_SUCCESS) {
@@ -733,8 +711,6 @@ static void choose_engine(builder *g, cudnnHandle_t handle) {
       p->plan = plan;
       p->engine = engine;
       p->ws_bytes = ws;
-      LOG("%s graph %c: heuristics %s config %lld of %lld: engine %lld, workspace %lld B", g->graph,
-          'A' + g->variant, mode_names[m], (long long)i, (long long)got, (long long)engine, (long long)ws);
     }
     for (int64_t i = 0; i < ncfg; i++)
       if (i != chosen) g_api.destroy_desc(cfgs[i]);
@@ -756,12 +732,8 @@ static void build_plan(sdpa_entry *e, int backward, cudnnHandle_t handle) {
   p->built = 1;
   shapes s;
   make_shapes(d, &s);
-  const char *force = getenv("EVT_CUDNN_SDPA_VARIANT");
-  int first = VARIANT_A, last = VARIANT_B;
-  if (force && (force[0] == 'A' || force[0] == 'a')) last = VARIANT_A;
-  if (force && (force[0] == 'B' || force[0] == 'b')) first = VARIANT_B;
   char reasons[1536] = "";
-  for (int v = first; v <= last; v++) {
+  for (int v = VARIANT_A; v < VARIANT_COUNT; v++) {
     builder g;
     memset(&g, 0, sizeof g);
     g.p = p;
@@ -777,7 +749,6 @@ static void build_plan(sdpa_entry *e, int backward, cudnnHandle_t handle) {
       p->zero_dq_accum = backward && (v == VARIANT_B || g_api.version < 90600);
       break;
     }
-    LOG("%s", g.err);
     size_t used = strlen(reasons);
     snprintf(reasons + used, sizeof reasons - used, "%s%s", used ? "; " : "", g.err);
     destroy_plan(p);
@@ -911,7 +882,6 @@ static sdpa_entry *get_entry(const evt_cudnn_sdpa_desc *d, int may_build, char *
     known_unsupported(d, backward, sm, p->msg, sizeof p->msg);
     if (p->msg[0]) {
       p->built = 1;
-      LOG("%s not tried: %s", backward ? "backward" : "forward", p->msg);
       continue;
     }
     build_plan(e, backward, handle);

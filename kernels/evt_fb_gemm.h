@@ -1,18 +1,18 @@
-/* The kernel library's cuBLAS GEMM entry: ABI shared by kernels/evt_fallback.cu (which defines it) and
- * src/runtime/cuda.c (which loads it with dlsym). It lives here, not in kernels/evt_fallback.h, because
- * the JIT cache key hashes every header of kernels/ (src/runtime/jit.c): a library-only declaration there
- * would invalidate every cached generated kernel.
+/* The kernel library's cuBLAS GEMM entry: ABI shared by kernels/fallback/gemm.cu (which defines it) and
+ * src/runtime/gpu/cuda.c (which loads it with dlsym). No generated kernel includes this header, and the JIT cache
+ * key hashes only the kernels/ headers a generated source includes (src/runtime/jit/jit.c): editing it recompiles
+ * nothing.
  *
  * One GEMM through cuBLAS: the fused runtime runs a GEMM group whose epilogue is plain (D = A.B, nothing
- * to fuse) this way (src/runtime/exec_plan.h, `blas`). Row-major D[M,N] (leading dim ldd) = op(A).op(B):
+ * to fuse) this way (src/runtime/gpu/exec_plan.h, `blas`). Row-major D[M,N] (leading dim ldd) = op(A).op(B):
  * A stored M x K (ta 0, leading dim lda) or K x M (ta 1); B stored K x N (tb 0, ldb) or N x K (tb 1).
  * batch > 1: batch i at a + i*sa, b + i*sb, d + i*sd (elements; sa or sb 0 broadcasts). A and B are
  * ab_dtype (EVT_FB_F32, F16, BF16); D is ab_dtype or F32. f32 accumulation; tensor cores for 16-bit
  * operands, no TF32 for f32 and no reduced-precision split-K (the context's cuBLAS math mode). Enqueues on
  * stream; no synchronization, no allocation (graph-capturable). Returns 0, 1 (unsupported: err says why)
  * or 2 (a cuBLAS / CUDA error). */
-#ifndef EVT_RUNTIME_FB_GEMM_H
-#define EVT_RUNTIME_FB_GEMM_H
+#ifndef EVT_FB_GEMM_H
+#define EVT_FB_GEMM_H
 
 #include "evt_fallback.h"
 

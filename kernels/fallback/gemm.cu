@@ -1,0 +1,290 @@
+/* Matrix products: mm / bmm / addmm nodes (cuBLAS, or a tiled kernel in double), and evt_fb_gemm_run, the fused
+ * runtime's plain GEMM (cuBLAS; cuBLASLt for a bias epilogue). */
+#include "internal.h"
+
+/* ---- gemm: out[b] = a[b] @ b[b], double, k increasing; 16x16 tiles ---------------------------------- */
+
+#define TILE 16
+__global__ void k_gemm(double *S, tv A, tv B, ll M, ll K, ll N, shape_t bsh, strides sa, strides sb) {
+  __shared__ double ta[TILE][TILE], tb[TILE][TILE];
+  ll b = blockIdx.z;
+  ll oa = strided_off(b, bsh, sa), ob = strided_off(b, bsh, sb);
+  ll i = blockIdx.y * TILE + threadIdx.y, j = blockIdx.x * TILE + threadIdx.x;
+  double acc = 0;
+  for (ll k0 = 0; k0 < K; k0 += TILE) {
+    ll ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
+    ta[threadIdx.y][threadIdx.x] = i < M && ka < K ? ld(A.p, A.dt, oa + i * K + ka) : 0.0;
+    tb[threadIdx.y][threadIdx.x] = kb < K && j < N ? ld(B.p, B.dt, ob + kb * N + j) : 0.0;
+    __syncthreads();
+    ll kend = K - k0 < TILE ? K - k0 : TILE;
+    for (ll k = 0; k < kend; k++) acc += ta[threadIdx.y][k] * tb[k][threadIdx.x];
+    __syncthreads();
+  }
+  if (i < M && j < N) S[(b * M + i) * N + j] = acc;
+}
+
+__global__ void k_float_to_double(double *S, const float *F, ll n) {
+  GRID_FOR(e, n) S[e] = (double)F[e];
+}
+
+__global__ void k_addmm_bias(double *S, tv c, ll M, ll N, ll cs0, ll cs1) {
+  GRID_FOR(e, M * N) S[e] += ld(c.p, c.dt, (e / N) * cs0 + (e % N) * cs1);
+}
+
+/* ---- the context's cuBLAS state ----------------------------------------------------------------------- */
+
+int fb_gemm_ctx_init(evt_fb_ctx *c, char *err, size_t errlen) {
+  cublasStatus_t cs = cublasCreate(&c->cublas);
+  if (cs != CUBLAS_STATUS_SUCCESS) {
+    snprintf(err, errlen, "cublasCreate failed (status %d)", (int)cs);
+    c->cublas = NULL;
+    return 1;
+  }
+  /* Tensor cores on, but no TF32 for f32 operands (DEFAULT_MATH never uses it) and no reduced-precision
+   * (bf16/f16) split-K reductions: products and sums stay f32, as the interpreter models them. */
+  cublasSetMathMode(c->cublas, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  c->cublas_ws_bytes = (size_t)32 << 20;
+  cudaError_t e = cudaMalloc(&c->cublas_ws, c->cublas_ws_bytes);
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "cudaMalloc(cuBLAS workspace): %s", cudaGetErrorString(e));
+    c->cublas_ws = NULL;
+    return 1;
+  }
+  return 0;
+}
+
+static void lt_plan_free(lt_plan *p) {
+  if (!p->used) return;
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+  if (p->op) cublasLtMatmulDescDestroy(p->op);
+  memset(p, 0, sizeof *p);
+}
+
+void fb_gemm_ctx_free(evt_fb_ctx *c) {
+  for (int i = 0; i < LT_PLANS; i++) lt_plan_free(&c->plans[i]);
+  if (c->lt) cublasLtDestroy(c->lt);
+  if (c->cublas) cublasDestroy(c->cublas);
+  cudaFree(c->cublas_ws);
+}
+
+/* ---- mm / bmm / addmm nodes ------------------------------------------------------------------------------ */
+
+/* true if batch b (row-major over bsh) sits at b * (*u) elements for a constant *u: batch dims contiguous,
+ * or every batch dim broadcast (u = 0) */
+static bool uniform_stride(const shape_t &bsh, const strides &st_, ll *u) {
+  *u = 0;
+  int last = -1;
+  for (int i = 0; i < bsh.rank; i++)
+    if (bsh.d[i] != 1) last = i;
+  if (last < 0) return true;
+  *u = st_.s[last];
+  ll inner = 1;
+  for (int i = bsh.rank - 1; i >= 0; i--) {
+    if (bsh.d[i] != 1 && st_.s[i] != *u * inner) return false;
+    inner *= bsh.d[i];
+  }
+  return true;
+}
+
+/* Batch strides of operand t (in matrices, scaled to elements) at the output's batch dims, with numpy broadcast;
+ * false if they do not match. */
+static bool batch_strides(const evt_fb_tensor &t, const evt_fb_tensor &out, int rb, strides *ss) {
+  memset(ss, 0, sizeof *ss);
+  int tb = t.rank - 2;
+  if (tb > rb) return false;
+  ll s = t.shape[t.rank - 2] * t.shape[t.rank - 1];
+  for (int i = rb - 1; i >= 0; i--) {
+    int j = i - (rb - tb);
+    if (j < 0) continue;
+    if (t.shape[j] != out.shape[i] && t.shape[j] != 1) return false;
+    ss->s[i] = (t.shape[j] == 1 && out.shape[i] != 1) ? 0 : s;
+    s *= t.shape[j];
+  }
+  return true;
+}
+
+int fb_matmul(evt_fb_ctx *ctx, const evt_fb_node *nd, double *S, char *err, size_t errlen) {
+  const evt_fb_tensor &out = nd->out;
+  const evt_fb_tensor *in = nd->in;
+  int op = nd->op;
+  ll n = out.numel;
+  const evt_fb_tensor &A = in[op == EVT_FB_OP_ADDMM ? 1 : 0], &B = in[op == EVT_FB_OP_ADDMM ? 2 : 1];
+  if (A.rank < 2 || B.rank < 2 || out.rank < 2) UNSUPPORTED("operands must have rank >= 2");
+  ll M = A.shape[A.rank - 2], K = A.shape[A.rank - 1], N = B.shape[B.rank - 1];
+  if (B.shape[B.rank - 2] != K || out.shape[out.rank - 2] != M || out.shape[out.rank - 1] != N)
+    UNSUPPORTED("operand shapes do not match the output");
+  int rb = out.rank - 2;
+  shape_t bsh = {rb, {1, 1, 1, 1, 1, 1}};
+  for (int i = 0; i < rb; i++) bsh.d[i] = out.shape[i];
+  strides sa, sb;
+  if (!batch_strides(A, out, rb, &sa) || !batch_strides(B, out, rb, &sb))
+    UNSUPPORTED("batch dims of the operands do not match the output");
+  ll nbat = prod(out.shape, 0, rb);
+  /* cuBLAS (f32 compute, no TF32) when both operands share a floating dtype and each operand's batch matrices
+   * sit at a constant stride; else the f64 tiled kernel */
+  ll ua = 0, ub = 0;
+  bool uniform = uniform_stride(bsh, sa, &ua) && uniform_stride(bsh, sb, &ub);
+  cudaDataType_t ct = A.dtype == EVT_FB_F32 ? CUDA_R_32F : A.dtype == EVT_FB_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  bool floating = A.dtype == B.dtype && (A.dtype == EVT_FB_F32 || A.dtype == EVT_FB_BF16 || A.dtype == EVT_FB_F16);
+  if (uniform && floating && nbat && M && N && K && nbat <= INT32_MAX && M <= INT32_MAX && N <= INT32_MAX &&
+      K <= INT32_MAX) {
+    float *F = (float *)ctx->s2, alpha = 1.0f, beta = 0.0f;
+    cublasSetStream(ctx->cublas, ctx->stream);
+    cublasSetWorkspace(ctx->cublas, ctx->cublas_ws, ctx->cublas_ws_bytes); /* after SetStream, which resets it */
+    ctx->launches++;
+    /* row-major C[M,N] = A B  <=>  column-major C^T[N,M] = B^T A^T */
+    cublasStatus_t cs = cublasGemmStridedBatchedEx(
+        ctx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B.ptr, ct, (int)N, ub, A.ptr, ct,
+        (int)K, ua, &beta, F, CUDA_R_32F, (int)N, M * N, (int)nbat, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+      snprintf(err, errlen, "cublasGemmStridedBatchedEx failed (status %d)", (int)cs);
+      return 2;
+    }
+    k_float_to_double<<<blocks(n), 256, 0, ST>>>(S, F, n);
+  } else {
+    if (nbat > 65535) UNSUPPORTED("more than 65535 batch matrices with broadcast batch dims");
+    dim3 grid((unsigned)((N + TILE - 1) / TILE), (unsigned)((M + TILE - 1) / TILE), (unsigned)(nbat ? nbat : 1));
+    if (nbat && M && N) k_gemm<<<grid, dim3(TILE, TILE), 0, ST>>>(S, view(A), view(B), M, K, N, bsh, sa, sb);
+  }
+  if (op == EVT_FB_OP_ADDMM) {
+    strides cs;
+    if (out.rank != 2 || !bcast(in[0], out, &cs)) UNSUPPORTED("addmm bias does not broadcast to the product");
+    k_addmm_bias<<<blocks(n), 256, 0, ST>>>(S, view(in[0]), M, N, cs.s[0], cs.s[1]);
+  }
+  return 0;
+}
+
+/* ---- evt_fb_gemm_run --------------------------------------------------------------------------------------- */
+
+#define LTK(x)                                                                     \
+  do {                                                                             \
+    cublasStatus_t s_ = (x);                                                       \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                             \
+      snprintf(err, errlen, "%s failed (cuBLAS status %d)", #x, (int)s_);          \
+      return 2;                                                                    \
+    }                                                                              \
+  } while (0)
+
+/* A new cuBLASLt plan for g in p: descriptor with the BIAS epilogue, layouts, the heuristic's algorithm. */
+static int lt_plan_build(evt_fb_ctx *c, lt_plan *p, const evt_fb_gemm *g, cudaDataType_t ab, cudaDataType_t dt,
+                         char *err, size_t errlen) {
+  p->used = 1, p->m = (int)g->m, p->n = (int)g->n, p->k = (int)g->k, p->ta = g->ta, p->tb = g->tb;
+  p->ab = g->ab_dtype, p->d = g->d_dtype;
+  LTK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  /* column-major D^T[N,M] = B^T A^T, as in evt_fb_gemm_run */
+  cublasOperation_t opb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LTK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb));
+  LTK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa));
+  cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+  LTK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+  const void *b0 = g->bias;
+  LTK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b0, sizeof b0));
+  if (opb == CUBLAS_OP_N) LTK(cublasLtMatrixLayoutCreate(&p->la, ab, (uint64_t)g->n, (uint64_t)g->k, g->ldb));
+  else LTK(cublasLtMatrixLayoutCreate(&p->la, ab, (uint64_t)g->k, (uint64_t)g->n, g->ldb));
+  if (opa == CUBLAS_OP_N) LTK(cublasLtMatrixLayoutCreate(&p->lb, ab, (uint64_t)g->k, (uint64_t)g->m, g->lda));
+  else LTK(cublasLtMatrixLayoutCreate(&p->lb, ab, (uint64_t)g->m, (uint64_t)g->k, g->lda));
+  LTK(cublasLtMatrixLayoutCreate(&p->lc, dt, (uint64_t)g->n, (uint64_t)g->m, g->ldd));
+  cublasLtMatmulPreference_t pref;
+  LTK(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = c->cublas_ws_bytes;
+  cublasStatus_t ps = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasLtMatmulHeuristicResult_t res;
+  int nres = 0;
+  cublasStatus_t hs = ps == CUBLAS_STATUS_SUCCESS
+                          ? cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres)
+                          : ps;
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || nres < 1) {
+    snprintf(err, errlen, "cuBLASLt has no algorithm for the bias GEMM %lldx%lldx%lld (status %d)", (long long)g->m,
+             (long long)g->n, (long long)g->k, (int)hs);
+    return 1;
+  }
+  p->algo = res.algo;
+  return 0;
+}
+
+/* D = op(A).op(B) + bias (an N-vector in D's dtype, broadcast over the rows) through cuBLASLt's BIAS
+ * epilogue: f32 accumulation, the bias added in f32, one rounding to D's dtype. Unbatched, packed or
+ * strided by the leading dims of g. */
+static int lt_gemm_bias(evt_fb_ctx *c, const evt_fb_gemm *g, cudaDataType_t ab, cudaDataType_t dt, void *stream,
+                        char *err, size_t errlen) {
+  if (g->batch != 1) {
+    snprintf(err, errlen, "cuBLASLt bias GEMM: batched (%lld) is not supported", (long long)g->batch);
+    return 1;
+  }
+  if (!c->lt) LTK(cublasLtCreate(&c->lt));
+  lt_plan *p = NULL;
+  for (int i = 0; i < LT_PLANS && !p; i++) {
+    lt_plan *q = &c->plans[i];
+    if (q->used && q->m == g->m && q->n == g->n && q->k == g->k && q->ta == g->ta && q->tb == g->tb &&
+        q->ab == g->ab_dtype && q->d == g->d_dtype)
+      p = q;
+  }
+  if (!p) {
+    p = &c->plans[c->next_plan];
+    c->next_plan = (c->next_plan + 1) % LT_PLANS;
+    lt_plan_free(p);
+    int rc = lt_plan_build(c, p, g, ab, dt, err, errlen);
+    if (rc) {
+      lt_plan_free(p);
+      return rc;
+    }
+  }
+  const void *bias = g->bias;
+  LTK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  float alpha = 1.0f, beta = 0.0f;
+  c->launches++;
+  LTK(cublasLtMatmul(c->lt, p->op, &alpha, g->b, p->la, g->a, p->lb, &beta, g->d, p->lc, g->d, p->lc, &p->algo,
+                     c->cublas_ws, c->cublas_ws_bytes, (cudaStream_t)stream));
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "cuBLASLt bias GEMM: %s", cudaGetErrorString(e));
+    return 2;
+  }
+  return 0;
+}
+#undef LTK
+
+extern "C" int evt_fb_gemm_run(evt_fb_ctx *c, const evt_fb_gemm *g, void *stream, char *err, size_t errlen) {
+  const int dts[3] = {EVT_FB_F32, EVT_FB_F16, EVT_FB_BF16};
+  const cudaDataType_t cts[3] = {CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF};
+  int ia = -1, id = -1;
+  for (int i = 0; i < 3; i++) {
+    if (g->ab_dtype == dts[i]) ia = i;
+    if (g->d_dtype == dts[i]) id = i;
+  }
+  if (ia < 0 || id < 0 || (g->d_dtype != g->ab_dtype && g->d_dtype != EVT_FB_F32)) {
+    snprintf(err, errlen, "cuBLAS GEMM: operands %d, result %d: unsupported dtypes", g->ab_dtype, g->d_dtype);
+    return 1;
+  }
+  const int64_t lim = INT32_MAX;
+  if (g->m < 1 || g->n < 1 || g->k < 1 || g->batch < 1 || g->m > lim || g->n > lim || g->k > lim || g->batch > lim ||
+      g->lda > lim || g->ldb > lim || g->ldd > lim) {
+    snprintf(err, errlen, "cuBLAS GEMM: sizes %lld x %lld x %lld (batch %lld) out of range", (long long)g->m,
+             (long long)g->n, (long long)g->k, (long long)g->batch);
+    return 1;
+  }
+  if (g->bias) return lt_gemm_bias(c, g, cts[ia], cts[id], stream, err, errlen);
+  cublasSetStream(c->cublas, (cudaStream_t)stream);
+  cublasSetWorkspace(c->cublas, c->cublas_ws, c->cublas_ws_bytes); /* after SetStream, which resets it */
+  c->launches++;
+  float alpha = 1.0f, beta = 0.0f;
+  /* row-major D[M,N] = A B  <=>  column-major D^T[N,M] = B^T A^T: B is cuBLAS's first operand; a row-major
+   * K x N B is a column-major N x K matrix (no transpose), a row-major N x K B needs one; A likewise */
+  cublasStatus_t cs = cublasGemmStridedBatchedEx(
+      c->cublas, g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, g->ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k,
+      &alpha, g->b, cts[ia], (int)g->ldb, g->sb, g->a, cts[ia], (int)g->lda, g->sa, &beta, g->d, cts[id], (int)g->ldd,
+      g->sd, (int)g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (cs != CUBLAS_STATUS_SUCCESS) {
+    snprintf(err, errlen, "cublasGemmStridedBatchedEx failed (status %d)", (int)cs);
+    return 2;
+  }
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "cuBLAS GEMM: %s", cudaGetErrorString(e));
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# Every GPU correctness check of evt, each against its CPU reference: the one entry point (`make test-gpu`).
+#   bash tests/gpu/run.sh [kernels] [graphs] [program] [torch]       (no argument: all four groups, in this order)
+#   kernels  the CUDA checks of generated kernels and cuDNN attention against their CPU references: GEMM+EVT kernels
+#            (check_evt), batched ones (check_bmm), visitor nodes (check_visitors: row kernels and GEMM kernels),
+#            epilogue functors (check_vops), row kernels (check_rows), cuDNN attention (check_cudnn_sdpa)
+#   graphs   every generated kernel of the graphs JIT-compiled (evtc prefetch), then `evtc run --device cuda --check`
+#            (against the interpreter) over examples/*.evt, bench/graphs/*.evt, tests/gpu/graphs/*.evt and a
+#            medium BERT layer whose attention runs on cuDNN: node by node, optimized, fused, and the optimized and
+#            fused steps as CUDA graphs; the run-time index error (bench/graphs/bad_index.evt); the device-resident
+#            training loop against --host-sgd (identical losses)
+#   program  the program API on every graph (program_check.c: eager, CUDA graph, fused, fused CUDA graph), and the
+#            API example examples/c/train_step.c
+#   torch    torch.compile(backend="evt") on CUDA against eager PyTorch (torch_models_gpu.py, every model in the
+#            modes evt, evt_cg, evt_cgs, evt_fp32, evt_all; torch_dropout_gpu.py)
+# Needs an NVIDIA Hopper GPU (the kernels are sm_90a) and nvcc; without a GPU it exits 2 at once. Needs what
+# scripts/setup.sh installs (CUTLASS 4.2 headers in .cutlass/ or at $CUTLASS_PATH, PyTorch), PyTorch with CUDA for
+# the torch group, and cuDNN 9 (the toolkit's, or the nvidia-cudnn wheel PyTorch brings) for attention. Runs `make`
+# first. Prints one line per check ("ok" / "FAIL") and last "N passed, N failed"; exit 0 only if none failed. Full
+# logs under $OUT (default build/gpu-logs). Generated kernels are JIT-compiled once into the JIT cache
+# ($EVT_JIT_CACHE, default ~/.cache/evt): a second run starts from them. Benchmarks are in bench/, not here.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+ROOT=$PWD
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "tests/gpu/run.sh: no GPU here (nvidia-smi is missing or fails): nothing run" >&2
+  exit 2
+fi
+groups=${*:-kernels graphs program torch}
+for g in $groups; do
+  case $g in kernels | graphs | program | torch) ;; *) echo "tests/gpu/run.sh: no group '$g' (kernels graphs program torch)" >&2; exit 2 ;; esac
+done
+want() { [[ " $groups " == *" $1 "* ]]; }
+
+OUT=${OUT:-$ROOT/build/gpu-logs}
+B=$ROOT/build/gpu # the check programs and their kernels
+mkdir -p "$OUT" "$B"
+JOBS=$(nproc)
+EVTC=$ROOT/build/evtc
+CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+export CUTLASS_PATH=${CUTLASS_PATH:-$ROOT/.cutlass/cutlass_library/source}
+export EVT_KERNELS_DIR=$ROOT/kernels EVT_FALLBACK_LIB=$ROOT/build/libevt_fallback.so EVT_LIB=$ROOT/build/libevt.so
+export EVT_JIT_JOBS=${EVT_JIT_JOBS:-$JOBS} PYTHONUNBUFFERED=1
+NOCUTLASS=/nonexistent/no-cutlass # as CUTLASS_PATH: GEMM groups run node by node (cuBLAS), nothing to JIT-compile
+# cuDNN: its headers for check_cudnn_sdpa; its libraries on the loader's path (kernels/fallback/cudnn_sdpa.cu loads
+# libcudnn.so.9 by soname; its runtime-compiled engines need NVRTC): the nvidia-* wheels' lib/, the toolkit's lib64
+WHEEL=$(python3 -c "import nvidia.cudnn,os;print(list(nvidia.cudnn.__path__)[0])" 2>/dev/null)
+CUDNN_INC=""
+for d in "$CUDA_HOME/include" /usr/local/cuda/include ${WHEEL:+"$WHEEL/include"}; do
+  [ -f "$d/cudnn_graph.h" ] && { CUDNN_INC=$d; break; }
+done
+if [ -n "$WHEEL" ]; then
+  for d in "$(dirname "$WHEEL")"/*/lib; do [ -d "$d" ] && LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; done
+fi
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$CUDA_HOME/lib64
+{
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  nvcc --version | tail -1
+  echo "cores $JOBS; CUTLASS_PATH=$CUTLASS_PATH; cuDNN headers ${CUDNN_INC:-none}; groups: $groups"
+} >"$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+
+# ---- bookkeeping ------------------------------------------------------------------------------------------------
+pass=0 fail=0
+failed=()
+record() { # NAME STATUS LOG
+  if [ "$2" -eq 0 ]; then
+    pass=$((pass + 1))
+    echo "ok   $1"
+  else
+    fail=$((fail + 1))
+    failed+=("$1")
+    echo "FAIL $1 (status $2; log ${3#"$ROOT"/})"
+  fi
+}
+# check NAME LOG CMD...: CMD (a program or a function of this script) with its output in $OUT/LOG.log, at most
+# 30 minutes; passes on exit status 0
+check() {
+  local name=$1 log=$OUT/$2.log
+  shift 2
+  if declare -F "$1" >/dev/null; then
+    "$@" >"$log" 2>&1
+  else
+    timeout -k 10 1800 "$@" >"$log" 2>&1
+  fi
+  record "$name" $? "$log"
+}
+# built NAME: the check program $B/NAME was built (else a failed check "build NAME")
+built() { [ -x "$B/$1" ] || { record "build $1" 1 "$OUT/build_$1.log"; return 1; }; }
+
+# ---- build ------------------------------------------------------------------------------------------------------
+echo "== build: make, then the check programs"
+if ! make -j"$JOBS" all >"$OUT/build.log" 2>&1 || [ ! -f build/libevt_fallback.so ]; then
+  tail -20 "$OUT/build.log"
+  record "make (libevt, evtc, libevt_fallback.so)" 1 "$OUT/build.log"
+  echo "$pass passed, $fail failed"
+  exit 1
+fi
+LIBS="$ROOT/build/libevt.a $(pkg-config --libs cbc 2>/dev/null) -lm -lpthread -ldl"
+NV="nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Ikernels"
+CUT="-I$CUTLASS_PATH/include -I$CUTLASS_PATH/tools/util/include"
+CC_CUDA="gcc -std=gnu11 -O2 -Iinclude -Isrc -Ikernels -I$CUDA_HOME/include"
+CUDART="-L$CUDA_HOME/lib64 -lcudart -Wl,-rpath,$CUDA_HOME/lib64"
+build_bg() { # NAME CMD...: builds $B/NAME in the background (log $OUT/build_NAME.log)
+  local name=$1
+  shift
+  rm -f "$B/$name"
+  ("$@" -o "$B/$name" >"$OUT/build_$name.log" 2>&1) &
+}
+if want kernels; then
+  build_bg check_evt $NV tests/gpu/check_evt.cu $LIBS
+  build_bg check_bmm $NV tests/gpu/check_bmm.cu $LIBS -lcublas
+  build_bg check_visitors $NV tests/gpu/check_visitors.cu $LIBS
+  build_bg check_vops $NV --expt-relaxed-constexpr $CUT tests/gpu/check_vops.cu $LIBS
+  build_bg check_rows $NV tests/gpu/check_rows.cu $LIBS
+  if [ -n "$CUDNN_INC" ]; then
+    build_bg check_cudnn_sdpa $NV -DEVT_HAVE_CUDNN -I"$CUDNN_INC" tests/gpu/check_cudnn_sdpa.cu \
+      kernels/fallback/cudnn_sdpa.cu -ldl
+  else
+    echo "no cudnn_graph.h in $CUDA_HOME/include, /usr/local/cuda/include or the nvidia-cudnn wheel" >"$OUT/build_check_cudnn_sdpa.log"
+  fi
+fi
+if want program; then
+  build_bg program_check $CC_CUDA tests/gpu/program_check.c $LIBS $CUDART
+  build_bg train_step $CC_CUDA examples/c/train_step.c $LIBS $CUDART
+fi
+wait
+
+# ---- kernels ----------------------------------------------------------------------------------------------------
+# compile_dir DIR: DIR/*.cu into DIR/*.so, in parallel, with src/runtime/jit/jit.c's flags for kernels without CUTLASS
+compile_dir() {
+  ls "$1"/*.cu | sed 's/\.cu$//' | xargs -P "$JOBS" -I{} sh -c 'nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG \
+    -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC -Ikernels -shared -lcuda -o {}.so {}.cu >{}.log 2>&1 ||
+    { echo "nvcc failed: {}.cu"; cat {}.log; exit 1; }'
+}
+emitted_check() { # PROGRAM: PROGRAM emit DIR, compile DIR, PROGRAM check DIR
+  local k=$B/$1.kernels
+  rm -rf "$k" && mkdir -p "$k"
+  "$B/$1" emit "$k" && compile_dir "$k" && timeout -k 10 1800 "$B/$1" check "$k"
+}
+if want kernels; then
+  echo "== kernels: generated kernels and cuDNN attention against their CPU references"
+  built check_evt && check "check_evt: GEMM+EVT kernels vs the CPU reference" check_evt "$B/check_evt"
+  built check_bmm && check "check_bmm: batched GEMM+EVT kernels, three layouts" check_bmm "$B/check_bmm" --no-bench
+  built check_vops && check "check_vops: epilogue compute functors vs evt_vop_apply3" check_vops "$B/check_vops"
+  built check_rows && check "check_rows: row kernels vs evt_rspec_reference" check_rows emitted_check check_rows
+  if built check_visitors; then
+    check "check_visitors: visitor nodes in row kernels" check_visitors_rows emitted_check check_visitors
+    check "check_visitors gemm: visitor nodes in GEMM kernels" check_visitors_gemm "$B/check_visitors" gemm
+  fi
+  built check_cudnn_sdpa && check "check_cudnn_sdpa: cuDNN attention fwd/bwd vs a double reference, CUDA-graph replay" \
+    check_cudnn_sdpa "$B/check_cudnn_sdpa" --iters 3
+fi
+
+# ---- graphs -----------------------------------------------------------------------------------------------------
+graphs=(examples/*.evt)
+for f in bench/graphs/*.evt; do [ "$f" = bench/graphs/bad_index.evt ] || graphs+=("$f"); done
+graphs+=(tests/gpu/graphs/*.evt)
+MEDIUM=$B/bert_layer_sdpa_medium_bf16.evt # attention with head size 64, on cuDNN
+if want graphs || want program; then
+  if python3 examples/gen.py bert_layer_sdpa --dtype bf16 --batch 2 --seq 128 --hidden 256 --heads 4 --ffn 1024 \
+    --vocab 1000 -o "$MEDIUM" >"$OUT/gen_medium.log" 2>&1; then
+    graphs+=("$MEDIUM")
+  else
+    record "examples/gen.py bert_layer_sdpa (medium)" 1 "$OUT/gen_medium.log"
+  fi
+fi
+logname() { basename "$1" .evt; }
+evtc_check() { # GRAPH FLAGS...: evtc run --check passes and says "check: matched"
+  local out
+  out=$(timeout -k 10 1800 "$EVTC" run "$1" --device cuda --steps 3 --check "${@:2}" 2>&1)
+  local rc=$?
+  echo "$out"
+  [ $rc -eq 0 ] && grep -q '^check: matched' <<<"$out"
+}
+cudnn_attention() { # GRAPH: as evtc_check, and no attention node fell back to the reference kernel
+  local out
+  out=$(evtc_check "$@")
+  local rc=$?
+  echo "$out"
+  [ $rc -eq 0 ] && ! grep -q 'runs on the reference kernel' <<<"$out"
+}
+bad_index() { # the run-time index error names the node and exits 1
+  timeout -k 10 600 "$EVTC" run bench/graphs/bad_index.evt --device cuda --steps 1 >"$B/bad_index.out" 2>&1
+  local rc=$?
+  cat "$B/bad_index.out"
+  [ $rc -eq 1 ] && grep -q 'node %loss (cross_entropy): an index is out of range' "$B/bad_index.out"
+}
+sgd_loops() { # GRAPH FLAGS...: the device-resident loop's losses equal --host-sgd's to every bit
+  local d h
+  d=$(EVT_LOSS_DIGITS=17 timeout -k 10 1800 "$EVTC" run "$@" --device cuda --steps 8 --every 1 2>&1) || { echo "$d"; return 1; }
+  h=$(EVT_LOSS_DIGITS=17 timeout -k 10 1800 "$EVTC" run "$@" --device cuda --steps 8 --every 1 --host-sgd 2>&1) || { echo "$h"; return 1; }
+  printf '%s\n--- --host-sgd\n%s\n' "$d" "$h"
+  local ld lh
+  ld=$(grep -o '^step [0-9]* loss [^ ]*' <<<"$d")
+  lh=$(grep -o '^step [0-9]* loss [^ ]*' <<<"$h")
+  [ -n "$ld" ] && [ "$ld" = "$lh" ]
+}
+if want graphs; then
+  echo "== graphs: evtc run --device cuda --check against the interpreter (${#graphs[@]} graphs)"
+  check "evtc prefetch: every generated kernel of the graphs compiles" prefetch "$EVTC" prefetch "${graphs[@]}"
+  for f in "${graphs[@]}"; do
+    b=$(logname "$f")
+    f_=${f#"$ROOT"/}
+    check "$f_ node by node" "run_$b.node" evtc_check "$f"
+    check "$f_ --opt" "run_$b.opt" evtc_check "$f" --opt
+    check "$f_ --fused" "run_$b.fused" evtc_check "$f" --fused
+    check "$f_ --opt --cuda-graph" "run_$b.opt_graph" evtc_check "$f" --opt --cuda-graph
+    check "$f_ --fused --cuda-graph" "run_$b.fused_graph" evtc_check "$f" --fused --cuda-graph
+  done
+  if [ -f "$MEDIUM" ]; then
+    check "attention on cuDNN inside the runtime (medium BERT layer, fused)" attention_cudnn cudnn_attention "$MEDIUM" --fused
+  fi
+  check "bench/graphs/bad_index.evt: the run-time index error names the node, exit 1" bad_index bad_index
+  sgd=("examples/mlp.evt" "examples/mlp.evt --cuda-graph" "bench/graphs/mlp_bf16.evt --fused" "bench/graphs/bert_layer_bf16.evt"
+    "bench/graphs/bert_layer_bf16.evt --fused --cuda-graph" "tests/gpu/graphs/no_params.evt")
+  for f in examples/*.evt; do [ "$f" = examples/mlp.evt ] || sgd+=("$f"); done
+  for spec in "${sgd[@]}"; do
+    check "$spec: device SGD loop == --host-sgd, every bit" "sgd_$(tr -c 'A-Za-z0-9_.\n' _ <<<"$spec")" sgd_loops $spec
+  done
+fi
+
+# ---- program ----------------------------------------------------------------------------------------------------
+if want program; then
+  echo "== program: the program API (include/evt.h) against the interpreter"
+  if built program_check; then
+    for f in "${graphs[@]}"; do
+      check "program_check ${f#"$ROOT"/}: node, node+graph, fused, fused+graph" "program_$(logname "$f")" \
+        "$B/program_check" --steps 3 --reps 2 --modes all "$f"
+    done
+  fi
+  built train_step && check "examples/c/train_step.c: evt_program_* with device SGD" train_step "$B/train_step"
+fi
+
+# ---- torch ------------------------------------------------------------------------------------------------------
+MODELS=mlp,bert,vit,xmlcnn,convbn,gcn,gcn_edges,sdpa
+MODES=evt,evt_cg,evt_cgs,evt_fp32,evt_all
+torch_models() { # one check per (model, mode) line of torch_models_gpu.py's JSON
+  local json=$OUT/torch_models.jsonl
+  rm -f "$json"
+  # their GEMMs through cuBLAS (CUTLASS hidden): tiny shapes, each a CUTLASS compile; the fused GEMMs are the
+  # graphs group's
+  CUTLASS_PATH=$NOCUTLASS timeout -k 10 3600 python3 tests/gpu/torch_models_gpu.py "$MODELS" --modes "$MODES" \
+    --json "$json" >"$OUT/torch_models.log" 2>&1
+  local rc=$?
+  python3 - "$json" "$MODELS" "$MODES" "$rc" <<'PY' >"$B/torch_models.results"
+import json, os, sys
+path, models, modes, rc = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(","), sys.argv[4]
+rows = {}
+if os.path.exists(path):
+    for line in open(path):
+        if line.strip():
+            r = json.loads(line)
+            rows[(r["model"], r["mode"])] = r
+for mode in modes:
+    for m in models:
+        if mode == "evt_all" and m not in ("sdpa", "convbn", "vit", "xmlcnn"):
+            continue
+        r = rows.get((m, mode))
+        ok = bool(r and (r.get("matched") or r.get("within_bf16_noise")))
+        why = "" if ok else (f"rel {r.get('rel')} at {r.get('worst')} {r.get('error', '')}" if r else f"no result (exit {rc})")
+        print(f"{0 if ok else 1}\t{m} {mode}\t{why}")
+PY
+}
+if want torch; then
+  echo "== torch: torch.compile(backend=\"evt\") on CUDA against eager PyTorch"
+  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >"$OUT/torch_cuda.log" 2>&1; then
+    torch_models
+    while IFS=$'\t' read -r st name why; do
+      record "torch_models_gpu.py $name${why:+ ($why)}" "$st" "$OUT/torch_models.log"
+    done <"$B/torch_models.results"
+    check "torch_dropout_gpu.py: evt's dropout masks, 3 modes x bf16/f32, vs eager with the same mask" torch_dropout \
+      python3 tests/gpu/torch_dropout_gpu.py
+  else
+    record "PyTorch with CUDA (needed by the torch group)" 1 "$OUT/torch_cuda.log"
+  fi
+fi
+
+echo
+if [ $fail -gt 0 ]; then
+  echo "failed:"
+  printf '  %s\n' "${failed[@]}"
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
