@@ -7,7 +7,7 @@
 #   bash bench/kernels/run.sh tune [MAXCFG] [REPS] cuBLAS plain, cuBLAS + a separate kernel, evt default and tuned
 #                                                  (bench_tune.cu)
 # Results and logs under $OUT (default build/bench-logs). Runs `make` first; the generated kernels JIT-compile into
-# the JIT cache ($EVT_JIT_CACHE). Needs CUTLASS 4.2 headers (.cutlass/ or $CUTLASS_PATH).
+# the JIT cache ($EVT_CACHE_DIR/jit). Needs CUTLASS 4.2 headers (.cutlass/ or $CUTLASS_PATH).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD

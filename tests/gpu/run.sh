@@ -16,9 +16,10 @@
 # Needs an NVIDIA Hopper GPU (the kernels are sm_90a) and nvcc; without a GPU it exits 2 at once. Needs what
 # scripts/setup.sh installs (CUTLASS 4.2 headers in .cutlass/ or at $CUTLASS_PATH, PyTorch), PyTorch with CUDA for
 # the torch group, and cuDNN 9 (the toolkit's, or the nvidia-cudnn wheel PyTorch brings) for attention. Runs `make`
-# first. Prints one line per check ("ok" / "FAIL") and last "N passed, N failed"; exit 0 only if none failed. Full
-# logs under $OUT (default build/gpu-logs). Generated kernels are JIT-compiled once into the JIT cache
-# ($EVT_JIT_CACHE, default ~/.cache/evt): a second run starts from them. Benchmarks are in bench/, not here.
+# first (only the CUDA parts where tests/gpu/prep.sh packed libevt built on a machine with CBC). Prints one line per
+# check ("ok" / "FAIL") and last "N passed, N failed"; exit 0 only if none failed. Full logs under $OUT (default
+# build/gpu-logs). Generated kernels are JIT-compiled once into the JIT cache ($EVT_CACHE_DIR/jit, docs/config.md):
+# a second run starts from them. Benchmarks are in bench/, not here.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
@@ -90,13 +91,22 @@ built() { [ -x "$B/$1" ] || { record "build $1" 1 "$OUT/build_$1.log"; return 1;
 
 # ---- build ------------------------------------------------------------------------------------------------------
 echo "== build: make, then the check programs"
-if ! make -j"$JOBS" all >"$OUT/build.log" 2>&1 || [ ! -f build/libevt_fallback.so ]; then
+CBC_LIBS=$(pkg-config --libs cbc 2>/dev/null)
+TARGETS=all
+if [ -f .gpuwork/hostbin.tgz ]; then # libevt and evtc built elsewhere (tests/gpu/prep.sh): only the CUDA parts here
+  tar xzf .gpuwork/hostbin.tgz -C build && cp build/hostbin/evtc build/hostbin/libevt.so build/hostbin/libevt.a build/
+  export LD_LIBRARY_PATH=$ROOT/build/hostbin/lib:$LD_LIBRARY_PATH
+  CBC_LIBS="-L$ROOT/build/hostbin/lib -lCbcSolver -lCbc -lCgl -lOsiClp -lClpSolver -lClp -lOsi -lCoinUtils -llapack -lblas -lgfortran -lquadmath -lbz2 -lz -lstdc++"
+  TARGETS=cuda
+fi
+[ -d .cutlass/cutlass_library ] || [ ! -f .gpuwork/cutlass.tgz ] || tar xzf .gpuwork/cutlass.tgz
+if ! make -j"$JOBS" $TARGETS >"$OUT/build.log" 2>&1 || [ ! -f build/libevt_fallback.so ]; then
   tail -20 "$OUT/build.log"
   record "make (libevt, evtc, libevt_fallback.so)" 1 "$OUT/build.log"
   echo "$pass passed, $fail failed"
   exit 1
 fi
-LIBS="$ROOT/build/libevt.a $(pkg-config --libs cbc 2>/dev/null) -lm -lpthread -ldl"
+LIBS="$ROOT/build/libevt.a $CBC_LIBS -lm -lpthread -ldl"
 NV="nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Ikernels"
 CUT="-I$CUTLASS_PATH/include -I$CUTLASS_PATH/tools/util/include"
 CC_CUDA="gcc -std=gnu11 -O2 -Iinclude -Isrc -Ikernels -I$CUDA_HOME/include"
