@@ -265,25 +265,4 @@ double evt_vop_rand(uint64_t seed, uint64_t offset, uint64_t step, evt_dtype dty
 /* Number of elements of a node's memory for an M×N problem (0 for nodes without memory). */
 int64_t evt_vop_elems(evt_vop op, int64_t m, int64_t n);
 
-/* ---- src/codegen/examples.c: named epilogues used by tests and benchmarks -------------------------- */
-/* Builds the named epilogue into *s (bf16 operands, layout NN, D bf16); EVT_ERR_INVALID for an unknown
- * name. Names:
- *   plain            D = acc
- *   bias_gelu_aux    z = acc + bias[n] (stored bf16 as aux "z"); D = gelu_erf(z)      (MLP forward)
- *   bias_relu_dbias  y = relu(acc + bias[n]); D = y; dbias[n] = Σ_m y  (row_sum "dbias", f32)
- *   gelu_bwd         D = acc · gelu_erf'(x), x an aux load               (GELU backward, dX = dY·W^T)
- *   bias_silu        z = acc + bias[n]; D = z · sigmoid(z)   (z is shared: topological visitor)
- *   bias_relu_aux    z = acc + bias[n] (aux "z"); D = relu(z)
- *   bias_gelu_aux_f16  bias_gelu_aux with f16 operands, bias, aux and D
- *   mixed_f32        the remaining node kinds (scalar, col_bcast, sub, div, gelu_tanh, relu_grad,
- *                    gelu_tanh_grad, col_sum) with a shared value and D in f32 (see examples.c)
- * Batched (batched = 1; attention-style epilogues):
- *   bmm_plain        D = acc
- *   bmm_scale        D = acc · 0.125                               (attention scores q·k^T / sqrt(d))
- *   bmm_scale_mask_stats  z = acc·0.125 + mask (aux, per batch) + bias[n] (shared); D = z;
- *                    rowstat[m] = Σ_n z per batch (col_sum); colstat[n] = Σ over m and all batches (shared)
- *   bmm_softmax_bwd  D = p · (acc − rowdot[m]) · 0.125, p aux per batch, rowdot f32 per batch */
-evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg);
-extern const char *const evt_kspec_example_names[];
-
 #endif

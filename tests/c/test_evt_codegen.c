@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "codegen/examples.h"
 #include "codegen/kspec.h"
 #include "runtime/jit/jit.h"
 #include "test.h"

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "codegen/examples.h"
 #include "codegen/kspec.h"
 #include "codegen/rspec.h"
 #include "philox.h"

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "codegen/examples.h"
 #include "codegen/kspec.h"
 #include "codegen/rspec.h"
 #include "passes/passes.h"
