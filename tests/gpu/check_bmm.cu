@@ -4,7 +4,7 @@
 // scores q·k^T/8, bmm_scale_mask_stats NT = scale + per-batch aux mask + shared bias + per-batch Σ_n and
 // shared Σ_m,batch, bmm_softmax_bwd NN), fresh random bf16 data, outputs poisoned with NaN, the kernel run
 // twice (the second run checks that initialize() resets atomic sums), then D and every stored tensor
-// compared with the CPU reference (src/evt/vref.c, evt_kspec_reference_batched) per batch: relative
+// compared with the CPU reference (src/codegen/vref.c, evt_kspec_reference_batched) per batch: relative
 // Frobenius error <= 1e-2 ("matched"), NaN never passes. Three memory layouts:
 //   packed   L batches one after another, every stride left 0 (the launcher's packed defaults);
 //   heads    attention heads of [B,S,H,D] tensors: two batch levels (outer b, inner h), rows H*D apart

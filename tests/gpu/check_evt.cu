@@ -4,7 +4,7 @@
 // gradient / GELU backward dY·gelu'(X) / bias+SiLU through a topological visitor; layouts NN, NT, TN)
 // and two problem sizes whose M and N are not multiples of the tile: fresh random bf16 inputs, outputs
 // poisoned with NaN, the kernel run twice (the second run checks that initialize() resets atomic
-// reductions), then D and every stored tensor compared with the CPU reference (src/evt/vref.c):
+// reductions), then D and every stored tensor compared with the CPU reference (src/codegen/vref.c):
 // relative Frobenius error <= 1e-2 for every output (D, aux stores, f32 sums); a NaN never passes.
 // Kernels with a Σ over M also run once with that output 4- but not 8-byte aligned. Also checks that an unaligned
 // N is rejected by can_implement. CHECK_EVT_ONLY=substring keeps the cases whose label has it. Prints "N passed,

@@ -1,5 +1,5 @@
-// H200-only correctness check of generated row kernels (src/evt/emit_rows.c) against the CPU reference
-// (evt_rspec_reference, src/evt/rspec.c).
+// H200-only correctness check of generated row kernels (src/codegen/emit_rows.c) against the CPU reference
+// (evt_rspec_reference, src/codegen/rspec.c).
 //
 // For every case of all_row_cases() (softmax, softmax backward, layer norm + affine with stats, layer norm +
 // affine + residual, layer-norm backward data gradient with fused dγ/dβ Σ-over-M sums, and the nucleus-free

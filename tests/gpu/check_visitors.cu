@@ -1,5 +1,5 @@
 // H200-only check of the visitor node types added for the examples' loss / activation / mask groups
-// (src/evt/kspec.h EVT_VOP_LIST: neg exp log erf tanh sqrt rsqrt reciprocal abs sign maximum minimum,
+// (src/codegen/kspec.h EVT_VOP_LIST: neg exp log erf tanh sqrt rsqrt reciprocal abs sign maximum minimum,
 // eq ne lt le gt ge where keep, scalar_load one_hot rand col_max, bool u8 loads/stores, sums rounded to bf16):
 // generated kernels on the GPU against the CPU reference of their spec (evt_rspec_reference /
 // evt_kspec_reference, which the unit tests check against the interpreter).
@@ -7,7 +7,7 @@
 //                             (bf16 and f32); tests/gpu/w/visitors.sh compiles them in parallel
 //   check_visitors check DIR  run them at several sizes (N % 8 != 0 → element path; long rows → 2 and 4
 //                             chunks per thread)
-//   check_visitors gemm       JIT-compile (src/runtime/jit.c, CUTLASS) and run the GEMM examples visitor_ops
+//   check_visitors gemm       JIT-compile (src/runtime/jit/jit.c, CUTLASS) and run the GEMM examples visitor_ops
 //                             and visitor_cmp
 // Per case: fresh random inputs, NaN-poisoned outputs, two launches (the second must equal the first bit for
 // bit), then every store vs the reference: relative Frobenius error ≤ 1e-2 for 16-bit storage, ≤ 1e-5 for
@@ -30,11 +30,12 @@
 #include <vector>
 
 extern "C" {
-#include "evt/kspec.h"
-#include "evt/rspec.h"
+#include "codegen/examples.h"
+#include "codegen/kspec.h"
+#include "codegen/rspec.h"
 #include "evt_launch.h"
 #include "evt_row_launch.h"
-#include "runtime/jit.h"
+#include "runtime/jit/jit.h"
 }
 
 #define CUDA_CHECK(x)                                                                            \

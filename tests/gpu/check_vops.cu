@@ -1,6 +1,6 @@
 // H200-only check of the GEMM epilogue's compute functors (kernels/evt_visitor_ops.h: evt_ops::Neg ... Where,
 // Keep, GeluErf, GeluErfGrad, GeluTanh, GeluTanhGrad, ReluGrad) on the device, through their cutlass::Array<float, 4> specialization as
-// Sm90Compute calls them, against the CPU element semantics evt_vop_apply3 (src/evt/vref.c) in double.
+// Sm90Compute calls them, against the CPU element semantics evt_vop_apply3 (src/codegen/vref.c) in double.
 // Quick (no CUTLASS GEMM to compile): the functors' part of the GEMM path when the budget has no room for
 // the CUTLASS kernels of tests/gpu/check_visitors.cu (gemm). Inputs: random in [-3, 3) with ties and special
 // values (0, ±inf, NaN) mixed in, and the GELUs once more over [-16, 16); a result matches when both are NaN, or equal infinities, or
@@ -14,7 +14,8 @@
 
 #include "evt_visitor_ops.h"
 extern "C" {
-#include "evt/kspec.h"
+#include "codegen/examples.h"
+#include "codegen/kspec.h"
 }
 
 #define CUDA_CHECK(x)                                                                            \

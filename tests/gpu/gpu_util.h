@@ -1,6 +1,6 @@
 // Shared helpers of the H200-only programs (tests/gpu/check_evt.cu, bench/kernels/bench_evt.cu):
 // CUDA error checks, random bf16 data, the kernel list both programs need (JIT-compiled once, in
-// parallel, through src/runtime/jit.c), and loading a generated launcher from its shared object.
+// parallel, through src/runtime/jit/jit.c), and loading a generated launcher from its shared object.
 #ifndef EVT_GPU_UTIL_H
 #define EVT_GPU_UTIL_H
 
@@ -19,9 +19,10 @@
 #include <vector>
 
 extern "C" {
-#include "evt/kspec.h"
+#include "codegen/examples.h"
+#include "codegen/kspec.h"
 #include "evt_launch.h"
-#include "runtime/jit.h"
+#include "runtime/jit/jit.h"
 }
 
 #define CUDA_CHECK(x)                                                                          \

@@ -1,5 +1,5 @@
 // Shared helpers of the H200-only row-kernel programs (tests/gpu/check_rows.cu, bench/kernels/bench_rows.cu):
-// the case list (named row specs of src/evt/rspec.c × dtypes), writing their generated sources for the
+// the case list (named row specs of src/codegen/examples_rows.c × dtypes), writing their generated sources for the
 // parallel nvcc step of tests/gpu/run_rows_h200.sh, loading the compiled launchers, and allocating /
 // filling every tensor a spec needs (host copies kept as double for the CPU reference).
 #ifndef EVT_ROWS_GPU_H
@@ -19,7 +19,8 @@
 #include <vector>
 
 extern "C" {
-#include "evt/rspec.h"
+#include "codegen/examples.h"
+#include "codegen/rspec.h"
 #include "evt_row_launch.h"
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # H200 only (the device tool): build the evt sources the GPU programs need, the correctness check
 # (tests/gpu/check_evt.cu) and the benchmark (bench/kernels/bench_evt.cu), JIT-compile every generated
-# kernel once in parallel (src/runtime/jit.c, 16 jobs), then run the check and the benchmark.
+# kernel once in parallel (src/runtime/jit/jit.c, 16 jobs), then run the check and the benchmark.
 #   bash tests/gpu/run_h200.sh [check|bench|all]      results and logs under $OUT (default ./out)
 # Needs CUTLASS 4.2 headers: CUTLASS_PATH, default .cutlass/cutlass_library/source (carried folder).
 set -uo pipefail
@@ -26,7 +26,7 @@ cat "$OUT/machine.txt"
 
 t0=$(date +%s)
 objs=()
-for f in src/ir/*.c src/evt/*.c src/runtime/jit.c; do
+for f in src/util/*.c src/ir/*.c src/codegen/*.c src/runtime/jit/*.c; do
   o="$B/obj/$(echo "$f" | tr / _).o"
   gcc -std=c11 -O2 -fPIC -D_GNU_SOURCE -Iinclude -Isrc -Ikernels -c "$f" -o "$o" &
   objs+=("$o")

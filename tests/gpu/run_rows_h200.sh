@@ -20,7 +20,7 @@ mkdir -p "$B/obj" "$K"
 cat "$OUT/machine.txt"
 t0=$(date +%s)
 objs=()
-for f in src/ir/*.c src/evt/*.c; do
+for f in src/util/*.c src/ir/*.c src/codegen/*.c src/runtime/jit/*.c; do
   o="$B/obj/$(echo "$f" | tr / _).o"
   gcc -std=c11 -O2 -fPIC -D_GNU_SOURCE -Iinclude -Isrc -Ikernels -c "$f" -o "$o" &
   objs+=("$o")
@@ -33,7 +33,7 @@ $NV bench/kernels/bench_rows.cu "$B/libevt_rows.a" -ldl -lm -o "$B/bench_rows" &
 wait
 [ -x "$B/check_rows" ] && [ -x "$B/bench_rows" ] || { echo "driver build failed"; exit 1; }
 "$B/check_rows" emit "$K" || exit 1
-# the same flags as src/runtime/jit.c (minus the CUTLASS include paths these kernels do not use)
+# the same flags as src/runtime/jit/jit.c (minus the CUTLASS include paths these kernels do not use)
 ls "$K"/*.cu | sed 's/\.cu$//' | xargs -P "$(nproc)" -I{} sh -c \
   'nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC \
    -Ikernels -shared -lcuda -Xptxas -v -o {}.so {}.cu >{}.log 2>&1 || echo "nvcc failed: {}"'

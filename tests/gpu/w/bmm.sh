@@ -17,7 +17,7 @@ export EVT_JIT_JOBS=${EVT_JIT_JOBS:-16}
 B=/tmp/evt-bmm-build
 mkdir -p "$B/obj"
 objs=()
-for f in src/ir/*.c src/evt/*.c src/runtime/jit.c; do
+for f in src/util/*.c src/ir/*.c src/codegen/*.c src/runtime/jit/*.c; do
   o="$B/obj/$(echo "$f" | tr / _).o"
   gcc -std=c11 -O2 -fPIC -D_GNU_SOURCE -Iinclude -Isrc -Ikernels -c "$f" -o "$o" &
   objs+=("$o")

@@ -4,7 +4,7 @@
 # Builds the row-kernel drivers (tests/gpu/check_rows.cu, bench/kernels/bench_rows.cu) and compiles, in parallel,
 # the generated row kernels in several variants:
 #   v0     the kernels as generated before this work (frozen sources + header in bench/kernels/rows_v0/)
-#   new    src/evt/emit_rows.c + kernels/evt_rows.cuh as they are, default tuning (all kernels, all configurations)
+#   new    src/codegen/emit_rows.c + kernels/evt_rows.cuh as they are, default tuning (all kernels, all configurations)
 #   others the same sources with tuning macros changed (see VARIANTS below; bf16 kernels, with ROWPERF_VARIANT_F32=1
 #          f32-input ones too, only the (warps, vpt) configurations the benchmark sizes use, EVT_ROWS_INST)
 # then checks every `new` kernel against the CPU reference at small odd sizes (check_rows: aligned / unaligned
@@ -23,7 +23,7 @@ echo "== rowperf: $(date -u +%H:%M:%S) budget ${SECS}s, $(nproc) cores"
 B=/tmp/evt-rowperf
 rm -rf "$B"; mkdir -p "$B/obj"
 objs=()
-for f in src/ir/*.c src/evt/*.c; do
+for f in src/util/*.c src/ir/*.c src/codegen/*.c src/runtime/jit/*.c; do
   o="$B/obj/$(echo "$f" | tr / _).o"
   gcc -std=c11 -O2 -fPIC -D_GNU_SOURCE -Iinclude -Isrc -Ikernels -c "$f" -o "$o" &
   objs+=("$o")

@@ -27,7 +27,7 @@ rm -rf "$K" && mkdir -p "$B/obj" "$K"
 lib=${EVT_HOSTBIN:-/nonexistent}/libevt.a  # built on the dev machine from this tree (window_prep.sh)
 if [ ! -f "$lib" ]; then
   objs=()
-  for f in src/ir/*.c src/evt/*.c src/runtime/jit.c; do
+  for f in src/util/*.c src/ir/*.c src/codegen/*.c src/runtime/jit/*.c; do
     o="$B/obj/$(echo "$f" | tr / _).o"
     gcc -std=c11 -O2 -fPIC -D_GNU_SOURCE -Iinclude -Isrc -Ikernels -c "$f" -o "$o" &
     objs+=("$o")
@@ -48,7 +48,7 @@ want() { [[ "$parts" == *" $1 "* ]]; }
 row_rc=skipped
 if [ -x "$B/check_visitors" ] && want rows; then
   "$B/check_visitors" emit "$K"
-  # the flags of src/runtime/jit.c for kernels without CUTLASS
+  # the flags of src/runtime/jit/jit.c for kernels without CUTLASS
   ls "$K"/*.cu | sed 's/\.cu$//' | xargs -P "$(nproc)" -I{} sh -c \
     'nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC \
      -Ikernels -shared -lcuda -o {}.so {}.cu >{}.log 2>&1 || { echo "nvcc failed: {}"; tail -20 {}.log; }'
