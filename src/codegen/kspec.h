@@ -193,12 +193,8 @@ int evt_vop_has_memory(evt_vop op);      /* node reads or writes a tensor given 
 int evt_kspec_text(const evt_kspec *s, char *buf, size_t len);
 /* The epilogue subtile width the emitter uses (0: CUTLASS's EpilogueTileAuto, 128 x 32 for a cooperative
  * 128 x 256 tile): cfg.epi_n when set; else, for a cooperative schedule with automatic stages, 16 when the
- * epilogue's TMA buffers at 32 would leave the mainloop fewer than 3 stages and 16 leaves it more (aux
- * loads keep 4 subtiles in flight: an f32 aux load and an f32 D left 2 stages of 128x256x64 tiles, and that
- * kernel ran ~1.7x as long as the plain GEMM on the H200). At 3 stages 32 stays: the GELU backward with its
- * bias-gradient sum (bf16 aux load, bf16 D) measured faster at 32 with 3 stages than at 16 with 4, in
- * isolation and in the step (paper MLP 8192x16384x4096: 1.78 vs 2.04 ms per call in the step, S17W3; the
- * tuner's pick on vit_p14's 32896x3072x768 too, S17W1). */
+ * epilogue's TMA buffers at 32 would leave the mainloop fewer than 3 stages and 16 leaves it more (aux loads keep
+ * 4 subtiles in flight); at 3 stages 32 stays, which measured faster (bench/RESULTS.md). */
 int evt_kspec_epilogue_n(const evt_kspec *s);
 uint64_t evt_kspec_hash(const evt_kspec *s);
 void evt_kspec_kernel_name(const evt_kspec *s, char out[40]);     /* "evt_kernel_<16 hex>" */
