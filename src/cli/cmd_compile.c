@@ -1,6 +1,6 @@
 /* `evtc compile FILE -o DIR [--emit-cuda] [--stats] [--build]`: the whole compiler front to back without a
  * GPU. A graph with a loss and no gradient outputs becomes the joint graph; then the graph passes, the
- * partitioner, the lowering of every group to a kernel spec (src/codegen/lower.c) and the runtime plan
+ * partitioner, the lowering of every group to a kernel spec (src/codegen/lower*.c) and the runtime plan
  * (src/compile/launch_plan.c). Writes DIR/plan.txt (lowering per group, launches, buffers with arena offsets,
  * bindings); --emit-cuda also writes DIR/<kernel>.cu for every distinct lowered kernel (each marked
  * GENERATED); --stats prints kernels by kind, the unlowered groups with their reasons, arena bytes and

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "codegen/examples.h"
 #include "codegen/kspec.h"
 
 EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--stages N] [--reduction atomic|workspace] [--epi-n N] [--epi-stages N] [--stream-k] [--spec]",

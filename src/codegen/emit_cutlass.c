@@ -1,37 +1,17 @@
 /* CUDA C++ emitter for GEMM + epilogue-visitor-tree kernels (contract in kspec.h, evt_emit_cutlass).
- *
- * Output, in order (deterministic: the same spec gives the same bytes, so the JIT cache hits):
- *   1. a banner marking the file generated, with the spec's canonical text;
- *   2. in `namespace evt_gen_<hash>`: element types, layouts, tile / cluster / schedules, the epilogue
- *      descriptor (for aux nodes' smem stages and copy atoms), one `using N<i>` per visitor node (the bare
- *      CUTLASS node), one `using T<i>` per tree node (Sm90EVT<N<i>, T<children>...>, or the
- *      Sm90TopologicalVisitor for the shared region), `using EVT = T<d>`, then the collective builders
- *      (epilogue first: its shared storage is carved out of the mainloop's stages), GemmUniversal and
- *      GemmUniversalAdapter;
- *   3. `extern "C" int evt_kernel_<hash>(const evt_launch_args *)`: fills the nested fusion Arguments with
- *      braces (children first, node last; the topological visitor lists its ops in order), then
- *      can_implement, workspace, initialize (resets atomic reduction outputs), run(stream).
- * Each node's memory comes from args->ptrs[node id] (kernels/evt_launch.h).
- */
+ * Output, in order (the same spec gives the same bytes, so the JIT cache hits): a banner with the spec's text;
+ * in `namespace evt_gen_<hash>` element types, layouts, tile / cluster / schedules, the epilogue descriptor, one
+ * `using N<i>` per visitor node (the bare CUTLASS node), one `using T<i>` per tree node (Sm90EVT, or the
+ * Sm90TopologicalVisitor for the shared region), `using EVT = T<d>`, the collective builders (epilogue first: its
+ * shared storage is carved out of the mainloop's stages) and GemmUniversalAdapter; then the launcher
+ * (emit_cutlass_launch.c). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/kspec.h"
-#include "ir/ir.h"
+#include "codegen/emit_cutlass_internal.h"
 
-typedef evt_sbuf sbuf;
-#define sb_printf evt_sbuf_printf
-
-static const char *cxx_type(evt_dtype t) {
-  switch (t) {
-    case EVT_BF16: return "cutlass::bfloat16_t";
-    case EVT_F16: return "cutlass::half_t";
-    case EVT_BOOL: return "uint8_t";
-    default: return "float";
-  }
-}
 
 static const char *compute_fn(evt_vop op) {
   switch (op) {
@@ -82,7 +62,7 @@ static const char *gmem_reduce(const evt_kspec *s) {
  * The accumulator is (TMA fills the operands' out-of-bounds elements with zeros) and so is a TMA aux load;
  * a compute is when its inputs all are and f(0, ..., 0) == 0; broadcasts, scalars and random numbers are
  * not. A row/column sum over such a value needs no per-element bounds check: the padding adds zeros
- * (CUTLASS's VisitCheckOOB = false; the check costs ~280 of ~2300 instructions of a 128x256 tile). */
+ * (CUTLASS's VisitCheckOOB = false: the check is a large share of the epilogue's instructions). */
 static int zero_out_of_bounds(const evt_kspec *s, int v) {
   const evt_vnode *nd = &s->nodes[v];
   switch (nd->op) {
@@ -113,13 +93,6 @@ static void emit_sum_tail(sbuf *b, const evt_vtree *t, const evt_vnode *v) {
                                        : (rows ? "Stride<_0, _1, _0>" : "Stride<_1, _0, _0>");
   /* StrideMNL, Alignment, EnableNullptr, FinalReduction, VisitCheckOOB */
   sb_printf(b, ", %s, 4, true, true, %s", stride, sum_checks_edges(t, v));
-}
-
-/* Row sums (Σ over M) of an unbatched kernel with atomic reductions use the project's node
- * (kernels/evt_visitor_nodes.h: Sm90RowReduction keeps its sums in local memory in ping-pong kernels); the
- * deterministic workspace mode, batched kernels and stream-K keep CUTLASS's. */
-static int own_row_sum(const evt_kspec *s) {
-  return !s->batched && s->cfg.reduction == EVT_RED_ATOMIC && !s->cfg.stream_k;
 }
 
 static int uses_own_row_sum(const evt_kspec *s) {
@@ -207,13 +180,6 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
   sb_printf(b, "\n");
 }
 
-/* The topological visitor's ops: outside subtrees and region nodes, in a topological order. */
-typedef struct topo_ops {
-  int n;
-  int node[EVT_KSPEC_MAX_NODES];    /* node id of op k */
-  int subtree[EVT_KSPEC_MAX_NODES]; /* 1: op k is the whole tree T<node>; 0: the bare region node N<node> */
-} topo_ops;
-
 static int topo_index(const topo_ops *o, int node) {
   for (int k = 0; k < o->n; k++)
     if (o->node[k] == node) return k;
@@ -271,103 +237,6 @@ static void emit_tree_types(sbuf *b, const evt_vtree *t, int v, int *done, const
   sb_printf(b, ">;\n");
 }
 
-static void indent(sbuf *b, int depth) { sb_printf(b, "%*s", 4 + 2 * depth, ""); }
-
-/* A batched node's Arguments: its pointer advanced to the outer batch `o`, its strides from ld<v> / bs<v>
- * (variables of the generated launcher). */
-static void emit_node_args_batched(sbuf *b, const evt_vnode *nd, int v) {
-  const char *e = cxx_type(nd->dtype);
-  switch (nd->op) {
-    case EVT_V_ROW_BCAST:
-    case EVT_V_COL_BCAST:
-      sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]) + o * os%d, %s(0), bstride<Stride<%s, int64_t>>(0, bs%d)}", e, v, v,
-                e, nd->op == EVT_V_ROW_BCAST ? "_0, _1" : "_1, _0", v);
-      break;
-    case EVT_V_AUX_LOAD:
-      sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]) + o * os%d, %s(0), bstride<Aux%dDesc::Stride>(ld%d, bs%d)}", e, v,
-                v, e, v, v, v);
-      break;
-    case EVT_V_AUX_STORE:
-      sb_printf(b, "{static_cast<%s *>(a->ptrs[%d]) + o * os%d, bstride<Aux%dDesc::Stride>(ld%d, bs%d)}", e, v, v, v, v, v);
-      break;
-    case EVT_V_ROW_SUM:
-    case EVT_V_COL_SUM:
-      sb_printf(b, "{static_cast<float *>(a->ptrs[%d]) + o * os%d, 0.0f, bstride<Stride<%s, int64_t>>(0, bs%d)}", v, v,
-                nd->op == EVT_V_ROW_SUM ? "_0, _1" : "_1, _0", v);
-      break;
-    default: EVT_ASSERT(!"emit_node_args_batched: no memory"); break;
-  }
-}
-
-/* One node's own Arguments, then `,` unless last, then a comment naming the node. */
-static void emit_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
-  const evt_vnode *nd = &t->spec.nodes[v];
-  const char *e = cxx_type(nd->dtype);
-  if (t->spec.batched && evt_vop_has_memory(nd->op)) {
-    emit_node_args_batched(b, nd, v);
-    sb_printf(b, "%s  // %%%d %s %s%s\n", last ? "" : ",", v, evt_vop_name(nd->op), nd->name, nd->shared ? " (shared)" : "");
-    return;
-  }
-  switch (nd->op) {
-    case EVT_V_ROW_BCAST:
-    case EVT_V_COL_BCAST: sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]), %s(0), {}}", e, v, e); break;
-    case EVT_V_SCALAR: sb_printf(b, "{{float(%.17g)}, {}, {}}", nd->value); break;
-    case EVT_V_RAND:  /* ptrs[v]: the run's RNG step (device memory; NULL: 0) */
-      sb_printf(b, "{static_cast<const unsigned long long *>(a->ptrs[%d]), %lluull, %lluull}", v,
-                (unsigned long long)nd->seed, (unsigned long long)nd->offset);
-      break;
-    case EVT_V_SCALAR_LOAD: sb_printf(b, "{{}, {static_cast<%s const *>(a->ptrs[%d])}, {}}", e, v); break;
-    case EVT_V_AUX_LOAD:
-      sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]), %s(0), cutlass::make_cute_packed_stride(Aux%dDesc::Stride{}, mn1)}",
-                e, v, e, v);
-      break;
-    case EVT_V_AUX_STORE:
-      sb_printf(b, "{static_cast<%s *>(a->ptrs[%d]), cutlass::make_cute_packed_stride(Aux%dDesc::Stride{}, mn1)}", e, v, v);
-      break;
-    case EVT_V_ROW_SUM:
-      if (own_row_sum(&t->spec)) {
-        sb_printf(b, "{a->ptrs[%d]}", v);
-        break;
-      }
-      /* fall through */
-    case EVT_V_COL_SUM: sb_printf(b, "{a->ptrs[%d], 0.0f, {}}", v); break;
-    default: sb_printf(b, "{}"); break;
-  }
-  sb_printf(b, "%s  // %%%d %s%s%s\n", last ? "" : ",", v, evt_vop_name(nd->op), evt_vop_has_memory(nd->op) ? " " : "",
-            evt_vop_has_memory(nd->op) ? nd->name : "");
-}
-
-/* Arguments of tree node v: Sm90EVT nests {children..., node}; the topological visitor lists its ops. */
-static void emit_tree_args(sbuf *b, const evt_vtree *t, int v, const topo_ops *o, int depth, int last) {
-  const evt_vnode *nd = &t->spec.nodes[v];
-  int ar = evt_vop_arity(nd->op);
-  indent(b, depth);
-  if (v == t->topo_root) {
-    sb_printf(b, "{  // topological visitor rooted at %%%d\n", v);
-    for (int k = 0; k < o->n; k++) {
-      if (o->subtree[k])
-        emit_tree_args(b, t, o->node[k], o, depth + 1, k == o->n - 1);
-      else {
-        indent(b, depth + 1);
-        emit_node_args(b, t, o->node[k], k == o->n - 1);
-      }
-    }
-    indent(b, depth);
-    sb_printf(b, "}%s\n", last ? "" : ",");
-    return;
-  }
-  if (ar == 0) {
-    emit_node_args(b, t, v, last);
-    return;
-  }
-  sb_printf(b, "{  // %%%d %s\n", v, evt_vop_name(nd->op));
-  for (int j = 0; j < ar; j++) emit_tree_args(b, t, nd->in[j], o, depth + 1, 0);
-  indent(b, depth + 1);
-  emit_node_args(b, t, v, 1);
-  indent(b, depth);
-  sb_printf(b, "}%s\n", last ? "" : ",");
-}
-
 /* Batched kernels: a stride type S (M/N/K, M/N/K, L modes) with its run-time modes set: the dynamic one of
  * modes 0 and 1 is the leading dim, mode 2 the batch stride. */
 static const char *const bstride_helper =
@@ -380,109 +249,23 @@ static const char *const bstride_helper =
     "  return s;\n"
     "}\n\n";
 
-/* The launcher of a batched spec: problem (M, N, K, L) with leading dims and batch strides from the launch
- * arguments (0 = packed), per-node strides (shared nodes: batch stride 0), and l_outer launches, each with
- * every pointer advanced by its outer stride. */
-static void emit_batched_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const char *name, const char *hash) {
-  const evt_kspec *s = &t->spec;
-  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
-  sb_printf(b, "extern \"C\" int %s(const evt_launch_args *a) {\n  using namespace evt_gen_%s;\n", name, hash);
-  sb_printf(b, "  if (!a || !a->a || !a->b || !a->d) return EVT_LAUNCH_BAD_ARGS;\n");
-  for (int v = 0; v < s->nnodes; v++)
-    if (t->live[v] && evt_vop_has_memory(s->nodes[v].op))
-      sb_printf(b, "  if (!a->ptrs[%d]) return EVT_LAUNCH_BAD_ARGS;  // %s\n", v, s->nodes[v].name);
-  sb_printf(b,
-            "  int M = a->m, N = a->n, K = a->k;\n"
-            "  int L = a->l > 0 ? a->l : 1, LO = a->l_outer > 1 ? a->l_outer : 1;\n"
-            "  if (M < 0 || N < 0 || K < 0) return EVT_LAUNCH_BAD_ARGS;\n"
-            "  int64_t lda = a->lda ? a->lda : %s, ldb = a->ldb ? a->ldb : %s, ldd = a->ldd ? a->ldd : N;\n"
-            "  int64_t bsa = a->bs_a ? a->bs_a : %s * lda, bsb = a->bs_b ? a->bs_b : %s * ldb;\n"
-            "  int64_t bsd = a->bs_d ? a->bs_d : (int64_t)M * ldd;\n",
-            at ? "(int64_t)M" : "(int64_t)K", bt ? "(int64_t)K" : "(int64_t)N", at ? "(int64_t)K" : "(int64_t)M",
-            bt ? "(int64_t)N" : "(int64_t)K");
-  int shared_sum = 0;
-  for (int v = 0; v < s->nnodes; v++) {
-    const evt_vnode *nd = &s->nodes[v];
-    if (!t->live[v] || !evt_vop_has_memory(nd->op)) continue;
-    int tile = nd->op == EVT_V_AUX_LOAD || nd->op == EVT_V_AUX_STORE;
-    const char *vec = nd->op == EVT_V_ROW_BCAST || nd->op == EVT_V_ROW_SUM ? "(int64_t)N" : "(int64_t)M";
-    if (tile) sb_printf(b, "  int64_t ld%d = a->ld_ptrs[%d] ? a->ld_ptrs[%d] : N;\n", v, v, v);
-    if (nd->shared) {
-      sb_printf(b, "  int64_t bs%d = 0, os%d = 0;  // %s: shared by all batches\n", v, v, nd->name);
-      shared_sum |= evt_vop_class(nd->op) == 'S';
-    } else if (tile)
-      sb_printf(b, "  int64_t bs%d = a->bs_ptrs[%d] ? a->bs_ptrs[%d] : (int64_t)M * ld%d, os%d = a->os_ptrs[%d];\n", v, v, v, v,
-                v, v);
-    else
-      sb_printf(b, "  int64_t bs%d = a->bs_ptrs[%d] ? a->bs_ptrs[%d] : %s, os%d = a->os_ptrs[%d];\n", v, v, v, vec, v, v);
-  }
-  if (shared_sum)
-    sb_printf(b, "  if (LO > 1) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // initialize() would reset the shared sums per launch\n");
-  sb_printf(b,
-            "  cudaStream_t stream = static_cast<cudaStream_t>(a->stream);\n"
-            "  static int sm_count = 0;\n"
-            "  if (sm_count == 0) sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);\n"
-            "  for (int64_t o = 0; o < LO; o++) {\n"
-            "  typename EVT::Arguments fusion_args =\n");
-  emit_tree_args(b, t, s->d_node, o, 0, 1);
-  sb_printf(b,
-            "  ;\n"
-            "  typename Gemm::Arguments args{\n"
-            "      cutlass::gemm::GemmUniversalMode::kGemm,\n"
-            "      {M, N, K, L},\n"
-            "      {static_cast<ElementA const *>(a->a) + o * a->os_a,\n"
-            "       bstride<typename GemmKernel::StrideA>(lda, bsa),\n"
-            "       static_cast<ElementB const *>(a->b) + o * a->os_b,\n"
-            "       bstride<typename GemmKernel::StrideB>(ldb, bsb)},\n"
-            "      {fusion_args, nullptr,\n"
-            "       bstride<typename GemmKernel::StrideC>(ldd, bsd),\n"
-            "       static_cast<ElementD *>(a->d) + o * a->os_d,\n"
-            "       bstride<typename GemmKernel::StrideD>(ldd, bsd)}};\n"
-            "  if (a->swizzle > 1) args.scheduler.max_swizzle_size = a->swizzle;\n"
-            "  if (a->raster == 1 || a->raster == 2)\n"
-            "    args.scheduler.raster_order = static_cast<decltype(args.scheduler.raster_order)>(a->raster);\n"
-            "  args.hw_info.sm_count = sm_count;\n"
-            "  Gemm gemm;\n"
-            "  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n"
-            "  size_t ws = Gemm::get_workspace_size(args);\n"
-            "  if (ws > g_workspace_bytes) {\n"
-            "    if (g_workspace) cudaFree(g_workspace);\n"
-            "    g_workspace = nullptr;\n"
-            "    g_workspace_bytes = 0;\n"
-            "    if (cudaMalloc(&g_workspace, ws) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n"
-            "    g_workspace_bytes = ws;\n"
-            "  }\n"
-            "  if (gemm.initialize(args, g_workspace, stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_INIT;\n"
-            "  if (gemm.run(stream, nullptr, EVT_GEMM_PDL != 0 && evt_pdl_enabled()) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
-            "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n"
-            "  }\n"
-            "  return EVT_LAUNCH_OK;\n"
-            "}\n");
+static const char *layout_tag(int transposed) {
+  return transposed ? "cutlass::layout::ColumnMajor" : "cutlass::layout::RowMajor";
 }
 
-static const char *layout_tag(int transposed) { return transposed ? "cutlass::layout::ColumnMajor" : "cutlass::layout::RowMajor"; }
-
-char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
-  evt_vtree *t = calloc(1, sizeof *t);
-  EVT_ASSERT(t);
-  if (evt_vtree_build(s, t, err, errlen) != EVT_OK) {
-    free(t);
-    return NULL;
-  }
-  char name[40], text[4096];
-  evt_kspec_kernel_name(s, name);
-  const char *hash = name + strlen("evt_kernel_");
+/* The banner and the includes. */
+static void emit_banner(sbuf *b, const evt_kspec *s, const char *name) {
+  char text[4096];
   evt_kspec_text(s, text, sizeof text);
-  sbuf b = {0};
-  sb_printf(&b, "// GENERATED by evt (src/codegen/emit_cutlass.c) — do not edit; regenerate from the kernel spec.\n");
-  sb_printf(&b, "// Kernel %s: CUTLASS Sm90 GEMM with an epilogue visitor tree. Spec:\n", name);
+  sb_printf(b, "// GENERATED by evt (src/codegen/emit_cutlass.c) — do not edit; regenerate from the kernel spec.\n");
+  sb_printf(b, "// Kernel %s: CUTLASS Sm90 GEMM with an epilogue visitor tree. Spec:\n", name);
   for (char *line = text; *line;) {
     char *nl = strchr(line, '\n');
     int len = nl ? (int)(nl - line) : (int)strlen(line);
-    sb_printf(&b, "//   %.*s\n", len, line);
+    sb_printf(b, "//   %.*s\n", len, line);
     line += len + (nl ? 1 : 0);
   }
-  sb_printf(&b,
+  sb_printf(b,
             "#include <cuda_runtime.h>\n#include <cstring>\n"
             "#ifndef EVT_GEMM_PDL  // launched as a programmatic dependent launch: CUTLASS's producer warps wait for the\n"
             "#define EVT_GEMM_PDL %d  // previous kernel (griddepcontrol) and the consumers release the next one%s\n"
@@ -509,32 +292,36 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             /* CUTLASS 4.2's stream-K scheduler does not compile with grid dependency control (is_last_tile) */
             s->cfg.stream_k ? 0 : 1, s->cfg.stream_k ? " (not with stream-K: CUTLASS 4.2 cannot)" : "",
             uses_own_nodes(s) ? "#include \"evt_visitor_nodes.h\"\n" : "");
+}
+
+/* Element types, layouts, tile / cluster shapes, schedules, the epilogue tile and descriptor. */
+static void emit_types(sbuf *b, const evt_kspec *s, const char *hash) {
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
   int coop = s->cfg.schedule == EVT_SCHED_COOPERATIVE;
-  sb_printf(&b, "namespace evt_gen_%s {\nusing namespace cute;\n\n", hash);
-  sb_printf(&b, "using ElementA = %s;\nusing LayoutA = %s;  // A stored %s\n", cxx_type(s->ab_dtype), layout_tag(at),
+  sb_printf(b, "namespace evt_gen_%s {\nusing namespace cute;\n\n", hash);
+  sb_printf(b, "using ElementA = %s;\nusing LayoutA = %s;  // A stored %s\n", cxx_type(s->ab_dtype), layout_tag(at),
             at ? "K x M" : "M x K");
-  sb_printf(&b, "using ElementB = %s;\nusing LayoutB = %s;  // B stored %s\n", cxx_type(s->ab_dtype), layout_tag(bt),
+  sb_printf(b, "using ElementB = %s;\nusing LayoutB = %s;  // B stored %s\n", cxx_type(s->ab_dtype), layout_tag(bt),
             bt ? "N x K" : "K x N");
-  sb_printf(&b, "using ElementD = %s;\nusing LayoutD = cutlass::layout::RowMajor;\n", cxx_type(s->d_dtype));
-  sb_printf(&b, "using ElementAccumulator = float;\n[[maybe_unused]] constexpr auto RN = cutlass::FloatRoundStyle::round_to_nearest;\n");
-  sb_printf(&b, "constexpr int AlignmentAB = 16 / sizeof(ElementA);\nconstexpr int AlignmentD = 16 / sizeof(ElementD);\n");
-  sb_printf(&b, "using TileShape = Shape<_%d, _%d, _%d>;\nusing ClusterShape = Shape<_%d, _%d, _1>;\n", s->cfg.tile_m,
+  sb_printf(b, "using ElementD = %s;\nusing LayoutD = cutlass::layout::RowMajor;\n", cxx_type(s->d_dtype));
+  sb_printf(b, "using ElementAccumulator = float;\n[[maybe_unused]] constexpr auto RN = cutlass::FloatRoundStyle::round_to_nearest;\n");
+  sb_printf(b, "constexpr int AlignmentAB = 16 / sizeof(ElementA);\nconstexpr int AlignmentD = 16 / sizeof(ElementD);\n");
+  sb_printf(b, "using TileShape = Shape<_%d, _%d, _%d>;\nusing ClusterShape = Shape<_%d, _%d, _1>;\n", s->cfg.tile_m,
             s->cfg.tile_n, s->cfg.tile_k, s->cfg.cluster_m, s->cfg.cluster_n);
-  sb_printf(&b, "using MainloopSchedule = cutlass::gemm::%s;\n",
+  sb_printf(b, "using MainloopSchedule = cutlass::gemm::%s;\n",
             coop ? "KernelTmaWarpSpecializedCooperative" : "KernelTmaWarpSpecializedPingpong");
-  sb_printf(&b, "using EpilogueSchedule = cutlass::epilogue::%s;\n", coop ? "TmaWarpSpecializedCooperative" : "TmaWarpSpecialized");
+  sb_printf(b, "using EpilogueSchedule = cutlass::epilogue::%s;\n", coop ? "TmaWarpSpecializedCooperative" : "TmaWarpSpecialized");
   int epi_n = evt_kspec_epilogue_n(s);
   if (epi_n)
-    sb_printf(&b, "using EpilogueTileType = Shape<_%d, _%d>;%s\n", coop ? (s->cfg.tile_m < 128 ? s->cfg.tile_m : 128) : 64,
+    sb_printf(b, "using EpilogueTileType = Shape<_%d, _%d>;%s\n", coop ? (s->cfg.tile_m < 128 ? s->cfg.tile_m : 128) : 64,
               epi_n, s->cfg.epi_n ? "" : "  // narrow subtiles: more mainloop stages (evt_kspec_epilogue_n)");
   else
-    sb_printf(&b, "using EpilogueTileType = cutlass::epilogue::collective::EpilogueTileAuto;\n");
+    sb_printf(b, "using EpilogueTileType = cutlass::epilogue::collective::EpilogueTileAuto;\n");
   if (s->cfg.epi_stages)
     /* CUTLASS's descriptor with StagesD (buffers of D and of each aux store, i.e. TMA stores in flight) set
      * instead of the builder's min(subtiles, 2); the rest as sm90_get_tma_dispatch_policy with no source C
      * (no smem reuse, TMA stores delayed by one subtile) */
-    sb_printf(&b,
+    sb_printf(b,
               "struct EpiDesc {  // StagesD = %d (cfg.epi_stages) instead of the builder's min(subtiles, 2)\n"
               "  using TileShape = evt_gen_%s::TileShape;\n"
               "  using EpilogueTile = decltype(cutlass::epilogue::collective::detail::sm90_compute_tile_shape_or_override<\n"
@@ -548,24 +335,24 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
               "};\n\n",
               s->cfg.epi_stages, hash, s->cfg.epi_stages, coop ? 256 : 128);
   else
-    sb_printf(&b,
+    sb_printf(b,
               "using EpiDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<TileShape, EpilogueTileType, void, "
               "ElementD, EpilogueSchedule>;\n\n");
-  sb_printf(&b, "// visitor nodes (bare)\n");
-  topo_ops o = {0};
-  if (t->topo_root >= 0) {
-    int seen[EVT_KSPEC_MAX_NODES] = {0};
-    topo_collect(t, t->topo_root, seen, &o);
-  }
-  /* emit bare node types for every node that the tree uses, in id order */
-  int used[EVT_KSPEC_MAX_NODES] = {0};
-  for (int v = 0; v < t->spec.nnodes; v++) used[v] = t->live[v];
+}
+
+/* The visitor nodes (bare, in id order, every node the tree uses), then the tree (children first). */
+static void emit_visitor_tree(sbuf *b, const evt_vtree *t, const topo_ops *o) {
+  sb_printf(b, "// visitor nodes (bare)\n");
   for (int v = 0; v < t->spec.nnodes; v++)
-    if (used[v]) emit_node_type(&b, t, v);
-  sb_printf(&b, "\n// the tree (children first)\n");
+    if (t->live[v]) emit_node_type(b, t, v);
+  sb_printf(b, "\n// the tree (children first)\n");
   int done[EVT_KSPEC_MAX_NODES] = {0};
-  emit_tree_types(&b, t, t->spec.d_node, done, &o);
-  sb_printf(&b, "using EVT = T%d;\n\n", t->spec.d_node);
+  emit_tree_types(b, t, t->spec.d_node, done, o);
+  sb_printf(b, "using EVT = T%d;\n\n", t->spec.d_node);
+}
+
+/* The collective builders, the kernel and its adapter, the workspace; the namespace's end. */
+static void emit_collectives(sbuf *b, const evt_kspec *s, const char *hash) {
   char stages[160];
   if (s->cfg.stages)
     snprintf(stages, sizeof stages, "cutlass::gemm::collective::StageCount<%d>", s->cfg.stages);
@@ -574,17 +361,17 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
              "cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(\n"
              "        sizeof(typename CollectiveEpilogue::SharedStorage))>");
   if (s->cfg.epi_stages) /* the builder's implementation, with EpiDesc's dispatch policy */
-    sb_printf(&b,
+    sb_printf(b,
               "using CollectiveEpilogue = typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<\n"
               "    TileShape, EpiDesc::EpilogueTile, ElementAccumulator, float, void, LayoutD, AlignmentD, ElementD,\n"
               "    LayoutD, AlignmentD, EVT, EpiDesc::DispatchPolicy>::CollectiveOp;\n");
   else
-    sb_printf(&b,
+    sb_printf(b,
               "using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<\n"
               "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTileType,\n"
               "    ElementAccumulator, float, void, LayoutD, AlignmentD, ElementD, LayoutD, AlignmentD,\n"
               "    EpilogueSchedule, EVT>::CollectiveOp;\n");
-  sb_printf(&b,
+  sb_printf(b,
             "using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<\n"
             "    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, AlignmentAB, ElementB, LayoutB,\n"
             "    AlignmentAB, ElementAccumulator, TileShape, ClusterShape,\n"
@@ -598,96 +385,30 @@ char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
             "static size_t g_workspace_bytes = 0;\n"
             "}  // namespace evt_gen_%s\n\n",
             stages, s->cfg.stream_k ? ", cutlass::gemm::StreamKScheduler" : "", s->batched ? bstride_helper : "", hash);
-  if (s->batched) {
-    emit_batched_launcher(&b, t, &o, name, hash);
+}
+
+char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
+  evt_vtree *t = calloc(1, sizeof *t);
+  EVT_ASSERT(t);
+  if (evt_vtree_build(s, t, err, errlen) != EVT_OK) {
     free(t);
-    return b.p;
+    return NULL;
   }
-  /* Launch cache (specs without sums: their launches need nothing from initialize() but the kernel's
-   * parameters; a sum's output is reset by it): the initialized Gemm of the last kLaunchCache launches with
-   * byte-identical arguments and no workspace runs again directly, skipping can_implement and initialize
-   * (TMA descriptors: tens of microseconds of host time, more than the kernel itself at BERT-large batch 8). A
-   * training step launches each group with the same pointers and shapes every time. */
-  bool cache = !evt_kspec_has_sums(&t->spec);
-  if (cache)
-    sb_printf(&b,
-              "namespace evt_gen_%s {\n"
-              "constexpr int kLaunchCache = 8;  // launch cache (not thread-safe, like g_workspace)\n"
-              "static Gemm g_cache[kLaunchCache];\n"
-              "static evt_launch_args g_cache_key[kLaunchCache];\n"
-              "static bool g_cache_used[kLaunchCache];\n"
-              "static int g_cache_next = 0;\n"
-              "}  // namespace evt_gen_%s\n\n",
-              hash, hash);
-  sb_printf(&b, "extern \"C\" int %s(const evt_launch_args *a) {\n  using namespace evt_gen_%s;\n", name, hash);
-  sb_printf(&b, "  if (!a || !a->a || !a->b || !a->d) return EVT_LAUNCH_BAD_ARGS;\n");
-  for (int v = 0; v < t->spec.nnodes; v++)
-    if (t->live[v] && evt_vop_has_memory(t->spec.nodes[v].op))
-      sb_printf(&b, "  if (!a->ptrs[%d]) return EVT_LAUNCH_BAD_ARGS;  // %s\n", v, t->spec.nodes[v].name);
-  sb_printf(&b,
-            "  int M = a->m, N = a->n, K = a->k;\n"
-            "  auto mn1 = cute::make_shape(M, N, 1);\n"
-            "  (void)mn1;\n"
-            "  cudaStream_t stream = static_cast<cudaStream_t>(a->stream);\n");
-  if (cache)
-    sb_printf(&b,
-              "  evt_launch_args key;  // the arguments but the stream\n"
-              "  memcpy(&key, a, sizeof key);\n"
-              "  key.stream = nullptr;\n"
-              "  for (int c = 0; c < kLaunchCache; c++)\n"
-              "    if (g_cache_used[c] && !memcmp(&g_cache_key[c], &key, sizeof key)) {\n"
-              "      if (g_cache[c].run(stream, nullptr, EVT_GEMM_PDL != 0 && evt_pdl_enabled()) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
-              "      return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n"
-              "    }\n");
-  sb_printf(&b, "  typename EVT::Arguments fusion_args =\n");
-  emit_tree_args(&b, t, t->spec.d_node, &o, 0, 1);
-  sb_printf(&b, "  ;\n");
-  sb_printf(&b,
-            "  typename Gemm::Arguments args{\n"
-            "      cutlass::gemm::GemmUniversalMode::kGemm,\n"
-            "      {M, N, K, 1},\n"
-            "      {static_cast<ElementA const *>(a->a),\n"
-            "       cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{}, cute::make_shape(M, K, 1)),\n"
-            "       static_cast<ElementB const *>(a->b),\n"
-            "       cutlass::make_cute_packed_stride(typename GemmKernel::StrideB{}, cute::make_shape(N, K, 1))},\n"
-            "      {fusion_args, nullptr,\n"
-            "       cutlass::make_cute_packed_stride(typename GemmKernel::StrideC{}, mn1),\n"
-            "       static_cast<ElementD *>(a->d),\n"
-            "       cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{}, mn1)}};\n"
-            "  if (a->swizzle > 1) args.scheduler.max_swizzle_size = a->swizzle;\n"
-            "  if (a->raster == 1 || a->raster == 2)\n"
-            "    args.scheduler.raster_order = static_cast<decltype(args.scheduler.raster_order)>(a->raster);\n"
-            "  static int sm_count = 0;\n"
-            "  if (sm_count == 0) sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);\n"
-            "  args.hw_info.sm_count = sm_count;\n"
-            "  Gemm gemm;\n"
-            "  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n"
-            "  size_t ws = Gemm::get_workspace_size(args);\n"
-            "  if (ws > g_workspace_bytes) {\n"
-            "%s"
-            "    g_workspace = nullptr;\n"
-            "    g_workspace_bytes = 0;\n"
-            "    if (cudaMalloc(&g_workspace, ws) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n"
-            "    g_workspace_bytes = ws;\n"
-            "  }\n"
-            "  if (gemm.initialize(args, g_workspace, stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_INIT;\n"
-            "  if (gemm.run(stream, nullptr, EVT_GEMM_PDL != 0 && evt_pdl_enabled()) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
-            "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n",
-            /* a kernel whose launches use the workspace (stream-K's partial tiles and locks, the 'workspace' sums)
-             * keeps a smaller old buffer alive: a CUDA graph captured with it may replay later (kernels without
-             * one keep the text they always had, and with it their JIT cache entries) */
-            t->spec.cfg.stream_k || t->spec.cfg.reduction == EVT_RED_WORKSPACE
-                ? "    // (the old buffer stays allocated: a CUDA graph captured with it may still replay)\n"
-                : "    if (g_workspace) cudaFree(g_workspace);\n");
-  if (cache)
-    sb_printf(&b,
-              "  if (ws == 0) {  // remember the initialized kernel for the next launch with these arguments\n"
-              "    g_cache[g_cache_next] = gemm;\n"
-              "    g_cache_key[g_cache_next] = key;\n"
-              "    g_cache_used[g_cache_next] = true;\n"
-              "    g_cache_next = (g_cache_next + 1) %% kLaunchCache;\n"
-              "  }\n");
-  sb_printf(&b, "  return EVT_LAUNCH_OK;\n}\n");
+  char name[40];
+  evt_kspec_kernel_name(s, name);
+  const char *hash = name + strlen("evt_kernel_");
+  sbuf out = {0};
+  sbuf *b = &out;
+  emit_banner(b, s, name);
+  emit_types(b, s, hash);
+  topo_ops o = {0};
+  if (t->topo_root >= 0) {
+    int seen[EVT_KSPEC_MAX_NODES] = {0};
+    topo_collect(t, t->topo_root, seen, &o);
+  }
+  emit_visitor_tree(b, t, &o);
+  emit_collectives(b, s, hash);
+  evt_emit_cutlass_launcher(b, t, &o, name, hash);
   free(t);
-  return b.p;
+  return out.p;
 }

@@ -193,12 +193,8 @@ int evt_vop_has_memory(evt_vop op);      /* node reads or writes a tensor given 
 int evt_kspec_text(const evt_kspec *s, char *buf, size_t len);
 /* The epilogue subtile width the emitter uses (0: CUTLASS's EpilogueTileAuto, 128 x 32 for a cooperative
  * 128 x 256 tile): cfg.epi_n when set; else, for a cooperative schedule with automatic stages, 16 when the
- * epilogue's TMA buffers at 32 would leave the mainloop fewer than 3 stages and 16 leaves it more (aux
- * loads keep 4 subtiles in flight: an f32 aux load and an f32 D left 2 stages of 128x256x64 tiles, and that
- * kernel ran ~1.7x as long as the plain GEMM on the H200). At 3 stages 32 stays: the GELU backward with its
- * bias-gradient sum (bf16 aux load, bf16 D) measured faster at 32 with 3 stages than at 16 with 4, in
- * isolation and in the step (paper MLP 8192x16384x4096: 1.78 vs 2.04 ms per call in the step, S17W3; the
- * tuner's pick on vit_p14's 32896x3072x768 too, S17W1). */
+ * epilogue's TMA buffers at 32 would leave the mainloop fewer than 3 stages and 16 leaves it more (aux loads keep
+ * 4 subtiles in flight); at 3 stages 32 stays, which measured faster (bench/RESULTS.md). */
 int evt_kspec_epilogue_n(const evt_kspec *s);
 uint64_t evt_kspec_hash(const evt_kspec *s);
 void evt_kspec_kernel_name(const evt_kspec *s, char out[40]);     /* "evt_kernel_<16 hex>" */
@@ -264,26 +260,5 @@ double evt_vop_visit(evt_vop op, evt_dtype dtype, double value, double *const *t
 double evt_vop_rand(uint64_t seed, uint64_t offset, uint64_t step, evt_dtype dtype, int64_t e);
 /* Number of elements of a node's memory for an M×N problem (0 for nodes without memory). */
 int64_t evt_vop_elems(evt_vop op, int64_t m, int64_t n);
-
-/* ---- src/codegen/examples.c: named epilogues used by tests and benchmarks -------------------------- */
-/* Builds the named epilogue into *s (bf16 operands, layout NN, D bf16); EVT_ERR_INVALID for an unknown
- * name. Names:
- *   plain            D = acc
- *   bias_gelu_aux    z = acc + bias[n] (stored bf16 as aux "z"); D = gelu_erf(z)      (MLP forward)
- *   bias_relu_dbias  y = relu(acc + bias[n]); D = y; dbias[n] = Σ_m y  (row_sum "dbias", f32)
- *   gelu_bwd         D = acc · gelu_erf'(x), x an aux load               (GELU backward, dX = dY·W^T)
- *   bias_silu        z = acc + bias[n]; D = z · sigmoid(z)   (z is shared: topological visitor)
- *   bias_relu_aux    z = acc + bias[n] (aux "z"); D = relu(z)
- *   bias_gelu_aux_f16  bias_gelu_aux with f16 operands, bias, aux and D
- *   mixed_f32        the remaining node kinds (scalar, col_bcast, sub, div, gelu_tanh, relu_grad,
- *                    gelu_tanh_grad, col_sum) with a shared value and D in f32 (see examples.c)
- * Batched (batched = 1; attention-style epilogues):
- *   bmm_plain        D = acc
- *   bmm_scale        D = acc · 0.125                               (attention scores q·k^T / sqrt(d))
- *   bmm_scale_mask_stats  z = acc·0.125 + mask (aux, per batch) + bias[n] (shared); D = z;
- *                    rowstat[m] = Σ_n z per batch (col_sum); colstat[n] = Σ over m and all batches (shared)
- *   bmm_softmax_bwd  D = p · (acc − rowdot[m]) · 0.125, p aux per batch, rowdot f32 per batch */
-evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg);
-extern const char *const evt_kspec_example_names[];
 
 #endif

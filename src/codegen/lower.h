@@ -20,7 +20,7 @@
  *   POINTWISE  a nucleus-free group: an evt_rspec without nucleus over the largest tensor the group writes
  *              or reads ([M, N] = [rest, last dim]); sums over rows / within rows are row_sum / col_sum.
  *              Row kernels need no 16-byte alignment (they fall back to element accesses).
- *   GEMM+EVT, batched: a bmm nucleus: a batched evt_kspec over [batch..., M, N] (lower_bmm in lower.c and
+ *   GEMM+EVT, batched: a bmm nucleus: a batched evt_kspec over [batch..., M, N] (lower_bmm.c and
  *              docs/codegen.md "Batched GEMM"): operand layouts and leading dims from strides, loads per batch
  *              or shared by every batch, stores through member views (heads merge), per-batch or all-batch
  *              sums, batch dims collapsed into at most two strided levels (l per launch, l_outer launches).
@@ -105,14 +105,14 @@ int evt_lowered_alias_base(const evt_lowered *L, int v);
 /* Copies L's batch fields (l, l_outer, ld*, bs*, os*) into a's; the runtime calls it for every GEMM+EVT
  * launch after filling m/n/k/a/b/d/ptrs (a no-op apart from zeroing them for an unbatched GEMM). */
 void evt_lower_launch_batch(const evt_lowered *L, evt_launch_args *a);
+/* For the runtime's binding of a lowered batched GEMM: does every tensor (A, B, D, each visitor node's)
+ * hold every element the launch reaches through L's leading dims and batch / outer strides? false with the
+ * tensor named in why. The lowering itself refuses a bmm group that fails it. */
+bool evt_lower_batched_check(const evt_graph *g, const evt_lowered *L, char *why, size_t whylen);
 /* CPU reference of a lowered GEMM+EVT group on whole tensors, laid out as the launch puts them: a, b the
  * memory of a_node / b_node, mem[i] the memory of vtensor[i] (loads read, stores write; sums from 0), d the
  * memory of D (d_tensor, or an L*M*N scratch). Unbatched: evt_kspec_reference. Batched: per batch through
  * the lowered leading dims, batch and outer strides (0 = packed, as the launcher reads them). */
-/* For the runtime's binding of a lowered batched GEMM: does every tensor (A, B, D, each visitor node's)
- * hold every element the launch reaches through L's leading dims and batch / outer strides? false with the
- * tensor named in why. lower_bmm itself refuses a group that fails it. */
-bool evt_lower_batched_check(const evt_graph *g, const evt_lowered *L, char *why, size_t whylen);
 void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d,
                               uint64_t rng_step);
 

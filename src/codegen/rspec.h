@@ -77,7 +77,7 @@ typedef struct evt_rspec {
   evt_rnode nodes[EVT_RSPEC_MAX_NODES];
 } evt_rspec;
 
-/* ---- src/codegen/rspec.c: building, checking, naming, CPU reference, examples --------------------------- */
+/* ---- src/codegen/rspec.c: building, checking, naming, CPU reference (named examples: examples.h) ------- */
 void evt_rspec_init(evt_rspec *s, evt_row_nucleus nucleus, evt_dtype in_dtype);
 /* Appends a node (same rules as evt_kspec_add); returns its id or -1. */
 int evt_rspec_add(evt_rspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name);
@@ -107,23 +107,6 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
 /* The same in a run with RNG step rng_step (rand nodes; evt_rspec_reference: step 0). */
 void evt_rspec_reference_at(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
                             double *mean, double *rstd, uint64_t rng_step);
-
-/* Named groups used by tests and benchmarks; dt is the storage dtype of every tensor except the f32 sums.
- *   softmax         y = softmax(x) (aux_store y)
- *   softmax_bwd     dx = softmax_bwd(dy, y) (aux_store dx)
- *   layernorm       y = LN(x)·w + b, stats stored (aux_store y)
- *   ln_residual     h = LN(x)·w + b + r (aux_load r; aux_store h): layer norm + affine + residual
- *   layernorm_bwd   dx = LN_bwd(dy, x, w) (aux_store dx); dgamma = Σ_M dy·x̂, dbeta = Σ_M dy (row_sum)
- *   gelu_bwd        nucleus-free: dx = gelu_erf'(x + bias[j]) · dy (aux loads dy, x; row_bcast bias)
- *   chain_rowsum    nucleus-free: z = relu(a·s[i] + b) − 0.5·a (col_bcast s), aux_store z, col_sum Σ_N z
- *   unary_math      nucleus-free: neg exp log erf tanh sqrt rsqrt reciprocal abs sign maximum minimum (3 stores)
- *   cmp_where       nucleus-free: eq ne lt le gt ge where on loaded values, a bool load, bool stores, a
- *                   dropout-style mask ge(rand, 0.25) drawn in the kernel, i64 labels where(ne(lab, 2), lab, 0)
- *   softmax_xent    softmax, one_hot (i64 targets), scalar_load k, aux/row_sum/col_max/col_sum stores in dt
- *   layernorm_bwd_mixed  layernorm_bwd with dy in dt and x, w in f32 (two input dtypes; as layernorm_bwd for f32)
- * Returns EVT_ERR_INVALID for an unknown name. */
-evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt);
-extern const char *const evt_rspec_example_names[];
 
 /* ---- src/codegen/emit_rows.c ---------------------------------------------------------------------------- */
 /* CUDA C++ source of the row kernel and its launcher `extern "C" int evt_rowkernel_<hash>(const

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "codegen/examples.h"
 #include "codegen/kspec.h"
 #include "runtime/jit/jit.h"
 #include "test.h"

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "codegen/examples.h"
 #include "codegen/kspec.h"
 #include "runtime/jit/jit.h"
 #include "test.h"
@@ -452,7 +453,7 @@ TEST(ci_nvcc_frontend_accepts_every_node_kind) {
 
 /* The epilogue subtile (evt_kspec_epilogue_n): the paper MLP's fc2 forward (bias, f32 residual aux load,
  * f32 D) on a cooperative 128x256x64 tile would leave the mainloop 2 stages with CUTLASS's 128x32 subtiles
- * (the H200 ran it ~1.7x as long as the plain GEMM): 16-wide subtiles, and the emitted kernel says so; a
+ * (much slower than the plain GEMM): 16-wide subtiles, and the emitted kernel says so; a
  * plain bf16 epilogue, an explicit epi_n and explicit stages keep theirs. */
 TEST(kspec_epilogue_subtile_keeps_mainloop_stages) {
   evt_tile_config cfg = {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE};
@@ -482,7 +483,7 @@ TEST(kspec_epilogue_subtile_keeps_mainloop_stages) {
   CHECK(src && strstr(src, "EpilogueTileAuto"));
   free(src);
   /* the GELU backward with its bias-gradient sum (bf16 aux load, bf16 D, a column sum): 3 stages at 32, which
-   * the H200 ran faster than 16 with 4 (S17W1, S17W3): CUTLASS's own subtile */
+   * measured faster than 16 with 4: CUTLASS's own subtile */
   evt_kspec g;
   evt_kspec_init(&g, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, cfg);
   int gacc = evt_kspec_add(&g, EVT_V_ACC, -1, -1, EVT_F32, NULL);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "codegen/examples.h"
 #include "codegen/kspec.h"
 #include "codegen/rspec.h"
 #include "philox.h"
@@ -253,7 +254,7 @@ TEST(emit_rows_structure) {
   CHECK(a && strstr(a, "#if EVT_ROWS_INST(2, 2) && defined(EVT_ROWS_MIN_VPT) && EVT_ROWS_MIN_VPT == 2\n") != NULL);
   CHECK(a && strstr(a, "#if EVT_ROWS_INST(4, 1) && (!defined(EVT_ROWS_MIN_VPT) || EVT_ROWS_MIN_VPT != 2)\n") != NULL);
   free(a);
-  /* a plain layer norm (session 29): one warp x 4 chunks, late w / b, 4-warp CTAs, at least 8 per SM */
+  /* a plain layer norm: one warp x 4 chunks, late w / b, 4-warp CTAs, at least 8 per SM */
   evt_rspec_example(&s, "layernorm", EVT_BF16);
   a = evt_emit_rows(&s, err, sizeof err);
   CHECK(a && has_int(a, "constexpr int kWarpVpt = %d;\n", EVT_ROWS_DEFAULT_WARP_VPT_LN));
@@ -636,8 +637,8 @@ static int emitted_int(const char *src, const char *key) {
 /* The row kernels of the benchmark workloads' hot rows (BERT-large's and ViT's softmax, layer norms, their backwards,
  * the GELU backward), in the configuration the launcher picks for their widths (evt_row_pick_config with the
  * kernel's kWarpVpt / kMinVpt, exact-size when N fills the group), keep to at most 64 bytes of spill stores per
- * thread in ptxas's report. A spill of a whole row of registers made ViT's layer norm 3.1x slower in session 39
- * (1072 bytes; row broadcasts now RB_LATE). Reads the CI compile's log (rows_ci_compile: cached). */
+ * thread in ptxas's report (a spill of a whole row of registers makes a row kernel several times slower; row
+ * broadcasts are RB_LATE for that). Reads the CI compile's log (rows_ci_compile: cached). */
 TEST(ci_hot_row_kernels_keep_out_of_local_memory) {
   char log[160];
   int rc = rows_ci_compile(log, sizeof log);
@@ -681,8 +682,8 @@ TEST(ci_hot_row_kernels_keep_out_of_local_memory) {
 
 /* Row broadcasts per chunk (RB_LATE): ViT's autocast layer norm over an f32 residual stream with its affine as two
  * f32 row broadcasts (example ln_affine_mixed) at N = 768 runs one warp per row with 4 chunks per thread under the
- * 64-register cap of one-warp rows. Holding both broadcasts (64 floats) there spilled 1072 bytes per thread and ran
- * 3.1x its floor on the H200 (S39W7). The emitted form: their registers sized by RB_LATE, their loads in the chunk
+ * 64-register cap of one-warp rows. Holding both broadcasts (64 floats) there spilled registers to local memory.
+ * The emitted form: their registers sized by RB_LATE, their loads in the chunk
  * loop, their uses reading that one chunk (ci_hot_row_kernels_keep_out_of_local_memory checks ptxas's spill report). */
 TEST(emit_rows_row_broadcasts_per_chunk_when_holding_them_costs_registers) {
   evt_rspec s;

@@ -1,4 +1,4 @@
-/* Lowering of partition groups to kernel specs (src/codegen/lower.c) and the runtime plan (src/compile/launch_plan.c). */
+/* Lowering of partition groups to kernel specs (src/codegen/lower*.c) and the runtime plan (src/compile/launch_plan.c). */
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "codegen/examples.h"
 #include "codegen/kspec.h"
 #include "codegen/rspec.h"
 #include "passes/passes.h"
@@ -604,7 +605,7 @@ TEST(tune_records_steer_the_fused_plan) {
     if (gi >= 0) {
       char before[40];
       snprintf(before, sizeof before, "%s", p.kname[p.groups[gi].kernel]);
-      /* a tuned tile other than the untuned default (128x256 once N >= 256, lower.c): the kernel must change */
+      /* a tuned tile other than the untuned default (128x256 once N >= 256, lower_gemm.c): the kernel must change */
       int tn = p.gspec[p.groups[gi].kernel]->cfg.tile_n == 256 ? 128 : 256;
       CHECK(p.groups[gi].tuned == EVT_TUNE_NONE && strstr(p.groups[gi].tune_desc, "not tuned (default config"));
       evt_tune_record r;

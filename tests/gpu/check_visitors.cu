@@ -25,6 +25,7 @@
 #include <vector>
 
 extern "C" {
+#include "codegen/examples.h"
 #include "codegen/kspec.h"
 #include "codegen/rspec.h"
 #include "evt_launch.h"

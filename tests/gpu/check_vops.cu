@@ -12,6 +12,7 @@
 
 #include "evt_visitor_ops.h"
 extern "C" {
+#include "codegen/examples.h"
 #include "codegen/kspec.h"
 }
 

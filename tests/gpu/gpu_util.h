@@ -19,6 +19,7 @@
 #include <vector>
 
 extern "C" {
+#include "codegen/examples.h"
 #include "codegen/kspec.h"
 #include "evt_launch.h"
 #include "runtime/jit/jit.h"

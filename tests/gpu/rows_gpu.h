@@ -19,6 +19,7 @@
 #include <vector>
 
 extern "C" {
+#include "codegen/examples.h"
 #include "codegen/rspec.h"
 #include "evt_row_launch.h"
 }

@@ -1,0 +1,112 @@
+/* mm / addmm groups → GEMM+EVT kernel specs (contract in lower.h). The nucleus becomes `acc` (addmm adds its bias
+ * as one more operand); operand permutes that swap a matrix's two dims (members fused as layouts, or views of
+ * sources) become layouts NN / NT / TN; the epilogue is built by lower_epilogue.c. bmm nuclei: lower_bmm.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/lower_internal.h"
+
+/* A transposed 2-D operand: +1 if x's memory holds x^T (strides (1, rows)), 0 if row-major, -1 otherwise. */
+static int operand_layout(const evt_graph *g, const int *group, int gi, int x, int *base) {
+  int64_t st[EVT_MAX_RANK];
+  const evt_type *t = &g->nodes[x].type;
+  int through = group[x] == gi ? gi : -1;
+  if (t->rank != 2 || !evt_lower_mem_strides(g, group, through, x, st, base)) return -1;
+  if ((st[1] == 1 || t->shape[1] == 1) && (st[0] == t->shape[1] || t->shape[0] == 1)) return 0;
+  if ((st[0] == 1 || t->shape[0] == 1) && (st[1] == t->shape[0] || t->shape[1] == 1)) return 1;
+  return -1;
+}
+
+void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid) {
+  const evt_node *nn = &g->nodes[nu];
+  lctx c = {.g = g, .group = group, .gi = gi, .nu = nu, .s = &L->spec, .vid = vid, .vt = L->vtensor,
+            .why = L->reason, .whylen = sizeof L->reason, .bad = -1};
+  L->kind = EVT_LK_UNFUSED;
+  if (nn->op == EVT_OP_BMM) {
+    evt_lower_bmm(g, group, gi, nu, L, vid);
+    return;
+  }
+  int ai = nn->op == EVT_OP_ADDMM ? 1 : 0;
+  int a = nn->inputs[ai], b = nn->inputs[ai + 1];
+  L->m = nn->type.shape[0];
+  L->n = nn->type.shape[1];
+  L->k = g->nodes[a].type.shape[1];
+  c.m = L->m, c.n = L->n;
+  int ta = operand_layout(g, group, gi, a, &L->a_node), tb = operand_layout(g, group, gi, b, &L->b_node);
+  evt_dtype adt = g->nodes[L->a_node].type.dtype, bdt = g->nodes[L->b_node].type.dtype;
+  if (ta < 0 || tb < 0)
+    evt_lower_refuse(&c, nu, "operand %%%s is neither row-major nor transposed in memory",
+                     g->nodes[ta < 0 ? a : b].name);
+  else if (ta && tb) evt_lower_refuse(&c, nu, "both operands transposed (layout TT is not in the kernel spec)");
+  else if (adt != bdt || (adt != EVT_BF16 && adt != EVT_F16))
+    evt_lower_refuse(&c, nu, "operands %s x %s (the kernel spec takes bf16 or f16 operands)", evt_dtype_name(adt),
+                     evt_dtype_name(bdt));
+  else if (L->m % 8 || L->n % 8 || L->k % 8)
+    evt_lower_refuse(&c, nu, "M=%lld N=%lld K=%lld: each must be a multiple of 8 (16-byte aligned rows)",
+                     (long long)L->m, (long long)L->n, (long long)L->k);
+  if (c.bad >= 0) {
+    L->bad_node = c.bad;
+    return;
+  }
+  /* the untuned mainloop (evt_lower_untuned_config) is set once the epilogue is known, below */
+  evt_tile_config cfg = {128, L->n >= 256 ? 256 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+  evt_kspec_init(&L->spec, ta ? EVT_LAYOUT_TN : tb ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, adt, EVT_BF16, cfg);
+  int acc = evt_lower_add_node(&c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
+  vid[nu] = acc;
+  if (nn->op == EVT_OP_ADDMM) {
+    vid[nu] = -1;
+    int bias = evt_lower_operand(&c, nu, nn->inputs[0], &nn->type);
+    vid[nu] = bias >= 0 ? evt_lower_add_node(&c, nu, EVT_V_ADD, acc, bias, EVT_F32, NULL, -1) : -1;
+  }
+  /* operand permutes fused as layouts are members too; they are not epilogue nodes */
+  evt_lower_members(&c, group[a] == gi ? a : -1, group[b] == gi ? b : -1);
+  int dmem = -1;
+  if (c.bad < 0) evt_lower_add_stores(&c, L, true, &dmem);
+  if (c.bad < 0) {
+    if (dmem >= 0) {
+      L->d_tensor = dmem;
+      L->spec.d_node = vid[dmem];
+      L->spec.d_dtype = g->nodes[dmem].type.dtype;
+    } else {
+      int last = -1;
+      for (int v = g->nnodes - 1; v >= 0 && last < 0; v--)
+        if (group[v] == gi && vid[v] >= 0) last = v;
+      L->d_tensor = -1;
+      L->spec.d_node = vid[last];
+      L->spec.d_dtype = L->spec.ab_dtype;
+    }
+  }
+  if (c.bad >= 0) {
+    L->bad_node = c.bad;
+    return;
+  }
+  L->spec.cfg = evt_lower_untuned_config(&L->spec, L->m, L->n, L->k);
+  char err[256];
+  evt_vtree *tree = malloc(sizeof *tree);
+  EVT_ASSERT(tree);
+  evt_status st = evt_kspec_check(&L->spec, err, sizeof err);
+  if (st == EVT_OK) st = evt_vtree_build(&L->spec, tree, err, sizeof err);
+  free(tree);
+  if (st != EVT_OK) {
+    evt_lower_refuse(&c, nu, "%s", err);
+    L->bad_node = c.bad;
+    return;
+  }
+  L->kind = EVT_LK_GEMM_EVT;
+  L->ok = 1;
+  L->reason[0] = 0;
+  evt_kspec_kernel_name(&L->spec, L->kernel);
+}
+
+/* 128x256 cooperative once N fills it (the tuner's usual winner on unbatched shapes), else 128x128. 128x128
+ * ping-pong for an epilogue without CUTLASS row/column sums over K <= 4096: one consumer warp group's epilogue runs
+ * while the other's mainloop keeps the tensor cores busy, so aux loads, stores and elementwise math cost little.
+ * CUTLASS's sum nodes keep their sums in local memory in a ping-pong kernel, so those stay cooperative; at long K
+ * ping-pong's mainloop is slower. A tune record (src/tune/tune.c) replaces it (measurements: bench/RESULTS.md). */
+evt_tile_config evt_lower_untuned_config(const evt_kspec *s, int64_t m, int64_t n, int64_t k) {
+  evt_tile_config cfg = {128, n >= 256 ? 256 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+  evt_kspec pp = *s;
+  pp.cfg = (evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_PINGPONG};
+  if (!evt_emit_cutlass_sums(&pp) && k <= 4096 && m >= 128 && n >= 128) cfg = pp.cfg;
+  return cfg;
+}
