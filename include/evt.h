@@ -133,7 +133,7 @@ uint64_t evt_graph_rng_step(const evt_graph *g);
 
 /* ---- running a step on the GPU (src/runtime/program.c) ---------------------------------------------
  * A program is a graph compiled for the GPU: optimized (unless EVT_PROGRAM_NO_OPT), partitioned, lowered,
- * its fused groups JIT-compiled (cache $EVT_JIT_CACHE) and loaded, its intermediates planned by liveness
+ * its fused groups JIT-compiled (cache $EVT_CACHE_DIR/jit, docs/config.md) and loaded, its intermediates planned by liveness
  * in one device arena. The caller owns the memory of every input, param and graph output: dense row-major
  * in the node's dtype (bf16/f16 as 16-bit, f32, i64 for integer inputs, u8 for bool), bound before a run.
  * A run enqueues the whole step on the caller's stream (cudaStream_t; NULL = the legacy default stream)
@@ -198,7 +198,7 @@ int evt_program_prefetch_opts(evt_graph *const *graphs, int n, const evt_options
  * evt_program_create(graphs[i], flags) would run - the distinct (epilogue, shape) problems across the graphs:
  * candidate mainloop configs x tile-scheduler variants against the unfused cuBLAS alternative, the fastest
  * checked against the CPU reference (`evtc tune`, docs/codegen.md) - and writes the records the creations
- * then apply (in the JIT cache directory's tune/, or $EVT_TUNE_CACHE). Problems that have a record of at
+ * then apply (in $EVT_CACHE_DIR/tune). Problems that have a record of at
  * least as many configs are not measured again, so a second process costs nothing. max_configs caps the
  * candidate configs per kernel (0: all, ~10; each is a CUTLASS compile); 1 measures the untuned config's
  * kernel (the one the program compiles anyway) at its scheduler variants against the unfused alternative

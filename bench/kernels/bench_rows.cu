@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
 // For each BERT-large case and each LABEL=DIR variant (DIR/<kernel>.so; a missing one is reported and skipped):
 //   match   outputs of one launch at this size vs the CPU reference (evt_rspec_reference): relative Frobenius
 //           error, bf16 tolerance 1e-2 (f32 1e-5); NaN never matches
-//   dirty   the method of bench/results/rows-h200.md: 256 MiB cudaMemsetAsync before each launch, events around
+//   dirty   the method of bench/RESULTS.md's row tables: 256 MiB cudaMemsetAsync before each launch, events around
 //           the launch, median. The memset leaves up to L2-size dirty lines that the timed kernel then evicts,
 //           i.e. writes back to DRAM inside its timing.
 //   clean   the same with a read-only flush (a kernel reads 256 MiB): L2 holds none of the operands and no dirty

@@ -163,7 +163,7 @@ static void spec_gelu_bwd_dbias(evt_kspec *s) {
 
 // Epilogue ablation (BENCH_TUNE_CASES=epi): BERT-large's fc1 forward (16384x4096x1024 NN) and fc2 backward dX
 // (16384x4096x1024 NT) with the epilogue built up node by node, to see what each part of the fused epilogue
-// costs next to the plain GEMM (bench/results/h200-2026-11-29/S15W1).
+// costs next to the plain GEMM (bench/RESULTS.md).
 static void spec_ablation(evt_kspec *s, const std::string &b) {
   evt_kspec_init(s, EVT_LAYOUT_NN, EVT_BF16, EVT_BF16, EVT_TILE_CONFIG_DEFAULT);
   int acc = evt_kspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, "acc");
@@ -414,7 +414,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(argv[1], "tune")) {
-    // the autotuner itself (src/tune/tune_gpu.c) on every case: records under $EVT_TUNE_CACHE
+    // the autotuner itself (src/tune/tune_gpu.c) on every case: records under $EVT_CACHE_DIR/tune
     std::vector<evt_tune_problem> probs;
     for (Plan &p : plans) {
       evt_tune_problem q;

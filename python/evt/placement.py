@@ -37,7 +37,7 @@ def _keep(family):
 
 
 def _reference_only(family, what, how, torch_kernels):
-    return (f"evt's only CUDA implementation of {what} is the reference library (kernels/evt_fallback.cu: {how}); "
+    return (f"evt's only CUDA implementation of {what} is the reference library (kernels/fallback/: {how}); "
             f"runs in PyTorch ({torch_kernels})" + _keep(family))
 
 
@@ -45,9 +45,9 @@ def _reference_only(family, what, how, torch_kernels):
 FAMILY_REASON = {
     "convolution": _reference_only("convolution", "convolution", "direct loops in double, no implicit GEMM",
                                    "cuDNN"),
-    "attention": ("evt's CUDA attention is cuDNN's fused flash attention for bf16/f16 (kernels/evt_cudnn_sdpa.cu; "
+    "attention": ("evt's CUDA attention is cuDNN's fused flash attention for bf16/f16 (kernels/fallback/cudnn_sdpa.cu; "
                   "a backward program recomputes the forward: evt's sdpa_backward takes q, k, v, not the saved "
-                  "statistics) and the reference library for f32 (kernels/evt_fallback.cu: one thread per query row "
+                  "statistics) and the reference library for f32 (kernels/fallback/attention.cu: one thread per query row "
                   "in double); runs in PyTorch (flash / efficient / cuDNN attention)" + _keep("attention")),
     "pooling": _reference_only("pooling", "pooling", "one thread per element in double", "cuDNN / ATen"),
     "embedding": _reference_only("embedding", "the embedding and its backward", "a gather by index, and a "

@@ -59,7 +59,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--tune] [-
              "  --tune           first tune every lowered GEMM+EVT kernel on the GPU (as evtc tune; needs nvcc, CUTLASS\n"
              "                   and a GPU; without them every GEMM keeps the default config). Tuning records found\n"
              "                   are always applied: a GEMM group gets its tuned config, or runs unfused\n"
-             "  --tune-cache DIR where tuning records live (default: the JIT cache, $EVT_JIT_CACHE)\n"
+             "  --tune-cache DIR where tuning records live (default: $EVT_CACHE_DIR, docs/config.md)\n"
              "  --dtype bf16|f16 read every f32 tensor of FILE as bf16/f16 (kernel specs take 16-bit operands)\n"
              "  --solver=greedy  partition greedily instead of exactly\n"
              "  --no-cache       do not read or write the partition cache\n"

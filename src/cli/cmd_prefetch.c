@@ -1,6 +1,6 @@
 /* `evtc prefetch FILE... [--only gemm|rows] [--list]`: JIT-compiles, in one parallel batch, every generated
  * kernel that `evtc run FILE --device cuda --fused` would compile for each FILE, so that later runs find
- * them in the JIT cache (src/runtime/jit/jit.h: EVT_JIT_CACHE, EVT_JIT_JOBS).
+ * them in the JIT cache (src/runtime/jit/jit.h: $EVT_CACHE_DIR/jit, EVT_JIT_JOBS).
  *
  * Per FILE exactly what run does before it JIT-compiles: parse, joint graph, the pass pipeline once,
  * evt_program_create_host(EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT) (partition, lowering, tune records,
@@ -61,7 +61,7 @@ static bool plan_file(const char *path, evt_pf_kernel **ks, int *n, int *cap, in
 
 EVTC_COMMAND(prefetch, "FILE... [--only gemm|rows] [--list]",
              "JIT-compile in one parallel batch the generated kernels that `evtc run FILE --device cuda --fused`\n"
-             "would compile for every FILE (deduplicated; results in the JIT cache, EVT_JIT_CACHE; EVT_JIT_JOBS\n"
+             "would compile for every FILE (deduplicated; results in the JIT cache, $EVT_CACHE_DIR/jit; EVT_JIT_JOBS\n"
              "compiles at a time). CUTLASS GEMM kernels first, then row / pointwise kernels.\n"
              "  --only gemm   only the CUTLASS GEMM+EVT kernels\n"
              "  --only rows   only the row / pointwise kernels\n"

@@ -28,7 +28,7 @@ EVTC_COMMAND(tune, "FILE [--dtype bf16|f16] [--max-configs N] [--reps N] [--jobs
              "  --jobs N          parallel nvcc (default $EVT_JIT_JOBS or the CPU count)\n"
              "  --force           measure again even where a record exists\n"
              "  --compile-only    only JIT-compile the candidates (into the JIT cache) and stop: nothing measured\n"
-             "  --cache DIR       the cache directory (default: the JIT cache, $EVT_JIT_CACHE)") {
+             "  --cache DIR       the cache directory (default: $EVT_CACHE_DIR, docs/config.md)") {
   const char *path = NULL, *cache = NULL;
   int dtype = -1;
   evt_tune_options o = {0};

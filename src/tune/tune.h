@@ -20,8 +20,7 @@
  * kernel slower than the unfused alternative it measured.
  *
  * Where the result lives: one text file per (spec, shape, GPU) under <root>/tune/, root = the cache_dir
- * argument, else $EVT_TUNE_CACHE, else the JIT cache directory of jit.h ($EVT_JIT_CACHE, $XDG_CACHE_HOME/evt
- * or ~/.cache/evt), named
+ * argument, else evt's cache root (docs/config.md: $EVT_CACHE_DIR, $XDG_CACHE_HOME/evt or ~/.cache/evt), named
  * <epilogue hash>-<M>x<N>x<K>-<GPU name with [^A-Za-z0-9] as _>.txt, written atomically (tmp + rename).
  * The key is evt_kspec_epilogue_hash (the spec without its config), so every config of an epilogue shares
  * it. Format (line oriented, `key value`; unknown keys are ignored on read):

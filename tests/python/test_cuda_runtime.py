@@ -1,6 +1,6 @@
 """The CUDA runtime without a GPU (CI): libevt never links CUDA, `evtc run --device cuda` fails cleanly,
 and the kernel library (kernels/fallback/) compiles with nvcc where nvcc exists (skipped otherwise).
-What ran on a GPU is in bench/results/runtime-h200.md (bench/cuda_device_run.sh)."""
+The GPU runs are in tests/gpu/run.sh (make test-gpu)."""
 import os
 import shutil
 import subprocess

@@ -3,7 +3,7 @@
  * enqueues launches: the two call each other through this header on purpose.
  *
  * There is ONE GPU runtime: an evt_program. Layers:
- *   cuda.c     loads kernels/evt_fallback.cu's library (build/libevt_fallback.so) with dlopen - libevt
+ *   cuda.c     loads the kernel library of kernels/fallback/ (build/libevt_fallback.so) with dlopen - libevt
  *              never links CUDA: path $EVT_FALLBACK_LIB, else libevt_fallback.so next to the running
  *              executable, else the loader's search path; no library, no libcudart or no device:
  *              EVT_ERR_UNSUPPORTED with "no CUDA device: ..." -, and launches one step of a program on a
