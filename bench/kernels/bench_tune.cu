@@ -646,8 +646,7 @@ int main(int argc, char **argv) {
     // cuBLAS plain, the faster separate pair and evt's best config timed again side by side, their order rotated
     // each round, each a median of `reps` calls; the medians over the rounds compare the three at the same GPU
     // temperature and clocks. (The sweep above times cuBLAS first and evt's configs after it, and the clocks follow
-    // the GPU's temperature and power: at 8192^3 cuBLASLt's own GEMM read 1.367 ms first and 1.490 ms right after,
-    // S23W1, and 1.586 ms side by side with evt's kernel after the sweep, S23W2.)
+    // the GPU's temperature and power, so times far apart in the sweep are not comparable.)
     double i_plain = -1, i_sep = -1, i_evt = -1;
     int rounds = getenv("BENCH_TUNE_ROUNDS") ? atoi(getenv("BENCH_TUNE_ROUNDS")) : 6;
     if (rounds > 0 && t_best > 0) {

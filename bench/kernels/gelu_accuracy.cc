@@ -1,9 +1,8 @@
 // How close two f32 GELU formulas come to the exact GELU once rounded to bf16 (host only, no GPU):
-//   erff form    0.5·x·(1 + erff(x/√2)), dy·(cdf + x·φ(x)) with expf: PyTorch's CUDA formula (and evt's row kernels
-//                before session 31)
+//   erff form    0.5·x·(1 + erff(x/√2)), dy·(cdf + x·φ(x)) with expf: PyTorch's CUDA formula
 //   normal_cdf   evt_gelu_erf / evt_gelu_erf_grad (kernels/evt_math.h): the GEMM epilogues' and row kernels' formula
 //   degree 5     the same with the tail polynomial P of degree 5 (refitted minimax, 4.0e-6, Φ(0) = 1/2 exact): one
-//                instruction per element fewer in a GEMM epilogue; measured here and not taken (session 37)
+//                instruction per element fewer in a GEMM epilogue; measured here and not taken
 // against the double-precision GELU (what the CPU interpreter computes), on x ~ N(0, SCALE²), dy ~ N(0, 1).
 //   g++ -O2 -Ikernels bench/kernels/gelu_accuracy.cc -o /tmp/gelu_accuracy -lm && /tmp/gelu_accuracy [SCALE] [COUNT]
 // The host build evaluates evt_math.h's rcp / exp2 exactly where the GPU uses MUFU approximations (1-2 ulp).

@@ -497,9 +497,9 @@ TEST(exec_bind_gemm_refusals) {
 /* The --check rule (evt_check_step, cuda.h) on the CPU model of the fused step, trained 3 SGD steps on its own
  * gradients as `evtc run --fused` does: every bf16 graph passes the rule (the GPU must), and the quantities it
  * reports are consistent; a gradient off by 5% and a negated one fail it; f32 stays tight. (The plans are the
- * default, unrefined ones. With EVT_REFINE_PARTITION=1 resnet_block_bf16 fails the rule at step 2 - its ReLU
- * masks flip under bf16 rounding: the model flips 5 signs of b0.res against fp64 where the interpreter flips 3
- * - and the H200 at step 4 (S27W3); src/compile/fused_plan.c, refine().) */
+ * default, unrefined ones. With refine_partition 1 resnet_block_bf16 fails the rule at step 2 - its ReLU
+ * masks flip under bf16 rounding: the model flips 5 signs of b0.res against fp64 where the interpreter flips 3;
+ * src/compile/fused_plan.c, refine().) */
 TEST(check_rule_on_the_fused_cpu_model) {
   const char *files[] = {"bench/graphs/mlp_bf16.evt",          "bench/graphs/bert_layer_bf16.evt",
                          "bench/graphs/bert_layer_sdpa_bf16.evt", "bench/graphs/gcn_bf16.evt",
@@ -1065,8 +1065,7 @@ TEST(exec_plan_refines_refused_groups) {
  * NCHW; the output permuted back): the layout pass carries the permutes through the statistics (mean over
  * N, H, W of the logical tensor = a Σ over the rows of the [N·H·W, C] memory order) and the per-channel
  * broadcasts, so no permute is left, forward or backward; the refined plan lowers every group (column sums,
- * per-channel math, the apply) and computes what the interpreter does. Before session 33 the statistics
- * stayed over dims [0, 2, 3] of the permuted tensor, which no kernel takes: the groups ran node by node. */
+ * per-channel math, the apply) and computes what the interpreter does. */
 TEST(batch_norm_channels_last_lowers_as_column_sums) {
   const char *text = "graph bn_cl {\n"
                      "  %xp: f32[4,4,4,16] = input(init=normal, std=1.0)\n"
@@ -1102,8 +1101,7 @@ TEST(batch_norm_channels_last_lowers_as_column_sums) {
     CHECK_MSG(p.groups[gi].fused, "group %d not lowered: %s", gi, p.low.k[gi].reason);
   CHECK_MSG(nb == 0 && nf == p.ngroups, "%d fused, %d fallback", nf, nb);
   /* the per-channel math between the sums and the apply ([16]-sized element-wise nodes, taken out of the apply's
-   * group) is one kernel: no such node in a group apart from a same-sized element-wise input (session 34; one
-   * group per node before) */
+   * group) is one kernel: no such node in a group apart from a same-sized element-wise input */
   int apart = 0;
   for (int v = 0; v < g->nnodes; v++) {
     const evt_node *n = &g->nodes[v];
