@@ -21,6 +21,7 @@ from . import config
 from . import placement as P
 from . import rewrites as R
 from .cudagraphs import step_graphs
+from .lib import LibraryError
 from .plan import Plan, build_plan
 from .segment import STATS, Segment, release_programs, reset_stats  # noqa: F401 (the package's API)
 
@@ -115,6 +116,8 @@ def compile_module(gm, example_inputs, kind="module", options=None):
             if plan is None:
                 try:
                     plan = build_plan(_specialize(gm, args), options, kind)
+                except LibraryError:
+                    raise
                 except Exception as e:  # noqa: BLE001 (any failure to specialize: run the module as is)
                     log.warning("%s: could not specialize symbolic shapes (%s)", kind, e)
                     plan = None
@@ -129,6 +132,8 @@ def compile_module(gm, example_inputs, kind="module", options=None):
         return run_dynamic
     try:
         plan = build_plan(gm, options, kind)
+    except LibraryError:  # (a configuration error: the user must see it)
+        raise
     except Exception as e:  # noqa: BLE001 (a bug in the translation must not fail the user's step)
         log.warning("%s: evt failed to build a plan (%s: %s); the module runs in PyTorch", kind, type(e).__name__, e)
         plan = None

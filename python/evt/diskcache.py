@@ -39,6 +39,7 @@ def library_hash():
     global _lib_hash
     if _lib_hash is None:
         h = hashlib.sha256()
+        L.lib()  # (a library that does not load is LibraryError, before its file is read)
         with open(L.library_path(), "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)

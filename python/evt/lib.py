@@ -1,8 +1,9 @@
 """ctypes binding of libevt: parse `.evt` text and run it on the CPU interpreter with torch tensors.
 
 Contract
-- The library is `$EVT_LIB`, else `<repo>/build/libevt.so`; if neither exists it is built once with
-  `make -C <repo> build/libevt.so` (the repo is the folder above `python/`).
+- The library is `$EVT_LIB`, else the one built into the package (`pip install <repo>/python`: evt/_libevt*.so),
+  else `<repo>/build/libevt.so` of a checkout (`make`); none found, or one that does not load, raises LibraryError
+  saying how to fix it (the backend lets it through: a model never falls back to PyTorch as a whole silently).
 - Graph(text) parses (raising EvtError with the library's message, which names the node) and owns the
   evt_graph. Graph.run(inputs, outputs) binds torch tensors to the `input` node ids given, runs
   evt_interp_run, and returns fresh torch tensors for the output node ids asked for, in the dtypes asked for.
@@ -10,8 +11,8 @@ Contract
   (as contiguous float64) and out; strides of the callers' tensors do not matter.
 """
 import ctypes
+import glob
 import os
-import subprocess
 import threading
 
 import torch
@@ -40,17 +41,20 @@ _lib = None
 _lock = threading.Lock()
 
 
+class LibraryError(EvtError):
+    """libevt is missing or does not load: a configuration error the user must fix."""
+
+
 def library_path():
-    """Where libevt is (building it if needed): $EVT_LIB, else <repo>/build/libevt.so."""
+    """Where libevt is: $EVT_LIB, else the package's own, else <repo>/build/libevt.so; LibraryError if none."""
     env = config.library_override()
     if env:
         return env
-    path = os.path.join(REPO, "build", "libevt.so")
-    if not os.path.exists(path):
-        if not os.path.exists(os.path.join(REPO, "Makefile")):
-            raise EvtError(f"libevt not found: set EVT_LIB or build {path}")
-        subprocess.run(["make", "-C", REPO, "build/libevt.so"], check=True, stdout=subprocess.DEVNULL)
-    return path
+    for path in sorted(glob.glob(os.path.join(_PKG, "_libevt*.so"))) + [os.path.join(REPO, "build", "libevt.so")]:
+        if os.path.exists(path):
+            return path
+    raise LibraryError("libevt not found: install the package with `pip install <evt checkout>/python` (it builds "
+                       "libevt; needs CBC: coinor-libcbc-dev), or build a checkout with `make`, or set EVT_LIB")
 
 
 def lib():
@@ -58,7 +62,11 @@ def lib():
     global _lib
     with _lock:
         if _lib is None:
-            L = ctypes.CDLL(library_path())
+            path = library_path()
+            try:
+                L = ctypes.CDLL(path)
+            except OSError as e:
+                raise LibraryError(f"libevt at {path} does not load: {e}") from None
             P, T = ctypes.c_void_p, ctypes.POINTER(Tensor)
             sigs = {
                 "evt_parse": (P, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]),
@@ -80,7 +88,7 @@ def has_interpreter():
     """True when the loaded libevt exports the CPU interpreter (evt_interp_run)."""
     try:
         return hasattr(lib(), "evt_interp_run")
-    except (OSError, EvtError, subprocess.CalledProcessError):
+    except (OSError, EvtError):
         return False
 
 

@@ -18,7 +18,7 @@ from . import placement as P
 from . import rewrites as R
 from . import segment as SG
 from . import torch_steps as TS
-from .lib import EvtError
+from .lib import EvtError, LibraryError
 from .segment import Segment
 from .segments import Segmentation
 
@@ -255,6 +255,8 @@ def build_plan(gm, options=None, kind="module"):
         try:
             plan.finalize()
             return plan
+        except LibraryError:
+            raise
         except G.ProgramError as e:
             bad = getattr(e, "node", None)
             if bad is None or bad in force:  # (finalize only raises with a node; defensive)

@@ -431,7 +431,7 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
     return EVT_ERR_UNSUPPORTED;
   }
   /* the timing helper first */
-  const char *kdir = evt_env(EVT_ENV_KERNELS_DIR) ? evt_env(EVT_ENV_KERNELS_DIR) : "kernels";
+  const char *kdir = evt_kernels_dir();
   char hpath[1100];
   snprintf(hpath, sizeof hpath, "%s/evt_tune_bench.cu", kdir);
   char *hsrc = read_text(hpath);

@@ -1,9 +1,14 @@
 /* The environment variables of docs/config.md, read here and nowhere else in src/ (contract in env.h). */
 #include "util/env.h"
 
+#include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+#include <stdbool.h>
 
 #include "util/util.h"
 
@@ -30,6 +35,40 @@ long evt_env_long(evt_env_var v, long dflt) {
   char *end = NULL;
   long x = s ? strtol(s, &end, 10) : 0;
   return s && end != s && !*end ? x : dflt;
+}
+
+const char *evt_self_dir(void) {
+  static char dir[PATH_MAX];
+  static int done;
+  if (!done) {
+    Dl_info info;
+    if (dladdr((void *)&evt_self_dir, &info) && info.dli_fname && realpath(info.dli_fname, dir)) {
+      char *slash = strrchr(dir, '/');
+      if (slash) *slash = '\0';
+    } else {
+      dir[0] = '\0';
+    }
+    done = 1;
+  }
+  return dir;
+}
+
+static bool has_launch_header(const char *dir) {
+  char path[PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/evt_launch.h", dir);
+  return access(path, R_OK) == 0;
+}
+
+const char *evt_kernels_dir(void) {
+  static char dir[PATH_MAX + 16];
+  const char *env = evt_env(EVT_ENV_KERNELS_DIR);
+  if (env) return env;
+  const char *self = evt_self_dir();
+  snprintf(dir, sizeof dir, "%s/kernels", self);
+  if (*self && has_launch_header(dir)) return dir;
+  snprintf(dir, sizeof dir, "%s/../kernels", self);
+  if (*self && has_launch_header(dir)) return dir;
+  return "kernels";
 }
 
 void evt_env_cache_dir(const char *sub, char *out, size_t len) {

@@ -12,7 +12,7 @@ typedef enum evt_env_var {
   EVT_ENV_HOME,           /* HOME: else $HOME/.cache/evt */
   EVT_ENV_NVCC,           /* EVT_NVCC: the CUDA compiler (default: nvcc on PATH) */
   EVT_ENV_CUTLASS_PATH,   /* CUTLASS_PATH: a CUTLASS checkout (default: the nvidia-cutlass Python package) */
-  EVT_ENV_KERNELS_DIR,    /* EVT_KERNELS_DIR: evt's kernels/ headers for generated code (default: ./kernels) */
+  EVT_ENV_KERNELS_DIR,    /* EVT_KERNELS_DIR: evt's kernels/ headers for generated code (default: evt_kernels_dir) */
   EVT_ENV_FALLBACK_LIB,   /* EVT_FALLBACK_LIB: the CUDA kernel library libevt_fallback.so */
   EVT_ENV_JIT_JOBS,       /* EVT_JIT_JOBS: parallel nvcc processes (default: the CPU count) */
   EVT_ENV_PROFILE,        /* EVT_PROFILE: N (GPU time per step, a table every N runs) or host:N (host time) */
@@ -25,6 +25,12 @@ const char *evt_env(evt_env_var v);
 const char *evt_env_name(evt_env_var v);
 /* The integer value, or dflt when unset, empty or not a number. */
 long evt_env_long(evt_env_var v, long dflt);
+/* The folder of the library (libevt.so) or program this code was linked into: where a package puts the files
+ * it ships beside it. "" if unknown. */
+const char *evt_self_dir(void);
+/* evt's kernels/ headers for generated code: $EVT_KERNELS_DIR, else <self>/kernels (an installed package), else
+ * <self>/../kernels (a build/ folder of a checkout), else ./kernels. */
+const char *evt_kernels_dir(void);
 /* <root>/<sub> of evt's disk caches: root = $EVT_CACHE_DIR, else $XDG_CACHE_HOME/evt, else $HOME/.cache/evt,
  * else /tmp/evt-cache-<uid> (no home). */
 void evt_env_cache_dir(const char *sub, char *out, size_t len);

@@ -20,6 +20,13 @@ static void *open_library(char *why, size_t n) {
     if (!h) snprintf(why, n, "%s", dlerror());
     return h;
   }
+  char beside[PATH_MAX + 32]; /* an installed package: the kernel library beside libevt */
+  snprintf(beside, sizeof beside, "%s/libevt_fallback.so", evt_self_dir());
+  if (*evt_self_dir() && access(beside, F_OK) == 0) {
+    void *h = dlopen(beside, RTLD_NOW | RTLD_LOCAL);
+    if (!h) snprintf(why, n, "%s", dlerror());
+    return h;
+  }
   char exe[PATH_MAX];
   ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (len > 0) {

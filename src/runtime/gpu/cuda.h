@@ -4,8 +4,8 @@
  *
  * There is ONE GPU runtime: an evt_program. Layers:
  *   cuda.c     loads the kernel library of kernels/fallback/ (build/libevt_fallback.so) with dlopen - libevt
- *              never links CUDA: path $EVT_FALLBACK_LIB, else libevt_fallback.so next to the running
- *              executable, else the loader's search path; no library, no libcudart or no device:
+ *              never links CUDA: path $EVT_FALLBACK_LIB, else libevt_fallback.so beside libevt, else next to
+ *              the running executable, else the loader's search path; no library, no libcudart or no device:
  *              EVT_ERR_UNSUPPORTED with "no CUDA device: ..." -, and launches one step of a program on a
  *              stream: evt_gpu_launch_node (one node through the library) and evt_gpu_launch_group (one
  *              partition group on its path: a generated row kernel, a generated GEMM+EVT kernel

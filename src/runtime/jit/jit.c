@@ -86,8 +86,7 @@ evt_status evt_jit_flags(const evt_jit_options *opt, char *out, size_t outlen) {
     msgf(out, outlen, "CUTLASS not found: set CUTLASS_PATH or pip install nvidia-cutlass==4.2.0.0");
     return EVT_ERR_UNSUPPORTED;
   }
-  const char *kdir = opt && opt->kernels_dir ? opt->kernels_dir : evt_env(EVT_ENV_KERNELS_DIR);
-  if (!kdir || !*kdir) kdir = "kernels";
+  const char *kdir = opt && opt->kernels_dir ? opt->kernels_dir : evt_kernels_dir();
   const char *extra = opt && opt->extra_flags ? opt->extra_flags : "";
   if (has_quote(inc) || has_quote(util) || has_quote(kdir)) {
     msgf(out, outlen, "include paths must not contain a single quote");
@@ -157,8 +156,7 @@ static void scan_includes(const char *text, const char *kdir, char names[][64], 
  * and content, in name order): a changed header must not hit an old cache entry of a kernel that includes it,
  * and kernels that do not include it keep theirs (a visitor functor does not recompile every row kernel). */
 static uint64_t kernel_headers_hash(const evt_jit_options *opt, const char *source) {
-  const char *kdir = opt && opt->kernels_dir ? opt->kernels_dir : evt_env(EVT_ENV_KERNELS_DIR);
-  if (!kdir || !*kdir) kdir = "kernels";
+  const char *kdir = opt && opt->kernels_dir ? opt->kernels_dir : evt_kernels_dir();
   uint64_t h = evt_hash_bytes(0, "--kernel headers--", 18);
   char names[JIT_MAX_HEADERS][64];
   char *text[JIT_MAX_HEADERS] = {0};

@@ -10,7 +10,7 @@
  *        -shared -Xcompiler -fPIC -I<kernels dir> -I<CUTLASS include> -I<CUTLASS tools/util/include> -lcuda
  * CUTLASS is found from CUTLASS_PATH (a CUTLASS tree, or the `cutlass_library/source` folder of the
  * nvidia-cutlass PyPI package) or else from the installed `cutlass_library` Python package.
- * Environment (docs/config.md): EVT_NVCC, the cache <root>/jit (EVT_CACHE_DIR), EVT_KERNELS_DIR, EVT_JIT_JOBS.
+ * Environment (docs/config.md): EVT_NVCC, the cache <root>/jit (EVT_CACHE_DIR), EVT_KERNELS_DIR (evt_kernels_dir), EVT_JIT_JOBS.
  * A progress line per finished compile goes to stderr unless quiet. A failed compile leaves in the job's
  * `error` the kernel's name, nvcc's exit status, the log file and the log's first error lines.
  */
