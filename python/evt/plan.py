@@ -36,6 +36,8 @@ class Plan:
         self.check = config.parse_options(self.options)["check"]
         self.program_node_fallback = program_node_fallback
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        # constants the graph holds as module attributes (a captured tensor, the index of a slice assignment)
+        self.constants = [n for n in gm.graph.nodes if n.op == "get_attr"]
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.rng_by_caller = False  # dropout segments' RNG steps are drawn by the caller (draw_rng_steps)
         seg = Segmentation(gm, force_torch, self.options)
@@ -169,6 +171,8 @@ class Plan:
         env = dict(zip(self.placeholders, args))
         if consume:
             args.clear()
+        for n in self.constants:
+            env[n] = _attr(self.gm, n.target)
         TS.clear_padded_copies()
         k = 0
         while k < len(self.steps) and self.steps[k] in self._foreach_casts:
@@ -234,6 +238,14 @@ def _check_segment(seg, env):
 # A CUDA segment whose program creation names a node moves that node to PyTorch and the plan is rebuilt,
 # at most this many times per module; later failures run their whole segment in PyTorch.
 MAX_PROGRAM_REBUILDS = 16
+
+
+def _attr(gm, target):
+    """The value of a get_attr node's dotted target on gm."""
+    v = gm
+    for part in target.split("."):
+        v = getattr(v, part)
+    return v
 
 
 def _flat_nodes(x):
