@@ -393,12 +393,17 @@ def _lnot(b, node, used):
     return b.result("eq", [_truth(b, node.args[0]), b.scalar(0, torch.bool)])
 
 
-@rule(aten.logical_and, aten.logical_or)
-def _land(b, node, used):
+def _and_or(b, node, is_and):
+    """x and y = where(x, y, false); x or y = where(x, true, y), on the truth values of the operands."""
     x, y = _truth(b, node.args[0]), _truth(b, node.args[1])
-    if node.target.overloadpacket == aten.logical_and:
+    if is_and:
         return b.result("where", [x, y, b.scalar(0, torch.bool)])
     return b.result("where", [x, b.scalar(1, torch.bool), y])
+
+
+@rule(aten.logical_and, aten.logical_or)
+def _land(b, node, used):
+    return _and_or(b, node, node.target.overloadpacket == aten.logical_and)
 
 
 @rule(aten.bitwise_and, aten.bitwise_or, aten.bitwise_not)
@@ -408,8 +413,7 @@ def _bitwise(b, node, used):
         raise Unsupported("bitwise ops on other than bool tensors")
     if node.target.overloadpacket == aten.bitwise_not:
         return _lnot(b, node, used)
-    return _land(b, node, used) if node.target.overloadpacket == aten.bitwise_and else \
-        b.result("where", [b.val(ts[0]), b.scalar(1, torch.bool), b.val(ts[1])])
+    return _and_or(b, node, node.target.overloadpacket == aten.bitwise_and)
 
 
 @rule(aten.log1p)
