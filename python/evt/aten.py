@@ -69,6 +69,20 @@ def type_str(v, dtype=None):
     return f"{dt}[{','.join(map(str, shape))}]"
 
 
+# evt holds every value as a double (the interpreter, and the GPU programs' node-by-node steps): integers are exact
+# up to 2^53 in magnitude, and arithmetic does not wrap around on overflow as PyTorch's integer kernels do.
+EXACT_INT = 1 << 53
+
+
+def number(value):
+    """A Python number as the double of an evt attribute; an integer beyond 2^53 (no exact double) is Unsupported."""
+    if not isinstance(value, (int, float, bool)):
+        raise Unsupported("symbolic or non-numeric value")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > EXACT_INT:
+        raise Unsupported(f"integer {value} beyond 2^53 (evt computes in double)")
+    return float(value)
+
+
 def _ints(xs):
     out = []
     for x in xs:
@@ -97,16 +111,19 @@ class Builder:
         self.transposed_input = None  # FX node -> True: declare it transposed (placement.gemm_only_transposed)
         self.transposed = set()       # names of inputs declared transposed (bound as x.t())
         self.rng_sites = 0            # dropout sites so far: site k draws with Philox seed k (native_dropout)
+        self.int_bounds = {}          # FX node -> (bound on its integer values' magnitude, rests on an input's)
+        self.int_input_checked = False  # a bound assumed an int64 input within INT_INPUT_BOUND (checked at run time)
 
     def snapshot(self):
         return (len(self.lines), len(self.inputs), dict(self.names), dict(self.origin), self.device,
-                set(self.transposed))
+                set(self.transposed), dict(self.int_bounds), self.int_input_checked)
 
     def rollback(self, s):
         del self.lines[s[0]:]
         del self.stmt_names[s[0]:]
         del self.inputs[s[1]:]
         self.names, self.origin, self.device, self.transposed = s[2], s[3], s[4], s[5]
+        self.int_bounds, self.int_input_checked = s[6], s[7]
 
     def on_device(self, dev):
         """Claims the segment for dev (the first tensor decides); a tensor elsewhere is Unsupported."""
@@ -168,12 +185,11 @@ class Builder:
         return name
 
     def scalar(self, value, dtype):
-        if isinstance(value, torch.fx.Node) or not isinstance(value, (int, float, bool)):
-            raise Unsupported("symbolic or non-numeric scalar")
+        value = number(value)
         dt = DTYPE_NAMES.get(dtype)
         if dt is None:
             raise Unsupported(f"dtype {dtype}")
-        return self._stmt(self.fresh(), f"{dt}[]", "scalar", [], {"value": float(value)})
+        return self._stmt(self.fresh(), f"{dt}[]", "scalar", [], {"value": value})
 
     def cast(self, x, dtype):
         """evt name of tensor operand x converted to dtype."""
@@ -393,12 +409,17 @@ def _lnot(b, node, used):
     return b.result("eq", [_truth(b, node.args[0]), b.scalar(0, torch.bool)])
 
 
-@rule(aten.logical_and, aten.logical_or)
-def _land(b, node, used):
+def _and_or(b, node, is_and):
+    """x and y = where(x, y, false); x or y = where(x, true, y), on the truth values of the operands."""
     x, y = _truth(b, node.args[0]), _truth(b, node.args[1])
-    if node.target.overloadpacket == aten.logical_and:
+    if is_and:
         return b.result("where", [x, y, b.scalar(0, torch.bool)])
     return b.result("where", [x, b.scalar(1, torch.bool), y])
+
+
+@rule(aten.logical_and, aten.logical_or)
+def _land(b, node, used):
+    return _and_or(b, node, node.target.overloadpacket == aten.logical_and)
 
 
 @rule(aten.bitwise_and, aten.bitwise_or, aten.bitwise_not)
@@ -408,8 +429,7 @@ def _bitwise(b, node, used):
         raise Unsupported("bitwise ops on other than bool tensors")
     if node.target.overloadpacket == aten.bitwise_not:
         return _lnot(b, node, used)
-    return _land(b, node, used) if node.target.overloadpacket == aten.bitwise_and else \
-        b.result("where", [b.val(ts[0]), b.scalar(1, torch.bool), b.val(ts[1])])
+    return _and_or(b, node, node.target.overloadpacket == aten.bitwise_and)
 
 
 @rule(aten.log1p)
@@ -662,19 +682,12 @@ def _split(b, node, used):
 
 @rule(aten.full)
 def _full(b, node, used):
-    v = out(node)
-    value = node.args[1]
-    if not isinstance(value, (int, float, bool)):
-        raise Unsupported("symbolic fill value")
-    return b.result("full", [], {"value": float(value)})
+    return b.result("full", [], {"value": number(node.args[1])})
 
 
 @rule(aten.scalar_tensor)
 def _scalar_tensor(b, node, used):
-    value = node.args[0]
-    if not isinstance(value, (int, float, bool)):
-        raise Unsupported("symbolic value")
-    return b.result("scalar", [], {"value": float(value)})
+    return b.result("scalar", [], {"value": number(node.args[0])})
 
 
 # ---- reductions -----------------------------------------------------------------------------------
@@ -1533,10 +1546,126 @@ def _native_dropout(b, node, used):
 
 @rule(aten.full_like)
 def _full_like(b, node, used):
-    value = node.args[1]
-    if not isinstance(value, (int, float, bool)):
-        raise Unsupported("symbolic fill value")
-    return b.result("full", [], {"value": float(value)})
+    return b.result("full", [], {"value": number(node.args[1])})
+
+
+# Integer values: evt holds them in doubles, exact to 2^53, and does not wrap around on overflow as PyTorch's integer
+# kernels do. Each integer value of a segment gets a bound on its magnitude (Builder.int_bounds): an int64 input
+# INT_INPUT_BOUND on the CPU (Segment.run checks it at each run; on CUDA no check is made: 2^63), an int32 input its
+# range, a bool 1, a number its magnitude. Moves, selections and casts keep their operands' bound; the arithmetic of
+# INT_ARITH derives one (a + b: |a| + |b|, a * b: |a| |b|, a sum: |a| times the elements summed). An INT_ARITH node
+# or an integer cast whose bound exceeds its result dtype's exact range (2^53 for int64, the range of int32) runs
+# in PyTorch: evt computes it exactly only where the bound says so (BatchNorm's num_batches_tracked + 1, a count of
+# a mask), and never gives another value than PyTorch's.
+INT_INPUT_BOUND = (1 << 31) - 1
+INT_ARITH = {aten.add, aten.sub, aten.mul, aten.div, aten.rsub, aten.neg, aten.abs, aten.pow, aten.sum, aten.mean,
+             aten.index_put, aten.remainder, aten.fmod, aten.floor_divide, aten.cumsum, aten.prod}
+INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+# the ops whose Python-number arguments are values of the result (the others' numbers are sizes, dims, ...)
+_NUMBER_VALUES = {aten.full, aten.full_like, aten.scalar_tensor, aten.clamp, aten.clamp_min, aten.clamp_max,
+                  aten.where, aten.maximum, aten.minimum}
+
+
+def _exact_limit(dtype):
+    return EXACT_INT if dtype == torch.int64 else torch.iinfo(dtype).max
+
+
+def operand_bound(b, x, assumed):
+    """A bound on |x| for an operand x (a number or an FX node) of an integer-valued node, or None (unbounded: a
+    float tensor, or an integer value of the segment whose bound is unknown). Appends to `assumed` when the bound
+    rests on an int64 input's INT_INPUT_BOUND."""
+    if isinstance(x, bool):
+        return 1
+    if isinstance(x, (int, float)):
+        return abs(x)
+    if not is_tensor_node(x):
+        return None
+    v = meta_val(x)
+    if v.dtype == torch.bool:
+        return 1
+    if v.dtype not in INT_DTYPES:
+        return None
+    if x in b.int_bounds:
+        bound, assumes = b.int_bounds[x]
+        if assumes:
+            assumed.append(x)
+        return bound
+    if x in b.names and not str(b.names[x]).startswith("in."):
+        return None  # (a member whose bound was not derived: a tuple's element)
+    if v.dtype != torch.int64:
+        return -torch.iinfo(v.dtype).min
+    if v.device.type != "cpu":
+        return INT64_MAX
+    assumed.append(x)
+    return INT_INPUT_BOUND
+
+
+def _all_bounds(b, xs, assumed):
+    """The bounds of the tensor operands in xs (nested lists flattened), or None when one is unbounded."""
+    out = []
+    for x in xs:
+        if isinstance(x, (list, tuple)):
+            sub = _all_bounds(b, x, assumed)
+            if sub is None:
+                return None
+            out += sub
+        elif isinstance(x, torch.fx.Node):
+            bx = operand_bound(b, x, assumed)
+            if bx is None:
+                return None
+            out.append(bx)
+    return out
+
+
+def _arith_bound(b, node, packet, assumed):
+    """The bound of an INT_ARITH node's result, or None."""
+    a = [operand_bound(b, x, assumed) for x in node.args[:2]] + [None] * (2 - len(node.args[:2]))
+    alpha = operand_bound(b, node.kwargs.get("alpha", 1), assumed)
+    if packet in (aten.add, aten.sub) and None not in (a[0], a[1], alpha):
+        return a[0] + alpha * a[1]
+    if packet is aten.rsub and None not in (a[0], a[1], alpha):
+        return a[1] + alpha * a[0]
+    if packet is aten.mul and None not in a:
+        return a[0] * a[1]
+    if packet in (aten.neg, aten.abs):
+        return a[0]
+    if packet is aten.sum and a[0] is not None:
+        return a[0] * (meta_val(node.args[0]).numel() // max(meta_val(node).numel(), 1))
+    if packet is aten.index_put and len(node.args) > 2 and isinstance(node.args[1], (list, tuple)):
+        bv = operand_bound(b, node.args[2], assumed)
+        idx = [meta_val(i).numel() for i in node.args[1] if is_tensor_node(i)]
+        return None if a[0] is None or bv is None or len(idx) != 1 else a[0] + bv * idx[0]
+    if packet is aten.pow and a[0] is not None and isinstance(node.args[1], int) and node.args[1] >= 0:
+        return a[0] ** node.args[1]
+    return None
+
+
+def integer_bound(b, node, packet):
+    """(bound, assumed, why) for node's integer result: the bound on its magnitude, whether the bound rests on an
+    int64 input's INT_INPUT_BOUND, and why evt must not compute it (None when it may); (None, False, None) for other
+    results."""
+    v = meta_val(node)
+    if not isinstance(v, torch.Tensor) or v.dtype not in INT_DTYPES:
+        return None, False, None
+    limit = _exact_limit(v.dtype)
+    dt = str(v.dtype).replace("torch.", "")
+    assumed = []
+    if packet in INT_ARITH:
+        bound = _arith_bound(b, node, packet, assumed)
+        if bound is None or bound > limit:
+            return bound, False, (f"integer arithmetic ({dt}) whose values may exceed "
+                                  f"{'2^53' if limit == EXACT_INT else dt}: evt computes in double, without "
+                                  f"PyTorch's wrap-around")
+        return bound, bool(assumed), None
+    xs = list(node.args) + list(node.kwargs.values())
+    bounds = _all_bounds(b, xs, assumed)
+    if bounds is not None and packet in _NUMBER_VALUES:
+        bounds += [abs(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)]
+    bound = max(bounds, default=0) if bounds is not None else None
+    src = meta_val(node.args[0]) if node.args and is_tensor_node(node.args[0]) else None
+    if packet is aten._to_copy and src is not None and src.dtype in INT_DTYPES and (bound is None or bound > limit):
+        return bound, False, f"integer cast {src.dtype} -> {v.dtype} of values that may not fit (PyTorch wraps around)"
+    return bound, bool(assumed), None
 
 
 def translate(b, node, used):
@@ -1559,5 +1688,14 @@ def translate(b, node, used):
             if t.device.type not in ("cpu", "cuda"):
                 raise Unsupported(f"tensor on {t.device.type}")
             b.on_device(t.device)
+    bound, assumed, why = integer_bound(b, node, packet)
+    if why:
+        raise Unsupported(why)
     b.cur = node
-    return fn(b, node, used)
+    res = fn(b, node, used)
+    if bound is not None:
+        b.int_bounds[node] = (bound, assumed)
+        # (a bound that arithmetic or a narrowing cast relies on: Segment.run checks the int64 inputs against it)
+        if assumed and (packet in INT_ARITH or meta_val(node).dtype != torch.int64):
+            b.int_input_checked = True
+    return res

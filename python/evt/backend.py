@@ -3,13 +3,16 @@ tensors) or as evt GPU programs (CUDA tensors), PyTorch for the rest.
 
 Contract: evt_backend (registered as "evt") is aot_autograd with DECOMPOSITIONS, partition_fn and compile_module
 as its compilers; the options (config.parse_options) are documented in docs/pytorch.md, and so is how a module
-is planned (rewrites.py, placement.py, segments.py, segment.py, plan.py, cudagraphs.py). The callable
-compile_module returns never fails the step for what evt cannot do: such ops run in PyTorch (logged on the `evt`
-logger). STATS counts segment runs per path, GPU kernel launches and CUDA-graph captures since reset_stats().
+is planned (rewrites.py, placement.py, segments.py, segment.py, plan.py, cudagraphs.py). Nothing evt cannot do,
+and no error of its own, fails a step eager PyTorch runs: such ops, segments or modules run in PyTorch, and a
+rewrite that raises leaves the joint graph as traced (each logged on the `evt` logger with the reason); only a
+missing or unloadable libevt is reported as the configuration error it is (a warning, then PyTorch). STATS counts
+segment runs per path, GPU kernel launches and CUDA-graph captures since reset_stats().
 """
 import collections
 import copy
 import logging
+import warnings
 
 import torch
 import torch.fx
@@ -63,8 +66,23 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
     if log.isEnabledFor(logging.INFO):
         h = histogram(joint)
         log.info("joint graph: %d ops: %s", sum(h.values()), ", ".join(f"{k} x{v}" for k, v in h.most_common()))
-    R.run_all(joint, options, kwargs.get("num_fwd_outputs"))
+    _rewrite(joint, options, kwargs.get("num_fwd_outputs"))
     return default_partition(joint, joint_inputs, **kwargs)
+
+
+def _rewrite(joint, options, num_fwd_outputs):
+    """rewrites.run_all on the joint graph; a rewrite that raises leaves the graph as traced (logged with the
+    error): the step then runs without evt's rewrites, its nodes translated as usual."""
+    with warnings.catch_warnings():  # (PyTorch's pytree warns about copying the graph's output spec)
+        warnings.simplefilter("ignore", FutureWarning)
+        traced = copy.deepcopy(joint.graph)  # (the nodes are copied, their meta shallowly: no tensor is copied)
+    try:
+        R.run_all(joint, options, num_fwd_outputs)
+    except Exception as e:  # noqa: BLE001 (a bug in a rewrite must not fail the user's step)
+        log.warning("evt's rewrites of the joint graph failed (%s: %s); it is partitioned as traced",
+                    type(e).__name__, e)
+        joint.graph = traced
+        joint.recompile()
 
 
 def _symbolic(gm):

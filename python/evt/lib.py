@@ -84,6 +84,12 @@ def lib():
     return _lib
 
 
+def loaded():
+    """True once the library is loaded: an error before that (no library, an unloadable one) is a configuration
+    error the caller must see, never a fallback of one segment."""
+    return _lib is not None
+
+
 def has_interpreter():
     """True when the loaded libevt exports the CPU interpreter (evt_interp_run)."""
     try:

@@ -2,8 +2,9 @@
 
 Contract: build_plan(gm, options, kind) returns a Plan whose segments are parsed and whose GPU programs exist
 (after one tuning and one JIT batch for all of them), or None when evt cannot plan the module; a node the parser
-or the GPU program rejects moves to PyTorch and the plan is rebuilt. Plan(args) runs one step; nothing evt
-cannot do fails it (a segment that raises runs in PyTorch).
+or the GPU program rejects moves to PyTorch and the plan is rebuilt, and a segment that fails to plan otherwise
+runs in PyTorch (logged with the error). Plan(args) runs one step; nothing evt cannot do fails it (a segment that
+raises runs in PyTorch).
 """
 import logging
 import time
@@ -14,6 +15,7 @@ import torch.fx
 from . import aten as A
 from . import config
 from . import gpu as G
+from . import lib
 from . import placement as P
 from . import rewrites as R
 from . import segment as SG
@@ -36,8 +38,11 @@ class Plan:
         self.check = config.parse_options(self.options)["check"]
         self.program_node_fallback = program_node_fallback
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        # constants the graph holds as module attributes (a captured tensor, the index of a slice assignment)
+        self.constants = [n for n in gm.graph.nodes if n.op == "get_attr"]
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.rng_by_caller = False  # dropout segments' RNG steps are drawn by the caller (draw_rng_steps)
+        self.force = force_torch
         seg = Segmentation(gm, force_torch, self.options)
         self.steps, self.fallbacks = seg.steps, seg.fallbacks
         self.torch_permutes, self.torch_moves = seg.torch_permutes, seg.torch_moves
@@ -63,10 +68,30 @@ class Plan:
         segs = [s for s in self.steps if isinstance(s, Segment)]
         for s in segs:
             s.free_layout = free
-            s.finalize(lambda m: m.users, self.program_node_fallback, defer_program=True)
+            self._finalize_segment(s)
         self._create_programs(segs)
         self._mark_padded_gemms()
         self._liveness()
+
+    def _finalize_segment(self, s):
+        """Segment.finalize; a parser error that names a node not yet moved propagates (build_plan moves that node to
+        PyTorch and rebuilds); any other error runs the segment in PyTorch (its nodes are logged as fallbacks with
+        the error). An error while libevt is not loaded (no library) is the caller's to see: it propagates."""
+        try:
+            s.finalize(lambda m: m.users, self.program_node_fallback, defer_program=True)
+            return
+        except EvtError as e:
+            m = SG.NODE_IN_MSG.search(str(e))
+            bad = s.b.origin.get(m.group(1)) if m else None
+            if not lib.loaded() or (bad in s.members and bad not in self.force):
+                raise
+            why = f"rejected by evt: {e}"
+        except Exception as e:  # noqa: BLE001
+            if not lib.loaded():
+                raise
+            why = f"planning failed: {type(e).__name__}: {e}"
+        log.warning("evt could not plan a segment of %d nodes (%s); it runs in PyTorch", len(s.members), why)
+        s.path, s.why, s.program = "torch", why, None
 
     def _create_programs(self, segs):
         """Tunes (gpu.tune_configs) and JIT-compiles every GPU segment's kernels in one batch each, then creates
@@ -169,6 +194,8 @@ class Plan:
         env = dict(zip(self.placeholders, args))
         if consume:
             args.clear()
+        for n in self.constants:
+            env[n] = _attr(self.gm, n.target)
         TS.clear_padded_copies()
         k = 0
         while k < len(self.steps) and self.steps[k] in self._foreach_casts:
@@ -185,7 +212,7 @@ class Plan:
             if isinstance(s, Segment):
                 try:
                     s.run(env, draw_rng=not self.rng_by_caller and self._draws_now(s, drawn))
-                    if self.check:
+                    if self.check and s.path in ("interp", "gpu"):
                         _check_segment(s, env)
                 except Exception as e:  # noqa: BLE001 (never fail the step: PyTorch runs the segment)
                     log.warning("evt segment failed at run time on %s (%s: %s); running its %d nodes in PyTorch",
@@ -234,6 +261,14 @@ def _check_segment(seg, env):
 # A CUDA segment whose program creation names a node moves that node to PyTorch and the plan is rebuilt,
 # at most this many times per module; later failures run their whole segment in PyTorch.
 MAX_PROGRAM_REBUILDS = 16
+
+
+def _attr(gm, target):
+    """The value of a get_attr node's dotted target on gm."""
+    v = gm
+    for part in target.split("."):
+        v = getattr(v, part)
+    return v
 
 
 def _flat_nodes(x):

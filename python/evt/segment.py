@@ -193,6 +193,10 @@ class Segment:
         self.inputs = [(x, self.graph.ids[name]) for x, name in bound if name in self.graph.ids]
         self.input_names = [(x, name) for x, name in bound if name in self.graph.ids]
         self.outputs = [(m, self.graph.outputs[k]) for m, k in self.outputs]
+        self.int64_inputs = [x for x, _ in self.inputs if A.meta_val(x).dtype == torch.int64]
+        # the magnitude the interpreter computes them exactly to (aten.integer_bound: the segment's integer
+        # arithmetic assumed INT_INPUT_BOUND; moves and comparisons are exact to 2^53)
+        self.int64_limit = A.INT_INPUT_BOUND if b.int_input_checked else A.EXACT_INT
         dev = b.device or torch.device("cpu")
         self.device = dev
         self.path = G.choose_path(dev.type, G.has_program_api())
@@ -332,6 +336,8 @@ class Segment:
 
     def run(self, env, draw_rng=True):
         """draw_rng=False: the caller drew this run's RNG step already (Plan.draw_rng_steps)."""
+        if self.path == "interp" and self._int64_beyond_double(env):
+            return self._run_torch(env)
         if draw_rng and self.b.rng_sites and self.path in ("interp", "gpu"):
             self._draw_rng_step()
         if self.path == "interp":
@@ -344,15 +350,34 @@ class Segment:
         elif self.path == "gpu":
             self._run_gpu(env)
         elif self.path == "torch":
-            for m in self.members:
-                env[m] = TS.run_torch(m, env)
-            STATS["torch_segment_runs"] += 1
-            STATS["torch_nodes_run"] += len(self.members)
-            return
+            return self._run_torch(env)
         for m, src in self.aliases:
             env[m] = env[src]
         for m in self.torch_views:
             env[m] = TS.run_torch(m, env)
+
+    def _run_torch(self, env):
+        for m in self.members:
+            env[m] = TS.run_torch(m, env)
+        STATS["torch_segment_runs"] += 1
+        STATS["torch_nodes_run"] += len(self.members)
+
+    def _int64_beyond_double(self, env):
+        """True when an int64 input holds a value beyond int64_limit (2^53, which the interpreter's doubles hold
+        exactly, or the bound the segment's integer arithmetic assumed): the segment then runs in PyTorch for this
+        call (logged once per segment)."""
+        lim = self.int64_limit
+        for x in self.int64_inputs:
+            t = env[x]
+            if t.numel() and bool(((t > lim) | (t < -lim)).any()):
+                if not getattr(self, "_int64_logged", False):
+                    self._int64_logged = True
+                    log.info("  fallback to PyTorch: segment of %d nodes (%s ...): int64 input %s holds values beyond "
+                             "%s (the interpreter computes in double); it runs in PyTorch while it does",
+                             len(self.members), self.members[0].name, x.name,
+                             "2^53" if lim == A.EXACT_INT else f"{lim} (its integer arithmetic's bound)")
+                return True
+        return False
 
     def _layout(self, name, t):
         """An input as its declaration reads it: transposed (gemm_only_transposed) or in memory order

@@ -3,6 +3,7 @@
 Contract: Segmentation(gm, force_torch, options) places every call_function node in graph order: hoisted casts
 first, then a PyTorch step (placement rules, nodes evt cannot translate, force_torch), a PyTorch data move or
 view before the segment being built, or a member of an evt segment. PyTorch steps keep their relative order.
+Whatever a translator or a placement rule raises makes its node a PyTorch step, the error its logged reason.
 """
 import operator
 
@@ -21,6 +22,13 @@ def _has_tensor(node):
     v = node.meta.get("val")
     vs = v if isinstance(v, (tuple, list)) else [v]
     return v is None or any(isinstance(t, torch.Tensor) for t in vs)
+
+
+def _reason(e):
+    """The logged reason of a translation error: Unsupported's own message, else the exception's type and message."""
+    if isinstance(e, A.Unsupported):
+        return str(e) or "unsupported"
+    return f"translation failed: {type(e).__name__}: {e}"
 
 
 class Segmentation:
@@ -56,11 +64,7 @@ class Segmentation:
         there would split the weight-gradient GEMM from its transposed f32 cast, which would then bind the
         transposed GEMM result as a copied input)."""
         seg_of, torch_vals = self._seg_of, self._torch_vals
-        why = self._force_torch.get(node) or node.meta.get("evt_torch_why") or P.cuda_placement(node, self.options)
-        if why is None and node.target in P.CASTS and P.on_cuda(node) and not config.all_gpu_ops(self.options) and \
-                P.tensor_args(node) and all(a in torch_vals for a in P.tensor_args(node)) and \
-                P.torch_bound(node, self.options):
-            why = P.TORCH_CAST
+        why = self._torch_why(node)
         if why:
             self._torch_step(node)
             self.fallbacks.append((node, why))
@@ -86,13 +90,14 @@ class Segmentation:
         src = node.args[0] if node.target is operator.getitem else None
         if src is not None and src in seg_of:
             seg = seg_of[src]
+            snap = seg.b.snapshot()
             try:
                 seg.b.names[node] = A.translate(seg.b, node, set())
                 seg.members.append(node)
                 seg_of[node] = seg
                 return
-            except A.Unsupported:
-                pass
+            except Exception:  # noqa: BLE001 (placed below like any other node)
+                seg.b.rollback(snap)
         cur = self._open_segment()
         if self._reads_deferred(node):
             self._defer(node, self._place)
@@ -109,18 +114,32 @@ class Segmentation:
         snap = cur.b.snapshot()
         try:
             cur.b.names[node] = A.translate(cur.b, node, used)
-        except (A.Unsupported, TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
+        except Exception as e:  # noqa: BLE001 (whatever a translator raises: the node runs in PyTorch, logged)
             cur.b.rollback(snap)
             self._torch_step(node)
             torch_vals.add(node)
             if src is None and _has_tensor(node):  # (size arithmetic on SymInts is not a fallback)
-                self.fallbacks.append((node, str(e) or type(e).__name__))
+                self.fallbacks.append((node, _reason(e)))
             return
         cur.members.append(node)
         seg_of[node] = cur
         if not (self.steps and self.steps[-1] is cur):
             self.steps.append(cur)
             self._new_segment = False
+
+    def _torch_why(self, node):
+        """Why node runs in PyTorch before any translation (forced, marked by a rewrite, a placement rule), or None.
+        A placement rule that raises puts the node in PyTorch with the error as the reason."""
+        try:
+            why = self._force_torch.get(node) or node.meta.get("evt_torch_why") or \
+                P.cuda_placement(node, self.options)
+            if why is None and node.target in P.CASTS and P.on_cuda(node) and \
+                    not config.all_gpu_ops(self.options) and P.tensor_args(node) and \
+                    all(a in self._torch_vals for a in P.tensor_args(node)) and P.torch_bound(node, self.options):
+                why = P.TORCH_CAST
+            return why
+        except Exception as e:  # noqa: BLE001
+            return f"placement failed: {type(e).__name__}: {e}"
 
     def _open_segment(self):
         """The segment being built (the last step, unless deferred steps were placed after it), or None."""

@@ -64,12 +64,17 @@ def run_torch(node, env):
     """node's value computed by PyTorch from env (padded where the plan marked it: evt_pad_out, evt_pad_gemm)."""
     args = torch.fx.node.map_arg(node.args, lambda n: env[n])
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
-    if node.meta.get("evt_pad_out"):
-        out = cast_into_padded(args, kwargs)
-        if out is not None:
-            return out
-    if node.meta.get("evt_pad_gemm"):
-        return padded_gemm(node.target, args, kwargs, contiguous=node.meta["evt_pad_gemm"] == "contiguous")
+    try:
+        if node.meta.get("evt_pad_out"):
+            out = cast_into_padded(args, kwargs)
+            if out is not None:
+                return out
+        if node.meta.get("evt_pad_gemm"):
+            return padded_gemm(node.target, args, kwargs, contiguous=node.meta["evt_pad_gemm"] == "contiguous")
+    except Exception as e:  # noqa: BLE001 (the padded forms are evt's: the op itself runs, from now on)
+        log.warning("%s: the padded form failed (%s: %s); it runs as PyTorch's op", node.name, type(e).__name__, e)
+        node.meta.pop("evt_pad_out", None)
+        node.meta.pop("evt_pad_gemm", None)
     return node.target(*args, **kwargs)
 
 

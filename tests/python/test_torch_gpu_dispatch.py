@@ -1430,6 +1430,7 @@ def test_draw_rng_steps_sets_each_shared_program_once(monkeypatch):
     for x in plan.steps:
         x.__class__ = Seg
     plan.rng_by_caller, plan.placeholders, plan._foreach_casts, plan.check = False, [], set(), False
+    plan.constants = []
     plan.free_after, plan.output = [[] for _ in plan.steps], types.SimpleNamespace(args=([],))
     for q in (a, b, c, d):
         q.steps.clear()
