@@ -6,7 +6,8 @@ as its compilers; the options (config.parse_options) are documented in docs/pyto
 is planned (rewrites.py, placement.py, segments.py, segment.py, plan.py, cudagraphs.py). Nothing evt cannot do,
 and no error of its own, fails a step eager PyTorch runs: such ops, segments or modules run in PyTorch, and a
 rewrite that raises leaves the joint graph as traced (each logged on the `evt` logger with the reason); only a
-missing or unloadable libevt is reported as the configuration error it is (a warning, then PyTorch). STATS counts
+missing or unloadable libevt is the configuration error it is: LibraryError at the first call, saying how to fix
+it. STATS counts
 segment runs per path, GPU kernel launches and CUDA-graph captures since reset_stats().
 """
 import collections

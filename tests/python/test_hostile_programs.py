@@ -538,16 +538,17 @@ def test_a_rewrite_that_raises_leaves_the_joint_graph_as_traced(monkeypatch, evt
     assert any("evt segment" in m for m in msgs)
 
 
-def test_a_missing_library_is_reported_as_today(monkeypatch, evt_log, tmp_path):
-    """No libevt is a configuration error: the warning names it (the module runs in PyTorch, as it did before
-    segment-level fallbacks existed); it is never hidden as one segment's fallback."""
+def test_a_missing_library_is_an_error_naming_it(monkeypatch, evt_log, tmp_path):
+    """No libevt is a configuration error: LibraryError at the first call, naming the library (never a silent
+    run of the module in PyTorch, never hidden as one segment's fallback)."""
     from evt import config as C
     monkeypatch.setattr(evt_lib, "_lib", None)
     monkeypatch.setattr(C, "library_override", lambda: str(tmp_path / "libevt.so"))
     monkeypatch.setattr(SG, "_GRAPHS", {})
-    run_both(MLP(), x_of(), train=True, steps=1)
+    with pytest.raises(Exception) as e:
+        run_both(MLP(), x_of(), train=True, steps=1)
+    assert "does not load" in str(e.value) and str(tmp_path) in str(e.value), e.value
     warnings = [r.getMessage() for r in evt_log.records if r.name == "evt" and r.levelno >= logging.WARNING]
-    assert any(str(tmp_path) in m for m in warnings), warnings
     assert not any("could not plan a segment" in m for m in warnings), warnings
 
 
