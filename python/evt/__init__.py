@@ -3,15 +3,17 @@
     import evt                      # registers the backend name "evt"
     model = torch.compile(model, backend="evt")
     model = torch.compile(model, backend="evt", options={"cudagraphs": True})   # CUDA graph replay
+    print(evt.explain(model, x, y))   # what runs in evt, what in PyTorch and why, kernels and bytes per step
 
-See docs/pytorch.md for the options (config.py checks them). Logging: EVT_LOG=1 (logger "evt"). Library: $EVT_LIB
-or <repo>/build/libevt.so. Disk caches: $EVT_CACHE_DIR (EVT_CACHE=0: off).
+See docs/pytorch.md for the options (config.py checks them). Logging: EVT_LOG=1 (logger "evt"). Library: the
+package's own (pip install <repo>/python), or $EVT_LIB. Disk caches: $EVT_CACHE_DIR (EVT_CACHE=0: off).
 """
 from .backend import DECOMPOSITIONS, STATS, compile_module, evt_backend, partition_fn, reset_stats  # noqa: F401
-from .lib import EvtError, Graph  # noqa: F401
+from .explain import Report, explain  # noqa: F401
+from .lib import EvtError, Graph, LibraryError  # noqa: F401
 
-__all__ = ["evt_backend", "compile_module", "partition_fn", "DECOMPOSITIONS", "Graph", "EvtError", "STATS",
-           "reset_stats"]
+__all__ = ["evt_backend", "compile_module", "partition_fn", "DECOMPOSITIONS", "Graph", "EvtError", "LibraryError",
+           "STATS", "reset_stats", "explain", "Report"]
 
 
 def _register():

@@ -1,0 +1,105 @@
+/* evt_plan_report: the fused plan of a graph as JSON, for `evt.explain` and tools (public contract in evt.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile/compile.h"
+#include "compile/launch_plan.h"
+
+static int64_t tensor_bytes(const evt_graph *g, int v) {
+  return evt_type_numel(&g->nodes[v].type) * (int64_t)evt_dtype_size(g->nodes[v].type.dtype);
+}
+
+static bool is_view(evt_op op) {
+  return op == EVT_OP_RESHAPE || op == EVT_OP_SQUEEZE || op == EVT_OP_UNSQUEEZE || op == EVT_OP_EXPAND ||
+         op == EVT_OP_PERMUTE || op == EVT_OP_TRANSPOSE;
+}
+
+/* The unfused baseline: every op its own kernel, reading its inputs and writing its output (views, sources and
+ * constants are not kernels). */
+static void unfused_cost(const evt_graph *g, int64_t *kernels, int64_t *bytes) {
+  *kernels = *bytes = 0;
+  for (int v = 0; v < g->nnodes; v++) {
+    const evt_node *n = &g->nodes[v];
+    if (evt_op_get(n->op)->cls == EVT_CLASS_SOURCE || is_view(n->op)) continue;
+    ++*kernels;
+    *bytes += tensor_bytes(g, v);
+    for (int k = 0; k < n->ninputs; k++) *bytes += tensor_bytes(g, n->inputs[k]);
+  }
+}
+
+/* A JSON string (quotes, backslashes and control characters escaped). */
+static void json_str(evt_sbuf *b, const char *s) {
+  evt_sbuf_printf(b, "\"");
+  for (; s && *s; s++) {
+    if (*s == '"' || *s == '\\') evt_sbuf_printf(b, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20) evt_sbuf_printf(b, "\\u%04x", (unsigned char)*s);
+    else evt_sbuf_printf(b, "%c", *s);
+  }
+  evt_sbuf_printf(b, "\"");
+}
+
+static const char *group_path(const evt_group_exec *x) {
+  if (!x->fused) return "node-by-node";
+  if (x->blas) return x->unf_bias >= 0 ? "cublaslt" : "cublas";
+  if (x->unf) return "cublas+row";
+  return "generated";
+}
+
+/* The ops of a group's members in id order, as "mm+add+gelu" (at most ~200 characters). */
+static void member_ops(evt_sbuf *b, const evt_graph *g, const evt_group_exec *x) {
+  char ops[256] = "";
+  size_t len = 0;
+  for (int k = 0; k < x->nmembers && len < 200; k++)
+    len += (size_t)snprintf(ops + len, sizeof ops - len, "%s%s", k ? "+" : "", evt_op_get(g->nodes[x->members[k]].op)->name);
+  json_str(b, ops);
+}
+
+static void report_group(evt_sbuf *b, const evt_graph *g, const evt_exec_plan *xp, int gi) {
+  const evt_group_exec *x = &xp->groups[gi];
+  evt_sbuf_printf(b, "%s{\"group\": %d, \"kind\": ", gi ? ",\n  " : "\n  ", gi);
+  json_str(b, evt_lower_kind_name(x->kind));
+  evt_sbuf_printf(b, ", \"path\": \"%s\", \"members\": %d, \"m\": %lld, \"n\": %lld, \"k\": %lld, \"kernel\": ",
+                  group_path(x), x->nmembers, (long long)x->m, (long long)x->n, (long long)x->k);
+  json_str(b, x->fused && x->kernel >= 0 ? xp->kname[x->kernel] : "");
+  evt_sbuf_printf(b, ", \"why\": ");
+  json_str(b, x->fused ? "" : x->why);
+  evt_sbuf_printf(b, ", \"ops\": ");
+  member_ops(b, g, x);
+  evt_sbuf_printf(b, "}");
+}
+
+/* Kernel launches of one step: a generated kernel or a cuBLAS call per fused group (two for cuBLAS + a row
+ * kernel), one per member of a group that runs node by node. */
+static int plan_kernels(const evt_exec_plan *xp) {
+  int n = 0;
+  for (int gi = 0; gi < xp->ngroups; gi++) {
+    const evt_group_exec *x = &xp->groups[gi];
+    n += !x->fused ? x->nmembers : x->unf ? 2 : 1;
+  }
+  return n;
+}
+
+char *evt_plan_report(evt_graph *g, const evt_options *o) {
+  if (!g) return NULL;
+  evt_options opts;
+  if (o) opts = *o;
+  else evt_options_init(&opts);
+  opts.flags = (opts.flags | EVT_PROGRAM_FUSED) & ~(unsigned)EVT_PROGRAM_CUDA_GRAPH;
+  evt_program *p = NULL;
+  if (evt_program_create_host_opts(g, &opts, &p) != EVT_OK) return NULL;
+  const evt_exec_plan *xp = p->xp;
+  evt_plan plan;
+  memset(&plan, 0, sizeof plan);
+  bool planned = evt_plan_build(g, &xp->part, &xp->low, &plan) == EVT_OK;
+  int64_t unf_kernels, unf_bytes;
+  unfused_cost(g, &unf_kernels, &unf_bytes);
+  evt_sbuf b = {0};
+  evt_sbuf_printf(&b, "{\"nodes\": %d, \"groups\": [", g->nnodes);
+  for (int gi = 0; gi < xp->ngroups; gi++) report_group(&b, g, xp, gi);
+  evt_sbuf_printf(&b, "],\n \"kernels\": %d, \"bytes\": %lld, \"unfused_kernels\": %lld, \"unfused_bytes\": %lld}\n",
+                  plan_kernels(xp), planned ? (long long)plan.global_bytes : -1LL, (long long)unf_kernels,
+                  (long long)unf_bytes);
+  if (planned) evt_plan_free(&plan);
+  evt_program_destroy(p);
+  return b.p;
+}

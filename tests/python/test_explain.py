@@ -1,0 +1,46 @@
+"""evt.explain: the report of what evt does with a model (segments, PyTorch fallbacks with reasons, the fused
+plan's groups, launches and bytes against every op as its own kernel) and its HTML page."""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python"))
+import evt  # noqa: E402
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
+
+    def forward(self, x, y):
+        h = torch.nn.functional.gelu(self.a(x))
+        return torch.nn.functional.cross_entropy(self.b(h).to(torch.bfloat16).float(), y)
+
+
+def test_explain_reports_segments_groups_and_savings(tmp_path):
+    torch.manual_seed(0)
+    r = evt.explain(Head(), torch.randn(8, 16), torch.randint(0, 4, (8,)))
+    kinds = [m["kind"] for m in r.modules]
+    assert kinds == ["forward", "backward"], kinds
+    segs = [s for m in r.modules for s in m["segments"]]
+    assert segs and all(s["path"] == "interp" and s["plan"] for s in segs), segs
+    t, groups = r.totals()
+    assert 0 < t["kernels"] <= t["unfused_kernels"] and 0 < t["bytes"] <= t["unfused_bytes"], t
+    assert any(k.startswith("pointwise") or k.startswith("row") for k in groups), groups
+    text = str(r)
+    assert "forward:" in text and "backward:" in text and "fused plan" in text, text
+    page = r.html(str(tmp_path / "plan.html"))
+    body = open(page, encoding="utf-8").read()
+    assert "<table>" in body and "gelu" in body, body[:500]
+
+
+def test_explain_names_the_ops_left_to_pytorch():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    x = torch.randn(4, 8)
+    r = evt.explain(lambda t: torch.cumsum(m(t), dim=1), x)  # cumsum has no translation
+    fallbacks = [f for mod in r.modules for f in mod["fallbacks"]]
+    assert any("cumsum" in op for op, _, _ in fallbacks), fallbacks
+    assert "in PyTorch: " in str(r)
