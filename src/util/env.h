@@ -26,7 +26,7 @@ const char *evt_env_name(evt_env_var v);
 /* The integer value, or dflt when unset, empty or not a number. */
 long evt_env_long(evt_env_var v, long dflt);
 /* <root>/<sub> of evt's disk caches: root = $EVT_CACHE_DIR, else $XDG_CACHE_HOME/evt, else $HOME/.cache/evt,
- * else /tmp/evt-cache-<uid> (no home). */
+ * else /tmp/evt-cache-<uid> (no home). The path only: util/cachedir.h checks and creates the folders. */
 void evt_env_cache_dir(const char *sub, char *out, size_t len);
 
 #endif
