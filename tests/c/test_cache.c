@@ -1,0 +1,172 @@
+/* The disk caches trust nothing they find (docs/config.md, "Caches"): tampered JIT entries, tuning records and
+ * partition solutions are rebuilt; directories owned by someone else, writable by others or planted as symlinks
+ * are refused; two processes compiling one kernel compile it once. */
+#include "test.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/wait.h>
+
+#include "partition/partition.h"
+#include "tune/tune.h"
+#include "util/cachedir.h"
+#include "util/util.h"
+
+static int count_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int n = 0, c;
+  while ((c = fgetc(f)) != EOF) n += c == '\n';
+  fclose(f);
+  return n;
+}
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (f) fputs(text, f), fclose(f);
+}
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = calloc(1, 1 << 16);
+  size_t n = fread(buf, 1, (1 << 16) - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  return buf;
+}
+
+/* A fake nvcc in dir: --version succeeds; a compile sleeps `delay` seconds, appends a line to dir/calls.txt
+ * and writes the source's bytes as the object. */
+static void fake_nvcc(const char *dir, int delay) {
+  char path[400], text[1000];
+  snprintf(path, sizeof path, "%s/nvcc", dir);
+  snprintf(text, sizeof text,
+           "#!/bin/sh\n[ \"$1\" = --version ] && exit 0\nout=''; src=''\n"
+           "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift;; *.cu) src=$1;; esac; shift; done\n"
+           "sleep %d\necho \"$$ $src\" >> %s/calls.txt\ncat \"$src\" > \"$out\"\n",
+           delay, dir);
+  write_text(path, text);
+  chmod(path, 0755);
+}
+
+static evt_jit_options jit_opts(const char *dir, char *nvcc, char *cache) {
+  sprintf(nvcc, "%s/nvcc", dir);
+  sprintf(cache, "%s/jit", dir);
+  return (evt_jit_options){.nvcc = nvcc, .cache_dir = cache, .kernels_dir = "kernels", .jobs = 2, .quiet = 1,
+                           .no_cutlass = 1};
+}
+
+/* Sends stderr into dir/stderr.txt (emptied) until stderr_back(the returned descriptor). */
+static int stderr_to(const char *dir) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/stderr.txt", dir);
+  fflush(stderr);
+  int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  dup2(fd, 2);
+  close(fd);
+  return saved;
+}
+
+static void stderr_back(int saved) {
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+}
+
+/* Runs evt_jit_compile with stderr into dir/stderr.txt; returns its status. */
+static evt_status compile_logged(evt_jit_job *j, int n, const evt_jit_options *o, const char *dir, char *msg, size_t len) {
+  int saved = stderr_to(dir);
+  evt_status st = evt_jit_compile(j, n, o, msg, len);
+  stderr_back(saved);
+  return st;
+}
+
+static int stderr_count(const char *dir, const char *what) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/stderr.txt", dir);
+  char *t = read_text(path);
+  int n = 0;
+  for (const char *p = t ? strstr(t, what) : NULL; p; p = strstr(p + 1, what)) n++;
+  free(t);
+  return n;
+}
+
+TEST(jit_cache_rebuilds_tampered_entries) {
+  char dir[128], nvcc[200], cache[200], calls[200], msg[1024];
+  evt_test_tmpdir(dir, sizeof dir, "jit-tamper");
+  fake_nvcc(dir, 0);
+  snprintf(calls, sizeof calls, "%s/calls.txt", dir);
+  evt_jit_options o = jit_opts(dir, nvcc, cache);
+  evt_jit_job job = {.name = "evt_kernel_t", .source = "int tampered_test;\n"};
+  CHECK(evt_jit_compile(&job, 1, &o, msg, sizeof msg) == EVT_OK && job.ok && !job.cached);
+  CHECK(count_lines(calls) == 1);
+  /* random bytes, then a truncation to 0 bytes: each rebuilt, saying so once on stderr */
+  const char *tamper[] = {"head -c 4096 /dev/urandom > '%s'", ": > '%s'"};
+  for (int t = 0; t < 2; t++) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, tamper[t], job.so_path);
+    CHECK(system(cmd) == 0);
+    CHECK(compile_logged(&job, 1, &o, dir, msg, sizeof msg) == EVT_OK && job.ok);
+    CHECK_MSG(!job.cached, "tampered entry %d reported cached", t);
+    CHECK(count_lines(calls) == 2 + t);
+    CHECK_MSG(stderr_count(dir, "rebuilding") == 1, "tamper %d: one line on stderr", t);
+    char *back = read_text(job.so_path);
+    CHECK(back && !strcmp(back, job.source));
+    free(back);
+  }
+  /* the rebuilt entry is a hit again, silently */
+  CHECK(compile_logged(&job, 1, &o, dir, msg, sizeof msg) == EVT_OK && job.cached);
+  CHECK(count_lines(calls) == 3 && stderr_count(dir, "rebuilding") == 0);
+  evt_test_rmdir(dir);
+}
+
+/* Two processes compile the same kernel at once with a slow nvcc: nvcc runs once, both get the entry. */
+TEST(jit_concurrent_compiles_of_one_kernel_wait) {
+  char dir[128], nvcc[200], cache[200], calls[200], msg[1024];
+  evt_test_tmpdir(dir, sizeof dir, "jit-lock");
+  fake_nvcc(dir, 1);
+  snprintf(calls, sizeof calls, "%s/calls.txt", dir);
+  evt_jit_options o = jit_opts(dir, nvcc, cache);
+  pid_t pid[2];
+  for (int i = 0; i < 2; i++)
+    if ((pid[i] = fork()) == 0) {
+      evt_jit_job job = {.name = "evt_kernel_c", .source = "int concurrent_test;\n"};
+      evt_status st = evt_jit_compile(&job, 1, &o, msg, sizeof msg);
+      _exit(st == EVT_OK && job.ok ? 0 : 1);
+    }
+  for (int i = 0; i < 2; i++) {
+    int status = -1;
+    CHECK(waitpid(pid[i], &status, 0) == pid[i] && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  CHECK_MSG(count_lines(calls) == 1, "nvcc ran %d times", count_lines(calls));
+  evt_test_rmdir(dir);
+}
+
+/* A kernel's source file planted as a symlink to someone's file: the file is left alone. */
+TEST(jit_does_not_follow_planted_symlinks) {
+  char dir[128], nvcc[200], cache[200], msg[1024], victim[300], link[1200];
+  evt_test_tmpdir(dir, sizeof dir, "jit-link");
+  fake_nvcc(dir, 0);
+  evt_jit_options o = jit_opts(dir, nvcc, cache);
+  CHECK(mkdir(cache, 0700) == 0);
+  snprintf(victim, sizeof victim, "%s/victim", dir);
+  write_text(victim, "precious\n");
+  chmod(victim, 0600);
+  evt_jit_job job = {.name = "evt_kernel_l", .source = "int symlink_test;\n"};
+  char so[1024];
+  CHECK(evt_jit_cache_path(&o, job.name, job.source, so, sizeof so) == EVT_OK);
+  const char *ext[] = {".cu", ".log"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(link, sizeof link, "%.*s%s", (int)(strlen(so) - 3), so, ext[i]);
+    CHECK(symlink(victim, link) == 0);
+  }
+  CHECK(evt_jit_compile(&job, 1, &o, msg, sizeof msg) == EVT_OK && job.ok);
+  char *t = read_text(victim);
+  CHECK_MSG(t && !strcmp(t, "precious\n"), "the victim now holds: %s", t ? t : "(unreadable)");
+  free(t);
+  evt_test_rmdir(dir);
+}
+
