@@ -170,3 +170,73 @@ TEST(jit_does_not_follow_planted_symlinks) {
   evt_test_rmdir(dir);
 }
 
+static evt_tune_record tune_example(void) {
+  evt_tune_record r;
+  memset(&r, 0, sizeof r);
+  r.spec_hash = 0x1234, r.m = 256, r.n = 512, r.k = 64;
+  snprintf(r.gpu, sizeof r.gpu, "NVIDIA H200");
+  r.choice = EVT_TUNE_FUSED;
+  r.cfg = EVT_TILE_CONFIG_DEFAULT;
+  r.swizzle = 8, r.raster = 1;
+  r.fused_ms = 0.1, r.unfused_ms = 0.2, r.default_ms = 0.15, r.check_err = 1e-3;
+  r.ncand = 1;
+  r.cand[0].cfg = r.cfg, r.cand[0].ms = 0.1, r.cand[0].swizzle = 8, r.cand[0].raster = 1;
+  r.source_hash = 0x5678;
+  return r;
+}
+
+/* A tuning record edited (another swizzle), overwritten with random bytes or truncated is not read. */
+TEST(tune_records_with_a_bad_checksum_are_ignored) {
+  char dir[128], msg[256], name[200], path[500], cmd[800];
+  evt_test_tmpdir(dir, sizeof dir, "tune-sum");
+  evt_tune_record r = tune_example(), q;
+  CHECK(evt_tune_record_write(dir, &r, msg, sizeof msg) == EVT_OK);
+  CHECK(evt_tune_record_read(dir, r.spec_hash, r.m, r.n, r.k, r.gpu, &q) == EVT_OK && q.swizzle == 8);
+  evt_tune_record_name(r.spec_hash, r.m, r.n, r.k, r.gpu, name, sizeof name);
+  snprintf(path, sizeof path, "%s/tune/%s", dir, name);
+  const char *tamper[] = {"sed -i 's/^swizzle 8$/swizzle 2/' '%s'", "head -c 300 /dev/urandom > '%s'", ": > '%s'"};
+  for (int t = 0; t < 3; t++) {
+    CHECK(evt_tune_record_write(dir, &r, msg, sizeof msg) == EVT_OK);
+    snprintf(cmd, sizeof cmd, tamper[t], path);
+    CHECK(system(cmd) == 0);
+    CHECK_MSG(evt_tune_record_read(dir, r.spec_hash, r.m, r.n, r.k, r.gpu, &q) != EVT_OK, "tamper %d read back", t);
+    CHECK(evt_tune_record_read(dir, r.spec_hash, r.m, r.n, r.k, NULL, &q) != EVT_OK);
+  }
+  evt_test_rmdir(dir);
+}
+
+/* A cache directory of another user, one writable by its group, a planted symlink: refused with one line that
+ * says how to fix it; nothing written there. */
+TEST(cache_dirs_of_others_are_refused) {
+  char dir[128], nvcc[200], cache[200], msg[1024], cmd[600];
+  evt_test_tmpdir(dir, sizeof dir, "cache-priv");
+  fake_nvcc(dir, 0);
+  evt_jit_options o = jit_opts(dir, nvcc, cache);
+  evt_jit_job job = {.name = "evt_kernel_p", .source = "int private_test;\n"};
+  struct passwd *nobody = getpwnam("nobody");
+  CHECK(mkdir(cache, 0700) == 0);
+  if (getuid() == 0 && nobody) {
+    CHECK(chown(cache, nobody->pw_uid, nobody->pw_gid) == 0);
+    CHECK(evt_jit_compile(&job, 1, &o, msg, sizeof msg) == EVT_ERR_IO && !job.ok);
+    CHECK_MSG(strstr(msg, "owned by") && strstr(msg, cache) && !strchr(msg, '\n'), "%s", msg);
+    CHECK(chown(cache, getuid(), getgid()) == 0);
+  } else {
+    fprintf(stderr, "note: cache_dirs_of_others_are_refused: not root, the other-owner case is skipped\n");
+  }
+  CHECK(chmod(cache, 0770) == 0);
+  CHECK(evt_jit_compile(&job, 1, &o, msg, sizeof msg) == EVT_ERR_IO && strstr(msg, "writable"));
+  snprintf(cmd, sizeof cmd, "rmdir '%s' && mkdir '%s/elsewhere' && ln -s elsewhere '%s'", cache, dir, cache);
+  CHECK(system(cmd) == 0);
+  CHECK(evt_jit_compile(&job, 1, &o, msg, sizeof msg) == EVT_ERR_IO && strstr(msg, "symbolic link"));
+  snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s/elsewhere')\"", dir);
+  CHECK_MSG(system(cmd) == 0, "something was written through the symlink");
+  /* tuning records: not written into a group-writable root */
+  snprintf(cmd, sizeof cmd, "%s/troot", dir);
+  CHECK(mkdir(cmd, 0775) == 0 && chmod(cmd, 0775) == 0);
+  evt_tune_record r;
+  memset(&r, 0, sizeof r);
+  r.m = r.n = r.k = 8, r.choice = EVT_TUNE_UNFUSED;
+  CHECK(evt_tune_record_write(cmd, &r, msg, sizeof msg) == EVT_ERR_IO && strstr(msg, "writable"));
+  evt_test_rmdir(dir);
+}
+
