@@ -240,3 +240,87 @@ TEST(cache_dirs_of_others_are_refused) {
   evt_test_rmdir(dir);
 }
 
+/* Layers of GEMM -> two pointwise ops -> a reduction (+ a residual): every fusion is optional (no FUSE edge),
+ * so one kernel per node is a legal grouping, and a costly one. */
+static evt_pgraph *chain_layers(int layers) {
+  int per = 4, n = 1 + per * layers;
+  evt_pgraph *g = evt_pgraph_new(n);
+  g->nodes[0].flags = EVT_PN_SOURCE;
+  g->nodes[0].bytes = 1 << 20;
+  int prev = 0;
+  for (int l = 0; l < layers; l++) {
+    int b = 1 + per * l;
+    g->nodes[b].flags = EVT_PN_NUCLEUS | EVT_PN_CUT_IN;
+    g->nodes[b + 3].flags = EVT_PN_CUT_OUT;
+    for (int i = 0; i < per; i++) g->nodes[b + i].bytes = 1 << 20, g->nodes[b + i].label = (uint64_t)i;
+    evt_pgraph_add_edge(g, prev, b);
+    for (int i = 0; i < 3; i++) evt_pgraph_add_edge(g, b + i, b + i + 1);
+    prev = b + 2;
+  }
+  g->nodes[prev].flags |= EVT_PN_OUTPUT;
+  g->lambda = 1 << 20;
+  evt_pgraph_finish(g);
+  return g;
+}
+
+/* Rewrites every cached block solution in dir as singletons (a legal grouping, each node its own kernel),
+ * keeping the rest of the entry (its cost claim); with reseal its checksum is made to match again. How many. */
+static int plant_singletons(const char *dir, bool reseal) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int count = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (strncmp(de->d_name, "partition-", 10) || !strstr(de->d_name, ".txt") || strstr(de->d_name, ".part")) continue;
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    char *t = read_text(path), *nl = t ? strchr(t, '\n') : NULL, *nl2 = nl ? strchr(nl + 1, '\n') : NULL;
+    int opt, n;
+    if (!nl2 || sscanf(nl + 1, "%d %d", &opt, &n) != 2) {
+      free(t);
+      continue;
+    }
+    evt_sbuf b = {0};
+    evt_sbuf_printf(&b, "%.*s%d %d", (int)(nl + 1 - t), t, opt, n);
+    for (int i = 0; i < n; i++) evt_sbuf_printf(&b, " %d", i);
+    evt_sbuf_printf(&b, "%s", nl2);
+    if (reseal) b.p = evt_cache_seal_text(b.p, strlen(b.p) - 26); /* (in place of the old checksum line) */
+    write_text(path, b.p);
+    free(b.p), free(t);
+    count++;
+  }
+  closedir(d);
+  return count;
+}
+
+/* A cached partition that is legal but costlier than the solver's is not taken (nor called proven optimal). */
+TEST(partition_cache_recosts_cached_groupings) {
+  char dir[128];
+  evt_test_tmpdir(dir, sizeof dir, "part-cost");
+  evt_pgraph *g = chain_layers(3);
+  int best[32], got[32];
+  evt_part_stats st;
+  evt_part_options o = evt_part_options_default();
+  o.cache_dir = dir;
+  CHECK(evt_part_solve(g, &o, best, &st) == EVT_OK && st.proven);
+  double cost = evt_part_evaluate(g, best).total;
+  int single[32];
+  for (int v = 0; v < g->n; v++) single[v] = v;
+  CHECK(evt_part_validate(g, single) == EVT_OK && evt_part_evaluate(g, single).total > 1.5 * cost);
+  /* an edited entry (its checksum fails), then one resealed but whose grouping does not cost what it claims */
+  for (int reseal = 0; reseal < 2; reseal++) {
+    int planted = plant_singletons(dir, reseal), saved = stderr_to(dir);
+    CHECK(planted > 0);
+    CHECK(evt_part_solve(g, &o, got, &st) == EVT_OK);
+    stderr_back(saved);
+    CHECK_MSG(stderr_count(dir, reseal ? "not the" : "fails its checksum") == planted, "reseal %d", reseal);
+    CHECK_MSG(st.disk_hits == 0, "%d disk hits on planted groupings", st.disk_hits);
+    CHECK_NEAR(evt_part_evaluate(g, got).total, cost, 1e-9 * cost);
+    CHECK(st.proven);
+    /* the solutions were written again: the next solve hits them */
+    CHECK(evt_part_solve(g, &o, got, &st) == EVT_OK && st.disk_hits >= 1 && st.proven);
+    CHECK_NEAR(evt_part_evaluate(g, got).total, cost, 1e-9 * cost);
+  }
+  evt_pgraph_free(g);
+  evt_test_rmdir(dir);
+}
