@@ -44,12 +44,16 @@ def cache_enabled():
 
 
 def cache_root():
-    """$EVT_CACHE_DIR, else $XDG_CACHE_HOME/evt, else ~/.cache/evt."""
+    """$EVT_CACHE_DIR, else $XDG_CACHE_HOME/evt, else $HOME/.cache/evt, else /tmp/evt-cache-<uid> (as the C side:
+    src/util/env.c)."""
     d = os.environ.get("EVT_CACHE_DIR")
     if d:
         return d
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return os.path.join(xdg, "evt") if xdg else os.path.join(os.path.expanduser("~"), ".cache", "evt")
+    if xdg:
+        return os.path.join(xdg, "evt")
+    home = os.environ.get("HOME")
+    return os.path.join(home, ".cache", "evt") if home else f"/tmp/evt-cache-{os.getuid()}"
 
 
 def torch_cache_dir():

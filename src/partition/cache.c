@@ -7,11 +7,14 @@
  * with equal keys are isomorphic through their canonical orders *by construction* — a hash collision or
  * an ambiguous WL colouring can only cost a miss, never a wrong answer. The stored solution is in
  * canonical positions and is mapped back through the order. Entries live in memory and, if a directory
- * is given, in files <dir>/partition-<fnv64 of key>.txt (key line, then "optimal n g0 g1 ..."). */
+ * is given, in files <dir>/partition-<fnv64 of key>.txt (key line, "optimal n g0 g1 ...", "cost C", checksum;
+ * util/cachedir.h). A hit whose grouping the current cost model does not give its stored cost is a miss. */
 #include "partition/partition.h"
+#include "util/cachedir.h"
 #include "util/env.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -21,11 +24,13 @@ typedef struct entry {
   uint64_t hash;
   char *key;
   int n, optimal;
-  int *sol;   /* canonical positions -> canonical group label */
+  int *sol;     /* canonical positions -> canonical group label */
+  double cost;  /* evt_pblock_cost of the solution when it was stored */
 } entry;
 
 struct evt_part_cache {
-  char *dir;
+  char *dir;    /* NULL: memory only */
+  int levels;   /* folders checked from dir up (util/cachedir.h) */
   entry *e;
   int n, cap;
 };
@@ -35,10 +40,12 @@ const char *evt_part_cache_default_dir(char *buf, size_t n) {
   return buf;
 }
 
-evt_part_cache *evt_part_cache_new(const char *dir) {
+evt_part_cache *evt_part_cache_new(const char *dir, int levels) {
   evt_part_cache *c = calloc(1, sizeof *c);
   EVT_ASSERT(c);
-  if (dir && *dir) c->dir = strdup(dir);
+  char why[1200];
+  c->levels = levels;
+  if (dir && *dir && evt_cache_dir_private(dir, levels, 0, why, sizeof why) != -1) c->dir = strdup(dir);
   return c;
 }
 
@@ -213,93 +220,108 @@ static void path_of(const evt_part_cache *c, uint64_t h, char *buf, size_t n) {
   snprintf(buf, n, "%s/partition-%016llx.txt", c->dir, (unsigned long long)h);
 }
 
-static entry *add_entry(evt_part_cache *c, uint64_t h, char *key, int n, const int *csol, int optimal) {
+static entry *add_entry(evt_part_cache *c, uint64_t h, char *key, int n, const int *csol, int optimal, double cost) {
   if (c->n == c->cap) {
     c->cap = c->cap ? 2 * c->cap : 32;
     c->e = realloc(c->e, (size_t)c->cap * sizeof *c->e);
     EVT_ASSERT(c->e);
   }
   entry *e = &c->e[c->n++];
-  e->hash = h, e->key = key, e->n = n, e->optimal = optimal;
+  e->hash = h, e->key = key, e->n = n, e->optimal = optimal, e->cost = cost;
   e->sol = malloc((size_t)(n + 1) * sizeof(int));
   EVT_ASSERT(e->sol);
   memcpy(e->sol, csol, (size_t)n * sizeof(int));
   return e;
 }
 
-static entry *load_disk(evt_part_cache *c, uint64_t h, const char *key, int n) {
-  if (!c->dir) return NULL;
+/* Parses an entry's verified body: the key line, then "optimal n g0 g1 ...", then "cost C". 0 or -1. */
+static int parse_entry(char *body, size_t len, const char *key, int n, int *csol, int *optimal, double *cost) {
+  size_t klen = strlen(key);
+  if (len <= klen || memcmp(body, key, klen) || body[klen] != '\n') return -1;
+  FILE *f = fmemopen(body + klen + 1, len - klen - 1, "r");
+  EVT_ASSERT(f);
+  int m = -1, ok = fscanf(f, "%d %d", optimal, &m) == 2 && m == n;
+  for (int i = 0; i < n && ok; i++) ok = fscanf(f, "%d", &csol[i]) == 1 && csol[i] >= 0 && csol[i] < n;
+  ok = ok && fscanf(f, " cost %lf", cost) == 1;
+  fclose(f);
+  return ok ? 0 : -1;
+}
+
+/* The solution stored on disk for key (canonical positions), when its checksum holds. */
+static int load_disk(const evt_part_cache *c, uint64_t h, const char *key, int n, int *csol, int *optimal, double *cost) {
+  if (!c->dir) return -1;
   char path[1200];
   path_of(c, h, path, sizeof path);
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  size_t klen = strlen(key);
-  char *line = malloc(klen + 2);
-  EVT_ASSERT(line);
-  entry *res = NULL;
-  if (fread(line, 1, klen + 1, f) == klen + 1 && !memcmp(line, key, klen) && line[klen] == '\n') {
-    int optimal, m;
-    if (fscanf(f, "%d %d", &optimal, &m) == 2 && m == n) {
-      int *s = malloc((size_t)(n + 1) * sizeof(int));
-      EVT_ASSERT(s);
-      int ok = 1;
-      for (int i = 0; i < n && ok; i++) ok = fscanf(f, "%d", &s[i]) == 1 && s[i] >= 0 && s[i] < n;
-      if (ok) res = add_entry(c, h, strdup(key), n, s, optimal);
-      free(s);
-    }
-  }
-  free(line);
-  fclose(f);
-  return res;
+  size_t len;
+  char *data = evt_cache_read(path, &len);
+  if (!data) return -1;
+  long body = evt_cache_text_body(data, len);
+  int rc = body < 0 ? -1 : parse_entry(data, (size_t)body, key, n, csol, optimal, cost);
+  if (body < 0) fprintf(stderr, "evt: warning: partition cache entry %s fails its checksum: solving again\n", path);
+  free(data);
+  return rc;
+}
+
+/* Does the cost model give the grouping the cost its entry claims? (A changed model or an edited entry: no.) */
+static bool cost_holds(const evt_pblock *b, const int *sol, double claimed) {
+  double now = evt_pblock_cost(b, sol), tol = 1e-9 * fmax(fabs(now), 1.0);
+  return fabs(now - claimed) <= tol;
 }
 
 int evt_part_cache_get(evt_part_cache *c, const evt_pblock *b, int *sol, int *optimal) {
-  int *order = malloc((size_t)(b->n + 1) * sizeof(int));
-  EVT_ASSERT(order);
+  int n = b->n, *order = malloc((size_t)(n + 1) * sizeof(int)), *csol = malloc((size_t)(n + 1) * sizeof(int));
+  EVT_ASSERT(order && csol);
   char *key = evt_pblock_canonical(b, order);
   uint64_t h = fnv(key);
-  entry *hit = NULL;
-  int where = 0;
-  for (int i = 0; i < c->n && !hit; i++)
-    if (c->e[i].hash == h && !strcmp(c->e[i].key, key)) hit = &c->e[i], where = 1;
-  if (!hit && (hit = load_disk(c, h, key, b->n))) where = 2;
-  if (hit) {
-    for (int i = 0; i < b->n; i++) sol[order[i]] = order[hit->sol[i]];
-    *optimal = hit->optimal;
+  int where = 0, opt = 0;
+  double cost = 0;
+  for (int i = 0; i < c->n && !where; i++)
+    if (c->e[i].hash == h && !strcmp(c->e[i].key, key)) {
+      memcpy(csol, c->e[i].sol, (size_t)n * sizeof(int));
+      opt = c->e[i].optimal, cost = c->e[i].cost, where = 1;
+    }
+  if (!where && load_disk(c, h, key, n, csol, &opt, &cost) == 0) where = 2;
+  if (where) {
+    for (int i = 0; i < n; i++) sol[order[i]] = order[csol[i]];
+    if (!cost_holds(b, sol, cost)) {
+      if (where == 2)
+        fprintf(stderr, "evt: warning: a partition cache entry's grouping costs %.17g, not the %.17g it was stored "
+                "with: solving again\n", evt_pblock_cost(b, sol), cost);
+      where = 0;
+    }
   }
-  free(key);
-  free(order);
+  if (where == 2) add_entry(c, h, strdup(key), n, csol, opt, cost);
+  if (where) *optimal = opt;
+  free(key), free(order), free(csol);
   return where;
+}
+
+/* Writes an entry's file: key, solution, cost, checksum (a refused or missing folder: memory only). */
+static void store_disk(const evt_part_cache *c, const entry *e) {
+  char path[1200], why[1200];
+  if (!c->dir || evt_cache_dir_private(c->dir, c->levels, 1, why, sizeof why) != 0) return;
+  text t = {0};
+  put(&t, "%s\n%d %d", e->key, e->optimal, e->n);
+  for (int i = 0; i < e->n; i++) put(&t, " %d", e->sol[i]);
+  put(&t, "\ncost %.17g\n", e->cost);
+  t.s = evt_cache_seal_text(t.s, t.n);
+  path_of(c, e->hash, path, sizeof path);
+  evt_cache_write(path, t.s, strlen(t.s));
+  free(t.s);
 }
 
 void evt_part_cache_put(evt_part_cache *c, const evt_pblock *b, const int *sol, int optimal) {
   int n = b->n;
-  int *order = malloc((size_t)(n + 1) * sizeof(int)), *pos = malloc((size_t)(n + 1) * sizeof(int));
-  int *csol = malloc((size_t)(n + 1) * sizeof(int));
-  EVT_ASSERT(order && pos && csol);
+  int *order = malloc((size_t)(n + 1) * sizeof(int)), *csol = malloc((size_t)(n + 1) * sizeof(int));
+  EVT_ASSERT(order && csol);
   char *key = evt_pblock_canonical(b, order);
-  for (int i = 0; i < n; i++) pos[order[i]] = i;
   /* canonical group label: the smallest canonical position among the group's members */
   for (int i = 0; i < n; i++) {
     csol[i] = i;
     for (int j = 0; j < i; j++)
       if (sol[order[j]] == sol[order[i]]) { csol[i] = j; break; }
   }
-  uint64_t h = fnv(key);
-  add_entry(c, h, key, n, csol, optimal);
-  if (c->dir) {
-    char path[1200], tmp[1300];
-    mkdir(c->dir, 0777);   /* one level; a missing parent just leaves the cache in memory */
-    path_of(c, h, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (f) {
-      fprintf(f, "%s\n%d %d", key, optimal, n);
-      for (int i = 0; i < n; i++) fprintf(f, " %d", csol[i]);
-      fprintf(f, "\n");
-      if (fclose(f) == 0) rename(tmp, path);
-      else remove(tmp);
-    }
-  }
-  free(order); free(pos); free(csol);
+  entry *e = add_entry(c, fnv(key), key, n, csol, optimal, evt_pblock_cost(b, sol));
+  store_disk(c, e);
+  free(order), free(csol);
 }

@@ -221,12 +221,14 @@ int evt_dp_solve_block(const evt_pblock *b, long max_sets, long max_work, int *s
 
 /* ---- cache.c ------------------------------------------------------------------------------------------ */
 typedef struct evt_part_cache evt_part_cache;
-evt_part_cache *evt_part_cache_new(const char *dir);   /* dir NULL or "": memory only */
+/* dir NULL or "" (or a folder util/cachedir.h refuses, checked `levels` folders up): memory only */
+evt_part_cache *evt_part_cache_new(const char *dir, int levels);
 void evt_part_cache_free(evt_part_cache *c);
 /* Canonical form of a block: order[] (canonical position -> local id) and a malloc'd key string. */
 char *evt_pblock_canonical(const evt_pblock *b, int *order);
 /* Looks the block up; on a hit writes the stored solution mapped to local ids into sol[] and returns
- * 1 (memory) or 2 (disk). */
+ * 1 (memory) or 2 (disk). A disk entry is used only when its checksum holds and the cost model gives its
+ * grouping the cost it was stored with. */
 int evt_part_cache_get(evt_part_cache *c, const evt_pblock *b, int *sol, int *optimal);
 void evt_part_cache_put(evt_part_cache *c, const evt_pblock *b, const int *sol, int optimal);
 const char *evt_part_cache_default_dir(char *buf, size_t n);

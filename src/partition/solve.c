@@ -189,6 +189,19 @@ static void build_block(ctx *c, const int *nodes, int n, evt_pblock *b) {
   for (int i = 0; i < n; i++) c->loc[nodes[i]] = -1;
 }
 
+/* A cached grouping of block b into sol[], if it is legal and no costlier than the greedy one (start): an entry
+ * costlier than a grouping in hand is not optimal, whatever it claims. */
+static bool cached_solution(evt_part_cache *cache, const evt_pblock *b, const int *start, int *sol, evt_part_stats *st) {
+  int optimal = 0, hit = evt_part_cache_get(cache, b, sol, &optimal);
+  if (!hit || !evt_pblock_legal(b, sol)) return false;
+  double cost = evt_pblock_cost(b, sol), tol = 1e-9 * (cost > 1 ? cost : 1);
+  if (evt_pblock_legal(b, start) && evt_pblock_cost(b, start) < cost - tol) return false;
+  st->cache_hits++;
+  if (hit == 2) st->disk_hits++;
+  if (!optimal) st->proven = 0;
+  return true;
+}
+
 /* Solves one block: trivial, cached, or MIP (start: the global greedy grouping restricted to it). */
 static void solve_block(ctx *c, const evt_pblock *b, const int *greedy_group, const evt_part_options *opt,
                         evt_part_cache *cache, int *sol, evt_part_stats *st) {
@@ -198,20 +211,16 @@ static void solve_block(ctx *c, const evt_pblock *b, const int *greedy_group, co
     st->trivial++;
     return;
   }
-  int optimal = 0;
-  int hit = cache ? evt_part_cache_get(cache, b, sol, &optimal) : 0;
-  if (hit && evt_pblock_legal(b, sol)) {
-    st->cache_hits++;
-    if (hit == 2) st->disk_hits++;
-    if (!optimal) st->proven = 0;
-    return;
-  }
   int *start = malloc((size_t)(n + 1) * sizeof(int));
   EVT_ASSERT(start);
   for (int i = 0; i < n; i++) {   /* local ids of the greedy groups: the first member's index */
     start[i] = i;
     for (int j = 0; j < i; j++)
       if (greedy_group[b->gid[j]] == greedy_group[b->gid[i]]) { start[i] = j; break; }
+  }
+  if (cache && cached_solution(cache, b, start, sol, st)) {
+    free(start);
+    return;
   }
   if (opt->use_dp) {
     double obj = 0;
@@ -386,7 +395,7 @@ evt_status evt_part_solve(evt_pgraph *g, const evt_part_options *opt, int *group
   if (opt->use_cache) {
     char buf[1024];
     const char *dir = opt->cache_dir ? opt->cache_dir : evt_part_cache_default_dir(buf, sizeof buf);
-    cache = evt_part_cache_new(dir);
+    cache = evt_part_cache_new(dir, opt->cache_dir ? 1 : 2);
   }
   unsigned char *solved = calloc((size_t)n + 1, 1);   /* per block representative */
   int *nodes = malloc((size_t)(n + 1) * sizeof(int)), *sol = malloc((size_t)(n + 1) * sizeof(int));

@@ -5,6 +5,7 @@
  */
 #include "tune/tune.h"
 
+#include "util/cachedir.h"
 #include "util/env.h"
 
 #include <ctype.h>
@@ -498,33 +499,8 @@ void evt_tune_record_name(uint64_t spec_hash, int64_t m, int64_t n, int64_t k, c
            (long long)k, slug);
 }
 
-static int mkdirs(const char *path) {
-  char tmp[1024];
-  if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return -1;
-  for (char *p = tmp + 1; *p; p++)
-    if (*p == '/') {
-      *p = 0;
-      if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-      *p = '/';
-    }
-  return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-evt_status evt_tune_record_write(const char *cache_dir, const evt_tune_record *r, char *msg, size_t msglen) {
-  char dir[1000], name[200], path[1300], tmp[1400];
-  evt_tune_dir(cache_dir, dir, sizeof dir);
-  if (mkdirs(dir) != 0) {
-    snprintf(msg, msglen, "cannot create %s: %s", dir, strerror(errno));
-    return EVT_ERR_IO;
-  }
-  evt_tune_record_name(r->spec_hash, r->m, r->n, r->k, r->gpu, name, sizeof name);
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    snprintf(msg, msglen, "cannot write %s: %s", tmp, strerror(errno));
-    return EVT_ERR_IO;
-  }
+/* The record's text, without its checksum line. */
+static void record_text(FILE *f, const evt_tune_record *r) {
   char lab[96];
   fprintf(f, "evt-tune 1\nspec %016llx\nshape %lld %lld %lld\ngpu %s\n", (unsigned long long)r->spec_hash,
           (long long)r->m, (long long)r->n, (long long)r->k, r->gpu[0] ? r->gpu : "any");
@@ -538,10 +514,30 @@ evt_status evt_tune_record_write(const char *cache_dir, const evt_tune_record *r
     fprintf(f, "cand %.6f %d %d %s%s%s\n", c->ms, c->swizzle, c->raster, evt_tile_config_label(&c->cfg, lab, sizeof lab),
             c->note[0] ? " ; " : "", c->note);
   }
-  int bad = ferror(f);
-  if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
+}
+
+/* The tune folder of cache_dir, checked (and created with create): 0, or -1 with msg. */
+static int tune_dir_ok(const char *cache_dir, int create, char *dir, size_t dirlen, char *msg, size_t msglen) {
+  evt_tune_dir(cache_dir, dir, dirlen);
+  return evt_cache_dir_private(dir, 2, create, msg, msglen) == 0 ? 0 : -1;
+}
+
+evt_status evt_tune_record_write(const char *cache_dir, const evt_tune_record *r, char *msg, size_t msglen) {
+  char dir[1000], name[200], path[1300];
+  if (tune_dir_ok(cache_dir, 1, dir, sizeof dir, msg, msglen) != 0) return EVT_ERR_IO;
+  evt_tune_record_name(r->spec_hash, r->m, r->n, r->k, r->gpu, name, sizeof name);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&text, &n);
+  EVT_ASSERT(f);
+  record_text(f, r);
+  fclose(f);
+  text = evt_cache_seal_text(text, n);
+  int rc = evt_cache_write(path, text, strlen(text));
+  free(text);
+  if (rc != 0) {
     snprintf(msg, msglen, "cannot write %s: %s", path, strerror(errno));
-    unlink(tmp);
     return EVT_ERR_IO;
   }
   return EVT_OK;
@@ -632,10 +628,29 @@ evt_status evt_tune_record_reusable(const char *cache_dir, const evt_kspec *s, i
   return st;
 }
 
+/* Parses the record at path when its checksum holds; a failed checksum is said once on stderr. */
+static evt_status read_verified(const char *path, evt_tune_record *r) {
+  size_t n;
+  char *text = evt_cache_read(path, &n);
+  if (!text) return EVT_ERR_IO;
+  long body = evt_cache_text_body(text, n);
+  evt_status st = EVT_ERR_INVALID;
+  if (body < 0) {
+    fprintf(stderr, "evt: warning: tuning record %s fails its checksum: ignored (measured again)\n", path);
+  } else if (body > 0) {
+    FILE *f = fmemopen(text, (size_t)body, "r");
+    EVT_ASSERT(f);
+    st = parse_record(f, r);
+    fclose(f);
+  }
+  free(text);
+  return st;
+}
+
 evt_status evt_tune_record_read(const char *cache_dir, uint64_t spec_hash, int64_t m, int64_t n, int64_t k,
                                 const char *gpu, evt_tune_record *r) {
-  char dir[1000], name[260], path[1300];
-  evt_tune_dir(cache_dir, dir, sizeof dir);
+  char dir[1000], name[260], path[1300], why[1200];
+  if (tune_dir_ok(cache_dir, 0, dir, sizeof dir, why, sizeof why) != 0) return EVT_ERR_IO;
   if (gpu) {
     evt_tune_record_name(spec_hash, m, n, k, gpu, name, sizeof name);
   } else {
@@ -655,10 +670,7 @@ evt_status evt_tune_record_read(const char *cache_dir, uint64_t spec_hash, int64
     if (!name[0]) return EVT_ERR_IO;
   }
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "r");
-  if (!f) return EVT_ERR_IO;
-  evt_status st = parse_record(f, r);
-  fclose(f);
+  evt_status st = read_verified(path, r);
   if (st == EVT_OK && (r->spec_hash != spec_hash || r->m != m || r->n != n || r->k != k)) st = EVT_ERR_INVALID;
   return st;
 }

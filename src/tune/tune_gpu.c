@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/cachedir.h"
 #include "util/env.h"
 #include "ir/ir.h"
 #include "evt_row_launch.h"
@@ -39,9 +40,10 @@ typedef struct tb_api {
 } tb_api;
 
 static int tb_load(const char *so, tb_api *t, char *msg, size_t len) {
-  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  char why[700];
+  void *h = evt_cache_dlopen(so, why, sizeof why);
   if (!h) {
-    snprintf(msg, len, "cannot load the timing helper %s: %s", so, dlerror());
+    snprintf(msg, len, "cannot load the timing helper: %s", why);
     return -1;
   }
 #define SYM(f, s)                                                       \
@@ -166,7 +168,8 @@ static int add_job(jobs_t *J, const char *name, char *src) {
 
 static void *load_fn(const evt_jit_job *j, const char *name) {
   if (!j->ok) return NULL;
-  void *h = dlopen(j->so_path, RTLD_NOW | RTLD_LOCAL);
+  char why[700];
+  void *h = evt_cache_dlopen(j->so_path, why, sizeof why);
   return h ? dlsym(h, name) : NULL;
 }
 

@@ -32,7 +32,7 @@ const char *evt_self_dir(void);
  * <self>/../kernels (a build/ folder of a checkout), else ./kernels. */
 const char *evt_kernels_dir(void);
 /* <root>/<sub> of evt's disk caches: root = $EVT_CACHE_DIR, else $XDG_CACHE_HOME/evt, else $HOME/.cache/evt,
- * else /tmp/evt-cache-<uid> (no home). */
+ * else /tmp/evt-cache-<uid> (no home). The path only: util/cachedir.h checks and creates the folders. */
 void evt_env_cache_dir(const char *sub, char *out, size_t len);
 
 #endif

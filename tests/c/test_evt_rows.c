@@ -591,7 +591,8 @@ static int rows_ci_compile(char *log, size_t loglen) {
   if (f) {
     fputs(all, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, ROWS_CI_NVCC " -c -o %s.tmp %s >%s 2>&1 && mv %s.tmp %s", obj, cu, log, obj, obj);
+    snprintf(cmd, sizeof cmd, ROWS_CI_NVCC " -c -o %s.%ld.part %s >%s 2>&1 && mv %s.%ld.part %s", obj, (long)getpid(), cu,
+             log, obj, (long)getpid(), obj);
     ok = system(cmd) == 0;
     CHECK_MSG(ok, "nvcc rejected the generated row kernels; see %s", log);
   }

@@ -797,6 +797,51 @@ TEST(gemm_launch_binds_args_and_falls_back) {
   CHECK(system(cmd) == 0);
 }
 
+/* The runtime dlopens only verified JIT objects: a compiled kernel changed after its compile (one byte appended:
+ * still a loadable library) is not loaded, and its groups fall back naming the entry. */
+TEST(gemm_launch_loads_only_verified_objects) {
+  snprintf(gl_dir, sizeof gl_dir, "/tmp/evt-gemmrt-verify-%ld", (long)getpid());
+  char cmd[2048], v[3][400];
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s/cut/include/cutlass %s/cut/tools/util/include && touch %s/cut/include/cutlass/cutlass.h",
+           gl_dir, gl_dir, gl_dir, gl_dir);
+  CHECK(system(cmd) == 0);
+  gl_write_nvcc("nvcc", false);
+  const char *keys[] = {"EVT_NVCC", "EVT_CACHE_DIR", "CUTLASS_PATH"};
+  char *saved[3];
+  evt_test_env_save(keys, 3, saved);
+  snprintf(v[0], sizeof v[0], "%s/nvcc", gl_dir);
+  snprintf(v[1], sizeof v[1], "%s/cache", gl_dir);
+  snprintf(v[2], sizeof v[2], "%s/cut", gl_dir);
+  for (int i = 0; i < 3; i++) setenv(keys[i], v[i], 1);
+  evt_graph *g = load_opt("bench/graphs/mlp_bf16.evt");
+  if (g) {
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, topt(), &p) == EVT_OK);
+    char **so = evt_compile_kernels(&p);
+    int bad = -1, wanted, loaded;
+    for (int k = 0; k < p.nkernels && bad < 0; k++)
+      if (p.gspec[k] && so[k]) bad = k;
+    CHECK(bad >= 0);
+    if (bad >= 0) {
+      snprintf(cmd, sizeof cmd, "printf x >> '%s'", so[bad]);
+      CHECK(system(cmd) == 0);
+    }
+    evt_gemm_kernels *gk = evt_gemm_kernels_load(&p, so);
+    evt_gemm_kernels_counts(gk, &wanted, &loaded);
+    CHECK_MSG(wanted > 1 && loaded == wanted - 1, "%d of %d loaded", loaded, wanted);
+    for (int gi = 0; gi < p.ngroups; gi++)
+      if (p.groups[gi].kernel == bad && p.groups[gi].kind == EVT_LK_GEMM_EVT)
+        CHECK_MSG(!p.groups[gi].fused && strstr(p.groups[gi].why, "not loaded"), "%s", p.groups[gi].why);
+    evt_gemm_kernels_free(gk);
+    evt_compile_kernels_free(so, p.nkernels);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
+  evt_test_env_restore(keys, 3, saved);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", gl_dir);
+  CHECK(system(cmd) == 0);
+}
+
 /* `evtc prefetch` (src/cli/cmd_prefetch.c) compiles exactly the kernels `evtc run --fused` later asks the JIT
  * for: after a prefetch of two graphs with a stand-in nvcc, the runtime's plan of each graph (parse, joint,
  * passes, evt_exec_plan_build as run does) finds every GEMM and row kernel in the cache, even with an nvcc

@@ -477,6 +477,30 @@ def test_disk_cache(tmp_path):
     assert "disk cache" not in off
 
 
+def test_disk_cache_detects_an_edited_entry(tmp_path):
+    """An entry whose text was edited (tanh -> sigmoid: still a valid graph of the same nodes) is detected by its
+    checksum, deleted with a warning and recompiled: the step keeps eager's loss and gradients."""
+    import subprocess
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cache_step.py")
+    env = dict(os.environ, EVT_LOG="1", EVT_CACHE="1", EVT_CACHE_DIR=str(tmp_path))
+
+    def step():
+        r = subprocess.run([sys.executable, script, "tanh"], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert float(r.stdout.split("maxrel ")[1].split()[0]) <= 1e-4, r.stdout + r.stderr
+        return r.stderr
+
+    step()
+    edited = [p for p in (tmp_path / "torch").glob("*.json") if "tanh(" in p.read_text()]
+    assert edited
+    for p in edited:
+        p.write_text(p.read_text().replace("tanh(", "sigmoid("))
+    bad = step()
+    assert bad.count("checksum") == len(edited) and "disk cache hit" in bad, bad
+    assert all("sigmoid(" not in p.read_text() for p in edited)  # deleted and written again
+    assert "checksum" not in step()
+
+
 # ---- the CUDA placement and layout rules, run on the interpreter (config.SIMULATE_CUDA_RULES) ------------
 
 @pytest.mark.parametrize("name", ["bert", "vit", "xmlcnn", "convbn", "sdpa"])

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "evt_launch.h"
+#include "util/cachedir.h"
 #include <stdio.h>
 
 typedef int (*gemm_entry)(const evt_launch_args *);
@@ -29,12 +30,11 @@ evt_gemm_kernels *evt_gemm_kernels_load(evt_exec_plan *p, char *const *so) {
     gk->wanted++;
     if (!so[k]) continue; /* it did not compile: its groups are demoted */
     /* never dlclosed: CUDA code cannot be unloaded */
-    void *lib = dlopen(so[k], RTLD_NOW | RTLD_LOCAL);
+    char why[700];
+    void *lib = evt_cache_dlopen(so[k], why, sizeof why);
     if (lib) *(void **)(&fn[k]) = dlsym(lib, p->kname[k]);
     if (!lib || !fn[k]) {
-      char why[700];
-      const char *e = dlerror();
-      snprintf(why, sizeof why, "cannot load %.300s: %.300s", so[k], e ? e : "no entry");
+      if (lib) snprintf(why, sizeof why, "cannot load %.300s: no entry %.300s", so[k], p->kname[k]);
       fn[k] = NULL;
       evt_exec_plan_demote(p, k, why);
       continue;

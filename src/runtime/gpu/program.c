@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/cachedir.h"
+
 /* Nodes that share another's memory point where it does (after the arena or a caller pointer moved). */
 static void follow_aliases(evt_program *p) {
   for (int v = 0; v < p->g->nnodes; v++) {
@@ -136,13 +138,11 @@ void evt_gpu_program_load_kernels(evt_program *p, char *const *so) {
   if (!p->kfn) evt_fatal(__FILE__, __LINE__, "out of memory");
   for (int k = 0; k < nk; k++) {
     if (!xp->kspec[k] || !so[k]) continue; /* a GEMM+EVT kernel (gemm_launch.c), or a failure */
-    void *lib = dlopen(so[k], RTLD_NOW | RTLD_LOCAL); /* never dlclosed: CUDA code cannot be unloaded */
+    char why[700];
+    void *lib = evt_cache_dlopen(so[k], why, sizeof why); /* never dlclosed: CUDA code cannot be unloaded */
     if (lib) *(void **)(&p->kfn[k]) = dlsym(lib, xp->kname[k]);
-    if (!lib || !p->kfn[k]) {
-      char why[600];
-      snprintf(why, sizeof why, "cannot load %.300s: %.250s", so[k], dlerror());
-      evt_exec_plan_demote(xp, k, why);
-    }
+    if (lib && !p->kfn[k]) snprintf(why, sizeof why, "cannot load %.300s: no entry %.300s", so[k], xp->kname[k]);
+    if (!lib || !p->kfn[k]) evt_exec_plan_demote(xp, k, why);
   }
   p->gk = evt_gemm_kernels_load(xp, so);
   evt_exec_plan_counts(xp, &p->groups_fused, &p->groups_fallback);

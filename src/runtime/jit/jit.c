@@ -1,8 +1,8 @@
-/* JIT compilation of generated kernels with nvcc, cached by hash of source + flags (contract in jit.h).
+/* JIT compilation of generated kernels with nvcc, cached by hash of source + flags + compiler (contract in jit.h).
  *
  * Design: C11 + POSIX only; nvcc is run through /bin/sh with every path single-quoted (paths holding a
  * quote are refused). Up to `jobs` compiles run at once (one CUTLASS Sm90 GEMM takes ~50 s and ~4 GB on
- * one core); each writes its log next to its source, and a finished object is renamed into place.
+ * one core). Cache rules (private folder, locks, temporary names, sidecar checksums): util/cachedir.h.
  */
 #include "runtime/jit/jit.h"
 
@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/cachedir.h"
 #include "util/env.h"
 #include "util/util.h"
 
@@ -33,19 +34,6 @@ static void msgf(char *msg, size_t len, const char *fmt, ...) {
 static int file_exists(const char *p) {
   struct stat st;
   return stat(p, &st) == 0;
-}
-
-static int mkdir_p(const char *path) {
-  char tmp[1024];
-  if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return -1;
-  for (char *p = tmp + 1; *p; p++)
-    if (*p == '/') {
-      *p = 0;
-      if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-      *p = '/';
-    }
-  if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-  return 0;
 }
 
 static int has_quote(const char *s) { return s && strchr(s, '\'') != NULL; }
@@ -215,19 +203,20 @@ static void log_excerpt(const char *log, char *out, size_t len) {
   fclose(f);
 }
 
-typedef struct running {
-  pid_t pid;
-  int job;
-  double t0;
-  char tmp[1100], log[1100];
-} running;
+/* One batch's settings. */
+typedef struct jit_ctx {
+  const evt_jit_options *opt;
+  char flags[4096], cache[1024];
+  const char *nvcc, *ext;
+  uint64_t compiler; /* hash of nvcc's path and its `--version` output */
+} jit_ctx;
 
-/* The cache key of a source: included kernel headers, the source, the flags and the compiler's name. */
-static uint64_t cache_key(const evt_jit_options *opt, const char *source, const char *flags, const char *nvcc) {
-  uint64_t h = evt_hash_bytes(kernel_headers_hash(opt, source), source, strlen(source));
+/* The cache key of a source: included kernel headers, the source, the flags and the compiler. */
+static uint64_t cache_key(const jit_ctx *c, const char *source) {
+  uint64_t h = evt_hash_bytes(kernel_headers_hash(c->opt, source), source, strlen(source));
   h = evt_hash_bytes(h, "\n--flags--\n", 11);
-  h = evt_hash_bytes(h, flags, strlen(flags));
-  return evt_hash_bytes(h, nvcc, strlen(nvcc));
+  h = evt_hash_bytes(h, c->flags, strlen(c->flags));
+  return evt_hash_bytes(h, &c->compiler, sizeof c->compiler);
 }
 
 static const char *nvcc_of(const evt_jit_options *opt) {
@@ -235,163 +224,256 @@ static const char *nvcc_of(const evt_jit_options *opt) {
   return nvcc && *nvcc ? nvcc : "nvcc";
 }
 
-static void cache_dir_of(const evt_jit_options *opt, char *cache, size_t len) {
-  if (opt->cache_dir) snprintf(cache, len, "%s", opt->cache_dir);
-  else evt_env_cache_dir("jit", cache, len);
+/* Hash of the compiler's path and `--version` output (an upgraded nvcc is another compiler); -1: it cannot run. */
+static int compiler_id(const char *nvcc, uint64_t *id) {
+  char cmd[1200], buf[512];
+  snprintf(cmd, sizeof cmd, "'%s' --version 2>&1", nvcc);
+  FILE *f = popen(cmd, "r");
+  if (!f) return -1;
+  uint64_t h = evt_hash_bytes(0, nvcc, strlen(nvcc));
+  size_t r;
+  while ((r = fread(buf, 1, sizeof buf, f)) > 0) h = evt_hash_bytes(h, buf, r);
+  if (pclose(f) != 0) return -1;
+  *id = h;
+  return 0;
+}
+
+/* Flags, compiler and cache folder of a batch; with `prepare` the folder is created and checked (private). */
+static evt_status jit_setup(jit_ctx *c, const evt_jit_options *opt, int prepare, char *msg, size_t msglen) {
+  c->opt = opt;
+  c->ext = opt->frontend_only ? "ii" : opt->compile_only ? "o" : "so";
+  evt_status st = evt_jit_flags(opt, c->flags, sizeof c->flags);
+  if (st != EVT_OK) return msgf(msg, msglen, "evt_jit: %s", c->flags), st;
+  c->nvcc = nvcc_of(opt);
+  if (has_quote(c->nvcc)) return msgf(msg, msglen, "evt_jit: nvcc path must not contain a single quote"), EVT_ERR_INVALID;
+  if (opt->cache_dir) snprintf(c->cache, sizeof c->cache, "%s", opt->cache_dir);
+  else evt_env_cache_dir("jit", c->cache, sizeof c->cache);
+  char why[1200];
+  if (has_quote(c->cache)) return msgf(msg, msglen, "evt_jit: cache directory %s has a quote", c->cache), EVT_ERR_IO;
+  if (prepare && evt_cache_dir_private(c->cache, opt->cache_dir ? 1 : 2, 1, why, sizeof why) != 0)
+    return msgf(msg, msglen, "evt_jit: %s", why), EVT_ERR_IO;
+  if (compiler_id(c->nvcc, &c->compiler) != 0) /* before any job: a missing nvcc is not N compile errors */
+    return msgf(msg, msglen, "evt_jit: cannot run nvcc ('%s'); set EVT_NVCC or PATH", c->nvcc), EVT_ERR_UNSUPPORTED;
+  return EVT_OK;
+}
+
+static uint64_t entry_path(const jit_ctx *c, const char *name, const char *source, char *out, size_t len) {
+  uint64_t key = cache_key(c, source);
+  msgf(out, len, "%s/%s-%016llx.%s", c->cache, name, (unsigned long long)key, c->ext);
+  return key;
 }
 
 evt_status evt_jit_cache_path(const evt_jit_options *opt, const char *name, const char *source, char *out, size_t outlen) {
   evt_jit_options dflt = {0};
-  if (!opt) opt = &dflt;
-  char flags[4096], cache[1024];
-  evt_status st = evt_jit_flags(opt, flags, sizeof flags);
-  if (st != EVT_OK) {
-    msgf(out, outlen, "%s", flags);
-    return st;
-  }
+  jit_ctx c;
+  evt_status st = jit_setup(&c, opt ? opt : &dflt, 0, out, outlen);
+  if (st != EVT_OK) return st;
   if (!name || !source) return EVT_ERR_INVALID;
-  cache_dir_of(opt, cache, sizeof cache);
-  const char *ext = opt->frontend_only ? "ii" : opt->compile_only ? "o" : "so";
-  msgf(out, outlen, "%s/%s-%016llx.%s", cache, name, (unsigned long long)cache_key(opt, source, flags, nvcc_of(opt)), ext);
+  entry_path(&c, name, source, out, outlen);
   return EVT_OK;
+}
+
+typedef struct running {
+  pid_t pid;
+  int job, lock;
+  double t0;
+  char tmp[1400], log[1400], tmplog[1400];
+} running;
+
+/* The jobs of one evt_jit_compile call and their progress. */
+typedef struct batch {
+  evt_jit_job *jobs;
+  int njobs, par;
+  uint64_t *key;
+  int *pending, npending; /* jobs still to claim, in order */
+  running *run;
+  int nrun, done, failed, ncached, ncompiled;
+} batch;
+
+static void job_failed(batch *b, int i, const char *why) {
+  msgf(b->jobs[i].error, sizeof b->jobs[i].error, "evt_jit: kernel %s: %s", b->jobs[i].name, why);
+  b->failed++, b->done++;
+}
+
+/* The paths next to an entry: <entry without its extension><suffix>. */
+static void sibling(const jit_ctx *c, const char *entry, const char *suffix, char *out, size_t len) {
+  snprintf(out, len, "%.*s%s", (int)(strlen(entry) - strlen(c->ext) - 1), entry, suffix);
+}
+
+/* Writes the source, reserves the object's temporary name and forks nvcc with its output into a fresh log. */
+static int start_compile(const jit_ctx *c, batch *b, int i, int lock) {
+  evt_jit_job *j = &b->jobs[i];
+  running *r = &b->run[b->nrun];
+  char src[1400];
+  sibling(c, j->so_path, ".cu", src, sizeof src);
+  sibling(c, j->so_path, ".log", r->log, sizeof r->log);
+  if (evt_cache_write(src, j->source, strlen(j->source)) != 0) return job_failed(b, i, "cannot write its source"), -1;
+  int out = evt_cache_tmp_open(j->so_path, r->tmp, sizeof r->tmp);
+  int logfd = out >= 0 ? evt_cache_tmp_open(r->log, r->tmplog, sizeof r->tmplog) : -1;
+  if (out >= 0) close(out);
+  if (logfd < 0) {
+    if (out >= 0) unlink(r->tmp);
+    return job_failed(b, i, "cannot create files in the cache folder"), -1;
+  }
+  size_t clen = strlen(c->flags) + strlen(c->nvcc) + 3000;
+  char *cmd = malloc(clen);
+  EVT_ASSERT(cmd);
+  snprintf(cmd, clen, "'%s' %s -o '%s' '%s'", c->nvcc, c->flags, r->tmp, src);
+  r->t0 = now_s();
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(logfd, 1), dup2(logfd, 2);
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  free(cmd);
+  close(logfd);
+  if (pid < 0) {
+    unlink(r->tmp), unlink(r->tmplog);
+    return job_failed(b, i, "fork failed"), -1;
+  }
+  r->pid = pid, r->job = i, r->lock = lock;
+  b->nrun++;
+  return 0;
+}
+
+/* Takes job i's entry lock (waiting for it when wait is set); then the entry is a hit (another process built
+ * it meanwhile) or compiled by us. -1: the lock is busy. */
+static int claim(const jit_ctx *c, batch *b, int i, int wait) {
+  evt_jit_job *j = &b->jobs[i];
+  int lock = evt_cache_lock(j->so_path, wait);
+  if (lock == -1) return -1;
+  char why[600];
+  struct stat st;
+  if (evt_cache_object_verified(j->so_path, b->key[i], why, sizeof why)) {
+    j->ok = j->cached = 1;
+    b->ncached++, b->done++;
+    evt_cache_unlock(lock);
+    return 0;
+  }
+  if (lstat(j->so_path, &st) == 0) fprintf(stderr, "[evt-jit] cache entry %s: %s; rebuilding\n", j->so_path, why);
+  if (start_compile(c, b, i, lock) != 0) evt_cache_unlock(lock);
+  return 0;
+}
+
+/* Claims pending jobs whose locks are free while fewer than par compiles run; 1 if any was claimed. */
+static int claim_free(const jit_ctx *c, batch *b) {
+  int kept = 0, any = 0;
+  for (int k = 0; k < b->npending; k++) {
+    int i = b->pending[k];
+    if (b->nrun < b->par && claim(c, b, i, 0) == 0) any = 1;
+    else b->pending[kept++] = i;
+  }
+  b->npending = kept;
+  return any;
+}
+
+/* A finished nvcc: its log and object are renamed into place, the object sealed, the lock released. */
+static void finish(const jit_ctx *c, batch *b, running *r, int status) {
+  evt_jit_job *j = &b->jobs[r->job];
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  rename(r->tmplog, r->log);
+  b->done++;
+  if (code == 0 && rename(r->tmp, j->so_path) == 0 && evt_cache_object_seal(j->so_path, b->key[r->job]) == 0) {
+    j->ok = 1;
+    b->ncompiled++;
+    if (!c->opt->quiet)
+      fprintf(stderr, "[evt-jit] %d/%d %s compiled in %.1f s\n", b->done, b->njobs, j->name, now_s() - r->t0);
+  } else {
+    char ex[700];
+    log_excerpt(r->log, ex, sizeof ex);
+    unlink(r->tmp);
+    msgf(j->error, sizeof j->error, "evt_jit: kernel %s failed to compile (nvcc exit %d); log %s:\n%s", j->name, code,
+         r->log, ex);
+    b->failed++;
+    if (!c->opt->quiet) fprintf(stderr, "[evt-jit] %d/%d %s FAILED (exit %d)\n", b->done, b->njobs, j->name, code);
+  }
+  evt_cache_unlock(r->lock);
+}
+
+static void reap_one(const jit_ctx *c, batch *b) {
+  int status = 0;
+  pid_t pid = waitpid(-1, &status, 0);
+  if (pid < 0) {
+    if (errno != EINTR) /* no children left: the running ones are lost */
+      while (b->nrun > 0) finish(c, b, &b->run[--b->nrun], 127 << 8);
+    return;
+  }
+  for (int k = 0; k < b->nrun; k++)
+    if (b->run[k].pid == pid) {
+      running r = b->run[k];
+      b->run[k] = b->run[--b->nrun];
+      finish(c, b, &r, status);
+      return;
+    }
+}
+
+/* Compiles the pending jobs, up to par at a time. A job whose entry another process is building waits for it,
+ * but only while this process holds no lock (no compile of its own runs), so two batches never wait on each
+ * other. */
+static void run_batch(const jit_ctx *c, batch *b) {
+  while (b->npending > 0 || b->nrun > 0) {
+    int claimed = claim_free(c, b);
+    if (b->nrun > 0) reap_one(c, b);
+    else if (b->npending > 0 && !claimed) {
+      int i = b->pending[0];
+      memmove(b->pending, b->pending + 1, (size_t)--b->npending * sizeof *b->pending);
+      claim(c, b, i, 1);
+    }
+  }
+}
+
+/* Job i's entry path and key; a verified entry is a hit, anything else is pending. */
+static void prepare_job(const jit_ctx *c, batch *b, int i) {
+  evt_jit_job *j = &b->jobs[i];
+  j->ok = j->cached = 0;
+  j->error[0] = 0;
+  if (!j->name || !*j->name || has_quote(j->name) || strchr(j->name, '/') || !j->source) {
+    msgf(j->error, sizeof j->error, "evt_jit: job %d has no valid name or source", i);
+    b->failed++;
+    return;
+  }
+  b->key[i] = entry_path(c, j->name, j->source, j->so_path, sizeof j->so_path);
+  if (evt_cache_object_verified(j->so_path, b->key[i], NULL, 0)) {
+    j->ok = j->cached = 1;
+    b->ncached++, b->done++;
+  } else {
+    b->pending[b->npending++] = i;
+  }
+}
+
+static int parallelism(const evt_jit_options *opt) {
+  int par = opt->jobs > 0 ? opt->jobs : (int)evt_env_long(EVT_ENV_JIT_JOBS, 0);
+  if (par <= 0) par = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  return par > 0 ? par : 1;
 }
 
 evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *opt, char *msg, size_t msglen) {
   evt_jit_options dflt = {0};
-  if (!opt) opt = &dflt;
-  char flags[4096];
-  evt_status st = evt_jit_flags(opt, flags, sizeof flags);
-  if (st != EVT_OK) {
-    msgf(msg, msglen, "evt_jit: %s", flags);
-    return st;
-  }
-  const char *nvcc = nvcc_of(opt);
-  if (has_quote(nvcc)) {
-    msgf(msg, msglen, "evt_jit: nvcc path must not contain a single quote");
-    return EVT_ERR_INVALID;
-  }
-  char cache[1024];
-  cache_dir_of(opt, cache, sizeof cache);
-  if (mkdir_p(cache) != 0 || has_quote(cache)) {
-    msgf(msg, msglen, "evt_jit: cannot create cache directory %s", cache);
-    return EVT_ERR_IO;
-  }
-  int par = opt->jobs > 0 ? opt->jobs : (int)evt_env_long(EVT_ENV_JIT_JOBS, 0);
-  if (par <= 0) par = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  if (par <= 0) par = 1;
-
-  /* the compiler must exist before we start (a missing nvcc would otherwise look like N compile errors) */
-  char probe[1200];
-  snprintf(probe, sizeof probe, "'%s' --version >/dev/null 2>&1", nvcc);
-  if (system(probe) != 0) {
-    msgf(msg, msglen, "evt_jit: cannot run nvcc ('%s'); set EVT_NVCC or PATH", nvcc);
-    return EVT_ERR_UNSUPPORTED;
-  }
-
-  int todo[njobs > 0 ? njobs : 1], ntodo = 0, failed = 0, done = 0, ncached = 0;
-  const char *ext = opt->frontend_only ? "ii" : opt->compile_only ? "o" : "so";
-  for (int i = 0; i < njobs; i++) {
-    evt_jit_job *j = &jobs[i];
-    j->ok = j->cached = 0;
-    j->error[0] = 0;
-    if (!j->name || !*j->name || has_quote(j->name) || strchr(j->name, '/') || !j->source) {
-      msgf(j->error, sizeof j->error, "evt_jit: job %d has no valid name or source", i);
-      failed++;
-      continue;
-    }
-    msgf(j->so_path, sizeof j->so_path, "%s/%s-%016llx.%s", cache, j->name,
-         (unsigned long long)cache_key(opt, j->source, flags, nvcc), ext);
-    if (file_exists(j->so_path)) {
-      j->ok = j->cached = 1;
-      ncached++;
-      done++;
-      continue;
-    }
-    todo[ntodo++] = i;
-  }
-  if (!opt->quiet && njobs)
-    fprintf(stderr, "[evt-jit] %d kernel(s): %d cached, %d to compile, %d at a time\n", njobs, ncached, ntodo, par);
-
-  running run[par];
-  int nrun = 0, next = 0;
+  jit_ctx c;
+  evt_status st = jit_setup(&c, opt ? opt : &dflt, 1, msg, msglen);
+  if (st != EVT_OK) return st;
+  int n1 = njobs > 0 ? njobs : 1;
+  batch b = {.jobs = jobs, .njobs = njobs, .par = parallelism(c.opt)};
+  b.key = calloc((size_t)n1, sizeof *b.key);
+  b.pending = calloc((size_t)n1, sizeof *b.pending);
+  b.run = calloc((size_t)b.par, sizeof *b.run);
+  EVT_ASSERT(b.key && b.pending && b.run);
+  for (int i = 0; i < njobs; i++) prepare_job(&c, &b, i);
+  int ntodo = b.npending;
+  if (!c.opt->quiet && njobs)
+    fprintf(stderr, "[evt-jit] %d kernel(s): %d cached, %d to compile, %d at a time\n", njobs, b.ncached, ntodo, b.par);
   double t_start = now_s();
-  while (next < ntodo || nrun > 0) {
-    while (nrun < par && next < ntodo) {
-      evt_jit_job *j = &jobs[todo[next]];
-      running *r = &run[nrun];
-      r->job = todo[next++];
-      char src[1100];
-      snprintf(src, sizeof src, "%.*s.cu", (int)(strlen(j->so_path) - strlen(ext) - 1), j->so_path);
-      snprintf(r->log, sizeof r->log, "%.*s.log", (int)(strlen(j->so_path) - strlen(ext) - 1), j->so_path);
-      snprintf(r->tmp, sizeof r->tmp, "%s.tmp%ld", j->so_path, (long)getpid());
-      FILE *f = fopen(src, "w");
-      if (!f || fputs(j->source, f) < 0) {
-        if (f) fclose(f);
-        msgf(j->error, sizeof j->error, "evt_jit: kernel %s: cannot write %s", j->name, src);
-        failed++;
-        done++;
-        continue;
-      }
-      fclose(f);
-      size_t clen = strlen(flags) + 3 * 1100 + 64 + strlen(nvcc);
-      char *cmd = malloc(clen);
-      if (!cmd) abort();
-      snprintf(cmd, clen, "'%s' %s -o '%s' '%s' >'%s' 2>&1", nvcc, flags, r->tmp, src, r->log);
-      r->t0 = now_s();
-      pid_t pid = fork();
-      if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-      }
-      free(cmd);
-      if (pid < 0) {
-        msgf(j->error, sizeof j->error, "evt_jit: kernel %s: fork failed", j->name);
-        failed++;
-        done++;
-        continue;
-      }
-      r->pid = pid;
-      nrun++;
-    }
-    if (nrun == 0) break;
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
+  run_batch(&c, &b);
+  if (!c.opt->quiet && ntodo)
+    fprintf(stderr, "[evt-jit] done: %d compiled, %d cached, %d failed in %.1f s\n", b.ncompiled, b.ncached, b.failed,
+            now_s() - t_start);
+  free(b.key), free(b.pending), free(b.run);
+  if (!b.failed) return EVT_OK;
+  for (int i = 0; i < njobs; i++)
+    if (!jobs[i].ok) {
+      msgf(msg, msglen, "%s", jobs[i].error);
       break;
     }
-    int k = 0;
-    while (k < nrun && run[k].pid != pid) k++;
-    if (k == nrun) continue; /* not ours */
-    running r = run[k];
-    run[k] = run[--nrun];
-    evt_jit_job *j = &jobs[r.job];
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    done++;
-    if (code == 0 && rename(r.tmp, j->so_path) == 0) {
-      j->ok = 1;
-      if (!opt->quiet)
-        fprintf(stderr, "[evt-jit] %d/%d %s compiled in %.1f s\n", done, njobs, j->name, now_s() - r.t0);
-    } else {
-      char ex[700];
-      log_excerpt(r.log, ex, sizeof ex);
-      unlink(r.tmp);
-      msgf(j->error, sizeof j->error, "evt_jit: kernel %s failed to compile (nvcc exit %d); log %s:\n%s", j->name,
-               code, r.log, ex);
-      failed++;
-      if (!opt->quiet) fprintf(stderr, "[evt-jit] %d/%d %s FAILED (exit %d)\n", done, njobs, j->name, code);
-    }
-  }
-  if (!opt->quiet && ntodo)
-    fprintf(stderr, "[evt-jit] done: %d compiled, %d cached, %d failed in %.1f s\n", ntodo - failed, ncached, failed,
-            now_s() - t_start);
-  if (failed) {
-    for (int i = 0; i < njobs; i++)
-      if (!jobs[i].ok) {
-        msgf(msg, msglen, "%s", jobs[i].error);
-        break;
-      }
-    return EVT_ERR_INVALID;
-  }
-  return EVT_OK;
+  return EVT_ERR_INVALID;
 }

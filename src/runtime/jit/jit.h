@@ -2,10 +2,13 @@
  *
  * evt_jit_compile writes each job's source to the cache directory and runs nvcc on it, up to `jobs`
  * at a time, and fills in each job's `so_path`. A result is cached under
- * <cache>/<name>-<hash of source, flags and the kernels directory's headers that the source includes, directly
- * or through one another>.so: the same text with the same flags and headers is never compiled twice (a changed
- * visitor-functor header recompiles the GEMM kernels, not the row kernels, which do not include it); a
- * finished .so is renamed into place, so a killed compile leaves no half file. Flags:
+ * <cache>/<name>-<hash of source, flags, compiler (path and `--version` output) and the kernels directory's headers
+ * that the source includes, directly or through one another>.so: the same text with the same flags, compiler and
+ * headers is never compiled twice (a changed visitor-functor header recompiles the GEMM kernels, not the row
+ * kernels, which do not include it). The cache rules are util/cachedir.h's: a private folder (else EVT_ERR_IO
+ * and nothing compiled), a finished object renamed into place from a unique temporary name and sealed with a
+ * sidecar <entry>.sum (its key, size and content hash); an entry that fails the check is rebuilt, saying so
+ * on stderr; one process compiles an entry while others wanting it wait on its lock (<entry>.lock). Flags:
  *   nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a
  *        -shared -Xcompiler -fPIC -I<kernels dir> -I<CUTLASS include> -I<CUTLASS tools/util/include> -lcuda
  * CUTLASS is found from CUTLASS_PATH (a CUTLASS tree, or the `cutlass_library/source` folder of the
@@ -47,7 +50,8 @@ typedef struct evt_jit_options {
 } evt_jit_options;
 
 /* Compiles every job (cache hits are free). EVT_OK if all succeeded; otherwise EVT_ERR_UNSUPPORTED when
- * nvcc or CUTLASS cannot be found (message in *msg), EVT_ERR_IO for cache-dir trouble, or
+ * nvcc or CUTLASS cannot be found (message in *msg), EVT_ERR_IO for cache-dir trouble (a folder refused by the
+ * cache rules: the message says how to fix it), or
  * EVT_ERR_INVALID when some job failed to compile (see each job's error). msg may be NULL. */
 evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *opt, char *msg, size_t msglen);
 /* The CUTLASS include directories that evt_jit_compile would use; EVT_ERR_UNSUPPORTED if none. */
@@ -55,7 +59,8 @@ evt_status evt_jit_find_cutlass(const char *cutlass_path, char *inc, size_t incl
 /* The full nvcc flag string (without -o/sources); what the cache key covers besides the source. */
 evt_status evt_jit_flags(const evt_jit_options *opt, char *out, size_t outlen);
 /* Where evt_jit_compile keeps (or would keep) the shared object of `source` named `name` under opt's
- * settings: <cache>/<name>-<key>.so, whether it exists or not (benchmarks that load only what is compiled). */
+ * settings: <cache>/<name>-<key>.so, whether it exists or not (benchmarks that load only what is compiled:
+ * through evt_cache_dlopen, which loads a verified entry only). Runs `nvcc --version` (part of the key). */
 evt_status evt_jit_cache_path(const evt_jit_options *opt, const char *name, const char *source, char *out, size_t outlen);
 
 #endif
