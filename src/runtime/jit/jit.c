@@ -288,6 +288,8 @@ typedef struct batch {
   int *pending, npending; /* jobs still to claim, in order */
   running *run;
   int nrun, done, failed, ncached, ncompiled;
+  int ntodo;      /* compiles this batch runs (not cache hits) */
+  double t_start; /* when the batch started: the progress line's ETA */
 } batch;
 
 static void job_failed(batch *b, int i, const char *why) {
@@ -368,6 +370,18 @@ static int claim_free(const jit_ctx *c, batch *b) {
   return any;
 }
 
+/* One line per finished compile: what, how long, and the batch's estimated time left (the compiles so far set
+ * the pace; the running ones overlap). */
+static void progress(const batch *b, const char *name, double took) {
+  int finished = b->ncompiled + b->failed, left = b->ntodo - finished;
+  double elapsed = now_s() - b->t_start;
+  if (left > 0 && finished > 0)
+    fprintf(stderr, "[evt-jit] %d/%d %s compiled in %.1f s; about %.0f s left\n", b->done, b->njobs, name, took,
+            elapsed / finished * left);
+  else
+    fprintf(stderr, "[evt-jit] %d/%d %s compiled in %.1f s\n", b->done, b->njobs, name, took);
+}
+
 /* A finished nvcc: its log and object are renamed into place, the object sealed, the lock released. */
 static void finish(const jit_ctx *c, batch *b, running *r, int status) {
   evt_jit_job *j = &b->jobs[r->job];
@@ -377,8 +391,7 @@ static void finish(const jit_ctx *c, batch *b, running *r, int status) {
   if (code == 0 && rename(r->tmp, j->so_path) == 0 && evt_cache_object_seal(j->so_path, b->key[r->job]) == 0) {
     j->ok = 1;
     b->ncompiled++;
-    if (!c->opt->quiet)
-      fprintf(stderr, "[evt-jit] %d/%d %s compiled in %.1f s\n", b->done, b->njobs, j->name, now_s() - r->t0);
+    if (!c->opt->quiet) progress(b, j->name, now_s() - r->t0);
   } else {
     char ex[700];
     log_excerpt(r->log, ex, sizeof ex);
@@ -460,10 +473,10 @@ evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *
   b.run = calloc((size_t)b.par, sizeof *b.run);
   EVT_ASSERT(b.key && b.pending && b.run);
   for (int i = 0; i < njobs; i++) prepare_job(&c, &b, i);
-  int ntodo = b.npending;
+  int ntodo = b.ntodo = b.npending;
   if (!c.opt->quiet && njobs)
     fprintf(stderr, "[evt-jit] %d kernel(s): %d cached, %d to compile, %d at a time\n", njobs, b.ncached, ntodo, b.par);
-  double t_start = now_s();
+  double t_start = b.t_start = now_s();
   run_batch(&c, &b);
   if (!c.opt->quiet && ntodo)
     fprintf(stderr, "[evt-jit] done: %d compiled, %d cached, %d failed in %.1f s\n", b.ncompiled, b.ncached, b.failed,
