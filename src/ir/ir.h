@@ -189,7 +189,8 @@ const char *evt_type_str(const evt_type *t, char *buf, size_t n);
 /* The joint graph's gradients (evt_graph_build_joint names them %grad.<param>). grad_of has one slot per node: for a param, the id of its
  * output %grad.<name> (else -1). Returns the number of params that have one. */
 int evt_graph_grad_outputs(const evt_graph *g, int *grad_of);
-int evt_graph_param_count(const evt_graph *g);
+/* The params that get a gradient: the floating-point ones (an integer or bool param gets none, as in PyTorch). */
+int evt_graph_float_param_count(const evt_graph *g);
 
 /* (graph.c adds a node by inferring its type; infer.c reports errors on the graph: they call each other.) */
 /* ---- src/ir/infer.c -------------------------------------------------------------------------------- */
