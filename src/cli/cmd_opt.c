@@ -216,7 +216,7 @@ EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--veri
       before.outputs = malloc(sizeof(int) * (size_t)(g->noutputs + 1));
       if (!before.names || !before.outputs) evt_fatal(__FILE__, __LINE__, "out of memory");
       for (int k = 0; k < g->nnodes; k++) before.names[k] = g->nodes[k].name;
-      memcpy(before.outputs, g->outputs, sizeof(int) * (size_t)g->noutputs);
+      if (g->noutputs > 0) memcpy(before.outputs, g->outputs, sizeof(int) * (size_t)g->noutputs);
     }
     int nb = g->nnodes;
     evt_pass_stats st = {.flags = o.no_loss ? EVT_PASS_DROP_LOSS : 0};
