@@ -292,7 +292,7 @@ static int train_steps(evt_graph *g, const run_options *o, evt_tensor *values, e
     if (step == 1) first = last;
     if (!isfinite(last)) {
       printf("step %ld loss %.6g\n", step, last);
-      fprintf(stderr, "evtc run: the loss is %g at step %ld (try a smaller --lr)\n", last, step);
+      fprintf(stderr, "evtc run: the loss is %g at step %ld (try a smaller --lr)\n", isnan(last) ? fabs(last) : last, step); /* "nan", not "-nan" */
       return EVTC_EXIT_USER;
     }
     double u0 = now_ms();
