@@ -95,3 +95,47 @@ TEST(hostile_ce_empty_batch) {
     check_no_target_counts(red[r], text, r == 0);
   }
 }
+
+/* ---- constant propagation keeps each dtype's rounding ------------------------------------------------ */
+
+/* Same value, bit for bit (NaN equal to NaN). */
+static bool same_value(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
+
+/* Runs text's graph before and after constprop on the same inputs, with every node rounded to its dtype and in
+ * fp64, and checks that every output keeps every bit in both. */
+static void check_constprop_exact(const char *text) {
+  for (int mode = 0; mode < 2; mode++) {
+    unsigned flags = mode ? EVT_RUN_FP64 : 0;
+    evt_graph *g = evt_test_parse_ok(text), *h = evt_test_parse_ok(text);
+    if (!g || !h) return;
+    evt_pass_stats st = {0};
+    CHECK(evt_pass_constprop(h, &st) == EVT_OK);
+    evt_tensor *a = calloc((size_t)g->nnodes, sizeof *a), *b = calloc((size_t)h->nnodes, sizeof *b);
+    CHECK(evt_interp_init_inputs(g, a, 7) == EVT_OK && evt_interp_init_inputs(h, b, 7) == EVT_OK);
+    CHECK_MSG(evt_interp_run(g, a, flags, 0) == EVT_OK, "%s", evt_graph_error(g));
+    CHECK_MSG(evt_interp_run(h, b, flags, 0) == EVT_OK, "%s", evt_graph_error(h));
+    for (int o = 0; o < g->noutputs && o < h->noutputs; o++) {
+      const evt_tensor *x = &a[g->outputs[o]], *y = &b[h->outputs[o]];
+      for (int64_t i = 0; i < x->numel && x->numel == y->numel; i++)
+        if (!same_value(x->data[i], y->data[i])) {
+          CHECK_MSG(false, "%s: output %%%s element %lld: %.17g before constprop, %.17g after", mode ? "fp64" : "rounded",
+                    g->nodes[g->outputs[o]].name, (long long)i, x->data[i], y->data[i]);
+          break;
+        }
+    }
+    free_values(g, a);
+    free_values(h, b);
+    evt_graph_free(g);
+    evt_graph_free(h);
+  }
+}
+
+/* torch: c = full(60000, f16); (c + c) - c is inf; full(0.2, f16).float() is 0.199951171875 */
+TEST(hostile_constprop_keeps_f16_rounding) {
+  check_constprop_exact("graph t {\n  %x: f16[4] = input()\n  %c: f16[4] = full(value=60000)\n  %d: f16[4] = add(%c, %c)\n"
+                        "  %e: f16[4] = sub(%d, %c)\n  %y: f16[4] = add(%x, %e)\n  %p: f16[4] = full(value=0.2)\n"
+                        "  %q: f32[4] = cast(%p, dtype=f32)\n  %xf: f32[4] = cast(%x, dtype=f32)\n  %z: f32[4] = mul(%xf, %q)\n"
+                        "  %s: f16[] = scalar(value=0.1)\n  %n: f16[] = neg(%s)\n  %m: f32[] = cast(%n, dtype=f32)\n"
+                        "  %b: bf16[2] = full(value=3.3)\n  %r: bf16[2] = mul(%b, %b)\n  %rf: f32[2] = cast(%r, dtype=f32)\n"
+                        "  %k: f32[3] = full(value=16777217)\n  %kk: f32[3] = sub(%k, %k)\n  output %y, %z, %m, %rf, %kk\n}\n");
+}
