@@ -107,7 +107,9 @@ int evt_graph_output(const evt_graph *g, int i);            /* node id of output
 evt_status evt_graph_build_joint(evt_graph *g, unsigned flags);
 
 /* ---- the CPU interpreter (reference) --------------------------------------------------------------- */
-/* A host tensor: contiguous, row-major; values of every dtype held as doubles (integers exactly). */
+/* A host tensor: contiguous, row-major; values of every dtype held as doubles: integers exactly, which a double
+ * does within +-(2^53 - 1); evt_interp_run reports an i64 value past that (EVT_ERR_UNSUPPORTED) instead of
+ * rounding it, and an integer slot the caller fills must hold integers of its dtype. */
 typedef struct evt_tensor {
   evt_dtype dtype;
   int rank;

@@ -34,7 +34,12 @@ static bool exact_const(const evt_graph *g, int id, double *v) {
 
 /* A folded result the node can hold: integers within ±(2^53 - 1), exact in a double. */
 static bool foldable(const evt_type *t, double r) {
-  return evt_dtype_is_float(t->dtype) || t->dtype == EVT_BOOL || fabs(r) <= 9007199254740991.0;
+  return evt_dtype_is_float(t->dtype) || t->dtype == EVT_BOOL || fabs(r) <= EVT_INT_EXACT_MAX;
+}
+
+/* The constant of a fold: floats unrounded (see the contract), integers as the node holds them (i32 wraps). */
+static int fold_to(evt_graph *g, int id, const evt_type *t, double r) {
+  return evt_rw_full(g, id, t, evt_dtype_is_float(t->dtype) ? r : evt_round_to_dtype(r, t->dtype));
 }
 
 static bool int_ok(evt_op op) {
@@ -110,12 +115,12 @@ static int simplify(evt_graph *g, int id) {
   if (all_const && cls == EVT_CLASS_ELEMENTWISE) {
     double r;
     bool ints = !evt_dtype_is_float(t->dtype) && t->dtype != EVT_BOOL;
-    if ((!ints || int_ok(n->op)) && apply(n, vals, &r) && foldable(t, r)) return evt_rw_full(g, id, t, r);
+    if ((!ints || int_ok(n->op)) && apply(n, vals, &r) && foldable(t, r)) return fold_to(g, id, t, r);
   }
   if (all_const && (n->op == EVT_OP_SUM || n->op == EVT_OP_MEAN || n->op == EVT_OP_AMAX)) {
     double r = vals[0];
     if (n->op == EVT_OP_SUM) r *= (double)(evt_type_numel(&g->nodes[n->inputs[0]].type) / (evt_type_numel(t) ? evt_type_numel(t) : 1));
-    if ((evt_dtype_is_float(t->dtype) || n->op != EVT_OP_MEAN) && foldable(t, r)) return evt_rw_full(g, id, t, r);
+    if ((evt_dtype_is_float(t->dtype) || n->op != EVT_OP_MEAN) && foldable(t, r)) return fold_to(g, id, t, r);
   }
   if (all_const && cls == EVT_CLASS_LAYOUT && n->op != EVT_OP_CONCAT && n->op != EVT_OP_SLICE_BACKWARD)
     return evt_rw_full(g, id, t, vals[0]);

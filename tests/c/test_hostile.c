@@ -139,3 +139,102 @@ TEST(hostile_constprop_keeps_f16_rounding) {
                         "  %b: bf16[2] = full(value=3.3)\n  %r: bf16[2] = mul(%b, %b)\n  %rf: f32[2] = cast(%r, dtype=f32)\n"
                         "  %k: f32[3] = full(value=16777217)\n  %kk: f32[3] = sub(%k, %k)\n  output %y, %z, %m, %rf, %kk\n}\n");
 }
+
+/* ---- integers: exact within +-(2^53 - 1), i32 wraps as two's complement ------------------------------- */
+
+/* Runs text's graph with input %a set to vals (n values); returns the status and leaves output 0's values in
+ * out (n of them) when it ran. */
+static evt_status run_int_graph(const char *text, const double *vals, int n, double *out, char *msg, size_t msglen) {
+  evt_graph *g = evt_test_parse_ok(text);
+  if (!g) return EVT_ERR_PARSE;
+  evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v);
+  CHECK(evt_interp_init_inputs(g, v, 1) == EVT_OK);
+  int a = evt_graph_find(g, "a");
+  for (int i = 0; i < n && a >= 0 && i < v[a].numel; i++) v[a].data[i] = vals[i];
+  evt_status st = evt_interp_run(g, v, 0, 0);
+  snprintf(msg, msglen, "%s", evt_graph_error(g));
+  const evt_tensor *o = &v[g->outputs[0]];
+  for (int i = 0; st == EVT_OK && i < n && i < o->numel; i++) out[i] = o->data[i];
+  free_values(g, v);
+  evt_graph_free(g);
+  return st;
+}
+
+static const char *kPlusOneMinus = "graph t {\n  %a: i64[2] = input()\n  %one: i64[] = scalar(value=1)\n"
+                                   "  %b: i64[2] = add(%a, %one)\n  %c: i64[2] = sub(%b, %a)\n  output %c\n}\n";
+
+/* torch: a = [2^53, 2^60] (i64): (a + 1) - a is [1, 1]. The interpreter holds integers in doubles, exact within
+ * +-(2^53 - 1): beyond, an error naming the node, never a silent [0, 0]. */
+TEST(hostile_i64_beyond_2p53_is_an_error) {
+  char msg[512];
+  double out[2] = {0, 0};
+  const double big[2] = {9007199254740992.0, 1152921504606846976.0};
+  evt_status st = run_int_graph(kPlusOneMinus, big, 2, out, msg, sizeof msg);
+  CHECK_MSG(st == EVT_ERR_UNSUPPORTED && strstr(msg, "node %a (input)") && strstr(msg, "2^53"), "status %d: %s (out %g %g)",
+            (int)st, msg, out[0], out[1]);
+  const double edge[2] = {9007199254740991.0, 0};
+  st = run_int_graph(kPlusOneMinus, edge, 2, out, msg, sizeof msg);
+  CHECK_MSG(st == EVT_ERR_UNSUPPORTED && strstr(msg, "node %b (add)"), "status %d: %s", (int)st, msg);
+  const double ok[2] = {9007199254740990.0, -9007199254740991.0};
+  st = run_int_graph(kPlusOneMinus, ok, 2, out, msg, sizeof msg);
+  CHECK_MSG(st == EVT_OK && out[0] == 1 && out[1] == 1, "status %d: %s, out %g %g", (int)st, msg, out[0], out[1]);
+}
+
+/* torch: sum([2^53 - 1, 2, -(2^53 - 1)]) is 2; a partial sum past 2^53 is an error, never a silent 1. */
+TEST(hostile_i64_sum_past_2p53_is_an_error) {
+  char msg[512];
+  double out[1] = {0};
+  const double v[3] = {9007199254740991.0, 2, -9007199254740991.0};
+  evt_status st = run_int_graph("graph t {\n  %a: i64[3] = input()\n  %s: i64[] = sum(%a)\n  output %s\n}\n", v, 3, out, msg,
+                                sizeof msg);
+  CHECK_MSG(st == EVT_ERR_UNSUPPORTED && strstr(msg, "node %s (sum)"), "status %d: %s (out %.17g)", (int)st, msg, out[0]);
+}
+
+/* torch (int32): (2^31 - 1) + 1 = -2^31, (2^31 - 1)^2 = 1, -(-2^31) = -2^31, abs(-2^31) = -2^31; int64 2^40 + 3
+ * cast to int32 is 3; sum([2^31 - 1, 1]) with dtype=int32 is -2^31. */
+TEST(hostile_i32_wraps_as_twos_complement) {
+  char msg[512];
+  double out[2] = {0, 0};
+  const double m[2] = {2147483647.0, -2147483648.0};
+  struct { const char *body; double want0, want1; } cases[] = {
+      {"  %one: i32[] = scalar(value=1)\n  %r: i32[2] = add(%a, %one)\n", -2147483648.0, -2147483647.0},
+      {"  %r: i32[2] = mul(%a, %a)\n", 1, 0},
+      {"  %r: i32[2] = neg(%a)\n", -2147483647.0, -2147483648.0},
+      {"  %r: i32[2] = abs(%a)\n", 2147483647.0, -2147483648.0},
+      {"  %one: i32[] = scalar(value=1)\n  %s: i32[2] = sub(%a, %one)\n  %r: i32[2] = sub(%s, %one)\n", 2147483645.0, 2147483646.0},
+  };
+  for (int c = 0; c < EVT_ARRAY_LEN(cases); c++) {
+    char text[512];
+    snprintf(text, sizeof text, "graph t {\n  %%a: i32[2] = input()\n%s  output %%r\n}\n", cases[c].body);
+    evt_status st = run_int_graph(text, m, 2, out, msg, sizeof msg);
+    CHECK_MSG(st == EVT_OK && out[0] == cases[c].want0 && out[1] == cases[c].want1, "case %d: status %d %s: %.17g %.17g", c,
+              (int)st, msg, out[0], out[1]);
+  }
+  const double w[2] = {1099511627779.0, -1.0};
+  evt_status st = run_int_graph("graph t {\n  %a: i64[2] = input()\n  %r: i32[2] = cast(%a, dtype=i32)\n  output %r\n}\n", w, 2,
+                                out, msg, sizeof msg);
+  CHECK_MSG(st == EVT_OK && out[0] == 3 && out[1] == -1, "cast: status %d %s: %.17g %.17g", (int)st, msg, out[0], out[1]);
+  const double s[2] = {2147483647.0, 1};
+  st = run_int_graph("graph t {\n  %a: i32[2] = input()\n  %r: i32[] = sum(%a)\n  output %r\n}\n", s, 2, out, msg, sizeof msg);
+  CHECK_MSG(st == EVT_OK && out[0] == -2147483648.0, "sum: status %d %s: %.17g", (int)st, msg, out[0]);
+}
+
+/* A float cast to an integer dtype that cannot hold it (PyTorch leaves the result undefined), or a caller's
+ * integer value that is not one: errors naming the node. */
+TEST(hostile_int_values_out_of_range_are_errors) {
+  char msg[512];
+  double out[2];
+  const double f[2] = {3e9, 1};
+  evt_status st = run_int_graph("graph t {\n  %a: f32[2] = input()\n  %r: i32[2] = cast(%a, dtype=i32)\n  output %r\n}\n", f, 2,
+                                out, msg, sizeof msg);
+  CHECK_MSG(st == EVT_ERR_UNSUPPORTED && strstr(msg, "node %r (cast)"), "status %d: %s", (int)st, msg);
+  const double frac[2] = {0.5, 1};
+  st = run_int_graph("graph t {\n  %a: i64[2] = input()\n  %r: i64[2] = neg(%a)\n  output %r\n}\n", frac, 2, out, msg, sizeof msg);
+  CHECK_MSG(st == EVT_ERR_INVALID && strstr(msg, "node %a (input)"), "status %d: %s", (int)st, msg);
+}
+
+/* Folding integer constants: i32 wraps as the interpreter does; i64 beyond 2^53 is left to the run. */
+TEST(hostile_constprop_integer_folds) {
+  check_constprop_exact("graph t {\n  %c: i32[2] = full(value=2147483647)\n  %one: i32[] = scalar(value=1)\n"
+                        "  %d: i32[2] = add(%c, %one)\n  %e: i32[2] = mul(%c, %c)\n  output %d, %e\n}\n");
+}
