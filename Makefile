@@ -80,7 +80,7 @@ test-gpu:
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh build-asan --c-only
+	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh build-asan --c-only
 
 # libFuzzer target for the parser (needs clang): build/fuzz_parse tests/fuzz/corpus
 fuzz:

@@ -58,9 +58,9 @@ static int find_name(const snapshot *s, const char *name) {
 
 /* Runs g with run_flags on inputs initialized from `seed` (or, with `src`, copied by name from its inputs);
  * returns the value array (outputs kept; inputs too when src is NULL) or NULL with the message on g. */
-static evt_tensor *run_graph(evt_graph *g, uint64_t seed, const snapshot *src, unsigned run_flags) {
-  evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v);
-  if (!v) return NULL;
+static evt_tensor *run_graph(evt_graph *g, uint64_t seed, const snapshot *src, unsigned run_flags, evt_status *st_out) {
+  evt_tensor *v = calloc((size_t)g->nnodes + 1, sizeof *v);
+  if (!v) evt_fatal(__FILE__, __LINE__, "out of memory");
   evt_status st = evt_interp_init_inputs(g, v, seed);
   if (st == EVT_OK && src) {
     for (int i = 0; i < g->nnodes && st == EVT_OK; i++) {
@@ -74,6 +74,7 @@ static evt_tensor *run_graph(evt_graph *g, uint64_t seed, const snapshot *src, u
     }
   }
   if (st == EVT_OK) st = evt_interp_run(g, v, run_flags, src == NULL);
+  if (st_out) *st_out = st;
   if (st != EVT_OK) {
     free_values(v, g->nnodes);
     return NULL;
@@ -130,18 +131,19 @@ static double rounded_tolerance(const evt_graph *g) {
 }
 
 /* The pre-pass runs of --verify (fp64 and rounded, same inputs) and what the comparison needs of g: node
- * names (arena-owned, so they survive the pass), output ids. False with the message on g. */
-static bool snapshot_take(evt_graph *g, uint64_t seed, snapshot *s) {
+ * names (arena-owned, so they survive the pass), output ids. Else the interpreter's status, message on g. */
+static evt_status snapshot_take(evt_graph *g, uint64_t seed, snapshot *s) {
+  evt_status st = EVT_OK;
   s->nnodes = g->nnodes;
   s->noutputs = g->noutputs;
-  s->values = run_graph(g, seed, NULL, EVT_RUN_FP64);
-  s->rounded = s->values ? run_graph(g, seed, NULL, 0) : NULL;
+  s->values = run_graph(g, seed, NULL, EVT_RUN_FP64, &st);
+  s->rounded = s->values ? run_graph(g, seed, NULL, 0, &st) : NULL;
   s->names = malloc(sizeof(char *) * (size_t)(g->nnodes + 1));
   s->outputs = malloc(sizeof(int) * (size_t)(g->noutputs + 1));
   if (!s->names || !s->outputs) evt_fatal(__FILE__, __LINE__, "out of memory");
   for (int k = 0; k < g->nnodes; k++) s->names[k] = g->nodes[k].name;
   if (g->noutputs > 0) memcpy(s->outputs, g->outputs, sizeof(int) * (size_t)g->noutputs);
-  return s->rounded != NULL;
+  return st;
 }
 
 static void snapshot_free(snapshot *s) {
@@ -155,8 +157,8 @@ static void snapshot_free(snapshot *s) {
  * Returns EVTC_EXIT_OK or EVTC_EXIT_INTERNAL (message on stderr). */
 static int verify_after(evt_graph *g, const evt_pass_info *p, uint64_t seed, const snapshot *before, bool dropped,
                         bool loss_zero, double rtol) {
-  evt_tensor *after = run_graph(g, seed, before, EVT_RUN_FP64);
-  evt_tensor *after_rd = after ? run_graph(g, seed, before, 0) : NULL;
+  evt_tensor *after = run_graph(g, seed, before, EVT_RUN_FP64, NULL);
+  evt_tensor *after_rd = after ? run_graph(g, seed, before, 0, NULL) : NULL;
   if (!after_rd) {
     fprintf(stderr, "evtc opt: interpreter after %s: %s\n", p->name, evt_graph_error(g));
     free_values(after, g->nnodes);
@@ -283,9 +285,10 @@ EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--veri
     snapshot before = {0};
     uint64_t seed = 1000 + (uint64_t)i;
     double rtol = rounded_tolerance(g);
-    if (o.verify && !snapshot_take(g, seed, &before)) {
+    evt_status run_st = o.verify ? snapshot_take(g, seed, &before) : EVT_OK;
+    if (run_st != EVT_OK) { /* the graph's own values fail (an index out of range): a user error before the first pass */
       fprintf(stderr, "evtc opt: interpreter before %s: %s\n", p->name, evt_graph_error(g));
-      rc = EVTC_EXIT_INTERNAL;
+      rc = i == 0 ? evtc_exit_code(run_st) : EVTC_EXIT_INTERNAL;
     }
     int nb = g->nnodes;
     evt_pass_stats st = {.flags = o.no_loss ? EVT_PASS_DROP_LOSS : 0};
