@@ -1,5 +1,5 @@
-# evt build. `make` builds build/libevt.a, build/libevt.so and build/evtc; `make test` runs every test and
-# ends with one line "N passed, N failed"; `make test-gpu` runs every GPU check (tests/gpu/run.sh: a machine with
+# evt build. `make` builds build/libevt.a, build/libevt.so and build/evtc; `make test` runs every test (and, with
+# clang's libFuzzer, 30 s of parser fuzzing) and ends with one line "N passed, N failed"; `make test-gpu` runs every GPU check (tests/gpu/run.sh: a machine with
 # a Hopper GPU; same last line); `make asan` rebuilds with ASan+UBSan into build-asan/ and runs the C tests.
 # Warnings are errors.
 CC      ?= gcc
@@ -80,13 +80,16 @@ test-gpu:
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh build-asan --c-only
+	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh build-asan --c-only
 
-# libFuzzer target for the parser (needs clang): build/fuzz_parse tests/fuzz/corpus
-fuzz:
+# libFuzzer target for the parser (needs clang): build/fuzz_parse tests/fuzz/corpus. `make test` builds it and runs
+# it for 30 s when clang has libFuzzer (tests/run.sh); rebuilt only when a source changed.
+FUZZ_DEPS := tests/fuzz/fuzz_parse.c $(LIB_SRC) $(shell find src include kernels -name '*.h' -o -name '*.def')
+fuzz: $(BUILD)/fuzz_parse
+$(BUILD)/fuzz_parse: $(FUZZ_DEPS)
 	@mkdir -p $(BUILD)
 	clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE -Iinclude -Isrc -Ikernels \
-	  tests/fuzz/fuzz_parse.c $(LIB_SRC) $(CBC_CFLAGS) $(CBC_LIBS) -lm -lpthread -o $(BUILD)/fuzz_parse
+	  tests/fuzz/fuzz_parse.c $(LIB_SRC) $(CBC_CFLAGS) $(CBC_LIBS) -lm -lpthread -ldl -o $@
 
 clean:
 	rm -rf build build-asan

@@ -97,8 +97,9 @@ int evt_graph_output(const evt_graph *g, int i);            /* node id of output
 
 /* ---- autodiff -------------------------------------------------------------------------------------- */
 #define EVT_GRAD_INPUTS 1u  /* also differentiate w.r.t. floating-point inputs, not only params */
-/* Appends the backward of the loss to g. Outputs become: loss, then d loss / d p for every param in node
- * order (then every floating input with EVT_GRAD_INPUTS). Gradient nodes are named "grad.<param name>".
+/* Appends the backward of the loss to g. Outputs become: loss, then d loss / d p for every floating-point
+ * param in node order (then every floating input with EVT_GRAD_INPUTS); integer and bool params get no
+ * gradient, as in PyTorch. Gradient nodes are named "grad.<param name>".
  * A param the loss does not depend on (differentiably) gets a zeros `full`; other forward outputs are
  * dropped. Fails with EVT_ERR_INVALID (no loss, loss not a floating scalar, a name grad.<p> already taken)
  * or EVT_ERR_UNSUPPORTED (an op without a gradient rule between the loss and a param, or the values of a
@@ -106,7 +107,9 @@ int evt_graph_output(const evt_graph *g, int i);            /* node id of output
 evt_status evt_graph_build_joint(evt_graph *g, unsigned flags);
 
 /* ---- the CPU interpreter (reference) --------------------------------------------------------------- */
-/* A host tensor: contiguous, row-major; values of every dtype held as doubles (integers exactly). */
+/* A host tensor: contiguous, row-major; values of every dtype held as doubles: integers exactly, which a double
+ * does within +-(2^53 - 1); evt_interp_run reports an i64 value past that (EVT_ERR_UNSUPPORTED) instead of
+ * rounding it, and an integer slot the caller fills must hold integers of its dtype. */
 typedef struct evt_tensor {
   evt_dtype dtype;
   int rank;

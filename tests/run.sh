@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test suite and ends with one line "N passed, N failed".
 #   bash tests/run.sh [BUILD_DIR] [--c-only]
-# Suites: C unit tests (BUILD/unit_tests), golden IR tests (tests/golden/*.evt), pytest (tests/python).
+# Suites: C unit tests (BUILD/unit_tests), golden IR tests (tests/golden/*.evt), pytest (tests/python), and 30 s
+# of the parser fuzzer (tests/fuzz; when clang has libFuzzer; not with --c-only).
 set -u
 build=${1:-build}
 c_only=0
@@ -37,6 +38,29 @@ if [ $c_only -eq 0 ] && [ -d tests/python ]; then
   [ $rc -eq 5 ] && rc=0  # no tests collected
   tail -30 "$log"
   count pytest $rc
+fi
+# The parser fuzzer (tests/fuzz) for 30 s on a copy of the corpus, one test; skipped without clang's libFuzzer.
+fuzz_available() {
+  command -v clang >/dev/null 2>&1 || return 1
+  printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' |
+    clang -x c -fsanitize=fuzzer -o "$1/probe" - >/dev/null 2>&1
+}
+if [ $c_only -eq 0 ]; then
+  echo "== fuzz (parser, 30 s)"
+  work=$(mktemp -d)
+  if ! fuzz_available "$work"; then
+    echo "fuzz: skipped (no clang with libFuzzer)"
+  else
+    make -s BUILD="$build" fuzz >"$work/out" 2>&1 &&
+      "$build/fuzz_parse" -max_total_time=30 -dict=tests/fuzz/evt.dict -artifact_prefix="$build/fuzz-" \
+        "$work" tests/fuzz/corpus >>"$work/out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then echo "fuzz: 1 passed, 0 failed" >"$log"; else tail -40 "$work/out"; echo "fuzz: 0 passed, 1 failed" >"$log"; fi
+    grep -E '^Done [0-9]+ runs' "$work/out"
+    cat "$log"
+    count fuzz 0
+  fi
+  rm -rf "$work"
 fi
 rm -f "$log"
 echo "$total_pass passed, $total_fail failed"

@@ -27,4 +27,8 @@ void evtc_register(const char *name, const char *usage, const char *help, evtc_c
 int evtc_exit_code(evt_status st);
 /* `--dtype V` of compile / tune: bf16 or f16 (as an evt_dtype) into *out; false (message on stderr naming cmd) otherwise. */
 bool evtc_parse_dtype16(const char *cmd, const char *v, int *out);
+/* The value v of a numeric flag: a whole decimal number (no trailing text, no overflow), or a finite double, in
+ * [lo, hi]; else false with "evtc CMD: FLAG takes ..., not 'V'" on stderr (a user error: exit 1). */
+bool evtc_parse_long(const char *cmd, const char *flag, const char *v, long lo, long hi, long *out);
+bool evtc_parse_double(const char *cmd, const char *flag, const char *v, double lo, double hi, double *out);
 #endif

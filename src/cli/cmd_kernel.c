@@ -1,4 +1,5 @@
 /* evtc kernel: print the generated CUDA C++ (or the spec text) of a named GEMM + epilogue kernel. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +7,19 @@
 #include "cli.h"
 #include "codegen/examples.h"
 #include "codegen/kspec.h"
+
+/* n whole numbers in [0, 65536] joined by 'x' ("128x128x64"), into out; false on anything else (overflow included) */
+static bool parse_dims(const char *v, int n, int *out) {
+  for (int k = 0; k < n; k++) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || x < 0 || x > 65536 || *end != (k + 1 < n ? 'x' : '\0')) return false;
+    out[k] = (int)x;
+    v = end + (k + 1 < n);
+  }
+  return true;
+}
 
 EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--stages N] [--reduction atomic|workspace] [--epi-n N] [--epi-stages N] [--stream-k] [--spec]",
              "print the generated CUTLASS Sm90 GEMM + epilogue-visitor-tree source of a named epilogue\n"
@@ -30,22 +44,26 @@ EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--st
   int spec_only = 0;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--tile") && i + 1 < argc) {
-      if (sscanf(argv[++i], "%dx%dx%d", &cfg.tile_m, &cfg.tile_n, &cfg.tile_k) != 3) goto bad;
+      int t[3];
+      if (!parse_dims(argv[++i], 3, t)) goto bad;
+      cfg.tile_m = t[0], cfg.tile_n = t[1], cfg.tile_k = t[2];
     } else if (!strcmp(argv[i], "--cluster") && i + 1 < argc) {
-      if (sscanf(argv[++i], "%dx%d", &cfg.cluster_m, &cfg.cluster_n) != 2) goto bad;
+      int c[2];
+      if (!parse_dims(argv[++i], 2, c)) goto bad;
+      cfg.cluster_m = c[0], cfg.cluster_n = c[1];
     } else if (!strcmp(argv[i], "--pingpong")) {
       cfg.schedule = EVT_SCHED_PINGPONG;
     } else if (!strcmp(argv[i], "--stages") && i + 1 < argc) {
-      if (sscanf(argv[++i], "%d", &cfg.stages) != 1) goto bad;
+      if (!parse_dims(argv[++i], 1, &cfg.stages)) goto bad;
     } else if (!strcmp(argv[i], "--reduction") && i + 1 < argc) {
       i++;
       if (!strcmp(argv[i], "atomic")) cfg.reduction = EVT_RED_ATOMIC;
       else if (!strcmp(argv[i], "workspace")) cfg.reduction = EVT_RED_WORKSPACE;
       else goto bad;
     } else if (!strcmp(argv[i], "--epi-n") && i + 1 < argc) {
-      if (sscanf(argv[++i], "%d", &cfg.epi_n) != 1) goto bad;
+      if (!parse_dims(argv[++i], 1, &cfg.epi_n)) goto bad;
     } else if (!strcmp(argv[i], "--epi-stages") && i + 1 < argc) {
-      if (sscanf(argv[++i], "%d", &cfg.epi_stages) != 1) goto bad;
+      if (!parse_dims(argv[++i], 1, &cfg.epi_stages)) goto bad;
     } else if (!strcmp(argv[i], "--stream-k")) {
       cfg.stream_k = 1;
     } else if (!strcmp(argv[i], "--spec")) {

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define LAMBDA_MAX 1e12     /* bytes per launch */
+#define TIME_LIMIT_MAX 1e6  /* seconds per MIP */
+
 static int run_check(evt_graph *g, const evt_part_plan *plan) {
   int n = g->nnodes;
   evt_tensor *a = calloc((size_t)n + 1, sizeof *a), *b = calloc((size_t)n + 1, sizeof *b);
@@ -44,13 +47,13 @@ EVTC_COMMAND(partition, "FILE [--solver=ilp|mip|greedy] [--time-limit S] [--dot 
              "                   component is narrow, else a CBC MIP (default)\n"
              "  --solver=mip     exact, without the DP: one CBC MIP per component\n"
              "  --solver=greedy  greedy fusion along the heaviest edges\n"
-             "  --time-limit S   seconds per component MIP (default 10); a timeout keeps the best legal grouping\n"
+             "  --time-limit S   seconds per component MIP, 0..1e6 (default 10); a timeout keeps the best legal grouping\n"
              "  --dot OUT.dot    write the grouped graph as Graphviz; --svg OUT.svg renders it with `dot`\n"
              "  --stats          kernels and bytes (and the greedy baseline), components, MIPs, cache hits,\n"
              "                   solve time, optimality (proven, or the largest gap)\n"
              "  --joint          append the backward of the loss first (the training step)\n"
              "  --opt            run the graph-pass pipeline (evtc opt) before partitioning\n"
-             "  --lambda B       launch cost of one kernel in bytes (default 4194304)\n"
+             "  --lambda B       launch cost of one kernel in bytes, 0..1e12 (default 4194304)\n"
              "  --no-cache       do not read or write the solution cache ($EVT_CACHE_DIR, ~/.cache/evt)\n"
              "  --check          run the plan group by group on the interpreter and compare with a plain run\n"
              "  --quiet          do not list the groups") {
@@ -71,18 +74,12 @@ EVTC_COMMAND(partition, "FILE [--solver=ilp|mip|greedy] [--time-limit S] [--dot 
     else if (!strcmp(a, "--no-cache")) opt.use_cache = 0;
     else if ((!strcmp(a, "--time-limit") || !strcmp(a, "--lambda") || !strcmp(a, "--dot") || !strcmp(a, "--svg")) && i + 1 < argc) {
       const char *v = argv[++i];
-      char *end = NULL;
       if (!strcmp(a, "--dot")) dot = v;
       else if (!strcmp(a, "--svg")) svg = v;
-      else {
-        double x = strtod(v, &end);
-        if (!end || *end || x < 0) {
-          fprintf(stderr, "evtc partition: %s needs a non-negative number, not '%s'\n", a, v);
-          return EVTC_EXIT_USER;
-        }
-        if (!strcmp(a, "--lambda")) lambda = x;
-        else opt.time_limit = x;
-      }
+      /* bounded so that the MIP's objective stays far below the solver's 1e25 limit */
+      else if (!strcmp(a, "--lambda") ? !evtc_parse_double("partition", a, v, 0, LAMBDA_MAX, &lambda)
+                                      : !evtc_parse_double("partition", a, v, 0, TIME_LIMIT_MAX, &opt.time_limit))
+        return EVTC_EXIT_USER;
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "evtc partition: unknown or incomplete flag '%s'\n", a);
       return EVTC_EXIT_USER;

@@ -200,7 +200,7 @@ static evt_status optimize(evt_graph *g, evt_tensor **values) {
   evt_tensor *old = *values, *nw = calloc((size_t)g->nnodes, sizeof *nw);
   int *grad_of = malloc(sizeof(int) * (size_t)g->nnodes);
   if (!nw || !grad_of) evt_fatal(__FILE__, __LINE__, "out of memory");
-  if (st == EVT_OK && evt_graph_grad_outputs(g, grad_of) != evt_graph_param_count(g))
+  if (st == EVT_OK && evt_graph_grad_outputs(g, grad_of) != evt_graph_float_param_count(g))
     st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "the passes lost a %%grad.<param> output");
   free(grad_of);
   for (int i = 0; i < g->nnodes && st == EVT_OK; i++) {
@@ -292,7 +292,7 @@ static int train_steps(evt_graph *g, const run_options *o, evt_tensor *values, e
     if (step == 1) first = last;
     if (!isfinite(last)) {
       printf("step %ld loss %.6g\n", step, last);
-      fprintf(stderr, "evtc run: the loss is %g at step %ld (try a smaller --lr)\n", last, step);
+      fprintf(stderr, "evtc run: the loss is %g at step %ld (try a smaller --lr)\n", isnan(last) ? fabs(last) : last, step); /* "nan", not "-nan" */
       return EVTC_EXIT_USER;
     }
     double u0 = now_ms();
@@ -396,7 +396,7 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
   if (st == EVT_OK) {
     printf("%s: %d nodes%s", o.path, before, built ? " (joint graph built)" : "");
     if (o.opt) printf(", %d after the passes", g->nnodes);
-    printf(", %d params, lr %g, seed %llu\n", evt_graph_param_count(g), o.lr, o.seed);
+    printf(", %d params, lr %g, seed %llu\n", evt_graph_float_param_count(g), o.lr, o.seed);
   }
   evt_cuda *cuda = NULL;
   if (st == EVT_OK && autodev) { /* auto: the GPU when there is one (node by node), else the interpreter */

@@ -36,9 +36,11 @@ EVTC_COMMAND(tune, "FILE [--dtype bf16|f16] [--max-configs N] [--reps N] [--jobs
     const char *a = argv[i];
     if (!strcmp(a, "--force")) o.force = 1;
     else if (!strcmp(a, "--compile-only")) o.compile_only = 1;
-    else if (!strcmp(a, "--max-configs") && i + 1 < argc) o.max_configs = atoi(argv[++i]);
-    else if (!strcmp(a, "--reps") && i + 1 < argc) o.reps = atoi(argv[++i]);
-    else if (!strcmp(a, "--jobs") && i + 1 < argc) o.jobs = atoi(argv[++i]);
+    else if ((!strcmp(a, "--max-configs") || !strcmp(a, "--reps") || !strcmp(a, "--jobs")) && i + 1 < argc) {
+      long v;
+      if (!evtc_parse_long("tune", a, argv[++i], 0, 100000, &v)) return EVTC_EXIT_USER;
+      *(!strcmp(a, "--max-configs") ? &o.max_configs : !strcmp(a, "--reps") ? &o.reps : &o.jobs) = (int)v;
+    }
     else if (!strcmp(a, "--cache") && i + 1 < argc) cache = argv[++i];
     else if (!strcmp(a, "--dtype") && i + 1 < argc) {
       if (!evtc_parse_dtype16("tune", argv[++i], &dtype)) return EVTC_EXIT_USER;

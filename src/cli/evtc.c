@@ -1,6 +1,8 @@
 /* evtc: the command-line tool. Subcommands live in src/cli/cmd_*.c and register themselves (cli.h). */
 #include "cli.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +26,30 @@ bool evtc_parse_dtype16(const char *cmd, const char *v, int *out) {
   *out = (int)evt_dtype_from_name(v, strlen(v));
   if (*out == (int)EVT_BF16 || *out == (int)EVT_F16) return true;
   fprintf(stderr, "evtc %s: --dtype takes bf16 or f16, not '%s'\n", cmd, v);
+  return false;
+}
+
+bool evtc_parse_long(const char *cmd, const char *flag, const char *v, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (!errno && end != v && !*end && x >= lo && x <= hi) {
+    *out = x;
+    return true;
+  }
+  fprintf(stderr, "evtc %s: %s takes a whole number in [%ld, %ld], not '%s'\n", cmd, flag, lo, hi, v);
+  return false;
+}
+
+bool evtc_parse_double(const char *cmd, const char *flag, const char *v, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (!errno && end != v && !*end && isfinite(x) && x >= lo && x <= hi) {
+    *out = x;
+    return true;
+  }
+  fprintf(stderr, "evtc %s: %s takes a finite number in [%g, %g], not '%s'\n", cmd, flag, lo, hi, v);
   return false;
 }
 

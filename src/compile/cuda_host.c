@@ -166,7 +166,7 @@ evt_status evt_cuda_train_step(evt_cuda *c, evt_graph *g, evt_tensor *values, do
     st = evt_cuda_download_params(c, g, values); /* the params this step reads, for the caller's check */
   }
   /* (a graph without params trains nothing: evt_program_sgd would refuse it for its missing gradient outputs) */
-  if (st == EVT_OK) st = run_timed(c, g, evt_graph_param_count(g) > 0 ? lr : -1);
+  if (st == EVT_OK) st = run_timed(c, g, evt_graph_float_param_count(g) > 0 ? lr : -1);
   if (st != EVT_OK) return st;
   if (all) return download_outputs(c, g, values);
   return g->loss >= 0 ? download_node(c, g, values, g->loss) : EVT_OK;

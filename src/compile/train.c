@@ -2,9 +2,10 @@
  * and release a step's intermediates. Used by `evtc run` and by the Python tests (through libevt.so).
  *
  * Contract
- * - A joint graph (evt_graph_build_joint, or its printed text read back) has, for every param %p, an output
- *   named %grad.p of p's type. evt_graph_grad_outputs finds them by that name, so a graph that went
- *   through passes keeps working as long as the output names survive (passes keep output names).
+ * - A joint graph (evt_graph_build_joint, or its printed text read back) has, for every floating-point param
+ *   %p, an output named %grad.p of p's type (integer and bool params get none and are never updated).
+ *   evt_graph_grad_outputs finds them by that name, so a graph that went through passes keeps working as long
+ *   as the output names survive (passes keep output names).
  * - evt_train_ensure_joint builds the joint graph when the graph has a loss and no gradient outputs; a graph
  *   where only some params have one is an error (EVT_ERR_INVALID), as is a graph without a loss.
  * - evt_train_sgd_update: p -= lr * dp for every param, elementwise, each result rounded to p's dtype
@@ -19,6 +20,13 @@
 
 static bool is_source_slot(const evt_node *n) { return n->op == EVT_OP_INPUT || n->op == EVT_OP_PARAM; }
 
+/* The first floating-point param without a %grad.<name> output in grad_of, or -1. */
+static int missing_grad(const evt_graph *g, const int *grad_of) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_PARAM && evt_dtype_is_float(g->nodes[i].type.dtype) && grad_of[i] < 0) return i;
+  return -1;
+}
+
 evt_status evt_train_ensure_joint(evt_graph *g, bool *built) {
   if (built) *built = false;
   if (g->loss < 0)
@@ -26,7 +34,7 @@ evt_status evt_train_ensure_joint(evt_graph *g, bool *built) {
                                "graph %s has no loss: mark one with `loss %%name`", g->name);
   int *grad_of = malloc(sizeof(int) * (size_t)(g->nnodes ? g->nnodes : 1));
   if (!grad_of) evt_fatal(__FILE__, __LINE__, "out of memory");
-  int have = evt_graph_grad_outputs(g, grad_of), nparams = evt_graph_param_count(g);
+  int have = evt_graph_grad_outputs(g, grad_of), nparams = evt_graph_float_param_count(g);
   evt_status st = EVT_OK;
   if (have == 0 && nparams > 0) {
     st = evt_graph_build_joint(g, 0);
@@ -35,18 +43,15 @@ evt_status evt_train_ensure_joint(evt_graph *g, bool *built) {
       free(grad_of);
       grad_of = malloc(sizeof(int) * (size_t)g->nnodes);
       if (!grad_of) evt_fatal(__FILE__, __LINE__, "out of memory");
-      if (evt_graph_grad_outputs(g, grad_of) != nparams)
-        st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL,
-                                 "the joint graph lacks an output %%grad.<name> for some param");
+      evt_graph_grad_outputs(g, grad_of);
+      int p = missing_grad(g, grad_of);
+      if (p >= 0) st = evt_graph_errorf(g, p, EVT_ERR_INTERNAL, "the joint graph has no output %%grad.%s", g->nodes[p].name);
     }
   } else if (have != nparams) {
-    for (int i = 0; i < g->nnodes; i++)
-      if (g->nodes[i].op == EVT_OP_PARAM && grad_of[i] < 0) {
-        st = evt_graph_errorf(g, i, EVT_ERR_INVALID,
-                              "the graph has gradient outputs for %d of %d params but none named %%grad.%s", have,
-                              nparams, g->nodes[i].name);
-        break;
-      }
+    int p = missing_grad(g, grad_of);
+    if (p >= 0)
+      st = evt_graph_errorf(g, p, EVT_ERR_INVALID, "the graph has gradient outputs for %d of %d params but none named %%grad.%s",
+                            have, nparams, g->nodes[p].name);
   }
   free(grad_of);
   return st;

@@ -373,8 +373,8 @@ int evt_graph_grad_outputs(const evt_graph *g, int *grad_of) {
   return found;
 }
 
-int evt_graph_param_count(const evt_graph *g) {
+int evt_graph_float_param_count(const evt_graph *g) {
   int n = 0;
-  for (int i = 0; i < g->nnodes; i++) n += g->nodes[i].op == EVT_OP_PARAM;
+  for (int i = 0; i < g->nnodes; i++) n += g->nodes[i].op == EVT_OP_PARAM && evt_dtype_is_float(g->nodes[i].type.dtype);
   return n;
 }

@@ -227,6 +227,8 @@ static evt_status infer_reduce(evt_graph *g, evt_node *n, int id) {
   for (int i = 0; i < x->rank; i++) red[i] = m == 0;
   for (int i = 0; i < m; i++) red[d->v[i]] = true;
   if (n->attr.keepdim != 0 && n->attr.keepdim != 1) FAIL("keepdim must be 0 or 1, got %lld", (long long)n->attr.keepdim);
+  for (int i = 0; i < x->rank && n->op == EVT_OP_AMAX; i++) /* as PyTorch: a max of nothing has no value */
+    if (red[i] && x->shape[i] == 0) FAIL("amax over dim %d of %s, which has size 0", i, ts(x));
   n->type.dtype = x->dtype;
   n->type.rank = 0;
   for (int i = 0; i < x->rank; i++) {
@@ -650,6 +652,7 @@ static evt_status infer_norm(evt_graph *g, evt_node *n, int id) {
   CHECK_ST(need_float(g, id, x, "x"));
   if (batch ? x->rank < 2 : x->rank < 1) FAIL("x must have rank >= %d, got %s", batch ? 2 : 1, ts(x));
   int ch = batch ? 1 : x->rank - 1;
+  if (batch && evt_type_numel(x) == 0) FAIL("batch statistics of %s, which has no value per channel", ts(x));
   if (!fwd) CHECK_ST(need_same(g, id, in_type(g, n, 0), x, "dy", "x"));
   if (fwd) {
     if (n->ninputs > 1) CHECK_ST(check_affine(g, id, x, in_type(g, n, 1), ch, "w"));
@@ -677,6 +680,7 @@ static evt_status check_class_loss(evt_graph *g, evt_node *n, int id, const evt_
   CHECK_ST(reduction_attr(g, id, n));
   CHECK_ST(need_float(g, id, p, "the scores"));
   if (p->rank != 2) FAIL("the scores must be [N,C], got %s", ts(p));
+  if (p->shape[1] == 0) FAIL("the scores %s have no class: every target would be out of range", ts(p));
   CHECK_ST(need_int(g, id, t, "the target"));
   if (t->rank != 1 || t->shape[0] != p->shape[0]) FAIL("the target must be [%lld] to match %s, got %s", (long long)p->shape[0], ts(p), ts(t));
   set_type(elem, p->dtype, 1, p->shape);

@@ -162,9 +162,13 @@ bool evt_dtype_is_float(evt_dtype dt);
 int evt_op_from_name(const char *name, size_t len);          /* -1 if unknown */
 int evt_attr_from_name(const char *name, size_t len);        /* -1 if unknown */
 static inline const evt_op_info *evt_op_get(evt_op op) { return &evt_op_table[op]; }
-/* Rounds a value to what a tensor of dtype dt stores (RNE for f32/f16/bf16; truncation toward zero for
- * ints as a C cast does; 0/1 for bool). */
+/* Rounds a value to what a tensor of dtype dt stores (RNE for f32/f16/bf16; ints: truncation toward zero as a
+ * C cast does, a non-finite value 0, i32 wrapped modulo 2^32 as two's complement (PyTorch's int32 arithmetic;
+ * beyond int64: 0); 0/1 for bool). */
 double evt_round_to_dtype(double v, evt_dtype dt);
+/* Integer values are held in doubles (evt_tensor, attributes): exact within +-EVT_INT_EXACT_MAX = 2^53 - 1. The
+ * interpreter and constant folding report, never round, an integer beyond it. */
+#define EVT_INT_EXACT_MAX 9007199254740991.0
 float evt_round_bf16(float v);
 float evt_round_f16(float v);
 
@@ -189,7 +193,8 @@ const char *evt_type_str(const evt_type *t, char *buf, size_t n);
 /* The joint graph's gradients (evt_graph_build_joint names them %grad.<param>). grad_of has one slot per node: for a param, the id of its
  * output %grad.<name> (else -1). Returns the number of params that have one. */
 int evt_graph_grad_outputs(const evt_graph *g, int *grad_of);
-int evt_graph_param_count(const evt_graph *g);
+/* The params that get a gradient: the floating-point ones (an integer or bool param gets none, as in PyTorch). */
+int evt_graph_float_param_count(const evt_graph *g);
 
 /* (graph.c adds a node by inferring its type; infer.c reports errors on the graph: they call each other.) */
 /* ---- src/ir/infer.c -------------------------------------------------------------------------------- */

@@ -125,7 +125,7 @@ double evt_round_to_dtype(double v, evt_dtype dt) {
   case EVT_F16: return (double)evt_round_f16((float)v);
   case EVT_BF16: return (double)evt_round_bf16((float)v);
   case EVT_I64: return isfinite(v) ? trunc(v) : 0.0;
-  case EVT_I32: return isfinite(v) ? (double)(int32_t)fmax(fmin(trunc(v), 2147483647.0), -2147483648.0) : 0.0;
+  case EVT_I32: return fabs(v) < 0x1p63 ? (double)(int32_t)(uint32_t)(uint64_t)(int64_t)trunc(v) : 0.0;
   case EVT_BOOL: return v != 0.0 ? 1.0 : 0.0;
   case EVT_DTYPE_COUNT: break;
   }

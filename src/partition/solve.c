@@ -134,7 +134,7 @@ static void build_block(ctx *c, const int *nodes, int n, evt_pblock *b) {
       mem[nmem][0] = u, mem[nmem][1] = i, mem[nmem++][2] = var;
     }
   }
-  qsort(mem, (size_t)nmem, sizeof *mem, cmp3);
+  if (nmem > 0) qsort(mem, (size_t)nmem, sizeof *mem, cmp3); /* mem is NULL when no edge carries bytes */
   b->fam_start = malloc((size_t)(nmem + 1) * sizeof(int));
   b->fam_len = malloc((size_t)(nmem + 1) * sizeof(int));
   b->fam_bytes = malloc((size_t)(nmem + 1) * sizeof(double));

@@ -1,8 +1,12 @@
 /* Pass: constant propagation and algebraic simplification (to a fixpoint).
  *
  * Contract: requires a well-formed graph; preserves every output value up to one rounding per rewritten
- * node (a folded constant is computed in double and rounded to its dtype, as the interpreter stores it;
- * x / c becomes x * (1/c), which differs from the division by at most one rounding).
+ * node (x / c becomes x * (1/c), which differs from the division by at most one rounding). Folding is exact
+ * at every dtype and in fp64: it only reads constants that hold a value of their dtype (an f16 constant 0.2
+ * is not folded: the interpreter stores it as 0.199951171875, an fp64 run reads 0.2), computes as the
+ * interpreter does, in double, and stores the result unrounded, which a run rounds to the node's dtype as it
+ * stores it (f16 60000 + 60000 stays inf, and inf - 60000 is not folded into 60000). Integer results beyond
+ * ±(2^53 - 1), which a double does not hold exactly, are not folded.
  * Constants are `full` and `scalar` nodes. Rules (each only when the result keeps the node's exact type):
  *   op(constants...)                 -> constant       elementwise ops, casts, comparisons, where
  *   sum/mean/amax(constant)          -> constant       (sum: value times the number of reduced elements)
@@ -21,6 +25,23 @@ static bool scalar_const(const evt_graph *g, int id, double *v) {
   return evt_node_is_const(g, id, v) && g->nodes[id].type.rank == 0;
 }
 
+/* A constant's value when it is exactly a value of its dtype (what both the rounded and the fp64 run read). */
+static bool exact_const(const evt_graph *g, int id, double *v) {
+  if (!evt_node_is_const(g, id, v)) return false;
+  double r = evt_round_to_dtype(*v, g->nodes[id].type.dtype);
+  return r == *v || (isnan(r) && isnan(*v));
+}
+
+/* A folded result the node can hold: integers within ±(2^53 - 1), exact in a double. */
+static bool foldable(const evt_type *t, double r) {
+  return evt_dtype_is_float(t->dtype) || t->dtype == EVT_BOOL || fabs(r) <= EVT_INT_EXACT_MAX;
+}
+
+/* The constant of a fold: floats unrounded (see the contract), integers as the node holds them (i32 wraps). */
+static int fold_to(evt_graph *g, int id, const evt_type *t, double r) {
+  return evt_rw_full(g, id, t, evt_dtype_is_float(t->dtype) ? r : evt_round_to_dtype(r, t->dtype));
+}
+
 static bool int_ok(evt_op op) {
   switch (op) {
   case EVT_OP_ADD: case EVT_OP_SUB: case EVT_OP_MUL: case EVT_OP_NEG: case EVT_OP_MAXIMUM: case EVT_OP_MINIMUM:
@@ -29,7 +50,8 @@ static bool int_ok(evt_op op) {
   }
 }
 
-/* Value of an elementwise op on constant operands; false if this op is not folded. */
+/* Value of an elementwise op on constant operands, by the interpreter's formulas
+ * (src/runtime/interp/elementwise.c); false if this op is not folded. */
 static bool apply(const evt_node *n, const double *v, double *out) {
   double a = v[0], b = n->ninputs > 1 ? v[1] : 0;
   switch (n->op) {
@@ -40,10 +62,10 @@ static bool apply(const evt_node *n, const double *v, double *out) {
   case EVT_OP_RSQRT: *out = 1.0 / sqrt(a); break;
   case EVT_OP_RECIPROCAL: *out = 1.0 / a; break;
   case EVT_OP_ABS: *out = fabs(a); break;
-  case EVT_OP_SIGN: *out = (a > 0) - (a < 0); break;
+  case EVT_OP_SIGN: *out = isnan(a) ? a : (a > 0) - (a < 0); break;
   case EVT_OP_TANH: *out = tanh(a); break;
-  case EVT_OP_SIGMOID: *out = 1.0 / (1.0 + exp(-a)); break;
-  case EVT_OP_RELU: *out = a > 0 ? a : 0; break;
+  case EVT_OP_SIGMOID: *out = a >= 0 ? 1.0 / (1.0 + exp(-a)) : exp(a) / (1.0 + exp(a)); break;
+  case EVT_OP_RELU: *out = a > 0 || isnan(a) ? a : 0; break;
   case EVT_OP_ERF: *out = erf(a); break;
   case EVT_OP_CAST: *out = a; break;
   case EVT_OP_POW: *out = pow(a, n->attr.value); break;
@@ -87,18 +109,18 @@ static int simplify(evt_graph *g, int id) {
   const evt_type *t = &n->type;
   double vals[EVT_MAX_INPUTS];
   bool all_const = n->ninputs > 0;
-  for (int k = 0; k < n->ninputs; k++) all_const = all_const && evt_node_is_const(g, n->inputs[k], &vals[k]);
+  for (int k = 0; k < n->ninputs; k++) all_const = all_const && exact_const(g, n->inputs[k], &vals[k]);
   evt_op_class cls = evt_op_table[n->op].cls;
 
   if (all_const && cls == EVT_CLASS_ELEMENTWISE) {
     double r;
     bool ints = !evt_dtype_is_float(t->dtype) && t->dtype != EVT_BOOL;
-    if ((!ints || int_ok(n->op)) && apply(n, vals, &r)) return evt_rw_full(g, id, t, r);
+    if ((!ints || int_ok(n->op)) && apply(n, vals, &r) && foldable(t, r)) return fold_to(g, id, t, r);
   }
   if (all_const && (n->op == EVT_OP_SUM || n->op == EVT_OP_MEAN || n->op == EVT_OP_AMAX)) {
     double r = vals[0];
     if (n->op == EVT_OP_SUM) r *= (double)(evt_type_numel(&g->nodes[n->inputs[0]].type) / (evt_type_numel(t) ? evt_type_numel(t) : 1));
-    if (evt_dtype_is_float(t->dtype) || n->op != EVT_OP_MEAN) return evt_rw_full(g, id, t, r);
+    if ((evt_dtype_is_float(t->dtype) || n->op != EVT_OP_MEAN) && foldable(t, r)) return fold_to(g, id, t, r);
   }
   if (all_const && cls == EVT_CLASS_LAYOUT && n->op != EVT_OP_CONCAT && n->op != EVT_OP_SLICE_BACKWARD)
     return evt_rw_full(g, id, t, vals[0]);

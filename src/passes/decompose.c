@@ -7,7 +7,7 @@
  *   log_softmax(x)                      -> log(softmax(x))
  *   log_softmax_backward(g, y)          -> g - sum(g, dim, keepdim) * S     S = softmax(x) when y is
  *                                          log_softmax(x) (or log(softmax(x))), else exp(y)
- *   nll_loss_backward(dy, lp, t)        -> -(one_hot(t') * w)     w = dy * mask [/ count] as [N, 1]
+ *   nll_loss_backward(dy, lp, t)        -> -(one_hot(t') * w)     w = dy * mask [/ max(count, 1)] as [N, 1]
  *   dropout(x)                          -> x * cast(rand >= p) * 1/(1-p)   (its backward is a dropout of dy,
  *                                          so it becomes the same two multiplies with the same mask)
  *   layer_norm(x, w[, b])               -> layer_norm(x) * w [+ b]

@@ -4,8 +4,9 @@
  * Contract: requires a well-formed graph; preserves every output value up to floating-point reassociation,
  * except with EVT_PASS_DROP_LOSS (below). The backward of a loss never needs the loss value, yet in the joint
  * graph it hangs off the forward's full [N, C] log-probabilities. This pass rewrites, for x: [N, C] logits,
- * t: [N] targets, w: [N, 1] the per-row weight dy * (t != ignore_index) (divided by the count of such rows
- * for reduction=mean; dy is per-row for reduction=none):
+ * t: [N] targets, w: [N, 1] the per-row weight dy * (t != ignore_index) (divided by the count of such rows,
+ * at least 1, for reduction=mean: a batch where every target is ignored gets gradient 0, as in PyTorch, and
+ * loss 0/0 = NaN; dy is per-row for reduction=none):
  *
  *   log_softmax_backward(nll_loss_backward(dy, log_softmax(x), t), log_softmax(x))
  *       -> (softmax(x) - one_hot(t')) * w           t' = where(t != ignore_index, t, 0)
@@ -38,7 +39,8 @@ int evt_match_log_softmax(const evt_graph *g, int lp) {
 }
 
 /* The per-row weight w [N,1] and mask (as x's float dtype, [N]) of a softmax cross-entropy, and the safe
- * target t' (ignored rows point at class 0; the mask zeroes them). `node` gives reduction and ignore_index. */
+ * target t' (ignored rows point at class 0; the mask zeroes them). `node` gives reduction and ignore_index.
+ * With reduction=mean w = mask * dy / max(count, 1): 0 when no target counts, as PyTorch's gradient. */
 int evt_ce_parts(evt_graph *g, int node, int t, int dy, evt_dtype dt, int *mask, int *safe_target) {
   const evt_node *n = &g->nodes[node];
   int64_t red = n->attr.reduction, ii = n->attr.ignore_index;
@@ -50,10 +52,11 @@ int evt_ce_parts(evt_graph *g, int node, int t, int dy, evt_dtype dt, int *mask,
   *mask = mf;
   if (dy < 0) return -1;
   int w;
-  if (red == EVT_REDUCTION_MEAN)
-    w = evt_rw_binary(g, node, EVT_OP_MUL, mf,
-                      evt_rw_binary(g, node, EVT_OP_DIV, dy, evt_rw_reduce(g, node, EVT_OP_SUM, mf, NULL, 0, 0)));
-  else
+  if (red == EVT_REDUCTION_MEAN) { /* count floored at 1: with no target counted every mask is 0, so w = 0, not 0 * inf */
+    int count = evt_rw_binary(g, node, EVT_OP_MAXIMUM, evt_rw_reduce(g, node, EVT_OP_SUM, mf, NULL, 0, 0),
+                              evt_rw_scalar(g, node, dt, 1.0));
+    w = evt_rw_binary(g, node, EVT_OP_MUL, mf, evt_rw_binary(g, node, EVT_OP_DIV, dy, count));
+  } else
     w = evt_rw_binary(g, node, EVT_OP_MUL, mf, dy);
   int64_t shape[2] = {rows, 1};
   return evt_rw_reshape(g, node, w, 2, shape);

@@ -361,12 +361,40 @@ TEST(layout_folds_and_cancels_permutes) {
 
 /* ---- value preservation (the interpreter, fp64, before and after a pass) ----------------------------- */
 
-/* Runs `pass` on the graph of `text` and checks every output keeps its value (relative 1e-9 in fp64) on
- * random inputs; `skip_loss` leaves output 0 out. Returns the graph after the pass (caller frees). */
+/* The largest |value| over the finite elements of outputs (`from` on) of g in v. */
+static double finite_scale(const evt_graph *g, const evt_tensor *v, int from) {
+  double m = 0;
+  for (int o = from; o < g->noutputs; o++)
+    for (int64_t i = 0; i < v[g->outputs[o]].numel; i++)
+      if (isfinite(v[g->outputs[o]].data[i])) m = fmax(m, fabs(v[g->outputs[o]].data[i]));
+  return m;
+}
+
+/* Output o keeps its values: inf and NaN where they were, finite elements within rtol * max(max |a|, floor *
+ * the largest finite magnitude over all outputs). */
+static void check_output_kept(const evt_graph *g, int o, const evt_tensor *a, const evt_tensor *b, double rtol,
+                              double floor_scale) {
+  CHECK(a->numel == b->numel);
+  double scale = fmax(1e-12, floor_scale), diff = 0;
+  for (int64_t i = 0; i < a->numel && a->numel == b->numel; i++) {
+    double x = a->data[i], y = b->data[i];
+    if (!isfinite(x) || !isfinite(y)) {
+      bool same = (isnan(x) && isnan(y)) || x == y;
+      CHECK_MSG(same, "output %d (%%%s) element %lld: %g before, %g after", o, g->nodes[g->outputs[o]].name, (long long)i, x, y);
+      if (!same) return;
+      continue;
+    }
+    scale = fmax(scale, fabs(x));
+    diff = fmax(diff, fabs(x - y));
+  }
+  CHECK_MSG(diff <= rtol * scale, "output %d (%%%s): max diff %g at scale %g", o, g->nodes[g->outputs[o]].name, diff, scale);
+}
+
 /* Runs pass on text's graph and compares every output before and after on the same inputs: runs with run_flags
- * (EVT_RUN_FP64: values unrounded; 0: each node rounded to its dtype), max |diff| <= rtol * max |before|. */
-static evt_graph *check_preserves_at(const char *text, evt_status (*pass)(evt_graph *, evt_pass_stats *), unsigned flags,
-                                     bool skip_loss, unsigned run_flags, double rtol) {
+ * (EVT_RUN_FP64: values unrounded; 0: each node rounded to its dtype), max |diff| <= rtol * max(max |before|,
+ * floor * the largest over all outputs), inf and NaN kept. Returns the graph after the pass (caller frees). */
+static evt_graph *check_preserves_floor(const char *text, evt_status (*pass)(evt_graph *, evt_pass_stats *),
+                                        unsigned flags, bool skip_loss, unsigned run_flags, double rtol, double floor) {
   evt_graph *g = evt_test_parse_ok(text);
   if (!g) return NULL;
   if (g->loss >= 0 && g->noutputs == 1) CHECK(evt_graph_build_joint(g, 0) == EVT_OK);
@@ -374,10 +402,11 @@ static evt_graph *check_preserves_at(const char *text, evt_status (*pass)(evt_gr
   evt_tensor *v0 = calloc((size_t)n0, sizeof *v0);
   CHECK(evt_interp_init_inputs(g, v0, 42) == EVT_OK);
   CHECK_MSG(evt_interp_run(g, v0, run_flags, 1) == EVT_OK, "run before: %s", evt_graph_error(g));
-  const char **names = malloc(sizeof(char *) * (size_t)n0);
-  int *outs = malloc(sizeof(int) * (size_t)no);
+  const char **names = malloc(sizeof(char *) * (size_t)(n0 + 1));
+  int *outs = malloc(sizeof(int) * (size_t)(no + 1));
   for (int i = 0; i < n0; i++) names[i] = g->nodes[i].name;
-  memcpy(outs, g->outputs, sizeof(int) * (size_t)no);
+  if (no > 0) memcpy(outs, g->outputs, sizeof(int) * (size_t)no);
+  double global = finite_scale(g, v0, skip_loss ? 1 : 0);
   evt_pass_stats st = {.flags = flags};
   run_pass(g, pass, &st);
   evt_tensor *v1 = calloc((size_t)g->nnodes, sizeof *v1);
@@ -389,24 +418,30 @@ static evt_graph *check_preserves_at(const char *text, evt_status (*pass)(evt_gr
   }
   CHECK_MSG(evt_interp_run(g, v1, run_flags, 0) == EVT_OK, "run after: %s", evt_graph_error(g));
   CHECK(g->noutputs == no);
-  for (int o = skip_loss ? 1 : 0; o < no && o < g->noutputs; o++) {
-    const evt_tensor *a = &v0[outs[o]], *b = &v1[g->outputs[o]];
-    CHECK(a->numel == b->numel);
-    double scale = 1e-12, diff = 0;
-    for (int64_t i = 0; i < a->numel && a->numel == b->numel; i++) {
-      if (fabs(a->data[i]) > scale) scale = fabs(a->data[i]);
-      if (fabs(a->data[i] - b->data[i]) > diff || isnan(b->data[i])) diff = isnan(b->data[i]) ? INFINITY : fabs(a->data[i] - b->data[i]);
-    }
-    CHECK_MSG(diff <= rtol * scale, "output %d (%%%s): max diff %g at scale %g", o, g->nodes[g->outputs[o]].name, diff, scale);
-  }
+  for (int o = skip_loss ? 1 : 0; o < no && o < g->noutputs; o++)
+    check_output_kept(g, o, &v0[outs[o]], &v1[g->outputs[o]], rtol, floor * global);
   for (int i = 0; i < n0; i++) evt_tensor_free(&v0[i]);
   for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&v1[i]);
   free(v0), free(v1), free(names), free(outs);
   return g;
 }
 
+static evt_graph *check_preserves_at(const char *text, evt_status (*pass)(evt_graph *, evt_pass_stats *), unsigned flags,
+                                     bool skip_loss, unsigned run_flags, double rtol) {
+  return check_preserves_floor(text, pass, flags, skip_loss, run_flags, rtol, 0.0);
+}
+
+/* 8 units in the last place of the narrowest float dtype in text's graph, at least 1e-5 (evtc opt --verify). */
+static double rounded_rtol(const char *text) {
+  return strstr(text, "bf16") ? 8 * 0x1p-7 : strstr(text, "f16") ? 8 * 0x1p-10 : 1e-5;
+}
+
+/* Runs `pass` on the graph of `text` and checks every output keeps its value: relative 1e-9 in fp64, and
+ * with every node rounded to its dtype within rounded_rtol (of the output's magnitude, floored at 0.1 of the
+ * largest output), inf and NaN kept, as evtc opt --verify. Returns the graph after the pass (caller frees). */
 static evt_graph *check_preserves(const char *text, evt_status (*pass)(evt_graph *, evt_pass_stats *), unsigned flags,
                                   bool skip_loss) {
+  evt_graph_free(check_preserves_floor(text, pass, flags, skip_loss, 0, rounded_rtol(text), 0.1));
   return check_preserves_at(text, pass, flags, skip_loss, EVT_RUN_FP64, 1e-9);
 }
 

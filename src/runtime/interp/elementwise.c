@@ -1,7 +1,9 @@
 /* Interpreter: elementwise ops. Unary maps (neg ... pow, cast), the two elementwise backward helpers
  * (gelu_backward, threshold_backward), binary arithmetic/comparisons and where. Operands broadcast
  * numpy-style to the node's output shape. NaN propagates (maximum/minimum/relu/sign of NaN give NaN);
- * comparisons with NaN are false except ne. */
+ * comparisons with NaN are false except ne. Integer arithmetic is exact: i64 operands are within 2^53, so
+ * add/sub/mul give the exact result or one past 2^53 (the dispatcher reports it); i32 wraps as two's
+ * complement (products in int64). A float cast to an integer dtype must fit in it. */
 #include "runtime/interp/internal.h"
 
 #include <string.h>
@@ -116,6 +118,26 @@ static bool bcast_init(bcast_iter *it, const evt_tensor *out, const evt_tensor *
     }                                                                                                  \
   } while (0)
 
+/* i32 products: exact in int64 (|x|, |y| <= 2^31), wrapped to 32 bits, which the double of the product may
+ * not hold. */
+static double mul_i32(double x, double y) { return (double)(int32_t)(uint32_t)(uint64_t)((int64_t)x * (int64_t)y); }
+
+/* A float cast to an integer dtype: the truncated value must fit (PyTorch leaves the rest undefined). */
+static evt_status check_int_cast(evt_interp_ctx *ctx) {
+  evt_dtype to = ctx->n->type.dtype;
+  const evt_tensor *x = ctx->in[0];
+  double lo = to == EVT_I32 ? -2147483648.0 : -EVT_INT_EXACT_MAX, hi = to == EVT_I32 ? 2147483647.0 : EVT_INT_EXACT_MAX;
+  for (int64_t i = 0; i < x->numel; i++) {
+    double v = trunc(x->data[i]);
+    if (!(v >= lo && v <= hi))
+      return evt_graph_errorf(ctx->g, ctx->id, EVT_ERR_UNSUPPORTED,
+                              "%s value %g at element %lld does not fit in %s%s (PyTorch leaves such a cast undefined)",
+                              evt_dtype_name(x->dtype), x->data[i], (long long)i, evt_dtype_name(to),
+                              to == EVT_I64 ? " exactly as the interpreter holds it, within +-(2^53 - 1)" : "");
+  }
+  return EVT_OK;
+}
+
 evt_status evt_interp_elementwise(evt_interp_ctx *ctx) {
   const evt_node *n = ctx->n;
   evt_tensor *out = ctx->out;
@@ -125,6 +147,17 @@ evt_status evt_interp_elementwise(evt_interp_ctx *ctx) {
   const double *x0 = ctx->in[0]->data;
   const double *x1 = n->ninputs > 1 ? ctx->in[1]->data : NULL;
   const double *x2 = n->ninputs > 2 ? ctx->in[2]->data : NULL;
+  if (n->op == EVT_OP_CAST && interp_is_int(out->dtype) && evt_dtype_is_float(ctx->in[0]->dtype)) {
+    evt_status st = check_int_cast(ctx);
+    if (st != EVT_OK) return st;
+  }
+  switch (n->op) {
+  case EVT_OP_MUL:
+    if (out->dtype != EVT_I32) break;
+    BCAST_FOR(&it, out, y[e] = mul_i32(x0[a0], x1[a1]));
+    return EVT_OK;
+  default: break;
+  }
   switch (n->op) {
   case EVT_OP_NEG: case EVT_OP_EXP: case EVT_OP_LOG: case EVT_OP_SQRT: case EVT_OP_RSQRT:
   case EVT_OP_RECIPROCAL: case EVT_OP_ABS: case EVT_OP_SIGN: case EVT_OP_TANH: case EVT_OP_SIGMOID:

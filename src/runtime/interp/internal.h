@@ -5,7 +5,7 @@
  * node's output values in double into ctx->out (already allocated with the node's shape and dtype, zero-
  * filled). The dispatcher in interp.c rounds the stored values to the node's dtype afterwards (unless
  * EVT_RUN_FP64 leaves floats in double), so the family code never rounds, except where an op's meaning
- * needs a value at the dtype mid-way (none does today).
+ * needs a value at the dtype mid-way (i32 products, which a double does not hold: elementwise.c).
  *
  * Run-time errors (an index out of range, a CSR row pointer not monotone) are user errors: the family
  * returns EVT_ERR_INVALID through interp_fail(), whose message names the node. */
@@ -52,6 +52,12 @@ static inline bool interp_numel_is(evt_interp_ctx *ctx, const evt_tensor *t, int
                    (long long)t->numel, (long long)numel);
   return false;
 }
+
+/* Integer tensors hold exact integers (|v| <= EVT_INT_EXACT_MAX, include/evt.h): an integer value a family
+ * computes past that is reported with interp_int_inexact (EVT_ERR_UNSUPPORTED, naming the node and element),
+ * never rounded. Sums check each partial sum: the exact addends then keep every partial sum exact. */
+static inline bool interp_is_int(evt_dtype dt) { return dt == EVT_I64 || dt == EVT_I32; }
+evt_status interp_int_inexact(evt_interp_ctx *ctx, double v, int64_t i);
 
 /* Reads an index tensor's element i as an integer in [0, limit); on failure sets the message (naming
  * `what`) and returns -1. Integral floats are accepted; NaN or fractions are not. */

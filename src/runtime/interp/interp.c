@@ -2,11 +2,15 @@
  * partition and GPU kernel of evt is checked.
  *
  * Contract
- * - Tensors (evt_tensor) are contiguous row-major and hold every dtype as double (integers exactly).
+ * - Tensors (evt_tensor) are contiguous row-major and hold every dtype as double; integers exactly, which a
+ *   double does within +-(2^53 - 1) (EVT_INT_EXACT_MAX). An integer value past it (an i64 input, sum or
+ *   product) is an error naming the node (EVT_ERR_UNSUPPORTED), never a rounded answer; the caller's
+ *   integer inputs must hold integers of their dtype (EVT_ERR_INVALID otherwise).
  * - evt_interp_node runs one node: it checks its input tensors against the input nodes' types, allocates
  *   the output with the node's type, computes in double, then rounds every stored value to the node's
- *   dtype with evt_round_to_dtype (f32 → float, f16/bf16 round-to-nearest-even, ints truncated); with
- *   EVT_RUN_FP64 floating dtypes keep the double value (finite-difference gradient checks).
+ *   dtype with evt_round_to_dtype (f32 → float, f16/bf16 round-to-nearest-even, ints truncated, i32 wrapped
+ *   as two's complement); with EVT_RUN_FP64 floating dtypes keep the double value (finite-difference
+ *   gradient checks).
  * - Every op has one fixed order of summation (row-major over the reduced elements), so a run is
  *   deterministic: same graph, same inputs, same bits.
  * - evt_interp_run walks the nodes in id order (inputs always precede their users); input/param slots are
@@ -80,7 +84,31 @@ int64_t evt_interp_index(evt_interp_ctx *ctx, const evt_tensor *t, int64_t i, in
   return (int64_t)v;
 }
 
+evt_status interp_int_inexact(evt_interp_ctx *ctx, double v, int64_t i) {
+  return evt_graph_errorf(ctx->g, ctx->id, EVT_ERR_UNSUPPORTED,
+                          "integer value %.17g at element %lld is beyond +-(2^53 - 1), which the interpreter holds "
+                          "exactly (it keeps integers in doubles)", v, (long long)i);
+}
+
 /* ---- one node -------------------------------------------------------------------------------------- */
+
+/* Rounds the computed values to the node's dtype (floats kept with EVT_RUN_FP64); an i64 value the double
+ * does not hold exactly is an error. */
+static evt_status round_output(evt_interp_ctx *ctx) {
+  evt_dtype dt = ctx->n->type.dtype;
+  double *d = ctx->out->data;
+  int64_t m = ctx->out->numel;
+  if (evt_dtype_is_float(dt) && (ctx->flags & EVT_RUN_FP64)) return EVT_OK;
+  if (dt == EVT_F32) {
+    for (int64_t i = 0; i < m; i++) d[i] = (double)(float)d[i];
+    return EVT_OK;
+  }
+  for (int64_t i = 0; i < m; i++) {
+    if (dt == EVT_I64 && !(fabs(d[i]) <= EVT_INT_EXACT_MAX) && isfinite(d[i])) return interp_int_inexact(ctx, d[i], i);
+    d[i] = evt_round_to_dtype(d[i], dt);
+  }
+  return EVT_OK;
+}
 
 static bool tensor_matches(const evt_tensor *t, const evt_type *ty) {
   if (!t || !t->data || t->dtype != ty->dtype || t->rank != ty->rank) return false;
@@ -146,26 +174,35 @@ evt_status evt_interp_node(evt_graph *g, int id, const evt_tensor *const *inputs
     return evt_graph_errorf(g, id, EVT_ERR_INVALID, "cannot allocate the output");
   evt_interp_ctx ctx = {.g = g, .id = id, .n = n, .in = inputs, .out = out, .flags = flags};
   evt_status st = run_family(&ctx);
-  if (st != EVT_OK) {
-    evt_tensor_free(out);
-    return st;
-  }
-  evt_dtype dt = n->type.dtype;
-  if (!(evt_dtype_is_float(dt) && (flags & EVT_RUN_FP64))) {
-    double *d = out->data;
-    int64_t m = out->numel;
-    if (dt == EVT_F32) {
-      for (int64_t i = 0; i < m; i++) d[i] = (double)(float)d[i];
-    } else {
-      for (int64_t i = 0; i < m; i++) d[i] = evt_round_to_dtype(d[i], dt);
-    }
-  }
-  return EVT_OK;
+  if (st == EVT_OK) st = round_output(&ctx);
+  if (st != EVT_OK) evt_tensor_free(out);
+  return st;
 }
 
 /* ---- the whole graph ------------------------------------------------------------------------------- */
 
 static bool is_caller_slot(const evt_node *n) { return n->op == EVT_OP_INPUT || n->op == EVT_OP_PARAM; }
+
+/* A caller's value of node i: the right type, and for an integer dtype integers it holds (i64: exactly). */
+static evt_status check_caller_slot(evt_graph *g, int i, const evt_tensor *t) {
+  const evt_node *n = &g->nodes[i];
+  char buf[128];
+  if (!tensor_matches(t, &n->type))
+    return evt_graph_errorf(g, i, EVT_ERR_INVALID, "no value given, or not a %s tensor", evt_type_str(&n->type, buf, sizeof buf));
+  evt_dtype dt = n->type.dtype;
+  if (evt_dtype_is_float(dt)) return EVT_OK;
+  for (int64_t k = 0; k < t->numel; k++) {
+    double v = t->data[k];
+    if (dt == EVT_I64 && isfinite(v) && v == trunc(v) && !(fabs(v) <= EVT_INT_EXACT_MAX))
+      return evt_graph_errorf(g, i, EVT_ERR_UNSUPPORTED,
+                              "i64 value %.17g at element %lld is beyond +-(2^53 - 1), which the interpreter holds "
+                              "exactly (it keeps integers in doubles)", v, (long long)k);
+    if (evt_round_to_dtype(v, dt) != v)
+      return evt_graph_errorf(g, i, EVT_ERR_INVALID, "value %.17g at element %lld is not a %s", v, (long long)k,
+                              evt_dtype_name(dt));
+  }
+  return EVT_OK;
+}
 
 evt_status evt_interp_run(evt_graph *g, evt_tensor *values, unsigned flags, int keep_all) {
   if (!g || !values) return EVT_ERR_INVALID;
@@ -180,11 +217,7 @@ evt_status evt_interp_run(evt_graph *g, evt_tensor *values, unsigned flags, int 
   for (int i = 0; i < nn && st == EVT_OK; i++) {
     const evt_node *n = &g->nodes[i];
     if (is_caller_slot(n)) {
-      if (!tensor_matches(&values[i], &n->type)) {
-        char buf[128];
-        st = evt_graph_errorf(g, i, EVT_ERR_INVALID, "no value given, or not a %s tensor",
-                              evt_type_str(&n->type, buf, sizeof buf));
-      }
+      st = check_caller_slot(g, i, &values[i]);
       continue;
     }
     const evt_tensor *ins[EVT_MAX_INPUTS];

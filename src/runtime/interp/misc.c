@@ -1,5 +1,5 @@
 /* Interpreter: sources, randomness, losses, gathers/scatters and layout ops.
- * - full/scalar fill `value`; rand stores u = evt_philox_uniform(seed, offset, step, i) for row-major element i
+ * - full/scalar fill `value` (an integer dtype truncates it; one it cannot hold is an error, as in PyTorch); rand stores u = evt_philox_uniform(seed, offset, step, i) for row-major element i
  *   (step: the graph's RNG step, evt_graph_set_rng_step);
  *   dropout keeps x[i] iff that u >= p, compared in double ((double)u >= p, p the attribute's double),
  *   and scales kept elements by 1/(1-p) (p >= 1: all dropped). A kernel that must reproduce the mask bit
@@ -41,6 +41,11 @@ static evt_status source_or_rng(evt_interp_ctx *ctx) {
   switch (ctx->n->op) {
   case EVT_OP_FULL:
   case EVT_OP_SCALAR:
+    if (interp_is_int(out->dtype)) {
+      double v = trunc(a->value);
+      if (!(out->dtype == EVT_I32 ? v >= -2147483648.0 && v <= 2147483647.0 : isfinite(v)))
+        return interp_fail(ctx, "value %g does not fit in %s", a->value, evt_dtype_name(out->dtype));
+    }
     for (int64_t i = 0; i < out->numel; i++) out->data[i] = a->value;
     return EVT_OK;
   case EVT_OP_RAND:
@@ -281,7 +286,10 @@ static evt_status gather(evt_interp_ctx *ctx) {
         double *f = full->data + (o * len + r) * inner, *s = sel->data + (o * n + j) * inner;
         if (fwd) memcpy(s, f, sizeof(double) * (size_t)inner);
         else
-          for (int64_t i = 0; i < inner; i++) f[i] += s[i];
+          for (int64_t i = 0; i < inner; i++) {
+            f[i] += s[i];
+            if (interp_is_int(out->dtype) && !(fabs(f[i]) <= EVT_INT_EXACT_MAX)) return interp_int_inexact(ctx, f[i], (f - full->data) + i);
+          }
       }
     return EVT_OK;
   }

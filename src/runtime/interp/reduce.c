@@ -1,7 +1,8 @@
 /* Interpreter: reductions and reduce-apply row ops.
  * - sum/mean/amax over `dims` (empty: all dims; negative dims count from the end), keepdim or not. The
  *   input is read once in row-major order and accumulated into its output element, so the order of
- *   summation is fixed. amax propagates NaN; mean of zero elements is NaN (0/0).
+ *   summation is fixed. amax propagates NaN; mean of zero elements is NaN (0/0). An integer partial sum past
+ *   2^53 is an error (interp_int_inexact).
  * - softmax/log_softmax and their backward along `dim` (max-subtracted, so large logits are safe).
  * - layer_norm over the last dim and batch_norm (training mode: statistics over every dim but 1), both with
  *   the biased variance; their input/weight backward ops are the exact gradients. */
@@ -42,6 +43,7 @@ static evt_status reduce_dims(evt_interp_ctx *ctx) {
     for (int64_t i = 0; i < out->numel; i++) out->data[i] = -INFINITY;
   }
   int64_t idx[EVT_MAX_RANK] = {0}, o = 0;
+  bool ints = interp_is_int(out->dtype);
   for (int64_t i = 0; i < x->numel; i++) {
     double v = x->data[i];
     if (is_max) {
@@ -49,6 +51,7 @@ static evt_status reduce_dims(evt_interp_ctx *ctx) {
       if (isnan(v) || v > *m) *m = isnan(*m) ? *m : v;
     } else {
       out->data[o] += v;
+      if (ints && !(fabs(out->data[o]) <= EVT_INT_EXACT_MAX)) return interp_int_inexact(ctx, out->data[o], o);
     }
     for (int d = x->rank - 1; d >= 0; d--) {
       o += ostride[d];
