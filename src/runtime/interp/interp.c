@@ -156,6 +156,8 @@ evt_status evt_interp_node(evt_graph *g, int id, const evt_tensor *const *inputs
     int64_t m = out->numel;
     if (dt == EVT_F32) {
       for (int64_t i = 0; i < m; i++) d[i] = (double)(float)d[i];
+    } else if (dt == EVT_BOOL) {
+      for (int64_t i = 0; i < m; i++) d[i] = d[i] != 0;
     } else {
       for (int64_t i = 0; i < m; i++) d[i] = evt_round_to_dtype(d[i], dt);
     }
