@@ -8,9 +8,12 @@ OPT     ?= -O2
 SAN     ?=
 CBC_CFLAGS := $(shell pkg-config --cflags cbc 2>/dev/null)
 CBC_LIBS   := $(shell pkg-config --libs cbc 2>/dev/null)
+# The interpreter's GEMMs and convolutions: OpenBLAS (scripts/setup.sh installs libopenblas-dev).
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 CFLAGS  = -std=c11 $(OPT) -g -fPIC -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-field-initializers \
-          -Werror=switch -D_GNU_SOURCE -Iinclude -Isrc -Ikernels $(CBC_CFLAGS) $(SAN) -MMD -MP
-LDLIBS  = $(CBC_LIBS) -lm -lpthread -ldl
+          -Werror=switch -D_GNU_SOURCE -Iinclude -Isrc -Ikernels $(CBC_CFLAGS) $(BLAS_CFLAGS) $(SAN) -MMD -MP
+LDLIBS  = $(CBC_LIBS) $(BLAS_LIBS) -lm -lpthread -ldl
 
 LIB_SRC  := $(sort $(shell find src -name '*.c' ! -path 'src/cli/*'))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
@@ -89,7 +92,7 @@ fuzz: $(BUILD)/fuzz_parse
 $(BUILD)/fuzz_parse: $(FUZZ_DEPS)
 	@mkdir -p $(BUILD)
 	clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE -Iinclude -Isrc -Ikernels \
-	  tests/fuzz/fuzz_parse.c $(LIB_SRC) $(CBC_CFLAGS) $(CBC_LIBS) -lm -lpthread -ldl -o $@
+	  tests/fuzz/fuzz_parse.c $(LIB_SRC) $(CBC_CFLAGS) $(BLAS_CFLAGS) $(CBC_LIBS) $(BLAS_LIBS) -lm -lpthread -ldl -o $@
 
 clean:
 	rm -rf build build-asan

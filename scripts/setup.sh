@@ -5,7 +5,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
 need_apt=""
-for pkg in build-essential pkg-config coinor-libcbc-dev graphviz clang; do
+for pkg in build-essential pkg-config coinor-libcbc-dev libopenblas-dev graphviz clang; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt="$need_apt $pkg"
 done
 if [ -n "$need_apt" ]; then

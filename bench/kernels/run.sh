@@ -24,7 +24,7 @@ export EVT_KERNELS_DIR=$ROOT/kernels EVT_JIT_JOBS=${EVT_JIT_JOBS:-$(nproc)}
 } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 make -j"$(nproc)" build/libevt.a >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
-LIBS="$ROOT/build/libevt.a $(pkg-config --libs cbc 2>/dev/null) -lm -lpthread -ldl"
+LIBS="$ROOT/build/libevt.a $(pkg-config --libs cbc 2>/dev/null) $(pkg-config --libs openblas 2>/dev/null || echo -lopenblas) -lm -lpthread -ldl"
 NV="nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Ikernels"
 case $what in
 evt)

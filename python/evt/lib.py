@@ -8,7 +8,8 @@ Contract
   evt_graph. Graph.run(inputs, outputs) binds torch tensors to the `input` node ids given, runs
   evt_interp_run, and returns fresh torch tensors for the output node ids asked for, in the dtypes asked for.
 - The interpreter keeps every value as a double in a contiguous row-major buffer, so tensors are copied in
-  (as contiguous float64) and out; strides of the callers' tensors do not matter.
+  (converted to float64 straight into that buffer) and out (converted from a view of it); strides of the callers'
+  tensors do not matter.
 """
 import ctypes
 import glob
@@ -30,6 +31,12 @@ DTYPE_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16
 
 class EvtError(RuntimeError):
     pass
+
+
+def _doubles(t, shape):
+    """A float64 torch view of an evt tensor's buffer (no copy: valid only while the evt tensor lives)."""
+    buf = (ctypes.c_double * t.numel).from_address(ctypes.cast(t.data, ctypes.c_void_p).value)
+    return torch.frombuffer(buf, dtype=torch.float64).view(shape)
 
 
 class Tensor(ctypes.Structure):
@@ -174,22 +181,20 @@ class Graph:
         vals = (Tensor * max(n, 1))()
         try:
             for i, t in inputs:
-                src = t.detach().to(device="cpu", dtype=torch.float64).contiguous()
+                src = t.detach()
                 shape = (ctypes.c_int64 * MAX_RANK)(*src.shape)
                 st = L.evt_tensor_alloc(ctypes.byref(vals[i]), DTYPES[t.dtype], src.dim(), shape)
                 if st != 0:
                     raise EvtError(f"evt_tensor_alloc failed for a tensor of shape {tuple(src.shape)}")
-                if src.numel():
-                    ctypes.memmove(vals[i].data, src.data_ptr(), src.numel() * 8)
+                if src.numel():  # one pass: converted to float64 straight into the interpreter's buffer
+                    _doubles(vals[i], tuple(src.shape)).copy_(src)
             if run(self._g, vals, 0, 0) != 0:
                 raise EvtError(L.evt_graph_error(self._g).decode())
             res = []
             for i, dt in outputs:
                 v = vals[i]
-                out = torch.empty(tuple(v.shape[:v.rank]), dtype=torch.float64)
-                if v.numel:
-                    ctypes.memmove(out.data_ptr(), v.data, v.numel * 8)
-                res.append(out.to(dt))
+                shape = tuple(v.shape[:v.rank])
+                res.append(_doubles(v, shape).to(dt, copy=True) if v.numel else torch.empty(shape, dtype=dt))
             return res
         finally:
             for i in range(n):

@@ -10,6 +10,7 @@ import hashlib
 import logging
 import os
 import re
+import time
 
 import torch
 import torch.fx
@@ -33,6 +34,31 @@ STATS = collections.Counter()
 def reset_stats():
     """Zeroes STATS."""
     STATS.clear()
+
+
+# The CPU interpreter is the reference, not a fast path: the second run of each interpreter segment is timed
+# against the same ops in PyTorch (once, outside the step's results), and the first segment that is at least
+# SLOW_RATIO times slower (and takes SLOW_MIN_S or more) logs one warning per process.
+SLOW_RATIO, SLOW_MIN_S = 3.0, 0.005
+_slow_warned = False
+
+
+def _eager_seconds(members, env):
+    """The best of two PyTorch runs of members from env (a scratch copy: env is not touched), or None when a
+    member draws random numbers (that would move PyTorch's generator) or PyTorch cannot run one."""
+    if any(torch.Tag.nondeterministic_seeded in getattr(m.target, "tags", ()) for m in members):
+        return None
+    best = None
+    try:
+        for _ in range(2):
+            scratch, t0 = dict(env), time.perf_counter()
+            for m in members:
+                scratch[m] = TS.run_torch(m, scratch)
+            t = time.perf_counter() - t0
+            best = t if best is None else min(best, t)
+    except Exception:  # noqa: BLE001 (a comparison only: never the step's concern)
+        return None
+    return best
 
 
 def release_programs():
@@ -341,12 +367,15 @@ class Segment:
         if draw_rng and self.b.rng_sites and self.path in ("interp", "gpu"):
             self._draw_rng_step()
         if self.path == "interp":
-            names = dict(self.input_names)
+            names, t0 = dict(self.input_names), time.perf_counter()
             res = self.graph.run([(i, self._layout(names[x], env[x]).contiguous()) for x, i in self.inputs],
                                  [(i, A.meta_val(m).dtype) for m, i in self.outputs])
             for (m, k), t in zip(self.out_index, res):
                 env[m] = _with_meta_strides(self._logical(k, t), A.meta_val(m))
             STATS["interp_segment_runs"] += 1
+            self.interp_runs = getattr(self, "interp_runs", 0) + 1
+            if self.interp_runs == 2 and not _slow_warned and not self.b.rng_sites:
+                self._compare_with_eager(env, time.perf_counter() - t0)
         elif self.path == "gpu":
             self._run_gpu(env)
         elif self.path == "torch":
@@ -378,6 +407,17 @@ class Segment:
                              "2^53" if lim == A.EXACT_INT else f"{lim} (its integer arithmetic's bound)")
                 return True
         return False
+
+    def _compare_with_eager(self, env, seconds):
+        """The one warning of SLOW_RATIO, when this interpreter run took that much longer than PyTorch would."""
+        global _slow_warned
+        eager = _eager_seconds(self.members, env)
+        if eager is None or seconds < SLOW_MIN_S or seconds < SLOW_RATIO * eager:
+            return
+        _slow_warned = True
+        log.warning("evt: the CPU interpreter runs this model ~%.0fx slower than PyTorch eager (a segment of %d ops: "
+                    "%.1f ms against %.1f ms); it is the reference, not a fast path", seconds / max(eager, 1e-9),
+                    len(self.members), seconds * 1e3, eager * 1e3)
 
     def _layout(self, name, t):
         """An input as its declaration reads it: transposed (gemm_only_transposed) or in memory order

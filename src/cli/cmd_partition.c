@@ -47,7 +47,8 @@ EVTC_COMMAND(partition, "FILE [--solver=ilp|mip|greedy] [--time-limit S] [--dot 
              "                   component is narrow, else a CBC MIP (default)\n"
              "  --solver=mip     exact, without the DP: one CBC MIP per component\n"
              "  --solver=greedy  greedy fusion along the heaviest edges\n"
-             "  --time-limit S   seconds per component MIP, 0..1e6 (default 10); a timeout keeps the best legal grouping\n"
+             "  --time-limit S   seconds for the whole search, 0..1e6 (default 10); blocks not proven by then keep\n"
+             "                   the best legal grouping found (at worst the greedy one), with a warning\n"
              "  --dot OUT.dot    write the grouped graph as Graphviz; --svg OUT.svg renders it with `dot`\n"
              "  --stats          kernels and bytes (and the greedy baseline), components, MIPs, cache hits,\n"
              "                   solve time, optimality (proven, or the largest gap)\n"
@@ -143,8 +144,9 @@ EVTC_COMMAND(partition, "FILE [--solver=ilp|mip|greedy] [--time-limit S] [--dot 
       printf("objective: %.0f (bytes + %d kernels x lambda %.0f); greedy %.0f\n", plan.cost.total, plan.cost.groups,
              lambda, base.cost.total);
       if (opt.use_ilp) {
-        printf("components: %d (DP %d [<= %ld down-sets], MIPs %d, trivial %d, cache hits %d of them %d from disk, merged %d, lazy rows %d, largest %d nodes)\n",
-               s->components, s->dps, s->dp_most_sets, s->mips, s->trivial, s->cache_hits, s->disk_hits, s->merges, s->lazy_rows, s->largest_component);
+        printf("components: %d (DP %d [<= %ld down-sets], MIPs %d, lower bound %d, trivial %d, cache hits %d of them %d from disk, merged %d, lazy rows %d, largest %d nodes)\n",
+               s->components, s->dps, s->dp_most_sets, s->mips, s->bounds, s->trivial, s->cache_hits, s->disk_hits, s->merges, s->lazy_rows, s->largest_component);
+        if (s->too_large) printf("too large for the MIP: %d blocks (largest %d nodes), greedy grouping kept\n", s->too_large, s->largest_too_large);
         if (s->proven) printf("optimality: proven\n");
         else printf("optimality: not proven (%d timeouts, largest gap %.2f%%)\n", s->timeouts, 100 * s->max_gap);
       }

@@ -19,6 +19,7 @@ void evt_graph_free(evt_graph *g) {
   free(g->outputs);
   free(g->name_index.names);
   free(g->name_index.ids);
+  evt_graph_drop_uses(g);
   evt_arena_free(&g->arena);
   free(g);
 }
@@ -235,7 +236,62 @@ int evt_graph_add_node(evt_graph *g, evt_op op, const int *inputs, int ninputs, 
     return -1;
   }
   if (g->name_index.cap) index_put(g, n->name, id);
+  if (g->use_index.indexed > id) g->use_index.indexed = id;   /* the node array was cut back: enter this one again */
   return id;
+}
+
+/* ---- use index ------------------------------------------------------------------------------------- */
+
+void evt_graph_drop_uses(evt_graph *g) {
+  free(g->use_index.head);
+  free(g->use_index.next);
+  free(g->use_index.user);
+  free(g->use_index.outpos);
+  memset(&g->use_index, 0, sizeof g->use_index);
+}
+
+static void use_push(evt_graph *g, int user, int used) {
+  if (g->use_index.nent == g->use_index.capent) {
+    int cap = g->use_index.capent ? 2 * g->use_index.capent : 1024;
+    g->use_index.next = realloc(g->use_index.next, sizeof(int) * (size_t)cap);
+    g->use_index.user = realloc(g->use_index.user, sizeof(int) * (size_t)cap);
+    if (!g->use_index.next || !g->use_index.user) evt_fatal(__FILE__, __LINE__, "out of memory");
+    g->use_index.capent = cap;
+  }
+  int e = g->use_index.nent++;
+  g->use_index.user[e] = user;
+  g->use_index.next[e] = g->use_index.head[used];
+  g->use_index.head[used] = e;
+}
+
+static void use_grow(evt_graph *g, int n) {
+  if (g->use_index.head && g->use_index.capnodes >= n) return;
+  int cap = g->use_index.capnodes > 64 ? g->use_index.capnodes : 64;
+  while (cap < n) cap *= 2;
+  int *head = realloc(g->use_index.head, sizeof(int) * (size_t)cap);
+  int *outpos = realloc(g->use_index.outpos, sizeof(int) * (size_t)cap);
+  if (!head || !outpos) evt_fatal(__FILE__, __LINE__, "out of memory");
+  bool fresh = !g->use_index.head;
+  for (int i = fresh ? 0 : g->use_index.capnodes; i < cap; i++) head[i] = outpos[i] = -1;
+  if (fresh)
+    for (int i = 0; i < g->noutputs; i++) outpos[g->outputs[i]] = i;
+  g->use_index.head = head;
+  g->use_index.outpos = outpos;
+  g->use_index.capnodes = cap;
+}
+
+void evt_graph_sync_uses(evt_graph *g) {
+  use_grow(g, g->nnodes);
+  if (g->use_index.indexed > g->nnodes) g->use_index.indexed = g->nnodes;
+  for (int i = g->use_index.indexed; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].ninputs; k++) use_push(g, i, g->nodes[i].inputs[k]);
+  g->use_index.indexed = g->nnodes;
+}
+
+void evt_graph_note_use(evt_graph *g, int user, int used) {
+  if (!g->use_index.head || user >= g->use_index.indexed) return;   /* not built, or entered when synced */
+  use_grow(g, used + 1);
+  use_push(g, user, used);
 }
 
 /* ---- public builder -------------------------------------------------------------------------------- */
@@ -327,6 +383,7 @@ evt_status evt_graph_add_output(evt_graph *g, int node) {
   }
   g->outputs[g->noutputs++] = node;
   g->nodes[node].flags |= EVT_NODE_OUTPUT;
+  evt_graph_drop_uses(g);
   return EVT_OK;
 }
 
@@ -338,6 +395,7 @@ evt_status evt_graph_set_loss(evt_graph *g, int node) {
   if (g->loss >= 0) g->nodes[g->loss].flags &= ~EVT_NODE_LOSS;
   g->loss = node;
   g->nodes[node].flags |= EVT_NODE_LOSS;
+  evt_graph_drop_uses(g);
   /* the loss is the first output */
   for (int i = 0; i < g->noutputs; i++)
     if (g->outputs[i] == node) {

@@ -146,6 +146,18 @@ struct evt_graph {
     int cap, count;
     int indexed;         /* nodes entered since the last rebuild; < nnodes means rebuild */
   } name_index;
+  /* users of each node, for evt_graph_replace_uses (src/passes/rewrite.c): linked entries per used node,
+   * built on first use and extended over nodes added since (`indexed`). Entries may be stale or repeated
+   * (readers re-check the user's inputs); a missing one would be a bug, so code that points an existing
+   * node's input elsewhere calls evt_graph_note_use, and code that restores or renumbers nodes, or changes
+   * the outputs other than through evt_graph_replace_uses, drops it. */
+  struct {
+    int *head;           /* per node: first entry or -1 */
+    int *outpos;         /* per node: its position in outputs, or -1 */
+    int *next, *user;    /* per entry */
+    int nent, capent, capnodes;
+    int indexed;         /* nodes whose inputs are entered; 0 with head == NULL: not built */
+  } use_index;
   char error[1024];
 };
 
@@ -184,6 +196,11 @@ int evt_graph_add_node(evt_graph *g, evt_op op, const int *inputs, int ninputs, 
 /* A name not used yet in g, like "<base>.<n>" (arena-owned). */
 const char *evt_graph_fresh_name(evt_graph *g, const char *base);
 int evt_graph_find(const evt_graph *g, const char *name);   /* node id or -1 */
+/* The use index (struct evt_graph): brings it up to date over every node (building it the first time);
+ * records that `user` now reads `used` (a no-op while no index is built); drops it. */
+void evt_graph_sync_uses(evt_graph *g);
+void evt_graph_note_use(evt_graph *g, int user, int used);
+void evt_graph_drop_uses(evt_graph *g);
 void evt_type_set_contiguous(evt_type *t);
 int64_t evt_type_numel(const evt_type *t);
 bool evt_type_equal(const evt_type *a, const evt_type *b);   /* dtype, rank, shape (not strides) */

@@ -33,6 +33,8 @@ struct evt_part_cache {
   int levels;   /* folders checked from dir up (util/cachedir.h) */
   entry *e;
   int n, cap;
+  int *slot;        /* open addressing by key hash: entry index or -1 */
+  size_t nslot;
 };
 
 const char *evt_part_cache_default_dir(char *buf, size_t n) {
@@ -53,6 +55,7 @@ void evt_part_cache_free(evt_part_cache *c) {
   if (!c) return;
   for (int i = 0; i < c->n; i++) free(c->e[i].key), free(c->e[i].sol);
   free(c->e);
+  free(c->slot);
   free(c->dir);
   free(c);
 }
@@ -110,14 +113,95 @@ static int cmp_pair(const void *a, const void *b) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-char *evt_pblock_canonical(const evt_pblock *b, int *order) {
+/* The typed neighbours of every node (CSR): variable edges, fixed arcs, related pairs (both directions,
+ * tagged) and unrelated pairs; a node's WL signature mixes each with the neighbour's colour. */
+typedef struct nbrs {
+  int *start, *other;
+  uint64_t *tag;   /* t << 8 | d: signature mix(mix(t, colour), d); d = 0xff: mix(t, colour) */
+} nbrs;
+
+static void nbrs_build(const evt_pblock *b, nbrs *a) {
+  int n = b->n, ne = b->nvar + b->nfix + b->nrel + b->nunrel;
+  a->start = calloc((size_t)n + 2, sizeof(int));
+  a->other = malloc((size_t)(2 * ne + 1) * sizeof(int));
+  a->tag = malloc((size_t)(2 * ne + 1) * sizeof(uint64_t));
+  EVT_ASSERT(a->start && a->other && a->tag);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < ne; i++) {
+      const int *e = i < b->nvar ? b->var[i] : i < b->nvar + b->nfix ? b->fix[i - b->nvar]
+                   : i < b->nvar + b->nfix + b->nrel ? b->rel[i - b->nvar - b->nfix] : b->unrel[i - b->nvar - b->nfix - b->nrel];
+      uint64_t t = i < b->nvar ? 1u + b->var_fuse[i] : i < b->nvar + b->nfix ? 3 : i < b->nvar + b->nfix + b->nrel ? 4 : 5;
+      for (int end = 0; end < 2; end++) {
+        int v = e[end];
+        if (pass == 0) {
+          a->start[v + 1]++;
+          continue;
+        }
+        a->other[a->start[v]] = e[1 - end];
+        a->tag[a->start[v]++] = t << 8 | (t == 5 ? 0xffu : end == 0 ? 10u : 11u);
+      }
+    }
+    if (pass == 0)
+      for (int v = 0; v < n; v++) a->start[v + 1] += a->start[v];
+  }
+  for (int v = n; v > 0; v--) a->start[v] = a->start[v - 1];
+  a->start[0] = 0;
+}
+
+#define EVT_WL_PAIRWISE_FAMILY 64   /* larger read families enter a node's signature as one multiset hash */
+
+/* One round of colour refinement: nc[v] from col[] over v's neighbours and read families. */
+static void wl_round(const evt_pblock *b, const nbrs *a, const int *famof_start, const int *famof, const uint64_t *col,
+                     uint64_t *fh, uint64_t *sig, uint64_t *nc) {
   int n = b->n;
+  for (int f = 0; f < b->nfam; f++) {   /* large families: the sorted multiset of their members' colours */
+    if (b->fam_len[f] <= EVT_WL_PAIRWISE_FAMILY) continue;
+    for (int x = 0; x < b->fam_len[f]; x++) sig[x] = col[b->fam_cons[b->fam_start[f] + x]];
+    qsort(sig, (size_t)b->fam_len[f], sizeof(uint64_t), cmp_u64);
+    uint64_t h = mix(7, (uint64_t)b->fam_bytes[f]);
+    for (int x = 0; x < b->fam_len[f]; x++) h = mix(h, sig[x]);
+    fh[f] = h;
+  }
+  for (int v = 0; v < n; v++) {
+    int k = 0;
+    for (int q = a->start[v]; q < a->start[v + 1]; q++) {
+      uint64_t t = a->tag[q] >> 8, d = a->tag[q] & 0xff;
+      sig[k++] = d == 0xff ? mix(t, col[a->other[q]]) : mix(mix(t, col[a->other[q]]), d);
+    }
+    for (int q = famof_start[v]; q < famof_start[v + 1]; q++) {   /* co-consumers of one tensor */
+      int f = famof[q];
+      if (b->fam_len[f] > EVT_WL_PAIRWISE_FAMILY) {
+        sig[k++] = fh[f];
+        continue;
+      }
+      for (int y = 0; y < b->fam_len[f]; y++)
+        if (b->fam_cons[b->fam_start[f] + y] != v) sig[k++] = mix(mix(6, (uint64_t)b->fam_bytes[f]), col[b->fam_cons[b->fam_start[f] + y]]);
+    }
+    qsort(sig, (size_t)k, sizeof(uint64_t), cmp_u64);
+    uint64_t h = col[v];
+    for (int i = 0; i < k; i++) h = mix(h, sig[i]);
+    nc[v] = h;
+  }
+}
+
+char *evt_pblock_canonical(const evt_pblock *b, int *order) {
+  int n = b->n, nmem = b->nfam ? b->fam_start[b->nfam - 1] + b->fam_len[b->nfam - 1] : 0;
   uint64_t *col = malloc((size_t)(n + 1) * sizeof(uint64_t)), *nc = malloc((size_t)(n + 1) * sizeof(uint64_t));
-  int nadj = 2 * (b->nvar + b->nfix + b->nrel + b->nunrel);
-  for (int f = 0; f < b->nfam; f++) nadj += b->fam_len[f] * b->fam_len[f];
-  uint64_t *sig = malloc((size_t)(nadj + 1) * sizeof(uint64_t));
-  int *pos = malloc((size_t)(n + 1) * sizeof(int));
-  EVT_ASSERT(col && nc && sig && pos);
+  int nadj = 2 * (b->nvar + b->nfix + b->nrel + b->nunrel) + nmem + 1;
+  for (int f = 0; f < b->nfam; f++)
+    if (b->fam_len[f] <= EVT_WL_PAIRWISE_FAMILY) nadj += b->fam_len[f] * b->fam_len[f];
+  uint64_t *sig = malloc((size_t)nadj * sizeof(uint64_t)), *fh = malloc((size_t)(b->nfam + 1) * sizeof(uint64_t));
+  int *pos = malloc((size_t)(n + 1) * sizeof(int)), *famof_start = calloc((size_t)n + 2, sizeof(int));
+  int *famof = malloc((size_t)(nmem + 1) * sizeof(int));
+  EVT_ASSERT(col && nc && sig && fh && pos && famof_start && famof);
+  nbrs nb;
+  nbrs_build(b, &nb);
+  for (int i = 0; i < nmem; i++) famof_start[b->fam_cons[i] + 1]++;
+  for (int v = 0; v < n; v++) famof_start[v + 1] += famof_start[v];
+  for (int f = 0; f < b->nfam; f++)
+    for (int i = b->fam_start[f]; i < b->fam_start[f] + b->fam_len[f]; i++) famof[famof_start[b->fam_cons[i]]++] = f;
+  for (int v = n; v > 0; v--) famof_start[v] = famof_start[v - 1];
+  famof_start[0] = 0;
   for (int v = 0; v < n; v++) {
     uint64_t h = mix(b->label[v], (uint64_t)b->bytes[v]);
     h = mix(h, (uint64_t)b->written[v] | (uint64_t)b->kin[v] << 8 | (uint64_t)b->fixed_in[v] << 32);
@@ -125,36 +209,7 @@ char *evt_pblock_canonical(const evt_pblock *b, int *order) {
   }
   int distinct = 0;
   for (int round = 0; round < n; round++) {
-    for (int v = 0; v < n; v++) {
-      int k = 0;
-      for (int i = 0; i < b->nvar; i++) {
-        uint64_t t = 1 + b->var_fuse[i];
-        if (b->var[i][0] == v) sig[k++] = mix(mix(t, col[b->var[i][1]]), 10);
-        if (b->var[i][1] == v) sig[k++] = mix(mix(t, col[b->var[i][0]]), 11);
-      }
-      for (int i = 0; i < b->nfix; i++) {
-        if (b->fix[i][0] == v) sig[k++] = mix(mix(3, col[b->fix[i][1]]), 10);
-        if (b->fix[i][1] == v) sig[k++] = mix(mix(3, col[b->fix[i][0]]), 11);
-      }
-      for (int i = 0; i < b->nrel; i++) {
-        if (b->rel[i][0] == v) sig[k++] = mix(mix(4, col[b->rel[i][1]]), 10);
-        if (b->rel[i][1] == v) sig[k++] = mix(mix(4, col[b->rel[i][0]]), 11);
-      }
-      for (int i = 0; i < b->nunrel; i++) {
-        if (b->unrel[i][0] == v) sig[k++] = mix(5, col[b->unrel[i][1]]);
-        if (b->unrel[i][1] == v) sig[k++] = mix(5, col[b->unrel[i][0]]);
-      }
-      for (int f = 0; f < b->nfam; f++)   /* co-consumers of one tensor */
-        for (int x = 0; x < b->fam_len[f]; x++) {
-          if (b->fam_cons[b->fam_start[f] + x] != v) continue;
-          for (int y = 0; y < b->fam_len[f]; y++)
-            if (y != x) sig[k++] = mix(mix(6, (uint64_t)b->fam_bytes[f]), col[b->fam_cons[b->fam_start[f] + y]]);
-        }
-      qsort(sig, (size_t)k, sizeof(uint64_t), cmp_u64);
-      uint64_t h = col[v];
-      for (int i = 0; i < k; i++) h = mix(h, sig[i]);
-      nc[v] = h;
-    }
+    wl_round(b, &nb, famof_start, famof, col, fh, sig, nc);
     memcpy(col, nc, (size_t)n * sizeof(uint64_t));
     memcpy(nc, col, (size_t)n * sizeof(uint64_t));
     qsort(nc, (size_t)n, sizeof(uint64_t), cmp_u64);
@@ -163,6 +218,7 @@ char *evt_pblock_canonical(const evt_pblock *b, int *order) {
     if (d == distinct) break;
     distinct = d;
   }
+  free(nb.start); free(nb.other); free(nb.tag); free(fh); free(famof_start); free(famof);
   for (int v = 0; v < n; v++) order[v] = v;
   qsort_r(order, (size_t)n, sizeof(int), by_color, col);
   for (int i = 0; i < n; i++) pos[order[i]] = i;
@@ -220,17 +276,38 @@ static void path_of(const evt_part_cache *c, uint64_t h, char *buf, size_t n) {
   snprintf(buf, n, "%s/partition-%016llx.txt", c->dir, (unsigned long long)h);
 }
 
+static void slot_put(evt_part_cache *c, int i) {
+  size_t at = (size_t)c->e[i].hash & (c->nslot - 1);
+  while (c->slot[at] >= 0) at = (at + 1) & (c->nslot - 1);
+  c->slot[at] = i;
+}
+
+static entry *find_entry(const evt_part_cache *c, uint64_t h, const char *key) {
+  for (size_t at = c->nslot ? (size_t)h & (c->nslot - 1) : 0; c->nslot && c->slot[at] >= 0; at = (at + 1) & (c->nslot - 1))
+    if (c->e[c->slot[at]].hash == h && !strcmp(c->e[c->slot[at]].key, key)) return &c->e[c->slot[at]];
+  return NULL;
+}
+
 static entry *add_entry(evt_part_cache *c, uint64_t h, char *key, int n, const int *csol, int optimal, double cost) {
   if (c->n == c->cap) {
     c->cap = c->cap ? 2 * c->cap : 32;
     c->e = realloc(c->e, (size_t)c->cap * sizeof *c->e);
     EVT_ASSERT(c->e);
   }
+  if (2 * (size_t)(c->n + 1) > c->nslot) {   /* keep the table at most half full */
+    c->nslot = c->nslot ? 2 * c->nslot : 64;
+    free(c->slot);
+    c->slot = malloc(c->nslot * sizeof(int));
+    EVT_ASSERT(c->slot);
+    for (size_t i = 0; i < c->nslot; i++) c->slot[i] = -1;
+    for (int i = 0; i < c->n; i++) slot_put(c, i);
+  }
   entry *e = &c->e[c->n++];
   e->hash = h, e->key = key, e->n = n, e->optimal = optimal, e->cost = cost;
   e->sol = malloc((size_t)(n + 1) * sizeof(int));
   EVT_ASSERT(e->sol);
   memcpy(e->sol, csol, (size_t)n * sizeof(int));
+  slot_put(c, c->n - 1);
   return e;
 }
 
@@ -275,11 +352,11 @@ int evt_part_cache_get(evt_part_cache *c, const evt_pblock *b, int *sol, int *op
   uint64_t h = fnv(key);
   int where = 0, opt = 0;
   double cost = 0;
-  for (int i = 0; i < c->n && !where; i++)
-    if (c->e[i].hash == h && !strcmp(c->e[i].key, key)) {
-      memcpy(csol, c->e[i].sol, (size_t)n * sizeof(int));
-      opt = c->e[i].optimal, cost = c->e[i].cost, where = 1;
-    }
+  const entry *mem = find_entry(c, h, key);
+  if (mem) {
+    memcpy(csol, mem->sol, (size_t)n * sizeof(int));
+    opt = mem->optimal, cost = mem->cost, where = 1;
+  }
   if (!where && load_disk(c, h, key, n, csol, &opt, &cost) == 0) where = 2;
   if (where) {
     for (int i = 0; i < n; i++) sol[order[i]] = order[csol[i]];
@@ -312,16 +389,17 @@ static void store_disk(const evt_part_cache *c, const entry *e) {
 
 void evt_part_cache_put(evt_part_cache *c, const evt_pblock *b, const int *sol, int optimal) {
   int n = b->n;
-  int *order = malloc((size_t)(n + 1) * sizeof(int)), *csol = malloc((size_t)(n + 1) * sizeof(int));
-  EVT_ASSERT(order && csol);
+  int *order = malloc((size_t)(n + 1) * sizeof(int)), *pos = malloc((size_t)(n + 1) * sizeof(int));
+  int *csol = malloc((size_t)(n + 1) * sizeof(int));
+  EVT_ASSERT(order && pos && csol);
   char *key = evt_pblock_canonical(b, order);
-  /* canonical group label: the smallest canonical position among the group's members */
+  /* canonical group label: the smallest canonical position among the group's members (labels are < n) */
+  for (int i = 0; i < n; i++) pos[i] = -1;
   for (int i = 0; i < n; i++) {
-    csol[i] = i;
-    for (int j = 0; j < i; j++)
-      if (sol[order[j]] == sol[order[i]]) { csol[i] = j; break; }
+    if (pos[sol[order[i]]] < 0) pos[sol[order[i]]] = i;
+    csol[i] = pos[sol[order[i]]];
   }
   entry *e = add_entry(c, fnv(key), key, n, csol, optimal, evt_pblock_cost(b, sol));
   store_disk(c, e);
-  free(order), free(csol);
+  free(order), free(pos), free(csol);
 }

@@ -56,19 +56,22 @@ evt_part_cost evt_part_evaluate(const evt_pgraph *g, const int *group) {
 
 double evt_part_evaluate_model(const evt_pgraph *g, const int *group, evt_part_kernel_time_fn fn, void *ctx) {
   int n = g->n;
-  int *members = malloc((size_t)(n + 1) * sizeof(int));
-  unsigned char *done = calloc((size_t)n + 1, 1);
-  EVT_ASSERT(members && done);
+  /* members of each group in id order: a linked list per group, built backwards */
+  int *members = malloc((size_t)(n + 1) * sizeof(int)), *head = malloc((size_t)(n + 1) * sizeof(int));
+  int *next = malloc((size_t)(n + 1) * sizeof(int));
+  EVT_ASSERT(members && head && next);
+  for (int v = 0; v < n; v++) head[v] = -1;
+  for (int v = n - 1; v >= 0; v--)
+    if (evt_pgraph_kernel(g, v)) next[v] = head[group[v]], head[group[v]] = v;
   double total = 0;
   for (int v = 0; v < n; v++) {
-    if (!evt_pgraph_kernel(g, v) || done[group[v]]) continue;
+    if (!evt_pgraph_kernel(g, v) || head[group[v]] != v) continue;
     int k = 0;
-    for (int w = v; w < n; w++)
-      if (evt_pgraph_kernel(g, w) && group[w] == group[v]) members[k++] = w;
-    done[group[v]] = 1;
+    for (int w = v; w >= 0; w = next[w]) members[k++] = w;
     total += fn(g, members, k, ctx);
   }
   free(members);
-  free(done);
+  free(head);
+  free(next);
   return total;
 }

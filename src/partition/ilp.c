@@ -28,10 +28,13 @@
  * lazy-constraint callback, and a model cannot be modified after Cbc_solve, so it is rebuilt). When x's
  * true cost equals the objective, x is optimal: every legal grouping with its exact s satisfies every
  * row ever added. The objective is scaled so its largest coefficient is 1; gaps are 1e-10.
- * A timeout returns the best legal grouping found (at worst the MIP start), never an illegal one. */
+ * A timeout returns the best legal grouping found (at worst the MIP start), never an illegal one; so does a
+ * failure of CBC (abandoned, non-finite values, a solution that breaks a row), reported in `failed`.
+ * Storage is sparse: the s columns and the forbidden pairs live in hash maps over the pairs that exist. */
 #include "partition/partition.h"
 
 #include <coin/Cbc_C_Interface.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -88,8 +91,46 @@ double evt_pblock_cost(const evt_pblock *b, const int *sol) {
   return c;
 }
 
+/* Longest-path levels of the groups of sol[] over the block's arcs (variable edges and fixed arcs), by
+ * Kahn's algorithm on the contracted graph; false if it has a cycle. lvl[] is per group label (< n). */
+static bool group_levels(const evt_pblock *b, const int *sol, int *lvl) {
+  int n = b->n, na = b->nvar + b->nfix, done = 0, groups = 0;
+  int *indeg = calloc((size_t)n + 1, sizeof(int)), *start = calloc((size_t)n + 2, sizeof(int));
+  int *to = malloc((size_t)(na + 1) * sizeof(int)), *queue = malloc((size_t)(n + 1) * sizeof(int));
+  unsigned char *isg = calloc((size_t)n + 1, 1);
+  EVT_ASSERT(indeg && start && to && queue && isg);
+  for (int v = 0; v < n; v++) lvl[v] = 0, groups += !isg[sol[v]], isg[sol[v]] = 1;
+  for (int i = 0; i < na; i++) {
+    const int *a = i < b->nvar ? b->var[i] : b->fix[i - b->nvar];
+    if (sol[a[0]] != sol[a[1]]) start[sol[a[0]] + 1]++, indeg[sol[a[1]]]++;
+  }
+  for (int x = 0; x < n; x++) start[x + 1] += start[x];
+  for (int i = 0; i < na; i++) {
+    const int *a = i < b->nvar ? b->var[i] : b->fix[i - b->nvar];
+    if (sol[a[0]] != sol[a[1]]) to[start[sol[a[0]]]++] = sol[a[1]];
+  }
+  for (int x = n; x > 0; x--) start[x] = start[x - 1];
+  start[0] = 0;
+  int h = 0, t = 0;
+  for (int x = 0; x < n; x++)
+    if (isg[x] && indeg[x] == 0) queue[t++] = x;
+  while (h < t) {
+    int x = queue[h++];
+    done++;
+    for (int k = start[x]; k < start[x + 1]; k++) {
+      int y = to[k];
+      if (lvl[y] < lvl[x] + 1) lvl[y] = lvl[x] + 1;
+      if (--indeg[y] == 0) queue[t++] = y;
+    }
+  }
+  free(indeg); free(start); free(to); free(queue); free(isg);
+  return done == groups;
+}
+
 bool evt_pblock_legal(const evt_pblock *b, const int *sol) {
   int n = b->n;
+  for (int v = 0; v < n; v++)
+    if (sol[v] < 0 || sol[v] >= n) return false;
   for (int i = 0; i < b->nvar; i++)
     if (b->var_fuse[i] && sol[b->var[i][0]] != sol[b->var[i][1]]) return false;
   for (int i = 0; i < b->nrel; i++)
@@ -98,36 +139,18 @@ bool evt_pblock_legal(const evt_pblock *b, const int *sol) {
     if (sol[b->unrel[i][0]] == sol[b->unrel[i][1]]) return false;
   for (int i = 0; i < b->nfix; i++)
     if (sol[b->fix[i][0]] == sol[b->fix[i][1]]) return false;
-  /* acyclic: Bellman-Ford style levels over group arcs must settle within n rounds */
-  int *lvl = calloc((size_t)n + 1, sizeof(int));
+  int *lvl = malloc((size_t)(n + 1) * sizeof(int));
   EVT_ASSERT(lvl);
-  bool changed = true;
-  for (int round = 0; round <= n && changed; round++) {
-    changed = false;
-    for (int i = 0; i < b->nvar + b->nfix; i++) {
-      int u = i < b->nvar ? b->var[i][0] : b->fix[i - b->nvar][0];
-      int v = i < b->nvar ? b->var[i][1] : b->fix[i - b->nvar][1];
-      int gu = sol[u], gv = sol[v];
-      if (gu != gv && lvl[gv] < lvl[gu] + 1) lvl[gv] = lvl[gu] + 1, changed = true;
-    }
-  }
+  bool ok = group_levels(b, sol, lvl);
   free(lvl);
-  return !changed;
+  return ok;
 }
 
 /* Group levels of a legal grouping: the potentials of the MIP start. */
 static void levels(const evt_pblock *b, const int *sol, double *pi) {
-  int *lvl = calloc((size_t)b->n + 1, sizeof(int));
+  int *lvl = malloc((size_t)(b->n + 1) * sizeof(int));
   EVT_ASSERT(lvl);
-  bool changed = true;
-  for (int round = 0; round <= b->n && changed; round++) {
-    changed = false;
-    for (int i = 0; i < b->nvar + b->nfix; i++) {
-      int u = i < b->nvar ? b->var[i][0] : b->fix[i - b->nvar][0];
-      int v = i < b->nvar ? b->var[i][1] : b->fix[i - b->nvar][1];
-      if (sol[u] != sol[v] && lvl[sol[v]] < lvl[sol[u]] + 1) lvl[sol[v]] = lvl[sol[u]] + 1, changed = true;
-    }
-  }
+  EVT_ASSERT(group_levels(b, sol, lvl));
   for (int v = 0; v < b->n; v++) pi[v] = lvl[sol[v]];
   free(lvl);
 }
@@ -143,8 +166,30 @@ static void groups_of(const evt_pblock *b, const double *x, int *sol) {
   for (int v = 0; v < b->n; v++) sol[v] = uf(sol, v);
 }
 
+/* Variable edges at each node, in increasing edge index (the order the dense loops used). */
+typedef struct incidence {
+  int *start, *edge;
+} incidence;
+
+static void incidence_init(const evt_pblock *b, incidence *I) {
+  int n = b->n;
+  I->start = calloc((size_t)n + 2, sizeof(int));
+  I->edge = malloc((size_t)(2 * b->nvar + 1) * sizeof(int));
+  EVT_ASSERT(I->start && I->edge);
+  for (int i = 0; i < b->nvar; i++) I->start[b->var[i][0] + 1]++, I->start[b->var[i][1] + 1]++;
+  for (int v = 0; v < n; v++) I->start[v + 1] += I->start[v];
+  for (int i = 0; i < b->nvar; i++) I->edge[I->start[b->var[i][0]]++] = i, I->edge[I->start[b->var[i][1]]++] = i;
+  for (int v = n; v > 0; v--) I->start[v] = I->start[v - 1];
+  I->start[0] = 0;
+}
+
+static void incidence_free(incidence *I) {
+  free(I->start);
+  free(I->edge);
+}
+
 /* Undirected path of uncut variable edges from a to c (edge indices into path[]); its length. */
-static int uncut_path(const evt_pblock *b, const int *sol, int a, int c, int *path) {
+static int uncut_path(const evt_pblock *b, const incidence *I, const int *sol, int a, int c, int *path) {
   int n = b->n;
   int *from = malloc((size_t)(n + 1) * sizeof(int)), *queue = malloc((size_t)(n + 1) * sizeof(int));
   EVT_ASSERT(from && queue);
@@ -154,11 +199,11 @@ static int uncut_path(const evt_pblock *b, const int *sol, int a, int c, int *pa
   from[a] = -1;
   while (head < tail && from[c] == -2) {
     int x = queue[head++];
-    for (int i = 0; i < b->nvar; i++) {
-      int u = b->var[i][0], v = b->var[i][1];
+    for (int k = I->start[x]; k < I->start[x + 1]; k++) {
+      int i = I->edge[k], u = b->var[i][0], v = b->var[i][1];
       if (sol[u] != sol[v]) continue;
-      int y = u == x ? v : v == x ? u : -1;
-      if (y >= 0 && from[y] == -2) from[y] = i, queue[tail++] = y;
+      int y = u == x ? v : u;
+      if (from[y] == -2) from[y] = i, queue[tail++] = y;
     }
   }
   int len = 0;
@@ -212,19 +257,96 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A set of node pairs v < w (key v * n + w) with a value each: open addressing. */
+typedef struct pairmap {
+  uint64_t *key;   /* key + 1; 0 = empty */
+  int *val;
+  size_t cap, count;
+} pairmap;
+
+static size_t pm_slot(const pairmap *p, uint64_t key) {
+  uint64_t h = key * 0x9e3779b97f4a7c15ull;
+  size_t i = (size_t)(h ^ (h >> 29)) & (p->cap - 1);
+  while (p->key[i] && p->key[i] != key + 1) i = (i + 1) & (p->cap - 1);
+  return i;
+}
+
+static void pm_init(pairmap *p, size_t expect) {
+  p->cap = 16;
+  while (p->cap < 2 * expect + 2) p->cap *= 2;
+  p->key = calloc(p->cap, sizeof(uint64_t));
+  p->val = malloc(p->cap * sizeof(int));
+  p->count = 0;
+  EVT_ASSERT(p->key && p->val);
+}
+
+static uint64_t pm_key(int n, int v, int w) { return v < w ? (uint64_t)v * (uint64_t)n + (uint64_t)w : (uint64_t)w * (uint64_t)n + (uint64_t)v; }
+
+/* Inserts (v, w) with value x unless present; returns its value. */
+static int pm_put(pairmap *p, int n, int v, int w, int x) {
+  uint64_t key = pm_key(n, v, w);
+  size_t i = pm_slot(p, key);
+  if (p->key[i]) return p->val[i];
+  p->key[i] = key + 1, p->val[i] = x, p->count++;
+  return x;
+}
+
+static int pm_get(const pairmap *p, int n, int v, int w) {
+  size_t i = pm_slot(p, pm_key(n, v, w));
+  return p->key[i] ? p->val[i] : -1;
+}
+
+static void pm_free(pairmap *p) {
+  free(p->key);
+  free(p->val);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
 /* Column layout of a block's MIP. */
 typedef struct layout {
   int ncols, xcol, picol, fcol, gcol, lcol, ycol;
-  int *mcol;   /* per node, -1 if no write variable */
-  int *scol;   /* per pair v*n+w (v < w) of co-consumers of one tensor; -1 for other pairs */
+  int *mcol;          /* per node, -1 if no write variable */
+  pairmap s;          /* co-consumers v < w of one tensor -> their s column */
+  uint64_t *pairs;    /* their keys, ascending (= column order) */
+  int npairs;
+  pairmap forbid;     /* pairs that never share a group: fixed arcs, incompatible pairs (value 1) */
+  incidence inc;
   double scale, constant;   /* objective scale; forced writes */
 } layout;
+
+static void layout_pairs(const evt_pblock *b, layout *L, int *col) {
+  int n = b->n;
+  size_t expect = 0;
+  for (int f = 0; f < b->nfam; f++) expect += (size_t)b->fam_len[f] * (size_t)(b->fam_len[f] - 1) / 2;
+  pm_init(&L->s, expect);
+  L->pairs = malloc((expect + 1) * sizeof(uint64_t));
+  EVT_ASSERT(L->pairs);
+  L->npairs = 0;
+  for (int f = 0; f < b->nfam; f++)
+    for (int i = b->fam_start[f]; i < b->fam_start[f] + b->fam_len[f]; i++)
+      for (int j = b->fam_start[f]; j < i; j++)
+        if (pm_put(&L->s, n, b->fam_cons[j], b->fam_cons[i], 0) == 0 && L->s.count > (size_t)L->npairs)
+          L->pairs[L->npairs++] = pm_key(n, b->fam_cons[j], b->fam_cons[i]);
+  qsort(L->pairs, (size_t)L->npairs, sizeof(uint64_t), cmp_u64);
+  for (int i = 0; i < L->npairs; i++) {
+    int v = (int)(L->pairs[i] / (uint64_t)n), w = (int)(L->pairs[i] % (uint64_t)n);
+    L->s.val[pm_slot(&L->s, pm_key(n, v, w))] = (*col)++;
+  }
+  pm_init(&L->forbid, (size_t)(b->nfix + b->nrel + b->nunrel));
+  for (int i = 0; i < b->nfix + b->nrel + b->nunrel; i++) {
+    const int *pr = i < b->nfix ? b->fix[i] : i < b->nfix + b->nrel ? b->rel[i - b->nfix] : b->unrel[i - b->nfix - b->nrel];
+    pm_put(&L->forbid, n, pr[0], pr[1], 1);
+  }
+}
 
 static void layout_init(const evt_pblock *b, layout *L) {
   int n = b->n, col = 0;
   L->mcol = malloc((size_t)(n + 1) * sizeof(int));
-  L->scol = malloc((size_t)n * (size_t)n * sizeof(int) + sizeof(int));
-  EVT_ASSERT(L->mcol && L->scol);
+  EVT_ASSERT(L->mcol);
   L->xcol = col, col += b->nvar;
   L->picol = col, col += n;
   L->constant = 0;
@@ -232,15 +354,8 @@ static void layout_init(const evt_pblock *b, layout *L) {
     L->mcol[v] = b->has_var_out[v] && !b->written[v] ? col++ : -1;
     if (b->written[v]) L->constant += b->bytes[v];
   }
-  for (int i = 0; i < n * n; i++) L->scol[i] = -1;
-  for (int f = 0; f < b->nfam; f++)
-    for (int i = b->fam_start[f]; i < b->fam_start[f] + b->fam_len[f]; i++)
-      for (int j = b->fam_start[f]; j < i; j++) {
-        int v = b->fam_cons[j], w = b->fam_cons[i];
-        L->scol[(v < w ? v : w) * n + (v < w ? w : v)] = 0;
-      }
-  for (int i = 0; i < n * n; i++)
-    if (L->scol[i] == 0) L->scol[i] = col++;
+  layout_pairs(b, L, &col);
+  incidence_init(b, &L->inc);
   L->fcol = col, col += 2 * b->nvar;
   L->gcol = col, col += n;
   L->lcol = col, col += n;
@@ -253,7 +368,56 @@ static void layout_init(const evt_pblock *b, layout *L) {
   if (L->scale <= 0) L->scale = 1;
 }
 
-static int scol(const layout *L, int n, int v, int w) { return v < w ? L->scol[v * n + w] : L->scol[w * n + v]; }
+static void layout_free(layout *L) {
+  free(L->mcol);
+  free(L->pairs);
+  pm_free(&L->s);
+  pm_free(&L->forbid);
+  incidence_free(&L->inc);
+}
+
+static int scol(const layout *L, int n, int v, int w) { return pm_get(&L->s, n, v, w); }
+static bool forbidden(const layout *L, int n, int v, int w) { return pm_get(&L->forbid, n, v, w) > 0; }
+
+/* Start values of the flow: leaders are the roots of the pieces; flow runs along a BFS tree from each, an
+ * edge carrying its subtree size. */
+static void start_flow(const evt_pblock *b, const layout *L, const int *comp, double *val) {
+  int n = b->n;
+  int *order = malloc((size_t)(n + 1) * sizeof(int)), *pedge = malloc((size_t)(n + 1) * sizeof(int));
+  int *seen = calloc((size_t)n + 1, sizeof(int));
+  double *sub = malloc((size_t)(n + 1) * sizeof(double));
+  EVT_ASSERT(order && pedge && seen && sub);
+  for (int r = 0; r < n; r++) {
+    if (comp[r] != r) continue;
+    val[L->lcol + r] = 1;
+    int h = 0, t = 0;
+    order[t++] = r;
+    pedge[r] = -1;
+    seen[r] = 1;
+    while (h < t) {
+      int x = order[h++];
+      for (int k = L->inc.start[x]; k < L->inc.start[x + 1]; k++) {
+        int i = L->inc.edge[k], u = b->var[i][0], v = b->var[i][1];
+        if (comp[u] != comp[v]) continue;
+        int y = u == x ? v : u;
+        if (seen[y]) continue;
+        seen[y] = 1, pedge[y] = i, order[t++] = y;
+      }
+    }
+    for (int k = t - 1; k >= 0; k--) sub[order[k]] = 1;
+    for (int k = t - 1; k > 0; k--) {
+      int y = order[k], i = pedge[y];
+      int parent = b->var[i][0] == y ? b->var[i][1] : b->var[i][0];
+      sub[parent] += sub[y];
+      val[L->fcol + 2 * i + (b->var[i][1] == y ? 0 : 1)] = sub[y];   /* +: u -> v, -: v -> u */
+    }
+    val[L->gcol + r] = t;
+  }
+  free(order);
+  free(pedge);
+  free(seen);
+  free(sub);
+}
 
 /* The exact values of every column for a legal grouping (the MIP start). */
 static void start_values(const evt_pblock *b, const layout *L, const int *sol, double *val) {
@@ -269,46 +433,12 @@ static void start_values(const evt_pblock *b, const layout *L, const int *sol, d
     val[L->xcol + i] = cut;
     if (cut && L->mcol[b->var[i][0]] >= 0) val[L->mcol[b->var[i][0]]] = 1;
   }
-  for (int v = 0; v < n; v++) {
-    val[L->picol + v] = pi[v];
-    for (int w = v + 1; w < n; w++)
-      if (L->scol[v * n + w] >= 0) val[L->scol[v * n + w]] = comp[v] == comp[w];
-    stamp[v] = -1;
+  for (int v = 0; v < n; v++) val[L->picol + v] = pi[v], stamp[v] = -1;
+  for (int i = 0; i < L->npairs; i++) {
+    int v = (int)(L->pairs[i] / (uint64_t)n), w = (int)(L->pairs[i] % (uint64_t)n);
+    val[scol(L, n, v, w)] = comp[v] == comp[w];
   }
-  /* leaders: the root of each piece; flow: along a BFS tree from it, each edge carrying its subtree size */
-  int *order = malloc((size_t)(n + 1) * sizeof(int)), *pedge = malloc((size_t)(n + 1) * sizeof(int));
-  double *sub = malloc((size_t)(n + 1) * sizeof(double));
-  EVT_ASSERT(order && pedge && sub);
-  for (int r = 0; r < n; r++) {
-    if (comp[r] != r) continue;
-    val[L->lcol + r] = 1;
-    int h = 0, t = 0;
-    order[t++] = r;
-    pedge[r] = -1;
-    for (int v = 0; v < n; v++) stamp[v] = v == r ? -2 : -1;
-    while (h < t) {
-      int x = order[h++];
-      for (int i = 0; i < b->nvar; i++) {
-        int u = b->var[i][0], v = b->var[i][1];
-        if (comp[u] != comp[v] || (u != x && v != x)) continue;
-        int y = u == x ? v : u;
-        if (stamp[y] != -1) continue;
-        stamp[y] = -2, pedge[y] = i, order[t++] = y;
-      }
-    }
-    for (int k = t - 1; k >= 0; k--) sub[order[k]] = 1;
-    for (int k = t - 1; k > 0; k--) {
-      int y = order[k], i = pedge[y];
-      int parent = b->var[i][0] == y ? b->var[i][1] : b->var[i][0];
-      sub[parent] += sub[y];
-      val[L->fcol + 2 * i + (b->var[i][1] == y ? 0 : 1)] = sub[y];   /* +: u -> v, -: v -> u */
-    }
-    val[L->gcol + r] = t;
-  }
-  for (int v = 0; v < n; v++) stamp[v] = -1;
-  free(order);
-  free(pedge);
-  free(sub);
+  start_flow(b, L, comp, val);
   for (int f = 0; f < b->nfam; f++)
     for (int k = 0; k < b->fam_len[f]; k++) {
       int i = b->fam_start[f] + k, cons = b->fam_cons[i], e = b->fam_var[i];
@@ -324,40 +454,44 @@ static void start_values(const evt_pblock *b, const layout *L, const int *sol, d
 
 static void row(Cbc_Model *m, int k, int *c, double *v, char sense, double rhs) { Cbc_addRow(m, "", k, c, v, sense, rhs); }
 
-/* Builds and solves the MIP once. Returns 1 if CBC produced a solution (all columns in xs); *obj and
- * *bound are unscaled block costs. */
-static int solve_once(const evt_pblock *b, const layout *L, const lazy_rows *lz, const int *start, double seconds,
-                      double *xs, int *optimal, double *obj, double *bound) {
+/* Row scratch of at least `need` entries. */
+typedef struct rowbuf {
+  int *c, cap;
+  double *v;
+} rowbuf;
+
+static void rb_need(rowbuf *r, int need) {
+  if (need <= r->cap) return;
+  r->cap = need;
+  r->c = realloc(r->c, (size_t)need * sizeof(int));
+  r->v = realloc(r->v, (size_t)need * sizeof(double));
+  EVT_ASSERT(r->c && r->v);
+}
+
+static void add_columns(Cbc_Model *m, const evt_pblock *b, const layout *L) {
   int n = b->n;
-  Cbc_Model *m = Cbc_newModel();
-  Cbc_setLogLevel(m, 0);
-  Cbc_setParameter(m, "threads", "1");
-  Cbc_setMaximumSeconds(m, seconds > 0.01 ? seconds : 0.01);
-  Cbc_setAllowableGap(m, 1e-10);
-  Cbc_setAllowableFractionGap(m, 1e-10);
-  Cbc_setObjSense(m, 1.0);
   double sc = L->scale;
-  unsigned char *forbid = calloc((size_t)n * (size_t)n + 1, 1);
-  EVT_ASSERT(forbid);
-  for (int i = 0; i < b->nfix + b->nrel + b->nunrel; i++) {
-    const int *pr = i < b->nfix ? b->fix[i] : i < b->nfix + b->nrel ? b->rel[i - b->nfix] : b->unrel[i - b->nfix - b->nrel];
-    forbid[pr[0] * n + pr[1]] = forbid[pr[1] * n + pr[0]] = 1;
-  }
   for (int i = 0; i < b->nvar; i++) Cbc_addCol(m, "", 0, b->var_fuse[i] ? 0 : 1, 0, 1, 0, NULL, NULL);
   for (int v = 0; v < n; v++) Cbc_addCol(m, "", 0, n, 0, 0, 0, NULL, NULL);
   for (int v = 0; v < n; v++)
     if (L->mcol[v] >= 0) Cbc_addCol(m, "", 0, 1, b->bytes[v] / sc, 0, 0, NULL, NULL);
-  for (int i = 0; i < n * n; i++)
-    if (L->scol[i] >= 0) Cbc_addCol(m, "", 0, forbid[i] ? 0 : 1, 0, 0, 0, NULL, NULL);
+  for (int i = 0; i < L->npairs; i++) {
+    int v = (int)(L->pairs[i] / (uint64_t)n), w = (int)(L->pairs[i] % (uint64_t)n);
+    Cbc_addCol(m, "", 0, forbidden(L, n, v, w) ? 0 : 1, 0, 0, 0, NULL, NULL);
+  }
   for (int i = 0; i < 2 * b->nvar; i++) Cbc_addCol(m, "", 0, n, 0, 0, 0, NULL, NULL);
   for (int v = 0; v < n; v++) Cbc_addCol(m, "", 0, n, 0, 0, 0, NULL, NULL);
   for (int v = 0; v < n; v++) Cbc_addCol(m, "", 0, 1, b->lambda / sc, 1, 0, NULL, NULL);
   for (int f = 0; f < b->nfam; f++)
     for (int k = 0; k < b->fam_len[f]; k++) Cbc_addCol(m, "", 0, 1, b->fam_bytes[f] / sc, 0, 0, NULL, NULL);
-  int cap = 2 * n + 8;
-  int *rc = malloc((size_t)cap * sizeof(int));
-  double *rv = malloc((size_t)cap * sizeof(double));
-  EVT_ASSERT(rc && rv);
+}
+
+/* Per variable edge: potentials, write, s <= 1 - x, flow only when uncut; groups >= nodes - uncut edges. */
+static void add_edge_rows(Cbc_Model *m, const evt_pblock *b, const layout *L, rowbuf *r) {
+  int n = b->n;
+  rb_need(r, n + b->nvar + 8);
+  int *rc = r->c;
+  double *rv = r->v;
   for (int i = 0; i < b->nvar; i++) {
     int u = b->var[i][0], v = b->var[i][1];
     rc[0] = L->picol + v, rc[1] = L->picol + u, rc[2] = L->xcol + i;
@@ -378,55 +512,67 @@ static int solve_once(const evt_pblock *b, const layout *L, const lazy_rows *lz,
       row(m, 2, rc, rv, 'L', n);
     }
   }
-  {   /* valid: groups >= nodes - uncut edges */
-    int k = 0;
-    if (n + b->nvar + 2 > cap) {
-      cap = n + b->nvar + 2;
-      rc = realloc(rc, (size_t)cap * sizeof(int));
-      rv = realloc(rv, (size_t)cap * sizeof(double));
-      EVT_ASSERT(rc && rv);
-    }
-    for (int v = 0; v < n; v++) rc[k] = L->lcol + v, rv[k++] = 1;
-    for (int i = 0; i < b->nvar; i++) rc[k] = L->xcol + i, rv[k++] = -1;
-    row(m, k, rc, rv, 'G', n - b->nvar);
-  }
+  int k = 0;   /* valid: groups >= nodes - uncut edges */
+  for (int v = 0; v < n; v++) rc[k] = L->lcol + v, rv[k++] = 1;
+  for (int i = 0; i < b->nvar; i++) rc[k] = L->xcol + i, rv[k++] = -1;
+  row(m, k, rc, rv, 'G', n - b->nvar);
+}
+
+/* Flow conservation per node, fixed and related arcs, and the one-read-per-group rows of the families. */
+static void add_node_rows(Cbc_Model *m, const evt_pblock *b, const layout *L, rowbuf *r) {
+  int n = b->n;
   for (int v = 0; v < n; v++) {   /* inflow - outflow + g_v = 1; g_v <= n l_v */
     int k = 0;
-    if (k + 2 * b->nvar + 2 > cap) {
-      cap = k + 2 * b->nvar + 2;
-      rc = realloc(rc, (size_t)cap * sizeof(int));
-      rv = realloc(rv, (size_t)cap * sizeof(double));
-      EVT_ASSERT(rc && rv);
+    rb_need(r, 2 * (L->inc.start[v + 1] - L->inc.start[v]) + 2);
+    for (int q = L->inc.start[v]; q < L->inc.start[v + 1]; q++) {
+      int i = L->inc.edge[q];
+      if (b->var[i][1] == v) r->c[k] = L->fcol + 2 * i, r->v[k++] = 1, r->c[k] = L->fcol + 2 * i + 1, r->v[k++] = -1;
+      if (b->var[i][0] == v) r->c[k] = L->fcol + 2 * i + 1, r->v[k++] = 1, r->c[k] = L->fcol + 2 * i, r->v[k++] = -1;
     }
-    for (int i = 0; i < b->nvar; i++) {
-      if (b->var[i][1] == v) rc[k] = L->fcol + 2 * i, rv[k++] = 1, rc[k] = L->fcol + 2 * i + 1, rv[k++] = -1;
-      if (b->var[i][0] == v) rc[k] = L->fcol + 2 * i + 1, rv[k++] = 1, rc[k] = L->fcol + 2 * i, rv[k++] = -1;
-    }
-    rc[k] = L->gcol + v, rv[k++] = 1;
-    row(m, k, rc, rv, 'E', 1);
-    rc[0] = L->gcol + v, rc[1] = L->lcol + v, rv[0] = 1, rv[1] = -(double)n;
-    row(m, 2, rc, rv, 'L', 0);
+    r->c[k] = L->gcol + v, r->v[k++] = 1;
+    row(m, k, r->c, r->v, 'E', 1);
+    r->c[0] = L->gcol + v, r->c[1] = L->lcol + v, r->v[0] = 1, r->v[1] = -(double)n;
+    row(m, 2, r->c, r->v, 'L', 0);
   }
   for (int i = 0; i < b->nfix + b->nrel; i++) {
     int u = i < b->nfix ? b->fix[i][0] : b->rel[i - b->nfix][0];
     int v = i < b->nfix ? b->fix[i][1] : b->rel[i - b->nfix][1];
-    rc[0] = L->picol + v, rc[1] = L->picol + u, rv[0] = 1, rv[1] = -1;
-    row(m, 2, rc, rv, 'G', 1);
+    r->c[0] = L->picol + v, r->c[1] = L->picol + u, r->v[0] = 1, r->v[1] = -1;
+    row(m, 2, r->c, r->v, 'G', 1);
   }
   for (int f = 0; f < b->nfam; f++)
     for (int a = 0; a < b->fam_len[f]; a++) {   /* y_i + sum_{j<i} s_{c_i c_j} - reads_i >= 0 */
       int i = b->fam_start[f] + a, k = 0;
-      rc[k] = L->ycol + i, rv[k++] = 1;
+      rb_need(r, a + 3);
+      r->c[k] = L->ycol + i, r->v[k++] = 1;
       for (int j = b->fam_start[f]; j < i; j++)
-        if (!forbid[b->fam_cons[j] * n + b->fam_cons[i]]) rc[k] = scol(L, n, b->fam_cons[j], b->fam_cons[i]), rv[k++] = 1;
+        if (!forbidden(L, n, b->fam_cons[j], b->fam_cons[i])) r->c[k] = scol(L, n, b->fam_cons[j], b->fam_cons[i]), r->v[k++] = 1;
       if (b->fam_var[i] >= 0) {
-        rc[k] = L->xcol + b->fam_var[i], rv[k++] = -1;
-        row(m, k, rc, rv, 'G', 0);
+        r->c[k] = L->xcol + b->fam_var[i], r->v[k++] = -1;
+        row(m, k, r->c, r->v, 'G', 0);
       } else {
-        row(m, k, rc, rv, 'G', 1);
+        row(m, k, r->c, r->v, 'G', 1);
       }
     }
-  for (int r = 0; r < lz->n; r++) Cbc_addRow(m, "", lz->len[r], lz->col + lz->start[r], lz->val + lz->start[r], lz->sense[r], lz->rhs[r]);
+}
+
+/* Builds and solves the MIP once. Returns 1 if CBC produced a solution (all columns in xs, all finite), 0 if
+ * it produced none, -1 if it failed (abandoned on numerical difficulties, or non-finite values); *obj and
+ * *bound are unscaled block costs. */
+static int solve_once(const evt_pblock *b, const layout *L, const lazy_rows *lz, const int *start, double seconds,
+                      double *xs, int *optimal, double *obj, double *bound) {
+  Cbc_Model *m = Cbc_newModel();
+  Cbc_setLogLevel(m, 0);
+  Cbc_setParameter(m, "threads", "1");
+  Cbc_setMaximumSeconds(m, seconds > 0.01 ? seconds : 0.01);
+  Cbc_setAllowableGap(m, 1e-10);
+  Cbc_setAllowableFractionGap(m, 1e-10);
+  Cbc_setObjSense(m, 1.0);
+  add_columns(m, b, L);
+  rowbuf r = {0};
+  add_edge_rows(m, b, L, &r);
+  add_node_rows(m, b, L, &r);
+  for (int i = 0; i < lz->n; i++) Cbc_addRow(m, "", lz->len[i], lz->col + lz->start[i], lz->val + lz->start[i], lz->sense[i], lz->rhs[i]);
   double *sv = malloc((size_t)(L->ncols + 1) * sizeof(double));
   int *si = malloc((size_t)(L->ncols + 1) * sizeof(int));
   EVT_ASSERT(sv && si);
@@ -436,16 +582,38 @@ static int solve_once(const evt_pblock *b, const layout *L, const lazy_rows *lz,
   Cbc_solve(m);
   int ok = 0;
   const double *sol = Cbc_getColSolution(m);
-  if (sol && !Cbc_isProvenInfeasible(m) && Cbc_numberSavedSolutions(m) > 0) {
+  if (Cbc_isAbandoned(m) || Cbc_status(m) == 2) ok = -1;
+  else if (sol && !Cbc_isProvenInfeasible(m) && Cbc_numberSavedSolutions(m) > 0) {
     memcpy(xs, sol, (size_t)L->ncols * sizeof(double));
     ok = 1;
+    for (int i = 0; i < L->ncols && ok > 0; i++)
+      if (!isfinite(xs[i])) ok = -1;
   }
   *optimal = Cbc_isProvenOptimal(m);
-  *obj = Cbc_getObjValue(m) * sc + L->constant;
-  *bound = Cbc_getBestPossibleObjValue(m) * sc + L->constant;
+  *obj = Cbc_getObjValue(m) * L->scale + L->constant;
+  *bound = Cbc_getBestPossibleObjValue(m) * L->scale + L->constant;
+  if (ok > 0 && !isfinite(*obj)) ok = -1;
   Cbc_deleteModel(m);
-  free(forbid); free(rc); free(rv); free(sv); free(si);
+  free(r.c); free(r.v); free(sv); free(si);
   return ok;
+}
+
+/* Connectivity cuts for every s that claimed "same group" for a pair the grouping cand[] splits. */
+static int connectivity_cuts(const evt_pblock *b, const layout *L, const int *cand, const double *xs, lazy_rows *lz,
+                             int *rc, double *rv, unsigned char *in) {
+  int n = b->n, added = 0;
+  for (int p = 0; p < L->npairs; p++) {
+    int v = (int)(L->pairs[p] / (uint64_t)n), w = (int)(L->pairs[p] % (uint64_t)n), sc = scol(L, n, v, w);
+    if (cand[v] == cand[w] || xs[sc] < 1e-6) continue;
+    int k = 0;
+    rc[k] = sc, rv[k++] = 1;
+    for (int x = 0; x < n; x++) in[x] = cand[x] == cand[v];
+    for (int e = 0; e < b->nvar; e++)
+      if (in[b->var[e][0]] != in[b->var[e][1]]) rc[k] = L->xcol + e, rv[k++] = 1;
+    lazy_add(lz, rc, rv, k, 'L', (double)(k - 1));
+    added++;
+  }
+  return added;
 }
 
 void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *start, double time_limit,
@@ -456,9 +624,9 @@ void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *st
   EVT_ASSERT(evt_pblock_legal(b, start));
   memcpy(sol, start, (size_t)n * sizeof(int));
   double best = evt_pblock_cost(b, sol);
+  res->objective = best;
   if (b->nvar == 0) {
     res->optimal = 1;
-    res->objective = best;
     return;
   }
   layout L;
@@ -478,36 +646,27 @@ void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *st
     if (left <= 0) break;
     int optimal = 0;
     double obj = 0, bound = 0;
-    if (!solve_once(b, &L, &lz, sol, left, xs, &optimal, &obj, &bound)) break;
-    if (bound > lower) lower = bound;
+    int got = solve_once(b, &L, &lz, sol, left, xs, &optimal, &obj, &bound);
+    if (got < 0) res->failed = 1;
+    if (got <= 0) break;
+    if (bound > lower && isfinite(bound)) lower = bound;
     groups_of(b, xs + L.xcol, cand);
     int added = 0;
-    for (int i = 0; i < b->nunrel; i++) {   /* unrelated incompatible pairs joined by an uncut path */
+    for (int i = 0; i < b->nunrel && !res->failed; i++) {   /* unrelated incompatible pairs joined by an uncut path */
       int a = b->unrel[i][0], c = b->unrel[i][1];
       if (cand[a] != cand[c]) continue;
-      int len = uncut_path(b, cand, a, c, path);
-      EVT_ASSERT(len > 0);
+      int len = uncut_path(b, &L.inc, cand, a, c, path);
+      if (len <= 0) { res->failed = 1; break; }
       for (int k = 0; k < len; k++) rc[k] = L.xcol + path[k];
       lazy_add(&lz, rc, ones, len, 'G', 1);
       added++;
     }
+    if (res->failed) break;
     if (!added) {
+      if (!evt_pblock_legal(b, cand)) { res->failed = 1; break; }   /* CBC returned an x that breaks a row */
       double c = evt_pblock_cost(b, cand);
-      if (!evt_pblock_legal(b, cand)) evt_fatal(__FILE__, __LINE__, "MIP solution breaks a block constraint");
       if (c < best) best = c, memcpy(sol, cand, (size_t)n * sizeof(int));
-      if (c > obj + 1e-7 * L.scale + 1e-9 * c) {   /* some s claimed a group x does not form: connectivity cuts */
-        for (int v = 0; v < n; v++)
-          for (int w = v + 1; w < n; w++) {
-            if (L.scol[v * n + w] < 0 || cand[v] == cand[w] || xs[L.scol[v * n + w]] < 1e-6) continue;
-            int k = 0;
-            rc[k] = L.scol[v * n + w], rv[k++] = 1;
-            for (int x = 0; x < n; x++) in[x] = cand[x] == cand[v];
-            for (int e = 0; e < b->nvar; e++)
-              if (in[b->var[e][0]] != in[b->var[e][1]]) rc[k] = L.xcol + e, rv[k++] = 1;
-            lazy_add(&lz, rc, rv, k, 'L', (double)(k - 1));
-            added++;
-          }
-      }
+      if (c > obj + 1e-7 * L.scale + 1e-9 * c) added += connectivity_cuts(b, &L, cand, xs, &lz, rc, rv, in);
       if (!added) {   /* x's true cost is the objective (within CBC's tolerance): optimal */
         res->optimal = optimal;
         done = 1;
@@ -516,13 +675,13 @@ void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *st
     res->lazy_rows += added;
   }
   if (!res->optimal) {
-    res->timeout = 1;
+    res->timeout = !res->failed;
     res->gap = best > 1e-12 && lower > -1e299 ? (best - lower) / best : 1;
     if (res->gap < 0) res->gap = 0;
     if (res->gap == 0) res->gap = 1e-12;
   }
   res->objective = best;
   free(xs); free(cand); free(path); free(rc); free(rv); free(ones); free(in);
-  free(L.mcol); free(L.scol);
+  layout_free(&L);
   lazy_free(&lz);
 }

@@ -88,18 +88,6 @@ void evt_pgraph_finish(evt_pgraph *g);
 static inline bool evt_pgraph_kernel(const evt_pgraph *g, int v) { return !(g->nodes[v].flags & EVT_PN_SOURCE); }
 const char *evt_pgraph_name(const evt_pgraph *g, int v, char *buf, size_t n);
 
-/* Bitsets of n bits, n/64 words per row. */
-typedef struct evt_bits {
-  int n, words;
-  uint64_t *w;   /* n rows of `words` words */
-} evt_bits;
-static inline uint64_t *evt_bits_row(const evt_bits *b, int i) { return b->w + (size_t)i * (size_t)b->words; }
-static inline bool evt_bits_get(const evt_bits *b, int i, int j) { return (evt_bits_row(b, i)[j >> 6] >> (j & 63)) & 1u; }
-static inline void evt_bits_set(evt_bits *b, int i, int j) { evt_bits_row(b, i)[j >> 6] |= 1ull << (j & 63); }
-/* desc row v: nodes reachable from v by a path of >= 1 edge; anc row v: nodes reaching v. */
-void evt_pgraph_reach(const evt_pgraph *g, evt_bits *desc, evt_bits *anc);
-void evt_bits_free(evt_bits *b);
-
 /* ---- rules.c ------------------------------------------------------------------------------------------ */
 /* Flags for an evt_graph node from its op (the one rule table; see docs/partition.md). */
 unsigned evt_part_op_flags(const evt_graph *g, int id);
@@ -139,26 +127,39 @@ int evt_part_normalize(const evt_pgraph *g, int *group);
  * hold. Returns the number of groups (group[] normalized). */
 int evt_part_greedy(const evt_pgraph *g, int *group);
 
-/* ---- decompose.c + ilp.c + cache.c: the exact solver ------------------------------------------------- */
+/* ---- solve.c + block.c + reach.c + dp.c + ilp.c + cache.c: the exact solver ---------------------------- */
 typedef struct evt_part_options {
   int use_ilp;            /* 0: greedy only */
-  double time_limit;      /* seconds per component MIP */
+  double time_limit;      /* seconds for the whole search (decomposition, every DP and MIP); past it the
+                           * blocks not solved yet keep the greedy grouping (a warning says so) */
   int decompose;          /* 0: one MIP for the whole graph (tests) */
   int use_cache;          /* in-memory + disk cache of component solutions */
   const char *cache_dir;  /* NULL: $EVT_CACHE_DIR, $XDG_CACHE_HOME/evt, ~/.cache/evt; "" = memory only */
   int use_dp;             /* 1: try the exact down-set DP (dp.c) before the MIP; 0: MIP only (tests) */
   long dp_max_sets;       /* DP cap on down-sets per block (0: EVT_DP_MAX_SETS); over it, the MIP */
+  int mip_max_nodes;      /* largest block given to the MIP (0: EVT_MIP_MAX_NODES); a larger one keeps the greedy
+                           * grouping unless the lower bound proves it optimal */
+  int quiet;              /* 1: no warnings on stderr (they are still in evt_part_stats.warning) */
 } evt_part_options;
 evt_part_options evt_part_options_default(void);
+#define EVT_MIP_MAX_NODES 2000
+#define EVT_MIP_MAX_PAIRS 200000   /* co-consumer pairs (s columns) of one MIP; over it, as over the node cap */
 
 typedef struct evt_part_stats {
   int dps;                /* blocks solved exactly by the down-set DP (dp.c) */
   long dp_most_sets;      /* the most down-sets of one DP block */
   int components, mips, trivial, cache_hits, disk_hits, merges, lazy_rows, timeouts;
+  int bounds;             /* blocks whose greedy grouping meets the lower bound (proven without a solver) */
+  int too_large;          /* blocks over the MIP's caps that kept the greedy grouping, unproven */
+  int largest_too_large;  /* nodes of the largest of them */
+  int late;               /* blocks reached after the time limit (greedy grouping; counted in timeouts too) */
+  int mip_failures;       /* blocks where CBC failed (greedy or best legal grouping kept) */
   int proven;             /* 1 if every component is proven optimal */
   double max_gap;         /* largest relative gap of a component that timed out */
   double solve_seconds;
   int largest_component;
+  size_t scratch_peak;    /* bytes of the largest reachability table built (no table is n x n) */
+  char warning[512];      /* what went to stderr (empty: nothing) */
 } evt_part_stats;
 
 /* Solves g; fills group[] (normalized, sources -1). Never returns an invalid grouping: on any solver
@@ -196,6 +197,7 @@ void evt_pblock_free(evt_pblock *b);
 
 typedef struct evt_ilp_result {
   int optimal;              /* proven optimal */
+  int failed;               /* CBC failed (abandoned, non-finite values, a solution breaking a row) */
   int timeout;
   double gap;               /* relative */
   int lazy_rows;
@@ -210,6 +212,44 @@ void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *st
 double evt_pblock_cost(const evt_pblock *b, const int *sol);
 /* Checks a local grouping against the block's constraints (acyclic with fixed arcs, pairs, fuse edges). */
 bool evt_pblock_legal(const evt_pblock *b, const int *sol);
+
+/* ---- block.c, reach.c: blocks of the decomposition --------------------------------------------------- */
+/* The decomposition's working state; per-node and per-edge scratch is -1 / 0 between uses. */
+typedef struct evt_part_work {
+  evt_pgraph *g;
+  unsigned char *forced;  /* per edge: cut in every legal grouping (CUT status or a barrier on a path) */
+  int *loc;               /* per node: local id in the block being built, else -1 */
+  int *edge_var;          /* per edge: variable index in the block being built, else -1 */
+  int *mark, *row;        /* per node: scratch of evt_part_block_reach (0 / -1) */
+  size_t scratch_peak;    /* bytes of the largest table built */
+  /* evt_part_exit_reach: per node, its index among its block's entries (nodes with an in-edge from a kernel
+   * node outside the block), or -1; for an exit (a node with an out-edge leaving the block), the word offset in
+   * exit_bits of the entries its outside successors reach (one bit per entry of its block), or -1; and whether
+   * these facts describe the node's current block */
+  int *entry_ix;
+  long *exit_off;
+  uint64_t *exit_bits;
+  unsigned char *exits_known;
+} evt_part_work;
+/* Marks forced[] for every FREE/FUSE edge with a barrier on a path between its ends. false if the deadline
+ * passed first (forced[] then holds a subset). */
+bool evt_part_forced_cuts(evt_part_work *w, const unsigned char *barrier, double deadline);
+/* For the block's nodes (global ids ascending, w->loc set): desc row i (k bits, k = n) = the block nodes
+ * reachable from local i; ext row i = those reachable by a path that leaves the block. */
+void evt_part_block_reach(evt_part_work *w, const int *nodes, int n, uint64_t *desc, uint64_t *ext);
+/* For the blocks r with want[r] (nodes list[at[r] .. at[r] + len[r]), ascending): the entries each exit's
+ * outside successors reach, by one sweep per chunk of entries over the whole graph (instead of one search per
+ * block: blocks that span a forward layer and its backward would each search most of the graph). Sets
+ * exits_known for them; false if the deadline passed first. */
+/* evt_part_block_reach for a block whose exits_known is set (the block of evt_part_exit_reach, unchanged). */
+void evt_part_block_reach_exits(evt_part_work *w, const int *nodes, int n, uint64_t *desc, uint64_t *ext);
+bool evt_part_exit_reach(evt_part_work *w, const int *at, const int *len, const int *list, const unsigned char *want,
+                         double deadline);
+/* The block of the given global nodes (ascending). Without `pairs`: no arcs for paths that leave the block
+ * and no incompatible pairs (enough to cost a grouping and bound the optimum, not to solve). */
+void evt_part_block_build(evt_part_work *w, const int *nodes, int n, bool pairs, evt_pblock *b);
+/* A lower bound on the block's cost over every legal grouping; `nuclei`: nuclei in the block. */
+double evt_pblock_lower_bound(const evt_pblock *b, int nuclei);
 
 /* ---- dp.c: exact DP over down-sets ---------------------------------------------------------------------- */
 /* Solves block b exactly (n <= 64) when it has at most max_sets down-sets and the group enumeration takes

@@ -1,4 +1,4 @@
-/* pgraph.c — building the partitioner's labelled DAG and its reachability bitsets.
+/* pgraph.c — building the partitioner's labelled DAG.
  * Contract: edges go from a smaller to a larger id (the evt_graph order); duplicates are merged. After
  * evt_pgraph_finish the CSR arrays in_edges/out_edges list edge ids by node, and every edge has a rule
  * status (rules.c). */
@@ -70,46 +70,4 @@ const char *evt_pgraph_name(const evt_pgraph *g, int v, char *buf, size_t n) {
   if (g->names && g->names[v]) snprintf(buf, n, "%%%s", g->names[v]);
   else snprintf(buf, n, "node %d", v);
   return buf;
-}
-
-static void bits_alloc(evt_bits *b, int n) {
-  b->n = n;
-  b->words = (n + 63) / 64;
-  if (b->words == 0) b->words = 1;
-  b->w = calloc((size_t)n * (size_t)b->words + 1, sizeof(uint64_t));
-  EVT_ASSERT(b->w);
-}
-
-void evt_bits_free(evt_bits *b) {
-  free(b->w);
-  b->w = NULL;
-}
-
-void evt_pgraph_reach(const evt_pgraph *g, evt_bits *desc, evt_bits *anc) {
-  if (desc) {
-    bits_alloc(desc, g->n);
-    for (int u = g->n - 1; u >= 0; u--) {
-      uint64_t *r = evt_bits_row(desc, u);
-      const evt_pnode *p = &g->nodes[u];
-      for (int k = 0; k < p->nout; k++) {
-        int v = g->edges[g->out_edges[p->out0 + k]].v;
-        const uint64_t *rv = evt_bits_row(desc, v);
-        for (int w = 0; w < desc->words; w++) r[w] |= rv[w];
-        r[v >> 6] |= 1ull << (v & 63);
-      }
-    }
-  }
-  if (anc) {
-    bits_alloc(anc, g->n);
-    for (int v = 0; v < g->n; v++) {
-      uint64_t *r = evt_bits_row(anc, v);
-      const evt_pnode *p = &g->nodes[v];
-      for (int k = 0; k < p->nin; k++) {
-        int u = g->edges[g->in_edges[p->in0 + k]].u;
-        const uint64_t *ru = evt_bits_row(anc, u);
-        for (int w = 0; w < anc->words; w++) r[w] |= ru[w];
-        r[u >> 6] |= 1ull << (u & 63);
-      }
-    }
-  }
 }

@@ -81,46 +81,55 @@ void evt_part_plan_free(evt_part_plan *plan) {
   plan->group = plan->nucleus = NULL;
 }
 
-/* Is v's value needed outside group gi (a consumer elsewhere, or a graph output)? */
-static bool leaves(const evt_graph *eg, const evt_part_plan *p, int v, int gi) {
-  if (eg->nodes[v].flags & EVT_NODE_OUTPUT) return true;
-  for (int w = v + 1; w < eg->nnodes; w++)
-    for (int k = 0; k < eg->nodes[w].ninputs; k++)
-      if (eg->nodes[w].inputs[k] == v && p->group[w] != gi) return true;
-  return false;
+/* Members of each group in id order: list[at[gi] .. at[gi + 1]). */
+static void group_members(const evt_graph *eg, const evt_part_plan *p, int *at, int *list) {
+  int n = eg->nnodes;
+  for (int gi = 0; gi <= p->ngroups; gi++) at[gi] = 0;
+  for (int v = 0; v < n; v++)
+    if (p->group[v] >= 0) at[p->group[v] + 1]++;
+  for (int gi = 0; gi < p->ngroups; gi++) at[gi + 1] += at[gi];
+  for (int v = 0; v < n; v++)
+    if (p->group[v] >= 0) list[at[p->group[v]]++] = v;
+  for (int gi = p->ngroups; gi > 0; gi--) at[gi] = at[gi - 1];
+  at[0] = 0;
 }
 
 void evt_part_plan_print(const evt_graph *eg, const evt_part_plan *p, FILE *out) {
   int n = eg->nnodes;
-  unsigned char *seen = malloc((size_t)n + 1);
-  EVT_ASSERT(seen);
+  int *seen = malloc((size_t)(n + 1) * sizeof(int)), *leaves = calloc((size_t)n + 1, sizeof(int));
+  int *at = malloc((size_t)(p->ngroups + 2) * sizeof(int)), *list = malloc((size_t)(n + 1) * sizeof(int));
+  EVT_ASSERT(seen && leaves && at && list);
   char buf[128];
+  /* leaves[v]: v's value is needed outside its group (a consumer elsewhere, or a graph output) */
+  for (int v = 0; v < n; v++) {
+    seen[v] = -1;
+    if (eg->nodes[v].flags & EVT_NODE_OUTPUT) leaves[v] = 1;
+    for (int k = 0; k < eg->nodes[v].ninputs; k++)
+      if (p->group[eg->nodes[v].inputs[k]] != p->group[v]) leaves[eg->nodes[v].inputs[k]] = 1;
+  }
+  group_members(eg, p, at, list);
   for (int gi = 0; gi < p->ngroups; gi++) {
-    int nu = p->nucleus[gi], cnt = 0;
-    for (int v = 0; v < n; v++) cnt += p->group[v] == gi;
+    int nu = p->nucleus[gi], cnt = at[gi + 1] - at[gi];
     if (nu >= 0) fprintf(out, "group %d: nucleus %%%s (%s), %d ops\n", gi, eg->nodes[nu].name, evt_op_table[eg->nodes[nu].op].name, cnt);
     else fprintf(out, "group %d: no nucleus, %d ops\n", gi, cnt);
     fprintf(out, "  ops:");
-    for (int v = 0; v < n; v++)
-      if (p->group[v] == gi) fprintf(out, " %%%s", eg->nodes[v].name);
+    for (int i = at[gi]; i < at[gi + 1]; i++) fprintf(out, " %%%s", eg->nodes[list[i]].name);
     fprintf(out, "\n  reads:");
-    for (int v = 0; v < n; v++) seen[v] = 0;
-    for (int v = 0; v < n; v++) {
-      if (p->group[v] != gi) continue;
+    for (int i = at[gi]; i < at[gi + 1]; i++) {
+      int v = list[i];
       for (int k = 0; k < eg->nodes[v].ninputs; k++) {
         int u = eg->nodes[v].inputs[k];
-        if (p->group[u] == gi || seen[u]) continue;
-        seen[u] = 1;
+        if (p->group[u] == gi || seen[u] == gi) continue;
+        seen[u] = gi;
         fprintf(out, " %%%s:%s", eg->nodes[u].name, evt_type_str(&eg->nodes[u].type, buf, sizeof buf));
       }
     }
     fprintf(out, "\n  writes:");
-    for (int v = 0; v < n; v++)
-      if (p->group[v] == gi && leaves(eg, p, v, gi))
-        fprintf(out, " %%%s:%s", eg->nodes[v].name, evt_type_str(&eg->nodes[v].type, buf, sizeof buf));
+    for (int i = at[gi]; i < at[gi + 1]; i++)
+      if (leaves[list[i]]) fprintf(out, " %%%s:%s", eg->nodes[list[i]].name, evt_type_str(&eg->nodes[list[i]].type, buf, sizeof buf));
     fprintf(out, "\n");
   }
-  free(seen);
+  free(seen); free(leaves); free(at); free(list);
 }
 
 void evt_part_plan_dot(const evt_graph *eg, const evt_part_plan *p, FILE *out) {
@@ -129,21 +138,26 @@ void evt_part_plan_dot(const evt_graph *eg, const evt_part_plan *p, FILE *out) {
   fprintf(out, "  labelloc=t; fontsize=14;\n  label=\"%s: %d kernels (one box = one kernel; filled: its nucleus). "
           "Solid edges stay in the kernel, dashed edges go through global memory.\";\n",
           eg->name ? eg->name : "graph", p->ngroups);
+  int *at = malloc((size_t)(p->ngroups + 2) * sizeof(int)), *list = malloc((size_t)(n + 1) * sizeof(int));
+  EVT_ASSERT(at && list);
+  group_members(eg, p, at, list);
   for (int gi = 0; gi < p->ngroups; gi++) {
-    int nu = p->nucleus[gi], members = 0;
-    for (int v = 0; v < n; v++) members += p->group[v] == gi;
+    int nu = p->nucleus[gi], members = at[gi + 1] - at[gi];
     if (nu >= 0)
       fprintf(out, "  subgraph cluster_%d {\n    label=\"kernel %d: %s +%d\"; fontsize=12; style=rounded; "
               "color=blue; penwidth=2;\n", gi, gi, eg->nodes[nu].name, members - 1);
     else
       fprintf(out, "  subgraph cluster_%d {\n    label=\"kernel %d: %d ops\"; fontsize=12; style=rounded; "
               "color=gray40;\n", gi, gi, members);
-    for (int v = 0; v < n; v++)
-      if (p->group[v] == gi)
-        fprintf(out, "    n%d [label=\"%s\\n%s\"%s];\n", v, eg->nodes[v].name, evt_op_table[eg->nodes[v].op].name,
-                v == nu ? ", style=filled, fillcolor=lightblue" : "");
+    for (int i = at[gi]; i < at[gi + 1]; i++) {
+      int v = list[i];
+      fprintf(out, "    n%d [label=\"%s\\n%s\"%s];\n", v, eg->nodes[v].name, evt_op_table[eg->nodes[v].op].name,
+              v == nu ? ", style=filled, fillcolor=lightblue" : "");
+    }
     fprintf(out, "  }\n");
   }
+  free(at);
+  free(list);
   for (int v = 0; v < n; v++)
     if (p->group[v] < 0)
       fprintf(out, "  n%d [label=\"%s\", shape=ellipse, color=gray, fontcolor=gray30, fontsize=8];\n", v, eg->nodes[v].name);

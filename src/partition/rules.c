@@ -204,10 +204,11 @@ void evt_part_derive_rules(evt_pgraph *g) {
     else ed->status = EVT_PE_FREE;
     EVT_ASSERT(!(v->flags & EVT_PN_SOURCE) || (u->flags & EVT_PN_SOURCE));
   }
-  /* demote FUSE edges whose closure would break a pair rule */
+  /* demote FUSE edges whose closure would break a pair rule (members of each closure in a circular list) */
   int *parent = malloc((size_t)(g->n + 1) * sizeof(int)), *nuc = malloc((size_t)(g->n + 1) * sizeof(int));
-  EVT_ASSERT(parent && nuc);
-  for (int v = 0; v < g->n; v++) parent[v] = v, nuc[v] = (g->nodes[v].flags & EVT_PN_NUCLEUS) ? v : -1;
+  int *next = malloc((size_t)(g->n + 1) * sizeof(int));
+  EVT_ASSERT(parent && nuc && next);
+  for (int v = 0; v < g->n; v++) parent[v] = next[v] = v, nuc[v] = (g->nodes[v].flags & EVT_PN_NUCLEUS) ? v : -1;
   for (int e = 0; e < g->m; e++) {
     evt_pedge *ed = &g->edges[e];
     if (ed->status != EVT_PE_FUSE) continue;
@@ -215,15 +216,20 @@ void evt_part_derive_rules(evt_pgraph *g) {
     if (a == b) continue;
     bool ok = !(nuc[a] >= 0 && nuc[b] >= 0);
     int nu = nuc[a] >= 0 ? nuc[a] : nuc[b];
-    if (ok && nu >= 0)
-      for (int w = 0; w < g->n && ok; w++) {
-        int r = uf_find(parent, w);
-        if ((r == a || r == b) && !evt_part_pair_ok(g, nu, w)) ok = false;
-      }
+    for (int r = 0; r < 2 && ok && nu >= 0; r++) {
+      int w = r ? b : a;
+      do {
+        if (!evt_part_pair_ok(g, nu, w)) ok = false;
+        w = next[w];
+      } while (ok && w != (r ? b : a));
+    }
     if (!ok) { ed->status = EVT_PE_FREE; continue; }
     parent[b] = a;
     nuc[a] = nu;
+    int t = next[a];
+    next[a] = next[b], next[b] = t;
   }
   free(parent);
   free(nuc);
+  free(next);
 }

@@ -9,6 +9,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A binary min-heap of group indices keyed by key[]. */
+static void heap_push(int *h, int *n, const int *key, int x) {
+  int i = (*n)++;
+  while (i > 0 && key[h[(i - 1) / 2]] > key[x]) h[i] = h[(i - 1) / 2], i = (i - 1) / 2;
+  h[i] = x;
+}
+
+static int heap_pop(int *h, int *n, const int *key) {
+  int top = h[0], x = h[--*n], i = 0;
+  for (;;) {
+    int c = 2 * i + 1;
+    if (c >= *n) break;
+    if (c + 1 < *n && key[h[c + 1]] < key[h[c]]) c++;
+    if (key[h[c]] >= key[x]) break;
+    h[i] = h[c], i = c;
+  }
+  if (*n > 0) h[i] = x;
+  return top;
+}
+
 int evt_part_normalize(const evt_pgraph *g, int *group) {
   int n = g->n, k = 0;
   int *dense = malloc((size_t)(n + 1) * sizeof(int)), *indeg = calloc((size_t)n + 1, sizeof(int));
@@ -32,19 +52,14 @@ int evt_part_normalize(const evt_pgraph *g, int *group) {
     int a = dense[group[ed->u]], b = dense[group[ed->v]];
     if (a != b) indeg[b]++;
   }
-  /* Kahn; ready groups taken in order of their first node (deterministic) — a min-heap would be nicer,
-   * a linear scan over the ready list is fine at these sizes */
+  /* Kahn; ready groups taken in order of their first node (deterministic), from a min-heap */
   int done = 0, nready = 0;
   int *ready = malloc((size_t)(k + 1) * sizeof(int));
   EVT_ASSERT(ready);
   for (int i = 0; i < k; i++)
-    if (indeg[i] == 0) ready[nready++] = i;
+    if (indeg[i] == 0) heap_push(ready, &nready, first, i);
   while (nready > 0) {
-    int best = 0;
-    for (int i = 1; i < nready; i++)
-      if (first[ready[i]] < first[ready[best]]) best = i;
-    int gi = ready[best];
-    ready[best] = ready[--nready];
+    int gi = heap_pop(ready, &nready, first);
     newid[gi] = done;
     order[done++] = gi;
     for (int v = head[gi]; v >= 0; v = next[v]) {
@@ -52,7 +67,7 @@ int evt_part_normalize(const evt_pgraph *g, int *group) {
       for (int j = 0; j < p->nout; j++) {
         int w = g->edges[g->out_edges[p->out0 + j]].v;
         int b = dense[group[w]];
-        if (b != gi && --indeg[b] == 0) ready[nready++] = b;
+        if (b != gi && --indeg[b] == 0) heap_push(ready, &nready, first, b);
       }
     }
   }

@@ -49,7 +49,8 @@ evt_status evt_pass_cse(evt_graph *g, evt_pass_stats *st) {
   for (int id = 0; id < n; id++) {
     evt_node *x = &g->nodes[id];
     rep[id] = id;
-    for (int k = 0; k < x->ninputs; k++) x->inputs[k] = rep[x->inputs[k]];
+    for (int k = 0; k < x->ninputs; k++)
+      if (rep[x->inputs[k]] != x->inputs[k]) x->inputs[k] = rep[x->inputs[k]], evt_graph_note_use(g, id, x->inputs[k]);
     if ((evt_op_table[x->op].flags & EVT_OPF_COMM) && x->ninputs == 2 && x->inputs[0] > x->inputs[1]) {
       int t = x->inputs[0];
       x->inputs[0] = x->inputs[1], x->inputs[1] = t;

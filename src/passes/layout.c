@@ -478,11 +478,13 @@ static int propagate_all(evt_graph *g, evt_pass_stats *st) {
       EVT_ASSERT(g->cap >= n0);
       memcpy(g->nodes, nodes, sizeof(evt_node) * (size_t)n0);
       g->nnodes = n0;
+      evt_graph_drop_uses(g);   /* the restored inputs are not in the index */
       memcpy(g->outputs, outs, sizeof(int) * (size_t)no);
       g->noutputs = no;
       g->loss = loss;
     } else {
       g->nnodes = n0; /* nothing rewired: drop what the attempt appended */
+      evt_graph_drop_uses(g);
     }
     free(nodes), free(outs);
   }
@@ -522,6 +524,7 @@ static int duplicate_gemm_permutes(evt_graph *g) {
         break;
       }
       g->nodes[u].inputs[k] = copy;
+      evt_graph_note_use(g, u, copy);
       uses[p]--, gemms[p]--;
       made++;
     }

@@ -81,20 +81,28 @@ void evt_graph_replace_uses(evt_graph *g, int old, int nw) {
   EVT_ASSERT(old >= 0 && old < g->nnodes && nw >= 0 && nw < g->nnodes);
   if (old == nw) return;
   EVT_ASSERT(evt_type_equal(&g->nodes[old].type, &g->nodes[nw].type));
-  for (int i = 0; i < g->nnodes; i++) {
-    if (i == nw) continue;
-    evt_node *n = &g->nodes[i];
-    for (int k = 0; k < n->ninputs; k++)
-      if (n->inputs[k] == old) n->inputs[k] = nw;
+  /* the users of old, from the graph's use index: each entry is re-checked; those rewired move to nw's list,
+   * nw's own entry (nw reading old) stays */
+  evt_graph_sync_uses(g);
+  int *head = g->use_index.head, *next = g->use_index.next, *user = g->use_index.user;
+  int e = head[old], keep = -1;
+  head[old] = -1;
+  while (e >= 0) {
+    int after = next[e], i = user[e];
+    bool moved = false;
+    if (i != nw && i < g->nnodes) {
+      evt_node *n = &g->nodes[i];
+      for (int k = 0; k < n->ninputs; k++)
+        if (n->inputs[k] == old) n->inputs[k] = nw, moved = true;
+    }
+    if (moved) next[e] = head[nw], head[nw] = e;
+    else if (i == nw && keep < 0) next[e] = -1, keep = head[old] = e;
+    e = after;
   }
   /* outputs never repeat: if nw already is one, old stays an output (it still computes the same value) */
-  bool was_output = false, nw_output = false;
-  for (int i = 0; i < g->noutputs; i++) nw_output = nw_output || g->outputs[i] == nw;
-  for (int i = 0; i < g->noutputs && !nw_output; i++)
-    if (g->outputs[i] == old) {
-      g->outputs[i] = nw;
-      was_output = true;
-    }
+  int *outpos = g->use_index.outpos, at = outpos[old];
+  bool was_output = at >= 0 && outpos[nw] < 0;
+  if (was_output) g->outputs[at] = nw, outpos[nw] = at, outpos[old] = -1;
   evt_node *o = &g->nodes[old], *n = &g->nodes[nw];
   if (was_output) {
     n->flags |= EVT_NODE_OUTPUT;
@@ -126,6 +134,7 @@ void evt_graph_replace_uses(evt_graph *g, int old, int nw) {
 evt_status evt_graph_compact(evt_graph *g, int *removed) {
   int n = g->nnodes;
   if (removed) *removed = 0;
+  evt_graph_drop_uses(g);   /* ids change (and a pass ends here) */
   if (n == 0) return EVT_OK;
   char *state = calloc((size_t)n, 1); /* 0 dead, 1 live, 2 on the DFS stack, 3 emitted */
   int *order = malloc(sizeof(int) * (size_t)n), *newid = malloc(sizeof(int) * (size_t)n);
@@ -236,6 +245,7 @@ static bool try_substitute(evt_graph *g, int id, int k, int nw) {
   memcpy(g->error, saved, sizeof saved);
   if (st != EVT_OK || !evt_type_equal(&copy.type, &g->nodes[id].type)) return false;
   g->nodes[id].inputs[k] = nw;
+  evt_graph_note_use(g, id, nw);
   return true;
 }
 

@@ -41,6 +41,7 @@ evt_status evt_pass_split_casts(evt_graph *g, evt_pass_stats *st) {
       int copy = evt_rw_cast(g, v, g->nodes[c].inputs[0], EVT_F32);
       if (copy < 0) continue;
       g->nodes[v].inputs[k] = copy; /* (node arrays may have moved: index again) */
+      evt_graph_note_use(g, v, copy);
       readers[c]--;
       split++;
     }

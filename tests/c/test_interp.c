@@ -423,6 +423,73 @@ TEST(interp_conv2d_backward_adjoint) {
   tg_free(t);
 }
 
+/* Products large enough for the BLAS path (gemm.c, conv.c: >= EVT_INTERP_BLAS_MIN multiply-adds) against
+ * the plain sums, in fp64: the same dot products in another order, so equal to rounding (1e-12 relative);
+ * a batch of transposes (misc.c's tiled path) exactly. */
+TEST(interp_blas_products_match_plain_sums) {
+  tg *t = tg_new();
+  enum { M = 64, K = 48, N = 40 };
+  double *a = malloc(sizeof(double) * M * K), *b = malloc(sizeof(double) * K * N);
+  for (int i = 0; i < M * K; i++) a[i] = sin(i * 0.37);
+  for (int i = 0; i < K * N; i++) b[i] = cos(i * 0.11);
+  int ia = in_(t, EVT_F32, 2, SH(M, K), a), ib = in_(t, EVT_F32, 2, SH(K, N), b);
+  int mm = raw_op(t, "mm", IDS(ia, ib), 2, NULL, EVT_F32, 2, SH(M, N));
+  evt_attrs pa = A();
+  pa.dims = (evt_ilist){2, {1, 0}};
+  int tr = raw_op(t, "permute", IDS(ia), 1, &pa, EVT_F32, 2, SH(K, M));
+  /* conv: x [2,8,20,18], w [12,4,3,3], groups 2, stride 2x1, padding 1, dilation 1x2: Ho 10, Wo 16, and a
+   * product of 6 x 160 x 36 = 34560 multiply-adds per image and group */
+  enum { CN = 2, CC = 8, CH = 20, CW = 18, CO = 12, CG = 4, KH = 3, KW = 3, HO = 10, WO = 16, GR = 2 };
+  double *xd = malloc(sizeof(double) * CN * CC * CH * CW), *wd = malloc(sizeof(double) * CO * CG * KH * KW);
+  double *dyd = malloc(sizeof(double) * CN * CO * HO * WO);
+  for (int i = 0; i < CN * CC * CH * CW; i++) xd[i] = sin(i * 0.13 + 0.5);
+  for (int i = 0; i < CO * CG * KH * KW; i++) wd[i] = cos(i * 0.71);
+  for (int i = 0; i < CN * CO * HO * WO; i++) dyd[i] = sin(i * 1.3);
+  int x = in_(t, EVT_F32, 4, SH(CN, CC, CH, CW), xd), w = in_(t, EVT_F32, 4, SH(CO, CG, KH, KW), wd);
+  int dy = in_(t, EVT_F32, 4, SH(CN, CO, HO, WO), dyd);
+  evt_attrs ca = A();
+  ca.stride = (evt_ilist){2, {2, 1}};
+  ca.padding = (evt_ilist){2, {1, 1}};
+  ca.dilation = (evt_ilist){2, {1, 2}};
+  ca.groups = GR;
+  int y = raw_op(t, "conv2d", IDS(x, w), 2, &ca, EVT_F32, 4, SH(CN, CO, HO, WO));
+  evt_attrs bi = ca, bw = ca;
+  bi.shape = (evt_ilist){4, {CN, CC, CH, CW}};
+  bw.shape = (evt_ilist){4, {CO, CG, KH, KW}};
+  int dx = raw_op(t, "conv2d_backward_input", IDS(dy, w), 2, &bi, EVT_F32, 4, SH(CN, CC, CH, CW));
+  int dw = raw_op(t, "conv2d_backward_weight", IDS(x, dy), 2, &bw, EVT_F32, 4, SH(CO, CG, KH, KW));
+  CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double s = 0;
+      for (int k = 0; k < K; k++) s += a[i * K + k] * b[k * N + j];
+      worst = fmax(worst, fabs(t->v[mm].data[i * N + j] - s) / (1 + fabs(s)));
+      CHECK(t->v[tr].data[(j % K) * M + i] == a[i * K + j % K]);
+    }
+  double *ey = calloc(CN * CO * HO * WO, sizeof(double)), *ex = calloc(CN * CC * CH * CW, sizeof(double));
+  double *ew = calloc(CO * CG * KH * KW, sizeof(double));
+  for (int n = 0; n < CN; n++)
+    for (int o = 0; o < CO; o++)
+      for (int c = 0; c < CG; c++)
+        for (int ki = 0; ki < KH; ki++)
+          for (int kj = 0; kj < KW; kj++)
+            for (int oh = 0; oh < HO; oh++)
+              for (int ow = 0; ow < WO; ow++) {
+                int ih = oh * 2 - 1 + ki, iw = ow - 1 + kj * 2, ci = o / (CO / GR) * CG + c;
+                if (ih < 0 || ih >= CH || iw < 0 || iw >= CW) continue;
+                int yi = ((n * CO + o) * HO + oh) * WO + ow, xi = ((n * CC + ci) * CH + ih) * CW + iw;
+                int wi = ((o * CG + c) * KH + ki) * KW + kj;
+                ey[yi] += wd[wi] * xd[xi], ex[xi] += dyd[yi] * wd[wi], ew[wi] += dyd[yi] * xd[xi];
+              }
+  for (int i = 0; i < CN * CO * HO * WO; i++) worst = fmax(worst, fabs(t->v[y].data[i] - ey[i]) / (1 + fabs(ey[i])));
+  for (int i = 0; i < CN * CC * CH * CW; i++) worst = fmax(worst, fabs(t->v[dx].data[i] - ex[i]) / (1 + fabs(ex[i])));
+  for (int i = 0; i < CO * CG * KH * KW; i++) worst = fmax(worst, fabs(t->v[dw].data[i] - ew[i]) / (1 + fabs(ew[i])));
+  CHECK_MSG(worst <= 1e-12, "largest relative difference %g", worst);
+  free(a); free(b); free(xd); free(wd); free(dyd); free(ey); free(ex); free(ew);
+  tg_free(t);
+}
+
 TEST(interp_pools) {
   tg *t = tg_new();
   /* 4x4 plane with a tie in the first window */

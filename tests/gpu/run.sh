@@ -91,12 +91,12 @@ built() { [ -x "$B/$1" ] || { record "build $1" 1 "$OUT/build_$1.log"; return 1;
 
 # ---- build ------------------------------------------------------------------------------------------------------
 echo "== build: make, then the check programs"
-CBC_LIBS=$(pkg-config --libs cbc 2>/dev/null)
+CBC_LIBS="$(pkg-config --libs cbc 2>/dev/null) $(pkg-config --libs openblas 2>/dev/null || echo -lopenblas)"
 TARGETS=all
 if [ -f .gpuwork/hostbin.tgz ]; then # libevt and evtc built elsewhere (tests/gpu/prep.sh): only the CUDA parts here
   tar xzf .gpuwork/hostbin.tgz -C build && cp build/hostbin/evtc build/hostbin/libevt.so build/hostbin/libevt.a build/
   export LD_LIBRARY_PATH=$ROOT/build/hostbin/lib:$LD_LIBRARY_PATH
-  CBC_LIBS="-L$ROOT/build/hostbin/lib -lCbcSolver -lCbc -lCgl -lOsiClp -lClpSolver -lClp -lOsi -lCoinUtils -llapack -lblas -lgfortran -lquadmath -lbz2 -lz -lstdc++"
+  CBC_LIBS="-L$ROOT/build/hostbin/lib -lCbcSolver -lCbc -lCgl -lOsiClp -lClpSolver -lClp -lOsi -lCoinUtils -llapack -lblas -lopenblas -lgfortran -lquadmath -lbz2 -lz -lstdc++"
   TARGETS=cuda
 fi
 [ -d .cutlass/cutlass_library ] || [ ! -f .gpuwork/cutlass.tgz ] || tar xzf .gpuwork/cutlass.tgz

@@ -759,3 +759,28 @@ def test_evt_check_compares_segments_with_pytorch(caplog, monkeypatch):
     f(x, y)[0].backward()
     msgs = [r.getMessage() for r in caplog.records if "evt check" in r.getMessage()]
     assert msgs and all("not compared" in s for s in msgs), msgs
+
+
+def test_slow_interpreter_warns_once(caplog, monkeypatch):
+    """Each interpreter segment's second run is timed against the same ops in PyTorch; one that is SLOW_RATIO
+    times slower (and takes SLOW_MIN_S or more) logs one warning per process: the interpreter is the reference,
+    not a fast path. With the thresholds at 0 every run counts as slow: exactly one warning in three steps; with
+    the defaults a tiny MLP (well under SLOW_MIN_S a segment) says nothing."""
+    from evt import segment as S
+    caplog.set_level(logging.INFO, logger="evt")
+
+    def steps():
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        f = torch.compile(MLP(), backend="evt", fullgraph=True)
+        for _ in range(3):
+            f(torch.randn(4, 8), torch.randint(0, 4, (4,))).backward()
+        return [r for r in caplog.records if "it is the reference, not a fast path" in r.getMessage()]
+
+    monkeypatch.setattr(S, "_slow_warned", False)
+    assert not steps()
+    monkeypatch.setattr(S, "SLOW_RATIO", 0.0)
+    monkeypatch.setattr(S, "SLOW_MIN_S", 0.0)
+    warned = steps()
+    assert len(warned) == 1 and warned[0].levelname == "WARNING", [r.getMessage() for r in warned]
+    assert "slower than PyTorch eager" in warned[0].getMessage()

@@ -1,15 +1,19 @@
 /* Interpreter: 2-D convolution and pooling, NCHW (layout=nhwc: the same kernels on NCHW copies, below).
  * - conv2d(x[N,C,H,W], w[O,C/groups,kh,kw]) -> y[N,O,Ho,Wo] with stride, padding (zeros), dilation and
  *   groups; no bias (a separate add). conv2d_backward_input(dy, w) -> dx[shape] and
- *   conv2d_backward_weight(x, dy) -> dw[shape] are the exact adjoints. The three share one direct loop
- *   nest (no im2col): for every (n, o, c, ki, kj, oh) a contiguous run of ow, only the role of the three
- *   tensors changes, so each sums its terms in one fixed order.
+ *   conv2d_backward_weight(x, dy) -> dw[shape] are the exact adjoints. Per image and group each is one product
+ *   over the im2col matrix through the BLAS (dgemm) when the product has >= EVT_INTERP_BLAS_MIN multiply-adds,
+ *   summed in the BLAS's fixed order; smaller ones share one direct loop nest: for every (n, o, c, ki, kj, oh)
+ *   a contiguous run of ow, only the role of the three tensors changes, so each sums its terms in one fixed
+ *   order.
  * - Pools treat every dim before the last two as "planes" (so [N,C,H,W] and [C,H,W] both work).
  *   max_pool2d: padding counts as -inf; the chosen element of a window is its first maximum in row-major
  *   order (a NaN wins); max_pool2d_backward routes dy there. adaptive_max_pool2d: window i of Ho covers
  *   rows [floor(i*H/Ho), ceil((i+1)*H/Ho)). avg_pool2d divides by kh*kw (count_include_pad). */
 #include "runtime/interp/internal.h"
 
+#include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum conv_mode { CONV_FWD, CONV_BWD_INPUT, CONV_BWD_WEIGHT };
@@ -69,6 +73,64 @@ static evt_status via_nchw(evt_interp_ctx *ctx, evt_status (*kernel)(evt_interp_
   return st;
 }
 
+/* ---- convolution as products: im2col + BLAS ------------------------------------------------------- */
+
+typedef struct conv_geom {
+  int64_t C, H, W, Cg, KH, KW, Ho, Wo, sh, sw, ph, pw, dh, dw;
+} conv_geom;
+
+/* col[(c*KH + ki)*KW + kj][oh*Wo + ow] = xg[c, oh*sh - ph + ki*dh, ow*sw - pw + kj*dw] (0 outside) for the Cg
+ * channels at xg; with `back` the adjoint: col is added into xg. */
+static void im2col(const conv_geom *q, double *xg, double *col, bool back) {
+  int64_t P = q->Ho * q->Wo;
+  for (int64_t c = 0; c < q->Cg; c++)
+    for (int64_t ki = 0; ki < q->KH; ki++)
+      for (int64_t kj = 0; kj < q->KW; kj++) {
+        double *row = col + ((c * q->KH + ki) * q->KW + kj) * P, *xc = xg + c * q->H * q->W;
+        for (int64_t oh = 0; oh < q->Ho; oh++) {
+          int64_t ih = oh * q->sh - q->ph + ki * q->dh;
+          for (int64_t ow = 0; ow < q->Wo; ow++) {
+            int64_t iw = ow * q->sw - q->pw + kj * q->dw;
+            bool in = ih >= 0 && ih < q->H && iw >= 0 && iw < q->W;
+            if (back) {
+              if (in) xc[ih * q->W + iw] += row[oh * q->Wo + ow];
+            } else {
+              row[oh * q->Wo + ow] = in ? xc[ih * q->W + iw] : 0.0;
+            }
+          }
+        }
+      }
+}
+
+/* The three convolutions per image and group as one product each over the im2col matrix (Cg*KH*KW x Ho*Wo):
+ * y_g += w_g col, col = w_g^T dy_g (then added back into dx), dw_g += dy_g col^T. Each element is one dot
+ * product in double, in the BLAS's order. False (nothing done) when the column buffer cannot be allocated. */
+static bool conv_blas(enum conv_mode mode, const conv_geom *q, int64_t N, int64_t O, int64_t G, double *X, double *Wt,
+                      double *Y) {
+  int64_t Og = O / G, R = q->Cg * q->KH * q->KW, P = q->Ho * q->Wo;
+  double *col = malloc(sizeof(double) * (size_t)(R * P));
+  if (!col) return false;
+  evt_interp_blas_ready();
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t g = 0; g < G; g++) {
+      double *xg = X + (n * q->C + g * q->Cg) * q->H * q->W, *wg = Wt + g * Og * R, *yg = Y + (n * O + g * Og) * P;
+      if (mode != CONV_BWD_INPUT) im2col(q, xg, col, false);
+      if (mode == CONV_FWD)
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)Og, (blasint)P, (blasint)R, 1.0, wg, (blasint)R,
+                    col, (blasint)P, 1.0, yg, (blasint)P);
+      else if (mode == CONV_BWD_WEIGHT)
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)Og, (blasint)R, (blasint)P, 1.0, yg, (blasint)P,
+                    col, (blasint)P, 1.0, wg, (blasint)R);
+      else {
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)R, (blasint)P, (blasint)Og, 1.0, wg, (blasint)R,
+                    yg, (blasint)P, 0.0, col, (blasint)P);
+        im2col(q, xg, col, true);
+      }
+    }
+  free(col);
+  return true;
+}
+
 static evt_status conv(evt_interp_ctx *ctx) {
   const evt_attrs *a = &ctx->n->attr;
   enum conv_mode mode = ctx->n->op == EVT_OP_CONV2D ? CONV_FWD
@@ -89,6 +151,8 @@ static evt_status conv(evt_interp_ctx *ctx) {
   if (sh < 1 || sw < 1 || dh < 1 || dw < 1 || ph < 0 || pw < 0)
     return interp_fail(ctx, "stride and dilation must be positive, padding non-negative");
   double *X = x->data, *Wt = w->data, *Y = y->data;
+  conv_geom geo = {C, H, W, Cg, KH, KW, Ho, Wo, sh, sw, ph, pw, dh, dw};
+  if (evt_interp_use_blas(Og, Ho * Wo, Cg * KH * KW) && conv_blas(mode, &geo, N, O, G, X, Wt, Y)) return EVT_OK;
   for (int64_t n = 0; n < N; n++)
     for (int64_t o = 0; o < O; o++) {
       int64_t g = o / Og;

@@ -158,10 +158,29 @@ evt_status evt_interp_elementwise(evt_interp_ctx *ctx) {
     return EVT_OK;
   default: break;
   }
+/* The cheap ops get a loop of their own (no per-element dispatch); the values are those of unary()/binary(). */
+#define EW1(OP, EXPR)                                                  \
+  case OP:                                                             \
+    BCAST_FOR(&it, out, { double x = x0[a0]; y[e] = (EXPR); });        \
+    return EVT_OK;
+#define EW2(OP, EXPR)                                                  \
+  case OP:                                                             \
+    BCAST_FOR(&it, out, { double x = x0[a0]; double z = x1[a1]; y[e] = (EXPR); }); \
+    return EVT_OK;
   switch (n->op) {
-  case EVT_OP_NEG: case EVT_OP_EXP: case EVT_OP_LOG: case EVT_OP_SQRT: case EVT_OP_RSQRT:
+  EW1(EVT_OP_NEG, -x)
+  EW1(EVT_OP_RELU, x > 0 || isnan(x) ? x : 0.0)
+  EW2(EVT_OP_ADD, x + z)
+  EW2(EVT_OP_SUB, x - z)
+  EW2(EVT_OP_MUL, x * z)
+  EW2(EVT_OP_DIV, x / z)
+  EW2(EVT_OP_GT, x > z)
+  EW2(EVT_OP_LT, x < z)
+  EW2(EVT_OP_GE, x >= z)
+  EW2(EVT_OP_LE, x <= z)
+  case EVT_OP_EXP: case EVT_OP_LOG: case EVT_OP_SQRT: case EVT_OP_RSQRT:
   case EVT_OP_RECIPROCAL: case EVT_OP_ABS: case EVT_OP_SIGN: case EVT_OP_TANH: case EVT_OP_SIGMOID:
-  case EVT_OP_RELU: case EVT_OP_GELU: case EVT_OP_ERF: case EVT_OP_CAST: case EVT_OP_POW:
+  case EVT_OP_GELU: case EVT_OP_ERF: case EVT_OP_CAST: case EVT_OP_POW:
     BCAST_FOR(&it, out, y[e] = unary(n->op, &n->attr, x0[a0]));
     return EVT_OK;
   case EVT_OP_WHERE:
@@ -171,4 +190,6 @@ evt_status evt_interp_elementwise(evt_interp_ctx *ctx) {
     BCAST_FOR(&it, out, y[e] = binary(n->op, &n->attr, x0[a0], x1[a1]));
     return EVT_OK;
   }
+#undef EW1
+#undef EW2
 }

@@ -63,6 +63,16 @@ evt_status interp_int_inexact(evt_interp_ctx *ctx, double v, int64_t i);
  * `what`) and returns -1. Integral floats are accepted; NaN or fractions are not. */
 int64_t evt_interp_index(evt_interp_ctx *ctx, const evt_tensor *t, int64_t i, int64_t limit, const char *what);
 
+/* Products of at least this many multiply-adds (M x N x K) go through the BLAS (gemm.c, conv.c); smaller ones
+ * run the plain loops, as fast at that size. Dimensions must also fit the BLAS's int. */
+#define EVT_INTERP_BLAS_MIN 32768
+static inline bool evt_interp_use_blas(int64_t m, int64_t n, int64_t k) {
+  return m > 0 && n > 0 && k > 0 && m < INT32_MAX && n < INT32_MAX && k < INT32_MAX && (double)m * (double)n * (double)k >= EVT_INTERP_BLAS_MIN;
+}
+
+/* Call before any BLAS routine (gemm.c): sets up the BLAS once (one thread). */
+void evt_interp_blas_ready(void);
+
 /* The op families. Each handles the ops of its file; see the file's top comment. */
 evt_status evt_interp_elementwise(evt_interp_ctx *ctx);   /* interp_elementwise.c: unary, binary, where */
 evt_status evt_interp_reduce(evt_interp_ctx *ctx);        /* interp_reduce.c: sum/mean/amax, row ops, norms */

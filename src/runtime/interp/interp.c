@@ -103,6 +103,10 @@ static evt_status round_output(evt_interp_ctx *ctx) {
     for (int64_t i = 0; i < m; i++) d[i] = (double)(float)d[i];
     return EVT_OK;
   }
+  if (dt == EVT_BOOL) {
+    for (int64_t i = 0; i < m; i++) d[i] = d[i] != 0;
+    return EVT_OK;
+  }
   for (int64_t i = 0; i < m; i++) {
     if (dt == EVT_I64 && !(fabs(d[i]) <= EVT_INT_EXACT_MAX) && isfinite(d[i])) return interp_int_inexact(ctx, d[i], i);
     d[i] = evt_round_to_dtype(d[i], dt);

@@ -315,6 +315,26 @@ static void strided_walk(double *contig, double *strided, int rank, const int64_
   }
 }
 
+/* perm keeps every dim but swaps the last two. */
+static bool swaps_last_two(const int *perm, int rank) {
+  if (rank < 2 || perm[rank - 2] != rank - 1 || perm[rank - 1] != rank - 2) return false;
+  for (int d = 0; d < rank - 2; d++)
+    if (perm[d] != d) return false;
+  return true;
+}
+
+/* dst[C,R] = src[R,C]^T in 8 x 8 tiles (both sides stay in cache; larger tiles measured slower on power-of-two
+ * rows, whose columns share cache sets). */
+static void transpose(const double *src, double *dst, int64_t R, int64_t C) {
+  enum { T = 8 };
+  for (int64_t i0 = 0; i0 < R; i0 += T)
+    for (int64_t j0 = 0; j0 < C; j0 += T) {
+      int64_t i1 = i0 + T < R ? i0 + T : R, j1 = j0 + T < C ? j0 + T : C;
+      for (int64_t j = j0; j < j1; j++)
+        for (int64_t i = i0; i < i1; i++) dst[j * R + i] = src[i * C + j];
+    }
+}
+
 static void contiguous_strides(const evt_tensor *t, int64_t *stride) {
   int64_t s = 1;
   for (int d = t->rank - 1; d >= 0; d--) {
@@ -364,6 +384,11 @@ static evt_status layout(evt_interp_ctx *ctx) {
     for (int d = 0; d < x->rank; d++) {
       if (perm[d] < 0 || out->shape[d] != x->shape[perm[d]]) return interp_fail(ctx, "bad permutation");
       st[d] = xs[perm[d]];
+    }
+    int64_t R = x->rank >= 2 ? x->shape[x->rank - 2] : 0, C = x->rank >= 2 ? x->shape[x->rank - 1] : 0;
+    if (swaps_last_two(perm, x->rank) && R * C > 0) { /* a batch of matrix transposes */
+      for (int64_t b = 0; b < x->numel / (R * C); b++) transpose(x->data + b * R * C, out->data + b * R * C, R, C);
+      return EVT_OK;
     }
     strided_walk(out->data, x->data, out->rank, out->shape, 0, st, false, out->numel);
     return EVT_OK;
