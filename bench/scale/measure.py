@@ -11,6 +11,7 @@ kind, N, the partition's wall time / peak RSS / kernels / optimality line, and `
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -20,17 +21,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def timed(cmd, timeout, mem_gb):
     """(seconds, peak MiB, rc, stdout, stderr) of cmd under /usr/bin/time -v."""
     sh = f"ulimit -v {int(mem_gb * 1024 * 1024)}; exec /usr/bin/time -v " + " ".join(cmd)
+    p = subprocess.Popen(["bash", "-c", sh], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
     try:
-        p = subprocess.run(["bash", "-c", sh], capture_output=True, text=True, timeout=timeout)
+        out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)   # time and evtc too, not only the shell
+        p.communicate()
         return None, None, "timeout", "", ""
-    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", p.stderr)
-    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", err)
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)
     secs = None
     if wall:
         parts = [float(x) for x in wall.group(1).split(":")]
         secs = sum(x * 60 ** i for i, x in enumerate(reversed(parts)))
-    return secs, int(rss.group(1)) / 1024 if rss else None, p.returncode, p.stdout, p.stderr
+    return secs, int(rss.group(1)) / 1024 if rss else None, p.returncode, out, err
 
 
 def cell(secs, mib, rc):
@@ -65,7 +70,8 @@ def main():
             t, m = cell(secs, mib, rc)
             kern = re.search(r"kernels: (\d+)", out)
             optl = re.search(r"optimality: (.*)", out)
-            note = optl.group(1) if optl else (err.strip().splitlines()[-1][:60] if err.strip() and rc != 0 else "")
+            died = [ln for ln in err.splitlines() if "terminate" in ln or "fatal" in ln or "what()" in ln]
+            note = optl.group(1) if optl else (died[0].strip()[:70] if died else "")
             ot, om = "—", "—"
             if not a.skip_opt:
                 osecs, omib, orc, _, _ = timed([a.evtc, "opt", path, ">/dev/null"], a.timeout, a.mem_gb)

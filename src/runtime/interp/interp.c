@@ -11,8 +11,10 @@
  *   dtype with evt_round_to_dtype (f32 → float, f16/bf16 round-to-nearest-even, ints truncated, i32 wrapped
  *   as two's complement); with EVT_RUN_FP64 floating dtypes keep the double value (finite-difference
  *   gradient checks).
- * - Every op has one fixed order of summation (row-major over the reduced elements), so a run is
- *   deterministic: same graph, same inputs, same bits.
+ * - Every op has one fixed order of summation (row-major over the reduced elements; matrix products and
+ *   convolutions above EVT_INTERP_BLAS_MIN multiply-adds: the order of OpenBLAS's dgemm, one thread), so a
+ *   run is deterministic: same graph, same inputs, same machine, same bits. (OpenBLAS picks its kernels by
+ *   CPU: another CPU may differ in a double's last bits, which f32 rounding almost always hides.)
  * - evt_interp_run walks the nodes in id order (inputs always precede their users); input/param slots are
  *   the caller's (checked, never freed); every other slot is filled by the interpreter, and freed right
  *   after its last use unless it is a graph output or keep_all is set. Slots must be zeroed or hold
