@@ -16,6 +16,7 @@
 #include "ir/ir.h"
 #include "passes/passes.h"
 #include "compile/compile.h"
+#include "compile/train.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -192,6 +193,7 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
     st = evt_program_bind_output(p, i, dout[i]);
   }
   for (int k = 0; k < steps && st == EVT_OK; k++) st = evt_program_run(p, s);
+  const uint64_t last_step = evt_program_rng_step(p) - 1; /* every run advances the RNG step (dropout masks) */
   if (st != EVT_OK && !r->note[0]) snprintf(r->note, sizeof r->note, "%.190s", evt_program_error(p));
   if (st == EVT_OK) {
     CK(cudaStreamSynchronize(s));
@@ -223,8 +225,9 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
       evt_tensor_alloc(&values[v], src->dtype, src->rank, src->shape);
       memcpy(values[v].data, src->data, sizeof(double) * (size_t)src->numel);
     }
+    evt_graph_set_rng_step(g, last_step); /* the interpreter draws the last run's dropout masks */
     evt_check_result cr;
-    if (evt_check_step(g, values, gpu, 1, stdout, &cr) != EVT_OK) {
+    if (evt_check_step(g, values, gpu, steps, stdout, &cr) != EVT_OK) {
       ok = false;
       printf("   interpreter: %s\n", evt_graph_error(g));
     }
@@ -249,7 +252,8 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
       void *fresh = NULL, *back = malloc(bytes + 1);
       CK(cudaMalloc(&fresh, bytes + 1));
       CK(cudaMemset(fresh, 0xff, bytes + 1));
-      if (evt_program_bind_output(p, 0, fresh) != EVT_OK || evt_program_run(p, s) != EVT_OK) {
+      if (evt_program_bind_output(p, 0, fresh) != EVT_OK || evt_program_set_rng_step(p, last_step, s) != EVT_OK ||
+          evt_program_run(p, s) != EVT_OK) {
         r->status = "FAILED";
         snprintf(r->note, sizeof r->note, "rebind: %.180s", evt_program_error(p));
       } else {
@@ -285,7 +289,8 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
       snprintf(r->note, sizeof r->note, "timing run: %.180s", evt_program_error(p));
     }
     if (eager_bytes && !check_bits_against) {
-      eager_repro = 1; /* the outputs of the timing runs equal those of the first steps? */
+      eager_repro = 1; /* a repeat of the last step writes the same bits? */
+      if (evt_program_set_rng_step(p, last_step, s) != EVT_OK || evt_program_run(p, s) != EVT_OK) eager_repro = 0;
       CK(cudaStreamSynchronize(s));
       for (int i = 0; i < no; i++) {
         const evt_type *ty = &g->nodes[evt_graph_output(g, i)].type;

@@ -96,7 +96,12 @@ TARGETS=all
 if [ -f .gpuwork/hostbin.tgz ]; then # libevt and evtc built elsewhere (tests/gpu/prep.sh): only the CUDA parts here
   tar xzf .gpuwork/hostbin.tgz -C build && cp build/hostbin/evtc build/hostbin/libevt.so build/hostbin/libevt.a build/
   export LD_LIBRARY_PATH=$ROOT/build/hostbin/lib:$LD_LIBRARY_PATH
-  CBC_LIBS="-L$ROOT/build/hostbin/lib -lCbcSolver -lCbc -lCgl -lOsiClp -lClpSolver -lClp -lOsi -lCoinUtils -llapack -lblas -lopenblas -lgfortran -lquadmath -lbz2 -lz -lstdc++"
+  # link what prep.sh packed (the libraries evtc itself loads), in CBC's dependency order
+  CBC_LIBS="-L$ROOT/build/hostbin/lib"
+  for l in CbcSolver Cbc Cgl OsiClp ClpSolver Clp Osi CoinUtils lapack blas openblas gfortran quadmath bz2 z; do
+    [ -e "build/hostbin/lib/lib$l.so" ] && CBC_LIBS="$CBC_LIBS -l$l"
+  done
+  CBC_LIBS="$CBC_LIBS -lstdc++"
   TARGETS=cuda
 fi
 [ -d .cutlass/cutlass_library ] || [ ! -f .gpuwork/cutlass.tgz ] || tar xzf .gpuwork/cutlass.tgz
@@ -109,7 +114,7 @@ fi
 LIBS="$ROOT/build/libevt.a $CBC_LIBS -lm -lpthread -ldl"
 NV="nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Ikernels"
 CUT="-I$CUTLASS_PATH/include -I$CUTLASS_PATH/tools/util/include"
-CC_CUDA="gcc -std=gnu11 -O2 -Iinclude -Isrc -Ikernels -I$CUDA_HOME/include"
+CC_CUDA="gcc -std=gnu11 -O2 -Werror=implicit-function-declaration -Iinclude -Isrc -Ikernels -I$CUDA_HOME/include"
 CUDART="-L$CUDA_HOME/lib64 -lcudart -Wl,-rpath,$CUDA_HOME/lib64"
 build_bg() { # NAME CMD...: builds $B/NAME in the background (log $OUT/build_NAME.log)
   local name=$1
