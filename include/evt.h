@@ -190,10 +190,10 @@ typedef struct evt_options {
 void evt_options_init(evt_options *o);
 /* The fused plan evt would run for g with these options, without a GPU, as JSON text (malloc'd; free() it):
  * {"nodes", "groups": [{"group", "kind" (gemm+evt / row / pointwise / unfused), "path" (generated / cublas /
- * cublaslt / cublas+row / node-by-node), "members", "ops" (the members' ops, "mm+add+gelu"), "m", "n", "k", "kernel", "why" (node by node:
- * the reason)}],
- * "kernels" (launches per step), "bytes" (through global memory per step), "unfused_kernels" and
- * "unfused_bytes" (every op its own kernel)}. The graph passes run on g first unless o->flags has
+ * cublaslt / cublas+row / node-by-node), "members", "ops" (the members' ops, "mm+add+gelu"), "m", "n", "k",
+ * "kernel", "why" (node by node: the reason)}], "kernels" (launches per step), "bytes" (through global memory
+ * per step), "unfused_kernels" and "unfused_bytes" (every op its own kernel), "dot" (the grouped graph as
+ * Graphviz text, one cluster per group)}. The graph passes run on g first unless o->flags has
  * EVT_PROGRAM_NO_OPT. NULL on error (message on g). */
 char *evt_plan_report(evt_graph *g, const evt_options *o);
 /* evt_program_create with options (o NULL: the defaults with o->flags = 0). */

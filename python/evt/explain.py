@@ -4,13 +4,16 @@ Compiles the model with backend="evt" (the given options), runs it once on the e
 its output's sum when it trains), and reports for the forward and the backward module: the evt segments and where
 they run, every op left to PyTorch with the reason, and per segment the fused plan libevt would run
 (evt_plan_report: groups by kind and path, kernel launches and bytes through global memory per step, against every
-op as its own kernel). Report.html(path) writes the plan as an HTML page a browser opens.
+op as its own kernel). Report.html(path) writes the plan as an HTML page a browser opens: per segment its groups
+as a table and the grouped graph as a picture (Graphviz `dot`; without it, the dot text to render).
 """
 import collections
 import ctypes
 import html
 import json
 import re
+import shutil
+import subprocess
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
@@ -109,9 +112,22 @@ class Report:
                                f'<td>{grp["kind"]}</td><td>{grp["path"]}</td><td>{html.escape(grp["ops"])}</td>'
                                f'<td>{shape}</td><td>{html.escape(grp["why"])}</td></tr>')
                 out.append("</table>")
+                out.append(_picture(s["plan"].get("dot", "")))
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(out))
         return path
+
+
+def _picture(dot_text):
+    """The grouped graph as inline SVG when Graphviz's `dot` is installed, else its dot text to render."""
+    if not dot_text:
+        return ""
+    if shutil.which("dot"):
+        r = subprocess.run(["dot", "-Tsvg"], input=dot_text, capture_output=True, text=True)
+        if r.returncode == 0 and "<svg" in r.stdout:
+            return r.stdout[r.stdout.index("<svg"):]
+    return ("<details><summary>fusion plan as Graphviz text (install graphviz to see it drawn: dot -Tsvg)</summary>"
+            f"<pre>{html.escape(dot_text)}</pre></details>")
 
 
 def _module_report(kind, plan, options):

@@ -1,9 +1,11 @@
 /* evt_plan_report: the fused plan of a graph as JSON, for `evt.explain` and tools (public contract in evt.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compile/compile.h"
 #include "compile/launch_plan.h"
+#include "partition/partition.h"
 
 static int64_t tensor_bytes(const evt_graph *g, int v) {
   return evt_type_numel(&g->nodes[v].type) * (int64_t)evt_dtype_size(g->nodes[v].type.dtype);
@@ -79,6 +81,19 @@ static int plan_kernels(const evt_exec_plan *xp) {
   return n;
 }
 
+/* "dot": the grouped graph as Graphviz text (evtc partition --dot's drawing), for a picture of the plan. */
+static void plan_dot(evt_sbuf *b, const evt_graph *g, const evt_part_plan *part) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) evt_fatal(__FILE__, __LINE__, "out of memory");
+  evt_part_plan_dot(g, part, f);
+  fclose(f);
+  evt_sbuf_printf(b, " \"dot\": ");
+  json_str(b, text);
+  free(text);
+}
+
 char *evt_plan_report(evt_graph *g, const evt_options *o) {
   if (!g) return NULL;
   evt_options opts;
@@ -96,9 +111,11 @@ char *evt_plan_report(evt_graph *g, const evt_options *o) {
   evt_sbuf b = {0};
   evt_sbuf_printf(&b, "{\"nodes\": %d, \"groups\": [", g->nnodes);
   for (int gi = 0; gi < xp->ngroups; gi++) report_group(&b, g, xp, gi);
-  evt_sbuf_printf(&b, "],\n \"kernels\": %d, \"bytes\": %lld, \"unfused_kernels\": %lld, \"unfused_bytes\": %lld}\n",
+  evt_sbuf_printf(&b, "],\n \"kernels\": %d, \"bytes\": %lld, \"unfused_kernels\": %lld, \"unfused_bytes\": %lld,\n",
                   plan_kernels(xp), planned ? (long long)plan.global_bytes : -1LL, (long long)unf_kernels,
                   (long long)unf_bytes);
+  plan_dot(&b, g, &xp->part);
+  evt_sbuf_printf(&b, "}\n");
   if (planned) evt_plan_free(&plan);
   evt_program_destroy(p);
   return b.p;

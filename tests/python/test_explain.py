@@ -1,6 +1,7 @@
 """evt.explain: the report of what evt does with a model (segments, PyTorch fallbacks with reasons, the fused
 plan's groups, launches and bytes against every op as its own kernel) and its HTML page."""
 import os
+import shutil
 import sys
 
 import torch
@@ -34,6 +35,8 @@ def test_explain_reports_segments_groups_and_savings(tmp_path):
     page = r.html(str(tmp_path / "plan.html"))
     body = open(page, encoding="utf-8").read()
     assert "<table>" in body and "gelu" in body, body[:500]
+    # the grouped graph: drawn where Graphviz is installed (scripts/setup.sh installs it), else its dot text
+    assert ("<svg" in body and "cluster" in body) if shutil.which("dot") else "digraph" in body, body[-500:]
 
 
 def test_explain_names_the_ops_left_to_pytorch():
