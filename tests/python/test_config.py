@@ -55,3 +55,15 @@ def test_documented_variables_are_the_ones_read():
     assert c and py
     assert doc == c | py, f"documented only: {sorted(doc - (c | py))}; read only: {sorted((c | py) - doc)}"
     assert len(doc) <= 15
+
+
+def test_torch_logs_turns_on_the_evt_logger():
+    """TORCH_LOGS="+evt" (PyTorch's switch) gives the `evt` logger PyTorch's handler: a compile logs its plan."""
+    code = ("import torch, evt\n"
+            "m = torch.compile(torch.nn.Linear(4, 4), backend='evt')\n"
+            "m(torch.randn(2, 4)).sum().backward()\n")
+    env = dict(os.environ, TORCH_LOGS="+evt", PYTHONPATH=os.path.join(ROOT, "python"), EVT_CACHE="0")
+    env.pop("EVT_LOG", None)
+    r = subprocess.run(["python3", "-c", code], env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert re.search(r"evt/backend\.py:\d+\].*forward: \d+ ops in 1 evt segment", r.stderr), r.stderr[-2000:]
