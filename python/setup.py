@@ -1,7 +1,7 @@
 """Builds libevt (the C library, with setuptools' own compiler) into the evt package, and beside it, where nvcc
 is installed, the CUDA kernel library and the kernels/ headers the JIT-compiled kernels include, so that an
-installed `evt` needs no checkout and no environment variables. Needs CBC's headers (Debian
-coinor-libcbc-dev; pkg-config cbc) at build time; the metadata is in pyproject.toml."""
+installed `evt` needs no checkout and no environment variables. Needs CBC's and OpenBLAS's headers (Debian
+coinor-libcbc-dev, libopenblas-dev; pkg-config) at build time; the metadata is in pyproject.toml."""
 import glob
 import os
 import shutil
@@ -18,11 +18,16 @@ def rel(path):
     return os.path.relpath(path, HERE)
 
 
-def pkg_config(*args):
+def pkg_config(*args, package="cbc", debian="coinor-libcbc-dev"):
     try:
-        return subprocess.check_output(["pkg-config", *args, "cbc"], text=True).split()
+        return subprocess.check_output(["pkg-config", *args, package], text=True).split()
     except (OSError, subprocess.CalledProcessError):
-        raise SystemExit("evt: CBC not found (pkg-config cbc): install coinor-libcbc-dev (bash scripts/setup.sh)")
+        raise SystemExit(f"evt: {package} not found (pkg-config {package}): install {debian} (bash scripts/setup.sh)")
+
+
+def flags(kind):
+    """CBC's (the partitioner's solver) and OpenBLAS's (the interpreter's matrix products) compile or link flags."""
+    return pkg_config(kind) + pkg_config(kind, package="openblas", debian="libopenblas-dev")
 
 
 def c_sources():
@@ -56,8 +61,8 @@ ext = Extension(
     "evt._libevt",
     sources=c_sources(),
     include_dirs=[rel(os.path.join(REPO, d)) for d in ("include", "src", "kernels")],
-    extra_compile_args=["-std=c11", "-O2", "-D_GNU_SOURCE", "-Wno-missing-field-initializers"] + pkg_config("--cflags"),
-    extra_link_args=pkg_config("--libs") + ["-lm", "-lpthread", "-ldl"],
+    extra_compile_args=["-std=c11", "-O2", "-D_GNU_SOURCE", "-Wno-missing-field-initializers"] + flags("--cflags"),
+    extra_link_args=flags("--libs") + ["-lm", "-lpthread", "-ldl"],
 )
 
 setup(ext_modules=[ext], cmdclass={"build_ext": BuildEvt})
