@@ -172,13 +172,21 @@ def compile_module(gm, example_inputs, kind="module", options=None):
     return run
 
 
-def make_backend(options=None, n_dynamo_inputs=None):
+def make_backend(options=None, n_dynamo_inputs=None, on_compiled=None):
     """aot_autograd with evt's decompositions, partition_fn and fw/bw compilers for these options
-    (cudagraphs "step": the compilers of step_graphs, which need the Dynamo graph's input count)."""
+    (cudagraphs "step": the compilers of step_graphs, which need the Dynamo graph's input count).
+    on_compiled(kind, run), when given, sees each module's compiled callable (its `plan` attribute: the Plan,
+    absent where the module runs in PyTorch): evt.explain's reports are built from it."""
     opts = config.parse_options(options)
-    fw = lambda gm, ex: compile_module(gm, ex, "forward", opts)  # noqa: E731
-    bw = lambda gm, ex: compile_module(gm, ex, "backward", opts)  # noqa: E731
-    inference = lambda gm, ex: compile_module(gm, ex, "inference", opts)  # noqa: E731
+
+    def compiler(kind):
+        def compile_(gm, example):
+            run = compile_module(gm, example, kind, opts)
+            if on_compiled is not None:
+                on_compiled(kind, run)
+            return run
+        return compile_
+    fw, bw, inference = compiler("forward"), compiler("backward"), compiler("inference")
     if opts["cudagraphs"] == "step" and n_dynamo_inputs is not None:
         fw, bw, inference = step_graphs(compile_module, opts, n_dynamo_inputs)
     return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inference,
