@@ -142,10 +142,10 @@ def _module_report(kind, plan, options):
     return {"kind": kind, "segments": segs, "fallbacks": fallbacks}
 
 
-def recorder(options=None):
+def report_backend(options=None):
     """(backend, report): evt's backend for these options (backend.make_backend, what backend="evt" runs) and the
     Report it fills as Dynamo compiles modules with it, e.g. through a training loop:
-        backend, report = evt.explain.recorder()
+        backend, report = evt.report_backend()
         step = torch.compile(model, backend=backend)
         ...                   # train
         print(report)         # every module compiled so far"""
@@ -161,7 +161,7 @@ def explain(model, *example_inputs, options=None, train=True):
     """Compiles model with backend="evt" and these options, runs it once on example_inputs (and, with train, the
     backward of its output's sum), and returns the Report of every module evt compiled (print it, or
     Report.html(path) for the picture)."""
-    backend, report = recorder(options)
+    backend, report = report_backend(options)
     torch._dynamo.reset()
     out = torch.compile(model, backend=backend)(*example_inputs)
     if train:
