@@ -5,7 +5,7 @@ ResNet), torchvision's ResNet-50 and a torch_geometric GCN.
 make(name, size) -> Workload: `model` is an nn.Module whose forward(*inputs) returns the training loss (the
 loss inside the compiled region, as evt needs it), `inputs(device)` makes one batch (a fresh random batch each
 call, from the global generator). size "ci" is the CPU test size (2 layers, hidden 32, sequence 8, batch 2:
-tests/python/test_model_zoo.py), "bench" a realistic training size for one H200 (bench/e2e/models_hub.py).
+tests/python/test_model_zoo.py), "bench" a realistic training size for one H200 (bench/e2e/zoo_bench.py).
 The libraries are imported when a model of theirs is made; they are pinned in requirements-models.txt.
 """
 import dataclasses

@@ -227,3 +227,14 @@ def test_grouped_query_attention_gradient_fallback():
     want = torch.autograd.grad(o, (qq, kk, vv), dout)
     for a, b in zip(got, want):
         assert a.shape == b.shape and _rel(a, b, 0.0) <= 1e-6
+
+
+def test_benchmark_sizes_build():
+    """Every model of the GPU benchmark (bench/e2e/zoo_bench.py) builds at its "bench" size (on the meta device:
+    no memory), so a config error shows here, not on the GPU machine."""
+    for name in zoo.NAMES:
+        pytest.importorskip({"hf": "transformers", "timm": "timm", "tv": "torchvision",
+                             "pyg": "torch_geometric"}[name.split("_")[0]])
+        with torch.device("meta"):
+            work = zoo.make(name, "bench")
+        assert sum(p.numel() for p in work.model.parameters()) > 0, name
