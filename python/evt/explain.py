@@ -154,7 +154,11 @@ def report_backend(options=None):
 
     def on_compiled(kind, run):
         report.modules.append(_module_report(kind, getattr(run, "plan", None), opts))
-    return B.make_backend(opts, on_compiled=on_compiled), report
+
+    def backend(gm, example_inputs):
+        # (built per graph, as evt_backend does: cudagraphs "step" needs the Dynamo graph's input count)
+        return B.make_backend(opts, len(example_inputs), on_compiled)(gm, example_inputs)
+    return backend, report
 
 
 def explain(model, *example_inputs, options=None, train=True):
