@@ -20,6 +20,23 @@ if ! python3 -c "import torch, pytest, numpy" >/dev/null 2>&1; then
   echo "setup: pip install -r requirements-dev.txt"
   python3 -m pip install -q -r "$here/requirements-dev.txt"
 fi
+# The model libraries of the model-coverage tests, at their exact pins: installed when any pin is missing or
+# at another version (their dependencies come from their own requirements).
+if ! python3 - "$here/requirements-models.txt" <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+pins = [l.split("#")[0].strip() for l in open(sys.argv[1])]
+for name, want in (p.split("==") for p in pins if p):
+    try:
+        if version(name) != want:
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+PY
+then
+  echo "setup: pip install -r requirements-models.txt"
+  python3 -m pip install -q -r "$here/requirements-models.txt"
+fi
 # CUTLASS 4.2 headers for the generated-kernel checks (only include/ and tools/util/include, ~28 MB) into
 # the git-ignored .cutlass/; the H200 runs carry the same folder. Skipped when already there.
 if [ ! -f "$here/.cutlass/cutlass_library/source/include/cutlass/cutlass.h" ]; then

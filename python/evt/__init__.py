@@ -9,11 +9,11 @@ See docs/pytorch.md for the options (config.py checks them). Logging: EVT_LOG=1 
 package's own (pip install <repo>/python), or $EVT_LIB. Disk caches: $EVT_CACHE_DIR (EVT_CACHE=0: off).
 """
 from .backend import DECOMPOSITIONS, STATS, compile_module, evt_backend, partition_fn, reset_stats  # noqa: F401
-from .explain import Report, explain  # noqa: F401
+from .explain import Report, explain, report_backend  # noqa: F401
 from .lib import EvtError, Graph, LibraryError  # noqa: F401
 
 __all__ = ["evt_backend", "compile_module", "partition_fn", "DECOMPOSITIONS", "Graph", "EvtError", "LibraryError",
-           "STATS", "reset_stats", "explain", "Report"]
+           "STATS", "reset_stats", "explain", "report_backend", "Report"]
 
 
 def _register():

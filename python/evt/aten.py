@@ -1275,10 +1275,12 @@ TABLE[torch.ops.evt.layer_norm_backward] = _evt_layer_norm_bwd
 
 
 def sdpa_grad_recompute(dout, q, k, v, is_causal, scale):
-    """(dq, dk, dv) of scaled_dot_product_attention, recomputed with autograd (any device)."""
+    """(dq, dk, dv) of scaled_dot_product_attention, recomputed with autograd (any device). k and v with fewer
+    heads than q are grouped-query attention (enable_gqa), as the forward kernel took them."""
     with torch.enable_grad():
         qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
-        o = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=is_causal, scale=scale)
+        o = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=is_causal, scale=scale,
+                                                             enable_gqa=q.shape[-3] != k.shape[-3])
         return tuple(g.contiguous() for g in torch.autograd.grad(o, (qq, kk, vv), dout))
 
 
@@ -1419,6 +1421,36 @@ def _evt_amaxpool_bwd(b, node, used):
     return b.result("adaptive_max_pool2d_backward", [b.val(dy), b.val(x)], {"shape": list(size)})
 
 
+def _gqa_groups(q, k):
+    """Query heads per key/value head of an attention (1 without grouped-query attention). PyTorch's kernels take
+    k, v with fewer heads than q (enable_gqa, LLaMA's num_key_value_heads): query head h reads kv head h // g.
+    evt's sdpa takes q, k, v of equal heads, so the translation repeats k and v (and sums their gradients back)."""
+    qs, ks = static_shape(meta_val(q)), static_shape(meta_val(k))
+    if len(qs) != 4 or len(ks) != 4:
+        raise Unsupported("q must be [B, H, S, D]")
+    if qs[1] == ks[1]:
+        return 1
+    if qs[1] % ks[1] or qs[0] != ks[0] or qs[3] != ks[3]:
+        raise Unsupported(f"q heads {qs[1]} not a multiple of k heads {ks[1]}")
+    return qs[1] // ks[1]
+
+
+def _repeat_heads(b, x, g):
+    """evt name of [B, Hkv, S, D] tensor x with each head repeated g times in place ([B, Hkv * g, S, D], head h
+    = x's head h // g, as repeat_interleave(g, dim=1)): a broadcast over a new group dim, then a reshape."""
+    name = b.val(x)
+    if g == 1:
+        return name
+    B, H, S, D = static_shape(meta_val(x))
+    e = b.op("expand", [b.reshape(name, [B, H, 1, S, D])], {"shape": [B, H, g, S, D]})
+    return b.reshape(e, [B, H * g, S, D])
+
+
+def _sdpa_operands(b, q, k, v):
+    g = _gqa_groups(q, k)
+    return [b.val(q), _repeat_heads(b, k, g), _repeat_heads(b, v, g)]
+
+
 @rule(aten._scaled_dot_product_flash_attention_for_cpu)
 def _sdpa(b, node, used):
     q, k, v = node.args[:3]
@@ -1427,13 +1459,11 @@ def _sdpa(b, node, used):
         raise Unsupported("dropout or attn_mask")
     if used - {0}:
         raise Unsupported("the logsumexp output")
-    if meta_val(q).dim() != 4:
-        raise Unsupported("q must be [B, H, S, D]")
     sc = node.kwargs.get("scale")
     attrs = {"causal": 1} if causal else {}
     if sc is not None:
         attrs["scale"] = float(sc)
-    return {0: b.result("sdpa", [b.val(q), b.val(k), b.val(v)], attrs, val=out(node)[0])}
+    return {0: b.result("sdpa", _sdpa_operands(b, q, k, v), attrs, val=out(node)[0])}
 
 
 @rule(*_CUDA_SDPA_FWD)
@@ -1451,13 +1481,11 @@ def _sdpa_cuda(b, node, used):
         raise Unsupported("dropout or attn_bias")
     if used - {0}:
         raise Unsupported("the logsumexp output")
-    if meta_val(q).dim() != 4:
-        raise Unsupported("q must be [B, H, S, D]")
     sc = node.kwargs.get("scale")
     attrs = {"causal": 1} if causal else {}
     if sc is not None:
         attrs["scale"] = float(sc)
-    return {0: b.result("sdpa", [b.val(q), b.val(k), b.val(v)], attrs, val=out(node)[0])}
+    return {0: b.result("sdpa", _sdpa_operands(b, q, k, v), attrs, val=out(node)[0])}
 
 
 @rule(torch.ops.evt.sdpa_backward)
@@ -1466,9 +1494,27 @@ def _sdpa_bwd(b, node, used):
     attrs = {"causal": 1} if causal else {}
     if sc > 0:
         attrs["scale"] = float(sc)
-    ops = [b.val(dout), b.val(q), b.val(k), b.val(v)]
+    g = _gqa_groups(q, k)
+    ops = [b.val(dout)] + _sdpa_operands(b, q, k, v)
     vals = out(node)
-    return {i: b.result(f"sdpa_backward_{w}", ops, attrs, val=vals[i]) for i, w in enumerate("qkv") if i in used}
+    res = {}
+    for i, w in enumerate("qkv"):
+        if i in used:
+            res[i] = (b.result(f"sdpa_backward_{w}", ops, attrs, val=vals[i]) if i == 0 or g == 1 else
+                      _sum_head_groups(b, b.op(f"sdpa_backward_{w}", ops, attrs), vals[i], g))
+    return res
+
+
+def _sum_head_groups(b, name, val, g):
+    """The statement holding the gradient val [B, Hkv, S, D] of a k or v repeated g times per head, from name, the
+    gradient of the repeated [B, Hkv * g, S, D] tensor: summed over each group (in f32 for a 16-bit val, one
+    rounding, as PyTorch's kernels accumulate)."""
+    B, H, S, D = static_shape(val)
+    grouped = b.reshape(name, [B, H, g, S, D])
+    if val.dtype in LOW_PRECISION:
+        grouped = b.op("cast", [grouped], {"dtype": DTYPE_NAMES[torch.float32]})
+    return _result_in(b, "sum", [grouped], {"dims": [2]}, torch.float32 if val.dtype in LOW_PRECISION else val.dtype,
+                      val)
 
 
 @rule(aten.index)

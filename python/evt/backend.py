@@ -172,15 +172,23 @@ def compile_module(gm, example_inputs, kind="module", options=None):
     return run
 
 
-def make_backend(options=None, n_dynamo_inputs=None):
+def make_backend(options=None, n_dynamo_inputs=None, on_compiled=None):
     """aot_autograd with evt's decompositions, partition_fn and fw/bw compilers for these options
-    (cudagraphs "step": the compilers of step_graphs, which need the Dynamo graph's input count)."""
+    (cudagraphs "step": the compilers of step_graphs, which need the Dynamo graph's input count).
+    on_compiled(kind, run), when given, sees each module's compiled callable (its `plan` attribute: the Plan,
+    absent where the module runs in PyTorch): evt.explain's reports are built from it."""
     opts = config.parse_options(options)
-    fw = lambda gm, ex: compile_module(gm, ex, "forward", opts)  # noqa: E731
-    bw = lambda gm, ex: compile_module(gm, ex, "backward", opts)  # noqa: E731
-    inference = lambda gm, ex: compile_module(gm, ex, "inference", opts)  # noqa: E731
+
+    def compile_(gm, example, kind, o):
+        run = compile_module(gm, example, kind, o)
+        if on_compiled is not None:
+            on_compiled(kind, run)
+        return run
+    fw = lambda gm, ex: compile_(gm, ex, "forward", opts)  # noqa: E731
+    bw = lambda gm, ex: compile_(gm, ex, "backward", opts)  # noqa: E731
+    inference = lambda gm, ex: compile_(gm, ex, "inference", opts)  # noqa: E731
     if opts["cudagraphs"] == "step" and n_dynamo_inputs is not None:
-        fw, bw, inference = step_graphs(compile_module, opts, n_dynamo_inputs)
+        fw, bw, inference = step_graphs(compile_, opts, n_dynamo_inputs)
     return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inference,
                         partition_fn=lambda j, ji, **kw: partition_fn(j, ji, options=opts, **kw),
                         decompositions=DECOMPOSITIONS)

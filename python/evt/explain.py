@@ -16,7 +16,6 @@ import shutil
 import subprocess
 
 import torch
-from torch._dynamo.backends.common import aot_autograd
 
 from . import backend as B
 from . import config
@@ -46,6 +45,19 @@ class Report:
 
     def __init__(self, modules):
         self.modules = modules
+
+    def op_counts(self):
+        """(ops in evt segments, ops run by PyTorch) over every module."""
+        n_evt = sum(s["ops"] for m in self.modules for s in m["segments"] if s["path"] not in ("torch", "none"))
+        return n_evt, sum(len(m["fallbacks"]) for m in self.modules)
+
+    def fallback_reasons(self):
+        """{ATen op: set of reasons} of every op left to PyTorch."""
+        out = collections.defaultdict(set)
+        for m in self.modules:
+            for op, _, why in m["fallbacks"]:
+                out[op].add(why)
+        return dict(out)
 
     def totals(self):
         """Launches and bytes per step of evt's plans against every op as its own kernel, groups by kind/path."""
@@ -146,27 +158,34 @@ def _module_report(kind, plan, options):
     return {"kind": kind, "segments": segs, "fallbacks": fallbacks}
 
 
+def report_backend(options=None):
+    """(backend, report): evt's backend for these options (backend.make_backend, what backend="evt" runs) and the
+    Report it fills as Dynamo compiles modules with it, e.g. through a training loop:
+        backend, report = evt.report_backend()
+        step = torch.compile(model, backend=backend)
+        ...                   # train
+        print(report)         # every module compiled so far"""
+    opts = config.parse_options(options)
+    report = Report([])
+
+    def on_compiled(kind, run):
+        report.modules.append(_module_report(kind, getattr(run, "plan", None), opts))
+
+    def backend(gm, example_inputs):
+        # (built per graph, as evt_backend does: cudagraphs "step" needs the Dynamo graph's input count)
+        return B.make_backend(opts, len(example_inputs), on_compiled)(gm, example_inputs)
+    return backend, report
+
+
 def explain(model, *example_inputs, options=None, train=True):
     """Compiles model with backend="evt" and these options, runs it once on example_inputs (and, with train, the
     backward of its output's sum), and returns the Report of every module evt compiled (print it, or
     Report.html(path) for the picture)."""
-    opts = config.parse_options(options)
-    modules = []
-
-    def compiler(kind):
-        def compile_(gm, example):
-            run = B.compile_module(gm, example, kind, opts)
-            modules.append(_module_report(kind, getattr(run, "plan", None), opts))
-            return run
-        return compile_
-
-    backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                           inference_compiler=compiler("inference"), decompositions=B.DECOMPOSITIONS,
-                           partition_fn=lambda j, ji, **kw: B.partition_fn(j, ji, options=opts, **kw))
+    backend, report = report_backend(options)
     torch._dynamo.reset()
     out = torch.compile(model, backend=backend)(*example_inputs)
     if train:
         first = out if isinstance(out, torch.Tensor) else next(o for o in out if isinstance(o, torch.Tensor))
         if first.requires_grad:
             first.float().sum().backward()
-    return Report(modules)
+    return report

@@ -14,8 +14,8 @@
  *   layer_norm_backward_input(dy, x, w) -> layer_norm_backward_input(dy * w, x)   (unless dy is a widening cast:
  *                                          then w stays, the row kernel loads the 16-bit dy and multiplies)
  *   layer_norm_backward_weight(dy, x)   -> sum(dy * layer_norm(x), all dims but the last)       (sum dy x^)
- *   batch_norm(x[, w[, b]])             -> (x - mean) * rstd [* w + b]   with mean, mean of x^2 over all dims
- *                                          but 1 and rstd = rsqrt(E[x^2] - mean^2 + eps)
+ *   batch_norm(x[, w[, b]])             -> (x - mean) * rstd [* w + b]   with mean over all dims but 1 and
+ *                                          rstd = rsqrt(mean((x - mean)^2) + eps) (two passes: no cancellation)
  *   batch_norm_backward_input(dy, x[, w]) -> (g - mean(g) - x^ * mean(g * x^)) * rstd,  g = dy [* w]
  *   batch_norm_backward_weight(dy, x)   -> sum(dy * x^, all dims but 1)
  *   (gelu_backward stays whole: one visitor functor, gelu_erf_grad / gelu_tanh_grad, where its 15
@@ -56,17 +56,20 @@ static int channel(evt_graph *g, int at, int w, int r) {
   return evt_rw_reshape(g, at, w, r - 1, shape);
 }
 
-/* batch-norm statistics of x [N, C, ...]: x^ and rstd (keepdim shapes) */
+/* batch-norm statistics of x [N, C, ...]: x^ and rstd (keepdim shapes). The variance is the mean of the
+ * centered squares (two passes over x, as PyTorch's kernels), not E[x^2] - mean^2: a channel whose mean is
+ * large against its spread (few elements per channel: a ResNet's last stage at batch 2) loses most of its
+ * digits to that cancellation when E[x^2] and mean^2 are rounded to the tensor's dtype. */
 static int bn_normalize(evt_graph *g, int at, int x, double eps, int *rstd) {
   int r = g->nodes[x].type.rank, dims[EVT_MAX_RANK], nd = 0;
   for (int i = 0; i < r; i++)
     if (i != 1) dims[nd++] = i;
   int mean = evt_rw_reduce(g, at, EVT_OP_MEAN, x, dims, nd, 1);
-  int ex2 = evt_rw_reduce(g, at, EVT_OP_MEAN, evt_rw_binary(g, at, EVT_OP_MUL, x, x), dims, nd, 1);
-  int var = evt_rw_binary(g, at, EVT_OP_SUB, ex2, evt_rw_binary(g, at, EVT_OP_MUL, mean, mean));
+  int centered = evt_rw_binary(g, at, EVT_OP_SUB, x, mean);
+  int var = evt_rw_reduce(g, at, EVT_OP_MEAN, evt_rw_binary(g, at, EVT_OP_MUL, centered, centered), dims, nd, 1);
   int e = evt_rw_factor(g, at, g->nodes[x].type.dtype, eps);
   *rstd = evt_rw_unary(g, at, EVT_OP_RSQRT, evt_rw_binary(g, at, EVT_OP_ADD, var, e));
-  return evt_rw_binary(g, at, EVT_OP_MUL, evt_rw_binary(g, at, EVT_OP_SUB, x, mean), *rstd);
+  return evt_rw_binary(g, at, EVT_OP_MUL, centered, *rstd);
 }
 
 static int layer_norm_plain(evt_graph *g, int at, int x, double eps) {
