@@ -77,6 +77,17 @@ static inline void evt_test_rmdir(const char *dir) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   CHECK(system(cmd) == 0);
 }
+/* The evtc of the build under test: beside the running unit_tests (build/ or build-asan/), else build/evtc. */
+static inline const char *evt_test_evtc(void) {
+  static char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 8);
+  if (n <= 0) return "build/evtc";
+  path[n] = 0;
+  char *slash = strrchr(path, '/');
+  if (!slash) return "build/evtc";
+  strcpy(slash + 1, "evtc");
+  return path;
+}
 /* Saves the environment variables keys[0..n) into saved[] (strdup'd or NULL) / puts them back and frees. */
 static inline void evt_test_env_save(const char *const *keys, int n, char **saved) {
   for (int i = 0; i < n; i++) saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;

@@ -925,8 +925,8 @@ TEST(prefetch_fills_the_runtime_jit_cache) {
   prefetch_toolchain(dir);
   const char *files[] = {"bench/graphs/bert_layer_bf16.evt", "examples/mlp.evt"};
   snprintf(cmd, sizeof cmd,
-           "EVT_NVCC=%s/nvcc EVT_CACHE_DIR=%s/cache CUTLASS_PATH=%s/cut build/evtc prefetch %s %s > %s/out.txt 2>&1",
-           dir, dir, dir, files[0], files[1], dir);
+           "EVT_NVCC=%s/nvcc EVT_CACHE_DIR=%s/cache CUTLASS_PATH=%s/cut %s prefetch %s %s > %s/out.txt 2>&1",
+           dir, dir, dir, evt_test_evtc(), files[0], files[1], dir);
   CHECK_MSG(system(cmd) == 0, "%s", cmd);
   char *saved[3];
   prefetch_env(dir, saved);
