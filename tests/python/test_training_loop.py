@@ -1,8 +1,8 @@
 """Training-loop features of real scripts, with torch.compile(model, backend="evt") on the CPU.
 
 Each test trains a few optimizer steps with the compiled model and, side by side from the same initial weights,
-with eager PyTorch, and compares the loss and every gradient (fp32 rel <= 1e-5, fp16 autocast 1e-2, bf16 2e-2 (see BF16_TOL);
-a NaN or inf never passes). Every test also checks that evt really ran the step: interpreter segments ran,
+with eager PyTorch, and compares the loss and every gradient (fp32 rel <= 1e-5, fp16 autocast 1e-2, bf16 2e-2:
+see BF16_TOL; a NaN or inf never passes). Every test also checks that evt really ran the step: interpreter segments ran,
 no segment and no op fell back to PyTorch, no module ran in PyTorch (`EvtCheck`). Features: gradient
 accumulation, activation checkpointing, bf16 autocast, fp16 autocast with GradScaler, changing sequence
 lengths (plans built per shape, reused when a shape comes back), eval + no_grad between training steps, a
@@ -14,21 +14,20 @@ import copy
 import io
 import logging
 import os
-import socket
 import sys
 
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+sys.path.insert(0, HERE)
 import evt  # noqa: E402
 from evt import lib as evt_lib  # noqa: E402
 from evt import segment as evt_segment  # noqa: E402
+import distributed_train  # noqa: E402
+from loop_models import BatchNormMLP, TinyLM, lm_batch, mlp_batch, rel_err  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not evt_lib.has_interpreter(), reason="libevt has no CPU interpreter yet")
 
@@ -40,82 +39,9 @@ os.environ.setdefault("EVT_CACHE", "0")  # in-process tests stay off the disk ca
 # places (evt rounds where its graph passes decompose an op, eager where its kernels do) differ by up to about
 # that twice; test_bf16_autocast also checks that evt is no farther from fp32 than eager.
 FP32_TOL, HALF_TOL, BF16_TOL = 1e-5, 1e-2, 2e-2
-VOCAB, DIM = 32, 16
-
-
-# ---- models (tiny: CI has 2 cores) -----------------------------------------------------------------------
-
-class Block(nn.Module):
-    """A pre-LN transformer block (causal SDPA, GELU MLP); ckpt: each half under torch.utils.checkpoint."""
-
-    def __init__(self, d=DIM, heads=2, ff=2 * DIM, ckpt=False):
-        super().__init__()
-        self.heads, self.ckpt = heads, ckpt
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.up, self.down = nn.Linear(d, ff), nn.Linear(ff, d)
-
-    def attention(self, x):
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(a.transpose(1, 2).reshape(b, s, d))
-
-    def mlp(self, x):
-        return self.down(F.gelu(self.up(self.ln2(x))))
-
-    def forward(self, x):
-        if self.ckpt:
-            x = x + checkpoint(self.attention, x, use_reentrant=False)
-            return x + checkpoint(self.mlp, x, use_reentrant=False)
-        x = x + self.attention(x)
-        return x + self.mlp(x)
-
-
-class TinyLM(nn.Module):
-    """Embedding -> transformer block -> vocabulary head -> cross-entropy over every token."""
-
-    def __init__(self, ckpt=False):
-        super().__init__()
-        self.emb = nn.Embedding(VOCAB, DIM)
-        self.block = Block(ckpt=ckpt)
-        self.head = nn.Linear(DIM, VOCAB)
-
-    def forward(self, tokens, targets):
-        logits = self.head(self.block(self.emb(tokens)))
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-
-
-class BatchNormMLP(nn.Module):
-    """Linear -> BatchNorm1d -> ReLU -> Linear -> cross-entropy: train and eval compute differently."""
-
-    def __init__(self):
-        super().__init__()
-        # (no bias before the batch norm: its gradient is zero, only rounding noise would compare)
-        self.l1, self.bn, self.l2 = nn.Linear(8, 16, bias=False), nn.BatchNorm1d(16), nn.Linear(16, 4)
-
-    def forward(self, x, y):
-        return F.cross_entropy(self.l2(F.relu(self.bn(self.l1(x)))), y)
-
-
-def lm_batch(batch=2, seq=8):
-    return torch.randint(0, VOCAB, (batch, seq)), torch.randint(0, VOCAB, (batch, seq))
-
-
-def mlp_batch(batch=8):
-    return torch.randn(batch, 8), torch.randint(0, 4, (batch,))
 
 
 # ---- checks ------------------------------------------------------------------------------------------------
-
-def rel_err(a, b):
-    """max |a - b| / max |b|; inf or NaN in either gives inf (never passes)."""
-    a, b = a.detach().double(), b.detach().double()
-    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
-        return float("inf")
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-6)).item()
-
 
 def assert_close(got, want, tol, what):
     err = rel_err(got, want)
@@ -461,3 +387,30 @@ def test_two_compiled_models_interleaved(caplog):
                 x.step()
                 x.zero_grad()
     check.all_in_evt()
+
+
+# ---- 8. DistributedDataParallel and FSDP2 (two gloo processes) -----------------------------------------------------
+
+def check_distributed(reports, world=2):
+    """Every rank's loss (averaged over the ranks), gradients (all of them; a sharded one gathered) and final
+    weights equal single-process eager training on the full batch, and evt ran the rank's compiled modules."""
+    assert len(reports) == world
+    for r in reports:
+        what = f'{r["mode"]} rank {r["rank"]}'
+        assert max(r["loss_errs"]) <= FP32_TOL, (what, r)
+        assert max(r["grad_errs"]) <= FP32_TOL, (what, r)
+        assert r["weight_err"] <= FP32_TOL, (what, r)
+        assert r["grads_checked"] == len(list(TinyLM().parameters())), (what, r)
+        assert r["stats"].get("interp_segment_runs", 0) > 0 and r["stats"].get("plans", 0) > 0, (what, r)
+        assert r["stats"].get("torch_segment_runs", 0) == 0 and not r["in_pytorch"], (what, r)
+
+
+def test_distributed_data_parallel_gloo():
+    """torch.compile(DDP(model), backend="evt") on two gloo processes, 3 SGD steps (distributed_train.py)."""
+    check_distributed(distributed_train.launch("ddp", "gloo", world=2, steps=3))
+
+
+def test_fsdp2_gloo():
+    """fully_shard on the block and the root, then torch.compile(model, backend="evt"), on two gloo processes: the
+    sharded gradients gathered equal the full batch's (distributed_train.py)."""
+    check_distributed(distributed_train.launch("fsdp2", "gloo", world=2, steps=3))
