@@ -15,12 +15,15 @@ full batch's mean, and DDP and FSDP2 average the gradients over the ranks, so bo
 """
 import argparse
 import copy
+import faulthandler
 import json
 import logging
 import os
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
@@ -37,27 +40,38 @@ def free_port():
 
 def launch(mode, backend="gloo", world=2, steps=3, timeout=300):
     """Runs the world ranks as processes of this script; returns their reports (a list of dicts, by rank).
-    Raises RuntimeError with the failing rank's output if one fails."""
+    Raises RuntimeError with the failing rank's output if one fails or runs past timeout seconds (a rank prints
+    its threads' stacks shortly before that: a hung collective shows where)."""
     port = free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--mode", mode, "--backend", backend,
-                               "--world", str(world), "--steps", str(steps), "--rank", str(r), "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-             for r in range(world)]
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=timeout)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    with tempfile.TemporaryDirectory(prefix="evt-dist-") as tmp:
+        logs = [open(os.path.join(tmp, f"rank{r}.log"), "w+") for r in range(world)]
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--mode", mode, "--backend", backend,
+                                   "--world", str(world), "--steps", str(steps), "--rank", str(r), "--port", str(port),
+                                   "--stacks-after", str(max(timeout - 15, 1))],
+                                  stdout=logs[r], stderr=subprocess.STDOUT, text=True, env=env)
+                 for r in range(world)]
+        deadline = time.monotonic() + timeout
+        try:
+            for p in procs:
+                p.wait(timeout=max(deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        outs = []
+        for f in logs:
+            f.seek(0)
+            outs.append(f.read())
+            f.close()
     reports = []
     for r, (p, out) in enumerate(zip(procs, outs)):
         lines = [ln for ln in out.splitlines() if ln.startswith("{")]
         if p.returncode != 0 or not lines:
-            raise RuntimeError(f"{mode} rank {r} failed (exit {p.returncode}):\n{out[-6000:]}")
+            raise RuntimeError(f"{mode} rank {r} failed (exit {p.returncode}):\n{out[-8000:]}")
         reports.append(json.loads(lines[-1]))
     return reports
 
@@ -154,11 +168,14 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rank", type=int, help="run this rank (set by the launch)")
     ap.add_argument("--port", type=int)
+    ap.add_argument("--stacks-after", type=float, help="print every thread's stack after this many seconds")
     a = ap.parse_args()
     if a.rank is None:
         for r in launch(a.mode, a.backend, a.world, a.steps):
             print(json.dumps(r))
         return
+    if a.stacks_after:
+        faulthandler.dump_traceback_later(a.stacks_after, exit=False)
     os.environ.setdefault("EVT_CACHE", "0")
     print(json.dumps(run_rank(a.mode, a.backend, a.rank, a.world, a.port, a.steps)), flush=True)
 
