@@ -300,6 +300,7 @@ def test_eval_no_grad_then_train(caplog):
                 o.zero_grad()
 
     train(2)
+    assert evt.STATS["plans"] == 2
     for m in (ref, model):
         m.eval()
     runs = evt.STATS["interp_segment_runs"]
@@ -311,7 +312,9 @@ def test_eval_no_grad_then_train(caplog):
             assert_close(got, want, FP32_TOL, "eval loss")
     assert evt.STATS["interp_segment_runs"] > runs  # the evaluation ran in evt
     assert any(m.startswith("inference: ") for m in check.messages())
+    assert evt.STATS["plans"] == 3  # the inference plan
     train(2)
+    assert evt.STATS["plans"] == 3  # training again: the first two plans
     check.all_in_evt()
 
 
