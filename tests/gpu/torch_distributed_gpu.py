@@ -1,6 +1,7 @@
 """DistributedDataParallel and FSDP2 around torch.compile(backend="evt") on GPUs with NCCL, one process per GPU.
 
-    python3 tests/gpu/torch_distributed_gpu.py [--world 2] [--steps 3] [--modes ddp,fsdp2] [--backend nccl] [--timeout S]
+    python3 tests/gpu/torch_distributed_gpu.py [--world 2] [--steps 3] [--modes ddp,fsdp2] [--backend nccl]
+        [--timeout S]
 
 The checks of tests/python/test_training_loop.py's gloo tests, on CUDA tensors: tests/python/distributed_train.py
 launches one process per rank (rank r on GPU r), each trains TinyLM wrapped in DDP (or fully_shard on the block
