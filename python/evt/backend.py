@@ -63,12 +63,30 @@ def histogram(gm):
 
 
 def partition_fn(joint, joint_inputs, options=None, **kwargs):
-    """Sees the whole training step: logs its op histogram, rewrites it (rewrites.run_all), then splits it."""
+    """Sees the whole training step: logs its op histogram, rewrites it (rewrites.run_all), then splits it and
+    unwraps the recomputed ops that draw no random numbers (rewrites.unwrap_unseeded_rng_ops)."""
     if log.isEnabledFor(logging.INFO):
         h = histogram(joint)
         log.info("joint graph: %d ops: %s", sum(h.values()), ", ".join(f"{k} x{v}" for k, v in h.most_common()))
     _rewrite(joint, options, kwargs.get("num_fwd_outputs"))
-    return default_partition(joint, joint_inputs, **kwargs)
+    fw, bw = default_partition(joint, joint_inputs, **kwargs)
+    _unwrap_rng(fw, bw)
+    return fw, bw
+
+
+def _unwrap_rng(fw, bw):
+    """rewrites.unwrap_unseeded_rng_ops on the two modules; if it raises, both stay as partitioned (logged)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        kept = copy.deepcopy(fw.graph), copy.deepcopy(bw.graph)
+    try:
+        R.unwrap_unseeded_rng_ops(fw, bw)
+    except Exception as e:  # noqa: BLE001 (a bug in a rewrite must not fail the user's step)
+        log.warning("evt could not unwrap the checkpointed ops' RNG wrappers (%s: %s); they run in PyTorch",
+                    type(e).__name__, e)
+        for gm, graph in zip((fw, bw), kept):
+            gm.graph = graph
+            gm.recompile()
 
 
 def _rewrite(joint, options, num_fwd_outputs):

@@ -289,6 +289,7 @@ def build_plan(gm, options=None, kind="module"):
         plan = Plan(gm, force, options, program_node_fallback=rebuilds < MAX_PROGRAM_REBUILDS, kind=kind)
         try:
             plan.finalize()
+            SG.STATS["plans"] += 1
             return plan
         except LibraryError:
             raise

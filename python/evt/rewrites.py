@@ -502,3 +502,84 @@ def run_all(joint, options=None, num_fwd_outputs=None):
     recompute_upcasts(joint, num_fwd_outputs, options)
     upcast_into_log_softmax(joint, options)
     record_layer_norm_eps(joint)
+
+
+# ---- after the partition: the forward and backward modules -------------------------------------------------
+
+def _draws_random(op, args, kwargs):
+    """False when op draws no random numbers with these arguments: an ATen op with a `dropout_p` argument (the
+    attention kernels) draws only for its dropout, so none at dropout_p == 0. True for every other op tagged
+    nondeterministic_seeded (the tag marks what may draw, not what does)."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return True
+    for i, a in enumerate(schema.arguments):
+        if a.name == "dropout_p":
+            p = args[i] if i < len(args) else kwargs.get("dropout_p", a.default_value)
+            return not (isinstance(p, (int, float)) and p == 0)
+    return True
+
+
+def unwrap_unseeded_rng_ops(fw, bw):
+    """Undoes PyTorch's RNG functionalization of an activation-checkpointed op that draws no random numbers.
+
+    default_partition wraps every op that is tagged nondeterministic_seeded and recomputed in the backward
+    (torch.utils.checkpoint) in run_and_save_rng_state (forward: returns the generator state and the result,
+    the state is saved for the backward) and run_with_rng_state (backward: restores the state, recomputes), so
+    both draw the same numbers. An attention op with dropout_p == 0 carries the tag but draws nothing: its
+    wrappers only hide it from evt (they have no translation) and save a generator state whose size is
+    symbolic. Here each such pair becomes the plain op in both modules, and the state leaves the forward's
+    outputs and the backward's inputs (matched by order: the k-th state output of the forward is the k-th
+    rng_state_output placeholder of the backward, as the partitioner creates them). Pairs that draw are kept.
+    Returns the number of pairs unwrapped."""
+    wrap, rewrap = torch.ops.higher_order.run_and_save_rng_state, torch.ops.higher_order.run_with_rng_state
+    out = next(n for n in fw.graph.nodes if n.op == "output")
+    outs = list(out.args[0])
+    states = [o for o in outs if isinstance(o, torch.fx.Node) and o.target is operator.getitem and
+              o.args[0].target is wrap and o.args[1] == 0]
+    holders = [n for n in bw.graph.nodes if n.op == "placeholder" and n.name.startswith("rng_state_output")]
+    if len(states) != len(holders):  # (not the partitioner's layout: leave both modules as they are)
+        return 0
+    count = 0
+    for state, holder in zip(states, holders):
+        node = state.args[0]
+        users = list(holder.users)
+        if _draws_random(node.args[0], node.args[1:], node.kwargs) or \
+                not all(u.target is rewrap and u.args[0] is holder for u in users) or \
+                not all(u.target is operator.getitem for u in node.users):
+            continue
+        outs.remove(state)
+        out.args = (tuple(outs),) + tuple(out.args[1:])
+        meta = _call_unwrapped(fw.graph, node, node.args[1:], None)
+        for u in users:
+            _call_unwrapped(bw.graph, u, u.args[2:], meta)
+        bw.graph.erase_node(holder)
+        count += 1
+    if count:
+        for gm in (fw, bw):
+            gm.graph.lint()
+            gm.recompile()
+        log.info("activation checkpointing: %d recomputed op(s) that draw no random numbers run unwrapped "
+                 "(no generator state saved)", count)
+    return count
+
+
+def _call_unwrapped(graph, wrapper, args, meta):
+    """Replaces wrapper (run_and_save_rng_state or run_with_rng_state of an op) by a call of its op with args;
+    the result (item 1 of the former's tuple, the latter's value) goes to the wrapper's users. The call gets the
+    op's meta: the forward's from its result item, the backward's from meta (the forward call's: the backward's
+    wrapper has none). Returns the call's meta."""
+    op = wrapper.args[1] if wrapper.target is torch.ops.higher_order.run_with_rng_state else wrapper.args[0]
+    with graph.inserting_before(wrapper):
+        call = graph.call_function(op, tuple(args), dict(wrapper.kwargs))
+    if wrapper.target is torch.ops.higher_order.run_and_save_rng_state:
+        for g in list(wrapper.users):
+            if g.args[1] == 1:
+                call.meta = dict(g.meta)
+                g.replace_all_uses_with(call)
+            graph.erase_node(g)
+    else:
+        call.meta = dict(meta or wrapper.meta)
+        wrapper.replace_all_uses_with(call)
+    graph.erase_node(wrapper)
+    return call.meta

@@ -27,7 +27,10 @@ log = logging.getLogger("evt")
 aten = torch.ops.aten
 
 
-# Counters of what ran where since the last reset_stats() (read by the benchmark and the GPU tests).
+# Counters since the last reset_stats(), read by the benchmark and the tests: what ran where (segment runs per
+# path, GPU launches, CUDA-graph captures, input copies) and what was compiled: "plans" (module plans built: one
+# per compiled module, or per concrete argument signature of a module with symbolic shapes) and
+# "segments_compiled" (segment texts parsed and optimized, i.e. not found in the in-memory cache _GRAPHS).
 STATS = collections.Counter()
 
 
@@ -93,6 +96,7 @@ def _graph_for(text, dump=None):
                 diskcache.store(dkey, g, optimized)
         log.info("  segment %s: %d evt nodes, %d after the graph passes", name, g.parsed_nodes, g.node_count)
         _GRAPHS[key] = g
+        STATS["segments_compiled"] += 1
     if dump:
         os.makedirs(dump, exist_ok=True)
         for suffix, body in ((".evt", text), (".opt.evt", None)):

@@ -24,6 +24,15 @@ def _has_tensor(node):
     return v is None or any(isinstance(t, torch.Tensor) for t in vs)
 
 
+def _size_arithmetic(node):
+    """True for arithmetic on sizes (a module with symbolic shapes: `s0 * s1` for a view's shape), a pure Python
+    operator or torch.sym_* function whose value is no tensor: like a functional op it need not end a segment."""
+    fn = node.target
+    pure = getattr(fn, "__module__", None) in ("_operator", "operator") or \
+        getattr(fn, "__name__", "").startswith("sym_")
+    return pure and not _has_tensor(node)
+
+
 def _reason(e):
     """The logged reason of a translation error: Unsupported's own message, else the exception's type and message."""
     if isinstance(e, A.Unsupported):
@@ -185,7 +194,8 @@ class Segmentation:
         order). An op that is not functional ends the segment."""
         cur = self._open_segment()
         schema = getattr(node.target, "_schema", None)
-        functional = node.target is operator.getitem or (schema is not None and not schema.is_mutable)
+        functional = node.target is operator.getitem or (schema is not None and not schema.is_mutable) or \
+            _size_arithmetic(node)
         reads_cur = any(self._seg_of.get(a) is cur for a in node.all_input_nodes)
         if cur is not None and functional and not reads_cur and not self._deferred:
             self.steps.insert(len(self.steps) - 1, node)

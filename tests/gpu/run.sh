@@ -12,7 +12,8 @@
 #   program  the program API on every graph (program_check.c: eager, CUDA graph, fused, fused CUDA graph), and the
 #            API example examples/c/train_step.c
 #   torch    torch.compile(backend="evt") on CUDA against eager PyTorch (torch_models_gpu.py, every model in the
-#            modes evt, evt_cg, evt_cgs, evt_fp32, evt_all; torch_dropout_gpu.py)
+#            modes evt, evt_cg, evt_cgs, evt_fp32, evt_all; torch_dropout_gpu.py; torch_distributed_gpu.py
+#            (DDP and FSDP2 over NCCL) where there are 2 GPUs)
 # Needs an NVIDIA Hopper GPU (the kernels are sm_90a) and nvcc; without a GPU it exits 2 at once. Needs what
 # scripts/setup.sh installs (CUTLASS 4.2 headers in .cutlass/ or at $CUTLASS_PATH, PyTorch), PyTorch with CUDA for
 # the torch group, and cuDNN 9 (the toolkit's, or the nvidia-cudnn wheel PyTorch brings) for attention. Runs `make`
@@ -286,6 +287,13 @@ if want torch; then
     done <"$B/torch_models.results"
     check "torch_dropout_gpu.py: evt's dropout masks, 3 modes x bf16/f32, vs eager with the same mask" torch_dropout \
       python3 tests/gpu/torch_dropout_gpu.py
+    # (two processes, one GPU each; tiny shapes: GEMMs through cuBLAS as in torch_models, nothing to JIT-compile)
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+      check "torch_distributed_gpu.py: DDP and FSDP2 on 2 GPUs (NCCL) vs eager on the full batch" torch_distributed \
+        env CUTLASS_PATH=$NOCUTLASS python3 tests/gpu/torch_distributed_gpu.py --timeout 600
+    else
+      echo "skip torch_distributed_gpu.py (needs 2 GPUs)"
+    fi
   else
     record "PyTorch with CUDA (needed by the torch group)" 1 "$OUT/torch_cuda.log"
   fi
