@@ -1226,6 +1226,92 @@ def _index_select(b, node, used):
     return b.result("index_select", [b.val(x), b.val(idx)], {"dim": dim % meta_val(x).dim()})
 
 
+# Message passing over an edge list (torch_geometric's aggregation, its degree normalization and their backward):
+# scatter_add / gather whose index repeats one 1-d index over every other dim (edge_index[1] viewed [-1, 1] and
+# expanded over the features) are evt's scatter-add (index_select_backward) and index_select along that dim.
+# Other index tensors pick a different element per position: no evt op, they run in PyTorch.
+
+def _broadcast_index(b, index, dim):
+    """The evt name of the 1-d i64 index that `index` (an FX node) repeats over every dim but `dim`: index itself
+    when 1-d, else the input of the expand that made it, shaped 1 in every other dim."""
+    iv = meta_val(index)
+    if iv.dtype not in (torch.int64, torch.int32):
+        raise Unsupported("index of dtype other than int64 / int32")
+    if iv.dim() == 1:
+        return b.cast(index, torch.int64)
+    if getattr(index.target, "overloadpacket", None) is not aten.expand:
+        raise Unsupported("index not a 1-d index expanded over the other dims")
+    base = index.args[0]
+    bs = static_shape(meta_val(base))
+    if len(bs) != iv.dim() or any(s != 1 for d, s in enumerate(bs) if d != dim):
+        raise Unsupported("index not a 1-d index expanded over the other dims")
+    return b.reshape(b.cast(base, torch.int64), [bs[dim]])
+
+
+def _index_fits(ishape, shape, dim):
+    """scatter_add / gather read or write the block index.shape of every dim but dim; evt's ops take them whole."""
+    return len(ishape) == len(shape) and all(ishape[d] == shape[d] for d in range(len(shape)) if d != dim)
+
+
+@rule(aten.scatter_add)
+def _scatter_add(b, node, used):
+    """x.scatter_add(dim, index, src), index a 1-d index broadcast over the other dims and shaped like src:
+    x + index_select_backward(src, index) along dim (floating point: integer sums would need a bound)."""
+    x, dim, index, src = node.args[:4]
+    v = out(node)
+    if not v.dtype.is_floating_point:
+        raise Unsupported("integer scatter_add")
+    dim %= max(v.dim(), 1)
+    xs, ishape = static_shape(meta_val(x)), static_shape(meta_val(index))
+    if ishape != static_shape(meta_val(src)) or not _index_fits(ishape, xs, dim):
+        raise Unsupported("scatter_add whose index is shaped unlike src or self")
+    idx = _broadcast_index(b, index, dim)
+    sc = b.op("index_select_backward", [b.cast(src, v.dtype), idx], {"dim": dim, "shape": xs})
+    return b.result("add", [b.cast(x, v.dtype), sc])
+
+
+@rule(aten.index_add)
+def _index_add(b, node, used):
+    """x.index_add(dim, index, src, alpha): x + alpha * index_select_backward(src, index) along dim (floating
+    point, as scatter_add)."""
+    x, dim, index, src = node.args[:4]
+    alpha = arg(node, 4, "alpha", 1)
+    v = out(node)
+    if not v.dtype.is_floating_point:
+        raise Unsupported("integer index_add")
+    if meta_val(index).dim() != 1 or meta_val(index).dtype not in (torch.int64, torch.int32):
+        raise Unsupported("index_add with an index other than 1-d integers")
+    dim %= max(v.dim(), 1)
+    sc = b.op("index_select_backward", [b.cast(src, v.dtype), b.cast(index, torch.int64)],
+              {"dim": dim, "shape": static_shape(meta_val(x))})
+    if alpha != 1:
+        sc = b.op("mul", [sc, b.scalar(alpha, v.dtype)])
+    return b.result("add", [b.cast(x, v.dtype), sc])
+
+@rule(aten.gather)
+def _gather(b, node, used):
+    """x.gather(dim, index), index a 1-d index broadcast over the other dims: index_select(x, index) along dim
+    (the backward of scatter_add above)."""
+    x, dim, index = node.args[:3]
+    dim %= max(meta_val(x).dim(), 1)
+    if not _index_fits(static_shape(meta_val(index)), static_shape(meta_val(x)), dim):
+        raise Unsupported("gather of a block smaller than x")
+    return b.result("index_select", [b.val(x), _broadcast_index(b, index, dim)], {"dim": dim})
+
+
+@rule(aten.repeat)
+def _repeat(b, node, used):
+    """x.repeat(reps): x viewed [1, s0, 1, s1, ...], broadcast to [r0, s0, r1, s1, ...], reshaped to the result
+    (tiles: out[i * s + j] = x[j] along each dim)."""
+    x, reps = node.args[:2]
+    reps = [int(r) for r in reps]
+    shape = [1] * (len(reps) - meta_val(x).dim()) + static_shape(meta_val(x))
+    ones = [d for s in shape for d in (1, s)]
+    tiled = [d for r, s in zip(reps, shape) for d in (r, s)]
+    y = b.op("expand", [b.reshape(b.val(x), ones)], {"shape": tiled})
+    return b.result("reshape", [y], {"shape": static_shape(out(node))})
+
+
 # ---- joint-graph rewrites ------------------------------------------------------------------------------
 # PyTorch's max-pool backward ops take the forward's argmax indices, which evt does not produce: evt's
 # backward recomputes each window's first maximum from x. rewrite_joint replaces them by the evt::

@@ -485,12 +485,60 @@ def record_layer_norm_eps(gm):
                     n.meta["evt_eps"] = float(fwd.args[4])
 
 
+def _expanded_index_base(index, dim):
+    """The 1-d index that `index` (an FX node) repeats over every dim but dim, as the FX node it is expanded from
+    (shaped 1 in every other dim), or None."""
+    if not isinstance(index, torch.fx.Node) or index.target != aten.expand.default:
+        return None
+    base, iv = index.args[0], A.meta_val(index)
+    bs = A.static_shape(A.meta_val(base))
+    if iv.dtype != torch.int64 or len(bs) != iv.dim() or any(s != 1 for d, s in enumerate(bs) if d != dim):
+        return None
+    return base
+
+
+def index_ops_for_broadcast_index(gm):
+    """gather / scatter_add whose index is a 1-d index expanded over the other dims (torch_geometric's
+    aggregation and its backward) become index_select / index_add of the 1-d index (the same values). The
+    partition then saves the 1-d index for the backward, whose gather would otherwise receive the expanded
+    index as an input and no longer see that it repeats one index. Returns the number of nodes replaced."""
+    count = 0
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target not in (aten.gather.default, aten.scatter_add.default):
+            continue
+        x, dim, index = n.args[:3]
+        dim %= max(A.meta_val(n).dim(), 1)
+        base = _expanded_index_base(index, dim)
+        shape = A.static_shape(A.meta_val(x))
+        if base is None or not A._index_fits(A.static_shape(A.meta_val(index)), shape, dim) or \
+                (n.target == aten.scatter_add.default and
+                 A.static_shape(A.meta_val(n.args[3])) != A.static_shape(A.meta_val(index))):
+            continue
+        with gm.graph.inserting_before(n):
+            flat = gm.graph.call_function(aten.view.default, (base, [A.static_shape(A.meta_val(index))[dim]]))
+            flat.meta["val"] = A.meta_val(base).reshape(-1)
+            if n.target == aten.gather.default:
+                new = gm.graph.call_function(aten.index_select.default, (x, dim, flat))
+            else:
+                new = gm.graph.call_function(aten.index_add.default, (x, dim, flat, n.args[3]))
+        new.meta = dict(n.meta)
+        n.replace_all_uses_with(new)
+        gm.graph.erase_node(n)
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+        log.info("joint graph: %d gather / scatter_add over a broadcast index made index_select / index_add", count)
+    return count
+
+
 def run_all(joint, options=None, num_fwd_outputs=None):
     """Every rewrite of the joint graph, in order (num_fwd_outputs: AOTAutograd's count of the forward's outputs
     the module returns; None when unknown)."""
     if num_fwd_outputs is not None:
         mark_returned_log_softmax(joint, num_fwd_outputs)
     joint_cse(joint)
+    index_ops_for_broadcast_index(joint)
     A.rewrite_joint(joint, attention=config.gpu_family_in_evt(options, "attention"),
                     cuda_pools=config.gpu_family_in_evt(options, "pooling"),
                     ln_devices=("cuda", "cpu") if P.cuda_rules("cpu") else ("cuda",))
