@@ -21,6 +21,7 @@ import operator
 import torch
 
 from . import config
+from . import sparse  # noqa: F401 (defines the evt::spmm_csr ops translated below)
 from .lib import DTYPE_NAMES
 
 aten = torch.ops.aten
@@ -1287,6 +1288,27 @@ def _index_add(b, node, used):
     if alpha != 1:
         sc = b.op("mul", [sc, b.scalar(alpha, v.dtype)])
     return b.result("add", [b.cast(x, v.dtype), sc])
+
+@rule(torch.ops.evt.spmm_csr)
+def _spmm_csr(b, node, used):
+    """evt::spmm_csr(crow, col, values, x) (evt.sparse_mm): evt's spmm."""
+    crow, col, values, x = node.args[:4]
+    dt = out(node).dtype
+    return b.result("spmm", [b.cast(crow, torch.int64), b.cast(col, torch.int64), b.cast(values, dt), b.cast(x, dt)])
+
+
+@rule(torch.ops.evt.spmm_csr_t)
+def _spmm_csr_t(b, node, used):
+    """evt::spmm_csr_t(crow, col, values, dy, k) (spmm_csr's backward): evt's spmm_t, A^T dy."""
+    crow, col, values, dy = node.args[:4]
+    dt = out(node).dtype
+    return b.result("spmm_t", [b.cast(crow, torch.int64), b.cast(col, torch.int64), b.cast(values, dt),
+                               b.cast(dy, dt)], {"shape": static_shape(out(node))})
+
+
+@rule(torch.ops.evt.spmm_csr_values_grad)
+def _spmm_csr_values_grad(b, node, used):
+    raise Unsupported("evt's spmm has no gradient for its values")
 
 @rule(aten.gather)
 def _gather(b, node, used):
