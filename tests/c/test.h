@@ -79,7 +79,7 @@ static inline void evt_test_rmdir(const char *dir) {
 }
 /* The evtc of the build under test: beside the running unit_tests (build/ or build-asan/), else build/evtc. */
 static inline const char *evt_test_evtc(void) {
-  static char path[4096];
+  static char path[1024];
   ssize_t n = readlink("/proc/self/exe", path, sizeof path - 8);
   if (n <= 0) return "build/evtc";
   path[n] = 0;

@@ -920,7 +920,7 @@ static void prefetch_restore(char **saved) {
 }
 
 TEST(prefetch_fills_the_runtime_jit_cache) {
-  char dir[128], cmd[4096];
+  char dir[128], cmd[8192];
   snprintf(dir, sizeof dir, "/tmp/evt-prefetch-test-%ld", (long)getpid());
   prefetch_toolchain(dir);
   const char *files[] = {"bench/graphs/bert_layer_bf16.evt", "examples/mlp.evt"};
