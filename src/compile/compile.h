@@ -86,6 +86,8 @@ typedef struct evt_cuda evt_cuda;
 /* A program with `flags` (EVT_PROGRAM_FUSED, EVT_PROGRAM_CUDA_GRAPH) over g as given (EVT_PROGRAM_NO_OPT
  * is implied: evtc runs the passes itself, keeping the host values' node ids). evt_cuda_open: node by node. */
 evt_status evt_cuda_open_flags(evt_graph *g, unsigned flags, evt_cuda **out);
+/* The same with options (o->flags as above; o->arch / o->ptx: the GPU target, `evtc run --arch`). */
+evt_status evt_cuda_open_opts(evt_graph *g, const evt_options *o, evt_cuda **out);
 evt_status evt_cuda_open(evt_graph *g, evt_cuda **out);
 /* Fused (EVT_PROGRAM_FUSED): a group that falls back gets one warning line on stderr naming it and why
  * (also through evt_cuda_open_flags). */

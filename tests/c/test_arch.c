@@ -8,6 +8,7 @@
 #include "codegen/lower.h"
 #include "codegen/rspec.h"
 #include "compile/compile.h"
+#include "tune/tune.h"
 
 static char *emit_sm80(const char *example, int arch) {
   evt_kspec s;
@@ -185,4 +186,21 @@ TEST(arch_lowering_retargets_every_group) {
   CHECK(gemm == 1 && rows == 1);
   evt_exec_plan_free(&xp);
   evt_graph_free(g);
+}
+
+TEST(arch_tuner_candidates_per_target) {
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "bias_gelu_aux", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  CHECK(evt_kspec_retarget(&s, 89, 4096, NULL, NULL, 0) == EVT_OK);
+  evt_tile_config c[32];
+  int n = evt_tune_candidates(&s, 4096, 4096, 4096, c, 32);
+  CHECK(n >= 6 && c[0].tile_k == 32 && c[0].stages == 3);
+  for (int i = 0; i < n; i++) {
+    CHECK(evt_tile_config_check(&s, &c[i], NULL, 0) == EVT_OK);
+    CHECK(c[i].cluster_m == 1 && c[i].schedule == EVT_SCHED_COOPERATIVE && !c[i].stream_k);
+    CHECK((long)c[i].stages * (c[i].tile_m + c[i].tile_n) * c[i].tile_k * 2 <= 99L * 1024);
+  }
+  s.arch = 80; /* sm_80's larger shared memory admits 128x256x64 at 3 stages (144 KiB) */
+  int n80 = evt_tune_candidates(&s, 4096, 4096, 4096, c, 32);
+  CHECK(n80 > n);
 }
