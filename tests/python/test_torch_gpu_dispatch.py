@@ -39,7 +39,7 @@ os.environ.setdefault("EVT_CACHE", "0")
 # ---- options and flags -----------------------------------------------------------------------------------
 
 def test_parse_options_defaults_and_unknown():
-    assert C.parse_options(None) == {"check": False, "cudagraphs": False, "dump": None, "fused": True,
+    assert C.parse_options(None) == {"arch": None, "check": False, "cudagraphs": False, "dump": None, "fused": True,
                                      "gpu_ops": ("dropout",), "tune": None}
     assert C.parse_options({"cudagraphs": True})["cudagraphs"] == "step"
     assert C.parse_options({"cudagraphs": "step"})["cudagraphs"] == "step"
@@ -68,6 +68,18 @@ def test_program_flags():
     h = open(os.path.join(evt_lib.REPO, "include", "evt.h")).read()
     for name, v in (("FUSED", F_), ("CUDA_GRAPH", CG), ("NO_OPT", NO)):
         assert f"#define EVT_PROGRAM_{name} {v}u" in h.replace("  ", " ").replace("  ", " ")
+
+
+def test_arch_option():
+    """options["arch"]: the GPU target of the generated kernels, parsed by libevt's evt_arch_parse into evt_options."""
+    assert C.parse_options({"arch": "sm_80"})["arch"] == "sm_80"
+    with pytest.raises(ValueError, match="arch must be one of"):
+        C.parse_options({"arch": "sm_75"})
+    o = G.options_for(G.EVT_PROGRAM_FUSED, 1, "compute_80")
+    assert (o.arch, o.ptx) == (80, 1)
+    o = G.options_for(G.EVT_PROGRAM_FUSED, 1, "sm_89")
+    assert (o.arch, o.ptx) == (89, 0)
+    assert G.options_for(G.EVT_PROGRAM_FUSED, 1).arch == 0  # the present GPU's
 
 
 def test_tune_option():
