@@ -24,7 +24,9 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all test test-gpu asan fuzz clean cuda
 NVCC ?= nvcc
-CUDA_ARCH ?= sm_90
+# The kernel library's GPU: the present one (nvidia-smi's compute capability), else sm_90
+GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+CUDA_ARCH ?= $(if $(GPU_CC),sm_$(GPU_CC),sm_90)
 # The kernel library's targets (tests/gpu/run.sh ampere: PTX for compute_80 only, into FALLBACK_SO elsewhere)
 CUDA_GENCODE ?= -arch=$(CUDA_ARCH)
 FALLBACK_SO ?= $(BUILD)/libevt_fallback.so
