@@ -24,12 +24,17 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all test test-gpu asan fuzz clean cuda
 NVCC ?= nvcc
-CUDA_ARCH ?= sm_90
+# The kernel library's GPU: the present one (nvidia-smi's compute capability), else sm_90
+GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+CUDA_ARCH ?= $(if $(GPU_CC),sm_$(GPU_CC),sm_90)
+# The kernel library's targets (tests/gpu/run.sh ampere: PTX for compute_80 only, into FALLBACK_SO elsewhere)
+CUDA_GENCODE ?= -arch=$(CUDA_ARCH)
+FALLBACK_SO ?= $(BUILD)/libevt_fallback.so
 CUDA_LIB ?= $(abspath $(dir $(shell command -v $(NVCC) 2>/dev/null))/../lib64)
 all: $(BUILD)/libevt.a $(BUILD)/libevt.so $(BUILD)/evtc $(BUILD)/unit_tests
 # With nvcc present, `make` also builds the CUDA kernel library, so `evtc run --device auto` can use a GPU.
 ifneq ($(shell command -v $(NVCC) 2>/dev/null),)
-all: $(BUILD)/libevt_fallback.so
+all: $(FALLBACK_SO)
 endif
 
 $(BUILD)/obj/%.o: %.c | $(BUILD)/layering.ok
@@ -58,7 +63,7 @@ $(BUILD)/unit_tests: $(TEST_OBJ) $(BUILD)/libevt.a
 
 # The per-node CUDA kernel library (kernels/fallback/, one file per op family), loaded by src/runtime/gpu/cuda.c with
 # dlopen (libevt itself never links CUDA). --fmad=false keeps a*b+c as two roundings, like the CPU interpreter.
-cuda: $(BUILD)/libevt_fallback.so
+cuda: $(FALLBACK_SO)
 # kernels/fallback/cudnn_sdpa.cu (attention through cuDNN's flash-attention engines) loads libcudnn with dlopen at
 # run time; it only needs cudnn_graph.h to compile: from $(CUDA_HOME)/include, /usr/local/cuda/include or the
 # nvidia-cudnn pip wheel (a namespace package: __path__). Without it the module compiles to stubs that say so.
@@ -68,9 +73,9 @@ CUDNN_INCLUDE ?= $(firstword $(foreach d,$(if $(CUDA_HOME),$(CUDA_HOME)/include)
 FALLBACK_SRC := $(sort $(wildcard kernels/fallback/*.cu))
 FALLBACK_HDR := kernels/fallback/internal.h kernels/evt_fallback.h kernels/evt_fb_gemm.h kernels/evt_cudnn_sdpa.h \
   kernels/philox.h src/ir/ops.def
-$(BUILD)/libevt_fallback.so: $(FALLBACK_SRC) $(FALLBACK_HDR)
-	@mkdir -p $(BUILD)
-	$(NVCC) -O2 --fmad=false -arch=$(CUDA_ARCH) -Xcompiler -fPIC -shared -Ikernels -Isrc \
+$(FALLBACK_SO): $(FALLBACK_SRC) $(FALLBACK_HDR)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 --fmad=false $(CUDA_GENCODE) -Xcompiler -fPIC -shared -Ikernels -Isrc \
 	  $(if $(CUDNN_INCLUDE),-DEVT_HAVE_CUDNN -I$(CUDNN_INCLUDE)) -o $@ $(FALLBACK_SRC) \
 	  -L$(CUDA_LIB) -Xlinker -rpath -Xlinker $(CUDA_LIB) -lcublasLt -lcublas -ldl
 

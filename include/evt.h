@@ -186,8 +186,20 @@ typedef struct evt_options {
    * GEMM group whose tuning records leave fused-vs-unfused open, the faster kept): 0 off, 1 on (default),
    * 2 also every other GEMM group with an epilogue the unfused pair can run. */
   int fusion_ab;
+  /* GPU target of the generated kernels: 80, 86 or 89 (Ampere / Ada: CUTLASS 2.x GEMMs with Sm80 visitor trees, row
+   * kernels without programmatic dependent launches) or 90 (sm_90a, Hopper: CUTLASS Sm90 collectives); 0 (default):
+   * the present GPU's, else 90. */
+  int arch;
+  /* 1: generated kernels are compiled to PTX only (compute_XX, or compute_90a), which the driver JIT-compiles for the
+   * GPU present. 0: machine code for `arch` - unless a GPU is present whose own arch differs (sm_80 kernels run on a
+   * Hopper), where PTX is used all the same. */
+  int ptx;
 } evt_options;
 void evt_options_init(evt_options *o);
+/* Parses a GPU target as `evtc --arch` and the PyTorch backend's "arch" option write it: "sm_80", "sm_86", "sm_89",
+ * "sm_90a" (or "sm_90"), "compute_80" / "compute_86" / "compute_89" / "compute_90a" (the same target, PTX only), or
+ * "auto" (0: the present GPU's). EVT_OK with *arch and *ptx set, else EVT_ERR_INVALID. */
+evt_status evt_arch_parse(const char *text, int *arch, int *ptx);
 /* The fused plan evt would run for g with these options, without a GPU, as JSON text (malloc'd; free() it):
  * {"nodes", "groups": [{"group", "kind" (gemm+evt / row / pointwise / unfused), "path" (generated / cublas /
  * cublaslt / cublas+row / node-by-node), "members", "ops" (the members' ops, "mm+add+gelu"), "m", "n", "k",

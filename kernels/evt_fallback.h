@@ -79,6 +79,7 @@ typedef struct evt_fb_ctx evt_fb_ctx;
 /* Streams, events and graph executables cross this ABI as void * (cudaStream_t / cudaEvent_t /
  * cudaGraphExec_t); stream NULL is the legacy default stream. */
 int evt_fb_init(char *err, size_t errlen);                 /* picks device 0; fails if there is none */
+int evt_fb_device_arch(void);  /* device 0's compute capability as major * 10 + minor (80, 86, 89, 90, ...), 0 on error */
 evt_fb_ctx *evt_fb_ctx_new(char *err, size_t errlen);      /* NULL on failure */
 void evt_fb_ctx_free(evt_fb_ctx *c);
 void *evt_fb_alloc(int64_t bytes, char *err, size_t errlen); /* NULL on failure */

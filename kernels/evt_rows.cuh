@@ -34,6 +34,11 @@
 #ifndef EVT_ROWS_PDL_MAIN  // the row kernels themselves as programmatic dependent launches (evt_row_config.h)
 #define EVT_ROWS_PDL_MAIN EVT_ROWS_DEFAULT_PDL_MAIN
 #endif
+// griddepcontrol needs sm_90: a kernel compiled for an older target (its generated source defines both 0) must not
+// be launched as a programmatic dependent launch either, since its device code would not wait
+#if (EVT_ROWS_PDL || EVT_ROWS_PDL_MAIN) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "EVT_ROWS_PDL / EVT_ROWS_PDL_MAIN need sm_90 (the emitter turns them off for sm_8x targets)"
+#endif
 
 #ifndef EVT_ROWS_BF16_SHIFT  // bf16 chunks unpacked from their 32-bit words (1) or element by element (0)
 #define EVT_ROWS_BF16_SHIFT 1

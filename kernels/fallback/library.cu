@@ -168,6 +168,14 @@ extern "C" int evt_fb_init(char *err, size_t errlen) {
   return 0;
 }
 
+extern "C" int evt_fb_device_arch(void) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess)
+    return 0;
+  return major * 10 + minor;
+}
+
 extern "C" void evt_fb_ctx_free(evt_fb_ctx *c) {
   if (!c) return;
   fb_gemm_ctx_free(c);

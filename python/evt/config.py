@@ -80,9 +80,12 @@ CUDAGRAPHS = {False: False, None: False, True: "step", "step": "step", "segments
 GPU_OP_FAMILIES = ("attention", "batch_norm", "convolution", "dropout", "embedding", "pooling")
 GPU_OPS_FAST = ("dropout",)
 
-OPTIONS = ("check", "cudagraphs", "dump", "fused", "gpu_ops", "tune")
-DEFAULTS = {"check": False, "cudagraphs": False, "dump": None, "fused": True, "gpu_ops": GPU_OPS_FAST,
+OPTIONS = ("arch", "check", "cudagraphs", "dump", "fused", "gpu_ops", "tune")
+DEFAULTS = {"arch": None, "check": False, "cudagraphs": False, "dump": None, "fused": True, "gpu_ops": GPU_OPS_FAST,
             "tune": None}
+# options["arch"]: the GPU target of evt's generated kernels (evt_options.arch / ptx, evt_arch_parse): None = the
+# present GPU's; "sm_80" / "sm_86" / "sm_89" (Ampere / Ada), "sm_90a", or "compute_XX" (PTX only)
+ARCHS = ("auto", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_90", "compute_80", "compute_86", "compute_89", "compute_90a")
 
 
 def _gpu_ops(v):
@@ -119,10 +122,13 @@ def parse_options(options):
     check = options.get("check", False)
     if not isinstance(check, bool):
         raise ValueError(f"evt backend: check must be a bool, not {check!r}")
+    arch = options.get("arch")
+    if arch is not None and arch not in ARCHS:
+        raise ValueError(f"evt backend: arch must be one of {list(ARCHS)}, not {arch!r}")
     dump = options.get("dump")
     if dump is not None and not isinstance(dump, (str, os.PathLike)):
         raise ValueError(f"evt backend: dump must be a directory path, not {dump!r}")
-    return {"check": check, "cudagraphs": CUDAGRAPHS[cg], "dump": os.fspath(dump) if dump is not None else None,
+    return {"arch": arch, "check": check, "cudagraphs": CUDAGRAPHS[cg], "dump": os.fspath(dump) if dump is not None else None,
             "fused": fused is not False, "gpu_ops": _gpu_ops(options.get("gpu_ops")), "tune": tune}
 
 

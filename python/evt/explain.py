@@ -29,7 +29,8 @@ def plan_report(text, options=None):
     """evt_plan_report of an optimized segment text (as the backend creates its programs: NO_OPT) as a dict."""
     fn = L._declare("evt_plan_report", ctypes.c_void_p, [ctypes.c_void_p, ctypes.POINTER(G.EvtOptions)])
     g = L.Graph(text, "<explain>")
-    o = G.options_for(G.program_flags(options) | G.EVT_PROGRAM_FUSED, G.refine_level(options))
+    o = G.options_for(G.program_flags(options) | G.EVT_PROGRAM_FUSED, G.refine_level(options),
+                      config.parse_options(options)["arch"])
     p = fn(g._g, ctypes.byref(o))
     if not p:
         raise L.EvtError(L.lib().evt_graph_error(g._g).decode())

@@ -101,7 +101,7 @@ class Plan:
         if texts and G.tune_configs(gpu[0].options) > 0:
             t0 = time.time()
             st, n, why = G.tune(texts, G.program_flags(gpu[0].options), G.tune_configs(gpu[0].options),
-                                G.refine_level(gpu[0].options))
+                                G.refine_level(gpu[0].options), config.parse_options(gpu[0].options)["arch"])
             msg = "  tune: %d GEMM problems of %d GPU segments in %.1f s%s" % (
                 n, len(texts), time.time() - t0, "" if st == 0 else f" (not all tuned: {why})")
             if st == 0 or not G.tune_asked(gpu[0].options):
@@ -110,7 +110,8 @@ class Plan:
                 log.warning(msg)
         if len(texts) > 1:
             t0 = time.time()
-            n = G.prefetch(texts, G.program_flags(gpu[0].options), G.refine_level(gpu[0].options))
+            n = G.prefetch(texts, G.program_flags(gpu[0].options), G.refine_level(gpu[0].options),
+                           config.parse_options(gpu[0].options)["arch"])
             log.info("  prefetch: %d kernels for %d GPU segments in %.1f s", n, len(texts), time.time() - t0)
         for s in segs:
             s.create_program()

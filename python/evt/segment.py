@@ -332,7 +332,8 @@ class Segment:
     def _create_program(self, node_fallback):
         flags = G.program_flags(self.options)
         try:
-            self.program = _program_for(self.graph, flags, self.device, G.refine_level(self.options))
+            self.program = _program_for(self.graph, flags, self.device, G.refine_level(self.options),
+                                        config.parse_options(self.options)["arch"])
         except G.ProgramError as e:
             msg = str(e)
             m = NODE_IN_MSG.search(msg)
@@ -549,13 +550,13 @@ def program_cached(graph, flags, device):
     return _program_key(graph, flags, device) in _PROGRAMS
 
 
-def _program_for(graph, flags, device, refine):
+def _program_for(graph, flags, device, refine, arch=None):
     text = graph.text()
-    key = _program_key(graph, flags, device)
+    key = _program_key(graph, flags, device) + ((arch,) if arch else ())
     p = _PROGRAMS.get(key) if not flags & G.EVT_PROGRAM_CUDA_GRAPH else None
     if p is None:
         with torch.cuda.device(device):
-            p = G.Program(text, flags, f"evt-{key[0][:12]}.evt", refine=refine)
+            p = G.Program(text, flags, f"evt-{key[0][:12]}.evt", refine=refine, arch=arch)
         log.info("  GPU program for evt-%s: %d kernel launches per run (flags %d)", key[0][:12],
                  p.launch_count(), flags)
         if not flags & G.EVT_PROGRAM_CUDA_GRAPH:

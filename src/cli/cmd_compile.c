@@ -49,9 +49,11 @@ static int write_file(const char *dir, const char *name, const char *text) {
   return 0;
 }
 
-EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--tune] [--tune-cache DIR] [--dtype bf16|f16] [--solver=ilp|greedy] [--no-cache] [--fuse-rules=lower]",
+EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--build] [--tune] [--tune-cache DIR] [--dtype bf16|f16] [--solver=ilp|greedy] [--no-cache] [--fuse-rules=lower]",
              "optimize, partition, lower every group to a kernel spec, plan memory; write DIR/plan.txt\n"
              "  -o DIR           output folder (created if missing)\n"
+             "  --arch ARCH      GPU target of the kernels: sm_80, sm_86, sm_89 (Ampere / Ada), sm_90a, compute_XX (PTX\n"
+             "                   only); default: the present GPU's, else sm_90a\n"
              "  --emit-cuda      also write DIR/<kernel>.cu for every distinct lowered kernel (generated CUDA C++)\n"
              "  --stats          print kernels by kind (gemm+evt / row / pointwise / unfused, with reasons),\n"
              "                   distinct kernels, arena bytes vs the sum of buffers, bytes through global memory\n"
@@ -69,6 +71,8 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--tune] [-
   int emit = 0, stats = 0, build = 0, lower_rules = 0, tune = 0;
   const char *tune_cache = NULL;
   int dtype = -1;
+  evt_options ao; /* the GPU target (--arch) */
+  evt_options_init(&ao);
   evt_part_options opt = evt_part_options_default();
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -76,6 +80,12 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--tune] [-
     else if (!strcmp(a, "--stats")) stats = 1;
     else if (!strcmp(a, "--build")) build = emit = 1;
     else if (!strcmp(a, "--no-cache")) opt.use_cache = 0;
+    else if (!strcmp(a, "--arch") && i + 1 < argc) {
+      if (evt_arch_parse(argv[++i], &ao.arch, &ao.ptx) != EVT_OK) {
+        fprintf(stderr, "evtc compile: --arch takes sm_80, sm_86, sm_89, sm_90a or compute_XX, not '%s'\n", argv[i]);
+        return EVTC_EXIT_USER;
+      }
+    }
     else if (!strcmp(a, "--tune")) tune = 1;
     else if (!strcmp(a, "--tune-cache") && i + 1 < argc) tune_cache = argv[++i];
     else if (!strcmp(a, "--fuse-rules=lower")) lower_rules = 1;
@@ -131,6 +141,9 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--tune] [-
   evt_plan plan;
   memset(&plan, 0, sizeof plan);
   st = evt_lower_plan(g, &part, &low);
+  int arch = 90, ptx = 0;
+  evt_compile_target(&ao, &arch, &ptx);
+  if (st == EVT_OK) evt_lower_retarget(g, part.group, &low, arch);
   evt_tune_group *tg = calloc((size_t)(st == EVT_OK ? low.n : 0) + 1, sizeof *tg);
   EVT_ASSERT(tg);
   if (st == EVT_OK && tune) {
@@ -229,6 +242,8 @@ EVTC_COMMAND(compile, "FILE -o DIR [--emit-cuda] [--stats] [--build] [--tune] [-
   }
   if (rc == EVTC_EXIT_OK && build && nk > 0) {
     evt_jit_options jo = {0};
+    jo.arch = arch;
+    jo.ptx = ptx;
     st = evt_jit_compile(jobs, nk, &jo, msg, sizeof msg);
     if (st != EVT_OK) {
       fprintf(stderr, "evtc compile: --build: %s\n", msg);

@@ -21,8 +21,11 @@ static bool parse_dims(const char *v, int n, int *out) {
   return true;
 }
 
-EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--stages N] [--reduction atomic|workspace] [--epi-n N] [--epi-stages N] [--stream-k] [--spec]",
-             "print the generated CUTLASS Sm90 GEMM + epilogue-visitor-tree source of a named epilogue\n"
+EVTC_COMMAND(kernel, "EPILOGUE [--arch ARCH] [--tile MxNxK] [--cluster MxN] [--pingpong] [--stages N] [--reduction atomic|workspace] [--epi-n N] [--epi-stages N] [--stream-k] [--spec]",
+             "print the generated CUTLASS GEMM + epilogue-visitor-tree source of a named epilogue\n"
+             "  --arch ARCH  GPU target: sm_90a (default: CUTLASS Sm90 collectives), sm_80, sm_86, sm_89 (CUTLASS 2.x GEMM\n"
+             "               with Sm80 visitor nodes; its default config 128x128x32, 4 stages on sm_80, 3 on sm_86/89;\n"
+             "               --tile and --stages apply, the Hopper-only flags are refused)\n"
              "  EPILOGUE     a named example: plain, bias_gelu_aux, bias_relu_dbias, gelu_bwd, gelu_bwd_dbias, bias_silu,\n"
              "               bias_relu_aux, bias_gelu_aux_f16, mixed_f32, visitor_ops, visitor_cmp, bias_dropout, bmm_*\n"
              "  --tile       CTA tile (default 128x128x64)\n"
@@ -41,9 +44,14 @@ EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--st
     return EVTC_EXIT_USER;
   }
   evt_tile_config cfg = EVT_TILE_CONFIG_DEFAULT;
-  int spec_only = 0;
+  int spec_only = 0, arch = 0, ptx = 0;
+  for (int i = 2; i < argc; i++) /* the target first: it sets the config the other flags change */
+    if (!strcmp(argv[i], "--arch") && i + 1 < argc && evt_arch_parse(argv[i + 1], &arch, &ptx) == EVT_OK)
+      cfg = evt_arch_untuned_config(arch, 128);
   for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--tile") && i + 1 < argc) {
+    if (!strcmp(argv[i], "--arch") && i + 1 < argc) {
+      if (evt_arch_parse(argv[++i], &arch, &ptx) != EVT_OK) goto bad;
+    } else if (!strcmp(argv[i], "--tile") && i + 1 < argc) {
       int t[3];
       if (!parse_dims(argv[++i], 3, t)) goto bad;
       cfg.tile_m = t[0], cfg.tile_n = t[1], cfg.tile_k = t[2];
@@ -79,6 +87,7 @@ EVTC_COMMAND(kernel, "EPILOGUE [--tile MxNxK] [--cluster MxN] [--pingpong] [--st
     fprintf(stderr, "evtc kernel: unknown epilogue '%s'\n", argv[1]);
     return EVTC_EXIT_USER;
   }
+  s.arch = evt_arch_sm8x(arch) ? arch : 0;
   char err[512];
   if (evt_kspec_check(&s, err, sizeof err) != EVT_OK) {
     fprintf(stderr, "evtc kernel: %s\n", err);

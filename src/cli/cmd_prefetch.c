@@ -29,7 +29,7 @@ static const char *base_name(const char *path) {
 }
 
 /* The plan of one file as `evtc run --fused` builds it; its kernels into ks. false (message printed) on error. */
-static bool plan_file(const char *path, evt_pf_kernel **ks, int *n, int *cap, int *bad_kernels) {
+static bool plan_file(const char *path, const evt_options *po, evt_pf_kernel **ks, int *n, int *cap, int *bad_kernels) {
   char *perr = NULL;
   evt_graph *g = evt_parse_file(path, &perr);
   if (!g) {
@@ -40,7 +40,7 @@ static bool plan_file(const char *path, evt_pf_kernel **ks, int *n, int *cap, in
   evt_status st = evt_train_ensure_joint(g, NULL);
   if (st == EVT_OK) st = evt_passes_run_all(g, 0, 0);
   evt_program *p = NULL;
-  if (st == EVT_OK) st = evt_program_create_host(g, EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT, &p);
+  if (st == EVT_OK) st = evt_program_create_host_opts(g, po, &p);
   if (st != EVT_OK) {
     fprintf(stderr, "evtc prefetch: %s: %s\n", path, evt_graph_error(g));
     evt_graph_free(g);
@@ -59,10 +59,11 @@ static bool plan_file(const char *path, evt_pf_kernel **ks, int *n, int *cap, in
   return true;
 }
 
-EVTC_COMMAND(prefetch, "FILE... [--only gemm|rows] [--list]",
+EVTC_COMMAND(prefetch, "FILE... [--arch ARCH] [--only gemm|rows] [--list]",
              "JIT-compile in one parallel batch the generated kernels that `evtc run FILE --device cuda --fused`\n"
              "would compile for every FILE (deduplicated; results in the JIT cache, $EVT_CACHE_DIR/jit; EVT_JIT_JOBS\n"
              "compiles at a time). CUTLASS GEMM kernels first, then row / pointwise kernels.\n"
+             "  --arch ARCH   the GPU target, as evtc run --arch (default: the present GPU's, else sm_90a)\n"
              "  --only gemm   only the CUTLASS GEMM+EVT kernels\n"
              "  --only rows   only the row / pointwise kernels\n"
              "  --list        list the kernels (name, kind, the files that use them) without compiling") {
@@ -71,9 +72,18 @@ EVTC_COMMAND(prefetch, "FILE... [--only gemm|rows] [--list]",
   const char **files = calloc((size_t)argc + 1, sizeof *files);
   if (!files) evt_fatal(__FILE__, __LINE__, "out of memory");
   int nf = 0;
+  evt_options po; /* what `evtc run --fused` creates: fused, the passes already run */
+  evt_options_init(&po);
+  po.flags = EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--list")) {
       list = true;
+    } else if (!strcmp(argv[i], "--arch") && i + 1 < argc) {
+      if (evt_arch_parse(argv[++i], &po.arch, &po.ptx) != EVT_OK) {
+        fprintf(stderr, "evtc prefetch: --arch takes sm_80, sm_86, sm_89, sm_90a or compute_XX, not '%s'\n", argv[i]);
+        free(files);
+        return EVTC_EXIT_USER;
+      }
     } else if (!strcmp(argv[i], "--only") && i + 1 < argc && (!strcmp(argv[i + 1], "gemm") || !strcmp(argv[i + 1], "rows"))) {
       only = !strcmp(argv[++i], "gemm");
     } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -93,7 +103,7 @@ EVTC_COMMAND(prefetch, "FILE... [--only gemm|rows] [--list]",
   evt_pf_kernel *ks = NULL;
   int n = 0, cap = 0, bad = 0, badfiles = 0;
   for (int f = 0; f < nf; f++)
-    if (!plan_file(files[f], &ks, &n, &cap, &bad)) badfiles++;
+    if (!plan_file(files[f], &po, &ks, &n, &cap, &bad)) badfiles++;
   int ngemm = 0;
   for (int i = 0; i < n; i++) ngemm += ks[i].gemm;
   printf("prefetch: %d files, %d distinct kernels: %d GEMM+EVT, %d row\n", nf, n, ngemm, n - ngemm);

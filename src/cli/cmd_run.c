@@ -43,6 +43,7 @@ typedef struct {
   unsigned long long seed;
   const char *device;
   bool fp64, opt, check, fused, stats, cuda_graph, host_sgd;
+  int arch, ptx; /* --arch: the GPU target of generated kernels (0: the GPU's) */
 } run_options;
 
 static double now_ms(void) {
@@ -80,6 +81,11 @@ static int parse_options(int argc, char **argv, run_options *o) {
       o->host_sgd = true;
     } else if (!strcmp(a, "--stats")) {
       o->stats = true;
+    } else if (!strcmp(a, "--arch") && has_value) {
+      if (evt_arch_parse(argv[++i], &o->arch, &o->ptx) != EVT_OK) {
+        fprintf(stderr, "evtc run: --arch takes sm_80, sm_86, sm_89, sm_90a or compute_XX, not '%s'\n", argv[i]);
+        return EVTC_EXIT_USER;
+      }
     } else if (!strcmp(a, "--steps") || !strcmp(a, "--every") || !strcmp(a, "--lr") || !strcmp(a, "--seed") ||
                !strcmp(a, "--device") || !strcmp(a, "--loss-digits")) {
       if (!has_value) {
@@ -341,7 +347,7 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values, evt_cud
   return rc;
 }
 
-EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check] [--fused] [--cuda-graph] [--host-sgd] [--stats] [--loss-digits D]",
+EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check] [--fused] [--cuda-graph] [--host-sgd] [--stats] [--arch ARCH] [--loss-digits D]",
              "train a model with SGD on the CPU interpreter or the GPU\n"
              "  FILE          a .evt graph with a loss (- for stdin; the joint graph is built if it has no gradients)\n"
              "  --steps N     training steps (required; 0 only checks that the graph can be prepared)\n"
@@ -367,6 +373,9 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "  --host-sgd    with --device cuda: upload the inputs and params every step, bring every output back\n"
              "                and update on the host (the same losses, slower; for comparison)\n"
              "  --stats       with --fused: list every group with the path it runs on, and launches per path\n"
+             "  --arch ARCH   with --fused: the GPU target of the generated kernels: sm_80, sm_86, sm_89 (Ampere / Ada:\n"
+             "                CUTLASS 2.x GEMMs, no programmatic dependent launches), sm_90a, or compute_XX (PTX only);\n"
+             "                another GPU's target runs as PTX the driver compiles (sm_80 on a Hopper). Default: the GPU's\n"
              "prints `step K loss L (T ms)` per step, then `done: N steps, loss A -> B, T ms/step`") {
   run_options o;
   int rc = parse_options(argc, argv, &o);
@@ -412,7 +421,12 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
   }
   if (st == EVT_OK && gpu) {
     unsigned pf = (o.fused ? EVT_PROGRAM_FUSED : 0) | (o.cuda_graph ? EVT_PROGRAM_CUDA_GRAPH : 0);
-    st = evt_cuda_open_flags(g, pf, &cuda);
+    evt_options po;
+    evt_options_init(&po);
+    po.flags = pf;
+    po.arch = o.arch;
+    po.ptx = o.ptx;
+    st = evt_cuda_open_opts(g, &po, &cuda);
     const char *graph_note = o.cuda_graph ? ", replayed as a CUDA graph" : "";
     if (st == EVT_OK && !o.fused) printf("device: cuda (node-by-node kernels, libevt_fallback.so%s)\n", graph_note);
     if (st == EVT_OK && o.fused) {

@@ -34,8 +34,25 @@ typedef struct topo_ops {
   int subtree[EVT_KSPEC_MAX_NODES]; /* 1: op k is the whole tree T<node>; 0: the bare region node N<node> */
 } topo_ops;
 
+/* emit_cutlass.c, shared with emit_cutlass_sm80.c: the functor of a compute node (NULL for other nodes); the
+ * topological visitor's ops of t (none when t has no shared region) and op k's index of a node; the spec's text
+ * as banner comment lines. */
+const char *evt_cutlass_compute_fn(evt_vop op);
+void evt_cutlass_topo_ops(const evt_vtree *t, topo_ops *o);
+int evt_cutlass_topo_index(const topo_ops *o, int node);
+void evt_cutlass_banner_spec(sbuf *b, const evt_kspec *s);
+
+/* One node's own launch Arguments (the emitter's choice per CUTLASS generation), then `,` unless last. */
+typedef void (*evt_node_args_fn)(sbuf *b, const evt_vtree *t, int v, int last);
+/* emit_cutlass_launch.c: the nested Arguments of tree node v (Sm90EVT / Sm80EVT: {children..., node}; the
+ * topological visitor lists its ops), each node's own through node_args. */
+void evt_emit_tree_args(sbuf *b, const evt_vtree *t, int v, const topo_ops *o, int depth, int last, evt_node_args_fn node_args);
+
 /* emit_cutlass_launch.c: `extern "C" int <name>(const evt_launch_args *)` (batched or not; with the launch cache's
  * state for specs without sums), after the namespace evt_gen_<hash> that holds the kernel's types. */
 void evt_emit_cutlass_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const char *name, const char *hash);
+
+/* emit_cutlass_sm80_launch.c: the launcher of an sm_8x spec (batched or not), after its namespace. */
+void evt_emit_cutlass_sm80_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const char *name, const char *hash);
 
 #endif

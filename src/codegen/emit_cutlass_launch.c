@@ -73,8 +73,7 @@ static void emit_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
             evt_vop_has_memory(nd->op) ? nd->name : "");
 }
 
-/* Arguments of tree node v: Sm90EVT nests {children..., node}; the topological visitor lists its ops. */
-static void emit_tree_args(sbuf *b, const evt_vtree *t, int v, const topo_ops *o, int depth, int last) {
+void evt_emit_tree_args(sbuf *b, const evt_vtree *t, int v, const topo_ops *o, int depth, int last, evt_node_args_fn node_args) {
   const evt_vnode *nd = &t->spec.nodes[v];
   int ar = evt_vop_arity(nd->op);
   indent(b, depth);
@@ -82,10 +81,10 @@ static void emit_tree_args(sbuf *b, const evt_vtree *t, int v, const topo_ops *o
     sb_printf(b, "{  // topological visitor rooted at %%%d\n", v);
     for (int k = 0; k < o->n; k++) {
       if (o->subtree[k])
-        emit_tree_args(b, t, o->node[k], o, depth + 1, k == o->n - 1);
+        evt_emit_tree_args(b, t, o->node[k], o, depth + 1, k == o->n - 1, node_args);
       else {
         indent(b, depth + 1);
-        emit_node_args(b, t, o->node[k], k == o->n - 1);
+        node_args(b, t, o->node[k], k == o->n - 1);
       }
     }
     indent(b, depth);
@@ -93,13 +92,13 @@ static void emit_tree_args(sbuf *b, const evt_vtree *t, int v, const topo_ops *o
     return;
   }
   if (ar == 0) {
-    emit_node_args(b, t, v, last);
+    node_args(b, t, v, last);
     return;
   }
   sb_printf(b, "{  // %%%d %s\n", v, evt_vop_name(nd->op));
-  for (int j = 0; j < ar; j++) emit_tree_args(b, t, nd->in[j], o, depth + 1, 0);
+  for (int j = 0; j < ar; j++) evt_emit_tree_args(b, t, nd->in[j], o, depth + 1, 0, node_args);
   indent(b, depth + 1);
-  emit_node_args(b, t, v, 1);
+  node_args(b, t, v, 1);
   indent(b, depth);
   sb_printf(b, "}%s\n", last ? "" : ",");
 }
@@ -148,7 +147,7 @@ static void emit_batched_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o
             "  if (sm_count == 0) sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);\n"
             "  for (int64_t o = 0; o < LO; o++) {\n"
             "  typename EVT::Arguments fusion_args =\n");
-  emit_tree_args(b, t, s->d_node, o, 0, 1);
+  evt_emit_tree_args(b, t, s->d_node, o, 0, 1, emit_node_args);
   sb_printf(b,
             "  ;\n"
             "  typename Gemm::Arguments args{\n"
@@ -230,7 +229,7 @@ static void emit_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const 
   if (cache) emit_launch_cache_state(b, hash);
   emit_launcher_head(b, t, name, hash, cache);
   sb_printf(b, "  typename EVT::Arguments fusion_args =\n");
-  emit_tree_args(b, t, t->spec.d_node, o, 0, 1);
+  evt_emit_tree_args(b, t, t->spec.d_node, o, 0, 1, emit_node_args);
   sb_printf(b, "  ;\n");
   sb_printf(b,
             "  typename Gemm::Arguments args{\n"

@@ -103,6 +103,9 @@ static void emit_banner(sbuf *b, const rows_emit *ctx) {
     sb(b, "//   %.*s\n", len, p);
     p += len + (e ? 1 : 0);
   }
+  if (ctx->s->arch) /* sm_8x: programmatic dependent launches (griddepcontrol) are Hopper's */
+    sb(b, "#define EVT_ROWS_PDL 0       // %s: no programmatic dependent launch\n#define EVT_ROWS_PDL_MAIN 0\n",
+       ctx->s->arch == 80 ? "sm_80" : ctx->s->arch == 86 ? "sm_86" : "sm_89");
   sb(b, "#include \"evt_rows.cuh\"\n#include \"evt_row_launch.h\"\n\n");
 }
 

@@ -153,6 +153,7 @@ evt_status evt_tile_config_parse(const char *text, evt_tile_config *c) {
 static int pow2_le4(int v) { return v == 1 || v == 2 || v == 4; }
 
 evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, char *err, size_t errlen) {
+  if (evt_arch_sm8x(s->arch)) return evt_tile_config_check_sm80(s, c, err, errlen);
   char lab[64];
   evt_tile_config_label(c, lab, sizeof lab);
 #define BAD(...)                                                                        \
@@ -216,6 +217,8 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
     return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: D must be bf16, f16 or f32, not %s",
                 evt_dtype_name(s->d_dtype));
   if ((unsigned)s->layout > EVT_LAYOUT_TN) return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: bad layout");
+  if (s->arch == 90 || !evt_arch_valid(s->arch))
+    return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: arch %d (0 = sm_90a, 80, 86 or 89)", s->arch);
   evt_status cst = evt_tile_config_check(s, &s->cfg, err, errlen);
   if (cst != EVT_OK) return cst;
   if (s->nnodes < 1) return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: empty epilogue");
@@ -237,6 +240,9 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
     if (v->op == EVT_V_COL_MAX || v->op == EVT_V_ONE_HOT)
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (%s %s): no GEMM epilogue visitor for %s (row "
                   "kernels only)", i, evt_vop_name(v->op), v->name, evt_vop_name(v->op));
+    if (v->op == EVT_V_RAND && evt_arch_sm8x(s->arch))
+      return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (rand): %s has no Philox visitor (Sm90 only)", i,
+                  evt_arch_name(s->arch));
     if (v->op == EVT_V_RAND && (s->batched || !evt_vop_storage_ok(v->op, v->dtype, 1)))
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (rand): %s", i,
                   s->batched ? "the Philox visitor numbers the elements of one M x N output (no batched kernels)"
@@ -312,6 +318,7 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
   if (s->cfg.stream_k) OUT(" stream_k");
   if (s->cfg.epi_stages) OUT(" epilogue_stages %d", s->cfg.epi_stages);
   OUT("\n");
+  if (s->arch) OUT("arch %s\n", evt_arch_name(s->arch)); /* sm_90a specs keep their text (and hash) */
   if (s->batched) OUT("batched\n"); /* unbatched specs keep their text (and hash) */
   for (int i = 0; i < s->nnodes; i++) {
     const evt_vnode *v = &s->nodes[i];

@@ -145,6 +145,8 @@ typedef struct evt_kspec {
   evt_vnode nodes[EVT_KSPEC_MAX_NODES];
   int d_node;          /* node whose value is D; -1 until set */
   int batched;         /* 1: batch mode (L GEMMs over [L, M, N]); 0: one GEMM */
+  int arch;            /* GPU target (arch.c): 0 = sm_90a (CUTLASS 3.x Sm90 collectives, emit_cutlass.c); 80, 86, 89 =
+                        * sm_80 / sm_86 / sm_89 (CUTLASS 2.x GEMM with Sm80 visitor nodes, emit_cutlass_sm80.c) */
 } evt_kspec;
 
 /* ---- src/codegen/kspec.c: building, checking, naming ------------------------------------------------- */
@@ -199,6 +201,30 @@ int evt_kspec_epilogue_n(const evt_kspec *s);
 uint64_t evt_kspec_hash(const evt_kspec *s);
 void evt_kspec_kernel_name(const evt_kspec *s, char out[40]);     /* "evt_kernel_<16 hex>" */
 
+/* ---- src/codegen/arch.c: GPU targets -------------------------------------------------------------------- */
+/* A spec's or options' arch: 0 or 90 = sm_90a (Hopper), 80 / 86 / 89 = Ampere / Ada. */
+bool evt_arch_valid(int arch);
+bool evt_arch_sm8x(int arch);
+/* "sm_90a", "sm_80", ... */
+const char *evt_arch_name(int arch);
+/* Largest shared memory one CTA may use on an sm_8x target, in bytes (sm_80: 163 KiB, sm_86 / sm_89: 99 KiB). */
+long evt_arch_smem_bytes(int arch);
+/* The Sm80 rules of a mainloop config (evt_tile_config_check calls it for sm_8x specs). CUTLASS 2.x multistage
+ * tensor-op GEMM, 16x8x16 bf16/f16 instructions, warp tiles min(64, tile/2) per dim (at most 8 warps):
+ *   tile_m, tile_n in {64, 128, 256}, tile_m*tile_n <= 256*128; tile_k in {32, 64}; stages 0 (= 3) or 3..6, and
+ *   stages x (tile_m + tile_n) x tile_k x 2 bytes within evt_arch_smem_bytes; cluster 1x1, the cooperative value of
+ *   `schedule`, no stream-K, no epilogue subtile or store stages (Hopper-only), atomic sums. */
+evt_status evt_tile_config_check_sm80(const evt_kspec *s, const evt_tile_config *c, char *err, size_t errlen);
+/* The mainloop config an sm_8x kernel of an M x N x K problem runs untuned: 128x128x32 (128x64x32 for N <= 64),
+ * 4 stages on sm_80, 3 on sm_86 / sm_89. */
+evt_tile_config evt_arch_untuned_config(int arch, int64_t n);
+/* Makes s a spec for `arch` (its config: evt_arch_untuned_config for sm_8x, unchanged for sm_90a). EVT_OK, or
+ * EVT_ERR_UNSUPPORTED with the reason when a node has no Sm80 visitor (rand: the Philox visitor is Sm90's);
+ * *bad (may be NULL) gets that node's id. */
+evt_status evt_kspec_retarget(evt_kspec *s, int arch, int64_t n, int *bad, char *err, size_t errlen);
+/* CUTLASS 2.x warp tile of a config: min(64, tile / 2) per dim. */
+void evt_arch_warp_shape(const evt_tile_config *c, int *wm, int *wn);
+
 /* ---- src/codegen/tree.c: DAG → tree ------------------------------------------------------------------ */
 typedef struct evt_vtree {
   evt_kspec spec;                    /* the spec with side stores threaded (same ids, rewired inputs) */
@@ -213,6 +239,8 @@ evt_status evt_vtree_build(const evt_kspec *s, evt_vtree *t, char *err, size_t e
 /* CUDA C++ source of the kernel and its launcher `extern "C" int evt_kernel_<hash>(const
  * evt_launch_args *)` (kernels/evt_launch.h). Returns a malloc'd string, or NULL with err set. */
 char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen);
+/* ---- src/codegen/emit_cutlass_sm80.c: the same for an sm_8x spec (evt_emit_cutlass dispatches on s->arch) */
+char *evt_emit_cutlass_sm80(const evt_kspec *s, char *err, size_t errlen);
 /* How many of s's row/column sums the emitter gives to CUTLASS's reduction nodes under s->cfg (the others run on
  * the project's RowSum, kernels/evt_visitor_nodes.h). CUTLASS's keep their sums in local memory in a ping-pong
  * kernel, so a spec with any stays cooperative untuned (evt_lower_untuned_config). */

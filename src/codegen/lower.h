@@ -100,6 +100,12 @@ void evt_lower_free(evt_lower_result *r);
 /* The mainloop config an unbatched GEMM+EVT group with epilogue s over M x N x K runs without a tune record
  * (the lowering's choice; the tuner's first candidate, so a record's default_ms is this kernel's time). */
 evt_tile_config evt_lower_untuned_config(const evt_kspec *s, int64_t m, int64_t n, int64_t k);
+/* Retargets every lowered group of r (built on g with partition `group`) to `arch` (0 / 90: sm_90a, else 80, 86,
+ * 89): GEMM+EVT specs get the target's untuned config (evt_kspec_retarget) or, when the target cannot hold their
+ * epilogue, become unfused groups whose reason names the member (a rand / dropout: no Sm80 Philox visitor); row and
+ * pointwise specs record the target (their kernels then leave out programmatic dependent launches). Kernel names
+ * follow. */
+void evt_lower_retarget(const evt_graph *g, const int *group, evt_lower_result *r, int arch);
 /* The stored member whose memory leaving member v of L shares (alias_view / alias_base), or -1. */
 int evt_lowered_alias_base(const evt_lowered *L, int v);
 /* Copies L's batch fields (l, l_outer, ld*, bs*, os*) into a's; the runtime calls it for every GEMM+EVT

@@ -104,6 +104,7 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lo
  * CUTLASS's sum nodes keep their sums in local memory in a ping-pong kernel, so those stay cooperative; at long K
  * ping-pong's mainloop is slower. A tune record (src/tune/tune.c) replaces it (measurements: bench/RESULTS.md). */
 evt_tile_config evt_lower_untuned_config(const evt_kspec *s, int64_t m, int64_t n, int64_t k) {
+  if (evt_arch_sm8x(s->arch)) return evt_arch_untuned_config(s->arch, n);
   evt_tile_config cfg = {128, n >= 256 ? 256 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
   evt_kspec pp = *s;
   pp.cfg = (evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_PINGPONG};

@@ -176,6 +176,7 @@ int evt_rspec_text(const evt_rspec *s, char *buf, size_t len) {
   if (s->has_w || s->has_b) OUT(" w:%s%s%s", evt_dtype_name(s->w_dtype), s->has_w ? " +w" : "", s->has_b ? " +b" : "");
   if (s->store_stats) OUT(" +stats");
   if (s->nucleus == EVT_ROWN_LAYERNORM || s->nucleus == EVT_ROWN_LAYERNORM_BWD) OUT(" eps %.17g", s->eps);
+  if (s->arch) OUT(" arch sm_%d", s->arch); /* (absent for sm_90a: its specs keep their hash) */
   OUT("\n");
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];

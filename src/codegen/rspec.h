@@ -75,6 +75,7 @@ typedef struct evt_rspec {
   double eps;          /* layer norms */
   int nnodes;
   evt_rnode nodes[EVT_RSPEC_MAX_NODES];
+  int arch;            /* GPU target: 0 = sm_90a; 80, 86, 89 = sm_8x (no programmatic dependent launches) */
 } evt_rspec;
 
 /* ---- src/codegen/rspec.c: building, checking, naming, CPU reference (named examples: examples.h) ------- */

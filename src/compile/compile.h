@@ -9,6 +9,11 @@
 
 #include "runtime/gpu/cuda.h"
 
+/* ---- arch.c: the GPU target ---------------------------------------------------------------------------- */
+/* The target of o's kernels: *arch = o->arch, or (0) the present GPU's (80, 86, 89 or 90; 90 without a GPU); *ptx
+ * = o->ptx, or 1 when a GPU is present whose compute capability is not *arch's (sm_80 kernels on a Hopper). */
+void evt_compile_target(const evt_options *o, int *arch, int *ptx);
+
 /* ---- fused_plan.c: the fused plan (runtime/gpu/exec_plan.h) ------------------------------------------- */
 /* Partitions (with the lowering's rules, no partition cache), lowers, refines (o->refine_partition), applies
  * the tuning records and the in-step A/B (o->fusion_ab), binds every group. o NULL: the defaults. EVT_OK, or
@@ -58,12 +63,13 @@ typedef struct evt_pf_kernel {
   int gemm;        /* 1: CUTLASS GEMM+EVT kernel, 0: row / pointwise kernel */
   char *source;    /* generated source (owned) */
   char users[400]; /* labels of the plans that use it */
+  int arch, ptx;   /* the target its plan compiles for (evt_exec_plan.arch / ptx) */
 } evt_pf_kernel;
 /* Adds the distinct kernels of plan xp (labelled `label`) to ks[0..*n) (grown as needed; deduplicated by
  * name, which is the spec's hash); returns how many could not be emitted (last message in err). */
 int evt_prefetch_collect(const evt_exec_plan *xp, const char *label, evt_pf_kernel **ks, int *n, int *cap, char *err,
                          size_t errlen);
-/* JIT-compiles the kernels of one kind (gemm 1: CUTLASS, 0: rows) as one batch with the options
+/* JIT-compiles the kernels of one kind (gemm 1: CUTLASS, 0: rows) as one batch per target with the options
  * evt_program_create uses; returns how many failed (each named on errs, when not NULL). */
 int evt_prefetch_compile(evt_pf_kernel *ks, int n, int gemm, FILE *errs);
 void evt_prefetch_free(evt_pf_kernel *ks, int n);
@@ -80,6 +86,8 @@ typedef struct evt_cuda evt_cuda;
 /* A program with `flags` (EVT_PROGRAM_FUSED, EVT_PROGRAM_CUDA_GRAPH) over g as given (EVT_PROGRAM_NO_OPT
  * is implied: evtc runs the passes itself, keeping the host values' node ids). evt_cuda_open: node by node. */
 evt_status evt_cuda_open_flags(evt_graph *g, unsigned flags, evt_cuda **out);
+/* The same with options (o->flags as above; o->arch / o->ptx: the GPU target, `evtc run --arch`). */
+evt_status evt_cuda_open_opts(evt_graph *g, const evt_options *o, evt_cuda **out);
 evt_status evt_cuda_open(evt_graph *g, evt_cuda **out);
 /* Fused (EVT_PROGRAM_FUSED): a group that falls back gets one warning line on stderr naming it and why
  * (also through evt_cuda_open_flags). */

@@ -35,11 +35,13 @@ void evt_cuda_close(evt_cuda *c) {
   free(c);
 }
 
-static evt_status open_impl(evt_graph *g, unsigned flags, evt_cuda **out) {
+static evt_status open_impl(evt_graph *g, const evt_options *o, evt_cuda **out) {
   *out = NULL;
   evt_cuda *c = calloc(1, sizeof *c);
   if (!c) return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INTERNAL, "out of memory");
-  evt_status st = evt_program_create(g, flags | EVT_PROGRAM_NO_OPT, &c->p);
+  evt_options po = *o;
+  po.flags |= EVT_PROGRAM_NO_OPT;
+  evt_status st = evt_program_create_opts(g, &po, &c->p);
   if (st != EVT_OK) {
     free(c);
     return st;
@@ -75,9 +77,21 @@ static evt_status open_impl(evt_graph *g, unsigned flags, evt_cuda **out) {
   return EVT_OK;
 }
 
-evt_status evt_cuda_open_flags(evt_graph *g, unsigned flags, evt_cuda **out) { return open_impl(g, flags, out); }
-evt_status evt_cuda_open(evt_graph *g, evt_cuda **out) { return open_impl(g, 0, out); }
-evt_status evt_cuda_open_fused(evt_graph *g, evt_cuda **out) { return open_impl(g, EVT_PROGRAM_FUSED, out); }
+/* The options of evt_program_create (its defaults, refine_partition 0, no in-step A/B) with these flags. */
+static evt_options flag_options(unsigned flags) {
+  evt_options o;
+  evt_options_init(&o);
+  o.flags = flags;
+  return o;
+}
+
+evt_status evt_cuda_open_opts(evt_graph *g, const evt_options *o, evt_cuda **out) { return open_impl(g, o, out); }
+evt_status evt_cuda_open_flags(evt_graph *g, unsigned flags, evt_cuda **out) {
+  evt_options o = flag_options(flags);
+  return open_impl(g, &o, out);
+}
+evt_status evt_cuda_open(evt_graph *g, evt_cuda **out) { return evt_cuda_open_flags(g, 0, out); }
+evt_status evt_cuda_open_fused(evt_graph *g, evt_cuda **out) { return evt_cuda_open_flags(g, EVT_PROGRAM_FUSED, out); }
 
 double evt_cuda_last_ms(const evt_cuda *c) { return c ? c->last_ms : 0; }
 const evt_program *evt_cuda_program(const evt_cuda *c) { return c ? c->p : NULL; }

@@ -341,6 +341,7 @@ static evt_status refine(evt_graph *g, const evt_part_options *opt, int mode, ev
       evt_part_plan_free(&next);
       break;
     }
+    evt_lower_retarget(g, next.group, &low, p->arch);
     evt_lower_free(&p->low);
     evt_part_plan_free(&p->part);
     p->part = next;
@@ -540,7 +541,9 @@ evt_status evt_exec_plan_build(evt_graph *g, const evt_options *o, evt_exec_plan
   opt.use_cache = 0;
   evt_status st = evt_lower_partition(g, &opt, EVT_PART_LAMBDA_DEFAULT, &p->part);
   if (st != EVT_OK) return st;
+  evt_compile_target(o, &p->arch, &p->ptx);
   st = evt_lower_plan(g, &p->part, &p->low);
+  if (st == EVT_OK) evt_lower_retarget(g, p->part.group, &p->low, p->arch);
   if (st == EVT_OK) st = refine(g, &opt, o->refine_partition, p);
   if (st != EVT_OK) {
     evt_part_plan_free(&p->part);

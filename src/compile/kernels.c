@@ -31,6 +31,8 @@ static void compile_kind(evt_exec_plan *xp, bool gemm, char **so) {
   }
   evt_jit_options jo = {0}; /* evtc compile --build's options for GEMMs: one cache entry for both */
   jo.no_cutlass = !gemm;
+  jo.arch = xp->arch;
+  jo.ptx = xp->ptx;
   msg[0] = 0;
   evt_status js = njobs ? evt_jit_compile(jobs, njobs, &jo, msg, sizeof msg) : EVT_OK;
   for (int k = 0; k < nk; k++) {

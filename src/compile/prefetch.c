@@ -42,22 +42,27 @@ int evt_prefetch_collect(const evt_exec_plan *xp, const char *label, evt_pf_kern
     memset(K, 0, sizeof *K);
     snprintf(K->name, sizeof K->name, "%s", xp->kname[k]);
     K->gemm = xp->gspec[k] != NULL;
+    K->arch = xp->arch;
+    K->ptx = xp->ptx;
     K->source = src;
     snprintf(K->users, sizeof K->users, "%s", label);
   }
   return bad;
 }
 
-int evt_prefetch_compile(evt_pf_kernel *ks, int n, int gemm, FILE *errs) {
+/* The kernels of one kind and target (arch, ptx) as one JIT batch; returns how many failed. */
+static int compile_batch(evt_pf_kernel *ks, int n, int gemm, int arch, int ptx, FILE *errs) {
   evt_jit_job *jobs = calloc((size_t)n + 1, sizeof *jobs);
   if (!jobs) evt_fatal(__FILE__, __LINE__, "out of memory");
   int nj = 0;
   for (int i = 0; i < n; i++)
-    if (ks[i].gemm == gemm) jobs[nj].name = ks[i].name, jobs[nj++].source = ks[i].source;
+    if (ks[i].gemm == gemm && ks[i].arch == arch && ks[i].ptx == ptx) jobs[nj].name = ks[i].name, jobs[nj++].source = ks[i].source;
   int failed = 0;
   if (nj) {
     evt_jit_options jo = {0};
     jo.no_cutlass = !gemm;
+    jo.arch = arch;
+    jo.ptx = ptx;
     char msg[1024] = "";
     evt_status st = evt_jit_compile(jobs, nj, &jo, msg, sizeof msg);
     if (st != EVT_OK && st != EVT_ERR_INVALID) {
@@ -72,6 +77,16 @@ int evt_prefetch_compile(evt_pf_kernel *ks, int n, int gemm, FILE *errs) {
     }
   }
   free(jobs);
+  return failed;
+}
+
+int evt_prefetch_compile(evt_pf_kernel *ks, int n, int gemm, FILE *errs) {
+  int failed = 0;
+  for (int i = 0; i < n; i++) { /* one batch per target, at its first kernel */
+    bool first = ks[i].gemm == gemm;
+    for (int j = 0; j < i && first; j++) first = !(ks[j].gemm == gemm && ks[j].arch == ks[i].arch && ks[j].ptx == ks[i].ptx);
+    if (first) failed += compile_batch(ks, n, gemm, ks[i].arch, ks[i].ptx, errs);
+  }
   return failed;
 }
 

@@ -54,6 +54,9 @@ static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_pr
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID,
                                "evt_options: refine_partition %d and fusion_ab %d must be 0, 1 or 2", o->refine_partition,
                                o->fusion_ab);
+  if (!(o->arch == 0 || o->arch == 80 || o->arch == 86 || o->arch == 89 || o->arch == 90) || o->ptx < 0 || o->ptx > 1)
+    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID,
+                               "evt_options: arch %d (0, 80, 86, 89 or 90) and ptx %d (0 or 1)", o->arch, o->ptx);
   if (flags & ~(unsigned)(EVT_PROGRAM_FUSED | EVT_PROGRAM_CUDA_GRAPH | EVT_PROGRAM_NO_OPT))
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "evt_program_create: unknown flags 0x%x", flags);
   evt_program *p = calloc(1, sizeof *p);

@@ -23,7 +23,31 @@
 
 /* ---- candidates --------------------------------------------------------------------------------- */
 
+/* sm_8x candidates (CUTLASS 2.x multistage mainloop; evt_tile_config_check_sm80 drops those over the target's shared
+ * memory): the common Ampere tiles at 32-deep K steps, then 64-deep ones with fewer stages. */
+static int candidates_sm80(const evt_kspec *s, evt_tile_config *list) {
+  static const int cfgs[][4] = {{128, 128, 32, 4}, {128, 128, 32, 3}, {128, 256, 32, 3}, {256, 128, 32, 3},
+                                {128, 64, 32, 4},  {64, 128, 32, 4},  {64, 64, 32, 5},   {128, 128, 64, 3},
+                                {64, 128, 64, 3},  {128, 64, 64, 3},  {128, 256, 64, 3}};
+  int nl = 0;
+  list[nl++] = s->cfg;
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+    evt_tile_config c = EVT_TILE_CONFIG_DEFAULT;
+    c.tile_m = cfgs[i][0], c.tile_n = cfgs[i][1], c.tile_k = cfgs[i][2], c.stages = cfgs[i][3];
+    list[nl++] = c;
+  }
+  return nl;
+}
+
+/* Keeps the legal, distinct configs of list[0..nl) that fit the problem, at most max, in out. */
+static int keep_candidates(const evt_kspec *s, int64_t m, int64_t n, const evt_tile_config *list, int nl,
+                           evt_tile_config *out, int max);
+
 int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt_tile_config *out, int max) {
+  if (evt_arch_sm8x(s->arch)) {
+    evt_tile_config l8[16];
+    return keep_candidates(s, m, n, l8, candidates_sm80(s, l8), out, max);
+  }
   const evt_tile_config C = EVT_TILE_CONFIG_DEFAULT;
   /* In the order they are worth trying (a cap keeps the first ones): the spec's own config (what runs
    * untuned: the lowering's default), the large cooperative tiles with and without a 2-CTA cluster (the best
@@ -73,6 +97,11 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
   ADD(128, 256, 2, 1, EVT_SCHED_COOPERATIVE, EVT_RED_ATOMIC);
   list[nl - 1].epi_n = 64;
 #undef ADD
+  return keep_candidates(s, m, n, list, nl, out, max);
+}
+
+static int keep_candidates(const evt_kspec *s, int64_t m, int64_t n, const evt_tile_config *list, int nl,
+                           evt_tile_config *out, int max) {
   int cnt = 0;
   for (int i = 0; i < nl && cnt < max; i++) {
     evt_tile_config c = list[i];

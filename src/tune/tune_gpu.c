@@ -16,6 +16,7 @@
 #include "util/env.h"
 #include "ir/ir.h"
 #include "evt_row_launch.h"
+#include "runtime/gpu/cuda.h"
 #include "runtime/jit/jit.h"
 #include "tune/tune.h"
 
@@ -482,6 +483,7 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
                                              &w->bnode[ab], tmp, sizeof tmp);
       if (rs == EVT_OK) {
         char name[40];
+        w->rs[ab].arch = s->arch; /* the unfused pair's row kernel for the same target */
         evt_rspec_kernel_name(&w->rs[ab], name);
         char *src = evt_emit_rows(&w->rs[ab], tmp, sizeof tmp);
         if (!src) continue;
@@ -502,6 +504,10 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
     evt_jit_options jo = {0};
     jo.jobs = opt->jobs;
     jo.quiet = opt->quiet;
+    /* the problems' target (one per run: the plans' evt_compile_target); PTX where the GPU present is another */
+    jo.arch = np > 0 ? P[0].spec.arch : 0;
+    int cc = opt->compile_only ? 0 : evt_gpu_device_arch();
+    jo.ptx = cc && cc != (jo.arch ? jo.arch : 90);
     st = evt_jit_compile(J.j, J.n, &jo, tmp, sizeof tmp);
     if (opt->compile_only) {
       first = st;

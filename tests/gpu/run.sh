@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU correctness check of evt, each against its CPU reference: the one entry point (`make test-gpu`).
-#   bash tests/gpu/run.sh [kernels] [graphs] [program] [torch]       (no argument: all four groups, in this order)
+#   bash tests/gpu/run.sh [kernels] [graphs] [program] [torch] [ampere]   (no argument: the first four, in this order)
 #   kernels  the CUDA checks of generated kernels and cuDNN attention against their CPU references: GEMM+EVT kernels
 #            (check_evt), batched ones (check_bmm), visitor nodes (check_visitors: row kernels and GEMM kernels),
 #            epilogue functors (check_vops), row kernels (check_rows), cuDNN attention (check_cudnn_sdpa)
@@ -11,6 +11,14 @@
 #            training loop against --host-sgd (identical losses)
 #   program  the program API on every graph (program_check.c: eager, CUDA graph, fused, fused CUDA graph), and the
 #            API example examples/c/train_step.c
+#   ampere   the Ampere / Ada path (sm_8x) on this GPU, one command: `bash tests/gpu/run.sh ampere`. The kernel library
+#            (build/ampere/libevt_fallback.so) and every generated kernel compiled as PTX for compute_80 only
+#            (-gencode arch=compute_80,code=compute_80; evtc --arch compute_80), which the driver JIT-compiles for the
+#            GPU present: CUTLASS 2.x GEMMs with Sm80 visitor trees, row kernels without programmatic dependent
+#            launches. Then `evtc run --device cuda --check --fused --arch compute_80` (and with --cuda-graph, and node
+#            by node) over the graphs group's list, and the row-kernel checks (check_rows, check_visitors' row kernels)
+#            with their kernels built for compute_80 with PDL off, as the sm_8x emitter writes them. Not part of the
+#            default groups.
 #   torch    torch.compile(backend="evt") on CUDA against eager PyTorch (torch_models_gpu.py, every model in the
 #            modes evt, evt_cg, evt_cgs, evt_fp32, evt_all; torch_dropout_gpu.py; torch_distributed_gpu.py
 #            (DDP and FSDP2 over NCCL) where there are 2 GPUs)
@@ -30,7 +38,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 groups=${*:-kernels graphs program torch}
 for g in $groups; do
-  case $g in kernels | graphs | program | torch) ;; *) echo "tests/gpu/run.sh: no group '$g' (kernels graphs program torch)" >&2; exit 2 ;; esac
+  case $g in kernels | graphs | program | torch | ampere) ;; *) echo "tests/gpu/run.sh: no group '$g' (kernels graphs program torch ampere)" >&2; exit 2 ;; esac
 done
 want() { [[ " $groups " == *" $1 "* ]]; }
 
@@ -136,6 +144,12 @@ if want kernels; then
     echo "no cudnn_graph.h in $CUDA_HOME/include, /usr/local/cuda/include or the nvidia-cudnn wheel" >"$OUT/build_check_cudnn_sdpa.log"
   fi
 fi
+if want ampere; then # the row-kernel check programs (host code; their kernels are compiled below for compute_80)
+  want kernels || { build_bg check_rows $NV tests/gpu/check_rows.cu $LIBS; build_bg check_visitors $NV tests/gpu/check_visitors.cu $LIBS; }
+  AMPERE_LIB=$ROOT/build/ampere/libevt_fallback.so
+  make -j"$JOBS" FALLBACK_SO="$AMPERE_LIB" CUDA_GENCODE="-gencode arch=compute_80,code=compute_80" "$AMPERE_LIB" \
+    >"$OUT/build_ampere_lib.log" 2>&1 || record "make the compute_80 kernel library (build/ampere)" 1 "$OUT/build_ampere_lib.log"
+fi
 if want program; then
   build_bg program_check $CC_CUDA tests/gpu/program_check.c $LIBS $CUDART
   build_bg train_step $CC_CUDA examples/c/train_step.c $LIBS $CUDART
@@ -144,9 +158,11 @@ wait
 
 # ---- kernels ----------------------------------------------------------------------------------------------------
 # compile_dir DIR: DIR/*.cu into DIR/*.so, in parallel, with src/runtime/jit/jit.c's flags for kernels without CUTLASS
+# (KGENCODE: the target; the ampere group's compute_80 PTX with the sm_8x row kernels' PDL off)
+KGENCODE=${KGENCODE:--gencode=arch=compute_90a,code=sm_90a}
 compile_dir() {
   ls "$1"/*.cu | sed 's/\.cu$//' | xargs -P "$JOBS" -I{} sh -c 'nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG \
-    -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC -Ikernels -shared -lcuda -o {}.so {}.cu >{}.log 2>&1 ||
+    '"$KGENCODE"' -Xcompiler -fPIC -Ikernels -shared -lcuda -o {}.so {}.cu >{}.log 2>&1 ||
     { echo "nvcc failed: {}.cu"; cat {}.log; exit 1; }'
 }
 emitted_check() { # PROGRAM: PROGRAM emit DIR, compile DIR, PROGRAM check DIR
@@ -173,7 +189,7 @@ graphs=(examples/*.evt)
 for f in bench/graphs/*.evt; do [ "$f" = bench/graphs/bad_index.evt ] || graphs+=("$f"); done
 graphs+=(tests/gpu/graphs/*.evt)
 MEDIUM=$B/bert_layer_sdpa_medium_bf16.evt # attention with head size 64, on cuDNN
-if want graphs || want program; then
+if want graphs || want program || want ampere; then
   if python3 examples/gen.py bert_layer_sdpa --dtype bf16 --batch 2 --seq 128 --hidden 256 --heads 4 --ffn 1024 \
     --vocab 1000 -o "$MEDIUM" >"$OUT/gen_medium.log" 2>&1; then
     graphs+=("$MEDIUM")
@@ -233,6 +249,31 @@ if want graphs; then
   for f in examples/*.evt; do [ "$f" = examples/mlp.evt ] || sgd+=("$f"); done
   for spec in "${sgd[@]}"; do
     check "$spec: device SGD loop == --host-sgd, every bit" "sgd_$(tr -c 'A-Za-z0-9_.\n' _ <<<"$spec")" sgd_loops $spec
+  done
+fi
+
+# ---- ampere -----------------------------------------------------------------------------------------------------
+ampere_check() { # GRAPH FLAGS...: evtc_check with the compute_80 kernel library and kernels
+  EVT_FALLBACK_LIB=$AMPERE_LIB evtc_check "$@" --arch compute_80
+}
+ampere_emitted() { # PROGRAM: emitted_check with the row kernels as the sm_8x emitter writes them, PTX for compute_80
+  KGENCODE="-gencode=arch=compute_80,code=compute_80 -DEVT_ROWS_PDL=0 -DEVT_ROWS_PDL_MAIN=0" \
+    EVT_FALLBACK_LIB=$AMPERE_LIB emitted_check "$@"
+}
+if want ampere; then
+  echo "== ampere: the sm_8x path (compute_80 PTX, JIT-compiled by the driver) against the interpreter (${#graphs[@]} graphs)"
+  check "evtc prefetch --arch compute_80: every generated kernel of the graphs compiles" ampere_prefetch \
+    "$EVTC" prefetch --arch compute_80 "${graphs[@]}"
+  built check_rows && check "check_rows (compute_80, no PDL): row kernels vs evt_rspec_reference" ampere_check_rows \
+    ampere_emitted check_rows
+  built check_visitors && check "check_visitors (compute_80, no PDL): visitor nodes in row kernels" ampere_check_visitors \
+    ampere_emitted check_visitors
+  for f in "${graphs[@]}"; do
+    b=$(logname "$f")
+    f_=${f#"$ROOT"/}
+    check "$f_ --arch compute_80 node by node" "ampere_$b.node" ampere_check "$f"
+    check "$f_ --arch compute_80 --fused" "ampere_$b.fused" ampere_check "$f" --fused
+    check "$f_ --arch compute_80 --fused --cuda-graph" "ampere_$b.fused_graph" ampere_check "$f" --fused --cuda-graph
   done
 fi
 

@@ -72,6 +72,7 @@ static bool load_api(void *lib, evt_fb_api *a) {
   SYM(gemm, "evt_fb_gemm_run");
   SYM(sgd, "evt_fb_sgd");
   SYM(rng_step, "evt_fb_rng_step");
+  SYM(device_arch, "evt_fb_device_arch");
 #undef SYM
   void *const *f = (void *const *)a;
   for (size_t i = 0; i < sizeof *a / sizeof(void *); i++)
@@ -105,6 +106,16 @@ const evt_fb_api *evt_gpu_library(char *why, size_t n) {
   api = a;
   ready = true;
   return &api;
+}
+
+int evt_gpu_device_arch(void) {
+  static int arch = -1;
+  if (arch < 0) {
+    char why[600];
+    const evt_fb_api *api = evt_gpu_library(why, sizeof why);
+    arch = api ? api->device_arch() : 0;
+  }
+  return arch;
 }
 
 /* ---- launches ---------------------------------------------------------------------------------------- */

@@ -59,10 +59,14 @@ typedef struct evt_fb_api {
   int (*gemm)(evt_fb_ctx *, const evt_fb_gemm *, void *, char *, size_t);
   int (*sgd)(const evt_fb_tensor *, const evt_fb_tensor *, double, void *, char *, size_t);
   int (*rng_step)(unsigned long long *, unsigned long long, int, void *, char *, size_t);
+  int (*device_arch)(void);
 } evt_fb_api;
 
 /* Loads the library once per process and initializes the device; NULL with the reason in why. */
 const evt_fb_api *evt_gpu_library(char *why, size_t n);
+/* The present GPU's compute capability (major * 10 + minor: 80, 86, 89, 90, ...), or 0 without a GPU or kernel
+ * library; asked once per process. */
+int evt_gpu_device_arch(void);
 
 /* ---- a program (program.c) ------------------------------------------------------------------------- */
 struct evt_program {

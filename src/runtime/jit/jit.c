@@ -65,6 +65,12 @@ evt_status evt_jit_find_cutlass(const char *cutlass_path, char *inc, size_t incl
   return EVT_OK;
 }
 
+void evt_jit_gencode(int arch, int ptx, char *out, size_t outlen) {
+  if (arch == 80 || arch == 86 || arch == 89)
+    snprintf(out, outlen, "-gencode=arch=compute_%d,code=%s_%d", arch, ptx ? "compute" : "sm", arch);
+  else snprintf(out, outlen, "-gencode=arch=compute_90a,code=%s_90a", ptx ? "compute" : "sm");
+}
+
 evt_status evt_jit_flags(const evt_jit_options *opt, char *out, size_t outlen) {
   char inc[1024], util[1024];
   int nocut = opt && opt->no_cutlass;
@@ -80,10 +86,12 @@ evt_status evt_jit_flags(const evt_jit_options *opt, char *out, size_t outlen) {
     msgf(out, outlen, "include paths must not contain a single quote");
     return EVT_ERR_INVALID;
   }
+  char gencode[96];
+  evt_jit_gencode(opt ? opt->arch : 0, opt ? opt->ptx : 0, gencode, sizeof gencode);
   int n = snprintf(out, outlen,
-                   "-std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a "
+                   "-std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG %s "
                    "-Xcompiler -fPIC -I'%s'%s%s%s%s%s%s%s%s%s",
-                   kdir, nocut ? "" : " -I'", inc, nocut ? "" : "'", nocut ? "" : " -I'", util, nocut ? "" : "'",
+                   gencode, kdir, nocut ? "" : " -I'", inc, nocut ? "" : "'", nocut ? "" : " -I'", util, nocut ? "" : "'",
                    opt && opt->frontend_only  ? " -cuda"
                    : opt && opt->compile_only ? " -c"
                                               : " -shared -lcuda", *extra ? " " : "", extra);

@@ -9,7 +9,7 @@
  * and nothing compiled), a finished object renamed into place from a unique temporary name and sealed with a
  * sidecar <entry>.sum (its key, size and content hash); an entry that fails the check is rebuilt, saying so
  * on stderr; one process compiles an entry while others wanting it wait on its lock (<entry>.lock). Flags:
- *   nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a
+ *   nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a (evt_jit_gencode)
  *        -shared -Xcompiler -fPIC -I<kernels dir> -I<CUTLASS include> -I<CUTLASS tools/util/include> -lcuda
  * CUTLASS is found from CUTLASS_PATH (a CUTLASS tree, or the `cutlass_library/source` folder of the
  * nvidia-cutlass PyPI package) or else from the installed `cutlass_library` Python package.
@@ -47,7 +47,13 @@ typedef struct evt_jit_options {
                              * and device code) with no code generation; ~30 s instead of ~50-200 s. The CI
                              * check of generated kernels on machines without a GPU. */
   int no_cutlass;           /* row / pointwise kernels (emit_rows.c): no CUTLASS include paths, none needed */
+  int arch;                 /* GPU target: 0 or 90 = sm_90a, 80 / 86 / 89 = sm_80 / sm_86 / sm_89 (the source must be
+                             * emitted for it: kernel specs carry their arch) */
+  int ptx;                  /* 1: PTX only (code=compute_XX), JIT-compiled by the driver for the GPU present */
 } evt_jit_options;
+/* The -gencode flag of a target: "-gencode=arch=compute_90a,code=sm_90a", "-gencode=arch=compute_80,code=compute_80"
+ * (ptx), ... into out. */
+void evt_jit_gencode(int arch, int ptx, char *out, size_t outlen);
 
 /* Compiles every job (cache hits are free). EVT_OK if all succeeded; otherwise EVT_ERR_UNSUPPORTED when
  * nvcc or CUTLASS cannot be found (message in *msg), EVT_ERR_IO for cache-dir trouble (a folder refused by the

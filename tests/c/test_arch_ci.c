@@ -1,0 +1,207 @@
+/* CI compile check per GPU target (no GPU needed): every generated kernel of the graphs tests/gpu/run.sh runs
+ * (the .evt files of examples/, bench/graphs/ and tests/gpu/graphs/), planned as `evtc run --fused --arch A` plans them,
+ * compiled by nvcc for sm_80, sm_89 and sm_90a (-gencode for that target only, -c: front end, code generation and
+ * ptxas). Kernels are deduplicated by name (their spec's hash, which names the target), and an sm_89 row kernel that
+ * is its sm_80 twin's code (all are: row kernels differ by target only in PDL, off on both) is compiled once, for
+ * sm_80; per target the GEMM kernels
+ * and the row kernels each go into two translation units (headers parsed once per unit; the kernels live in their own
+ * namespaces), compiled two at a time. Each unit's object is cached in build/arch_ci/ under the hash of its text, its
+ * command and the kernels/ headers, so a rerun compiles only what an emitter or header change touched. Needs nvcc
+ * and the CUTLASS 4.2 headers (as evt_test_nvcc_frontend); without them it says so and checks nothing. */
+#include "test.h"
+
+#include <dirent.h>
+#include <time.h>
+
+#include "compile/compile.h"
+#include "compile/train.h"
+#include "passes/passes.h"
+#include "runtime/gpu/exec_plan.h"
+
+#define CI_DIR "build/arch_ci"
+
+/* The graph files of one folder ending in .evt (sorted; bad_index.evt, a run-time error check, left out). */
+static int list_graphs(const char *dir, char paths[][160], int n, int cap) {
+  struct dirent **ents = NULL;
+  int k = scandir(dir, &ents, NULL, alphasort);
+  for (int i = 0; i < k; i++) {
+    size_t l = strlen(ents[i]->d_name);
+    if (l > 4 && !strcmp(ents[i]->d_name + l - 4, ".evt") && strcmp(ents[i]->d_name, "bad_index.evt") && n < cap)
+      snprintf(paths[n++], 160, "%s/%s", dir, ents[i]->d_name);
+    free(ents[i]);
+  }
+  free(ents);
+  return n;
+}
+
+/* The distinct kernels of every graph planned for `arch` (as evtc prefetch --arch plans them). */
+static int collect_kernels(char paths[][160], int np, int arch, evt_pf_kernel **ks, int *cap) {
+  int n = 0;
+  evt_options o;
+  evt_options_init(&o);
+  o.flags = EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT;
+  o.arch = arch;
+  for (int f = 0; f < np; f++) {
+    char *perr = NULL;
+    evt_graph *g = evt_parse_file(paths[f], &perr);
+    CHECK_MSG(g != NULL, "%s: %s", paths[f], perr ? perr : "");
+    free(perr);
+    if (!g) continue;
+    evt_program *p = NULL;
+    evt_status st = evt_train_ensure_joint(g, NULL);
+    if (st == EVT_OK) st = evt_passes_run_all(g, 0, 0);
+    if (st == EVT_OK) st = evt_program_create_host_opts(g, &o, &p);
+    CHECK_MSG(st == EVT_OK, "%s: %s", paths[f], evt_graph_error(g));
+    char err[512];
+    if (st == EVT_OK) CHECK_MSG(evt_prefetch_collect(p->xp, paths[f], ks, &n, cap, err, sizeof err) == 0, "%s: %s", paths[f], err);
+    evt_program_destroy(p);
+    evt_graph_free(g);
+  }
+  return n;
+}
+
+/* FNV hash of every file of kernels/ (what the units include). */
+static uint64_t headers_hash(void) {
+  char paths[64][160];
+  int n = 0;
+  struct dirent **ents = NULL;
+  int k = scandir("kernels", &ents, NULL, alphasort);
+  for (int i = 0; i < k; i++) {
+    size_t l = strlen(ents[i]->d_name);
+    if ((l > 2 && !strcmp(ents[i]->d_name + l - 2, ".h")) || (l > 4 && !strcmp(ents[i]->d_name + l - 4, ".cuh")))
+      if (n < 64) snprintf(paths[n++], 160, "kernels/%s", ents[i]->d_name);
+    free(ents[i]);
+  }
+  free(ents);
+  uint64_t h = 0;
+  for (int i = 0; i < n; i++) {
+    FILE *f = fopen(paths[i], "rb");
+    char buf[4096];
+    size_t r;
+    while (f && (r = fread(buf, 1, sizeof buf, f)) > 0) h = evt_hash_bytes(h, buf, r);
+    if (f) fclose(f);
+  }
+  return h;
+}
+
+/* Writes unit `part` of 2 (the kernels of kind gemm with index % 2 == part) and appends its nvcc command to the job
+ * list unless its object is cached. Returns 1 if a command was added. */
+static int add_unit(const evt_pf_kernel *ks, int n, int gemm, int part, int arch, const char *flags, uint64_t hh, FILE *jobs,
+                    char objs[][200], int *nobj) {
+  evt_sbuf text = {0};
+  int count = 0;
+  for (int i = 0, j = 0; i < n; i++)
+    if (ks[i].gemm == gemm && j++ % 2 == part) evt_sbuf_printf(&text, "%s\n", ks[i].source), count++;
+  if (!count) return 0;
+  uint64_t h = evt_hash_bytes(hh, text.p, strlen(text.p));
+  h = evt_hash_bytes(h, flags, strlen(flags));
+  char base[160];
+  snprintf(base, sizeof base, CI_DIR "/%s-%s%d-%016llx", evt_arch_name(arch), gemm ? "gemm" : "rows", part,
+           (unsigned long long)h);
+  snprintf(objs[(*nobj)++], 200, "%s.o", base);
+  struct stat st;
+  int added = 0;
+  if (stat(objs[*nobj - 1], &st) != 0) {
+    char cu[200];
+    snprintf(cu, sizeof cu, "%s.cu", base);
+    FILE *f = fopen(cu, "w");
+    CHECK(f != NULL);
+    if (f) {
+      fputs(text.p, f);
+      fclose(f);
+      fprintf(jobs, "nvcc %s -c -o %s.o.part %s.cu >%s.log 2>&1 && mv %s.o.part %s.o\n", flags, base, base, base, base, base);
+      added = 1;
+    }
+  }
+  free(text.p);
+  return added;
+}
+
+/* src with every occurrence of `name`'s hash and of "sm_<arch>" replaced by fixed text: two kernels equal under it are
+ * the same code for two targets (a row kernel of sm_89 and its sm_80 twin: only their spec's target differs). */
+static char *normalized(const char *src, const char *name, int arch) {
+  const char *hash = strrchr(name, '_') + 1;
+  char tgt[16];
+  snprintf(tgt, sizeof tgt, "sm_%d", arch);
+  evt_sbuf b = {0};
+  for (const char *p = src; *p;) {
+    if (!strncmp(p, hash, strlen(hash))) evt_sbuf_printf(&b, "HASH"), p += strlen(hash);
+    else if (!strncmp(p, tgt, strlen(tgt))) evt_sbuf_printf(&b, "sm_TARGET"), p += strlen(tgt);
+    else evt_sbuf_printf(&b, "%c", *p++);
+  }
+  return b.p;
+}
+
+/* Drops from ks the row kernels of `arch` that are the same code as the row kernel at the same place of `base` (the
+ * plans of two sm_8x targets differ only in their GEMM configs): compiling them again would check nothing new. */
+static int drop_twins(evt_pf_kernel *ks, int n, int arch, const evt_pf_kernel *base, int nb, int base_arch) {
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    bool twin = false;
+    if (!ks[i].gemm && i < nb && !base[i].gemm) {
+      char *a = normalized(ks[i].source, ks[i].name, arch), *b = normalized(base[i].source, base[i].name, base_arch);
+      twin = !strcmp(a, b);
+      free(a);
+      free(b);
+    }
+    if (twin) free(ks[i].source);
+    else ks[m++] = ks[i];
+  }
+  return m;
+}
+
+TEST(ci_nvcc_compiles_example_kernels_per_arch) {
+  char inc[1024], util[1024];
+  const char *cp = getenv("CUTLASS_PATH") ? NULL : ".cutlass/cutlass_library/source";
+  if (evt_jit_find_cutlass(cp, inc, sizeof inc, util, sizeof util) != EVT_OK || system("nvcc --version >/dev/null 2>&1") != 0) {
+    fprintf(stderr, "note: ci_nvcc_compiles_example_kernels_per_arch: no nvcc or CUTLASS here, nothing checked\n");
+    return;
+  }
+  static char paths[96][160];
+  int np = list_graphs("examples", paths, 0, 96);
+  np = list_graphs("bench/graphs", paths, np, 96);
+  np = list_graphs("tests/gpu/graphs", paths, np, 96);
+  CHECK(np >= 7);
+  CHECK(system("mkdir -p " CI_DIR) == 0);
+  FILE *jobs = fopen(CI_DIR "/jobs.sh", "w");
+  CHECK(jobs != NULL);
+  if (!jobs) return;
+  static char objs[16][200];
+  int nobj = 0, njobs = 0, counts[3][2] = {{0}};
+  uint64_t hh = headers_hash();
+  const int archs[3] = {80, 89, 90};
+  evt_pf_kernel *sm80 = NULL;
+  int n80 = 0, twins = 0;
+  for (int a = 0; a < 3; a++) {
+    evt_pf_kernel *ks = NULL;
+    int cap = 0, n = collect_kernels(paths, np, archs[a], &ks, &cap);
+    for (int i = 0; i < n; i++) counts[a][ks[i].gemm]++;
+    if (archs[a] == 89) {
+      int before = n;
+      n = drop_twins(ks, n, 89, sm80, n80, 80);
+      twins = before - n;
+    }
+    char gencode[96], flags[3000];
+    evt_jit_gencode(archs[a], 0, gencode, sizeof gencode);
+    snprintf(flags, sizeof flags, "-std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG %s -Ikernels -I'%s' -I'%s'", gencode, inc,
+             util);
+    for (int gemm = 0; gemm < 2; gemm++)
+      for (int part = 0; part < 2; part++) njobs += add_unit(ks, n, gemm, part, archs[a], flags, hh, jobs, objs, &nobj);
+    if (archs[a] == 80) sm80 = ks, n80 = n;
+    else evt_prefetch_free(ks, n);
+  }
+  evt_prefetch_free(sm80, n80);
+  fclose(jobs);
+  for (int a = 0; a < 3; a++) CHECK_MSG(counts[a][1] >= 10 && counts[a][0] >= 50, "%s: %d GEMM, %d row kernels", evt_arch_name(archs[a]), counts[a][1], counts[a][0]);
+  time_t t0 = time(NULL);
+  if (njobs) (void)!system("tr '\\n' '\\0' <" CI_DIR "/jobs.sh | xargs -0 -P 2 -n 1 sh -c");
+  for (int i = 0; i < nobj; i++) {
+    struct stat st;
+    CHECK_MSG(stat(objs[i], &st) == 0, "nvcc rejected %s; see %.*s.log", objs[i], (int)strlen(objs[i]) - 2, objs[i]);
+  }
+  fprintf(stderr, "note: ci_nvcc_compiles_example_kernels_per_arch: sm_80 %d+%d, sm_89 %d+%d, sm_90a %d+%d GEMM+row kernels; "
+          "%d sm_89 row kernels the same code as their sm_80 twins; %d of %d units compiled now (%lld s), the rest cached\n",
+          counts[0][1], counts[0][0], counts[1][1], counts[1][0], counts[2][1], counts[2][0], twins, njobs, nobj,
+          (long long)(time(NULL) - t0));
+  CHECK(twins > 0);
+}
