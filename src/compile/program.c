@@ -39,6 +39,21 @@ static evt_status build_fused(evt_program *p, const evt_options *o, bool device)
 }
 
 
+/* evt's CUDA attention (cuDNN's fused flash attention, the reference kernel) takes no mask: a device program
+ * with a masked sdpa (or its backward) is refused, naming the node, so that the PyTorch backend leaves that
+ * attention to PyTorch and a C caller runs the graph on the interpreter. */
+static evt_status refuse_masked_attention(evt_graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const evt_node *n = &g->nodes[i];
+    int unmasked = n->op == EVT_OP_SDPA ? 3 : 4;
+    if (evt_op_table[n->op].cls == EVT_CLASS_ATTENTION && n->ninputs > unmasked)
+      return evt_graph_errorf(g, i, EVT_ERR_UNSUPPORTED,
+                              "%s with a mask: evt's CUDA attention (cuDNN, the reference kernel) takes no mask",
+                              evt_op_table[n->op].name);
+  }
+  return EVT_OK;
+}
+
 static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_program **out) {
   if (!out) return EVT_ERR_INVALID;
   *out = NULL;
@@ -73,6 +88,7 @@ static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_pr
     return EVT_ERR_UNSUPPORTED;
   }
   if (!(flags & EVT_PROGRAM_NO_OPT)) st = evt_passes_run_all(g, 0, 0);
+  if (st == EVT_OK && device) st = refuse_masked_attention(g);
   if (st == EVT_OK && g->noutputs == 0) st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "the graph has no outputs");
   if (st == EVT_OK && device && !(p->ctx = p->api->ctx_new(why, sizeof why)))
     st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "no CUDA device: %s", why);
