@@ -80,6 +80,10 @@ static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_pr
   p->flags = flags;
   p->rng_step = g->rng_step; /* the first run's RNG step */
   char why[1024];
+  if (device && refuse_masked_attention(g) != EVT_OK) {
+    evt_program_destroy(p);
+    return EVT_ERR_UNSUPPORTED;
+  }
   p->api = device ? evt_gpu_library(why, sizeof why) : NULL;
   evt_status st = EVT_OK;
   if (device && !p->api) {
@@ -88,7 +92,6 @@ static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_pr
     return EVT_ERR_UNSUPPORTED;
   }
   if (!(flags & EVT_PROGRAM_NO_OPT)) st = evt_passes_run_all(g, 0, 0);
-  if (st == EVT_OK && device) st = refuse_masked_attention(g);
   if (st == EVT_OK && g->noutputs == 0) st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "the graph has no outputs");
   if (st == EVT_OK && device && !(p->ctx = p->api->ctx_new(why, sizeof why)))
     st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "no CUDA device: %s", why);
