@@ -73,3 +73,23 @@ def test_masked_sdpa_matches_pytorch(name, causal, gqa, caplog):
     msgs = [r.getMessage() for r in caplog.records]
     assert not [m for m in msgs if "fallback to PyTorch:" in m], msgs
     assert sum(m.startswith(("forward:", "backward:")) and m.endswith(", 0 in PyTorch") for m in msgs) == 2, msgs
+
+
+def test_float_mask_that_requires_grad(caplog):
+    """A float mask with requires_grad: PyTorch's dispatcher takes the math attention (bmm, softmax), which evt
+    runs with the mask's gradient, summed over the heads the mask broadcasts over."""
+    torch._dynamo.reset()
+    caplog.set_level(logging.INFO, logger="evt")
+    torch.manual_seed(0)
+    q, k, v, m, w = torch.randn(B, H, Q, D), torch.randn(B, H, K, D), torch.randn(B, H, K, D), \
+        torch.randn(B, 1, Q, K), torch.randn(B, H, Q, D)
+    got = []
+    for fn in (attention, torch.compile(attention, backend="evt", fullgraph=True)):
+        qq, mm = q.clone().requires_grad_(), m.clone().requires_grad_()
+        loss, o = fn(qq, k, v, mm, w, False, False)
+        loss.backward()
+        got.append((o.detach(), qq.grad, mm.grad))
+    for what, a, b in zip(("out", "dq", "dmask"), got[1], got[0]):
+        assert rel_err(a, b) < 1e-5, (what, rel_err(a, b))
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum(m.startswith(("forward:", "backward:")) and m.endswith(", 0 in PyTorch") for m in msgs) == 2, msgs
