@@ -17,6 +17,7 @@ Contract
 """
 import math
 import operator
+from typing import Optional
 
 import torch
 
@@ -1382,29 +1383,32 @@ def _(dy, x, normalized_shape, w, bias, eps):
 TABLE[torch.ops.evt.layer_norm_backward] = _evt_layer_norm_bwd
 
 
-def sdpa_grad_recompute(dout, q, k, v, is_causal, scale):
+def sdpa_grad_recompute(dout, q, k, v, is_causal, scale, attn_mask=None):
     """(dq, dk, dv) of scaled_dot_product_attention, recomputed with autograd (any device). k and v with fewer
     heads than q are grouped-query attention (enable_gqa), as the forward kernel took them."""
     with torch.enable_grad():
         qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
-        o = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=is_causal, scale=scale,
-                                                             enable_gqa=q.shape[-3] != k.shape[-3])
+        o = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=attn_mask, is_causal=is_causal,
+                                                             scale=scale, enable_gqa=q.shape[-3] != k.shape[-3])
         return tuple(g.contiguous() for g in torch.autograd.grad(o, (qq, kk, vv), dout))
 
 
 @torch.library.custom_op("evt::sdpa_backward", mutates_args=())
 def sdpa_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
-                  scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  scale: float, attn_mask: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                    torch.Tensor]:
+    """(dq, dk, dv) of SDPA with no dropout; attn_mask (bool: true = keep, or additive float) gets no gradient."""
     sc = scale if scale > 0 else None
     if q.device.type != "cpu":
-        return sdpa_grad_recompute(dout, q, k, v, is_causal, sc)
-    out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, scale=sc)
+        return sdpa_grad_recompute(dout, q, k, v, is_causal, sc, attn_mask)
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, attn_mask=attn_mask,
+                                                                scale=sc)
     return aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, is_causal,
-                                                                     scale=sc)
+                                                                     attn_mask=attn_mask, scale=sc)
 
 
 @sdpa_backward.register_fake
-def _(dout, q, k, v, is_causal, scale):
+def _(dout, q, k, v, is_causal, scale, attn_mask=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -1492,10 +1496,10 @@ def rewrite_joint(gm, attention=False, cuda_pools=True, ln_devices=("cuda",)):
             target = torch.ops.evt.layer_norm_backward.default
         elif n.target == aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
             dout, q, k, v, o, lse, p, causal = n.args[:8]
-            if p != 0.0 or n.kwargs.get("attn_mask") is not None:
+            if p != 0.0:
                 continue
             sc = n.kwargs.get("scale")
-            new_args = (dout, q, k, v, bool(causal), float(sc) if sc is not None else 0.0)
+            new_args = (dout, q, k, v, bool(causal), float(sc) if sc is not None else 0.0, n.kwargs.get("attn_mask"))
             target = torch.ops.evt.sdpa_backward.default
         else:
             continue
@@ -1554,24 +1558,36 @@ def _repeat_heads(b, x, g):
     return b.reshape(e, [B, H * g, S, D])
 
 
-def _sdpa_operands(b, q, k, v):
+def _sdpa_operands(b, q, k, v, mask=None):
+    """evt's sdpa operands: q, k and v (repeated to q's heads), then the mask if any. evt's mask is PyTorch's
+    attn_mask: bool (true = keep) or q's float dtype (added to the scaled scores), broadcast to
+    [B, H, Sq, Skv]; a row whose keys are all masked gives 0, as PyTorch's kernels."""
     g = _gqa_groups(q, k)
-    return [b.val(q), _repeat_heads(b, k, g), _repeat_heads(b, v, g)]
+    ops = [b.val(q), _repeat_heads(b, k, g), _repeat_heads(b, v, g)]
+    if mask is not None:
+        m, qv = meta_val(mask), meta_val(q)
+        if m.dtype != torch.bool and m.dtype != qv.dtype:
+            raise Unsupported(f"attn_mask of dtype {m.dtype} with {qv.dtype} q")
+        if m.requires_grad:
+            raise Unsupported("an attn_mask that requires grad (evt computes no mask gradient)")
+        ops.append(b.val(mask))
+    return ops
 
 
 @rule(aten._scaled_dot_product_flash_attention_for_cpu)
 def _sdpa(b, node, used):
     q, k, v = node.args[:3]
     p, causal = arg(node, 3, "dropout_p", 0.0), arg(node, 4, "is_causal", False)
-    if p != 0.0 or node.kwargs.get("attn_mask") is not None:
-        raise Unsupported("dropout or attn_mask")
+    if p != 0.0:
+        raise Unsupported("dropout")
     if used - {0}:
         raise Unsupported("the logsumexp output")
     sc = node.kwargs.get("scale")
     attrs = {"causal": 1} if causal else {}
     if sc is not None:
         attrs["scale"] = float(sc)
-    return {0: b.result("sdpa", _sdpa_operands(b, q, k, v), attrs, val=out(node)[0])}
+    ops = _sdpa_operands(b, q, k, v, node.kwargs.get("attn_mask"))
+    return {0: b.result("sdpa", ops, attrs, val=out(node)[0])}
 
 
 @rule(*_CUDA_SDPA_FWD)
@@ -1586,7 +1602,8 @@ def _sdpa_cuda(b, node, used):
     p = node.args[i_p] if len(node.args) > i_p else 0.0
     causal = node.args[i_causal] if len(node.args) > i_causal else False
     if p != 0.0 or (i_bias is not None and len(node.args) > i_bias and node.args[i_bias] is not None):
-        raise Unsupported("dropout or attn_bias")
+        raise Unsupported("dropout or attn_bias (evt's CUDA attention, cuDNN or the reference kernel, takes no "
+                          "mask)")
     if used - {0}:
         raise Unsupported("the logsumexp output")
     sc = node.kwargs.get("scale")
@@ -1598,12 +1615,13 @@ def _sdpa_cuda(b, node, used):
 
 @rule(torch.ops.evt.sdpa_backward)
 def _sdpa_bwd(b, node, used):
-    dout, q, k, v, causal, sc = node.args
+    dout, q, k, v, causal, sc = node.args[:6]
+    mask = node.args[6] if len(node.args) > 6 else node.kwargs.get("attn_mask")
     attrs = {"causal": 1} if causal else {}
     if sc > 0:
         attrs["scale"] = float(sc)
     g = _gqa_groups(q, k)
-    ops = [b.val(dout)] + _sdpa_operands(b, q, k, v)
+    ops = [b.val(dout)] + _sdpa_operands(b, q, k, v, mask)
     vals = out(node)
     res = {}
     for i, w in enumerate("qkv"):

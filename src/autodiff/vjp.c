@@ -559,10 +559,17 @@ evt_status evt_vjp_apply(evt_ad *c, int id, int dy) {
 
   /* ---- attention */
   case EVT_OP_SDPA: {
-    int in[4] = {dy, IN(0), IN(1), IN(2)};
-    ACC(0, with_attrs(c, EVT_OP_SDPA_BACKWARD_Q, in, 4, &n, NULL));
-    ACC(1, with_attrs(c, EVT_OP_SDPA_BACKWARD_K, in, 4, &n, NULL));
-    ACC(2, with_attrs(c, EVT_OP_SDPA_BACKWARD_V, in, 4, &n, NULL));
+    /* The backward ops take the forward's mask; a bool mask has no gradient (not differentiable), a float one
+     * that depends on a parameter is refused: evt has no op for the mask's gradient (dS summed over its
+     * broadcast dims). */
+    if (n.ninputs > 3 && NEED(3))
+      return evt_graph_errorf(c->g, id, EVT_ERR_UNSUPPORTED,
+                              "sdpa: no gradient for a float mask that depends on a parameter; the mask must be constant");
+    int in[5] = {dy, IN(0), IN(1), IN(2), n.ninputs > 3 ? IN(3) : -1};
+    int nin = n.ninputs + 1;
+    ACC(0, with_attrs(c, EVT_OP_SDPA_BACKWARD_Q, in, nin, &n, NULL));
+    ACC(1, with_attrs(c, EVT_OP_SDPA_BACKWARD_K, in, nin, &n, NULL));
+    ACC(2, with_attrs(c, EVT_OP_SDPA_BACKWARD_V, in, nin, &n, NULL));
     break;
   }
 

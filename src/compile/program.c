@@ -39,6 +39,21 @@ static evt_status build_fused(evt_program *p, const evt_options *o, bool device)
 }
 
 
+/* evt's CUDA attention (cuDNN's fused flash attention, the reference kernel) takes no mask: a device program
+ * with a masked sdpa (or its backward) is refused, naming the node, so that the PyTorch backend leaves that
+ * attention to PyTorch and a C caller runs the graph on the interpreter. */
+static evt_status refuse_masked_attention(evt_graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const evt_node *n = &g->nodes[i];
+    int unmasked = n->op == EVT_OP_SDPA ? 3 : 4;
+    if (evt_op_table[n->op].cls == EVT_CLASS_ATTENTION && n->ninputs > unmasked)
+      return evt_graph_errorf(g, i, EVT_ERR_UNSUPPORTED,
+                              "%s with a mask: evt's CUDA attention (cuDNN, the reference kernel) takes no mask",
+                              evt_op_table[n->op].name);
+  }
+  return EVT_OK;
+}
+
 static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_program **out) {
   if (!out) return EVT_ERR_INVALID;
   *out = NULL;
@@ -65,6 +80,10 @@ static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_pr
   p->flags = flags;
   p->rng_step = g->rng_step; /* the first run's RNG step */
   char why[1024];
+  if (device && refuse_masked_attention(g) != EVT_OK) {
+    evt_program_destroy(p);
+    return EVT_ERR_UNSUPPORTED;
+  }
   p->api = device ? evt_gpu_library(why, sizeof why) : NULL;
   evt_status st = EVT_OK;
   if (device && !p->api) {

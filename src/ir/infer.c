@@ -805,11 +805,33 @@ static evt_status sdpa_out(evt_graph *g, evt_node *n, int id, const evt_type *q,
   return EVT_OK;
 }
 
+/* The optional mask (input `k`): bool (true = keep, as PyTorch) or q's float dtype (added to the scaled
+ * scores); rank <= 4 and broadcastable numpy-style to the scores [B,H,Sq,Skv], as PyTorch's attn_mask. */
+static evt_status sdpa_mask(evt_graph *g, evt_node *n, int id, int k, const evt_type *q, const evt_type *kt) {
+  if (n->ninputs <= k) return EVT_OK;
+  const evt_type *m = in_type(g, n, k);
+  if (m->dtype != EVT_BOOL && m->dtype != q->dtype)
+    FAIL("the mask must be bool or q's dtype %s, got %s", evt_dtype_name(q->dtype), ts(m));
+  int64_t scores[4] = {q->shape[0], q->shape[1], q->shape[2], kt->shape[2]};
+  if (m->rank > 4) FAIL("the mask %s has rank > 4; it must broadcast to the scores [B,H,Sq,Skv]", ts(m));
+  for (int d = 0; d < m->rank; d++) {
+    int64_t want = scores[4 - m->rank + d];
+    if (m->shape[d] != 1 && m->shape[d] != want)
+      FAIL("the mask %s does not broadcast to the scores [%lld,%lld,%lld,%lld]", ts(m), (long long)scores[0],
+           (long long)scores[1], (long long)scores[2], (long long)scores[3]);
+  }
+  return EVT_OK;
+}
+
 static evt_status infer_sdpa(evt_graph *g, evt_node *n, int id) {
-  if (n->op == EVT_OP_SDPA) return sdpa_out(g, n, id, in_type(g, n, 0), in_type(g, n, 1), in_type(g, n, 2), &n->type);
+  if (n->op == EVT_OP_SDPA) {
+    CHECK_ST(sdpa_out(g, n, id, in_type(g, n, 0), in_type(g, n, 1), in_type(g, n, 2), &n->type));
+    return sdpa_mask(g, n, id, 3, in_type(g, n, 0), in_type(g, n, 1));
+  }
   const evt_type *dout = in_type(g, n, 0);
   evt_type y;
   CHECK_ST(sdpa_out(g, n, id, in_type(g, n, 1), in_type(g, n, 2), in_type(g, n, 3), &y));
+  CHECK_ST(sdpa_mask(g, n, id, 4, in_type(g, n, 1), in_type(g, n, 2)));
   if (!evt_type_equal(dout, &y)) FAIL("dout must be %s (the forward output), got %s", ts(&y), ts(dout));
   int which = n->op == EVT_OP_SDPA_BACKWARD_Q ? 1 : n->op == EVT_OP_SDPA_BACKWARD_K ? 2 : 3;
   n->type = *in_type(g, n, which);

@@ -596,6 +596,29 @@ TEST(fd_sdpa) {
   }
 }
 
+/* Masked attention: a constant float mask broadcast over heads, a bool mask (from a comparison) broadcast over
+ * queries; a float mask that depends on a parameter is refused, naming the node. */
+TEST(fd_sdpa_mask) {
+  for (int c = 0; c < 4; c++) {
+    evt_graph *g = evt_graph_new("sdpa_mask");
+    int q = P(g, "q", SH(1, 2, 3, 4)), k = P(g, "k", SH(1, 2, 5, 4)), v = P(g, "v", SH(1, 2, 5, 2));
+    int64_t ms[4] = {1, 1, c % 2 ? 1 : 3, 5};
+    int m = I(g, "m", EVT_F32, EVT_INIT_UNIFORM, -1, 1, ms, 4);
+    if (c % 2) m = OP(g, "gt", m, OP(g, "neg", m)); /* bool: about half the keys kept */
+    evt_attr a[] = {EVT_ATTR_INT("causal", c / 2)};
+    fd_check(g, OPA(g, "sdpa", a, q, k, v, m), (fd_opts){0});
+    evt_graph_free(g);
+  }
+  evt_graph *g = evt_graph_new("sdpa_mask_param");
+  int q = P(g, "q", SH(1, 2, 3, 4)), m = P(g, "m", SH(3, 3));
+  int o = OP(g, "sdpa", q, q, q, m);
+  CHECK(evt_graph_set_name(g, o, "att") == EVT_OK);
+  CHECK(evt_graph_set_loss(g, OP(g, "sum", o)) == EVT_OK);
+  CHECK(evt_graph_build_joint(g, 0) == EVT_ERR_UNSUPPORTED);
+  CHECK(strstr(evt_graph_error(g), "%att") != NULL && strstr(evt_graph_error(g), "float mask") != NULL);
+  evt_graph_free(g);
+}
+
 /* ---- the joint graph as a whole ------------------------------------------------------------------------------- */
 
 TEST(autodiff_accumulates_uses) {

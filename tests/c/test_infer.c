@@ -444,11 +444,41 @@ TEST(infer_sdpa) {
   evt_graph_free(g);
 }
 
+/* The optional mask: bool or q's dtype, broadcastable to the scores [B,H,Sq,Skv]; the backward ops take it
+ * last. */
+TEST(infer_sdpa_mask) {
+  evt_graph *g = evt_graph_new("t");
+  int q = evt_input(g, "q", EVT_F32, 4, SHP(2, 4, 8, 16));
+  int k = evt_input(g, "k", EVT_F32, 4, SHP(2, 4, 10, 16));
+  int v = evt_input(g, "v", EVT_F32, 4, SHP(2, 4, 10, 32));
+  int mb = evt_input(g, "mb", EVT_BOOL, 4, SHP(2, 1, 8, 10));
+  int mf = evt_input(g, "mf", EVT_F32, 4, SHP(2, 1, 1, 10));
+  int m2 = evt_input(g, "m2", EVT_F32, 2, SHP(8, 10));
+  int o = OP0(g, "sdpa", q, k, v, mb);
+  CHECK_TYPE(g, o, EVT_F32, 4, 2, 4, 8, 32);
+  CHECK_TYPE(g, OP0(g, "sdpa", q, k, v, mf), EVT_F32, 4, 2, 4, 8, 32);
+  CHECK_TYPE(g, OP0(g, "sdpa", q, k, v, m2), EVT_F32, 4, 2, 4, 8, 32);
+  CHECK_TYPE(g, OP0(g, "sdpa_backward_q", o, q, k, v, mb), EVT_F32, 4, 2, 4, 8, 16);
+  CHECK_TYPE(g, OP0(g, "sdpa_backward_k", o, q, k, v, mf), EVT_F32, 4, 2, 4, 10, 16);
+  CHECK_TYPE(g, OP0(g, "sdpa_backward_v", o, q, k, v, m2), EVT_F32, 4, 2, 4, 10, 32);
+  int mi = evt_input(g, "mi", EVT_I64, 4, SHP(2, 1, 8, 10));
+  int mh = evt_input(g, "mh", EVT_F16, 4, SHP(2, 1, 8, 10));
+  int mw = evt_input(g, "mw", EVT_BOOL, 4, SHP(2, 4, 8, 9));
+  int m5 = evt_input(g, "m5", EVT_BOOL, 5, SHP(1, 2, 4, 8, 10));
+  FAILS(g, "sdpa", INS(q, k, v, mi), 4, NULL, 0, "the mask must be bool or q's dtype f32, got i64[2,1,8,10]");
+  FAILS(g, "sdpa", INS(q, k, v, mh), 4, NULL, 0, "the mask must be bool or q's dtype f32, got f16[2,1,8,10]");
+  FAILS(g, "sdpa", INS(q, k, v, mw), 4, NULL, 0, "the mask bool[2,4,8,9] does not broadcast to the scores [2,4,8,10]");
+  FAILS(g, "sdpa", INS(q, k, v, m5), 4, NULL, 0, "has rank > 4");
+  FAILS(g, "sdpa_backward_q", INS(o, q, k, v, mw), 5, NULL, 0, "does not broadcast to the scores");
+  CHECK(evt_graph_verify(g) == EVT_OK);
+  evt_graph_free(g);
+}
+
 /* Every op of ops.def has a valid case above: runs them all and checks which ops they covered. */
 TEST(infer_every_op_covered) {
   void (*all[])(void) = {infer_mm_and_binary, infer_sources, infer_unary, infer_binary_broadcast_and_dtypes, infer_reductions,
                          infer_matmuls, infer_sparse, infer_conv, infer_pool, infer_row_ops, infer_losses,
-                         infer_gathers, infer_layout, infer_sdpa};
+                         infer_gathers, infer_layout, infer_sdpa, infer_sdpa_mask};
   for (int i = 0; i < EVT_ARRAY_LEN(all); i++) all[i]();
   for (int op = 0; op < EVT_OP_COUNT; op++) CHECK_MSG(covered[op], "op %s has no valid case", evt_op_table[op].name);
 }

@@ -358,6 +358,100 @@ TEST(interp_sdpa_gradients_match_finite_differences) {
   }
 }
 
+/* Direct reference of masked attention on [1,H,S,S] inputs with head dim D: add[(h*S+i)*S+j] is added to the
+ * scaled score (-inf drops the key); a row with every key dropped gives 0, as PyTorch. */
+static void ref_sdpa(const double *q, const double *k, const double *v, const double *add, int H, int S, int D,
+                     double *out) {
+  for (int h = 0; h < H; h++)
+    for (int i = 0; i < S; i++) {
+      double s[8], m = -INFINITY, sum = 0;
+      for (int j = 0; j < S; j++) {
+        s[j] = add[(h * S + i) * S + j];
+        for (int d = 0; d < D; d++) s[j] += q[(h * S + i) * D + d] * k[(h * S + j) * D + d] / sqrt((double)D);
+        if (s[j] > m) m = s[j];
+      }
+      for (int j = 0; j < S; j++) sum += s[j] = m == -INFINITY ? 0 : exp(s[j] - m);
+      for (int d = 0; d < D; d++) {
+        double o = 0;
+        for (int j = 0; j < S; j++) o += sum > 0 ? s[j] / sum * v[(h * S + j) * D + d] : 0;
+        out[(h * S + i) * D + d] = o;
+      }
+    }
+}
+
+/* sdpa with a float mask broadcast over heads, a bool mask over keys (rank 1) and a bool mask over rows
+ * (one row fully dropped: output and gradients 0, no NaN), against the direct reference. */
+TEST(interp_sdpa_mask_matches_reference) {
+  const int64_t *s = SH(1, 2, 3, 2);
+  double qd[12], kd[12], vd[12], fm[9], add[3][18], want[12];
+  for (int i = 0; i < 12; i++) qd[i] = sin(i * 1.3), kd[i] = cos(i * 0.7), vd[i] = sin(i * 0.4 + 1);
+  for (int i = 0; i < 9; i++) fm[i] = 0.5 * sin(i * 0.9);
+  fm[2] = -INFINITY;
+  const double keys[3] = {1, 0, 1}, rows[6] = {1, 0, 1, 1, 1, 1};
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < 3; i++)
+      for (int j = 0; j < 3; j++) {
+        add[0][(h * 3 + i) * 3 + j] = fm[i * 3 + j];
+        add[1][(h * 3 + i) * 3 + j] = keys[j] ? 0 : -INFINITY;
+        add[2][(h * 3 + i) * 3 + j] = rows[h * 3 + i] ? 0 : -INFINITY;
+      }
+  for (int c = 0; c < 3; c++) {
+    tg *t = tg_new();
+    int q = in_(t, EVT_F32, 4, s, qd), k = in_(t, EVT_F32, 4, s, kd), v = in_(t, EVT_F32, 4, s, vd);
+    int m = c == 0 ? in_(t, EVT_F32, 4, SH(1, 1, 3, 3), fm)
+          : c == 1 ? in_(t, EVT_BOOL, 1, SH(3), keys) : in_(t, EVT_BOOL, 4, SH(1, 2, 3, 1), rows);
+    int o = raw_op(t, "sdpa", IDS(q, k, v, m), 4, NULL, EVT_F32, 4, s);
+    int gq = raw_op(t, "sdpa_backward_q", IDS(o, q, k, v, m), 5, NULL, EVT_F32, 4, s);
+    int gk = raw_op(t, "sdpa_backward_k", IDS(o, q, k, v, m), 5, NULL, EVT_F32, 4, s);
+    CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
+    ref_sdpa(qd, kd, vd, add[c], 2, 3, 2, want);
+    CHECK_VALS(t->v[o], want, 12, 1e-12);
+    for (int i = 0; i < 12; i++) CHECK(isfinite(t->v[gq].data[i]) && isfinite(t->v[gk].data[i]));
+    if (c == 2) /* head 0, query 1 dropped every key */
+      CHECK(t->v[o].data[2] == 0 && t->v[o].data[3] == 0 && t->v[gq].data[2] == 0 && t->v[gq].data[3] == 0);
+    tg_free(t);
+  }
+}
+
+/* Masked sdpa's backward ops match central differences of L = sum(dout * sdpa(q, k, v, mask)), with and
+ * without causal: a float mask [1,1,3,3] and a bool mask [1,3] dropping key 0 (with causal, query 0 then has
+ * no key: output and gradients 0). */
+TEST(interp_sdpa_mask_gradients_match_finite_differences) {
+  for (int c = 0; c < 4; c++) {
+    tg *t = tg_new();
+    const int64_t *s = SH(1, 2, 3, 2);
+    double qd[12], kd[12], vd[12], dd[12], fm[9];
+    for (int i = 0; i < 12; i++) qd[i] = sin(i * 1.3), kd[i] = cos(i * 0.7), vd[i] = sin(i * 0.4 + 1), dd[i] = cos(i * 2.1);
+    for (int i = 0; i < 9; i++) fm[i] = 0.7 * cos(i * 1.1);
+    int q = in_(t, EVT_F32, 4, s, qd), k = in_(t, EVT_F32, 4, s, kd), v = in_(t, EVT_F32, 4, s, vd);
+    int d = in_(t, EVT_F32, 4, s, dd);
+    int m = c % 2 == 0 ? in_(t, EVT_F32, 4, SH(1, 1, 3, 3), fm) : in_(t, EVT_BOOL, 2, SH(1, 3), DV(0, 1, 1));
+    evt_attrs a = A();
+    a.causal = c / 2;
+    int o = raw_op(t, "sdpa", IDS(q, k, v, m), 4, &a, EVT_F32, 4, s);
+    int gq = raw_op(t, "sdpa_backward_q", IDS(d, q, k, v, m), 5, &a, EVT_F32, 4, s);
+    int gk = raw_op(t, "sdpa_backward_k", IDS(d, q, k, v, m), 5, &a, EVT_F32, 4, s);
+    int gv = raw_op(t, "sdpa_backward_v", IDS(d, q, k, v, m), 5, &a, EVT_F32, 4, s);
+    CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
+    if (c == 3) CHECK(t->v[o].data[0] == 0 && t->v[o].data[1] == 0);
+    int which[3] = {q, k, v}, grads[3] = {gq, gk, gv};
+    for (int w = 0; w < 3; w++)
+      for (int i = 0; i < 12; i++) {
+        double save = t->v[which[w]].data[i], h = 1e-6, lp = 0, lm = 0;
+        t->v[which[w]].data[i] = save + h;
+        CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
+        for (int j = 0; j < 12; j++) lp += dd[j] * t->v[o].data[j];
+        t->v[which[w]].data[i] = save - h;
+        CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
+        for (int j = 0; j < 12; j++) lm += dd[j] * t->v[o].data[j];
+        t->v[which[w]].data[i] = save;
+        CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
+        CHECK_NEAR(t->v[grads[w]].data[i], (lp - lm) / (2 * h), 1e-7);
+      }
+    tg_free(t);
+  }
+}
+
 /* ---- convolution and pooling ----------------------------------------------------------------------- */
 
 TEST(interp_conv2d_hand) {

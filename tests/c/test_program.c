@@ -61,6 +61,17 @@ static void create_without_gpu(void) {
 
 TEST(program_create_without_gpu_is_unsupported) { without_library(create_without_gpu); }
 
+/* evt's CUDA attention takes no mask: creating a device program with a masked sdpa is refused before any GPU
+ * is looked for, naming the node (the PyTorch backend then leaves that attention to PyTorch). */
+TEST(program_create_refuses_masked_attention) {
+  evt_graph *g = parse_joint("graph g {\n  %q: f32[1,2,3,4] = param(init=normal)\n  %m: bool[1,1,1,3] = input()\n"
+                             "  %att = sdpa(%q, %q, %q, %m)\n  %loss = sum(%att)\n  loss %loss\n}\n");
+  evt_program *p = NULL;
+  CHECK(g && evt_program_create(g, 0, &p) == EVT_ERR_UNSUPPORTED && p == NULL);
+  if (g) CHECK(strstr(evt_graph_error(g), "sdpa with a mask") != NULL && strstr(evt_graph_error(g), "%att") != NULL);
+  evt_graph_free(g);
+}
+
 TEST(program_create_rejects_bad_arguments) {
   evt_program *p = NULL;
   CHECK(evt_program_create(NULL, 0, &p) == EVT_ERR_INVALID && p == NULL);

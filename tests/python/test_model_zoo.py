@@ -43,11 +43,9 @@ ZERO_GRADIENT_FLOOR = 1e-3
 NOISE_FACTOR = 2.0
 
 # Ops each model leaves to PyTorch, and why (a new fallback fails the test; one that goes away does not).
-ATTENTION_MASK = "_scaled_dot_product_flash_attention_for_cpu.default"  # HF builds an explicit mask under
-ATTENTION_MASK_BWD = "_scaled_dot_product_flash_attention_for_cpu_backward.default"  # torch.compile: no
-# translation of SDPA with attn_mask yet (its forward and backward run in PyTorch)
+# (Hugging Face attention passes SDPA a materialized mask under torch.compile: evt's masked sdpa runs it.)
 ARANGE = "arange.start_step"           # no evt op (position ids, mask construction)
-HF_ATTENTION = {ATTENTION_MASK, ATTENTION_MASK_BWD, ARANGE}
+HF_ATTENTION = {ARANGE}
 ALLOWED_FALLBACKS = {
     "hf_bert": HF_ATTENTION | {"gather.default",                  # token_type_ids buffer gather: no translation
                                "embedding_dense_backward.default"},  # padding_idx=0 (pad_token_id)

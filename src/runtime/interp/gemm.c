@@ -6,9 +6,12 @@
  *   the i-k-j loops below. Either way the error is far below an f32 ulp before the f32 rounding.
  * - spmm(rowptr, col, val, x) = A x with A in CSR form ([M,K], K = rows of x); spmm_t(...) = A^T dy with
  *   shape [K,N]. rowptr must start at >= 0, never decrease and end at <= nnz; col in [0, K).
- * - sdpa(q, k, v) [..., S, D] = softmax(q k^T * scale [+ causal mask: key j > query i masked]) v with
- *   scale = 1/sqrt(D) when the attribute is 0; sdpa_backward_{q,k,v}(dout, q, k, v) are the exact
- *   gradients, recomputing the probabilities row by row. */
+ * - sdpa(q, k, v[, mask]) [..., S, D] = softmax(q k^T * scale + mask) v with scale = 1/sqrt(D) when the
+ *   attribute is 0, as PyTorch's scaled_dot_product_attention: a float mask is added to the scaled scores, a
+ *   bool mask keeps the keys where it is true (the others score -inf), causal drops key j > query i. A row
+ *   whose every key is dropped (all scores -inf) has probabilities 0, so its output and gradients are 0
+ *   (PyTorch's kernels and its math path's safe softmax give 0, not NaN). sdpa_backward_{q,k,v}(dout, q, k,
+ *   v[, mask]) are the exact gradients, recomputing the probabilities row by row. */
 #include "runtime/interp/internal.h"
 
 #include <cblas.h>
@@ -144,6 +147,63 @@ static evt_status spmm(evt_interp_ctx *ctx) {
 
 /* ---- attention ------------------------------------------------------------------------------------- */
 
+/* The optional mask, read broadcast to the scores [..., Sq, Skv] of rank r (stride 0 along broadcast dims). */
+typedef struct {
+  const evt_tensor *t; /* NULL: no mask */
+  int r;
+  const int64_t *shape; /* q's shape: the batch dims of the scores */
+  int64_t st[EVT_MAX_RANK];
+} sdpa_mask;
+
+/* Offset in the mask of score (flat batch b, query i, key 0). */
+static int64_t mask_row(const sdpa_mask *m, int64_t b, int64_t i) {
+  int64_t off = i * m->st[m->r - 2];
+  for (int d = m->r - 3; d >= 0; d--) {
+    off += (b % m->shape[d]) * m->st[d];
+    b /= m->shape[d];
+  }
+  return off;
+}
+
+/* p[0..nk) = the probabilities of query row qi over keys kb[0..nk) (D wide): the softmax of the scaled dot
+ * products plus the mask row at offset `row`; all 0 when every score is -inf (the row fully masked). */
+static void sdpa_probs(double *p, const double *qi, const double *kb, int64_t nk, int64_t D, double scale,
+                       const sdpa_mask *mk, int64_t row) {
+  double m = -INFINITY;
+  for (int64_t j = 0; j < nk; j++) {
+    double s = 0;
+    for (int64_t d = 0; d < D; d++) s += qi[d] * kb[j * D + d];
+    p[j] = s * scale;
+    if (mk->t) {
+      double mv = mk->t->data[row + j * mk->st[mk->r - 1]];
+      p[j] = mk->t->dtype == EVT_BOOL ? (mv != 0 ? p[j] : -INFINITY) : p[j] + mv;
+    }
+    if (isnan(p[j]) || p[j] > m) m = isnan(m) ? m : p[j];
+  }
+  if (m == -INFINITY) {
+    for (int64_t j = 0; j < nk; j++) p[j] = 0;
+    return;
+  }
+  double sum = 0;
+  for (int64_t j = 0; j < nk; j++) sum += (p[j] = exp(p[j] - m));
+  for (int64_t j = 0; j < nk; j++) p[j] /= sum;
+}
+
+/* The mask input of an sdpa node (after q, k, v), checked to broadcast to the scores. */
+static evt_status sdpa_mask_of(evt_interp_ctx *ctx, int base, const evt_tensor *q, int64_t Skv, sdpa_mask *mk) {
+  memset(mk, 0, sizeof *mk);
+  if (ctx->n->ninputs <= base + 3) return EVT_OK;
+  int r = q->rank;
+  int64_t shape[EVT_MAX_RANK];
+  memcpy(shape, q->shape, sizeof(int64_t) * (size_t)r);
+  shape[r - 1] = Skv;
+  mk->t = ctx->in[base + 3];
+  mk->r = r;
+  mk->shape = q->shape;
+  if (!evt_interp_bcast_strides(mk->t, r, shape, mk->st)) return interp_fail(ctx, "the mask does not broadcast to the scores");
+  return EVT_OK;
+}
+
 static evt_status sdpa(evt_interp_ctx *ctx) {
   evt_op op = ctx->n->op;
   int base = op == EVT_OP_SDPA ? 0 : 1;
@@ -161,6 +221,9 @@ static evt_status sdpa(evt_interp_ctx *ctx) {
   per_batch *= op == EVT_OP_SDPA || op == EVT_OP_SDPA_BACKWARD_V ? Dv : D;
   if (!interp_numel_is(ctx, out, B * per_batch, "the output") || (base && !interp_numel_is(ctx, ctx->in[0], B * Sq * Dv, "dout")))
     return EVT_ERR_INVALID;
+  sdpa_mask mk;
+  evt_status st = sdpa_mask_of(ctx, base, q, Skv, &mk);
+  if (st != EVT_OK) return st;
   double scale = ctx->n->attr.scale != 0 ? ctx->n->attr.scale : 1.0 / sqrt((double)D);
   bool causal = ctx->n->attr.causal != 0;
   double *p = malloc(sizeof(double) * (size_t)(Skv ? Skv : 1));
@@ -177,16 +240,7 @@ static evt_status sdpa(evt_interp_ctx *ctx) {
     for (int64_t i = 0; i < Sq; i++) {
       const double *qi = qb + i * D;
       int64_t nk = causal ? (i + 1 < Skv ? i + 1 : Skv) : Skv; /* keys 0..nk-1 are visible */
-      double m = -INFINITY;
-      for (int64_t j = 0; j < nk; j++) {
-        double s = 0;
-        for (int64_t d = 0; d < D; d++) s += qi[d] * kb[j * D + d];
-        p[j] = s * scale;
-        if (isnan(p[j]) || p[j] > m) m = isnan(m) ? m : p[j];
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < nk; j++) sum += (p[j] = exp(p[j] - m));
-      for (int64_t j = 0; j < nk; j++) p[j] /= sum;
+      sdpa_probs(p, qi, kb, nk, D, scale, &mk, mk.t ? mask_row(&mk, b, i) : 0);
       if (op == EVT_OP_SDPA) {
         double *oi = ob + i * Dv;
         for (int64_t j = 0; j < nk; j++)
