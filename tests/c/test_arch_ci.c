@@ -27,8 +27,9 @@ static int list_graphs(const char *dir, char paths[][160], int n, int cap) {
   int k = scandir(dir, &ents, NULL, alphasort);
   for (int i = 0; i < k; i++) {
     size_t l = strlen(ents[i]->d_name);
-    if (l > 4 && !strcmp(ents[i]->d_name + l - 4, ".evt") && strcmp(ents[i]->d_name, "bad_index.evt") && n < cap)
-      snprintf(paths[n++], 160, "%s/%s", dir, ents[i]->d_name);
+    if (l > 4 && !strcmp(ents[i]->d_name + l - 4, ".evt") && strcmp(ents[i]->d_name, "bad_index.evt") && n < cap &&
+        snprintf(paths[n], 160, "%s/%s", dir, ents[i]->d_name) < 160)
+      n++;
     free(ents[i]);
   }
   free(ents);
@@ -70,7 +71,7 @@ static uint64_t headers_hash(void) {
   for (int i = 0; i < k; i++) {
     size_t l = strlen(ents[i]->d_name);
     if ((l > 2 && !strcmp(ents[i]->d_name + l - 2, ".h")) || (l > 4 && !strcmp(ents[i]->d_name + l - 4, ".cuh")))
-      if (n < 64) snprintf(paths[n++], 160, "kernels/%s", ents[i]->d_name);
+      if (n < 64 && snprintf(paths[n], 160, "kernels/%s", ents[i]->d_name) < 160) n++;
     free(ents[i]);
   }
   free(ents);
