@@ -110,16 +110,31 @@ def _wrap(model, mode, device, world):
 
 def run_rank(mode, backend, rank, world, port, steps):
     """One rank's training (see the module docstring); returns its report."""
+    import gc
+
     import torch
     import torch.distributed as dist
-    import evt
-    from loop_models import TinyLM, rel_err
 
     torch.set_num_threads(1)
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    report = _train(mode, device, rank, world, steps)
+    # the wrapped model (DDP's reducer, FSDP's state) is gone with _train's frame: destroying the process group
+    # before them can leave a rank waiting in their destructors at exit
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+    return report
+
+
+def _train(mode, device, rank, world, steps):
+    import torch
+    import torch.distributed as dist
+    import evt
+    from loop_models import TinyLM, rel_err
+
     watch = _PyTorchOps()
     logging.getLogger("evt").addHandler(watch)
     logging.getLogger("evt").setLevel(logging.INFO)
@@ -156,7 +171,7 @@ def run_rank(mode, backend, rank, world, port, steps):
     report["grads_checked"] = len(errs)
     report["stats"] = dict(evt.STATS)
     report["in_pytorch"] = watch.messages
-    dist.destroy_process_group()
+    logging.getLogger("evt").removeHandler(watch)
     return report
 
 
