@@ -203,7 +203,8 @@ evt_status evt_arch_parse(const char *text, int *arch, int *ptx);
 /* The fused plan evt would run for g with these options, without a GPU, as JSON text (malloc'd; free() it):
  * {"nodes", "groups": [{"group", "kind" (gemm+evt / row / pointwise / unfused), "path" (generated / cublas /
  * cublaslt / cublas+row / node-by-node), "members", "ops" (the members' ops, "mm+add+gelu"), "m", "n", "k",
- * "kernel", "why" (node by node: the reason)}], "kernels" (launches per step), "bytes" (through global memory
+ * "kernel", "io_bytes" (fused: the distinct tensors its kernel reads or writes, bytes), "why" (node by node: the
+ * reason)}], "kernels" (launches per step), "bytes" (through global memory
  * per step), "unfused_kernels" and "unfused_bytes" (every op its own kernel), "dot" (the grouped graph as
  * Graphviz text, one cluster per group)}. The graph passes run on g first unless o->flags has
  * EVT_PROGRAM_NO_OPT. NULL on error (message on g). */

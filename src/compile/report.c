@@ -56,6 +56,23 @@ static void member_ops(evt_sbuf *b, const evt_graph *g, const evt_group_exec *x)
   json_str(b, ops);
 }
 
+/* Bytes a fused group's kernel reads and writes at least once: every distinct tensor it binds (A, B, D, the row
+ * nucleus inputs and the epilogue's loads and stores): the floor of its memory traffic. */
+static int64_t group_io_bytes(const evt_graph *g, const evt_group_exec *x) {
+  int nodes[EVT_ROW_LAUNCH_MAX_PTRS + 6], n = 0;
+  int cand[EVT_ROW_LAUNCH_MAX_PTRS + 6] = {x->a_node, x->b_node, x->d_node, x->in_node[0], x->in_node[1], x->in_node[2]};
+  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) cand[6 + i] = x->ptr_node[i];
+  int64_t bytes = 0;
+  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS + 6; i++) {
+    int v = cand[i], seen = 0;
+    for (int j = 0; j < n && !seen; j++) seen = nodes[j] == v;
+    if (v < 0 || v >= g->nnodes || seen) continue;
+    nodes[n++] = v;
+    bytes += tensor_bytes(g, v);
+  }
+  return bytes;
+}
+
 static void report_group(evt_sbuf *b, const evt_graph *g, const evt_exec_plan *xp, int gi) {
   const evt_group_exec *x = &xp->groups[gi];
   evt_sbuf_printf(b, "%s{\"group\": %d, \"kind\": ", gi ? ",\n  " : "\n  ", gi);
@@ -63,7 +80,7 @@ static void report_group(evt_sbuf *b, const evt_graph *g, const evt_exec_plan *x
   evt_sbuf_printf(b, ", \"path\": \"%s\", \"members\": %d, \"m\": %lld, \"n\": %lld, \"k\": %lld, \"kernel\": ",
                   group_path(x), x->nmembers, (long long)x->m, (long long)x->n, (long long)x->k);
   json_str(b, x->fused && x->kernel >= 0 ? xp->kname[x->kernel] : "");
-  evt_sbuf_printf(b, ", \"why\": ");
+  evt_sbuf_printf(b, ", \"io_bytes\": %lld, \"why\": ", x->fused ? (long long)group_io_bytes(g, x) : 0LL);
   json_str(b, x->fused ? "" : x->why);
   evt_sbuf_printf(b, ", \"ops\": ");
   member_ops(b, g, x);

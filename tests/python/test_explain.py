@@ -30,6 +30,10 @@ def test_explain_reports_segments_groups_and_savings(tmp_path):
     t, groups = r.totals()
     assert 0 < t["kernels"] <= t["unfused_kernels"] and 0 < t["bytes"] <= t["unfused_bytes"], t
     assert any(k.startswith("pointwise") or k.startswith("row") for k in groups), groups
+    # every fused group's own traffic: positive, and within the whole plan's
+    fused = [g for s in segs for g in s["plan"]["groups"] if g["path"] != "node-by-node"]
+    assert fused and all(0 < g["io_bytes"] <= s["plan"]["unfused_bytes"] for s in segs for g in s["plan"]["groups"]
+                         if g["path"] != "node-by-node"), fused
     text = str(r)
     assert "forward:" in text and "backward:" in text and "fused plan" in text, text
     page = r.html(str(tmp_path / "plan.html"))
