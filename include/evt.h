@@ -52,7 +52,10 @@ typedef enum evt_status {
   EVT_ERR_INTERNAL,     /* a bug in evt */
 } evt_status;
 
-typedef enum evt_dtype { EVT_F32 = 0, EVT_F16, EVT_BF16, EVT_I64, EVT_I32, EVT_BOOL, EVT_DTYPE_COUNT } evt_dtype;
+/* f8e4m3 / f8e5m2: the OCP FP8 formats (docs/text-format.md); a cast to them saturates to +-max. */
+typedef enum evt_dtype {
+  EVT_F32 = 0, EVT_F16, EVT_BF16, EVT_I64, EVT_I32, EVT_BOOL, EVT_F8E4M3, EVT_F8E5M2, EVT_DTYPE_COUNT
+} evt_dtype;
 
 #define EVT_MAX_RANK 6
 #define EVT_MAX_INPUTS 8
