@@ -1,0 +1,78 @@
+"""evt's FP8 casts (src/ir/fp8.c, the interpreter's `cast`) against PyTorch's float8_e4m3fn / float8_e5m2.
+
+evt's cast to f8 saturates (a finite value or an infinity past the largest finite value gives +-max, NaN stays
+NaN); PyTorch's does not (e4m3fn: NaN past 464, e5m2: inf past 61440), so the input is clamped to +-max before
+PyTorch's cast. The codes must then be equal bit for bit: NaN's sign and -0 included.
+"""
+import ctypes
+import os
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from evt_ctypes import DTYPES, lib, run  # noqa: E402
+
+FORMATS = [("f8e4m3", torch.float8_e4m3fn, 448.0), ("f8e5m2", torch.float8_e5m2, 57344.0)]
+
+
+def samples(n, seed=0):
+    """n f32 values: random bit patterns (huge, tiny, subnormal, inf, NaN), normals spread over fp8's range and
+    beyond, and the exact midpoints between neighbouring fp8 values of both formats (the ties)."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2**32, n // 2, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    spread = (rng.standard_normal(n // 4) * np.exp2(rng.uniform(-20, 20, n // 4))).astype(np.float32)
+    ties = []
+    for _, tdt, _ in FORMATS:
+        v = torch.arange(256, dtype=torch.uint8).view(tdt).float().numpy()
+        v = np.sort(v[np.isfinite(v)])
+        ties.append(((v[1:].astype(np.float64) + v[:-1]) / 2).astype(np.float32))
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 448, 449, 464, 465, 57344, 61440, 1e38],
+                       dtype=np.float32)
+    out = np.concatenate([bits, spread] + ties + [special])
+    return np.concatenate([out, -out[: n - len(out)]]) if len(out) < n else out
+
+
+def torch_codes(x, tdt, m):
+    return torch.from_numpy(x).clamp(-m, m).to(tdt).view(torch.uint8).numpy()
+
+
+@pytest.mark.parametrize("name,tdt,m", FORMATS)
+def test_codes_match_torch(name, tdt, m):
+    """evt_fp8_from_f32 on 200k values (a ctypes call each) gives torch's codes after clamping."""
+    L = lib()
+    f = L.evt_fp8_from_f32
+    f.restype, f.argtypes = ctypes.c_uint8, [ctypes.c_float, ctypes.c_int]
+    x = samples(200_000, seed=1)
+    dt = DTYPES.index(name)
+    ours = np.fromiter((f(float(v), dt) for v in x), dtype=np.uint8, count=len(x))
+    want = torch_codes(x, tdt, m)
+    bad = np.nonzero(ours != want)[0]
+    assert len(bad) == 0, [(float(x[i]), hex(ours[i]), hex(want[i])) for i in bad[:10]]
+
+
+@pytest.mark.parametrize("name,tdt,m", FORMATS)
+def test_decode_matches_torch(name, tdt, m):
+    """evt_fp8_to_f32 of all 256 codes equals torch's view-and-upcast (NaN codes: NaN)."""
+    f = lib().evt_fp8_to_f32
+    f.restype, f.argtypes = ctypes.c_float, [ctypes.c_uint8, ctypes.c_int]
+    ours = np.array([f(c, DTYPES.index(name)) for c in range(256)], dtype=np.float32)
+    want = torch.arange(256, dtype=torch.uint8).view(tdt).float().numpy()
+    assert np.array_equal(ours, want, equal_nan=True)
+    assert np.array_equal(np.signbit(ours), np.signbit(want))
+
+
+@pytest.mark.parametrize("name,tdt,m", FORMATS)
+def test_interpreter_cast_matches_torch(name, tdt, m):
+    """A graph `cast(x f32[N], dtype=f8...)` then back to f32 on 1M values: torch's values (clamped input)."""
+    x = samples(1_000_000, seed=2)
+    text = (f"graph c {{\n  %x: f32[{len(x)}] = input()\n  %q = cast(%x, dtype={name})\n"
+            f"  %y = cast(%q, dtype=f32)\n  output %y\n}}\n")
+    with np.errstate(invalid="ignore"):  # NaN bit patterns through numpy's f64 -> f32
+        y = run(text, {"x": x.astype(np.float64)})["y"]
+    want = torch.from_numpy(x).clamp(-m, m).to(tdt).double().numpy()
+    assert np.array_equal(y, want, equal_nan=True)
+    finite = np.isfinite(want)
+    assert np.array_equal(np.signbit(y[finite]), np.signbit(want[finite]))
