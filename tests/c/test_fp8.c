@@ -70,3 +70,36 @@ TEST(fp8_dtype_tables) {
   CHECK(evt_dtype_size(EVT_F8E4M3) == 1 && evt_dtype_size(EVT_F8E5M2) == 1);
   CHECK(evt_dtype_is_float(EVT_F8E4M3) && evt_dtype_is_fp8(EVT_F8E5M2) && !evt_dtype_is_fp8(EVT_BF16));
 }
+
+/* Runs text's graph with input %a (and %b) set to the given values; returns the values of output 0 in out. */
+static void run_fp8_graph(const char *text, const double *a, const double *b, double *out, int nout) {
+  evt_graph *g = evt_test_parse_ok(text);
+  if (!g) return;
+  evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v);
+  CHECK(evt_interp_init_inputs(g, v, 0) == EVT_OK);
+  int ia = evt_graph_find(g, "a"), ib = evt_graph_find(g, "b");
+  for (int64_t i = 0; i < v[ia].numel; i++) v[ia].data[i] = a[i];
+  for (int64_t i = 0; ib >= 0 && i < v[ib].numel; i++) v[ib].data[i] = b[i];
+  CHECK_MSG(evt_interp_run(g, v, 0, 0) == EVT_OK, "%s", evt_graph_error(g));
+  const evt_tensor *o = &v[evt_graph_output(g, 0)];
+  for (int i = 0; i < nout && o->data; i++) out[i] = o->data[i];
+  for (int i = 0; i < g->nnodes; i++) evt_tensor_free(&v[i]);
+  free(v);
+  evt_graph_free(g);
+}
+
+TEST(fp8_interp_mm_and_elementwise) {
+  double a[2] = {448, -3.5}, b[2] = {448, 0.0625}, out[2] = {0};
+  /* f8 x f8 products are exact; the f32 accumulator keeps 448 * 448 - 3.5 / 16, an f8 output saturates */
+  run_fp8_graph("graph m {\n  %a: f8e4m3[1,2] = input()\n  %b: f8e4m3[2,1] = input()\n"
+                "  %y = mm(%a, %b, out_dtype=f32)\n  output %y\n}\n", a, b, out, 1);
+  CHECK(out[0] == 448.0 * 448.0 - 3.5 / 16);
+  run_fp8_graph("graph m {\n  %a: f8e4m3[1,2] = input()\n  %b: f8e4m3[2,1] = input()\n"
+                "  %y = mm(%a, %b)\n  output %y\n}\n", a, b, out, 1);
+  CHECK(out[0] == 448.0);
+  /* elementwise math on f8 computes in double and rounds to the node's fp8 dtype, as bf16 does */
+  double x[2] = {1.0, 0.125}, y[2] = {0.0625, 0.0625};
+  run_fp8_graph("graph e {\n  %a: f8e4m3[2] = input()\n  %b: f8e4m3[2] = input()\n"
+                "  %y = add(%a, %b)\n  output %y\n}\n", x, y, out, 2);
+  CHECK(out[0] == 1.0 && out[1] == 0.1875); /* 1.0625 ties to even 1.0; 0.1875 is exact */
+}
