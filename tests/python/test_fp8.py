@@ -101,3 +101,40 @@ def test_fp8_linear_graph():
     # and it is a good linear layer: close to the bf16 product it approximates
     ref = x.float() @ w
     assert (want.float() - ref).abs().max() <= 0.1 * ref.abs().max()
+
+
+def test_backend_binds_fp8_tensors():
+    """The PyTorch backend's library binding (python/evt/lib.py) maps float8_e4m3fn / float8_e5m2 to evt's
+    dtypes: a graph with fp8 inputs and outputs runs with torch fp8 tensors in and out; the backend's aten
+    translation leaves casts to fp8 to PyTorch (evt's saturates, PyTorch's does not)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "python"))
+    from evt import aten, lib as evt_lib
+
+    assert evt_lib.DTYPES[torch.float8_e4m3fn] == DTYPES.index("f8e4m3")
+    assert evt_lib.DTYPES[torch.float8_e5m2] == DTYPES.index("f8e5m2")
+    g = evt_lib.Graph("graph t {\n  %a: f8e4m3[2,3] = input()\n  %b = cast(%a, dtype=f8e5m2)\n"
+                      "  %c: f32[2,3] = cast(%b, dtype=f32)\n  output %b, %c\n}\n")
+    a = torch.tensor([[1.0, -448.0, 0.0625], [3.0, 0.001953125, -0.5]]).to(torch.float8_e4m3fn)
+    b, c = g.run([(g.ids["a"], a)], [(g.ids["b"], torch.float8_e5m2), (g.ids["c"], torch.float32)])
+    want = a.float().to(torch.float8_e5m2)
+    assert b.dtype == torch.float8_e5m2 and torch.equal(b.view(torch.uint8), want.view(torch.uint8))
+    assert torch.equal(c, want.float())
+    assert aten.type_str(a) == "f8e4m3[2,3]"
+
+
+def test_compiled_cast_to_fp8_stays_in_pytorch():
+    """Under torch.compile(backend="evt") a cast to fp8 runs in PyTorch (eager's NaN past 448 kept) and the fp8
+    tensor it makes crosses into evt's next segment."""
+    os.environ.setdefault("EVT_CACHE", "0")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "python"))
+    import evt
+
+    def f(x):
+        return (x * 2).to(torch.float8_e4m3fn).float() + 1
+
+    x = torch.tensor([1000.0, 1.0, 3.0, -0.3])
+    got = torch.compile(f, backend="evt")(x)
+    assert torch.equal(got.isnan(), f(x).isnan()) and torch.equal(got.nan_to_num(), f(x).nan_to_num())
+    assert "a cast to fp8: evt's saturates" in str(evt.explain(f, x))
