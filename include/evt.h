@@ -145,7 +145,8 @@ uint64_t evt_graph_rng_step(const evt_graph *g);
  * A run enqueues the whole step on the caller's stream (cudaStream_t; NULL = the legacy default stream)
  * and returns without synchronizing; with EVT_PROGRAM_CUDA_GRAPH the step is captured once as a CUDA graph
  * and replayed (captured again when a binding changed). Needs libevt_fallback.so and a CUDA device;
- * otherwise EVT_ERR_UNSUPPORTED with the reason in evt_program_error / the graph's error. Errors of a run
+ * otherwise EVT_ERR_UNSUPPORTED with the reason in evt_program_error / the graph's error (so too a graph with
+ * an fp8 tensor, naming its node: fp8 runs on the CPU interpreter only). Errors of a run
  * name the group or node. g must outlive the program (the program may optimize g in place).
  * Outputs must not alias inputs or params. The first run of a CUDA-graph program runs eagerly (it loads
  * kernels and workspaces), later runs replay the captured graph. The first run of a fused program whose

@@ -103,3 +103,14 @@ TEST(fp8_interp_mm_and_elementwise) {
                 "  %y = add(%a, %b)\n  output %y\n}\n", x, y, out, 2);
   CHECK(out[0] == 1.0 && out[1] == 0.1875); /* 1.0625 ties to even 1.0; 0.1875 is exact */
 }
+
+TEST(fp8_device_program_refused_by_name) {
+  evt_graph *g = evt_test_parse_ok("graph d {\n  %x: f32[4] = input()\n  %q = cast(%x, dtype=f8e5m2)\n"
+                                   "  %y = cast(%q, dtype=f32)\n  output %y\n}\n");
+  if (!g) return;
+  evt_program *p = NULL;
+  CHECK(evt_program_create(g, EVT_PROGRAM_FUSED, &p) == EVT_ERR_UNSUPPORTED && p == NULL);
+  CHECK_MSG(strstr(evt_graph_error(g), "node %q (cast): f8e5m2 tensor: evt has no CUDA kernels for fp8"), "%s",
+            evt_graph_error(g));
+  evt_graph_free(g);
+}
