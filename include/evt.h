@@ -52,7 +52,10 @@ typedef enum evt_status {
   EVT_ERR_INTERNAL,     /* a bug in evt */
 } evt_status;
 
-typedef enum evt_dtype { EVT_F32 = 0, EVT_F16, EVT_BF16, EVT_I64, EVT_I32, EVT_BOOL, EVT_DTYPE_COUNT } evt_dtype;
+/* f8e4m3 / f8e5m2: the OCP FP8 formats (docs/text-format.md); a cast to them saturates to +-max. */
+typedef enum evt_dtype {
+  EVT_F32 = 0, EVT_F16, EVT_BF16, EVT_I64, EVT_I32, EVT_BOOL, EVT_F8E4M3, EVT_F8E5M2, EVT_DTYPE_COUNT
+} evt_dtype;
 
 #define EVT_MAX_RANK 6
 #define EVT_MAX_INPUTS 8
@@ -142,7 +145,8 @@ uint64_t evt_graph_rng_step(const evt_graph *g);
  * A run enqueues the whole step on the caller's stream (cudaStream_t; NULL = the legacy default stream)
  * and returns without synchronizing; with EVT_PROGRAM_CUDA_GRAPH the step is captured once as a CUDA graph
  * and replayed (captured again when a binding changed). Needs libevt_fallback.so and a CUDA device;
- * otherwise EVT_ERR_UNSUPPORTED with the reason in evt_program_error / the graph's error. Errors of a run
+ * otherwise EVT_ERR_UNSUPPORTED with the reason in evt_program_error / the graph's error (so too a graph with
+ * an fp8 tensor, naming its node: fp8 runs on the CPU interpreter only). Errors of a run
  * name the group or node. g must outlive the program (the program may optimize g in place).
  * Outputs must not alias inputs or params. The first run of a CUDA-graph program runs eagerly (it loads
  * kernels and workspaces), later runs replay the captured graph. The first run of a fused program whose

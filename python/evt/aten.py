@@ -23,7 +23,7 @@ import torch
 
 from . import config
 from . import sparse  # noqa: F401 (defines the evt::spmm_csr ops translated below)
-from .lib import DTYPE_NAMES
+from .lib import DTYPE_NAMES, FP8_DTYPES
 
 aten = torch.ops.aten
 INT64_MAX = (1 << 63) - 1
@@ -531,6 +531,8 @@ def _to_copy(b, node, used):
         raise Unsupported("device change")
     if meta_val(x).dtype == v.dtype:
         return b.val(x)
+    if v.dtype in FP8_DTYPES:
+        raise Unsupported("a cast to fp8: evt's saturates to +-max, PyTorch's gives NaN / inf past it")
     return b.result("cast", [b.val(x)], {"dtype": DTYPE_NAMES.get(v.dtype, "?")})
 
 

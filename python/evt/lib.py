@@ -24,9 +24,12 @@ _PKG = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(_PKG))
 MAX_RANK = 6
 
-DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int64: 3, torch.int32: 4, torch.bool: 5}
+# evt_dtype's values (include/evt.h) and text names. evt's cast to fp8 saturates; PyTorch's does not (aten.py).
+DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int64: 3, torch.int32: 4, torch.bool: 5,
+          torch.float8_e4m3fn: 6, torch.float8_e5m2: 7}
 DTYPE_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.int64: "i64",
-               torch.int32: "i32", torch.bool: "bool"}
+               torch.int32: "i32", torch.bool: "bool", torch.float8_e4m3fn: "f8e4m3", torch.float8_e5m2: "f8e5m2"}
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 class EvtError(RuntimeError):

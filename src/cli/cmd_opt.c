@@ -120,13 +120,13 @@ static double max_rel_diff(const snapshot *a, const evt_tensor *av, const evt_gr
 
 /* The tolerance of rounded runs: ROUNDED_ULPS units in the last place of g's narrowest float dtype, at least
  * the fp64 tolerance. */
+static double unit_roundoff(evt_dtype dt) {
+  return dt == EVT_F8E5M2 ? 0x1p-2 : dt == EVT_F8E4M3 ? 0x1p-3 : dt == EVT_BF16 ? 0x1p-7 : dt == EVT_F16 ? 0x1p-10 : 0x1p-23;
+}
+
 static double rounded_tolerance(const evt_graph *g) {
   double eps = 0x1p-23; /* f32 */
-  for (int i = 0; i < g->nnodes; i++) {
-    evt_dtype dt = g->nodes[i].type.dtype;
-    if (dt == EVT_BF16) eps = 0x1p-7;
-    else if (dt == EVT_F16 && eps < 0x1p-10) eps = 0x1p-10;
-  }
+  for (int i = 0; i < g->nnodes; i++) eps = fmax(eps, unit_roundoff(g->nodes[i].type.dtype));
   return fmax(VERIFY_TOLERANCE, ROUNDED_ULPS * eps);
 }
 

@@ -54,6 +54,16 @@ static evt_status refuse_masked_attention(evt_graph *g) {
   return EVT_OK;
 }
 
+/* fp8 tensors have no CUDA kernels (generated or in the kernel library): a device program with one is refused,
+ * naming the first node that holds one, so that the graph runs on the CPU interpreter instead. */
+static evt_status refuse_fp8(evt_graph *g) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (evt_dtype_is_fp8(g->nodes[i].type.dtype))
+      return evt_graph_errorf(g, i, EVT_ERR_UNSUPPORTED, "%s tensor: evt has no CUDA kernels for fp8 yet (the CPU "
+                              "interpreter runs it)", evt_dtype_name(g->nodes[i].type.dtype));
+  return EVT_OK;
+}
+
 static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_program **out) {
   if (!out) return EVT_ERR_INVALID;
   *out = NULL;
@@ -80,7 +90,7 @@ static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_pr
   p->flags = flags;
   p->rng_step = g->rng_step; /* the first run's RNG step */
   char why[1024];
-  if (device && refuse_masked_attention(g) != EVT_OK) {
+  if (device && (refuse_masked_attention(g) != EVT_OK || refuse_fp8(g) != EVT_OK)) {
     evt_program_destroy(p);
     return EVT_ERR_UNSUPPORTED;
   }

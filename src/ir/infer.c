@@ -11,12 +11,12 @@
  *     python-style (end default INT64_MAX becomes the size), one-value conv/pool lists doubled;
  *   - is idempotent: running it again on the canonical attributes gives the same type and attributes
  *     (evt_graph_verify relies on this).
- * Dtype classes: floating (f32, f16, bf16), integer (i64, i32), bool. Binary ops: equal dtypes, or a
+ * Dtype classes: floating (f32, f16, bf16, f8e4m3, f8e5m2), integer (i64, i32), bool. Binary ops: equal dtypes, or a
  * rank-0 operand that is floating or of the other operand's class adopts the other operand's dtype (so
  * x_bf16 * 0.5 stays bf16, and i32 + 1.0 stays i32); of two numeric rank-0 operands a floating one wins,
  * within a class the wider (f32, i64).
  * mm: out_dtype (when given, not the operands' dtype) must be f32: the output is then the f32 accumulator of
- * 16-bit operands (canonicalize's bf16/f16 addmm); out_dtype equal to the operands' dtype is reset to the
+ * 16-bit or fp8 operands (canonicalize's bf16/f16 addmm); out_dtype equal to the operands' dtype is reset to the
  * default (-1) so that printing stays canonical.
  * The switch has no default: -Werror=switch makes every op of ops.def have a rule here. */
 #include "ir/ir.h"

@@ -170,12 +170,13 @@ void evt_arena_free(evt_arena *a);
 const char *evt_dtype_name(evt_dtype dt);
 int evt_dtype_from_name(const char *name, size_t len);       /* -1 if unknown */
 size_t evt_dtype_size(evt_dtype dt);
-bool evt_dtype_is_float(evt_dtype dt);
+bool evt_dtype_is_float(evt_dtype dt);       /* f32, f16, bf16 and the fp8 formats */
+bool evt_dtype_is_fp8(evt_dtype dt);         /* f8e4m3, f8e5m2 */
 int evt_op_from_name(const char *name, size_t len);          /* -1 if unknown */
 int evt_attr_from_name(const char *name, size_t len);        /* -1 if unknown */
 static inline const evt_op_info *evt_op_get(evt_op op) { return &evt_op_table[op]; }
-/* Rounds a value to what a tensor of dtype dt stores (RNE for f32/f16/bf16; ints: truncation toward zero as a
- * C cast does, a non-finite value 0, i32 wrapped modulo 2^32 as two's complement (PyTorch's int32 arithmetic;
+/* Rounds a value to what a tensor of dtype dt stores (RNE for f32/f16/bf16; fp8: RNE of the f32 value, saturating
+ * to +-max, NaN kept; ints: truncation toward zero as a C cast does, a non-finite value 0, i32 wrapped modulo 2^32 as two's complement (PyTorch's int32 arithmetic;
  * beyond int64: 0); 0/1 for bool). */
 double evt_round_to_dtype(double v, evt_dtype dt);
 /* Integer values are held in doubles (evt_tensor, attributes): exact within +-EVT_INT_EXACT_MAX = 2^53 - 1. The
@@ -183,6 +184,13 @@ double evt_round_to_dtype(double v, evt_dtype dt);
 #define EVT_INT_EXACT_MAX 9007199254740991.0
 float evt_round_bf16(float v);
 float evt_round_f16(float v);
+
+/* ---- src/ir/fp8.c ---------------------------------------------------------------------------------- */
+/* FP8 (dt: EVT_F8E4M3 or EVT_F8E5M2) codes from f32: round to nearest even, saturating to +-max (infinities
+ * too), NaN to S.1111111 keeping its sign; and back to f32, exactly. evt_round_fp8 is the two in a row. */
+uint8_t evt_fp8_from_f32(float x, evt_dtype dt);
+float evt_fp8_to_f32(uint8_t code, evt_dtype dt);
+float evt_round_fp8(float x, evt_dtype dt);
 
 /* ---- src/ir/graph.c -------------------------------------------------------------------------------- */
 /* Error message at a node: "file:line:col: node %name (op): <fmt>" into g->error; returns `st`. */

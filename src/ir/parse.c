@@ -282,11 +282,11 @@ static bool parse_float(parser *ps, double *out) {
 /* type := IDENT '[' [UINT (',' UINT)*] ']' */
 static bool parse_type(parser *ps, evt_type *t) {
   memset(t, 0, sizeof *t);
-  if (ps->tok.kind != T_IDENT) return expected(ps, "a dtype (f32, f16, bf16, i64, i32, bool)");
+  if (ps->tok.kind != T_IDENT) return expected(ps, "a dtype (f32, f16, bf16, i64, i32, bool, f8e4m3, f8e5m2)");
   int dt = evt_dtype_from_name(ps->tok.s, ps->tok.len);
   if (dt < 0) {
     char buf[64];
-    return fail_at(ps, ps->tok.line, ps->tok.col, "unknown dtype %s (expected f32, f16, bf16, i64, i32 or bool)",
+    return fail_at(ps, ps->tok.line, ps->tok.col, "unknown dtype %s (expected f32, f16, bf16, i64, i32, bool, f8e4m3 or f8e5m2)",
                    describe(&ps->tok, buf, sizeof buf));
   }
   t->dtype = (evt_dtype)dt;

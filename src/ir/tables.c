@@ -23,7 +23,7 @@ const char *const evt_op_class_names[EVT_CLASS_COUNT] = {
 static const char *const reduction_names[] = {"none", "mean", "sum"};
 static const char *const approximate_names[] = {"none", "tanh"};
 static const char *const layout_names[] = {"nchw", "nhwc"};
-static const char *const dtype_names[] = {"f32", "f16", "bf16", "i64", "i32", "bool"};
+static const char *const dtype_names[] = {"f32", "f16", "bf16", "i64", "i32", "bool", "f8e4m3", "f8e5m2"};
 static const char *const init_names[] = {"normal", "uniform", "randint", "zeros", "ones", "rowptr"};
 _Static_assert(EVT_ARRAY_LEN(reduction_names) == EVT_REDUCTION_COUNT, "reduction names");
 _Static_assert(EVT_ARRAY_LEN(approximate_names) == EVT_APPROXIMATE_COUNT, "approximate names");
@@ -81,12 +81,18 @@ size_t evt_dtype_size(evt_dtype dt) {
   case EVT_I64: return 8;
   case EVT_I32: return 4;
   case EVT_BOOL: return 1;
+  case EVT_F8E4M3: return 1;
+  case EVT_F8E5M2: return 1;
   case EVT_DTYPE_COUNT: break;
   }
   EVT_UNREACHABLE();
 }
 
-bool evt_dtype_is_float(evt_dtype dt) { return dt == EVT_F32 || dt == EVT_F16 || dt == EVT_BF16; }
+bool evt_dtype_is_float(evt_dtype dt) {
+  return dt == EVT_F32 || dt == EVT_F16 || dt == EVT_BF16 || evt_dtype_is_fp8(dt);
+}
+
+bool evt_dtype_is_fp8(evt_dtype dt) { return dt == EVT_F8E4M3 || dt == EVT_F8E5M2; }
 
 /* bf16 keeps the top 16 bits of an f32; round to nearest, ties to even, NaN stays NaN. */
 float evt_round_bf16(float v) {
@@ -127,6 +133,8 @@ double evt_round_to_dtype(double v, evt_dtype dt) {
   case EVT_I64: return isfinite(v) ? trunc(v) : 0.0;
   case EVT_I32: return fabs(v) < 0x1p63 ? (double)(int32_t)(uint32_t)(uint64_t)(int64_t)trunc(v) : 0.0;
   case EVT_BOOL: return v != 0.0 ? 1.0 : 0.0;
+  case EVT_F8E4M3: return (double)evt_round_fp8((float)v, dt);
+  case EVT_F8E5M2: return (double)evt_round_fp8((float)v, dt);
   case EVT_DTYPE_COUNT: break;
   }
   EVT_UNREACHABLE();

@@ -300,13 +300,13 @@ int evt_rw_scalar(evt_graph *g, int at, evt_dtype dt, double v) {
 }
 
 /* A constant factor or addend of arithmetic in dtype dt (x * 1/(1-p), var + eps, dy * 1/N): the scalar of evt_rw_scalar,
- * but f32 when dt is 16-bit. It adopts the other operand's dtype all the same (infer.c), so x_bf16 * s stays bf16,
+ * but f32 when dt is 16-bit or fp8. It adopts the other operand's dtype all the same (infer.c), so x_bf16 * s stays bf16,
  * computed as x * (float)v and rounded once: PyTorch's opmath with a Python number, and what generated kernels
  * compute (visitor scalars are float constants). A bf16 scalar would round v itself first (a decomposed bf16 dropout
  * scaled by 1.109375 instead of 1/0.9). Comparison thresholds keep evt_rw_scalar (PyTorch rounds those to the
  * tensor's dtype). */
 int evt_rw_factor(evt_graph *g, int at, evt_dtype dt, double v) {
-  return evt_rw_scalar(g, at, dt == EVT_BF16 || dt == EVT_F16 ? EVT_F32 : dt, v);
+  return evt_rw_scalar(g, at, evt_dtype_is_float(dt) ? EVT_F32 : dt, v);
 }
 
 int evt_rw_full(evt_graph *g, int at, const evt_type *t, double v) {

@@ -29,7 +29,8 @@ import os
 import numpy as np
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DTYPES = ["f32", "f16", "bf16", "i64", "i32", "bool"]
+DTYPES = ["f32", "f16", "bf16", "i64", "i32", "bool", "f8e4m3", "f8e5m2"]
+FP8_MAX = {"f8e4m3": 448.0, "f8e5m2": 57344.0}
 MAX_RANK = 6
 RUN_FP64 = 1
 
@@ -94,6 +95,11 @@ def round_to_dtype(a, dtype):
         u = f.view(np.uint32).astype(np.uint64)
         r = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
         return np.where(np.isfinite(f), r, f).astype(np.float64)
+    if dtype in FP8_MAX:  # the saturating cast: clamp to +-max (NaN stays), then torch's round to nearest even
+        import torch
+        m = FP8_MAX[dtype]
+        f = torch.from_numpy(a.astype(np.float32)).clamp(-m, m)
+        return f.to(getattr(torch, "float8_e4m3fn" if dtype == "f8e4m3" else "float8_e5m2")).double().numpy()
     if dtype in ("i64", "i32"):
         if not np.all(a == np.trunc(a)):
             raise EvtError("integer input with a fractional value")
@@ -181,7 +187,7 @@ class Graph:
                 if a.shape != shape:
                     raise EvtError(f"%{name}: expected shape {shape}, got {a.shape}")
                 dt = DTYPES[t.dtype]
-                if not (fp64 and dt in ("f32", "f16", "bf16")):
+                if not (fp64 and dt in ("f32", "f16", "bf16", "f8e4m3", "f8e5m2")):
                     a = round_to_dtype(a, dt)
                 if t.numel:
                     np.ctypeslib.as_array(t.data, shape=(t.numel,))[:] = a.reshape(-1)

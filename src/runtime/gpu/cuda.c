@@ -179,7 +179,20 @@ void evt_gpu_fb_node(const evt_program *p, int i, evt_fb_node *fn) {
       if (sdpa_sibling(n, &p->g->nodes[j])) fn->a.sdpa_siblings |= sdpa_bit(p->g->nodes[j].op);
 }
 
+/* The kernel library has no fp8 loads or stores: a node that reads or writes fp8 is refused by name. */
+static evt_status refuse_fp8_node(const evt_program *p, int i) {
+  const evt_node *n = &p->g->nodes[i];
+  int t = evt_dtype_is_fp8(n->type.dtype) ? i : -1;
+  for (int j = 0; j < n->ninputs && t < 0; j++)
+    if (evt_dtype_is_fp8(p->g->nodes[n->inputs[j]].type.dtype)) t = n->inputs[j];
+  if (t < 0) return EVT_OK;
+  return evt_graph_errorf(p->g, i, EVT_ERR_UNSUPPORTED, "not supported on CUDA: %%%s is %s, which the kernel library "
+                          "does not load or store", p->g->nodes[t].name, evt_dtype_name(p->g->nodes[t].type.dtype));
+}
+
 evt_status evt_gpu_launch_node(evt_program *p, int i, void *stream) {
+  evt_status fst = refuse_fp8_node(p, i);
+  if (fst != EVT_OK) return fst;
   char err[512];
   evt_fb_node fn;
   evt_gpu_fb_node(p, i, &fn);

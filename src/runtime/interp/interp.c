@@ -8,9 +8,9 @@
  *   integer inputs must hold integers of their dtype (EVT_ERR_INVALID otherwise).
  * - evt_interp_node runs one node: it checks its input tensors against the input nodes' types, allocates
  *   the output with the node's type, computes in double, then rounds every stored value to the node's
- *   dtype with evt_round_to_dtype (f32 → float, f16/bf16 round-to-nearest-even, ints truncated, i32 wrapped
- *   as two's complement); with EVT_RUN_FP64 floating dtypes keep the double value (finite-difference
- *   gradient checks).
+ *   dtype with evt_round_to_dtype (f32 → float, f16/bf16 round-to-nearest-even, fp8 round-to-nearest-even
+ *   saturating to ±max, ints truncated, i32 wrapped as two's complement); with EVT_RUN_FP64 floating dtypes
+ *   (fp8 too) keep the double value (finite-difference gradient checks).
  * - Every op has one fixed order of summation (row-major over the reduced elements; matrix products and
  *   convolutions above EVT_INTERP_BLAS_MIN multiply-adds: the order of OpenBLAS's dgemm, one thread), so a
  *   run is deterministic: same graph, same inputs, same machine, same bits. (OpenBLAS picks its kernels by
