@@ -31,4 +31,6 @@ bool evtc_parse_dtype16(const char *cmd, const char *v, int *out);
  * [lo, hi]; else false with "evtc CMD: FLAG takes ..., not 'V'" on stderr (a user error: exit 1). */
 bool evtc_parse_long(const char *cmd, const char *flag, const char *v, long lo, long hi, long *out);
 bool evtc_parse_double(const char *cmd, const char *flag, const char *v, double lo, double hi, double *out);
+/* All of standard input, malloc'd and NUL-terminated; NULL when unreadable or when it holds a NUL byte. */
+char *evtc_read_stdin(void);
 #endif

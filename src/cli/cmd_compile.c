@@ -21,20 +21,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-
-/* mkdir -p */
-static int make_dirs(const char *dir) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-    *p = '/';
-  }
-  return mkdir(buf, 0777) != 0 && errno != EEXIST ? -1 : 0;
-}
 
 static int write_file(const char *dir, const char *name, const char *text) {
   char path[4096];
@@ -109,7 +95,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--buil
     fprintf(stderr, "usage: evtc compile FILE -o DIR [--emit-cuda] [--stats] [--build] [--dtype bf16|f16]\n");
     return EVTC_EXIT_USER;
   }
-  if (make_dirs(dir) != 0) {
+  if (evt_mkdirs(dir, 0777) != 0) {
     fprintf(stderr, "evtc compile: cannot create '%s': %s\n", dir, strerror(errno));
     return EVTC_EXIT_USER;
   }

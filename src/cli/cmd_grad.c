@@ -7,26 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Standard input as a malloc'd NUL-terminated string; NULL on failure or on a NUL byte in the text. */
-static char *slurp_stdin(void) {
-  size_t cap = 65536, len = 0;
-  char *buf = malloc(cap + 1);
-  for (size_t r; buf && (r = fread(buf + len, 1, cap - len, stdin)) > 0;) {
-    len += r;
-    if (len < cap) continue;
-    char *nb = realloc(buf, 2 * cap + 1);
-    if (!nb) free(buf);
-    buf = nb;
-    cap *= 2;
-  }
-  if (!buf || ferror(stdin) || memchr(buf, '\0', len)) {
-    free(buf);
-    return NULL;
-  }
-  buf[len] = '\0';
-  return buf;
-}
-
 EVTC_COMMAND(grad, "FILE [--inputs]",
              "parse FILE (- for stdin), append the backward of its loss, print the joint graph\n"
              "             --inputs: also differentiate with respect to every floating-point input") {
@@ -52,7 +32,7 @@ EVTC_COMMAND(grad, "FILE [--inputs]",
   char *err = NULL;
   evt_graph *g;
   if (!strcmp(path, "-")) {
-    char *text = slurp_stdin();
+    char *text = evtc_read_stdin();
     if (!text) {
       fprintf(stderr, "<stdin>: cannot read the input (or it holds a NUL byte)\n");
       return EVTC_EXIT_USER;

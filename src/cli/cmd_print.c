@@ -5,36 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Reads standard input into a malloc'd NUL-terminated string (NULL on failure). */
-static char *read_stdin(void) {
-  size_t cap = 65536, len = 0;
-  char *buf = malloc(cap + 1);
-  while (buf) {
-    size_t r = fread(buf + len, 1, cap - len, stdin);
-    len += r;
-    if (r == 0) break;
-    if (len == cap) {
-      char *nb = realloc(buf, 2 * cap + 1);
-      if (!nb) {
-        free(buf);
-        return NULL;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  if (!buf || ferror(stdin)) {
-    free(buf);
-    return NULL;
-  }
-  buf[len] = '\0';
-  if (strlen(buf) != len) { /* the text format has no NUL bytes */
-    free(buf);
-    return NULL;
-  }
-  return buf;
-}
-
 /* Parses the file named by the command's one argument; NULL (message printed) on failure. */
 static evt_graph *load(int argc, char **argv) {
   if (argc != 2) {
@@ -44,7 +14,7 @@ static evt_graph *load(int argc, char **argv) {
   char *err = NULL;
   evt_graph *g;
   if (!strcmp(argv[1], "-")) {
-    char *text = read_stdin();
+    char *text = evtc_read_stdin();
     if (!text) {
       fprintf(stderr, "<stdin>: cannot read the input (or it holds a NUL byte)\n");
       return NULL;

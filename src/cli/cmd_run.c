@@ -158,29 +158,9 @@ static int parse_options(int argc, char **argv, run_options *o) {
   return EVTC_EXIT_OK;
 }
 
-/* All of standard input as a string (NULL if unreadable or if it holds a NUL byte). */
-static char *read_stdin(void) {
-  size_t len = 0, cap = 1 << 16;
-  char *buf = malloc(cap);
-  for (size_t r; buf && (r = fread(buf + len, 1, cap - 1 - len, stdin)) > 0;) {
-    len += r;
-    if (len + 1 == cap) {
-      char *bigger = realloc(buf, cap *= 2);
-      if (!bigger) free(buf);
-      buf = bigger;
-    }
-  }
-  if (!buf || ferror(stdin) || memchr(buf, '\0', len)) {
-    free(buf);
-    return NULL;
-  }
-  buf[len] = '\0';
-  return buf;
-}
-
 static evt_graph *load(const char *path, char **err) {
   if (strcmp(path, "-")) return evt_parse_file(path, err);
-  char *text = read_stdin();
+  char *text = evtc_read_stdin();
   if (!text) return NULL;
   evt_graph *g = evt_parse(text, "<stdin>", err);
   free(text);

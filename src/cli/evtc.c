@@ -82,3 +82,13 @@ int main(int argc, char **argv) {
   fprintf(stderr, "evtc: unknown command '%s'\n\n", argv[1]);
   return usage(stderr);
 }
+
+char *evtc_read_stdin(void) {
+  size_t len;
+  char *text = evt_read_stream(stdin, &len);
+  if (text && strlen(text) != len) { /* the text format has no NUL bytes */
+    free(text);
+    return NULL;
+  }
+  return text;
+}

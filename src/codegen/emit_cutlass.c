@@ -4,53 +4,11 @@
  * `using N<i>` per visitor node (the bare CUTLASS node), one `using T<i>` per tree node (Sm90EVT, or the
  * Sm90TopologicalVisitor for the shared region), `using EVT = T<d>`, the collective builders (epilogue first: its
  * shared storage is carved out of the mainloop's stages) and GemmUniversalAdapter; then the launcher
- * (emit_cutlass_launch.c). */
-#include <stdarg.h>
+ * (emit_cutlass_launch.c). The order, element types, node comments and tree types: emit_cutlass_common.c. */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "codegen/emit_cutlass_internal.h"
 
-
-const char *evt_cutlass_compute_fn(evt_vop op) {
-  switch (op) {
-    case EVT_V_ADD: return "cutlass::plus";
-    case EVT_V_SUB: return "cutlass::minus";
-    case EVT_V_MUL: return "cutlass::multiplies";
-    case EVT_V_DIV: return "cutlass::divides";
-    case EVT_V_RELU: return "cutlass::epilogue::thread::ReLu";
-    case EVT_V_SIGMOID: return "cutlass::epilogue::thread::Sigmoid";
-    case EVT_V_GELU_ERF: return "evt_ops::GeluErf";
-    case EVT_V_GELU_TANH: return "evt_ops::GeluTanh";
-    case EVT_V_GELU_TANH_GRAD: return "evt_ops::GeluTanhGrad";
-    case EVT_V_GELU_ERF_GRAD: return "evt_ops::GeluErfGrad";
-    case EVT_V_RELU_GRAD: return "evt_ops::ReluGrad";
-    case EVT_V_NEG: return "evt_ops::Neg";
-    case EVT_V_EXP: return "evt_ops::Exp";
-    case EVT_V_LOG: return "evt_ops::Log";
-    case EVT_V_ERF: return "evt_ops::Erf";
-    case EVT_V_TANH: return "evt_ops::Tanh";
-    case EVT_V_SQRT: return "evt_ops::Sqrt";
-    case EVT_V_RSQRT: return "evt_ops::Rsqrt";
-    case EVT_V_RECIPROCAL: return "evt_ops::Reciprocal";
-    case EVT_V_ABS: return "evt_ops::Abs";
-    case EVT_V_SIGN: return "evt_ops::Sign";
-    case EVT_V_ROUND_BF16: return "evt_ops::RoundBf16";
-    case EVT_V_ROUND_F16: return "evt_ops::RoundF16";
-    case EVT_V_MAXIMUM: return "evt_ops::Maximum";
-    case EVT_V_MINIMUM: return "evt_ops::Minimum";
-    case EVT_V_EQ: return "evt_ops::Eq";
-    case EVT_V_NE: return "evt_ops::Ne";
-    case EVT_V_LT: return "evt_ops::Lt";
-    case EVT_V_LE: return "evt_ops::Le";
-    case EVT_V_GT: return "evt_ops::Gt";
-    case EVT_V_GE: return "evt_ops::Ge";
-    case EVT_V_WHERE: return "evt_ops::Where";
-    case EVT_V_KEEP: return "evt_ops::Keep";
-    default: return NULL;
-  }
-}
 
 /* Row/col sums: atomics into the output, or (WORKSPACE) partials in CUTLASS's workspace that the last CTA
  * of each tile column/row adds in order (FinalReduction with a non-atomic global reduce). */
@@ -116,7 +74,7 @@ int evt_emit_cutlass_sums(const evt_kspec *s) {
   return n;
 }
 
-/* `using N<i> = <bare CUTLASS node>;` */
+/* `using N<i> = <bare CUTLASS node>;` (the comment naming the node follows: emit_cutlass_common.c) */
 static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
   const evt_vnode *v = &t->spec.nodes[i];
   const char *e = cxx_type(v->dtype);
@@ -172,69 +130,6 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
       sb_printf(b, "using N%d = %sSm90Compute<%s, %s, float, RN>;", i, fus, fn, out);
     }
   }
-  sb_printf(b, "  // %%%d = %s", i, evt_vop_name(v->op));
-  for (int j = 0; j < evt_vop_arity(v->op); j++) sb_printf(b, " %%%d", v->in[j]);
-  if (evt_vop_has_memory(v->op)) sb_printf(b, " %s:%s", v->name, evt_dtype_name(v->dtype));
-  if (v->op == EVT_V_SCALAR) sb_printf(b, " %.17g", v->value);
-  if (v->op == EVT_V_RAND) sb_printf(b, " seed %llu offset %llu", (unsigned long long)v->seed, (unsigned long long)v->offset);
-  sb_printf(b, "\n");
-}
-
-int evt_cutlass_topo_index(const topo_ops *o, int node) {
-  for (int k = 0; k < o->n; k++)
-    if (o->node[k] == node) return k;
-  return -1;
-}
-
-static void topo_collect(const evt_vtree *t, int v, int *seen, topo_ops *o) {
-  if (seen[v]) return;
-  seen[v] = 1;
-  const evt_vnode *nd = &t->spec.nodes[v];
-  for (int j = 0; j < evt_vop_arity(nd->op); j++) {
-    int c = nd->in[j];
-    if (t->in_region[c])
-      topo_collect(t, c, seen, o);
-    else if (!seen[c]) {
-      seen[c] = 1;
-      o->node[o->n] = c;
-      o->subtree[o->n++] = 1;
-    }
-  }
-  o->node[o->n] = v;
-  o->subtree[o->n++] = 0;
-}
-
-static void emit_tree_types(sbuf *b, const evt_vtree *t, int v, int *done, const topo_ops *o) {
-  if (done[v]) return;
-  done[v] = 1;
-  const evt_vnode *nd = &t->spec.nodes[v];
-  if (v == t->topo_root) {
-    for (int k = 0; k < o->n; k++)
-      if (o->subtree[k]) emit_tree_types(b, t, o->node[k], done, o);
-    sb_printf(b, "using T%d = cutlass::epilogue::fusion::Sm90TopologicalVisitor<float,\n    cute::tuple<", v);
-    for (int k = 0; k < o->n; k++) {
-      sb_printf(b, "%scute::seq<", k ? ", " : "");
-      if (!o->subtree[k]) {
-        const evt_vnode *on = &t->spec.nodes[o->node[k]];
-        for (int j = 0; j < evt_vop_arity(on->op); j++)
-          sb_printf(b, "%s%d", j ? ", " : "", evt_cutlass_topo_index(o, on->in[j]));
-      }
-      sb_printf(b, ">");
-    }
-    sb_printf(b, ">");
-    for (int k = 0; k < o->n; k++) sb_printf(b, ",\n    %c%d", o->subtree[k] ? 'T' : 'N', o->node[k]);
-    sb_printf(b, ">;  // topological visitor for shared values\n");
-    return;
-  }
-  int ar = evt_vop_arity(nd->op);
-  for (int j = 0; j < ar; j++) emit_tree_types(b, t, nd->in[j], done, o);
-  if (ar == 0) {
-    sb_printf(b, "using T%d = N%d;\n", v, v);
-    return;
-  }
-  sb_printf(b, "using T%d = cutlass::epilogue::fusion::Sm90EVT<N%d", v, v);
-  for (int j = 0; j < ar; j++) sb_printf(b, ", T%d", nd->in[j]);
-  sb_printf(b, ">;\n");
 }
 
 /* Batched kernels: a stride type S (M/N/K, M/N/K, L modes) with its run-time modes set: the dynamic one of
@@ -248,10 +143,6 @@ static const char *const bstride_helper =
     "  if constexpr (!cute::is_static<cute::remove_cvref_t<decltype(cute::get<2>(s))>>::value) cute::get<2>(s) = batch;\n"
     "  return s;\n"
     "}\n\n";
-
-static const char *layout_tag(int transposed) {
-  return transposed ? "cutlass::layout::ColumnMajor" : "cutlass::layout::RowMajor";
-}
 
 /* The banner and the includes. */
 static void emit_banner(sbuf *b, const evt_kspec *s, const char *name) {
@@ -289,16 +180,8 @@ static void emit_banner(sbuf *b, const evt_kspec *s, const char *name) {
 
 /* Element types, layouts, tile / cluster shapes, schedules, the epilogue tile and descriptor. */
 static void emit_types(sbuf *b, const evt_kspec *s, const char *hash) {
-  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
   int coop = s->cfg.schedule == EVT_SCHED_COOPERATIVE;
-  sb_printf(b, "namespace evt_gen_%s {\nusing namespace cute;\n\n", hash);
-  sb_printf(b, "using ElementA = %s;\nusing LayoutA = %s;  // A stored %s\n", cxx_type(s->ab_dtype), layout_tag(at),
-            at ? "K x M" : "M x K");
-  sb_printf(b, "using ElementB = %s;\nusing LayoutB = %s;  // B stored %s\n", cxx_type(s->ab_dtype), layout_tag(bt),
-            bt ? "N x K" : "K x N");
-  sb_printf(b, "using ElementD = %s;\nusing LayoutD = cutlass::layout::RowMajor;\n", cxx_type(s->d_dtype));
-  sb_printf(b, "using ElementAccumulator = float;\n[[maybe_unused]] constexpr auto RN = cutlass::FloatRoundStyle::round_to_nearest;\n");
-  sb_printf(b, "constexpr int AlignmentAB = 16 / sizeof(ElementA);\nconstexpr int AlignmentD = 16 / sizeof(ElementD);\n");
+  evt_cutlass_emit_elements(b, s, hash);
   sb_printf(b, "using TileShape = Shape<_%d, _%d, _%d>;\nusing ClusterShape = Shape<_%d, _%d, _1>;\n", s->cfg.tile_m,
             s->cfg.tile_n, s->cfg.tile_k, s->cfg.cluster_m, s->cfg.cluster_n);
   sb_printf(b, "using MainloopSchedule = cutlass::gemm::%s;\n",
@@ -331,17 +214,6 @@ static void emit_types(sbuf *b, const evt_kspec *s, const char *hash) {
     sb_printf(b,
               "using EpiDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<TileShape, EpilogueTileType, void, "
               "ElementD, EpilogueSchedule>;\n\n");
-}
-
-/* The visitor nodes (bare, in id order, every node the tree uses), then the tree (children first). */
-static void emit_visitor_tree(sbuf *b, const evt_vtree *t, const topo_ops *o) {
-  sb_printf(b, "// visitor nodes (bare)\n");
-  for (int v = 0; v < t->spec.nnodes; v++)
-    if (t->live[v]) emit_node_type(b, t, v);
-  sb_printf(b, "\n// the tree (children first)\n");
-  int done[EVT_KSPEC_MAX_NODES] = {0};
-  emit_tree_types(b, t, t->spec.d_node, done, o);
-  sb_printf(b, "using EVT = T%d;\n\n", t->spec.d_node);
 }
 
 /* The collective builders, the kernel and its adapter, the workspace; the namespace's end. */
@@ -380,44 +252,23 @@ static void emit_collectives(sbuf *b, const evt_kspec *s, const char *hash) {
             stages, s->cfg.stream_k ? ", cutlass::gemm::StreamKScheduler" : "", s->batched ? bstride_helper : "", hash);
 }
 
-void evt_cutlass_topo_ops(const evt_vtree *t, topo_ops *o) {
-  memset(o, 0, sizeof *o);
-  if (t->topo_root < 0) return;
-  int seen[EVT_KSPEC_MAX_NODES] = {0};
-  topo_collect(t, t->topo_root, seen, o);
+/* After the tree: its root as EVT, then the collectives. */
+static void emit_kernel(sbuf *b, const evt_vtree *t, const char *hash) {
+  sb_printf(b, "using EVT = T%d;\n\n", t->spec.d_node);
+  emit_collectives(b, &t->spec, hash);
 }
 
-void evt_cutlass_banner_spec(sbuf *b, const evt_kspec *s) {
-  char text[4096];
-  evt_kspec_text(s, text, sizeof text);
-  for (char *line = text; *line;) {
-    char *nl = strchr(line, '\n');
-    int len = nl ? (int)(nl - line) : (int)strlen(line);
-    sb_printf(b, "//   %.*s\n", len, line);
-    line += len + (nl ? 1 : 0);
-  }
-}
+static const cutlass_gen sm90 = {
+    .visitor = "cutlass::epilogue::fusion::Sm90",
+    .tree_heading = "\n// the tree (children first)\n",
+    .banner = emit_banner,
+    .types = emit_types,
+    .node_type = emit_node_type,
+    .kernel = emit_kernel,
+    .launcher = evt_emit_cutlass_launcher,
+};
 
 char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
   if (evt_arch_sm8x(s->arch)) return evt_emit_cutlass_sm80(s, err, errlen);
-  evt_vtree *t = calloc(1, sizeof *t);
-  EVT_ASSERT(t);
-  if (evt_vtree_build(s, t, err, errlen) != EVT_OK) {
-    free(t);
-    return NULL;
-  }
-  char name[40];
-  evt_kspec_kernel_name(s, name);
-  const char *hash = name + strlen("evt_kernel_");
-  sbuf out = {0};
-  sbuf *b = &out;
-  emit_banner(b, s, name);
-  emit_types(b, s, hash);
-  topo_ops o;
-  evt_cutlass_topo_ops(t, &o);
-  emit_visitor_tree(b, t, &o);
-  emit_collectives(b, s, hash);
-  evt_emit_cutlass_launcher(b, t, &o, name, hash);
-  free(t);
-  return out.p;
+  return evt_cutlass_emit(s, &sm90, err, errlen);
 }

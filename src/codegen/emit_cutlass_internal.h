@@ -1,6 +1,7 @@
-/* The CUTLASS emitter's shared pieces (internal to src/codegen/; the contract is evt_emit_cutlass in kspec.h).
- * emit_cutlass.c: the banner, types, visitor tree and collectives; emit_cutlass_launch.c: the nested fusion
- * Arguments and the extern "C" launchers. */
+/* The CUTLASS emitters' shared pieces (internal to src/codegen/; the contract is evt_emit_cutlass in kspec.h).
+ * Two generations: Sm90 (emit_cutlass.c: banner, types, nodes, collectives; emit_cutlass_launch.c: launchers) and
+ * Sm80 (emit_cutlass_sm80.c, emit_cutlass_sm80_launch.c). What both write the same way, and the driver that puts a
+ * kernel's parts in order, is in emit_cutlass_common.c. */
 #ifndef EVT_CODEGEN_EMIT_CUTLASS_INTERNAL_H
 #define EVT_CODEGEN_EMIT_CUTLASS_INTERNAL_H
 
@@ -34,19 +35,49 @@ typedef struct topo_ops {
   int subtree[EVT_KSPEC_MAX_NODES]; /* 1: op k is the whole tree T<node>; 0: the bare region node N<node> */
 } topo_ops;
 
-/* emit_cutlass.c, shared with emit_cutlass_sm80.c: the functor of a compute node (NULL for other nodes); the
- * topological visitor's ops of t (none when t has no shared region) and op k's index of a node; the spec's text
- * as banner comment lines. */
+/* One CUTLASS generation's emitter: its text for the parts of a kernel that differ. */
+typedef struct cutlass_gen {
+  const char *visitor; /* prefix of its tree nodes: <visitor>EVT, <visitor>TopologicalVisitor */
+  const char *tree_heading; /* the comment line above the tree */
+  void (*banner)(sbuf *b, const evt_kspec *s, const char *name);
+  void (*types)(sbuf *b, const evt_kspec *s, const char *hash);
+  void (*node_type)(sbuf *b, const evt_vtree *t, int v); /* `using N<v> = <bare node>;` without the comment */
+  void (*kernel)(sbuf *b, const evt_vtree *t, const char *hash); /* after the tree: EVT, kernel, namespace end */
+  void (*launcher)(sbuf *b, const evt_vtree *t, const topo_ops *o, const char *name, const char *hash);
+} cutlass_gen;
+
+/* ---- emit_cutlass_common.c: types and tree ---------------------------------------------------------------- */
+/* The kernel source of spec s in generation g's text: banner, types, visitor nodes, tree, kernel, launcher. NULL
+ * with the reason in err when s has no tree. */
+char *evt_cutlass_emit(const evt_kspec *s, const cutlass_gen *g, char *err, size_t errlen);
+/* The functor of a compute node (NULL for other nodes). */
 const char *evt_cutlass_compute_fn(evt_vop op);
+/* The topological visitor's ops of t (none when t has no shared region) and op k's index of a node. */
 void evt_cutlass_topo_ops(const evt_vtree *t, topo_ops *o);
 int evt_cutlass_topo_index(const topo_ops *o, int node);
+/* The spec's text as banner comment lines. */
 void evt_cutlass_banner_spec(sbuf *b, const evt_kspec *s);
+/* `namespace evt_gen_<hash> {` and the element types, layouts, rounding and alignments of A, B and D. */
+void evt_cutlass_emit_elements(sbuf *b, const evt_kspec *s, const char *hash);
 
+/* ---- emit_cutlass_common.c: launchers ---------------------------------------------------------------------- */
 /* One node's own launch Arguments (the emitter's choice per CUTLASS generation), then `,` unless last. */
 typedef void (*evt_node_args_fn)(sbuf *b, const evt_vtree *t, int v, int last);
-/* emit_cutlass_launch.c: the nested Arguments of tree node v (Sm90EVT / Sm80EVT: {children..., node}; the
- * topological visitor lists its ops), each node's own through node_args. */
+/* The nested Arguments of tree node v (Sm90EVT / Sm80EVT: {children..., node}; the topological visitor lists its
+ * ops), each node's own through node_args. */
 void evt_emit_tree_args(sbuf *b, const evt_vtree *t, int v, const topo_ops *o, int depth, int last, evt_node_args_fn node_args);
+/* After a node's own Arguments: `,` unless last, and a comment naming the node. */
+void evt_cutlass_node_args_end(sbuf *b, const evt_vnode *nd, int v, int last);
+/* `extern "C" int <name>(const evt_launch_args *a) {`, its namespace, and the checks of every pointer it needs. */
+void evt_cutlass_emit_launcher_entry(sbuf *b, const evt_vtree *t, const char *name, const char *hash);
+/* A batched launch's leading dims lda, ldb, ldd and batch strides bsa, bsb, bsd (launch fields; 0 = packed). */
+void evt_cutlass_emit_batch_strides(sbuf *b, const evt_kspec *s);
+/* ld<v>, bs<v>, os<v> of every live node with memory but scalar loads (unbatched: packed, os 0; shared nodes:
+ * bs and os 0); returns whether a shared sum exists. */
+int evt_cutlass_emit_node_strides(sbuf *b, const evt_vtree *t);
+/* `Gemm gemm;` through can_implement, the workspace (grown; with keep_old the smaller old buffer stays allocated),
+ * initialize, run(<run_args>) and the launch error check. */
+void evt_cutlass_emit_gemm_run(sbuf *b, int keep_old, const char *run_args);
 
 /* emit_cutlass_launch.c: `extern "C" int <name>(const evt_launch_args *)` (batched or not; with the launch cache's
  * state for specs without sums), after the namespace evt_gen_<hash> that holds the kernel's types. */

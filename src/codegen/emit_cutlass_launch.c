@@ -2,12 +2,12 @@
  * braces (children first, node last; the topological visitor lists its ops in order), then can_implement,
  * workspace, initialize (resets atomic reduction outputs) and run(stream). Each node's memory comes from
  * args->ptrs[node id] (kernels/evt_launch.h). */
-#include <stdio.h>
-#include <string.h>
+#include <stdbool.h>
 
 #include "codegen/emit_cutlass_internal.h"
 
-static void indent(sbuf *b, int depth) { sb_printf(b, "%*s", 4 + 2 * depth, ""); }
+/* run()'s arguments: a programmatic dependent launch where the source and the runtime allow it */
+#define PDL_RUN "stream, nullptr, EVT_GEMM_PDL != 0 && evt_pdl_enabled()"
 
 /* A batched node's Arguments: its pointer advanced to the outer batch `o`, its strides from ld<v> / bs<v>
  * (variables of the generated launcher). */
@@ -41,7 +41,7 @@ static void emit_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
   const char *e = cxx_type(nd->dtype);
   if (t->spec.batched && evt_vop_has_memory(nd->op)) {
     emit_node_args_batched(b, nd, v);
-    sb_printf(b, "%s  // %%%d %s %s%s\n", last ? "" : ",", v, evt_vop_name(nd->op), nd->name, nd->shared ? " (shared)" : "");
+    evt_cutlass_node_args_end(b, nd, v, last);
     return;
   }
   switch (nd->op) {
@@ -69,77 +69,20 @@ static void emit_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
     case EVT_V_COL_SUM: sb_printf(b, "{a->ptrs[%d], 0.0f, {}}", v); break;
     default: sb_printf(b, "{}"); break;
   }
-  sb_printf(b, "%s  // %%%d %s%s%s\n", last ? "" : ",", v, evt_vop_name(nd->op), evt_vop_has_memory(nd->op) ? " " : "",
-            evt_vop_has_memory(nd->op) ? nd->name : "");
-}
-
-void evt_emit_tree_args(sbuf *b, const evt_vtree *t, int v, const topo_ops *o, int depth, int last, evt_node_args_fn node_args) {
-  const evt_vnode *nd = &t->spec.nodes[v];
-  int ar = evt_vop_arity(nd->op);
-  indent(b, depth);
-  if (v == t->topo_root) {
-    sb_printf(b, "{  // topological visitor rooted at %%%d\n", v);
-    for (int k = 0; k < o->n; k++) {
-      if (o->subtree[k])
-        evt_emit_tree_args(b, t, o->node[k], o, depth + 1, k == o->n - 1, node_args);
-      else {
-        indent(b, depth + 1);
-        node_args(b, t, o->node[k], k == o->n - 1);
-      }
-    }
-    indent(b, depth);
-    sb_printf(b, "}%s\n", last ? "" : ",");
-    return;
-  }
-  if (ar == 0) {
-    node_args(b, t, v, last);
-    return;
-  }
-  sb_printf(b, "{  // %%%d %s\n", v, evt_vop_name(nd->op));
-  for (int j = 0; j < ar; j++) evt_emit_tree_args(b, t, nd->in[j], o, depth + 1, 0, node_args);
-  indent(b, depth + 1);
-  node_args(b, t, v, 1);
-  indent(b, depth);
-  sb_printf(b, "}%s\n", last ? "" : ",");
+  evt_cutlass_node_args_end(b, nd, v, last);
 }
 
 /* The launcher of a batched spec: problem (M, N, K, L) with leading dims and batch strides from the launch
  * arguments (0 = packed), per-node strides (shared nodes: batch stride 0), and l_outer launches, each with
  * every pointer advanced by its outer stride. */
 static void emit_batched_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const char *name, const char *hash) {
-  const evt_kspec *s = &t->spec;
-  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
-  sb_printf(b, "extern \"C\" int %s(const evt_launch_args *a) {\n  using namespace evt_gen_%s;\n", name, hash);
-  sb_printf(b, "  if (!a || !a->a || !a->b || !a->d) return EVT_LAUNCH_BAD_ARGS;\n");
-  for (int v = 0; v < s->nnodes; v++)
-    if (t->live[v] && evt_vop_has_memory(s->nodes[v].op))
-      sb_printf(b, "  if (!a->ptrs[%d]) return EVT_LAUNCH_BAD_ARGS;  // %s\n", v, s->nodes[v].name);
+  evt_cutlass_emit_launcher_entry(b, t, name, hash);
   sb_printf(b,
             "  int M = a->m, N = a->n, K = a->k;\n"
             "  int L = a->l > 0 ? a->l : 1, LO = a->l_outer > 1 ? a->l_outer : 1;\n"
-            "  if (M < 0 || N < 0 || K < 0) return EVT_LAUNCH_BAD_ARGS;\n"
-            "  int64_t lda = a->lda ? a->lda : %s, ldb = a->ldb ? a->ldb : %s, ldd = a->ldd ? a->ldd : N;\n"
-            "  int64_t bsa = a->bs_a ? a->bs_a : %s * lda, bsb = a->bs_b ? a->bs_b : %s * ldb;\n"
-            "  int64_t bsd = a->bs_d ? a->bs_d : (int64_t)M * ldd;\n",
-            at ? "(int64_t)M" : "(int64_t)K", bt ? "(int64_t)K" : "(int64_t)N", at ? "(int64_t)K" : "(int64_t)M",
-            bt ? "(int64_t)N" : "(int64_t)K");
-  int shared_sum = 0;
-  for (int v = 0; v < s->nnodes; v++) {
-    const evt_vnode *nd = &s->nodes[v];
-    if (!t->live[v] || !evt_vop_has_memory(nd->op)) continue;
-    int tile = nd->op == EVT_V_AUX_LOAD || nd->op == EVT_V_AUX_STORE;
-    const char *vec = nd->op == EVT_V_ROW_BCAST || nd->op == EVT_V_ROW_SUM ? "(int64_t)N" : "(int64_t)M";
-    if (tile) sb_printf(b, "  int64_t ld%d = a->ld_ptrs[%d] ? a->ld_ptrs[%d] : N;\n", v, v, v);
-    if (nd->shared) {
-      sb_printf(b, "  int64_t bs%d = 0, os%d = 0;  // %s: shared by all batches\n", v, v, nd->name);
-      shared_sum |= evt_vop_class(nd->op) == 'S';
-    } else if (tile)
-      sb_printf(b, "  int64_t bs%d = a->bs_ptrs[%d] ? a->bs_ptrs[%d] : (int64_t)M * ld%d, os%d = a->os_ptrs[%d];\n", v, v, v, v,
-                v, v);
-    else
-      sb_printf(b, "  int64_t bs%d = a->bs_ptrs[%d] ? a->bs_ptrs[%d] : %s, os%d = a->os_ptrs[%d];\n", v, v, v, vec, v, v);
-  }
-  if (shared_sum)
+            "  if (M < 0 || N < 0 || K < 0) return EVT_LAUNCH_BAD_ARGS;\n");
+  evt_cutlass_emit_batch_strides(b, &t->spec);
+  if (evt_cutlass_emit_node_strides(b, t))
     sb_printf(b, "  if (LO > 1) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // initialize() would reset the shared sums per launch\n");
   sb_printf(b,
             "  cudaStream_t stream = static_cast<cudaStream_t>(a->stream);\n"
@@ -147,7 +90,7 @@ static void emit_batched_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o
             "  if (sm_count == 0) sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);\n"
             "  for (int64_t o = 0; o < LO; o++) {\n"
             "  typename EVT::Arguments fusion_args =\n");
-  evt_emit_tree_args(b, t, s->d_node, o, 0, 1, emit_node_args);
+  evt_emit_tree_args(b, t, t->spec.d_node, o, 0, 1, emit_node_args);
   sb_printf(b,
             "  ;\n"
             "  typename Gemm::Arguments args{\n"
@@ -164,23 +107,9 @@ static void emit_batched_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o
             "  if (a->swizzle > 1) args.scheduler.max_swizzle_size = a->swizzle;\n"
             "  if (a->raster == 1 || a->raster == 2)\n"
             "    args.scheduler.raster_order = static_cast<decltype(args.scheduler.raster_order)>(a->raster);\n"
-            "  args.hw_info.sm_count = sm_count;\n"
-            "  Gemm gemm;\n"
-            "  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n"
-            "  size_t ws = Gemm::get_workspace_size(args);\n"
-            "  if (ws > g_workspace_bytes) {\n"
-            "    if (g_workspace) cudaFree(g_workspace);\n"
-            "    g_workspace = nullptr;\n"
-            "    g_workspace_bytes = 0;\n"
-            "    if (cudaMalloc(&g_workspace, ws) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n"
-            "    g_workspace_bytes = ws;\n"
-            "  }\n"
-            "  if (gemm.initialize(args, g_workspace, stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_INIT;\n"
-            "  if (gemm.run(stream, nullptr, EVT_GEMM_PDL != 0 && evt_pdl_enabled()) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
-            "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n"
-            "  }\n"
-            "  return EVT_LAUNCH_OK;\n"
-            "}\n");
+            "  args.hw_info.sm_count = sm_count;\n");
+  evt_cutlass_emit_gemm_run(b, 0, PDL_RUN);
+  sb_printf(b, "  }\n  return EVT_LAUNCH_OK;\n}\n");
 }
 
 /* Launch cache (specs without sums: their launches need nothing from initialize() but the kernel's parameters; a
@@ -201,11 +130,7 @@ static void emit_launch_cache_state(sbuf *b, const char *hash) {
 
 /* The unbatched launcher's head: pointer checks, the problem, the launch cache's lookup. */
 static void emit_launcher_head(sbuf *b, const evt_vtree *t, const char *name, const char *hash, bool cache) {
-  sb_printf(b, "extern \"C\" int %s(const evt_launch_args *a) {\n  using namespace evt_gen_%s;\n", name, hash);
-  sb_printf(b, "  if (!a || !a->a || !a->b || !a->d) return EVT_LAUNCH_BAD_ARGS;\n");
-  for (int v = 0; v < t->spec.nnodes; v++)
-    if (t->live[v] && evt_vop_has_memory(t->spec.nodes[v].op))
-      sb_printf(b, "  if (!a->ptrs[%d]) return EVT_LAUNCH_BAD_ARGS;  // %s\n", v, t->spec.nodes[v].name);
+  evt_cutlass_emit_launcher_entry(b, t, name, hash);
   sb_printf(b,
             "  int M = a->m, N = a->n, K = a->k;\n"
             "  auto mn1 = cute::make_shape(M, N, 1);\n"
@@ -218,7 +143,7 @@ static void emit_launcher_head(sbuf *b, const evt_vtree *t, const char *name, co
               "  key.stream = nullptr;\n"
               "  for (int c = 0; c < kLaunchCache; c++)\n"
               "    if (g_cache_used[c] && !memcmp(&g_cache_key[c], &key, sizeof key)) {\n"
-              "      if (g_cache[c].run(stream, nullptr, EVT_GEMM_PDL != 0 && evt_pdl_enabled()) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
+              "      if (g_cache[c].run(" PDL_RUN ") != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
               "      return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n"
               "    }\n");
 }
@@ -248,26 +173,11 @@ static void emit_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const 
             "    args.scheduler.raster_order = static_cast<decltype(args.scheduler.raster_order)>(a->raster);\n"
             "  static int sm_count = 0;\n"
             "  if (sm_count == 0) sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);\n"
-            "  args.hw_info.sm_count = sm_count;\n"
-            "  Gemm gemm;\n"
-            "  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n"
-            "  size_t ws = Gemm::get_workspace_size(args);\n"
-            "  if (ws > g_workspace_bytes) {\n"
-            "%s"
-            "    g_workspace = nullptr;\n"
-            "    g_workspace_bytes = 0;\n"
-            "    if (cudaMalloc(&g_workspace, ws) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n"
-            "    g_workspace_bytes = ws;\n"
-            "  }\n"
-            "  if (gemm.initialize(args, g_workspace, stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_INIT;\n"
-            "  if (gemm.run(stream, nullptr, EVT_GEMM_PDL != 0 && evt_pdl_enabled()) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
-            "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n",
-            /* a kernel whose launches use the workspace (stream-K's partial tiles and locks, the 'workspace' sums)
-             * keeps a smaller old buffer alive: a CUDA graph captured with it may replay later (kernels without
-             * one keep the text they always had, and with it their JIT cache entries) */
-            t->spec.cfg.stream_k || t->spec.cfg.reduction == EVT_RED_WORKSPACE
-                ? "    // (the old buffer stays allocated: a CUDA graph captured with it may still replay)\n"
-                : "    if (g_workspace) cudaFree(g_workspace);\n");
+            "  args.hw_info.sm_count = sm_count;\n");
+  /* a kernel whose launches use the workspace (stream-K's partial tiles and locks, the 'workspace' sums) keeps a
+   * smaller old buffer alive: a CUDA graph captured with it may replay later (kernels without one keep the text
+   * they always had, and with it their JIT cache entries) */
+  evt_cutlass_emit_gemm_run(b, t->spec.cfg.stream_k || t->spec.cfg.reduction == EVT_RED_WORKSPACE, PDL_RUN);
   if (cache)
     sb_printf(b,
               "  if (ws == 0) {  // remember the initialized kernel for the next launch with these arguments\n"

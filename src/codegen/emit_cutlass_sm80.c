@@ -6,10 +6,8 @@
  * multistage tensor-op GEMM (DefaultGemmWithVisitor) behind GemmUniversalAdapter. Differences from Sm90 that
  * shape the text: the 2.x epilogue writes nothing itself, so D is one more VisitorAuxStore at the root of the
  * tree; loads and stores take explicit (row, 1, batch) strides; reductions do not zero their outputs, so the
- * launcher does (emit_cutlass_sm80_launch.c). Output order: banner, types, nodes, tree, kernel, launcher. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+ * launcher does (emit_cutlass_sm80_launch.c). Output order, as Sm90's (emit_cutlass_common.c): banner, types, nodes,
+ * tree, kernel, launcher. */
 
 #include "codegen/emit_cutlass_internal.h"
 
@@ -32,22 +30,11 @@ static void emit_banner(sbuf *b, const evt_kspec *s, const char *name) {
             "#include \"evt_launch.h\"\n\n");
 }
 
-static const char *layout_tag(int transposed) {
-  return transposed ? "cutlass::layout::ColumnMajor" : "cutlass::layout::RowMajor";
-}
-
 /* Element types, layouts, the threadblock / warp / instruction shapes, stages and the epilogue's thread map. */
 static void emit_types(sbuf *b, const evt_kspec *s, const char *hash) {
-  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT, wm, wn;
+  int wm, wn;
   evt_arch_warp_shape(&s->cfg, &wm, &wn);
-  sb_printf(b, "namespace evt_gen_%s {\nusing namespace cute;\n\n", hash);
-  sb_printf(b, "using ElementA = %s;\nusing LayoutA = %s;  // A stored %s\n", cxx_type(s->ab_dtype), layout_tag(at),
-            at ? "K x M" : "M x K");
-  sb_printf(b, "using ElementB = %s;\nusing LayoutB = %s;  // B stored %s\n", cxx_type(s->ab_dtype), layout_tag(bt),
-            bt ? "N x K" : "K x N");
-  sb_printf(b, "using ElementD = %s;\nusing LayoutD = cutlass::layout::RowMajor;\n", cxx_type(s->d_dtype));
-  sb_printf(b, "using ElementAccumulator = float;\n[[maybe_unused]] constexpr auto RN = cutlass::FloatRoundStyle::round_to_nearest;\n");
-  sb_printf(b, "constexpr int AlignmentAB = 16 / sizeof(ElementA);\nconstexpr int AlignmentD = 16 / sizeof(ElementD);\n");
+  evt_cutlass_emit_elements(b, s, hash);
   sb_printf(b, "using ThreadblockShape = cutlass::gemm::GemmShape<%d, %d, %d>;\n", s->cfg.tile_m, s->cfg.tile_n, s->cfg.tile_k);
   sb_printf(b, "using WarpShape = cutlass::gemm::GemmShape<%d, %d, %d>;  // %d warps\n", wm, wn, s->cfg.tile_k,
             (s->cfg.tile_m / wm) * (s->cfg.tile_n / wn));
@@ -57,7 +44,7 @@ static void emit_types(sbuf *b, const evt_kspec *s, const char *hash) {
                "    AlignmentD, EpilogueStages>;\n\n");
 }
 
-/* `using N<i> = <bare Sm80 visitor node>;` with a comment naming the spec's node. */
+/* `using N<i> = <bare Sm80 visitor node>;` (the comment naming the node follows: emit_cutlass_common.c) */
 static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
   const evt_vnode *v = &t->spec.nodes[i];
   const char *e = cxx_type(v->dtype);
@@ -92,53 +79,10 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
       sb_printf(b, "using N%d = " FUS "VisitorCompute<%s, float, float, RN>;", i, fn);
     }
   }
-  sb_printf(b, "  // %%%d = %s", i, evt_vop_name(v->op));
-  for (int j = 0; j < evt_vop_arity(v->op); j++) sb_printf(b, " %%%d", v->in[j]);
-  if (evt_vop_has_memory(v->op)) sb_printf(b, " %s:%s", v->name, evt_dtype_name(v->dtype));
-  if (v->op == EVT_V_SCALAR) sb_printf(b, " %.17g", v->value);
-  sb_printf(b, "\n");
 }
 
-static void emit_tree_types(sbuf *b, const evt_vtree *t, int v, int *done, const topo_ops *o) {
-  if (done[v]) return;
-  done[v] = 1;
-  const evt_vnode *nd = &t->spec.nodes[v];
-  if (v == t->topo_root) {
-    for (int k = 0; k < o->n; k++)
-      if (o->subtree[k]) emit_tree_types(b, t, o->node[k], done, o);
-    sb_printf(b, "using T%d = " FUS "Sm80TopologicalVisitor<float,\n    cute::tuple<", v);
-    for (int k = 0; k < o->n; k++) {
-      sb_printf(b, "%scute::seq<", k ? ", " : "");
-      if (!o->subtree[k]) {
-        const evt_vnode *on = &t->spec.nodes[o->node[k]];
-        for (int j = 0; j < evt_vop_arity(on->op); j++) sb_printf(b, "%s%d", j ? ", " : "", evt_cutlass_topo_index(o, on->in[j]));
-      }
-      sb_printf(b, ">");
-    }
-    sb_printf(b, ">");
-    for (int k = 0; k < o->n; k++) sb_printf(b, ",\n    %c%d", o->subtree[k] ? 'T' : 'N', o->node[k]);
-    sb_printf(b, ">;  // topological visitor for shared values\n");
-    return;
-  }
-  int ar = evt_vop_arity(nd->op);
-  for (int j = 0; j < ar; j++) emit_tree_types(b, t, nd->in[j], done, o);
-  if (ar == 0) {
-    sb_printf(b, "using T%d = N%d;\n", v, v);
-    return;
-  }
-  sb_printf(b, "using T%d = " FUS "Sm80EVT<N%d", v, v);
-  for (int j = 0; j < ar; j++) sb_printf(b, ", T%d", nd->in[j]);
-  sb_printf(b, ">;\n");
-}
-
-/* The nodes, the tree, D's store at its root, the kernel and its adapter; the namespace's end. */
-static void emit_tree_and_kernel(sbuf *b, const evt_vtree *t, const topo_ops *o, const char *hash) {
-  sb_printf(b, "// visitor nodes (bare)\n");
-  for (int v = 0; v < t->spec.nnodes; v++)
-    if (t->live[v]) emit_node_type(b, t, v);
-  sb_printf(b, "\n// the tree (children first); the 2.x epilogue stores D through the visitor at its root\n");
-  int done[EVT_KSPEC_MAX_NODES] = {0};
-  emit_tree_types(b, t, t->spec.d_node, done, o);
+/* After the tree: D's store at its root, the kernel and its adapter; the namespace's end. */
+static void emit_kernel(sbuf *b, const evt_vtree *t, const char *hash) {
   sb_printf(b,
             "using DStore = " FUS "VisitorAuxStore<OutputTileThreadMap, ElementD, RN, Stride<int64_t, _1, int64_t>>;\n"
             "using EVT = " FUS "Sm80EVT<DStore, T%d>;\n\n",
@@ -158,24 +102,14 @@ static void emit_tree_and_kernel(sbuf *b, const evt_vtree *t, const topo_ops *o,
             hash);
 }
 
-char *evt_emit_cutlass_sm80(const evt_kspec *s, char *err, size_t errlen) {
-  if (evt_kspec_check(s, err, errlen) != EVT_OK) return NULL;
-  evt_vtree *t = calloc(1, sizeof *t);
-  EVT_ASSERT(t);
-  if (evt_vtree_build(s, t, err, errlen) != EVT_OK) {
-    free(t);
-    return NULL;
-  }
-  char name[40];
-  evt_kspec_kernel_name(s, name);
-  const char *hash = name + strlen("evt_kernel_");
-  sbuf out = {0};
-  emit_banner(&out, s, name);
-  emit_types(&out, s, hash);
-  topo_ops o;
-  evt_cutlass_topo_ops(t, &o);
-  emit_tree_and_kernel(&out, t, &o, hash);
-  evt_emit_cutlass_sm80_launcher(&out, t, &o, name, hash);
-  free(t);
-  return out.p;
-}
+static const cutlass_gen sm80 = {
+    .visitor = FUS "Sm80",
+    .tree_heading = "\n// the tree (children first); the 2.x epilogue stores D through the visitor at its root\n",
+    .banner = emit_banner,
+    .types = emit_types,
+    .node_type = emit_node_type,
+    .kernel = emit_kernel,
+    .launcher = evt_emit_cutlass_sm80_launcher,
+};
+
+char *evt_emit_cutlass_sm80(const evt_kspec *s, char *err, size_t errlen) { return evt_cutlass_emit(s, &sm80, err, errlen); }

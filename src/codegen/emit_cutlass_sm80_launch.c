@@ -4,9 +4,6 @@
  * nested fusion Arguments pass them as the Sm80 nodes' (row, 1, batch) strides. The Sm80 reductions add into
  * their outputs with atomics and do not clear them, so the launcher zeroes every sum's memory on the stream first.
  * Then can_implement, workspace, initialize and run(stream); no programmatic dependent launch (Hopper only). */
-#include <stdio.h>
-#include <string.h>
-
 #include "codegen/emit_cutlass_internal.h"
 
 /* One node's own Arguments, then `,` unless last, then a comment naming the node. */
@@ -32,8 +29,7 @@ static void node_args(sbuf *b, const evt_vtree *t, int v, int last) {
       break;
     default: sb_printf(b, "{}"); break;
   }
-  sb_printf(b, "%s  // %%%d %s%s%s%s\n", last ? "" : ",", v, evt_vop_name(nd->op), evt_vop_has_memory(nd->op) ? " " : "",
-            evt_vop_has_memory(nd->op) ? nd->name : "", nd->shared ? " (shared)" : "");
+  evt_cutlass_node_args_end(b, nd, v, last);
 }
 
 /* The problem and the strides of A, B, D: from the launch's batch fields (batched) or packed (unbatched). */
@@ -48,40 +44,9 @@ static void emit_problem(sbuf *b, const evt_kspec *s) {
               at ? "M" : "K", bt ? "K" : "N");
     return;
   }
-  sb_printf(b,
-            "  int L = a->l > 0 ? a->l : 1, LO = a->l_outer > 1 ? a->l_outer : 1;\n"
-            "  int64_t lda = a->lda ? a->lda : %s, ldb = a->ldb ? a->ldb : %s, ldd = a->ldd ? a->ldd : N;\n"
-            "  int64_t bsa = a->bs_a ? a->bs_a : %s * lda, bsb = a->bs_b ? a->bs_b : %s * ldb;\n"
-            "  int64_t bsd = a->bs_d ? a->bs_d : (int64_t)M * ldd;\n"
-            "  int64_t os_a = a->os_a, os_b = a->os_b, os_d = a->os_d;\n",
-            at ? "(int64_t)M" : "(int64_t)K", bt ? "(int64_t)K" : "(int64_t)N", at ? "(int64_t)K" : "(int64_t)M",
-            bt ? "(int64_t)N" : "(int64_t)K");
-}
-
-/* ld<v>, bs<v>, os<v> of every live node with memory; returns whether a shared sum exists. */
-static int emit_node_strides(sbuf *b, const evt_vtree *t) {
-  const evt_kspec *s = &t->spec;
-  int shared_sum = 0;
-  for (int v = 0; v < s->nnodes; v++) {
-    const evt_vnode *nd = &s->nodes[v];
-    if (!t->live[v] || !evt_vop_has_memory(nd->op) || nd->op == EVT_V_SCALAR_LOAD) continue;
-    int tile = nd->op == EVT_V_AUX_LOAD || nd->op == EVT_V_AUX_STORE;
-    const char *vec = nd->op == EVT_V_ROW_BCAST || nd->op == EVT_V_ROW_SUM ? "(int64_t)N" : "(int64_t)M";
-    if (tile && s->batched) sb_printf(b, "  int64_t ld%d = a->ld_ptrs[%d] ? a->ld_ptrs[%d] : N;\n", v, v, v);
-    else if (tile) sb_printf(b, "  int64_t ld%d = N;\n", v);
-    if (nd->shared) {
-      sb_printf(b, "  int64_t bs%d = 0, os%d = 0;  // %s: shared by all batches\n", v, v, nd->name);
-      shared_sum |= evt_vop_class(nd->op) == 'S';
-    } else if (!s->batched) {
-      sb_printf(b, "  int64_t bs%d = %s, os%d = 0;\n", v, tile ? "(int64_t)M * N" : vec, v);
-    } else if (tile) {
-      sb_printf(b, "  int64_t bs%d = a->bs_ptrs[%d] ? a->bs_ptrs[%d] : (int64_t)M * ld%d, os%d = a->os_ptrs[%d];\n", v, v, v, v,
-                v, v);
-    } else {
-      sb_printf(b, "  int64_t bs%d = a->bs_ptrs[%d] ? a->bs_ptrs[%d] : %s, os%d = a->os_ptrs[%d];\n", v, v, v, vec, v, v);
-    }
-  }
-  return shared_sum;
+  sb_printf(b, "  int L = a->l > 0 ? a->l : 1, LO = a->l_outer > 1 ? a->l_outer : 1;\n");
+  evt_cutlass_emit_batch_strides(b, s);
+  sb_printf(b, "  int64_t os_a = a->os_a, os_b = a->os_b, os_d = a->os_d;\n");
 }
 
 /* Zeroes every row / column sum of outer batch o: L vectors of N (row) or M (column) floats, bs<v> apart. */
@@ -103,13 +68,9 @@ static void emit_sum_reset(sbuf *b, const evt_vtree *t) {
 
 void evt_emit_cutlass_sm80_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const char *name, const char *hash) {
   const evt_kspec *s = &t->spec;
-  sb_printf(b, "extern \"C\" int %s(const evt_launch_args *a) {\n  using namespace evt_gen_%s;\n", name, hash);
-  sb_printf(b, "  if (!a || !a->a || !a->b || !a->d) return EVT_LAUNCH_BAD_ARGS;\n");
-  for (int v = 0; v < s->nnodes; v++)
-    if (t->live[v] && evt_vop_has_memory(s->nodes[v].op))
-      sb_printf(b, "  if (!a->ptrs[%d]) return EVT_LAUNCH_BAD_ARGS;  // %s\n", v, s->nodes[v].name);
+  evt_cutlass_emit_launcher_entry(b, t, name, hash);
   emit_problem(b, s);
-  if (emit_node_strides(b, t))
+  if (evt_cutlass_emit_node_strides(b, t))
     sb_printf(b, "  if (LO > 1) return EVT_LAUNCH_CANNOT_IMPLEMENT;  // a shared sum would be reset per launch\n");
   sb_printf(b,
             "  cudaStream_t stream = static_cast<cudaStream_t>(a->stream);\n"
@@ -123,21 +84,7 @@ void evt_emit_cutlass_sm80_launcher(sbuf *b, const evt_vtree *t, const topo_ops 
             "                                      : cutlass::gemm::GemmUniversalMode::kGemm,\n"
             "      {M, N, K}, L, fusion_args,\n"
             "      static_cast<ElementA const *>(a->a) + o * os_a, static_cast<ElementB const *>(a->b) + o * os_b,\n"
-            "      nullptr, nullptr, bsa, bsb, 0, 0, lda, ldb, 0, 0);\n"
-            "  Gemm gemm;\n"
-            "  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n"
-            "  size_t ws = Gemm::get_workspace_size(args);\n"
-            "  if (ws > g_workspace_bytes) {\n"
-            "    if (g_workspace) cudaFree(g_workspace);\n"
-            "    g_workspace = nullptr;\n"
-            "    g_workspace_bytes = 0;\n"
-            "    if (cudaMalloc(&g_workspace, ws) != cudaSuccess) return EVT_LAUNCH_WORKSPACE;\n"
-            "    g_workspace_bytes = ws;\n"
-            "  }\n"
-            "  if (gemm.initialize(args, g_workspace, stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_INIT;\n"
-            "  if (gemm.run(stream) != cutlass::Status::kSuccess) return EVT_LAUNCH_RUN;\n"
-            "  if (cudaPeekAtLastError() != cudaSuccess) return EVT_LAUNCH_RUN;\n"
-            "  }\n"
-            "  return EVT_LAUNCH_OK;\n"
-            "}\n");
+            "      nullptr, nullptr, bsa, bsb, 0, 0, lda, ldb, 0, 0);\n");
+  evt_cutlass_emit_gemm_run(b, 0, "stream");
+  sb_printf(b, "  }\n  return EVT_LAUNCH_OK;\n}\n");
 }

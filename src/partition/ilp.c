@@ -37,7 +37,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 void evt_pblock_free(evt_pblock *b) {
   if (!b) return;
@@ -249,12 +248,6 @@ static void lazy_add(lazy_rows *l, const int *cols, const double *vals, int len,
 
 static void lazy_free(lazy_rows *l) {
   free(l->start); free(l->len); free(l->col); free(l->val); free(l->rhs); free(l->sense);
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* A set of node pairs v < w (key v * n + w) with a value each: open addressing. */
@@ -639,10 +632,10 @@ void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *st
   unsigned char *in = malloc((size_t)n + 1);
   EVT_ASSERT(xs && cand && path && rc && rv && ones && in);
   for (int i = 0; i <= b->nvar; i++) ones[i] = 1;
-  double t0 = now_s(), lower = -1e300;
+  double t0 = evt_now_s(), lower = -1e300;
   int done = 0;
   for (int iter = 0; iter < 10000 && !done; iter++) {
-    double left = time_limit - (now_s() - t0);
+    double left = time_limit - (evt_now_s() - t0);
     if (left <= 0) break;
     int optimal = 0;
     double obj = 0, bound = 0;

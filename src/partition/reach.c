@@ -15,16 +15,9 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define EVT_REACH_MAX_WORDS 64          /* bitset words per row: 4096 barriers per chunk */
 #define EVT_REACH_BUDGET_WORDS (4u << 20) /* 32 MiB per table: fewer words per row on large graphs */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void note_scratch(evt_part_work *w, size_t bytes) {
   if (bytes > w->scratch_peak) w->scratch_peak = bytes;
@@ -97,7 +90,7 @@ bool evt_part_forced_cuts(evt_part_work *w, const unsigned char *barrier, double
   if (words < 1) words = 1;
   bool done = true;
   for (int c0 = 0; c0 < nb; c0 += 64 * words) {
-    if (now_s() > deadline) { done = false; break; }
+    if (evt_now_s() > deadline) { done = false; break; }
     int c1 = c0 + 64 * words < nb ? c0 + 64 * words : nb;
     for (int j = c0; j < c1; j++) col[bar[j]] = j - c0;
     forced_chunk(w, bar, c0, c1, col);
@@ -271,7 +264,7 @@ bool evt_part_exit_reach(evt_part_work *w, const int *at, const int *len, const 
   for (int r = 0; r <= n && done; r++) {
     bool take = r < n && want[r] && nent[r] > 0;
     if (nr > 0 && (r == n || (take && cols + nent[r] > cap))) {   /* the chunk is full: sweep it */
-      if (now_s() > deadline) { done = false; break; }
+      if (evt_now_s() > deadline) { done = false; break; }
       exits_chunk(w, at, len, list, owner, nent, roots, col0, nr, cols, col);
       nr = 0, cols = 0;
     }

@@ -27,17 +27,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 evt_part_options evt_part_options_default(void) {
   return (evt_part_options){.use_ilp = 1, .time_limit = 10.0, .decompose = 1, .use_cache = 1, .cache_dir = NULL,
                             .use_dp = 1};
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int uf(int *p, int x) {
@@ -225,7 +218,7 @@ static void keep_greedy(solver *s, int k, double cost, double lb, evt_part_stats
  * (sol[] holds the greedy grouping meanwhile). */
 static bool solve_block(solver *s, const int *nodes, int k, int *sol, evt_part_stats *st) {
   const evt_pgraph *g = s->w.g;
-  if (!s->late && now_s() > s->deadline) s->late = true;
+  if (!s->late && evt_now_s() > s->deadline) s->late = true;
   bool dp_ok = !s->late && s->opt->use_dp && k <= 64, mip_ok = !s->late && k <= s->mip_max, wait = false;
   evt_pblock b;
   evt_part_block_build(&s->w, nodes, k, dp_ok || mip_ok, &b);
@@ -260,7 +253,7 @@ static bool solve_block(solver *s, const int *nodes, int k, int *sol, evt_part_s
 /* The MIP pass over the blocks solve_block left waiting: each gets an equal share of the time left among
  * those still waiting (`waiting`, itself included); an isomorphic block solved meanwhile is a cache hit. */
 static void mip_block(solver *s, const int *nodes, int k, int waiting, int *sol, evt_part_stats *st) {
-  if (!s->late && now_s() > s->deadline) s->late = true;
+  if (!s->late && evt_now_s() > s->deadline) s->late = true;
   evt_pblock b;
   evt_part_block_build(&s->w, nodes, k, true, &b);
   int *start = malloc((size_t)(k + 1) * sizeof(int));
@@ -271,7 +264,7 @@ static void mip_block(solver *s, const int *nodes, int k, int waiting, int *sol,
   } else if (s->late) {
     keep_greedy(s, k, evt_pblock_cost(&b, start), evt_pblock_lower_bound(&b, block_nuclei(s->w.g, &b)), st);
   } else {
-    solve_mip(s, &b, start, (s->deadline - now_s()) / waiting, sol, st);
+    solve_mip(s, &b, start, (s->deadline - evt_now_s()) / waiting, sol, st);
   }
   free(start);
   evt_pblock_free(&b);
@@ -477,7 +470,7 @@ static void solve_blocks(solver *s, int *block, int *group, evt_part_stats *st) 
 }
 
 evt_status evt_part_solve(evt_pgraph *g, const evt_part_options *opt, int *group, evt_part_stats *st) {
-  double t0 = now_s();
+  double t0 = evt_now_s();
   int n = g->n;
   memset(st, 0, sizeof *st);
   st->proven = 1;
@@ -491,7 +484,7 @@ evt_status evt_part_solve(evt_pgraph *g, const evt_part_options *opt, int *group
     free(greedy);
     free(block);
     st->proven = 0;
-    st->solve_seconds = now_s() - t0;
+    st->solve_seconds = evt_now_s() - t0;
     return evt_part_validate(g, group);
   }
   solver s;
@@ -506,6 +499,6 @@ evt_status evt_part_solve(evt_pgraph *g, const evt_part_options *opt, int *group
   solver_free(&s);
   free(block);
   free(greedy);
-  st->solve_seconds = now_s() - t0;
+  st->solve_seconds = evt_now_s() - t0;
   return evt_part_validate(g, group);
 }

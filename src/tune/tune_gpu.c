@@ -9,7 +9,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "util/cachedir.h"
@@ -92,30 +91,8 @@ static int ab_time(void *p, int which, double *ms) {
   return c->tb->time_unfused(c->u->lt, c->A, c->B, c->u->out, c->u->rf, &c->u->ra, c->warm, c->reps, ms);
 }
 
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-    free(s);
-    s = NULL;
-  }
-  if (s) s[n] = 0;
-  fclose(f);
-  return s;
-}
-
 static size_t dsize(evt_dtype t) { return t == EVT_F32 ? 4 : 2; }
 static int dcode(evt_dtype t) { return t == EVT_F32 ? 2 : t == EVT_F16 ? 1 : 0; }
-
-static double wall_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int64_t node_elems(const evt_vnode *v, int64_t m, int64_t n) {
   switch (v->op) {
@@ -188,7 +165,7 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
       return EVT_ERR_UNSUPPORTED;
     }
   int64_t M = P->m, N = P->n, K = P->k;
-  double t_start = wall_s(), t_data = 0, t_check = 0; /* (for the summary line: where a problem's seconds go) */
+  double t_start = evt_now_s(), t_data = 0, t_check = 0; /* (for the summary line: where a problem's seconds go) */
   int reps = opt->reps > 0 ? opt->reps : 30, warm = opt->warmup > 0 ? opt->warmup : 5;
   if (reps < 20) reps = 20;
   memset(r, 0, sizeof *r);
@@ -226,7 +203,7 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
       tb->upload(dmem[v], hmem[v], bytes);
     }
   }
-  t_data = wall_s() - t_start;
+  t_data = evt_now_s() - t_start;
   /* fused candidates: each config with each scheduler variant; keep each config's best */
   int sv[16][2];
   int nsv = evt_tune_sched_variants(M, N, sv, 16);
@@ -356,9 +333,9 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
       }
       int64_t rows[6], cols[6];
       for (int i = 0; i < 6; i++) rows[i] = (M - 1) * i / 5, cols[i] = (N - 1) * (5 - i) / 5;
-      double t0 = wall_s();
+      double t0 = evt_now_s();
       err = evt_tune_check_sampled(s, M, N, K, ha, hb, mem, hd, rows, 6, cols, 6);
-      t_check += wall_s() - t0;
+      t_check += evt_now_s() - t0;
       free(hd);
       for (int v = 0; v < s->nnodes; v++) free(out[v]);
     }
@@ -395,7 +372,7 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
             (long long)N, (long long)K, evt_tile_config_label(&r->cfg, lab, sizeof lab), r->check_err);
   if (!opt->quiet)
     fprintf(stderr, "[evt-tune] %lldx%lldx%lld took %.1f s (random data %.1f s, sampled CPU check %.1f s)\n",
-            (long long)M, (long long)N, (long long)K, wall_s() - t_start, t_data, t_check);
+            (long long)M, (long long)N, (long long)K, evt_now_s() - t_start, t_data, t_check);
   if (r->choice == EVT_TUNE_NONE) {
     if (r->unfused_ms >= 0) {
       r->choice = EVT_TUNE_UNFUSED; /* no fused candidate ran and passed its check */
@@ -438,7 +415,8 @@ evt_status evt_tune_run_many(const evt_tune_problem *P, int np, const evt_tune_o
   const char *kdir = evt_kernels_dir();
   char hpath[1100];
   snprintf(hpath, sizeof hpath, "%s/evt_tune_bench.cu", kdir);
-  char *hsrc = read_text(hpath);
+  size_t hlen;
+  char *hsrc = evt_read_file(hpath, &hlen);
   if (!hsrc) {
     snprintf(msg, msglen, "cannot read the timing helper %s (set EVT_KERNELS_DIR)", hpath);
     free(W);

@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,15 +16,6 @@
 #include <unistd.h>
 
 #include "util/util.h"
-
-static void msgf(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void msgf(char *msg, size_t len, const char *fmt, ...) {
-  if (!msg || !len) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, len, fmt, ap);
-  va_end(ap);
-}
 
 /* ---- folders ------------------------------------------------------------------------------------------ */
 
@@ -43,32 +33,19 @@ static void warn_once(const char *msg) {
   if (!dup) fprintf(stderr, "evt: warning: %s\n", msg);
 }
 
-/* Creates every missing folder of path, each with mode 0700. */
-static int mkdirs_private(const char *path) {
-  char p[1024];
-  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
-  for (char *c = p + 1; *c; c++)
-    if (*c == '/') {
-      *c = 0;
-      if (mkdir(p, 0700) != 0 && errno != EEXIST) return -1;
-      *c = '/';
-    }
-  return mkdir(p, 0700) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* One folder's rule: a directory (not a symlink) of the effective user, not writable by group or others. */
 static int check_one(const char *dir, char *msg, size_t len) {
   struct stat st;
-  if (lstat(dir, &st) != 0) return msgf(msg, len, "cannot use cache folder %s: %s", dir, strerror(errno)), -2;
+  if (lstat(dir, &st) != 0) return evt_msgf(msg, len, "cannot use cache folder %s: %s", dir, strerror(errno)), -2;
   if (S_ISLNK(st.st_mode))
-    return msgf(msg, len, "cache folder %s is a symbolic link: not used (replace it by a real folder, or set "
+    return evt_msgf(msg, len, "cache folder %s is a symbolic link: not used (replace it by a real folder, or set "
                 "EVT_CACHE_DIR to a private one)", dir), -1;
-  if (!S_ISDIR(st.st_mode)) return msgf(msg, len, "cache folder %s is not a directory: not used", dir), -1;
+  if (!S_ISDIR(st.st_mode)) return evt_msgf(msg, len, "cache folder %s is not a directory: not used", dir), -1;
   if (st.st_uid != geteuid())
-    return msgf(msg, len, "cache folder %s is owned by uid %u, not by you (uid %u): not used (remove it, or set "
+    return evt_msgf(msg, len, "cache folder %s is owned by uid %u, not by you (uid %u): not used (remove it, or set "
                 "EVT_CACHE_DIR to a folder of your own)", dir, (unsigned)st.st_uid, (unsigned)geteuid()), -1;
   if (st.st_mode & (S_IWGRP | S_IWOTH))
-    return msgf(msg, len, "cache folder %s is writable by its group or others (mode %03o): not used (chmod go-w %s)",
+    return evt_msgf(msg, len, "cache folder %s is writable by its group or others (mode %03o): not used (chmod go-w %s)",
                 dir, (unsigned)(st.st_mode & 0777), dir), -1;
   return 0;
 }
@@ -76,9 +53,9 @@ static int check_one(const char *dir, char *msg, size_t len) {
 int evt_cache_dir_private(const char *dir, int levels, int create, char *msg, size_t len) {
   char p[1024];
   if (!dir || !*dir || snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
-    return msgf(msg, len, "no usable cache folder"), -2;
+    return evt_msgf(msg, len, "no usable cache folder"), -2;
   for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = 0;
-  if (create && mkdirs_private(p) != 0) return msgf(msg, len, "cannot create cache folder %s: %s", p, strerror(errno)), -2;
+  if (create && evt_mkdirs(p, 0700) != 0) return evt_msgf(msg, len, "cannot create cache folder %s: %s", p, strerror(errno)), -2;
   for (int i = 0; i < levels; i++) { /* dir, then the folders above it */
     int rc = check_one(p, msg, len);
     if (rc == -1) warn_once(msg);
@@ -220,11 +197,11 @@ static int read_sidecar(const char *obj, uint64_t *key, size_t *size, uint64_t *
   size_t n;
   snprintf(path, sizeof path, "%s.sum", obj);
   char *text = evt_cache_read(path, &n);
-  if (!text) return msgf(why, len, "no readable checksum file %s", path), -1;
+  if (!text) return evt_msgf(why, len, "no readable checksum file %s", path), -1;
   int ok = evt_cache_text_body(text, n) >= 0 &&
            sscanf(text, "evt-object 1\nkey %" SCNx64 "\nsize %zu\nhash %" SCNx64, key, size, h) == 3;
   free(text);
-  if (!ok) msgf(why, len, "its checksum file %s is damaged", path);
+  if (!ok) evt_msgf(why, len, "its checksum file %s is damaged", path);
   return ok ? 0 : -1;
 }
 
@@ -237,18 +214,18 @@ int evt_cache_object_verified(const char *obj, uint64_t key, char *why, size_t l
   const char *dot = strrchr(obj, '.');
   size_t tl = strlen(tag);
   if ((key && skey != key) || !dot || (size_t)(dot + 1 - obj) < tl || strncmp(dot + 1 - tl, tag, tl))
-    return msgf(why, len, "its checksum file is for another entry"), 0;
-  if (object_hash(obj, &h, &size) != 0) return msgf(why, len, "cannot read it"), 0;
+    return evt_msgf(why, len, "its checksum file is for another entry"), 0;
+  if (object_hash(obj, &h, &size) != 0) return evt_msgf(why, len, "cannot read it"), 0;
   if (size != ssize || h != sh)
-    return msgf(why, len, "its content differs from its checksum (%zu bytes, %zu recorded)", size, ssize), 0;
+    return evt_msgf(why, len, "its content differs from its checksum (%zu bytes, %zu recorded)", size, ssize), 0;
   return 1;
 }
 
 void *evt_cache_dlopen(const char *obj, char *why, size_t len) {
   char v[600];
   if (!evt_cache_object_verified(obj, 0, v, sizeof v))
-    return msgf(why, len, "cache entry %s is not loaded: %s", obj, v), NULL;
+    return evt_msgf(why, len, "cache entry %s is not loaded: %s", obj, v), NULL;
   void *h = dlopen(obj, RTLD_NOW | RTLD_LOCAL);
-  if (!h) msgf(why, len, "cannot load %s: %s", obj, dlerror());
+  if (!h) evt_msgf(why, len, "cannot load %s: %s", obj, dlerror());
   return h;
 }

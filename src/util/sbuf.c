@@ -1,4 +1,4 @@
-/* A growing text buffer (contract in util.h). */
+/* A growing text buffer, and bounded messages (contract in util.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,4 +23,12 @@ void evt_sbuf_printf(evt_sbuf *b, const char *fmt, ...) {
   vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap2);
   va_end(ap2);
   b->len += (size_t)n;
+}
+
+void evt_msgf(char *msg, size_t len, const char *fmt, ...) {
+  if (!msg || !len) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, len, fmt, ap);
+  va_end(ap);
 }

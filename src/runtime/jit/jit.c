@@ -7,29 +7,17 @@
 #include "runtime/jit/jit.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "util/cachedir.h"
 #include "util/env.h"
 #include "util/util.h"
-
-static void msgf(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void msgf(char *msg, size_t len, const char *fmt, ...) {
-  if (!msg || !len) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, len, fmt, ap);
-  va_end(ap);
-}
 
 static int file_exists(const char *p) {
   struct stat st;
@@ -77,13 +65,13 @@ evt_status evt_jit_flags(const evt_jit_options *opt, char *out, size_t outlen) {
   if (nocut) {
     inc[0] = util[0] = 0;
   } else if (evt_jit_find_cutlass(opt ? opt->cutlass_path : NULL, inc, sizeof inc, util, sizeof util) != EVT_OK) {
-    msgf(out, outlen, "CUTLASS not found: set CUTLASS_PATH or pip install nvidia-cutlass==4.2.0.0");
+    evt_msgf(out, outlen, "CUTLASS not found: set CUTLASS_PATH or pip install nvidia-cutlass==4.2.0.0");
     return EVT_ERR_UNSUPPORTED;
   }
   const char *kdir = opt && opt->kernels_dir ? opt->kernels_dir : evt_kernels_dir();
   const char *extra = opt && opt->extra_flags ? opt->extra_flags : "";
   if (has_quote(inc) || has_quote(util) || has_quote(kdir)) {
-    msgf(out, outlen, "include paths must not contain a single quote");
+    evt_msgf(out, outlen, "include paths must not contain a single quote");
     return EVT_ERR_INVALID;
   }
   char gencode[96];
@@ -96,35 +84,12 @@ evt_status evt_jit_flags(const evt_jit_options *opt, char *out, size_t outlen) {
                    : opt && opt->compile_only ? " -c"
                                               : " -shared -lcuda", *extra ? " " : "", extra);
   if (n < 0 || (size_t)n >= outlen) {
-    msgf(out, outlen, "nvcc flags too long");
+    evt_msgf(out, outlen, "nvcc flags too long");
     return EVT_ERR_INVALID;
   }
   return EVT_OK;
 }
 
-
-/* Reads a whole file (NULL if it cannot); *len gets its size. */
-static char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 8192, n = 0, r;
-  char *buf = malloc(cap + 1);
-  while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += r;
-    if (n == cap) {
-      char *nb = realloc(buf, 2 * cap + 1);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb, cap *= 2;
-    }
-  }
-  fclose(f);
-  if (buf) buf[n] = 0, *len = n;
-  return buf;
-}
 
 #define JIT_MAX_HEADERS 64
 
@@ -162,7 +127,7 @@ static uint64_t kernel_headers_hash(const evt_jit_options *opt, const char *sour
   for (int i = 0; i < n; i++) { /* the list grows while it is walked: headers included by headers */
     char path[1400];
     snprintf(path, sizeof path, "%s/%s", kdir, names[i]);
-    text[i] = read_all(path, &len[i]);
+    text[i] = evt_read_file(path, &len[i]);
     if (text[i]) scan_includes(text[i], kdir, names, &n);
   }
   int order[JIT_MAX_HEADERS];
@@ -179,12 +144,6 @@ static uint64_t kernel_headers_hash(const evt_jit_options *opt, const char *sour
   }
   for (int i = 0; i < n; i++) free(text[i]);
   return h;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* First lines of the log that mention an error (or its last lines), for the job's message. */
@@ -251,23 +210,23 @@ static evt_status jit_setup(jit_ctx *c, const evt_jit_options *opt, int prepare,
   c->opt = opt;
   c->ext = opt->frontend_only ? "ii" : opt->compile_only ? "o" : "so";
   evt_status st = evt_jit_flags(opt, c->flags, sizeof c->flags);
-  if (st != EVT_OK) return msgf(msg, msglen, "evt_jit: %s", c->flags), st;
+  if (st != EVT_OK) return evt_msgf(msg, msglen, "evt_jit: %s", c->flags), st;
   c->nvcc = nvcc_of(opt);
-  if (has_quote(c->nvcc)) return msgf(msg, msglen, "evt_jit: nvcc path must not contain a single quote"), EVT_ERR_INVALID;
+  if (has_quote(c->nvcc)) return evt_msgf(msg, msglen, "evt_jit: nvcc path must not contain a single quote"), EVT_ERR_INVALID;
   if (opt->cache_dir) snprintf(c->cache, sizeof c->cache, "%s", opt->cache_dir);
   else evt_env_cache_dir("jit", c->cache, sizeof c->cache);
   char why[1200];
-  if (has_quote(c->cache)) return msgf(msg, msglen, "evt_jit: cache directory %s has a quote", c->cache), EVT_ERR_IO;
+  if (has_quote(c->cache)) return evt_msgf(msg, msglen, "evt_jit: cache directory %s has a quote", c->cache), EVT_ERR_IO;
   if (prepare && evt_cache_dir_private(c->cache, opt->cache_dir ? 1 : 2, 1, why, sizeof why) != 0)
-    return msgf(msg, msglen, "evt_jit: %s", why), EVT_ERR_IO;
+    return evt_msgf(msg, msglen, "evt_jit: %s", why), EVT_ERR_IO;
   if (compiler_id(c->nvcc, &c->compiler) != 0) /* before any job: a missing nvcc is not N compile errors */
-    return msgf(msg, msglen, "evt_jit: cannot run nvcc ('%s'); set EVT_NVCC or PATH", c->nvcc), EVT_ERR_UNSUPPORTED;
+    return evt_msgf(msg, msglen, "evt_jit: cannot run nvcc ('%s'); set EVT_NVCC or PATH", c->nvcc), EVT_ERR_UNSUPPORTED;
   return EVT_OK;
 }
 
 static uint64_t entry_path(const jit_ctx *c, const char *name, const char *source, char *out, size_t len) {
   uint64_t key = cache_key(c, source);
-  msgf(out, len, "%s/%s-%016llx.%s", c->cache, name, (unsigned long long)key, c->ext);
+  evt_msgf(out, len, "%s/%s-%016llx.%s", c->cache, name, (unsigned long long)key, c->ext);
   return key;
 }
 
@@ -301,7 +260,7 @@ typedef struct batch {
 } batch;
 
 static void job_failed(batch *b, int i, const char *why) {
-  msgf(b->jobs[i].error, sizeof b->jobs[i].error, "evt_jit: kernel %s: %s", b->jobs[i].name, why);
+  evt_msgf(b->jobs[i].error, sizeof b->jobs[i].error, "evt_jit: kernel %s: %s", b->jobs[i].name, why);
   b->failed++, b->done++;
 }
 
@@ -329,7 +288,7 @@ static int start_compile(const jit_ctx *c, batch *b, int i, int lock) {
   char *cmd = malloc(clen);
   EVT_ASSERT(cmd);
   snprintf(cmd, clen, "'%s' %s -o '%s' '%s'", c->nvcc, c->flags, r->tmp, src);
-  r->t0 = now_s();
+  r->t0 = evt_now_s();
   pid_t pid = fork();
   if (pid == 0) {
     dup2(logfd, 1), dup2(logfd, 2);
@@ -382,7 +341,7 @@ static int claim_free(const jit_ctx *c, batch *b) {
  * the pace; the running ones overlap). */
 static void progress(const batch *b, const char *name, double took) {
   int finished = b->ncompiled + b->failed, left = b->ntodo - finished;
-  double elapsed = now_s() - b->t_start;
+  double elapsed = evt_now_s() - b->t_start;
   if (left > 0 && finished > 0)
     fprintf(stderr, "[evt-jit] %d/%d %s compiled in %.1f s; about %.0f s left\n", b->done, b->njobs, name, took,
             elapsed / finished * left);
@@ -399,12 +358,12 @@ static void finish(const jit_ctx *c, batch *b, running *r, int status) {
   if (code == 0 && rename(r->tmp, j->so_path) == 0 && evt_cache_object_seal(j->so_path, b->key[r->job]) == 0) {
     j->ok = 1;
     b->ncompiled++;
-    if (!c->opt->quiet) progress(b, j->name, now_s() - r->t0);
+    if (!c->opt->quiet) progress(b, j->name, evt_now_s() - r->t0);
   } else {
     char ex[700];
     log_excerpt(r->log, ex, sizeof ex);
     unlink(r->tmp);
-    msgf(j->error, sizeof j->error, "evt_jit: kernel %s failed to compile (nvcc exit %d); log %s:\n%s", j->name, code,
+    evt_msgf(j->error, sizeof j->error, "evt_jit: kernel %s failed to compile (nvcc exit %d); log %s:\n%s", j->name, code,
          r->log, ex);
     b->failed++;
     if (!c->opt->quiet) fprintf(stderr, "[evt-jit] %d/%d %s FAILED (exit %d)\n", b->done, b->njobs, j->name, code);
@@ -450,7 +409,7 @@ static void prepare_job(const jit_ctx *c, batch *b, int i) {
   j->ok = j->cached = 0;
   j->error[0] = 0;
   if (!j->name || !*j->name || has_quote(j->name) || strchr(j->name, '/') || !j->source) {
-    msgf(j->error, sizeof j->error, "evt_jit: job %d has no valid name or source", i);
+    evt_msgf(j->error, sizeof j->error, "evt_jit: job %d has no valid name or source", i);
     b->failed++;
     return;
   }
@@ -484,16 +443,16 @@ evt_status evt_jit_compile(evt_jit_job *jobs, int njobs, const evt_jit_options *
   int ntodo = b.ntodo = b.npending;
   if (!c.opt->quiet && njobs)
     fprintf(stderr, "[evt-jit] %d kernel(s): %d cached, %d to compile, %d at a time\n", njobs, b.ncached, ntodo, b.par);
-  double t_start = b.t_start = now_s();
+  double t_start = b.t_start = evt_now_s();
   run_batch(&c, &b);
   if (!c.opt->quiet && ntodo)
     fprintf(stderr, "[evt-jit] done: %d compiled, %d cached, %d failed in %.1f s\n", b.ncompiled, b.ncached, b.failed,
-            now_s() - t_start);
+            evt_now_s() - t_start);
   free(b.key), free(b.pending), free(b.run);
   if (!b.failed) return EVT_OK;
   for (int i = 0; i < njobs; i++)
     if (!jobs[i].ok) {
-      msgf(msg, msglen, "%s", jobs[i].error);
+      evt_msgf(msg, msglen, "%s", jobs[i].error);
       break;
     }
   return EVT_ERR_INVALID;
