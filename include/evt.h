@@ -209,7 +209,8 @@ evt_status evt_arch_parse(const char *text, int *arch, int *ptx);
  * cublaslt / cublas+row / node-by-node), "members", "ops" (the members' ops, "mm+add+gelu"), "m", "n", "k",
  * "kernel", "io_bytes" (fused: the distinct tensors its kernel reads or writes, bytes), "why" (node by node: the
  * reason)}], "kernels" (launches per step), "bytes" (through global memory
- * per step), "unfused_kernels" and "unfused_bytes" (every op its own kernel), "dot" (the grouped graph as
+ * per step), "unfused_kernels" and "unfused_bytes" (every op its own kernel), "arena_bytes" and "scratch_bytes" (the
+ * device memory a GPU program of it holds: its intermediates' arena, the GEMM scratch), "dot" (the grouped graph as
  * Graphviz text, one cluster per group)}. The graph passes run on g first unless o->flags has
  * EVT_PROGRAM_NO_OPT. NULL on error (message on g). */
 char *evt_plan_report(evt_graph *g, const evt_options *o);

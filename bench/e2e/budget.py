@@ -158,6 +158,12 @@ def _evt_hash(name, mangled):
     return m.group(1) if m else None
 
 
+def plan_device_bytes(report):
+    """The device memory evt's GPU programs hold besides PyTorch's allocator: every segment's arena + GEMM scratch."""
+    return sum((seg["plan"] or {}).get("arena_bytes", 0) + (seg["plan"] or {}).get("scratch_bytes", 0)
+               for mod in report.modules for seg in mod["segments"])
+
+
 def gemm_table(groups, events):
     """Each generated GEMM kernel of the step: its shapes, its time in the profiled step, cuBLAS at the shapes."""
     mangled = R._cutlass_names(R._jit_cache_dirs())
@@ -232,6 +238,7 @@ def measure_mode(name, mode, a):
         groups = plan_groups(report)
         row["row_floor_ms"] = round(row_floor_ms(groups, a.rates["copy_gbs"]), 3)
         row["gemms"] = gemm_table(groups, events)
+        row["arena_gib"] = round(plan_device_bytes(report) / 2**30, 2)
     if mode == "eager":
         row["flops"] = step_flops(step)
     del step, f, m, args
@@ -297,6 +304,7 @@ def render(res, command):
              f" | {sum(v for v in fl.values() if v):.2f} | sum of the floors |")
     L.append("| peak memory GiB (PyTorch allocator) | " + " | ".join("—" if "error" in r else f"{r['peak_gib']:.2f}" for r in rows) + " | | |")
     L.append("| device memory held GiB (with evt's arenas) | " + " | ".join("—" if "error" in r else f"{r['device_gib']:.2f}" for r in rows) + " | | |")
+    L.append("| of which evt's arenas + GEMM scratch GiB | " + " | ".join(f"{r['arena_gib']:.2f}" if "arena_gib" in r else "" for r in rows) + " | | |")
     L.append("| cold compile s | " + " | ".join("—" if "error" in r else f"{r['compile_cold_s']:.1f}" for r in rows) + " | | |")
     gem = res["modes"].get("evt", {}).get("gemms") or []
     if gem:

@@ -131,6 +131,8 @@ char *evt_plan_report(evt_graph *g, const evt_options *o) {
   evt_sbuf_printf(&b, "],\n \"kernels\": %d, \"bytes\": %lld, \"unfused_kernels\": %lld, \"unfused_bytes\": %lld,\n",
                   plan_kernels(xp), planned ? (long long)plan.global_bytes : -1LL, (long long)unf_kernels,
                   (long long)unf_bytes);
+  evt_sbuf_printf(&b, " \"arena_bytes\": %lld, \"scratch_bytes\": %lld,\n", (long long)p->arena_bytes,
+                  (long long)xp->scratch_bytes);
   plan_dot(&b, g, &xp->part);
   evt_sbuf_printf(&b, "}\n");
   if (planned) evt_plan_free(&plan);

@@ -55,16 +55,24 @@ def test_gemm_table_joins_by_hash_and_mangled_digest(budget, monkeypatch):
     assert budget.row_floor_ms(GROUPS, 3000.0) == pytest.approx(1.0)  # 3 GB at 3000 GB/s
 
 
+def test_plan_device_bytes_sums_every_segment(budget):
+    seg = lambda a, s: {"plan": {"arena_bytes": a, "scratch_bytes": s, "groups": []}}  # noqa: E731
+    report = type("R", (), {"modules": [{"segments": [seg(100, 20), {"plan": None}]}, {"segments": [seg(5, 0)]}]})
+    assert budget.plan_device_bytes(report) == 125
+
+
 def test_render_names_every_kind_and_the_floors(budget, monkeypatch):
     monkeypatch.setattr(budget, "cublas_ms", lambda m, n, k: 0.05)
     by, aten = budget.split_by_kind(EVENTS)
     mode = dict(ms=1.0, peak_gib=1.0, device_gib=2.0, compile_cold_s=2.0, kinds={k: list(v) for k, v in by.items()},
                 aten=aten)
     res = dict(workload="w", device="gpu", torch="t", rates=dict(gemm_tflops=700.0, copy_gbs=3000.0), dropout=True,
-               flops=[7e11, 0], modes={"evt": dict(mode, row_floor_ms=0.5, gemms=budget.gemm_table(GROUPS, EVENTS)),
+               flops=[7e11, 0], modes={"evt": dict(mode, row_floor_ms=0.5, arena_gib=1.5,
+                                                   gemms=budget.gemm_table(GROUPS, EVENTS)),
                                        "inductor": dict(error="RuntimeError: no GPU"), "eager": mode})
     text = budget.render(res, "python3 bench/e2e/budget.py --workloads w")
     for kind in budget.KINDS:
         assert f"| {kind} |" in text
     assert "| GEMM | 0.20 (3) | — | 0.20 (3) | 1.00 |" in text  # 0.7 TFLOP at 700 TFLOP/s
     assert "RuntimeError: no GPU" in text and "2.00x" in text
+    assert "| of which evt's arenas + GEMM scratch GiB | 1.50 |" in text

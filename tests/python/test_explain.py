@@ -30,6 +30,9 @@ def test_explain_reports_segments_groups_and_savings(tmp_path):
     t, groups = r.totals()
     assert 0 < t["kernels"] <= t["unfused_kernels"] and 0 < t["bytes"] <= t["unfused_bytes"], t
     assert any(k.startswith("pointwise") or k.startswith("row") for k in groups), groups
+    # the device memory a GPU program of each segment would hold: an arena no larger than its buffers unshared
+    assert all(0 <= s["plan"]["arena_bytes"] <= s["plan"]["unfused_bytes"] and s["plan"]["scratch_bytes"] >= 0
+               for s in segs), segs
     # every fused group's own traffic: positive, and within the whole plan's
     fused = [g for s in segs for g in s["plan"]["groups"] if g["path"] != "node-by-node"]
     assert fused and all(0 < g["io_bytes"] <= s["plan"]["unfused_bytes"] for s in segs for g in s["plan"]["groups"]
