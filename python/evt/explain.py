@@ -150,8 +150,11 @@ def _module_report(kind, plan, options):
             continue
         rep, why = None, getattr(s, "why", "") or ""
         if s.path in ("interp", "gpu") and getattr(s, "text", None):
+            # (the optimized graph, as the backend creates its programs from it: the raw text under NO_OPT
+            # would be planned without the passes)
+            text = s.graph.text() if getattr(s, "graph", None) is not None else s.text
             try:
-                rep = plan_report(s.text, options)
+                rep = plan_report(text, options)
             except L.EvtError as e:
                 why = f"no fused plan: {e}"
         segs.append({"path": s.path or "none", "ops": len(s.members), "plan": rep, "why": why})

@@ -54,3 +54,25 @@ def test_explain_names_the_ops_left_to_pytorch():
     fallbacks = [f for mod in r.modules for f in mod["fallbacks"]]
     assert any("cumsum" in op for op, _, _ in fallbacks), fallbacks
     assert "in PyTorch: " in str(r)
+
+
+def test_explain_plans_the_optimized_segment(monkeypatch):
+    """The plan reported is the one the backend runs: of the pass-optimized segment graph, not of its raw text
+    (a Linear's weight gradient under autocast is mm -> permute -> permute -> cast in the raw text; the passes
+    cancel the permutes)."""
+    import importlib
+    import re
+    E = importlib.import_module("evt.explain")
+    texts = []
+    real = E.plan_report
+    monkeypatch.setattr(E, "plan_report", lambda text, options=None: texts.append(text) or real(text, options))
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        evt.explain(lin, torch.randn(8, 32))
+    assert texts
+    for text in texts:
+        permuted = set(re.findall(r"%(\S+): \S+ = permute\(", text))
+        twice = [ln for ln in text.splitlines() if re.search(r"= permute\(%(\S+),", ln)
+                 and re.search(r"= permute\(%(\S+),", ln).group(1) in permuted]
+        assert not twice, twice
