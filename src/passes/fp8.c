@@ -9,8 +9,9 @@
  *                     C  = cast(mm(A8, B8, out_dtype=f32) * (1 / (sA * sB)), C's dtype)
  *   fX = f8e5m2 (max 57344) when operand X is a gradient, else f8e4m3 (max 448).
  * Gradient: a node that depends on a gradient root: a loss op's backward (nll_loss_backward, mse_loss_backward,
- *   bce_with_logits_backward: what autodiff emits for every loss op), an input named tangents_* (the incoming
- *   gradients of PyTorch's backward graph), or autodiff's seed (a constant 1 that the loss does not depend on).
+ *   bce_with_logits_backward: what autodiff emits for every loss op), an input named tangents_<k> or
+ *   in.tangents_<k> (the incoming gradients of PyTorch's backward graph), or autodiff's seed (a constant 1 that
+ *   the loss does not depend on).
  * Eligible: a rank-2 mm whose operands have one 16-bit or f32 dtype, whose M, N and K are all >= EVT_FP8_MIN_DIM
  *   and multiples of 16 (FP8 tensor-core tiles; smaller GEMMs gain less than the scaling costs), and that is not
  *   part of the loss layer (the LM head / classifier): its output does not reach the loss or a loss op through
@@ -41,11 +42,17 @@ static void mark_loss_ancestors(const evt_graph *g, bool *anc) {
     for (int k = 0; anc[i] && k < g->nodes[i].ninputs; k++) anc[g->nodes[i].inputs[k]] = true;
 }
 
+/* PyTorch's incoming gradients: tangents_<k>, which the torch backend declares as in.tangents_<k>. */
+static bool is_tangent(const evt_node *n) {
+  const char *s = n->name ? n->name : "";
+  if (!strncmp(s, "in.", 3)) s += 3;
+  return n->op == EVT_OP_INPUT && !strncmp(s, "tangents_", 9);
+}
+
 static bool is_grad_root(const evt_graph *g, int i, const bool *loss_anc) {
   const evt_node *n = &g->nodes[i];
   double v;
-  if (is_loss_backward(n->op)) return true;
-  if (n->op == EVT_OP_INPUT && n->name && !strncmp(n->name, "tangents_", 9)) return true;
+  if (is_loss_backward(n->op) || is_tangent(n)) return true;
   return g->loss >= 0 && !loss_anc[i] && evt_node_is_const(g, i, &v) && v == 1.0;
 }
 
