@@ -198,7 +198,14 @@ typedef struct evt_options {
    * GPU present. 0: machine code for `arch` - unless a GPU is present whose own arch differs (sm_80 kernels run on a
    * Hopper), where PTX is used all the same. */
   int ptx;
+  /* FP8 training (opt-in; docs/passes.md "fp8", docs/pytorch.md "FP8 (opt-in)"): EVT_FP8_OFF (default) or
+   * EVT_FP8_TENSORWISE: the graph passes run the eligible GEMMs in FP8 with per-tensor current scaling (e4m3
+   * forward operands, e5m2 gradients; the loss layer and small GEMMs stay as they are). No GPU kernel takes fp8
+   * yet: a device program of a graph the pass rewrote is refused (EVT_ERR_UNSUPPORTED, naming the fp8 tensor);
+   * the CPU interpreter runs it. */
+  int fp8;
 } evt_options;
+enum { EVT_FP8_OFF = 0, EVT_FP8_TENSORWISE = 1 };
 void evt_options_init(evt_options *o);
 /* Parses a GPU target as `evtc --arch` and the PyTorch backend's "arch" option write it: "sm_80", "sm_86", "sm_89",
  * "sm_90a" (or "sm_90"), "compute_80" / "compute_86" / "compute_89" / "compute_90a" (the same target, PTX only), or

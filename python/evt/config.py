@@ -80,9 +80,18 @@ CUDAGRAPHS = {False: False, None: False, True: "step", "step": "step", "segments
 GPU_OP_FAMILIES = ("attention", "batch_norm", "convolution", "dropout", "embedding", "pooling")
 GPU_OPS_FAST = ("dropout",)
 
-OPTIONS = ("arch", "check", "cudagraphs", "dump", "fused", "gpu_ops", "tune")
-DEFAULTS = {"arch": None, "check": False, "cudagraphs": False, "dump": None, "fused": True, "gpu_ops": GPU_OPS_FAST,
-            "tune": None}
+OPTIONS = ("arch", "check", "cudagraphs", "dump", "fp8", "fused", "gpu_ops", "tune")
+DEFAULTS = {"arch": None, "check": False, "cudagraphs": False, "dump": None, "fp8": None, "fused": True,
+            "gpu_ops": GPU_OPS_FAST, "tune": None}
+# options["fp8"] -> evt_options.fp8 (include/evt.h): None (off) or "tensorwise" (eligible GEMMs in FP8 with per-tensor
+# current scaling: the fp8 pass, run with the graph passes as pass flag EVT_PASS_FP8 of src/passes/passes.h)
+FP8_RECIPES = {None: 0, "tensorwise": 1}
+EVT_PASS_FP8 = 2
+
+
+def fp8_pass_flags(options):
+    """The graph-pass flags of options["fp8"]: EVT_PASS_FP8 when a recipe is on, else 0."""
+    return EVT_PASS_FP8 if parse_options(options)["fp8"] else 0
 # options["arch"]: the GPU target of evt's generated kernels (evt_options.arch / ptx, evt_arch_parse): None = the
 # present GPU's; "sm_80" / "sm_86" / "sm_89" (Ampere / Ada), "sm_90a", or "compute_XX" (PTX only)
 ARCHS = ("auto", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_90", "compute_80", "compute_86", "compute_89", "compute_90a")
@@ -125,11 +134,15 @@ def parse_options(options):
     arch = options.get("arch")
     if arch is not None and arch not in ARCHS:
         raise ValueError(f"evt backend: arch must be one of {list(ARCHS)}, not {arch!r}")
+    fp8 = options.get("fp8")
+    fp8 = None if fp8 in (False, "off") else fp8
+    if fp8 not in FP8_RECIPES:
+        raise ValueError(f"evt backend: fp8 must be None, False, \"off\" or \"tensorwise\", not {fp8!r}")
     dump = options.get("dump")
     if dump is not None and not isinstance(dump, (str, os.PathLike)):
         raise ValueError(f"evt backend: dump must be a directory path, not {dump!r}")
     return {"arch": arch, "check": check, "cudagraphs": CUDAGRAPHS[cg], "dump": os.fspath(dump) if dump is not None else None,
-            "fused": fused is not False, "gpu_ops": _gpu_ops(options.get("gpu_ops")), "tune": tune}
+            "fp8": fp8, "fused": fused is not False, "gpu_ops": _gpu_ops(options.get("gpu_ops")), "tune": tune}
 
 
 def all_gpu_ops(options):

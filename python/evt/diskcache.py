@@ -28,7 +28,9 @@ from . import lib as L
 log = logging.getLogger("evt")
 
 FORMAT = "evt-torch-segment-2"
-PASS_OPTIONS = "evt_passes_run_all(flags=0,verify=1)"
+def pass_options(flags=0):
+    """The arguments of the pass pipeline, as they enter the key."""
+    return f"evt_passes_run_all(flags={flags},verify=1)"
 
 _lib_hash = None
 _warned = set()
@@ -55,9 +57,9 @@ def library_hash():
     return _lib_hash
 
 
-def key(text):
+def key(text, pass_flags=0):
     h = hashlib.sha256()
-    for part in (FORMAT, library_hash(), PASS_OPTIONS, text):
+    for part in (FORMAT, library_hash(), pass_options(pass_flags), text):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

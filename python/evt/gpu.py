@@ -30,7 +30,7 @@ EVT_PROGRAM_NO_OPT = 4
 class EvtOptions(ctypes.Structure):
     """evt_options of include/evt.h (filled by evt_options_init, then by options_for)."""
     _fields_ = [("flags", ctypes.c_uint), ("refine_partition", ctypes.c_int), ("fusion_ab", ctypes.c_int),
-                ("arch", ctypes.c_int), ("ptx", ctypes.c_int)]
+                ("arch", ctypes.c_int), ("ptx", ctypes.c_int), ("fp8", ctypes.c_int)]
 
 # Outputs of at most this many elements are copied out of a private buffer under CUDA graphs.
 SMALL_OUTPUT = 1 << 16
@@ -74,13 +74,15 @@ def refine_level(options):
     return 2 if config.gpu_family_in_evt(options, "batch_norm") else 1
 
 
-def options_for(flags, refine, arch=None):
-    """The evt_options a program of these flags, refine level and GPU target (options["arch"], parsed by
-    evt_arch_parse; None: the present GPU's) is created with (NO_OPT always: the backend ran the passes)."""
+def options_for(flags, refine, arch=None, fp8=None):
+    """The evt_options a program of these flags, refine level, GPU target (options["arch"], parsed by
+    evt_arch_parse; None: the present GPU's) and fp8 recipe (options["fp8"]) is created with (NO_OPT always: the
+    backend ran the passes)."""
     o = EvtOptions()
     L._declare("evt_options_init", None, [ctypes.POINTER(EvtOptions)])(ctypes.byref(o))
     o.flags = flags | EVT_PROGRAM_NO_OPT
     o.refine_partition = refine
+    o.fp8 = config.FP8_RECIPES[fp8]
     if arch is not None:
         a, p = ctypes.c_int(0), ctypes.c_int(0)
         parse = L._declare("evt_arch_parse", ctypes.c_int,

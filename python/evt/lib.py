@@ -126,12 +126,13 @@ def _declare(name, res, args):
 class Graph:
     """A parsed evt graph (owns the evt_graph; freed with the object).
 
-    optimize=True runs evt's graph-pass pipeline (evt_passes_run_all, with the verifier after each pass),
+    optimize=True runs evt's graph-pass pipeline (evt_passes_run_all with pass_flags, EVT_PASS_* of src/passes/passes.h,
+    and the verifier after each pass),
     which renumbers nodes: `ids` (name -> node id) and `outputs` (node id of each `output`, in order) are
     read back from the graph afterwards. A pass failure raises EvtError (the caller may use the text as is).
     """
 
-    def __init__(self, text, filename="<torch>", optimize=False):
+    def __init__(self, text, filename="<torch>", optimize=False, pass_flags=0):
         L = lib()
         err = ctypes.c_void_p()
         self._g = L.evt_parse(text.encode(), filename.encode(), ctypes.byref(err))
@@ -145,7 +146,7 @@ class Graph:
             run_all = _declare("evt_passes_run_all", ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint, ctypes.c_int])
             if run_all is None:
                 raise EvtError("this libevt has no graph passes")
-            if run_all(self._g, 0, 1) != 0:
+            if run_all(self._g, pass_flags, 1) != 0:
                 raise EvtError(L.evt_graph_error(self._g).decode())
         self.node_count = L.evt_graph_node_count(self._g)
         name_of = _declare("evt_interp_node_name", ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_int])

@@ -72,20 +72,20 @@ def release_programs():
 _GRAPHS = {}  # sha256 of the segment text -> parsed Graph (the text holds every shape and dtype)
 
 
-def _graph_for(text, dump=None):
+def _graph_for(text, dump=None, pass_flags=0):
     """The parsed and pass-optimized graph of a segment text, cached in memory and (config.cache_enabled()) on disk
     (diskcache.py: the optimized text, reused by later processes). dump: a folder that gets the text and its
     optimized form (options["dump"])."""
-    key = hashlib.sha256(text.encode()).hexdigest()
+    key = hashlib.sha256(f"{pass_flags}\0{text}".encode()).hexdigest()
     g = _GRAPHS.get(key)
     if g is None:
         name = f"evt-{key[:12]}.evt"
-        dkey = diskcache.key(text) if diskcache.enabled() else None
+        dkey = diskcache.key(text, pass_flags) if diskcache.enabled() else None
         g = diskcache.load(dkey, name) if dkey else None
         if g is None:
             optimized = False
             try:
-                g = Graph(text, name, optimize=True)
+                g = Graph(text, name, optimize=True, pass_flags=pass_flags)
                 optimized = True
             except EvtError as e:
                 if "no graph passes" not in str(e):
@@ -202,7 +202,8 @@ class Segment:
         lines = _used_input_lines(b.lines, out_names)
         self.text = "graph seg {\n  " + "\n  ".join(lines) + "\n" + \
             (f"  output {', '.join('%' + n for n in out_names)}\n" if out_names else "") + "}\n"
-        self.graph = _graph_for(self.text, self.options.get("dump")) if self.outputs else None
+        self.graph = _graph_for(self.text, self.options.get("dump"), config.fp8_pass_flags(self.options)) \
+            if self.outputs else None
         if self.graph is None:
             self.path = "none"
             return
@@ -276,7 +277,7 @@ class Segment:
             lines.append(f"%{out_names[k]}.phys: {A.type_str(types[k].permute(o))} = "
                          f"permute(%{out_names[k]}, dims=[{','.join(map(str, o))}])")
             outs[k] = out_names[k] + ".phys"
-        text, g = self._parsed(lines, outs, "a segment", self.options.get("dump"))
+        text, g = self._parsed(lines, outs, "a segment", self.options.get("dump"), config.fp8_pass_flags(self.options))
         if g is None:
             return
         if "permute(" in g.text() or "transpose(" in g.text():
@@ -286,12 +287,12 @@ class Segment:
         self.phys_out = pout
 
     @staticmethod
-    def _parsed(lines, outs, what, dump=None):
+    def _parsed(lines, outs, what, dump=None, pass_flags=0):
         """(text, parsed graph) of a segment with these statements and outputs, or (text, None) when evt rejects
         it (logged: the segment keeps its row-major text)."""
         text = "graph seg {\n  " + "\n  ".join(lines) + "\n" + f"  output {', '.join('%' + n for n in outs)}\n" + "}\n"
         try:
-            return text, _graph_for(text, dump)
+            return text, _graph_for(text, dump, pass_flags)
         except EvtError as e:
             log.info("  physical layout of %s rejected (%s); row-major kept", what, e)
             return text, None
@@ -323,7 +324,7 @@ class Segment:
         if not pin:
             return
         text, g = self._parsed(self._phys_input_lines(out_names, pin), out_names, "a segment's inputs",
-                               self.options.get("dump"))
+                               self.options.get("dump"), config.fp8_pass_flags(self.options))
         if g is None:
             return
         self.text, self.graph = text, g

@@ -51,6 +51,8 @@ EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--buil
              "  --dtype bf16|f16 read every f32 tensor of FILE as bf16/f16 (kernel specs take 16-bit operands)\n"
              "  --solver=greedy  partition greedily instead of exactly\n"
              "  --no-cache       do not read or write the partition cache\n"
+             "  --fp8            run the fp8 pass (evt_options.fp8): eligible GEMMs in FP8; the lowering refuses\n"
+             "                   the fp8 groups (no GPU kernels for fp8 yet)\n"
              "  --fuse-rules=lower  partition with the lowering's rules (evt_lower_compat): a GEMM group only takes\n"
              "                   members its kernel spec can hold; default --fuse-rules=shape (the partitioner's own)") {
   const char *path = NULL, *dir = NULL;
@@ -73,6 +75,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--buil
       }
     }
     else if (!strcmp(a, "--tune")) tune = 1;
+    else if (!strcmp(a, "--fp8")) ao.fp8 = EVT_FP8_TENSORWISE;
     else if (!strcmp(a, "--tune-cache") && i + 1 < argc) tune_cache = argv[++i];
     else if (!strcmp(a, "--fuse-rules=lower")) lower_rules = 1;
     else if (!strcmp(a, "--fuse-rules=shape")) lower_rules = 0;
@@ -109,7 +112,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--buil
   bool built = false;
   evt_status st = dtype >= 0 ? evt_lower_retype(g, (evt_dtype)dtype) : EVT_OK;
   if (st == EVT_OK && g->loss >= 0) st = evt_train_ensure_joint(g, &built); /* a forward-only graph stays as it is */
-  if (st == EVT_OK) st = evt_passes_run_all(g, 0, 0);
+  if (st == EVT_OK) st = evt_passes_run_all(g, evt_compile_pass_flags(&ao), 0);
   evt_part_plan part;
   bool have_part = false;
   if (st == EVT_OK) {

@@ -188,7 +188,7 @@ typedef struct options {
   const evt_pass_info *list[64];
   int n;
   const char *dump_after;
-  bool stats, verify, no_loss;
+  bool stats, verify, no_loss, fp8;
 } options;
 
 static int parse_passes(options *o, const char *s) {
@@ -209,10 +209,13 @@ static int parse_passes(options *o, const char *s) {
   return 0;
 }
 
-EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--verify] [--no-loss]",
+EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--verify] [--no-loss] [--fp8]",
              "run the graph passes and print the optimized graph\n"
              "  --passes=a,b,...   run these passes in this order (default: the whole pipeline:\n"
-             "                     canonicalize,loss-elim,decompose,reduce-elim,constprop,cse,layout,dce)\n"
+             "                     canonicalize,[fp8,]loss-elim,decompose,reduce-elim,constprop,cse,layout,dce,\n"
+             "                     split-casts)\n"
+             "  --fp8              the default pipeline includes the fp8 pass: eligible GEMMs in FP8 with per-tensor\n"
+             "                     scaling (docs/passes.md; it changes values, so --verify fails on it)\n"
              "  --dump-after=PASS  print the graph right after PASS instead of the final graph\n"
              "  --stats            print node counts by op class (and of permutes) before and after each pass\n"
              "  --verify           run the verifier after every pass, and the interpreter on fresh random inputs\n"
@@ -223,11 +226,14 @@ EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--veri
              "                     8 ulps of the graph's narrowest float dtype rounded, or makes it inf / NaN\n"
              "  --no-loss          loss elimination replaces the loss output by the constant 0") {
   options o = {0};
-  for (int i = 0; i < evt_npasses; i++) o.list[o.n++] = &evt_passes[i];
+  bool explicit_list = false;
   const char *file = NULL;
   for (int a = 1; a < argc; a++) {
     if (!strncmp(argv[a], "--passes=", 9)) {
       if (parse_passes(&o, argv[a] + 9)) return EVTC_EXIT_USER;
+      explicit_list = true;
+    } else if (!strcmp(argv[a], "--fp8")) {
+      o.fp8 = true;
     } else if (!strncmp(argv[a], "--dump-after=", 13)) {
       o.dump_after = argv[a] + 13;
     } else if (!strcmp(argv[a], "--stats")) {
@@ -247,9 +253,12 @@ EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--veri
     }
   }
   if (!file) {
-    fprintf(stderr, "usage: evtc opt FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--verify] [--no-loss]\n");
+    fprintf(stderr, "usage: evtc opt FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--verify] [--no-loss] [--fp8]\n");
     return EVTC_EXIT_USER;
   }
+  unsigned flags = o.fp8 ? EVT_PASS_FP8 : 0; /* the default list: the pipeline as evt_passes_run_all(g, flags) runs it */
+  for (int i = 0; !explicit_list && i < evt_npasses; i++)
+    if ((evt_passes[i].needs & flags) == evt_passes[i].needs) o.list[o.n++] = &evt_passes[i];
   if (o.dump_after) {
     bool found = false;
     for (int i = 0; i < o.n; i++) found = found || !strcmp(o.list[i]->name, o.dump_after);
@@ -291,7 +300,7 @@ EVTC_COMMAND(opt, "FILE [--passes=a,b,...] [--dump-after=PASS] [--stats] [--veri
       rc = i == 0 ? evtc_exit_code(run_st) : EVTC_EXIT_INTERNAL;
     }
     int nb = g->nnodes;
-    evt_pass_stats st = {.flags = o.no_loss ? EVT_PASS_DROP_LOSS : 0};
+    evt_pass_stats st = {.flags = (o.no_loss ? EVT_PASS_DROP_LOSS : 0) | flags};
     evt_status s = rc == EVTC_EXIT_OK ? p->run(g, &st) : EVT_OK;
     if (rc == EVTC_EXIT_OK && s == EVT_OK && o.verify) s = evt_graph_verify(g);
     if (s != EVT_OK) {

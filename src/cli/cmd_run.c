@@ -42,7 +42,7 @@ typedef struct {
   double lr;
   unsigned long long seed;
   const char *device;
-  bool fp64, opt, check, fused, stats, cuda_graph, host_sgd;
+  bool fp64, opt, check, fused, stats, cuda_graph, host_sgd, fp8;
   int arch, ptx; /* --arch: the GPU target of generated kernels (0: the GPU's) */
 } run_options;
 
@@ -71,6 +71,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
       o->fp64 = true;
     } else if (!strcmp(a, "--opt")) {
       o->opt = true;
+    } else if (!strcmp(a, "--fp8")) {
+      o->fp8 = true;
     } else if (!strcmp(a, "--check")) {
       o->check = true;
     } else if (!strcmp(a, "--fused")) {
@@ -151,6 +153,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     return EVTC_EXIT_USER;
   }
   if (o->fused) o->opt = true; /* groups are partitioned on the optimized graph, as evtc compile does */
+  if (o->fp8) o->opt = true;   /* the fp8 pass is part of the pipeline */
   if (o->fp64 && gpu) {
     fprintf(stderr, "evtc run: --fp64 is not supported with --device %s (the GPU rounds to each dtype)\n", o->device);
     return EVTC_EXIT_USER;
@@ -177,12 +180,12 @@ static bool is_source(const evt_node *n) { return n->op == EVT_OP_INPUT || n->op
 /* Runs the pass pipeline on g and carries the filled input/param slots over to the rewritten graph by name
  * (passes keep every input and param with its name, but may renumber them, and the initializers depend on
  * the node id: initializing after the passes would train from different starting values). */
-static evt_status optimize(evt_graph *g, evt_tensor **values) {
+static evt_status optimize(evt_graph *g, evt_tensor **values, unsigned pass_flags) {
   int n0 = g->nnodes;
   const char **names = calloc((size_t)n0, sizeof *names);
   if (!names) evt_fatal(__FILE__, __LINE__, "out of memory");
   for (int i = 0; i < n0; i++) names[i] = is_source(&g->nodes[i]) ? g->nodes[i].name : NULL; /* arena-owned */
-  evt_status st = evt_passes_run_all(g, 0, 0);
+  evt_status st = evt_passes_run_all(g, pass_flags, 0);
   evt_tensor *old = *values, *nw = calloc((size_t)g->nnodes, sizeof *nw);
   int *grad_of = malloc(sizeof(int) * (size_t)g->nnodes);
   if (!nw || !grad_of) evt_fatal(__FILE__, __LINE__, "out of memory");
@@ -327,7 +330,7 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values, evt_cud
   return rc;
 }
 
-EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--check] [--fused] [--cuda-graph] [--host-sgd] [--stats] [--arch ARCH] [--loss-digits D]",
+EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--fp8] [--check] [--fused] [--cuda-graph] [--host-sgd] [--stats] [--arch ARCH] [--loss-digits D]",
              "train a model with SGD on the CPU interpreter or the GPU\n"
              "  FILE          a .evt graph with a loss (- for stdin; the joint graph is built if it has no gradients)\n"
              "  --steps N     training steps (required; 0 only checks that the graph can be prepared)\n"
@@ -341,6 +344,8 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "  --loss-digits D  print each step's loss with D significant digits (17: every digit of the double)\n"
              "  --fp64        compute (and update params) in fp64 instead of rounding to each tensor's dtype\n"
              "  --opt         run the graph passes (evtc opt's pipeline) on the joint graph first\n"
+             "  --fp8         (implies --opt) the eligible GEMMs in FP8 with per-tensor scaling (the fp8 pass,\n"
+             "                docs/passes.md); the CPU interpreter runs them: no GPU kernel takes fp8 yet\n"
              "  --check       with --device cuda: compare every step's loss and gradients with the interpreter\n"
              "                (max error / max(the tensor's largest magnitude, 0.1 x the step's largest gradient);\n"
              "                f32: within 1e-4 of the interpreter; f16/bf16: within max(1e-2, 2 x the per-node\n"
@@ -381,7 +386,7 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
   evt_tensor *values = calloc((size_t)g->nnodes, sizeof *values);
   if (!values) evt_fatal(__FILE__, __LINE__, "out of memory");
   st = evt_interp_init_inputs(g, values, o.seed);
-  if (st == EVT_OK && o.opt) st = optimize(g, &values);
+  if (st == EVT_OK && o.opt) st = optimize(g, &values, o.fp8 ? EVT_PASS_FP8 : 0);
   if (st == EVT_OK) {
     printf("%s: %d nodes%s", o.path, before, built ? " (joint graph built)" : "");
     if (o.opt) printf(", %d after the passes", g->nnodes);

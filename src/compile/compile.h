@@ -14,6 +14,10 @@
  * = o->ptx, or 1 when a GPU is present whose compute capability is not *arch's (sm_80 kernels on a Hopper). */
 void evt_compile_target(const evt_options *o, int *arch, int *ptx);
 
+/* ---- program.c ------------------------------------------------------------------------------------------ */
+/* The graph-pass flags (passes.h EVT_PASS_*) of these options: EVT_PASS_FP8 when o->fp8 is on. */
+unsigned evt_compile_pass_flags(const evt_options *o);
+
 /* ---- fused_plan.c: the fused plan (runtime/gpu/exec_plan.h) ------------------------------------------- */
 /* Partitions (with the lowering's rules, no partition cache), lowers, refines (o->refine_partition), applies
  * the tuning records and the in-step A/B (o->fusion_ab), binds every group. o NULL: the defaults. EVT_OK, or

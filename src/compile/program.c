@@ -82,6 +82,8 @@ static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_pr
   if (!(o->arch == 0 || o->arch == 80 || o->arch == 86 || o->arch == 89 || o->arch == 90) || o->ptx < 0 || o->ptx > 1)
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID,
                                "evt_options: arch %d (0, 80, 86, 89 or 90) and ptx %d (0 or 1)", o->arch, o->ptx);
+  if (o->fp8 != EVT_FP8_OFF && o->fp8 != EVT_FP8_TENSORWISE)
+    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "evt_options: fp8 %d (0 off, 1 tensorwise)", o->fp8);
   if (flags & ~(unsigned)(EVT_PROGRAM_FUSED | EVT_PROGRAM_CUDA_GRAPH | EVT_PROGRAM_NO_OPT))
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "evt_program_create: unknown flags 0x%x", flags);
   evt_program *p = calloc(1, sizeof *p);
@@ -101,7 +103,8 @@ static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_pr
     evt_program_destroy(p);
     return EVT_ERR_UNSUPPORTED;
   }
-  if (!(flags & EVT_PROGRAM_NO_OPT)) st = evt_passes_run_all(g, 0, 0);
+  if (!(flags & EVT_PROGRAM_NO_OPT)) st = evt_passes_run_all(g, evt_compile_pass_flags(o), 0);
+  if (st == EVT_OK && device && o->fp8) st = refuse_fp8(g); /* what the fp8 pass made: no CUDA kernels yet */
   if (st == EVT_OK && g->noutputs == 0) st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "the graph has no outputs");
   if (st == EVT_OK && device && !(p->ctx = p->api->ctx_new(why, sizeof why)))
     st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "no CUDA device: %s", why);
@@ -145,6 +148,8 @@ static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_pr
 }
 
 
+
+unsigned evt_compile_pass_flags(const evt_options *o) { return o && o->fp8 ? EVT_PASS_FP8 : 0; }
 
 void evt_options_init(evt_options *o) {
   *o = (evt_options){.flags = EVT_PROGRAM_FUSED, .refine_partition = 0, .fusion_ab = 1};

@@ -17,7 +17,8 @@
  * within a class the wider (f32, i64).
  * mm: out_dtype (when given, not the operands' dtype) must be f32: the output is then the f32 accumulator of
  * 16-bit or fp8 operands (canonicalize's bf16/f16 addmm); out_dtype equal to the operands' dtype is reset to the
- * default (-1) so that printing stays canonical.
+ * default (-1) so that printing stays canonical. mm alone (not bmm / addmm) takes mixed fp8 operands (f8e4m3 x
+ * f8e5m2, either order: the fp8 pass's backward GEMMs), and then needs out_dtype=f32.
  * The switch has no default: -Werror=switch makes every op of ops.def have a rule here. */
 #include "ir/ir.h"
 
@@ -240,9 +241,12 @@ static evt_status infer_reduce(evt_graph *g, evt_node *n, int id) {
 
 /* ---- matrix products -------------------------------------------------------------------------------- */
 
-static evt_status infer_mm(evt_graph *g, evt_node *n, int id, const evt_type *a, const evt_type *b) {
+/* Operands of mm / addmm: the same floating dtype; `mixed_fp8` (mm only) also lets one be f8e4m3 and the other
+ * f8e5m2 (the output dtype is then set by the caller: out_dtype=f32 is required). */
+static evt_status infer_mm(evt_graph *g, evt_node *n, int id, const evt_type *a, const evt_type *b, bool mixed_fp8) {
   if (a->rank != 2 || b->rank != 2) FAIL("mm needs rank-2 operands, got %s x %s", ts(a), ts(b));
-  if (!evt_dtype_is_float(a->dtype) || a->dtype != b->dtype)
+  bool mixed = mixed_fp8 && evt_dtype_is_fp8(a->dtype) && evt_dtype_is_fp8(b->dtype);
+  if (!evt_dtype_is_float(a->dtype) || (a->dtype != b->dtype && !mixed))
     FAIL("operands must have the same floating dtype: %s x %s", ts(a), ts(b));
   if (a->shape[1] != b->shape[0]) FAIL("inner dimensions differ: %s x %s", ts(a), ts(b));
   set_type(&n->type, a->dtype, 2, (int64_t[]){a->shape[0], b->shape[1]});
@@ -265,7 +269,7 @@ static evt_status infer_bmm(evt_graph *g, evt_node *n, int id) {
 
 static evt_status infer_addmm(evt_graph *g, evt_node *n, int id) {
   const evt_type *c = in_type(g, n, 0);
-  CHECK_ST(infer_mm(g, n, id, in_type(g, n, 1), in_type(g, n, 2)));
+  CHECK_ST(infer_mm(g, n, id, in_type(g, n, 1), in_type(g, n, 2), false));
   if (c->dtype != n->type.dtype) FAIL("c must have dtype %s, got %s", evt_dtype_name(n->type.dtype), ts(c));
   evt_type bc;
   if (c->rank > 2 || !evt_broadcast_shapes(c, &n->type, &bc) || !same_shape(&bc, &n->type))
@@ -918,8 +922,10 @@ static evt_status infer_op(evt_graph *g, evt_node *n, int id) {
     return infer_reduce(g, n, id);
 
   case EVT_OP_MM: {
-    CHECK_ST(infer_mm(g, n, id, in_type(g, n, 0), in_type(g, n, 1)));
+    CHECK_ST(infer_mm(g, n, id, in_type(g, n, 0), in_type(g, n, 1), true));
     int64_t od = n->attr.out_dtype;
+    if (in_type(g, n, 0)->dtype != in_type(g, n, 1)->dtype && od != EVT_F32)
+      FAIL("mixed fp8 operands %s x %s need out_dtype=f32", ts(in_type(g, n, 0)), ts(in_type(g, n, 1)));
     if (od == -1) return EVT_OK;
     if (od != EVT_F32 && od != n->type.dtype)
       FAIL("out_dtype=%s: the output is the operands' dtype %s or the f32 accumulator", evt_dtype_name((evt_dtype)od),

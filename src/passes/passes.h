@@ -23,6 +23,7 @@
 
 /* Options (in) and counters (out) of one pass run. */
 #define EVT_PASS_DROP_LOSS 1u   /* loss elimination: the loss output becomes the constant 0 */
+#define EVT_PASS_FP8 2u         /* run the fp8 pass (evt_options.fp8): eligible GEMMs in FP8, fp8.c */
 typedef struct evt_pass_stats {
   unsigned flags;     /* in: EVT_PASS_* options */
   int rewrites;       /* out: rules applied (a pass adds to it) */
@@ -34,14 +35,15 @@ typedef struct evt_pass_info {
   const char *name;   /* as in `evtc opt --passes=` */
   evt_pass_fn run;
   const char *what;   /* one line for --help */
+  unsigned needs;     /* EVT_PASS_* flags the pipeline needs set to run this pass (0: always runs) */
 } evt_pass_info;
 
 /* ---- pipeline.c -------------------------------------------------------------------------------------- */
 extern const evt_pass_info evt_passes[];
 extern const int evt_npasses;
 const evt_pass_info *evt_pass_find(const char *name, size_t len);   /* NULL if unknown */
-/* Runs every pass of the pipeline in order (then the graph is compact). With `verify`, runs
- * evt_graph_verify() after each pass and stops at the first failure. */
+/* Runs every pass of the pipeline in order whose `needs` flags are all in `flags` (then the graph is compact).
+ * With `verify`, runs evt_graph_verify() after each pass and stops at the first failure. */
 evt_status evt_passes_run_all(evt_graph *g, unsigned flags, int verify);
 
 /* ---- rewrite.c --------------------------------------------------------------------------------------- */
@@ -100,6 +102,7 @@ int evt_ce_parts(evt_graph *g, int node, int t, int dy, evt_dtype dt, int *mask,
 
 /* ---- the passes, in pipeline order (one file each) ---------------------------------------------------- */
 evt_status evt_pass_canonicalize(evt_graph *g, evt_pass_stats *st);
+evt_status evt_pass_fp8(evt_graph *g, evt_pass_stats *st);
 evt_status evt_pass_loss_elim(evt_graph *g, evt_pass_stats *st);
 evt_status evt_pass_decompose(evt_graph *g, evt_pass_stats *st);
 evt_status evt_pass_reduce_elim(evt_graph *g, evt_pass_stats *st);

@@ -104,6 +104,35 @@ TEST(fp8_interp_mm_and_elementwise) {
   CHECK(out[0] == 1.0 && out[1] == 0.1875); /* 1.0625 ties to even 1.0; 0.1875 is exact */
 }
 
+/* mm of mixed fp8 operands (the fp8 pass's backward GEMMs): exact products, the f32 accumulator, either order */
+TEST(fp8_interp_mm_mixed_formats) {
+  double a[2] = {448, -3.5}, b[2] = {0.5, 0.0625}, out[1] = {0};
+  run_fp8_graph("graph m {\n  %a: f8e4m3[1,2] = input()\n  %b: f8e5m2[2,1] = input()\n"
+                "  %y = mm(%a, %b, out_dtype=f32)\n  output %y\n}\n", a, b, out, 1);
+  CHECK(out[0] == 224.0 - 3.5 / 16);
+  double c[2] = {57344, -0.0625}, d[2] = {0.25, 448};
+  run_fp8_graph("graph m {\n  %a: f8e5m2[1,2] = input()\n  %b: f8e4m3[2,1] = input()\n"
+                "  %y = mm(%a, %b, out_dtype=f32)\n  output %y\n}\n", c, d, out, 1);
+  CHECK(out[0] == 14336.0 - 28.0);
+}
+
+/* Mixed fp8 operands: mm only, and only with out_dtype=f32 */
+TEST(fp8_mixed_operands_rules) {
+  char *err = NULL;
+  evt_graph *g = evt_parse("graph m {\n  %a: f8e4m3[2,2] = input()\n  %b: f8e5m2[2,2] = input()\n"
+                           "  %y = mm(%a, %b)\n  output %y\n}\n", "t", &err);
+  CHECK_MSG(!g && err && strstr(err, "mixed fp8 operands f8e4m3[2,2] x f8e5m2[2,2] need out_dtype=f32"), "%s", err);
+  free(err), err = NULL;
+  g = evt_parse("graph m {\n  %a: f8e4m3[1,2,2] = input()\n  %b: f8e5m2[1,2,2] = input()\n"
+                "  %y = bmm(%a, %b)\n  output %y\n}\n", "t", &err);
+  CHECK_MSG(!g && err && strstr(err, "operands must have the same floating dtype"), "%s", err);
+  free(err), err = NULL;
+  g = evt_parse("graph m {\n  %a: f8e4m3[2,2] = input()\n  %b: bf16[2,2] = input()\n"
+                "  %y = mm(%a, %b, out_dtype=f32)\n  output %y\n}\n", "t", &err);
+  CHECK_MSG(!g && err && strstr(err, "operands must have the same floating dtype"), "%s", err);
+  free(err);
+}
+
 TEST(fp8_device_program_refused_by_name) {
   evt_graph *g = evt_test_parse_ok("graph d {\n  %x: f32[4] = input()\n  %q = cast(%x, dtype=f8e5m2)\n"
                                    "  %y = cast(%q, dtype=f32)\n  output %y\n}\n");

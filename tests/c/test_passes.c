@@ -745,11 +745,12 @@ TEST(examples_ce_backward_has_no_row_reduction) {
 }
 
 TEST(pipeline_order_and_run_all) {
-  static const char *order[] = {"canonicalize", "loss-elim", "decompose", "reduce-elim", "constprop", "cse", "layout", "dce",
-                                "split-casts"};
+  static const char *order[] = {"canonicalize", "fp8", "loss-elim", "decompose", "reduce-elim", "constprop", "cse", "layout",
+                                "dce", "split-casts"};
   CHECK(evt_npasses == EVT_ARRAY_LEN(order));
   for (int i = 0; i < evt_npasses && i < EVT_ARRAY_LEN(order); i++) CHECK(strcmp(evt_passes[i].name, order[i]) == 0);
-  CHECK(evt_pass_find("cse", 3) == &evt_passes[5] && evt_pass_find("cs", 2) == NULL);
+  for (int i = 0; i < evt_npasses; i++) CHECK(evt_passes[i].needs == (i == 1 ? EVT_PASS_FP8 : 0u)); /* fp8: opt-in */
+  CHECK(evt_pass_find("cse", 3) == &evt_passes[6] && evt_pass_find("cs", 2) == NULL);
   evt_graph *g = evt_test_parse_ok(kCeJoint);
   CHECK(evt_passes_run_all(g, 0, 1) == EVT_OK);
   CHECK(evt_test_count_op(g, EVT_OP_LOG_SOFTMAX) == 0 && evt_test_count_op(g, EVT_OP_NLL_LOSS) == 0);
