@@ -144,11 +144,13 @@ EVTC_COMMAND(partition, "FILE [--solver=ilp|mip|greedy] [--time-limit S] [--dot 
       printf("objective: %.0f (bytes + %d kernels x lambda %.0f); greedy %.0f\n", plan.cost.total, plan.cost.groups,
              lambda, base.cost.total);
       if (opt.use_ilp) {
-        printf("components: %d (DP %d [<= %ld down-sets], MIPs %d, lower bound %d, trivial %d, cache hits %d of them %d from disk, merged %d, lazy rows %d, largest %d nodes)\n",
-               s->components, s->dps, s->dp_most_sets, s->mips, s->bounds, s->trivial, s->cache_hits, s->disk_hits, s->merges, s->lazy_rows, s->largest_component);
+        printf("components: %d (DP %d [<= %ld down-sets], MIPs %d, lower bound %d, trivial %d, cache hits %d of them %d from disk, merged %d, lazy rows %d, largest %d nodes, %ld branch-and-bound nodes)\n",
+               s->components, s->dps, s->dp_most_sets, s->mips, s->bounds, s->trivial, s->cache_hits, s->disk_hits, s->merges, s->lazy_rows, s->largest_component,
+               s->bb_nodes);
         if (s->too_large) printf("too large for the MIP: %d blocks (largest %d nodes), greedy grouping kept\n", s->too_large, s->largest_too_large);
         if (s->proven) printf("optimality: proven\n");
-        else printf("optimality: not proven (%d timeouts, largest gap %.2f%%)\n", s->timeouts, 100 * s->max_gap);
+        else printf("optimality: not proven (%d timeouts, %d at the node budget, largest gap %.2f%%)\n", s->timeouts,
+                    s->node_limited, 100 * s->max_gap);
       }
       printf("solve time: %.3f s\n", s->solve_seconds);
       evt_part_plan_free(&base);

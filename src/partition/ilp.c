@@ -28,12 +28,15 @@
  * lazy-constraint callback, and a model cannot be modified after Cbc_solve, so it is rebuilt). When x's
  * true cost equals the objective, x is optimal: every legal grouping with its exact s satisfies every
  * row ever added. The objective is scaled so its largest coefficient is 1; gaps are 1e-10.
+ * Branch-and-bound nodes are budgeted per block over its rounds (node_limit): a block that runs out of them stops
+ * at the same point on every machine, so its plan is reproducible; the time limit is only the safety net.
  * A timeout returns the best legal grouping found (at worst the MIP start), never an illegal one; so does a
  * failure of CBC (abandoned, non-finite values, a solution that breaks a row), reported in `failed`.
  * Storage is sparse: the s columns and the forbidden pairs live in hash maps over the pairs that exist. */
 #include "partition/partition.h"
 
 #include <coin/Cbc_C_Interface.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -553,11 +556,14 @@ static void add_node_rows(Cbc_Model *m, const evt_pblock *b, const layout *L, ro
  * it produced none, -1 if it failed (abandoned on numerical difficulties, or non-finite values); *obj and
  * *bound are unscaled block costs. */
 static int solve_once(const evt_pblock *b, const layout *L, const lazy_rows *lz, const int *start, double seconds,
-                      double *xs, int *optimal, double *obj, double *bound) {
+                      long *nodes_left, double *xs, int *optimal, double *obj, double *bound) {
   Cbc_Model *m = Cbc_newModel();
   Cbc_setLogLevel(m, 0);
   Cbc_setParameter(m, "threads", "1");
+  /* (cut generation at the root is not bounded by the node budget: off, the budget bounds the whole search) */
+  Cbc_setParameter(m, "cuts", "off");
   Cbc_setMaximumSeconds(m, seconds > 0.01 ? seconds : 0.01);
+  Cbc_setMaximumNodes(m, (int)(*nodes_left < INT_MAX ? *nodes_left : INT_MAX));
   Cbc_setAllowableGap(m, 1e-10);
   Cbc_setAllowableFractionGap(m, 1e-10);
   Cbc_setObjSense(m, 1.0);
@@ -582,6 +588,7 @@ static int solve_once(const evt_pblock *b, const layout *L, const lazy_rows *lz,
     for (int i = 0; i < L->ncols && ok > 0; i++)
       if (!isfinite(xs[i])) ok = -1;
   }
+  *nodes_left -= Cbc_getNodeCount(m) > 0 ? Cbc_getNodeCount(m) : 0;
   *optimal = Cbc_isProvenOptimal(m);
   *obj = Cbc_getObjValue(m) * L->scale + L->constant;
   *bound = Cbc_getBestPossibleObjValue(m) * L->scale + L->constant;
@@ -610,7 +617,7 @@ static int connectivity_cuts(const evt_pblock *b, const layout *L, const int *ca
 }
 
 void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *start, double time_limit,
-                         int *sol, evt_ilp_result *res) {
+                         long node_limit, int *sol, evt_ilp_result *res) {
   (void)g;
   int n = b->n;
   memset(res, 0, sizeof *res);
@@ -633,13 +640,14 @@ void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *st
   EVT_ASSERT(xs && cand && path && rc && rv && ones && in);
   for (int i = 0; i <= b->nvar; i++) ones[i] = 1;
   double t0 = evt_now_s(), lower = -1e300;
+  long nodes_left = node_limit > 0 ? node_limit : LONG_MAX;
   int done = 0;
   for (int iter = 0; iter < 10000 && !done; iter++) {
     double left = time_limit - (evt_now_s() - t0);
-    if (left <= 0) break;
+    if (left <= 0 || nodes_left <= 0) break;
     int optimal = 0;
     double obj = 0, bound = 0;
-    int got = solve_once(b, &L, &lz, sol, left, xs, &optimal, &obj, &bound);
+    int got = solve_once(b, &L, &lz, sol, left, &nodes_left, xs, &optimal, &obj, &bound);
     if (got < 0) res->failed = 1;
     if (got <= 0) break;
     if (bound > lower && isfinite(bound)) lower = bound;
@@ -667,8 +675,10 @@ void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *st
     }
     res->lazy_rows += added;
   }
+  res->bb_nodes = (node_limit > 0 ? node_limit : LONG_MAX) - nodes_left;
   if (!res->optimal) {
-    res->timeout = !res->failed;
+    res->node_limited = !res->failed && nodes_left <= 0;
+    res->timeout = !res->failed && !res->node_limited;
     res->gap = best > 1e-12 && lower > -1e299 ? (best - lower) / best : 1;
     if (res->gap < 0) res->gap = 0;
     if (res->gap == 0) res->gap = 1e-12;

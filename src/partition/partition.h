@@ -139,10 +139,13 @@ typedef struct evt_part_options {
   long dp_max_sets;       /* DP cap on down-sets per block (0: EVT_DP_MAX_SETS); over it, the MIP */
   int mip_max_nodes;      /* largest block given to the MIP (0: EVT_MIP_MAX_NODES); a larger one keeps the greedy
                            * grouping unless the lower bound proves it optimal */
+  long mip_bb_nodes;      /* branch-and-bound nodes one block's MIP may use (0: EVT_MIP_BB_NODES; < 0: no budget):
+                           * the deterministic stop, so a plan does not depend on the machine's speed */
   int quiet;              /* 1: no warnings on stderr (they are still in evt_part_stats.warning) */
 } evt_part_options;
 evt_part_options evt_part_options_default(void);
 #define EVT_MIP_MAX_NODES 2000
+#define EVT_MIP_BB_NODES 300L
 #define EVT_MIP_MAX_PAIRS 200000   /* co-consumer pairs (s columns) of one MIP; over it, as over the node cap */
 
 typedef struct evt_part_stats {
@@ -154,6 +157,8 @@ typedef struct evt_part_stats {
   int largest_too_large;  /* nodes of the largest of them */
   int late;               /* blocks reached after the time limit (greedy grouping; counted in timeouts too) */
   int mip_failures;       /* blocks where CBC failed (greedy or best legal grouping kept) */
+  int node_limited;       /* blocks whose MIP used its node budget unproven (best grouping found kept) */
+  long bb_nodes;          /* branch-and-bound nodes of every MIP */
   int proven;             /* 1 if every component is proven optimal */
   double max_gap;         /* largest relative gap of a component that timed out */
   double solve_seconds;
@@ -198,7 +203,9 @@ void evt_pblock_free(evt_pblock *b);
 typedef struct evt_ilp_result {
   int optimal;              /* proven optimal */
   int failed;               /* CBC failed (abandoned, non-finite values, a solution breaking a row) */
-  int timeout;
+  int timeout;              /* stopped by the time limit (what it kept depends on the machine's speed) */
+  int node_limited;         /* stopped by the node budget (deterministic) */
+  long bb_nodes;            /* branch-and-bound nodes used over the block's rounds */
   double gap;               /* relative */
   int lazy_rows;
   double objective;         /* block cost (variable part + block constants) */
@@ -206,7 +213,7 @@ typedef struct evt_ilp_result {
 /* Solves block b exactly (CBC); start[] (local group ids, a legal grouping) is the MIP start and the
  * fallback. On return sol[] holds local group ids of the best legal grouping found. */
 void evt_ilp_solve_block(const evt_pgraph *g, const evt_pblock *b, const int *start, double time_limit,
-                         int *sol, evt_ilp_result *res);
+                         long node_limit, int *sol, evt_ilp_result *res);
 /* The block's cost of a local grouping (the MIP objective): its writes, the reads by its groups, and
  * lambda per group. The costs of all blocks add up to the graph's cost. */
 double evt_pblock_cost(const evt_pblock *b, const int *sol);

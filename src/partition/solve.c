@@ -165,13 +165,16 @@ static bool solve_dp(solver *s, const evt_pblock *b, const int *start, int *sol,
 
 static void solve_mip(solver *s, const evt_pblock *b, const int *start, double seconds, int *sol, evt_part_stats *st) {
   evt_ilp_result r;
-  evt_ilp_solve_block(s->w.g, b, start, seconds > 0 ? seconds : 0, sol, &r);
+  long budget = s->opt->mip_bb_nodes == 0 ? EVT_MIP_BB_NODES : s->opt->mip_bb_nodes < 0 ? 0 : s->opt->mip_bb_nodes;
+  evt_ilp_solve_block(s->w.g, b, start, seconds > 0 ? seconds : 0, budget, sol, &r);
   st->mips++;
   st->lazy_rows += r.lazy_rows;
+  st->bb_nodes += r.bb_nodes;
   if (r.failed) st->mip_failures++;
   if (!r.optimal) {
     st->proven = 0;
-    st->timeouts += !r.failed;
+    st->timeouts += r.timeout;
+    st->node_limited += r.node_limited;
     if (r.gap > st->max_gap) st->max_gap = r.gap;
   }
   if (s->cache && !r.failed) evt_part_cache_put(s->cache, b, sol, r.optimal);
@@ -359,6 +362,11 @@ static void warn(const solver *s, const evt_part_stats *st, char *out, size_t ca
                             "evt partition: warning: the time limit of %g s ran out: %d block%s not proven optimal (%d not "
                             "searched: greedy grouping kept); largest gap %.2f%%\n",
                             s->limit, st->timeouts, st->timeouts > 1 ? "s" : "", st->late, 100 * st->max_gap);
+  if (st->node_limited && len < cap)
+    len += (size_t)snprintf(out + len, cap - len,
+                            "evt partition: warning: %d block%s used the MIP's budget of branch-and-bound nodes unproven: the "
+                            "best grouping found was kept, not proven optimal (the same on every machine); largest gap %.2f%%\n",
+                            st->node_limited, st->node_limited > 1 ? "s" : "", 100 * st->max_gap);
   if (st->mip_failures && len < cap)
     len += (size_t)snprintf(out + len, cap - len,
                             "evt partition: warning: the MIP solver (CBC) failed on %d block%s: the best legal grouping found "

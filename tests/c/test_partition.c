@@ -685,6 +685,30 @@ TEST(partition_bert_large_joint_opt) {
   CHECK(system(cmd) == 0);
 }
 
+/* The MIP's node budget stops a block at the same point every time (unlike the time limit): legal, not proven,
+ * counted apart from timeouts, and the same grouping on every run (a 40-node graph the root does not settle). */
+TEST(partition_node_budget_is_deterministic) {
+  int a[48], b[48], found = 0;
+  for (uint64_t seed = 1; seed <= 20 && !found; seed++) {
+    evt_pgraph *g = random_graph(seed, 40);
+    evt_part_stats st;
+    evt_part_options o = opts(0);
+    o.mip_bb_nodes = 1;
+    CHECK(evt_part_solve(g, &o, a, &st) == EVT_OK);
+    CHECK(evt_part_validate(g, a) == EVT_OK);
+    if (st.node_limited) {
+      found = 1;
+      CHECK_MSG(!st.proven && st.timeouts == 0 && st.bb_nodes >= 1, "proven %d timeouts %d nodes %ld", st.proven,
+                st.timeouts, st.bb_nodes);
+      CHECK_MSG(strstr(st.warning, "branch-and-bound") != NULL, "warning: %s", st.warning);
+      CHECK(evt_part_solve(g, &o, b, &st) == EVT_OK && st.node_limited == 1);
+      CHECK(memcmp(a, b, sizeof(int) * (size_t)g->n) == 0);
+    }
+    evt_pgraph_free(g);
+  }
+  CHECK(found);   /* the test is not vacuous */
+}
+
 /* A timeout keeps the best legal grouping (here: the MIP start) and says it is not proven. */
 TEST(partition_timeout_returns_legal_not_proven) {
   evt_pgraph *g = random_graph(1025, 26);
