@@ -255,10 +255,11 @@ void evt_lower_print(const evt_graph *g, const evt_lower_result *r, FILE *out) {
   for (int i = 0; i < r->n; i++) {
     const evt_lowered *L = &r->k[i];
     if (L->ok && L->kind == EVT_LK_GEMM_EVT)
-      fprintf(out, "group %d %s %s: %%%s %s %s->%s M=%lld N=%lld K=%lld, %d visitor nodes\n", i,
+      fprintf(out, "group %d %s %s: %%%s %s %s%s%s->%s M=%lld N=%lld K=%lld, %d visitor nodes\n", i,
               evt_lower_kind_name(L->kind), L->kernel, g->nodes[L->nucleus].name, lay[L->spec.layout],
-              evt_dtype_name(L->spec.ab_dtype), evt_dtype_name(L->spec.d_dtype), (long long)L->m, (long long)L->n,
-              (long long)L->k, L->spec.nnodes);
+              evt_dtype_name(L->spec.ab_dtype), L->spec.b_mixed ? "x" : "",
+              L->spec.b_mixed ? evt_dtype_name(L->spec.b_dtype) : "", evt_dtype_name(L->spec.d_dtype), (long long)L->m,
+              (long long)L->n, (long long)L->k, L->spec.nnodes);
     if (L->ok && L->kind == EVT_LK_GEMM_EVT && L->spec.batched)
       fprintf(out,
               "  batched: %d x %d (outer launches x batches per launch), lda %lld ldb %lld ldd %lld, batch strides "
