@@ -200,9 +200,9 @@ typedef struct evt_options {
   int ptx;
   /* FP8 training (opt-in; docs/passes.md "fp8", docs/pytorch.md "FP8 (opt-in)"): EVT_FP8_OFF (default) or
    * EVT_FP8_TENSORWISE: the graph passes run the eligible GEMMs in FP8 with per-tensor current scaling (e4m3
-   * forward operands, e5m2 gradients; the loss layer and small GEMMs stay as they are). No GPU kernel takes fp8
-   * yet: a device program of a graph the pass rewrote is refused (EVT_ERR_UNSUPPORTED, naming the fp8 tensor);
-   * the CPU interpreter runs it. */
+   * forward operands, e5m2 gradients; the loss layer and small GEMMs stay as they are). The fp8 GPU kernels are
+   * generated but not enabled until checked on a GPU: a device program of a graph the pass rewrote is refused
+   * (EVT_ERR_UNSUPPORTED, naming the fp8 tensor); the CPU interpreter runs it. */
   int fp8;
 } evt_options;
 enum { EVT_FP8_OFF = 0, EVT_FP8_TENSORWISE = 1 };

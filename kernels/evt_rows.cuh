@@ -16,6 +16,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -69,6 +70,26 @@ __device__ __forceinline__ long long to_int64(double v) { return isfinite(v) ? (
 // bool tensors are u8 0/1 (as the interpreter and the kernel library store them): nonzero (NaN too) → 1
 __device__ __forceinline__ float to_f(unsigned char x) { return (float)x; }
 template <> __device__ __forceinline__ unsigned char from_f<unsigned char>(float x) { return x != 0.f ? 1 : 0; }
+// fp8 tensors (f8e4m3, f8e5m2; one byte each, as src/ir/fp8.c codes them): loads are exact; stores round to nearest
+// even and saturate (a finite value or an infinity beyond the largest finite code gives ±max: the conversion's
+// SATFINITE mode), and NaN stays NaN with its sign as S.1111111, which the conversion alone does not keep (+NaN)
+__device__ __forceinline__ float to_f(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
+__device__ __forceinline__ float to_f(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ __nv_fp8_storage_t fp8_code(float x) {
+  if (isnan(x)) return (__nv_fp8_storage_t)(signbit(x) ? 0xffu : 0x7fu);
+  return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, F);
+}
+template <> __device__ __forceinline__ __nv_fp8_e4m3 from_f<__nv_fp8_e4m3>(float x) {
+  __nv_fp8_e4m3 r;
+  r.__x = fp8_code<__NV_E4M3>(x);
+  return r;
+}
+template <> __device__ __forceinline__ __nv_fp8_e5m2 from_f<__nv_fp8_e5m2>(float x) {
+  __nv_fp8_e5m2 r;
+  r.__x = fp8_code<__NV_E5M2>(x);
+  return r;
+}
 
 // u8 chunks (bool tensors) are 8 bytes: one uint2 (the launcher's vector flag implies 8-byte alignment).
 __device__ __forceinline__ void load8(const unsigned char *__restrict__ p, int j0, int n, bool full, float (&o)[8]) {
@@ -98,7 +119,17 @@ __device__ __forceinline__ void store8(unsigned char *__restrict__ p, int j0, in
 
 template <class T>
 __device__ __forceinline__ void load8(const T *__restrict__ p, int j0, int n, bool full, float (&o)[8]) {
-  if (full) {
+  if constexpr (sizeof(T) == 1) {  // fp8: one 8-byte access
+    if (!full) {
+#pragma unroll
+      for (int e = 0; e < 8; e++) o[e] = j0 + e < n ? to_f(p[j0 + e]) : 0.f;
+      return;
+    }
+    const uint2 u = *reinterpret_cast<const uint2 *>(p + j0);
+    const T *q = reinterpret_cast<const T *>(&u);
+#pragma unroll
+    for (int e = 0; e < 8; e++) o[e] = to_f(q[e]);
+  } else if (full) {
     alignas(16) T tmp[8];
     constexpr int NV = (int)sizeof(T) * 8 / 16;
 #pragma unroll
@@ -120,7 +151,19 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 template <class T>
 __device__ __forceinline__ void store8(T *__restrict__ p, int j0, int n, bool full, const float (&v)[8]) {
-  if (full) {
+  if constexpr (sizeof(T) == 1) {  // fp8: one 8-byte access
+    if (!full) {
+#pragma unroll
+      for (int e = 0; e < 8; e++)
+        if (j0 + e < n) p[j0 + e] = from_f<T>(v[e]);
+      return;
+    }
+    uint2 u;
+    T *q = reinterpret_cast<T *>(&u);
+#pragma unroll
+    for (int e = 0; e < 8; e++) q[e] = from_f<T>(v[e]);
+    *reinterpret_cast<uint2 *>(p + j0) = u;
+  } else if (full) {
     alignas(16) T tmp[8];
     if constexpr (std::is_same<T, __nv_bfloat16>::value) {
 #pragma unroll
@@ -182,6 +225,14 @@ template <>
 struct Raw8<unsigned char> {  // a bool chunk: 8 bytes
   uint2 u[1];
 };
+template <>
+struct Raw8<__nv_fp8_e4m3> {  // fp8 chunks: 8 bytes
+  uint2 u[1];
+};
+template <>
+struct Raw8<__nv_fp8_e5m2> {
+  uint2 u[1];
+};
 __device__ __forceinline__ void fetch8(const unsigned char *__restrict__ p, int j0, int n, bool full, Raw8<unsigned char> &r) {
   if (full) {
     r.u[0] = *reinterpret_cast<const uint2 *>(p + j0);
@@ -194,10 +245,14 @@ __device__ __forceinline__ void fetch8(const unsigned char *__restrict__ p, int 
 template <class T>
 __device__ __forceinline__ void fetch8(const T *__restrict__ p, int j0, int n, bool full, Raw8<T> &r) {
   if (full) {
+    if constexpr (sizeof(T) == 1) {  // fp8: one 8-byte access
+      r.u[0] = *reinterpret_cast<const uint2 *>(p + j0);
+    } else {
 #pragma unroll
-    for (int k = 0; k < (int)sizeof(T) * 8 / 16; k++) {
-      const uint4 *q = reinterpret_cast<const uint4 *>(p + j0) + k;
-      r.u[k] = EVT_ROWS_CS == 1 || EVT_ROWS_CS == 2 ? __ldcs(q) : *q;  // streamed: each chunk is read once
+      for (int k = 0; k < (int)sizeof(T) * 8 / 16; k++) {
+        const uint4 *q = reinterpret_cast<const uint4 *>(p + j0) + k;
+        r.u[k] = EVT_ROWS_CS == 1 || EVT_ROWS_CS == 2 ? __ldcs(q) : *q;  // streamed: each chunk is read once
+      }
     }
   } else {
     T *q = reinterpret_cast<T *>(r.u);

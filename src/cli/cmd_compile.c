@@ -51,8 +51,8 @@ EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--buil
              "  --dtype bf16|f16 read every f32 tensor of FILE as bf16/f16 (kernel specs take 16-bit operands)\n"
              "  --solver=greedy  partition greedily instead of exactly\n"
              "  --no-cache       do not read or write the partition cache\n"
-             "  --fp8            run the fp8 pass (evt_options.fp8): eligible GEMMs in FP8; the lowering refuses\n"
-             "                   the fp8 groups (no GPU kernels for fp8 yet)\n"
+             "  --fp8            run the fp8 pass (evt_options.fp8): eligible GEMMs in FP8; fp8 casts, amax and\n"
+             "                   K-major fp8 GEMMs lower (docs/codegen.md \"FP8\"), the rest is refused by node\n"
              "  --fuse-rules=lower  partition with the lowering's rules (evt_lower_compat): a GEMM group only takes\n"
              "                   members its kernel spec can hold; default --fuse-rules=shape (the partitioner's own)") {
   const char *path = NULL, *dir = NULL;

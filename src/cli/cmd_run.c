@@ -345,7 +345,7 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "  --fp64        compute (and update params) in fp64 instead of rounding to each tensor's dtype\n"
              "  --opt         run the graph passes (evtc opt's pipeline) on the joint graph first\n"
              "  --fp8         (implies --opt) the eligible GEMMs in FP8 with per-tensor scaling (the fp8 pass,\n"
-             "                docs/passes.md); the CPU interpreter runs them: no GPU kernel takes fp8 yet\n"
+             "                docs/passes.md); the CPU interpreter runs them (the fp8 GPU kernels are not enabled yet)\n"
              "  --check       with --device cuda: compare every step's loss and gradients with the interpreter\n"
              "                (max error / max(the tensor's largest magnitude, 0.1 x the step's largest gradient);\n"
              "                f32: within 1e-4 of the interpreter; f16/bf16: within max(1e-2, 2 x the per-node\n"

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "codegen/kspec.h"
+#include "ir/ir.h"
 
 bool evt_arch_valid(int arch) { return arch == 0 || arch == 90 || arch == 80 || arch == 86 || arch == 89; }
 
@@ -85,6 +86,9 @@ evt_status evt_kspec_retarget(evt_kspec *s, int arch, int64_t n, int *bad, char 
     s->arch = 0;
     return EVT_OK;
   }
+  if (evt_dtype_is_fp8(s->ab_dtype))
+    return refuse(err, errlen, "%s: fp8 operands (%s; evt's fp8 GEMMs are sm_90a's)", evt_arch_name(arch),
+                  arch == 89 ? "the sm_8x kernels are CUTLASS 2.x GEMMs without fp8 operands" : "no FP8 tensor cores");
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_RAND) {
       if (bad) *bad = i;

@@ -101,7 +101,7 @@ void evt_cutlass_emit_elements(sbuf *b, const evt_kspec *s, const char *hash) {
   sb_printf(b, "namespace evt_gen_%s {\nusing namespace cute;\n\n", hash);
   sb_printf(b, "using ElementA = %s;\nusing LayoutA = %s;  // A stored %s\n", cxx_type(s->ab_dtype), layout_tag(at),
             at ? "K x M" : "M x K");
-  sb_printf(b, "using ElementB = %s;\nusing LayoutB = %s;  // B stored %s\n", cxx_type(s->ab_dtype), layout_tag(bt),
+  sb_printf(b, "using ElementB = %s;\nusing LayoutB = %s;  // B stored %s\n", cxx_type(evt_kspec_b_dtype(s)), layout_tag(bt),
             bt ? "N x K" : "K x N");
   sb_printf(b, "using ElementD = %s;\nusing LayoutD = cutlass::layout::RowMajor;\n", cxx_type(s->d_dtype));
   sb_printf(b, "using ElementAccumulator = float;\n[[maybe_unused]] constexpr auto RN = cutlass::FloatRoundStyle::round_to_nearest;\n");

@@ -16,6 +16,8 @@ static inline const char *cxx_type(evt_dtype t) {
   switch (t) {
     case EVT_BF16: return "cutlass::bfloat16_t";
     case EVT_F16: return "cutlass::half_t";
+    case EVT_F8E4M3: return "cutlass::float_e4m3_t";
+    case EVT_F8E5M2: return "cutlass::float_e5m2_t";
     case EVT_BOOL: return "uint8_t";
     default: return "float";
   }

@@ -20,6 +20,8 @@ static inline const char *ctype(evt_dtype t) {
     case EVT_BOOL: return "unsigned char";
     case EVT_I64: return "long long";
     case EVT_I32: return "int";
+    case EVT_F8E4M3: return "__nv_fp8_e4m3";
+    case EVT_F8E5M2: return "__nv_fp8_e5m2";
     default: return "float";
   }
 }

@@ -199,3 +199,12 @@ evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg
   else return EVT_ERR_INVALID;
   return EVT_OK;
 }
+
+void evt_kspec_fp8_example(evt_kspec *s, evt_dtype a, evt_dtype b, evt_dtype d) {
+  evt_kspec_init(s, EVT_LAYOUT_NT, a, d, (evt_tile_config){128, 128, 128, 1, 1, EVT_SCHED_COOPERATIVE});
+  s->b_mixed = a != b;
+  s->b_dtype = b;
+  int acc = evt_kspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, "acc");
+  int inv = evt_kspec_add(s, EVT_V_SCALAR_LOAD, -1, -1, EVT_F32, "inv_scale");
+  s->d_node = evt_kspec_add(s, EVT_V_MUL, acc, inv, EVT_F32, NULL);
+}

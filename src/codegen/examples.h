@@ -12,6 +12,17 @@
 evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg);
 extern const char *const evt_kspec_example_names[]; /* NULL-terminated */
 
+/* The fp8 recipe's GEMM into *s (not a named example: the named ones take 16-bit operands): acc = A·B with A of dtype
+ * a and B of dtype b (f8e4m3 / f8e5m2), layout NT, f32 accumulation, D (dtype d) = acc · inv_scale, inv_scale an f32
+ * rank-0 tensor read at run time (the fp8 pass's 1/(sA·sB)); mainloop 128x128x128 cooperative. */
+void evt_kspec_fp8_example(evt_kspec *s, evt_dtype a, evt_dtype b, evt_dtype d);
+
+/* The fp8 recipe's row kernels into *s (nucleus-free; not named examples: those take one storage dtype), f8 the fp8
+ * format: "quantize" q = cast(x · scale, f8) (x bf16 M×N, scale an f32 rank-0 tensor); "dequantize" y = q · scale
+ * (q f8 M×N, y f32); "amax_rows" m[i] = max_j |x[i, j]| (x bf16, m f32: the first stage of the full-tensor amax, the
+ * second the same kernel over m as a 1 x M row). EVT_ERR_INVALID for another name. */
+evt_status evt_rspec_fp8_example(evt_rspec *s, const char *name, evt_dtype f8);
+
 /* The named row-kernel spec into *s; dt is the storage dtype of every tensor except the f32 sums. EVT_ERR_INVALID
  * for an unknown name. */
 evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt);

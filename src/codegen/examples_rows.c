@@ -234,3 +234,22 @@ evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt) {
     }
   return EVT_ERR_INVALID;
 }
+
+evt_status evt_rspec_fp8_example(evt_rspec *s, const char *name, evt_dtype f8) {
+  evt_rspec_init(s, EVT_ROWN_NONE, EVT_F32);
+  if (!strcmp(name, "quantize")) {
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "x");
+    int sc = evt_rspec_add(s, EVT_V_SCALAR_LOAD, -1, -1, EVT_F32, "scale");
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_MUL, x, sc, EVT_F32, NULL), -1, f8, "q");
+  } else if (!strcmp(name, "dequantize")) {
+    int q = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, f8, "q");
+    int sc = evt_rspec_add(s, EVT_V_SCALAR_LOAD, -1, -1, EVT_F32, "scale");
+    evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_add(s, EVT_V_MUL, q, sc, EVT_F32, NULL), -1, EVT_F32, "y");
+  } else if (!strcmp(name, "amax_rows")) {
+    int x = evt_rspec_add(s, EVT_V_AUX_LOAD, -1, -1, EVT_BF16, "x");
+    evt_rspec_add(s, EVT_V_COL_MAX, evt_rspec_add(s, EVT_V_ABS, x, -1, EVT_F32, NULL), -1, EVT_F32, "m");
+  } else {
+    return EVT_ERR_INVALID;
+  }
+  return EVT_OK;
+}

@@ -60,8 +60,8 @@ int evt_vop_storage_ok(evt_vop op, evt_dtype dtype, int gemm) {
     case EVT_V_ROW_SUM: case EVT_V_COL_SUM: return gemm ? dtype == EVT_F32 : fl;
     case EVT_V_COL_MAX: return !gemm && fl;
     case EVT_V_RAND: return fl; /* GEMM: evt_nodes::Philox (unbatched) */
-    case EVT_V_AUX_LOAD: case EVT_V_AUX_STORE: /* GEMM: u8 aux tiles (N % 16); rows: integers in doubles */
-      return fl || dtype == EVT_BOOL || (!gemm && (dtype == EVT_I64 || dtype == EVT_I32));
+    case EVT_V_AUX_LOAD: case EVT_V_AUX_STORE: /* GEMM: u8 aux tiles (N % 16); rows: integers in doubles, fp8 */
+      return fl || dtype == EVT_BOOL || (!gemm && (dtype == EVT_I64 || dtype == EVT_I32 || evt_dtype_is_fp8(dtype)));
     case EVT_V_COL_BCAST: case EVT_V_SCALAR_LOAD:
       return fl || (!gemm && (dtype == EVT_BOOL || dtype == EVT_I64 || dtype == EVT_I32));
     case EVT_V_ROW_BCAST: return fl || (!gemm && dtype == EVT_BOOL);
@@ -166,6 +166,7 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
   if (!((tm == 64 || tm == 128 || tm == 256) && (tn == 64 || tn == 128 || tn == 256)))
     BAD("unsupported tile %dx%d (tile_m and tile_n must be 64, 128 or 256)", tm, tn);
   if (tk != 32 && tk != 64 && tk != 128) BAD("unsupported tile_k %d (32, 64 or 128)", tk);
+  if (evt_dtype_is_fp8(s->ab_dtype) && tk != 128) BAD("tile_k %d with fp8 operands (128: one 128-byte K row per tile)", tk);
   if (!pow2_le4(c->cluster_m) || !pow2_le4(c->cluster_n) || c->cluster_m * c->cluster_n > 4)
     BAD("unsupported cluster %dx%d (1, 2 or 4 each, at most 4 CTAs)", c->cluster_m, c->cluster_n);
   if (c->schedule == EVT_SCHED_COOPERATIVE) {
@@ -179,7 +180,7 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
     BAD("unknown schedule %d", (int)c->schedule);
   }
   if (c->stages != 0) {
-    int ab = s->ab_dtype == EVT_F32 ? 4 : 2;
+    int ab = (int)evt_dtype_size(s->ab_dtype);
     long per = (long)(tm + tn) * tk * ab;
     if (c->stages < 2 || c->stages > 8) BAD("stages %d (0 = auto, or 2..8)", c->stages);
     if (per * c->stages > 227L * 1024 - 32 * 1024)
@@ -209,10 +210,34 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
   return EVT_OK;
 }
 
+evt_dtype evt_kspec_b_dtype(const evt_kspec *s) { return s->b_mixed ? s->b_dtype : s->ab_dtype; }
+
+static const char *layout_name(evt_gemm_layout l) { return l == EVT_LAYOUT_NN ? "NN" : l == EVT_LAYOUT_NT ? "NT" : "TN"; }
+
+/* The operand rules: bf16 / f16 (A and B alike), or fp8 (see kspec.h "FP8 operands"). */
+static evt_status check_operands(const evt_kspec *s, char *err, size_t errlen) {
+  evt_dtype a = s->ab_dtype, b = evt_kspec_b_dtype(s);
+  bool fp8 = evt_dtype_is_fp8(a);
+  if (a != EVT_BF16 && a != EVT_F16 && !fp8)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: operands must be bf16, f16 or fp8, not %s",
+                evt_dtype_name(a));
+  if (s->b_mixed && (!fp8 || !evt_dtype_is_fp8(b) || a == b))
+    return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: operands %s x %s (a mixed B takes the other fp8 format)",
+                evt_dtype_name(a), evt_dtype_name(b));
+  if (!fp8) return EVT_OK;
+  if (s->arch)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: fp8 operands on %s (evt's fp8 GEMMs are sm_90a's)",
+                evt_arch_name(s->arch));
+  if (s->layout != EVT_LAYOUT_NT)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: fp8 operands in layout %s (Hopper's 8-bit wgmma reads "
+                "both operands K-major: layout NT, A row-major M x K and B stored N x K)", layout_name(s->layout));
+  if (s->batched) return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: fp8 operands in a batched GEMM");
+  return EVT_OK;
+}
+
 evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
-  if (s->ab_dtype != EVT_BF16 && s->ab_dtype != EVT_F16)
-    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: operands must be bf16 or f16, not %s",
-                evt_dtype_name(s->ab_dtype));
+  evt_status ost = check_operands(s, err, errlen);
+  if (ost != EVT_OK) return ost;
   if (s->d_dtype != EVT_BF16 && s->d_dtype != EVT_F16 && s->d_dtype != EVT_F32)
     return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: D must be bf16, f16 or f32, not %s",
                 evt_dtype_name(s->d_dtype));
@@ -271,8 +296,6 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
   return EVT_OK;
 }
 
-static const char *layout_name(evt_gemm_layout l) { return l == EVT_LAYOUT_NN ? "NN" : l == EVT_LAYOUT_NT ? "NT" : "TN"; }
-
 /* Mainloop stages CUTLASS's StageCountAutoCarveout leaves for spec s with a cooperative 128 x epi_n
  * epilogue subtile: 227 KiB of shared memory minus the epilogue's (the collective epilogue's formulas of
  * cutlass/epilogue/collective/builders/sm90_builder.inl: with no source C, StagesC = min(subtiles, 4)
@@ -289,7 +312,7 @@ static int coop_stages(const evt_kspec *s, int epi_n) {
     if (s->nodes[i].op == EVT_V_AUX_LOAD) epi += stages_c * bytes;
     if (s->nodes[i].op == EVT_V_AUX_STORE) epi += stages_d * bytes;
   }
-  long per = (long)(c->tile_m + c->tile_n) * c->tile_k * (s->ab_dtype == EVT_F32 ? 4 : 2);
+  long per = (long)(c->tile_m + c->tile_n) * c->tile_k * (long)evt_dtype_size(s->ab_dtype);
   return (int)((227L * 1024 - epi) / per);
 }
 
@@ -309,8 +332,10 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
     if (w_ > 0) pos += (size_t)w_;                                               \
   } while (0)
   /* the default stages / reduction add nothing, so the default config keeps its text (and hash) */
-  OUT("gemm %s %s->%s tile %dx%dx%d cluster %dx%d %s", layout_name(s->layout), evt_dtype_name(s->ab_dtype),
-      evt_dtype_name(s->d_dtype), s->cfg.tile_m, s->cfg.tile_n, s->cfg.tile_k, s->cfg.cluster_m, s->cfg.cluster_n,
+  char ab[32]; /* a mixed B is named after A's dtype; one dtype for both keeps the text (and hash) of 16-bit specs */
+  snprintf(ab, sizeof ab, "%s%s%s", evt_dtype_name(s->ab_dtype), s->b_mixed ? "x" : "",
+           s->b_mixed ? evt_dtype_name(s->b_dtype) : "");
+  OUT("gemm %s %s->%s tile %dx%dx%d cluster %dx%d %s", layout_name(s->layout), ab, evt_dtype_name(s->d_dtype), s->cfg.tile_m, s->cfg.tile_n, s->cfg.tile_k, s->cfg.cluster_m, s->cfg.cluster_n,
       s->cfg.schedule == EVT_SCHED_PINGPONG ? "pingpong" : "cooperative");
   if (s->cfg.stages) OUT(" stages %d", s->cfg.stages);
   if (s->cfg.reduction == EVT_RED_WORKSPACE) OUT(" reduction workspace");

@@ -18,6 +18,12 @@
  * Operand layouts, in row-major terms: first letter A, second B; N = stored as in the formula
  * (A as M×K, B as K×N), T = stored transposed (A as K×M, B as N×K).
  *
+ * FP8 operands (sm_90a only; the fp8 pass's GEMMs): A and B f8e4m3 or f8e5m2 (e4m3 x e4m3, e4m3 x e5m2, e5m2 x
+ * e4m3: b_mixed), f32 accumulation (CUTLASS's FP8 mainloop, which promotes wgmma partial sums into f32 registers),
+ * layout NT only: Hopper's 8-bit wgmma reads both operands K-major (A row-major M×K, B stored N×K; CUTLASS's "TN"),
+ * K a multiple of 16 (16-byte TMA rows) and tile_k 128 (one 128-byte swizzle row per K tile). The epilogue is as
+ * for 16-bit operands (the fp8 recipe's rescale: a scalar_load of 1/(sA·sB) times acc; D bf16 / f16 / f32).
+ *
  * Batch mode (`batched` = 1, a bmm nucleus): the kernel computes L independent GEMMs + epilogues over
  * [L, M, N], L a run-time argument like M, N, K. A, B and D are per batch; each node with memory is per
  * batch (its own M×N tile / N-vector / M-vector in every batch, summed per batch for row/col sums) or,
@@ -138,7 +144,9 @@ typedef struct evt_tile_config {
 
 typedef struct evt_kspec {
   evt_gemm_layout layout;
-  evt_dtype ab_dtype;  /* EVT_BF16 or EVT_F16 */
+  evt_dtype ab_dtype;  /* EVT_BF16 or EVT_F16; sm_90a also EVT_F8E4M3 / EVT_F8E5M2 (see "FP8 operands" above) */
+  int b_mixed;         /* fp8 only: 1 = B has its own dtype b_dtype (f8e4m3 x f8e5m2 either way); 0 = B is ab_dtype */
+  evt_dtype b_dtype;
   evt_dtype d_dtype;   /* EVT_BF16, EVT_F16 or EVT_F32 */
   evt_tile_config cfg;
   int nnodes;
@@ -156,13 +164,16 @@ void evt_kspec_init(evt_kspec *s, evt_gemm_layout layout, evt_dtype ab, evt_dtyp
 int evt_kspec_add(evt_kspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name);
 int evt_kspec_add3(evt_kspec *s, evt_vop op, int in0, int in1, int in2, evt_dtype dtype, const char *name);
 int evt_kspec_scalar(evt_kspec *s, double value);
+/* B's dtype (ab_dtype unless b_mixed). */
+evt_dtype evt_kspec_b_dtype(const evt_kspec *s);
 /* Checks the whole spec (including evt_tile_config_check); EVT_OK or a status with a message in err
  * naming the node. */
 evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen);
 /* Is `c` a legal mainloop for spec s (its dtypes and whether its epilogue has sums)? EVT_OK, or
  * EVT_ERR_UNSUPPORTED with the reason in err ("kernel spec: config 128x256x64 c1x1 pingpong: ..."). Rules
  * (CUTLASS 4.2 Sm90 TMA warp-specialized kernels, 128 threads per consumer warp group, f32 accumulators):
- *   tile_m, tile_n in {64, 128, 256}; tile_k in {32, 64, 128}; cluster_m, cluster_n in {1, 2, 4}, product <= 4;
+ *   tile_m, tile_n in {64, 128, 256}; tile_k in {32, 64, 128} (fp8 operands: 128); cluster_m, cluster_n in
+ *     {1, 2, 4}, product <= 4;
  *   cooperative: two consumer warp groups split the tile's M, so tile_m % 128 == 0, and each holds
  *     tile_m*tile_n/256 accumulators per thread <= 128 (tile_m*tile_n <= 128*256);
  *   ping-pong: each consumer warp group owns a whole tile, tile_m*tile_n/128 <= 128 accumulators per thread
@@ -275,7 +286,8 @@ evt_dtype evt_vop_node_dtype(evt_vop op, evt_dtype dtype);
 /* May node `op` keep `dtype` in memory? gemm = 1: the GEMM epilogue (bf16/f16/f32 loads and stores, u8 bool
  * aux tiles; row/col sums f32 because CTAs add into them with atomics), 0: row kernels (also bool loads/stores
  * as u8 0/1; sums and col_max rounded to bf16/f16 at their single store; i64 / i32 aux loads / stores, column
- * broadcasts and scalar loads, whose values ride in doubles: exact). one_hot reads i64 or i32 class indices. */
+ * broadcasts and scalar loads, whose values ride in doubles: exact; f8e4m3 / f8e5m2 aux loads / stores: exact
+ * loads, saturating round-to-nearest-even stores as src/ir/fp8.c). one_hot reads i64 or i32 class indices. */
 int evt_vop_storage_ok(evt_vop op, evt_dtype dtype, int gemm);
 /* Element (i, j) of an M×N epilogue through one node other than EVT_V_ACC, for the CPU references of
  * kspec and rspec: broadcasts, aux/scalar loads and one_hot read tensors[v], aux stores (rounded to dtype)

@@ -137,26 +137,6 @@ static void lower_unfused(const evt_graph *g, int gi, int single, int nu, evt_lo
   }
 }
 
-/* The first member of group gi that writes or reads an fp8 tensor, or -1: such groups have no kernel spec. */
-static int fp8_member(const evt_graph *g, const int *group, int gi, int *tensor) {
-  for (int v = 0; v < g->nnodes; v++) {
-    if (group[v] != gi) continue;
-    *tensor = v;
-    if (evt_dtype_is_fp8(g->nodes[v].type.dtype)) return v;
-    for (int j = 0; j < g->nodes[v].ninputs; j++)
-      if (evt_dtype_is_fp8(g->nodes[*tensor = g->nodes[v].inputs[j]].type.dtype)) return v;
-  }
-  return -1;
-}
-
-static void lower_fp8_refused(const evt_graph *g, int gi, int v, int t, evt_lowered *L) {
-  L->kind = EVT_LK_UNFUSED;
-  L->bad_node = v;
-  snprintf(L->reason, sizeof L->reason, "group %d: %%%s (%s): %s tensor %%%s: fp8 has no kernel spec yet", gi,
-           g->nodes[v].name, evt_op_table[g->nodes[v].op].name, evt_dtype_name(g->nodes[t].type.dtype),
-           g->nodes[t].name);
-}
-
 evt_status evt_lower_plan(const evt_graph *g, const evt_part_plan *plan, evt_lower_result *out) {
   memset(out, 0, sizeof *out);
   if (!plan || !plan->group || plan->ngroups < 0) return EVT_ERR_INVALID;
@@ -179,11 +159,9 @@ evt_status evt_lower_plan(const evt_graph *g, const evt_part_plan *plan, evt_low
       free(vid);
       return EVT_ERR_INVALID;
     }
-    int single = singleton(g, plan, gi), f8t = -1, f8 = fp8_member(g, plan->group, gi, &f8t);
+    int single = singleton(g, plan, gi);
     evt_op_class cls = nu >= 0 ? evt_op_table[g->nodes[nu].op].cls : EVT_CLASS_COUNT;
-    if (f8 >= 0) {
-      lower_fp8_refused(g, gi, f8, f8t, L);
-    } else if (single >= 0) {
+    if (single >= 0) {
       lower_unfused(g, gi, single, nu, L);
     } else if (nu >= 0 && cls == EVT_CLASS_GEMM) {
       evt_lower_gemm(g, plan->group, gi, nu, L, vid);
@@ -258,8 +236,9 @@ bool evt_lower_compat(const evt_pgraph *g, int nucleus, int member) { /* contrac
   /* a GEMM that cannot lower anyway (operand dtypes, alignment) gains nothing from smaller groups */
   int ai = nn->op == EVT_OP_ADDMM ? 1 : 0, md = bmm ? nn->type.rank - 2 : 0;
   const evt_type *ta = &eg->nodes[nn->inputs[ai]].type, *tb = &eg->nodes[nn->inputs[ai + 1]].type;
-  if (ta->dtype != tb->dtype || (ta->dtype != EVT_BF16 && ta->dtype != EVT_F16) || nn->type.shape[md] % 8 ||
-      nn->type.shape[md + 1] % 8 || ta->shape[md + 1] % 8)
+  bool ab16 = ta->dtype == tb->dtype && (ta->dtype == EVT_BF16 || ta->dtype == EVT_F16);
+  bool ab8 = !bmm && evt_dtype_is_fp8(ta->dtype) && evt_dtype_is_fp8(tb->dtype);
+  if (!(ab16 || ab8) || nn->type.shape[md] % 8 || nn->type.shape[md + 1] % 8 || ta->shape[md + 1] % (ab8 ? 16 : 8))
     return true;
   const evt_node *m = &eg->nodes[member];
   if ((g->nodes[member].flags & EVT_PN_VIEW) && m->ninputs == 1 && evt_pgraph_kernel(g, m->inputs[0]))
@@ -276,10 +255,11 @@ void evt_lower_print(const evt_graph *g, const evt_lower_result *r, FILE *out) {
   for (int i = 0; i < r->n; i++) {
     const evt_lowered *L = &r->k[i];
     if (L->ok && L->kind == EVT_LK_GEMM_EVT)
-      fprintf(out, "group %d %s %s: %%%s %s %s->%s M=%lld N=%lld K=%lld, %d visitor nodes\n", i,
+      fprintf(out, "group %d %s %s: %%%s %s %s%s%s->%s M=%lld N=%lld K=%lld, %d visitor nodes\n", i,
               evt_lower_kind_name(L->kind), L->kernel, g->nodes[L->nucleus].name, lay[L->spec.layout],
-              evt_dtype_name(L->spec.ab_dtype), evt_dtype_name(L->spec.d_dtype), (long long)L->m, (long long)L->n,
-              (long long)L->k, L->spec.nnodes);
+              evt_dtype_name(L->spec.ab_dtype), L->spec.b_mixed ? "x" : "",
+              L->spec.b_mixed ? evt_dtype_name(L->spec.b_dtype) : "", evt_dtype_name(L->spec.d_dtype), (long long)L->m,
+              (long long)L->n, (long long)L->k, L->spec.nnodes);
     if (L->ok && L->kind == EVT_LK_GEMM_EVT && L->spec.batched)
       fprintf(out,
               "  batched: %d x %d (outer launches x batches per launch), lda %lld ldb %lld ldd %lld, batch strides "

@@ -25,8 +25,10 @@
  *              or shared by every batch, stores through member views (heads merge), per-batch or all-batch
  *              sums, batch dims collapsed into at most two strided levels (l per launch, l_outer launches).
  *   UNFUSED    anything that cannot be expressed: a conv / SpMM nucleus, a library singleton
- *              (pool, embedding, sdpa, ...), a group that writes or reads an fp8 tensor (no spec takes
- *              fp8 yet), or a group with a member its spec cannot hold. The
+ *              (pool, embedding, sdpa, ...), or a group with a member its spec cannot hold. fp8 tensors
+ *              (f8e4m3 / f8e5m2) lower in two places only: as a row / pointwise kernel's aux loads and the
+ *              stores of casts to fp8, and as an mm's operands (both fp8, layout NT: K-major, f32 accumulator,
+ *              sm_90a); any other fp8 use is refused by node. The
  *              reason names the group and the node ("group 3: %erf.118 (erf): no visitor compute for erf").
  *
  * Rules for one epilogue node (evt_lower_can_fuse answers them for one node, so the partitioner's rules

@@ -204,10 +204,14 @@ static bool member_dtype_ok(lctx *c, int v) {
   bool int_ok = c->row && (nd->op == EVT_OP_WHERE || nd->op == EVT_OP_ADD || nd->op == EVT_OP_SUB ||
                            nd->op == EVT_OP_MUL || nd->op == EVT_OP_NEG || nd->op == EVT_OP_ABS ||
                            nd->op == EVT_OP_MAXIMUM || nd->op == EVT_OP_MINIMUM || is_view_op(nd->op));
-  if (!float_dtype(t->dtype) && t->dtype != EVT_BOOL && !((t->dtype == EVT_I64 || t->dtype == EVT_I32) && int_ok))
+  bool fp8_ok = c->row && nd->op == EVT_OP_CAST; /* row kernels store fp8 casts (saturating RNE) */
+  if (!float_dtype(t->dtype) && t->dtype != EVT_BOOL && !((t->dtype == EVT_I64 || t->dtype == EVT_I32) && int_ok) &&
+      !(evt_dtype_is_fp8(t->dtype) && fp8_ok))
     return evt_lower_refuse(
         c, v, "dtype %s (the epilogue computes bf16/f16/f32 values and bools as 0/1%s)", evt_dtype_name(t->dtype),
-        c->row ? "; integers only through where / add / sub / mul / neg / abs / maximum / minimum" : "");
+        c->row ? "; integers only through where / add / sub / mul / neg / abs / maximum / minimum; fp8 only as a "
+                 "cast's stored value"
+               : "; fp8 values only in row kernels and as GEMM operands");
   return true;
 }
 
@@ -308,8 +312,11 @@ static int member_cast(lctx *c, int v) {
   int in[3] = {-1, -1, -1};
   evt_dtype from = g->nodes[nd->inputs[0]].type.dtype;
   bool from_int = from == EVT_I64 || from == EVT_I32;
-  if (!float_dtype(from) && from != EVT_BOOL && !(from_int && c->row))
+  if (!float_dtype(from) && from != EVT_BOOL && !((from_int || evt_dtype_is_fp8(from)) && c->row))
     return evt_lower_refuse(c, v, "cast from %s", evt_dtype_name(from));
+  if (evt_dtype_is_fp8(t->dtype) && member_uses_in_group(c, v))
+    return evt_lower_refuse(c, v, "a cast to %s read inside the kernel (only a store rounds to fp8)",
+                            evt_dtype_name(t->dtype));
   if (t->dtype == EVT_BOOL && from != EVT_BOOL) { /* x != 0 as 0/1 */
     evt_vop op = EVT_V_NE;
     in[0] = evt_lower_operand(c, v, nd->inputs[0], t);

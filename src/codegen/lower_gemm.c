@@ -17,6 +17,22 @@ static int operand_layout(const evt_graph *g, const int *group, int gi, int x, i
   return -1;
 }
 
+/* An mm of fp8 operands (kspec.h "FP8 operands"): an f32 result, layout NT (K-major A and B), K % 16 == 0. */
+static void fp8_rules(lctx *c, const evt_node *nn, int ta, int tb, int64_t k) {
+  if (nn->op != EVT_OP_MM)
+    evt_lower_refuse(c, c->nu, "fp8 operands of %s (the kernel spec's fp8 GEMMs are mm)", evt_op_table[nn->op].name);
+  else if (nn->type.dtype != EVT_F32)
+    evt_lower_refuse(c, c->nu, "fp8 operands with a %s result (fp8 GEMMs accumulate in f32: out_dtype=f32)",
+                     evt_dtype_name(nn->type.dtype));
+  else if (ta || !tb)
+    evt_lower_refuse(c, c->nu,
+                     "fp8 operands in layout %s: Hopper's 8-bit wgmma reads both operands K-major, so A must be "
+                     "row-major M x K and B stored N x K (layout NT); a transposed copy of %s would be needed",
+                     ta ? "TN" : "NN", ta ? "A and B" : "B");
+  else if (k % 16)
+    evt_lower_refuse(c, c->nu, "fp8 operands with K=%lld: K must be a multiple of 16 (16-byte rows)", (long long)k);
+}
+
 void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid) {
   const evt_node *nn = &g->nodes[nu];
   lctx c = {.g = g, .group = group, .gi = gi, .nu = nu, .s = &L->spec, .vid = vid, .vt = L->vtensor,
@@ -34,14 +50,16 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lo
   c.m = L->m, c.n = L->n;
   int ta = operand_layout(g, group, gi, a, &L->a_node), tb = operand_layout(g, group, gi, b, &L->b_node);
   evt_dtype adt = g->nodes[L->a_node].type.dtype, bdt = g->nodes[L->b_node].type.dtype;
+  bool fp8 = evt_dtype_is_fp8(adt) && evt_dtype_is_fp8(bdt);
   if (ta < 0 || tb < 0)
     evt_lower_refuse(&c, nu, "operand %%%s is neither row-major nor transposed in memory",
                      g->nodes[ta < 0 ? a : b].name);
   else if (ta && tb) evt_lower_refuse(&c, nu, "both operands transposed (layout TT is not in the kernel spec)");
+  else if (fp8) fp8_rules(&c, nn, ta, tb, L->k);
   else if (adt != bdt || (adt != EVT_BF16 && adt != EVT_F16))
-    evt_lower_refuse(&c, nu, "operands %s x %s (the kernel spec takes bf16 or f16 operands)", evt_dtype_name(adt),
-                     evt_dtype_name(bdt));
-  else if (L->m % 8 || L->n % 8 || L->k % 8)
+    evt_lower_refuse(&c, nu, "operands %s x %s (the kernel spec takes bf16 or f16 operands, or fp8 ones)",
+                     evt_dtype_name(adt), evt_dtype_name(bdt));
+  if (c.bad < 0 && (L->m % 8 || L->n % 8 || L->k % 8))
     evt_lower_refuse(&c, nu, "M=%lld N=%lld K=%lld: each must be a multiple of 8 (16-byte aligned rows)",
                      (long long)L->m, (long long)L->n, (long long)L->k);
   if (c.bad >= 0) {
@@ -51,6 +69,8 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lo
   /* the untuned mainloop (evt_lower_untuned_config) is set once the epilogue is known, below */
   evt_tile_config cfg = {128, L->n >= 256 ? 256 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
   evt_kspec_init(&L->spec, ta ? EVT_LAYOUT_TN : tb ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, adt, EVT_BF16, cfg);
+  L->spec.b_mixed = adt != bdt;
+  L->spec.b_dtype = bdt;
   int acc = evt_lower_add_node(&c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
   vid[nu] = acc;
   if (nn->op == EVT_OP_ADDMM) {
@@ -73,7 +93,7 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lo
         if (group[v] == gi && vid[v] >= 0) last = v;
       L->d_tensor = -1;
       L->spec.d_node = vid[last];
-      L->spec.d_dtype = L->spec.ab_dtype;
+      L->spec.d_dtype = fp8 ? EVT_BF16 : L->spec.ab_dtype;
     }
   }
   if (c.bad >= 0) {
@@ -102,12 +122,13 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lo
  * ping-pong for an epilogue without CUTLASS row/column sums over K <= 4096: one consumer warp group's epilogue runs
  * while the other's mainloop keeps the tensor cores busy, so aux loads, stores and elementwise math cost little.
  * CUTLASS's sum nodes keep their sums in local memory in a ping-pong kernel, so those stay cooperative; at long K
- * ping-pong's mainloop is slower. A tune record (src/tune/tune.c) replaces it (measurements: bench/RESULTS.md). */
+ * ping-pong's mainloop is slower. The K tile is 64, 128 for fp8 operands. A tune record (src/tune/tune.c) replaces it (measurements: bench/RESULTS.md). */
 evt_tile_config evt_lower_untuned_config(const evt_kspec *s, int64_t m, int64_t n, int64_t k) {
   if (evt_arch_sm8x(s->arch)) return evt_arch_untuned_config(s->arch, n);
-  evt_tile_config cfg = {128, n >= 256 ? 256 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+  int tk = evt_dtype_is_fp8(s->ab_dtype) ? 128 : 64; /* fp8: one 128-byte K row per tile */
+  evt_tile_config cfg = {128, n >= 256 ? 256 : 128, tk, 1, 1, EVT_SCHED_COOPERATIVE};
   evt_kspec pp = *s;
-  pp.cfg = (evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_PINGPONG};
+  pp.cfg = (evt_tile_config){128, 128, tk, 1, 1, EVT_SCHED_PINGPONG};
   if (!evt_emit_cutlass_sums(&pp) && k <= 4096 && m >= 128 && n >= 128) cfg = pp.cfg;
   return cfg;
 }

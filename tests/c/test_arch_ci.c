@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <time.h>
 
+#include "codegen/examples.h"
 #include "compile/compile.h"
 #include "compile/train.h"
 #include "passes/passes.h"
@@ -205,4 +206,108 @@ TEST(ci_nvcc_compiles_example_kernels_per_arch) {
           counts[0][1], counts[0][0], counts[1][1], counts[1][0], counts[2][1], counts[2][0], twins, njobs, nobj,
           (long long)(time(NULL) - t0));
   CHECK(twins > 0);
+}
+
+/* Appends a generated kernel (source owned by ks; named by its spec r or s) unless one of that name is there. */
+static void add_kernel(evt_pf_kernel **ks, int *n, int *cap, char *src, int gemm, const evt_rspec *r, const evt_kspec *s) {
+  char name[40];
+  if (gemm) evt_kspec_kernel_name(s, name);
+  else evt_rspec_kernel_name(r, name);
+  for (int i = 0; i < *n; i++)
+    if (!strcmp((*ks)[i].name, name)) {
+      free(src);
+      return;
+    }
+  if (*n == *cap) *ks = realloc(*ks, sizeof **ks * (size_t)(*cap = *cap * 2 + 4));
+  EVT_ASSERT(*ks);
+  evt_pf_kernel *k = &(*ks)[(*n)++];
+  memset(k, 0, sizeof *k);
+  snprintf(k->name, sizeof k->name, "%s", name);
+  k->gemm = gemm;
+  k->source = src;
+}
+
+/* The fp8 graphs' kernels after the fp8 pass (those that lower: amax stages, rescales; their quantizing casts are
+ * refused while a rank-0 scale product shares their group), the fp8 recipe's row kernels (quantize, dequantize, row
+ * amax; e4m3 and e5m2) and its GEMM for each operand pair (e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3; the graphs' own fp8 GEMMs are refused: their
+ * operands are not K-major), for sm_90a, into ks. Returns how many. */
+static int collect_fp8_kernels(evt_pf_kernel **ks, int *cap) {
+  static char paths[2][160] = {"tests/graphs/fp8_linear.evt", "tests/graphs/fp8_mlp.evt"};
+  int n = 0;
+  evt_options o;
+  evt_options_init(&o);
+  o.flags = EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT;
+  o.arch = 90;
+  for (int f = 0; f < 2; f++) {
+    evt_graph *g = evt_parse_file(paths[f], NULL);
+    CHECK_MSG(g != NULL, "%s", paths[f]);
+    if (!g) continue;
+    evt_program *p = NULL;
+    evt_status st = g->loss >= 0 ? evt_train_ensure_joint(g, NULL) : EVT_OK; /* fp8_linear: a forward graph */
+    if (st == EVT_OK) st = evt_passes_run_all(g, EVT_PASS_FP8, 0);
+    if (st == EVT_OK) st = evt_program_create_host_opts(g, &o, &p);
+    CHECK_MSG(st == EVT_OK, "%s: %s", paths[f], evt_graph_error(g));
+    char err[512];
+    if (st == EVT_OK) CHECK_MSG(evt_prefetch_collect(p->xp, paths[f], ks, &n, cap, err, sizeof err) == 0, "%s: %s", paths[f], err);
+    evt_program_destroy(p);
+    evt_graph_free(g);
+  }
+  static const char *const rows[3] = {"quantize", "dequantize", "amax_rows"};
+  for (int i = 0; i < 6; i++) {
+    evt_rspec r;
+    char err[256];
+    CHECK(evt_rspec_fp8_example(&r, rows[i % 3], i < 3 ? EVT_F8E4M3 : EVT_F8E5M2) == EVT_OK);
+    char *src = evt_emit_rows(&r, err, sizeof err);
+    CHECK_MSG(src != NULL, "fp8 row kernel %s: %s", rows[i % 3], err);
+    if (src) add_kernel(ks, &n, cap, src, 0, &r, NULL);
+  }
+  const evt_dtype ops[3][2] = {{EVT_F8E4M3, EVT_F8E4M3}, {EVT_F8E4M3, EVT_F8E5M2}, {EVT_F8E5M2, EVT_F8E4M3}};
+  for (int i = 0; i < 3; i++) {
+    evt_kspec s;
+    char err[256];
+    evt_kspec_fp8_example(&s, ops[i][0], ops[i][1], EVT_BF16);
+    char *src = evt_emit_cutlass(&s, err, sizeof err);
+    CHECK_MSG(src != NULL, "fp8 GEMM %d: %s", i, err);
+    if (src) add_kernel(ks, &n, cap, src, 1, NULL, &s);
+  }
+  return n;
+}
+
+TEST(ci_nvcc_compiles_fp8_kernels) {
+  char inc[1024], util[1024];
+  const char *cp = getenv("CUTLASS_PATH") ? NULL : ".cutlass/cutlass_library/source";
+  if (evt_jit_find_cutlass(cp, inc, sizeof inc, util, sizeof util) != EVT_OK || system("nvcc --version >/dev/null 2>&1") != 0) {
+    fprintf(stderr, "note: ci_nvcc_compiles_fp8_kernels: no nvcc or CUTLASS here, nothing checked\n");
+    return;
+  }
+  evt_pf_kernel *ks = NULL;
+  int cap = 0, n = collect_fp8_kernels(&ks, &cap), counts[2] = {0}, fp8_rows = 0;
+  for (int i = 0; i < n; i++) {
+    counts[ks[i].gemm]++;
+    fp8_rows += !ks[i].gemm && strstr(ks[i].source, "__nv_fp8_e") != NULL;
+  }
+  CHECK_MSG(counts[1] == 3 && fp8_rows >= 4, "%d GEMM kernels, %d row kernels (%d with fp8 tensors)", counts[1], counts[0],
+            fp8_rows);
+  CHECK(system("mkdir -p " CI_DIR) == 0);
+  FILE *jobs = fopen(CI_DIR "/fp8_jobs.sh", "w");
+  CHECK(jobs != NULL);
+  if (!jobs) return;
+  char gencode[96], flags[3000];
+  evt_jit_gencode(90, 0, gencode, sizeof gencode);
+  snprintf(flags, sizeof flags, "-std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG %s -Ikernels -I'%s' -I'%s'", gencode, inc, util);
+  static char objs[4][200];
+  int nobj = 0, njobs = 0;
+  uint64_t hh = headers_hash();
+  for (int gemm = 0; gemm < 2; gemm++)
+    for (int part = 0; part < 2; part++) njobs += add_unit(ks, n, gemm, part, 90, flags, hh, jobs, objs, &nobj);
+  fclose(jobs);
+  time_t t0 = time(NULL);
+  if (njobs) (void)!system("tr '\\n' '\\0' <" CI_DIR "/fp8_jobs.sh | xargs -0 -P 2 -n 1 sh -c");
+  for (int i = 0; i < nobj; i++) {
+    struct stat st;
+    CHECK_MSG(stat(objs[i], &st) == 0, "nvcc rejected %s; see %.*s.log", objs[i], (int)strlen(objs[i]) - 2, objs[i]);
+  }
+  fprintf(stderr, "note: ci_nvcc_compiles_fp8_kernels: sm_90a %d GEMM + %d row kernels (%d with fp8 tensors); %d of %d units "
+          "compiled now (%lld s), the rest cached\n", counts[1], counts[0], fp8_rows, njobs, nobj, (long long)(time(NULL) - t0));
+  evt_prefetch_free(ks, n);
 }

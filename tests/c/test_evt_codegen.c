@@ -38,7 +38,7 @@ TEST(kspec_check_messages) {
   CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "cooperative"));
   s.cfg = cfg128;
   s.ab_dtype = EVT_F32;
-  CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "bf16 or f16"));
+  CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "bf16, f16 or fp8"));
   s.ab_dtype = EVT_BF16;
   int b1 = evt_kspec_add(&s, EVT_V_ROW_BCAST, -1, -1, EVT_BF16, "bias");
   int b2 = evt_kspec_add(&s, EVT_V_COL_BCAST, -1, -1, EVT_BF16, "bias");

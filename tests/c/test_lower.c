@@ -862,3 +862,70 @@ TEST(lower_attention_singleton_names_its_cuda_path) {
     lowered_free(&lg);
   }
 }
+
+/* fp8 (kspec.h "FP8 operands"): the recipe's cast, K-major GEMM and rescale lower; other layouts, an fp8 result, a
+ * cast to fp8 read inside its kernel and sm_8x targets are refused by node with the reason */
+static const char *fp8_graph(const char *w, const char *mm) {
+  static char text[1024];
+  snprintf(text, sizeof text,
+           "graph t {\n  %%x: bf16[64,128] = input()\n  %%s: f32[] = input()\n  %%inv: f32[] = input()\n%s"
+           "  %%x32 = cast(%%x, dtype=f32)\n  %%xs = mul(%%x32, %%s)\n  %%xq = cast(%%xs, dtype=f8e4m3)\n%s"
+           "  %%y = mul(%%acc, %%inv)\n  %%yb = cast(%%y, dtype=bf16)\n  output %%yb\n}\n",
+           w, mm);
+  return text;
+}
+
+TEST(lower_fp8_gemm_nt_lowers) {
+  lowered_graph lg;
+  if (!lower_text(fp8_graph("  %wt: f8e5m2[32,128] = input()\n  %w = permute(%wt, dims=[1,0])\n",
+                            "  %acc = mm(%xq, %w, out_dtype=f32)\n"),
+                  &lg))
+    return;
+  const evt_lowered *L = group_of(&lg, "acc"), *Q = group_of(&lg, "xq");
+  if (!L || !Q) return;
+  CHECK_MSG(L->ok && L->kind == EVT_LK_GEMM_EVT, "%s", L->reason);
+  const evt_kspec *s = &L->spec;
+  CHECK(s->layout == EVT_LAYOUT_NT && s->ab_dtype == EVT_F8E4M3 && s->b_mixed && s->b_dtype == EVT_F8E5M2);
+  CHECK(s->d_dtype == EVT_BF16 && s->cfg.tile_k == 128 && evt_kspec_b_dtype(s) == EVT_F8E5M2);
+  CHECK(s->nnodes == 3 && s->nodes[1].op == EVT_V_SCALAR_LOAD && s->nodes[2].op == EVT_V_MUL && s->d_node == 2);
+  CHECK_MSG(Q->ok && Q->kind == EVT_LK_POINTWISE, "%s", Q->reason);
+  int st = -1;
+  for (int i = 0; i < Q->rspec.nnodes; i++)
+    if (Q->rspec.nodes[i].op == EVT_V_AUX_STORE) st = i;
+  CHECK(st >= 0 && Q->rspec.nodes[st].dtype == EVT_F8E4M3);
+  char text[2048];
+  evt_kspec_text(s, text, sizeof text);
+  CHECK_MSG(!strncmp(text, "gemm NT f8e4m3xf8e5m2->bf16 tile 128x128x128", 44), "%s", text);
+  evt_kspec bad = *s;
+  bad.cfg.tile_k = 64;
+  char err[256];
+  CHECK(evt_kspec_check(&bad, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "fp8"));
+  evt_lower_retarget(lg.g, lg.part.group, &lg.low, 80);
+  CHECK_MSG(!L->ok && strstr(L->reason, "%acc (mm): sm_80: fp8 operands (no FP8 tensor cores"), "%s", L->reason);
+  CHECK(Q->ok); /* row kernels keep their fp8 stores on sm_80 */
+  lowered_free(&lg);
+}
+
+TEST(lower_fp8_refusals_name_the_node) {
+  lowered_graph lg;
+  if (lower_text(fp8_graph("  %w: f8e4m3[128,32] = input()\n", "  %acc = mm(%xq, %w, out_dtype=f32)\n"), &lg)) {
+    const evt_lowered *L = group_of(&lg, "acc");
+    CHECK(L && !L->ok && strstr(L->reason, "%acc (mm): fp8 operands in layout NN") &&
+          strstr(L->reason, "transposed copy of B"));
+    lowered_free(&lg);
+  }
+  if (lower_text(fp8_graph("  %wt: f8e4m3[32,128] = input()\n  %w = permute(%wt, dims=[1,0])\n",
+                           "  %acc8 = mm(%xq, %w)\n  %acc = cast(%acc8, dtype=f32)\n"),
+                 &lg)) {
+    const evt_lowered *L = group_of(&lg, "acc8");
+    CHECK(L && !L->ok && strstr(L->reason, "%acc8 (mm): fp8 operands with a f8e4m3 result"));
+    lowered_free(&lg);
+  }
+  if (lower_text("graph t {\n  %x: f32[64,128] = input()\n  %q = cast(%x, dtype=f8e4m3)\n"
+                 "  %y = cast(%q, dtype=f32)\n  %z = mul(%y, %x)\n  output %z\n}\n",
+                 &lg)) {
+    const evt_lowered *L = group_of(&lg, "q");
+    CHECK(L && !L->ok && strstr(L->reason, "%q (cast): a cast to f8e4m3 read inside the kernel"));
+    lowered_free(&lg);
+  }
+}
