@@ -13,18 +13,7 @@
 
 #include "gpu_util.h"
 
-static int g_pass = 0, g_fail = 0;
-
-static void report(bool ok, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s ", ok ? "ok  " : "FAIL");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  fflush(stdout);
-  (ok ? g_pass : g_fail)++;
-}
+#include "check_report.h"
 
 static double rel_err(const std::vector<double> &out, const std::vector<double> &ref, double *maxabs) {
   double num = 0, den = 0;
@@ -374,6 +363,5 @@ int main(int argc, char **argv) {
   }
   printf("\n| case | result | max rel err |\n|---|---|---|\n");
   for (auto &r : g_results) printf("| %s | %s | %.3e |\n", r.label.c_str(), r.ok ? "matched" : "NOT matched", r.err);
-  printf("%d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return report_summary();
 }

@@ -7,17 +7,7 @@
 // can_implement. CHECK_EVT_ONLY=substring keeps the cases whose label has it. Prints "N passed, N failed".
 #include "gpu_util.h"
 
-static int g_pass = 0, g_fail = 0;
-
-static void report(bool ok, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s ", ok ? "ok  " : "FAIL");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  (ok ? g_pass : g_fail)++;
-}
+#include "check_report.h"
 
 // relative Frobenius error; NaN/inf anywhere in out → +inf
 static double rel_err(const std::vector<double> &out, const std::vector<double> &ref, double *maxabs) {
@@ -171,6 +161,5 @@ int main() {
     cudaFree(buf);
     break;
   }
-  printf("%d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return report_summary();
 }

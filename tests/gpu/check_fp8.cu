@@ -18,17 +18,7 @@ extern "C" {  // (ir.h declares C functions without a C++ guard)
 
 typedef int (*row_fn)(const evt_row_launch_args *);
 
-static int g_pass = 0, g_fail = 0;
-
-static void report(bool ok, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s ", ok ? "ok  " : "FAIL");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  (ok ? g_pass : g_fail)++;
-}
+#include "check_report.h"
 
 template <class T>
 __global__ void encode_kernel(const float *x, unsigned char *code, float *back, int n) {
@@ -251,6 +241,5 @@ int main() {
   check_conversions(EVT_F8E5M2, rng);
   check_rows_fp8(rng);
   check_gemms(rng);
-  printf("%d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return report_summary();
 }

@@ -12,17 +12,7 @@
 
 #include "rows_gpu.h"
 
-static int g_pass = 0, g_fail = 0;
-
-static void report(bool ok, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s ", ok ? "ok  " : "FAIL");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  (ok ? g_pass : g_fail)++;
-}
+#include "check_report.h"
 
 static double rel_err(const std::vector<double> &out, const std::vector<double> &ref, double *maxabs) {
   double num = 0, den = 0;
@@ -131,6 +121,5 @@ int main(int argc, char **argv) {
     for (double v : dg) zero = zero && v == 0;
     report(zero, "%-22s: M=0 gives zero column sums (rc %d)", c.label.c_str(), rc);
   }
-  printf("%d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return report_summary();
 }
