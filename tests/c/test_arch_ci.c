@@ -153,13 +153,33 @@ static int drop_twins(evt_pf_kernel *ks, int n, int arch, const evt_pf_kernel *b
   return m;
 }
 
+/* Runs the nvcc command lines of jobs file `jobs_path` two at a time and checks that every unit's object exists;
+ * returns the seconds it took. */
+static long long run_jobs(const char *jobs_path, int njobs, char (*objs)[200], int nobj) {
+  time_t t0 = time(NULL);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "tr '\\n' '\\0' <%s | xargs -0 -P 2 -n 1 sh -c", jobs_path);
+  if (njobs) (void)!system(cmd);
+  for (int i = 0; i < nobj; i++) {
+    struct stat st;
+    CHECK_MSG(stat(objs[i], &st) == 0, "nvcc rejected %s; see %.*s.log", objs[i], (int)strlen(objs[i]) - 2, objs[i]);
+  }
+  return (long long)(time(NULL) - t0);
+}
+
+/* True when nvcc and the CUTLASS headers are here, their include folders in inc and util (else the test notes
+ * that it checked nothing). */
+static bool have_nvcc_and_cutlass(const char *test, char inc[1024], char util[1024]) {
+  const char *cp = getenv("CUTLASS_PATH") ? NULL : ".cutlass/cutlass_library/source";
+  if (evt_jit_find_cutlass(cp, inc, 1024, util, 1024) == EVT_OK && system("nvcc --version >/dev/null 2>&1") == 0)
+    return true;
+  fprintf(stderr, "note: %s: no nvcc or CUTLASS here, nothing checked\n", test);
+  return false;
+}
+
 TEST(ci_nvcc_compiles_example_kernels_per_arch) {
   char inc[1024], util[1024];
-  const char *cp = getenv("CUTLASS_PATH") ? NULL : ".cutlass/cutlass_library/source";
-  if (evt_jit_find_cutlass(cp, inc, sizeof inc, util, sizeof util) != EVT_OK || system("nvcc --version >/dev/null 2>&1") != 0) {
-    fprintf(stderr, "note: ci_nvcc_compiles_example_kernels_per_arch: no nvcc or CUTLASS here, nothing checked\n");
-    return;
-  }
+  if (!have_nvcc_and_cutlass("ci_nvcc_compiles_example_kernels_per_arch", inc, util)) return;
   static char paths[96][160];
   int np = list_graphs("examples", paths, 0, 96);
   np = list_graphs("bench/graphs", paths, np, 96); /* the 16-bit graphs: the examples' f32 GEMMs are not lowered */
@@ -195,16 +215,10 @@ TEST(ci_nvcc_compiles_example_kernels_per_arch) {
   evt_prefetch_free(sm80, n80);
   fclose(jobs);
   for (int a = 0; a < 3; a++) CHECK_MSG(counts[a][1] >= 10 && counts[a][0] >= 50, "%s: %d GEMM, %d row kernels", evt_arch_name(archs[a]), counts[a][1], counts[a][0]);
-  time_t t0 = time(NULL);
-  if (njobs) (void)!system("tr '\\n' '\\0' <" CI_DIR "/jobs.sh | xargs -0 -P 2 -n 1 sh -c");
-  for (int i = 0; i < nobj; i++) {
-    struct stat st;
-    CHECK_MSG(stat(objs[i], &st) == 0, "nvcc rejected %s; see %.*s.log", objs[i], (int)strlen(objs[i]) - 2, objs[i]);
-  }
+  long long secs = run_jobs(CI_DIR "/jobs.sh", njobs, objs, nobj);
   fprintf(stderr, "note: ci_nvcc_compiles_example_kernels_per_arch: sm_80 %d+%d, sm_89 %d+%d, sm_90a %d+%d GEMM+row kernels; "
           "%d sm_89 row kernels the same code as their sm_80 twins; %d of %d units compiled now (%lld s), the rest cached\n",
-          counts[0][1], counts[0][0], counts[1][1], counts[1][0], counts[2][1], counts[2][0], twins, njobs, nobj,
-          (long long)(time(NULL) - t0));
+          counts[0][1], counts[0][0], counts[1][1], counts[1][0], counts[2][1], counts[2][0], twins, njobs, nobj, secs);
   CHECK(twins > 0);
 }
 
@@ -275,11 +289,7 @@ static int collect_fp8_kernels(evt_pf_kernel **ks, int *cap) {
 
 TEST(ci_nvcc_compiles_fp8_kernels) {
   char inc[1024], util[1024];
-  const char *cp = getenv("CUTLASS_PATH") ? NULL : ".cutlass/cutlass_library/source";
-  if (evt_jit_find_cutlass(cp, inc, sizeof inc, util, sizeof util) != EVT_OK || system("nvcc --version >/dev/null 2>&1") != 0) {
-    fprintf(stderr, "note: ci_nvcc_compiles_fp8_kernels: no nvcc or CUTLASS here, nothing checked\n");
-    return;
-  }
+  if (!have_nvcc_and_cutlass("ci_nvcc_compiles_fp8_kernels", inc, util)) return;
   evt_pf_kernel *ks = NULL;
   int cap = 0, n = collect_fp8_kernels(&ks, &cap), counts[2] = {0}, fp8_rows = 0;
   for (int i = 0; i < n; i++) {
@@ -301,13 +311,8 @@ TEST(ci_nvcc_compiles_fp8_kernels) {
   for (int gemm = 0; gemm < 2; gemm++)
     for (int part = 0; part < 2; part++) njobs += add_unit(ks, n, gemm, part, 90, flags, hh, jobs, objs, &nobj);
   fclose(jobs);
-  time_t t0 = time(NULL);
-  if (njobs) (void)!system("tr '\\n' '\\0' <" CI_DIR "/fp8_jobs.sh | xargs -0 -P 2 -n 1 sh -c");
-  for (int i = 0; i < nobj; i++) {
-    struct stat st;
-    CHECK_MSG(stat(objs[i], &st) == 0, "nvcc rejected %s; see %.*s.log", objs[i], (int)strlen(objs[i]) - 2, objs[i]);
-  }
+  long long secs = run_jobs(CI_DIR "/fp8_jobs.sh", njobs, objs, nobj);
   fprintf(stderr, "note: ci_nvcc_compiles_fp8_kernels: sm_90a %d GEMM + %d row kernels (%d with fp8 tensors); %d of %d units "
-          "compiled now (%lld s), the rest cached\n", counts[1], counts[0], fp8_rows, njobs, nobj, (long long)(time(NULL) - t0));
+          "compiled now (%lld s), the rest cached\n", counts[1], counts[0], fp8_rows, njobs, nobj, secs);
   evt_prefetch_free(ks, n);
 }
