@@ -18,7 +18,9 @@
  *             with reduction mean/sum.
  *   view      (VIEW: alias of its producer) reshape, squeeze, unsqueeze, expand.
  *   rng       (FUSE_IN) dropout: generated in its producer's kernel.
- *   operand   (OPERAND) permute, transpose: fusible; fuse into a GEMM consumer as a layout.
+ *   operand   (OPERAND) permute, transpose: fusible; fuse into a GEMM consumer as a layout. A permute of an fp8
+ *             tensor read other than as an mm's B is a singleton: a K-major copy for an fp8 GEMM (fp8 GEMMs take
+ *             no transposed A; row kernels write row-major tiles).
  *   convert   (CONVERT) a widening cast bf16/f16 -> f32 (exact): fusible; fuses into a row nucleus that reads it
  *             as an M x N input (CONVERT_IN: softmax, layer_norm, softmax_backward, layer_norm_backward_input),
  *             which then loads the 16-bit tensor and converts in registers (the f32 copy is never written:

@@ -21,10 +21,13 @@
  * permute may read an input: a channels-last activation declared in memory order and permuted
  * to NCHW carries its batch-norm statistics along, mean over N, H, W becoming a sum over the leading dims of
  * the memory order (a Σ over M of the row kernels).
- * Last (the only rule that adds permutes):
+ * Last (the only rules that add permutes):
  *   permute(y) used by several nodes, some of them GEMMs (mm, bmm), y not an input/param
  *                                         -> one copy per GEMM user, so each GEMM absorbs its own copy as an
  *                                            operand layout (the partitioner fuses a permute into one consumer)
+ *   mm of fp8 operands whose B is computed and not a permute
+ *                                         -> mm(A, permute(permute(B))): the inner permute a K-major copy of B
+ *                                            (one per B), the outer the GEMM's layout NT (fp8 GEMMs read K-major)
  * Ends with a compaction. */
 #include "passes/passes.h"
 
