@@ -586,15 +586,27 @@ static bool second_reduction_view(lctx *c, evt_lowered *L, int v) {
   return true;
 }
 
+static bool d_dtype(evt_dtype dt) { return dt == EVT_BF16 || dt == EVT_F16 || dt == EVT_F32; }
+
+/* D: the last value leaving the group whose dtype D can have (bf16, f16, f32), else the last one (the spec check
+ * names it); the other leaving values are aux stores (a bool mask, an fp8 cast). -1 when none leaves. */
+static int pick_d(const lctx *c, const unsigned char *leaves) {
+  int last = -1;
+  for (int v = c->g->nnodes - 1; v >= 0; v--) {
+    if (c->group[v] != c->gi || leaves[v] != 1 || c->vid[v] < 0) continue;
+    if (d_dtype(c->g->nodes[v].type.dtype)) return v;
+    if (last < 0) last = v;
+  }
+  return last;
+}
+
 void evt_lower_add_stores(lctx *c, evt_lowered *L, bool want_d, int *dmem) {
   const evt_graph *g = c->g;
   const int *group = c->group;
   int gi = c->gi, n = g->nnodes;
-  *dmem = -1;
   unsigned char *leaves = leaving(c);
   share_view_memory(c, L, leaves);
-  for (int v = n - 1; v >= 0 && want_d && *dmem < 0; v--)
-    if (group[v] == gi && leaves[v] == 1 && c->vid[v] >= 0) *dmem = v;
+  *dmem = want_d ? pick_d(c, leaves) : -1;
   bind_sum_views(c, L, leaves);
   for (int v = 0; v < n && c->bad < 0; v++) {
     if (group[v] != gi || leaves[v] != 1 || c->vid[v] < 0 || v == *dmem) continue;

@@ -18,7 +18,9 @@
  *             with reduction mean/sum.
  *   view      (VIEW: alias of its producer) reshape, squeeze, unsqueeze, expand.
  *   rng       (FUSE_IN) dropout: generated in its producer's kernel.
- *   operand   (OPERAND) permute, transpose: fusible; fuse into a GEMM consumer as a layout.
+ *   operand   (OPERAND) permute, transpose: fusible; fuse into a GEMM consumer as a layout. A permute of an fp8
+ *             tensor read other than as an mm's B is a singleton: a K-major copy for an fp8 GEMM (fp8 GEMMs take
+ *             no transposed A; row kernels write row-major tiles).
  *   convert   (CONVERT) a widening cast bf16/f16 -> f32 (exact): fusible; fuses into a row nucleus that reads it
  *             as an M x N input (CONVERT_IN: softmax, layer_norm, softmax_backward, layer_norm_backward_input),
  *             which then loads the 16-bit tensor and converts in registers (the f32 copy is never written:
@@ -41,6 +43,18 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+/* A permute of an fp8 tensor that something other than an mm reads as its B: a K-major copy of an fp8 GEMM operand
+ * (passes/layout.c: a copy of B, or a transposed A, which fp8 GEMMs cannot take as a layout). */
+static bool fp8_copy(const evt_graph *g, int id) {
+  if (!evt_dtype_is_fp8(g->nodes[id].type.dtype)) return false;
+  for (int i = id + 1; i < g->nnodes; i++) {
+    const evt_node *n = &g->nodes[i];
+    for (int k = 0; k < n->ninputs; k++)
+      if (n->inputs[k] == id && (n->op != EVT_OP_MM || k != 1)) return true;
+  }
+  return false;
+}
 
 unsigned evt_part_op_flags(const evt_graph *g, int id) {
   const evt_node *n = &g->nodes[id];
@@ -67,7 +81,7 @@ unsigned evt_part_op_flags(const evt_graph *g, int id) {
   case EVT_OP_RESHAPE: case EVT_OP_SQUEEZE: case EVT_OP_UNSQUEEZE: case EVT_OP_EXPAND:
     return EVT_PN_VIEW;
   case EVT_OP_PERMUTE: case EVT_OP_TRANSPOSE:
-    return EVT_PN_OPERAND;
+    return fp8_copy(g, id) ? singleton : EVT_PN_OPERAND;
   case EVT_OP_DROPOUT:
     return EVT_PN_FUSE_IN;
   case EVT_OP_ONE_HOT:

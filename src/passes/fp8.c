@@ -107,11 +107,28 @@ static int quantize(evt_graph *g, int at, int x, evt_dtype fmt, int *scale) {
   return evt_rw_cast(g, at, evt_rw_binary(g, at, EVT_OP_MUL, evt_rw_cast(g, at, x, EVT_F32), *scale), fmt);
 }
 
+static bool is_transpose(const evt_node *n) {
+  return n->op == EVT_OP_PERMUTE && n->type.rank == 2 && n->attr.dims.v[0] == 1 && n->attr.dims.v[1] == 0;
+}
+
+/* Operand x quantized: its chain of 2-D transposes peeled, the tensor under them quantized, the fp8 result
+ * transposed back when the chain had an odd length (exact: the cast commutes with the permute, the amax is
+ * the same), so an operand that is a transposed view stays one and the GEMM reads it as its layout. */
+static int quantize_operand(evt_graph *g, int at, int x, evt_dtype fmt, int *scale) {
+  bool flip = false;
+  for (; is_transpose(&g->nodes[x]); x = g->nodes[x].inputs[0]) flip = !flip;
+  int q = quantize(g, at, x, fmt, scale);
+  if (q < 0 || !flip) return q;
+  evt_attrs t = evt_attrs_default;
+  t.dims = (evt_ilist){.n = 2, .v = {1, 0}};
+  return evt_rw_op(g, at, EVT_OP_PERMUTE, &q, 1, &t, 1ull << EVT_ATTR_DIMS);
+}
+
 /* Node id (an mm) rebuilt in fp8 with formats fa, fb; returns the replacement or -1. */
 static int rewrite_mm(evt_graph *g, int id, evt_dtype fa, evt_dtype fb) {
   int a = g->nodes[id].inputs[0], b = g->nodes[id].inputs[1], sa, sb;
   evt_dtype out = g->nodes[id].type.dtype;
-  int in[2] = {quantize(g, id, a, fa, &sa), quantize(g, id, b, fb, &sb)};
+  int in[2] = {quantize_operand(g, id, a, fa, &sa), quantize_operand(g, id, b, fb, &sb)};
   evt_attrs at = evt_attrs_default;
   at.out_dtype = EVT_F32;
   int acc = evt_rw_op(g, id, EVT_OP_MM, in, 2, &at, 1ull << EVT_ATTR_OUT_DTYPE);

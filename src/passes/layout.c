@@ -21,10 +21,13 @@
  * permute may read an input: a channels-last activation declared in memory order and permuted
  * to NCHW carries its batch-norm statistics along, mean over N, H, W becoming a sum over the leading dims of
  * the memory order (a Σ over M of the row kernels).
- * Last (the only rule that adds permutes):
+ * Last (the only rules that add permutes):
  *   permute(y) used by several nodes, some of them GEMMs (mm, bmm), y not an input/param
  *                                         -> one copy per GEMM user, so each GEMM absorbs its own copy as an
  *                                            operand layout (the partitioner fuses a permute into one consumer)
+ *   mm of fp8 operands whose B is computed and not a permute
+ *                                         -> mm(A, permute(permute(B))): the inner permute a K-major copy of B
+ *                                            (one per B), the outer the GEMM's layout NT (fp8 GEMMs read K-major)
  * Ends with a compaction. */
 #include "passes/passes.h"
 
@@ -534,6 +537,34 @@ static int duplicate_gemm_permutes(evt_graph *g) {
   return made;
 }
 
+static bool fp8_mm(const evt_graph *g, const evt_node *n) {
+  return n->op == EVT_OP_MM && evt_dtype_is_fp8(g->nodes[n->inputs[0]].type.dtype) &&
+         evt_dtype_is_fp8(g->nodes[n->inputs[1]].type.dtype);
+}
+
+/* An mm of fp8 operands reads both K-major (Hopper's 8-bit wgmma, layout NT). Its B, when not a permute and
+ * computed (not an input / param), is read through permute(copy), copy = permute(B): a K-major copy, one per
+ * tensor, shared by the GEMMs that read it. A permuted A is left as it is: the partitioner materializes it
+ * (partition/rules.c). Returns the number of copies made, -1 on failure. */
+static int fp8_kmajor_copies(evt_graph *g) {
+  int n0 = g->nnodes, made = 0;
+  int *copy = malloc(sizeof(int) * (size_t)(n0 ? n0 : 1));
+  if (!copy) evt_fatal(__FILE__, __LINE__, "out of memory");
+  for (int i = 0; i < n0; i++) copy[i] = -1;
+  evt_ilist t = {.n = 2, .v = {1, 0}};
+  for (int u = 0; u < n0 && made >= 0; u++) {
+    int b = g->nodes[u].inputs[1];
+    evt_op op = g->nodes[b].op;
+    if (!fp8_mm(g, &g->nodes[u]) || op == EVT_OP_PERMUTE || op == EVT_OP_INPUT || op == EVT_OP_PARAM) continue;
+    if (copy[b] < 0) copy[b] = permute(g, b, b, &t), made++;
+    int view = permute(g, u, copy[b], &t);
+    if (copy[b] < 0 || view < 0) made = -1;
+    else g->nodes[u].inputs[1] = view, evt_graph_note_use(g, u, view);
+  }
+  free(copy);
+  return made;
+}
+
 /* A permute that no longer has users (it folded away) leaves its name to the node it permuted when that
  * one was made by a pass (so %b0.c2.conv names the channels-last convolution once its permutes cancel). */
 static void inherit_names(evt_graph *g) {
@@ -600,8 +631,8 @@ evt_status evt_pass_layout(evt_graph *g, evt_pass_stats *st) {
     if (!moved) break;
   }
   if (s != EVT_OK) return s;
-  int copies = duplicate_gemm_permutes(g);
-  if (copies < 0) return EVT_ERR_INTERNAL;
-  st->rewrites += copies;
+  int copies = duplicate_gemm_permutes(g), fp8 = copies < 0 ? -1 : fp8_kmajor_copies(g);
+  if (fp8 < 0) return EVT_ERR_INTERNAL;
+  st->rewrites += copies + fp8;
   return evt_graph_compact(g, NULL);
 }

@@ -3,6 +3,8 @@
  * the recipe computed here by hand. */
 #include "test.h"
 
+#include "codegen/lower.h"
+#include "partition/partition.h"
 #include "passes/passes.h"
 
 #include <stdlib.h>
@@ -61,6 +63,35 @@ TEST(fp8_pass_rewrites_exactly_the_eligible_mm) {
   evt_graph_free(g);
 }
 
+/* After the whole pipeline every fp8 GEMM of the training step reads its operands K-major: partitioned with the
+ * lowering's rules, each lowers to a generated GEMM+EVT kernel of layout NT. */
+TEST(fp8_pass_gemms_lower_k_major) {
+  evt_graph *g = joint_canonical("tests/graphs/fp8_mlp.evt");
+  if (!g || evt_passes_run_all(g, EVT_PASS_FP8, 1) != EVT_OK) {
+    CHECK(!"pipeline");
+    evt_graph_free(g);
+    return;
+  }
+  evt_part_options o = evt_part_options_default();
+  o.use_cache = 0;
+  evt_part_plan part = {0};
+  evt_lower_result low = {0};
+  CHECK(evt_lower_partition(g, &o, EVT_PART_LAMBDA_DEFAULT, &part) == EVT_OK);
+  CHECK(evt_lower_plan(g, &part, &low) == EVT_OK);
+  int nt = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    if (g->nodes[i].op != EVT_OP_MM || !fp8_operands(g, i)) continue;
+    const evt_lowered *L = &low.k[part.group[i]];
+    CHECK_MSG(L->ok && L->kind == EVT_LK_GEMM_EVT && L->spec.layout == EVT_LAYOUT_NT, "%%%s: %s", g->nodes[i].name,
+              L->reason);
+    nt += L->ok && L->spec.layout == EVT_LAYOUT_NT;
+  }
+  CHECK(nt == 5);
+  evt_lower_free(&low);
+  evt_part_plan_free(&part);
+  evt_graph_free(g);
+}
+
 /* Small GEMMs (examples/mlp.evt: 16 rows), a K that is no multiple of 16: the graph is left as it was. */
 TEST(fp8_pass_leaves_graphs_without_eligible_mm) {
   evt_graph *g = joint_canonical("examples/mlp.evt");
@@ -116,13 +147,24 @@ static void mm_by_hand(const double *a, const double *b, evt_dtype fa, evt_dtype
   free(qa), free(qb);
 }
 
-/* Runs text's graph (inputs %a and b_name of [D,D]) after the fp8 pass on the given values; compares output 0 with
- * the hand computation bit for bit. */
-static void check_against_hand(const char *text, const char *b_name, evt_dtype fa, evt_dtype fb, bool zero_a) {
+static void transpose(double *v) {
+  for (int i = 0; i < D; i++)
+    for (int j = i + 1; j < D; j++) {
+      double t = v[i * D + j];
+      v[i * D + j] = v[j * D + i], v[j * D + i] = t;
+    }
+}
+
+/* Runs text's graph (inputs %a and b_name of [D,D]) after the fp8 and layout passes (the quantized operands read
+ * K-major) on the given values; compares output 0 with the hand computation bit for bit. trans: bit 0, %a holds
+ * the mm's A transposed; bit 1, b_name holds B transposed. */
+static void check_against_hand(const char *text, const char *b_name, evt_dtype fa, evt_dtype fb, bool zero_a,
+                               int trans) {
   evt_graph *g = evt_test_parse_ok(text);
   if (!g) return;
-  evt_pass_stats st = {.flags = EVT_PASS_FP8};
+  evt_pass_stats st = {.flags = EVT_PASS_FP8}, lst = {0};
   CHECK(evt_pass_fp8(g, &st) == EVT_OK && st.rewrites == 1);
+  CHECK(evt_pass_layout(g, &lst) == EVT_OK && evt_graph_verify(g) == EVT_OK);
   CHECK(fa == fb ? count_casts_to(g, fa) == 2 : count_casts_to(g, fa) == 1 && count_casts_to(g, fb) == 1);
   evt_tensor *v = calloc((size_t)g->nnodes, sizeof *v);
   double *want = malloc(sizeof(double) * D * D);
@@ -130,7 +172,12 @@ static void check_against_hand(const char *text, const char *b_name, evt_dtype f
   int ia = evt_graph_find(g, "a"), ib = evt_graph_find(g, b_name);
   fill(v[ia].data, D * D, 1, zero_a);
   fill(v[ib].data, D * D, 2, false);
-  mm_by_hand(v[ia].data, v[ib].data, fa, fb, want);
+  double *a = malloc(sizeof(double) * D * D), *b = malloc(sizeof(double) * D * D);
+  memcpy(a, v[ia].data, sizeof(double) * D * D), memcpy(b, v[ib].data, sizeof(double) * D * D);
+  if (trans & 1) transpose(a);
+  if (trans & 2) transpose(b);
+  mm_by_hand(a, b, fa, fb, want);
+  free(a), free(b);
   CHECK_MSG(evt_interp_run(g, v, 0, 0) == EVT_OK, "%s", evt_graph_error(g));
   const evt_tensor *y = &v[evt_graph_output(g, 0)];
   int bad = 0;
@@ -144,11 +191,19 @@ static void check_against_hand(const char *text, const char *b_name, evt_dtype f
 TEST(fp8_pass_result_matches_hand_computation) {
   /* no loss, no gradient: both operands e4m3 */
   check_against_hand("graph f {\n  %a: f32[256,256] = input()\n  %b: f32[256,256] = input()\n"
-                     "  %y = mm(%a, %b)\n  output %y\n}\n", "b", EVT_F8E4M3, EVT_F8E4M3, false);
+                     "  %y = mm(%a, %b)\n  output %y\n}\n", "b", EVT_F8E4M3, EVT_F8E4M3, false, 0);
   /* b depends on PyTorch's incoming gradient: e5m2 */
   check_against_hand("graph f {\n  %a: f32[256,256] = input()\n  %in.tangents_1: f32[256,256] = input()\n"
-                     "  %y = mm(%a, %in.tangents_1)\n  output %y\n}\n", "in.tangents_1", EVT_F8E4M3, EVT_F8E5M2, false);
+                     "  %y = mm(%a, %in.tangents_1)\n  output %y\n}\n", "in.tangents_1", EVT_F8E4M3, EVT_F8E5M2, false, 0);
   /* an all-zero operand: scale 1, a zero product, no NaN */
   check_against_hand("graph f {\n  %a: f32[256,256] = input()\n  %b: f32[256,256] = input()\n"
-                     "  %y = mm(%a, %b)\n  output %y\n}\n", "b", EVT_F8E4M3, EVT_F8E4M3, true);
+                     "  %y = mm(%a, %b)\n  output %y\n}\n", "b", EVT_F8E4M3, EVT_F8E4M3, true, 0);
+  /* operands given transposed (a weight stored N x K, an activation read as x^T): the tensor under the permute
+   * is quantized, the fp8 result permuted; the same values */
+  check_against_hand("graph f {\n  %a: f32[256,256] = input()\n  %bt: f32[256,256] = input()\n"
+                     "  %b = permute(%bt, dims=[1,0])\n  %y = mm(%a, %b)\n  output %y\n}\n", "bt", EVT_F8E4M3,
+                     EVT_F8E4M3, false, 2);
+  check_against_hand("graph f {\n  %a: f32[256,256] = input()\n  %in.tangents_1: f32[256,256] = input()\n"
+                     "  %at = permute(%a, dims=[1,0])\n  %y = mm(%at, %in.tangents_1)\n  output %y\n}\n",
+                     "in.tangents_1", EVT_F8E4M3, EVT_F8E5M2, false, 1);
 }
