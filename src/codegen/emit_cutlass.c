@@ -11,7 +11,10 @@
 
 
 /* Row/col sums: atomics into the output, or (WORKSPACE) partials in CUTLASS's workspace that the last CTA
- * of each tile column/row adds in order (FinalReduction with a non-atomic global reduce). */
+ * of each tile column/row adds in order (FinalReduction with a non-atomic global reduce). A max within rows
+ * (col_max) likewise, through CUTLASS's atomic_maximum (f32 bits: an int max for non-negative values, an
+ * unsigned min for negative ones) into an output that initialize() fills with -inf; it checks the tile's edges
+ * always (a zero past them is no identity of max). */
 static const char *gmem_reduce(const evt_kspec *s) {
   return s->cfg.reduction == EVT_RED_WORKSPACE ? "cutlass::plus" : "cutlass::atomic_add";
 }
@@ -70,7 +73,8 @@ static int uses_own_nodes(const evt_kspec *s) {
 int evt_emit_cutlass_sums(const evt_kspec *s) {
   int n = 0;
   for (int i = 0; i < s->nnodes; i++)
-    n += s->nodes[i].op == EVT_V_COL_SUM || (s->nodes[i].op == EVT_V_ROW_SUM && !own_row_sum(s));
+    n += s->nodes[i].op == EVT_V_COL_SUM || s->nodes[i].op == EVT_V_COL_MAX ||
+         (s->nodes[i].op == EVT_V_ROW_SUM && !own_row_sum(s));
   return n;
 }
 
@@ -121,6 +125,15 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
                 fus, v->op == EVT_V_ROW_SUM ? "Row" : "Col", gmem_reduce(&t->spec));
       emit_sum_tail(b, t, v);
       sb_printf(b, ">;");
+      break;
+    case EVT_V_COL_MAX: /* NaN-propagating max (max.NaN gives a positive NaN, which wins the atomic max) */
+      sb_printf(b,
+                "using N%d = %sSm90ColReduction<cutlass::maximum_with_nan_propagation, "
+                "cutlass::maximum_with_nan_propagation,\n    %s, 0, TileShape, float, float, RN, "
+                "Stride<_1, _0, _0>, 4, true, true, true>;",
+                i, fus,
+                t->spec.cfg.reduction == EVT_RED_WORKSPACE ? "cutlass::maximum_with_nan_propagation"
+                                                           : "cutlass::atomic_maximum");
       break;
     default: {
       const char *fn = evt_cutlass_compute_fn(v->op);

@@ -67,6 +67,7 @@ static void emit_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
       }
       /* fall through */
     case EVT_V_COL_SUM: sb_printf(b, "{a->ptrs[%d], 0.0f, {}}", v); break;
+    case EVT_V_COL_MAX: sb_printf(b, "{a->ptrs[%d], -cutlass::platform::numeric_limits<float>::infinity(), {}}", v); break;
     default: sb_printf(b, "{}"); break;
   }
   evt_cutlass_node_args_end(b, nd, v, last);

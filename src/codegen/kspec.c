@@ -58,7 +58,7 @@ int evt_vop_storage_ok(evt_vop op, evt_dtype dtype, int gemm) {
   switch (op) {
     case EVT_V_ONE_HOT: return dtype == EVT_I64 || dtype == EVT_I32;
     case EVT_V_ROW_SUM: case EVT_V_COL_SUM: return gemm ? dtype == EVT_F32 : fl;
-    case EVT_V_COL_MAX: return !gemm && fl;
+    case EVT_V_COL_MAX: return gemm ? dtype == EVT_F32 : fl;
     case EVT_V_RAND: return fl; /* GEMM: evt_nodes::Philox (unbatched) */
     case EVT_V_AUX_LOAD: case EVT_V_AUX_STORE: /* GEMM: u8 aux tiles (N % 16); rows: integers in doubles, fp8 */
       return fl || dtype == EVT_BOOL || (!gemm && (dtype == EVT_I64 || dtype == EVT_I32 || evt_dtype_is_fp8(dtype)));
@@ -111,7 +111,7 @@ static int is_ident(const char *s) {
 
 int evt_kspec_has_sums(const evt_kspec *s) {
   for (int i = 0; i < s->nnodes; i++)
-    if (s->nodes[i].op == EVT_V_ROW_SUM || s->nodes[i].op == EVT_V_COL_SUM) return 1;
+    if (s->nodes[i].op == EVT_V_ROW_SUM || s->nodes[i].op == EVT_V_COL_SUM || s->nodes[i].op == EVT_V_COL_MAX) return 1;
   return 0;
 }
 
@@ -262,9 +262,13 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
     for (int j = 0; j < i; j++)
       if (evt_vop_has_memory(v->op) && evt_vop_has_memory(s->nodes[j].op) && !strcmp(s->nodes[j].name, v->name))
         return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: node %d: name '%s' used twice", i, v->name);
-    if (v->op == EVT_V_COL_MAX || v->op == EVT_V_ONE_HOT)
+    if (v->op == EVT_V_ONE_HOT)
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (%s %s): no GEMM epilogue visitor for %s (row "
                   "kernels only)", i, evt_vop_name(v->op), v->name, evt_vop_name(v->op));
+    if (v->op == EVT_V_COL_MAX && (s->batched || evt_arch_sm8x(s->arch)))
+      return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (col_max %s): %s", i, v->name,
+                  s->batched ? "a GEMM's max within rows is unbatched only"
+                             : "the Sm80 epilogue has no max reduction (Sm90 only)");
     if (v->op == EVT_V_RAND && evt_arch_sm8x(s->arch))
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (rand): %s has no Philox visitor (Sm90 only)", i,
                   evt_arch_name(s->arch));
@@ -272,7 +276,7 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (rand): %s", i,
                   s->batched ? "the Philox visitor numbers the elements of one M x N output (no batched kernels)"
                              : "rand must be f32, bf16 or f16");
-    if ((v->op == EVT_V_ROW_SUM || v->op == EVT_V_COL_SUM) && v->dtype != EVT_F32)
+    if ((v->op == EVT_V_ROW_SUM || v->op == EVT_V_COL_SUM || v->op == EVT_V_COL_MAX) && v->dtype != EVT_F32)
       return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: node %d (%s %s): %s sum: CTAs add into it with atomics "
                   "in f32, so it cannot be rounded to %s at the store", i, evt_vop_name(v->op), v->name,
                   evt_dtype_name(v->dtype), evt_dtype_name(v->dtype));

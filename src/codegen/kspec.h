@@ -94,7 +94,7 @@
   X(AUX_STORE, "aux_store", 1, 'S')     /* stores its input (rounded to dtype) to an M×N tensor */ \
   X(ROW_SUM, "row_sum", 1, 'S')         /* Σ over M → N-vector (f32, atomic) */                  \
   X(COL_SUM, "col_sum", 1, 'S')         /* Σ over N → M-vector (f32, atomic) */                  \
-  X(COL_MAX, "col_max", 1, 'S')         /* max over N → M-vector (row kernels only; NaN wins) */
+  X(COL_MAX, "col_max", 1, 'S')         /* max over N → M-vector (GEMM: f32, atomic max; NaN wins) */
 
 typedef enum evt_vop {
 #define X(e, s, a, c) EVT_V_##e,
@@ -192,7 +192,7 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
 char *evt_tile_config_label(const evt_tile_config *c, char *out, size_t len);
 /* Parses what evt_tile_config_label writes; EVT_OK or EVT_ERR_INVALID. */
 evt_status evt_tile_config_parse(const char *text, evt_tile_config *c);
-/* Has the epilogue a row_sum or col_sum node? */
+/* Has the epilogue a row_sum, col_sum or col_max node (an output initialize() resets)? */
 int evt_kspec_has_sums(const evt_kspec *s);
 /* Hash of the spec without its mainloop configuration (the key of tuning results: every config of one
  * epilogue, layout and dtypes shares it). */
@@ -252,7 +252,7 @@ evt_status evt_vtree_build(const evt_kspec *s, evt_vtree *t, char *err, size_t e
 char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen);
 /* ---- src/codegen/emit_cutlass_sm80.c: the same for an sm_8x spec (evt_emit_cutlass dispatches on s->arch) */
 char *evt_emit_cutlass_sm80(const evt_kspec *s, char *err, size_t errlen);
-/* How many of s's row/column sums the emitter gives to CUTLASS's reduction nodes under s->cfg (the others run on
+/* How many of s's row/column sums and col_max nodes the emitter gives to CUTLASS's reduction nodes under s->cfg (the others run on
  * the project's RowSum, kernels/evt_visitor_nodes.h). CUTLASS's keep their sums in local memory in a ping-pong
  * kernel, so a spec with any stays cooperative untuned (evt_lower_untuned_config). */
 int evt_emit_cutlass_sums(const evt_kspec *s);
@@ -260,7 +260,7 @@ int evt_emit_cutlass_sums(const evt_kspec *s);
 /* ---- src/codegen/vref.c: CPU reference --------------------------------------------------------------- */
 /* Evaluates the spec on the CPU in double precision, rounding each stored value to its dtype as the
  * kernel does. a: M×K (or K×M for layout T) values, b likewise; tensors[i] holds node i's memory
- * (loads read it, stores write it; row/col sums are accumulated from 0); d: M×N output. All as double. */
+ * (loads read it, stores write it; row/col sums are accumulated from 0, col_max from -inf); d: M×N output. All as double. */
 void evt_kspec_reference(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
                          double *const *tensors, double *d);
 /* Batched reference (s->batched; an unbatched spec is the l = 1 case): every per-batch array holds l

@@ -372,7 +372,10 @@ static bool member_identity(lctx *c, int v) {
   return true;
 }
 
-/* A sum / mean / amax over the tile's M dims (row_sum) or N dims (col_sum, col_max). */
+/* A sum / mean / amax over the tile's M dims (row_sum) or N dims (col_sum, col_max). An amax is a max within
+ * rows only (col_max: row kernels, and unbatched GEMM epilogues, whose CTAs meet in f32 atomic maxima); a
+ * whole-tensor amax reaches the lowering split by the decomposition into a max within rows and a max of the
+ * resulting M-vector (a kernel of its own). */
 static bool member_reduce(lctx *c, int v) {
   const evt_graph *g = c->g;
   const evt_node *nd = &g->nodes[v];
@@ -416,15 +419,15 @@ static bool member_reduce(lctx *c, int v) {
     return evt_lower_refuse(
         c, v, "%s over dims that are neither the %s's M dims nor its N dims (visitor has row and column %s only)",
         mx ? "amax" : "sum", c->row ? "row space" : "tile", mx ? "maxima" : "sums");
-  if (mx && !c->row) return evt_lower_refuse(c, v, "amax in a GEMM epilogue (row kernels take a max within rows)");
   if (mx && over_m)
-    return evt_lower_refuse(c, v, "amax over rows (row kernels take a max within rows, over the last dim)");
+    return evt_lower_refuse(c, v, "amax over rows (the visitor takes a max within rows, over the last dim)");
   if (!c->row && t->dtype != EVT_F32)
     return evt_lower_refuse(
         c, v,
-        "sum into %s: CTAs of a GEMM add partial sums with f32 atomics, so the sum's tensor must be "
-        "f32 (row kernels round once at the store)",
-        evt_dtype_name(t->dtype));
+        "%s into %s: CTAs of a GEMM %s with f32 atomics, so the %s's tensor must be f32 (row kernels round "
+        "once at the store)",
+        mx ? "amax" : "sum", evt_dtype_name(t->dtype), mx ? "take the max of partial maxima" : "add partial sums",
+        mx ? "amax" : "sum");
   if (!float_dtype(t->dtype))
     return evt_lower_refuse(c, v, "%s into %s", mx ? "amax" : "sum", evt_dtype_name(t->dtype));
   char name[24];

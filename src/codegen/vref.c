@@ -145,8 +145,9 @@ void evt_kspec_reference_batched_at(const evt_kspec *s, int64_t l, int64_t m, in
                                     const double *b, double *const *tensors, double *d, uint64_t rng_step) {
   for (int v = 0; v < s->nnodes; v++) {
     evt_vop op = s->nodes[v].op;
-    if (op == EVT_V_ROW_SUM || op == EVT_V_COL_SUM)
-      memset(tensors[v], 0, sizeof(double) * (size_t)(evt_vnode_numel(s, v, m, n) * (s->nodes[v].shared ? 1 : l)));
+    int64_t len = evt_vnode_numel(s, v, m, n) * (s->nodes[v].shared ? 1 : l);
+    if (op == EVT_V_ROW_SUM || op == EVT_V_COL_SUM) memset(tensors[v], 0, sizeof(double) * (size_t)len);
+    for (int64_t i = 0; op == EVT_V_COL_MAX && i < len; i++) tensors[v][i] = -INFINITY; /* max's identity */
   }
   double *tb[EVT_KSPEC_MAX_NODES];
   for (int64_t bi = 0; bi < l; bi++) {

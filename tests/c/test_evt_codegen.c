@@ -500,6 +500,47 @@ TEST(kspec_epilogue_subtile_keeps_mainloop_stages) {
 
 /* The launcher's launch cache (initialized kernels reused for byte-identical arguments) is emitted for
  * epilogues without sums only: initialize() resets a sum's output, so those launch in full every time. */
+TEST(emit_cutlass_col_max) {
+  /* max within rows: CUTLASS's column reduction with NaN-propagating maxima, an atomic max into an output filled
+   * with -inf; the Sm80 emitter and batched specs refuse it */
+  evt_kspec s;
+  evt_kspec_init(&s, EVT_LAYOUT_NT, EVT_BF16, EVT_F32, cfg128);
+  int acc = evt_kspec_add(&s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
+  int ab = evt_kspec_add(&s, EVT_V_ABS, acc, -1, EVT_F32, NULL);
+  evt_kspec_add(&s, EVT_V_COL_MAX, ab, -1, EVT_F32, "amax");
+  s.d_node = acc;
+  char msg[256];
+  CHECK_MSG(evt_kspec_check(&s, msg, sizeof msg) == EVT_OK, "%s", msg);
+  char *src = evt_emit_cutlass(&s, msg, sizeof msg);
+  CHECK_MSG(src && strstr(src, "Sm90ColReduction<cutlass::maximum_with_nan_propagation") &&
+                strstr(src, "cutlass::atomic_maximum, 0, TileShape") &&
+                strstr(src, "-cutlass::platform::numeric_limits<float>::infinity()") && !strstr(src, "kLaunchCache"),
+            "%s", src ? "no col_max reduction" : msg);
+  free(src);
+  evt_kspec b = s;
+  b.batched = 1;
+  CHECK(evt_kspec_check(&b, msg, sizeof msg) == EVT_ERR_UNSUPPORTED && strstr(msg, "unbatched"));
+  s.nodes[2].dtype = EVT_BF16;
+  CHECK(evt_kspec_check(&s, msg, sizeof msg) == EVT_ERR_UNSUPPORTED);
+}
+
+TEST(reference_col_max_starts_at_minus_infinity) {
+  evt_kspec s;
+  evt_kspec_init(&s, EVT_LAYOUT_NN, EVT_BF16, EVT_F32, cfg128);
+  int acc = evt_kspec_add(&s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
+  evt_kspec_add(&s, EVT_V_COL_MAX, acc, -1, EVT_F32, "mx");
+  s.d_node = acc;
+  /* M=2, N=2, K=1: acc = [[-1, -3], [2, NaN]] */
+  double a[] = {1, 1}, b[] = {-1, -3}, mx[2] = {0, 0}, d[4];
+  double *tens[EVT_KSPEC_MAX_NODES] = {0};
+  tens[1] = mx;
+  evt_kspec_reference(&s, 2, 2, 1, a, b, tens, d);
+  CHECK_NEAR(mx[0], -1, 0); /* not the initial 0 */
+  double a2[] = {1, 0.0 / 0.0};
+  evt_kspec_reference(&s, 2, 2, 1, a2, b, tens, d);
+  CHECK(mx[1] != mx[1]); /* NaN wins */
+}
+
 TEST(launch_cache_only_without_sums) {
   evt_tile_config cfg = {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE};
   evt_kspec s;

@@ -75,6 +75,36 @@ TEST(lower_bias_gelu_gemm) {
   lowered_free(&lg);
 }
 
+TEST(lower_gemm_amax_within_rows) {
+  /* an fp8 quantization's amax(|y|) of a GEMM's f32 output, over N: a col_max (atomic max into an M-vector) */
+  lowered_graph lg;
+  if (!lower_text("graph t {\n"
+                  "  %x: bf16[256,64] = input()\n  %w: bf16[64,128] = param()\n"
+                  "  %m = mm(%x, %w)\n  %y = cast(%m, dtype=f32)\n  %a = abs(%y)\n  %mx = amax(%a, dims=[1])\n"
+                  "  output %y\n  output %mx\n}\n",
+                  &lg))
+    return;
+  const evt_lowered *L = group_of(&lg, "mx");
+  CHECK_MSG(L && L->ok && L->kind == EVT_LK_GEMM_EVT, "%s", L ? L->reason : "?");
+  int mx = -1;
+  for (int i = 0; L && i < L->spec.nnodes; i++)
+    if (L->spec.nodes[i].op == EVT_V_COL_MAX) mx = i;
+  CHECK(mx >= 0 && L->vtensor[mx] == evt_graph_find(lg.g, "mx") && L->spec.nodes[mx].dtype == EVT_F32);
+  CHECK(mx >= 0 && L->spec.nodes[L->spec.nodes[mx].in[0]].op == EVT_V_ABS);
+  CHECK(L && evt_kspec_has_sums(&L->spec) && L->spec.cfg.schedule == EVT_SCHED_COOPERATIVE);
+  lowered_free(&lg);
+  /* a max over M (per column) has no GEMM visitor */
+  if (!lower_text("graph t {\n"
+                  "  %x: bf16[256,64] = input()\n  %w: bf16[64,128] = param()\n"
+                  "  %m = mm(%x, %w)\n  %y = cast(%m, dtype=f32)\n  %mx = amax(%y, dims=[0])\n"
+                  "  output %y\n  output %mx\n}\n",
+                  &lg))
+    return;
+  L = group_of(&lg, "mx");
+  CHECK(L && (L->kind != EVT_LK_GEMM_EVT || !L->ok || strstr(L->reason, "amax over rows")));
+  lowered_free(&lg);
+}
+
 TEST(lower_wide_gemm_gets_the_wide_tile) {
   /* a column sum (Σ over N, CUTLASS's Sm90ColReduction): 128x256 cooperative once N >= 256; a bias-gradient
    * row sum (Σ over M, the project's RowSum node) over K <= 4096: 128x128 ping-pong */
@@ -238,7 +268,7 @@ TEST(lower_unsupported_nodes_give_reasons) {
       {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %v: i64[] = input()\n  %c = cast(%v, dtype=bf16)\n"
        "  %m = mm(%x, %w)\n  %o = mul(%m, %c)\n  output %o\n",
        "(cast)", "cast from i64"},
-      /* amax in a GEMM epilogue: row kernels only */
+      /* amax in a GEMM epilogue into bf16: CTAs meet in f32 atomic maxima */
       {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %m = mm(%x, %w)\n  %a = amax(%m, dims=[1])\n"
        "  output %m\n  output %a\n",
        "%a (amax)", "GEMM"},
