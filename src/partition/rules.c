@@ -27,6 +27,8 @@
  *             half the bytes of a vocabulary head's logits; a layer-norm backward's 16-bit dy next to its f32 x).
  *   fusible   everything else: elementwise, slice, slice_backward, concat, one_hot, losses without
  *             reduction and loss backwards (elementwise-ish).
+ *   scalar    (CUT_OUT, besides its role) a shared scalar computation (shared_scalar): a 1-element value of
+ *             1-element inputs read by several nodes or a graph output ends its group.
  * Edge statuses (evt_part_derive_rules), first matching rule wins:
  *   from a source                                 -> SOURCE (a read, never a choice)
  *   into a VIEW (with one input)                  -> FUSE (a view is metadata)
@@ -56,7 +58,34 @@ static bool fp8_copy(const evt_graph *g, int id) {
   return false;
 }
 
+/* A scalar computation read by more than one node, or a graph output: a 1-element value computed from 1-element
+ * values only (not a reduction of a larger tensor), such as an fp8 scale. It must leave its kernel, and a kernel over
+ * a larger tile stores whole tiles only, so it ends its group (CUT_OUT): its group holds it and the scalar
+ * computations it reads. A scalar with one reader joins that reader's kernel, which computes it per element. */
+static bool shared_scalar(const evt_graph *g, int id) {
+  const evt_node *n = &g->nodes[id];
+  if (n->ninputs == 0 || evt_type_numel(&n->type) != 1) return false;
+  for (int k = 0; k < n->ninputs; k++)
+    if (evt_type_numel(&g->nodes[n->inputs[k]].type) != 1) return false;
+  if (n->flags & EVT_NODE_OUTPUT) return true;
+  int readers = 0;
+  for (int i = id + 1; i < g->nnodes && readers < 2; i++)
+    for (int k = 0; k < g->nodes[i].ninputs; k++)
+      if (g->nodes[i].inputs[k] == id) {
+        readers++;
+        break;
+      }
+  return readers > 1;
+}
+
+static unsigned op_role(const evt_graph *g, int id);
+
 unsigned evt_part_op_flags(const evt_graph *g, int id) {
+  unsigned f = op_role(g, id);
+  return (f & EVT_PN_SOURCE) || !shared_scalar(g, id) ? f : f | EVT_PN_CUT_OUT;
+}
+
+static unsigned op_role(const evt_graph *g, int id) {
   const evt_node *n = &g->nodes[id];
   const unsigned singleton = EVT_PN_CUT_IN | EVT_PN_CUT_OUT;
   switch (n->op) {

@@ -64,7 +64,8 @@ TEST(fp8_pass_rewrites_exactly_the_eligible_mm) {
 }
 
 /* After the whole pipeline every fp8 GEMM of the training step reads its operands K-major: partitioned with the
- * lowering's rules, each lowers to a generated GEMM+EVT kernel of layout NT. */
+ * default rules, each lowers to a generated GEMM+EVT kernel of layout NT (the next layer's amax in its epilogue,
+ * the shared rank-0 scales in kernels of their own), and every quantizing cast to a row kernel. */
 TEST(fp8_pass_gemms_lower_k_major) {
   evt_graph *g = joint_canonical("tests/graphs/fp8_mlp.evt");
   if (!g || evt_passes_run_all(g, EVT_PASS_FP8, 1) != EVT_OK) {
@@ -76,17 +77,22 @@ TEST(fp8_pass_gemms_lower_k_major) {
   o.use_cache = 0;
   evt_part_plan part = {0};
   evt_lower_result low = {0};
-  CHECK(evt_lower_partition(g, &o, EVT_PART_LAMBDA_DEFAULT, &part) == EVT_OK);
+  CHECK(evt_part_plan_build(g, &o, EVT_PART_LAMBDA_DEFAULT, &part) == EVT_OK);
   CHECK(evt_lower_plan(g, &part, &low) == EVT_OK);
-  int nt = 0;
+  int nt = 0, casts = 0;
   for (int i = 0; i < g->nnodes; i++) {
-    if (g->nodes[i].op != EVT_OP_MM || !fp8_operands(g, i)) continue;
     const evt_lowered *L = &low.k[part.group[i]];
+    if (g->nodes[i].op == EVT_OP_CAST && evt_dtype_is_fp8(g->nodes[i].type.dtype)) {
+      bool row = L->kind == EVT_LK_ROW || L->kind == EVT_LK_POINTWISE; /* a row-kernel spec, with or without nucleus */
+      CHECK_MSG(L->ok && row, "%%%s: %s", g->nodes[i].name, L->reason);
+      casts += L->ok && row;
+    }
+    if (g->nodes[i].op != EVT_OP_MM || !fp8_operands(g, i)) continue;
     CHECK_MSG(L->ok && L->kind == EVT_LK_GEMM_EVT && L->spec.layout == EVT_LAYOUT_NT, "%%%s: %s", g->nodes[i].name,
               L->reason);
     nt += L->ok && L->spec.layout == EVT_LAYOUT_NT;
   }
-  CHECK(nt == 5);
+  CHECK(nt == 5 && casts >= 5);
   evt_lower_free(&low);
   evt_part_plan_free(&part);
   evt_graph_free(g);

@@ -799,3 +799,17 @@ TEST(partition_examples_joint) { examples_joint(0); }
 /* The graphs the passes produce (evtc partition --joint --opt): larger components (up to ~27 nodes), all
  * solved and proven by the down-set DP in milliseconds (the MIP alone left bert_layer at a 20 % gap). */
 TEST(partition_examples_joint_opt) { examples_joint(1); }
+
+/* A scalar computation read by two kernels (an fp8 scale) ends its group; one with a single reader, a scalar
+ * constant and a reduction to a scalar keep their roles. */
+TEST(partition_shared_scalar_ends_its_group) {
+  evt_graph *g = evt_test_parse_ok("graph s {\n  %x: f32[16,64] = input()\n  %m = amax(%x)\n"
+                                   "  %c: f32[] = scalar(value=448)\n  %s = div(%c, %m)\n  %r = reciprocal(%s)\n"
+                                   "  %q = mul(%x, %s)\n  %y = mul(%x, %r)\n  output %q\n  output %y\n}\n");
+  if (!g) return;
+  CHECK(evt_part_op_flags(g, evt_graph_find(g, "s")) & EVT_PN_CUT_OUT);
+  CHECK(!(evt_part_op_flags(g, evt_graph_find(g, "r")) & EVT_PN_CUT_OUT));
+  CHECK(evt_part_op_flags(g, evt_graph_find(g, "c")) == EVT_PN_SOURCE);
+  CHECK(evt_part_op_flags(g, evt_graph_find(g, "m")) == EVT_PN_CUT_OUT);
+  evt_graph_free(g);
+}
