@@ -7,7 +7,7 @@
 const char *const evt_kspec_example_names[] = {"plain",    "bias_gelu_aux", "bias_relu_dbias", "gelu_bwd",
                                                "gelu_bwd_dbias", "bias_silu", "bias_relu_aux", "bias_gelu_aux_f16", "mixed_f32",
                                                "bmm_plain", "bmm_scale", "bmm_scale_mask_stats", "bmm_softmax_bwd",
-                                               "visitor_ops", "visitor_cmp", "bias_dropout", NULL};
+                                               "visitor_ops", "visitor_cmp", "bias_dropout", "bias_relu_amax", NULL};
 
 /* z = acc + bias[n] (stored as aux "z"); D = act(z)   (the MLP forward: bias_gelu_aux, bias_relu_aux) */
 static void bias_act_aux(evt_kspec *s, int acc, evt_vop act) {
@@ -23,6 +23,16 @@ static void bias_relu_dbias(evt_kspec *s, int acc) {
   int z = evt_kspec_add(s, EVT_V_ADD, acc, bias, EVT_F32, NULL);
   int y = evt_kspec_add(s, EVT_V_RELU, z, -1, EVT_F32, NULL);
   evt_kspec_add(s, EVT_V_ROW_SUM, y, -1, EVT_F32, "dbias");
+  s->d_node = y;
+}
+
+/* y = relu(acc + bias[n]); D = y; amax[m] = max_n |y|  (col_max "amax", f32: the next layer's fp8 amax, per row) */
+static void bias_relu_amax(evt_kspec *s, int acc) {
+  int bias = evt_kspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_BF16, "bias");
+  int z = evt_kspec_add(s, EVT_V_ADD, acc, bias, EVT_F32, NULL);
+  int y = evt_kspec_add(s, EVT_V_RELU, z, -1, EVT_F32, NULL);
+  int ay = evt_kspec_add(s, EVT_V_ABS, y, -1, EVT_F32, NULL);
+  evt_kspec_add(s, EVT_V_COL_MAX, ay, -1, EVT_F32, "amax");
   s->d_node = y;
 }
 
@@ -195,6 +205,7 @@ evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg
   else if (!strcmp(name, "visitor_ops")) visitor_ops(s, acc);
   else if (!strcmp(name, "visitor_cmp")) visitor_cmp(s, cfg);
   else if (!strcmp(name, "bias_dropout")) bias_dropout(s, acc);
+  else if (!strcmp(name, "bias_relu_amax")) bias_relu_amax(s, acc);
   else if (!strncmp(name, "bmm_", 4)) return bmm_example(s, acc, name);
   else return EVT_ERR_INVALID;
   return EVT_OK;

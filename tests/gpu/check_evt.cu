@@ -1,6 +1,7 @@
 // GPU check of generated GEMM + epilogue-visitor-tree kernels against the CPU reference (src/codegen/vref.c); run by
 // tests/gpu/run.sh. Every case of all_cases() (gpu_util.h: plain, bias+GELU+aux store, bias+ReLU+Σ_M bias gradient,
-// GELU backward, bias+SiLU through a topological visitor; layouts NN, NT, TN) at two sizes whose M and N are not
+// GELU backward, bias+SiLU through a topological visitor, bias+ReLU+max_N |y| (col_max, atomic max; its
+// NaN-poisoned output must be reset to -inf by initialize()); layouts NN, NT, TN) at two sizes whose M and N are not
 // tile multiples: fresh random bf16 inputs, NaN-poisoned outputs, two runs (initialize() must reset atomic
 // reductions), D and every stored tensor within a relative Frobenius error of 1e-2 (NaN never passes). Kernels with
 // a Σ over M run once more with that output 4- but not 8-byte aligned; an unaligned N must be rejected by
@@ -69,8 +70,8 @@ static void check_case(const KernelCase &kc, int M, int N, int K, uint64_t seed,
     const evt_vnode &nd = s.nodes[v];
     if (!evt_vop_has_memory(nd.op)) continue;
     size_t n = nd.op == EVT_V_ROW_BCAST || nd.op == EVT_V_ROW_SUM   ? (size_t)N
-               : nd.op == EVT_V_COL_BCAST || nd.op == EVT_V_COL_SUM ? (size_t)M
-                                                                    : (size_t)M * N;
+               : nd.op == EVT_V_COL_BCAST || nd.op == EVT_V_COL_SUM || nd.op == EVT_V_COL_MAX ? (size_t)M
+                                                                                              : (size_t)M * N;
     count[v] = n;
     host[v].assign(n, 0.0);
     size_t bytes = n * dtype_bytes(nd.dtype);

@@ -82,7 +82,7 @@ static KernelCase make_case(const char *epi, evt_tile_config cfg, evt_gemm_layou
 static std::vector<KernelCase> all_cases() {
   std::vector<KernelCase> v;
   const char *checks[] = {"plain",     "bias_gelu_aux",     "bias_relu_dbias", "gelu_bwd",
-                          "bias_silu", "bias_gelu_aux_f16", "mixed_f32"};
+                          "bias_silu", "bias_gelu_aux_f16", "mixed_f32", "bias_relu_amax"};
   for (const char *e : checks) v.push_back(make_case(e, kCfg128));
   v.push_back(make_case("plain", kCfg128, EVT_LAYOUT_NT));
   v.push_back(make_case("plain", kCfg128, EVT_LAYOUT_TN));
