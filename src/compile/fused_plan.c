@@ -102,7 +102,8 @@ static bool bind_bmm(const evt_graph *g, const int *group, const evt_lowered *L,
   if (s->nnodes > EVT_LAUNCH_MAX_PTRS) return WHY("group %d: %d visitor nodes (at most %d pointers)", gi, s->nnodes, EVT_LAUNCH_MAX_PTRS);
   if (s->d_node < 0 || s->d_node >= s->nnodes) return WHY("group %d: the spec has no D node", gi);
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
-  if (!bmm_tensor(g, gi, L->a_node, "operand A", s->ab_dtype, x) || !bmm_tensor(g, gi, L->b_node, "operand B", s->ab_dtype, x))
+  if (!bmm_tensor(g, gi, L->a_node, "operand A", s->ab_dtype, x) ||
+      !bmm_tensor(g, gi, L->b_node, "operand B", evt_kspec_b_dtype(s), x))
     return false;
   if (group[L->a_node] == gi || group[L->b_node] == gi)
     return WHY("group %d: an operand of the GEMM is a member of its own group", gi);
@@ -172,7 +173,7 @@ static bool bind_gemm(const evt_graph *g, const int *group, const evt_lowered *L
   if (s->d_node < 0 || s->d_node >= s->nnodes) return WHY("group %d: the spec has no D node", gi);
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
   if (!gemm_tensor(g, gi, L->a_node, "operand A", s->ab_dtype, L->m * L->k, at ? L->m : L->k, x)) return false;
-  if (!gemm_tensor(g, gi, L->b_node, "operand B", s->ab_dtype, L->k * L->n, bt ? L->k : L->n, x)) return false;
+  if (!gemm_tensor(g, gi, L->b_node, "operand B", evt_kspec_b_dtype(s), L->k * L->n, bt ? L->k : L->n, x)) return false;
   x->a_node = L->a_node;
   x->b_node = L->b_node;
   if (group[L->a_node] == gi || group[L->b_node] == gi)
@@ -190,11 +191,12 @@ static bool bind_gemm(const evt_graph *g, const int *group, const evt_lowered *L
     const evt_vnode *r = &s->nodes[i];
     ops[i] = r->op;
     if (!evt_vop_has_memory(r->op)) continue;
-    bool row = r->op == EVT_V_ROW_BCAST || r->op == EVT_V_ROW_SUM, col = r->op == EVT_V_COL_BCAST || r->op == EVT_V_COL_SUM;
-    int64_t elems = row ? L->n : col ? L->m : L->m * L->n;
+    /* rows of 16 bytes: a tile's N, a row vector's N, a column vector's M; a scalar is read as one value */
+    int64_t elems = evt_vop_elems(r->op, L->m, L->n);
+    int64_t rowlen = r->op == EVT_V_SCALAR_LOAD ? 0 : r->op == EVT_V_AUX_LOAD || r->op == EVT_V_AUX_STORE ? L->n : elems;
     char what[64];
     snprintf(what, sizeof what, "visitor node %s (%s)", r->name, evt_vop_name(r->op));
-    if (!gemm_tensor(g, gi, L->vtensor[i], what, r->dtype, elems, row ? L->n : col ? L->m : L->n, x)) return false;
+    if (!gemm_tensor(g, gi, L->vtensor[i], what, r->dtype, elems, rowlen, x)) return false;
     x->ptr_node[i] = L->vtensor[i];
     if (evt_vop_class(r->op) == 'S' && group[L->vtensor[i]] != gi)
       return WHY("group %d: %s stores into %%%s, not a member of the group", gi, what, g->nodes[L->vtensor[i]].name);

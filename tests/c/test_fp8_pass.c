@@ -98,6 +98,23 @@ TEST(fp8_pass_gemms_lower_k_major) {
   evt_graph_free(g);
 }
 
+/* The fused plan a program runs binds every fp8 GEMM group (B's own format, the rescale's scalar as one value):
+ * each is a generated kernel in evt_plan_report, none node by node. */
+TEST(fp8_pass_gemms_bind_in_the_program_plan) {
+  evt_graph *g = joint_canonical("tests/graphs/fp8_mlp.evt");
+  if (!g) return;
+  evt_options o;
+  evt_options_init(&o);
+  o.fp8 = EVT_FP8_TENSORWISE;
+  char *rep = evt_plan_report(g, &o);
+  CHECK_MSG(rep != NULL, "%s", evt_graph_error(g));
+  int generated = 0;
+  for (const char *p = rep; p && (p = strstr(p, "\"kind\": \"gemm+evt\", \"path\": \"generated\"")); p++) generated++;
+  CHECK_MSG(generated == 5, "%d generated GEMM groups:\n%s", generated, rep ? rep : "");
+  free(rep);
+  evt_graph_free(g);
+}
+
 /* Small GEMMs (examples/mlp.evt: 16 rows), a K that is no multiple of 16: the graph is left as it was. */
 TEST(fp8_pass_leaves_graphs_without_eligible_mm) {
   evt_graph *g = joint_canonical("examples/mlp.evt");
