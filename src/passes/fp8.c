@@ -136,22 +136,39 @@ static int rewrite_mm(evt_graph *g, int id, evt_dtype fa, evt_dtype fb) {
   return evt_rw_cast(g, id, evt_rw_binary(g, id, EVT_OP_MUL, acc, inv), out);
 }
 
-evt_status evt_pass_fp8(evt_graph *g, evt_pass_stats *st) {
-  int n0 = g->nnodes;
+/* Which mm's are rewritten, with their operand formats, is decided on the graph as given: a rewrite replaces an
+ * mm's uses with nodes the marks do not cover (a later mm may read them). */
+typedef struct fp8_job {
+  int id;
+  evt_dtype fa, fb;
+} fp8_job;
+
+static int plan_jobs(const evt_graph *g, fp8_job *jobs) {
+  int n0 = g->nnodes, nj = 0;
   bool *m = calloc(3 * ((size_t)n0 + 1), 1);
   if (!m) evt_fatal(__FILE__, __LINE__, "out of memory");
   bool *grad = m, *head = m + n0 + 1, *near = m + 2 * (n0 + 1);
   mark_gradients(g, grad);
   mark_loss_layer(g, head, near);
-  int done = 0;
-  for (int id = 0; id < n0 && done >= 0; id++) {
+  for (int id = 0; id < n0; id++) {
     if (!eligible(g, id, head, near)) continue;
     const int *in = g->nodes[id].inputs;
-    int r = rewrite_mm(g, id, grad[in[0]] ? EVT_F8E5M2 : EVT_F8E4M3, grad[in[1]] ? EVT_F8E5M2 : EVT_F8E4M3);
-    if (r < 0) done = -1;
-    else evt_graph_replace_uses(g, id, r), done++;
+    jobs[nj++] = (fp8_job){id, grad[in[0]] ? EVT_F8E5M2 : EVT_F8E4M3, grad[in[1]] ? EVT_F8E5M2 : EVT_F8E4M3};
   }
   free(m);
+  return nj;
+}
+
+evt_status evt_pass_fp8(evt_graph *g, evt_pass_stats *st) {
+  fp8_job *jobs = malloc(sizeof *jobs * ((size_t)g->nnodes + 1));
+  if (!jobs) evt_fatal(__FILE__, __LINE__, "out of memory");
+  int nj = plan_jobs(g, jobs), done = 0;
+  for (int j = 0; j < nj && done >= 0; j++) {
+    int r = rewrite_mm(g, jobs[j].id, jobs[j].fa, jobs[j].fb);
+    if (r < 0) done = -1;
+    else evt_graph_replace_uses(g, jobs[j].id, r), done++;
+  }
+  free(jobs);
   if (done < 0) return EVT_ERR_INTERNAL;
   st->rewrites += done;
   return done ? evt_graph_compact(g, &st->removed) : EVT_OK;
