@@ -37,9 +37,11 @@ static int list_graphs(const char *dir, char paths[][160], int n, int cap) {
   return n;
 }
 
-/* The distinct kernels of every graph planned for `arch` (as evtc prefetch --arch plans them). */
-static int collect_kernels(char paths[][160], int np, int arch, evt_pf_kernel **ks, int *cap) {
-  int n = 0;
+/* The distinct kernels of every graph planned for `arch` (as evtc prefetch --arch plans them; a graph with a loss as
+ * its training step) after the graph passes with pass_flags (EVT_PASS_FP8: the fp8 recipe), appended to ks from
+ * index n. Returns the new count. */
+static int collect_kernels(char paths[][160], int np, int arch, unsigned pass_flags, evt_pf_kernel **ks, int n,
+                           int *cap) {
   evt_options o;
   evt_options_init(&o);
   o.flags = EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT;
@@ -51,8 +53,8 @@ static int collect_kernels(char paths[][160], int np, int arch, evt_pf_kernel **
     free(perr);
     if (!g) continue;
     evt_program *p = NULL;
-    evt_status st = evt_train_ensure_joint(g, NULL);
-    if (st == EVT_OK) st = evt_passes_run_all(g, 0, 0);
+    evt_status st = g->loss >= 0 ? evt_train_ensure_joint(g, NULL) : EVT_OK;
+    if (st == EVT_OK) st = evt_passes_run_all(g, pass_flags, 0);
     if (st == EVT_OK) st = evt_program_create_host_opts(g, &o, &p);
     CHECK_MSG(st == EVT_OK, "%s: %s", paths[f], evt_graph_error(g));
     char err[512];
@@ -196,7 +198,7 @@ TEST(ci_nvcc_compiles_example_kernels_per_arch) {
   int n80 = 0, twins = 0;
   for (int a = 0; a < 3; a++) {
     evt_pf_kernel *ks = NULL;
-    int cap = 0, n = collect_kernels(paths, np, archs[a], &ks, &cap);
+    int cap = 0, n = collect_kernels(paths, np, archs[a], 0, &ks, 0, &cap);
     for (int i = 0; i < n; i++) counts[a][ks[i].gemm]++;
     if (archs[a] == 89) {
       int before = n;
@@ -241,31 +243,12 @@ static void add_kernel(evt_pf_kernel **ks, int *n, int *cap, char *src, int gemm
   k->source = src;
 }
 
-/* The fp8 graphs' kernels after the fp8 pass (those that lower: amax stages, rescales; their quantizing casts are
- * refused while a rank-0 scale product shares their group), the fp8 recipe's row kernels (quantize, dequantize, row
- * amax; e4m3 and e5m2) and its GEMM for each operand pair (e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3; the graphs' own fp8 GEMMs are refused: their
- * operands are not K-major), for sm_90a, into ks. Returns how many. */
+/* The fp8 graphs' kernels after the fp8 pass (fp8 GEMMs with their rescale and the next row amax, quantizing casts,
+ * amax stages), the fp8 recipe's row kernels (quantize, dequantize, row amax; e4m3 and e5m2) and its GEMM for each
+ * operand pair (e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3), for sm_90a, into ks. Returns how many. */
 static int collect_fp8_kernels(evt_pf_kernel **ks, int *cap) {
   static char paths[2][160] = {"tests/graphs/fp8_linear.evt", "tests/graphs/fp8_mlp.evt"};
-  int n = 0;
-  evt_options o;
-  evt_options_init(&o);
-  o.flags = EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT;
-  o.arch = 90;
-  for (int f = 0; f < 2; f++) {
-    evt_graph *g = evt_parse_file(paths[f], NULL);
-    CHECK_MSG(g != NULL, "%s", paths[f]);
-    if (!g) continue;
-    evt_program *p = NULL;
-    evt_status st = g->loss >= 0 ? evt_train_ensure_joint(g, NULL) : EVT_OK; /* fp8_linear: a forward graph */
-    if (st == EVT_OK) st = evt_passes_run_all(g, EVT_PASS_FP8, 0);
-    if (st == EVT_OK) st = evt_program_create_host_opts(g, &o, &p);
-    CHECK_MSG(st == EVT_OK, "%s: %s", paths[f], evt_graph_error(g));
-    char err[512];
-    if (st == EVT_OK) CHECK_MSG(evt_prefetch_collect(p->xp, paths[f], ks, &n, cap, err, sizeof err) == 0, "%s: %s", paths[f], err);
-    evt_program_destroy(p);
-    evt_graph_free(g);
-  }
+  int n = collect_kernels(paths, 2, 90, EVT_PASS_FP8, ks, 0, cap);
   static const char *const rows[3] = {"quantize", "dequantize", "amax_rows"};
   for (int i = 0; i < 6; i++) {
     evt_rspec r;

@@ -318,6 +318,23 @@ TEST(interp_spmm_and_transpose) {
 }
 
 /* sdpa: the backward ops match central differences of L = sum(dout * sdpa(q, k, v)). */
+/* sdpa's gradients gq/gk/gv (of q, k, v: 12 elements each) against central differences of sum(dd * out). */
+static void check_sdpa_grads(tg *t, const int which[3], const int grads[3], int out, const double *dd) {
+  for (int w = 0; w < 3; w++)
+    for (int i = 0; i < 12; i++) {
+      double save = t->v[which[w]].data[i], h = 1e-6, lp = 0, lm = 0;
+      t->v[which[w]].data[i] = save + h;
+      CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
+      for (int j = 0; j < 12; j++) lp += dd[j] * t->v[out].data[j];
+      t->v[which[w]].data[i] = save - h;
+      CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
+      for (int j = 0; j < 12; j++) lm += dd[j] * t->v[out].data[j];
+      t->v[which[w]].data[i] = save;
+      CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
+      CHECK_NEAR(t->v[grads[w]].data[i], (lp - lm) / (2 * h), 1e-7);
+    }
+}
+
 TEST(interp_sdpa_gradients_match_finite_differences) {
   for (int causal = 0; causal < 2; causal++) {
     tg *t = tg_new();
@@ -340,20 +357,7 @@ TEST(interp_sdpa_gradients_match_finite_differences) {
     CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
     if (causal) /* query 0 sees only key 0 */
       CHECK(fabs(t->v[o].data[0] - vd[0]) < 1e-15 && fabs(t->v[o].data[1] - vd[1]) < 1e-15);
-    int which[3] = {q, k, v}, grads[3] = {gq, gk, gv};
-    for (int w = 0; w < 3; w++)
-      for (int i = 0; i < 12; i++) {
-        double save = t->v[which[w]].data[i], h = 1e-6, lp = 0, lm = 0;
-        t->v[which[w]].data[i] = save + h;
-        CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
-        for (int j = 0; j < 12; j++) lp += dd[j] * t->v[o].data[j];
-        t->v[which[w]].data[i] = save - h;
-        CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
-        for (int j = 0; j < 12; j++) lm += dd[j] * t->v[o].data[j];
-        t->v[which[w]].data[i] = save;
-        CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
-        CHECK_NEAR(t->v[grads[w]].data[i], (lp - lm) / (2 * h), 1e-7);
-      }
+    check_sdpa_grads(t, IDS(q, k, v), IDS(gq, gk, gv), o, dd);
     tg_free(t);
   }
 }
@@ -434,20 +438,7 @@ TEST(interp_sdpa_mask_gradients_match_finite_differences) {
     int gv = raw_op(t, "sdpa_backward_v", IDS(d, q, k, v, m), 5, &a, EVT_F32, 4, s);
     CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
     if (c == 3) CHECK(t->v[o].data[0] == 0 && t->v[o].data[1] == 0);
-    int which[3] = {q, k, v}, grads[3] = {gq, gk, gv};
-    for (int w = 0; w < 3; w++)
-      for (int i = 0; i < 12; i++) {
-        double save = t->v[which[w]].data[i], h = 1e-6, lp = 0, lm = 0;
-        t->v[which[w]].data[i] = save + h;
-        CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
-        for (int j = 0; j < 12; j++) lp += dd[j] * t->v[o].data[j];
-        t->v[which[w]].data[i] = save - h;
-        CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
-        for (int j = 0; j < 12; j++) lm += dd[j] * t->v[o].data[j];
-        t->v[which[w]].data[i] = save;
-        CHECK(run(t, EVT_RUN_FP64) == EVT_OK);
-        CHECK_NEAR(t->v[grads[w]].data[i], (lp - lm) / (2 * h), 1e-7);
-      }
+    check_sdpa_grads(t, IDS(q, k, v), IDS(gq, gk, gv), o, dd);
     tg_free(t);
   }
 }
