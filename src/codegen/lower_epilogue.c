@@ -376,22 +376,11 @@ static bool member_identity(lctx *c, int v) {
  * rows only (col_max: row kernels, and unbatched GEMM epilogues, whose CTAs meet in f32 atomic maxima); a
  * whole-tensor amax reaches the lowering split by the decomposition into a max within rows and a max of the
  * resulting M-vector (a kernel of its own). */
-/* A GEMM epilogue takes an amax only when its operands are fp8 (the recipe's next-layer scale, on a path whose
- * device programs stay refused) until tests/gpu/check_evt's bias_relu_amax case has passed on a GPU: every other
- * GEMM keeps its amax in a row kernel, as before the epilogue maximum existed. */
-static bool epilogue_amax_allowed(const lctx *c) {
-  const evt_node *nu = &c->g->nodes[c->nu];
-  return c->row || (nu->ninputs > 0 && evt_dtype_is_fp8(c->g->nodes[nu->inputs[0]].type.dtype));
-}
-
 static bool member_reduce(lctx *c, int v) {
   const evt_graph *g = c->g;
   const evt_node *nd = &g->nodes[v];
   const evt_type *t = &nd->type;
   bool mx = nd->op == EVT_OP_AMAX;
-  if (mx && !epilogue_amax_allowed(c))
-    return evt_lower_refuse(c, v, "amax in the epilogue of a GEMM without fp8 operands (row kernels take a max within "
-                                  "rows)");
   if (c->nbd && mx)
     return evt_lower_refuse(c, v, "amax in a batched GEMM epilogue (row kernels take a max within rows)");
   if (c->nbd && nd->op == EVT_OP_MEAN) return evt_lower_refuse(c, v, "mean in a batched GEMM epilogue");
