@@ -40,12 +40,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-ALL_MODES = ("eager", "inductor", "autotune", "evt", "evt_cg", "evt_cgs", "evt_cg_bn")
+ALL_MODES = ("eager", "inductor", "autotune", "evt", "evt_cg", "evt_cgs", "evt_cg_bn", "evt_cg_fp8")
 # The backend options of each evt mode. evt_cg: the forward and the backward each replayed as one CUDA graph;
 # evt_cgs: each evt GPU program its own graph, PyTorch's ops between them eager; evt_cg_bn: evt_cg with the CUDA
-# batch norms in evt segments instead of PyTorch's kernels. evt modes read the tuning records `--tune N` leaves.
+# batch norms in evt segments instead of PyTorch's kernels; evt_cg_fp8: evt_cg with the fp8 recipe (docs/pytorch.md
+# "FP8 (opt-in)"). evt modes read the tuning records `--tune N` leaves.
 MODE_OPTIONS = {"evt_cg": {"cudagraphs": True}, "evt_cgs": {"cudagraphs": "segments"},
-                "evt_cg_bn": {"cudagraphs": True, "gpu_ops": ("batch_norm", "dropout")}}
+                "evt_cg_bn": {"cudagraphs": True, "gpu_ops": ("batch_norm", "dropout")},
+                "evt_cg_fp8": {"cudagraphs": True, "fp8": "tensorwise"}}
 WORKLOADS = ("bert_large", "vit_p14", "xmlcnn_paper", "resnet50", "gcn_mag", "mlp")  # = models.WORKLOADS
 QUICK_WORKLOADS = ("mlp", "xmlcnn_paper", "gcn_mag", "vit_p14")
 
