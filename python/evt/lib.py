@@ -1,7 +1,8 @@
 """ctypes binding of libevt: parse `.evt` text and run it on the CPU interpreter with torch tensors.
 
 Contract
-- The library is `$EVT_LIB`, else the one built into the package (`pip install <repo>/python`: evt/_libevt*.so),
+- The library is `$EVT_LIB`, else the one built into the package (`pip install <repo>/python`: evt/_libevt.so,
+  which finds the libraries it needs beyond glibc in evt/libs/ through its rpath; an older build's _libevt*.so),
   else `<repo>/build/libevt.so` of a checkout (`make`); none found, or one that does not load, raises LibraryError
   saying how to fix it (the backend lets it through: a model never falls back to PyTorch as a whole silently).
 - Graph(text) parses (raising EvtError with the library's message, which names the node) and owns the
@@ -60,7 +61,9 @@ def library_path():
     env = config.library_override()
     if env:
         return env
-    for path in sorted(glob.glob(os.path.join(_PKG, "_libevt*.so"))) + [os.path.join(REPO, "build", "libevt.so")]:
+    own = os.path.join(_PKG, "_libevt.so")
+    older = sorted(set(glob.glob(os.path.join(_PKG, "_libevt*.so"))) - {own})  # builds that named it like an extension
+    for path in [own] + older + [os.path.join(REPO, "build", "libevt.so")]:
         if os.path.exists(path):
             return path
     raise LibraryError("libevt not found: install the package with `pip install <evt checkout>/python` (it builds "
