@@ -72,7 +72,7 @@ CUDNN_INCLUDE ?= $(firstword $(foreach d,$(if $(CUDA_HOME),$(CUDA_HOME)/include)
   $(if $(wildcard $(d)/cudnn_graph.h),$(d))))
 FALLBACK_SRC := $(sort $(wildcard kernels/fallback/*.cu))
 FALLBACK_HDR := kernels/fallback/internal.h kernels/evt_fallback.h kernels/evt_fb_gemm.h kernels/evt_cudnn_sdpa.h \
-  kernels/philox.h src/ir/ops.def
+  kernels/evt_fp8.cuh kernels/philox.h src/ir/ops.def
 $(FALLBACK_SO): $(FALLBACK_SRC) $(FALLBACK_HDR)
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 --fmad=false $(CUDA_GENCODE) -Xcompiler -fPIC -shared -Ikernels -Isrc \

@@ -141,12 +141,12 @@ uint64_t evt_graph_rng_step(const evt_graph *g);
  * A program is a graph compiled for the GPU: optimized (unless EVT_PROGRAM_NO_OPT), partitioned, lowered,
  * its fused groups JIT-compiled (cache $EVT_CACHE_DIR/jit, docs/config.md) and loaded, its intermediates planned by liveness
  * in one device arena. The caller owns the memory of every input, param and graph output: dense row-major
- * in the node's dtype (bf16/f16 as 16-bit, f32, i64 for integer inputs, u8 for bool), bound before a run.
+ * in the node's dtype (bf16/f16 as 16-bit, f32, i64 for integer inputs, u8 for bool, f8e4m3 / f8e5m2 as the
+ * one-byte codes of PyTorch's float8_e4m3fn / float8_e5m2), bound before a run.
  * A run enqueues the whole step on the caller's stream (cudaStream_t; NULL = the legacy default stream)
  * and returns without synchronizing; with EVT_PROGRAM_CUDA_GRAPH the step is captured once as a CUDA graph
  * and replayed (captured again when a binding changed). Needs libevt_fallback.so and a CUDA device;
- * otherwise EVT_ERR_UNSUPPORTED with the reason in evt_program_error / the graph's error (so too a graph with
- * an fp8 tensor, naming its node: fp8 runs on the CPU interpreter only). Errors of a run
+ * otherwise EVT_ERR_UNSUPPORTED with the reason in evt_program_error / the graph's error. Errors of a run
  * name the group or node. g must outlive the program (the program may optimize g in place).
  * Outputs must not alias inputs or params. The first run of a CUDA-graph program runs eagerly (it loads
  * kernels and workspaces), later runs replay the captured graph. The first run of a fused program whose
@@ -200,9 +200,8 @@ typedef struct evt_options {
   int ptx;
   /* FP8 training (opt-in; docs/passes.md "fp8", docs/pytorch.md "FP8 (opt-in)"): EVT_FP8_OFF (default) or
    * EVT_FP8_TENSORWISE: the graph passes run the eligible GEMMs in FP8 with per-tensor current scaling (e4m3
-   * forward operands, e5m2 gradients; the loss layer and small GEMMs stay as they are). The fp8 GPU kernels are
-   * generated but not enabled until checked on a GPU: a device program of a graph the pass rewrote is refused
-   * (EVT_ERR_UNSUPPORTED, naming the fp8 tensor); the CPU interpreter runs it. */
+   * forward operands, e5m2 gradients; the loss layer and small GEMMs stay as they are). A device program runs
+   * it: generated kernels for the fp8 GEMMs (sm_90a) and row groups, the kernel library for the rest. */
   int fp8;
 } evt_options;
 enum { EVT_FP8_OFF = 0, EVT_FP8_TENSORWISE = 1 };
@@ -262,8 +261,8 @@ uint64_t evt_program_rng_step(const evt_program *p);
  * captured into the caller's own CUDA graph): for every param %w with a graph output %grad.w (the joint
  * graph's gradients), w -= lr * grad.w in the memory bound to both, elementwise in double and rounded to w's
  * dtype - the arithmetic of `evtc run`'s CPU update, so a training loop on the GPU follows it bit for bit
- * given the same gradients. Params that are not f32/f16/bf16 are left alone. EVT_ERR_INVALID for lr < 0 or
- * not finite, an unbound input/param/output, or a graph without gradient outputs. */
+ * given the same gradients. Params that are not floating (f32, f16, bf16, fp8) are left alone. EVT_ERR_INVALID
+ * for lr < 0 or not finite, an unbound input/param/output, or a graph without gradient outputs. */
 evt_status evt_program_sgd(evt_program *p, double lr, void *cuda_stream);
 const char *evt_program_error(const evt_program *p);   /* message of the last failed call, "" if none */
 /* Kernel launches one run enqueues (generated + library kernels; memsets and copies not counted). */

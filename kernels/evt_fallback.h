@@ -3,11 +3,12 @@
  * loaded by src/runtime/gpu/cuda.c with dlopen, so libevt never links CUDA.
  *
  * Contract
- * - A tensor lives on the device in its node's dtype (f32, f16, bf16, i64, i32, bool as one byte),
- *   contiguous row-major. Every node computes in double into a double scratch (zeroed unless its kernel assigns every element) and rounds to
- *   its dtype exactly as evt_round_to_dtype does (f16/bf16 through float, ints truncated, bool != 0), so
- *   with the library compiled with --fmad=false most ops give the interpreter's bits; transcendental
- *   functions (exp, log, tanh, erf) differ from glibc by an ulp of double, below any dtype's rounding.
+ * - A tensor lives on the device in its node's dtype (f32, f16, bf16, i64, i32, bool as one byte, f8e4m3 / f8e5m2
+ *   as one-byte codes of src/ir/fp8.c), contiguous row-major. Every node computes in double into a double scratch
+ *   (zeroed unless its kernel assigns every element) and rounds to its dtype exactly as evt_round_to_dtype does
+ *   (f16/bf16/fp8 through float, fp8 saturating, ints truncated, bool != 0), so with the library compiled with
+ *   --fmad=false most ops give the interpreter's bits; transcendental functions (exp, log, tanh, erf) differ from
+ *   glibc by an ulp of double, below any dtype's rounding.
  * - Summation orders follow the interpreter where a thread owns an output element (reductions, softmax,
  *   norms, mm, conv forward / weight gradient); scatter ops (embedding/index_select/pool/conv input
  *   backward, spmm_t, sdpa_backward_k/v, layer_norm_backward_weight) add with double atomics.
@@ -37,7 +38,7 @@ enum {
 };
 
 /* dtypes: the numbering of evt_dtype */
-enum { EVT_FB_F32 = 0, EVT_FB_F16, EVT_FB_BF16, EVT_FB_I64, EVT_FB_I32, EVT_FB_BOOL };
+enum { EVT_FB_F32 = 0, EVT_FB_F16, EVT_FB_BF16, EVT_FB_I64, EVT_FB_I32, EVT_FB_BOOL, EVT_FB_F8E4M3, EVT_FB_F8E5M2 };
 
 #define EVT_FB_MAX_RANK 6
 #define EVT_FB_MAX_IN 8
@@ -97,7 +98,7 @@ int evt_fb_download(evt_fb_ctx *c, const evt_fb_tensor *t, double *host, void *s
 int evt_fb_copy(void *dst, const void *src, int64_t bytes, void *stream, char *err, size_t errlen); /* async */
 /* One SGD step in place, enqueued on stream (no synchronization; graph-capturable): p -= lr * g elementwise,
  * computed in double and rounded to p's dtype as evt_round_to_dtype does (evt_train_sgd_update's arithmetic,
- * so a GPU training loop follows the host update's bits). p not f32/f16/bf16: nothing (not trained). */
+ * so a GPU training loop follows the host update's bits). p not floating (f32, f16, bf16, fp8): nothing. */
 int evt_fb_sgd(const evt_fb_tensor *p, const evt_fb_tensor *g, double lr, void *stream, char *err, size_t errlen);
 /* The RNG step a program's kernels read (kernels/philox.h), enqueued on stream (graph-capturable): set: *step =
  * value; else *step += 1 (a captured run advances its own step at every replay). */

@@ -23,6 +23,7 @@
 
 #include <type_traits>
 
+#include "evt_fp8.cuh"
 #include "evt_launch.h"
 #include "evt_math.h"
 #include "evt_row_config.h"
@@ -70,24 +71,18 @@ __device__ __forceinline__ long long to_int64(double v) { return isfinite(v) ? (
 // bool tensors are u8 0/1 (as the interpreter and the kernel library store them): nonzero (NaN too) → 1
 __device__ __forceinline__ float to_f(unsigned char x) { return (float)x; }
 template <> __device__ __forceinline__ unsigned char from_f<unsigned char>(float x) { return x != 0.f ? 1 : 0; }
-// fp8 tensors (f8e4m3, f8e5m2; one byte each, as src/ir/fp8.c codes them): loads are exact; stores round to nearest
-// even and saturate (a finite value or an infinity beyond the largest finite code gives ±max: the conversion's
-// SATFINITE mode), and NaN stays NaN with its sign as S.1111111, which the conversion alone does not keep (+NaN)
+// fp8 tensors (f8e4m3, f8e5m2; one byte each, as src/ir/fp8.c codes them): loads are exact; stores are
+// evt_fp8_code (evt_fp8.cuh: round to nearest even, saturating, NaN keeping its sign)
 __device__ __forceinline__ float to_f(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
 __device__ __forceinline__ float to_f(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
-template <__nv_fp8_interpretation_t F>
-__device__ __forceinline__ __nv_fp8_storage_t fp8_code(float x) {
-  if (isnan(x)) return (__nv_fp8_storage_t)(signbit(x) ? 0xffu : 0x7fu);
-  return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, F);
-}
 template <> __device__ __forceinline__ __nv_fp8_e4m3 from_f<__nv_fp8_e4m3>(float x) {
   __nv_fp8_e4m3 r;
-  r.__x = fp8_code<__NV_E4M3>(x);
+  r.__x = evt_fp8_code<__NV_E4M3>(x);
   return r;
 }
 template <> __device__ __forceinline__ __nv_fp8_e5m2 from_f<__nv_fp8_e5m2>(float x) {
   __nv_fp8_e5m2 r;
-  r.__x = fp8_code<__NV_E5M2>(x);
+  r.__x = evt_fp8_code<__NV_E5M2>(x);
   return r;
 }
 

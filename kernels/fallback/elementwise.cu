@@ -148,7 +148,7 @@ extern "C" int evt_fb_sgd(const evt_fb_tensor *p, const evt_fb_tensor *g, double
              (long long)g->numel);
     return 1;
   }
-  if (p->dtype != EVT_FB_F32 && p->dtype != EVT_FB_F16 && p->dtype != EVT_FB_BF16) return 0; /* (not trained) */
+  if (!is_float_dtype(p->dtype)) return 0; /* (not trained) */
   if (p->numel > 0) {
     k_sgd<<<blocks(p->numel), 256, 0, (cudaStream_t)stream>>>(p->ptr, p->dtype, view(*g), lr, p->numel);
     CK(cudaGetLastError());

@@ -14,6 +14,7 @@
 #include "evt_fallback.h"
 #include "evt_cudnn_sdpa.h"
 #include "evt_fb_gemm.h"
+#include "evt_fp8.cuh"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -111,6 +112,13 @@ typedef struct shape_t {
   ll d[R];
 } shape_t;
 
+/* The value of fp8 code c in format F, exactly; a NaN keeps the code's sign as src/ir/fp8.c decodes it (the
+ * conversion gives +NaN). */
+template <__nv_fp8_interpretation_t F> static __device__ __forceinline__ double ld_fp8(unsigned char c) {
+  float v = __half2float(__half(__nv_cvt_fp8_to_halfraw(c, F)));
+  return (double)copysignf(v, c & 0x80 ? -1.0f : 1.0f);
+}
+
 static __device__ __forceinline__ double ld(const void *p, int dt, ll i) {
   switch (dt) {
   case EVT_FB_F32: return (double)((const float *)p)[i];
@@ -118,6 +126,8 @@ static __device__ __forceinline__ double ld(const void *p, int dt, ll i) {
   case EVT_FB_BF16: return (double)__bfloat162float(((const __nv_bfloat16 *)p)[i]);
   case EVT_FB_I64: return (double)((const ll *)p)[i];
   case EVT_FB_I32: return (double)((const int *)p)[i];
+  case EVT_FB_F8E4M3: return ld_fp8<__NV_E4M3>(((const unsigned char *)p)[i]);
+  case EVT_FB_F8E5M2: return ld_fp8<__NV_E5M2>(((const unsigned char *)p)[i]);
   default: return (double)((const unsigned char *)p)[i];
   }
 }
@@ -129,6 +139,8 @@ static __device__ __forceinline__ void st(void *p, int dt, ll i, double v) {
   case EVT_FB_BF16: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v); break;
   case EVT_FB_I64: ((ll *)p)[i] = isfinite(v) ? (ll)trunc(v) : 0; break;
   case EVT_FB_I32: ((int *)p)[i] = isfinite(v) ? (int)fmax(fmin(trunc(v), 2147483647.0), -2147483648.0) : 0; break;
+  case EVT_FB_F8E4M3: ((__nv_fp8_storage_t *)p)[i] = evt_fp8_code<__NV_E4M3>((float)v); break;
+  case EVT_FB_F8E5M2: ((__nv_fp8_storage_t *)p)[i] = evt_fp8_code<__NV_E5M2>((float)v); break;
   default: ((unsigned char *)p)[i] = v != 0.0; break;
   }
 }
@@ -152,6 +164,11 @@ static inline int blocks(ll n) {
 }
 
 static inline tv view(const evt_fb_tensor &t) { return tv{t.ptr, t.dtype}; }
+
+/* floating dtypes (evt_dtype_is_float): f32, f16, bf16 and fp8 */
+static inline bool is_float_dtype(int dt) {
+  return dt == EVT_FB_F32 || dt == EVT_FB_F16 || dt == EVT_FB_BF16 || dt == EVT_FB_F8E4M3 || dt == EVT_FB_F8E5M2;
+}
 
 static inline shape_t shape_of(const evt_fb_tensor &t) {
   shape_t s;

@@ -153,7 +153,7 @@ extern "C" int evt_fb_dtype_bytes(int dt) {
   case EVT_FB_F32: case EVT_FB_I32: return 4;
   case EVT_FB_F16: case EVT_FB_BF16: return 2;
   case EVT_FB_I64: return 8;
-  default: return 1;
+  default: return 1; /* bool, f8e4m3, f8e5m2 */
   }
 }
 

@@ -185,7 +185,7 @@ int fb_class_loss(evt_fb_ctx *ctx, const evt_fb_node *nd, double *S, char *err, 
   int op = nd->op;
   bool bwd = op == EVT_FB_OP_NLL_LOSS_BACKWARD;
   const evt_fb_tensor &x = nd->in[bwd ? 1 : 0], &t = nd->in[bwd ? 2 : 1];
-  bool soft = op == EVT_FB_OP_CROSS_ENTROPY && (t.dtype == EVT_FB_F32 || t.dtype == EVT_FB_F16 || t.dtype == EVT_FB_BF16);
+  bool soft = op == EVT_FB_OP_CROSS_ENTROPY && is_float_dtype(t.dtype);
   ll N, C, inner;
   if (x.rank == 1) { N = 1; C = x.shape[0]; inner = 1; }
   else if (x.rank >= 2) { N = x.shape[0]; C = x.shape[1]; inner = prod(x.shape, 2, x.rank); }

@@ -6,8 +6,8 @@ Contract
   which names the node when a node is the reason, so the caller can move that node to PyTorch.
 - Program.run(inputs, outputs, stream) binds device pointers (inputs by node name, outputs by index) and
   enqueues the step on `stream` (a cudaStream_t as an int); it does not synchronize.
-- evt_program's memory contract: dense row-major in the node's dtype, integers as i64, bool as u8
-  (device_dtype, bindable, to_device_layout).
+- evt_program's memory contract: dense row-major in the node's dtype, integers as i64, bool as u8, fp8 as
+  PyTorch's float8_e4m3fn / float8_e5m2 bytes (device_dtype, bindable, to_device_layout).
 - program_flags / tune_configs turn the backend options (config.parse_options) into evt_program flags and the
   autotuner's candidate count; prefetch / tune compile and measure every segment's kernels in one batch.
 - OutputPool keeps stable output buffers for CUDA-graph replay (see the class).
@@ -110,7 +110,7 @@ def device_dtype(dtype):
     """The torch dtype of evt's device representation of a torch dtype (integers are i64)."""
     if dtype in (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8):
         return torch.int64
-    if dtype in (torch.float32, torch.float16, torch.bfloat16, torch.bool):
+    if dtype in (torch.float32, torch.float16, torch.bfloat16, torch.bool) + L.FP8_DTYPES:
         return dtype
     raise ProgramError(f"dtype {dtype} has no evt device representation")
 

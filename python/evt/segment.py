@@ -21,7 +21,7 @@ from . import diskcache
 from . import gpu as G
 from . import placement as P
 from . import torch_steps as TS
-from .lib import EvtError, Graph
+from .lib import FP8_DTYPES, EvtError, Graph
 
 log = logging.getLogger("evt")
 aten = torch.ops.aten
@@ -536,7 +536,7 @@ class Segment:
 
 
 # dtypes evt binds as they are (gpu.device_dtype is the identity on them)
-_BINDABLE_DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16, torch.bool, torch.int64))
+_BINDABLE_DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16, torch.bool, torch.int64) + FP8_DTYPES)
 
 
 _PROGRAMS = {}  # (sha256 of the optimized text, flags, device) -> Program (not for CUDA graphs)

@@ -17,8 +17,9 @@
  * the step read); the step time printed excludes the check. No GPU or no kernel library: exit 1 with "no CUDA device".
  * --fused (implies --opt) partitions and lowers the graph and runs GEMM+EVT / row / pointwise groups as generated
  * kernels (src/runtime/gpu/exec_plan.h, evt_cuda_open_fused); --stats lists each group's path. Off by default.
- * --check's rule (evt_check_step, src/runtime/gpu/cuda.h): f32 outputs within 1e-4 of the interpreter; bf16/f16
- * outputs within max(1e-2, 2 x the per-node interpreter's own distance) of the exact (fp64) answer.
+ * --check's rule (evt_check_step, src/compile/compile.h): f32 outputs within 1e-4 of the interpreter; bf16/f16
+ * outputs within max(1e-2, 2 x the per-node interpreter's own distance) of the exact (fp64) answer; outputs
+ * computed from fp8 values within 1e-2 of the interpreter in relative norm.
  * --cuda-graph (with --device cuda) replays the step as a CUDA graph (EVT_PROGRAM_CUDA_GRAPH). The GPU
  * runs through the public evt_program API (src/runtime/gpu/program.c); the printed step time is the
  * program's run and the device's SGD update measured with CUDA events (the loss's download excluded; with
@@ -211,7 +212,7 @@ static evt_status optimize(evt_graph *g, evt_tensor **values, unsigned pass_flag
 }
 
 /* Runs the interpreter on the same inputs as the GPU step that filled the outputs of `values` and compares
- * every graph output with evt_check_step's rule (src/runtime/gpu/cuda.h). Leaves the GPU's outputs in `values`.
+ * every graph output with evt_check_step's rule (src/compile/compile.h). Leaves the GPU's outputs in `values`.
  * Returns false (message printed) on a mismatch; *acc gets the maxima over the steps. */
 static bool check_step(evt_graph *g, evt_tensor *values, long step, evt_check_result *acc, evt_status *st) {
   int no = g->noutputs;
@@ -223,11 +224,12 @@ static bool check_step(evt_graph *g, evt_tensor *values, long step, evt_check_re
   }
   evt_check_result r;
   *st = evt_check_step(g, values, saved, step, stdout, &r);
-  double *mx[5] = {&acc->f32_ref, &acc->gpu_exact, &acc->ref_exact, &acc->gpu_ref, &acc->bound};
-  const double *now[5] = {&r.f32_ref, &r.gpu_exact, &r.ref_exact, &r.gpu_ref, &r.bound};
-  for (int k = 0; k < 5; k++)
+  double *mx[6] = {&acc->f32_ref, &acc->gpu_exact, &acc->ref_exact, &acc->gpu_ref, &acc->bound, &acc->fp8_ref};
+  const double *now[6] = {&r.f32_ref, &r.gpu_exact, &r.ref_exact, &r.gpu_ref, &r.bound, &r.fp8_ref};
+  for (int k = 0; k < 6; k++)
     if (!(*mx[k] >= *now[k])) *mx[k] = *now[k];
   acc->mismatches += r.mismatches;
+  acc->fp8_outputs += r.fp8_outputs;
   for (int k = 0; k < no; k++) values[g->outputs[k]] = saved[k];
   free(saved);
   return *st == EVT_OK && r.mismatches == 0;
@@ -312,8 +314,12 @@ static int train_steps(evt_graph *g, const run_options *o, evt_tensor *values, e
   if (cuda && !o->host_sgd && (st = evt_cuda_download_params(cuda, g, values)) != EVT_OK) return fail(g, st);
   if (cuda && o->check && o->steps > 0) {
     bool low = acc.bound > 0; /* the graph has bf16/f16 outputs */
+    double shown = low ? acc.gpu_exact : acc.fp8_outputs > 0 ? fmax(acc.fp8_ref, acc.f32_ref) : acc.f32_ref;
     printf("check: %s, %ld steps against the interpreter, max rel error %.3g (interpreter %.1f ms/step)\n",
-           mismatch ? "MISMATCH" : "matched", o->steps, low ? acc.gpu_exact : acc.f32_ref, check_ms / (double)o->steps);
+           mismatch ? "MISMATCH" : "matched", o->steps, shown, check_ms / (double)o->steps);
+    if (acc.fp8_outputs > 0)
+      printf("check: outputs of fp8 values: GPU vs per-node interpreter %.3g in relative norm (bound 1e-2)\n",
+             acc.fp8_ref);
     if (acc.bound > 0)
       printf("check: bf16/f16 outputs: GPU vs exact (fp64 interpreter) %.3g, bound %.3g = max(1e-2, 2 x %.3g, the "
              "per-node interpreter vs exact); GPU vs per-node interpreter %.3g; f32 outputs vs interpreter %.3g\n",
@@ -345,12 +351,13 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "  --fp64        compute (and update params) in fp64 instead of rounding to each tensor's dtype\n"
              "  --opt         run the graph passes (evtc opt's pipeline) on the joint graph first\n"
              "  --fp8         (implies --opt) the eligible GEMMs in FP8 with per-tensor scaling (the fp8 pass,\n"
-             "                docs/passes.md); the CPU interpreter runs them (the fp8 GPU kernels are not enabled yet)\n"
+             "                docs/passes.md); on the GPU too (--fused: generated fp8 GEMMs on sm_90a)\n"
              "  --check       with --device cuda: compare every step's loss and gradients with the interpreter\n"
              "                (max error / max(the tensor's largest magnitude, 0.1 x the step's largest gradient);\n"
              "                f32: within 1e-4 of the interpreter; f16/bf16: within max(1e-2, 2 x the per-node\n"
              "                interpreter's own distance) of the exact answer (the interpreter in fp64), or 1e-2 of\n"
-             "                the per-node interpreter; NaN fails)\n"
+             "                the per-node interpreter; computed from fp8 values: within 1e-2 of the interpreter in\n"
+             "                relative norm, ||gpu - cpu|| / ||cpu||; NaN fails)\n"
              "  --fused       with --device cuda (implies --opt): partition + lower the graph, JIT-compile the\n"
              "                GEMM+EVT / row / pointwise kernels (nvcc, cache $EVT_CACHE_DIR/jit) and run each such group\n"
              "                as one generated kernel; other groups run node by node, one warning each\n"

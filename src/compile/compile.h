@@ -145,6 +145,13 @@ double evt_cuda_rel_error(const evt_tensor *gpu, const evt_tensor *cpu, double f
  *   1.44 x max(1e-2, ref_exact) from it (the old rule, fused within 1e-2 of the per-node interpreter, fails by
  *   construction whenever ref_exact is above about 5e-3). Where decisions flip the bound is correspondingly loose;
  *   the f32 runs stay the tight check of the same kernels.
+ * - outputs with an fp8 value among their ancestors (the fp8 pass's steps; this rule before the others): within 1e-2
+ *   of the per-node interpreter in relative norm, ||gpu - ref|| / ||ref|| over the tensor. Why: the exact answer is
+ *   no reference (fp8 rounding moves fp8_mlp's gradients 0.26-0.37 from it), and a fused step whose f32 sums round
+ *   differently moves single values across an fp8 rounding boundary, so a few elements differ by a few 1e-3 of the
+ *   tensor's largest value: on the CPU model of the fused fp8_mlp step, 2 of 72 steps (24 seeds x 3), 2.9e-3 and
+ *   4.3e-3 by evt_cuda_rel_error but 3.0e-4 and 4.7e-4 in relative norm, while a gradient 5% off (0.05) or with 1%
+ *   of its elements negated (0.2-0.23) fails in every step.
  * Prints one line per mismatching output to `out` and fills r (maxima over the outputs); returns the
  * interpreter's status. */
 typedef struct evt_check_result {
@@ -154,6 +161,8 @@ typedef struct evt_check_result {
   double ref_exact; /* bf16/f16 outputs: max error of the per-node interpreter against the exact answer */
   double gpu_ref;   /* bf16/f16 outputs: max error of the GPU against the per-node interpreter */
   double bound;     /* max(1e-2, 2 x ref_exact) */
+  double fp8_ref;   /* outputs of fp8 values: max relative norm error of the GPU against the per-node interpreter */
+  int fp8_outputs;  /* outputs judged by the fp8 rule */
 } evt_check_result;
 evt_status evt_check_step(evt_graph *g, evt_tensor *values, const evt_tensor *gpu, long step, FILE *out,
                           evt_check_result *r);

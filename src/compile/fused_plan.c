@@ -362,6 +362,7 @@ static bool bind_unfused(const evt_graph *g, evt_exec_plan *p, int gi, const evt
   char err[320];
   evt_rspec *rs = &p->urs[gi];
   if (L->spec.batched || x->d_node < 0 || x->n > EVT_ROW_MAX_N) return false;
+  if (evt_dtype_is_fp8(L->spec.ab_dtype)) return false; /* cuBLAS takes no fp8 operands here, and T would be fp8 */
   evt_status st = evt_tune_unfused_rspec(&L->spec, L->spec.ab_dtype, bias, rs, map, &tn, &dn, &bn, err, sizeof err);
   if (st == EVT_ERR_UNSUPPORTED && dn < 0 && bias && bn >= 0 && L->spec.d_dtype == L->spec.ab_dtype) {
     /* D = acc + bias: cuBLASLt's bias epilogue writes D itself, no row kernel */

@@ -4,7 +4,8 @@
  * (unless EVT_PROGRAM_NO_OPT); with EVT_PROGRAM_FUSED build the fused plan (partition, lowering, paths) and
  * compile its distinct kernels (a group whose kernel fails to compile or load falls back to node by node,
  * reason in its `why`); list the steps and plan the arena; then the runtime (src/runtime/gpu/program.c)
- * allocates the arena and reserves the library's scratch for every node step. */
+ * allocates the arena and reserves the library's scratch for every node step. fp8 tensors need nothing of their
+ * own: fp8 GEMMs and row groups become generated kernels, every other node runs in the kernel library. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,17 +55,6 @@ static evt_status refuse_masked_attention(evt_graph *g) {
   return EVT_OK;
 }
 
-/* A device program with an fp8 tensor is refused (the kernel library has no fp8 loads or stores), naming the first
- * node that holds one, so that the graph runs on the CPU interpreter instead. */
-/* The fp8 kernels exist (row kernels, sm_90a GEMMs: docs/codegen.md "FP8"); enabled once tests/gpu's check_fp8 passes on a GPU. */
-static evt_status refuse_fp8(evt_graph *g) {
-  for (int i = 0; i < g->nnodes; i++)
-    if (evt_dtype_is_fp8(g->nodes[i].type.dtype))
-      return evt_graph_errorf(g, i, EVT_ERR_UNSUPPORTED, "%s tensor: evt has no CUDA kernels for fp8 yet (the CPU "
-                              "interpreter runs it)", evt_dtype_name(g->nodes[i].type.dtype));
-  return EVT_OK;
-}
-
 static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_program **out) {
   if (!out) return EVT_ERR_INVALID;
   *out = NULL;
@@ -93,7 +83,7 @@ static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_pr
   p->flags = flags;
   p->rng_step = g->rng_step; /* the first run's RNG step */
   char why[1024];
-  if (device && (refuse_masked_attention(g) != EVT_OK || refuse_fp8(g) != EVT_OK)) {
+  if (device && refuse_masked_attention(g) != EVT_OK) {
     evt_program_destroy(p);
     return EVT_ERR_UNSUPPORTED;
   }
@@ -105,7 +95,6 @@ static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_pr
     return EVT_ERR_UNSUPPORTED;
   }
   if (!(flags & EVT_PROGRAM_NO_OPT)) st = evt_passes_run_all(g, evt_compile_pass_flags(o), 0);
-  if (st == EVT_OK && device && o->fp8) st = refuse_fp8(g); /* what the fp8 pass made: no CUDA kernels yet */
   if (st == EVT_OK && g->noutputs == 0) st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "the graph has no outputs");
   if (st == EVT_OK && device && !(p->ctx = p->api->ctx_new(why, sizeof why)))
     st = evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "no CUDA device: %s", why);

@@ -793,6 +793,7 @@ int evt_tune_collect(const evt_lower_result *low, const int *want, evt_tune_prob
     const evt_lowered *L = &low->k[gi];
     if (prob_of) prob_of[gi] = -1;
     if (L->kind != EVT_LK_GEMM_EVT || !L->ok || L->spec.batched || (want && !want[gi])) continue;
+    if (evt_dtype_is_fp8(L->spec.ab_dtype)) continue; /* measured with 16-bit data against cuBLAS: fp8 runs untuned */
     evt_kspec s = L->spec;
     /* the untuned kernel first (a record applied to L may have changed L->spec.cfg): candidate 0, the one the
      * runtime compiles anyway, and the record's default_ms is its time at CUTLASS's default scheduler */

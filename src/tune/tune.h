@@ -184,7 +184,8 @@ typedef struct evt_tune_problem {
   int64_t m, n, k;
 } evt_tune_problem;
 /* The distinct (epilogue, shape) problems of the lowered GEMM+EVT groups of `low` (those with want[gi] != 0,
- * or every lowered one when want is NULL), each with the config it runs untuned (evt_lower_untuned_config).
+ * or every lowered one when want is NULL; never fp8 GEMMs, which run untuned), each with the config it runs
+ * untuned (evt_lower_untuned_config).
  * *out is malloc'd (caller frees); prob_of[gi] (low->n entries, may be NULL) gets the problem index of group
  * gi or -1. Returns the count. */
 int evt_tune_collect(const struct evt_lower_result *low, const int *want, evt_tune_problem **out, int *prob_of);

@@ -564,12 +564,14 @@ static int rows_ci_compile(char *log, size_t loglen) {
       len += n;
       free(src);
     }
-  /* the header and the command are part of what is compiled: hash them too */
+  /* the headers and the command are part of what is compiled: hash them too */
   uint64_t h = evt_hash_bytes(0, all, len);
   h = evt_hash_bytes(h, ROWS_CI_NVCC, strlen(ROWS_CI_NVCC));
-  FILE *hf = fopen("kernels/evt_rows.cuh", "rb");
-  CHECK(hf != NULL);
-  if (hf) {
+  const char *headers[] = {"kernels/evt_rows.cuh", "kernels/evt_fp8.cuh"};
+  for (int i = 0; i < 2; i++) {
+    FILE *hf = fopen(headers[i], "rb");
+    CHECK(hf != NULL);
+    if (!hf) continue;
     char buf[4096];
     size_t r;
     while ((r = fread(buf, 1, sizeof buf, hf)) > 0) h = evt_hash_bytes(h, buf, r);

@@ -494,7 +494,23 @@ TEST(exec_bind_gemm_refusals) {
   evt_graph_free(g);
 }
 
-/* The --check rule (evt_check_step, cuda.h) on the CPU model of the fused step, trained 3 SGD steps on its own
+/* The CPU model of the fused step on copies (in w) of v's inputs and params; its outputs go to gpu[k]. */
+static void fused_cpu_step(evt_graph *g, const evt_exec_plan *p, const evt_tensor *v, evt_tensor *w, evt_tensor *gpu) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
+      evt_tensor_free(&w[i]);
+      CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
+      memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
+    }
+  CHECK_MSG(evt_exec_plan_run_cpu(g, p, w) == EVT_OK, "%s", evt_graph_error(g));
+  for (int k = 0; k < g->noutputs; k++) {
+    gpu[k] = w[g->outputs[k]];
+    memset(&w[g->outputs[k]], 0, sizeof(evt_tensor));
+  }
+  evt_train_release(g, w);
+}
+
+/* The --check rule (evt_check_step, compile.h) on the CPU model of the fused step, trained 3 SGD steps on its own
  * gradients as `evtc run --fused` does: every bf16 graph passes the rule (the GPU must), and the quantities it
  * reports are consistent; a gradient off by 5% and a negated one fail it; f32 stays tight. (The plans are the
  * default, unrefined ones. With refine_partition 1 resnet_block_bf16 fails the rule at step 2 - its ReLU
@@ -516,18 +532,7 @@ TEST(check_rule_on_the_fused_cpu_model) {
     CHECK(evt_exec_plan_build(g, topt(), &p) == EVT_OK);
     FILE *sink = fopen("/dev/null", "w");
     for (long step = 1; step <= 3; step++) {
-      for (int i = 0; i < n; i++)
-        if (g->nodes[i].op == EVT_OP_INPUT || g->nodes[i].op == EVT_OP_PARAM) {
-          evt_tensor_free(&w[i]);
-          CHECK(evt_tensor_alloc(&w[i], v[i].dtype, v[i].rank, v[i].shape) == EVT_OK);
-          memcpy(w[i].data, v[i].data, sizeof(double) * (size_t)v[i].numel);
-        }
-      CHECK_MSG(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK, "%s", evt_graph_error(g));
-      for (int k = 0; k < no; k++) {
-        gpu[k] = w[g->outputs[k]];
-        memset(&w[g->outputs[k]], 0, sizeof(evt_tensor));
-      }
-      evt_train_release(g, w);
+      fused_cpu_step(g, &p, v, w, gpu);
       evt_check_result r;
       CHECK(evt_check_step(g, v, gpu, step, sink, &r) == EVT_OK);
       CHECK_MSG(r.mismatches == 0, "%s step %ld: gpu-exact %g bound %g ref-exact %g gpu-ref %g f32 %g", files[f], step,
@@ -600,6 +605,41 @@ TEST(check_rule_f32_outputs_of_bf16_values) {
   for (int k = 0; k < 2; k++) evt_tensor_free(&gpu[k]);
   for (int i = 0; i < n; i++) evt_tensor_free(&v[i]);
   free(v);
+  evt_graph_free(g);
+}
+
+/* The fp8 rule on the CPU model of the fused fp8_mlp step with the fp8 pass (seed 2: a value crosses an fp8 rounding
+ * boundary, 4.3e-3 of a gradient's largest element apart): every output is judged by it and passes; a gradient 5%
+ * off and one with 1% of its elements negated fail. */
+TEST(check_rule_fp8_on_the_fused_cpu_model) {
+  char *err = NULL;
+  evt_graph *g = evt_parse_file("tests/graphs/fp8_mlp.evt", &err);
+  CHECK_MSG(g, "%s", err ? err : "");
+  free(err);
+  if (!g) return;
+  CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK);
+  CHECK(evt_passes_run_all(g, EVT_PASS_FP8, 0) == EVT_OK);
+  int n = g->nnodes, no = g->noutputs, last = no - 1;
+  evt_tensor *v = calloc((size_t)n, sizeof *v), *w = calloc((size_t)n, sizeof *w), *gpu = calloc((size_t)no, sizeof *gpu);
+  CHECK(evt_interp_init_inputs(g, v, 2) == EVT_OK);
+  evt_exec_plan p;
+  CHECK(evt_exec_plan_build(g, topt(), &p) == EVT_OK);
+  fused_cpu_step(g, &p, v, w, gpu);
+  FILE *sink = fopen("/dev/null", "w");
+  evt_check_result r;
+  CHECK(evt_check_step(g, v, gpu, 1, sink, &r) == EVT_OK);
+  CHECK_MSG(r.mismatches == 0 && r.fp8_outputs == no && r.fp8_ref > 1e-4 && r.fp8_ref < 1e-3 && r.bound == 0,
+            "mismatches %d of %d, fp8 %g", r.mismatches, r.fp8_outputs, r.fp8_ref);
+  for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] *= 1.05;
+  CHECK(evt_check_step(g, v, gpu, 1, sink, &r) == EVT_OK && r.mismatches == 1);
+  for (int64_t i = 0; i < gpu[last].numel; i++) gpu[last].data[i] /= 1.05;
+  for (int64_t i = 0; i < gpu[last].numel; i += 97) gpu[last].data[i] = -gpu[last].data[i];
+  CHECK(evt_check_step(g, v, gpu, 1, sink, &r) == EVT_OK && r.mismatches == 1);
+  fclose(sink);
+  for (int k = 0; k < no; k++) evt_tensor_free(&gpu[k]);
+  for (int i = 0; i < n; i++) evt_tensor_free(&v[i]), evt_tensor_free(&w[i]);
+  free(v), free(w), free(gpu);
+  evt_exec_plan_free(&p);
   evt_graph_free(g);
 }
 

@@ -8,8 +8,9 @@
 #   graphs   every generated kernel of the graphs JIT-compiled (evtc prefetch), then `evtc run --device cuda --check`
 #            (against the interpreter) over examples/*.evt, bench/graphs/*.evt, tests/gpu/graphs/*.evt and a
 #            medium BERT layer whose attention runs on cuDNN: node by node, optimized, fused, and the optimized and
-#            fused steps as CUDA graphs; the run-time index error (bench/graphs/bad_index.evt); the device-resident
-#            training loop against --host-sgd (identical losses)
+#            fused steps as CUDA graphs; tests/graphs/fp8_mlp.evt with --fp8 (node by node, fused, fused as a CUDA
+#            graph); the run-time index error (bench/graphs/bad_index.evt); the device-resident training loop
+#            against --host-sgd (identical losses)
 #   program  the program API on every graph (program_check.c: eager, CUDA graph, fused, fused CUDA graph), and the
 #            API example examples/c/train_step.c
 #   ampere   the Ampere / Ada path (sm_8x) on this GPU, one command: `bash tests/gpu/run.sh ampere`. The kernel library
@@ -243,6 +244,10 @@ if want graphs; then
     check "$f_ --opt --cuda-graph" "run_$b.opt_graph" evtc_check "$f" --opt --cuda-graph
     check "$f_ --fused --cuda-graph" "run_$b.fused_graph" evtc_check "$f" --fused --cuda-graph
   done
+  fp8=tests/graphs/fp8_mlp.evt # the fp8 pass's step: generated fp8 GEMMs and row kernels, fp8 in the kernel library
+  check "$fp8 --fp8 node by node" run_fp8_mlp.node evtc_check "$fp8" --fp8
+  check "$fp8 --fp8 --fused" run_fp8_mlp.fused evtc_check "$fp8" --fp8 --fused
+  check "$fp8 --fp8 --fused --cuda-graph" run_fp8_mlp.fused_graph evtc_check "$fp8" --fp8 --fused --cuda-graph
   if [ -f "$MEDIUM" ]; then
     check "attention on cuDNN inside the runtime (medium BERT layer, fused)" attention_cudnn cudnn_attention "$MEDIUM" --fused
   fi

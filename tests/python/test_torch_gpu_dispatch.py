@@ -119,6 +119,8 @@ def test_device_dtype_mapping():
     assert G.device_dtype(torch.int32) is torch.int64
     assert G.device_dtype(torch.int64) is torch.int64
     assert G.device_dtype(torch.bool) is torch.bool
+    assert G.device_dtype(torch.float8_e4m3fn) is torch.float8_e4m3fn  # evt's f8e4m3 codes
+    assert G.device_dtype(torch.float8_e5m2) is torch.float8_e5m2
     with pytest.raises(G.ProgramError):
         G.device_dtype(torch.float64)
     t = torch.arange(6, dtype=torch.int32).view(2, 3).t()

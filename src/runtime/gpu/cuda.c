@@ -179,20 +179,7 @@ void evt_gpu_fb_node(const evt_program *p, int i, evt_fb_node *fn) {
       if (sdpa_sibling(n, &p->g->nodes[j])) fn->a.sdpa_siblings |= sdpa_bit(p->g->nodes[j].op);
 }
 
-/* The kernel library has no fp8 loads or stores: a node that reads or writes fp8 is refused by name. */
-static evt_status refuse_fp8_node(const evt_program *p, int i) {
-  const evt_node *n = &p->g->nodes[i];
-  int t = evt_dtype_is_fp8(n->type.dtype) ? i : -1;
-  for (int j = 0; j < n->ninputs && t < 0; j++)
-    if (evt_dtype_is_fp8(p->g->nodes[n->inputs[j]].type.dtype)) t = n->inputs[j];
-  if (t < 0) return EVT_OK;
-  return evt_graph_errorf(p->g, i, EVT_ERR_UNSUPPORTED, "not supported on CUDA: %%%s is %s, which the kernel library "
-                          "does not load or store", p->g->nodes[t].name, evt_dtype_name(p->g->nodes[t].type.dtype));
-}
-
 evt_status evt_gpu_launch_node(evt_program *p, int i, void *stream) {
-  evt_status fst = refuse_fp8_node(p, i);
-  if (fst != EVT_OK) return fst;
   char err[512];
   evt_fb_node fn;
   evt_gpu_fb_node(p, i, &fn);
@@ -207,7 +194,10 @@ static void *node_ptr(void *p, int node) {
   return node == EVT_EXEC_PTR_RNG ? (void *)((const evt_program *)p)->rng_dev : dev(p, node);
 }
 
-_Static_assert(EVT_FB_F32 == (int)EVT_F32 && EVT_FB_F16 == (int)EVT_F16 && EVT_FB_BF16 == (int)EVT_BF16,
+_Static_assert(EVT_FB_F32 == (int)EVT_F32 && EVT_FB_F16 == (int)EVT_F16 && EVT_FB_BF16 == (int)EVT_BF16 &&
+                   EVT_FB_I64 == (int)EVT_I64 && EVT_FB_I32 == (int)EVT_I32 && EVT_FB_BOOL == (int)EVT_BOOL &&
+                   EVT_FB_F8E4M3 == (int)EVT_F8E4M3 && EVT_FB_F8E5M2 == (int)EVT_F8E5M2 &&
+                   EVT_FB_F8E5M2 + 1 == (int)EVT_DTYPE_COUNT,
                "the kernel library's dtype codes are evt_dtype's");
 
 /* Group gi's GEMM as one call of the kernel library's cuBLAS entry, into d (d_dtype): the spec's layout
