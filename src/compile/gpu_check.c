@@ -33,11 +33,19 @@ static bool low_precision(evt_dtype dt) { return dt == EVT_BF16 || dt == EVT_F16
 
 /* low[v] = 1 when node v is 16-bit or computed from a 16-bit value (an f32 loss of bf16 logits carries bf16
  * error, whichever valid bf16 evaluation produced the logits). Inputs precede their users. */
-static unsigned char *low_ancestry(const evt_graph *g) {
+/* A GEMM of two f32 operands: with evt_options.tf32 it may run on TF32 tensor cores. */
+static bool tf32_gemm(const evt_graph *g, int v) {
+  const evt_node *n = &g->nodes[v];
+  int ai = n->op == EVT_OP_ADDMM ? 1 : 0;
+  if (n->op != EVT_OP_MM && n->op != EVT_OP_ADDMM && n->op != EVT_OP_BMM) return false;
+  return g->nodes[n->inputs[ai]].type.dtype == EVT_F32 && g->nodes[n->inputs[ai + 1]].type.dtype == EVT_F32;
+}
+
+static unsigned char *low_ancestry(const evt_graph *g, bool tf32) {
   unsigned char *low = calloc((size_t)g->nnodes + 1, 1);
   if (!low) evt_fatal(__FILE__, __LINE__, "out of memory");
   for (int v = 0; v < g->nnodes; v++) {
-    low[v] = low_precision(g->nodes[v].type.dtype);
+    low[v] = low_precision(g->nodes[v].type.dtype) || (tf32 && tf32_gemm(g, v));
     for (int j = 0; j < g->nodes[v].ninputs && !low[v]; j++) low[v] = low[g->nodes[v].inputs[j]];
   }
   return low;
@@ -45,12 +53,17 @@ static unsigned char *low_ancestry(const evt_graph *g) {
 
 evt_status evt_check_step(evt_graph *g, evt_tensor *values, const evt_tensor *gpu, long step, FILE *out,
                           evt_check_result *r) {
+  return evt_check_step_tf32(g, values, gpu, step, false, out, r);
+}
+
+evt_status evt_check_step_tf32(evt_graph *g, evt_tensor *values, const evt_tensor *gpu, long step, bool tf32, FILE *out,
+                               evt_check_result *r) {
   int no = g->noutputs;
   memset(r, 0, sizeof *r);
   evt_tensor *ref = calloc((size_t)(no ? no : 1), sizeof *ref), *exact = calloc((size_t)(no ? no : 1), sizeof *exact);
   if (!ref || !exact) evt_fatal(__FILE__, __LINE__, "out of memory");
   evt_status st = interp_outputs(g, values, 0, ref);
-  unsigned char *anc = low_ancestry(g);
+  unsigned char *anc = low_ancestry(g, tf32);
   bool low = false;
   for (int k = 0; k < no; k++) low |= anc[g->outputs[k]];
   if (st == EVT_OK && low) st = interp_outputs(g, values, EVT_RUN_FP64, exact);
