@@ -203,6 +203,11 @@ typedef struct evt_options {
    * forward operands, e5m2 gradients; the loss layer and small GEMMs stay as they are). A device program runs
    * it: generated kernels for the fp8 GEMMs (sm_90a) and row groups, the kernel library for the rest. */
   int fp8;
+  /* GEMMs of f32 operands (docs/codegen.md "TF32"): 0 (default) exact f32, such GEMMs run on cuBLAS without TF32 and
+   * get no generated epilogue; 1: they lower like 16-bit ones onto TF32 tensor cores (operands rounded to 10 mantissa
+   * bits, f32 accumulation; sm_90a, K-major operands), as PyTorch's torch.backends.cuda.matmul.allow_tf32 allows. The
+   * CPU interpreter stays exact; `--check` then compares within the TF32 tolerance. */
+  int tf32;
 } evt_options;
 enum { EVT_FP8_OFF = 0, EVT_FP8_TENSORWISE = 1 };
 void evt_options_init(evt_options *o);

@@ -80,9 +80,9 @@ CUDAGRAPHS = {False: False, None: False, True: "step", "step": "step", "segments
 GPU_OP_FAMILIES = ("attention", "batch_norm", "convolution", "dropout", "embedding", "pooling")
 GPU_OPS_FAST = ("dropout",)
 
-OPTIONS = ("arch", "check", "cudagraphs", "dump", "fp8", "fused", "gpu_ops", "tune")
+OPTIONS = ("arch", "check", "cudagraphs", "dump", "fp8", "fused", "gpu_ops", "tf32", "tune")
 DEFAULTS = {"arch": None, "check": False, "cudagraphs": False, "dump": None, "fp8": None, "fused": True,
-            "gpu_ops": GPU_OPS_FAST, "tune": None}
+            "gpu_ops": GPU_OPS_FAST, "tf32": None, "tune": None}
 # options["fp8"] -> evt_options.fp8 (include/evt.h): None (off) or "tensorwise" (eligible GEMMs in FP8 with per-tensor
 # current scaling: the fp8 pass, run with the graph passes as pass flag EVT_PASS_FP8 of src/passes/passes.h)
 FP8_RECIPES = {None: 0, "tensorwise": 1}
@@ -92,6 +92,19 @@ EVT_PASS_FP8 = 2
 def fp8_pass_flags(options):
     """The graph-pass flags of options["fp8"]: EVT_PASS_FP8 when a recipe is on, else 0."""
     return EVT_PASS_FP8 if parse_options(options)["fp8"] else 0
+
+
+def tf32(options):
+    """evt_options.tf32 for these options (GEMMs of f32 operands on TF32 tensor cores, docs/codegen.md "TF32"):
+    options["tf32"] when given, else torch.backends.cuda.matmul.allow_tf32 as it is now (read when a segment's
+    program is made, i.e. at compile time)."""
+    v = parse_options(options)["tf32"]
+    if v is None:
+        import torch
+        v = bool(torch.backends.cuda.matmul.allow_tf32)
+    return v
+
+
 # options["arch"]: the GPU target of evt's generated kernels (evt_options.arch / ptx, evt_arch_parse): None = the
 # present GPU's; "sm_80" / "sm_86" / "sm_89" (Ampere / Ada), "sm_90a", or "compute_XX" (PTX only)
 ARCHS = ("auto", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_90", "compute_80", "compute_86", "compute_89", "compute_90a")
@@ -138,11 +151,15 @@ def parse_options(options):
     fp8 = None if fp8 in (False, "off") else fp8
     if fp8 not in FP8_RECIPES:
         raise ValueError(f"evt backend: fp8 must be None, False, \"off\" or \"tensorwise\", not {fp8!r}")
+    tf32_ = options.get("tf32")
+    if tf32_ is not None and not isinstance(tf32_, bool):
+        raise ValueError(f"evt backend: tf32 must be None (PyTorch's allow_tf32) or a bool, not {tf32_!r}")
     dump = options.get("dump")
     if dump is not None and not isinstance(dump, (str, os.PathLike)):
         raise ValueError(f"evt backend: dump must be a directory path, not {dump!r}")
     return {"arch": arch, "check": check, "cudagraphs": CUDAGRAPHS[cg], "dump": os.fspath(dump) if dump is not None else None,
-            "fp8": fp8, "fused": fused is not False, "gpu_ops": _gpu_ops(options.get("gpu_ops")), "tune": tune}
+            "fp8": fp8, "fused": fused is not False, "gpu_ops": _gpu_ops(options.get("gpu_ops")), "tf32": tf32_,
+            "tune": tune}
 
 
 def all_gpu_ops(options):

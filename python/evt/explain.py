@@ -30,7 +30,7 @@ def plan_report(text, options=None):
     fn = L._declare("evt_plan_report", ctypes.c_void_p, [ctypes.c_void_p, ctypes.POINTER(G.EvtOptions)])
     g = L.Graph(text, "<explain>")
     o = G.options_for(G.program_flags(options) | G.EVT_PROGRAM_FUSED, G.refine_level(options),
-                      config.parse_options(options)["arch"])
+                      config.parse_options(options)["arch"], tf32=config.tf32(options))
     p = fn(g._g, ctypes.byref(o))
     if not p:
         raise L.EvtError(L.lib().evt_graph_error(g._g).decode())

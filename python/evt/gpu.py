@@ -30,7 +30,8 @@ EVT_PROGRAM_NO_OPT = 4
 class EvtOptions(ctypes.Structure):
     """evt_options of include/evt.h (filled by evt_options_init, then by options_for)."""
     _fields_ = [("flags", ctypes.c_uint), ("refine_partition", ctypes.c_int), ("fusion_ab", ctypes.c_int),
-                ("arch", ctypes.c_int), ("ptx", ctypes.c_int), ("fp8", ctypes.c_int)]
+                ("arch", ctypes.c_int), ("ptx", ctypes.c_int), ("fp8", ctypes.c_int),
+                ("tf32", ctypes.c_int)]
 
 # Outputs of at most this many elements are copied out of a private buffer under CUDA graphs.
 SMALL_OUTPUT = 1 << 16
@@ -74,15 +75,16 @@ def refine_level(options):
     return 2 if config.gpu_family_in_evt(options, "batch_norm") else 1
 
 
-def options_for(flags, refine, arch=None, fp8=None):
+def options_for(flags, refine, arch=None, fp8=None, tf32=False):
     """The evt_options a program of these flags, refine level, GPU target (options["arch"], parsed by
-    evt_arch_parse; None: the present GPU's) and fp8 recipe (options["fp8"]) is created with (NO_OPT always: the
-    backend ran the passes)."""
+    evt_arch_parse; None: the present GPU's), fp8 recipe (options["fp8"]) and TF32 setting (config.tf32) is created
+    with (NO_OPT always: the backend ran the passes)."""
     o = EvtOptions()
     L._declare("evt_options_init", None, [ctypes.POINTER(EvtOptions)])(ctypes.byref(o))
     o.flags = flags | EVT_PROGRAM_NO_OPT
     o.refine_partition = refine
     o.fp8 = config.FP8_RECIPES[fp8]
+    o.tf32 = int(bool(tf32))
     if arch is not None:
         a, p = ctypes.c_int(0), ctypes.c_int(0)
         parse = L._declare("evt_arch_parse", ctypes.c_int,
@@ -165,7 +167,7 @@ def _api():
 class Program:
     """One evt GPU program for one segment text (owns its graph and the evt_program)."""
 
-    def __init__(self, text, flags, name="<segment>", host=False, refine=1, arch=None):
+    def __init__(self, text, flags, name="<segment>", host=False, refine=1, arch=None, tf32=False):
         """host=True: evt_program_create_host_opts, the same plan without a device (tests: runs fail)."""
         lib = _api()
         self.flags = flags
@@ -176,7 +178,7 @@ class Program:
         if host:
             create = L._declare("evt_program_create_host_opts", ctypes.c_int,
                                 [ctypes.c_void_p, ctypes.POINTER(EvtOptions), ctypes.POINTER(ctypes.c_void_p)])
-        st = create(self.graph._g, ctypes.byref(options_for(flags, refine, arch)), ctypes.byref(p))
+        st = create(self.graph._g, ctypes.byref(options_for(flags, refine, arch, tf32=tf32)), ctypes.byref(p))
         if st != 0 or not p.value:
             msg = lib.evt_graph_error(self.graph._g).decode() if self.graph._g else ""
             if p.value:
@@ -236,7 +238,7 @@ class Program:
             self._p = None
 
 
-def prefetch(texts, flags, refine=1, arch=None):
+def prefetch(texts, flags, refine=1, arch=None, tf32=False):
     """One JIT batch for the kernels of every program about to be created from `texts` (optimized segment
     texts, as Program takes them): evt_program_prefetch. Returns the number of distinct kernels compiled or
     cached; 0 when nothing is fused, there is nothing to do, or the library predates the call."""
@@ -249,10 +251,10 @@ def prefetch(texts, flags, refine=1, arch=None):
                     [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.POINTER(EvtOptions)])
     graphs = [L.Graph(t, f"<prefetch {i}>") for i, t in enumerate(texts)]
     arr = (ctypes.c_void_p * len(graphs))(*[g._g for g in graphs])
-    return int(fn(arr, len(graphs), ctypes.byref(options_for(flags, refine, arch))))
+    return int(fn(arr, len(graphs), ctypes.byref(options_for(flags, refine, arch, tf32=tf32))))
 
 
-def tune(texts, flags, max_configs, refine=1, arch=None):
+def tune(texts, flags, max_configs, refine=1, arch=None, tf32=False):
     """evt_program_tune over the programs about to be created from `texts` (include/evt.h): (status, distinct
     GEMM problems, message). Status 0 when every problem has a tuning record (measured now or before); the
     message says why not (no GPU, no nvcc / CUTLASS, a failed measurement). A library without the call: (-1, 0, why)."""
@@ -268,7 +270,7 @@ def tune(texts, flags, max_configs, refine=1, arch=None):
     arr = (ctypes.c_void_p * len(graphs))(*[g._g for g in graphs])
     n = ctypes.c_int(0)
     msg = ctypes.create_string_buffer(1024)
-    st = int(fn(arr, len(graphs), ctypes.byref(options_for(flags, refine, arch)), int(max_configs), ctypes.byref(n), msg,
+    st = int(fn(arr, len(graphs), ctypes.byref(options_for(flags, refine, arch, tf32=tf32)), int(max_configs), ctypes.byref(n), msg,
                 len(msg)))
     return st, n.value, msg.value.decode(errors="replace")
 

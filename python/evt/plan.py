@@ -97,11 +97,13 @@ class Plan:
         """Tunes (gpu.tune_configs) and JIT-compiles every GPU segment's kernels in one batch each, then creates
         the programs (cache hits); a segment whose program cannot be made runs in PyTorch (fallbacks)."""
         gpu = [s for s in segs if s.path == "gpu" and getattr(s, "pending", None) is not None]
-        texts = [s.graph.text() for s in gpu if not SG.program_cached(s.graph, G.program_flags(s.options), s.device)]
+        texts = [s.graph.text() for s in gpu
+                 if not SG.program_cached(s.graph, G.program_flags(s.options), s.device, config.tf32(s.options))]
         if texts and G.tune_configs(gpu[0].options) > 0:
             t0 = time.time()
             st, n, why = G.tune(texts, G.program_flags(gpu[0].options), G.tune_configs(gpu[0].options),
-                                G.refine_level(gpu[0].options), config.parse_options(gpu[0].options)["arch"])
+                                G.refine_level(gpu[0].options), config.parse_options(gpu[0].options)["arch"],
+                                tf32=config.tf32(gpu[0].options))
             msg = "  tune: %d GEMM problems of %d GPU segments in %.1f s%s" % (
                 n, len(texts), time.time() - t0, "" if st == 0 else f" (not all tuned: {why})")
             if st == 0 or not G.tune_asked(gpu[0].options):
@@ -111,7 +113,7 @@ class Plan:
         if len(texts) > 1:
             t0 = time.time()
             n = G.prefetch(texts, G.program_flags(gpu[0].options), G.refine_level(gpu[0].options),
-                           config.parse_options(gpu[0].options)["arch"])
+                           config.parse_options(gpu[0].options)["arch"], tf32=config.tf32(gpu[0].options))
             log.info("  prefetch: %d kernels for %d GPU segments in %.1f s", n, len(texts), time.time() - t0)
         for s in segs:
             s.create_program()

@@ -334,7 +334,7 @@ class Segment:
         flags = G.program_flags(self.options)
         try:
             self.program = _program_for(self.graph, flags, self.device, G.refine_level(self.options),
-                                        config.parse_options(self.options)["arch"])
+                                        config.parse_options(self.options)["arch"], tf32=config.tf32(self.options))
         except G.ProgramError as e:
             msg = str(e)
             m = NODE_IN_MSG.search(msg)
@@ -539,25 +539,27 @@ class Segment:
 _BINDABLE_DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16, torch.bool, torch.int64) + FP8_DTYPES)
 
 
-_PROGRAMS = {}  # (sha256 of the optimized text, flags, device) -> Program (not for CUDA graphs)
+_PROGRAMS = {}  # (sha256 of the optimized text, flags, device, tf32[, arch]) -> Program (not for CUDA graphs)
 
 
-def _program_key(graph, flags, device):
-    return (hashlib.sha256(graph.text().encode()).hexdigest(), flags, str(device))
+def _program_key(graph, flags, device, tf32=False):
+    # tf32 in the key: a program lowered with TF32 GEMMs is not reused without it (nor the other way)
+    return (hashlib.sha256(graph.text().encode()).hexdigest(), flags, str(device), bool(tf32))
 
 
-def program_cached(graph, flags, device):
-    """True when the GPU program of this optimized graph, flags and device exists (_program_for reuses it)."""
-    return _program_key(graph, flags, device) in _PROGRAMS
+def program_cached(graph, flags, device, tf32=False):
+    """True when the GPU program of this optimized graph, flags, device and TF32 setting exists (_program_for
+    reuses it)."""
+    return _program_key(graph, flags, device, tf32) in _PROGRAMS
 
 
-def _program_for(graph, flags, device, refine, arch=None):
+def _program_for(graph, flags, device, refine, arch=None, tf32=False):
     text = graph.text()
-    key = _program_key(graph, flags, device) + ((arch,) if arch else ())
+    key = _program_key(graph, flags, device, tf32) + ((arch,) if arch else ())
     p = _PROGRAMS.get(key) if not flags & G.EVT_PROGRAM_CUDA_GRAPH else None
     if p is None:
         with torch.cuda.device(device):
-            p = G.Program(text, flags, f"evt-{key[0][:12]}.evt", refine=refine, arch=arch)
+            p = G.Program(text, flags, f"evt-{key[0][:12]}.evt", refine=refine, arch=arch, tf32=tf32)
         log.info("  GPU program for evt-%s: %d kernel launches per run (flags %d)", key[0][:12],
                  p.launch_count(), flags)
         if not flags & G.EVT_PROGRAM_CUDA_GRAPH:

@@ -35,7 +35,7 @@ static int write_file(const char *dir, const char *name, const char *text) {
   return 0;
 }
 
-EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--build] [--tune] [--tune-cache DIR] [--dtype bf16|f16] [--solver=ilp|greedy] [--no-cache] [--fuse-rules=lower]",
+EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--build] [--tune] [--tune-cache DIR] [--dtype bf16|f16] [--solver=ilp|greedy] [--no-cache] [--fuse-rules=lower] [--fp8] [--tf32]",
              "optimize, partition, lower every group to a kernel spec, plan memory; write DIR/plan.txt\n"
              "  -o DIR           output folder (created if missing)\n"
              "  --arch ARCH      GPU target of the kernels: sm_80, sm_86, sm_89 (Ampere / Ada), sm_90a, compute_XX (PTX\n"
@@ -53,6 +53,8 @@ EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--buil
              "  --no-cache       do not read or write the partition cache\n"
              "  --fp8            run the fp8 pass (evt_options.fp8): eligible GEMMs in FP8; fp8 casts, amax and\n"
              "                   K-major fp8 GEMMs lower (docs/codegen.md \"FP8\"), the rest is refused by node\n"
+             "  --tf32           GEMMs of f32 operands lower onto TF32 tensor cores (evt_options.tf32; docs/codegen.md\n"
+             "                   \"TF32\": sm_90a, layout NT); default: exact f32, such GEMMs stay unfused\n"
              "  --fuse-rules=lower  partition with the lowering's rules (evt_lower_compat): a GEMM group only takes\n"
              "                   members its kernel spec can hold; default --fuse-rules=shape (the partitioner's own)") {
   const char *path = NULL, *dir = NULL;
@@ -76,6 +78,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--buil
     }
     else if (!strcmp(a, "--tune")) tune = 1;
     else if (!strcmp(a, "--fp8")) ao.fp8 = EVT_FP8_TENSORWISE;
+    else if (!strcmp(a, "--tf32")) ao.tf32 = 1;
     else if (!strcmp(a, "--tune-cache") && i + 1 < argc) tune_cache = argv[++i];
     else if (!strcmp(a, "--fuse-rules=lower")) lower_rules = 1;
     else if (!strcmp(a, "--fuse-rules=shape")) lower_rules = 0;
@@ -116,7 +119,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--buil
   evt_part_plan part;
   bool have_part = false;
   if (st == EVT_OK) {
-    st = lower_rules ? evt_lower_partition(g, &opt, EVT_PART_LAMBDA_DEFAULT, &part)
+    st = lower_rules ? evt_lower_partition_flags(g, &opt, EVT_PART_LAMBDA_DEFAULT, evt_lower_flags(&ao), &part)
                      : evt_part_plan_build(g, &opt, EVT_PART_LAMBDA_DEFAULT, &part);
     have_part = st == EVT_OK;
   }
@@ -129,7 +132,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--buil
   evt_lower_result low;
   evt_plan plan;
   memset(&plan, 0, sizeof plan);
-  st = evt_lower_plan(g, &part, &low);
+  st = evt_lower_plan_flags(g, &part, evt_lower_flags(&ao), &low);
   int arch = 90, ptx = 0;
   evt_compile_target(&ao, &arch, &ptx);
   if (st == EVT_OK) evt_lower_retarget(g, part.group, &low, arch);

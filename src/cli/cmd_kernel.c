@@ -21,13 +21,14 @@ static bool parse_dims(const char *v, int n, int *out) {
   return true;
 }
 
-EVTC_COMMAND(kernel, "EPILOGUE [--arch ARCH] [--tile MxNxK] [--cluster MxN] [--pingpong] [--stages N] [--reduction atomic|workspace] [--epi-n N] [--epi-stages N] [--stream-k] [--spec]",
+EVTC_COMMAND(kernel, "EPILOGUE [--arch ARCH] [--tile MxNxK] [--cluster MxN] [--pingpong] [--stages N] [--reduction atomic|workspace] [--epi-n N] [--epi-stages N] [--stream-k] [--tf32] [--spec]",
              "print the generated CUTLASS GEMM + epilogue-visitor-tree source of a named epilogue\n"
              "  --arch ARCH  GPU target: sm_90a (default: CUTLASS Sm90 collectives), sm_80, sm_86, sm_89 (CUTLASS 2.x GEMM\n"
              "               with Sm80 visitor nodes; its default config 128x128x32, 4 stages on sm_80, 3 on sm_86/89;\n"
              "               --tile and --stages apply, the Hopper-only flags are refused)\n"
              "  EPILOGUE     a named example: plain, bias_gelu_aux, bias_relu_dbias, gelu_bwd, gelu_bwd_dbias, bias_silu,\n"
-             "               bias_relu_aux, bias_gelu_aux_f16, mixed_f32, visitor_ops, visitor_cmp, bias_dropout, bmm_*\n"
+             "               bias_relu_aux, bias_gelu_aux_f16, mixed_f32, visitor_ops, visitor_cmp, bias_dropout, bias_relu_amax,\n"
+             "               tf32_bias_relu, bmm_*\n"
              "  --tile       CTA tile (default 128x128x64)\n"
              "  --cluster    cluster shape (default 1x1)\n"
              "  --pingpong   ping-pong schedule instead of cooperative\n"
@@ -38,13 +39,15 @@ EVTC_COMMAND(kernel, "EPILOGUE [--arch ARCH] [--tile MxNxK] [--cluster MxN] [--p
              "               (default 0: CUTLASS's min(subtiles, 2))\n"
              "  --stream-k   CUTLASS's stream-K tile scheduler (cooperative only; the tuner's choice for few tiles\n"
              "               over a long K)\n"
+             "  --tf32       f32 operands on TF32 tensor cores (docs/codegen.md \"TF32\"): the example's A and B become\n"
+             "               f32, its layout NT, tile_k 32 unless --tile says otherwise (sm_90a)\n"
              "  --spec       print the canonical spec text and the kernel name instead of the source") {
   if (argc < 2) {
     fprintf(stderr, "evtc kernel: which epilogue? (evtc kernel --help)\n");
     return EVTC_EXIT_USER;
   }
   evt_tile_config cfg = EVT_TILE_CONFIG_DEFAULT;
-  int spec_only = 0, arch = 0, ptx = 0;
+  int spec_only = 0, arch = 0, ptx = 0, tf32 = 0, tile_given = 0;
   for (int i = 2; i < argc; i++) /* the target first: it sets the config the other flags change */
     if (!strcmp(argv[i], "--arch") && i + 1 < argc && evt_arch_parse(argv[i + 1], &arch, &ptx) == EVT_OK)
       cfg = evt_arch_untuned_config(arch, 128);
@@ -54,7 +57,7 @@ EVTC_COMMAND(kernel, "EPILOGUE [--arch ARCH] [--tile MxNxK] [--cluster MxN] [--p
     } else if (!strcmp(argv[i], "--tile") && i + 1 < argc) {
       int t[3];
       if (!parse_dims(argv[++i], 3, t)) goto bad;
-      cfg.tile_m = t[0], cfg.tile_n = t[1], cfg.tile_k = t[2];
+      cfg.tile_m = t[0], cfg.tile_n = t[1], cfg.tile_k = t[2], tile_given = 1;
     } else if (!strcmp(argv[i], "--cluster") && i + 1 < argc) {
       int c[2];
       if (!parse_dims(argv[++i], 2, c)) goto bad;
@@ -74,6 +77,8 @@ EVTC_COMMAND(kernel, "EPILOGUE [--arch ARCH] [--tile MxNxK] [--cluster MxN] [--p
       if (!parse_dims(argv[++i], 1, &cfg.epi_stages)) goto bad;
     } else if (!strcmp(argv[i], "--stream-k")) {
       cfg.stream_k = 1;
+    } else if (!strcmp(argv[i], "--tf32")) {
+      tf32 = 1;
     } else if (!strcmp(argv[i], "--spec")) {
       spec_only = 1;
     } else {
@@ -88,6 +93,10 @@ EVTC_COMMAND(kernel, "EPILOGUE [--arch ARCH] [--tile MxNxK] [--cluster MxN] [--p
     return EVTC_EXIT_USER;
   }
   s.arch = evt_arch_sm8x(arch) ? arch : 0;
+  if (tf32) { /* the same epilogue over f32 operands: TF32 takes them K-major (layout NT) */
+    s.ab_dtype = EVT_F32, s.b_mixed = 0, s.layout = EVT_LAYOUT_NT;
+    if (!tile_given) s.cfg.tile_k = evt_kspec_tile_k(&s);
+  }
   char err[512];
   if (evt_kspec_check(&s, err, sizeof err) != EVT_OK) {
     fprintf(stderr, "evtc kernel: %s\n", err);

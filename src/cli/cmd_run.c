@@ -43,7 +43,7 @@ typedef struct {
   double lr;
   unsigned long long seed;
   const char *device;
-  bool fp64, opt, check, fused, stats, cuda_graph, host_sgd, fp8;
+  bool fp64, opt, check, fused, stats, cuda_graph, host_sgd, fp8, tf32;
   int arch, ptx; /* --arch: the GPU target of generated kernels (0: the GPU's) */
 } run_options;
 
@@ -74,6 +74,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
       o->opt = true;
     } else if (!strcmp(a, "--fp8")) {
       o->fp8 = true;
+    } else if (!strcmp(a, "--tf32")) {
+      o->tf32 = true;
     } else if (!strcmp(a, "--check")) {
       o->check = true;
     } else if (!strcmp(a, "--fused")) {
@@ -214,7 +216,7 @@ static evt_status optimize(evt_graph *g, evt_tensor **values, unsigned pass_flag
 /* Runs the interpreter on the same inputs as the GPU step that filled the outputs of `values` and compares
  * every graph output with evt_check_step's rule (src/compile/compile.h). Leaves the GPU's outputs in `values`.
  * Returns false (message printed) on a mismatch; *acc gets the maxima over the steps. */
-static bool check_step(evt_graph *g, evt_tensor *values, long step, evt_check_result *acc, evt_status *st) {
+static bool check_step(evt_graph *g, evt_tensor *values, long step, bool tf32, evt_check_result *acc, evt_status *st) {
   int no = g->noutputs;
   evt_tensor *saved = calloc((size_t)(no ? no : 1), sizeof *saved);
   if (!saved) evt_fatal(__FILE__, __LINE__, "out of memory");
@@ -223,7 +225,7 @@ static bool check_step(evt_graph *g, evt_tensor *values, long step, evt_check_re
     memset(&values[g->outputs[k]], 0, sizeof(evt_tensor));
   }
   evt_check_result r;
-  *st = evt_check_step(g, values, saved, step, stdout, &r);
+  *st = evt_check_step_tf32(g, values, saved, step, tf32, stdout, &r);
   double *mx[6] = {&acc->f32_ref, &acc->gpu_exact, &acc->ref_exact, &acc->gpu_ref, &acc->bound, &acc->fp8_ref};
   const double *now[6] = {&r.f32_ref, &r.gpu_exact, &r.ref_exact, &r.gpu_ref, &r.bound, &r.fp8_ref};
   for (int k = 0; k < 6; k++)
@@ -268,7 +270,7 @@ static int train_steps(evt_graph *g, const run_options *o, evt_tensor *values, e
     double check_before = check_ms;
     if (cuda && o->check) {
       double c0 = now_ms();
-      if (!check_step(g, values, step, &acc, &st)) {
+      if (!check_step(g, values, step, o->tf32, &acc, &st)) {
         if (st != EVT_OK) return fail(g, st);
         mismatch = true;
       }
@@ -336,7 +338,7 @@ static int train(evt_graph *g, const run_options *o, evt_tensor *values, evt_cud
   return rc;
 }
 
-EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--fp8] [--check] [--fused] [--cuda-graph] [--host-sgd] [--stats] [--arch ARCH] [--loss-digits D]",
+EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [--every K] [--fp64] [--opt] [--fp8] [--tf32] [--check] [--fused] [--cuda-graph] [--host-sgd] [--stats] [--arch ARCH] [--loss-digits D]",
              "train a model with SGD on the CPU interpreter or the GPU\n"
              "  FILE          a .evt graph with a loss (- for stdin; the joint graph is built if it has no gradients)\n"
              "  --steps N     training steps (required; 0 only checks that the graph can be prepared)\n"
@@ -352,6 +354,8 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "  --opt         run the graph passes (evtc opt's pipeline) on the joint graph first\n"
              "  --fp8         (implies --opt) the eligible GEMMs in FP8 with per-tensor scaling (the fp8 pass,\n"
              "                docs/passes.md); on the GPU too (--fused: generated fp8 GEMMs on sm_90a)\n"
+             "  --tf32        GEMMs of f32 operands run on TF32 tensor cores as generated GEMM+EVT kernels (evt_options.tf32,\n"
+             "                docs/codegen.md \"TF32\"); --check then holds their outputs to the 16-bit tolerance\n"
              "  --check       with --device cuda: compare every step's loss and gradients with the interpreter\n"
              "                (max error / max(the tensor's largest magnitude, 0.1 x the step's largest gradient);\n"
              "                f32: within 1e-4 of the interpreter; f16/bf16: within max(1e-2, 2 x the per-node\n"
@@ -418,6 +422,7 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
     po.flags = pf;
     po.arch = o.arch;
     po.ptx = o.ptx;
+    po.tf32 = o.tf32;
     st = evt_cuda_open_opts(g, &po, &cuda);
     const char *graph_note = o.cuda_graph ? ", replayed as a CUDA graph" : "";
     if (st == EVT_OK && !o.fused) printf("device: cuda (node-by-node kernels, libevt_fallback.so%s)\n", graph_note);

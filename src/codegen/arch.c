@@ -89,6 +89,9 @@ evt_status evt_kspec_retarget(evt_kspec *s, int arch, int64_t n, int *bad, char 
   if (evt_dtype_is_fp8(s->ab_dtype))
     return refuse(err, errlen, "%s: fp8 operands (%s; evt's fp8 GEMMs are sm_90a's)", evt_arch_name(arch),
                   arch == 89 ? "the sm_8x kernels are CUTLASS 2.x GEMMs without fp8 operands" : "no FP8 tensor cores");
+  if (s->ab_dtype == EVT_F32) /* CUTLASS 2.x could (16x8x8 TF32 MMA); evt's Sm80 emitter has 16-bit instruction shapes only */
+    return refuse(err, errlen, "%s: f32 (TF32) operands (evt's TF32 GEMMs are sm_90a's; the sm_8x kernels take bf16 / f16 "
+                  "operands)", evt_arch_name(arch));
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_RAND) {
       if (bad) *bad = i;

@@ -7,7 +7,7 @@
 const char *const evt_kspec_example_names[] = {"plain",    "bias_gelu_aux", "bias_relu_dbias", "gelu_bwd",
                                                "gelu_bwd_dbias", "bias_silu", "bias_relu_aux", "bias_gelu_aux_f16", "mixed_f32",
                                                "bmm_plain", "bmm_scale", "bmm_scale_mask_stats", "bmm_softmax_bwd",
-                                               "visitor_ops", "visitor_cmp", "bias_dropout", "bias_relu_amax", NULL};
+                                               "visitor_ops", "visitor_cmp", "bias_dropout", "bias_relu_amax", "tf32_bias_relu", NULL};
 
 /* z = acc + bias[n] (stored as aux "z"); D = act(z)   (the MLP forward: bias_gelu_aux, bias_relu_aux) */
 static void bias_act_aux(evt_kspec *s, int acc, evt_vop act) {
@@ -155,6 +155,16 @@ static void bias_dropout(evt_kspec *s, int acc) {
                             evt_kspec_scalar(s, 4.0 / 3.0), EVT_F32, NULL);
 }
 
+/* f32 operands on TF32 tensor cores (kspec.h "TF32 operands": layout NT, tile_k 32), D = relu(acc + bias[n]) in f32,
+ * bias f32 (an f32 model's linear layer with evt_options.tf32) */
+static void tf32_bias_relu(evt_kspec *s, evt_tile_config cfg) {
+  cfg.tile_k = 32;
+  evt_kspec_init(s, EVT_LAYOUT_NT, EVT_F32, EVT_F32, cfg);
+  int acc = evt_kspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, "acc");
+  int bias = evt_kspec_add(s, EVT_V_ROW_BCAST, -1, -1, EVT_F32, "bias");
+  s->d_node = evt_kspec_add(s, EVT_V_RELU, evt_kspec_add(s, EVT_V_ADD, acc, bias, EVT_F32, NULL), -1, EVT_F32, NULL);
+}
+
 /* Batched (batched = 1; attention-style epilogues): bmm_plain D = acc; bmm_scale D = acc · 0.125 (attention scores
  * q·kᵀ / sqrt(d)); bmm_scale_mask_stats z = acc·0.125 + mask (aux, per batch) + bias[n] (shared), D = z,
  * rowstat[m] = Σ_n z per batch (col_sum), colstat[n] = Σ over m and all batches (shared); bmm_softmax_bwd
@@ -206,6 +216,7 @@ evt_status evt_kspec_example(evt_kspec *s, const char *name, evt_tile_config cfg
   else if (!strcmp(name, "visitor_cmp")) visitor_cmp(s, cfg);
   else if (!strcmp(name, "bias_dropout")) bias_dropout(s, acc);
   else if (!strcmp(name, "bias_relu_amax")) bias_relu_amax(s, acc);
+  else if (!strcmp(name, "tf32_bias_relu")) tf32_bias_relu(s, cfg);
   else if (!strncmp(name, "bmm_", 4)) return bmm_example(s, acc, name);
   else return EVT_ERR_INVALID;
   return EVT_OK;

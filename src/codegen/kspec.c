@@ -167,6 +167,7 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
     BAD("unsupported tile %dx%d (tile_m and tile_n must be 64, 128 or 256)", tm, tn);
   if (tk != 32 && tk != 64 && tk != 128) BAD("unsupported tile_k %d (32, 64 or 128)", tk);
   if (evt_dtype_is_fp8(s->ab_dtype) && tk != 128) BAD("tile_k %d with fp8 operands (128: one 128-byte K row per tile)", tk);
+  if (s->ab_dtype == EVT_F32 && tk != 32) BAD("tile_k %d with f32 (TF32) operands (32: one 128-byte K row per tile)", tk);
   if (!pow2_le4(c->cluster_m) || !pow2_le4(c->cluster_n) || c->cluster_m * c->cluster_n > 4)
     BAD("unsupported cluster %dx%d (1, 2 or 4 each, at most 4 CTAs)", c->cluster_m, c->cluster_n);
   if (c->schedule == EVT_SCHED_COOPERATIVE) {
@@ -210,20 +211,30 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
   return EVT_OK;
 }
 
+int evt_kspec_tile_k(const evt_kspec *s) { return evt_dtype_is_fp8(s->ab_dtype) ? 128 : s->ab_dtype == EVT_F32 ? 32 : 64; }
+
 evt_dtype evt_kspec_b_dtype(const evt_kspec *s) { return s->b_mixed ? s->b_dtype : s->ab_dtype; }
 
 static const char *layout_name(evt_gemm_layout l) { return l == EVT_LAYOUT_NN ? "NN" : l == EVT_LAYOUT_NT ? "NT" : "TN"; }
 
-/* The operand rules: bf16 / f16 (A and B alike), or fp8 (see kspec.h "FP8 operands"). */
+/* The operand rules: bf16 / f16 (A and B alike), fp8 (see kspec.h "FP8 operands") or f32 on TF32 tensor cores ("TF32
+ * operands"). */
 static evt_status check_operands(const evt_kspec *s, char *err, size_t errlen) {
   evt_dtype a = s->ab_dtype, b = evt_kspec_b_dtype(s);
-  bool fp8 = evt_dtype_is_fp8(a);
-  if (a != EVT_BF16 && a != EVT_F16 && !fp8)
-    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: operands must be bf16, f16 or fp8, not %s",
+  bool fp8 = evt_dtype_is_fp8(a), tf32 = a == EVT_F32;
+  if (a != EVT_BF16 && a != EVT_F16 && !fp8 && !tf32)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: operands must be bf16, f16, fp8 or f32 (TF32), not %s",
                 evt_dtype_name(a));
   if (s->b_mixed && (!fp8 || !evt_dtype_is_fp8(b) || a == b))
     return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: operands %s x %s (a mixed B takes the other fp8 format)",
                 evt_dtype_name(a), evt_dtype_name(b));
+  if (tf32 && s->arch)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: f32 (TF32) operands on %s (evt's TF32 GEMMs are sm_90a's)",
+                evt_arch_name(s->arch));
+  if (tf32 && s->layout != EVT_LAYOUT_NT)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: f32 (TF32) operands in layout %s (Hopper's TF32 wgmma "
+                "reads both operands K-major from shared memory: layout NT, A row-major M x K and B stored N x K)",
+                layout_name(s->layout));
   if (!fp8) return EVT_OK;
   if (s->arch)
     return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: fp8 operands on %s (evt's fp8 GEMMs are sm_90a's)",

@@ -24,6 +24,12 @@
  * K a multiple of 16 (16-byte TMA rows) and tile_k 128 (one 128-byte swizzle row per K tile). The epilogue is as
  * for 16-bit operands (the fp8 recipe's rescale: a scalar_load of 1/(sA·sB) times acc; D bf16 / f16 / f32).
  *
+ * TF32 operands (sm_90a only; evt_options.tf32): A and B f32, read by Hopper's TF32 wgmma (CUTLASS's collective builder
+ * maps float operands to tfloat32_t: each operand's mantissa is cut to 10 bits in the tensor core, f32 accumulation),
+ * layout NT only (TF32 wgmma reads both operands K-major from shared memory; CUTLASS sends other float layouts to its
+ * register-sourced mainloop, not used here), K a multiple of 4 (16-byte TMA rows: the M, N, K multiple-of-8 rule
+ * covers it) and tile_k 32 (one 128-byte swizzle row). The epilogue and D are as for 16-bit operands.
+ *
  * Batch mode (`batched` = 1, a bmm nucleus): the kernel computes L independent GEMMs + epilogues over
  * [L, M, N], L a run-time argument like M, N, K. A, B and D are per batch; each node with memory is per
  * batch (its own M×N tile / N-vector / M-vector in every batch, summed per batch for row/col sums) or,
@@ -144,7 +150,7 @@ typedef struct evt_tile_config {
 
 typedef struct evt_kspec {
   evt_gemm_layout layout;
-  evt_dtype ab_dtype;  /* EVT_BF16 or EVT_F16; sm_90a also EVT_F8E4M3 / EVT_F8E5M2 (see "FP8 operands" above) */
+  evt_dtype ab_dtype;  /* EVT_BF16 or EVT_F16; sm_90a also EVT_F8E4M3 / EVT_F8E5M2 ("FP8 operands") or EVT_F32 ("TF32") */
   int b_mixed;         /* fp8 only: 1 = B has its own dtype b_dtype (f8e4m3 x f8e5m2 either way); 0 = B is ab_dtype */
   evt_dtype b_dtype;
   evt_dtype d_dtype;   /* EVT_BF16, EVT_F16 or EVT_F32 */
@@ -164,6 +170,8 @@ void evt_kspec_init(evt_kspec *s, evt_gemm_layout layout, evt_dtype ab, evt_dtyp
 int evt_kspec_add(evt_kspec *s, evt_vop op, int in0, int in1, evt_dtype dtype, const char *name);
 int evt_kspec_add3(evt_kspec *s, evt_vop op, int in0, int in1, int in2, evt_dtype dtype, const char *name);
 int evt_kspec_scalar(evt_kspec *s, double value);
+/* The K tile of one 128-byte K-major row of s's operands: 128 for fp8, 32 for f32 (TF32), else 64. */
+int evt_kspec_tile_k(const evt_kspec *s);
 /* B's dtype (ab_dtype unless b_mixed). */
 evt_dtype evt_kspec_b_dtype(const evt_kspec *s);
 /* Checks the whole spec (including evt_tile_config_check); EVT_OK or a status with a message in err
@@ -172,7 +180,7 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen);
 /* Is `c` a legal mainloop for spec s (its dtypes and whether its epilogue has sums)? EVT_OK, or
  * EVT_ERR_UNSUPPORTED with the reason in err ("kernel spec: config 128x256x64 c1x1 pingpong: ..."). Rules
  * (CUTLASS 4.2 Sm90 TMA warp-specialized kernels, 128 threads per consumer warp group, f32 accumulators):
- *   tile_m, tile_n in {64, 128, 256}; tile_k in {32, 64, 128} (fp8 operands: 128); cluster_m, cluster_n in
+ *   tile_m, tile_n in {64, 128, 256}; tile_k in {32, 64, 128} (fp8 operands: 128; f32: 32); cluster_m, cluster_n in
  *     {1, 2, 4}, product <= 4;
  *   cooperative: two consumer warp groups split the tile's M, so tile_m % 128 == 0, and each holds
  *     tile_m*tile_n/256 accumulators per thread <= 128 (tile_m*tile_n <= 128*256);

@@ -138,6 +138,12 @@ static void lower_unfused(const evt_graph *g, int gi, int single, int nu, evt_lo
 }
 
 evt_status evt_lower_plan(const evt_graph *g, const evt_part_plan *plan, evt_lower_result *out) {
+  return evt_lower_plan_flags(g, plan, 0, out);
+}
+
+unsigned evt_lower_flags(const evt_options *o) { return o && o->tf32 ? EVT_LOWER_TF32 : 0; }
+
+evt_status evt_lower_plan_flags(const evt_graph *g, const evt_part_plan *plan, unsigned flags, evt_lower_result *out) {
   memset(out, 0, sizeof *out);
   if (!plan || !plan->group || plan->ngroups < 0) return EVT_ERR_INVALID;
   int n = g->nnodes;
@@ -164,7 +170,7 @@ evt_status evt_lower_plan(const evt_graph *g, const evt_part_plan *plan, evt_low
     if (single >= 0) {
       lower_unfused(g, gi, single, nu, L);
     } else if (nu >= 0 && cls == EVT_CLASS_GEMM) {
-      evt_lower_gemm(g, plan->group, gi, nu, L, vid);
+      evt_lower_gemm(g, plan->group, gi, nu, flags, L, vid);
     } else if (nu < 0 || cls == EVT_CLASS_ROW) {
       evt_lower_rows(g, plan->group, gi, nu, L, vid);
     } else {
@@ -225,7 +231,7 @@ static bool long_row_sum_over_m(const evt_graph *eg, int nucleus, int member) {
   return false;
 }
 
-bool evt_lower_compat(const evt_pgraph *g, int nucleus, int member) { /* contract in lower.h */
+static bool compat(const evt_pgraph *g, int nucleus, int member, bool tf32) {
   if (!evt_part_compat_evt(g, nucleus, member)) return false;
   const evt_graph *eg = g->src;
   if (!eg || member == nucleus) return true;
@@ -238,16 +244,29 @@ bool evt_lower_compat(const evt_pgraph *g, int nucleus, int member) { /* contrac
   const evt_type *ta = &eg->nodes[nn->inputs[ai]].type, *tb = &eg->nodes[nn->inputs[ai + 1]].type;
   bool ab16 = ta->dtype == tb->dtype && (ta->dtype == EVT_BF16 || ta->dtype == EVT_F16);
   bool ab8 = !bmm && evt_dtype_is_fp8(ta->dtype) && evt_dtype_is_fp8(tb->dtype);
-  if (!(ab16 || ab8) || nn->type.shape[md] % 8 || nn->type.shape[md + 1] % 8 || ta->shape[md + 1] % (ab8 ? 16 : 8))
+  bool ab32 = tf32 && ta->dtype == EVT_F32 && tb->dtype == EVT_F32;
+  if (!(ab16 || ab8 || ab32) || nn->type.shape[md] % 8 || nn->type.shape[md + 1] % 8 || ta->shape[md + 1] % (ab8 ? 16 : 8))
     return true;
   const evt_node *m = &eg->nodes[member];
   if ((g->nodes[member].flags & EVT_PN_VIEW) && m->ninputs == 1 && evt_pgraph_kernel(g, m->inputs[0]))
-    return evt_lower_compat(g, nucleus, m->inputs[0]); /* a view is its producer's tensor */
+    return compat(g, nucleus, m->inputs[0], tf32); /* a view is its producer's tensor */
   return evt_lower_can_fuse(eg, nucleus, member, NULL, 0);
+}
+
+bool evt_lower_compat(const evt_pgraph *g, int nucleus, int member) { return compat(g, nucleus, member, false); }
+bool evt_lower_compat_tf32(const evt_pgraph *g, int nucleus, int member) { return compat(g, nucleus, member, true); }
+
+bool (*evt_lower_compat_for(unsigned flags))(const evt_pgraph *, int, int) {
+  return flags & EVT_LOWER_TF32 ? evt_lower_compat_tf32 : evt_lower_compat;
 }
 
 evt_status evt_lower_partition(evt_graph *eg, const evt_part_options *opt, double lambda, evt_part_plan *plan) {
   return evt_part_plan_build_compat(eg, opt, lambda, evt_lower_compat, plan);
+}
+
+evt_status evt_lower_partition_flags(evt_graph *eg, const evt_part_options *opt, double lambda, unsigned flags,
+                                     evt_part_plan *plan) {
+  return evt_part_plan_build_compat(eg, opt, lambda, evt_lower_compat_for(flags), plan);
 }
 
 void evt_lower_print(const evt_graph *g, const evt_lower_result *r, FILE *out) {

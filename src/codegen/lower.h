@@ -99,6 +99,13 @@ typedef struct evt_lower_result {
 /* Lowers every group of `plan` (built on g). Never fails on an unsupported group (it is listed with its
  * reason); returns EVT_ERR_INVALID only for a plan that does not belong to g. */
 evt_status evt_lower_plan(const evt_graph *g, const struct evt_part_plan *plan, evt_lower_result *out);
+/* What the lowering may do beyond its default rules (evt_options fields): EVT_LOWER_TF32 (evt_options.tf32): an mm /
+ * addmm / bmm of two f32 operands lowers to a TF32 GEMM (kspec.h "TF32 operands"); without it such a group is
+ * unfused ("operands f32 x f32"). */
+#define EVT_LOWER_TF32 1u
+unsigned evt_lower_flags(const evt_options *o);
+/* evt_lower_plan with flags (EVT_LOWER_*). */
+evt_status evt_lower_plan_flags(const evt_graph *g, const struct evt_part_plan *plan, unsigned flags, evt_lower_result *out);
 void evt_lower_free(evt_lower_result *r);
 /* The mainloop config an unbatched GEMM+EVT group with epilogue s over M x N x K runs without a tune record
  * (the lowering's choice; the tuner's first candidate, so a record's default_ms is this kernel's time). */
@@ -137,9 +144,16 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
  * shape rule, and no sum over the leading (M) dims in a row nucleus's group when its rows are longer than 32768
  * (the long-row kernel has no Σ-over-M row sums). */
 bool evt_lower_compat(const struct evt_pgraph *g, int nucleus, int member);
+/* The same for a lowering with EVT_LOWER_TF32: an f32 x f32 GEMM can lower too. */
+bool evt_lower_compat_tf32(const struct evt_pgraph *g, int nucleus, int member);
+/* The hook of a lowering with these flags: evt_lower_compat or evt_lower_compat_tf32. */
+bool (*evt_lower_compat_for(unsigned flags))(const struct evt_pgraph *, int, int);
 /* evt_part_plan_build with evt_lower_compat as the hook: GEMM groups then only take members their kernel
  * spec can hold (evtc compile --fuse-rules=lower). */
 evt_status evt_lower_partition(evt_graph *eg, const struct evt_part_options *opt, double lambda, struct evt_part_plan *plan);
+/* The same with the hook of a lowering with flags (evt_lower_compat_for). */
+evt_status evt_lower_partition_flags(evt_graph *eg, const struct evt_part_options *opt, double lambda, unsigned flags,
+                                     struct evt_part_plan *plan);
 
 /* Every f32 tensor of g becomes dt (bf16/f16): source types and cast targets, then every type is
  * re-inferred. The examples are f32 and GEMM kernel specs take 16-bit operands (evtc compile --dtype). */

@@ -295,6 +295,7 @@ typedef struct bmm_layout {
   int64_t lda, ldb, ldd;
   int ta, tb, td;                /* bmm_matrix: 0 row-major, 1 transposed, -1 neither */
   evt_dtype adt, bdt;
+  bool tf32;                     /* EVT_LOWER_TF32: f32 x f32 operands lower (kspec.h "TF32 operands") */
   int dmem;                      /* the member stored as D, or -1 */
   /* per-batch tensors (A, B, D, then every node with memory of its own): strides, names, element sizes */
   int np;
@@ -325,9 +326,11 @@ static void bmm_operands(bmm_layout *q, lctx *c, evt_lowered *L) {
     evt_lower_refuse(c, nu, "both operands transposed (layout TT is not in the kernel spec)");
   q->adt = L->a_node >= 0 ? g->nodes[L->a_node].type.dtype : EVT_F32;
   q->bdt = L->b_node >= 0 ? g->nodes[L->b_node].type.dtype : EVT_F32;
-  if (c->bad < 0 && (q->adt != q->bdt || (q->adt != EVT_BF16 && q->adt != EVT_F16)))
-    evt_lower_refuse(c, nu, "operands %s x %s (the kernel spec takes bf16 or f16 operands)", evt_dtype_name(q->adt),
-                     evt_dtype_name(q->bdt));
+  bool ab32 = q->tf32 && q->adt == EVT_F32 && q->bdt == EVT_F32; /* the layout rule: evt_kspec_check */
+  if (c->bad < 0 && !ab32 && (q->adt != q->bdt || (q->adt != EVT_BF16 && q->adt != EVT_F16)))
+    evt_lower_refuse(c, nu, "operands %s x %s (the kernel spec takes bf16 or f16 operands%s)", evt_dtype_name(q->adt),
+                     evt_dtype_name(q->bdt),
+                     q->adt == EVT_F32 && q->bdt == EVT_F32 ? "; f32 ones with evt_options.tf32 / --tf32" : "");
   else if (c->bad < 0 && (q->M % 8 || q->N % 8 || q->K % 8))
     evt_lower_refuse(c, nu, "M=%lld N=%lld K=%lld: each must be a multiple of 8 (16-byte aligned rows)",
                      (long long)q->M, (long long)q->N, (long long)q->K);
@@ -343,7 +346,7 @@ static void bmm_epilogue(bmm_layout *q, lctx *c, evt_lowered *L) {
   if (c->bad < 0) {
     /* batched GEMMs are not tuned (src/tune/tune.c): a 128x64 tile when N <= 64 (attention's context and
      * dQ/dK with head dim 64) spends no MMA work on a padded half tile */
-    evt_tile_config cfg = {128, q->N <= 64 ? 64 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+    evt_tile_config cfg = {128, q->N <= 64 ? 64 : 128, q->adt == EVT_F32 ? 32 : 64, 1, 1, EVT_SCHED_COOPERATIVE};
     evt_kspec_init(&L->spec, q->ta ? EVT_LAYOUT_TN : q->tb ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, q->adt, EVT_BF16, cfg);
     L->spec.batched = 1;
     vid[nu] = evt_lower_add_node(c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
@@ -509,7 +512,7 @@ static void bmm_launch_fields(bmm_layout *q, lctx *c, evt_lowered *L) {
   }
 }
 
-void evt_lower_bmm(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid) {
+void evt_lower_bmm(const evt_graph *g, const int *group, int gi, int nu, unsigned flags, evt_lowered *L, int *vid) {
   const evt_node *nn = &g->nodes[nu];
   int n = g->nnodes, r = nn->type.rank, nbd = r - 2;
   int *alias = malloc(((size_t)n + 1) * sizeof *alias);
@@ -522,7 +525,7 @@ void evt_lower_bmm(const evt_graph *g, const int *group, int gi, int nu, evt_low
   L->kind = EVT_LK_UNFUSED;
   bmm_layout *q = calloc(1, sizeof *q);
   EVT_ASSERT(q);
-  q->nn = nn, q->nbd = nbd, q->ta = q->tb = -1, q->dmem = -1;
+  q->nn = nn, q->nbd = nbd, q->ta = q->tb = -1, q->dmem = -1, q->tf32 = flags & EVT_LOWER_TF32;
   bmm_operands(q, c, L);
   bmm_epilogue(q, c, L);
   bmm_transposed_d(q, c, L);

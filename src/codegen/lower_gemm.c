@@ -33,13 +33,22 @@ static void fp8_rules(lctx *c, const evt_node *nn, int ta, int tb, int64_t k) {
     evt_lower_refuse(c, c->nu, "fp8 operands with K=%lld: K must be a multiple of 16 (16-byte rows)", (long long)k);
 }
 
-void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid) {
+/* An mm / addmm of f32 operands with EVT_LOWER_TF32 (kspec.h "TF32 operands"): layout NT (K-major A and B). */
+static void tf32_rules(lctx *c, int ta, int tb) {
+  if (ta || !tb)
+    evt_lower_refuse(c, c->nu,
+                     "f32 operands (TF32) in layout %s: Hopper's TF32 wgmma reads both operands K-major from shared "
+                     "memory, so A must be row-major M x K and B stored N x K (layout NT); a transposed copy of %s "
+                     "would be needed", ta ? "TN" : "NN", ta ? "A" : "B");
+}
+
+void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, unsigned flags, evt_lowered *L, int *vid) {
   const evt_node *nn = &g->nodes[nu];
   lctx c = {.g = g, .group = group, .gi = gi, .nu = nu, .s = &L->spec, .vid = vid, .vt = L->vtensor,
             .why = L->reason, .whylen = sizeof L->reason, .bad = -1};
   L->kind = EVT_LK_UNFUSED;
   if (nn->op == EVT_OP_BMM) {
-    evt_lower_bmm(g, group, gi, nu, L, vid);
+    evt_lower_bmm(g, group, gi, nu, flags, L, vid);
     return;
   }
   int ai = nn->op == EVT_OP_ADDMM ? 1 : 0;
@@ -51,14 +60,17 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lo
   int ta = operand_layout(g, group, gi, a, &L->a_node), tb = operand_layout(g, group, gi, b, &L->b_node);
   evt_dtype adt = g->nodes[L->a_node].type.dtype, bdt = g->nodes[L->b_node].type.dtype;
   bool fp8 = evt_dtype_is_fp8(adt) && evt_dtype_is_fp8(bdt);
+  bool tf32 = (flags & EVT_LOWER_TF32) && adt == EVT_F32 && bdt == EVT_F32;
   if (ta < 0 || tb < 0)
     evt_lower_refuse(&c, nu, "operand %%%s is neither row-major nor transposed in memory",
                      g->nodes[ta < 0 ? a : b].name);
   else if (ta && tb) evt_lower_refuse(&c, nu, "both operands transposed (layout TT is not in the kernel spec)");
   else if (fp8) fp8_rules(&c, nn, ta, tb, L->k);
+  else if (tf32) tf32_rules(&c, ta, tb);
   else if (adt != bdt || (adt != EVT_BF16 && adt != EVT_F16))
-    evt_lower_refuse(&c, nu, "operands %s x %s (the kernel spec takes bf16 or f16 operands, or fp8 ones)",
-                     evt_dtype_name(adt), evt_dtype_name(bdt));
+    evt_lower_refuse(&c, nu, "operands %s x %s (the kernel spec takes bf16 or f16 operands, or fp8 ones%s)",
+                     evt_dtype_name(adt), evt_dtype_name(bdt),
+                     adt == EVT_F32 && bdt == EVT_F32 ? "; f32 ones with evt_options.tf32 / --tf32" : "");
   if (c.bad < 0 && (L->m % 8 || L->n % 8 || L->k % 8))
     evt_lower_refuse(&c, nu, "M=%lld N=%lld K=%lld: each must be a multiple of 8 (16-byte aligned rows)",
                      (long long)L->m, (long long)L->n, (long long)L->k);
@@ -67,7 +79,7 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lo
     return;
   }
   /* the untuned mainloop (evt_lower_untuned_config) is set once the epilogue is known, below */
-  evt_tile_config cfg = {128, L->n >= 256 ? 256 : 128, 64, 1, 1, EVT_SCHED_COOPERATIVE};
+  evt_tile_config cfg = {128, L->n >= 256 ? 256 : 128, tf32 ? 32 : 64, 1, 1, EVT_SCHED_COOPERATIVE};
   evt_kspec_init(&L->spec, ta ? EVT_LAYOUT_TN : tb ? EVT_LAYOUT_NT : EVT_LAYOUT_NN, adt, EVT_BF16, cfg);
   L->spec.b_mixed = adt != bdt;
   L->spec.b_dtype = bdt;
@@ -122,10 +134,10 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lo
  * ping-pong for an epilogue without CUTLASS row/column sums over K <= 4096: one consumer warp group's epilogue runs
  * while the other's mainloop keeps the tensor cores busy, so aux loads, stores and elementwise math cost little.
  * CUTLASS's sum nodes keep their sums in local memory in a ping-pong kernel, so those stay cooperative; at long K
- * ping-pong's mainloop is slower. The K tile is 64, 128 for fp8 operands. A tune record (src/tune/tune.c) replaces it (measurements: bench/RESULTS.md). */
+ * ping-pong's mainloop is slower. The K tile is 64, 128 for fp8 operands, 32 for f32 (TF32) ones: one 128-byte row. A tune record (src/tune/tune.c) replaces it (measurements: bench/RESULTS.md). */
 evt_tile_config evt_lower_untuned_config(const evt_kspec *s, int64_t m, int64_t n, int64_t k) {
   if (evt_arch_sm8x(s->arch)) return evt_arch_untuned_config(s->arch, n);
-  int tk = evt_dtype_is_fp8(s->ab_dtype) ? 128 : 64; /* fp8: one 128-byte K row per tile */
+  int tk = evt_kspec_tile_k(s);
   evt_tile_config cfg = {128, n >= 256 ? 256 : 128, tk, 1, 1, EVT_SCHED_COOPERATIVE};
   evt_kspec pp = *s;
   pp.cfg = (evt_tile_config){128, 128, tk, 1, 1, EVT_SCHED_PINGPONG};

@@ -119,8 +119,9 @@ int evt_lower_operand_batched(lctx *c, int v, int x, const evt_type *out);
 bool evt_lower_sum_batched(lctx *c, int v);
 
 /* One group per nucleus kind: fill L (kind, spec, tensors, reason); vid: graph node -> visitor node, all -1. */
-void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid); /* lower_gemm.c */
-void evt_lower_bmm(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid);  /* lower_bmm.c */
+/* flags: EVT_LOWER_* (lower.h). */
+void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, unsigned flags, evt_lowered *L, int *vid); /* lower_gemm.c */
+void evt_lower_bmm(const evt_graph *g, const int *group, int gi, int nu, unsigned flags, evt_lowered *L, int *vid);  /* lower_bmm.c */
 void evt_lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid); /* lower_rows.c */
 
 #endif

@@ -164,6 +164,11 @@ typedef struct evt_check_result {
   double fp8_ref;   /* outputs of fp8 values: max relative norm error of the GPU against the per-node interpreter */
   int fp8_outputs;  /* outputs judged by the fp8 rule */
 } evt_check_result;
+/* evt_check_step_tf32 with tf32: the program ran with evt_options.tf32, so the result of an mm / addmm / bmm of f32
+ * operands (and everything computed from it) carries TF32 error (10 mantissa bits, as f16): it is held to the
+ * 16-bit rule below, not to f32's 1e-4. evt_check_step: tf32 off. */
+evt_status evt_check_step_tf32(evt_graph *g, evt_tensor *values, const evt_tensor *gpu, long step, bool tf32, FILE *out,
+                               struct evt_check_result *r);
 evt_status evt_check_step(evt_graph *g, evt_tensor *values, const evt_tensor *gpu, long step, FILE *out,
                           evt_check_result *r);
 

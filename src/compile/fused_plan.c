@@ -335,10 +335,10 @@ static evt_status refine(evt_graph *g, const evt_part_options *opt, int mode, ev
     }
     if (!more) break;
     evt_part_plan next;
-    st = evt_part_plan_build_isolated(g, opt, EVT_PART_LAMBDA_DEFAULT, evt_lower_compat, iso, &next);
+    st = evt_part_plan_build_isolated(g, opt, EVT_PART_LAMBDA_DEFAULT, evt_lower_compat_for(p->lower_flags), iso, &next);
     if (st != EVT_OK) break;
     evt_lower_result low;
-    st = evt_lower_plan(g, &next, &low);
+    st = evt_lower_plan_flags(g, &next, p->lower_flags, &low);
     if (st != EVT_OK) {
       evt_part_plan_free(&next);
       break;
@@ -542,10 +542,11 @@ evt_status evt_exec_plan_build(evt_graph *g, const evt_options *o, evt_exec_plan
   memset(p, 0, sizeof *p);
   evt_part_options opt = evt_part_options_default();
   opt.use_cache = 0;
-  evt_status st = evt_lower_partition(g, &opt, EVT_PART_LAMBDA_DEFAULT, &p->part);
+  p->lower_flags = evt_lower_flags(o);
+  evt_status st = evt_lower_partition_flags(g, &opt, EVT_PART_LAMBDA_DEFAULT, p->lower_flags, &p->part);
   if (st != EVT_OK) return st;
   evt_compile_target(o, &p->arch, &p->ptx);
-  st = evt_lower_plan(g, &p->part, &p->low);
+  st = evt_lower_plan_flags(g, &p->part, p->lower_flags, &p->low);
   if (st == EVT_OK) evt_lower_retarget(g, p->part.group, &p->low, p->arch);
   if (st == EVT_OK) st = refine(g, &opt, o->refine_partition, p);
   if (st != EVT_OK) {

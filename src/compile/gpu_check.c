@@ -31,13 +31,22 @@ static evt_status interp_outputs(evt_graph *g, evt_tensor *values, unsigned flag
 
 static bool low_precision(evt_dtype dt) { return dt == EVT_BF16 || dt == EVT_F16; }
 
-/* anc[v] = 1 when node v has a dtype `of` accepts or is computed from such a value (an f32 loss of bf16 logits
- * carries bf16 error, whichever valid bf16 evaluation produced the logits). Inputs precede their users. */
-static unsigned char *ancestry(const evt_graph *g, bool (*of)(evt_dtype)) {
+/* A GEMM of two f32 operands: with evt_options.tf32 it may run on TF32 tensor cores. */
+static bool tf32_gemm(const evt_graph *g, int v) {
+  const evt_node *n = &g->nodes[v];
+  int ai = n->op == EVT_OP_ADDMM ? 1 : 0;
+  if (n->op != EVT_OP_MM && n->op != EVT_OP_ADDMM && n->op != EVT_OP_BMM) return false;
+  return g->nodes[n->inputs[ai]].type.dtype == EVT_F32 && g->nodes[n->inputs[ai + 1]].type.dtype == EVT_F32;
+}
+
+/* anc[v] = 1 when node v has a dtype `of` accepts, is a TF32 GEMM (tf32), or is computed from such a value (an f32
+ * loss of bf16 logits carries bf16 error, whichever valid bf16 evaluation produced the logits). Inputs precede
+ * their users. */
+static unsigned char *ancestry(const evt_graph *g, bool (*of)(evt_dtype), bool tf32) {
   unsigned char *anc = calloc((size_t)g->nnodes + 1, 1);
   if (!anc) evt_fatal(__FILE__, __LINE__, "out of memory");
   for (int v = 0; v < g->nnodes; v++) {
-    anc[v] = of(g->nodes[v].type.dtype);
+    anc[v] = of(g->nodes[v].type.dtype) || (tf32 && tf32_gemm(g, v));
     for (int j = 0; j < g->nodes[v].ninputs && !anc[v]; j++) anc[v] = anc[g->nodes[v].inputs[j]];
   }
   return anc;
@@ -74,12 +83,17 @@ static void check_fp8_output(const evt_graph *g, int k, const evt_tensor *gpu, c
 
 evt_status evt_check_step(evt_graph *g, evt_tensor *values, const evt_tensor *gpu, long step, FILE *out,
                           evt_check_result *r) {
+  return evt_check_step_tf32(g, values, gpu, step, false, out, r);
+}
+
+evt_status evt_check_step_tf32(evt_graph *g, evt_tensor *values, const evt_tensor *gpu, long step, bool tf32, FILE *out,
+                               evt_check_result *r) {
   int no = g->noutputs;
   memset(r, 0, sizeof *r);
   evt_tensor *ref = calloc((size_t)(no ? no : 1), sizeof *ref), *exact = calloc((size_t)(no ? no : 1), sizeof *exact);
   if (!ref || !exact) evt_fatal(__FILE__, __LINE__, "out of memory");
   evt_status st = interp_outputs(g, values, 0, ref);
-  unsigned char *anc = ancestry(g, low_precision), *anc8 = ancestry(g, evt_dtype_is_fp8);
+  unsigned char *anc = ancestry(g, low_precision, tf32), *anc8 = ancestry(g, evt_dtype_is_fp8, false);
   bool low = false;
   for (int k = 0; k < no; k++) {
     if (anc8[g->outputs[k]]) anc[g->outputs[k]] = 0; /* the fp8 rule */

@@ -75,6 +75,8 @@ static evt_status create(evt_graph *g, const evt_options *o, bool device, evt_pr
                                "evt_options: arch %d (0, 80, 86, 89 or 90) and ptx %d (0 or 1)", o->arch, o->ptx);
   if (o->fp8 != EVT_FP8_OFF && o->fp8 != EVT_FP8_TENSORWISE)
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "evt_options: fp8 %d (0 off, 1 tensorwise)", o->fp8);
+  if (o->tf32 != 0 && o->tf32 != 1)
+    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "evt_options: tf32 %d (0 exact f32, 1 TF32)", o->tf32);
   if (flags & ~(unsigned)(EVT_PROGRAM_FUSED | EVT_PROGRAM_CUDA_GRAPH | EVT_PROGRAM_NO_OPT))
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_INVALID, "evt_program_create: unknown flags 0x%x", flags);
   evt_program *p = calloc(1, sizeof *p);

@@ -48,7 +48,8 @@ int evt_tune_candidates(const evt_kspec *s, int64_t m, int64_t n, int64_t k, evt
     evt_tile_config l8[16];
     return keep_candidates(s, m, n, l8, candidates_sm80(s, l8), out, max);
   }
-  const evt_tile_config C = EVT_TILE_CONFIG_DEFAULT;
+  evt_tile_config C = EVT_TILE_CONFIG_DEFAULT;
+  if (s->ab_dtype == EVT_F32) C.tile_k = evt_kspec_tile_k(s); /* TF32: 32 (evt_tile_config_check) */
   /* In the order they are worth trying (a cap keeps the first ones): the spec's own config (what runs
    * untuned: the lowering's default), the large cooperative tiles with and without a 2-CTA cluster (the best
    * configs measured), ping-pong, then the deterministic workspace reduction for specs with

@@ -300,3 +300,63 @@ TEST(ci_nvcc_compiles_fp8_kernels) {
           "compiled now (%lld s), the rest cached\n", counts[1], counts[0], fp8_rows, njobs, nobj, secs);
   evt_prefetch_free(ks, n);
 }
+
+/* TF32 (evt_options.tf32): check_evt's tf32_bias_relu example and the TF32 dX GEMM of examples/mlp.evt (f32 A, B, D,
+ * layout NT, tile_k 32; its GELU backward and bias-gradient sum in the epilogue), compiled for sm_90a. */
+TEST(ci_nvcc_compiles_tf32_kernels) {
+  char inc[1024], util[1024];
+  if (!have_nvcc_and_cutlass("ci_nvcc_compiles_tf32_kernels", inc, util)) return;
+  evt_pf_kernel *ks = NULL;
+  int cap = 0, n = 0;
+  evt_kspec s;
+  char err[256];
+  CHECK(evt_kspec_example(&s, "tf32_bias_relu", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  char *src = evt_emit_cutlass(&s, err, sizeof err);
+  CHECK_MSG(src != NULL, "tf32_bias_relu: %s", err);
+  if (src) add_kernel(&ks, &n, &cap, src, 1, NULL, &s);
+  evt_options o;
+  evt_options_init(&o);
+  o.flags = EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT;
+  o.arch = 90;
+  o.tf32 = 1;
+  char *perr = NULL;
+  evt_graph *g = evt_parse_file("examples/mlp.evt", &perr);
+  CHECK_MSG(g != NULL, "examples/mlp.evt: %s", perr ? perr : "");
+  free(perr);
+  evt_program *p = NULL;
+  evt_status st = g ? evt_train_ensure_joint(g, NULL) : EVT_ERR_INVALID;
+  if (st == EVT_OK) st = evt_passes_run_all(g, 0, 0);
+  if (st == EVT_OK) st = evt_program_create_host_opts(g, &o, &p);
+  CHECK_MSG(st == EVT_OK, "examples/mlp.evt: %s", g ? evt_graph_error(g) : "");
+  evt_pf_kernel *all = NULL;
+  int nall = 0, capall = 0;
+  if (st == EVT_OK) CHECK(evt_prefetch_collect(p->xp, "examples/mlp.evt", &all, &nall, &capall, err, sizeof err) == 0);
+  for (int i = 0; i < nall; i++) /* the first TF32 GEMM with a sum in its epilogue: one kernel keeps CI short */
+    if (all[i].gemm && strstr(all[i].source, "using ElementA = float;") && strstr(all[i].source, "row_sum") && n < 2) {
+      if (n == cap) ks = realloc(ks, sizeof *ks * (size_t)(cap = cap * 2 + 4));
+      EVT_ASSERT(ks);
+      memset(&ks[n], 0, sizeof ks[n]);
+      snprintf(ks[n].name, sizeof ks[n].name, "%s", all[i].name);
+      ks[n].gemm = 1, ks[n++].source = all[i].source, all[i].source = NULL;
+    }
+  evt_prefetch_free(all, nall);
+  evt_program_destroy(p);
+  evt_graph_free(g);
+  CHECK_MSG(n == 2, "%d TF32 GEMM kernels (the example and one of examples/mlp.evt with --tf32)", n);
+  CHECK(system("mkdir -p " CI_DIR) == 0);
+  FILE *jobs = fopen(CI_DIR "/tf32_jobs.sh", "w");
+  CHECK(jobs != NULL);
+  if (!jobs) return;
+  char gencode[96], flags[3000];
+  evt_jit_gencode(90, 0, gencode, sizeof gencode);
+  snprintf(flags, sizeof flags, "-std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG %s -Ikernels -I'%s' -I'%s'", gencode, inc, util);
+  static char objs[2][200];
+  int nobj = 0, njobs = 0;
+  uint64_t hh = headers_hash();
+  for (int part = 0; part < 2; part++) njobs += add_unit(ks, n, 1, part, 90, flags, hh, jobs, objs, &nobj);
+  fclose(jobs);
+  long long secs = run_jobs(CI_DIR "/tf32_jobs.sh", njobs, objs, nobj);
+  fprintf(stderr, "note: ci_nvcc_compiles_tf32_kernels: sm_90a %d TF32 GEMM kernels; %d of %d units compiled now (%lld s), "
+          "the rest cached\n", n, njobs, nobj, secs);
+  evt_prefetch_free(ks, n);
+}

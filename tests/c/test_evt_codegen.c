@@ -37,9 +37,17 @@ TEST(kspec_check_messages) {
   s.cfg.tile_m = 64;
   CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "cooperative"));
   s.cfg = cfg128;
-  s.ab_dtype = EVT_F32;
-  CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "bf16, f16 or fp8"));
-  s.ab_dtype = EVT_BF16;
+  s.ab_dtype = EVT_I32;
+  CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "bf16, f16, fp8 or f32"));
+  s.ab_dtype = EVT_F32; /* TF32: K-major operands (layout NT) and a 32-deep K tile */
+  CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "layout NN") && strstr(err, "K-major"));
+  s.layout = EVT_LAYOUT_NT;
+  CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "tile_k 64 with f32 (TF32)"));
+  s.cfg.tile_k = 32;
+  CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_OK);
+  s.arch = 80;
+  CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "sm_80"));
+  s.arch = 0, s.cfg = cfg128, s.layout = EVT_LAYOUT_NN, s.ab_dtype = EVT_BF16;
   int b1 = evt_kspec_add(&s, EVT_V_ROW_BCAST, -1, -1, EVT_BF16, "bias");
   int b2 = evt_kspec_add(&s, EVT_V_COL_BCAST, -1, -1, EVT_BF16, "bias");
   s.d_node = evt_kspec_add(&s, EVT_V_ADD, b1, b2, EVT_F32, NULL);

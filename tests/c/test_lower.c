@@ -19,7 +19,7 @@ typedef struct lowered_graph {
 
 /* text's graph partitioned (rules: with the lowering's rules, evt_lower_partition: a group takes only what its kernel
  * holds) and lowered; false (a failed check) if it does not parse or partition */
-static bool lower_text_with(const char *text, lowered_graph *lg, bool rules) {
+static bool lower_text_flags(const char *text, lowered_graph *lg, bool rules, unsigned flags) {
   char *err = NULL;
   memset(lg, 0, sizeof *lg);
   lg->g = evt_parse(text, "lower", &err);
@@ -28,13 +28,15 @@ static bool lower_text_with(const char *text, lowered_graph *lg, bool rules) {
   if (!lg->g) return false;
   evt_part_options o = evt_part_options_default();
   o.use_cache = 0;
-  evt_status st = rules ? evt_lower_partition(lg->g, &o, EVT_PART_LAMBDA_DEFAULT, &lg->part)
+  evt_status st = rules ? evt_lower_partition_flags(lg->g, &o, EVT_PART_LAMBDA_DEFAULT, flags, &lg->part)
                         : evt_part_plan_build(lg->g, &o, EVT_PART_LAMBDA_DEFAULT, &lg->part);
   CHECK(st == EVT_OK);
   if (st != EVT_OK) return false;
-  CHECK(evt_lower_plan(lg->g, &lg->part, &lg->low) == EVT_OK);
+  CHECK(evt_lower_plan_flags(lg->g, &lg->part, flags, &lg->low) == EVT_OK);
   return true;
 }
+
+static bool lower_text_with(const char *text, lowered_graph *lg, bool rules) { return lower_text_flags(text, lg, rules, 0); }
 
 static bool lower_text(const char *text, lowered_graph *lg) { return lower_text_with(text, lg, false); }
 static bool lower_text_rules(const char *text, lowered_graph *lg) { return lower_text_with(text, lg, true); }
@@ -112,6 +114,48 @@ TEST(lower_gemm_amax_within_rows) {
     return;
   L = group_of(&lg, "mx");
   CHECK(L && L->kind == EVT_LK_GEMM_EVT && L->ok && group_of(&lg, "m") == L);
+  lowered_free(&lg);
+}
+
+TEST(lower_f32_gemm_on_tf32_only_when_asked) {
+  /* an f32 linear layer, x·Wᵀ (W stored N x K: layout NT, both operands K-major), bias and ReLU in the epilogue */
+  static const char *nt = "graph t {\n"
+                          "  %x: f32[256,64] = input()\n  %wt: f32[128,64] = param()\n  %w = permute(%wt, dims=[1,0])\n"
+                          "  %b: f32[128] = param()\n  %m = mm(%x, %w)\n  %h = add(%m, %b)\n  %y = relu(%h)\n  output %y\n}\n";
+  lowered_graph lg;
+  if (!lower_text_flags(nt, &lg, true, 0)) return;
+  const evt_lowered *L = group_of(&lg, "m"); /* exact f32 (the default): unfused, the reason names the option */
+  CHECK_MSG(L && !L->ok && strstr(L->reason, "%m") && strstr(L->reason, "f32 x f32") && strstr(L->reason, "tf32"), "%s",
+            L ? L->reason : "?");
+  lowered_free(&lg);
+  if (!lower_text_flags(nt, &lg, true, EVT_LOWER_TF32)) return;
+  L = group_of(&lg, "y");
+  CHECK_MSG(L && L->ok && L->kind == EVT_LK_GEMM_EVT && group_of(&lg, "m") == L, "%s", L ? L->reason : "?");
+  if (L && L->ok) {
+    CHECK(L->spec.ab_dtype == EVT_F32 && !L->spec.b_mixed && L->spec.layout == EVT_LAYOUT_NT);
+    CHECK(L->spec.d_dtype == EVT_F32 && L->spec.cfg.tile_k == 32 && L->d_tensor == evt_graph_find(lg.g, "y"));
+    CHECK(L->b_node == evt_graph_find(lg.g, "wt"));
+    char *src = evt_emit_cutlass(&L->spec, NULL, 0);
+    CHECK(src && strstr(src, "using ElementA = float;") && strstr(src, "Shape<_128, _128, _32>"));
+    free(src);
+  }
+  lowered_free(&lg);
+  /* W stored K x N (layout NN): TF32 wgmma needs B K-major, refused by name */
+  if (!lower_text_flags("graph t {\n"
+                        "  %x: f32[256,64] = input()\n  %w: f32[64,128] = param()\n  %m = mm(%x, %w)\n"
+                        "  %y = relu(%m)\n  output %y\n}\n",
+                        &lg, true, EVT_LOWER_TF32))
+    return;
+  L = group_of(&lg, "m");
+  CHECK_MSG(L && !L->ok && L->bad_node == evt_graph_find(lg.g, "m") && strstr(L->reason, "%m") &&
+                strstr(L->reason, "layout NN") && strstr(L->reason, "K-major"),
+            "%s", L ? L->reason : "?");
+  lowered_free(&lg);
+  /* sm_8x: refused when retargeted (evt's Sm80 GEMMs take 16-bit operands) */
+  if (!lower_text_flags(nt, &lg, true, EVT_LOWER_TF32)) return;
+  evt_lower_retarget(lg.g, lg.part.group, &lg.low, 80);
+  L = group_of(&lg, "m");
+  CHECK_MSG(L && !L->ok && strstr(L->reason, "sm_80") && strstr(L->reason, "TF32"), "%s", L ? L->reason : "?");
   lowered_free(&lg);
 }
 

@@ -1,7 +1,8 @@
 // GPU check of generated GEMM + epilogue-visitor-tree kernels against the CPU reference (src/codegen/vref.c); run by
 // tests/gpu/run.sh. Every case of all_cases() (gpu_util.h: plain, bias+GELU+aux store, bias+ReLU+Σ_M bias gradient,
 // GELU backward, bias+SiLU through a topological visitor, bias+ReLU+max_N |y| (col_max, atomic max; its
-// NaN-poisoned output must be reset to -inf by initialize()); layouts NN, NT, TN) at two sizes whose M and N are not
+// NaN-poisoned output must be reset to -inf by initialize()); layouts NN, NT, TN; tf32_bias_relu: f32 operands on TF32
+// tensor cores, D within 5e-3 of the exact reference, the error of 10-bit operand mantissas) at two sizes whose M and N are not
 // tile multiples: fresh random bf16 inputs, NaN-poisoned outputs, two runs (initialize() must reset atomic
 // reductions), D and every stored tensor within a relative Frobenius error of 1e-2 (NaN never passes). Kernels with
 // a Σ over M run once more with that output 4- but not 8-byte aligned; an unaligned N must be rejected by
@@ -106,7 +107,10 @@ static void check_case(const KernelCase &kc, int M, int N, int K, uint64_t seed,
     evt_kspec_reference(&s, M, N, K, ra.data(), rb.data(), tens.data(), dref.data());
     double mx;
     double e = rel_err(download(dd, (size_t)M * N, s.d_dtype), dref, &mx);
-    report(e <= 1e-2, "%-40s %5dx%5dx%5d%s: D rel err %.3e max abs %.3e", kc.label.c_str(), M, N, K, tag, e, mx);
+    // f32 operands run on TF32 tensor cores (10 mantissa bits kept): ~1e-3 from the exact reference, not f32's 1e-6
+    double dtol = s.ab_dtype == EVT_F32 ? 5e-3 : 1e-2;
+    report(e <= dtol, "%-40s %5dx%5dx%5d%s: D rel err %.3e (tol %.0e) max abs %.3e", kc.label.c_str(), M, N, K, tag, e,
+           dtol, mx);
     for (int v = 0; v < s.nnodes; v++) {
       if (evt_vop_class(s.nodes[v].op) != 'S') continue;
       double tol = 1e-2;

@@ -88,6 +88,9 @@ static std::vector<KernelCase> all_cases() {
   v.push_back(make_case("plain", kCfg128, EVT_LAYOUT_TN));
   v.push_back(make_case("bias_relu_dbias", kCfgWorkspace));
   v.push_back(make_case("gelu_bwd_dbias", kCfgPing, EVT_LAYOUT_NT));
+  evt_tile_config tf32_cfg = kCfg128;  // f32 operands on TF32 tensor cores: K-major (NT), one 128-byte K row per tile
+  tf32_cfg.tile_k = 32;
+  v.push_back(make_case("tf32_bias_relu", tf32_cfg, EVT_LAYOUT_NT));
   const evt_tile_config bench_cfgs[] = {kCfg128, kCfg256c2, kCfgPing, kCfg256x128c1x2, kCfg128x256c1x1};
   const char *bench_epis[] = {"plain", "bias_gelu_aux", "bias_relu_dbias", "gelu_bwd_dbias"};
   for (const char *e : bench_epis)

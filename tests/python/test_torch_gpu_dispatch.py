@@ -40,7 +40,7 @@ os.environ.setdefault("EVT_CACHE", "0")
 
 def test_parse_options_defaults_and_unknown():
     assert C.parse_options(None) == {"arch": None, "check": False, "cudagraphs": False, "dump": None, "fp8": None,
-                                     "fused": True, "gpu_ops": ("dropout",), "tune": None}
+                                     "fused": True, "gpu_ops": ("dropout",), "tf32": None, "tune": None}
     assert C.parse_options({"cudagraphs": True})["cudagraphs"] == "step"
     assert C.parse_options({"cudagraphs": "step"})["cudagraphs"] == "step"
     assert C.parse_options({"cudagraphs": "segments"})["cudagraphs"] == "segments"
@@ -68,6 +68,25 @@ def test_program_flags():
     h = open(os.path.join(evt_lib.REPO, "include", "evt.h")).read()
     for name, v in (("FUSED", F_), ("CUDA_GRAPH", CG), ("NO_OPT", NO)):
         assert f"#define EVT_PROGRAM_{name} {v}u" in h.replace("  ", " ").replace("  ", " ")
+
+
+def test_tf32_option():
+    """options["tf32"]: evt_options.tf32, by default PyTorch's allow_tf32 when the program is made; a bool overrides it."""
+    assert C.parse_options({"tf32": True})["tf32"] is True
+    with pytest.raises(ValueError, match="tf32 must be"):
+        C.parse_options({"tf32": 1})
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for allowed in (False, True):
+            torch.backends.cuda.matmul.allow_tf32 = allowed
+            assert C.tf32(None) is allowed and C.tf32({"tf32": not allowed}) is (not allowed)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    assert G.options_for(G.EVT_PROGRAM_FUSED, 1, tf32=True).tf32 == 1
+    assert G.options_for(G.EVT_PROGRAM_FUSED, 1).tf32 == 0
+    # a program made with TF32 GEMMs is cached apart from one without
+    g = types.SimpleNamespace(text=lambda: "graph t {}")
+    assert SG._program_key(g, 1, "cuda:0", True) != SG._program_key(g, 1, "cuda:0", False)
 
 
 def test_arch_option():
@@ -219,7 +238,7 @@ def test_program_rejecting_a_node_moves_it_to_pytorch(monkeypatch):
     monkeypatch.setattr(G, "has_program_api", lambda: True)
     made = []
 
-    def fake_program_for(graph, flags, device, refine, arch=None):
+    def fake_program_for(graph, flags, device, refine, arch=None, tf32=False):
         text = graph.text()
         if "tanh(" in text:
             raise G.ProgramError("seg.evt:3:3: node %tanh (tanh): no GPU kernel for this op")
@@ -239,7 +258,7 @@ def test_program_rejecting_a_node_moves_it_to_pytorch(monkeypatch):
 def test_program_failure_without_a_node_runs_its_segment_in_pytorch(monkeypatch):
     monkeypatch.setattr(G, "has_program_api", lambda: True)
 
-    def fake_program_for(graph, flags, device, refine, arch=None):
+    def fake_program_for(graph, flags, device, refine, arch=None, tf32=False):
         if "mm(" in graph.text():
             raise G.ProgramError("out of device memory for the arena")
         return _Created(graph.text())
@@ -258,7 +277,7 @@ def test_rebuilds_are_bounded(monkeypatch):
     monkeypatch.setattr(G, "has_program_api", lambda: True)
     monkeypatch.setattr(PL, "MAX_PROGRAM_REBUILDS", 1)
 
-    def fake_program_for(graph, flags, device, refine, arch=None):
+    def fake_program_for(graph, flags, device, refine, arch=None, tf32=False):
         t = graph.text()
         for op in ("tanh", "relu"):
             if f"{op}(" in t:
@@ -435,7 +454,7 @@ def _glue_setup(monkeypatch):
     monkeypatch.setattr(G, "choose_path", lambda dev, api: "gpu")
     made = []
 
-    def program_for(graph, flags, device, refine, arch=None):
+    def program_for(graph, flags, device, refine, arch=None, tf32=False):
         made.append(InterpProgram(graph.text(), flags))
         return made[-1]
     monkeypatch.setattr(SG, "_program_for", program_for)
@@ -589,7 +608,7 @@ def test_cuda_attention_translation_is_opt_in(monkeypatch):
     gm.recompile()
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
     plan = PL.build_plan(gm)
     why = {n.name: w for n, w in plan.fallbacks}
     assert any("naming 'attention'" in w for w in why.values()), why
@@ -612,7 +631,7 @@ def test_cuda_convolution_stays_in_pytorch_unless_all_ops(monkeypatch):
         gm = make_fx(f)(*fakes)
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
     why = {n.name: w for n, w in PL.build_plan(gm).fallbacks}
     assert list(why) == ["convolution"] and "cuDNN" in why["convolution"], why
     for ops in ("all", ("convolution",)):
@@ -650,7 +669,7 @@ def test_cuda_reference_only_ops_run_in_pytorch(monkeypatch):
     are slower); the elementwise ops around them stay evt segments on the GPU; gpu_ops "all" keeps them in evt,
     a list naming "batch_norm" the batch norms only."""
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
     gm = _cuda_resnet_block()
     A.rewrite_joint(gm, attention=False, cuda_pools=False)
     assert any(n.target == torch.ops.aten.max_pool2d_with_indices_backward.default for n in gm.graph.nodes)
@@ -732,7 +751,7 @@ def _cuda_autocast_linear():
 @needs_lib
 def test_input_casts_are_hoisted_on_cuda(monkeypatch):
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
     plan = PL.build_plan(_cuda_autocast_linear())
     casts = [n for n, w in plan.fallbacks if w == P.HOISTED_CAST]
     assert len(casts) == 3 and plan.steps[:3] == casts, plan.steps
@@ -830,7 +849,7 @@ def test_contiguous_permute_of_a_strided_input_runs_before_the_segment(monkeypat
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
 
     def f(w, a):
         w = torch.tanh(w)  # (first: the segment starts before the permute)
@@ -861,7 +880,7 @@ def test_transposed_gemm_operand_is_bound_as_its_memory(monkeypatch):
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
 
     def plan_for(f):
         a, wt = torch.randn(16, 32).bfloat16(), torch.randn(64, 32).bfloat16().t()
@@ -895,7 +914,7 @@ def test_channels_last_segment_runs_in_memory_order(monkeypatch):
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
     cl = torch.channels_last
 
     def f(x, y, b):
@@ -945,7 +964,7 @@ def test_attention_gradients_are_stacked_and_moved_by_pytorch(monkeypatch):
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
 
     def f(dout, qkv, w):
         q, k, v = (aten.select(qkv, 0, i) for i in range(3))
@@ -1041,7 +1060,7 @@ def test_unaligned_rows_run_in_pytorch_on_cuda(monkeypatch):
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
 
     def f(x, w1, w2, b2):
         h = torch.relu(aten.mm(x, w1))
@@ -1082,7 +1101,7 @@ def test_long_rows_run_in_pytorch_unless_a_gemm_feeds_them(monkeypatch):
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
     n = 40000
 
     def f(h, w, logits, t, x2, w2):
@@ -1234,9 +1253,9 @@ def test_gpu_segments_prefetch_their_kernels_in_one_batch(monkeypatch):
     events = []
     monkeypatch.setattr(G, "has_program_api", lambda: True)
     monkeypatch.setattr(SG, "_PROGRAMS", {})
-    monkeypatch.setattr(G, "prefetch", lambda texts, flags, refine, arch=None: events.append(("prefetch", list(texts), flags)) or 0)
+    monkeypatch.setattr(G, "prefetch", lambda texts, flags, refine, arch=None, tf32=False: events.append(("prefetch", list(texts), flags)) or 0)
 
-    def program_for(graph, flags, device, refine, arch=None):
+    def program_for(graph, flags, device, refine, arch=None, tf32=False):
         events.append(("create", graph.text()))
         return _Created(graph.text())
     monkeypatch.setattr(SG, "_program_for", program_for)
@@ -1258,9 +1277,9 @@ def test_gpu_segments_are_tuned_first_when_asked(monkeypatch, caplog):
     events = []
     monkeypatch.setattr(G, "has_program_api", lambda: True)
     monkeypatch.setattr(SG, "_PROGRAMS", {})
-    monkeypatch.setattr(G, "tune", lambda texts, flags, n, refine, arch=None: events.append(("tune", list(texts), n)) or (5, 2, "no GPU"))
-    monkeypatch.setattr(G, "prefetch", lambda texts, flags, refine, arch=None: events.append(("prefetch",)) or 0)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: events.append(("create",)) or _Created(graph.text()))
+    monkeypatch.setattr(G, "tune", lambda texts, flags, n, refine, arch=None, tf32=False: events.append(("tune", list(texts), n)) or (5, 2, "no GPU"))
+    monkeypatch.setattr(G, "prefetch", lambda texts, flags, refine, arch=None, tf32=False: events.append(("prefetch",)) or 0)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: events.append(("create",)) or _Created(graph.text()))
     with caplog.at_level(logging.WARNING, logger="evt"):
         plan = PL.build_plan(gm, {"tune": 3})
     segs = [s for s in _segments(plan) if s.path == "gpu"]
@@ -1281,9 +1300,9 @@ def test_default_tuning_failure_is_not_a_warning(monkeypatch, caplog):
     monkeypatch.setattr(G, "has_program_api", lambda: True)
     monkeypatch.setattr(SG, "_PROGRAMS", {})
     monkeypatch.setattr(G.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(G, "tune", lambda texts, flags, n, refine, arch=None: events.append(("tune", n)) or (5, 2, "no nvcc"))
-    monkeypatch.setattr(G, "prefetch", lambda texts, flags, refine, arch=None: 0)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(G, "tune", lambda texts, flags, n, refine, arch=None, tf32=False: events.append(("tune", n)) or (5, 2, "no nvcc"))
+    monkeypatch.setattr(G, "prefetch", lambda texts, flags, refine, arch=None, tf32=False: 0)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
     with caplog.at_level(logging.INFO, logger="evt"):
         PL.build_plan(gm)
     assert events == [("tune", G.TUNE_BY_DEFAULT)], events
@@ -1532,7 +1551,7 @@ def test_values_a_segment_only_passes_on_are_not_its_inputs(monkeypatch):
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
 
     def f(x, b, w):
         a = aten.cumsum(x, 0)  # (no translation: PyTorch makes it, as it makes the attention output)
@@ -1563,7 +1582,7 @@ def test_deferred_pytorch_steps_keep_their_order(monkeypatch):
     the segment), so PyTorch's steps run in graph order (random ops draw in eager's order)."""
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
 
     def f(a, b, w, w2):
         s = torch.relu(aten.mm(a, w))        # evt
@@ -1589,7 +1608,7 @@ def test_evt_nodes_reading_a_deferred_step_are_deferred(monkeypatch):
     deferred evt node is deferred behind it."""
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
 
     def f(a, b, w, w2):
         s = aten.mm(a, w)                    # evt
@@ -1882,7 +1901,7 @@ def test_position_embedding_ops_evt_has_no_kernel_for_run_in_pytorch(monkeypatch
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     aten = torch.ops.aten
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None: _Created(graph.text()))
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
 
     def f(w, ids, pos, dy):
         x = aten.add(aten.embedding(w, ids), aten.slice(pos, 0, 0, 16))

@@ -95,6 +95,7 @@ typedef struct evt_exec_plan {
   evt_group_exec *alt;      /* per group: with groups[gi].ab, the other implementation (members shared) */
   int nab;                  /* groups with ab */
   int arch, ptx;            /* the GPU target its kernels are lowered and compiled for (evt_compile_target) */
+  unsigned lower_flags;     /* EVT_LOWER_* its groups are lowered with (evt_lower_flags: evt_options.tf32) */
 } evt_exec_plan;
 
 #define EVT_EXEC_PTR_T (-2) /* evt_group_exec.rptr: the unfused GEMM's T */
