@@ -6,7 +6,9 @@
 //   2. the fp8 recipe's row kernels (evt_rspec_fp8_example: quantize, dequantize, row amax; e4m3 and e5m2) on fresh
 //      random inputs with outliers beyond the fp8 range: fp8 outputs bit for bit, f32 outputs exactly;
 //   3. the fp8 GEMM + rescale epilogue (evt_kspec_fp8_example: e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3, layout NT, D bf16)
-//      on fresh random fp8 operands: D within a relative Frobenius error of 1e-2 of the exact product times the scale.
+//      on fresh random fp8 operands: D within a relative Frobenius error of 1e-2 of the exact product times the scale;
+//      and with D f32 (the fp8 pass's GEMMs), within 1e-3: the error printed is then the tensor cores' own
+//      accumulation error, which the bf16 store hides.
 #include <cuda_fp8.h>
 
 #include "evt_rows.cuh"
@@ -180,7 +182,7 @@ static void check_rows_fp8(Rng &rng) {
 }
 
 // D = (A·B) · inv with A M x K and B stored N x K (layout NT), exact in double.
-static void check_gemm(evt_dtype fa, evt_dtype fb, evt_launch_fn fn, int m, int n, int k, Rng &rng) {
+static void check_gemm(evt_dtype fa, evt_dtype fb, evt_dtype fd, evt_launch_fn fn, int m, int n, int k, Rng &rng) {
   std::vector<unsigned char> a = fp8_codes((size_t)m * k, fa, rng), b = fp8_codes((size_t)n * k, fb, rng);
   float inv = rng.uniform(1e-4f, 1e-2f);
   std::vector<float> iv = {inv};
@@ -191,13 +193,21 @@ static void check_gemm(evt_dtype fa, evt_dtype fb, evt_launch_fn fn, int m, int 
   args.b = upload(b);
   args.ptrs[1] = upload(iv);
   void *d;
-  CUDA_CHECK(cudaMalloc(&d, (size_t)m * n * 2));
-  CUDA_CHECK(cudaMemset(d, 0xFF, (size_t)m * n * 2));
+  const size_t dbytes = fd == EVT_F32 ? 4 : 2;
+  CUDA_CHECK(cudaMalloc(&d, (size_t)m * n * dbytes));
+  CUDA_CHECK(cudaMemset(d, 0xFF, (size_t)m * n * dbytes));
   args.d = d;
   int rc = fn(&args);
   CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaGetLastError());
-  std::vector<__nv_bfloat16> got = fetch<__nv_bfloat16>(d, (size_t)m * n);
+  std::vector<double> got((size_t)m * n);
+  if (fd == EVT_F32) {
+    std::vector<float> g = fetch<float>(d, got.size());
+    for (size_t i = 0; i < got.size(); i++) got[i] = g[i];
+  } else {
+    std::vector<__nv_bfloat16> g = fetch<__nv_bfloat16>(d, got.size());
+    for (size_t i = 0; i < got.size(); i++) got[i] = __bfloat162float(g[i]);
+  }
   std::vector<double> da((size_t)m * k), db((size_t)n * k);
   for (size_t i = 0; i < da.size(); i++) da[i] = evt_fp8_to_f32(a[i], fa);
   for (size_t i = 0; i < db.size(); i++) db[i] = evt_fp8_to_f32(b[i], fb);
@@ -207,23 +217,24 @@ static void check_gemm(evt_dtype fa, evt_dtype fb, evt_launch_fn fn, int m, int 
       double r = 0;
       for (int l = 0; l < k; l++) r += da[(size_t)i * k + l] * db[(size_t)j * k + l];
       r *= inv;
-      double g = __bfloat162float(got[(size_t)i * n + j]), e = g - r;
+      double g = got[(size_t)i * n + j], e = g - r;
       num += std::isfinite(g) ? e * e : INFINITY;
       den += r * r;
     }
   double rel = sqrt(num / (den > 0 ? den : 1));
-  report(rc == 0 && rel <= 1e-2, "fp8 GEMM %s x %s %5dx%5dx%5d: rc %d, D rel err %.3e", evt_dtype_name(fa), evt_dtype_name(fb),
-         m, n, k, rc, rel);
+  report(rc == 0 && rel <= (fd == EVT_F32 ? 1e-3 : 1e-2), "fp8 GEMM %s x %s -> %s %5dx%5dx%5d: rc %d, D rel err %.3e",
+         evt_dtype_name(fa), evt_dtype_name(fb), evt_dtype_name(fd), m, n, k, rc, rel);
   cudaFree((void *)args.a), cudaFree((void *)args.b), cudaFree(args.ptrs[1]), cudaFree(d);
 }
 
 static void check_gemms(Rng &rng) {
-  const evt_dtype ops[3][2] = {{EVT_F8E4M3, EVT_F8E4M3}, {EVT_F8E4M3, EVT_F8E5M2}, {EVT_F8E5M2, EVT_F8E4M3}};
-  const int sizes[][3] = {{256, 384, 1024}, {1032, 776, 528}, {128, 128, 16}};
+  const evt_dtype ops[4][3] = {{EVT_F8E4M3, EVT_F8E4M3, EVT_BF16}, {EVT_F8E4M3, EVT_F8E5M2, EVT_BF16},
+                               {EVT_F8E5M2, EVT_F8E4M3, EVT_BF16}, {EVT_F8E4M3, EVT_F8E5M2, EVT_F32}};
+  const int sizes[][3] = {{256, 384, 1024}, {1032, 776, 528}, {128, 128, 16}, {256, 256, 256}};
   for (auto &op : ops) {
     evt_kspec s;
     char err[256], name[40];
-    evt_kspec_fp8_example(&s, op[0], op[1], EVT_BF16);
+    evt_kspec_fp8_example(&s, op[0], op[1], op[2]);
     evt_kspec_kernel_name(&s, name);
     char *src = evt_emit_cutlass(&s, err, sizeof err);
     evt_launch_fn fn = src ? (evt_launch_fn)jit_one(name, src) : nullptr;
@@ -231,7 +242,7 @@ static void check_gemms(Rng &rng) {
       report(false, "fp8 GEMM %s x %s: not compiled (%s)", evt_dtype_name(op[0]), evt_dtype_name(op[1]), src ? "JIT" : err);
       continue;
     }
-    for (auto &sz : sizes) check_gemm(op[0], op[1], fn, sz[0], sz[1], sz[2], rng);
+    for (auto &sz : sizes) check_gemm(op[0], op[1], op[2], fn, sz[0], sz[1], sz[2], rng);
   }
 }
 
