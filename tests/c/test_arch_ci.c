@@ -270,6 +270,25 @@ static int collect_fp8_kernels(evt_pf_kernel **ks, int *cap) {
   return n;
 }
 
+/* ks's kernels (GEMM units, and row units too when with_rows) compiled for sm_90a, two units per kind, each cached
+ * by its hash; returns the seconds nvcc ran (-1: no job file) and sets *njobs (compiled now) and *nobj (units). */
+static long long compile_sm90_units(const char *jobs_path, const evt_pf_kernel *ks, int n, bool with_rows, const char *inc,
+                                    const char *util, int *njobs, int *nobj) {
+  static char objs[4][200];
+  *njobs = *nobj = 0;
+  if (system("mkdir -p " CI_DIR) != 0) return -1;
+  FILE *jobs = fopen(jobs_path, "w");
+  if (!jobs) return -1;
+  char gencode[96], flags[3000];
+  evt_jit_gencode(90, 0, gencode, sizeof gencode);
+  snprintf(flags, sizeof flags, "-std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG %s -Ikernels -I'%s' -I'%s'", gencode, inc, util);
+  uint64_t hh = headers_hash();
+  for (int gemm = with_rows ? 0 : 1; gemm < 2; gemm++)
+    for (int part = 0; part < 2; part++) *njobs += add_unit(ks, n, gemm, part, 90, flags, hh, jobs, objs, nobj);
+  fclose(jobs);
+  return run_jobs(jobs_path, *njobs, objs, *nobj);
+}
+
 TEST(ci_nvcc_compiles_fp8_kernels) {
   char inc[1024], util[1024];
   if (!have_nvcc_and_cutlass("ci_nvcc_compiles_fp8_kernels", inc, util)) return;
@@ -282,20 +301,9 @@ TEST(ci_nvcc_compiles_fp8_kernels) {
   /* 3 example GEMMs + fp8_mlp's 4 distinct fp8 GEMM kernels (5 groups; two share one) */
   CHECK_MSG(counts[1] == 7 && fp8_rows >= 4, "%d GEMM kernels, %d row kernels (%d with fp8 tensors)", counts[1], counts[0],
             fp8_rows);
-  CHECK(system("mkdir -p " CI_DIR) == 0);
-  FILE *jobs = fopen(CI_DIR "/fp8_jobs.sh", "w");
-  CHECK(jobs != NULL);
-  if (!jobs) return;
-  char gencode[96], flags[3000];
-  evt_jit_gencode(90, 0, gencode, sizeof gencode);
-  snprintf(flags, sizeof flags, "-std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG %s -Ikernels -I'%s' -I'%s'", gencode, inc, util);
-  static char objs[4][200];
-  int nobj = 0, njobs = 0;
-  uint64_t hh = headers_hash();
-  for (int gemm = 0; gemm < 2; gemm++)
-    for (int part = 0; part < 2; part++) njobs += add_unit(ks, n, gemm, part, 90, flags, hh, jobs, objs, &nobj);
-  fclose(jobs);
-  long long secs = run_jobs(CI_DIR "/fp8_jobs.sh", njobs, objs, nobj);
+  int njobs, nobj;
+  long long secs = compile_sm90_units(CI_DIR "/fp8_jobs.sh", ks, n, true, inc, util, &njobs, &nobj);
+  CHECK(secs >= 0);
   fprintf(stderr, "note: ci_nvcc_compiles_fp8_kernels: sm_90a %d GEMM + %d row kernels (%d with fp8 tensors); %d of %d units "
           "compiled now (%lld s), the rest cached\n", counts[1], counts[0], fp8_rows, njobs, nobj, secs);
   evt_prefetch_free(ks, n);
@@ -343,19 +351,9 @@ TEST(ci_nvcc_compiles_tf32_kernels) {
   evt_program_destroy(p);
   evt_graph_free(g);
   CHECK_MSG(n == 2, "%d TF32 GEMM kernels (the example and one of examples/mlp.evt with --tf32)", n);
-  CHECK(system("mkdir -p " CI_DIR) == 0);
-  FILE *jobs = fopen(CI_DIR "/tf32_jobs.sh", "w");
-  CHECK(jobs != NULL);
-  if (!jobs) return;
-  char gencode[96], flags[3000];
-  evt_jit_gencode(90, 0, gencode, sizeof gencode);
-  snprintf(flags, sizeof flags, "-std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG %s -Ikernels -I'%s' -I'%s'", gencode, inc, util);
-  static char objs[2][200];
-  int nobj = 0, njobs = 0;
-  uint64_t hh = headers_hash();
-  for (int part = 0; part < 2; part++) njobs += add_unit(ks, n, 1, part, 90, flags, hh, jobs, objs, &nobj);
-  fclose(jobs);
-  long long secs = run_jobs(CI_DIR "/tf32_jobs.sh", njobs, objs, nobj);
+  int njobs, nobj;
+  long long secs = compile_sm90_units(CI_DIR "/tf32_jobs.sh", ks, n, false, inc, util, &njobs, &nobj);
+  CHECK(secs >= 0);
   fprintf(stderr, "note: ci_nvcc_compiles_tf32_kernels: sm_90a %d TF32 GEMM kernels; %d of %d units compiled now (%lld s), "
           "the rest cached\n", n, njobs, nobj, secs);
   evt_prefetch_free(ks, n);
