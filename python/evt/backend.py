@@ -14,6 +14,7 @@ import collections
 import copy
 import logging
 import warnings
+import weakref
 
 import torch
 import torch.fx
@@ -62,6 +63,10 @@ def histogram(gm):
     return collections.Counter(P.op_name(n) for n in gm.graph.nodes if n.op == "call_function")
 
 
+# forward GraphModule -> its backward (partition_fn), for the forward's plan to JIT-compile the backward's kernels
+_BACKWARD = weakref.WeakKeyDictionary()
+
+
 def partition_fn(joint, joint_inputs, options=None, **kwargs):
     """Sees the whole training step: logs its op histogram, rewrites it (rewrites.run_all), then splits it and
     unwraps the recomputed ops that draw no random numbers (rewrites.unwrap_unseeded_rng_ops)."""
@@ -71,6 +76,7 @@ def partition_fn(joint, joint_inputs, options=None, **kwargs):
     _rewrite(joint, options, kwargs.get("num_fwd_outputs"))
     fw, bw = default_partition(joint, joint_inputs, **kwargs)
     _unwrap_rng(fw, bw)
+    _BACKWARD[fw] = bw  # (AOTAutograd hands this very fw to the forward compiler; another object finds none)
     return fw, bw
 
 
@@ -142,7 +148,9 @@ def _specialize(gm, args):
 def compile_module(gm, example_inputs, kind="module", options=None):
     """fw/bw compiler: a boxed callable running gm through evt segments and PyTorch fallbacks.
     A module with symbolic shapes gets one plan per concrete argument signature, built at the first call
-    with that signature (shapes re-derived with FakeTensorProp)."""
+    with that signature (shapes re-derived with FakeTensorProp). A forward whose backward partition_fn made
+    JIT-compiles the backward's GPU kernels in its own batch (plan.EarlyBackward; not for symbolic shapes)."""
+    backward = _BACKWARD.pop(gm, None) if kind == "forward" else None
     if _symbolic(gm):
         plans = {}
 
@@ -168,7 +176,7 @@ def compile_module(gm, example_inputs, kind="module", options=None):
         run_dynamic._boxed_call = True
         return run_dynamic
     try:
-        plan = build_plan(gm, options, kind)
+        plan = build_plan(gm, options, kind, backward=backward)
     except LibraryError:  # (a configuration error: the user must see it)
         raise
     except Exception as e:  # noqa: BLE001 (a bug in the translation must not fail the user's step)

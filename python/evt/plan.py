@@ -31,8 +31,9 @@ aten = torch.ops.aten
 class Plan:
     """The ordered steps of one FX module (Segments and PyTorch nodes; segments.Segmentation), ready to run."""
 
-    def __init__(self, gm, force_torch, options=None, program_node_fallback=True, kind="module"):
+    def __init__(self, gm, force_torch, options=None, program_node_fallback=True, kind="module", early=None):
         self.gm = gm
+        self.early = early  # a forward's EarlyBackward: its backward's kernels join this plan's batch
         self.kind = kind
         self.options = options or {}
         self.check = config.parse_options(self.options)["check"]
@@ -53,6 +54,13 @@ class Plan:
         prefetches every GPU segment's kernels in one batch each, creates the GPU programs (raising ProgramError
         with the node a program names), marks the PyTorch GEMMs that run padded, and computes each value's last
         use."""
+        segs = self._finalize_segments()
+        self._create_programs(segs)
+        self._mark_padded_gemms()
+        self._liveness()
+
+    def _finalize_segments(self):
+        """Parses every segment (Segment.finalize, programs deferred); returns the Segments."""
         # The backward module's outputs are gradients for AccumulateGrad: on the GPU path they are returned
         # contiguous as evt wrote them, not copied into PyTorch's recorded strides (a weight gradient is
         # recorded transposed: the copy and AccumulateGrad's copy back to the parameter's layout are saved).
@@ -69,9 +77,7 @@ class Plan:
         for s in segs:
             s.free_layout = free
             self._finalize_segment(s)
-        self._create_programs(segs)
-        self._mark_padded_gemms()
-        self._liveness()
+        return segs
 
     def _finalize_segment(self, s):
         """Segment.finalize; a parser error that names a node not yet moved propagates (build_plan moves that node to
@@ -95,26 +101,33 @@ class Plan:
 
     def _create_programs(self, segs):
         """Tunes (gpu.tune_configs) and JIT-compiles every GPU segment's kernels in one batch each, then creates
-        the programs (cache hits); a segment whose program cannot be made runs in PyTorch (fallbacks)."""
+        the programs (cache hits); a segment whose program cannot be made runs in PyTorch (fallbacks). A forward
+        with an EarlyBackward adds its backward's GPU segment texts to both batches."""
         gpu = [s for s in segs if s.path == "gpu" and getattr(s, "pending", None) is not None]
-        texts = [s.graph.text() for s in gpu
-                 if not SG.program_cached(s.graph, G.program_flags(s.options), s.device, config.tf32(s.options))]
-        if texts and G.tune_configs(gpu[0].options) > 0:
+        texts = _uncached_texts(gpu)
+        extra = []
+        if gpu and self.early is not None:
+            own = set(texts)
+            extra = [t for t in dict.fromkeys(self.early.texts()) if t not in own]
+        batch = texts + extra
+        what = "%d GPU segments" % len(texts) if not extra else \
+            "%d forward + %d backward GPU segments" % (len(texts), len(extra))
+        if batch and G.tune_configs(gpu[0].options) > 0:
             t0 = time.time()
-            st, n, why = G.tune(texts, G.program_flags(gpu[0].options), G.tune_configs(gpu[0].options),
+            st, n, why = G.tune(batch, G.program_flags(gpu[0].options), G.tune_configs(gpu[0].options),
                                 G.refine_level(gpu[0].options), config.parse_options(gpu[0].options)["arch"],
                                 tf32=config.tf32(gpu[0].options))
-            msg = "  tune: %d GEMM problems of %d GPU segments in %.1f s%s" % (
-                n, len(texts), time.time() - t0, "" if st == 0 else f" (not all tuned: {why})")
+            msg = "  tune: %d GEMM problems of %s in %.1f s%s" % (
+                n, what, time.time() - t0, "" if st == 0 else f" (not all tuned: {why})")
             if st == 0 or not G.tune_asked(gpu[0].options):
                 log.info(msg)
             else:
                 log.warning(msg)
-        if len(texts) > 1:
+        if len(batch) > 1:
             t0 = time.time()
-            n = G.prefetch(texts, G.program_flags(gpu[0].options), G.refine_level(gpu[0].options),
+            n = G.prefetch(batch, G.program_flags(gpu[0].options), G.refine_level(gpu[0].options),
                            config.parse_options(gpu[0].options)["arch"], tf32=config.tf32(gpu[0].options))
-            log.info("  prefetch: %d kernels for %d GPU segments in %.1f s", n, len(texts), time.time() - t0)
+            log.info("  prefetch: %d kernels for %s in %.1f s", n, what, time.time() - t0)
         for s in segs:
             s.create_program()
             if s.path == "torch":
@@ -274,6 +287,50 @@ def _attr(gm, target):
     return v
 
 
+def _uncached_texts(segs):
+    """The optimized texts of the GPU segments (programs pending) whose programs are not yet cached."""
+    gpu = [s for s in segs if s.path == "gpu" and getattr(s, "pending", None) is not None]
+    return [s.graph.text() for s in gpu
+            if not SG.program_cached(s.graph, G.program_flags(s.options), s.device, config.tf32(s.options))]
+
+
+class _ParseLogsOnly(logging.Filter):
+    """Passes the records logged once per parsed text (segment._graph_for, the disk cache) and drops the rest:
+    the backward's own plan logs those when it is built."""
+
+    def filter(self, record):
+        return record.funcName == "_graph_for" or record.module == "diskcache"
+
+
+class EarlyBackward:
+    """The backward module of a forward being planned: texts() are the GPU segment texts its own Plan will hand to
+    gpu.tune / gpu.prefetch (same options), computed once, creating no program; the forward's batch takes them, so
+    the backward's kernels compile in the forward's nvcc wave and its own compile finds them cached. Any error:
+    [] (logged at debug level), the backward then compiles its kernels itself."""
+
+    def __init__(self, gm, options=None):
+        self.gm, self.options, self._texts = gm, options, None
+
+    def texts(self):
+        if self._texts is None:
+            self._texts = []
+            quiet = _ParseLogsOnly()
+            log.addFilter(quiet)
+            try:
+                plan = Plan(self.gm, {}, self.options, kind="backward")
+                self._texts = _uncached_texts(plan._finalize_segments())
+                self.gm = None  # (the forward's plan need not keep the backward module alive)
+            except Exception as e:  # noqa: BLE001 (only an optimization: the backward compiles its own kernels)
+                err = e
+            else:
+                err = None
+            finally:
+                log.removeFilter(quiet)
+            if err is not None:
+                log.debug("evt: the backward's kernels are left to its own compile (%s: %s)", type(err).__name__, err)
+        return self._texts
+
+
 def _flat_nodes(x):
     if isinstance(x, torch.fx.Node):
         return [x]
@@ -282,14 +339,17 @@ def _flat_nodes(x):
     return []
 
 
-def build_plan(gm, options=None, kind="module"):
-    """A Plan for gm; nodes the evt parser (or the GPU program) rejects move to PyTorch one by one."""
+def build_plan(gm, options=None, kind="module", backward=None):
+    """A Plan for gm; nodes the evt parser (or the GPU program) rejects move to PyTorch one by one. backward: the
+    backward module of a forward, whose GPU kernels are then tuned and JIT-compiled in the forward's batch."""
+    early = EarlyBackward(backward, options) if backward is not None and kind == "forward" else None
     if kind in ("module", "inference"):
         R.mark_returned_log_softmax(gm)  # (a module without a backward returns every output to its caller)
     force = {}
     rebuilds = 0
     while True:
-        plan = Plan(gm, force, options, program_node_fallback=rebuilds < MAX_PROGRAM_REBUILDS, kind=kind)
+        plan = Plan(gm, force, options, program_node_fallback=rebuilds < MAX_PROGRAM_REBUILDS, kind=kind,
+                    early=early)
         try:
             plan.finalize()
             SG.STATS["plans"] += 1

@@ -1310,6 +1310,78 @@ def test_default_tuning_failure_is_not_a_warning(monkeypatch, caplog):
     assert msgs and all(r.levelno == logging.INFO for r in msgs), caplog.text
 
 
+def _training_step_batches(monkeypatch, caplog, fail_early=False):
+    """One MLP training step through backend="evt" on the GPU glue path (the interpreter standing in for the
+    device) with gpu.tune / gpu.prefetch recorded: ((kind, texts) of the forward's compile, of the backward's),
+    (texts of the programs the forward created, of those the backward created). Asserts the step's loss and
+    gradients agree with eager. fail_early: the forward's computation of its backward's texts raises."""
+    import copy
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import test_torch_backend as T
+    _glue_setup(monkeypatch)
+    calls, created = [], []
+
+    def program_for(graph, flags, device, refine, arch=None, tf32=False):
+        created.append(graph.text())
+        return InterpProgram(graph.text(), flags)
+    monkeypatch.setattr(SG, "_program_for", program_for)
+    monkeypatch.setattr(G, "tune", lambda texts, flags, n, refine, arch=None, tf32=False:
+                        calls.append(("tune", list(texts))) or (0, 0, ""))
+    monkeypatch.setattr(G, "prefetch", lambda texts, flags, refine, arch=None, tf32=False:
+                        calls.append(("prefetch", list(texts))) or 0)
+    if fail_early:
+        real = PL.EarlyBackward.texts
+
+        def texts(self):
+            self.gm = None  # (Plan(None, ...) raises AttributeError inside texts())
+            return real(self)
+        monkeypatch.setattr(PL.EarlyBackward, "texts", texts)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = T.MLP()
+    f = torch.compile(copy.deepcopy(ref), backend="evt", fullgraph=True, options={"tune": 2})
+    x, y = torch.randn(4, 8), torch.randint(0, 4, (4,))
+    with caplog.at_level(logging.DEBUG, logger="evt"):
+        loss = f(x, y)
+        n_calls, n_created = len(calls), len(created)
+        loss.backward()
+    loss_ref = ref(x, y)
+    loss_ref.backward()
+    assert T.rel_err(loss.detach(), loss_ref.detach()) <= 1e-4
+    for (n, p_ref), p in zip(ref.named_parameters(), f.parameters()):
+        assert T.rel_err(p.grad, p_ref.grad) <= 1e-4, n
+    return (calls[:n_calls], calls[n_calls:]), (created[:n_created], created[n_created:])
+
+
+@needs_lib
+def test_forward_tunes_and_prefetches_its_backward_kernels_in_one_batch(monkeypatch, caplog):
+    """The forward's compile tunes and JIT-compiles its backward's GPU kernels with its own, in one gpu.tune and
+    one gpu.prefetch batch (one nvcc wave, not a second one at the first backward call): the batch holds every
+    text the backward's own compile then passes or creates a program of (on a GPU: cache hits)."""
+    (fw_calls, bw_calls), (fw_made, bw_made) = _training_step_batches(monkeypatch, caplog)
+    assert [c[0] for c in fw_calls] == ["tune", "prefetch"], fw_calls
+    batch = fw_calls[1][1]
+    assert fw_calls[0][1] == batch and set(fw_made) < set(batch), (fw_made, batch)
+    assert bw_made and set(bw_made) <= set(batch) and not set(bw_made) & set(fw_made)
+    assert bw_calls and all(set(texts) <= set(batch) for _, texts in bw_calls), bw_calls
+    n_bw = len(set(batch) - set(fw_made))
+    assert any(r.getMessage().startswith("  prefetch: 0 kernels for %d forward + %d backward GPU segments in "
+                                         % (len(fw_made), n_bw)) for r in caplog.records), caplog.text
+    parsed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("  segment evt-")]
+    assert len(parsed) == len(set(parsed)) == len(set(batch)), parsed  # (each text parsed and logged once)
+
+
+@needs_lib
+def test_forward_compiles_alone_when_its_backward_texts_fail(monkeypatch, caplog):
+    """An error while the forward computes its backward's texts is logged at debug level; the forward's batch
+    then holds its own texts only, and the backward tunes and prefetches its own at its compile."""
+    (fw_calls, bw_calls), (fw_made, bw_made) = _training_step_batches(monkeypatch, caplog, fail_early=True)
+    assert fw_calls == [("tune", fw_made)], fw_calls  # (one text: no prefetch, its program compiles it)
+    assert bw_made and bw_calls == [("tune", bw_made)], bw_calls
+    assert any(r.levelno == logging.DEBUG and "left to its own compile (AttributeError" in r.getMessage()
+               for r in caplog.records), caplog.text
+
+
 # ---- cudagraphs "step": the wiring around PyTorch's CUDA-graph trees, with a stand-in for the trees ---------
 
 def _fake_trees(monkeypatch, fail=False, events=None):
