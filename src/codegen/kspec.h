@@ -141,7 +141,8 @@ typedef struct evt_tile_config {
   int stream_k;                   /* 1: CUTLASS's stream-K tile scheduler (cooperative, unbatched, atomic sums):
                                    * CTAs share the K loop of a tile when there are fewer tiles than SMs, the
                                    * last one reduces the partial accumulators and runs the epilogue once.
-                                   * Only the tuner proposes it (evt_tune_candidates), for few tiles over a long K */
+                                   * Proposed for few tiles over a long K: by the untuned config (evt_lower_untuned_config)
+                                   * and the tuner (evt_tune_candidates) */
   int epi_stages;                 /* shared-memory buffers of D and of each aux store (the epilogue's StagesD: TMA
                                    * stores in flight per subtile); 0 = CUTLASS's builder, min(subtiles, 2) */
 } evt_tile_config;
@@ -219,6 +220,9 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len);
 int evt_kspec_epilogue_n(const evt_kspec *s);
 uint64_t evt_kspec_hash(const evt_kspec *s);
 void evt_kspec_kernel_name(const evt_kspec *s, char out[40]);     /* "evt_kernel_<16 hex>" */
+
+/* The SMs of the Hopper GPUs evt targets (H100 SXM, H200): one wave of output tiles. */
+#define EVT_HOPPER_SMS 132
 
 /* ---- src/codegen/arch.c: GPU targets -------------------------------------------------------------------- */
 /* A spec's or options' arch: 0 or 90 = sm_90a (Hopper), 80 / 86 / 89 = Ampere / Ada. */

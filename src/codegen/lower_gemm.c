@@ -134,7 +134,8 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, unsign
  * ping-pong for an epilogue without CUTLASS row/column sums over K <= 4096: one consumer warp group's epilogue runs
  * while the other's mainloop keeps the tensor cores busy, so aux loads, stores and elementwise math cost little.
  * CUTLASS's sum nodes keep their sums in local memory in a ping-pong kernel, so those stay cooperative; at long K
- * ping-pong's mainloop is slower. The K tile is 64, 128 for fp8 operands, 32 for f32 (TF32) ones: one 128-byte row. A tune record (src/tune/tune.c) replaces it (measurements: bench/RESULTS.md). */
+ * ping-pong's mainloop is slower. Fewer 128x256 tiles than SMs over K >= 2048 (weight gradients: vit_p14's
+ * 1280x1280 over K = 32896 fills 50 of 132 SMs): 128x256 with the stream-K scheduler. The K tile is 64, 128 for fp8 operands, 32 for f32 (TF32) ones: one 128-byte row. A tune record (src/tune/tune.c) replaces it (measurements: bench/RESULTS.md). */
 evt_tile_config evt_lower_untuned_config(const evt_kspec *s, int64_t m, int64_t n, int64_t k) {
   if (evt_arch_sm8x(s->arch)) return evt_arch_untuned_config(s->arch, n);
   int tk = evt_kspec_tile_k(s);
@@ -142,5 +143,10 @@ evt_tile_config evt_lower_untuned_config(const evt_kspec *s, int64_t m, int64_t 
   evt_kspec pp = *s;
   pp.cfg = (evt_tile_config){128, 128, tk, 1, 1, EVT_SCHED_PINGPONG};
   if (!evt_emit_cutlass_sums(&pp) && k <= 4096 && m >= 128 && n >= 128) cfg = pp.cfg;
+  bool sixteen = s->ab_dtype == EVT_BF16 || s->ab_dtype == EVT_F16; /* fp8 / TF32 kept at their checked configs */
+  if (sixteen && !s->batched && k >= 2048 && ((m + 127) / 128) * ((n + 255) / 256) < EVT_HOPPER_SMS) {
+    cfg = (evt_tile_config){128, 256, tk, 1, 1, EVT_SCHED_COOPERATIVE};
+    cfg.stream_k = 1;
+  }
   return cfg;
 }

@@ -47,7 +47,7 @@
 struct evt_lower_result;
 
 #define EVT_TUNE_MAX_CAND 48
-#define EVT_TUNE_SMS 132 /* the H200's SM count: below this many output tiles the stream-K candidates join */
+#define EVT_TUNE_SMS EVT_HOPPER_SMS /* below this many output tiles the stream-K candidates join */
 
 typedef enum evt_tune_choice { EVT_TUNE_NONE = 0, EVT_TUNE_FUSED, EVT_TUNE_UNFUSED } evt_tune_choice;
 

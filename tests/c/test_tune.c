@@ -254,6 +254,26 @@ TEST(tune_stream_k_config_kernel_and_candidates) {
   for (int i = 0; i < nc; i++) CHECK(!cf[i].stream_k);
 }
 
+/* The untuned config takes stream-K 128x256 where data-parallel tiles would leave SMs idle over a long K (a
+ * weight gradient of 1280x1280 over K = 32896: 50 tiles), for bf16 / f16 unbatched specs only. */
+TEST(untuned_config_stream_k_for_starved_long_k) {
+  evt_kspec s;
+  CHECK(evt_kspec_example(&s, "bias_relu_dbias", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  evt_tile_config c = evt_lower_untuned_config(&s, 1280, 1280, 32896);
+  char err[256];
+  CHECK(c.stream_k && c.tile_n == 256 && c.schedule == EVT_SCHED_COOPERATIVE);
+  CHECK(evt_tile_config_check(&s, &c, err, sizeof err) == EVT_OK);
+  CHECK(!evt_lower_untuned_config(&s, 1280, 1280, 1024).stream_k);     /* short K */
+  CHECK(!evt_lower_untuned_config(&s, 32896, 1280, 1280).stream_k);    /* 257 x 5 tiles fill the SMs */
+  CHECK(!evt_lower_untuned_config(&s, 2048, 16384, 4096).stream_k);    /* 16 x 64 tiles */
+  evt_kspec b = s;
+  b.batched = 1;
+  CHECK(!evt_lower_untuned_config(&b, 1280, 1280, 32896).stream_k);
+  evt_kspec f = s;
+  f.ab_dtype = f.b_dtype = EVT_F8E4M3;
+  CHECK(!evt_lower_untuned_config(&f, 1280, 1280, 32896).stream_k);
+}
+
 static void tmpdir(char *out, size_t len) { evt_test_tmpdir(out, len, "tune-test"); }
 
 TEST(tune_record_round_trip_and_apply) {

@@ -6,7 +6,7 @@
 // tile multiples: fresh random bf16 inputs, NaN-poisoned outputs, two runs (initialize() must reset atomic
 // reductions), D and every stored tensor within a relative Frobenius error of 1e-2 (NaN never passes). Kernels with
 // a Σ over M run once more with that output 4- but not 8-byte aligned; an unaligned N must be rejected by
-// can_implement. CHECK_EVT_ONLY=substring keeps the cases whose label has it. Prints "N passed, N failed".
+// can_implement; the stream-K case also runs over K = 16392 (few tiles, split K loops). CHECK_EVT_ONLY=substring keeps the cases whose label has it. Prints "N passed, N failed".
 #include "gpu_util.h"
 
 #include "check_report.h"
@@ -152,6 +152,7 @@ int main() {
     bool has_rs = false;
     for (int v = 0; v < kc.spec.nnodes; v++) has_rs |= kc.spec.nodes[v].op == EVT_V_ROW_SUM;
     if (has_rs) check_case(kc, sizes[0][0], sizes[0][1], sizes[0][2], seed++, 4);  // Σ output only 4-byte aligned
+    if (kc.cfg.stream_k) check_case(kc, 1032, 776, 16392, seed++);  // 36 tiles over a long K: CTAs share tiles' K loops
   }
   // can_implement must reject N whose rows are not 16-byte aligned
   for (auto &kc : cases) {

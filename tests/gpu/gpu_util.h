@@ -53,10 +53,14 @@ static const evt_tile_config kCfg128x256c1x1 = {128, 256, 64, 1, 1, EVT_SCHED_CO
 // CUTLASS's deterministic row reduction (the atomic ones run on kernels/evt_visitor_nodes.h's RowSum)
 static const evt_tile_config kCfgWorkspace = {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_WORKSPACE};
 
+// the untuned config of few output tiles over a long K (weight gradients): the stream-K scheduler
+static const evt_tile_config kCfgStreamK = {128, 256, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC, 0, 1};
+
 static std::string cfg_label(const evt_tile_config &c) {
-  char b[64];
-  snprintf(b, sizeof b, "%dx%d c%dx%d %s%s", c.tile_m, c.tile_n, c.cluster_m, c.cluster_n,
-           c.schedule == EVT_SCHED_PINGPONG ? "pingpong" : "coop", c.reduction == EVT_RED_WORKSPACE ? " workspace" : "");
+  char b[80];
+  snprintf(b, sizeof b, "%dx%d c%dx%d %s%s%s", c.tile_m, c.tile_n, c.cluster_m, c.cluster_n,
+           c.schedule == EVT_SCHED_PINGPONG ? "pingpong" : "coop", c.reduction == EVT_RED_WORKSPACE ? " workspace" : "",
+           c.stream_k ? " stream-K" : "");
   return b;
 }
 
@@ -88,6 +92,7 @@ static std::vector<KernelCase> all_cases() {
   v.push_back(make_case("plain", kCfg128, EVT_LAYOUT_TN));
   v.push_back(make_case("bias_relu_dbias", kCfgWorkspace));
   v.push_back(make_case("gelu_bwd_dbias", kCfgPing, EVT_LAYOUT_NT));
+  v.push_back(make_case("bias_relu_dbias", kCfgStreamK, EVT_LAYOUT_TN));  // a weight gradient's layout
   evt_tile_config tf32_cfg = kCfg128;  // f32 operands on TF32 tensor cores: K-major (NT), one 128-byte K row per tile
   tf32_cfg.tile_k = 32;
   v.push_back(make_case("tf32_bias_relu", tf32_cfg, EVT_LAYOUT_NT));
