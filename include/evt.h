@@ -255,6 +255,15 @@ evt_status evt_program_bind(evt_program *p, const char *name, void *device_ptr);
 /* Binds device memory to graph output i (evt_graph_output order of the graph passed to create). */
 evt_status evt_program_bind_output(evt_program *p, int i, void *device_ptr);
 evt_status evt_program_run(evt_program *p, void *cuda_stream);
+/* The arena: device memory for the values a run computes and drops (every one is written before it is read
+ * within the run, so nothing in it outlives a run). A program allocates its own at create; a caller with a
+ * caching allocator may give it memory instead, per run if it likes: evt_program_bind_arena frees the
+ * program's own arena and uses device_ptr (at least evt_program_arena_bytes bytes, 256-byte aligned; the
+ * caller keeps it alive until the run is done on the stream); NULL returns to an arena of the program's own. A
+ * different pointer re-captures a CUDA graph like any binding. A run that must re-plan its memory beyond
+ * the caller's bytes allocates its own again (evt_program_arena_bytes then tells the new size). */
+int64_t evt_program_arena_bytes(const evt_program *p);
+evt_status evt_program_bind_arena(evt_program *p, void *device_ptr, int64_t bytes);
 /* RNG: a graph's rand / dropout draw with a step (kernels/philox.h). A program's first run uses the graph's
  * step at create (evt_graph_set_rng_step, default 0) and every run advances it by one, on the device (a
  * CUDA-graph replay too), so each training step gets fresh dropout masks: run k (from 0) draws what the

@@ -159,7 +159,8 @@ def _evt_hash(name, mangled):
 
 
 def plan_device_bytes(report):
-    """The device memory evt's GPU programs hold besides PyTorch's allocator: every segment's arena + GEMM scratch."""
+    """Every segment's arena + GEMM scratch (the arenas come from PyTorch's allocator for each run, so the peak
+    counts only those live at once; the GEMM scratch is held by the programs)."""
     return sum((seg["plan"] or {}).get("arena_bytes", 0) + (seg["plan"] or {}).get("scratch_bytes", 0)
                for mod in report.modules for seg in mod["segments"])
 
@@ -226,8 +227,8 @@ def measure_mode(name, mode, a):
     ts = R._time_steps(step, a.warmup, a.iters)
     med = statistics.median(ts)
     free, total = torch.cuda.mem_get_info()
-    # (device_gib: the device memory the mode holds after its steps, PyTorch's cached blocks and evt's own
-    # arenas, which the allocator's peak does not see)
+    # (device_gib: the device memory the mode holds after its steps: PyTorch's cached blocks, which hold evt's
+    # arenas, and what evt's programs hold themselves: GEMM scratch, CUTLASS workspaces)
     row = dict(ms=round(med, 3), peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2),
                device_gib=round((total - free - used0) / 2**30, 2),
                compile_cold_s=round(max(first - med / 1e3, 0.0), 1))
@@ -304,7 +305,7 @@ def render(res, command):
              f" | {sum(v for v in fl.values() if v):.2f} | sum of the floors |")
     L.append("| peak memory GiB (PyTorch allocator) | " + " | ".join("—" if "error" in r else f"{r['peak_gib']:.2f}" for r in rows) + " | | |")
     L.append("| device memory held GiB (with evt's arenas) | " + " | ".join("—" if "error" in r else f"{r['device_gib']:.2f}" for r in rows) + " | | |")
-    L.append("| of which evt's arenas + GEMM scratch GiB | " + " | ".join(f"{r['arena_gib']:.2f}" if "arena_gib" in r else "" for r in rows) + " | | |")
+    L.append("| sum of evt's arenas (PyTorch's pool, per run) + GEMM scratch GiB | " + " | ".join(f"{r['arena_gib']:.2f}" if "arena_gib" in r else "" for r in rows) + " | | |")
     L.append("| cold compile s | " + " | ".join("—" if "error" in r else f"{r['compile_cold_s']:.1f}" for r in rows) + " | | |")
     gem = res["modes"].get("evt", {}).get("gemms") or []
     if gem:

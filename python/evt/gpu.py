@@ -5,7 +5,10 @@ Contract
   evt_program with EVT_PROGRAM_NO_OPT (include/evt.h). A failure raises ProgramError with the library's message,
   which names the node when a node is the reason, so the caller can move that node to PyTorch.
 - Program.run(inputs, outputs, stream) binds device pointers (inputs by node name, outputs by index) and
-  enqueues the step on `stream` (a cudaStream_t as an int); it does not synchronize.
+  enqueues the step on `stream` (a cudaStream_t as an int); it does not synchronize. Its arena (the values a run
+  computes and drops) comes from PyTorch's caching allocator for that run (evt_program_bind_arena), so segments
+  and PyTorch's own tensors share one pool instead of each program holding its arena for good; a program with
+  its own CUDA graph (EVT_PROGRAM_CUDA_GRAPH) keeps an arena of its own (a new address would re-capture it).
 - evt_program's memory contract: dense row-major in the node's dtype, integers as i64, bool as u8, fp8 as
   PyTorch's float8_e4m3fn / float8_e5m2 bytes (device_dtype, bindable, to_device_layout).
 - program_flags / tune_configs turn the backend options (config.parse_options) into evt_program flags and the
@@ -155,6 +158,8 @@ def _api():
         "evt_program_bind": (ctypes.c_int, [P, ctypes.c_char_p, P]),
         "evt_program_bind_output": (ctypes.c_int, [P, ctypes.c_int, P]),
         "evt_program_run": (ctypes.c_int, [P, P]),
+        "evt_program_bind_arena": (ctypes.c_int, [P, P, ctypes.c_int64]),
+        "evt_program_arena_bytes": (ctypes.c_int64, [P]),
         "evt_program_error": (ctypes.c_char_p, [P]),
         "evt_program_launch_count": (ctypes.c_int, [P]),
         "evt_program_destroy": (None, [P]),
@@ -191,6 +196,7 @@ class Program:
         self.captures = 0     # CUDA graphs: runs whose bindings differed from the previous run's (the first
         #                       run is eager, the next captures: evt_program_run)
         self._last = None
+        self._pooled = False  # an arena from PyTorch's allocator was bound (the program's own is freed)
 
     def _err(self, what):
         return ProgramError(f"{what}: {L.lib().evt_program_error(self._p).decode()}")
@@ -218,9 +224,28 @@ class Program:
         if key != self._last and self.flags & EVT_PROGRAM_CUDA_GRAPH:
             self.captures += 1
         self._last = key
+        arena = self._pool_arena(outputs)
         if lib.evt_program_run(self._p, stream) != 0:
             raise self._err("run")
         self.runs += 1
+        del arena  # back to the pool once the stream has run this step (stream-ordered reuse)
+
+    def _pool_arena(self, outputs):
+        """Binds this run's arena from PyTorch's allocator (kept by the caller until the run is enqueued); None
+        where the program keeps its own: its own CUDA graph, no arena, or the first run inside a stream capture
+        (replacing its own arena frees it, which a capture forbids)."""
+        lib = L.lib()
+        n = int(lib.evt_program_arena_bytes(self._p))
+        if self.flags & EVT_PROGRAM_CUDA_GRAPH or n <= 0 or not outputs:
+            return None
+        dev = outputs[0].device
+        if dev.type != "cuda" or not self._pooled and torch.cuda.is_current_stream_capturing():
+            return None
+        arena = torch.empty(n, dtype=torch.uint8, device=dev)
+        if lib.evt_program_bind_arena(self._p, arena.data_ptr(), n) != 0:
+            raise self._err("bind the arena")
+        self._pooled = True
+        return arena
 
     def launch_count(self):
         return int(L.lib().evt_program_launch_count(self._p))

@@ -3,6 +3,7 @@
  * tensors share bytes while taking less than one buffer per node. The GPU half: tests/gpu/program_check.c. */
 #include "passes/passes.h"
 #include "compile/compile.h"
+#include "runtime/gpu/cuda.h"
 #include "runtime/gpu/exec_plan.h"
 #include "test.h"
 #include "compile/train.h"
@@ -135,6 +136,67 @@ TEST(program_bind_errors_name_what_is_wrong) {
   CHECK(evt_program_bind_output(p, 1, mem) == EVT_OK);
   CHECK(evt_program_run(p, NULL) == EVT_ERR_UNSUPPORTED); /* all bound; no device */
   evt_program_destroy(p);
+  evt_graph_free(g);
+}
+
+/* A device API that hands out host memory and counts what it frees: the arena's ownership without a GPU. */
+static int fake_frees;
+static void *fake_alloc(int64_t n, char *why, size_t len) {
+  (void)why, (void)len;
+  return aligned_alloc(EVT_ARENA_ALIGN, (size_t)((n + EVT_ARENA_ALIGN - 1) / EVT_ARENA_ALIGN + 1) * EVT_ARENA_ALIGN);
+}
+static void fake_free(void *q) {
+  if (q) fake_frees++;
+  free(q);
+}
+static int fake_reserve(evt_fb_ctx *c, const evt_fb_node *n, char *why, size_t len) {
+  (void)c, (void)n, (void)why, (void)len;
+  return 0;
+}
+static void fake_nothing(void *q) { (void)q; }
+static void fake_ctx_free(evt_fb_ctx *c) { (void)c; }
+
+/* evt_program_bind_arena: the program's own arena is freed once the caller's memory replaces it, the caller's
+ * is never freed, too little or misaligned memory is refused by name, NULL returns to an arena of its own, and
+ * every arena tensor points into the memory bound. */
+TEST(program_bind_arena_owns_and_releases) {
+  evt_graph *g;
+  evt_program *p = small_host_program(&g);
+  if (!p) return;
+  const evt_fb_api fake = {.alloc = fake_alloc, .free_ = fake_free, .reserve = fake_reserve,
+                           .graph_free = fake_nothing, .stream_free = fake_nothing, .ctx_free = fake_ctx_free};
+  CHECK(evt_program_bind_arena(p, NULL, 0) == EVT_ERR_UNSUPPORTED); /* planned without a device */
+  p->api = &fake;
+  fake_frees = 0;
+  CHECK(evt_gpu_program_place(p) == EVT_OK && p->arena && !p->arena_caller);
+  int64_t need = evt_program_arena_bytes(p);
+  CHECK(need > 0);
+  char *mine = fake_alloc(need, NULL, 0);
+  CHECK(evt_program_bind_arena(p, mine, need - 1) == EVT_ERR_INVALID);
+  CHECK_MSG(strstr(evt_program_error(p), "the arena needs"), "%s", evt_program_error(p));
+  CHECK(evt_program_bind_arena(p, mine + 8, need) == EVT_ERR_INVALID);
+  CHECK_MSG(strstr(evt_program_error(p), "256-byte aligned"), "%s", evt_program_error(p));
+  CHECK(fake_frees == 0);
+  p->dirty = false;
+  CHECK(evt_program_bind_arena(p, mine, need) == EVT_OK && p->arena == mine && p->dirty);
+  CHECK(fake_frees == 1); /* the program's own */
+  int in_arena = 0;
+  for (int v = 0; v < g->nnodes; v++)
+    if (p->slots[v].kind == EVT_SLOT_ARENA) {
+      in_arena++;
+      CHECK((char *)p->t[v].ptr >= mine && (char *)p->t[v].ptr + p->slots[v].bytes <= mine + need);
+    }
+  CHECK(in_arena > 0);
+  p->dirty = false;
+  CHECK(evt_program_bind_arena(p, mine, need) == EVT_OK && !p->dirty); /* the same memory: nothing to capture */
+  CHECK(evt_gpu_program_place(p) == EVT_OK && p->arena == mine);   /* a re-plan that fits keeps it */
+  CHECK(evt_program_bind_arena(p, NULL, 0) == EVT_OK && p->arena != mine && !p->arena_caller);
+  CHECK(fake_frees == 1);
+  CHECK(evt_program_bind_arena(p, mine, need) == EVT_OK);
+  CHECK(fake_frees == 2);
+  evt_program_destroy(p); /* frees nothing of the caller's */
+  CHECK(fake_frees == 2);
+  free(mine);
   evt_graph_free(g);
 }
 

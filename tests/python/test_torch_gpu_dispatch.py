@@ -390,7 +390,11 @@ def test_program_binding_on_a_host_plan():
     with pytest.raises(G.ProgramError, match="run"):  # bound, but planned without a device
         p.run([("in.x", x), ("in.w", w)], outs, 0)
     assert p.runs == 0
+    assert evt_lib.lib().evt_program_arena_bytes(p._p) == 0  # every value is an output (caller memory)
     del p  # evt_program_destroy
+    # node by node, %mm lives in the arena: 4 x 3 f32 rounded up to the arena's 256-byte alignment
+    q = G.Program(text.replace("output %r, %mm", "output %r"), 0, host=True)
+    assert evt_lib.lib().evt_program_arena_bytes(q._p) == 256
 
 
 @pytest.mark.skipif(not _host_api(), reason="libevt has no evt_program_create_host")

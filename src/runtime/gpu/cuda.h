@@ -86,6 +86,8 @@ struct evt_program {
   evt_arena_slot *slots;    /* per node */
   char *arena;
   int64_t arena_bytes, naive_bytes;
+  bool arena_caller;        /* the arena is the caller's memory (evt_program_bind_arena), never freed here */
+  int64_t arena_caller_bytes;
   int noutputs;
   int *out_node;            /* graph output i: its node (at create) */
   void **out_ptr;           /* graph output i: the caller's memory */

@@ -60,16 +60,32 @@ void evt_gpu_program_set_tensors(evt_program *p) {
   follow_aliases(p);
 }
 
-/* Allocates the arena (and the GEMM scratch) for the current layout, points the tensors at it and
- * reserves the library's scratch for every node step. */
+/* Drops the arena: frees it when it is the program's own (cudaFree waits for the device). */
+static void release_arena(evt_program *p) {
+  if (!p->arena_caller) p->api->free_(p->arena);
+  p->arena = NULL;
+  p->arena_caller = false;
+}
+
+/* The program's own arena of arena_bytes. */
+static evt_status own_arena(evt_program *p) {
+  char why[512];
+  release_arena(p);
+  p->arena = p->api->alloc(p->arena_bytes, why, sizeof why);
+  if (!p->arena)
+    return evt_graph_errorf_at(p->g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "the arena of %lld bytes: %s",
+                               (long long)p->arena_bytes, why);
+  return EVT_OK;
+}
+
+/* Allocates the arena (unless the caller's still holds the layout) and the GEMM scratch for the current
+ * layout, points the tensors at them and reserves the library's scratch for every node step. */
 evt_status evt_gpu_program_place(evt_program *p) {
   evt_graph *g = p->g;
   char why[512];
-  p->api->free_(p->arena); /* a re-plan: waits for the device (cudaFree) */
-  p->arena = p->api->alloc(p->arena_bytes, why, sizeof why);
-  if (!p->arena)
-    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "the arena of %lld bytes: %s",
-                               (long long)p->arena_bytes, why);
+  bool caller_fits = p->arena_caller && p->arena_caller_bytes >= p->arena_bytes;
+  evt_status st = caller_fits ? EVT_OK : own_arena(p); /* a re-plan may need more than the caller gave */
+  if (st != EVT_OK) return st;
   if (p->xp && p->xp->scratch_bytes > 0 && !p->gemm_scratch &&
       !(p->gemm_scratch = p->api->alloc(p->xp->scratch_bytes, why, sizeof why)))
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "GEMM scratch: %s", why);
@@ -107,7 +123,7 @@ void evt_program_destroy(evt_program *p) {
   if (p->api) {
     p->api->graph_free(p->graph_exec);
     p->api->stream_free(p->capture_stream);
-    p->api->free_(p->arena);
+    release_arena(p);
     p->api->free_(p->gemm_scratch);
     p->api->free_(p->rng_dev);
     p->api->ctx_free(p->ctx);
@@ -203,6 +219,37 @@ evt_status evt_program_bind_output(evt_program *p, int i, void *device_ptr) {
   if (!device_ptr) return failf(p, p->out_node[i], EVT_ERR_INVALID, "evt_program_bind_output: NULL device pointer");
   if (p->out_ptr[i] != device_ptr) p->dirty = true;
   p->out_ptr[i] = device_ptr;
+  return EVT_OK;
+}
+
+int64_t evt_program_arena_bytes(const evt_program *p) { return p ? p->arena_bytes : 0; }
+
+evt_status evt_program_bind_arena(evt_program *p, void *device_ptr, int64_t bytes) {
+  if (!p) return EVT_ERR_INVALID;
+  char msg[200];
+  if (!p->api) return failf(p, -1, EVT_ERR_UNSUPPORTED, "evt_program_bind_arena: the program was planned without a device");
+  if (!device_ptr) { /* back to an arena of its own */
+    if (!p->arena_caller) return EVT_OK;
+    evt_status st = own_arena(p);
+    if (st != EVT_OK) return fail(p, st);
+  } else {
+    if ((uintptr_t)device_ptr % EVT_ARENA_ALIGN) {
+      snprintf(msg, sizeof msg, "evt_program_bind_arena: the memory is not %d-byte aligned", EVT_ARENA_ALIGN);
+      return failf(p, -1, EVT_ERR_INVALID, msg);
+    }
+    if (bytes < p->arena_bytes) {
+      snprintf(msg, sizeof msg, "evt_program_bind_arena: %lld bytes, the arena needs %lld (evt_program_arena_bytes)",
+               (long long)bytes, (long long)p->arena_bytes);
+      return failf(p, -1, EVT_ERR_INVALID, msg);
+    }
+    p->arena_caller_bytes = bytes;
+    if (p->arena == device_ptr) return EVT_OK;
+    release_arena(p);
+    p->arena = device_ptr;
+    p->arena_caller = true;
+  }
+  evt_gpu_program_set_tensors(p);
+  p->dirty = true; /* a CUDA graph captured the old addresses */
   return EVT_OK;
 }
 
