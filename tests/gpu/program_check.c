@@ -10,7 +10,8 @@
  * `evtc run --check`'s rule (evt_check_step: f32 within 1e-4; bf16 within max(1e-2, 2 x the per-node
  * interpreter's distance) of the exact fp64 answer, or 1e-2 of the per-node interpreter). CUDA-graph outputs must equal the same mode's
  * eager outputs bit for bit; a graph program is then re-bound to a new output buffer (re-capture) and must
- * write the same bits there. Times `reps` runs with CUDA events (ms/step) and prints launches per step.
+ * write the same bits there. The eager modes run in an arena of the caller's memory (evt_program_bind_arena), filled
+ * with 0xff bytes first. Times `reps` runs with CUDA events (ms/step) and prints launches per step.
  * Ends with a table; exit 1 if anything mismatched or failed. */
 #include "evt.h"
 #include "ir/ir.h"
@@ -192,6 +193,15 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
     CK(cudaMemset(dout[i], 0xff, (size_t)evt_type_numel(ty) * dsize(ty->dtype) + 1)); /* NaN-ish garbage */
     st = evt_program_bind_output(p, i, dout[i]);
   }
+  /* eager modes run in caller memory (evt_program_bind_arena), poisoned: nothing may read it before writing */
+  void *arena = NULL;
+  int64_t arena_bytes = evt_program_arena_bytes(p);
+  if (st == EVT_OK && !(flags & EVT_PROGRAM_CUDA_GRAPH) && arena_bytes > 0) {
+    CK(cudaMalloc(&arena, (size_t)arena_bytes));
+    CK(cudaMemset(arena, 0xff, (size_t)arena_bytes));
+    st = evt_program_bind_arena(p, arena, arena_bytes);
+    if (st == EVT_OK) snprintf(r->note, sizeof r->note, "caller arena");
+  }
   for (int k = 0; k < steps && st == EVT_OK; k++) st = evt_program_run(p, s);
   const uint64_t last_step = evt_program_rng_step(p) - 1; /* every run advances the RNG step (dropout masks) */
   if (st != EVT_OK && !r->note[0]) snprintf(r->note, sizeof r->note, "%.190s", evt_program_error(p));
@@ -314,6 +324,7 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
   print_row("ROW ", r); /* the table row now, in case a later mode is killed by the caller's timeout */
   fflush(stdout);
   evt_program_destroy(p);
+  if (arena) CK(cudaFree(arena));
   for (int v = 0; v < n; v++)
     if (dmem[v]) CK(cudaFree(dmem[v]));
   for (int i = 0; i < no; i++)
