@@ -19,8 +19,8 @@
 #            GPU present: CUTLASS 2.x GEMMs with Sm80 visitor trees, row kernels without programmatic dependent
 #            launches. Then `evtc run --device cuda --check --fused --arch compute_80` (and with --cuda-graph, and node
 #            by node) over the graphs group's list, and the row-kernel checks (check_rows, check_visitors' row kernels)
-#            with their kernels built for compute_80 with PDL off, as the sm_8x emitter writes them. Not part of the
-#            default groups.
+#            with their kernels built for compute_80 with PDL off, as the sm_8x emitter writes them, and the torch
+#            group's models with options={"arch": "compute_80"} (mode evt_sm80). Not part of the default groups.
 #   torch    torch.compile(backend="evt") on CUDA against eager PyTorch (torch_models_gpu.py, every model in the
 #            modes evt, evt_cg, evt_cgs, evt_fp32, evt_all; torch_dropout_gpu.py; torch_distributed_gpu.py
 #            (DDP and FSDP2 over NCCL) where there are 2 GPUs)
@@ -268,47 +268,18 @@ ampere_emitted() { # PROGRAM: emitted_check with the row kernels as the sm_8x em
   KGENCODE="-gencode=arch=compute_80,code=compute_80 -DEVT_ROWS_PDL=0 -DEVT_ROWS_PDL_MAIN=0" \
     EVT_FALLBACK_LIB=$AMPERE_LIB emitted_check "$@"
 }
-if want ampere; then
-  echo "== ampere: the sm_8x path (compute_80 PTX, JIT-compiled by the driver) against the interpreter (${#graphs[@]} graphs)"
-  check "evtc prefetch --arch compute_80: every generated kernel of the graphs compiles" ampere_prefetch \
-    "$EVTC" prefetch --arch compute_80 "${graphs[@]}"
-  built check_rows && check "check_rows (compute_80, no PDL): row kernels vs evt_rspec_reference" ampere_check_rows \
-    ampere_emitted check_rows
-  built check_visitors && check "check_visitors (compute_80, no PDL): visitor nodes in row kernels" ampere_check_visitors \
-    ampere_emitted check_visitors
-  for f in "${graphs[@]}"; do
-    b=$(logname "$f")
-    f_=${f#"$ROOT"/}
-    check "$f_ --arch compute_80 node by node" "ampere_$b.node" ampere_check "$f"
-    check "$f_ --arch compute_80 --fused" "ampere_$b.fused" ampere_check "$f" --fused
-    check "$f_ --arch compute_80 --fused --cuda-graph" "ampere_$b.fused_graph" ampere_check "$f" --fused --cuda-graph
-  done
-fi
-
-# ---- program ----------------------------------------------------------------------------------------------------
-if want program; then
-  echo "== program: the program API (include/evt.h) against the interpreter"
-  if built program_check; then
-    for f in "${graphs[@]}"; do
-      check "program_check ${f#"$ROOT"/}: node, node+graph, fused, fused+graph" "program_$(logname "$f")" \
-        "$B/program_check" --steps 3 --reps 2 --modes all "$f"
-    done
-  fi
-  built train_step && check "examples/c/train_step.c: evt_program_* with device SGD" train_step "$B/train_step"
-fi
-
-# ---- torch ------------------------------------------------------------------------------------------------------
+# ---- torch models (the torch group; the ampere group's evt_sm80 mode) ------------------------------------------
 MODELS=${TORCH_MODELS:-mlp,bert,vit,xmlcnn,convbn,gcn,gcn_edges,sdpa} # (TORCH_MODELS / TORCH_MODES: a subset)
 MODES=${TORCH_MODES:-evt,evt_cg,evt_cgs,evt_fp32,evt_all}
-torch_models() { # one check per (model, mode) line of torch_models_gpu.py's JSON
-  local json=$OUT/torch_models.jsonl
+torch_models() { # MODES NAME: one check per (model, mode) line of torch_models_gpu.py's JSON ($B/NAME.results)
+  local modes=$1 json=$OUT/$2.jsonl
   rm -f "$json"
   # their GEMMs through cuBLAS (CUTLASS hidden): tiny shapes, each a CUTLASS compile; the fused GEMMs are the
   # graphs group's
-  CUTLASS_PATH=$NOCUTLASS timeout -k 10 3600 python3 tests/gpu/torch_models_gpu.py "$MODELS" --modes "$MODES" \
-    --json "$json" >"$OUT/torch_models.log" 2>&1
+  CUTLASS_PATH=$NOCUTLASS timeout -k 10 3600 python3 tests/gpu/torch_models_gpu.py "$MODELS" --modes "$modes" \
+    --json "$json" >"$OUT/$2.log" 2>&1
   local rc=$?
-  python3 - "$json" "$MODELS" "$MODES" "$rc" <<'PY' >"$B/torch_models.results"
+  python3 - "$json" "$MODELS" "$modes" "$rc" <<'PY' >"$B/$2.results"
 import json, os, sys
 path, models, modes, rc = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(","), sys.argv[4]
 rows = {}
@@ -327,10 +298,44 @@ for mode in modes:
         print(f"{0 if ok else 1}\t{m} {mode}\t{why}")
 PY
 }
+if want ampere; then
+  echo "== ampere: the sm_8x path (compute_80 PTX, JIT-compiled by the driver) against the interpreter (${#graphs[@]} graphs)"
+  check "evtc prefetch --arch compute_80: every generated kernel of the graphs compiles" ampere_prefetch \
+    "$EVTC" prefetch --arch compute_80 "${graphs[@]}"
+  built check_rows && check "check_rows (compute_80, no PDL): row kernels vs evt_rspec_reference" ampere_check_rows \
+    ampere_emitted check_rows
+  built check_visitors && check "check_visitors (compute_80, no PDL): visitor nodes in row kernels" ampere_check_visitors \
+    ampere_emitted check_visitors
+  for f in "${graphs[@]}"; do
+    b=$(logname "$f")
+    f_=${f#"$ROOT"/}
+    check "$f_ --arch compute_80 node by node" "ampere_$b.node" ampere_check "$f"
+    check "$f_ --arch compute_80 --fused" "ampere_$b.fused" ampere_check "$f" --fused
+    check "$f_ --arch compute_80 --fused --cuda-graph" "ampere_$b.fused_graph" ampere_check "$f" --fused --cuda-graph
+  done
+  # the torch backend's CI models with options={"arch": "compute_80"} and the compute_80 kernel library
+  EVT_FALLBACK_LIB=$AMPERE_LIB torch_models evt_sm80 torch_models_sm80
+  while IFS=$'\t' read -r st name why; do
+    record "torch_models_gpu.py $name${why:+ ($why)}" "$st" "$OUT/torch_models_sm80.log"
+  done <"$B/torch_models_sm80.results"
+fi
+
+# ---- program ----------------------------------------------------------------------------------------------------
+if want program; then
+  echo "== program: the program API (include/evt.h) against the interpreter"
+  if built program_check; then
+    for f in "${graphs[@]}"; do
+      check "program_check ${f#"$ROOT"/}: node, node+graph, fused, fused+graph" "program_$(logname "$f")" \
+        "$B/program_check" --steps 3 --reps 2 --modes all "$f"
+    done
+  fi
+  built train_step && check "examples/c/train_step.c: evt_program_* with device SGD" train_step "$B/train_step"
+fi
+
 if want torch; then
   echo "== torch: torch.compile(backend=\"evt\") on CUDA against eager PyTorch"
   if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >"$OUT/torch_cuda.log" 2>&1; then
-    torch_models
+    torch_models "$MODES" torch_models
     while IFS=$'\t' read -r st name why; do
       record "torch_models_gpu.py $name${why:+ ($why)}" "$st" "$OUT/torch_models.log"
     done <"$B/torch_models.results"

@@ -4,7 +4,8 @@
 
 MODEL: a CI model of tests/python/test_torch_backend.py at small sizes. Modes: evt (default flags), evt_cg
 ({"cudagraphs": True}), evt_cgs ({"cudagraphs": "segments"}), evt_fp32 (no autocast), evt_all ({"gpu_ops": "all"}:
-convolutions and attention in evt too; models that have them). Eager and compiled train
+convolutions and attention in evt too; models that have them), evt_sm80 ({"arch": "compute_80"}: the Ampere / Ada
+kernels as PTX the driver compiles for the GPU present; the ampere group of run.sh). Eager and compiled train
 side by side from the same weights, 2 SGD (momentum) then 2 AdamW steps; every step's loss and parameter gradients
 match eager's when rel = max|a - b| / max|b| <= 1e-2 (bf16 autocast) or 1e-3 (fp32). Under bf16 each step starts
 from eager's weights, and a result missing 1e-2 whose distance to an fp32 eager copy is at most twice eager bf16's
@@ -73,7 +74,7 @@ def run(name, mode):
     amp = mode != "evt_fp32"
     tol = 1e-2 if amp else 1e-3
     opts = {"evt_cg": {"cudagraphs": True}, "evt_cgs": {"cudagraphs": "segments"},
-            "evt_all": {"gpu_ops": "all"}}.get(mode)
+            "evt_all": {"gpu_ops": "all"}, "evt_sm80": {"arch": "compute_80"}}.get(mode)
     torch._dynamo.reset()
     cap = Capture()
     log = logging.getLogger("evt")
