@@ -244,6 +244,8 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
   if (!L->ok) return WHY("%s", L->reason);
   if (L->kind == EVT_LK_GEMM_EVT) return bind_gemm(g, group, L, x);
   if (L->kind != EVT_LK_ROW && L->kind != EVT_LK_POINTWISE) return WHY("group %d: no generated kernel for this kind", L->group);
+  if (s->nucleus == EVT_ROWN_SPMM) /* (its CSR operand, A^T's cached structure and the error flag: not bound yet) */
+    return WHY("group %d: the runtime does not bind spmm row kernels yet", L->group);
   elementwise_launch_shape(s, L->m, L->n, &x->m, &x->n);
   /* rows longer than a register-resident row-group run as the generated kernel's long-row or column-block form */
   if ((x->n > EVT_ROW_MAX_N && !evt_rspec_long_rows(s)) || x->n > 2147483647 || x->m > 2147483647 || x->n < 0 || x->m < 0)
