@@ -5,10 +5,11 @@
 
 #include "codegen/csr.h"
 
-/* rowptr monotone from 0 and every column in [0, k); else the first bad position in why. */
-static bool csr_valid(int64_t m, int64_t k, const int64_t *rowptr, const int64_t *col, char *why, size_t whylen) {
-  if (rowptr[0] != 0) {
-    snprintf(why, whylen, "CSR rowptr[0] = %lld, not 0", (long long)rowptr[0]);
+/* rowptr monotone within [0, nnz] and every referenced column in [0, k); else the first bad position in why. */
+static bool csr_valid(int64_t m, int64_t k, int64_t nnz, const int64_t *rowptr, const int64_t *col, char *why, size_t whylen) {
+  if (rowptr[0] < 0 || rowptr[m] > nnz) {
+    snprintf(why, whylen, "CSR rowptr spans [%lld, %lld), outside [0, %lld]", (long long)rowptr[0], (long long)rowptr[m],
+             (long long)nnz);
     return false;
   }
   for (int64_t i = 0; i < m; i++)
@@ -17,7 +18,7 @@ static bool csr_valid(int64_t m, int64_t k, const int64_t *rowptr, const int64_t
                (long long)rowptr[i + 1], (long long)rowptr[i]);
       return false;
     }
-  for (int64_t q = 0; q < rowptr[m]; q++)
+  for (int64_t q = rowptr[0]; q < rowptr[m]; q++)
     if (col[q] < 0 || col[q] >= k) {
       snprintf(why, whylen, "CSR column index col[%lld] = %lld outside [0, %lld)", (long long)q, (long long)col[q],
                (long long)k);
@@ -26,12 +27,11 @@ static bool csr_valid(int64_t m, int64_t k, const int64_t *rowptr, const int64_t
   return true;
 }
 
-evt_status evt_csr_transpose(int64_t m, int64_t k, const int64_t *rowptr, const int64_t *col, int64_t *colptr,
+evt_status evt_csr_transpose(int64_t m, int64_t k, int64_t nnz, const int64_t *rowptr, const int64_t *col, int64_t *colptr,
                              int64_t *rowidx, int64_t *perm, char *why, size_t whylen) {
-  if (m < 0 || k < 0 || !csr_valid(m, k, rowptr, col, why, whylen)) return EVT_ERR_INVALID;
-  int64_t nnz = rowptr[m];
+  if (m < 0 || k < 0 || !csr_valid(m, k, nnz, rowptr, col, why, whylen)) return EVT_ERR_INVALID;
   memset(colptr, 0, sizeof *colptr * (size_t)(k + 1));
-  for (int64_t q = 0; q < nnz; q++) colptr[col[q] + 1]++;
+  for (int64_t q = rowptr[0]; q < rowptr[m]; q++) colptr[col[q] + 1]++;
   for (int64_t c = 0; c < k; c++) colptr[c + 1] += colptr[c];
   /* colptr[c] walks forward while column c fills, then is restored from its neighbour */
   for (int64_t i = 0; i < m; i++)

@@ -13,10 +13,12 @@
 
 #include "ir/ir.h"
 
-/* A^T's CSR for A [m, k] given by rowptr[m+1] / col[nnz] (nnz = rowptr[m]): colptr[k+1], rowidx[nnz] (the row of A of
- * each entry) and perm[nnz] (its position in A's arrays: val_T[q] = val[perm[q]]). EVT_ERR_INVALID, with the
- * offending position in why, for rowptr not monotone from 0 or a column outside [0, k). */
-evt_status evt_csr_transpose(int64_t m, int64_t k, const int64_t *rowptr, const int64_t *col, int64_t *colptr,
+/* A^T's CSR for A [m, k] given by rowptr[m+1] / col[nnz] (the interpreter's rule: rowptr in [0, nnz], never
+ * decreasing; A's entries are positions rowptr[0] .. rowptr[m] - 1, e of them): colptr[k+1] (colptr[0] = 0,
+ * colptr[k] = e), rowidx[e] (the row of A of each entry) and perm[e] (its position in A's arrays:
+ * val_T[q] = val[perm[q]]). EVT_ERR_INVALID, with the offending position in why, for a bad rowptr or a
+ * referenced column outside [0, k). */
+evt_status evt_csr_transpose(int64_t m, int64_t k, int64_t nnz, const int64_t *rowptr, const int64_t *col, int64_t *colptr,
                              int64_t *rowidx, int64_t *perm, char *why, size_t whylen);
 
 #endif

@@ -67,17 +67,18 @@ static bool to_index(const double *d, int64_t n, int64_t *out) {
 /* spmm_t's operand: A^T's CSR (csr.h) from A's rowptr / col, as doubles in t (colptr, rowidx, perm back to back). */
 static evt_status transposed_csr(const evt_graph *g, const evt_lowered *L, const double *const rin[4], double **t,
                                  evt_rspec_csr *a) {
-  int64_t ma = evt_type_numel(&g->nodes[L->rin[0]].type) - 1, ka = L->m, ncol = evt_type_numel(&g->nodes[L->rin[1]].type);
-  int64_t *rp = malloc(sizeof *rp * (size_t)(ma + 1)), *cl = malloc(sizeof *cl * (size_t)(ncol + 1));
-  int64_t *tr = malloc(sizeof *tr * (size_t)(ka + 1 + 2 * (ncol + 1)));
-  *t = malloc(sizeof **t * (size_t)(ka + 1 + 2 * (ncol + 1)));
+  int64_t ma = evt_type_numel(&g->nodes[L->rin[0]].type) - 1, ka = L->m, nnz = evt_type_numel(&g->nodes[L->rin[1]].type);
+  size_t len = (size_t)(ka + 1 + 2 * nnz);
+  int64_t *rp = malloc(sizeof *rp * (size_t)(ma + 1)), *cl = malloc(sizeof *cl * (size_t)(nnz + 1));
+  int64_t *tr = malloc(sizeof *tr * (len + 1));
+  *t = malloc(sizeof **t * (len + 1));
   EVT_ASSERT(rp && cl && tr && *t);
   char why[160];
-  evt_status st = to_index(rin[0], ma + 1, rp) && to_index(rin[1], ncol, cl) && rp[ma] <= ncol ? EVT_OK : EVT_ERR_INVALID;
-  int64_t nnz = st == EVT_OK ? rp[ma] : 0;
-  if (st == EVT_OK) st = evt_csr_transpose(ma, ka, rp, cl, tr, tr + ka + 1, tr + ka + 1 + nnz, why, sizeof why);
-  for (int64_t i = 0; st == EVT_OK && i < ka + 1 + 2 * nnz; i++) (*t)[i] = (double)tr[i];
-  *a = (evt_rspec_csr){.k = ma, .rowptr = *t, .col = *t + ka + 1, .perm = *t + ka + 1 + nnz, .val = rin[2], .x = rin[3]};
+  evt_status st = to_index(rin[0], ma + 1, rp) && to_index(rin[1], nnz, cl) ? EVT_OK : EVT_ERR_INVALID;
+  if (st == EVT_OK) st = evt_csr_transpose(ma, ka, nnz, rp, cl, tr, tr + ka + 1, tr + ka + 1 + nnz, why, sizeof why);
+  for (size_t i = 0; st == EVT_OK && i < len; i++) (*t)[i] = (double)tr[i];
+  *a = (evt_rspec_csr){.k = ma, .nnz = nnz, .rowptr = *t, .col = *t + ka + 1, .perm = *t + ka + 1 + nnz, .val = rin[2],
+                       .x = rin[3]};
   free(rp);
   free(cl);
   free(tr);
@@ -92,10 +93,10 @@ evt_status evt_lower_rows_reference(const evt_graph *g, const evt_lowered *L, co
     return EVT_OK;
   }
   double *t = NULL;
-  evt_rspec_csr a = {.k = evt_type_numel(&g->nodes[L->rin[3]].type) / (L->n ? L->n : 1), .rowptr = rin[0], .col = rin[1],
-                     .val = rin[2], .x = rin[3]};
+  evt_rspec_csr a = {.k = evt_type_numel(&g->nodes[L->rin[3]].type) / (L->n ? L->n : 1),
+                     .nnz = evt_type_numel(&g->nodes[L->rin[1]].type), .rowptr = rin[0], .col = rin[1], .val = rin[2],
+                     .x = rin[3]};
   evt_status st = s->has_perm ? transposed_csr(g, L, rin, &t, &a) : EVT_OK;
-  if (st == EVT_OK && !s->has_perm && rin[0][L->m] > (double)evt_type_numel(&g->nodes[L->rin[1]].type)) st = EVT_ERR_INVALID;
   if (st == EVT_OK) st = evt_rspec_reference_csr(s, L->m, L->n, &a, mem, rng_step);
   free(t);
   return st;

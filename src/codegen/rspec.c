@@ -335,15 +335,14 @@ void evt_rspec_reference_at(const evt_rspec *s, int64_t m, int64_t n, const doub
   free(xhat);
 }
 
-/* Are a's indices in range (rowptr monotone in [0, nnz], col in [0, k), perm in [0, nnz))? */
+/* Are a's indices in range (rowptr monotone in [0, nnz], referenced col in [0, k) and perm in [0, nnz))? */
 static bool csr_ok(const evt_rspec *s, int64_t m, const evt_rspec_csr *a) {
-  double nnz = a->rowptr[m];
-  if (a->rowptr[0] != 0 || !(nnz >= 0)) return false;
+  if (!(a->rowptr[0] >= 0)) return false;
   for (int64_t i = 0; i < m; i++)
-    if (!(a->rowptr[i + 1] >= a->rowptr[i] && a->rowptr[i + 1] <= nnz)) return false;
-  for (int64_t q = 0; q < (int64_t)nnz; q++) {
+    if (!(a->rowptr[i + 1] >= a->rowptr[i] && a->rowptr[i + 1] <= (double)a->nnz)) return false;
+  for (int64_t q = (int64_t)a->rowptr[0]; q < (int64_t)a->rowptr[m]; q++) {
     if (!(a->col[q] >= 0 && a->col[q] < (double)a->k)) return false;
-    if (s->has_perm && !(a->perm[q] >= 0 && a->perm[q] < nnz)) return false;
+    if (s->has_perm && !(a->perm[q] >= 0 && a->perm[q] < (double)a->nnz)) return false;
   }
   return true;
 }

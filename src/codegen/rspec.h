@@ -114,14 +114,15 @@ int64_t evt_rspec_node_elems(const evt_rspec *s, int i, int64_t m, int64_t n);
  * to f32), mean/rstd (M-vectors, may be NULL) receive the layer-norm statistics when the spec stores them. */
 void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
                          double *mean, double *rstd);
-/* The CSR operand of an spmm spec's reference: A [m, k] with nnz = rowptr[m] entries, x [k, n]; perm only with
+/* The CSR operand of an spmm spec's reference: A [m, k] whose entries are col / val [nnz] positions rowptr[0] ..
+ * rowptr[m] - 1 (the interpreter's rule: rowptr in [0, nnz], never decreasing), x [k, n]; perm [nnz] only with
  * has_perm. Indices as exact doubles (the interpreter's tensors). */
 typedef struct evt_rspec_csr {
-  int64_t k;
+  int64_t k, nnz;
   const double *rowptr, *col, *perm, *val, *x;
 } evt_rspec_csr;
 /* evt_rspec_reference_at for an spmm spec. EVT_ERR_INVALID (and nothing written) for an index out of range
- * (rowptr not monotone within [0, nnz], col outside [0, k), perm outside [0, nnz)). */
+ * (rowptr not monotone within [0, nnz], a referenced col outside [0, k) or perm outside [0, nnz)). */
 evt_status evt_rspec_reference_csr(const evt_rspec *s, int64_t m, int64_t n, const evt_rspec_csr *a, double *const *tensors,
                                    uint64_t rng_step);
 /* The same in a run with RNG step rng_step (rand nodes; evt_rspec_reference: step 0). */
