@@ -49,6 +49,8 @@ void evt_lower_spmm_inputs(lctx *c, evt_lowered *L) {
   L->rspec.in_dtype = xt->dtype;
   L->rspec.val_dtype = vl->dtype;
   L->rspec.idx_dtype = rp->dtype;
+  /* spmm_t: a gather over A^T's CSR with val read through perm (csr.h), not a scatter with float atomics: bit-identical
+   * run to run, and the structure (cached per adjacency) stays right when val changes between steps */
   L->rspec.has_perm = tr;
   int acc = evt_lower_add_node(c, c->nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
   if (acc >= 0) c->accsel[acc] = EVT_RV_OUT;

@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include "codegen/csr.h"
+#include "codegen/examples.h"
 #include "codegen/lower.h"
 #include "compile/train.h"
 #include "partition/partition.h"
@@ -292,4 +293,78 @@ TEST(spmm_bad_indices_are_refused) {
   CHECK(evt_rspec_reference_csr(&r, 3, 2, &a, mem, 0) == EVT_ERR_INVALID && out[0] == 7);
   dcol[1] = 2;
   CHECK(evt_rspec_reference_csr(&r, 3, 2, &a, mem, 0) == EVT_OK && out[0] == 1 + 5 && out[4] == 3);
+}
+
+/* ---- CI compile (no GPU needed) ------------------------------------------------------------------------------ */
+
+/* Every spmm example (bf16, f32, f16) emitted for `arch` (0: sm_90a, 80: sm_80) into one translation unit, appended
+ * to *all; returns the kernels emitted. */
+static int spmm_unit(int arch, evt_sbuf *all) {
+  const evt_dtype dts[3] = {EVT_BF16, EVT_F32, EVT_F16};
+  int n = 0;
+  for (int k = 0; evt_rspec_spmm_example_names[k]; k++)
+    for (int d = 0; d < 3; d++) {
+      evt_rspec s;
+      CHECK(evt_rspec_spmm_example(&s, evt_rspec_spmm_example_names[k], dts[d]) == EVT_OK);
+      s.arch = arch;
+      char err[256], *src = evt_emit_rows(&s, err, sizeof err);
+      CHECK_MSG(src != NULL, "%s: %s", evt_rspec_spmm_example_names[k], err);
+      if (src) evt_sbuf_printf(all, "%s\n", src), n++;
+      free(src);
+    }
+  return n;
+}
+
+/* The spmm kernels compiled by nvcc for sm_90a and sm_80 (ptxas included, warnings as errors), each target one unit
+ * cached in build/spmm_ci/ by the hash of its text, its command and the kernels/ headers it includes; the two units
+ * compile side by side (~70 s on 2 cores). Without nvcc it says so and checks nothing. */
+TEST(ci_nvcc_compiles_spmm_kernels_per_arch) {
+  if (system("nvcc --version >/dev/null 2>&1") != 0) {
+    fprintf(stderr, "note: ci_nvcc_compiles_spmm_kernels_per_arch: no nvcc here, nothing checked\n");
+    return;
+  }
+  CHECK(system("mkdir -p build/spmm_ci") == 0);
+  const int archs[2] = {90, 80};
+  const char *const headers[] = {"kernels/evt_rows.cuh", "kernels/evt_spmm.cuh", "kernels/evt_fp8.cuh",
+                                 "kernels/evt_row_launch.h", "kernels/evt_row_config.h", "kernels/philox.h"};
+  char objs[2][200], jobs[6400] = "";
+  for (int a = 0; a < 2; a++) {
+    evt_sbuf all = {0};
+    CHECK(spmm_unit(archs[a] == 90 ? 0 : archs[a], &all) == 12);
+    char gencode[96], cmd[512], base[160];
+    evt_jit_gencode(archs[a], 0, gencode, sizeof gencode);
+    snprintf(cmd, sizeof cmd, "nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG %s -Ikernels -Werror all-warnings", gencode);
+    uint64_t h = evt_hash_bytes(evt_hash_bytes(0, all.p, strlen(all.p)), cmd, strlen(cmd));
+    for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++) {
+      FILE *hf = fopen(headers[i], "rb");
+      CHECK(hf != NULL);
+      char buf[4096];
+      size_t r;
+      while (hf && (r = fread(buf, 1, sizeof buf, hf)) > 0) h = evt_hash_bytes(h, buf, r);
+      if (hf) fclose(hf);
+    }
+    snprintf(base, sizeof base, "build/spmm_ci/spmm-sm%d-%016llx", archs[a], (unsigned long long)h);
+    snprintf(objs[a], sizeof objs[a], "%s.o", base);
+    struct stat st;
+    if (stat(objs[a], &st) != 0) {
+      char cu[200];
+      snprintf(cu, sizeof cu, "%s.cu", base);
+      FILE *f = fopen(cu, "w");
+      CHECK(f != NULL);
+      if (f) fputs(all.p, f), fclose(f);
+      size_t l = strlen(jobs);
+      snprintf(jobs + l, sizeof jobs - l, "(%s -c -o %s.part %s >%s.log 2>&1 && mv %s.part %s) & ", cmd, objs[a], cu, base,
+               objs[a], objs[a]);
+    }
+    free(all.p);
+  }
+  if (jobs[0]) {
+    strncat(jobs, "wait", sizeof jobs - strlen(jobs) - 1);
+    CHECK(system(jobs) == 0);
+  }
+  for (int a = 0; a < 2; a++) {
+    struct stat st;
+    CHECK_MSG(stat(objs[a], &st) == 0, "nvcc rejected the spmm kernels for sm_%d; see %.*s.log", archs[a],
+              (int)strlen(objs[a]) - 2, objs[a]);
+  }
 }
