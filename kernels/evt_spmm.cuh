@@ -9,14 +9,15 @@
 
 namespace evt_rows {
 
-// A bad index: flag it (the launcher's caller reads the flag back) and skip the entry.
-__device__ __forceinline__ void spmm_flag(int *err) { atomicExch(err, 1); }
+// A bad index: the first one's code into the flag (the launcher's caller reads it back); the entry is skipped.
+__device__ __forceinline__ void spmm_flag(int *err, int code) { atomicCAS(err, 0, code); }
 
 // Row `row` of A·x (A in CSR; perm: values through a permutation, spmm_t), zeros for a dead row-group.
 template <int T, int VPT, bool EXF, class I, class V, class X>
 __device__ __forceinline__ void spmm_row(const I *__restrict__ rowptr, const I *__restrict__ col, const V *__restrict__ val,
                                          const I *__restrict__ perm, const X *__restrict__ x, long long row, bool live,
-                                         long long k, long long nnz, int n, int t, bool vec, int *err, float (&o)[VPT][8]) {
+                                         long long k, long long nnz, int n, int t, bool vec, int *err, int code,
+                                         float (&o)[VPT][8]) {
 #pragma unroll
   for (int v = 0; v < VPT; v++)
 #pragma unroll
@@ -24,7 +25,7 @@ __device__ __forceinline__ void spmm_row(const I *__restrict__ rowptr, const I *
   if (!live) return;
   const long long p0 = (long long)rowptr[row], p1 = (long long)rowptr[row + 1];
   if (p0 < 0 || p1 < p0 || p1 > nnz) {
-    if (t == 0) spmm_flag(err);
+    if (t == 0) spmm_flag(err, code);
     return;
   }
   constexpr int B = 4;  // entries whose indices are read ahead of their gathers
@@ -39,7 +40,7 @@ __device__ __forceinline__ void spmm_row(const I *__restrict__ rowptr, const I *
       if (q >= p1) continue;
       const long long ci = (long long)col[q], vi = perm ? (long long)perm[q] : q;
       if (ci < 0 || ci >= k || vi < 0 || vi >= nnz) {
-        if (t == 0) spmm_flag(err);
+        if (t == 0) spmm_flag(err, code);
         continue;
       }
       c[u] = ci;

@@ -209,7 +209,7 @@ static void emit_params(sbuf *b, const rows_emit *ctx) {
     sb(b, "  const %s *dy;\n  const %s *x;\n  const %s *w;\n  float eps;\n", in_t, in1_t, w_t);
   if (nu == EVT_ROWN_SPMM)
     sb(b, "  const %s *rowptr, *col, *perm;  // A in CSR (perm: NULL, or values through it)\n  const %s *val;\n"
-          "  const %s *x;  // [k, n]\n  long long k, nnz;\n  int *err;  // index error flag\n",
+          "  const %s *x;  // [k, n]\n  long long k, nnz;\n  int *err, err_code;  // index error flag, the value written\n",
        ctype(s->idx_dtype), ctype(s->val_dtype), in_t);
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
@@ -322,9 +322,9 @@ static void emit_launcher_csr(sbuf *b, const evt_rspec *s, const char *x_t) {
   const char *it = ctype(s->idx_dtype);
   sb(b, "  p.rowptr = (const %s *)a->csr.rowptr;\n  p.col = (const %s *)a->csr.col;\n  p.perm = (const %s *)a->csr.perm;\n"
         "  p.val = (const %s *)a->csr.val;\n  p.x = (const %s *)a->csr.x;\n  p.k = a->csr.k;\n  p.nnz = a->csr.nnz;\n"
-        "  p.err = a->csr.err;\n",
+        "  p.err = a->csr.err;\n  p.err_code = a->csr.err_code;\n",
      it, it, it, ctype(s->val_dtype), x_t);
-  sb(b, "  ok = ok && p.rowptr && ((p.col && p.val) || p.nnz == 0) && (p.x || p.k == 0) && p.err && p.k >= 0 && p.nnz >= 0 && %s;\n"
+  sb(b, "  ok = ok && p.rowptr && ((p.col && p.val) || p.nnz == 0) && (p.x || p.k == 0) && p.err && p.err_code != 0 && p.k >= 0 && p.nnz >= 0 && %s;\n"
         "  al = al && aligned16(p.x);\n", s->has_perm ? "(p.perm || p.nnz == 0)" : "!p.perm");
 }
 

@@ -181,7 +181,8 @@ static void kernel_nucleus(sbuf *b, const rows_emit *ctx) {
       break;
     case EVT_ROWN_SPMM: /* the row gathered from x through A's CSR (kernels/evt_spmm.cuh) */
       sb(b, "    float nu_out[VPT][8];\n"
-            "    evt_rows::spmm_row<T, VPT, EXF>(p.rowptr, p.col, p.val, p.perm, p.x, row, live, p.k, p.nnz, n, t, vec, p.err, nu_out);\n");
+            "    evt_rows::spmm_row<T, VPT, EXF>(p.rowptr, p.col, p.val, p.perm, p.x, row, live, p.k, p.nnz, n, t, vec, p.err,\n"
+            "                                    p.err_code, nu_out);\n");
       break;
     default: break;
   }

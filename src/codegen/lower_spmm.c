@@ -8,8 +8,8 @@
 #include "codegen/csr.h"
 #include "codegen/lower_internal.h"
 
-/* Operand k of the nucleus: its memory node if it is a dense tensor of `numel` elements (-1: any count), else -1 and
- * the refusal recorded. */
+/* Operand k of the nucleus: its memory node if it is a dense tensor of `numel` elements from outside the group, else -1
+ * and the refusal recorded. */
 static int csr_operand(lctx *c, int k, int64_t numel, const char *what) {
   const evt_graph *g = c->g;
   int x = g->nodes[c->nu].inputs[k], base;
@@ -20,7 +20,7 @@ static int csr_operand(lctx *c, int k, int64_t numel, const char *what) {
     return -1;
   }
   if (!evt_lower_mem_strides(c->g, c->group, -1, x, st, &base) || !dense(t->shape, st, 0, t->rank, 1) ||
-      (numel >= 0 && evt_type_numel(t) != numel)) {
+      evt_type_numel(t) != numel) {
     evt_lower_refuse(c, c->nu, "%s %%%s is not a dense %lld-element tensor", what, g->nodes[x].name, (long long)numel);
     return -1;
   }

@@ -162,7 +162,7 @@ TEST(spmm_emitted_source_is_deterministic) {
     CHECK(!strcmp(a, b));
     CHECK(strstr(a, "rows spmm in:bf16 val:f32 idx:i64\n") && strstr(a, "#include \"evt_spmm.cuh\""));
     CHECK(strstr(a, "evt_rows::spmm_row<T, VPT, EXF>(p.rowptr, p.col, p.val, p.perm, p.x"));
-    CHECK(strstr(a, "p.err = a->csr.err;") && strstr(a, "&& !p.perm;"));
+    CHECK(strstr(a, "p.err = a->csr.err;") && strstr(a, "p.err_code != 0") && strstr(a, "&& !p.perm;"));
     CHECK(strstr(t, "+perm") && strstr(t, "(p.perm || p.nnz == 0)"));
     CHECK(strstr(s80, "#define EVT_ROWS_PDL 0"));
     CHECK(evt_rspec_hash(&r) != evt_rspec_hash(&rt) && evt_rspec_hash(&r) != evt_rspec_hash(&r80));

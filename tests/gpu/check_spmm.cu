@@ -212,6 +212,7 @@ struct Problem {
     CUDA_CHECK(cudaMalloc(&err, sizeof(int)));
     owned.push_back(err);
     a.csr.err = err;
+    a.csr.err_code = 42;  // (the runtime would pass the node's id + 1)
     node_h.resize(s->nnodes);
     for (int i = 0; i < s->nnodes; i++) {
       size_t cnt = (size_t)evt_rspec_node_elems(s, i, rows, n);
@@ -289,22 +290,26 @@ static void check_case(const SpmmCase &c, int64_t m, int64_t k, int64_t n, int64
   }
 }
 
-// An index out of range sets the flag; a missing flag pointer is refused.
+// An index out of range writes the error code into the flag; a missing flag pointer or code is refused. (spmm specs
+// only: for spmm_t, evt_csr_transpose refuses the bad column on the host.)
 static void check_refusals(const SpmmCase &c) {
+  if (c.spec.has_perm) return;
   Rng r(77);
   Csr A = random_csr(40, 30, 20, r);
-  A.col[5] = 30;  // column k: out of range (spmm_t: a row of A^T's past the end, refused by evt_csr_transpose; so
-                  // only spmm specs get the bad column)
-  if (c.spec.has_perm) return;
+  A.col[5] = 30;  // column k: out of range
   Problem P(&c.spec, A, 16, r);
   int rc = c.fn(&P.a);
   CUDA_CHECK(cudaDeviceSynchronize());
-  report(rc == 0 && P.flag() == 1, "%-18s: column index out of range sets the error flag (rc %d, flag %d)",
+  report(rc == 0 && P.flag() == 42, "%-18s: column index out of range sets the error flag (rc %d, flag %d)",
          c.label.c_str(), rc, P.flag());
   evt_row_launch_args b = P.a;
   b.csr.err = nullptr;
   rc = c.fn(&b);
   report(rc == EVT_LAUNCH_BAD_ARGS, "%-18s: no error flag pointer rejected (rc %d)", c.label.c_str(), rc);
+  b = P.a;
+  b.csr.err_code = 0;
+  rc = c.fn(&b);
+  report(rc == EVT_LAUNCH_BAD_ARGS, "%-18s: error code 0 rejected (rc %d)", c.label.c_str(), rc);
 }
 
 int main(int argc, char **argv) {
