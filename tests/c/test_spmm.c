@@ -7,9 +7,11 @@
 #include "codegen/csr.h"
 #include "codegen/examples.h"
 #include "codegen/lower.h"
+#include "compile/compile.h"
 #include "compile/train.h"
 #include "partition/partition.h"
 #include "passes/passes.h"
+#include "runtime/gpu/exec_plan.h"
 
 /* A lowered joint graph (path's model, forward + backward, optimized, greedy partition). */
 typedef struct spmm_lowered {
@@ -45,6 +47,14 @@ static int count_op(const evt_rspec *r, evt_vop op) {
   int c = 0;
   for (int i = 0; i < r->nnodes; i++) c += r->nodes[i].op == op;
   return c;
+}
+
+/* max |a - b| over two tensors of one shape (inf for a NaN or a size mismatch). */
+static double max_abs_diff_t(const evt_tensor *a, const evt_tensor *b) {
+  if (a->numel != b->numel || !a->data || !b->data) return INFINITY;
+  double d = 0;
+  for (int64_t i = 0; i < a->numel; i++) d = fmax(d, a->data[i] != a->data[i] ? INFINITY : fabs(a->data[i] - b->data[i]));
+  return d;
 }
 
 /* Every spmm / spmm_t group of the file lowers to a row kernel with the spmm nucleus; returns how many (spmm_t ones in
@@ -171,6 +181,51 @@ TEST(spmm_emitted_source_is_deterministic) {
   /* a spec reading back x as an M x N input is refused */
   r.nodes[0].sel = EVT_RV_IN0;
   CHECK(evt_rspec_check(&r, err, sizeof err) != EVT_OK && strstr(err, "no value 'in0'"));
+}
+
+/* The fused plan binds gcn's spmm groups (rowptr, col, val, x), refuses its spmm_t groups by name (A^T's structure is
+ * not built at run time yet), and its CPU model of the step gives the interpreter's outputs; a column out of range
+ * fails that run naming the spmm node. */
+TEST(spmm_exec_plan_binds_the_forward_and_models_it) {
+  char *perr = NULL;
+  evt_graph *g = evt_parse_file("examples/gcn.evt", &perr);
+  CHECK_MSG(g, "%s", perr ? perr : "");
+  free(perr);
+  if (!g) return;
+  CHECK(evt_train_ensure_joint(g, NULL) == EVT_OK && evt_passes_run_all(g, 0, 0) == EVT_OK);
+  evt_options o;
+  evt_options_init(&o);
+  evt_exec_plan p;
+  CHECK(evt_exec_plan_build(g, &o, &p) == EVT_OK);
+  int bound = 0, refused = 0;
+  for (int gi = 0; gi < p.ngroups; gi++) {
+    int nu = p.low.k[gi].nucleus;
+    evt_op op = nu >= 0 ? g->nodes[nu].op : EVT_OP_INPUT;
+    const evt_group_exec *x = &p.groups[gi];
+    if (op == EVT_OP_SPMM) {
+      CHECK_MSG(x->fused, "group %d: %s", gi, x->why);
+      for (int k = 0; k < 4; k++) CHECK(x->in_node[k] == g->nodes[nu].inputs[k]);
+      bound += x->fused;
+    }
+    if (op == EVT_OP_SPMM_T) refused += !x->fused && strstr(x->why, "spmm_t row kernels") != NULL;
+  }
+  CHECK(bound == 2 && refused == 2);
+  int n = g->nnodes;
+  evt_tensor *v = calloc((size_t)n, sizeof *v), *w = calloc((size_t)n, sizeof *w);
+  CHECK(evt_interp_init_inputs(g, v, 3) == EVT_OK && evt_interp_init_inputs(g, w, 3) == EVT_OK);
+  CHECK(evt_exec_plan_run_cpu(g, &p, w) == EVT_OK && evt_interp_run(g, v, 0, 0) == EVT_OK);
+  for (int k = 0; k < g->noutputs; k++) {
+    int id = g->outputs[k];
+    CHECK_MSG(max_abs_diff_t(&w[id], &v[id]) < 1e-4, "%%%s differs", g->nodes[id].name);
+  }
+  int col = evt_graph_find(g, "adj.col");
+  w[col].data[7] = 64; /* one past the 64 nodes */
+  CHECK(evt_exec_plan_run_cpu(g, &p, w) == EVT_ERR_INVALID);
+  CHECK_MSG(strstr(evt_graph_error(g), "l1.agg") && strstr(evt_graph_error(g), "CSR index"), "%s", evt_graph_error(g));
+  for (int i = 0; i < n; i++) evt_tensor_free(&v[i]), evt_tensor_free(&w[i]);
+  free(v), free(w);
+  evt_exec_plan_free(&p);
+  evt_graph_free(g);
 }
 
 /* ---- host-side CSR logic against the interpreter ------------------------------------------------------------- */
