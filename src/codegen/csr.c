@@ -6,7 +6,8 @@
 #include "codegen/csr.h"
 
 /* rowptr monotone within [0, nnz] and every referenced column in [0, k); else the first bad position in why. */
-static bool csr_valid(int64_t m, int64_t k, int64_t nnz, const int64_t *rowptr, const int64_t *col, char *why, size_t whylen) {
+static bool csr_valid(int64_t m, int64_t k, int64_t nnz, const int64_t *rowptr, const int64_t *col, char *why,
+                      size_t whylen) {
   if (rowptr[0] < 0 || rowptr[m] > nnz) {
     snprintf(why, whylen, "CSR rowptr spans [%lld, %lld), outside [0, %lld]", (long long)rowptr[0], (long long)rowptr[m],
              (long long)nnz);

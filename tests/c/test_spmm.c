@@ -231,7 +231,8 @@ TEST(spmm_exec_plan_binds_the_forward_and_models_it) {
 /* ---- host-side CSR logic against the interpreter ------------------------------------------------------------- */
 
 /* A random CSR [m, k] with nnz slots: rowptr from `start`, row 1 empty, row 2 long, some duplicate columns. */
-static void random_csr(uint64_t seed, int64_t m, int64_t k, int64_t nnz, int64_t start, double *rp, double *col, double *val) {
+static void random_csr(uint64_t seed, int64_t m, int64_t k, int64_t nnz, int64_t start, double *rp, double *col,
+                       double *val) {
   uint64_t x = seed * 2654435761u + 1;
 #define NEXT() (x = x * 6364136223846793005ull + 1442695040888963407ull, (x >> 33))
   rp[0] = (double)start;
@@ -303,13 +304,15 @@ static void one_random_case(uint64_t seed, int64_t m, int64_t k, int64_t n, int6
   CHECK_MSG(max_abs_diff(out, v[y].data, m * n) < 1e-12, "seed %llu: spmm differs", (unsigned long long)seed);
   /* spmm_t over A^T's CSR, values through perm */
   int64_t *ip = malloc(sizeof *ip * (size_t)(m + 1)), *ic = malloc(sizeof *ic * (size_t)nnz + 8);
-  int64_t *cp = malloc(sizeof *cp * (size_t)(k + 1)), *ri = malloc(sizeof *ri * (size_t)nnz + 8), *pm = malloc(sizeof *pm * (size_t)nnz + 8);
+  int64_t *cp = malloc(sizeof *cp * (size_t)(k + 1)), *ri = malloc(sizeof *ri * (size_t)nnz + 8);
+  int64_t *pm = malloc(sizeof *pm * (size_t)nnz + 8);
   for (int64_t i = 0; i <= m; i++) ip[i] = (int64_t)v[rp].data[i];
   for (int64_t q = 0; q < nnz; q++) ic[q] = (int64_t)v[c].data[q];
   char why[160];
   CHECK(evt_csr_transpose(m, k, nnz, ip, ic, cp, ri, pm, why, sizeof why) == EVT_OK);
   check_transpose(m, k, ip, ic, cp, ri, pm);
-  double *dcp = malloc(sizeof *dcp * (size_t)(k + 1)), *dri = malloc(sizeof *dri * (size_t)nnz + 8), *dpm = malloc(sizeof *dpm * (size_t)nnz + 8);
+  double *dcp = malloc(sizeof *dcp * (size_t)(k + 1)), *dri = malloc(sizeof *dri * (size_t)nnz + 8);
+  double *dpm = malloc(sizeof *dpm * (size_t)nnz + 8);
   for (int64_t i = 0; i <= k; i++) dcp[i] = (double)cp[i];
   for (int64_t q = 0; q < cp[k]; q++) dri[q] = (double)ri[q], dpm[q] = (double)pm[q];
   store_spec(&r, 1);
@@ -342,7 +345,8 @@ TEST(spmm_bad_indices_are_refused) {
   /* the spec reference refuses the same and writes nothing */
   evt_rspec r;
   store_spec(&r, 0);
-  double drp[4] = {0, 2, 2, 3}, dcol[3] = {0, 5, 1}, dval[3] = {1, 1, 1}, dx[6] = {1, 2, 3, 4, 5, 6}, out[6] = {7, 7, 7, 7, 7, 7};
+  double drp[4] = {0, 2, 2, 3}, dcol[3] = {0, 5, 1}, dval[3] = {1, 1, 1}, dx[6] = {1, 2, 3, 4, 5, 6};
+  double out[6] = {7, 7, 7, 7, 7, 7};
   double *mem[2] = {NULL, out}; /* (node 1 is the store) */
   evt_rspec_csr a = {.k = 3, .nnz = 3, .rowptr = drp, .col = dcol, .val = dval, .x = dx};
   CHECK(evt_rspec_reference_csr(&r, 3, 2, &a, mem, 0) == EVT_ERR_INVALID && out[0] == 7);
@@ -388,7 +392,8 @@ TEST(ci_nvcc_compiles_spmm_kernels_per_arch) {
     CHECK(spmm_unit(archs[a] == 90 ? 0 : archs[a], &all) == 12);
     char gencode[96], cmd[512], base[160];
     evt_jit_gencode(archs[a], 0, gencode, sizeof gencode);
-    snprintf(cmd, sizeof cmd, "nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG %s -Ikernels -Werror all-warnings", gencode);
+    snprintf(cmd, sizeof cmd, "nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG %s -Ikernels -Werror all-warnings",
+             gencode);
     uint64_t h = evt_hash_bytes(evt_hash_bytes(0, all.p, strlen(all.p)), cmd, strlen(cmd));
     for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++) {
       FILE *hf = fopen(headers[i], "rb");
