@@ -107,6 +107,9 @@ int evt_fb_rng_step(unsigned long long *step, unsigned long long value, int set,
 /* Waits for the stream; *bad_node = node id of the first run-time index error since the last call (else
  * -1). The index flag is one per process. */
 int evt_fb_sync(void *stream, int *bad_node, char *err, size_t errlen);
+/* The device address of that flag (node id + 1 of the first error, 0: none), for generated kernels that check
+ * indices the same way (the spmm row kernels' csr.err, kernels/evt_row_launch.h). */
+int evt_fb_index_flag(int **flag, char *err, size_t errlen);
 int evt_fb_stream_new(void **stream, char *err, size_t errlen); /* a non-blocking stream */
 void evt_fb_stream_free(void *stream);
 /* CUDA graphs: begin (relaxed capture mode), end + instantiate (discard != 0: abandon a failed capture),

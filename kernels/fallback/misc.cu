@@ -18,6 +18,12 @@ static __device__ __forceinline__ ll as_index(double v, ll limit, int node) {
   return (ll)v;
 }
 
+/* The flag's device address, for generated kernels that check indices (the spmm row kernels: evt_row_launch.h csr) */
+extern "C" int evt_fb_index_flag(int **flag, char *err, size_t errlen) {
+  CK(cudaGetSymbolAddress((void **)flag, g_bad_node));
+  return 0;
+}
+
 int fb_take_bad_node(int *bad_plus_one, char *err, size_t errlen) {
   int b = 0;
   CK(cudaMemcpyFromSymbol(&b, g_bad_node, sizeof b));

@@ -106,7 +106,8 @@ static void emit_banner(sbuf *b, const rows_emit *ctx) {
   if (ctx->s->arch) /* sm_8x: programmatic dependent launches (griddepcontrol) are Hopper's */
     sb(b, "#define EVT_ROWS_PDL 0       // %s: no programmatic dependent launch\n#define EVT_ROWS_PDL_MAIN 0\n",
        ctx->s->arch == 80 ? "sm_80" : ctx->s->arch == 86 ? "sm_86" : "sm_89");
-  sb(b, "#include \"evt_rows.cuh\"\n#include \"evt_row_launch.h\"\n\n");
+  sb(b, "#include \"evt_rows.cuh\"\n%s#include \"evt_row_launch.h\"\n\n",
+     ctx->nu == EVT_ROWN_SPMM ? "#include \"evt_spmm.cuh\"\n" : "");
 }
 
 /* Tuning knobs: defaults here, overridable with -D (the measurements behind them: bench/RESULTS.md). */
@@ -206,6 +207,10 @@ static void emit_params(sbuf *b, const rows_emit *ctx) {
   if (nu == EVT_ROWN_LAYERNORM_BWD && !s->in1_mixed) sb(b, "  const %s *dy, *x;\n  const %s *w;\n  float eps;\n", in_t, w_t);
   if (nu == EVT_ROWN_LAYERNORM_BWD && s->in1_mixed)
     sb(b, "  const %s *dy;\n  const %s *x;\n  const %s *w;\n  float eps;\n", in_t, in1_t, w_t);
+  if (nu == EVT_ROWN_SPMM)
+    sb(b, "  const %s *rowptr, *col, *perm;  // A in CSR (perm: NULL, or values through it)\n  const %s *val;\n"
+          "  const %s *x;  // [k, n]\n  long long k, nnz;\n  int *err, err_code;  // index error flag, the value written\n",
+       ctype(s->idx_dtype), ctype(s->val_dtype), in_t);
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
     if (!evt_vop_has_memory(v->op)) continue;
@@ -311,6 +316,18 @@ static void emit_launch_cols(sbuf *b, const rows_emit *ctx) {
   sb(b, "  return cudaPeekAtLastError() == cudaSuccess ? EVT_LAUNCH_OK : EVT_LAUNCH_RUN;\n}\n\n");
 }
 
+/* An spmm launcher's CSR operand (evt_row_launch_args.csr): every pointer set (perm exactly when the spec has it),
+ * the error flag too; x joins the 16-byte vector test (its rows are gathered in chunks). */
+static void emit_launcher_csr(sbuf *b, const evt_rspec *s, const char *x_t) {
+  const char *it = ctype(s->idx_dtype);
+  sb(b, "  p.rowptr = (const %s *)a->csr.rowptr;\n  p.col = (const %s *)a->csr.col;\n  p.perm = (const %s *)a->csr.perm;\n"
+        "  p.val = (const %s *)a->csr.val;\n  p.x = (const %s *)a->csr.x;\n  p.k = a->csr.k;\n  p.nnz = a->csr.nnz;\n"
+        "  p.err = a->csr.err;\n  p.err_code = a->csr.err_code;\n",
+     it, it, it, ctype(s->val_dtype), x_t);
+  sb(b, "  ok = ok && p.rowptr && ((p.col && p.val) || p.nnz == 0) && (p.x || p.k == 0) && p.err && p.err_code != 0 && p.k >= 0 && p.nnz >= 0 && %s;\n"
+        "  al = al && aligned16(p.x);\n", s->has_perm ? "(p.perm || p.nnz == 0)" : "!p.perm");
+}
+
 /* The launcher's argument checks: pointers of the nucleus's inputs and of each node, the 16-byte vector flag. */
 static void emit_launcher_args(sbuf *b, const rows_emit *ctx) {
   const evt_rspec *s = ctx->s;
@@ -331,6 +348,7 @@ static void emit_launcher_args(sbuf *b, const rows_emit *ctx) {
        is_w ? w_t : k == 1 ? in1_t : in_t, k, nm, nm);
   }
   if (nu == EVT_ROWN_LAYERNORM || nu == EVT_ROWN_LAYERNORM_BWD) sb(b, "  p.eps = (float)(%.17g);\n", s->eps);
+  if (nu == EVT_ROWN_SPMM) emit_launcher_csr(b, s, in_t);
   if (s->store_stats) sb(b, "  p.mean = (float *)a->mean;\n  p.rstd = (float *)a->rstd;\n  ok = ok && p.mean && p.rstd;\n");
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];

@@ -42,7 +42,7 @@ static void kernel_head(sbuf *b, const rows_emit *ctx) {
         "  const int n = EX ? T * 8 * VPT : p.n;  // EX: the row fills the group exactly (its bounds checks fold away)\n"
         "  const bool vec = EX || p.vec;  // EX kernels run only with 16-byte aligned tensors\n"
         "  constexpr bool EXF = EX && EVT_ROWS_EX_FULL != 0;  // every chunk a full vector: no bounds tests\n");
-  if (nu != EVT_ROWN_NONE || ncolsum)
+  if ((nu != EVT_ROWN_NONE && nu != EVT_ROWN_SPMM) || ncolsum)
     sb(b, "  __shared__ float red[R][evt_rows::red_floats<WARPS>()];  // per row-group reduction slots\n"
           "  evt_rows::Red<WARPS> rk = {red[g], 0};\n");
 }
@@ -178,6 +178,11 @@ static void kernel_nucleus(sbuf *b, const rows_emit *ctx) {
             "    else\n"
             "      evt_rows::layernorm_bwd<WARPS, VPT, %s>(nu_in0, nu_in1, nu_w, p.eps, nu_xhat, nu_out, n, t, rk);\n",
          hw ? "true" : "false", hw ? "p.w" : "(const float *)nullptr", hw ? "true" : "false");
+      break;
+    case EVT_ROWN_SPMM: /* the row gathered from x through A's CSR (kernels/evt_spmm.cuh) */
+      sb(b, "    float nu_out[VPT][8];\n"
+            "    evt_rows::spmm_row<T, VPT, EXF>(p.rowptr, p.col, p.val, p.perm, p.x, row, live, p.k, p.nnz, n, t, vec, p.err,\n"
+            "                                    p.err_code, nu_out);\n");
       break;
     default: break;
   }

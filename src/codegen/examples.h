@@ -28,4 +28,10 @@ evt_status evt_rspec_fp8_example(evt_rspec *s, const char *name, evt_dtype f8);
 evt_status evt_rspec_example(evt_rspec *s, const char *name, evt_dtype dt);
 extern const char *const evt_rspec_example_names[]; /* NULL-terminated */
 
+/* The named spmm spec (nucleus spmm: examples_spmm.c) into *s, dt the dtype of x, of val (unless the builder says f32)
+ * and of the stores; "spmm_gcn1" bias + ReLU + dropout, "spmm_gcn2" bias + row max, "spmm_t" A^T dy through perm
+ * with a sum over rows, "spmm_i32" i32 indices and f32 values. EVT_ERR_INVALID for an unknown name. */
+evt_status evt_rspec_spmm_example(evt_rspec *s, const char *name, evt_dtype dt);
+extern const char *const evt_rspec_spmm_example_names[]; /* NULL-terminated */
+
 #endif

@@ -157,7 +157,7 @@ evt_status evt_lower_plan_flags(const evt_graph *g, const evt_part_plan *plan, u
     L->nucleus = plan->nucleus[gi];
     L->bad_node = -1;
     L->a_node = L->b_node = L->d_tensor = -1;
-    L->rin[0] = L->rin[1] = L->rin[2] = -1;
+    L->rin[0] = L->rin[1] = L->rin[2] = L->rin[3] = -1;
     for (int i = 0; i < EVT_KSPEC_MAX_NODES; i++) L->vtensor[i] = -1;
     for (int v = 0; v < n; v++) vid[v] = -1;
     int nu = L->nucleus;
@@ -171,7 +171,7 @@ evt_status evt_lower_plan_flags(const evt_graph *g, const evt_part_plan *plan, u
       lower_unfused(g, gi, single, nu, L);
     } else if (nu >= 0 && cls == EVT_CLASS_GEMM) {
       evt_lower_gemm(g, plan->group, gi, nu, flags, L, vid);
-    } else if (nu < 0 || cls == EVT_CLASS_ROW) {
+    } else if (nu < 0 || cls == EVT_CLASS_ROW || cls == EVT_CLASS_SPARSE) {
       evt_lower_rows(g, plan->group, gi, nu, L, vid);
     } else {
       lower_unfused(g, gi, -1, nu, L);

@@ -17,6 +17,10 @@
  *              an evt_rspec (src/codegen/rspec.h) over [M, N] = [rows, last dim]; its M x N inputs (x; dy, y;
  *              dy, x) are read once by the nucleus and reused as acc(IN0/IN1) by the epilogue; w / b are
  *              N-vectors. The epilogue is built with the same rules as a GEMM's, all outputs are aux stores.
+              An spmm / spmm_t nucleus (CSR A, i64 / i32 indices, bf16 / f16 / f32 values and x; rows of at most
+              EVT_ROW_MAX_N) is a row nucleus too: [M, N] is its output, rin its rowptr, col, val and dense x (all
+              outside the group), acc(OUT) the gathered row; spmm_t reads A^T through perm (csr.h, docs/codegen.md
+              "SpMM"). The runtime binds spmm specs; spmm_t ones it refuses by name (A^T's structure is not built at run time).
  *   POINTWISE  a nucleus-free group: an evt_rspec without nucleus over the largest tensor the group writes
  *              or reads ([M, N] = [rest, last dim]); sums over rows / within rows are row_sum / col_sum.
  *              Row kernels need no 16-byte alignment (they fall back to element accesses).
@@ -24,7 +28,7 @@
  *              docs/codegen.md "Batched GEMM"): operand layouts and leading dims from strides, loads per batch
  *              or shared by every batch, stores through member views (heads merge), per-batch or all-batch
  *              sums, batch dims collapsed into at most two strided levels (l per launch, l_outer launches).
- *   UNFUSED    anything that cannot be expressed: a conv / SpMM nucleus, a library singleton
+ *   UNFUSED    anything that cannot be expressed: a conv nucleus, a library singleton
  *              (pool, embedding, sdpa, ...), or a group with a member its spec cannot hold. fp8 tensors
  *              (f8e4m3 / f8e5m2) lower in two places only: as a row / pointwise kernel's aux loads and the
  *              stores of casts to fp8, and as an mm's operands (both fp8, layout NT: K-major, f32 accumulator,
@@ -86,7 +90,8 @@ typedef struct evt_lowered {
   int64_t ld_ptrs[EVT_KSPEC_MAX_NODES], bs_ptrs[EVT_KSPEC_MAX_NODES], os_ptrs[EVT_KSPEC_MAX_NODES];
   /* ROW / POINTWISE only (m, n: the [M, N] iteration space; kernel: evt_rowkernel_<hash>) */
   evt_rspec rspec;
-  int rin[3];             /* graph nodes read as the nucleus inputs in[0..2] (x / dy, y / x, w, b), or -1 */
+  int rin[4];             /* graph nodes read as the nucleus inputs in[0..2] (x / dy, y / x, w, b), or -1; an spmm
+                           * nucleus: rowptr, col, val, x (A's, also for spmm_t) */
 } evt_lowered;
 
 typedef struct evt_lower_result {
@@ -131,6 +136,12 @@ bool evt_lower_batched_check(const evt_graph *g, const evt_lowered *L, char *why
  * the lowered leading dims, batch and outer strides (0 = packed, as the launcher reads them). */
 void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d,
                               uint64_t rng_step);
+
+/* CPU reference of a lowered ROW / POINTWISE group on whole tensors: rin[k] the memory of L->rin[k] (NULL where -1),
+ * mem[i] as for evt_lower_gemm_reference. An spmm nucleus reads its CSR operand from rin (spmm_t: A^T's CSR built from
+ * A's with evt_csr_transpose, as the runtime would); EVT_ERR_INVALID for an index out of range (nothing written). */
+evt_status evt_lower_rows_reference(const evt_graph *g, const evt_lowered *L, const double *const rin[4], double *const *mem,
+                                    uint64_t rng_step);
 
 /* Can node `node` be part of the epilogue of GEMM nucleus `nucleus` (mm/addmm)? Judges the node alone:
  * its op, dtype, and each operand (a tile value, or a load chosen from its strides and alignment);

@@ -123,5 +123,8 @@ bool evt_lower_sum_batched(lctx *c, int v);
 void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, unsigned flags, evt_lowered *L, int *vid); /* lower_gemm.c */
 void evt_lower_bmm(const evt_graph *g, const int *group, int gi, int nu, unsigned flags, evt_lowered *L, int *vid);  /* lower_bmm.c */
 void evt_lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid); /* lower_rows.c */
+/* lower_spmm.c: an spmm / spmm_t nucleus's operands into L->rin and the rspec's CSR fields, then its acc node
+ * (c->m, c->n set: the output's rows and row length); refuses with the reason otherwise. */
+void evt_lower_spmm_inputs(lctx *c, evt_lowered *L);
 
 #endif

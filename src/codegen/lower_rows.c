@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "codegen/lower_internal.h"
+#include "evt_row_config.h"
 
 /* A dense M x N (mn = 1) or N-vector (mn = 0) operand of a row nucleus: its memory node, or -1. */
 static int row_input(lctx *c, int x, bool mn) {
@@ -29,6 +30,7 @@ static evt_row_nucleus row_nucleus(lctx *c) {
   case EVT_OP_SOFTMAX_BACKWARD: rn = EVT_ROWN_SOFTMAX_BWD; break;
   case EVT_OP_LAYER_NORM: rn = EVT_ROWN_LAYERNORM; break;
   case EVT_OP_LAYER_NORM_BACKWARD_INPUT: rn = EVT_ROWN_LAYERNORM_BWD; break;
+  case EVT_OP_SPMM: case EVT_OP_SPMM_T: rn = EVT_ROWN_SPMM; break;
   default: evt_lower_refuse(c, nu, "no row nucleus for %s", evt_op_table[nn->op].name); break;
   }
   if (rn == EVT_ROWN_SOFTMAX || rn == EVT_ROWN_SOFTMAX_BWD) {
@@ -37,6 +39,9 @@ static evt_row_nucleus row_nucleus(lctx *c) {
       evt_lower_refuse(c, nu, "softmax over dim %lld (row kernels reduce the last dim)", (long long)d);
   }
   if (space->rank == 0) evt_lower_refuse(c, nu, "a rank-0 row");
+  if (rn == EVT_ROWN_SPMM && space->shape[space->rank - 1] > EVT_ROW_MAX_N)
+    evt_lower_refuse(c, nu, "rows of %lld (the spmm kernel holds a row of at most %d in registers)",
+                     (long long)space->shape[space->rank - 1], EVT_ROW_MAX_N);
   return rn;
 }
 
@@ -65,7 +70,7 @@ static int fused_casts(const lctx *c, evt_row_nucleus rn, int conv[2], int xin[2
   const evt_graph *g = c->g;
   const int *group = c->group;
   int gi = c->gi, nu = c->nu;
-  int nmn = rn == EVT_ROWN_SOFTMAX || rn == EVT_ROWN_LAYERNORM ? 1 : 2;
+  int nmn = rn == EVT_ROWN_SPMM ? 0 : rn == EVT_ROWN_SOFTMAX || rn == EVT_ROWN_LAYERNORM ? 1 : 2;
   for (int k = 0; nu >= 0 && rn != EVT_ROWN_NONE && k < nmn && k < g->nodes[nu].ninputs; k++) {
     int x = xin[k] = g->nodes[nu].inputs[k];
     const evt_node *xn = &g->nodes[x];
@@ -145,7 +150,8 @@ void evt_lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt_lo
   int conv[2] = {-1, -1}, xin[2] = {-1, -1};
   int nmn = fused_casts(&c, rn, conv, xin);
   if (c.bad < 0) row_spec_init(&c, L, space, rn, xin);
-  if (c.bad < 0 && nu >= 0) nucleus_inputs(&c, L, rn, nmn, xin);
+  if (c.bad < 0 && rn == EVT_ROWN_SPMM) evt_lower_spmm_inputs(&c, L);
+  else if (c.bad < 0 && nu >= 0) nucleus_inputs(&c, L, rn, nmn, xin);
   if (c.bad < 0) evt_lower_members(&c, conv[0], conv[1]);
   int dmem;
   if (c.bad < 0) evt_lower_add_stores(&c, L, false, &dmem);

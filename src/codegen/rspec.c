@@ -15,7 +15,7 @@
 #include "ir/ir.h"
 
 static const char *const nucleus_names[EVT_ROWN_COUNT] = {"none", "softmax", "softmax_bwd", "layernorm",
-                                                          "layernorm_bwd"};
+                                                          "layernorm_bwd", "spmm"};
 static const char *const value_names[EVT_RV_COUNT] = {"out", "xhat", "in0", "in1"};
 
 const char *evt_row_nucleus_name(evt_row_nucleus n) { return (unsigned)n < EVT_ROWN_COUNT ? nucleus_names[n] : "?"; }
@@ -27,6 +27,7 @@ int evt_rspec_long_rows(const evt_rspec *s) {
     row_sums += s->nodes[i].op == EVT_V_ROW_SUM;
     per_row += s->nodes[i].op == EVT_V_COL_SUM || s->nodes[i].op == EVT_V_COL_MAX;
   }
+  if (s->nucleus == EVT_ROWN_SPMM) return 0; /* (register rows only: N <= EVT_ROW_MAX_N) */
   if (!row_sums) return 1;
   return s->nucleus == EVT_ROWN_NONE && !per_row ? 2 : 0;
 }
@@ -37,7 +38,7 @@ int evt_row_nucleus_ninputs(const evt_rspec *s) {
     case EVT_ROWN_SOFTMAX_BWD: return 2;
     case EVT_ROWN_LAYERNORM: return 1 + (s->has_w || s->has_b ? 2 : 0);
     case EVT_ROWN_LAYERNORM_BWD: return 2 + (s->has_w ? 1 : 0);
-    default: return 0;
+    default: return 0; /* (spmm: its CSR operand travels in evt_row_launch_args.csr, not in[]) */
   }
 }
 
@@ -46,6 +47,8 @@ void evt_rspec_init(evt_rspec *s, evt_row_nucleus nucleus, evt_dtype in_dtype) {
   s->nucleus = nucleus;
   s->in_dtype = in_dtype;
   s->w_dtype = in_dtype;
+  s->val_dtype = in_dtype;
+  s->idx_dtype = EVT_I64;
   s->eps = 1e-5;
 }
 
@@ -128,6 +131,10 @@ evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen) {
     return fail(err, errlen, EVT_ERR_INVALID, "row spec: only layernorm stores statistics");
   if (ln && !(s->eps > 0 && isfinite(s->eps)))
     return fail(err, errlen, EVT_ERR_INVALID, "row spec: layer-norm eps must be positive and finite (%g)", s->eps);
+  if (s->nucleus == EVT_ROWN_SPMM && (!storage_dtype(s->val_dtype) || (s->idx_dtype != EVT_I64 && s->idx_dtype != EVT_I32)))
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "row spec: spmm values %s (bf16, f16, f32) or indices %s (i64, i32)",
+                evt_dtype_name(s->val_dtype), evt_dtype_name(s->idx_dtype));
+  if (s->nucleus != EVT_ROWN_SPMM && s->has_perm) return fail(err, errlen, EVT_ERR_INVALID, "row spec: %s takes no perm", nn);
   int outputs = s->store_stats;
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
@@ -151,6 +158,7 @@ evt_status evt_rspec_check(const evt_rspec *s, char *err, size_t errlen) {
       int ok = (unsigned)v->sel < EVT_RV_COUNT;
       if (v->sel == EVT_RV_XHAT) ok = ln;
       if (v->sel == EVT_RV_IN1) ok = s->nucleus == EVT_ROWN_SOFTMAX_BWD || s->nucleus == EVT_ROWN_LAYERNORM_BWD;
+      if (s->nucleus == EVT_ROWN_SPMM) ok = v->sel == EVT_RV_OUT; /* (x is K x N: no M x N input to read back) */
       if (!ok)
         return fail(err, errlen, EVT_ERR_INVALID, "row spec: node %d: %s has no value '%s'", i, nn,
                     evt_row_value_name(v->sel));
@@ -176,6 +184,8 @@ int evt_rspec_text(const evt_rspec *s, char *buf, size_t len) {
   if (s->has_w || s->has_b) OUT(" w:%s%s%s", evt_dtype_name(s->w_dtype), s->has_w ? " +w" : "", s->has_b ? " +b" : "");
   if (s->store_stats) OUT(" +stats");
   if (s->nucleus == EVT_ROWN_LAYERNORM || s->nucleus == EVT_ROWN_LAYERNORM_BWD) OUT(" eps %.17g", s->eps);
+  if (s->nucleus == EVT_ROWN_SPMM)
+    OUT(" val:%s idx:%s%s", evt_dtype_name(s->val_dtype), evt_dtype_name(s->idx_dtype), s->has_perm ? " +perm" : "");
   if (s->arch) OUT(" arch sm_%d", s->arch); /* (absent for sm_90a: its specs keep their hash) */
   OUT("\n");
   for (int i = 0; i < s->nnodes; i++) {
@@ -266,8 +276,8 @@ void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double 
   evt_rspec_reference_at(s, m, n, in, tensors, mean, rstd, 0);
 }
 
-void evt_rspec_reference_at(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
-                            double *mean, double *rstd, uint64_t rng_step) {
+/* Sums and maxima start empty (the reference accumulates into them). */
+static void ref_clear(const evt_rspec *s, int64_t m, int64_t n, double *const *tensors) {
   for (int v = 0; v < s->nnodes; v++) {
     evt_vop op = s->nodes[v].op;
     if (op == EVT_V_ROW_SUM) memset(tensors[v], 0, sizeof(double) * (size_t)n);
@@ -275,9 +285,42 @@ void evt_rspec_reference_at(const evt_rspec *s, int64_t m, int64_t n, const doub
     if (op == EVT_V_COL_MAX)
       for (int64_t k = 0; k < m; k++) tensors[v][k] = -INFINITY;
   }
+}
+
+/* The epilogue of row i from its nucleus values (out, xhat; in0 / in1: the row's M×N inputs, may be NULL). */
+static void ref_row_epilogue(const evt_rspec *s, int64_t i, int64_t n, const double *out, const double *xhat,
+                             const double *in0, const double *in1, double *const *tensors, uint64_t rng_step) {
+  double val[EVT_RSPEC_MAX_NODES];
+  for (int64_t j = 0; j < n; j++) {
+    for (int v = 0; v < s->nnodes; v++) {
+      const evt_rnode *nd = &s->nodes[v];
+      double vin[3];
+      for (int k = 0; k < 3; k++) vin[k] = nd->in[k] >= 0 ? val[nd->in[k]] : 0;
+      switch (nd->op) {
+        case EVT_V_ACC:
+          val[v] = nd->sel == EVT_RV_OUT ? out[j] : nd->sel == EVT_RV_XHAT ? xhat[j] : nd->sel == EVT_RV_IN0 ? in0[j] : in1[j];
+          break;
+        case EVT_V_RAND: val[v] = evt_vop_rand(nd->seed, nd->offset, rng_step, nd->dtype, i * n + j); break;
+        default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, vin); break;
+      }
+    }
+  }
+}
+
+/* Sums and maxima rounded at their one store: f32, then their dtype. */
+static void ref_finish(const evt_rspec *s, int64_t m, int64_t n, double *const *tensors) {
+  for (int v = 0; v < s->nnodes; v++) {
+    evt_vop op = s->nodes[v].op;
+    int64_t cnt = op == EVT_V_ROW_SUM ? n : op == EVT_V_COL_SUM || op == EVT_V_COL_MAX ? m : 0;
+    for (int64_t k = 0; k < cnt; k++) tensors[v][k] = evt_round_to_dtype((double)(float)tensors[v][k], s->nodes[v].dtype);
+  }
+}
+
+void evt_rspec_reference_at(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
+                            double *mean, double *rstd, uint64_t rng_step) {
+  ref_clear(s, m, n, tensors);
   double *out = calloc((size_t)n, sizeof(double)), *xhat = calloc((size_t)n, sizeof(double));
   EVT_ASSERT(out && xhat);
-  double val[EVT_RSPEC_MAX_NODES];
   for (int64_t i = 0; i < m; i++) {
     double mu = 0, rs = 0;
     ref_nucleus(s, i, n, in, out, xhat, &mu, &rs);
@@ -285,29 +328,41 @@ void evt_rspec_reference_at(const evt_rspec *s, int64_t m, int64_t n, const doub
       if (mean) mean[i] = (double)(float)mu;
       if (rstd) rstd[i] = (double)(float)rs;
     }
-    for (int64_t j = 0; j < n; j++) {
-      for (int v = 0; v < s->nnodes; v++) {
-        const evt_rnode *nd = &s->nodes[v];
-        double vin[3];
-        for (int k = 0; k < 3; k++) vin[k] = nd->in[k] >= 0 ? val[nd->in[k]] : 0;
-        switch (nd->op) {
-          case EVT_V_ACC:
-            val[v] = nd->sel == EVT_RV_OUT    ? out[j]
-                     : nd->sel == EVT_RV_XHAT ? xhat[j]
-                     : nd->sel == EVT_RV_IN0  ? in[0][i * n + j]
-                                              : in[1][i * n + j];
-            break;
-          case EVT_V_RAND: val[v] = evt_vop_rand(nd->seed, nd->offset, rng_step, nd->dtype, i * n + j); break;
-          default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, vin); break;
-        }
-      }
-    }
+    ref_row_epilogue(s, i, n, out, xhat, in[0] ? in[0] + i * n : NULL, in[1] ? in[1] + i * n : NULL, tensors, rng_step);
   }
-  for (int v = 0; v < s->nnodes; v++) {
-    evt_vop op = s->nodes[v].op;
-    int64_t cnt = op == EVT_V_ROW_SUM ? n : op == EVT_V_COL_SUM || op == EVT_V_COL_MAX ? m : 0;
-    for (int64_t k = 0; k < cnt; k++) tensors[v][k] = evt_round_to_dtype((double)(float)tensors[v][k], s->nodes[v].dtype);
-  }
+  ref_finish(s, m, n, tensors);
   free(out);
   free(xhat);
+}
+
+/* Are a's indices in range (rowptr monotone in [0, nnz], referenced col in [0, k) and perm in [0, nnz))? */
+static bool csr_ok(const evt_rspec *s, int64_t m, const evt_rspec_csr *a) {
+  if (!(a->rowptr[0] >= 0)) return false;
+  for (int64_t i = 0; i < m; i++)
+    if (!(a->rowptr[i + 1] >= a->rowptr[i] && a->rowptr[i + 1] <= (double)a->nnz)) return false;
+  for (int64_t q = (int64_t)a->rowptr[0]; q < (int64_t)a->rowptr[m]; q++) {
+    if (!(a->col[q] >= 0 && a->col[q] < (double)a->k)) return false;
+    if (s->has_perm && !(a->perm[q] >= 0 && a->perm[q] < (double)a->nnz)) return false;
+  }
+  return true;
+}
+
+evt_status evt_rspec_reference_csr(const evt_rspec *s, int64_t m, int64_t n, const evt_rspec_csr *a, double *const *tensors,
+                                   uint64_t rng_step) {
+  if (s->nucleus != EVT_ROWN_SPMM || !csr_ok(s, m, a)) return EVT_ERR_INVALID;
+  ref_clear(s, m, n, tensors);
+  double *out = calloc((size_t)n + 1, sizeof(double));
+  EVT_ASSERT(out);
+  for (int64_t i = 0; i < m; i++) {
+    memset(out, 0, sizeof(double) * (size_t)n);
+    for (int64_t q = (int64_t)a->rowptr[i]; q < (int64_t)a->rowptr[i + 1]; q++) {
+      double v = a->val[s->has_perm ? (int64_t)a->perm[q] : q];
+      const double *xr = a->x + (int64_t)a->col[q] * n;
+      for (int64_t j = 0; j < n; j++) out[j] += v * xr[j];
+    }
+    ref_row_epilogue(s, i, n, out, NULL, NULL, NULL, tensors, rng_step);
+  }
+  ref_finish(s, m, n, tensors);
+  free(out);
+  return EVT_OK;
 }

@@ -11,6 +11,11 @@
  *                  y = x̂ (· w) (+ b); optionally stores mean and rstd (f32 M-vectors)
  *   layernorm_bwd  in {dy, x, w?}: mean/rstd recomputed from x (same eps); g = dy (· w);
  *                  dx = rstd · (g − mean_N(g) − x̂ · mean_N(g·x̂))
+ *   spmm           CSR A [M, K] (rowptr[M+1], col[nnz], val[nnz]; indices i64 / i32) and a dense x [K, N]:
+ *                  out row i = Σ_{q = rowptr[i]}^{rowptr[i+1]−1} val[q] · x[col[q], :], accumulated in f32 in q
+ *                  order (has_perm: val[perm[q]] — spmm_t as A^T's CSR, colptr / rowidx / perm, csr.h).
+ *                  Index checks: a bad rowptr entry or col / perm index sets the launch's error flag and
+ *                  contributes nothing (the row's other entries still count).
  * followed by an elementwise epilogue DAG per element. (b) A nucleus-free group has only the DAG.
  *
  * Epilogue nodes reuse the visitor kinds of kspec.h (evt_vop) with the same meaning per element (i, j):
@@ -48,6 +53,7 @@ typedef enum evt_row_nucleus {
   EVT_ROWN_SOFTMAX_BWD,
   EVT_ROWN_LAYERNORM,
   EVT_ROWN_LAYERNORM_BWD,
+  EVT_ROWN_SPMM,
   EVT_ROWN_COUNT
 } evt_row_nucleus;
 
@@ -73,6 +79,9 @@ typedef struct evt_rspec {
   int has_w, has_b;    /* layer norm: weight (both), bias (forward only) */
   int store_stats;     /* layernorm: write mean / rstd */
   double eps;          /* layer norms */
+  evt_dtype val_dtype; /* spmm: dtype of val (bf16 / f16 / f32; x's is in_dtype) */
+  evt_dtype idx_dtype; /* spmm: dtype of rowptr / col / perm (i64 / i32) */
+  int has_perm;        /* spmm: values gathered through perm (A^T from A's CSR, csr.h) */
   int nnodes;
   evt_rnode nodes[EVT_RSPEC_MAX_NODES];
   int arch;            /* GPU target: 0 = sm_90a; 80, 86, 89 = sm_8x (no programmatic dependent launches) */
@@ -105,6 +114,17 @@ int64_t evt_rspec_node_elems(const evt_rspec *s, int i, int64_t m, int64_t n);
  * to f32), mean/rstd (M-vectors, may be NULL) receive the layer-norm statistics when the spec stores them. */
 void evt_rspec_reference(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
                          double *mean, double *rstd);
+/* The CSR operand of an spmm spec's reference: A [m, k] whose entries are col / val [nnz] positions rowptr[0] ..
+ * rowptr[m] - 1 (the interpreter's rule: rowptr in [0, nnz], never decreasing), x [k, n]; perm [nnz] only with
+ * has_perm. Indices as exact doubles (the interpreter's tensors). */
+typedef struct evt_rspec_csr {
+  int64_t k, nnz;
+  const double *rowptr, *col, *perm, *val, *x;
+} evt_rspec_csr;
+/* evt_rspec_reference_at for an spmm spec. EVT_ERR_INVALID (and nothing written) for an index out of range
+ * (rowptr not monotone within [0, nnz], a referenced col outside [0, k) or perm outside [0, nnz)). */
+evt_status evt_rspec_reference_csr(const evt_rspec *s, int64_t m, int64_t n, const evt_rspec_csr *a, double *const *tensors,
+                                   uint64_t rng_step);
 /* The same in a run with RNG step rng_step (rand nodes; evt_rspec_reference: step 0). */
 void evt_rspec_reference_at(const evt_rspec *s, int64_t m, int64_t n, const double *const in[3], double *const *tensors,
                             double *mean, double *rstd, uint64_t rng_step);

@@ -129,16 +129,19 @@ evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tenso
       continue;
     }
     const evt_rspec *s = &p->low.k[gi].rspec;
-    const double *in[3] = {NULL, NULL, NULL};
+    const double *in[4] = {NULL, NULL, NULL, NULL};
     double *mem[EVT_ROW_LAUNCH_MAX_PTRS] = {0};
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
       if (x->in_node[k] >= 0) in[k] = values[x->in_node[k]].data;
     for (int k = 0; k < x->nmembers; k++) evt_tensor_free(&values[x->members[k]]); /* not materialized */
     for (int i = 0; i < s->nnodes && st == EVT_OK; i++) {
       int v = x->ptr_node[i];
       if (v >= 0) st = cpu_node_memory(g, gi, v, evt_vop_class(s->nodes[i].op) != 'L', values, &mem[i]);
     }
-    if (st == EVT_OK) evt_rspec_reference_at(s, x->m, x->n, in, mem, NULL, NULL, g->rng_step);
+    if (st == EVT_OK && s->nucleus == EVT_ROWN_SPMM && evt_lower_rows_reference(g, &p->low.k[gi], in, mem, g->rng_step))
+      st = evt_graph_errorf(g, p->low.k[gi].nucleus, EVT_ERR_INVALID, "group %d: a CSR index out of range", gi);
+    else if (st == EVT_OK && s->nucleus != EVT_ROWN_SPMM)
+      evt_rspec_reference_at(s, x->m, x->n, in, mem, NULL, NULL, g->rng_step);
     if (st == EVT_OK) st = materialize_aliases(g, p, gi, values);
   }
   return st;

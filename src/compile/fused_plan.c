@@ -234,7 +234,7 @@ static void elementwise_launch_shape(const evt_rspec *s, int64_t m, int64_t n, i
 
 bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
   const evt_rspec *s = &L->rspec;
-  for (int k = 0; k < 3; k++) x->in_node[k] = -1;
+  for (int k = 0; k < 4; k++) x->in_node[k] = -1;
   for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) x->ptr_node[i] = -1;
   x->a_node = x->b_node = x->d_node = -1;
   x->m = L->m;
@@ -244,6 +244,8 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
   if (!L->ok) return WHY("%s", L->reason);
   if (L->kind == EVT_LK_GEMM_EVT) return bind_gemm(g, group, L, x);
   if (L->kind != EVT_LK_ROW && L->kind != EVT_LK_POINTWISE) return WHY("group %d: no generated kernel for this kind", L->group);
+  if (s->nucleus == EVT_ROWN_SPMM && s->has_perm) /* (A^T's structure, built once per adjacency: not yet) */
+    return WHY("group %d: the runtime does not bind spmm_t row kernels yet (A^T's CSR is not built)", L->group);
   elementwise_launch_shape(s, L->m, L->n, &x->m, &x->n);
   /* rows longer than a register-resident row-group run as the generated kernel's long-row or column-block form */
   if ((x->n > EVT_ROW_MAX_N && !evt_rspec_long_rows(s)) || x->n > 2147483647 || x->m > 2147483647 || x->n < 0 || x->m < 0)
@@ -251,8 +253,8 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
                "or a per-row reduction)", L->group, (long long)L->m, (long long)L->n);
   if (s->nnodes > EVT_ROW_LAUNCH_MAX_PTRS)
     return WHY("group %d: %d spec nodes (at most %d pointers)", L->group, s->nnodes, EVT_ROW_LAUNCH_MAX_PTRS);
-  int nin = evt_row_nucleus_ninputs(s);
-  for (int k = 0; k < nin && k < 3; k++) {
+  int nin = s->nucleus == EVT_ROWN_SPMM ? 4 : evt_row_nucleus_ninputs(s); /* (spmm: rowptr, col, val, x) */
+  for (int k = 0; k < nin && k < 4; k++) {
     int v = L->rin[k];
     if (v < 0 || v >= g->nnodes) return WHY("group %d: nucleus input %d is not bound", L->group, k);
     if (group[v] == L->group)

@@ -218,8 +218,10 @@ void evt_plan_print(const evt_graph *g, const evt_plan *p, FILE *out) {
       fprintf(out, "\n");
     } else if (K->ok) {
       fprintf(out, "     args: M=%lld N=%lld", (long long)K->m, (long long)K->n);
-      for (int k = 0; k < 3; k++)
-        if (K->rin[k] >= 0) fprintf(out, " in%d=b%d", k, p->buffer_of[K->rin[k]]);
+      static const char *const csr[4] = {"rowptr", "col", "val", "x"}; /* (an spmm nucleus's operands) */
+      for (int k = 0; k < 4; k++)
+        if (K->rin[k] >= 0 && K->rspec.nucleus == EVT_ROWN_SPMM) fprintf(out, " %s=b%d", csr[k], p->buffer_of[K->rin[k]]);
+        else if (K->rin[k] >= 0) fprintf(out, " in%d=b%d", k, p->buffer_of[K->rin[k]]);
       for (int v = 0; v < K->rspec.nnodes; v++)
         if (K->vtensor[v] >= 0) fprintf(out, " %s=b%d", K->rspec.nodes[v].name, p->buffer_of[K->vtensor[v]]);
       fprintf(out, "\n");

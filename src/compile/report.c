@@ -59,11 +59,12 @@ static void member_ops(evt_sbuf *b, const evt_graph *g, const evt_group_exec *x)
 /* Bytes a fused group's kernel reads and writes at least once: every distinct tensor it binds (A, B, D, the row
  * nucleus inputs and the epilogue's loads and stores): the floor of its memory traffic. */
 static int64_t group_io_bytes(const evt_graph *g, const evt_group_exec *x) {
-  int nodes[EVT_ROW_LAUNCH_MAX_PTRS + 6], n = 0;
-  int cand[EVT_ROW_LAUNCH_MAX_PTRS + 6] = {x->a_node, x->b_node, x->d_node, x->in_node[0], x->in_node[1], x->in_node[2]};
-  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) cand[6 + i] = x->ptr_node[i];
+  int nodes[EVT_ROW_LAUNCH_MAX_PTRS + 7], n = 0;
+  int cand[EVT_ROW_LAUNCH_MAX_PTRS + 7] = {x->a_node,     x->b_node,     x->d_node,    x->in_node[0],
+                                           x->in_node[1], x->in_node[2], x->in_node[3]};
+  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) cand[7 + i] = x->ptr_node[i];
   int64_t bytes = 0;
-  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS + 6; i++) {
+  for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS + 7; i++) {
     int v = cand[i], seen = 0;
     for (int j = 0; j < n && !seen; j++) seen = nodes[j] == v;
     if (v < 0 || v >= g->nnodes || seen) continue;

@@ -545,10 +545,10 @@ static int check_lowered_against_interp_rules(evt_graph *g, const char *what, in
         (*tensors_checked)++;
       }
     } else if (!bad) {
-      const double *in[3] = {NULL, NULL, NULL};
-      for (int k = 0; k < 3; k++)
+      const double *in[4] = {NULL, NULL, NULL, NULL};
+      for (int k = 0; k < 4; k++)
         if (L->rin[k] >= 0) in[k] = val[L->rin[k]].data;
-      evt_rspec_reference(&L->rspec, L->m, L->n, in, mem, NULL, NULL);
+      CHECK_MSG(evt_lower_rows_reference(g, L, in, mem, 0) == EVT_OK, "%s group %d: reference refused its inputs", what, gi);
     }
     for (int i = 0; i < nn; i++) {
       evt_vop op = L->kind == EVT_LK_GEMM_EVT ? L->spec.nodes[i].op : L->rspec.nodes[i].op;

@@ -289,7 +289,7 @@ static int check_layout(const evt_graph *g, const evt_exec_plan *xp, const evt_a
         reads[nr++] = x->b_node;
         if (x->d_node >= 0) reads[nr++] = x->d_node;
       } else {
-        for (int j = 0; j < 3; j++)
+        for (int j = 0; j < 4; j++)
           if (x->in_node[j] >= 0) reads[nr++] = x->in_node[j];
       }
       for (int j = 0; j < EVT_ROW_LAUNCH_MAX_PTRS && nr < 64; j++)

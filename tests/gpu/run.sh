@@ -3,8 +3,9 @@
 #   bash tests/gpu/run.sh [kernels] [graphs] [program] [torch] [ampere]   (no argument: the first four, in this order)
 #   kernels  the CUDA checks of generated kernels and cuDNN attention against their CPU references: GEMM+EVT kernels
 #            (check_evt), batched ones (check_bmm), visitor nodes (check_visitors: row kernels and GEMM kernels),
-#            epilogue functors (check_vops), row kernels (check_rows), the fp8 kernels (check_fp8: conversions, the
-#            recipe's row kernels and fp8 GEMMs), cuDNN attention (check_cudnn_sdpa)
+#            epilogue functors (check_vops), row kernels (check_rows), spmm row kernels (check_spmm: spmm / spmm_t
+#            with epilogues on random CSR), the fp8 kernels (check_fp8: conversions, the recipe's row kernels and fp8
+#            GEMMs), cuDNN attention (check_cudnn_sdpa)
 #   graphs   every generated kernel of the graphs JIT-compiled (evtc prefetch), then `evtc run --device cuda --check`
 #            (against the interpreter) over examples/*.evt, bench/graphs/*.evt, tests/gpu/graphs/*.evt and a
 #            medium BERT layer whose attention runs on cuDNN: node by node, optimized, fused, and the optimized and
@@ -139,6 +140,7 @@ if want kernels; then
   build_bg check_visitors $NV tests/gpu/check_visitors.cu $LIBS
   build_bg check_vops $NV --expt-relaxed-constexpr $CUT tests/gpu/check_vops.cu $LIBS
   build_bg check_rows $NV tests/gpu/check_rows.cu $LIBS
+  build_bg check_spmm $NV tests/gpu/check_spmm.cu $LIBS
   build_bg check_fp8 $NV tests/gpu/check_fp8.cu $LIBS
   if [ -n "$CUDNN_INC" ]; then
     build_bg check_cudnn_sdpa $NV -DEVT_HAVE_CUDNN -I"$CUDNN_INC" tests/gpu/check_cudnn_sdpa.cu \
@@ -148,7 +150,8 @@ if want kernels; then
   fi
 fi
 if want ampere; then # the row-kernel check programs (host code; their kernels are compiled below for compute_80)
-  want kernels || { build_bg check_rows $NV tests/gpu/check_rows.cu $LIBS; build_bg check_visitors $NV tests/gpu/check_visitors.cu $LIBS; }
+  want kernels || { build_bg check_rows $NV tests/gpu/check_rows.cu $LIBS; build_bg check_visitors $NV tests/gpu/check_visitors.cu $LIBS
+    build_bg check_spmm $NV tests/gpu/check_spmm.cu $LIBS; }
   AMPERE_LIB=$ROOT/build/ampere/libevt_fallback.so
   make -j"$JOBS" FALLBACK_SO="$AMPERE_LIB" CUDA_GENCODE="-gencode arch=compute_80,code=compute_80" "$AMPERE_LIB" \
     >"$OUT/build_ampere_lib.log" 2>&1 || record "make the compute_80 kernel library (build/ampere)" 1 "$OUT/build_ampere_lib.log"
@@ -179,6 +182,7 @@ if want kernels; then
   built check_bmm && check "check_bmm: batched GEMM+EVT kernels, three layouts" check_bmm "$B/check_bmm" --no-bench
   built check_vops && check "check_vops: epilogue compute functors vs evt_vop_apply3" check_vops "$B/check_vops"
   built check_rows && check "check_rows: row kernels vs evt_rspec_reference" check_rows emitted_check check_rows
+  built check_spmm && check "check_spmm: spmm row kernels vs evt_rspec_reference_csr" check_spmm emitted_check check_spmm
   built check_fp8 && check "check_fp8: fp8 conversions, row kernels and GEMMs vs src/ir/fp8.c" check_fp8 "$B/check_fp8"
   if built check_visitors; then
     check "check_visitors: visitor nodes in row kernels" check_visitors_rows emitted_check check_visitors
@@ -306,6 +310,8 @@ if want ampere; then
     ampere_emitted check_rows
   built check_visitors && check "check_visitors (compute_80, no PDL): visitor nodes in row kernels" ampere_check_visitors \
     ampere_emitted check_visitors
+  built check_spmm && check "check_spmm (compute_80, no PDL): spmm row kernels vs evt_rspec_reference_csr" \
+    ampere_check_spmm ampere_emitted check_spmm
   for f in "${graphs[@]}"; do
     b=$(logname "$f")
     f_=${f#"$ROOT"/}

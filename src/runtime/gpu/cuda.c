@@ -73,6 +73,7 @@ static bool load_api(void *lib, evt_fb_api *a) {
   SYM(sgd, "evt_fb_sgd");
   SYM(rng_step, "evt_fb_rng_step");
   SYM(device_arch, "evt_fb_device_arch");
+  SYM(index_flag, "evt_fb_index_flag");
 #undef SYM
   void *const *f = (void *const *)a;
   for (size_t i = 0; i < sizeof *a / sizeof(void *); i++)
@@ -261,6 +262,25 @@ static evt_status launch_unfused(evt_program *p, int gi, void *stream) {
   return EVT_OK;
 }
 
+/* An spmm group's CSR operand (rowptr, col, val, x: in_node[0..3]) and the index-error flag: the kernel library's, with
+ * the nucleus's id + 1, so the next sync names the node as it does for the library's own index checks. */
+static evt_status spmm_args(evt_program *p, int gi, evt_row_launch_args *a) {
+  const evt_group_exec *x = &p->xp->groups[gi];
+  int nu = p->xp->low.k[gi].nucleus;
+  char why[256] = "";
+  if (!p->index_flag && p->api->index_flag(&p->index_flag, why, sizeof why))
+    return evt_graph_errorf(p->g, nu, EVT_ERR_INTERNAL, "group %d: the index-error flag: %s", gi, why);
+  a->csr.rowptr = dev(p, x->in_node[0]);
+  a->csr.col = dev(p, x->in_node[1]);
+  a->csr.val = dev(p, x->in_node[2]);
+  a->csr.x = dev(p, x->in_node[3]);
+  a->csr.nnz = evt_type_numel(&p->g->nodes[x->in_node[1]].type);
+  a->csr.k = x->n ? evt_type_numel(&p->g->nodes[x->in_node[3]].type) / x->n : 0;
+  a->csr.err = p->index_flag;
+  a->csr.err_code = nu + 1;
+  return EVT_OK;
+}
+
 evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
   const evt_group_exec *x = &p->xp->groups[gi];
   if (x->fused && x->blas) return launch_blas(p, gi, stream);
@@ -280,7 +300,12 @@ evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
   memset(&a, 0, sizeof a);
   a.m = (int)x->m;
   a.n = (int)x->n;
-  for (int k = 0; k < 3; k++) a.in[k] = dev(p, x->in_node[k]);
+  if (p->xp->kspec[x->kernel]->nucleus == EVT_ROWN_SPMM) {
+    evt_status st = spmm_args(p, gi, &a);
+    if (st != EVT_OK) return st;
+  } else {
+    for (int k = 0; k < 3; k++) a.in[k] = dev(p, x->in_node[k]);
+  }
   for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) a.ptrs[i] = dev(p, x->ptr_node[i]);
   a.stream = stream;
   a.rng_step = p->rng_dev;

@@ -60,6 +60,7 @@ typedef struct evt_fb_api {
   int (*sgd)(const evt_fb_tensor *, const evt_fb_tensor *, double, void *, char *, size_t);
   int (*rng_step)(unsigned long long *, unsigned long long, int, void *, char *, size_t);
   int (*device_arch)(void);
+  int (*index_flag)(int **, char *, size_t);
 } evt_fb_api;
 
 /* Loads the library once per process and initializes the device; NULL with the reason in why. */
@@ -97,6 +98,7 @@ struct evt_program {
   int *grad_of;             /* evt_program_sgd: per node, its %grad.<name> output node (-1), found at the first call */
   int nparams_trained;
   unsigned long long *rng_dev; /* graphs with rand / dropout: device memory holding the RNG step of the next run */
+  int *index_flag;          /* the kernel library's run-time index-error flag (evt_fb_index_flag), asked at first use */
   uint64_t rng_step;        /* ... its value as the host enqueued it (evt_program_rng_step) */
   long launches;            /* kernel launches of one run */
   int groups_fused, groups_fallback;

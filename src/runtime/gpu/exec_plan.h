@@ -56,7 +56,7 @@ typedef struct evt_group_exec {
   int kernel;             /* index into evt_exec_plan.kname, or -1 */
   char why[400];          /* fallback: the reason (lowering, check, compile failure) */
   int64_t m, n, k;                         /* k: GEMM only */
-  int in_node[3];                          /* ROW: nucleus inputs, -1 unused */
+  int in_node[4];                          /* ROW: nucleus inputs, -1 unused (spmm: rowptr, col, val, x) */
   int a_node, b_node, d_node;              /* GEMM: A, B, D's tensor (-1: D goes to the scratch buffer) */
   int ptr_node[EVT_ROW_LAUNCH_MAX_PTRS];   /* per spec / visitor node with memory, else -1 */
   int *members, nmembers;                  /* graph nodes in id order */

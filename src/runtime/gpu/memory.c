@@ -14,7 +14,7 @@ static int64_t aligned_bytes(const evt_graph *g, int v) {
 
 /* ---- steps and memory (pure host code) ------------------------------------------------------------- */
 
-#define MAX_ACCESS (EVT_MAX_INPUTS + 3 + EVT_ROW_LAUNCH_MAX_PTRS)
+#define MAX_ACCESS (EVT_MAX_INPUTS + 4 + EVT_ROW_LAUNCH_MAX_PTRS)
 static void step_access(const evt_graph *g, const evt_exec_plan *xp, evt_prog_step s, int *reads, int *nr,
                         int *writes, int *nw);
 
@@ -80,7 +80,7 @@ static void step_access(const evt_graph *g, const evt_exec_plan *xp, evt_prog_st
     reads[(*nr)++] = x->b_node;
     if (x->d_node >= 0) writes[(*nw)++] = x->d_node;
   } else {
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
       if (x->in_node[k] >= 0) reads[(*nr)++] = x->in_node[k];
   }
   for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS && i < nspec; i++) {
