@@ -79,7 +79,7 @@ int evt_emit_cutlass_sums(const evt_kspec *s) {
 }
 
 /* `using N<i> = <bare CUTLASS node>;` (the comment naming the node follows: emit_cutlass_common.c) */
-static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
+void evt_cutlass_sm90_node_type(sbuf *b, const evt_vtree *t, int i) {
   const evt_vnode *v = &t->spec.nodes[i];
   const char *e = cxx_type(v->dtype);
   const char *fus = "cutlass::epilogue::fusion::";
@@ -104,15 +104,15 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
                 "    Aux%dDesc::SmemLayoutAtom, Aux%dDesc::CopyOpS2R>;",
                 i, fus, i, e, i, i, i);
       break;
-    case EVT_V_AUX_STORE:
+    case EVT_V_AUX_STORE: /* a conv's is built over the flattened M (evt_nodes::FlatAuxStore) */
       sb_printf(b,
                 "using Aux%dDesc = cutlass::epilogue::collective::detail::AuxStoreDescriptor<EpiDesc, "
                 "cutlass::layout::RowMajor, %s>;\n",
                 i, e);
       sb_printf(b,
-                "using N%d = %sSm90AuxStore<Aux%dDesc::Stages, EpiDesc::EpilogueTile, %s, RN, Aux%dDesc::Stride,\n"
-                "    Aux%dDesc::SmemLayoutAtom, Aux%dDesc::CopyOpR2S>;",
-                i, fus, i, e, i, i, i);
+                "using N%d = %s%sSm90AuxStore<Aux%dDesc::Stages, EpiDesc::EpilogueTile, %s, RN, Aux%dDesc::Stride,\n"
+                "    Aux%dDesc::SmemLayoutAtom, Aux%dDesc::CopyOpR2S>%s;",
+                i, t->spec.conv.kind ? "evt_nodes::FlatAuxStore<" : "", fus, i, e, i, i, i, t->spec.conv.kind ? ">" : "");
       break;
     case EVT_V_ROW_SUM:
       if (own_row_sum(&t->spec)) {
@@ -276,12 +276,13 @@ static const cutlass_gen sm90 = {
     .tree_heading = "\n// the tree (children first)\n",
     .banner = emit_banner,
     .types = emit_types,
-    .node_type = emit_node_type,
+    .node_type = evt_cutlass_sm90_node_type,
     .kernel = emit_kernel,
     .launcher = evt_emit_cutlass_launcher,
 };
 
 char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
   if (evt_arch_sm8x(s->arch)) return evt_emit_cutlass_sm80(s, err, errlen);
+  if (s->conv.kind) return evt_emit_cutlass_conv(s, err, errlen);
   return evt_cutlass_emit(s, &sm90, err, errlen);
 }
