@@ -158,8 +158,11 @@ typedef struct evt_tile_config {
  * f16; tile_k (16, 32 or 64) divides C: one TMA im2col box of channels per filter tap, wgmma steps of 16 over K.
  * CUTLASS 4.2's Sm90 conv kernels are not persistent: one consumer warp group per CTA, so a conv spec's schedule is
  * EVT_SCHED_PINGPONG's rules (a warp group owns the tile; the emitter names KernelImplicitTmaWarpSpecializedSm90),
- * cluster 1x1, no stream-K, atomic sums. */
-typedef enum evt_conv_kind { EVT_CONV_NONE = 0, EVT_CONV_FPROP } evt_conv_kind;
+ * cluster 1x1, no stream-K, atomic sums.
+ * EVT_CONV_DGRAD (conv2d_backward_input, stride 1): the same geometry (x's dims n, h, w, c; y's p, q), operands dy
+ * [N,P,Q,O] and w, tile acc[M = N*H*W, N = C] (the NHWC dx), K = kh*kw*O: tile_k divides O, C a multiple of 8. A
+ * strided dgrad is refused: CUTLASS runs it as stride_h*stride_w phases (its L mode), not one [N*H*W, C] tile. */
+typedef enum evt_conv_kind { EVT_CONV_NONE = 0, EVT_CONV_FPROP, EVT_CONV_DGRAD } evt_conv_kind;
 typedef struct evt_conv_geom {
   evt_conv_kind kind;
   int n, h, w, c, o, kh, kw;
@@ -242,16 +245,17 @@ void evt_kspec_kernel_name(const evt_kspec *s, char out[40]);     /* "evt_kernel
 
 /* ---- src/codegen/kspec_conv.c: convolution specs ---------------------------------------------------------- */
 /* The rules of a conv spec (above) beyond a GEMM spec's: geometry consistent (p, q from h, w, kh, kw, stride, pad),
- * C a multiple of tile_k, O a multiple of 8, sm_90a, layout NT, bf16 / f16 operands, unbatched, cluster 1x1, the
+ * the reduced channels (fprop C, dgrad O) a multiple of 16 and of tile_k, the output's (fprop O, dgrad C) of 8, dgrad
+ * stride 1, sm_90a, layout NT, bf16 / f16 operands, unbatched, cluster 1x1, the
  * ping-pong schedule value, no stream-K, atomic sums. EVT_OK for a GEMM spec. */
 evt_status evt_kspec_conv_check(const evt_kspec *s, char *err, size_t errlen);
-/* The GEMM view of a conv geometry: M = n*p*q, N = o, K = kh*kw*c. */
+/* The GEMM view of a conv geometry: fprop M = n*p*q, N = o, K = kh*kw*c; dgrad M = n*h*w, N = c, K = kh*kw*o. */
 void evt_conv_gemm_shape(const evt_conv_geom *g, int64_t *m, int64_t *n, int64_t *k);
 /* The largest K tile (64, 32, 16) dividing c, or 0 when c is not a multiple of 16. */
 int evt_conv_tile_k(int c);
 /* Output extent of one spatial dim: (in + 2 pad - k) / stride + 1 (floor), or 0 when the kernel does not fit. */
 int evt_conv_out_extent(int in, int k, int stride, int pad);
-/* Canonical text of the geometry ("conv fprop n 8 h 56 ..."), appended to the spec's text when kind is set. Returns
+/* Canonical text of the geometry ("conv fprop n 8 h 56 ...", "conv dgrad ..."), appended to the spec's text when kind is set. Returns
  * bytes written like snprintf. */
 int evt_conv_text(const evt_conv_geom *g, char *buf, size_t len);
 

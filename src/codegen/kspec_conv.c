@@ -2,6 +2,7 @@
  * specs"). A conv spec is a GEMM spec whose operands are read by CUTLASS's Sm90 implicit-GEMM mainloop, so only the
  * mainloop's constraints live here; the epilogue is checked by evt_kspec_check like a GEMM's. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "codegen/kspec.h"
@@ -20,9 +21,10 @@ static evt_status fail(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 void evt_conv_gemm_shape(const evt_conv_geom *g, int64_t *m, int64_t *n, int64_t *k) {
-  *m = (int64_t)g->n * g->p * g->q;
-  *n = g->o;
-  *k = (int64_t)g->kh * g->kw * g->c;
+  bool dgrad = g->kind == EVT_CONV_DGRAD; /* the tile is dx [N,H,W,C], the reduction over (O, kw, kh) */
+  *m = (int64_t)g->n * (dgrad ? (int64_t)g->h * g->w : (int64_t)g->p * g->q);
+  *n = dgrad ? g->c : g->o;
+  *k = (int64_t)g->kh * g->kw * (dgrad ? g->o : g->c);
 }
 
 int evt_conv_tile_k(int c) { return c % 64 == 0 ? 64 : c % 32 == 0 ? 32 : c % 16 == 0 ? 16 : 0; }
@@ -33,8 +35,9 @@ int evt_conv_out_extent(int in, int k, int stride, int pad) {
 }
 
 int evt_conv_text(const evt_conv_geom *g, char *buf, size_t len) {
-  return snprintf(buf, len, "conv fprop n %d h %d w %d c %d o %d kernel %dx%d stride %dx%d pad %dx%d out %dx%d\n", g->n,
-                  g->h, g->w, g->c, g->o, g->kh, g->kw, g->stride_h, g->stride_w, g->pad_h, g->pad_w, g->p, g->q);
+  return snprintf(buf, len, "conv %s n %d h %d w %d c %d o %d kernel %dx%d stride %dx%d pad %dx%d out %dx%d\n",
+                  g->kind == EVT_CONV_DGRAD ? "dgrad" : "fprop", g->n, g->h, g->w, g->c, g->o, g->kh, g->kw, g->stride_h,
+                  g->stride_w, g->pad_h, g->pad_w, g->p, g->q);
 }
 
 /* The geometry alone: positive extents, outputs that follow from the inputs, TMA im2col's limits. */
@@ -57,7 +60,7 @@ static evt_status check_geometry(const evt_conv_geom *g, char *err, size_t errle
 evt_status evt_kspec_conv_check(const evt_kspec *s, char *err, size_t errlen) {
   const evt_conv_geom *g = &s->conv;
   if (g->kind == EVT_CONV_NONE) return EVT_OK;
-  if (g->kind != EVT_CONV_FPROP) return fail(err, errlen, "unknown kind %d", (int)g->kind);
+  if (g->kind != EVT_CONV_FPROP && g->kind != EVT_CONV_DGRAD) return fail(err, errlen, "unknown kind %d", (int)g->kind);
   evt_status st = check_geometry(g, err, errlen);
   if (st != EVT_OK) return st;
   if (s->arch) return fail(err, errlen, "%s (the conv kernels are CUTLASS's Sm90 implicit GEMMs)", evt_arch_name(s->arch));
@@ -65,10 +68,15 @@ evt_status evt_kspec_conv_check(const evt_kspec *s, char *err, size_t errlen) {
     return fail(err, errlen, "operands %s (bf16 or f16)", evt_dtype_name(s->ab_dtype));
   if (s->layout != EVT_LAYOUT_NT || s->batched || s->b_mixed)
     return fail(err, errlen, "layout NT, unbatched, one operand dtype (x is the im2col A, w is B stored N x K)");
-  if (g->c % 16 || g->c % s->cfg.tile_k)
-    return fail(err, errlen, "C=%d with tile_k %d: C must be a multiple of 16 and of tile_k (one TMA im2col box of "
-                "channels per filter tap; wgmma steps 16 channels)", g->c, s->cfg.tile_k);
-  if (g->o % 8) return fail(err, errlen, "O=%d: a multiple of 8 (16-byte rows of the output)", g->o);
+  bool dgrad = g->kind == EVT_CONV_DGRAD;
+  int kc = dgrad ? g->o : g->c, nc = dgrad ? g->c : g->o; /* reduced channels, output channels */
+  if (kc % 16 || kc % s->cfg.tile_k)
+    return fail(err, errlen, "%s=%d with tile_k %d: a multiple of 16 and of tile_k (one TMA im2col box of channels per "
+                "filter tap; wgmma steps 16 channels)", dgrad ? "O" : "C", kc, s->cfg.tile_k);
+  if (nc % 8) return fail(err, errlen, "%s=%d: a multiple of 8 (16-byte rows of the output)", dgrad ? "C" : "O", nc);
+  if (dgrad && (g->stride_h != 1 || g->stride_w != 1))
+    return fail(err, errlen, "dgrad with stride %dx%d (CUTLASS runs a strided dgrad as stride_h*stride_w phases)",
+                g->stride_h, g->stride_w);
   const evt_tile_config *c = &s->cfg;
   if (c->schedule != EVT_SCHED_PINGPONG || c->cluster_m != 1 || c->cluster_n != 1 || c->stream_k ||
       c->reduction != EVT_RED_ATOMIC)

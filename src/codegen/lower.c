@@ -171,7 +171,7 @@ evt_status evt_lower_plan_flags(const evt_graph *g, const evt_part_plan *plan, u
       lower_unfused(g, gi, single, nu, L);
     } else if (nu >= 0 && cls == EVT_CLASS_GEMM) {
       evt_lower_gemm(g, plan->group, gi, nu, flags, L, vid);
-    } else if (nu >= 0 && g->nodes[nu].op == EVT_OP_CONV2D) {
+    } else if (nu >= 0 && (g->nodes[nu].op == EVT_OP_CONV2D || g->nodes[nu].op == EVT_OP_CONV2D_BACKWARD_INPUT)) {
       evt_lower_conv(g, plan->group, gi, nu, L, vid);
     } else if (nu < 0 || cls == EVT_CLASS_ROW) {
       evt_lower_rows(g, plan->group, gi, nu, L, vid);
@@ -242,7 +242,7 @@ static bool compat(const evt_pgraph *g, int nucleus, int member, bool tf32) {
   if (long_row_sum_over_m(eg, nucleus, member)) return false;
   const evt_node *nn = &eg->nodes[nucleus];
   bool bmm = nn->op == EVT_OP_BMM && nn->type.rank >= 3;
-  if (nn->op == EVT_OP_CONV2D) { /* a conv that cannot lower anyway gains nothing from smaller groups */
+  if (nn->op == EVT_OP_CONV2D || nn->op == EVT_OP_CONV2D_BACKWARD_INPUT) { /* one that cannot lower gains nothing */
     evt_conv_geom geo;
     char why[160];
     return !evt_lower_conv_geometry(eg, nucleus, &geo, why, sizeof why) || member_fuses(g, nucleus, member, tf32);
@@ -295,8 +295,9 @@ void evt_lower_print(const evt_graph *g, const evt_lower_result *r, FILE *out) {
               L->spec.b_mixed ? evt_dtype_name(L->spec.b_dtype) : "", evt_dtype_name(L->spec.d_dtype), (long long)L->m,
               (long long)L->n, (long long)L->k, L->spec.nnodes);
     if (L->ok && L->kind == EVT_LK_CONV_EVT)
-      fprintf(out, "group %d %s %s: %%%s NHWC %s->%s M=%lld N=%lld K=%lld (%dx%d stride %dx%d pad %dx%d), %d visitor nodes\n",
-              i, evt_lower_kind_name(L->kind), L->kernel, g->nodes[L->nucleus].name, evt_dtype_name(L->spec.ab_dtype),
+      fprintf(out, "group %d %s %s: %%%s %s NHWC %s->%s M=%lld N=%lld K=%lld (%dx%d stride %dx%d pad %dx%d), %d visitor nodes\n",
+              i, evt_lower_kind_name(L->kind), L->kernel, g->nodes[L->nucleus].name,
+              L->spec.conv.kind == EVT_CONV_DGRAD ? "dgrad" : "fprop", evt_dtype_name(L->spec.ab_dtype),
               evt_dtype_name(L->spec.d_dtype), (long long)L->m, (long long)L->n, (long long)L->k, L->spec.conv.kh,
               L->spec.conv.kw, L->spec.conv.stride_h, L->spec.conv.stride_w, L->spec.conv.pad_h, L->spec.conv.pad_w,
               L->spec.nnodes);

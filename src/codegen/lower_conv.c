@@ -1,6 +1,6 @@
-/* conv2d groups → CONV+EVT kernel specs (contract in lower.h; the spec in kspec.h "Convolution kernel specs").
- * The nucleus's output y [N,P,Q,O] (layout=nhwc) is dense and row-major, so as a tile it is the matrix
- * [N*P*Q, O]: the epilogue builder (lower_epilogue.c) takes it unchanged — a bias [O] reached through an expand is a
+/* conv2d / conv2d_backward_input groups → CONV+EVT kernel specs (contract in lower.h; the spec in kspec.h "Convolution
+ * kernel specs"). The nucleus's output, y [N,P,Q,O] (fprop) or dx [N,H,W,C] (dgrad), layout=nhwc, is dense and
+ * row-major, so as a tile it is the matrix [N*P*Q, O] / [N*H*W, C]: the epilogue builder (lower_epilogue.c) takes it unchanged — a bias [O] reached through an expand is a
  * row broadcast, a sum over dims [0,1,2] (batch-norm statistics) a row sum, a residual [N,P,Q,O] an aux load. What
  * the implicit-GEMM mainloop cannot read is refused by the conv node's name, with the reason. */
 #include <stdlib.h>
@@ -12,26 +12,35 @@
 
 bool evt_lower_conv_geometry(const evt_graph *g, int nu, evt_conv_geom *geo, char *why, size_t whylen) {
   const evt_node *nn = &g->nodes[nu];
-  const evt_type *xt = &g->nodes[nn->inputs[0]].type, *wt = &g->nodes[nn->inputs[1]].type, *yt = &nn->type;
+  bool dgrad = nn->op == EVT_OP_CONV2D_BACKWARD_INPUT; /* (dy, w) -> dx: x's dims are the result's */
+  const evt_type *at = &g->nodes[nn->inputs[0]].type, *wt = &g->nodes[nn->inputs[1]].type;
+  const evt_type *xt = dgrad ? &nn->type : at, *yt = dgrad ? at : &nn->type;
   const evt_attrs *a = &nn->attr;
+  if (nn->op != EVT_OP_CONV2D && !dgrad) return WHY("not a conv2d / conv2d_backward_input");
   if (a->layout != EVT_LAYOUT_NHWC)
     return WHY("layout nchw (the conv kernels read channels-last tensors: layout=nhwc, x [N,H,W,C], w [O,kh,kw,C])");
   if (a->groups != 1) return WHY("groups=%lld (the conv kernels take groups=1)", (long long)a->groups);
   if (a->dilation.n != 2 || a->dilation.v[0] != 1 || a->dilation.v[1] != 1)
     return WHY("dilation (the conv kernels take dilation 1)");
-  if (xt->dtype != wt->dtype || (xt->dtype != EVT_BF16 && xt->dtype != EVT_F16))
-    return WHY("operands %s x %s (the conv kernels take bf16 or f16 operands)", evt_dtype_name(xt->dtype),
+  if (at->dtype != wt->dtype || (at->dtype != EVT_BF16 && at->dtype != EVT_F16))
+    return WHY("operands %s x %s (the conv kernels take bf16 or f16 operands)", evt_dtype_name(at->dtype),
                evt_dtype_name(wt->dtype));
   if (xt->rank != 4 || wt->rank != 4 || yt->rank != 4 || a->stride.n != 2 || a->padding.n != 2)
     return WHY("not a 2-D convolution of rank-4 tensors");
-  *geo = (evt_conv_geom){EVT_CONV_FPROP,
+  *geo = (evt_conv_geom){dgrad ? EVT_CONV_DGRAD : EVT_CONV_FPROP,
                          (int)xt->shape[0], (int)xt->shape[1], (int)xt->shape[2], (int)xt->shape[3], (int)wt->shape[0],
                          (int)wt->shape[1], (int)wt->shape[2], (int)a->stride.v[0], (int)a->stride.v[1],
                          (int)a->padding.v[0], (int)a->padding.v[1], (int)yt->shape[1], (int)yt->shape[2]};
-  if (geo->c % 16)
-    return WHY("C=%d: the conv kernels need C a multiple of 16 (a K tile of 16, 32 or 64 channels per filter tap: "
-               "wgmma steps 16 channels; pad the channels)", geo->c);
-  if (geo->o % 8) return WHY("O=%d: the conv kernels need O a multiple of 8 (16-byte output rows)", geo->o);
+  if (dgrad && (geo->stride_h != 1 || geo->stride_w != 1))
+    return WHY("stride %dx%d (the dgrad kernels take stride 1: CUTLASS runs a strided dgrad as stride_h*stride_w "
+               "phases, not one [N*H*W, C] tile)", geo->stride_h, geo->stride_w);
+  int kc = dgrad ? geo->o : geo->c, nc = dgrad ? geo->c : geo->o; /* reduced channels, output channels */
+  if (kc % 16)
+    return WHY("%s=%d: the conv kernels need the reduced channels a multiple of 16 (a K tile of 16, 32 or 64 channels "
+               "per filter tap: wgmma steps 16 channels; pad the channels)", dgrad ? "O" : "C", kc);
+  if (nc % 8)
+    return WHY("%s=%d: the conv kernels need the output channels a multiple of 8 (16-byte output rows)", dgrad ? "C" : "O",
+               nc);
   return true;
 }
 
@@ -101,7 +110,8 @@ void evt_lower_conv(const evt_graph *g, const int *group, int gi, int nu, evt_lo
   evt_conv_gemm_shape(&geo, &L->m, &L->n, &L->k);
   c.m = L->m, c.n = L->n;
   /* one consumer warp group per CTA (CUTLASS's Sm90 conv kernels are not persistent): the ping-pong rules */
-  evt_tile_config cfg = {128, geo.o <= 64 ? 64 : 128, evt_conv_tile_k(geo.c), 1, 1, EVT_SCHED_PINGPONG};
+  int kc = geo.kind == EVT_CONV_DGRAD ? geo.o : geo.c;
+  evt_tile_config cfg = {128, L->n <= 64 ? 64 : 128, evt_conv_tile_k(kc), 1, 1, EVT_SCHED_PINGPONG};
   evt_kspec_init(&L->spec, EVT_LAYOUT_NT, g->nodes[nn->inputs[0]].type.dtype, EVT_BF16, cfg);
   L->spec.conv = geo;
   vid[nu] = evt_lower_add_node(&c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);

@@ -388,10 +388,11 @@ static int collect_conv_kernels(evt_graph *g, const char *what, evt_pf_kernel **
   return convs;
 }
 
-/* Convolution + EVT kernels (src/codegen/emit_cutlass_conv.c: CUTLASS's Sm90 implicit-GEMM fprop, the visitor tree as
- * a GEMM's) compiled for sm_90a: a 3x3 stride-2 conv with bias + ReLU + an aux store of the pre-activation, and
- * tests/graphs/resnet_block_nhwc_bf16.evt's convs (one kernel: the batch-norm statistics as row sums, D in f32), one
- * unit each. */
+/* Convolution + EVT kernels (src/codegen/emit_cutlass_conv.c: CUTLASS's Sm90 implicit GEMM, the visitor tree as a
+ * GEMM's) compiled for sm_90a, in two units: a 3x3 stride-2 fprop with bias + ReLU + an aux store of the
+ * pre-activation, and tests/graphs/resnet_block_nhwc_bf16.evt's training step: its forward convs (the batch-norm
+ * statistics as row sums, D in f32) and its dgrad (the ReLU mask of the previous layer as a where over a bool aux load,
+ * the batch-norm backward's sums). */
 TEST(ci_nvcc_compiles_conv_kernels) {
   char inc[1024], util[1024];
   if (!have_nvcc_and_cutlass("ci_nvcc_compiles_conv_kernels", inc, util)) return;
@@ -412,10 +413,15 @@ TEST(ci_nvcc_compiles_conv_kernels) {
   free(perr);
   if (g) convs += collect_conv_kernels(g, "resnet_block_nhwc_bf16", &ks, &n, &cap);
   evt_graph_free(g);
-  CHECK_MSG(convs == 3 && n == 2, "%d conv groups lowered, %d distinct kernels (want 3 and 2)", convs, n);
-  int sums = 0;
-  for (int i = 0; i < n; i++) sums += strstr(ks[i].source, "RowSum<") != NULL;
-  CHECK_MSG(sums == 1, "%d kernels with the batch-norm row sums", sums);
+  /* the block's two forward convs share a kernel; its backward has one dgrad (the first conv's input needs none) */
+  CHECK_MSG(convs == 4 && n == 3, "%d conv groups lowered, %d distinct kernels (want 4 and 3)", convs, n);
+  int sums = 0, dgrads = 0;
+  for (int i = 0; i < n; i++) {
+    sums += strstr(ks[i].source, "RowSum<") != NULL;
+    dgrads += strstr(ks[i].source, "Operator::kDgrad") != NULL;
+  }
+  CHECK_MSG(sums == 2 && dgrads == 1, "%d kernels with batch-norm row sums (want 2), %d dgrad kernels (want 1)", sums,
+            dgrads);
   int njobs, nobj;
   long long secs = compile_sm90_units(CI_DIR "/conv_jobs.sh", ks, n, false, inc, util, &njobs, &nobj);
   CHECK(secs >= 0);
