@@ -6,7 +6,9 @@
 // (relative Frobenius error <= 1e-2; NaN never passes). Cases: 1x1, 3x3 stride 1 pad 1, 3x3 stride 2, a 7x7 stride-2
 // pad-3 stem with C = 16 (C = 8 is refused by the lowering: no K tile of 16 channels), each with bias + ReLU + an aux
 // store of the pre-activation; one with the batch-norm statistics (Σ y and Σ y² over N, P, Q: row sums); one with a
-// residual aux load. CHECK_CONV_ONLY=substring keeps the cases whose label has it. Prints "N passed, N failed".
+// residual aux load; dgrad (conv2d_backward_input, stride 1): a 3x3 one with the previous layer's ReLU mask and the
+// batch-norm backward's sums, a plain 1x1 one. CHECK_CONV_ONLY=substring keeps the cases whose label has it. Prints
+// "N passed, N failed".
 #include "gpu_util.h"
 
 #include "check_report.h"
@@ -38,6 +40,18 @@ static const ConvCase kCases[] = {
     {"3x3 s1 p1 residual+relu",
      "  %x: " IN("[2,14,14,64]") "  %w: " PARAM("[64,3,3,64]") "  %res: " IN("[2,14,14,64]")
      "  %c = conv2d(%x, %w, padding=[1,1], layout=nhwc)\n  %y = add(%c, %res)\n  %r = relu(%y)\n  output %r\n"},
+    // dgrad: dx = conv2d_backward_input(dy, w), then the previous layer's ReLU mask (where over its pre-activation h)
+    // and the batch-norm backward's sums over N, H, W
+    {"dgrad 3x3 s1 p1 relu-mask+bn-sums",
+     "  %dy: " IN("[2,14,14,64]") "  %w: " PARAM("[64,3,3,32]") "  %h: " IN("[2,14,14,32]")
+     "  %z: bf16[] = scalar(value=0)\n"
+     "  %c = conv2d_backward_input(%dy, %w, padding=[1,1], shape=[2,14,14,32], layout=nhwc)\n"
+     "  %pos = gt(%h, %z)\n  %g = where(%pos, %c, %z)\n  %f = cast(%g, dtype=f32)\n  %s = sum(%f, dims=[0,1,2])\n"
+     "  %hf = cast(%h, dtype=f32)\n  %gh = mul(%f, %hf)\n  %t = sum(%gh, dims=[0,1,2])\n"
+     "  output %g\n  output %s\n  output %t\n"},
+    {"dgrad 1x1 plain",
+     "  %dy: " IN("[2,16,16,128]") "  %w: " PARAM("[128,1,1,64]")
+     "  %c = conv2d_backward_input(%dy, %w, padding=[0,0], shape=[2,16,16,64], layout=nhwc)\n  output %c\n"},
 };
 
 // One case: its graph, the interpreter's values, the lowered conv group and its launcher.
@@ -82,12 +96,17 @@ static bool prepare(const ConvCase &c, uint64_t seed, Prepared *p) {
   return true;
 }
 
+// bytes of one element in a kernel's memory: bool tiles are u8 0/1
+static size_t elem_bytes(evt_dtype dt) { return dt == EVT_BOOL ? 1 : dtype_bytes(dt); }
+
 // host values (doubles) as dtype's bytes on the device (16 spare bytes, as dev_upload)
 static void *upload(const evt_tensor &t, evt_dtype dt) {
-  std::vector<unsigned char> bytes((size_t)t.numel * dtype_bytes(dt));
+  std::vector<unsigned char> bytes((size_t)t.numel * elem_bytes(dt));
   for (int64_t i = 0; i < t.numel; i++) {
     float v = (float)t.data[i];
-    if (dt == EVT_BF16) {
+    if (dt == EVT_BOOL) {
+      bytes[i] = v != 0;
+    } else if (dt == EVT_BF16) {
       __nv_bfloat16 h = __float2bfloat16(v);
       memcpy(&bytes[2 * i], &h, 2);
     } else if (dt == EVT_F16) {
@@ -101,11 +120,12 @@ static void *upload(const evt_tensor &t, evt_dtype dt) {
 }
 
 static std::vector<double> download(const void *dptr, size_t n, evt_dtype dt) {
-  std::vector<unsigned char> h(n * dtype_bytes(dt));
+  std::vector<unsigned char> h(n * elem_bytes(dt));
   CUDA_CHECK(cudaMemcpy(h.data(), dptr, h.size(), cudaMemcpyDeviceToHost));
   std::vector<double> out(n);
   for (size_t i = 0; i < n; i++) {
-    if (dt == EVT_BF16) out[i] = __bfloat162float(*(const __nv_bfloat16 *)&h[2 * i]);
+    if (dt == EVT_BOOL) out[i] = h[i];
+    else if (dt == EVT_BF16) out[i] = __bfloat162float(*(const __nv_bfloat16 *)&h[2 * i]);
     else if (dt == EVT_F16) out[i] = __half2float(*(const __half *)&h[2 * i]);
     else out[i] = *(const float *)&h[4 * i];
   }
@@ -142,7 +162,7 @@ static void check(Prepared &p) {
     if (evt_vop_class(s.nodes[v].op) == 'L') {
       args.ptrs[v] = upload(p.values[t], s.nodes[v].dtype);
     } else {
-      size_t bytes = (size_t)p.values[t].numel * dtype_bytes(s.nodes[v].dtype);
+      size_t bytes = (size_t)p.values[t].numel * elem_bytes(s.nodes[v].dtype);
       CUDA_CHECK(cudaMalloc(&args.ptrs[v], bytes + 16));
       CUDA_CHECK(cudaMemset(args.ptrs[v], 0xFF, bytes));
     }
