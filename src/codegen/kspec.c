@@ -158,13 +158,15 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
   evt_tile_config_label(c, lab, sizeof lab);
 #define BAD(...)                                                                        \
   do {                                                                                  \
-    char why_[160];                                                                     \
+    char why_[200];                                                                     \
     snprintf(why_, sizeof why_, __VA_ARGS__);                                           \
     return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: config %s: %s", lab, why_); \
   } while (0)
   int tm = c->tile_m, tn = c->tile_n, tk = c->tile_k;
-  if (!((tm == 64 || tm == 128 || tm == 256) && (tn == 64 || tn == 128 || tn == 256)))
-    BAD("unsupported tile %dx%d (tile_m and tile_n must be 64, 128 or 256)", tm, tn);
+  /* a wgrad's N tile divides C (16, 32: kspec_conv.c) */
+  bool wgrad_n = s->conv.kind == EVT_CONV_WGRAD && (tn == 16 || tn == 32);
+  if (!((tm == 64 || tm == 128 || tm == 256) && (tn == 64 || tn == 128 || tn == 256 || wgrad_n)))
+    BAD("unsupported tile %dx%d (tile_m and tile_n must be 64, 128 or 256; a wgrad's tile_n also 16 or 32)", tm, tn);
   /* a conv's K tile divides C (16 for C = 16, 48, ...: kspec_conv.c) */
   if (tk != 32 && tk != 64 && tk != 128 && !(tk == 16 && s->conv.kind))
     BAD("unsupported tile_k %d (32, 64 or 128; 16 for a convolution)", tk);

@@ -161,8 +161,11 @@ typedef struct evt_tile_config {
  * cluster 1x1, no stream-K, atomic sums.
  * EVT_CONV_DGRAD (conv2d_backward_input, stride 1): the same geometry (x's dims n, h, w, c; y's p, q), operands dy
  * [N,P,Q,O] and w, tile acc[M = N*H*W, N = C] (the NHWC dx), K = kh*kw*O: tile_k divides O, C a multiple of 8. A
- * strided dgrad is refused: CUTLASS runs it as stride_h*stride_w phases (its L mode), not one [N*H*W, C] tile. */
-typedef enum evt_conv_kind { EVT_CONV_NONE = 0, EVT_CONV_FPROP, EVT_CONV_DGRAD } evt_conv_kind;
+ * strided dgrad is refused: CUTLASS runs it as stride_h*stride_w phases (its L mode), not one [N*H*W, C] tile.
+ * EVT_CONV_WGRAD (conv2d_backward_weight): operands dy and x, tile acc[M = O, N = kh*kw*C] (dw [O,kh,kw,C]), K =
+ * N*P*Q; tile_n (16, 32 or 64) divides C. CUTLASS's wgrad epilogue sees N as the filter's modes (C, kw, kh), so the
+ * epilogue stores D only: acc and computes, no node with memory. */
+typedef enum evt_conv_kind { EVT_CONV_NONE = 0, EVT_CONV_FPROP, EVT_CONV_DGRAD, EVT_CONV_WGRAD } evt_conv_kind;
 typedef struct evt_conv_geom {
   evt_conv_kind kind;
   int n, h, w, c, o, kh, kw;
@@ -246,16 +249,19 @@ void evt_kspec_kernel_name(const evt_kspec *s, char out[40]);     /* "evt_kernel
 /* ---- src/codegen/kspec_conv.c: convolution specs ---------------------------------------------------------- */
 /* The rules of a conv spec (above) beyond a GEMM spec's: geometry consistent (p, q from h, w, kh, kw, stride, pad),
  * the reduced channels (fprop C, dgrad O) a multiple of 16 and of tile_k, the output's (fprop O, dgrad C) of 8, dgrad
- * stride 1, sm_90a, layout NT, bf16 / f16 operands, unbatched, cluster 1x1, the
+ * stride 1; wgrad: C a multiple of 16 and of tile_n, O of 8, no epilogue node with memory; sm_90a, layout NT, bf16 / f16 operands, unbatched, cluster 1x1, the
  * ping-pong schedule value, no stream-K, atomic sums. EVT_OK for a GEMM spec. */
 evt_status evt_kspec_conv_check(const evt_kspec *s, char *err, size_t errlen);
-/* The GEMM view of a conv geometry: fprop M = n*p*q, N = o, K = kh*kw*c; dgrad M = n*h*w, N = c, K = kh*kw*o. */
+/* The GEMM view of a conv geometry: fprop M = n*p*q, N = o, K = kh*kw*c; dgrad M = n*h*w, N = c, K = kh*kw*o; wgrad
+ * M = o, N = kh*kw*c, K = n*p*q. */
 void evt_conv_gemm_shape(const evt_conv_geom *g, int64_t *m, int64_t *n, int64_t *k);
-/* The largest K tile (64, 32, 16) dividing c, or 0 when c is not a multiple of 16. */
+/* "fprop", "dgrad", "wgrad" ("none" for a GEMM). */
+const char *evt_conv_kind_name(evt_conv_kind k);
+/* The largest K tile (64, 32, 16) dividing c, or 0 when c is not a multiple of 16 (wgrad: its N tile). */
 int evt_conv_tile_k(int c);
 /* Output extent of one spatial dim: (in + 2 pad - k) / stride + 1 (floor), or 0 when the kernel does not fit. */
 int evt_conv_out_extent(int in, int k, int stride, int pad);
-/* Canonical text of the geometry ("conv fprop n 8 h 56 ...", "conv dgrad ..."), appended to the spec's text when kind is set. Returns
+/* Canonical text of the geometry ("conv fprop n 8 h 56 ...", "conv dgrad ...", "conv wgrad ..."), appended to the spec's text when kind is set. Returns
  * bytes written like snprintf. */
 int evt_conv_text(const evt_conv_geom *g, char *buf, size_t len);
 

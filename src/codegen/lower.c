@@ -167,7 +167,10 @@ evt_status evt_lower_plan_flags(const evt_graph *g, const evt_part_plan *plan, u
     }
     int single = singleton(g, plan, gi);
     evt_op_class cls = nu >= 0 ? evt_op_table[g->nodes[nu].op].cls : EVT_CLASS_COUNT;
-    if (single >= 0) {
+    if (single >= 0 && g->nodes[single].op == EVT_OP_CONV2D_BACKWARD_WEIGHT) {
+      L->nucleus = single; /* wgrad: a library singleton to the partitioner, a GEMM-shaped conv kernel here */
+      evt_lower_conv(g, plan->group, gi, single, L, vid);
+    } else if (single >= 0) {
       lower_unfused(g, gi, single, nu, L);
     } else if (nu >= 0 && cls == EVT_CLASS_GEMM) {
       evt_lower_gemm(g, plan->group, gi, nu, flags, L, vid);
@@ -297,7 +300,7 @@ void evt_lower_print(const evt_graph *g, const evt_lower_result *r, FILE *out) {
     if (L->ok && L->kind == EVT_LK_CONV_EVT)
       fprintf(out, "group %d %s %s: %%%s %s NHWC %s->%s M=%lld N=%lld K=%lld (%dx%d stride %dx%d pad %dx%d), %d visitor nodes\n",
               i, evt_lower_kind_name(L->kind), L->kernel, g->nodes[L->nucleus].name,
-              L->spec.conv.kind == EVT_CONV_DGRAD ? "dgrad" : "fprop", evt_dtype_name(L->spec.ab_dtype),
+              evt_conv_kind_name(L->spec.conv.kind), evt_dtype_name(L->spec.ab_dtype),
               evt_dtype_name(L->spec.d_dtype), (long long)L->m, (long long)L->n, (long long)L->k, L->spec.conv.kh,
               L->spec.conv.kw, L->spec.conv.stride_h, L->spec.conv.stride_w, L->spec.conv.pad_h, L->spec.conv.pad_w,
               L->spec.nnodes);

@@ -28,7 +28,8 @@
  *              evt_kspec with conv geometry (kspec.h "Convolution kernel specs") whose tile is [N*P*Q, O], the NHWC
  *              output seen as a row-major matrix, so its epilogue is built exactly as a GEMM's (a bias is a
  *              row_bcast of an O-vector, a sum over N, P, Q a row_sum). a_node / b_node are x and w, m n k the GEMM
- *              view (N*P*Q, O, kh*kw*C). The runtime does not bind these kernels yet (its plan runs the group
+ *              view (N*P*Q, O, kh*kw*C). Likewise conv2d_backward_input with stride 1 (dgrad: dy and w, tile dx
+ *              [N*H*W, C]) and the singleton conv2d_backward_weight (wgrad: dy and x, tile dw [O, kh*kw*C], D only). The runtime does not bind these kernels yet (its plan runs the group
  *              node by node; evtc compile emits and builds them).
  *   UNFUSED    anything that cannot be expressed: a conv (nchw, grouped, dilated, f32, ...) / SpMM nucleus, a library singleton
  *              (pool, embedding, sdpa, ...), or a group with a member its spec cannot hold. fp8 tensors

@@ -1,6 +1,7 @@
-/* conv2d / conv2d_backward_input groups → CONV+EVT kernel specs (contract in lower.h; the spec in kspec.h "Convolution
- * kernel specs"). The nucleus's output, y [N,P,Q,O] (fprop) or dx [N,H,W,C] (dgrad), layout=nhwc, is dense and
- * row-major, so as a tile it is the matrix [N*P*Q, O] / [N*H*W, C]: the epilogue builder (lower_epilogue.c) takes it unchanged — a bias [O] reached through an expand is a
+/* conv2d / conv2d_backward_input / conv2d_backward_weight groups → CONV+EVT kernel specs (contract in lower.h; the spec
+ * in kspec.h "Convolution kernel specs"). The nucleus's output, y [N,P,Q,O] (fprop), dx [N,H,W,C] (dgrad) or dw
+ * [O,kh,kw,C] (wgrad, a group of its own: D only), layout=nhwc, is dense and row-major, so as a tile it is the matrix
+ * [N*P*Q, O] / [N*H*W, C] / [O, kh*kw*C]: the epilogue builder (lower_epilogue.c) takes it unchanged — a bias [O] reached through an expand is a
  * row broadcast, a sum over dims [0,1,2] (batch-norm statistics) a row sum, a residual [N,P,Q,O] an aux load. What
  * the implicit-GEMM mainloop cannot read is refused by the conv node's name, with the reason. */
 #include <stdlib.h>
@@ -12,33 +13,38 @@
 
 bool evt_lower_conv_geometry(const evt_graph *g, int nu, evt_conv_geom *geo, char *why, size_t whylen) {
   const evt_node *nn = &g->nodes[nu];
-  bool dgrad = nn->op == EVT_OP_CONV2D_BACKWARD_INPUT; /* (dy, w) -> dx: x's dims are the result's */
-  const evt_type *at = &g->nodes[nn->inputs[0]].type, *wt = &g->nodes[nn->inputs[1]].type;
-  const evt_type *xt = dgrad ? &nn->type : at, *yt = dgrad ? at : &nn->type;
+  /* conv2d (x, w) -> y; dgrad (dy, w) -> dx; wgrad (x, dy) -> dw */
+  bool dgrad = nn->op == EVT_OP_CONV2D_BACKWARD_INPUT, wgrad = nn->op == EVT_OP_CONV2D_BACKWARD_WEIGHT;
+  const evt_type *at = &g->nodes[nn->inputs[0]].type, *bt = &g->nodes[nn->inputs[1]].type;
+  const evt_type *xt = dgrad ? &nn->type : at, *yt = dgrad ? at : wgrad ? bt : &nn->type;
+  const evt_type *wt = wgrad ? &nn->type : bt;
   const evt_attrs *a = &nn->attr;
-  if (nn->op != EVT_OP_CONV2D && !dgrad) return WHY("not a conv2d / conv2d_backward_input");
+  if (nn->op != EVT_OP_CONV2D && !dgrad && !wgrad) return WHY("not a conv2d or one of its backwards");
   if (a->layout != EVT_LAYOUT_NHWC)
     return WHY("layout nchw (the conv kernels read channels-last tensors: layout=nhwc, x [N,H,W,C], w [O,kh,kw,C])");
   if (a->groups != 1) return WHY("groups=%lld (the conv kernels take groups=1)", (long long)a->groups);
   if (a->dilation.n != 2 || a->dilation.v[0] != 1 || a->dilation.v[1] != 1)
     return WHY("dilation (the conv kernels take dilation 1)");
-  if (at->dtype != wt->dtype || (at->dtype != EVT_BF16 && at->dtype != EVT_F16))
+  if (at->dtype != bt->dtype || (at->dtype != EVT_BF16 && at->dtype != EVT_F16))
     return WHY("operands %s x %s (the conv kernels take bf16 or f16 operands)", evt_dtype_name(at->dtype),
-               evt_dtype_name(wt->dtype));
+               evt_dtype_name(bt->dtype));
   if (xt->rank != 4 || wt->rank != 4 || yt->rank != 4 || a->stride.n != 2 || a->padding.n != 2)
     return WHY("not a 2-D convolution of rank-4 tensors");
-  *geo = (evt_conv_geom){dgrad ? EVT_CONV_DGRAD : EVT_CONV_FPROP,
+  *geo = (evt_conv_geom){dgrad ? EVT_CONV_DGRAD : wgrad ? EVT_CONV_WGRAD : EVT_CONV_FPROP,
                          (int)xt->shape[0], (int)xt->shape[1], (int)xt->shape[2], (int)xt->shape[3], (int)wt->shape[0],
                          (int)wt->shape[1], (int)wt->shape[2], (int)a->stride.v[0], (int)a->stride.v[1],
                          (int)a->padding.v[0], (int)a->padding.v[1], (int)yt->shape[1], (int)yt->shape[2]};
   if (dgrad && (geo->stride_h != 1 || geo->stride_w != 1))
     return WHY("stride %dx%d (the dgrad kernels take stride 1: CUTLASS runs a strided dgrad as stride_h*stride_w "
                "phases, not one [N*H*W, C] tile)", geo->stride_h, geo->stride_w);
+  if (wgrad && (geo->c % 16 || geo->o % 8))
+    return WHY("C=%d, O=%d: the wgrad kernels need C a multiple of 16 (an N tile of 16, 32 or 64 channels per filter "
+               "tap) and O of 8 (16-byte rows of dy)", geo->c, geo->o);
   int kc = dgrad ? geo->o : geo->c, nc = dgrad ? geo->c : geo->o; /* reduced channels, output channels */
-  if (kc % 16)
+  if (!wgrad && kc % 16)
     return WHY("%s=%d: the conv kernels need the reduced channels a multiple of 16 (a K tile of 16, 32 or 64 channels "
                "per filter tap: wgmma steps 16 channels; pad the channels)", dgrad ? "O" : "C", kc);
-  if (nc % 8)
+  if (!wgrad && nc % 8)
     return WHY("%s=%d: the conv kernels need the output channels a multiple of 8 (16-byte output rows)", dgrad ? "C" : "O",
                nc);
   return true;
@@ -100,10 +106,11 @@ void evt_lower_conv(const evt_graph *g, const int *group, int gi, int nu, evt_lo
     L->bad_node = c.bad;
     return;
   }
-  L->a_node = dense_operand(g, group, nn->inputs[0]);
-  L->b_node = dense_operand(g, group, nn->inputs[1]);
+  int ai = geo.kind == EVT_CONV_WGRAD; /* CUTLASS's wgrad reads dy as A, x as B: the node's (x, dy) swapped */
+  L->a_node = dense_operand(g, group, nn->inputs[ai]);
+  L->b_node = dense_operand(g, group, nn->inputs[1 - ai]);
   if (L->a_node < 0 || L->b_node < 0) {
-    evt_lower_refuse(&c, nu, "operand %%%s is not dense NHWC in memory", g->nodes[nn->inputs[L->a_node < 0 ? 0 : 1]].name);
+    evt_lower_refuse(&c, nu, "operand %%%s is not dense NHWC in memory", g->nodes[nn->inputs[L->a_node < 0 ? ai : 1 - ai]].name);
     L->bad_node = c.bad;
     return;
   }
@@ -112,6 +119,8 @@ void evt_lower_conv(const evt_graph *g, const int *group, int gi, int nu, evt_lo
   /* one consumer warp group per CTA (CUTLASS's Sm90 conv kernels are not persistent): the ping-pong rules */
   int kc = geo.kind == EVT_CONV_DGRAD ? geo.o : geo.c;
   evt_tile_config cfg = {128, L->n <= 64 ? 64 : 128, evt_conv_tile_k(kc), 1, 1, EVT_SCHED_PINGPONG};
+  if (geo.kind == EVT_CONV_WGRAD) /* N tiles the filter's (C, kw, kh) modes: it divides C; K = N*P*Q is linear */
+    cfg.tile_n = evt_conv_tile_k(geo.c), cfg.tile_k = 64;
   evt_kspec_init(&L->spec, EVT_LAYOUT_NT, g->nodes[nn->inputs[0]].type.dtype, EVT_BF16, cfg);
   L->spec.conv = geo;
   vid[nu] = evt_lower_add_node(&c, nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);

@@ -391,8 +391,8 @@ static int collect_conv_kernels(evt_graph *g, const char *what, evt_pf_kernel **
 /* Convolution + EVT kernels (src/codegen/emit_cutlass_conv.c: CUTLASS's Sm90 implicit GEMM, the visitor tree as a
  * GEMM's) compiled for sm_90a, in two units: a 3x3 stride-2 fprop with bias + ReLU + an aux store of the
  * pre-activation, and tests/graphs/resnet_block_nhwc_bf16.evt's training step: its forward convs (the batch-norm
- * statistics as row sums, D in f32) and its dgrad (the ReLU mask of the previous layer as a where over a bool aux load,
- * the batch-norm backward's sums). */
+ * statistics as row sums, D in f32), its dgrad (the ReLU mask of the previous layer as a where over a bool aux load,
+ * the batch-norm backward's sums) and its wgrad (dw stored). */
 TEST(ci_nvcc_compiles_conv_kernels) {
   char inc[1024], util[1024];
   if (!have_nvcc_and_cutlass("ci_nvcc_compiles_conv_kernels", inc, util)) return;
@@ -413,15 +413,17 @@ TEST(ci_nvcc_compiles_conv_kernels) {
   free(perr);
   if (g) convs += collect_conv_kernels(g, "resnet_block_nhwc_bf16", &ks, &n, &cap);
   evt_graph_free(g);
-  /* the block's two forward convs share a kernel; its backward has one dgrad (the first conv's input needs none) */
-  CHECK_MSG(convs == 4 && n == 3, "%d conv groups lowered, %d distinct kernels (want 4 and 3)", convs, n);
-  int sums = 0, dgrads = 0;
+  /* the block's two forward convs share a kernel, so do its two wgrads; its backward has one dgrad (the first conv's
+   * input needs none) */
+  CHECK_MSG(convs == 6 && n == 4, "%d conv groups lowered, %d distinct kernels (want 6 and 4)", convs, n);
+  int sums = 0, dgrads = 0, wgrads = 0;
   for (int i = 0; i < n; i++) {
     sums += strstr(ks[i].source, "RowSum<") != NULL;
     dgrads += strstr(ks[i].source, "Operator::kDgrad") != NULL;
+    wgrads += strstr(ks[i].source, "Operator::kWgrad") != NULL;
   }
-  CHECK_MSG(sums == 2 && dgrads == 1, "%d kernels with batch-norm row sums (want 2), %d dgrad kernels (want 1)", sums,
-            dgrads);
+  CHECK_MSG(sums == 2 && dgrads == 1 && wgrads == 1, "%d kernels with batch-norm row sums (want 2), %d dgrad, %d wgrad "
+            "kernels (want 1 each)", sums, dgrads, wgrads);
   int njobs, nobj;
   long long secs = compile_sm90_units(CI_DIR "/conv_jobs.sh", ks, n, false, inc, util, &njobs, &nobj);
   CHECK(secs >= 0);

@@ -224,7 +224,7 @@ TEST(lower_conv_dgrad_relu_mask_and_sums) {
     CHECK(cl.part.group[evt_graph_find(cl.g, "s")] == cl.part.group[evt_graph_find(cl.g, "c")]);
     char err[256];
     char *src = evt_emit_cutlass(&L->spec, err, sizeof err);
-    CHECK_MSG(src && strstr(src, "cutlass::conv::Operator::kDgrad;") && strstr(src, "kOutC = kC"), "%s", src ? "" : err);
+    CHECK_MSG(src && strstr(src, "cutlass::conv::Operator::kDgrad;") && strstr(src, "kM = 128, kNg = 32, kK = 576"), "%s", src ? "" : err);
     free(src);
     evt_kspec fprop = L->spec;
     fprop.conv.kind = EVT_CONV_FPROP;
@@ -240,5 +240,54 @@ TEST(lower_conv_dgrad_relu_mask_and_sums) {
   if (L)
     CHECK_MSG(!L->ok && strstr(L->reason, "%c (conv2d_backward_input)") && strstr(L->reason, "stride 2x2"), "%s",
               L->reason);
+  conv_free(&cl);
+}
+
+/* conv2d_backward_weight: a library singleton to the partitioner, a CONV+EVT kernel of its own here: the tile is dw
+ * [O, kh*kw*C] (N tiles divide C), K = N*P*Q, operands dy (A) and x (B), the epilogue stores D only */
+TEST(lower_conv_wgrad_stores_dw) {
+  conv_lowered cl;
+  if (!lower_body("  %x: bf16[2,8,8,48] = input()\n  %dy: bf16[2,8,8,32] = input()\n"
+                  "  %dw = conv2d_backward_weight(%x, %dy, padding=[1,1], shape=[32,3,3,48], layout=nhwc)\n"
+                  "  output %dw\n",
+                  &cl))
+    return;
+  const evt_lowered *L = group_of(&cl, "dw");
+  if (L) {
+    CHECK_MSG(L->ok && L->kind == EVT_LK_CONV_EVT, "%s", L->reason);
+    CHECK(L->spec.conv.kind == EVT_CONV_WGRAD && L->m == 32 && L->n == 3 * 3 * 48 && L->k == 2 * 8 * 8);
+    CHECK(L->spec.cfg.tile_n == 16 && L->spec.cfg.tile_k == 64 && L->spec.nnodes == 1 && L->spec.d_dtype == EVT_BF16);
+    CHECK(L->a_node == evt_graph_find(cl.g, "dy") && L->b_node == evt_graph_find(cl.g, "x"));
+    CHECK(L->d_tensor == evt_graph_find(cl.g, "dw") && L->nucleus == evt_graph_find(cl.g, "dw"));
+    char err[256];
+    char *src = evt_emit_cutlass(&L->spec, err, sizeof err);
+    CHECK_MSG(src && strstr(src, "Operator::kWgrad;") && strstr(src, "cutlass::layout::TensorKCSR") &&
+                  strstr(src, "Shape<_128, Shape<_16>, Shape<_64>>"),
+              "%s", src ? "" : err);
+    free(src);
+    evt_kspec t = L->spec; /* a wgrad epilogue stores D only */
+    int b = evt_kspec_add(&t, EVT_V_ROW_BCAST, -1, -1, EVT_BF16, "r0");
+    t.d_node = evt_kspec_add(&t, EVT_V_ADD, 0, b, EVT_F32, NULL);
+    CHECK(evt_kspec_check(&t, err, sizeof err) != EVT_OK && strstr(err, "stores D only"));
+  }
+  conv_free(&cl);
+}
+
+/* The partitioner's hook with the lowering's rules (evt_lower_compat) keeps what a conv epilogue cannot hold out of
+ * the conv's group, so the conv still lowers; an nchw conv keeps the shape rule only (it cannot lower anyway). */
+TEST(partition_conv_epilogue_takes_what_lowers) {
+  conv_lowered cl;
+  if (!lower_body("  %x: bf16[2,8,8,16] = input()\n  %w: bf16[32,3,3,16] = param()\n  %b: bf16[32] = param()\n"
+                  "  %c = conv2d(%x, %w, padding=[1,1], layout=nhwc)\n  %y = add(%c, %b)\n  %e = pow(%y, value=3)\n"
+                  "  output %e\n",
+                  &cl))
+    return;
+  int c = evt_graph_find(cl.g, "c"), y = evt_graph_find(cl.g, "y"), e = evt_graph_find(cl.g, "e");
+  CHECK(cl.part.group[y] == cl.part.group[c] && cl.part.group[e] != cl.part.group[c]);
+  const evt_lowered *L = group_of(&cl, "c");
+  if (L) CHECK_MSG(L->ok && L->kind == EVT_LK_CONV_EVT && L->d_tensor == y, "%s", L->reason);
+  char why[256];
+  CHECK(evt_lower_can_fuse(cl.g, c, y, why, sizeof why));
+  CHECK(!evt_lower_can_fuse(cl.g, c, e, why, sizeof why) && strstr(why, "pow"));
   conv_free(&cl);
 }

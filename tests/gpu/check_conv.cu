@@ -7,8 +7,8 @@
 // pad-3 stem with C = 16 (C = 8 is refused by the lowering: no K tile of 16 channels), each with bias + ReLU + an aux
 // store of the pre-activation; one with the batch-norm statistics (Σ y and Σ y² over N, P, Q: row sums); one with a
 // residual aux load; dgrad (conv2d_backward_input, stride 1): a 3x3 one with the previous layer's ReLU mask and the
-// batch-norm backward's sums, a plain 1x1 one. CHECK_CONV_ONLY=substring keeps the cases whose label has it. Prints
-// "N passed, N failed".
+// batch-norm backward's sums, a plain 1x1 one; wgrad (conv2d_backward_weight: dw stored), 3x3 with stride 1 and 2.
+// CHECK_CONV_ONLY=substring keeps the cases whose label has it. Prints "N passed, N failed".
 #include "gpu_util.h"
 
 #include "check_report.h"
@@ -52,6 +52,14 @@ static const ConvCase kCases[] = {
     {"dgrad 1x1 plain",
      "  %dy: " IN("[2,16,16,128]") "  %w: " PARAM("[128,1,1,64]")
      "  %c = conv2d_backward_input(%dy, %w, padding=[0,0], shape=[2,16,16,64], layout=nhwc)\n  output %c\n"},
+    // wgrad: dw = conv2d_backward_weight(x, dy), stored (a D-only epilogue)
+    {"wgrad 3x3 s1 p1",
+     "  %x: " IN("[2,14,14,32]") "  %dy: " IN("[2,14,14,64]")
+     "  %c = conv2d_backward_weight(%x, %dy, padding=[1,1], shape=[64,3,3,32], layout=nhwc)\n  output %c\n"},
+    {"wgrad 3x3 s2 p1",
+     "  %x: " IN("[2,15,15,32]") "  %dy: " IN("[2,8,8,64]")
+     "  %c = conv2d_backward_weight(%x, %dy, stride=[2,2], padding=[1,1], shape=[64,3,3,32], layout=nhwc)\n"
+     "  output %c\n"},
 };
 
 // One case: its graph, the interpreter's values, the lowered conv group and its launcher.
