@@ -23,7 +23,7 @@
  * mainloop. Unbatched kernels only (the lowering keeps rand out of batched ones). No loads, no shared memory: a
  * dropout's mask costs no bytes.
  *
- * FlatAuxStore<AuxStore>: an aux store of a convolution's epilogue, built over the flattened M (below). */
+ * FlatM<Node>: an aux load / store of a convolution's epilogue, built over the flattened M (below). */
 #pragma once
 
 #include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
@@ -240,22 +240,21 @@ struct Philox : StoreSideNode {
   }
 };
 
-// FlatAuxStore<AuxStore>: CUTLASS's Sm90AuxStore in a convolution's epilogue (src/codegen/emit_cutlass_conv.c). The conv
-// kernel hands its epilogue nodes a problem shape whose M is the output's modes (Q, P, N); an aux tile of the NHWC
-// output is the dense row-major [N*P*Q, O] matrix, so the node builds its TMA store over M flattened to N*P*Q, with
-// the GEMM's row-major stride. Its store callbacks see the flattened M already (the kernel's linearized shape).
-template <class AuxStore>
-struct FlatAuxStore : AuxStore {
-  using AuxStore::AuxStore;
+// FlatM<Node>: CUTLASS's Sm90AuxLoad / Sm90AuxStore in a convolution's epilogue (src/codegen/emit_cutlass_conv.c). The
+// conv kernel hands its epilogue nodes a problem shape whose M is the output's modes (Q, P, N) and whose L is static; an
+// aux tile of the NHWC output is the dense row-major [N*P*Q, O] matrix, so the node builds its TMA descriptor over the
+// GEMM's shape (M flattened to N*P*Q; every mode a dynamic int, as the TMA type its Params declares) with the GEMM's
+// row-major stride. Its callbacks see the flattened M already (the kernel's linearized shape).
+template <class Node>
+struct FlatM : Node {
+  using Node::Node;
   template <class ProblemShape>
-  static constexpr typename AuxStore::Params to_underlying_arguments(ProblemShape const &problem,
-                                                                     typename AuxStore::Arguments const &args,
-                                                                     void *workspace) {
+  static constexpr typename Node::Params to_underlying_arguments(ProblemShape const &problem,
+                                                                 typename Node::Arguments const &args, void *workspace) {
     auto mnkl = append<4>(problem, 1);
-    // all four modes dynamic ints: the TMA type Params declares is built over (int, int, int) shapes
     auto flat = make_shape(int(size(get<0>(mnkl))), int(size(get<1>(mnkl))), int(size(get<2>(mnkl))),
                            int(size(get<3>(mnkl))));
-    return AuxStore::to_underlying_arguments(flat, args, workspace);
+    return Node::to_underlying_arguments(flat, args, workspace);
   }
 };
 

@@ -78,6 +78,10 @@ int evt_emit_cutlass_sums(const evt_kspec *s) {
   return n;
 }
 
+/* A conv's aux nodes are wrapped in evt_nodes::FlatM (kernels/evt_visitor_nodes.h): the conv epilogue's M is (Q, P, N). */
+static const char *flat_open(const evt_vtree *t) { return t->spec.conv.kind ? "evt_nodes::FlatM<" : ""; }
+static const char *flat_close(const evt_vtree *t) { return t->spec.conv.kind ? ">" : ""; }
+
 /* `using N<i> = <bare CUTLASS node>;` (the comment naming the node follows: emit_cutlass_common.c) */
 void evt_cutlass_sm90_node_type(sbuf *b, const evt_vtree *t, int i) {
   const evt_vnode *v = &t->spec.nodes[i];
@@ -94,17 +98,17 @@ void evt_cutlass_sm90_node_type(sbuf *b, const evt_vtree *t, int i) {
     case EVT_V_SCALAR: sb_printf(b, "using N%d = %sSm90ScalarBroadcast<float>;", i, fus); break;
     case EVT_V_RAND: sb_printf(b, "using N%d = evt_nodes::Philox<%s>;", i, e); break;
     case EVT_V_SCALAR_LOAD: sb_printf(b, "using N%d = %sSm90ScalarBroadcast<%s>;", i, fus, e); break;
-    case EVT_V_AUX_LOAD:
+    case EVT_V_AUX_LOAD: /* a conv's aux loads and stores are built over the flattened M (evt_nodes::FlatM) */
       sb_printf(b,
                 "using Aux%dDesc = cutlass::epilogue::collective::detail::AuxLoadDescriptor<EpiDesc, "
                 "cutlass::layout::RowMajor, %s>;\n",
                 i, e);
       sb_printf(b,
-                "using N%d = %sSm90AuxLoad<Aux%dDesc::Stages, EpiDesc::EpilogueTile, %s, Aux%dDesc::Stride,\n"
-                "    Aux%dDesc::SmemLayoutAtom, Aux%dDesc::CopyOpS2R>;",
-                i, fus, i, e, i, i, i);
+                "using N%d = %s%sSm90AuxLoad<Aux%dDesc::Stages, EpiDesc::EpilogueTile, %s, Aux%dDesc::Stride,\n"
+                "    Aux%dDesc::SmemLayoutAtom, Aux%dDesc::CopyOpS2R>%s;",
+                i, flat_open(t), fus, i, e, i, i, i, flat_close(t));
       break;
-    case EVT_V_AUX_STORE: /* a conv's is built over the flattened M (evt_nodes::FlatAuxStore) */
+    case EVT_V_AUX_STORE:
       sb_printf(b,
                 "using Aux%dDesc = cutlass::epilogue::collective::detail::AuxStoreDescriptor<EpiDesc, "
                 "cutlass::layout::RowMajor, %s>;\n",
@@ -112,7 +116,7 @@ void evt_cutlass_sm90_node_type(sbuf *b, const evt_vtree *t, int i) {
       sb_printf(b,
                 "using N%d = %s%sSm90AuxStore<Aux%dDesc::Stages, EpiDesc::EpilogueTile, %s, RN, Aux%dDesc::Stride,\n"
                 "    Aux%dDesc::SmemLayoutAtom, Aux%dDesc::CopyOpR2S>%s;",
-                i, t->spec.conv.kind ? "evt_nodes::FlatAuxStore<" : "", fus, i, e, i, i, i, t->spec.conv.kind ? ">" : "");
+                i, flat_open(t), fus, i, e, i, i, i, flat_close(t));
       break;
     case EVT_V_ROW_SUM:
       if (own_row_sum(&t->spec)) {

@@ -1,12 +1,12 @@
 /* CUDA C++ emitter for convolution + epilogue-visitor-tree kernels (contract: kspec.h "Convolution kernel specs").
  * The same generated shape as a GEMM's (emit_cutlass.c), with CUTLASS 3.x's Sm90 convolution API in place of the
- * GEMM mainloop: cutlass::conv::collective::CollectiveBuilder<Sm90, OpClassTensorOp, Operator::kFprop / kDgrad, ...>
- * (im2col TMA loads of x / dy, tiled loads of w), cutlass::conv::kernel::ConvUniversal over a ConvProblemShape, and
+ * GEMM mainloop: cutlass::conv::collective::CollectiveBuilder<Sm90, OpClassTensorOp, Operator::k{Fprop,Dgrad,Wgrad},
+ * ...> (im2col TMA loads of x / dy / x), cutlass::conv::kernel::ConvUniversal over a ConvProblemShape, and
  * ConvUniversalAdapter; the epilogue is the epilogue collective builder with the spec's visitor tree, node for node
  * as a GEMM's. The geometry is compiled in (constants k*); the launcher refuses a launch whose m, n, k is not the
- * geometry's GEMM view. CUTLASS's conv epilogue sees M as the output's modes (Q, P, N) (dgrad: (W, H, N)): D's
- * stride is NHWC's, ((O, O*Q, O*Q*P), 1, 0) (dgrad: C, W, H); aux loads and stores are built over M flattened to N*P*Q (evt_nodes::FlatM), and
- * broadcasts and sums index the linearized M = N*P*Q already. */
+ * geometry's GEMM view. CUTLASS's conv epilogue sees M as the output's modes (Q, P, N) (dgrad: (W, H, N); a wgrad's
+ * N is the filter's (C, kw, kh)): D's stride follows (out_stride); aux loads and stores are built over M flattened
+ * (evt_nodes::FlatM), and broadcasts and sums index the linearized M already. */
 #include <stdio.h>
 
 #include "codegen/emit_cutlass_internal.h"

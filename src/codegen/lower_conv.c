@@ -1,9 +1,9 @@
-/* conv2d / conv2d_backward_input / conv2d_backward_weight groups → CONV+EVT kernel specs (contract in lower.h; the spec
- * in kspec.h "Convolution kernel specs"). The nucleus's output, y [N,P,Q,O] (fprop), dx [N,H,W,C] (dgrad) or dw
- * [O,kh,kw,C] (wgrad, a group of its own: D only), layout=nhwc, is dense and row-major, so as a tile it is the matrix
- * [N*P*Q, O] / [N*H*W, C] / [O, kh*kw*C]: the epilogue builder (lower_epilogue.c) takes it unchanged — a bias [O] reached through an expand is a
- * row broadcast, a sum over dims [0,1,2] (batch-norm statistics) a row sum, a residual [N,P,Q,O] an aux load. What
- * the implicit-GEMM mainloop cannot read is refused by the conv node's name, with the reason. */
+/* conv2d / conv2d_backward_input / conv2d_backward_weight groups → CONV+EVT kernel specs (contract in lower.h; the
+ * spec in kspec.h "Convolution kernel specs"). The nucleus's output, y [N,P,Q,O] (fprop), dx [N,H,W,C] (dgrad) or dw
+ * [O,kh,kw,C] (wgrad, a group of its own: D only), layout=nhwc, is dense and row-major, so as a tile it is the
+ * matrix [N*P*Q, O] / [N*H*W, C] / [O, kh*kw*C]: the epilogue builder (lower_epilogue.c) takes it unchanged — a bias
+ * [O] reached through an expand is a row broadcast, a sum over dims [0,1,2] (batch-norm statistics) a row sum, a
+ * residual [N,P,Q,O] an aux load. What the implicit-GEMM mainloop cannot read is refused by the conv node's name. */
 #include <stdlib.h>
 #include <string.h>
 
