@@ -291,3 +291,15 @@ TEST(partition_conv_epilogue_takes_what_lowers) {
   CHECK(!evt_lower_can_fuse(cl.g, c, e, why, sizeof why) && strstr(why, "pow"));
   conv_free(&cl);
 }
+
+/* Retargeted to sm_80 a conv group runs unfused, its reason naming the conv (the conv kernels are Sm90's). */
+TEST(lower_conv_retarget_sm80_is_unfused) {
+  conv_lowered cl;
+  if (!lower_body(BIAS_RELU_AUX("[2,8,8,16]", "[32,3,3,16]", "[32]", "padding=[1,1]"), &cl)) return;
+  int before = cl.low.count[EVT_LK_CONV_EVT], unfused = cl.low.count[EVT_LK_UNFUSED];
+  evt_lower_retarget(cl.g, cl.part.group, &cl.low, 80);
+  const evt_lowered *L = group_of(&cl, "c");
+  CHECK(before == 1 && cl.low.count[EVT_LK_CONV_EVT] == 0 && cl.low.count[EVT_LK_UNFUSED] == unfused + 1);
+  if (L) CHECK_MSG(!L->ok && strstr(L->reason, "%c (conv2d)") && strstr(L->reason, "sm_90a"), "%s", L->reason);
+  conv_free(&cl);
+}
