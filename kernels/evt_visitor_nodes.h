@@ -21,7 +21,9 @@
  * interpreter's numbers bit for bit), rounded to Element (the rand's dtype). `step` points at the run's RNG step
  * in device memory (a GPU program's, advanced after every run; NULL: step 0), read once per tile, after the
  * mainloop. Unbatched kernels only (the lowering keeps rand out of batched ones). No loads, no shared memory: a
- * dropout's mask costs no bytes. */
+ * dropout's mask costs no bytes.
+ *
+ * FlatM<Node>: an aux load / store of a convolution's epilogue, built over the flattened M (below). */
 #pragma once
 
 #include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
@@ -235,6 +237,24 @@ struct Philox : StoreSideNode {
     const unsigned long long step = params.step ? *params.step : 0ull;
     return ConsumerStoreCallbacks<decltype(args.tCcD)>(args.tCcD, params.offset + m0 * (unsigned long long)int(N) + n0,
                                                        (unsigned long long)int(N), params.seed, step);
+  }
+};
+
+// FlatM<Node>: CUTLASS's Sm90AuxLoad / Sm90AuxStore in a convolution's epilogue (src/codegen/emit_cutlass_conv.c). The
+// conv kernel hands its epilogue nodes a problem shape whose M is the output's modes (Q, P, N) and whose L is static; an
+// aux tile of the NHWC output is the dense row-major [N*P*Q, O] matrix, so the node builds its TMA descriptor over the
+// GEMM's shape (M flattened to N*P*Q; every mode a dynamic int, as the TMA type its Params declares) with the GEMM's
+// row-major stride. Its callbacks see the flattened M already (the kernel's linearized shape).
+template <class Node>
+struct FlatM : Node {
+  using Node::Node;
+  template <class ProblemShape>
+  static constexpr typename Node::Params to_underlying_arguments(ProblemShape const &problem,
+                                                                 typename Node::Arguments const &args, void *workspace) {
+    auto mnkl = append<4>(problem, 1);
+    auto flat = make_shape(int(size(get<0>(mnkl))), int(size(get<1>(mnkl))), int(size(get<2>(mnkl))),
+                           int(size(get<3>(mnkl))));
+    return Node::to_underlying_arguments(flat, args, workspace);
   }
 };
 

@@ -190,7 +190,7 @@ EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--buil
   EVT_ASSERT(jobs && srcs);
   for (int j = 0; j < nk && rc == EVTC_EXIT_OK && emit; j++) {
     const evt_lowered *K = &low.k[uniq[j]];
-    srcs[j] = K->kind == EVT_LK_GEMM_EVT ? evt_emit_cutlass(&K->spec, msg, sizeof msg) : evt_emit_rows(&K->rspec, msg, sizeof msg);
+    srcs[j] = evt_lowered_cutlass(K) ? evt_emit_cutlass(&K->spec, msg, sizeof msg) : evt_emit_rows(&K->rspec, msg, sizeof msg);
     if (!srcs[j]) {
       fprintf(stderr, "evtc compile: internal error: group %d: %s\n", K->group, msg);
       rc = EVTC_EXIT_INTERNAL;
@@ -205,13 +205,15 @@ EVTC_COMMAND(compile, "FILE -o DIR [--arch ARCH] [--emit-cuda] [--stats] [--buil
   if (rc == EVTC_EXIT_OK && stats) {
     printf("groups: %d\n", low.n);
     for (int k = 0; k < EVT_LK_COUNT; k++) {
+      if (k == EVT_LK_CONV_EVT && !low.count[k]) continue; /* graphs without convolutions keep their four lines */
       int lowered = 0;
       for (int i = 0; i < low.n; i++) lowered += low.k[i].kind == (evt_lower_kind)k && low.k[i].ok;
       printf("  %-10s %d (lowered %d)\n", evt_lower_kind_name((evt_lower_kind)k), low.count[k], lowered);
     }
-    int nkg = 0;
-    for (int j = 0; j < nk; j++) nkg += low.k[uniq[j]].kind == EVT_LK_GEMM_EVT;
-    printf("distinct kernels: %d (gemm+evt %d, row/pointwise %d)\n", nk, nkg, nk - nkg);
+    int nkg = 0, nkc = 0;
+    for (int j = 0; j < nk; j++) nkg += low.k[uniq[j]].kind == EVT_LK_GEMM_EVT, nkc += low.k[uniq[j]].kind == EVT_LK_CONV_EVT;
+    if (nkc) printf("distinct kernels: %d (gemm+evt %d, conv+evt %d, row/pointwise %d)\n", nk, nkg, nkc, nk - nkg - nkc);
+    else printf("distinct kernels: %d (gemm+evt %d, row/pointwise %d)\n", nk, nkg, nk - nkg);
     printf("not lowered (%d):\n", low.n - low.lowered);
     for (int i = 0; i < low.n; i++)
       if (!low.k[i].ok) printf("  %s: %s\n", evt_lower_kind_name(low.k[i].kind), low.k[i].reason);

@@ -27,7 +27,7 @@ static const char *gmem_reduce(const evt_kspec *s) {
 static int zero_out_of_bounds(const evt_kspec *s, int v) {
   const evt_vnode *nd = &s->nodes[v];
   switch (nd->op) {
-    case EVT_V_ACC:
+    case EVT_V_ACC: return !s->conv.kind; /* a conv's rows past M: im2col TMA, not measured to be 0, so checked */
     case EVT_V_AUX_LOAD: return 1;
     case EVT_V_ADD: case EVT_V_SUB: case EVT_V_MUL: case EVT_V_RELU: case EVT_V_GELU_ERF: case EVT_V_GELU_TANH:
     case EVT_V_GELU_ERF_GRAD: case EVT_V_GELU_TANH_GRAD: case EVT_V_RELU_GRAD: case EVT_V_NEG: case EVT_V_ERF:
@@ -78,8 +78,12 @@ int evt_emit_cutlass_sums(const evt_kspec *s) {
   return n;
 }
 
+/* A conv's aux nodes are wrapped in evt_nodes::FlatM (kernels/evt_visitor_nodes.h): the conv epilogue's M is (Q, P, N). */
+static const char *flat_open(const evt_vtree *t) { return t->spec.conv.kind ? "evt_nodes::FlatM<" : ""; }
+static const char *flat_close(const evt_vtree *t) { return t->spec.conv.kind ? ">" : ""; }
+
 /* `using N<i> = <bare CUTLASS node>;` (the comment naming the node follows: emit_cutlass_common.c) */
-static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
+void evt_cutlass_sm90_node_type(sbuf *b, const evt_vtree *t, int i) {
   const evt_vnode *v = &t->spec.nodes[i];
   const char *e = cxx_type(v->dtype);
   const char *fus = "cutlass::epilogue::fusion::";
@@ -94,15 +98,15 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
     case EVT_V_SCALAR: sb_printf(b, "using N%d = %sSm90ScalarBroadcast<float>;", i, fus); break;
     case EVT_V_RAND: sb_printf(b, "using N%d = evt_nodes::Philox<%s>;", i, e); break;
     case EVT_V_SCALAR_LOAD: sb_printf(b, "using N%d = %sSm90ScalarBroadcast<%s>;", i, fus, e); break;
-    case EVT_V_AUX_LOAD:
+    case EVT_V_AUX_LOAD: /* a conv's aux loads and stores are built over the flattened M (evt_nodes::FlatM) */
       sb_printf(b,
                 "using Aux%dDesc = cutlass::epilogue::collective::detail::AuxLoadDescriptor<EpiDesc, "
                 "cutlass::layout::RowMajor, %s>;\n",
                 i, e);
       sb_printf(b,
-                "using N%d = %sSm90AuxLoad<Aux%dDesc::Stages, EpiDesc::EpilogueTile, %s, Aux%dDesc::Stride,\n"
-                "    Aux%dDesc::SmemLayoutAtom, Aux%dDesc::CopyOpS2R>;",
-                i, fus, i, e, i, i, i);
+                "using N%d = %s%sSm90AuxLoad<Aux%dDesc::Stages, EpiDesc::EpilogueTile, %s, Aux%dDesc::Stride,\n"
+                "    Aux%dDesc::SmemLayoutAtom, Aux%dDesc::CopyOpS2R>%s;",
+                i, flat_open(t), fus, i, e, i, i, i, flat_close(t));
       break;
     case EVT_V_AUX_STORE:
       sb_printf(b,
@@ -110,9 +114,9 @@ static void emit_node_type(sbuf *b, const evt_vtree *t, int i) {
                 "cutlass::layout::RowMajor, %s>;\n",
                 i, e);
       sb_printf(b,
-                "using N%d = %sSm90AuxStore<Aux%dDesc::Stages, EpiDesc::EpilogueTile, %s, RN, Aux%dDesc::Stride,\n"
-                "    Aux%dDesc::SmemLayoutAtom, Aux%dDesc::CopyOpR2S>;",
-                i, fus, i, e, i, i, i);
+                "using N%d = %s%sSm90AuxStore<Aux%dDesc::Stages, EpiDesc::EpilogueTile, %s, RN, Aux%dDesc::Stride,\n"
+                "    Aux%dDesc::SmemLayoutAtom, Aux%dDesc::CopyOpR2S>%s;",
+                i, flat_open(t), fus, i, e, i, i, i, flat_close(t));
       break;
     case EVT_V_ROW_SUM:
       if (own_row_sum(&t->spec)) {
@@ -276,12 +280,13 @@ static const cutlass_gen sm90 = {
     .tree_heading = "\n// the tree (children first)\n",
     .banner = emit_banner,
     .types = emit_types,
-    .node_type = emit_node_type,
+    .node_type = evt_cutlass_sm90_node_type,
     .kernel = emit_kernel,
     .launcher = evt_emit_cutlass_launcher,
 };
 
 char *evt_emit_cutlass(const evt_kspec *s, char *err, size_t errlen) {
   if (evt_arch_sm8x(s->arch)) return evt_emit_cutlass_sm80(s, err, errlen);
+  if (s->conv.kind) return evt_emit_cutlass_conv(s, err, errlen);
   return evt_cutlass_emit(s, &sm90, err, errlen);
 }

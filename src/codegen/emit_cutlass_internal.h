@@ -85,6 +85,13 @@ void evt_cutlass_emit_gemm_run(sbuf *b, int keep_old, const char *run_args);
  * state for specs without sums), after the namespace evt_gen_<hash> that holds the kernel's types. */
 void evt_emit_cutlass_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const char *name, const char *hash);
 
+/* emit_cutlass.c: `using N<v> = <Sm90 node>;` of node v (a conv spec's aux loads / stores: evt_nodes::FlatM). */
+void evt_cutlass_sm90_node_type(sbuf *b, const evt_vtree *t, int v);
+/* emit_cutlass_launch.c: node v's own Sm90 launch Arguments (an evt_node_args_fn). */
+void evt_cutlass_sm90_node_args(sbuf *b, const evt_vtree *t, int v, int last);
+/* emit_cutlass_conv.c: the source of a conv spec (s->conv.kind set; evt_emit_cutlass dispatches to it). */
+char *evt_emit_cutlass_conv(const evt_kspec *s, char *err, size_t errlen);
+
 /* emit_cutlass_sm80_launch.c: the launcher of an sm_8x spec (batched or not), after its namespace. */
 void evt_emit_cutlass_sm80_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const char *name, const char *hash);
 

@@ -35,8 +35,7 @@ static void emit_node_args_batched(sbuf *b, const evt_vnode *nd, int v) {
   }
 }
 
-/* One node's own Arguments, then `,` unless last, then a comment naming the node. */
-static void emit_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
+void evt_cutlass_sm90_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
   const evt_vnode *nd = &t->spec.nodes[v];
   const char *e = cxx_type(nd->dtype);
   if (t->spec.batched && evt_vop_has_memory(nd->op)) {
@@ -91,7 +90,7 @@ static void emit_batched_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o
             "  if (sm_count == 0) sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);\n"
             "  for (int64_t o = 0; o < LO; o++) {\n"
             "  typename EVT::Arguments fusion_args =\n");
-  evt_emit_tree_args(b, t, t->spec.d_node, o, 0, 1, emit_node_args);
+  evt_emit_tree_args(b, t, t->spec.d_node, o, 0, 1, evt_cutlass_sm90_node_args);
   sb_printf(b,
             "  ;\n"
             "  typename Gemm::Arguments args{\n"
@@ -155,7 +154,7 @@ static void emit_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const 
   if (cache) emit_launch_cache_state(b, hash);
   emit_launcher_head(b, t, name, hash, cache);
   sb_printf(b, "  typename EVT::Arguments fusion_args =\n");
-  evt_emit_tree_args(b, t, t->spec.d_node, o, 0, 1, emit_node_args);
+  evt_emit_tree_args(b, t, t->spec.d_node, o, 0, 1, evt_cutlass_sm90_node_args);
   sb_printf(b, "  ;\n");
   sb_printf(b,
             "  typename Gemm::Arguments args{\n"

@@ -158,14 +158,18 @@ evt_status evt_tile_config_check(const evt_kspec *s, const evt_tile_config *c, c
   evt_tile_config_label(c, lab, sizeof lab);
 #define BAD(...)                                                                        \
   do {                                                                                  \
-    char why_[160];                                                                     \
+    char why_[200];                                                                     \
     snprintf(why_, sizeof why_, __VA_ARGS__);                                           \
     return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: config %s: %s", lab, why_); \
   } while (0)
   int tm = c->tile_m, tn = c->tile_n, tk = c->tile_k;
-  if (!((tm == 64 || tm == 128 || tm == 256) && (tn == 64 || tn == 128 || tn == 256)))
-    BAD("unsupported tile %dx%d (tile_m and tile_n must be 64, 128 or 256)", tm, tn);
-  if (tk != 32 && tk != 64 && tk != 128) BAD("unsupported tile_k %d (32, 64 or 128)", tk);
+  /* a wgrad's N tile divides C (16, 32: kspec_conv.c) */
+  bool wgrad_n = s->conv.kind == EVT_CONV_WGRAD && (tn == 16 || tn == 32);
+  if (!((tm == 64 || tm == 128 || tm == 256) && (tn == 64 || tn == 128 || tn == 256 || wgrad_n)))
+    BAD("unsupported tile %dx%d (tile_m and tile_n must be 64, 128 or 256; a wgrad's tile_n also 16 or 32)", tm, tn);
+  /* a conv's K tile divides C (16 for C = 16, 48, ...: kspec_conv.c) */
+  if (tk != 32 && tk != 64 && tk != 128 && !(tk == 16 && s->conv.kind))
+    BAD("unsupported tile_k %d (32, 64 or 128; 16 for a convolution)", tk);
   if (evt_dtype_is_fp8(s->ab_dtype) && tk != 128) BAD("tile_k %d with fp8 operands (128: one 128-byte K row per tile)", tk);
   if (s->ab_dtype == EVT_F32 && tk != 32) BAD("tile_k %d with f32 (TF32) operands (32: one 128-byte K row per tile)", tk);
   if (!pow2_le4(c->cluster_m) || !pow2_le4(c->cluster_n) || c->cluster_m * c->cluster_n > 4)
@@ -256,6 +260,7 @@ evt_status evt_kspec_check(const evt_kspec *s, char *err, size_t errlen) {
   if (s->arch == 90 || !evt_arch_valid(s->arch))
     return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: arch %d (0 = sm_90a, 80, 86 or 89)", s->arch);
   evt_status cst = evt_tile_config_check(s, &s->cfg, err, errlen);
+  if (cst == EVT_OK) cst = evt_kspec_conv_check(s, err, errlen);
   if (cst != EVT_OK) return cst;
   if (s->nnodes < 1) return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: empty epilogue");
   if (s->d_node < 0 || s->d_node >= s->nnodes) return fail(err, errlen, EVT_ERR_INVALID, "kernel spec: D is not set");
@@ -360,6 +365,7 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
   OUT("\n");
   if (s->arch) OUT("arch %s\n", evt_arch_name(s->arch)); /* sm_90a specs keep their text (and hash) */
   if (s->batched) OUT("batched\n"); /* unbatched specs keep their text (and hash) */
+  if (s->conv.kind) pos += (size_t)evt_conv_text(&s->conv, buf ? buf + (pos < len ? pos : len) : NULL, buf && pos < len ? len - pos : 0);
   for (int i = 0; i < s->nnodes; i++) {
     const evt_vnode *v = &s->nodes[i];
     OUT("%%%d = %s", i, evt_vop_name(v->op));

@@ -149,6 +149,31 @@ typedef struct evt_tile_config {
 
 #define EVT_TILE_CONFIG_DEFAULT ((evt_tile_config){128, 128, 64, 1, 1, EVT_SCHED_COOPERATIVE, 0, EVT_RED_ATOMIC, 0})
 
+/* Convolution kernel specs (conv = EVT_CONV_FPROP; src/codegen/kspec_conv.c, docs/codegen.md "Convolution"): the
+ * nucleus is CUTLASS's Sm90 implicit GEMM over NHWC tensors, x [N,H,W,C] and w [O,kh,kw,C] (groups 1, dilation 1,
+ * cross-correlation, zero padding pad_h / pad_w on both sides), whose accumulator tile is
+ *   acc[M = N*P*Q, N = O]   (row-major over N, P, Q: the NHWC output y [N,P,Q,O]),  K = kh*kw*C,
+ * so the epilogue is a GEMM's (a bias is a row broadcast of an O-vector, batch-norm statistics are row sums over
+ * N*P*Q). The geometry is compiled into the kernel, so it is part of the spec, its text and its hash; the launcher
+ * checks that the launch's m, n, k agree. Layout NT (x as the M x K im2col matrix, w stored N x K); operands bf16 /
+ * f16; tile_k (16, 32 or 64) divides C: one TMA im2col box of channels per filter tap, wgmma steps of 16 over K.
+ * CUTLASS 4.2's Sm90 conv kernels are not persistent: one consumer warp group per CTA, so a conv spec's schedule is
+ * EVT_SCHED_PINGPONG's rules (a warp group owns the tile; the emitter names KernelImplicitTmaWarpSpecializedSm90),
+ * cluster 1x1, no stream-K, atomic sums.
+ * EVT_CONV_DGRAD (conv2d_backward_input, stride 1): the same geometry (x's dims n, h, w, c; y's p, q), operands dy
+ * [N,P,Q,O] and w, tile acc[M = N*H*W, N = C] (the NHWC dx), K = kh*kw*O: tile_k divides O, C a multiple of 8. A
+ * strided dgrad is refused: CUTLASS runs it as stride_h*stride_w phases (its L mode), not one [N*H*W, C] tile.
+ * EVT_CONV_WGRAD (conv2d_backward_weight): operands dy and x, tile acc[M = O, N = kh*kw*C] (dw [O,kh,kw,C]), K =
+ * N*P*Q; tile_n (16, 32 or 64) divides C. CUTLASS's wgrad epilogue sees N as the filter's modes (C, kw, kh), so the
+ * epilogue stores D only: acc and computes, no node with memory. */
+typedef enum evt_conv_kind { EVT_CONV_NONE = 0, EVT_CONV_FPROP, EVT_CONV_DGRAD, EVT_CONV_WGRAD } evt_conv_kind;
+typedef struct evt_conv_geom {
+  evt_conv_kind kind;
+  int n, h, w, c, o, kh, kw;
+  int stride_h, stride_w, pad_h, pad_w;
+  int p, q;                           /* output height and width: (h + 2 pad_h - kh) / stride_h + 1, likewise q */
+} evt_conv_geom;
+
 typedef struct evt_kspec {
   evt_gemm_layout layout;
   evt_dtype ab_dtype;  /* EVT_BF16 or EVT_F16; sm_90a also EVT_F8E4M3 / EVT_F8E5M2 ("FP8 operands") or EVT_F32 ("TF32") */
@@ -162,6 +187,7 @@ typedef struct evt_kspec {
   int batched;         /* 1: batch mode (L GEMMs over [L, M, N]); 0: one GEMM */
   int arch;            /* GPU target (arch.c): 0 = sm_90a (CUTLASS 3.x Sm90 collectives, emit_cutlass.c); 80, 86, 89 =
                         * sm_80 / sm_86 / sm_89 (CUTLASS 2.x GEMM with Sm80 visitor nodes, emit_cutlass_sm80.c) */
+  evt_conv_geom conv;  /* kind EVT_CONV_NONE: a GEMM; else a convolution nucleus (above) */
 } evt_kspec;
 
 /* ---- src/codegen/kspec.c: building, checking, naming ------------------------------------------------- */
@@ -223,6 +249,25 @@ void evt_kspec_kernel_name(const evt_kspec *s, char out[40]);     /* "evt_kernel
 
 /* The SMs of the Hopper GPUs evt targets (H100 SXM, H200): one wave of output tiles. */
 #define EVT_HOPPER_SMS 132
+
+/* ---- src/codegen/kspec_conv.c: convolution specs ---------------------------------------------------------- */
+/* The rules of a conv spec (above) beyond a GEMM spec's: geometry consistent (p, q from h, w, kh, kw, stride, pad),
+ * the reduced channels (fprop C, dgrad O) a multiple of 16 and of tile_k, the output's (fprop O, dgrad C) of 8, dgrad
+ * stride 1; wgrad: C a multiple of 16 and of tile_n, O of 8, no epilogue node with memory; sm_90a, layout NT, bf16 / f16 operands, unbatched, cluster 1x1, the
+ * ping-pong schedule value, no stream-K, atomic sums. EVT_OK for a GEMM spec. */
+evt_status evt_kspec_conv_check(const evt_kspec *s, char *err, size_t errlen);
+/* The GEMM view of a conv geometry: fprop M = n*p*q, N = o, K = kh*kw*c; dgrad M = n*h*w, N = c, K = kh*kw*o; wgrad
+ * M = o, N = kh*kw*c, K = n*p*q. */
+void evt_conv_gemm_shape(const evt_conv_geom *g, int64_t *m, int64_t *n, int64_t *k);
+/* "fprop", "dgrad", "wgrad" ("none" for a GEMM). */
+const char *evt_conv_kind_name(evt_conv_kind k);
+/* The largest K tile (64, 32, 16) dividing c, or 0 when c is not a multiple of 16 (wgrad: its N tile). */
+int evt_conv_tile_k(int c);
+/* Output extent of one spatial dim: (in + 2 pad - k) / stride + 1 (floor), or 0 when the kernel does not fit. */
+int evt_conv_out_extent(int in, int k, int stride, int pad);
+/* Canonical text of the geometry ("conv fprop n 8 h 56 ...", "conv dgrad ...", "conv wgrad ..."), appended to the spec's text when kind is set. Returns
+ * bytes written like snprintf. */
+int evt_conv_text(const evt_conv_geom *g, char *buf, size_t len);
 
 /* ---- src/codegen/arch.c: GPU targets -------------------------------------------------------------------- */
 /* A spec's or options' arch: 0 or 90 = sm_90a (Hopper), 80 / 86 / 89 = Ampere / Ada. */

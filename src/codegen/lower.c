@@ -12,7 +12,7 @@
 #include "partition/partition.h"
 
 const char *evt_lower_kind_name(evt_lower_kind k) {
-  static const char *names[EVT_LK_COUNT] = {"gemm+evt", "row", "pointwise", "unfused"};
+  static const char *names[EVT_LK_COUNT] = {"gemm+evt", "row", "pointwise", "unfused", "conv+evt"};
   return (unsigned)k < EVT_LK_COUNT ? names[k] : "?";
 }
 
@@ -167,10 +167,15 @@ evt_status evt_lower_plan_flags(const evt_graph *g, const evt_part_plan *plan, u
     }
     int single = singleton(g, plan, gi);
     evt_op_class cls = nu >= 0 ? evt_op_table[g->nodes[nu].op].cls : EVT_CLASS_COUNT;
-    if (single >= 0) {
+    if (single >= 0 && g->nodes[single].op == EVT_OP_CONV2D_BACKWARD_WEIGHT) {
+      L->nucleus = single; /* wgrad: a library singleton to the partitioner, a GEMM-shaped conv kernel here */
+      evt_lower_conv(g, plan->group, gi, single, L, vid);
+    } else if (single >= 0) {
       lower_unfused(g, gi, single, nu, L);
     } else if (nu >= 0 && cls == EVT_CLASS_GEMM) {
       evt_lower_gemm(g, plan->group, gi, nu, flags, L, vid);
+    } else if (nu >= 0 && (g->nodes[nu].op == EVT_OP_CONV2D || g->nodes[nu].op == EVT_OP_CONV2D_BACKWARD_INPUT)) {
+      evt_lower_conv(g, plan->group, gi, nu, L, vid);
     } else if (nu < 0 || cls == EVT_CLASS_ROW || cls == EVT_CLASS_SPARSE) {
       evt_lower_rows(g, plan->group, gi, nu, L, vid);
     } else {
@@ -231,6 +236,8 @@ static bool long_row_sum_over_m(const evt_graph *eg, int nucleus, int member) {
   return false;
 }
 
+static bool member_fuses(const evt_pgraph *g, int nucleus, int member, bool tf32);
+
 static bool compat(const evt_pgraph *g, int nucleus, int member, bool tf32) {
   if (!evt_part_compat_evt(g, nucleus, member)) return false;
   const evt_graph *eg = g->src;
@@ -238,6 +245,11 @@ static bool compat(const evt_pgraph *g, int nucleus, int member, bool tf32) {
   if (long_row_sum_over_m(eg, nucleus, member)) return false;
   const evt_node *nn = &eg->nodes[nucleus];
   bool bmm = nn->op == EVT_OP_BMM && nn->type.rank >= 3;
+  if (nn->op == EVT_OP_CONV2D || nn->op == EVT_OP_CONV2D_BACKWARD_INPUT) { /* one that cannot lower gains nothing */
+    evt_conv_geom geo;
+    char why[160];
+    return !evt_lower_conv_geometry(eg, nucleus, &geo, why, sizeof why) || member_fuses(g, nucleus, member, tf32);
+  }
   if (nn->op != EVT_OP_MM && nn->op != EVT_OP_ADDMM && !bmm) return true;
   /* a GEMM that cannot lower anyway (operand dtypes, alignment) gains nothing from smaller groups */
   int ai = nn->op == EVT_OP_ADDMM ? 1 : 0, md = bmm ? nn->type.rank - 2 : 0;
@@ -247,6 +259,12 @@ static bool compat(const evt_pgraph *g, int nucleus, int member, bool tf32) {
   bool ab32 = tf32 && ta->dtype == EVT_F32 && tb->dtype == EVT_F32;
   if (!(ab16 || ab8 || ab32) || nn->type.shape[md] % 8 || nn->type.shape[md + 1] % 8 || ta->shape[md + 1] % (ab8 ? 16 : 8))
     return true;
+  return member_fuses(g, nucleus, member, tf32);
+}
+
+/* The epilogue rule for a member of a nucleus that can lower: evt_lower_can_fuse (a view is judged as its producer). */
+static bool member_fuses(const evt_pgraph *g, int nucleus, int member, bool tf32) {
+  const evt_graph *eg = g->src;
   const evt_node *m = &eg->nodes[member];
   if ((g->nodes[member].flags & EVT_PN_VIEW) && m->ninputs == 1 && evt_pgraph_kernel(g, m->inputs[0]))
     return compat(g, nucleus, m->inputs[0], tf32); /* a view is its producer's tensor */
@@ -279,7 +297,14 @@ void evt_lower_print(const evt_graph *g, const evt_lower_result *r, FILE *out) {
               evt_dtype_name(L->spec.ab_dtype), L->spec.b_mixed ? "x" : "",
               L->spec.b_mixed ? evt_dtype_name(L->spec.b_dtype) : "", evt_dtype_name(L->spec.d_dtype), (long long)L->m,
               (long long)L->n, (long long)L->k, L->spec.nnodes);
-    if (L->ok && L->kind == EVT_LK_GEMM_EVT && L->spec.batched)
+    if (L->ok && L->kind == EVT_LK_CONV_EVT)
+      fprintf(out, "group %d %s %s: %%%s %s NHWC %s->%s M=%lld N=%lld K=%lld (%dx%d stride %dx%d pad %dx%d), %d visitor nodes\n",
+              i, evt_lower_kind_name(L->kind), L->kernel, g->nodes[L->nucleus].name,
+              evt_conv_kind_name(L->spec.conv.kind), evt_dtype_name(L->spec.ab_dtype),
+              evt_dtype_name(L->spec.d_dtype), (long long)L->m, (long long)L->n, (long long)L->k, L->spec.conv.kh,
+              L->spec.conv.kw, L->spec.conv.stride_h, L->spec.conv.stride_w, L->spec.conv.pad_h, L->spec.conv.pad_w,
+              L->spec.nnodes);
+    else if (L->ok && L->kind == EVT_LK_GEMM_EVT && L->spec.batched)
       fprintf(out,
               "  batched: %d x %d (outer launches x batches per launch), lda %lld ldb %lld ldd %lld, batch strides "
               "A %lld B %lld D %lld, outer A %lld B %lld D %lld\n",

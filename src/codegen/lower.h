@@ -28,7 +28,14 @@
  *              docs/codegen.md "Batched GEMM"): operand layouts and leading dims from strides, loads per batch
  *              or shared by every batch, stores through member views (heads merge), per-batch or all-batch
  *              sums, batch dims collapsed into at most two strided levels (l per launch, l_outer launches).
- *   UNFUSED    anything that cannot be expressed: a conv nucleus, a library singleton
+ *   CONV+EVT   a group whose nucleus is conv2d with layout=nhwc (lower_conv.c, docs/codegen.md "Convolution"): an
+ *              evt_kspec with conv geometry (kspec.h "Convolution kernel specs") whose tile is [N*P*Q, O], the NHWC
+ *              output seen as a row-major matrix, so its epilogue is built exactly as a GEMM's (a bias is a
+ *              row_bcast of an O-vector, a sum over N, P, Q a row_sum). a_node / b_node are x and w, m n k the GEMM
+ *              view (N*P*Q, O, kh*kw*C). Likewise conv2d_backward_input with stride 1 (dgrad: dy and w, tile dx
+ *              [N*H*W, C]) and the singleton conv2d_backward_weight (wgrad: dy and x, tile dw [O, kh*kw*C], D only). The runtime does not bind these kernels yet (its plan runs the group
+ *              node by node; evtc compile emits and builds them).
+ *   UNFUSED    anything that cannot be expressed: a conv (nchw, grouped, dilated, f32, ...) nucleus, a library singleton
  *              (pool, embedding, sdpa, ...), or a group with a member its spec cannot hold. fp8 tensors
  *              (f8e4m3 / f8e5m2) lower in two places only: as a row / pointwise kernel's aux loads and the
  *              stores of casts to fp8, and as an mm's operands (both fp8, layout NT: K-major, f32 accumulator,
@@ -57,8 +64,9 @@ struct evt_part_plan;
 struct evt_part_options;
 struct evt_pgraph;
 
-typedef enum evt_lower_kind { EVT_LK_GEMM_EVT = 0, EVT_LK_ROW, EVT_LK_POINTWISE, EVT_LK_UNFUSED, EVT_LK_COUNT } evt_lower_kind;
-const char *evt_lower_kind_name(evt_lower_kind k);   /* "gemm+evt", "row", "pointwise", "unfused" */
+typedef enum evt_lower_kind { EVT_LK_GEMM_EVT = 0, EVT_LK_ROW, EVT_LK_POINTWISE, EVT_LK_UNFUSED, EVT_LK_CONV_EVT, EVT_LK_COUNT } evt_lower_kind;
+const char *evt_lower_kind_name(evt_lower_kind k);   /* "gemm+evt", "row", "pointwise", "unfused", "conv+evt" */
+
 
 #define EVT_LOWER_MAX_ALIAS 8
 
@@ -93,6 +101,9 @@ typedef struct evt_lowered {
   int rin[4];             /* graph nodes read as the nucleus inputs in[0..2] (x / dy, y / x, w, b), or -1; an spmm
                            * nucleus: rowptr, col, val, x (A's, also for spmm_t) */
 } evt_lowered;
+
+/* Is L's kernel a CUTLASS one (evt_emit_cutlass of L->spec: GEMM+EVT or CONV+EVT), not a row kernel? */
+static inline int evt_lowered_cutlass(const evt_lowered *L) { return L->kind == EVT_LK_GEMM_EVT || L->kind == EVT_LK_CONV_EVT; }
 
 typedef struct evt_lower_result {
   int n;                  /* = plan->ngroups */
@@ -143,7 +154,8 @@ void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const doubl
 evt_status evt_lower_rows_reference(const evt_graph *g, const evt_lowered *L, const double *const rin[4], double *const *mem,
                                     uint64_t rng_step);
 
-/* Can node `node` be part of the epilogue of GEMM nucleus `nucleus` (mm/addmm)? Judges the node alone:
+/* Can node `node` be part of the epilogue of GEMM nucleus `nucleus` (mm/addmm/bmm; a conv2d, whose NHWC output is the
+ * tile [N*P*Q, O])? Judges the node alone:
  * its op, dtype, and each operand (a tile value, or a load chosen from its strides and alignment);
  * operands that are themselves tile-shaped count as tile values (fused or aux-loaded). false with the
  * reason in why (may be NULL). */
@@ -151,7 +163,8 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
 
 /* The partitioner's epilogue-implementability hook (evt_part_compat_fn) with the lowering's rules: the
  * partitioner's own shape rule (evt_part_compat_evt), and for an mm/addmm nucleus that can lower (16-bit
- * operands, M, N, K multiples of 8) evt_lower_can_fuse (a view is judged as its producer). Other nuclei: the
+ * operands, M, N, K multiples of 8) or a conv2d that can lower (evt_lower_conv_geometry) evt_lower_can_fuse (a view
+ * is judged as its producer). Other nuclei: the
  * shape rule, and no sum over the leading (M) dims in a row nucleus's group when its rows are longer than 32768
  * (the long-row kernel has no Σ-over-M row sums). */
 bool evt_lower_compat(const struct evt_pgraph *g, int nucleus, int member);

@@ -1,7 +1,8 @@
 /* The lowering's GPU target (contract in lower.h, evt_lower_retarget): groups are lowered once for the default
  * target (sm_90a) and then retargeted, so the lowering itself stays one code path. A GEMM+EVT spec an sm_8x target
  * cannot hold (evt_kspec_retarget: a rand / dropout node) becomes an unfused group that names the node, which the
- * refinement (evt_options.refine_partition) then splits off; row and pointwise specs only record the target. */
+ * refinement (evt_options.refine_partition) then splits off; row and pointwise specs only record the target; a
+ * CONV+EVT group on an sm_8x target becomes unfused (its kernels are Sm90 implicit GEMMs). */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ static int refused_member(const evt_graph *g, const int *group, const evt_lowere
 
 static void refuse(const evt_graph *g, const int *group, evt_lower_result *r, evt_lowered *L, const char *why) {
   int v = refused_member(g, group, L);
+  r->count[L->kind]--;
   L->ok = 0;
   L->kind = EVT_LK_UNFUSED;
   L->kernel[0] = 0;
@@ -24,7 +26,6 @@ static void refuse(const evt_graph *g, const int *group, evt_lower_result *r, ev
     snprintf(L->reason, sizeof L->reason, "group %d: %%%s (%s): %s", L->group, g->nodes[v].name,
              evt_op_table[g->nodes[v].op].name, why);
   else snprintf(L->reason, sizeof L->reason, "group %d: %s", L->group, why);
-  r->count[EVT_LK_GEMM_EVT]--;
   r->count[EVT_LK_UNFUSED]++;
   r->lowered--;
 }
@@ -39,6 +40,8 @@ void evt_lower_retarget(const evt_graph *g, const int *group, evt_lower_result *
       evt_rspec_kernel_name(&L->rspec, L->kernel);
       continue;
     }
+    if (L->kind == EVT_LK_CONV_EVT && a) /* CUTLASS 2.x convolutions would need an emitter of their own */
+      refuse(g, group, r, L, "the conv kernels are sm_90a's (CUTLASS's Sm90 implicit GEMM)");
     if (L->kind != EVT_LK_GEMM_EVT) continue;
     char why[256];
     if (evt_kspec_retarget(&L->spec, a, L->n, NULL, why, sizeof why) != EVT_OK) {

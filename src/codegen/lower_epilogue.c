@@ -662,11 +662,13 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
     c.nbd = nn->type.rank - 2, c.bt = &nn->type, c.alias = alias;
     s->batched = 1;
   }
-  if (nn->op != EVT_OP_MM && nn->op != EVT_OP_ADDMM && !c.nbd) {
-    evt_lower_refuse(&c, nucleus, "not a GEMM nucleus the kernel spec takes (mm, addmm, bmm)");
+  /* a conv's NHWC output is the tile [N*P*Q, O] (dgrad: [N*H*W, C]) */
+  bool conv = (nn->op == EVT_OP_CONV2D || nn->op == EVT_OP_CONV2D_BACKWARD_INPUT) && nn->type.rank == 4;
+  if (nn->op != EVT_OP_MM && nn->op != EVT_OP_ADDMM && !c.nbd && !conv) {
+    evt_lower_refuse(&c, nucleus, "not a GEMM nucleus the kernel spec takes (mm, addmm, bmm, conv2d, its dgrad)");
   } else {
-    c.m = c.nbd ? bmm_batch(&nn->type) * nn->type.shape[c.nbd] : nn->type.shape[0];
-    c.n = nn->type.shape[c.nbd + 1];
+    c.m = conv ? prod(nn->type.shape, 0, 3) : c.nbd ? bmm_batch(&nn->type) * nn->type.shape[c.nbd] : nn->type.shape[0];
+    c.n = nn->type.shape[conv ? 3 : c.nbd + 1];
     vid[nucleus] = evt_kspec_add(s, EVT_V_ACC, -1, -1, EVT_F32, NULL);
     if (node != nucleus) {
       const evt_node *vn = &g->nodes[node];

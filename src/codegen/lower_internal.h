@@ -122,6 +122,9 @@ bool evt_lower_sum_batched(lctx *c, int v);
 /* flags: EVT_LOWER_* (lower.h). */
 void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, unsigned flags, evt_lowered *L, int *vid); /* lower_gemm.c */
 void evt_lower_bmm(const evt_graph *g, const int *group, int gi, int nu, unsigned flags, evt_lowered *L, int *vid);  /* lower_bmm.c */
+void evt_lower_conv(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid); /* lower_conv.c */
+/* The conv geometry of conv2d node nu (kspec.h), or false with the reason (naming what the conv kernels refuse). */
+bool evt_lower_conv_geometry(const evt_graph *g, int nu, evt_conv_geom *geo, char *why, size_t whylen);
 void evt_lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid); /* lower_rows.c */
 /* lower_spmm.c: an spmm / spmm_t nucleus's operands into L->rin and the rspec's CSR fields, then its acc node
  * (c->m, c->n set: the output's rows and row length); refuses with the reason otherwise. */

@@ -208,7 +208,7 @@ void evt_plan_print(const evt_graph *g, const evt_plan *p, FILE *out) {
     fprintf(out, "\n     writes:");
     for (int j = 0; j < la->nwrites; j++) fprintf(out, " b%d", la->writes[j]);
     fprintf(out, "\n");
-    if (K->ok && K->kind == EVT_LK_GEMM_EVT) {
+    if (K->ok && evt_lowered_cutlass(K)) {
       fprintf(out, "     args: M=%lld N=%lld K=%lld A=b%d B=b%d D=", (long long)K->m, (long long)K->n, (long long)K->k,
               p->buffer_of[K->a_node], p->buffer_of[K->b_node]);
       if (K->d_tensor >= 0) fprintf(out, "b%d", p->buffer_of[K->d_tensor]);

@@ -8,8 +8,8 @@
  *             an operand layout); CONV conv2d, conv2d_backward_input (dgrad); SPARSE spmm, spmm_t;
  *             ROW reduce-apply kernels softmax, log_softmax, softmax_backward, log_softmax_backward,
  *             layer_norm, layer_norm_backward_input.
- *   singleton (CUT_IN|CUT_OUT: a library kernel of its own) conv2d_backward_weight (wgrad, not fused by
- *             the paper either), pools and their backwards, embedding(_backward), index_select(_backward)
+ *   singleton (CUT_IN|CUT_OUT: a kernel of its own) conv2d_backward_weight (wgrad, not fused by the paper
+ *             either; nhwc ones lower to a CONV+EVT kernel that stores dw only, src/codegen/lower_conv.c), pools and their backwards, embedding(_backward), index_select(_backward)
  *             (gathers/scatters with data-dependent addressing), sdpa and its backwards (attention is its
  *             own library kernel), batch_norm and batch_norm_backward_input (whole-batch statistics: no
  *             row kernel computes them; the decomposition pass splits them into stats + elementwise).

@@ -15,8 +15,10 @@
 #include <time.h>
 
 #include "codegen/examples.h"
+#include "codegen/lower.h"
 #include "compile/compile.h"
 #include "compile/train.h"
+#include "partition/partition.h"
 #include "passes/passes.h"
 #include "runtime/gpu/exec_plan.h"
 
@@ -355,6 +357,77 @@ TEST(ci_nvcc_compiles_tf32_kernels) {
   long long secs = compile_sm90_units(CI_DIR "/tf32_jobs.sh", ks, n, false, inc, util, &njobs, &nobj);
   CHECK(secs >= 0);
   fprintf(stderr, "note: ci_nvcc_compiles_tf32_kernels: sm_90a %d TF32 GEMM kernels; %d of %d units compiled now (%lld s), "
+          "the rest cached\n", n, njobs, nobj, secs);
+  evt_prefetch_free(ks, n);
+}
+
+/* The CONV+EVT kernels of graph g (after the joint graph and the passes when it has a loss), partitioned with the
+ * lowering's rules, appended to ks; returns how many conv groups lowered. */
+static int collect_conv_kernels(evt_graph *g, const char *what, evt_pf_kernel **ks, int *n, int *cap) {
+  evt_status st = g->loss >= 0 ? evt_train_ensure_joint(g, NULL) : EVT_OK;
+  if (st == EVT_OK && g->loss >= 0) st = evt_passes_run_all(g, 0, 0);
+  evt_part_options o = evt_part_options_default();
+  o.use_cache = 0;
+  evt_part_plan part;
+  if (st == EVT_OK) st = evt_lower_partition(g, &o, EVT_PART_LAMBDA_DEFAULT, &part);
+  CHECK_MSG(st == EVT_OK, "%s: %s", what, evt_graph_error(g));
+  if (st != EVT_OK) return 0;
+  evt_lower_result low;
+  CHECK(evt_lower_plan(g, &part, &low) == EVT_OK);
+  int convs = 0;
+  for (int i = 0; i < low.n; i++) {
+    if (!low.k[i].ok || low.k[i].kind != EVT_LK_CONV_EVT) continue;
+    char err[256];
+    char *src = evt_emit_cutlass(&low.k[i].spec, err, sizeof err);
+    CHECK_MSG(src != NULL, "%s group %d: %s", what, i, err);
+    if (src) add_kernel(ks, n, cap, src, 1, NULL, &low.k[i].spec);
+    convs++;
+  }
+  evt_lower_free(&low);
+  evt_part_plan_free(&part);
+  return convs;
+}
+
+/* Convolution + EVT kernels (src/codegen/emit_cutlass_conv.c: CUTLASS's Sm90 implicit GEMM, the visitor tree as a
+ * GEMM's) compiled for sm_90a, in two units: a 3x3 stride-2 fprop with bias + ReLU + an aux store of the
+ * pre-activation, and tests/graphs/resnet_block_nhwc_bf16.evt's training step: its forward convs (the batch-norm
+ * statistics as row sums, D in f32), its dgrad (the ReLU mask of the previous layer as a where over a bool aux load,
+ * the batch-norm backward's sums) and its wgrad (dw stored). */
+TEST(ci_nvcc_compiles_conv_kernels) {
+  char inc[1024], util[1024];
+  if (!have_nvcc_and_cutlass("ci_nvcc_compiles_conv_kernels", inc, util)) return;
+  evt_pf_kernel *ks = NULL;
+  int cap = 0, n = 0, convs = 0;
+  char *perr = NULL;
+  evt_graph *g = evt_parse("graph conv {\n  %x: bf16[2,15,15,32] = input()\n  %w: bf16[64,3,3,32] = param()\n"
+                           "  %b: bf16[64] = param()\n  %c = conv2d(%x, %w, stride=[2,2], padding=[1,1], layout=nhwc)\n"
+                           "  %y = add(%c, %b)\n  %r = relu(%y)\n  output %r\n  output %y\n}\n",
+                           "conv", &perr);
+  CHECK_MSG(g != NULL, "%s", perr ? perr : "");
+  free(perr);
+  if (g) convs += collect_conv_kernels(g, "bias+relu+aux conv", &ks, &n, &cap);
+  evt_graph_free(g);
+  perr = NULL;
+  g = evt_parse_file("tests/graphs/resnet_block_nhwc_bf16.evt", &perr);
+  CHECK_MSG(g != NULL, "%s", perr ? perr : "");
+  free(perr);
+  if (g) convs += collect_conv_kernels(g, "resnet_block_nhwc_bf16", &ks, &n, &cap);
+  evt_graph_free(g);
+  /* the block's two forward convs share a kernel, so do its two wgrads; its backward has one dgrad (the first conv's
+   * input needs none) */
+  CHECK_MSG(convs == 6 && n == 4, "%d conv groups lowered, %d distinct kernels (want 6 and 4)", convs, n);
+  int sums = 0, dgrads = 0, wgrads = 0;
+  for (int i = 0; i < n; i++) {
+    sums += strstr(ks[i].source, "RowSum<") != NULL;
+    dgrads += strstr(ks[i].source, "Operator::kDgrad") != NULL;
+    wgrads += strstr(ks[i].source, "Operator::kWgrad") != NULL;
+  }
+  CHECK_MSG(sums == 2 && dgrads == 1 && wgrads == 1, "%d kernels with batch-norm row sums (want 2), %d dgrad, %d wgrad "
+            "kernels (want 1 each)", sums, dgrads, wgrads);
+  int njobs, nobj;
+  long long secs = compile_sm90_units(CI_DIR "/conv_jobs.sh", ks, n, false, inc, util, &njobs, &nobj);
+  CHECK(secs >= 0);
+  fprintf(stderr, "note: ci_nvcc_compiles_conv_kernels: sm_90a %d conv+EVT kernels; %d of %d units compiled now (%lld s), "
           "the rest cached\n", n, njobs, nobj, secs);
   evt_prefetch_free(ks, n);
 }

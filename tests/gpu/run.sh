@@ -2,10 +2,10 @@
 # Every GPU correctness check of evt, each against its CPU reference: the one entry point (`make test-gpu`).
 #   bash tests/gpu/run.sh [kernels] [graphs] [program] [torch] [ampere]   (no argument: the first four, in this order)
 #   kernels  the CUDA checks of generated kernels and cuDNN attention against their CPU references: GEMM+EVT kernels
-#            (check_evt), batched ones (check_bmm), visitor nodes (check_visitors: row kernels and GEMM kernels),
-#            epilogue functors (check_vops), row kernels (check_rows), spmm row kernels (check_spmm: spmm / spmm_t
-#            with epilogues on random CSR), the fp8 kernels (check_fp8: conversions, the recipe's row kernels and fp8
-#            GEMMs), cuDNN attention (check_cudnn_sdpa)
+#            (check_evt), NHWC convolution+EVT kernels (check_conv, against the interpreter), batched ones (check_bmm),
+#            visitor nodes (check_visitors: row kernels and GEMM kernels), epilogue functors (check_vops), row kernels
+#            (check_rows), spmm row kernels (check_spmm: spmm / spmm_t with epilogues on random CSR), the fp8 kernels
+#            (check_fp8: conversions, the recipe's row kernels and fp8 GEMMs), cuDNN attention (check_cudnn_sdpa)
 #   graphs   every generated kernel of the graphs JIT-compiled (evtc prefetch), then `evtc run --device cuda --check`
 #            (against the interpreter) over examples/*.evt, bench/graphs/*.evt, tests/gpu/graphs/*.evt and a
 #            medium BERT layer whose attention runs on cuDNN: node by node, optimized, fused, and the optimized and
@@ -136,6 +136,7 @@ build_bg() { # NAME CMD...: builds $B/NAME in the background (log $OUT/build_NAM
 }
 if want kernels; then
   build_bg check_evt $NV tests/gpu/check_evt.cu $LIBS
+  build_bg check_conv $NV tests/gpu/check_conv.cu $LIBS
   build_bg check_bmm $NV tests/gpu/check_bmm.cu $LIBS -lcublas
   build_bg check_visitors $NV tests/gpu/check_visitors.cu $LIBS
   build_bg check_vops $NV --expt-relaxed-constexpr $CUT tests/gpu/check_vops.cu $LIBS
@@ -179,6 +180,7 @@ emitted_check() { # PROGRAM: PROGRAM emit DIR, compile DIR, PROGRAM check DIR
 if want kernels; then
   echo "== kernels: generated kernels and cuDNN attention against their CPU references"
   built check_evt && check "check_evt: GEMM+EVT kernels vs the CPU reference" check_evt "$B/check_evt"
+  built check_conv && check "check_conv: conv+EVT kernels (NHWC fprop) vs the interpreter" check_conv "$B/check_conv"
   built check_bmm && check "check_bmm: batched GEMM+EVT kernels, three layouts" check_bmm "$B/check_bmm" --no-bench
   built check_vops && check "check_vops: epilogue compute functors vs evt_vop_apply3" check_vops "$B/check_vops"
   built check_rows && check "check_rows: row kernels vs evt_rspec_reference" check_rows emitted_check check_rows
