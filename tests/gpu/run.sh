@@ -5,7 +5,8 @@
 #            (check_evt), NHWC convolution+EVT kernels (check_conv, against the interpreter), batched ones (check_bmm),
 #            visitor nodes (check_visitors: row kernels and GEMM kernels), epilogue functors (check_vops), row kernels
 #            (check_rows), spmm row kernels (check_spmm: spmm / spmm_t with epilogues on random CSR), the fp8 kernels
-#            (check_fp8: conversions, the recipe's row kernels and fp8 GEMMs), cuDNN attention (check_cudnn_sdpa)
+#            (check_fp8: conversions, the recipe's row kernels and fp8 GEMMs), cuDNN attention (check_cudnn_sdpa);
+#            KERNEL_CHECKS=check_evt,check_conv,... runs only those programs
 #   graphs   every generated kernel of the graphs JIT-compiled (evtc prefetch), then `evtc run --device cuda --check`
 #            (against the interpreter) over examples/*.evt, bench/graphs/*.evt, tests/gpu/graphs/*.evt and a
 #            medium BERT layer whose attention runs on cuDNN: node by node, optimized, fused, and the optimized and
@@ -44,6 +45,8 @@ for g in $groups; do
   case $g in kernels | graphs | program | torch | ampere) ;; *) echo "tests/gpu/run.sh: no group '$g' (kernels graphs program torch ampere)" >&2; exit 2 ;; esac
 done
 want() { [[ " $groups " == *" $1 "* ]]; }
+# KERNEL_CHECKS=check_evt,check_conv,...: the kernels group builds and runs only these programs (default: all)
+kwant() { [ -z "${KERNEL_CHECKS:-}" ] || [[ ",$KERNEL_CHECKS," == *",$1,"* ]]; }
 
 OUT=${OUT:-$ROOT/build/gpu-logs}
 B=$ROOT/build/gpu # the check programs and their kernels
@@ -135,15 +138,17 @@ build_bg() { # NAME CMD...: builds $B/NAME in the background (log $OUT/build_NAM
   ("$@" -o "$B/$name" >"$OUT/build_$name.log" 2>&1) &
 }
 if want kernels; then
-  build_bg check_evt $NV tests/gpu/check_evt.cu $LIBS
-  build_bg check_conv $NV tests/gpu/check_conv.cu $LIBS
-  build_bg check_bmm $NV tests/gpu/check_bmm.cu $LIBS -lcublas
-  build_bg check_visitors $NV tests/gpu/check_visitors.cu $LIBS
-  build_bg check_vops $NV --expt-relaxed-constexpr $CUT tests/gpu/check_vops.cu $LIBS
-  build_bg check_rows $NV tests/gpu/check_rows.cu $LIBS
-  build_bg check_spmm $NV tests/gpu/check_spmm.cu $LIBS
-  build_bg check_fp8 $NV tests/gpu/check_fp8.cu $LIBS
-  if [ -n "$CUDNN_INC" ]; then
+  kwant check_evt && build_bg check_evt $NV tests/gpu/check_evt.cu $LIBS
+  kwant check_conv && build_bg check_conv $NV tests/gpu/check_conv.cu $LIBS
+  kwant check_bmm && build_bg check_bmm $NV tests/gpu/check_bmm.cu $LIBS -lcublas
+  kwant check_visitors && build_bg check_visitors $NV tests/gpu/check_visitors.cu $LIBS
+  kwant check_vops && build_bg check_vops $NV --expt-relaxed-constexpr $CUT tests/gpu/check_vops.cu $LIBS
+  kwant check_rows && build_bg check_rows $NV tests/gpu/check_rows.cu $LIBS
+  kwant check_spmm && build_bg check_spmm $NV tests/gpu/check_spmm.cu $LIBS
+  kwant check_fp8 && build_bg check_fp8 $NV tests/gpu/check_fp8.cu $LIBS
+  if ! kwant check_cudnn_sdpa; then
+    :
+  elif [ -n "$CUDNN_INC" ]; then
     build_bg check_cudnn_sdpa $NV -DEVT_HAVE_CUDNN -I"$CUDNN_INC" tests/gpu/check_cudnn_sdpa.cu \
       kernels/fallback/cudnn_sdpa.cu -ldl
   else
@@ -179,18 +184,18 @@ emitted_check() { # PROGRAM: PROGRAM emit DIR, compile DIR, PROGRAM check DIR
 }
 if want kernels; then
   echo "== kernels: generated kernels and cuDNN attention against their CPU references"
-  built check_evt && check "check_evt: GEMM+EVT kernels vs the CPU reference" check_evt "$B/check_evt"
-  built check_conv && check "check_conv: conv+EVT kernels (NHWC fprop) vs the interpreter" check_conv "$B/check_conv"
-  built check_bmm && check "check_bmm: batched GEMM+EVT kernels, three layouts" check_bmm "$B/check_bmm" --no-bench
-  built check_vops && check "check_vops: epilogue compute functors vs evt_vop_apply3" check_vops "$B/check_vops"
-  built check_rows && check "check_rows: row kernels vs evt_rspec_reference" check_rows emitted_check check_rows
-  built check_spmm && check "check_spmm: spmm row kernels vs evt_rspec_reference_csr" check_spmm emitted_check check_spmm
-  built check_fp8 && check "check_fp8: fp8 conversions, row kernels and GEMMs vs src/ir/fp8.c" check_fp8 "$B/check_fp8"
-  if built check_visitors; then
+  kwant check_evt && built check_evt && check "check_evt: GEMM+EVT kernels vs the CPU reference" check_evt "$B/check_evt"
+  kwant check_conv && built check_conv && check "check_conv: conv+EVT kernels (NHWC fprop) vs the interpreter" check_conv "$B/check_conv"
+  kwant check_bmm && built check_bmm && check "check_bmm: batched GEMM+EVT kernels, three layouts" check_bmm "$B/check_bmm" --no-bench
+  kwant check_vops && built check_vops && check "check_vops: epilogue compute functors vs evt_vop_apply3" check_vops "$B/check_vops"
+  kwant check_rows && built check_rows && check "check_rows: row kernels vs evt_rspec_reference" check_rows emitted_check check_rows
+  kwant check_spmm && built check_spmm && check "check_spmm: spmm row kernels vs evt_rspec_reference_csr" check_spmm emitted_check check_spmm
+  kwant check_fp8 && built check_fp8 && check "check_fp8: fp8 conversions, row kernels and GEMMs vs src/ir/fp8.c" check_fp8 "$B/check_fp8"
+  if kwant check_visitors && built check_visitors; then
     check "check_visitors: visitor nodes in row kernels" check_visitors_rows emitted_check check_visitors
     check "check_visitors gemm: visitor nodes in GEMM kernels" check_visitors_gemm "$B/check_visitors" gemm
   fi
-  built check_cudnn_sdpa && check "check_cudnn_sdpa: cuDNN attention fwd/bwd vs a double reference, CUDA-graph replay" \
+  kwant check_cudnn_sdpa && built check_cudnn_sdpa && check "check_cudnn_sdpa: cuDNN attention fwd/bwd vs a double reference, CUDA-graph replay" \
     check_cudnn_sdpa "$B/check_cudnn_sdpa" --iters 3
 fi
 
