@@ -185,3 +185,19 @@ TEST(exec_bind_conv_refusals) {
   evt_exec_plan_free(&xp);
   evt_graph_free(g);
 }
+
+/* evt_plan_report (the JSON of the plan a program runs): every conv group is a generated conv+evt kernel with its
+ * geometry. */
+TEST(plan_report_shows_conv_groups) {
+  evt_graph *g = load_joint();
+  char *rep = g ? evt_plan_report(g, NULL) : NULL;
+  CHECK_MSG(rep != NULL, "%s", g ? evt_graph_error(g) : "");
+  int generated = 0, geometry = 0;
+  for (const char *p = rep; p && (p = strstr(p, "\"kind\": \"conv+evt\", \"path\": \"generated\"")); p++) generated++;
+  for (const char *p = rep; p && (p = strstr(p, "\"conv\": \"conv ")); p++) geometry++;
+  CHECK_MSG(generated == 5 && geometry == 5, "%d generated conv groups, %d geometries:\n%s", generated, geometry,
+            rep ? rep : "");
+  CHECK(rep && strstr(rep, "\"conv\": \"conv wgrad n 4 h 8 w 8 c 16 o 16 kernel 3x3 stride 1x1 pad 1x1 out 8x8\""));
+  free(rep);
+  evt_graph_free(g);
+}
