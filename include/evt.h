@@ -216,10 +216,10 @@ void evt_options_init(evt_options *o);
  * "auto" (0: the present GPU's). EVT_OK with *arch and *ptx set, else EVT_ERR_INVALID. */
 evt_status evt_arch_parse(const char *text, int *arch, int *ptx);
 /* The fused plan evt would run for g with these options, without a GPU, as JSON text (malloc'd; free() it):
- * {"nodes", "groups": [{"group", "kind" (gemm+evt / row / pointwise / unfused), "path" (generated / cublas /
+ * {"nodes", "groups": [{"group", "kind" (gemm+evt / row / pointwise / unfused / conv+evt), "path" (generated / cublas /
  * cublaslt / cublas+row / node-by-node), "members", "ops" (the members' ops, "mm+add+gelu"), "m", "n", "k",
  * "kernel", "io_bytes" (fused: the distinct tensors its kernel reads or writes, bytes), "why" (node by node: the
- * reason)}], "kernels" (launches per step), "bytes" (through global memory
+ * reason), "conv" (conv+evt only: its geometry, "conv fprop n 4 h 8 w 8 c 16 o 16 kernel 3x3 ...")}], "kernels" (launches per step), "bytes" (through global memory
  * per step), "unfused_kernels" and "unfused_bytes" (every op its own kernel), "arena_bytes" and "scratch_bytes" (the
  * device memory a GPU program of it holds: its intermediates' arena, the GEMM scratch), "dot" (the grouped graph as
  * Graphviz text, one cluster per group)}. The graph passes run on g first unless o->flags has

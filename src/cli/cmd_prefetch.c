@@ -47,13 +47,15 @@ static bool plan_file(const char *path, const evt_options *po, evt_pf_kernel **k
     return false;
   }
   const evt_exec_plan *xp = p->xp;
-  int ng = 0, nr = 0;
-  for (int k = 0; k < xp->nkernels; k++) (xp->gspec[k] ? &ng : &nr)[0]++;
+  int ng = 0, nc = 0, nr = 0; /* CUTLASS GEMM, CUTLASS conv (compiled in the GEMM batch), row kernels */
+  for (int k = 0; k < xp->nkernels; k++) (xp->gspec[k] ? xp->gspec[k]->conv.kind ? &nc : &ng : &nr)[0]++;
   char err[512];
   int bad = evt_prefetch_collect(xp, base_name(path), ks, n, cap, err, sizeof err);
   if (bad) fprintf(stderr, "evtc prefetch: %s: %d kernel(s) cannot be emitted: %s\n", path, bad, err);
   *bad_kernels += bad;
-  printf("%s: %d groups, %d fused: %d GEMM+EVT kernels, %d row kernels\n", path, xp->ngroups, p->groups_fused, ng, nr);
+  char conv[48] = ""; /* (graphs without convolutions keep their line) */
+  if (nc) snprintf(conv, sizeof conv, " %d CONV+EVT kernels,", nc);
+  printf("%s: %d groups, %d fused: %d GEMM+EVT kernels,%s %d row kernels\n", path, xp->ngroups, p->groups_fused, ng, conv, nr);
   evt_program_destroy(p);
   evt_graph_free(g);
   return true;
@@ -64,7 +66,7 @@ EVTC_COMMAND(prefetch, "FILE... [--arch ARCH] [--only gemm|rows] [--list]",
              "would compile for every FILE (deduplicated; results in the JIT cache, $EVT_CACHE_DIR/jit; EVT_JIT_JOBS\n"
              "compiles at a time). CUTLASS GEMM kernels first, then row / pointwise kernels.\n"
              "  --arch ARCH   the GPU target, as evtc run --arch (default: the present GPU's, else sm_90a)\n"
-             "  --only gemm   only the CUTLASS GEMM+EVT kernels\n"
+             "  --only gemm   only the CUTLASS GEMM+EVT (and CONV+EVT) kernels\n"
              "  --only rows   only the row / pointwise kernels\n"
              "  --list        list the kernels (name, kind, the files that use them) without compiling") {
   int only = -1; /* -1 both, 1 gemm, 0 rows */
@@ -104,13 +106,15 @@ EVTC_COMMAND(prefetch, "FILE... [--arch ARCH] [--only gemm|rows] [--list]",
   int n = 0, cap = 0, bad = 0, badfiles = 0;
   for (int f = 0; f < nf; f++)
     if (!plan_file(files[f], &po, &ks, &n, &cap, &bad)) badfiles++;
-  int ngemm = 0;
-  for (int i = 0; i < n; i++) ngemm += ks[i].gemm;
-  printf("prefetch: %d files, %d distinct kernels: %d GEMM+EVT, %d row\n", nf, n, ngemm, n - ngemm);
+  int ngemm = 0, nconv = 0;
+  for (int i = 0; i < n; i++) ngemm += ks[i].gemm && !ks[i].conv, nconv += ks[i].conv;
+  char conv[32] = "";
+  if (nconv) snprintf(conv, sizeof conv, " %d CONV+EVT,", nconv);
+  printf("prefetch: %d files, %d distinct kernels: %d GEMM+EVT,%s %d row\n", nf, n, ngemm, conv, n - ngemm - nconv);
   int failed = 0;
   if (list) {
     for (int i = 0; i < n; i++)
-      if (only < 0 || only == ks[i].gemm) printf("%s %s: %s\n", ks[i].name, ks[i].gemm ? "gemm" : "row", ks[i].users);
+      if (only < 0 || only == ks[i].gemm) printf("%s %s: %s\n", ks[i].name, ks[i].conv ? "conv" : ks[i].gemm ? "gemm" : "row", ks[i].users);
   } else {
     if (only != 0) failed += evt_prefetch_compile(ks, n, 1, stderr);
     if (only != 1) failed += evt_prefetch_compile(ks, n, 0, stderr);

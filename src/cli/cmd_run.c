@@ -15,7 +15,7 @@
  * compare with: both give the same losses bit for bit). With --check every step is also run on the
  * interpreter and every output compared (check_step; the GPU then also sends back the outputs and the params
  * the step read); the step time printed excludes the check. No GPU or no kernel library: exit 1 with "no CUDA device".
- * --fused (implies --opt) partitions and lowers the graph and runs GEMM+EVT / row / pointwise groups as generated
+ * --fused (implies --opt) partitions and lowers the graph and runs GEMM+EVT / CONV+EVT / row / pointwise groups as generated
  * kernels (src/runtime/gpu/exec_plan.h, evt_cuda_open_fused); --stats lists each group's path. Off by default.
  * --check's rule (evt_check_step, src/compile/compile.h): f32 outputs within 1e-4 of the interpreter; bf16/f16
  * outputs within max(1e-2, 2 x the per-node interpreter's own distance) of the exact (fp64) answer; outputs
@@ -363,8 +363,8 @@ EVTC_COMMAND(run, "FILE --steps N [--lr X] [--seed S] [--device cpu|auto|cuda] [
              "                the per-node interpreter; computed from fp8 values: within 1e-2 of the interpreter in\n"
              "                relative norm, ||gpu - cpu|| / ||cpu||; NaN fails)\n"
              "  --fused       with --device cuda (implies --opt): partition + lower the graph, JIT-compile the\n"
-             "                GEMM+EVT / row / pointwise kernels (nvcc, cache $EVT_CACHE_DIR/jit) and run each such group\n"
-             "                as one generated kernel; other groups run node by node, one warning each\n"
+             "                GEMM+EVT / CONV+EVT / row / pointwise kernels (nvcc, cache $EVT_CACHE_DIR/jit) and run each\n"
+             "                such group as one generated kernel; other groups run node by node, one warning each\n"
              "  --cuda-graph  with --device cuda: capture the step as a CUDA graph once, replay it every step\n"
              "  --host-sgd    with --device cuda: upload the inputs and params every step, bring every output back\n"
              "                and update on the host (the same losses, slower; for comparison)\n"

@@ -259,6 +259,10 @@ evt_status evt_kspec_conv_check(const evt_kspec *s, char *err, size_t errlen);
 /* The GEMM view of a conv geometry: fprop M = n*p*q, N = o, K = kh*kw*c; dgrad M = n*h*w, N = c, K = kh*kw*o; wgrad
  * M = o, N = kh*kw*c, K = n*p*q. */
 void evt_conv_gemm_shape(const evt_conv_geom *g, int64_t *m, int64_t *n, int64_t *k);
+/* The GEMM view's accumulator tile of a convolution in double, acc [M x N] row-major (evt_conv_gemm_shape), from
+ * its operands as NHWC / OHWC memory: fprop a = x [N,H,W,C], b = w [O,kh,kw,C] -> y [N,P,Q,O]; dgrad a = dy
+ * [N,P,Q,O], b = w -> dx [N,H,W,C]; wgrad a = dy, b = x -> dw [O,kh,kw,C]. Zero padding; any stride. */
+void evt_conv_accumulate(const evt_conv_geom *g, const double *a, const double *b, double *acc);
 /* "fprop", "dgrad", "wgrad" ("none" for a GEMM). */
 const char *evt_conv_kind_name(evt_conv_kind k);
 /* The largest K tile (64, 32, 16) dividing c, or 0 when c is not a multiple of 16 (wgrad: its N tile). */
@@ -329,6 +333,11 @@ void evt_kspec_reference_batched(const evt_kspec *s, int64_t l, int64_t m, int64
 /* The same in a run with RNG step rng_step (rand nodes: evt_vop_rand of element i·N + j; the two above: step 0). */
 void evt_kspec_reference_batched_at(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
                                     const double *b, double *const *tensors, double *d, uint64_t rng_step);
+/* The epilogue alone, unbatched: acc holds the M×N accumulator (double; each value is rounded to f32 as the
+ * kernel's accumulator is), tensors and d as evt_kspec_reference. A convolution's CPU reference
+ * (evt_lower_gemm_reference of a CONV+EVT group) computes its tile with evt_conv_accumulate, then this. */
+void evt_kspec_reference_acc(const evt_kspec *s, int64_t m, int64_t n, const double *acc, double *const *tensors, double *d,
+                             uint64_t rng_step);
 /* Elements of node v's tensor for one batch of an m×n problem: evt_vop_elems of its op (m*n aux, n row
  * bcast / row sum, m col bcast / col sum / col_max / one_hot, 1 scalar_load, 0 for nodes without memory). */
 int64_t evt_vnode_numel(const evt_kspec *s, int v, int64_t m, int64_t n);

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "codegen/kspec.h"
 #include "ir/ir.h"
@@ -31,6 +32,35 @@ void evt_conv_gemm_shape(const evt_conv_geom *g, int64_t *m, int64_t *n, int64_t
   *m = (int64_t)g->n * (dgrad ? (int64_t)g->h * g->w : (int64_t)g->p * g->q);
   *n = dgrad ? g->c : g->o;
   *k = (int64_t)g->kh * g->kw * (dgrad ? g->o : g->c);
+}
+
+/* One filter tap (r, s) of output pixel yi (offset of y / dy's row) over input pixel xi (of x / dx's row): every
+ * (o, c) product, into the operator's output. */
+static void accumulate_tap(const evt_conv_geom *g, const double *a, const double *b, double *acc, int64_t xi, int64_t yi,
+                           int64_t tap) {
+  int64_t wstep = (int64_t)g->kh * g->kw * g->c, wi = tap * g->c; /* w / dw [O,kh,kw,C]: o * wstep + wi + c */
+  for (int64_t o = 0; o < g->o; o++)
+    for (int64_t c = 0; c < g->c; c++) {
+      if (g->kind == EVT_CONV_FPROP) acc[yi + o] += a[xi + c] * b[o * wstep + wi + c];
+      else if (g->kind == EVT_CONV_DGRAD) acc[xi + c] += a[yi + o] * b[o * wstep + wi + c];
+      else acc[o * wstep + wi + c] += a[yi + o] * b[xi + c];
+    }
+}
+
+void evt_conv_accumulate(const evt_conv_geom *g, const double *a, const double *b, double *acc) {
+  int64_t m, n, k;
+  evt_conv_gemm_shape(g, &m, &n, &k);
+  memset(acc, 0, sizeof(double) * (size_t)(m * n));
+  for (int64_t b0 = 0; b0 < g->n; b0++)
+    for (int64_t p = 0; p < g->p; p++)
+      for (int64_t q = 0; q < g->q; q++)
+        for (int64_t r = 0; r < g->kh; r++)
+          for (int64_t t = 0; t < g->kw; t++) {
+            int64_t h = p * g->stride_h - g->pad_h + r, w = q * g->stride_w - g->pad_w + t;
+            if (h < 0 || h >= g->h || w < 0 || w >= g->w) continue; /* zero padding */
+            int64_t xi = ((b0 * g->h + h) * g->w + w) * g->c, yi = ((b0 * g->p + p) * g->q + q) * g->o;
+            accumulate_tap(g, a, b, acc, xi, yi, r * g->kw + t);
+          }
 }
 
 const char *evt_conv_kind_name(evt_conv_kind k) {

@@ -33,8 +33,8 @@
  *              output seen as a row-major matrix, so its epilogue is built exactly as a GEMM's (a bias is a
  *              row_bcast of an O-vector, a sum over N, P, Q a row_sum). a_node / b_node are x and w, m n k the GEMM
  *              view (N*P*Q, O, kh*kw*C). Likewise conv2d_backward_input with stride 1 (dgrad: dy and w, tile dx
- *              [N*H*W, C]) and the singleton conv2d_backward_weight (wgrad: dy and x, tile dw [O, kh*kw*C], D only). The runtime does not bind these kernels yet (its plan runs the group
- *              node by node; evtc compile emits and builds them).
+ *              [N*H*W, C]) and the singleton conv2d_backward_weight (wgrad: dy and x, tile dw [O, kh*kw*C], D only). The runtime binds and launches them like unbatched GEMM+EVT
+ *              kernels (runtime/gpu/exec_plan.h); never cuBLAS, the unfused pair or the tuner.
  *   UNFUSED    anything that cannot be expressed: a conv (nchw, grouped, dilated, f32, ...) nucleus, a library singleton
  *              (pool, embedding, sdpa, ...), or a group with a member its spec cannot hold. fp8 tensors
  *              (f8e4m3 / f8e5m2) lower in two places only: as a row / pointwise kernel's aux loads and the
@@ -144,7 +144,8 @@ bool evt_lower_batched_check(const evt_graph *g, const evt_lowered *L, char *why
 /* CPU reference of a lowered GEMM+EVT group on whole tensors, laid out as the launch puts them: a, b the
  * memory of a_node / b_node, mem[i] the memory of vtensor[i] (loads read, stores write; sums from 0), d the
  * memory of D (d_tensor, or an L*M*N scratch). Unbatched: evt_kspec_reference. Batched: per batch through
- * the lowered leading dims, batch and outer strides (0 = packed, as the launcher reads them). */
+ * the lowered leading dims, batch and outer strides (0 = packed, as the launcher reads them). A CONV+EVT group:
+ * a, b its operands' NHWC memory (a_node, b_node), the tile from evt_conv_accumulate, then evt_kspec_reference_acc. */
 void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d,
                               uint64_t rng_step);
 

@@ -579,6 +579,14 @@ static void mat_io(double *mem, int64_t off, int64_t ld, int64_t rows, int64_t c
 void evt_lower_gemm_reference(const evt_lowered *L, const double *a, const double *b, double *const *mem, double *d,
                               uint64_t rng_step) {
   const evt_kspec *s = &L->spec;
+  if (s->conv.kind != EVT_CONV_NONE) { /* the convolution's tile, then the epilogue */
+    double *acc = malloc(sizeof(double) * (size_t)(L->m * L->n));
+    EVT_ASSERT(acc);
+    evt_conv_accumulate(&s->conv, a, b, acc);
+    evt_kspec_reference_acc(s, L->m, L->n, acc, mem, d, rng_step);
+    free(acc);
+    return;
+  }
   if (!s->batched) {
     evt_kspec_reference_batched_at(s, 1, L->m, L->n, L->k, a, b, mem, d, rng_step);
     return;

@@ -1,6 +1,7 @@
 /* CPU reference for kernel specs (contract in kspec.h, evt_kspec_reference).
  *
- * Computes acc = A·B in double, then evaluates every visitor node per element in spec order. Mirrors the
+ * Computes acc = A·B in double (or takes it: evt_kspec_reference_acc, a convolution's tile), then evaluates every
+ * visitor node per element in spec order. Mirrors the
  * kernel's rounding points: loads read values already in their dtype, aux stores round to their dtype
  * in memory but pass the unrounded value on (as Sm90AuxStore does), D is rounded to D's dtype, sums
  * accumulate in double and are rounded to f32. Intermediates are double (the kernel uses f32), so the
@@ -107,13 +108,31 @@ double evt_vop_visit(evt_vop op, evt_dtype dtype, double value, double *const *t
 
 int64_t evt_vnode_numel(const evt_kspec *s, int v, int64_t m, int64_t n) { return evt_vop_elems(s->nodes[v].op, m, n); }
 
+/* Row i of the epilogue from its accumulator values row[0..n) (rounded to f32 as the kernel's f32 accumulator). */
+static void epilogue_row(const evt_kspec *s, int64_t i, int64_t n, const double *row, double *const *tensors, double *d,
+                         uint64_t rng_step) {
+  double val[EVT_KSPEC_MAX_NODES];
+  for (int64_t j = 0; j < n; j++) {
+    for (int v = 0; v < s->nnodes; v++) {
+      const evt_vnode *nd = &s->nodes[v];
+      double in[3];
+      for (int q = 0; q < 3; q++) in[q] = nd->in[q] >= 0 ? val[nd->in[q]] : 0;
+      switch (nd->op) {
+        case EVT_V_ACC: val[v] = (double)(float)row[j]; break;
+        case EVT_V_RAND: val[v] = evt_vop_rand(nd->seed, nd->offset, rng_step, nd->dtype, i * n + j); break;
+        default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, in); break;
+      }
+    }
+    d[i * n + j] = evt_round_to_dtype(val[s->d_node], s->d_dtype);
+  }
+}
+
 /* One batch: tensors already point at this batch's memory; sums were zeroed by the caller. */
 static void reference_one(const evt_kspec *s, int64_t m, int64_t n, int64_t k, const double *a, const double *b,
                           double *const *tensors, double *d, uint64_t rng_step) {
   int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
   double *row = malloc(sizeof(double) * (size_t)n);
   EVT_ASSERT(row);
-  double val[EVT_KSPEC_MAX_NODES];
   for (int64_t i = 0; i < m; i++) {
     for (int64_t j = 0; j < n; j++) row[j] = 0;
     for (int64_t kk = 0; kk < k; kk++) {
@@ -124,31 +143,30 @@ static void reference_one(const evt_kspec *s, int64_t m, int64_t n, int64_t k, c
       else
         for (int64_t j = 0; j < n; j++) row[j] += av * b[kk * n + j];
     }
-    for (int64_t j = 0; j < n; j++) {
-      for (int v = 0; v < s->nnodes; v++) {
-        const evt_vnode *nd = &s->nodes[v];
-        double in[3];
-        for (int q = 0; q < 3; q++) in[q] = nd->in[q] >= 0 ? val[nd->in[q]] : 0;
-        switch (nd->op) {
-          case EVT_V_ACC: val[v] = (double)(float)row[j]; break;
-          case EVT_V_RAND: val[v] = evt_vop_rand(nd->seed, nd->offset, rng_step, nd->dtype, i * n + j); break;
-          default: val[v] = evt_vop_visit(nd->op, nd->dtype, nd->value, tensors, v, i, j, n, in); break;
-        }
-      }
-      d[i * n + j] = evt_round_to_dtype(val[s->d_node], s->d_dtype);
-    }
+    epilogue_row(s, i, n, row, tensors, d, rng_step);
   }
   free(row);
 }
 
-void evt_kspec_reference_batched_at(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
-                                    const double *b, double *const *tensors, double *d, uint64_t rng_step) {
+/* Sums start at 0, col_max at -inf (l batches of every per-batch tensor). */
+static void reset_reductions(const evt_kspec *s, int64_t l, int64_t m, int64_t n, double *const *tensors) {
   for (int v = 0; v < s->nnodes; v++) {
     evt_vop op = s->nodes[v].op;
     int64_t len = evt_vnode_numel(s, v, m, n) * (s->nodes[v].shared ? 1 : l);
     if (op == EVT_V_ROW_SUM || op == EVT_V_COL_SUM) memset(tensors[v], 0, sizeof(double) * (size_t)len);
     for (int64_t i = 0; op == EVT_V_COL_MAX && i < len; i++) tensors[v][i] = -INFINITY; /* max's identity */
   }
+}
+
+void evt_kspec_reference_acc(const evt_kspec *s, int64_t m, int64_t n, const double *acc, double *const *tensors, double *d,
+                             uint64_t rng_step) {
+  reset_reductions(s, 1, m, n, tensors);
+  for (int64_t i = 0; i < m; i++) epilogue_row(s, i, n, acc + i * n, tensors, d, rng_step);
+}
+
+void evt_kspec_reference_batched_at(const evt_kspec *s, int64_t l, int64_t m, int64_t n, int64_t k, const double *a,
+                                    const double *b, double *const *tensors, double *d, uint64_t rng_step) {
+  reset_reductions(s, l, m, n, tensors);
   double *tb[EVT_KSPEC_MAX_NODES];
   for (int64_t bi = 0; bi < l; bi++) {
     for (int v = 0; v < s->nnodes; v++)

@@ -64,7 +64,8 @@ void evt_compile_kernels_free(char **so, int n);
 /* ---- prefetch.c: the kernels of many fused plans in one JIT batch ------------------------------------- */
 typedef struct evt_pf_kernel {
   char name[40];
-  int gemm;        /* 1: CUTLASS GEMM+EVT kernel, 0: row / pointwise kernel */
+  int gemm;        /* 1: CUTLASS GEMM+EVT or CONV+EVT kernel (one JIT batch), 0: row / pointwise kernel */
+  int conv;        /* 1: of those, a CONV+EVT kernel */
   char *source;    /* generated source (owned) */
   char users[400]; /* labels of the plans that use it */
   int arch, ptx;   /* the target its plan compiles for (evt_exec_plan.arch / ptx) */

@@ -79,7 +79,8 @@ static evt_status run_gemm_cpu(evt_graph *g, const evt_exec_plan *p, int gi, evt
     EVT_ASSERT(scratch);
     d = scratch;
   }
-  evt_lower_gemm_reference(&p->low.k[gi], a, b, mem, d, g->rng_step); /* batched: through the launch's strides */
+  evt_lower_gemm_reference(&p->low.k[gi], a, b, mem, d, g->rng_step); /* batched: through the launch's strides; a conv:
+                                                                         * evt_conv_accumulate's tile */
   free(scratch);
   return EVT_OK;
 }
@@ -123,7 +124,7 @@ evt_status evt_exec_plan_run_cpu(evt_graph *g, const evt_exec_plan *p, evt_tenso
       }
       continue;
     }
-    if (x->kind == EVT_LK_GEMM_EVT) {
+    if (x->kind == EVT_LK_GEMM_EVT || x->kind == EVT_LK_CONV_EVT) { /* (a conv: its tile, then the epilogue) */
       st = x->unf ? run_unfused_cpu(g, p, gi, values) : run_gemm_cpu(g, p, gi, values);
       if (st == EVT_OK) st = materialize_aliases(g, p, gi, values);
       continue;

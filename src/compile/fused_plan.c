@@ -159,25 +159,10 @@ static bool bind_bmm(const evt_graph *g, const int *group, const evt_lowered *L,
   return bind_group_io(g, group, gi, ops, s->nnodes, x->d_node, L, x);
 }
 
-static bool bind_gemm(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
+/* D and the visitor tensors of an unbatched M x N tile (GEMM or convolution), then the group's inputs / outputs. */
+static bool bind_epilogue(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
   const evt_kspec *s = &L->spec;
   int gi = L->group;
-  x->k = L->k;
-  if (L->m < 1 || L->n < 1 || L->k < 1 || L->m > 2147483647 || L->n > 2147483647 || L->k > 2147483647)
-    return WHY("group %d: GEMM [%lld x %lld x %lld] is empty or exceeds the launcher's int sizes", gi, (long long)L->m,
-               (long long)L->n, (long long)L->k);
-  if (s->batched) return bind_bmm(g, group, L, x);
-  if (L->l > 1 || L->l_outer > 1)
-    return WHY("group %d: batch fields (l %d, l_outer %d) on an unbatched spec", gi, L->l, L->l_outer);
-  if (s->nnodes > EVT_LAUNCH_MAX_PTRS) return WHY("group %d: %d visitor nodes (at most %d pointers)", gi, s->nnodes, EVT_LAUNCH_MAX_PTRS);
-  if (s->d_node < 0 || s->d_node >= s->nnodes) return WHY("group %d: the spec has no D node", gi);
-  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
-  if (!gemm_tensor(g, gi, L->a_node, "operand A", s->ab_dtype, L->m * L->k, at ? L->m : L->k, x)) return false;
-  if (!gemm_tensor(g, gi, L->b_node, "operand B", evt_kspec_b_dtype(s), L->k * L->n, bt ? L->k : L->n, x)) return false;
-  x->a_node = L->a_node;
-  x->b_node = L->b_node;
-  if (group[L->a_node] == gi || group[L->b_node] == gi)
-    return WHY("group %d: an operand of the GEMM is a member of its own group", gi);
   if (L->d_tensor >= 0) {
     if (!gemm_tensor(g, gi, L->d_tensor, "D", s->d_dtype, L->m * L->n, L->n, x)) return false;
     if (group[L->d_tensor] != gi) return WHY("group %d: D is bound to %%%s, not a member", gi, g->nodes[L->d_tensor].name);
@@ -202,6 +187,65 @@ static bool bind_gemm(const evt_graph *g, const int *group, const evt_lowered *L
       return WHY("group %d: %s stores into %%%s, not a member of the group", gi, what, g->nodes[L->vtensor[i]].name);
   }
   return bind_group_io(g, group, gi, ops, s->nnodes, x->d_node, L, x);
+}
+
+static bool bind_gemm(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
+  const evt_kspec *s = &L->spec;
+  int gi = L->group;
+  x->k = L->k;
+  if (L->m < 1 || L->n < 1 || L->k < 1 || L->m > 2147483647 || L->n > 2147483647 || L->k > 2147483647)
+    return WHY("group %d: GEMM [%lld x %lld x %lld] is empty or exceeds the launcher's int sizes", gi, (long long)L->m,
+               (long long)L->n, (long long)L->k);
+  if (s->batched) return bind_bmm(g, group, L, x);
+  if (L->l > 1 || L->l_outer > 1)
+    return WHY("group %d: batch fields (l %d, l_outer %d) on an unbatched spec", gi, L->l, L->l_outer);
+  if (s->nnodes > EVT_LAUNCH_MAX_PTRS) return WHY("group %d: %d visitor nodes (at most %d pointers)", gi, s->nnodes, EVT_LAUNCH_MAX_PTRS);
+  if (s->d_node < 0 || s->d_node >= s->nnodes) return WHY("group %d: the spec has no D node", gi);
+  int at = s->layout == EVT_LAYOUT_TN, bt = s->layout == EVT_LAYOUT_NT;
+  if (!gemm_tensor(g, gi, L->a_node, "operand A", s->ab_dtype, L->m * L->k, at ? L->m : L->k, x)) return false;
+  if (!gemm_tensor(g, gi, L->b_node, "operand B", evt_kspec_b_dtype(s), L->k * L->n, bt ? L->k : L->n, x)) return false;
+  x->a_node = L->a_node;
+  x->b_node = L->b_node;
+  if (group[L->a_node] == gi || group[L->b_node] == gi)
+    return WHY("group %d: an operand of the GEMM is a member of its own group", gi);
+  return bind_epilogue(g, group, L, x);
+}
+
+/* A convolution's operand: bound, in the spec's dtype, exactly the NHWC / OHWC tensor of the geometry (channels
+ * rows: 16-byte multiples by the lowering's channel rules, checked again), not a member of the group. */
+static bool conv_operand(const evt_graph *g, const int *group, const evt_lowered *L, int v, const char *what,
+                         int64_t elems, int64_t channels, evt_group_exec *x) {
+  int gi = L->group;
+  if (!gemm_tensor(g, gi, v, what, L->spec.ab_dtype, elems, channels, x)) return false;
+  if (group[v] == gi) return WHY("group %d: %s %%%s is a member of its own group", gi, what, g->nodes[v].name);
+  return true;
+}
+
+/* A CONV+EVT group (lower_conv.c): m, n, k the GEMM view the launcher checks against its compiled-in geometry; a, b
+ * the operands as the geometry reads them (fprop x, w; dgrad dy, w; wgrad dy, x); the epilogue as a GEMM's over the
+ * [m, n] tile (the NHWC output). Never a cuBLAS call, an unfused pair, a tuned config or an in-step A/B: those are
+ * GEMM-only (a conv's mainloop is CUTLASS's implicit GEMM with its geometry compiled in; cuBLAS has no conv). */
+static bool bind_conv(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
+  const evt_kspec *s = &L->spec;
+  const evt_conv_geom *c = &s->conv;
+  int gi = L->group;
+  int64_t m, n, k;
+  evt_conv_gemm_shape(c, &m, &n, &k);
+  x->k = L->k;
+  if (m != L->m || n != L->n || k != L->k || m > 2147483647 || n > 2147483647 || k > 2147483647)
+    return WHY("group %d: conv %s [%lld x %lld x %lld] is not its geometry's GEMM view or exceeds the launcher's int sizes",
+               gi, evt_conv_kind_name(c->kind), (long long)L->m, (long long)L->n, (long long)L->k);
+  if (s->batched || s->nnodes > EVT_LAUNCH_MAX_PTRS || s->d_node < 0 || s->d_node >= s->nnodes)
+    return WHY("group %d: a conv spec is unbatched with a D node and at most %d visitor nodes", gi, EVT_LAUNCH_MAX_PTRS);
+  int64_t xs = (int64_t)c->n * c->h * c->w * c->c, ys = (int64_t)c->n * c->p * c->q * c->o;
+  int64_t ws = (int64_t)c->o * c->kh * c->kw * c->c;
+  bool fprop = c->kind == EVT_CONV_FPROP, wgrad = c->kind == EVT_CONV_WGRAD;
+  if (!conv_operand(g, group, L, L->a_node, fprop ? "operand x" : "operand dy", fprop ? xs : ys, fprop ? c->c : c->o, x) ||
+      !conv_operand(g, group, L, L->b_node, wgrad ? "operand x" : "operand w", wgrad ? xs : ws, c->c, x))
+    return false;
+  x->a_node = L->a_node;
+  x->b_node = L->b_node;
+  return bind_epilogue(g, group, L, x);
 }
 
 /* A nucleus-free spec whose every tensor is a whole M x N one (aux loads / stores, scalars, compute): the kernel
@@ -243,6 +287,7 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
   x->why[0] = 0;
   if (!L->ok) return WHY("%s", L->reason);
   if (L->kind == EVT_LK_GEMM_EVT) return bind_gemm(g, group, L, x);
+  if (L->kind == EVT_LK_CONV_EVT) return bind_conv(g, group, L, x);
   if (L->kind != EVT_LK_ROW && L->kind != EVT_LK_POINTWISE) return WHY("group %d: no generated kernel for this kind", L->group);
   if (s->nucleus == EVT_ROWN_SPMM && s->has_perm) /* (A^T's structure, built once per adjacency: not yet) */
     return WHY("group %d: the runtime does not bind spmm_t row kernels yet (A^T's CSR is not built)", L->group);
@@ -406,12 +451,12 @@ static void assign_kernel(evt_exec_plan *p, int gi, const evt_lowered *L, evt_gr
   if (k == p->nkernels) {
     snprintf(p->kname[k], sizeof p->kname[k], "%s", kn);
     if (x->unf) p->kspec[k] = &p->urs[gi];
-    else if (L->kind == EVT_LK_GEMM_EVT) p->gspec[k] = &L->spec;
+    else if (evt_lowered_cutlass(L)) p->gspec[k] = &L->spec; /* GEMM+EVT or CONV+EVT: a CUTLASS kernel */
     else p->kspec[k] = &L->rspec;
     p->nkernels++;
   }
   x->kernel = k;
-  if (L->kind == EVT_LK_GEMM_EVT && x->d_node < 0) { /* a batched scratch D is packed: every batch's tile */
+  if (evt_lowered_cutlass(L) && x->d_node < 0) { /* a batched scratch D is packed: every batch's tile */
     int64_t nb = L->spec.batched ? (int64_t)(L->l > 0 ? L->l : 1) * (L->l_outer > 1 ? L->l_outer : 1) : 1;
     int64_t bytes = nb * x->m * x->n * (int64_t)evt_dtype_size(L->spec.d_dtype);
     if (bytes > p->scratch_bytes) p->scratch_bytes = bytes;
@@ -573,6 +618,9 @@ evt_status evt_exec_plan_build(evt_graph *g, const evt_options *o, evt_exec_plan
     x->kernel = -1;
     x->unf_bias = -1;
     x->fused = evt_exec_bind(g, p->part.group, L, x);
+    /* tuning records, the unfused pair (cuBLAS + row kernel) and the in-step A/B are GEMM-only: a CONV+EVT group
+     * keeps its generated kernel (cuBLAS has no convolution; the tuner measures GEMM mainloops, and a conv's
+     * configuration is the lowering's, compiled in with its geometry) */
     if (L->kind == EVT_LK_GEMM_EVT) {
       apply_tuning(g, p, gi, L, &tg[gi], o->fusion_ab);
       apply_split_k_rule(g, p, gi, L);

@@ -118,7 +118,7 @@ evt_status evt_plan_build(const evt_graph *g, const evt_part_plan *part, const e
     evt_plan_launch *la = &p->launches[i];
     la->group = i;
     la->kernel = &low->k[i];
-    if (la->kernel->ok && la->kernel->kind == EVT_LK_GEMM_EVT && la->kernel->d_tensor < 0) {
+    if (la->kernel->ok && evt_lowered_cutlass(la->kernel) && la->kernel->d_tensor < 0) { /* (GEMM or conv: D scratch) */
       const evt_lowered *K = la->kernel;
       int b = add_buffer(p, K->nucleus, EVT_BUF_SCRATCH, K->m * K->n * (int64_t)evt_dtype_size(K->spec.d_dtype), i, i);
       add_id(&la->writes, &la->nwrites, b);

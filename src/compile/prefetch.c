@@ -42,6 +42,7 @@ int evt_prefetch_collect(const evt_exec_plan *xp, const char *label, evt_pf_kern
     memset(K, 0, sizeof *K);
     snprintf(K->name, sizeof K->name, "%s", xp->kname[k]);
     K->gemm = xp->gspec[k] != NULL;
+    K->conv = K->gemm && xp->gspec[k]->conv.kind != EVT_CONV_NONE;
     K->arch = xp->arch;
     K->ptx = xp->ptx;
     K->source = src;

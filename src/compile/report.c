@@ -85,6 +85,13 @@ static void report_group(evt_sbuf *b, const evt_graph *g, const evt_exec_plan *x
   json_str(b, x->fused ? "" : x->why);
   evt_sbuf_printf(b, ", \"ops\": ");
   member_ops(b, g, x);
+  if (x->kind == EVT_LK_CONV_EVT) { /* its geometry, as the spec's text: "conv fprop n 4 h 8 ... out 8x8" */
+    char geo[160];
+    evt_conv_text(&xp->low.k[gi].spec.conv, geo, sizeof geo);
+    geo[strcspn(geo, "\n")] = 0;
+    evt_sbuf_printf(b, ", \"conv\": ");
+    json_str(b, geo);
+  }
   evt_sbuf_printf(b, "}");
 }
 

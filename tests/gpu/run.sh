@@ -8,7 +8,8 @@
 #            (check_fp8: conversions, the recipe's row kernels and fp8 GEMMs), cuDNN attention (check_cudnn_sdpa);
 #            KERNEL_CHECKS=check_evt,check_conv,... runs only those programs
 #   graphs   every generated kernel of the graphs JIT-compiled (evtc prefetch), then `evtc run --device cuda --check`
-#            (against the interpreter) over examples/*.evt, bench/graphs/*.evt, tests/gpu/graphs/*.evt and a
+#            (against the interpreter) over examples/*.evt, bench/graphs/*.evt, tests/gpu/graphs/*.evt,
+#            tests/graphs/resnet_block_nhwc_bf16.evt (--fused: its CONV+EVT fprop, dgrad and wgrad kernels) and a
 #            medium BERT layer whose attention runs on cuDNN: node by node, optimized, fused, and the optimized and
 #            fused steps as CUDA graphs; tests/graphs/fp8_mlp.evt with --fp8 (node by node, fused, fused as a CUDA
 #            graph); the run-time index error (bench/graphs/bad_index.evt); the device-resident training loop
@@ -203,6 +204,7 @@ fi
 graphs=(examples/*.evt)
 for f in bench/graphs/*.evt; do [ "$f" = bench/graphs/bad_index.evt ] || graphs+=("$f"); done
 graphs+=(tests/gpu/graphs/*.evt)
+graphs+=(tests/graphs/resnet_block_nhwc_bf16.evt) # channels-last: --fused runs its conv groups on CONV+EVT kernels
 MEDIUM=$B/bert_layer_sdpa_medium_bf16.evt # attention with head size 64, on cuDNN
 if want graphs || want program || want ampere; then
   if python3 examples/gen.py bert_layer_sdpa --dtype bf16 --batch 2 --seq 128 --hidden 256 --heads 4 --ffn 1024 \

@@ -292,7 +292,7 @@ evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
     }
     return EVT_OK;
   }
-  if (x->kind == EVT_LK_GEMM_EVT) {
+  if (evt_group_exec_cutlass(x)) {
     if (!evt_gemm_group_run(p->gk, p->xp, gi, node_ptr, p, p->gemm_scratch, stream)) p->replan = true;
     return EVT_OK;
   }
@@ -320,7 +320,7 @@ int evt_gpu_group_launches(const evt_program *p, int gi) {
   const evt_group_exec *x = &p->xp->groups[gi];
   if (x->blas) return 0; /* one cuBLAS call: the library's launch count has it */
   const evt_rspec *s = p->xp->kspec[x->kernel];
-  if ((x->kind == EVT_LK_GEMM_EVT && !x->unf) || !s) return 1; /* the CUTLASS kernel */
+  if ((evt_group_exec_cutlass(x) && !x->unf) || !s) return 1; /* the CUTLASS kernel */
   for (int i = 0; i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_ROW_SUM) return 2; /* the row kernel, then the deterministic row-sum finalize */
   return 1;

@@ -73,8 +73,18 @@ void evt_exec_plan_free(evt_exec_plan *p) {
   memset(p, 0, sizeof *p);
 }
 
+/* "group 2 conv+evt evt_kernel_... fused [256 x 16 x 144] conv fprop n 4 h 8 ... out 8x8, 3 nodes" */
+static void print_conv(const evt_exec_plan *p, int gi, FILE *out) {
+  const evt_group_exec *x = &p->groups[gi];
+  char geo[160] = "";
+  evt_conv_text(&p->low.k[gi].spec.conv, geo, sizeof geo);
+  char *nl = strchr(geo, '\n');
+  if (nl) *nl = 0;
+  fprintf(out, "group %d conv+evt %s fused [%lld x %lld x %lld] %s%s, %d nodes\n", gi, p->kname[x->kernel], (long long)x->m,
+          (long long)x->n, (long long)x->k, geo, x->d_node < 0 ? " (D scratch)" : "", x->nmembers);
+}
+
 void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out) {
-  (void)g;
   for (int gi = 0; gi < p->ngroups; gi++) {
     const evt_group_exec *x = &p->groups[gi];
     const evt_lowered *L = &p->low.k[gi];
@@ -96,6 +106,8 @@ void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out) 
               evt_lower_kind_name(x->kind), (long long)x->m, (long long)x->n, (long long)x->k,
               L->spec.layout == EVT_LAYOUT_NN ? "NN" : L->spec.layout == EVT_LAYOUT_NT ? "NT" : "TN",
               L->spec.batched ? " batched" : "", x->nmembers);
+    else if (x->fused && x->kind == EVT_LK_CONV_EVT)
+      print_conv(p, gi, out);
     else if (x->fused && x->kind == EVT_LK_GEMM_EVT)
       fprintf(out, "group %d %s %s fused [%lld x %lld x %lld]%s%s, %d nodes\n", gi, evt_lower_kind_name(x->kind),
               p->kname[x->kernel], (long long)x->m, (long long)x->n, (long long)x->k, bat, x->d_node < 0 ? " (D scratch)" : "",
@@ -103,6 +115,8 @@ void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out) 
     else if (x->fused)
       fprintf(out, "group %d %s %s fused [%lld x %lld], %d nodes\n", gi, evt_lower_kind_name(x->kind),
               p->kname[x->kernel], (long long)x->m, (long long)x->n, x->nmembers);
+    else if (x->kind == EVT_LK_CONV_EVT && L->nucleus >= 0 && L->nucleus < g->nnodes) /* (refused or demoted) */
+      fprintf(out, "group %d conv+evt fallback (%%%s), %d nodes: %s\n", gi, g->nodes[L->nucleus].name, x->nmembers, x->why);
     else
       fprintf(out, "group %d %s fallback, %d nodes: %s\n", gi, evt_lower_kind_name(x->kind), x->nmembers, x->why);
   }

@@ -26,6 +26,12 @@
  *     D, each visitor tensor through its strides); leading dims and batch strides are 16-byte multiples;
  *     every store (D, aux store, per-batch or all-batch sum) covers exactly its tensor; a sum shared by
  *     every batch only with one launch level (l_outer 1); a scratch D is packed (l_outer·l·m·n elements).
+ *   CONV+EVT lowered groups (src/codegen/lower_conv.c: fprop, stride-1 dgrad, wgrad over NHWC) run as their
+ *     generated CUTLASS implicit-GEMM kernel (src/codegen/emit_cutlass_conv.c), launched like a GEMM's (gemm_launch.c):
+ *     m, n, k = the geometry's GEMM view (the launcher refuses any other), a_node / b_node = the operands as the
+ *     geometry reads them (fprop x, w; dgrad dy, w; wgrad dy, x), each exactly its NHWC / OHWC tensor in the spec's
+ *     operand dtype with 16-byte channel rows; D and the visitor tensors as an unbatched GEMM's over the [m, n]
+ *     tile (the NHWC output). Never cuBLAS, the unfused pair, a tuned config or the in-step A/B (GEMM-only).
  *   Both kinds: a load (and A, B) never reads a member of its own group (members are not materialized
  *     before the kernel), and every member read outside the group or a graph output is written by a store
  *     of the spec (D included).
@@ -35,7 +41,7 @@
  *     pair by default (evt_exec_split_k_starved).
  *   everything else runs node by node through the fallback library: groups that did not lower (reason of
  *     the lowering), groups failing a check above, groups whose kernel failed to compile or load
- *     (evt_exec_plan_demote), and GEMM groups whose launcher refused (evt_exec_plan_demote_group).
+ *     (evt_exec_plan_demote), and GEMM / conv groups whose launcher refused (evt_exec_plan_demote_group).
  * Execution order: `sources` (partition group -1 nodes other than inputs/params: views of sources,
  * constants, rand) in id order, then groups in group order (a topological order of the contracted graph),
  * a fallback group's members in id order. Members of a fused group that no one outside reads are never
@@ -98,6 +104,12 @@ typedef struct evt_exec_plan {
   unsigned lower_flags;     /* EVT_LOWER_* its groups are lowered with (evt_lower_flags: evt_options.tf32) */
 } evt_exec_plan;
 
+/* Does x run as a CUTLASS kernel's launch (GEMM+EVT or CONV+EVT: a_node, b_node, d_node, ptr_node), when fused and
+ * neither cuBLAS nor the unfused pair (both GEMM-only)? */
+static inline int evt_group_exec_cutlass(const evt_group_exec *x) {
+  return x->kind == EVT_LK_GEMM_EVT || x->kind == EVT_LK_CONV_EVT;
+}
+
 #define EVT_EXEC_PTR_T (-2) /* evt_group_exec.rptr: the unfused GEMM's T */
 #define EVT_EXEC_PTR_RNG (-3) /* node id asked of evt_node_ptr_fn for a GEMM rand node's pointer: the run's RNG step */
 
@@ -115,7 +127,9 @@ void evt_exec_plan_free(evt_exec_plan *p);
 /* Groups per path: *fused, *fallback. */
 void evt_exec_plan_counts(const evt_exec_plan *p, int *fused, int *fallback);
 /* One line per group: "group 3 row evt_rowkernel_... fused [m x n]", "group 5 gemm+evt evt_kernel_... fused
- * [m x n x k]" or "group 4 unfused fallback, 3 nodes: reason". */
+ * [m x n x k]", "group 0 conv+evt evt_kernel_... fused [m x n x k] conv fprop n 4 h 8 ... out 8x8" or "group 4
+ * unfused fallback, 3 nodes: reason" (a conv+evt group refused at binding or demoted: "group 0 conv+evt fallback
+ * (%conv), 5 nodes: reason"). */
 void evt_exec_plan_print(const evt_graph *g, const evt_exec_plan *p, FILE *out);
 
 #endif

@@ -51,21 +51,22 @@ const char *evt_gemm_launch_status_name(int rc) {
     case EVT_LAUNCH_WORKSPACE: return "workspace allocation failed";
     case EVT_LAUNCH_INIT: return "Gemm::initialize failed";
     case EVT_LAUNCH_RUN: return "the launch failed";
-    case EVT_LAUNCH_BAD_ARGS: return "a needed pointer is NULL";
+    case EVT_LAUNCH_BAD_ARGS: return "a needed pointer is NULL (a conv: or m, n, k not its compiled-in geometry's)";
     default: return "unknown launcher code";
   }
 }
 
 static bool refuse(evt_exec_plan *p, int gi, const char *why) {
   evt_exec_plan_demote_group(p, gi, why);
-  fprintf(stderr, "evtc run: warning: group %d (gemm+evt) runs node by node from now on: %s\n", gi, p->groups[gi].why);
+  fprintf(stderr, "evtc run: warning: group %d (%s) runs node by node from now on: %s\n", gi,
+          evt_lower_kind_name(p->groups[gi].kind), p->groups[gi].why);
   return false;
 }
 
 bool evt_gemm_group_run(evt_gemm_kernels *gk, evt_exec_plan *p, int gi, evt_node_ptr_fn node_ptr, void *ctx,
                         void *scratch, void *stream) {
   evt_group_exec *x = &p->groups[gi];
-  EVT_ASSERT(x->fused && x->kind == EVT_LK_GEMM_EVT && x->kernel >= 0 && x->kernel < gk->nk);
+  EVT_ASSERT(x->fused && evt_group_exec_cutlass(x) && x->kernel >= 0 && x->kernel < gk->nk);
   gemm_entry f = gk->fn[x->kernel];
   if (!f) return refuse(p, gi, "the kernel is not loaded");
   evt_launch_args a;

@@ -1,5 +1,6 @@
-/* GEMM+EVT groups of a fused plan on the GPU (src/runtime/gpu/gemm_launch.c): loading and launching of the
- * generated CUTLASS kernels (src/codegen/emit_cutlass.c, ABI kernels/evt_launch.h).
+/* GEMM+EVT and CONV+EVT groups of a fused plan on the GPU (src/runtime/gpu/gemm_launch.c): loading and launching of
+ * the generated CUTLASS kernels (src/codegen/emit_cutlass.c, emit_cutlass_conv.c; ABI kernels/evt_launch.h: a conv's
+ * launch carries its GEMM view m, n, k, operands a, b, D and visitor pointers as a GEMM's).
  *
  * Contract
  * - evt_gemm_kernels_load dlopens the compiled object of every distinct GEMM+EVT kernel of the plan (so[k],

@@ -73,7 +73,7 @@ static void step_access(const evt_graph *g, const evt_exec_plan *xp, evt_prog_st
   }
   const evt_group_exec *x = &xp->groups[s.group];
   const evt_lowered *L = &xp->low.k[s.group];
-  bool gemm = x->kind == EVT_LK_GEMM_EVT;
+  bool gemm = evt_group_exec_cutlass(x); /* (a conv's a / b / d likewise) */
   int nspec = gemm ? L->spec.nnodes : L->rspec.nnodes;
   if (gemm) {
     reads[(*nr)++] = x->a_node;

@@ -114,6 +114,15 @@ void evt_prof_step_label(const evt_program *p, int s, char *buf, size_t len) {
              evt_dtype_name(ks->d_dtype), x->unf_bias >= 0 ? "with the bias, tuned unfused" : "plain epilogue");
     return;
   }
+  if (x->kind == EVT_LK_CONV_EVT) {
+    char geo[160] = "";
+    evt_conv_text(&p->xp->low.k[sp->group].spec.conv, geo, sizeof geo);
+    char *nl = strchr(geo, '\n');
+    if (nl) *nl = 0;
+    snprintf(buf, len, "group %d: conv+evt %s %lldx%lldx%lld %s from %%%s", sp->group, p->xp->kname[x->kernel],
+             (long long)x->m, (long long)x->n, (long long)x->k, geo, first->name);
+    return;
+  }
   if (x->kind == EVT_LK_GEMM_EVT) {
     char spec[160] = "";
     const evt_kspec *ks = p->xp->gspec[x->kernel];
