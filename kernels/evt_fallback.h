@@ -115,8 +115,8 @@ int evt_fb_index_flag(int **flag, char *err, size_t errlen);
  * entry) and perm [nnz] (its position in A: values read as val[perm[t]]), in the order of the host's
  * evt_csr_transpose (src/codegen/csr.c: by column, each column's entries in increasing position in A), bit for bit
  * on a valid CSR; only the first colptr[k] entries belong to A^T. A rowptr entry outside [0, nnz] or decreasing, or
- * a col entry outside [0, k), sets the run-time index flag with `node` (evt_fb_sync reports it); entries with a bad
- * column are left out. The arrays live in the context's scratch (the same addresses at every call, overwritten by
+ * an entry of A (a position in rowptr[0] .. rowptr[m] - 1) with a column outside [0, k), sets the run-time index flag
+ * with `node` (evt_fb_sync reports it); entries with a bad column are left out. The arrays live in the context's scratch (the same addresses at every call, overwritten by
  * the next transpose: the caller's row kernel is enqueued before it); reserve sizes that scratch for t's sizes and
  * dtype (allocates: before a step or a capture, never inside one). transpose enqueues its kernels on stream (no
  * synchronization, no allocation; graph-capturable) and sets t->colptr, rowidx, perm. Returns 1 for indices neither

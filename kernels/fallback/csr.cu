@@ -5,8 +5,9 @@
  * position q of A, so every output row of spmm_t sums in the interpreter's order. Three passes over the context's
  * csr scratch, nothing allocated:
  *   keys    key[q] = col[q] for an entry of A (q in [rowptr[0], rowptr[m])) with a column in [0, k), else k (sorted
- *           past the last column); val[q] = q. Checks rowptr (in [0, nnz], never decreasing) and every col[q]
- *           (the interpreter's checks): a bad one sets the run-time index flag with the node (evt_fb_sync reports it).
+ *           past the last column); val[q] = q. Checks rowptr (in [0, nnz], never decreasing) and the column of every
+ *           entry of A (evt_csr_transpose's checks; positions outside A's rows are not read): a bad one sets the
+ *           run-time index flag with the node (evt_fb_sync reports it).
  *   sort    CUB's DeviceRadixSort::SortPairs over the key bits of k: stable, so equal columns keep increasing q;
  *           the sorted values are perm.
  *   finish  colptr[c] = the number of keys below c (a binary search of the sorted keys), rowidx[t] = the row of
@@ -44,9 +45,9 @@ __global__ void k_csr_keys(const I *rowptr, const I *col, ll m, ll k, ll nnz, K 
     }
     if (i < nnz) {
       const I c = col[i];
-      const bool bad = c < 0 || c >= k;
-      if (bad) atomicCAS(flag, 0, code);
-      keys[i] = (K)(i >= p0 && i < p1 && !bad ? (ll)c : k);
+      const bool in_a = i >= p0 && i < p1, bad = c < 0 || c >= k;
+      if (in_a && bad) atomicCAS(flag, 0, code);
+      keys[i] = (K)(in_a && !bad ? (ll)c : k);
       vals[i] = (I)i;
     }
   }

@@ -398,11 +398,13 @@ static std::vector<std::vector<unsigned char>> run_stores(const SpmmCase &c, Pro
   return out;
 }
 
-// A with `before` entries ahead of rowptr[0] and `after` past rowptr[m] (not A's: left out of A^T).
+// A with `before` entries ahead of rowptr[0] and `after` past rowptr[m]: not A's, so left out of A^T and never checked
+// (half of their columns are out of range).
 static void pad_entries(Csr &A, int before, int after, Rng &r) {
   for (auto &p : A.rowptr) p += before;
-  for (int i = 0; i < before; i++) A.col.insert(A.col.begin(), (double)(r.next() % (uint64_t)A.k)), A.val.insert(A.val.begin(), 1.0);
-  for (int i = 0; i < after; i++) A.col.push_back((double)(r.next() % (uint64_t)A.k)), A.val.push_back(1.0);
+  auto junk = [&](int i) { return (double)(i % 2 ? A.k + i : (int64_t)(r.next() % (uint64_t)A.k)); };
+  for (int i = 0; i < before; i++) A.col.insert(A.col.begin(), junk(i)), A.val.insert(A.val.begin(), 1.0);
+  for (int i = 0; i < after; i++) A.col.push_back(junk(i)), A.val.push_back(1.0);
 }
 
 // One spmm_t problem over the device-built structure: equal to the host's, outputs equal to the host structure's and
