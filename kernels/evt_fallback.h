@@ -11,7 +11,7 @@
  *   glibc by an ulp of double, below any dtype's rounding.
  * - Summation orders follow the interpreter where a thread owns an output element (reductions, softmax,
  *   norms, mm, conv forward / weight gradient); scatter ops (embedding/index_select/pool/conv input
- *   backward, spmm_t, sdpa_backward_k/v, layer_norm_backward_weight) add with double atomics.
+ *   backward, spmm_t node by node, sdpa_backward_k/v, layer_norm_backward_weight) add with double atomics.
  * - Streams: every launch of a node goes to the caller's stream (evt_fb_run); nothing inside a node
  *   synchronizes, copies to the host or allocates (scratch is reserved per context beforehand), so a
  *   whole step can be captured as a CUDA graph.
@@ -110,6 +110,26 @@ int evt_fb_sync(void *stream, int *bad_node, char *err, size_t errlen);
 /* The device address of that flag (node id + 1 of the first error, 0: none), for generated kernels that check
  * indices the same way (the spmm row kernels' csr.err, kernels/evt_row_launch.h). */
 int evt_fb_index_flag(int **flag, char *err, size_t errlen);
+/* A^T's CSR on the device, the operand of spmm_t's generated row kernel (kernels/evt_row_launch.h csr with perm), built
+ * from A's rowptr / col at every run (kernels/fallback/csr.cu): colptr [k + 1], rowidx [nnz] (the row of A of each
+ * entry) and perm [nnz] (its position in A: values read as val[perm[t]]), in the order of the host's
+ * evt_csr_transpose (src/codegen/csr.c: by column, each column's entries in increasing position in A), bit for bit
+ * on a valid CSR; only the first colptr[k] entries belong to A^T. A rowptr entry outside [0, nnz] or decreasing, or
+ * an entry of A (a position in rowptr[0] .. rowptr[m] - 1) with a column outside [0, k), sets the run-time index flag
+ * with `node` (evt_fb_sync reports it); entries with a bad column are left out. The arrays live in the context's scratch (the same addresses at every call, overwritten by
+ * the next transpose: the caller's row kernel is enqueued before it); reserve sizes that scratch for t's sizes and
+ * dtype (allocates: before a step or a capture, never inside one). transpose enqueues its kernels on stream (no
+ * synchronization, no allocation; graph-capturable) and sets t->colptr, rowidx, perm. Returns 1 for indices neither
+ * i64 nor i32, sizes over i32 with i32 indices, or a scratch not reserved. */
+typedef struct evt_fb_csr_transpose_args {
+  int node;                      /* the spmm_t node (its id) */
+  int idx_dtype;                 /* EVT_FB_I64 or EVT_FB_I32: rowptr, col and the arrays built */
+  int64_t m, k, nnz;             /* A [m, k]: rowptr [m + 1], col [nnz] */
+  const void *rowptr, *col;      /* device memory */
+  void *colptr, *rowidx, *perm;  /* set by evt_fb_csr_transpose */
+} evt_fb_csr_transpose_args;
+int evt_fb_csr_reserve(evt_fb_ctx *c, const evt_fb_csr_transpose_args *t, char *err, size_t errlen);
+int evt_fb_csr_transpose(evt_fb_ctx *c, evt_fb_csr_transpose_args *t, void *stream, char *err, size_t errlen);
 int evt_fb_stream_new(void **stream, char *err, size_t errlen); /* a non-blocking stream */
 void evt_fb_stream_free(void *stream);
 /* CUDA graphs: begin (relaxed capture mode), end + instantiate (discard != 0: abandon a failed capture),

@@ -74,6 +74,9 @@ struct evt_fb_ctx {
   } *saved;
   int nsaved;
   long stamps;
+  void *csr;                   /* A^T's CSR of an spmm_t row kernel and its sort's scratch (csr.cu) */
+  size_t csr_bytes;
+  int *index_flag;             /* the run-time index-error flag's address (evt_fb_index_flag), for csr.cu */
 };
 
 /* the stream argument of every launch of a node: counts the launch */
@@ -268,8 +271,8 @@ int fb_attention_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, size_t
 /* gemm.cu: the context's cuBLAS handle and workspace; frees them and the cuBLASLt plans. */
 int fb_gemm_ctx_init(evt_fb_ctx *c, char *err, size_t errlen);
 void fb_gemm_ctx_free(evt_fb_ctx *c);
-/* misc.cu (the only file whose kernels set the run-time index-error flag): the node id + 1 of the first error
- * since the last call, or 0; clears it. */
+/* misc.cu (the file of the run-time index-error flag; csr.cu's kernels set it through its address): the node id + 1
+ * of the first error since the last call, or 0; clears it. */
 int fb_take_bad_node(int *bad_plus_one, char *err, size_t errlen);
 
 #endif

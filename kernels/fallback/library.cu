@@ -183,6 +183,7 @@ extern "C" void evt_fb_ctx_free(evt_fb_ctx *c) {
   cudaFree(c->s2);
   cudaFree(c->stage);
   cudaFree(c->attn);
+  cudaFree(c->csr);
   for (int i = 0; i < c->nsaved; i++) cudaFree(c->saved[i].o), cudaFree(c->saved[i].stats);
   free(c->saved);
   free(c);

@@ -1,8 +1,10 @@
 /* The CSR of A^T from the CSR of A, for spmm_t as a row kernel (rspec.h, nucleus spmm with has_perm).
  *
  * spmm_t(A, dy) = A^T dy: row c of the result gathers every entry of A in column c. The structure of A^T depends
- * only on A's rowptr / col, so it is built once per adjacency (a stable counting sort by column) and kept; the
- * values are not copied but read through perm each step, so the kernel stays right when val changes between steps.
+ * only on A's rowptr / col (a stable counting sort by column); the values are not copied but read through perm, so
+ * the kernel stays right when val changes between steps. This is the CPU model's (evt_lower_rows_reference) and the
+ * checks' definition; on the GPU the kernel library builds the same arrays from the device's rowptr / col at every
+ * run (evt_fb_csr_transpose, kernels/evt_fallback.h), bit for bit.
  * Within a column the entries keep A's order (row by row, then position in the row: duplicates too), the order the
  * interpreter adds them in, and the kernel adds them in that fixed order: no atomics, bit-identical run to run.
  */

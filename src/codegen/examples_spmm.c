@@ -47,7 +47,13 @@ static void ex_spmm_i32(evt_rspec *s, evt_dtype dt) {
   evt_rspec_add(s, EVT_V_AUX_STORE, evt_rspec_acc(s, EVT_RV_OUT), -1, dt, "y");
 }
 
-#define SPMM_EXAMPLES(X) X(spmm_gcn1) X(spmm_gcn2) X(spmm_t) X(spmm_i32)
+/* spmm_t with i32 indices and f32 values over a dt dy: dx = A^T dy stored as dt (A^T's CSR in i32 too). */
+static void ex_spmm_t_i32(evt_rspec *s, evt_dtype dt) {
+  ex_spmm_i32(s, dt);
+  s->has_perm = 1;
+}
+
+#define SPMM_EXAMPLES(X) X(spmm_gcn1) X(spmm_gcn2) X(spmm_t) X(spmm_i32) X(spmm_t_i32)
 
 #define NAME(e) #e,
 const char *const evt_rspec_spmm_example_names[] = {SPMM_EXAMPLES(NAME) NULL};

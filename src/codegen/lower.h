@@ -20,7 +20,8 @@
               An spmm / spmm_t nucleus (CSR A, i64 / i32 indices, bf16 / f16 / f32 values and x; rows of at most
               EVT_ROW_MAX_N) is a row nucleus too: [M, N] is its output, rin its rowptr, col, val and dense x (all
               outside the group), acc(OUT) the gathered row; spmm_t reads A^T through perm (csr.h, docs/codegen.md
-              "SpMM"). The runtime binds spmm specs; spmm_t ones it refuses by name (A^T's structure is not built at run time).
+              "SpMM"). The runtime binds both; for spmm_t it builds A^T's CSR on the device every run
+              (evt_fb_csr_transpose) before the kernel.
  *   POINTWISE  a nucleus-free group: an evt_rspec without nucleus over the largest tensor the group writes
  *              or reads ([M, N] = [rest, last dim]); sums over rows / within rows are row_sum / col_sum.
  *              Row kernels need no 16-byte alignment (they fall back to element accesses).

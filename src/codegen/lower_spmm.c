@@ -1,7 +1,7 @@
 /* The spmm / spmm_t nucleus of a row group (contract in lower.h, ROW): its CSR operand and dense x bound as the row
  * spec's nucleus inputs (L->rin: rowptr, col, val, x), each a dense tensor outside the group. spmm_t (A^T dy) is the
  * same nucleus over A^T's CSR with the values read through perm (csr.h); rin still names A's rowptr / col / val,
- * from which the runtime builds A^T's structure once per adjacency. */
+ * from which the runtime builds A^T's structure on the device at every run (evt_fb_csr_transpose). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -50,7 +50,7 @@ void evt_lower_spmm_inputs(lctx *c, evt_lowered *L) {
   L->rspec.val_dtype = vl->dtype;
   L->rspec.idx_dtype = rp->dtype;
   /* spmm_t: a gather over A^T's CSR with val read through perm (csr.h), not a scatter with float atomics: bit-identical
-   * run to run, and the structure (cached per adjacency) stays right when val changes between steps */
+   * run to run; the structure depends on rowptr / col only, so val may change between steps */
   L->rspec.has_perm = tr;
   int acc = evt_lower_add_node(c, c->nu, EVT_V_ACC, -1, -1, EVT_F32, NULL, -1);
   if (acc >= 0) c->accsel[acc] = EVT_RV_OUT;

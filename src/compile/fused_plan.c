@@ -276,6 +276,17 @@ static void elementwise_launch_shape(const evt_rspec *s, int64_t m, int64_t n, i
     }
 }
 
+/* spmm_t: the runtime builds A^T's CSR (colptr, rowidx, perm) in the CSR's index dtype on the device every run
+ * (evt_fb_csr_transpose); with i32 indices every position and size must fit i32. */
+static bool spmm_t_fits(const evt_graph *g, const evt_lowered *L, evt_group_exec *x) {
+  if (L->rspec.idx_dtype != EVT_I32) return true;
+  int64_t nnz = L->rin[1] >= 0 ? evt_type_numel(&g->nodes[L->rin[1]].type) : 0;
+  int64_t rows = L->rin[0] >= 0 ? evt_type_numel(&g->nodes[L->rin[0]].type) : 0;
+  if (nnz <= 2147483647 && rows <= 2147483647 && L->m < 2147483647) return true;
+  return WHY("group %d: spmm_t with i32 indices over %lld entries: A^T's CSR would not fit i32", L->group,
+             (long long)nnz);
+}
+
 bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, evt_group_exec *x) {
   const evt_rspec *s = &L->rspec;
   for (int k = 0; k < 4; k++) x->in_node[k] = -1;
@@ -289,8 +300,7 @@ bool evt_exec_bind(const evt_graph *g, const int *group, const evt_lowered *L, e
   if (L->kind == EVT_LK_GEMM_EVT) return bind_gemm(g, group, L, x);
   if (L->kind == EVT_LK_CONV_EVT) return bind_conv(g, group, L, x);
   if (L->kind != EVT_LK_ROW && L->kind != EVT_LK_POINTWISE) return WHY("group %d: no generated kernel for this kind", L->group);
-  if (s->nucleus == EVT_ROWN_SPMM && s->has_perm) /* (A^T's structure, built once per adjacency: not yet) */
-    return WHY("group %d: the runtime does not bind spmm_t row kernels yet (A^T's CSR is not built)", L->group);
+  if (s->nucleus == EVT_ROWN_SPMM && s->has_perm && !spmm_t_fits(g, L, x)) return false;
   elementwise_launch_shape(s, L->m, L->n, &x->m, &x->n);
   /* rows longer than a register-resident row-group run as the generated kernel's long-row or column-block form */
   if ((x->n > EVT_ROW_MAX_N && !evt_rspec_long_rows(s)) || x->n > 2147483647 || x->m > 2147483647 || x->n < 0 || x->m < 0)

@@ -12,6 +12,7 @@
 #include "partition/partition.h"
 #include "passes/passes.h"
 #include "runtime/gpu/exec_plan.h"
+#include "runtime/gpu/memory.h"
 
 /* A lowered joint graph (path's model, forward + backward, optimized, greedy partition). */
 typedef struct spmm_lowered {
@@ -183,10 +184,42 @@ TEST(spmm_emitted_source_is_deterministic) {
   CHECK(evt_rspec_check(&r, err, sizeof err) != EVT_OK && strstr(err, "no value 'in0'"));
 }
 
-/* The fused plan binds gcn's spmm groups (rowptr, col, val, x), refuses its spmm_t groups by name (A^T's structure is
- * not built at run time yet), and its CPU model of the step gives the interpreter's outputs; a column out of range
- * fails that run naming the spmm node. */
-TEST(spmm_exec_plan_binds_the_forward_and_models_it) {
+/* Group gi of p, fused, as an spmm group reading its nucleus's rowptr, col, val and x (dy for spmm_t). */
+static bool bound_as_nucleus(const evt_graph *g, const evt_exec_plan *p, int gi) {
+  const evt_group_exec *x = &p->groups[gi];
+  int nu = p->low.k[gi].nucleus;
+  CHECK_MSG(x->fused, "group %d: %s", gi, x->why);
+  for (int k = 0; k < 4; k++) CHECK(x->in_node[k] == g->nodes[nu].inputs[k]);
+  return x->fused;
+}
+
+/* The memory plan of p: every fused spmm_t group's step reads dy, which stays live until that step (A^T's CSR is the
+ * kernel library's scratch, not an arena tensor). Returns how many such steps. */
+static int spmm_t_steps_keep_dy(const evt_graph *g, const evt_exec_plan *p) {
+  int n = g->nnodes, found = 0;
+  evt_prog_step *steps = calloc((size_t)n + 1, sizeof *steps);
+  evt_arena_slot *slots = calloc((size_t)n + 1, sizeof *slots);
+  int64_t arena = 0;
+  char err[200] = "";
+  CHECK_MSG(evt_program_layout(g, p, slots, &arena, NULL, err, sizeof err) == EVT_OK, "%s", err);
+  int ns = evt_program_steps(g, p, steps);
+  for (int s = 0; s < ns; s++) {
+    int gi = steps[s].group, nu = steps[s].node < 0 ? p->low.k[gi].nucleus : -1;
+    if (nu < 0 || g->nodes[nu].op != EVT_OP_SPMM_T) continue;
+    const evt_arena_slot *dy = &slots[p->groups[gi].in_node[3]];
+    CHECK_MSG(dy->kind == EVT_SLOT_CALLER || (dy->kind == EVT_SLOT_ARENA && dy->first < s && dy->last >= s),
+              "step %d: dy's slot %d [%d, %d]", s, dy->kind, dy->first, dy->last);
+    found++;
+  }
+  free(steps);
+  free(slots);
+  return found;
+}
+
+/* The fused plan binds gcn's spmm and spmm_t groups (rowptr, col, val, x; spmm_t's A^T's CSR is built from rowptr /
+ * col on the device at run time), plans their memory, and its CPU model of the step gives the interpreter's outputs;
+ * a column out of range fails that run naming the spmm node. */
+TEST(spmm_exec_plan_binds_spmm_and_spmm_t_and_models_them) {
   char *perr = NULL;
   evt_graph *g = evt_parse_file("examples/gcn.evt", &perr);
   CHECK_MSG(g, "%s", perr ? perr : "");
@@ -197,19 +230,15 @@ TEST(spmm_exec_plan_binds_the_forward_and_models_it) {
   evt_options_init(&o);
   evt_exec_plan p;
   CHECK(evt_exec_plan_build(g, &o, &p) == EVT_OK);
-  int bound = 0, refused = 0;
+  int fwd = 0, bwd = 0;
   for (int gi = 0; gi < p.ngroups; gi++) {
     int nu = p.low.k[gi].nucleus;
     evt_op op = nu >= 0 ? g->nodes[nu].op : EVT_OP_INPUT;
-    const evt_group_exec *x = &p.groups[gi];
-    if (op == EVT_OP_SPMM) {
-      CHECK_MSG(x->fused, "group %d: %s", gi, x->why);
-      for (int k = 0; k < 4; k++) CHECK(x->in_node[k] == g->nodes[nu].inputs[k]);
-      bound += x->fused;
-    }
-    if (op == EVT_OP_SPMM_T) refused += !x->fused && strstr(x->why, "spmm_t row kernels") != NULL;
+    if (op == EVT_OP_SPMM) fwd += bound_as_nucleus(g, &p, gi);
+    if (op == EVT_OP_SPMM_T) bwd += bound_as_nucleus(g, &p, gi) && p.low.k[gi].rspec.has_perm;
   }
-  CHECK(bound == 2 && refused == 2);
+  CHECK(fwd == 2 && bwd == 2);
+  CHECK(spmm_t_steps_keep_dy(g, &p) == 2);
   int n = g->nnodes;
   evt_tensor *v = calloc((size_t)n, sizeof *v), *w = calloc((size_t)n, sizeof *w);
   CHECK(evt_interp_init_inputs(g, v, 3) == EVT_OK && evt_interp_init_inputs(g, w, 3) == EVT_OK);
@@ -226,6 +255,30 @@ TEST(spmm_exec_plan_binds_the_forward_and_models_it) {
   free(v), free(w);
   evt_exec_plan_free(&p);
   evt_graph_free(g);
+}
+
+/* spmm_t's CSR in i32: A^T's CSR is built in the same dtype, so more than 2^31 - 1 entries are refused by name (the
+ * same graph with i64 indices binds). */
+TEST(spmm_t_i32_overflow_is_refused) {
+  const char *fmt = "graph t {\n  %%rp: %s[4] = input()\n  %%c: %s[2147483648] = input()\n"
+                    "  %%v: f32[2147483648] = input()\n  %%dy: f32[3,8] = input()\n"
+                    "  %%yt = spmm_t(%%rp, %%c, %%v, %%dy, shape=[5,8])\n  output %%yt\n}\n";
+  for (int wide = 0; wide < 2; wide++) {
+    char text[400];
+    snprintf(text, sizeof text, fmt, wide ? "i64" : "i32", wide ? "i64" : "i32");
+    evt_graph *g = evt_test_parse_ok(text);
+    if (!g) return;
+    evt_options o;
+    evt_options_init(&o);
+    evt_exec_plan p;
+    CHECK(evt_exec_plan_build(g, &o, &p) == EVT_OK);
+    int gi = p.part.group[evt_graph_find(g, "yt")];
+    const evt_group_exec *x = &p.groups[gi];
+    if (wide) CHECK_MSG(x->fused, "%s", x->why);
+    else CHECK_MSG(!x->fused && strstr(x->why, "spmm_t with i32 indices over 2147483648 entries"), "%s", x->why);
+    evt_exec_plan_free(&p);
+    evt_graph_free(g);
+  }
 }
 
 /* ---- host-side CSR logic against the interpreter ------------------------------------------------------------- */
@@ -388,7 +441,7 @@ TEST(ci_nvcc_compiles_spmm_kernels_per_arch) {
   char objs[2][200], jobs[6400] = "";
   for (int a = 0; a < 2; a++) {
     evt_sbuf all = {0};
-    CHECK(spmm_unit(archs[a] == 90 ? 0 : archs[a], &all) == 4);
+    CHECK(spmm_unit(archs[a] == 90 ? 0 : archs[a], &all) == 5);
     char gencode[96], cmd[512], base[160];
     evt_jit_gencode(archs[a], 0, gencode, sizeof gencode);
     snprintf(cmd, sizeof cmd, "nvcc -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG %s -Ikernels -Werror all-warnings",

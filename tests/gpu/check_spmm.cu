@@ -5,8 +5,12 @@
 // Random CSR matrices with an empty row, a row of many entries, duplicate columns; N = 1, 8, 64, 100 (N % 8 != 0:
 // element path), 349 and 1000; f32 within 1e-5 relative (Frobenius), bf16 / f16 within 1e-2, bool masks exact, a
 // NaN / inf never passes (outputs are NaN-poisoned first). Every case launches twice and the results must agree bit
-// for bit (spmm_t: no atomics). spmm_t runs over A^T's CSR built by evt_csr_transpose (values through perm). An
-// index out of range sets the error flag; a missing flag pointer is refused (EVT_LAUNCH_BAD_ARGS).
+// for bit (spmm_t: no atomics). spmm_t runs over A^T's CSR built by evt_csr_transpose (values through perm), then
+// over the one the kernel library builds on the device (evt_fb_csr_transpose, $EVT_FALLBACK_LIB, else
+// build/libevt_fallback.so): that structure must equal the host's bit for bit (also with rowptr not starting at 0,
+// entries outside A's rows, a long column, empty rows and columns, no entries) and the kernel's outputs over it must
+// equal the host structure's bit for bit. An index out of range sets the error flag (the library's: with the node); a
+// missing flag pointer is refused (EVT_LAUNCH_BAD_ARGS), and so is a transpose whose scratch was not reserved.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -24,6 +28,7 @@ extern "C" {
 #include "codegen/csr.h"
 #include "codegen/examples.h"
 #include "codegen/rspec.h"
+#include "evt_fallback.h"
 #include "evt_row_launch.h"
 }
 
@@ -101,6 +106,7 @@ static void *upload(std::vector<double> &vals, evt_dtype dt) {
 
 static std::vector<unsigned char> raw(const void *d, size_t bytes) {
   std::vector<unsigned char> h(bytes);
+  if (!bytes) return h;
   CUDA_CHECK(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
   return h;
 }
@@ -312,6 +318,158 @@ static void check_refusals(const SpmmCase &c) {
   report(rc == EVT_LAUNCH_BAD_ARGS, "%-18s: error code 0 rejected (rc %d)", c.label.c_str(), rc);
 }
 
+// ---- A^T's CSR built on the device by the kernel library -------------------------------------------------------
+
+// The library's entries for the transpose, with a context whose scratch is reserved per problem.
+struct Library {
+  evt_fb_ctx *ctx = nullptr;
+  evt_fb_ctx *(*ctx_new)(char *, size_t) = nullptr;
+  int (*reserve)(evt_fb_ctx *, const evt_fb_csr_transpose_args *, char *, size_t) = nullptr;
+  int (*transpose)(evt_fb_ctx *, evt_fb_csr_transpose_args *, void *, char *, size_t) = nullptr;
+  int (*sync)(void *, int *, char *, size_t) = nullptr;
+  bool load() {
+    const char *path = getenv("EVT_FALLBACK_LIB") ? getenv("EVT_FALLBACK_LIB") : "build/libevt_fallback.so";
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    int (*init)(char *, size_t) = nullptr;
+    if (h) {
+      *(void **)&init = dlsym(h, "evt_fb_init");
+      *(void **)&ctx_new = dlsym(h, "evt_fb_ctx_new");
+      *(void **)&reserve = dlsym(h, "evt_fb_csr_reserve");
+      *(void **)&transpose = dlsym(h, "evt_fb_csr_transpose");
+      *(void **)&sync = dlsym(h, "evt_fb_sync");
+    }
+    char err[256] = "";
+    if (!init || !ctx_new || !reserve || !transpose || !sync || init(err, sizeof err) || !(ctx = ctx_new(err, sizeof err))) {
+      fprintf(stderr, "kernel library %s: %s %s\n", path, h ? "" : dlerror(), err);
+      return false;
+    }
+    return true;
+  }
+};
+
+// A's CSR as the library reads it: rowptr / col in the index dtype, uploaded.
+static evt_fb_csr_transpose_args transpose_args(const Csr &A, evt_dtype it, int node, std::vector<void *> &owned) {
+  evt_fb_csr_transpose_args t;
+  memset(&t, 0, sizeof t);
+  std::vector<double> rp = A.rowptr, cl = A.col;
+  t.node = node;
+  t.idx_dtype = it == EVT_I32 ? EVT_FB_I32 : EVT_FB_I64;
+  t.m = A.m, t.k = A.k, t.nnz = (int64_t)A.col.size();
+  t.rowptr = upload(rp, it);
+  t.col = upload(cl, it);
+  owned.push_back((void *)t.rowptr);
+  owned.push_back((void *)t.col);
+  return t;
+}
+
+// Builds A^T on the device (reserve, transpose, sync); rc: the transpose's return code, bad: evt_fb_sync's node.
+static int device_transpose(Library &L, evt_fb_csr_transpose_args *t, int *bad) {
+  char err[256] = "";
+  *bad = -2;
+  int rc = L.reserve(L.ctx, t, err, sizeof err);
+  if (!rc) rc = L.transpose(L.ctx, t, nullptr, err, sizeof err);
+  if (!rc) rc = L.sync(nullptr, bad, err, sizeof err);
+  if (rc) fprintf(stderr, "device transpose: rc %d: %s\n", rc, err);
+  return rc;
+}
+
+// The host structure (P.rp / cl / pm, evt_csr_transpose's) equals the device's t bit for bit: colptr whole, rowidx
+// and perm over A^T's e entries.
+static bool same_structure(const Problem &P, const evt_fb_csr_transpose_args &t, evt_dtype it) {
+  const size_t w = dt_bytes(it), e = (size_t)P.rp.back();
+  std::vector<double> cp = P.rp, ri(P.cl.begin(), P.cl.begin() + e), pm(P.pm.begin(), P.pm.begin() + e);
+  void *hc = upload(cp, it), *hr = upload(ri, it), *hp = upload(pm, it);  // (the host's, in the device's bytes)
+  bool same = raw(t.colptr, cp.size() * w) == raw(hc, cp.size() * w) && raw(t.rowidx, e * w) == raw(hr, e * w) &&
+              raw(t.perm, e * w) == raw(hp, e * w);
+  CUDA_CHECK(cudaFree(hc));
+  CUDA_CHECK(cudaFree(hr));
+  CUDA_CHECK(cudaFree(hp));
+  return same;
+}
+
+// Every store of one launch, as bytes.
+static std::vector<std::vector<unsigned char>> run_stores(const SpmmCase &c, Problem &P, int *rc) {
+  P.poison();
+  *rc = c.fn(&P.a);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<std::vector<unsigned char>> out(c.spec.nnodes);
+  for (int i = 0; i < c.spec.nnodes; i++)
+    if (evt_vop_class(c.spec.nodes[i].op) == 'S') out[i] = raw(P.a.ptrs[i], P.store_bytes(i));
+  return out;
+}
+
+// A with `before` entries ahead of rowptr[0] and `after` past rowptr[m]: not A's, so left out of A^T and never checked
+// (half of their columns are out of range).
+static void pad_entries(Csr &A, int before, int after, Rng &r) {
+  for (auto &p : A.rowptr) p += before;
+  auto junk = [&](int i) { return (double)(i % 2 ? A.k + i : (int64_t)(r.next() % (uint64_t)A.k)); };
+  for (int i = 0; i < before; i++) A.col.insert(A.col.begin(), junk(i)), A.val.insert(A.val.begin(), 1.0);
+  for (int i = 0; i < after; i++) A.col.push_back(junk(i)), A.val.push_back(1.0);
+}
+
+// One spmm_t problem over the device-built structure: equal to the host's, outputs equal to the host structure's and
+// to themselves over two launches.
+static void check_device_case(Library &L, const SpmmCase &c, Csr A, int64_t n, const char *what, uint64_t seed) {
+  Rng r(seed);
+  Problem P(&c.spec, A, n, r);
+  int rc_host = 0, rc1 = 0, rc2 = 0, bad = 0;
+  auto host = run_stores(c, P, &rc_host);
+  std::vector<void *> owned;
+  evt_fb_csr_transpose_args t = transpose_args(A, c.spec.idx_dtype, 7, owned);
+  int rc = device_transpose(L, &t, &bad);
+  bool same = rc == 0 && same_structure(P, t, c.spec.idx_dtype);
+  P.a.csr.rowptr = t.colptr, P.a.csr.col = t.rowidx, P.a.csr.perm = t.perm;
+  auto d1 = run_stores(c, P, &rc1), d2 = run_stores(c, P, &rc2);
+  report(rc == 0 && bad == -1 && same && rc_host == 0 && rc1 == 0 && rc2 == 0 && d1 == host && d2 == d1 && P.flag() == 0,
+         "%-18s device A^T %-12s %6lldx%-6lld nnz %-7zu: structure %s, outputs %s, second run %s (rc %d/%d/%d, flag %d)",
+         c.label.c_str(), what, (long long)A.m, (long long)A.k, A.col.size(), same ? "= host" : "DIFFERS",
+         d1 == host ? "= host" : "DIFFER", d2 == d1 ? "same" : "DIFFERS", rc, rc1, rc2, bad);
+  for (void *p : owned) cudaFree(p);
+}
+
+// A bad column or a decreasing rowptr sets the library's flag with the node; a transpose without its scratch reserved
+// is refused.
+static void check_device_errors(Library &L, evt_dtype it) {
+  Rng r(91);
+  const char *idx = it == EVT_I32 ? "i32" : "i64";
+  for (int bad_rowptr = 0; bad_rowptr < 2; bad_rowptr++) {
+    Csr A = random_csr(40, 30, 20, r);
+    if (bad_rowptr) A.rowptr[5] = A.rowptr[4] + 100;  // then rowptr[6] < rowptr[5]
+    else A.col[5] = 30;                               // column k
+    std::vector<void *> owned;
+    evt_fb_csr_transpose_args t = transpose_args(A, it, 11, owned);
+    int bad = 0, rc = device_transpose(L, &t, &bad);
+    report(rc == 0 && bad == 11, "device A^T %s: a %s sets the index flag with the node (rc %d, node %d)", idx,
+           bad_rowptr ? "decreasing rowptr" : "column out of range", rc, bad);
+    for (void *p : owned) cudaFree(p);
+  }
+  char err[256] = "";
+  evt_fb_ctx *fresh = L.ctx_new(err, sizeof err);
+  std::vector<void *> owned;
+  Csr A = random_csr(40, 30, 20, r);
+  evt_fb_csr_transpose_args t = transpose_args(A, it, 11, owned);
+  int rc = fresh ? L.transpose(fresh, &t, nullptr, err, sizeof err) : -1;
+  report(rc == 1 && strstr(err, "not reserved"), "device A^T %s: a transpose without reserved scratch is refused (rc %d: %s)",
+         idx, rc, err);
+  for (void *p : owned) cudaFree(p);  // (the fresh context is left to the process's end)
+}
+
+static void check_device_transposes(Library &L, const SpmmCase &c, uint64_t seed) {
+  Rng r(seed);
+  check_device_case(L, c, random_csr(300, 200, 500, r), 64, "", seed);
+  Csr wide = random_csr(50, 5000, 30, r);  // most columns empty
+  check_device_case(L, c, wide, 16, "empty cols", seed + 1);
+  Csr longcol = random_csr(2000, 300, 40, r);
+  for (size_t q = 0; q < longcol.col.size(); q += 2) longcol.col[q] = 17;  // half of all entries in column 17
+  check_device_case(L, c, longcol, 100, "long column", seed + 2);
+  Csr padded = random_csr(120, 90, 60, r);
+  pad_entries(padded, 9, 5, r);
+  check_device_case(L, c, padded, 8, "rowptr[0]>0", seed + 3);
+  Csr empty{30, 20, std::vector<double>(31, 0.0), {}, {}};
+  check_device_case(L, c, empty, 8, "no entries", seed + 4);
+  check_device_case(L, c, random_csr(20000, 20000, 7, r), 64, "20000^2", seed + 5);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: check_spmm emit|check DIR\n");
@@ -352,5 +510,11 @@ int main(int argc, char **argv) {
     for (auto &sz : sizes) check_case(c, sz[0], sz[1], sz[2], sz[3], seed++);
     check_refusals(c);
   }
+  Library lib;
+  bool have_lib = lib.load();
+  report(have_lib, "the kernel library's device transpose (evt_fb_csr_transpose) loaded");
+  for (auto &c : cases)
+    if (have_lib && c.fn && c.spec.has_perm) check_device_transposes(lib, c, seed += 10);
+  if (have_lib) check_device_errors(lib, EVT_I64), check_device_errors(lib, EVT_I32);
   return report_summary();
 }

@@ -14,8 +14,9 @@
 #            fused steps as CUDA graphs; tests/graphs/fp8_mlp.evt with --fp8 (node by node, fused, fused as a CUDA
 #            graph); the run-time index error (bench/graphs/bad_index.evt); the device-resident training loop
 #            against --host-sgd (identical losses)
-#   program  the program API on every graph (program_check.c: eager, CUDA graph, fused, fused CUDA graph), and the
-#            API example examples/c/train_step.c
+#   program  the program API on every graph (program_check.c: eager, CUDA graph, fused, fused CUDA graph), the
+#            API example examples/c/train_step.c, and gcn's adjacency rewritten in place between runs of the fused
+#            program, eager and replayed as a CUDA graph (adjacency_check.c: spmm_t's A^T is rebuilt every run)
 #   ampere   the Ampere / Ada path (sm_8x) on this GPU, one command: `bash tests/gpu/run.sh ampere`. The kernel library
 #            (build/ampere/libevt_fallback.so) and every generated kernel compiled as PTX for compute_80 only
 #            (-gencode arch=compute_80,code=compute_80; evtc --arch compute_80), which the driver JIT-compiles for the
@@ -166,6 +167,7 @@ fi
 if want program; then
   build_bg program_check $CC_CUDA tests/gpu/program_check.c $LIBS $CUDART
   build_bg train_step $CC_CUDA examples/c/train_step.c $LIBS $CUDART
+  build_bg adjacency_check $CC_CUDA tests/gpu/adjacency_check.c $LIBS $CUDART
 fi
 wait
 
@@ -345,6 +347,8 @@ if want program; then
     done
   fi
   built train_step && check "examples/c/train_step.c: evt_program_* with device SGD" train_step "$B/train_step"
+  built adjacency_check && check "adjacency_check examples/gcn.evt: a CSR rewritten in place is followed (fused, CUDA graph)" \
+    adjacency_check "$B/adjacency_check" examples/gcn.evt
 fi
 
 if want torch; then

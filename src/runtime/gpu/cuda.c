@@ -74,6 +74,8 @@ static bool load_api(void *lib, evt_fb_api *a) {
   SYM(rng_step, "evt_fb_rng_step");
   SYM(device_arch, "evt_fb_device_arch");
   SYM(index_flag, "evt_fb_index_flag");
+  SYM(csr_reserve, "evt_fb_csr_reserve");
+  SYM(csr_transpose, "evt_fb_csr_transpose");
 #undef SYM
   void *const *f = (void *const *)a;
   for (size_t i = 0; i < sizeof *a / sizeof(void *); i++)
@@ -262,9 +264,54 @@ static evt_status launch_unfused(evt_program *p, int gi, void *stream) {
   return EVT_OK;
 }
 
-/* An spmm group's CSR operand (rowptr, col, val, x: in_node[0..3]) and the index-error flag: the kernel library's, with
- * the nucleus's id + 1, so the next sync names the node as it does for the library's own index checks. */
-static evt_status spmm_args(evt_program *p, int gi, evt_row_launch_args *a) {
+/* A fused spmm_t group's transpose (spmm_t(rowptr, col, val, dy) = A^T dy, A [m, k] with k = the group's rows): the
+ * library's arguments for A's rowptr / col (in_node[0..1]). */
+static void transpose_args(const evt_program *p, int gi, evt_fb_csr_transpose_args *t) {
+  const evt_group_exec *x = &p->xp->groups[gi];
+  memset(t, 0, sizeof *t);
+  t->node = p->xp->low.k[gi].nucleus;
+  t->idx_dtype = (int)p->xp->low.k[gi].rspec.idx_dtype;
+  t->m = evt_type_numel(&p->g->nodes[x->in_node[0]].type) - 1;
+  t->k = x->m;
+  t->nnz = evt_type_numel(&p->g->nodes[x->in_node[1]].type);
+  t->rowptr = dev(p, x->in_node[0]);
+  t->col = dev(p, x->in_node[1]);
+}
+
+static bool is_spmm_t(const evt_program *p, int gi) {
+  const evt_group_exec *x = &p->xp->groups[gi];
+  return x->fused && x->kind != EVT_LK_GEMM_EVT && !x->unf && x->kernel >= 0 && p->xp->kspec[x->kernel] &&
+         p->xp->kspec[x->kernel]->nucleus == EVT_ROWN_SPMM && p->xp->kspec[x->kernel]->has_perm;
+}
+
+evt_status evt_gpu_reserve_group(evt_program *p, int gi) {
+  if (!is_spmm_t(p, gi)) return EVT_OK;
+  evt_fb_csr_transpose_args t;
+  transpose_args(p, gi, &t);
+  char why[256] = "";
+  if (p->api->csr_reserve(p->ctx, &t, why, sizeof why))
+    return evt_graph_errorf(p->g, t.node, EVT_ERR_UNSUPPORTED, "group %d: A^T's CSR scratch: %s", gi, why);
+  return EVT_OK;
+}
+
+/* spmm_t: A^T's CSR built on the device from A's rowptr / col (every run: they may change between steps), enqueued
+ * before the row kernel, which reads it with the values through perm (kernels/evt_spmm.cuh). */
+static evt_status spmm_t_operand(evt_program *p, int gi, evt_row_launch_args *a, void *stream) {
+  evt_fb_csr_transpose_args t;
+  transpose_args(p, gi, &t);
+  char why[256] = "";
+  if (p->api->csr_transpose(p->ctx, &t, stream, why, sizeof why))
+    return evt_graph_errorf(p->g, t.node, EVT_ERR_INTERNAL, "group %d: A^T's CSR: %s", gi, why);
+  a->csr.rowptr = t.colptr;
+  a->csr.col = t.rowidx;
+  a->csr.perm = t.perm;
+  return EVT_OK;
+}
+
+/* An spmm group's CSR operand (rowptr, col, val, x: in_node[0..3]; spmm_t: A^T's CSR over A's val and dy) and the
+ * index-error flag: the kernel library's, with the nucleus's id + 1, so the next sync names the node as it does for
+ * the library's own index checks. */
+static evt_status spmm_args(evt_program *p, int gi, evt_row_launch_args *a, void *stream) {
   const evt_group_exec *x = &p->xp->groups[gi];
   int nu = p->xp->low.k[gi].nucleus;
   char why[256] = "";
@@ -278,7 +325,7 @@ static evt_status spmm_args(evt_program *p, int gi, evt_row_launch_args *a) {
   a->csr.k = x->n ? evt_type_numel(&p->g->nodes[x->in_node[3]].type) / x->n : 0;
   a->csr.err = p->index_flag;
   a->csr.err_code = nu + 1;
-  return EVT_OK;
+  return is_spmm_t(p, gi) ? spmm_t_operand(p, gi, a, stream) : EVT_OK;
 }
 
 evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
@@ -301,7 +348,7 @@ evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
   a.m = (int)x->m;
   a.n = (int)x->n;
   if (p->xp->kspec[x->kernel]->nucleus == EVT_ROWN_SPMM) {
-    evt_status st = spmm_args(p, gi, &a);
+    evt_status st = spmm_args(p, gi, &a, stream);
     if (st != EVT_OK) return st;
   } else {
     for (int k = 0; k < 3; k++) a.in[k] = dev(p, x->in_node[k]);

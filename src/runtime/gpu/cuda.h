@@ -61,6 +61,8 @@ typedef struct evt_fb_api {
   int (*rng_step)(unsigned long long *, unsigned long long, int, void *, char *, size_t);
   int (*device_arch)(void);
   int (*index_flag)(int **, char *, size_t);
+  int (*csr_reserve)(evt_fb_ctx *, const evt_fb_csr_transpose_args *, char *, size_t);
+  int (*csr_transpose)(evt_fb_ctx *, evt_fb_csr_transpose_args *, void *, char *, size_t);
 } evt_fb_api;
 
 /* Loads the library once per process and initializes the device; NULL with the reason in why. */
@@ -139,6 +141,9 @@ void evt_gpu_fb_node(const evt_program *p, int i, evt_fb_node *fn);
  * launcher that refuses the problem demotes the group (gemm_launch.h) before launching anything: this sets
  * p->replan and returns EVT_OK; the run then re-plans the memory and enqueues the step again. */
 evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream);
+/* Reserves the library's scratch group gi needs at run time (a fused spmm_t group: A^T's CSR, evt_fb_csr_reserve);
+ * allocates: before a step or a capture. */
+evt_status evt_gpu_reserve_group(evt_program *p, int gi);
 /* Kernel launches one execution of group gi enqueues on its generated path (0 for a cuBLAS group: the
  * library counts those). */
 int evt_gpu_group_launches(const evt_program *p, int gi);
@@ -149,7 +154,7 @@ void evt_gpu_program_load_kernels(evt_program *p, char *const *so);
 /* Points every node's tensor description at its memory (arena slot, caller pointer, or none). */
 void evt_gpu_program_set_tensors(evt_program *p);
 /* Allocates the arena (and the GEMM scratch) of the current layout and reserves the library's scratch for
- * every node step. */
+ * every node step and fused spmm_t group (evt_gpu_reserve_group). */
 evt_status evt_gpu_program_place(evt_program *p);
 /* Graphs with rand / dropout: the device word the kernels read the RNG step from. */
 evt_status evt_gpu_program_rng_init(evt_program *p);

@@ -79,7 +79,8 @@ static evt_status own_arena(evt_program *p) {
 }
 
 /* Allocates the arena (unless the caller's still holds the layout) and the GEMM scratch for the current
- * layout, points the tensors at them and reserves the library's scratch for every node step. */
+ * layout, points the tensors at them and reserves the library's scratch for every node step (and A^T's CSR for
+ * every fused spmm_t group). */
 evt_status evt_gpu_program_place(evt_program *p) {
   evt_graph *g = p->g;
   char why[512];
@@ -92,6 +93,7 @@ evt_status evt_gpu_program_place(evt_program *p) {
   evt_gpu_program_set_tensors(p);
   for (int s = 0; s < p->nsteps; s++) {
     int v = p->steps[s].node;
+    if (v < 0 && (st = evt_gpu_reserve_group(p, p->steps[s].group)) != EVT_OK) return st;
     if (v < 0) continue;
     evt_fb_node fn; /* (with the attributes: attention plans depend on causal) */
     evt_gpu_fb_node(p, v, &fn);
