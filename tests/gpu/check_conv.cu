@@ -101,6 +101,12 @@ static bool prepare(const ConvCase &c, uint64_t seed, Prepared *p) {
     report(false, "%-36s: not lowered: %s", c.label, p->L->reason);
     return false;
   }
+  if (strstr(c.label, "bn-")) {  // reductions are refused in conv epilogues (lower_epilogue.c): they stay out
+    int sums = 0;
+    for (int v = 0; v < p->L->spec.nnodes; v++) sums += evt_vop_class(p->L->spec.nodes[v].op) == 'S' &&
+                                                       p->L->spec.nodes[v].op != EVT_V_AUX_STORE;
+    report(sums == 0, "%-36s: the batch-norm sums stay out of the conv group (%d reductions in it)", c.label, sums);
+  }
   return true;
 }
 
