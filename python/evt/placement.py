@@ -43,8 +43,10 @@ def _reference_only(family, what, how, torch_kernels):
 
 # Why each op family of config.GPU_OP_FAMILIES runs in PyTorch on CUDA unless options["gpu_ops"] names it.
 FAMILY_REASON = {
-    "convolution": _reference_only("convolution", "convolution", "direct loops in double, no implicit GEMM",
-                                   "cuDNN"),
+    "convolution": ("evt's CUDA convolutions are implicit-GEMM kernels with the generated epilogue for channels-last "
+                    "bf16 / f16 only (fprop, stride-1 data gradient, weight gradient; not yet measured against cuDNN), "
+                    "the reference library (direct loops in double) otherwise; runs in PyTorch (cuDNN)"
+                    + _keep("convolution")),
     "attention": ("evt's CUDA attention is cuDNN's fused flash attention for bf16/f16 (kernels/fallback/cudnn_sdpa.cu; "
                   "a backward program recomputes the forward: evt's sdpa_backward takes q, k, v, not the saved "
                   "statistics) and the reference library for f32 (kernels/fallback/attention.cu: one thread per query row "
