@@ -76,24 +76,6 @@ static void set_d(lctx *c, evt_lowered *L, int dmem) {
   L->spec.d_dtype = L->spec.ab_dtype;
 }
 
-/* The finished spec must pass the spec's and the tree's checks; their message is the refusal. */
-static void finish(lctx *c, evt_lowered *L) {
-  char err[256];
-  evt_vtree *tree = malloc(sizeof *tree);
-  EVT_ASSERT(tree);
-  evt_status st = evt_kspec_check(&L->spec, err, sizeof err);
-  if (st == EVT_OK) st = evt_vtree_build(&L->spec, tree, err, sizeof err);
-  free(tree);
-  if (st != EVT_OK) {
-    evt_lower_refuse(c, c->nu, "%s", err);
-    return;
-  }
-  L->kind = EVT_LK_CONV_EVT;
-  L->ok = 1;
-  L->reason[0] = 0;
-  evt_kspec_kernel_name(&L->spec, L->kernel);
-}
-
 void evt_lower_conv(const evt_graph *g, const int *group, int gi, int nu, evt_lowered *L, int *vid) {
   const evt_node *nn = &g->nodes[nu];
   lctx c = {.g = g, .group = group, .gi = gi, .nu = nu, .s = &L->spec, .vid = vid, .vt = L->vtensor,
@@ -128,6 +110,6 @@ void evt_lower_conv(const evt_graph *g, const int *group, int gi, int nu, evt_lo
   int dmem = -1;
   if (c.bad < 0) evt_lower_add_stores(&c, L, true, &dmem);
   if (c.bad < 0) set_d(&c, L, dmem);
-  if (c.bad < 0) finish(&c, L);
+  if (c.bad < 0) evt_lower_finish_spec(&c, L, EVT_LK_CONV_EVT);
   L->bad_node = c.bad;
 }

@@ -113,6 +113,11 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, unsign
     return;
   }
   L->spec.cfg = evt_lower_untuned_config(&L->spec, L->m, L->n, L->k);
+  evt_lower_finish_spec(&c, L, EVT_LK_GEMM_EVT);
+  L->bad_node = c.bad;
+}
+
+void evt_lower_finish_spec(lctx *c, evt_lowered *L, evt_lower_kind kind) {
   char err[256];
   evt_vtree *tree = malloc(sizeof *tree);
   EVT_ASSERT(tree);
@@ -120,11 +125,10 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, unsign
   if (st == EVT_OK) st = evt_vtree_build(&L->spec, tree, err, sizeof err);
   free(tree);
   if (st != EVT_OK) {
-    evt_lower_refuse(&c, nu, "%s", err);
-    L->bad_node = c.bad;
+    evt_lower_refuse(c, c->nu, "%s", err);
     return;
   }
-  L->kind = EVT_LK_GEMM_EVT;
+  L->kind = kind;
   L->ok = 1;
   L->reason[0] = 0;
   evt_kspec_kernel_name(&L->spec, L->kernel);

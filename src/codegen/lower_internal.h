@@ -110,6 +110,9 @@ void evt_lower_members(lctx *c, int skip1, int skip2);
  * tensor (or to the view of it that leaves); with want_d, the latest tile value is D (*dmem), the others
  * aux stores; without, every one is an aux store. */
 void evt_lower_add_stores(lctx *c, evt_lowered *L, bool want_d, int *dmem);
+/* The finished spec must pass the spec's and the tree's checks (their message is the refusal, by the nucleus c->nu);
+ * then L is of `kind`, ok, with its kernel name. */
+void evt_lower_finish_spec(lctx *c, evt_lowered *L, evt_lower_kind kind);
 
 /* lower_bmm.c: the batched epilogue */
 /* A load for operand x of batched member v (out: v's shape, the tile's). */
