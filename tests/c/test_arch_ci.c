@@ -92,13 +92,15 @@ static uint64_t headers_hash(void) {
 }
 
 /* Writes unit `part` of 2 (the kernels of kind gemm with index % 2 == part) and appends its nvcc command to the job
- * list unless its object is cached. Returns 1 if a command was added. */
+ * list unless its object is cached. Returns 1 if a command was added. Conv kernels are left to
+ * ci_nvcc_compiles_conv_kernels: CUTLASS's conv kernel and a GEMM in one unit make GemmUniversal's partial
+ * specializations ambiguous (each JIT unit holds one kernel, so the runtime never mixes them). */
 static int add_unit(const evt_pf_kernel *ks, int n, int gemm, int part, int arch, const char *flags, uint64_t hh, FILE *jobs,
                     char objs[][200], int *nobj) {
   evt_sbuf text = {0};
   int count = 0;
   for (int i = 0, j = 0; i < n; i++)
-    if (ks[i].gemm == gemm && j++ % 2 == part) evt_sbuf_printf(&text, "%s\n", ks[i].source), count++;
+    if (ks[i].gemm == gemm && !ks[i].conv && j++ % 2 == part) evt_sbuf_printf(&text, "%s\n", ks[i].source), count++;
   if (!count) return 0;
   uint64_t h = evt_hash_bytes(hh, text.p, strlen(text.p));
   h = evt_hash_bytes(h, flags, strlen(flags));
