@@ -75,4 +75,4 @@ def test_render_names_every_kind_and_the_floors(budget, monkeypatch):
         assert f"| {kind} |" in text
     assert "| GEMM | 0.20 (3) | — | 0.20 (3) | 1.00 |" in text  # 0.7 TFLOP at 700 TFLOP/s
     assert "RuntimeError: no GPU" in text and "2.00x" in text
-    assert "| of which evt's arenas + GEMM scratch GiB | 1.50 |" in text
+    assert "| sum of evt's arenas (PyTorch's pool, per run) + GEMM scratch GiB | 1.50 |" in text
