@@ -34,14 +34,7 @@ extern "C" {
 
 #include "check_report.h"
 
-#define CUDA_CHECK(x)                                                                            \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(2);                                                                                   \
-    }                                                                                            \
-  } while (0)
+#include "cuda_check.h"
 
 typedef int (*row_fn)(const evt_row_launch_args *);
 

@@ -33,14 +33,7 @@ extern "C" {
 #include "runtime/jit/jit.h"
 }
 
-#define CUDA_CHECK(x)                                                                            \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(2);                                                                                   \
-    }                                                                                            \
-  } while (0)
+#include "cuda_check.h"
 
 static int g_pass = 0, g_fail = 0;
 struct TypeStat {

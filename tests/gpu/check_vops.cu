@@ -16,14 +16,7 @@ extern "C" {
 #include "codegen/kspec.h"
 }
 
-#define CUDA_CHECK(x)                                                                            \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(2);                                                                                   \
-    }                                                                                            \
-  } while (0)
+#include "cuda_check.h"
 
 template <template <class> class F, int A>
 __global__ void apply(int n, const float *x, const float *y, const float *z, float *o) {
