@@ -2,9 +2,10 @@
  * for what CUTLASS's own nodes do slowly. Included by generated GEMM kernels (src/codegen/emit_cutlass.c).
  *
  * RowSum<CtaTile, CheckRows>: Σ over M of its input, per column: an N-vector of f32 added atomically into `ptr`
- * (zeroed by initialize_workspace, i.e. Gemm::initialize). It replaces Sm90RowReduction with atomics for
- * unbatched kernels because that node, in a ping-pong kernel, keeps its per-thread sums and its tensors in local
- * memory (a stack frame of hundreds of bytes, -Xptxas -v). Here every register index is static:
+ * (zeroed by initialize_workspace: Gemm::initialize, or a conv launcher, whose kernel's initialize does not reach it).
+ * It replaces Sm90RowReduction with atomics for unbatched kernels because that node, in a ping-pong kernel, keeps its
+ * per-thread sums and its tensors in local memory (a stack frame of hundreds of bytes, -Xptxas -v). Here every
+ * register index is static:
  *   visit   adds the input to this thread's sum of each of its columns (a register tensor with stride 0 over M,
  *           indexed like the visit fragment); rows past M are skipped only in a tile that has some and only
  *           when CheckRows (the emitter clears it when the input is exactly 0 there: zero_out_of_bounds);
@@ -23,7 +24,8 @@
  * mainloop. Unbatched kernels only (the lowering keeps rand out of batched ones). No loads, no shared memory: a
  * dropout's mask costs no bytes.
  *
- * FlatM<Node>: an aux load / store of a convolution's epilogue, built over the flattened M (below). */
+ * FlatM<Node>: an aux load / store or a column reduction of a convolution's epilogue, its host functions over the
+ * flattened M (below). */
 #pragma once
 
 #include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
@@ -240,21 +242,38 @@ struct Philox : StoreSideNode {
   }
 };
 
-// FlatM<Node>: CUTLASS's Sm90AuxLoad / Sm90AuxStore in a convolution's epilogue (src/codegen/emit_cutlass_conv.c). The
-// conv kernel hands its epilogue nodes a problem shape whose M is the output's modes (Q, P, N) and whose L is static; an
-// aux tile of the NHWC output is the dense row-major [N*P*Q, O] matrix, so the node builds its TMA descriptor over the
-// GEMM's shape (M flattened to N*P*Q; every mode a dynamic int, as the TMA type its Params declares) with the GEMM's
-// row-major stride. Its callbacks see the flattened M already (the kernel's linearized shape).
+// FlatM<Node>: CUTLASS's Sm90AuxLoad / Sm90AuxStore / Sm90ColReduction in a convolution's epilogue
+// (src/codegen/emit_cutlass_conv.c). The conv kernel hands its epilogue nodes' host functions a problem shape whose M
+// is the output's modes (Q, P, N) and whose L is static; an aux tile of the NHWC output is the dense row-major
+// [N*P*Q, O] matrix and a column sum / max is an [N*P*Q] vector, so the node's host functions see the GEMM's shape (M
+// flattened to N*P*Q; every mode a dynamic int, as the TMA type an aux node's Params declares). Its callbacks see the
+// flattened M already (the kernel's linearized shape).
 template <class Node>
 struct FlatM : Node {
   using Node::Node;
   template <class ProblemShape>
+  static constexpr auto flat(ProblemShape const &problem) {
+    auto mnkl = append<4>(problem, 1);
+    return make_shape(int(size(get<0>(mnkl))), int(size(get<1>(mnkl))), int(size(get<2>(mnkl))), int(size(get<3>(mnkl))));
+  }
+  template <class ProblemShape>
   static constexpr typename Node::Params to_underlying_arguments(ProblemShape const &problem,
                                                                  typename Node::Arguments const &args, void *workspace) {
-    auto mnkl = append<4>(problem, 1);
-    auto flat = make_shape(int(size(get<0>(mnkl))), int(size(get<1>(mnkl))), int(size(get<2>(mnkl))),
-                           int(size(get<3>(mnkl))));
-    return Node::to_underlying_arguments(flat, args, workspace);
+    return Node::to_underlying_arguments(flat(problem), args, workspace);
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const &problem, typename Node::Arguments const &args) {
+    return Node::can_implement(flat(problem), args);
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const &problem, typename Node::Arguments const &args) {
+    return Node::get_workspace_size(flat(problem), args);
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const &problem, typename Node::Arguments const &args,
+                                              void *workspace, cudaStream_t stream,
+                                              cutlass::CudaHostAdapter *adapter = nullptr) {
+    return Node::initialize_workspace(flat(problem), args, workspace, stream, adapter);
   }
 };
 

@@ -78,7 +78,8 @@ int evt_emit_cutlass_sums(const evt_kspec *s) {
   return n;
 }
 
-/* A conv's aux nodes are wrapped in evt_nodes::FlatM (kernels/evt_visitor_nodes.h): the conv epilogue's M is (Q, P, N). */
+/* A conv's aux nodes and column reductions are wrapped in evt_nodes::FlatM (kernels/evt_visitor_nodes.h): the conv
+ * epilogue's M is (Q, P, N). */
 static const char *flat_open(const evt_vtree *t) { return t->spec.conv.kind ? "evt_nodes::FlatM<" : ""; }
 static const char *flat_close(const evt_vtree *t) { return t->spec.conv.kind ? ">" : ""; }
 
@@ -124,20 +125,21 @@ void evt_cutlass_sm90_node_type(sbuf *b, const evt_vtree *t, int i) {
         break;
       }
       /* fall through */
-    case EVT_V_COL_SUM:
-      sb_printf(b, "using N%d = %sSm90%sReduction<cutlass::plus, cutlass::plus, %s, 0, TileShape, float, float, RN", i,
-                fus, v->op == EVT_V_ROW_SUM ? "Row" : "Col", gmem_reduce(&t->spec));
+    case EVT_V_COL_SUM: /* a conv's column reductions are an [N*P*Q] vector: FlatM, as its aux nodes */
+      sb_printf(b, "using N%d = %s%sSm90%sReduction<cutlass::plus, cutlass::plus, %s, 0, TileShape, float, float, RN", i,
+                flat_open(t), fus, v->op == EVT_V_ROW_SUM ? "Row" : "Col", gmem_reduce(&t->spec));
       emit_sum_tail(b, t, v);
-      sb_printf(b, ">;");
+      sb_printf(b, ">%s;", flat_close(t));
       break;
     case EVT_V_COL_MAX: /* NaN-propagating max (max.NaN gives a positive NaN, which wins the atomic max) */
       sb_printf(b,
-                "using N%d = %sSm90ColReduction<cutlass::maximum_with_nan_propagation, "
+                "using N%d = %s%sSm90ColReduction<cutlass::maximum_with_nan_propagation, "
                 "cutlass::maximum_with_nan_propagation,\n    %s, 0, TileShape, float, float, RN, "
-                "Stride<_1, _0, _0>, 4, true, true, true>;",
-                i, fus,
+                "Stride<_1, _0, _0>, 4, true, true, true>%s;",
+                i, flat_open(t), fus,
                 t->spec.cfg.reduction == EVT_RED_WORKSPACE ? "cutlass::maximum_with_nan_propagation"
-                                                           : "cutlass::atomic_maximum");
+                                                           : "cutlass::atomic_maximum",
+                flat_close(t));
       break;
     default: {
       const char *fn = evt_cutlass_compute_fn(v->op);

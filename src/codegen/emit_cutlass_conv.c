@@ -5,8 +5,9 @@
  * ConvUniversalAdapter; the epilogue is the epilogue collective builder with the spec's visitor tree, node for node
  * as a GEMM's. The geometry is compiled in (constants k*); the launcher refuses a launch whose m, n, k is not the
  * geometry's GEMM view. CUTLASS's conv epilogue sees M as the output's modes (Q, P, N) (dgrad: (W, H, N); a wgrad's
- * N is the filter's (C, kw, kh)): D's stride follows (out_stride); aux loads and stores are built over M flattened
- * (evt_nodes::FlatM), and broadcasts and sums index the linearized M already. */
+ * N is the filter's (C, kw, kh)): D's stride follows (out_stride); aux loads / stores and column reductions are built
+ * over M flattened (evt_nodes::FlatM); in the kernel, broadcasts and sums index the linearized M already. The launcher
+ * resets the sums' outputs itself (emit_reset_sums). */
 #include <stdio.h>
 
 #include "codegen/emit_cutlass_internal.h"
@@ -129,6 +130,21 @@ static void emit_kernel(sbuf *b, const evt_vtree *t, const char *hash) {
             hash);
 }
 
+/* The sums' reset: ConvUniversal's Sm90 kernel is CUTLASS's non-persistent GEMM kernel, whose initialize_workspace
+ * never reaches the epilogue's, so Gemm::initialize leaves the atomic sums' outputs (row sums, column sums and maxima)
+ * as they were; the launcher calls the epilogue's itself, over the GEMM view (M = N*P*Q, as the kernel's callbacks
+ * see it). The epilogue gets no workspace from this kernel: atomic sums need none. */
+static void emit_reset_sums(sbuf *b, const evt_kspec *s) {
+  if (!evt_kspec_has_sums(s)) return;
+  sb_printf(b,
+            "  // reset the sums' outputs (the conv kernel's initialize() does not reach the epilogue's)\n"
+            "  auto gemm_view = cute::make_shape(kM, kNg, kK, 1);\n"
+            "  if (CollectiveEpilogue::get_workspace_size(gemm_view, args.epilogue) != 0) return EVT_LAUNCH_CANNOT_IMPLEMENT;\n"
+            "  if (CollectiveEpilogue::initialize_workspace(gemm_view, args.epilogue, nullptr, stream) !=\n"
+            "      cutlass::Status::kSuccess)\n"
+            "    return EVT_LAUNCH_INIT;\n");
+}
+
 /* The launcher: the launch's m, n, k must be the geometry's GEMM view (a, b, d: x, w, y or dy, w, dx; ptrs as a
  * GEMM's). The problem shape is the forward's (x, w) for both operators: CUTLASS derives y's (dgrad: dy's) from it. */
 static void emit_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const char *name, const char *hash) {
@@ -146,6 +162,7 @@ static void emit_launcher(sbuf *b, const evt_vtree *t, const topo_ops *o, const 
             "  typename Gemm::Arguments args{problem,\n"
             "      {static_cast<ElementA const *>(a->a), static_cast<ElementB const *>(a->b)},\n"
             "      {fusion_args, nullptr, out_stride(), static_cast<ElementD *>(a->d), out_stride()}};\n");
+  emit_reset_sums(b, &t->spec);
   evt_cutlass_emit_gemm_run(b, 0, "stream");
   sb_printf(b, "  return EVT_LAUNCH_OK;\n}\n");
 }
