@@ -391,10 +391,11 @@ static int collect_conv_kernels(evt_graph *g, const char *what, evt_pf_kernel **
 }
 
 /* Convolution + EVT kernels (src/codegen/emit_cutlass_conv.c: CUTLASS's Sm90 implicit GEMM, the visitor tree as a
- * GEMM's) compiled for sm_90a, in two units: a 3x3 stride-2 fprop with bias + ReLU + an aux store of the
+ * GEMM's) compiled for sm_90a: a 3x3 stride-2 fprop with bias + ReLU + an aux store of the
  * pre-activation, and tests/graphs/resnet_block_nhwc_bf16.evt's training step: its forward convs (the batch-norm
  * statistics as row sums, D in f32), its dgrad (the ReLU mask of the previous layer as a where over a bool aux load,
- * the batch-norm backward's sums) and its wgrad (dw stored). */
+ * the batch-norm backward's sums) and its wgrad (dw stored); and an fprop with per-pixel sums and maxima over the
+ * channels (column reductions) and a mean over N, P, Q. */
 TEST(ci_nvcc_compiles_conv_kernels) {
   char inc[1024], util[1024];
   if (!have_nvcc_and_cutlass("ci_nvcc_compiles_conv_kernels", inc, util)) return;
@@ -415,18 +416,29 @@ TEST(ci_nvcc_compiles_conv_kernels) {
   free(perr);
   if (g) convs += collect_conv_kernels(g, "resnet_block_nhwc_bf16", &ks, &n, &cap);
   evt_graph_free(g);
+  perr = NULL;
+  g = evt_parse("graph convcol {\n  %x: bf16[2,14,14,32] = input()\n  %w: bf16[64,3,3,32] = param()\n"
+                "  %c = conv2d(%x, %w, padding=[1,1], layout=nhwc)\n  %r = relu(%c)\n  %f = cast(%c, dtype=f32)\n"
+                "  %s = sum(%f, dims=[3])\n  %m = amax(%f, dims=[3])\n  %u = mean(%f, dims=[0,1,2])\n"
+                "  output %r\n  output %s\n  output %m\n  output %u\n}\n",
+                "convcol", &perr);
+  CHECK_MSG(g != NULL, "%s", perr ? perr : "");
+  free(perr);
+  if (g) convs += collect_conv_kernels(g, "channel sums / maxima conv", &ks, &n, &cap);
+  evt_graph_free(g);
   /* the block's two forward convs share a kernel, so do its two wgrads; its backward has one dgrad (the first conv's
    * input needs none) */
-  CHECK_MSG(convs == 6 && n == 4, "%d conv groups lowered, %d distinct kernels (want 6 and 4)", convs, n);
-  int sums = 0, dgrads = 0, wgrads = 0;
+  CHECK_MSG(convs == 7 && n == 5, "%d conv groups lowered, %d distinct kernels (want 7 and 5)", convs, n);
+  int sums = 0, colred = 0, dgrads = 0, wgrads = 0;
   for (int i = 0; i < n; i++) {
     sums += strstr(ks[i].source, "RowSum<") != NULL;
+    colred += strstr(ks[i].source, "FlatM<cutlass::epilogue::fusion::Sm90ColReduction") != NULL;
     dgrads += strstr(ks[i].source, "Operator::kDgrad") != NULL;
     wgrads += strstr(ks[i].source, "Operator::kWgrad") != NULL;
   }
-  CHECK_MSG(sums == 0 && dgrads == 1 && wgrads == 1, "%d kernels with batch-norm row sums (want 0: refused in conv "
-            "epilogues), %d dgrad, %d wgrad "
-            "kernels (want 1 each)", sums, dgrads, wgrads);
+  CHECK_MSG(sums == 3 && colred == 1 && dgrads == 1 && wgrads == 1,
+            "%d kernels with row sums (want 3: the block's batch-norm sums, a mean), %d with column reductions (want 1), "
+            "%d dgrad, %d wgrad kernels (want 1 each)", sums, colred, dgrads, wgrads);
   int njobs, nobj;
   long long secs = compile_sm90_units(CI_DIR "/conv_jobs.sh", ks, n, false, inc, util, &njobs, &nobj);
   CHECK(secs >= 0);

@@ -77,9 +77,8 @@ TEST(lower_conv_bias_relu_aux_store) {
   conv_free(&cl);
 }
 
-/* 3x3 stride 2 and a 7x7 stride-2 stem: output extents, K tiles from C; a residual of the output's shape is an aux
- * load; a sum over N, P, Q (batch-norm statistics) stays out of the conv group (reductions in a conv epilogue are
- * refused: their sums came back NaN on the GPU) */
+/* 3x3 stride 2 and a 7x7 stride-2 stem: output extents, K tiles from C, and a sum over N, P, Q (batch-norm
+ * statistics) as a row sum; a residual of the output's shape is an aux load */
 TEST(lower_conv_strided_stem_and_statistics) {
   conv_lowered cl;
   if (!lower_body("  %x: bf16[2,15,15,32] = input()\n  %w: bf16[64,3,3,32] = param()\n  %res: bf16[2,8,8,64] = input()\n"
@@ -92,12 +91,9 @@ TEST(lower_conv_strided_stem_and_statistics) {
     CHECK_MSG(L->ok && L->kind == EVT_LK_CONV_EVT, "%s", L->reason);
     CHECK(L->spec.conv.p == 8 && L->spec.conv.q == 8 && L->spec.cfg.tile_k == 32 && L->m == 128 && L->n == 64);
     int rs = find_vop(L, EVT_V_ROW_SUM), al = find_vop(L, EVT_V_AUX_LOAD);
-    CHECK_MSG(rs < 0, "no row sum in the conv group");
+    CHECK_MSG(rs >= 0 && L->vtensor[rs] == evt_graph_find(cl.g, "s"), "Σ over N, P, Q is a row sum");
     CHECK_MSG(al >= 0 && L->vtensor[al] == evt_graph_find(cl.g, "res"), "the residual is an aux load");
-    CHECK(cl.part.group[evt_graph_find(cl.g, "s")] != cl.part.group[evt_graph_find(cl.g, "c")]);
-    char why[256];
-    CHECK(!evt_lower_can_fuse(cl.g, evt_graph_find(cl.g, "c"), evt_graph_find(cl.g, "s"), why, sizeof why) &&
-          strstr(why, "a reduction in a convolution's epilogue"));
+    CHECK(cl.part.group[evt_graph_find(cl.g, "s")] == cl.part.group[evt_graph_find(cl.g, "c")]);
   }
   conv_free(&cl);
   if (!lower_body(BIAS_RELU_AUX("[2,32,32,16]", "[64,7,7,16]", "[64]", "stride=[2,2], padding=[3,3]"), &cl)) return;
@@ -207,9 +203,8 @@ TEST(emit_conv_source_is_deterministic) {
   free(a);
 }
 
-/* conv2d_backward_input (stride 1): the tile is dx [N*H*W, C], K = kh*kw*O; the previous layer's ReLU mask is its
- * epilogue (the batch-norm backward's sums stay out: reductions are refused in conv epilogues); a strided dgrad is
- * refused by name */
+/* conv2d_backward_input (stride 1): the tile is dx [N*H*W, C], K = kh*kw*O; the previous layer's ReLU mask and the
+ * batch-norm backward's sums are its epilogue; a strided dgrad is refused by name */
 TEST(lower_conv_dgrad_relu_mask_and_sums) {
   conv_lowered cl;
   if (!lower_body("  %dy: bf16[2,8,8,64] = input()\n  %w: bf16[64,3,3,32] = param()\n  %h: bf16[2,8,8,32] = input()\n"
@@ -225,11 +220,12 @@ TEST(lower_conv_dgrad_relu_mask_and_sums) {
     CHECK(L->spec.conv.kind == EVT_CONV_DGRAD && L->spec.conv.c == 32 && L->spec.conv.o == 64 && L->spec.conv.p == 8);
     CHECK(L->m == 2 * 8 * 8 && L->n == 32 && L->k == 3 * 3 * 64 && L->spec.cfg.tile_k == 64 && L->spec.cfg.tile_n == 64);
     CHECK(L->a_node == evt_graph_find(cl.g, "dy") && L->b_node == evt_graph_find(cl.g, "w"));
-    CHECK(find_vop(L, EVT_V_WHERE) >= 0 && find_vop(L, EVT_V_ROW_SUM) < 0 && find_vop(L, EVT_V_AUX_LOAD) >= 0);
-    CHECK(cl.part.group[evt_graph_find(cl.g, "s")] != cl.part.group[evt_graph_find(cl.g, "c")]);
+    CHECK(find_vop(L, EVT_V_WHERE) >= 0 && find_vop(L, EVT_V_ROW_SUM) >= 0 && find_vop(L, EVT_V_AUX_LOAD) >= 0);
+    CHECK(cl.part.group[evt_graph_find(cl.g, "s")] == cl.part.group[evt_graph_find(cl.g, "c")]);
     char err[256];
     char *src = evt_emit_cutlass(&L->spec, err, sizeof err);
     CHECK_MSG(src && strstr(src, "cutlass::conv::Operator::kDgrad;") && strstr(src, "kM = 128, kNg = 32, kK = 576"), "%s", src ? "" : err);
+    CHECK_MSG(src && strstr(src, "CollectiveEpilogue::initialize_workspace(gemm_view"), "the launcher resets the sums");
     free(src);
     evt_kspec fprop = L->spec;
     fprop.conv.kind = EVT_CONV_FPROP;
@@ -245,6 +241,49 @@ TEST(lower_conv_dgrad_relu_mask_and_sums) {
   if (L)
     CHECK_MSG(!L->ok && strstr(L->reason, "%c (conv2d_backward_input)") && strstr(L->reason, "stride 2x2"), "%s",
               L->reason);
+  conv_free(&cl);
+}
+
+/* Per-pixel reductions over the channels are column reductions ([N*P*Q] vectors, CUTLASS's Sm90ColReduction under
+ * FlatM: its host functions over the flattened M), a mean over N, P, Q a scaled row sum; all in the conv's group. The
+ * launcher resets the sums' outputs itself (the conv kernel's initialize does not reach the epilogue's); a kernel
+ * without sums does not. */
+TEST(lower_conv_channel_reductions_and_reset) {
+  conv_lowered cl;
+  if (!lower_body("  %x: bf16[2,14,14,32] = input()\n  %w: bf16[64,3,3,32] = param()\n"
+                  "  %c = conv2d(%x, %w, padding=[1,1], layout=nhwc)\n  %r = relu(%c)\n  %f = cast(%c, dtype=f32)\n"
+                  "  %s = sum(%f, dims=[3])\n  %m = amax(%f, dims=[3])\n  %u = mean(%f, dims=[0,1,2])\n"
+                  "  output %r\n  output %s\n  output %m\n  output %u\n",
+                  &cl))
+    return;
+  const evt_lowered *L = group_of(&cl, "c");
+  if (L) {
+    CHECK_MSG(L->ok && L->kind == EVT_LK_CONV_EVT, "%s", L->reason);
+    CHECK_MSG(cl.low.n == 1, "%d groups: the conv and its three reductions are one kernel", cl.low.n);
+    int cs = find_vop(L, EVT_V_COL_SUM), cm = find_vop(L, EVT_V_COL_MAX), rs = find_vop(L, EVT_V_ROW_SUM);
+    CHECK(cs >= 0 && L->vtensor[cs] == evt_graph_find(cl.g, "s"));
+    CHECK(cm >= 0 && L->vtensor[cm] == evt_graph_find(cl.g, "m"));
+    CHECK(rs >= 0 && L->vtensor[rs] == evt_graph_find(cl.g, "u"));
+    char err[256];
+    char *src = evt_emit_cutlass(&L->spec, err, sizeof err);
+    CHECK_MSG(src, "%s", err);
+    const char *want[] = {"evt_nodes::FlatM<cutlass::epilogue::fusion::Sm90ColReduction<cutlass::plus",
+                          "evt_nodes::FlatM<cutlass::epilogue::fusion::Sm90ColReduction<cutlass::maximum_with_nan",
+                          "evt_nodes::RowSum<TileShape, true>",
+                          "CollectiveEpilogue::initialize_workspace(gemm_view, args.epilogue, nullptr, stream)"};
+    for (size_t i = 0; src && i < sizeof want / sizeof want[0]; i++)
+      CHECK_MSG(strstr(src, want[i]), "no `%s` in the source", want[i]);
+    free(src);
+  }
+  conv_free(&cl);
+  if (!lower_body(BIAS_RELU_AUX("[2,8,8,16]", "[32,3,3,16]", "[32]", "padding=[1,1]"), &cl)) return;
+  L = group_of(&cl, "c");
+  if (L) {
+    char err[256];
+    char *src = evt_emit_cutlass(&L->spec, err, sizeof err);
+    CHECK_MSG(src && !strstr(src, "initialize_workspace(gemm_view"), "no reset without sums");
+    free(src);
+  }
   conv_free(&cl);
 }
 
