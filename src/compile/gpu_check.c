@@ -6,6 +6,13 @@
 
 #include "compile/compile.h"
 #include "compile/train.h"
+#include "runtime/interp/interp.h"
+
+/* The fp8 tensor cores' accumulation error, rounded up: measured 1.5e-4 relative (about 2^-13) against exact sums of
+ * exact fp8 products on an H100 (docs/codegen.md "FP8"); the perturbed references use 2^-12. */
+#define FP8_ACC_EPS 0x1p-12
+/* Perturbed references per check (fixed seeds 1..N): the noise bound takes their largest distance. */
+#define FP8_NOISE_SEEDS 3
 
 /* 0.1 x the largest finite |value| over the outputs other than the loss (all of them if the loss is alone). */
 static double grad_scale(const evt_graph *g, const evt_tensor *t) {
@@ -18,9 +25,11 @@ static double grad_scale(const evt_graph *g, const evt_tensor *t) {
   return 0.1 * scale;
 }
 
-/* Runs the interpreter with `flags` on the inputs/params of `values` and moves its outputs into out[k]. */
-static evt_status interp_outputs(evt_graph *g, evt_tensor *values, unsigned flags, evt_tensor *out) {
-  evt_status st = evt_interp_run(g, values, flags, 0);
+/* Runs the interpreter with `flags` (and `noise` on its fp8 GEMMs, NULL: none) on the inputs/params of `values` and
+ * moves its outputs into out[k]. */
+static evt_status interp_outputs(evt_graph *g, evt_tensor *values, unsigned flags, const evt_fp8_noise *noise,
+                                 evt_tensor *out) {
+  evt_status st = evt_interp_run_fp8_noise(g, values, flags, 0, noise);
   for (int k = 0; k < g->noutputs && st == EVT_OK; k++) {
     out[k] = values[g->outputs[k]];
     memset(&values[g->outputs[k]], 0, sizeof(evt_tensor));
@@ -67,17 +76,62 @@ static double rel_norm_error(const evt_tensor *gpu, const evt_tensor *cpu) {
   return diff == 0 ? 0 : sqrt(diff) / (ref > 0 ? sqrt(ref) : 1e-300);
 }
 
-/* The fp8 rule for output k (computed from fp8 values): counts a mismatch, printed to out. */
-static void check_fp8_output(const evt_graph *g, int k, const evt_tensor *gpu, const evt_tensor *ref, long step,
-                             FILE *out, evt_check_result *r) {
+double evt_check_fp8_bound(double e_noise) { return isfinite(e_noise) ? fmax(1e-2, 2 * e_noise) : 1e-2; }
+
+bool evt_check_fp8_ok(double e_gpu, double e_noise) {
+  return isfinite(e_gpu) && (e_gpu <= 1e-2 || e_gpu <= evt_check_fp8_bound(e_noise));
+}
+
+/* e[k] = the GPU's relative norm error against the interpreter for each output k of fp8 ancestry (0 for others);
+ * true when one of them is over the plain 1e-2 (and finite: the noise cannot excuse a NaN). */
+static bool fp8_errors(const evt_graph *g, const unsigned char *anc8, const evt_tensor *gpu, const evt_tensor *ref,
+                       double *e) {
+  bool over = false;
+  for (int k = 0; k < g->noutputs; k++) {
+    e[k] = anc8[g->outputs[k]] ? rel_norm_error(&gpu[k], &ref[k]) : 0;
+    over |= isfinite(e[k]) && e[k] > 1e-2;
+  }
+  return over;
+}
+
+/* noise[k] = the largest relative norm distance of FP8_NOISE_SEEDS perturbed references (evt_fp8_noise,
+ * FP8_ACC_EPS) from ref, for each output of fp8 ancestry: how far the hardware's accumulation alone can move it. */
+static evt_status fp8_noise_spread(evt_graph *g, evt_tensor *values, const unsigned char *anc8, const evt_tensor *ref,
+                                   double *noise) {
+  int no = g->noutputs;
+  evt_tensor *pert = calloc((size_t)(no ? no : 1), sizeof *pert);
+  if (!pert) evt_fatal(__FILE__, __LINE__, "out of memory");
+  evt_status st = EVT_OK;
+  for (int s = 1; s <= FP8_NOISE_SEEDS && st == EVT_OK; s++) {
+    evt_fp8_noise nz = {.eps = FP8_ACC_EPS, .seed = (uint64_t)s};
+    st = interp_outputs(g, values, 0, &nz, pert);
+    for (int k = 0; k < no && st == EVT_OK; k++) {
+      double d = anc8[g->outputs[k]] ? rel_norm_error(&pert[k], &ref[k]) : 0;
+      if (!(d <= noise[k])) noise[k] = d;
+    }
+    for (int k = 0; k < no; k++) evt_tensor_free(&pert[k]);
+  }
+  free(pert);
+  return st;
+}
+
+/* The fp8 rule for output k (computed from fp8 values), with its error e and noise spread (0: not measured):
+ * counts a mismatch, printed to out with both numbers. */
+static void check_fp8_output(const evt_graph *g, int k, double e, double noise, long step, FILE *out,
+                             evt_check_result *r) {
   int id = g->outputs[k];
-  double e = rel_norm_error(gpu, ref);
   r->fp8_outputs++;
   if (!(e <= r->fp8_ref)) r->fp8_ref = e;
-  if (e <= 1e-2) return;
-  fprintf(out, "check: step %ld output %%%s (%s, computed from fp8 values): relative norm error %.3g > 1e-2 against "
-          "the interpreter: MISMATCH\n", step, g->nodes[id].name ? g->nodes[id].name : "?",
-          evt_dtype_name(g->nodes[id].type.dtype), e);
+  if (!(noise <= r->fp8_noise)) r->fp8_noise = noise;
+  if (evt_check_fp8_ok(e, noise)) return;
+  fprintf(out, "check: step %ld output %%%s (%s, computed from fp8 values): relative norm error %.3g against the "
+          "interpreter", step, g->nodes[id].name ? g->nodes[id].name : "?", evt_dtype_name(g->nodes[id].type.dtype), e);
+  if (noise > 0) /* measured: the output was finite and over 1e-2 */
+    fprintf(out, " > %.3g = max(1e-2, 2 x %.3g, the interpreter's own spread under fp8 accumulation noise of %.2g)",
+            evt_check_fp8_bound(noise), noise, FP8_ACC_EPS);
+  else
+    fprintf(out, " > 1e-2");
+  fprintf(out, ": MISMATCH\n");
   r->mismatches++;
 }
 
@@ -91,15 +145,18 @@ evt_status evt_check_step_tf32(evt_graph *g, evt_tensor *values, const evt_tenso
   int no = g->noutputs;
   memset(r, 0, sizeof *r);
   evt_tensor *ref = calloc((size_t)(no ? no : 1), sizeof *ref), *exact = calloc((size_t)(no ? no : 1), sizeof *exact);
-  if (!ref || !exact) evt_fatal(__FILE__, __LINE__, "out of memory");
-  evt_status st = interp_outputs(g, values, 0, ref);
+  double *e8 = calloc((size_t)(no ? no : 1), sizeof *e8), *noise8 = calloc((size_t)(no ? no : 1), sizeof *noise8);
+  if (!ref || !exact || !e8 || !noise8) evt_fatal(__FILE__, __LINE__, "out of memory");
+  evt_status st = interp_outputs(g, values, 0, NULL, ref);
   unsigned char *anc = ancestry(g, low_precision, tf32), *anc8 = ancestry(g, evt_dtype_is_fp8, false);
   bool low = false;
   for (int k = 0; k < no; k++) {
     if (anc8[g->outputs[k]]) anc[g->outputs[k]] = 0; /* the fp8 rule */
     low |= anc[g->outputs[k]];
   }
-  if (st == EVT_OK && low) st = interp_outputs(g, values, EVT_RUN_FP64, exact);
+  if (st == EVT_OK && low) st = interp_outputs(g, values, EVT_RUN_FP64, NULL, exact);
+  /* the perturbed references run only where an fp8 output is over the plain 1e-2 */
+  if (st == EVT_OK && fp8_errors(g, anc8, gpu, ref, e8)) st = fp8_noise_spread(g, values, anc8, ref, noise8);
   if (st == EVT_OK) {
     double sref = grad_scale(g, ref), sx = low ? grad_scale(g, exact) : 0;
     for (int k = 0; k < no && low; k++) /* the per-node evaluation's own distance to the exact answer */
@@ -113,7 +170,7 @@ evt_status evt_check_step_tf32(evt_graph *g, evt_tensor *values, const evt_tenso
       evt_dtype dt = g->nodes[id].type.dtype;
       const char *name = g->nodes[id].name ? g->nodes[id].name : "?";
       if (anc8[id]) {
-        check_fp8_output(g, k, &gpu[k], &ref[k], step, out, r);
+        check_fp8_output(g, k, e8[k], noise8[k], step, out, r);
         continue;
       }
       double er = evt_cuda_rel_error(&gpu[k], &ref[k], sref);
@@ -142,6 +199,8 @@ evt_status evt_check_step_tf32(evt_graph *g, evt_tensor *values, const evt_tenso
   }
   free(anc);
   free(anc8);
+  free(e8);
+  free(noise8);
   for (int k = 0; k < no; k++) {
     evt_tensor_free(&ref[k]);
     evt_tensor_free(&exact[k]);

@@ -3,7 +3,8 @@
  *   addmm(c, a, b) = a @ b + c with c broadcast to [M,N]. Each output element is a dot product of its k terms
  *   in double: through the BLAS (OpenBLAS dgemm) when M x N x K >= EVT_INTERP_BLAS_MIN, in the BLAS's fixed
  *   order of summation (products may be fused with the additions); smaller products sum in increasing k with
- *   the i-k-j loops below. Either way the error is far below an f32 ulp before the f32 rounding.
+ *   the i-k-j loops below. Either way the error is far below an f32 ulp before the f32 rounding. With the
+ *   perturbed reference (evt_fp8_noise, interp.h) a product of two fp8 operands is scaled by 1 + eps u per element.
  * - spmm(rowptr, col, val, x) = A x with A in CSR form ([M,K], K = rows of x); spmm_t(...) = A^T dy with
  *   shape [K,N]. rowptr must start at >= 0, never decrease and end at <= nnz; col in [0, K).
  * - sdpa(q, k, v[, mask]) [..., S, D] = softmax(q k^T * scale + mask) v with scale = 1/sqrt(D) when the
@@ -72,6 +73,17 @@ static bool batch_offsets(const evt_tensor *t, const evt_tensor *out, int64_t *o
   return true;
 }
 
+/* Both operands fp8: the product the perturbed reference (interp.h, evt_fp8_noise) perturbs. */
+static bool fp8_operands(const evt_tensor *a, const evt_tensor *b) {
+  return evt_dtype_is_fp8(a->dtype) && evt_dtype_is_fp8(b->dtype);
+}
+
+/* The perturbed reference: p[i] *= 1 + eps u_i, u_i uniform in [-1, 1] from (seed, node id, i) only. */
+static void perturb_product(const evt_interp_ctx *ctx, double *p, int64_t n) {
+  uint64_t key = ctx->noise->seed ^ (0x9E3779B97F4A7C15ull * ((uint64_t)ctx->id + 1));
+  for (int64_t i = 0; i < n; i++) p[i] *= 1 + ctx->noise->eps * (2 * evt_interp_counter_uniform(key, (uint64_t)i, 0) - 1);
+}
+
 static evt_status gemm(evt_interp_ctx *ctx) {
   evt_op op = ctx->n->op;
   const evt_tensor *a = ctx->in[op == EVT_OP_ADDMM ? 1 : 0], *b = ctx->in[op == EVT_OP_ADDMM ? 2 : 1];
@@ -95,6 +107,7 @@ static evt_status gemm(evt_interp_ctx *ctx) {
   for (int64_t bi = 0; bi < nb; bi++) matmul_acc(out->data + bi * M * N, a->data + oa[bi], b->data + ob[bi], M, K, N);
   free(oa);
   free(ob);
+  if (ctx->noise && fp8_operands(a, b)) perturb_product(ctx, out->data, out->numel);
   if (op == EVT_OP_ADDMM) {
     const evt_tensor *c = ctx->in[0];
     int64_t cs[EVT_MAX_RANK];

@@ -13,6 +13,7 @@
 #define EVT_INTERP_IMPL_H
 
 #include "ir/ir.h"
+#include "runtime/interp/interp.h"
 
 #include <math.h>
 
@@ -23,6 +24,7 @@ typedef struct evt_interp_ctx {
   const evt_tensor *const *in;     /* n->ninputs tensors, shapes checked against the input nodes' types */
   evt_tensor *out;                 /* allocated and zeroed by the dispatcher */
   unsigned flags;                  /* EVT_RUN_* */
+  const evt_fp8_noise *noise;      /* NULL, or the perturbed reference's noise on fp8 GEMMs (interp.h) */
 } evt_interp_ctx;
 
 #define interp_fail(ctx, ...) evt_graph_errorf((ctx)->g, (ctx)->id, EVT_ERR_INVALID, __VA_ARGS__)
@@ -69,6 +71,9 @@ int64_t evt_interp_index(evt_interp_ctx *ctx, const evt_tensor *t, int64_t i, in
 static inline bool evt_interp_use_blas(int64_t m, int64_t n, int64_t k) {
   return m > 0 && n > 0 && k > 0 && m < INT32_MAX && n < INT32_MAX && k < INT32_MAX && (double)m * (double)n * (double)k >= EVT_INTERP_BLAS_MIN;
 }
+
+/* Uniform in [0, 1) with 53 bits from the counter-based stream (key, i, lane) (interp.c). */
+double evt_interp_counter_uniform(uint64_t key, uint64_t i, uint64_t lane);
 
 /* Call before any BLAS routine (gemm.c): sets up the BLAS once (one thread). */
 void evt_interp_blas_ready(void);

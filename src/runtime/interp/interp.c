@@ -21,6 +21,9 @@
  *   tensors from an earlier run (those are freed before being refilled).
  * - Bad values met at run time (an index out of range, a CSR row pointer that is not monotone) return
  *   EVT_ERR_INVALID with a message naming the node; NaN inputs propagate through arithmetic.
+ * - evt_interp_run_fp8_noise (interp.h) is evt_interp_run with relative noise on every fp8 x fp8 GEMM's product, from
+ *   its own counter-based generator (the run's rand / dropout draws are unchanged): the perturbed reference of
+ *   `evtc run --check`'s fp8 rule.
  * - evt_interp_init_inputs fills input/param slots from their init attributes with a counter-based
  *   generator: element i of the node named k with seed s depends only on (s, k, i), so renumbering
  *   passes keep the values.
@@ -164,7 +167,9 @@ static evt_status run_family(evt_interp_ctx *ctx) {
   EVT_UNREACHABLE();
 }
 
-evt_status evt_interp_node(evt_graph *g, int id, const evt_tensor *const *inputs, evt_tensor *out, unsigned flags) {
+/* evt_interp_node with the perturbed reference's noise (NULL: none). */
+static evt_status run_node(evt_graph *g, int id, const evt_tensor *const *inputs, evt_tensor *out, unsigned flags,
+                           const evt_fp8_noise *noise) {
   if (!g || id < 0 || id >= g->nnodes || !out) return EVT_ERR_INVALID;
   const evt_node *n = &g->nodes[id];
   memset(out, 0, sizeof *out);
@@ -178,11 +183,15 @@ evt_status evt_interp_node(evt_graph *g, int id, const evt_tensor *const *inputs
   }
   if (evt_tensor_alloc(out, n->type.dtype, n->type.rank, n->type.shape) != EVT_OK)
     return evt_graph_errorf(g, id, EVT_ERR_INVALID, "cannot allocate the output");
-  evt_interp_ctx ctx = {.g = g, .id = id, .n = n, .in = inputs, .out = out, .flags = flags};
+  evt_interp_ctx ctx = {.g = g, .id = id, .n = n, .in = inputs, .out = out, .flags = flags, .noise = noise};
   evt_status st = run_family(&ctx);
   if (st == EVT_OK) st = round_output(&ctx);
   if (st != EVT_OK) evt_tensor_free(out);
   return st;
+}
+
+evt_status evt_interp_node(evt_graph *g, int id, const evt_tensor *const *inputs, evt_tensor *out, unsigned flags) {
+  return run_node(g, id, inputs, out, flags, NULL);
 }
 
 /* ---- the whole graph ------------------------------------------------------------------------------- */
@@ -211,6 +220,11 @@ static evt_status check_caller_slot(evt_graph *g, int i, const evt_tensor *t) {
 }
 
 evt_status evt_interp_run(evt_graph *g, evt_tensor *values, unsigned flags, int keep_all) {
+  return evt_interp_run_fp8_noise(g, values, flags, keep_all, NULL);
+}
+
+evt_status evt_interp_run_fp8_noise(evt_graph *g, evt_tensor *values, unsigned flags, int keep_all,
+                                    const evt_fp8_noise *noise) {
   if (!g || !values) return EVT_ERR_INVALID;
   int nn = g->nnodes;
   int *last_use = malloc(sizeof(int) * (size_t)(nn > 0 ? nn : 1));
@@ -229,7 +243,7 @@ evt_status evt_interp_run(evt_graph *g, evt_tensor *values, unsigned flags, int 
     const evt_tensor *ins[EVT_MAX_INPUTS];
     for (int j = 0; j < n->ninputs; j++) ins[j] = &values[n->inputs[j]];
     evt_tensor_free(&values[i]);
-    st = evt_interp_node(g, i, ins, &values[i], flags);
+    st = run_node(g, i, ins, &values[i], flags, noise);
     if (st != EVT_OK || keep_all) continue;
     /* free what this node was the last user of, and this node itself if nothing reads it */
     for (int j = 0; j < n->ninputs; j++) {
@@ -255,8 +269,7 @@ static uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-/* Uniform in [0, 1) with 53 bits, from the stream (key, i, lane). */
-static double counter_uniform(uint64_t key, uint64_t i, uint64_t lane) {
+double evt_interp_counter_uniform(uint64_t key, uint64_t i, uint64_t lane) {
   uint64_t h = splitmix64(key ^ splitmix64(i * 2 + lane));
   return (double)(h >> 11) * (1.0 / 9007199254740992.0);
 }
@@ -292,13 +305,13 @@ evt_status evt_interp_init_inputs(evt_graph *g, evt_tensor *values, uint64_t see
       double v = 0;
       switch ((evt_init)a->init) {
       case EVT_INIT_NORMAL: {
-        double u1 = 1.0 - counter_uniform(key, (uint64_t)i, 0); /* (0, 1] */
-        double u2 = counter_uniform(key, (uint64_t)i, 1);
+        double u1 = 1.0 - evt_interp_counter_uniform(key, (uint64_t)i, 0); /* (0, 1] */
+        double u2 = evt_interp_counter_uniform(key, (uint64_t)i, 1);
         v = a->std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
         break;
       }
-      case EVT_INIT_UNIFORM: v = lo + (hi - lo) * counter_uniform(key, (uint64_t)i, 0); break;
-      case EVT_INIT_RANDINT: v = lo + floor((hi - lo) * counter_uniform(key, (uint64_t)i, 0)); break;
+      case EVT_INIT_UNIFORM: v = lo + (hi - lo) * evt_interp_counter_uniform(key, (uint64_t)i, 0); break;
+      case EVT_INIT_RANDINT: v = lo + floor((hi - lo) * evt_interp_counter_uniform(key, (uint64_t)i, 0)); break;
       case EVT_INIT_ZEROS: v = 0; break;
       case EVT_INIT_ONES: v = 1; break;
       case EVT_INIT_ROWPTR: v = (double)i * lo; break;
