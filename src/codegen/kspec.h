@@ -246,6 +246,11 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len);
 int evt_kspec_epilogue_n(const evt_kspec *s);
 uint64_t evt_kspec_hash(const evt_kspec *s);
 void evt_kspec_kernel_name(const evt_kspec *s, char out[40]);     /* "evt_kernel_<16 hex>" */
+/* Copies the rand nodes' seeds and offsets of s into a->rng (entry v for rand node v; kernels/evt_launch.h). They
+ * are launch arguments, not part of the kernel (its text, name and source), so a kernel shared by groups whose
+ * dropouts differ only in seed draws each group's own mask: every launch passes the spec its group was lowered to. */
+struct evt_launch_args;
+void evt_kspec_launch_rng(const evt_kspec *s, struct evt_launch_args *a);
 
 /* The SMs of the Hopper GPUs evt targets (H100 SXM, H200): one wave of output tiles. */
 #define EVT_HOPPER_SMS 132
