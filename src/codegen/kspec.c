@@ -395,6 +395,19 @@ uint64_t evt_kspec_epilogue_hash(const evt_kspec *s) {
   return evt_kspec_hash(&t);
 }
 
+void evt_kspec_canonicalize(evt_kspec *s) {
+  evt_vop op[EVT_KSPEC_MAX_NODES];
+  int in[EVT_KSPEC_MAX_NODES][3];
+  uint64_t leaf[EVT_KSPEC_MAX_NODES], key[EVT_KSPEC_MAX_NODES];
+  for (int v = 0; v < s->nnodes; v++) {
+    op[v] = s->nodes[v].op;
+    memcpy(in[v], s->nodes[v].in, sizeof in[v]);
+    leaf[v] = evt_vop_leaf_key(op[v], s->nodes[v].dtype, s->nodes[v].value, s->nodes[v].name, s->nodes[v].shared);
+  }
+  evt_vop_canonical_order(s->nnodes, op, in, leaf, key);
+  for (int v = 0; v < s->nnodes; v++) memcpy(s->nodes[v].in, in[v], sizeof in[v]);
+}
+
 void evt_kspec_launch_rng(const evt_kspec *s, evt_launch_args *a) {
   for (int v = 0; v < s->nnodes && v < EVT_LAUNCH_MAX_PTRS; v++)
     if (s->nodes[v].op == EVT_V_RAND) a->rng[v] = (evt_rng_key){s->nodes[v].seed, s->nodes[v].offset};

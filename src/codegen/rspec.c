@@ -210,6 +210,20 @@ uint64_t evt_rspec_hash(const evt_rspec *s) {
   return evt_hash_bytes(0, buf, (size_t)n);
 }
 
+void evt_rspec_canonicalize(evt_rspec *s) {
+  evt_vop op[EVT_RSPEC_MAX_NODES];
+  int in[EVT_RSPEC_MAX_NODES][3];
+  uint64_t leaf[EVT_RSPEC_MAX_NODES], key[EVT_RSPEC_MAX_NODES];
+  for (int v = 0; v < s->nnodes; v++) {
+    op[v] = s->nodes[v].op;
+    memcpy(in[v], s->nodes[v].in, sizeof in[v]);
+    leaf[v] = evt_vop_leaf_key(op[v], s->nodes[v].dtype, s->nodes[v].value, s->nodes[v].name,
+                               op[v] == EVT_V_ACC ? (int)s->nodes[v].sel : 0);
+  }
+  evt_vop_canonical_order(s->nnodes, op, in, leaf, key);
+  for (int v = 0; v < s->nnodes; v++) memcpy(s->nodes[v].in, in[v], sizeof in[v]);
+}
+
 void evt_rspec_launch_rng(const evt_rspec *s, evt_row_launch_args *a) {
   for (int v = 0; v < s->nnodes && v < EVT_ROW_LAUNCH_MAX_PTRS; v++)
     if (s->nodes[v].op == EVT_V_RAND) a->rng[v] = (evt_rng_key){s->nodes[v].seed, s->nodes[v].offset};

@@ -106,6 +106,7 @@ evt_dtype evt_rspec_in_dtype(const evt_rspec *s, int k); /* dtype of M×N input 
 int evt_rspec_text(const evt_rspec *s, char *buf, size_t len);
 uint64_t evt_rspec_hash(const evt_rspec *s);
 void evt_rspec_kernel_name(const evt_rspec *s, char out[40]); /* "evt_rowkernel_<16 hex>" */
+void evt_rspec_canonicalize(evt_rspec *s); /* evt_kspec_canonicalize's rule (an acc's key has its nucleus value) */
 struct evt_row_launch_args;
 /* evt_kspec_launch_rng for a row kernel's launch (kernels/evt_row_launch.h) */
 void evt_rspec_launch_rng(const evt_rspec *s, struct evt_row_launch_args *a);
