@@ -117,7 +117,8 @@ typedef struct evt_vnode {
   int in[3];        /* input node ids (smaller than this node's id), -1 if unused */
   evt_dtype dtype;  /* element type in memory of loads/stores; EVT_F32 for computes */
   double value;     /* EVT_V_SCALAR */
-  uint64_t seed, offset; /* EVT_V_RAND: the rand op's Philox key and counter offset (dtype: its rounding) */
+  uint64_t seed, offset; /* EVT_V_RAND: the rand op's Philox key and counter offset (dtype: its rounding); launch
+                          * arguments (evt_kspec_launch_rng), not in the text, hash or source */
   int shared;       /* batched specs: 1 = one tensor for every batch (see batch mode above) */
   char name[24];    /* argument name in the generated launcher and in messages */
 } evt_vnode;

@@ -64,7 +64,7 @@ typedef struct evt_rnode {
   int in[3];          /* input node ids (smaller than this node's id), -1 if unused */
   evt_dtype dtype;    /* memory dtype of loads / stores; EVT_F32 for the rest */
   double value;       /* EVT_V_SCALAR */
-  uint64_t seed, offset; /* EVT_V_RAND (see kspec.h) */
+  uint64_t seed, offset; /* EVT_V_RAND (see kspec.h): launch arguments (evt_rspec_launch_rng) */
   evt_row_value sel;  /* EVT_V_ACC: which nucleus value */
   char name[24];      /* argument name in the generated source and in messages */
 } evt_rnode;
