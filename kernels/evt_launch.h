@@ -17,6 +17,13 @@
 
 #define EVT_LAUNCH_MAX_PTRS 32
 
+/* A rand node's Philox key and counter offset (kernels/philox.h). Launch arguments, not constants of the kernel:
+ * kernels that differ only in their rand nodes' seeds (dropout sites of identical layers) are one kernel, and each
+ * launch passes its own group's keys (evt_kspec_launch_rng / evt_rspec_launch_rng, src/codegen/kspec.h, rspec.h). */
+typedef struct evt_rng_key {
+  unsigned long long seed, offset;
+} evt_rng_key;
+
 typedef struct evt_launch_args {
   int m, n, k;
   const void *a, *b; /* A and B in the kernel's operand layout */
@@ -52,6 +59,8 @@ typedef struct evt_launch_args {
    * swizzle = CUTLASS max_swizzle_size (0 or 1: none; 2, 4, 8: groups of tiles for L2 reuse);
    * raster: 0 = CUTLASS's heuristic, 1 = along M, 2 = along N. Zero-initialized args keep the defaults. */
   int swizzle, raster;
+
+  evt_rng_key rng[EVT_LAUNCH_MAX_PTRS]; /* rng[v]: rand node v's key (other entries unused) */
 } evt_launch_args;
 
 /* Launcher return codes. */

@@ -12,6 +12,7 @@
  *   ptrs[i]    memory of epilogue node i: M×N for aux loads/stores, N for row broadcasts and row_sum
  *              (Σ over M), M for column broadcasts and col_sum (Σ over N); f32 for both sums
  *   rng_step   the RNG step rand nodes draw with (kernels/philox.h), read after the previous kernel completed
+ *   rng[i]     rand node i's Philox key and counter offset (evt_rng_key, evt_launch.h; other entries unused)
  *   csr        spmm nucleus only: A [m, k] as rowptr[m+1], col[nnz], val[nnz] (indices in the spec's idx dtype),
  *              x [k, n] dense, perm[nnz] (has_perm: values read as val[perm[q]]); err: a device int into which the
  *              kernel writes err_code (nonzero; the kernel library's convention is node id + 1) on an index out of
@@ -35,6 +36,7 @@ typedef struct evt_row_launch_args {
   void *ptrs[EVT_ROW_LAUNCH_MAX_PTRS];
   void *stream; /* cudaStream_t; NULL = default stream */
   const unsigned long long *rng_step; /* device memory: the run's RNG step for rand nodes (NULL: step 0) */
+  evt_rng_key rng[EVT_ROW_LAUNCH_MAX_PTRS]; /* rng[i]: rand node i's seed and offset */
   struct {
     const void *rowptr, *col, *val, *x, *perm;
     long long k, nnz;

@@ -108,13 +108,14 @@ void evt_cutlass_emit_elements(sbuf *b, const evt_kspec *s, const char *hash) {
   sb_printf(b, "constexpr int AlignmentAB = 16 / sizeof(ElementA);\nconstexpr int AlignmentD = 16 / sizeof(ElementD);\n");
 }
 
-/* The comment after `using N<i> = ...;` naming the spec's node: op, inputs, memory, value, random stream. */
+/* The comment after `using N<i> = ...;` naming the spec's node: op, inputs, memory, value (a rand's key is a launch
+ * argument: no seed in the source). */
 static void node_comment(sbuf *b, const evt_vnode *v, int i) {
   sb_printf(b, "  // %%%d = %s", i, evt_vop_name(v->op));
   for (int j = 0; j < evt_vop_arity(v->op); j++) sb_printf(b, " %%%d", v->in[j]);
   if (evt_vop_has_memory(v->op)) sb_printf(b, " %s:%s", v->name, evt_dtype_name(v->dtype));
   if (v->op == EVT_V_SCALAR) sb_printf(b, " %.17g", v->value);
-  if (v->op == EVT_V_RAND) sb_printf(b, " seed %llu offset %llu", (unsigned long long)v->seed, (unsigned long long)v->offset);
+  if (v->op == EVT_V_RAND) sb_printf(b, " (seed, offset: launch argument rng[%d])", i);
   sb_printf(b, "\n");
 }
 

@@ -47,9 +47,8 @@ void evt_cutlass_sm90_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
     case EVT_V_ROW_BCAST:
     case EVT_V_COL_BCAST: sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]), %s(0), {}}", e, v, e); break;
     case EVT_V_SCALAR: sb_printf(b, "{{float(%.17g)}, {}, {}}", nd->value); break;
-    case EVT_V_RAND:  /* ptrs[v]: the run's RNG step (device memory; NULL: 0) */
-      sb_printf(b, "{static_cast<const unsigned long long *>(a->ptrs[%d]), %lluull, %lluull}", v,
-                (unsigned long long)nd->seed, (unsigned long long)nd->offset);
+    case EVT_V_RAND:  /* ptrs[v]: the run's RNG step (device memory; NULL: 0); rng[v]: the launch's seed, offset */
+      sb_printf(b, "{static_cast<const unsigned long long *>(a->ptrs[%d]), a->rng[%d].seed, a->rng[%d].offset}", v, v, v);
       break;
     case EVT_V_SCALAR_LOAD: sb_printf(b, "{{}, {static_cast<%s const *>(a->ptrs[%d])}, {}}", e, v); break;
     case EVT_V_AUX_LOAD:

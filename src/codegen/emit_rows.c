@@ -219,6 +219,8 @@ static void emit_params(sbuf *b, const rows_emit *ctx) {
   }
   if (nrowsum) sb(b, "  float *ws;  // row_sum partials: [%d][gridDim.x][n]\n", nrowsum);
   if (has_rand(s)) sb(b, "  const unsigned long long *rng_step;  // rand: the run's RNG step (device memory; NULL: 0)\n");
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_RAND) sb(b, "  unsigned long long seed%d, offset%d;  // rand node %d's key (launch argument)\n", i, i, i);
   sb(b, "};\n\n");
 }
 
@@ -360,6 +362,8 @@ static void emit_launcher_args(sbuf *b, const rows_emit *ctx) {
       sb(b, "  al = al && aligned16(p.n%d_%s);\n", i, v->name);
   }
   if (has_rand(s)) sb(b, "  p.rng_step = a->rng_step;\n");
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_RAND) sb(b, "  p.seed%d = a->rng[%d].seed;\n  p.offset%d = a->rng[%d].offset;\n", i, i, i, i);
   sb(b, "  if (!ok) return EVT_LAUNCH_BAD_ARGS;\n  p.vec = al;\n  cudaStream_t st = (cudaStream_t)a->stream;\n");
 }
 

@@ -175,11 +175,11 @@ static void chunk_arrays(sbuf *b, const evt_rspec *s, int lng) {
     if (v->op == EVT_V_ROW_SUM) sb(b, "      float RS%d[8];  // this chunk's terms of row_sum %s\n", i, v->name);
   }
   /* rand over contiguous columns j0 .. j0 + 7 (not long rows, whose elements may be T apart): drawn before the
-   * element loop, four elements per Philox call (evt_rows::rand8) */
+   * element loop, four elements per Philox call (evt_rows::rand8); seed and offset are the launch's (p.seed<i>) */
   for (int i = 0; lng != 1 && i < s->nnodes; i++)
     if (s->nodes[i].op == EVT_V_RAND)
-      sb(b, "      float R%d[8];  // rand\n      evt_rows::rand8<%s>(%lluull, %lluull, rng_step, (unsigned long long)row * n + j0, R%d);\n",
-         i, ctype(s->nodes[i].dtype), (unsigned long long)s->nodes[i].seed, (unsigned long long)s->nodes[i].offset, i);
+      sb(b, "      float R%d[8];  // rand\n      evt_rows::rand8<%s>(p.seed%d, p.offset%d, rng_step, (unsigned long long)row * n + j0, R%d);\n",
+         i, ctype(s->nodes[i].dtype), i, i, i);
 }
 
 /* The element loop: one statement per node and element. */
@@ -204,8 +204,8 @@ static void element_statements(sbuf *b, const evt_rspec *s, const int *users, in
         if (lng != 1)
           sb(b, "        const auto v%d = R%d[e];  // rand\n", i, i);
         else
-          sb(b, "        const auto v%d = evt_rows::rand_u<%s>(%lluull, %lluull, rng_step, (unsigned long long)row * n + %s);  // rand\n",
-             i, ctype(v->dtype), (unsigned long long)v->seed, (unsigned long long)v->offset, col);
+          sb(b, "        const auto v%d = evt_rows::rand_u<%s>(p.seed%d, p.offset%d, rng_step, (unsigned long long)row * n + %s);  // rand\n",
+             i, ctype(v->dtype), i, i, col);
         break;
       case EVT_V_ONE_HOT: sb(b, "        const auto v%d = (long long)(%s) == oh%d ? 1.f : 0.f;  // %s\n", i, col, i, v->name); break;
       case EVT_V_COL_MAX:

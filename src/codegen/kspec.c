@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "codegen/kspec.h"
+#include "evt_launch.h"
 #include "ir/ir.h"
 
 static const struct {
@@ -372,8 +373,7 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len) {
     for (int j = 0; j < evt_vop_arity(v->op); j++) OUT(" %%%d", v->in[j]);
     if (evt_vop_has_memory(v->op)) OUT(" %s:%s", v->name, evt_dtype_name(v->dtype));
     if (v->op == EVT_V_SCALAR) OUT(" %.17g", v->value);
-    if (v->op == EVT_V_RAND) OUT(" seed %llu offset %llu %s", (unsigned long long)v->seed, (unsigned long long)v->offset,
-                                 evt_dtype_name(v->dtype));
+    if (v->op == EVT_V_RAND) OUT(" %s", evt_dtype_name(v->dtype)); /* seed, offset: launch arguments, not kernel */
     if (v->shared) OUT(" shared");
     OUT("\n");
   }
@@ -393,6 +393,24 @@ uint64_t evt_kspec_epilogue_hash(const evt_kspec *s) {
   evt_kspec t = *s;
   t.cfg = EVT_TILE_CONFIG_DEFAULT;
   return evt_kspec_hash(&t);
+}
+
+void evt_kspec_canonicalize(evt_kspec *s) {
+  evt_vop op[EVT_KSPEC_MAX_NODES];
+  int in[EVT_KSPEC_MAX_NODES][3];
+  uint64_t leaf[EVT_KSPEC_MAX_NODES], key[EVT_KSPEC_MAX_NODES];
+  for (int v = 0; v < s->nnodes; v++) {
+    op[v] = s->nodes[v].op;
+    memcpy(in[v], s->nodes[v].in, sizeof in[v]);
+    leaf[v] = evt_vop_leaf_key(op[v], s->nodes[v].dtype, s->nodes[v].value, s->nodes[v].name, s->nodes[v].shared);
+  }
+  evt_vop_canonical_order(s->nnodes, op, in, leaf, key);
+  for (int v = 0; v < s->nnodes; v++) memcpy(s->nodes[v].in, in[v], sizeof in[v]);
+}
+
+void evt_kspec_launch_rng(const evt_kspec *s, evt_launch_args *a) {
+  for (int v = 0; v < s->nnodes && v < EVT_LAUNCH_MAX_PTRS; v++)
+    if (s->nodes[v].op == EVT_V_RAND) a->rng[v] = (evt_rng_key){s->nodes[v].seed, s->nodes[v].offset};
 }
 
 void evt_kspec_kernel_name(const evt_kspec *s, char out[40]) {

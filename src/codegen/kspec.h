@@ -117,7 +117,8 @@ typedef struct evt_vnode {
   int in[3];        /* input node ids (smaller than this node's id), -1 if unused */
   evt_dtype dtype;  /* element type in memory of loads/stores; EVT_F32 for computes */
   double value;     /* EVT_V_SCALAR */
-  uint64_t seed, offset; /* EVT_V_RAND: the rand op's Philox key and counter offset (dtype: its rounding) */
+  uint64_t seed, offset; /* EVT_V_RAND: the rand op's Philox key and counter offset (dtype: its rounding); launch
+                          * arguments (evt_kspec_launch_rng), not in the text, hash or source */
   int shared;       /* batched specs: 1 = one tensor for every batch (see batch mode above) */
   char name[24];    /* argument name in the generated launcher and in messages */
 } evt_vnode;
@@ -246,6 +247,22 @@ int evt_kspec_text(const evt_kspec *s, char *buf, size_t len);
 int evt_kspec_epilogue_n(const evt_kspec *s);
 uint64_t evt_kspec_hash(const evt_kspec *s);
 void evt_kspec_kernel_name(const evt_kspec *s, char out[40]);     /* "evt_kernel_<16 hex>" */
+/* Orders the operands of s's commutative nodes (mul, eq, ne; add when one side is a read value, not a product an
+ * fma could take) by op, then a structural key of their subtrees, the smaller first (equal: the smaller id), so that
+ * epilogues equal up to such operand order have one text, hash and kernel. Results are unchanged bit for bit.
+ * The lowering calls it before naming a spec. */
+void evt_kspec_canonicalize(evt_kspec *s);
+/* Copies the rand nodes' seeds and offsets of s into a->rng (entry v for rand node v; kernels/evt_launch.h). They
+ * are launch arguments, not part of the kernel (its text, name and source), so a kernel shared by groups whose
+ * dropouts differ only in seed draws each group's own mask: every launch passes the spec its group was lowered to. */
+struct evt_launch_args;
+void evt_kspec_launch_rng(const evt_kspec *s, struct evt_launch_args *a);
+/* The rule on n nodes with ops op[] and inputs in[] (changed in place; inputs before users): leaf[v] is node v's
+ * own key (op, dtype, value, name: not its inputs), key[v] receives its subtree's (src/codegen/canon.c). */
+void evt_vop_canonical_order(int n, const evt_vop *op, int (*in)[3], const uint64_t *leaf, uint64_t *key);
+/* A node's own key: op, dtype, a scalar's value, a memory node's name, and `extra` (a shared flag, an acc's
+ * nucleus value); never a rand's seed or offset (launch arguments). */
+uint64_t evt_vop_leaf_key(evt_vop op, evt_dtype dtype, double value, const char *name, int extra);
 
 /* The SMs of the Hopper GPUs evt targets (H100 SXM, H200): one wave of output tiles. */
 #define EVT_HOPPER_SMS 132

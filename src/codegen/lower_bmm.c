@@ -503,6 +503,7 @@ static void bmm_launch_fields(bmm_layout *q, lctx *c, evt_lowered *L) {
         evt_lower_refuse(c, L->vtensor[i] >= 0 ? L->vtensor[i] : nu,
                "a sum over every batch with two batch levels (each outer launch would restart it)");
     char err[256];
+    if (c->bad < 0) evt_lower_canonical_spec(&L->spec);
     evt_vtree *tree = malloc(sizeof *tree);
     EVT_ASSERT(tree);
     evt_status st = c->bad < 0 ? evt_kspec_check(&L->spec, err, sizeof err) : EVT_OK;

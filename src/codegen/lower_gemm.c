@@ -117,13 +117,30 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, unsign
   L->bad_node = c.bad;
 }
 
-void evt_lower_finish_spec(lctx *c, evt_lowered *L, evt_lower_kind kind) {
-  char err[256];
+/* Does s pass the spec check and build a visitor tree? */
+static evt_status spec_builds(const evt_kspec *s, char *err, size_t errlen) {
   evt_vtree *tree = malloc(sizeof *tree);
   EVT_ASSERT(tree);
-  evt_status st = evt_kspec_check(&L->spec, err, sizeof err);
-  if (st == EVT_OK) st = evt_vtree_build(&L->spec, tree, err, sizeof err);
+  evt_status st = evt_kspec_check(s, err, errlen);
+  if (st == EVT_OK) st = evt_vtree_build(s, tree, err, errlen);
   free(tree);
+  return st;
+}
+
+void evt_lower_canonical_spec(evt_kspec *s) {
+  char err[256];
+  evt_kspec *canon = malloc(sizeof *canon);
+  EVT_ASSERT(canon);
+  *canon = *s;
+  evt_kspec_canonicalize(canon);
+  if (spec_builds(canon, err, sizeof err) == EVT_OK) *s = *canon; /* (else the order as lowered: its checks decide) */
+  free(canon);
+}
+
+void evt_lower_finish_spec(lctx *c, evt_lowered *L, evt_lower_kind kind) {
+  char err[256];
+  evt_lower_canonical_spec(&L->spec);
+  evt_status st = spec_builds(&L->spec, err, sizeof err);
   if (st != EVT_OK) {
     evt_lower_refuse(c, c->nu, "%s", err);
     return;

@@ -113,6 +113,9 @@ void evt_lower_add_stores(lctx *c, evt_lowered *L, bool want_d, int *dmem);
 /* The finished spec must pass the spec's and the tree's checks (their message is the refusal, by the nucleus c->nu);
  * then L is of `kind`, ok, with its kernel name. */
 void evt_lower_finish_spec(lctx *c, evt_lowered *L, evt_lower_kind kind);
+/* s with its commutative operands in canonical order (evt_kspec_canonicalize) when that spec still passes the checks
+ * and builds a visitor tree, so GEMM epilogues equal up to operand order share a kernel; else s unchanged. */
+void evt_lower_canonical_spec(evt_kspec *s);
 
 /* lower_bmm.c: the batched epilogue */
 /* A load for operand x of batched member v (out: v's shape, the tile's). */

@@ -157,6 +157,7 @@ void evt_lower_rows(const evt_graph *g, const int *group, int gi, int nu, evt_lo
   if (c.bad < 0) evt_lower_add_stores(&c, L, false, &dmem);
   copy_scratch(&c, L, scratch);
   free(scratch);
+  evt_rspec_canonicalize(&L->rspec); /* commutative operands in one order: one kernel for both orders */
   char err[256];
   if (c.bad < 0 && evt_rspec_check(&L->rspec, err, sizeof err) != EVT_OK) {
     int first = nu;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "codegen/rspec.h"
+#include "evt_row_launch.h"
 #include "ir/ir.h"
 
 static const char *const nucleus_names[EVT_ROWN_COUNT] = {"none", "softmax", "softmax_bwd", "layernorm",
@@ -195,8 +196,7 @@ int evt_rspec_text(const evt_rspec *s, char *buf, size_t len) {
     for (int j = 0; j < evt_vop_arity(v->op); j++) OUT(" %%%d", v->in[j]);
     if (evt_vop_has_memory(v->op)) OUT(" %s:%s", v->name, evt_dtype_name(v->dtype));
     if (v->op == EVT_V_SCALAR) OUT(" %.17g", v->value);
-    if (v->op == EVT_V_RAND) OUT(" seed %llu offset %llu %s", (unsigned long long)v->seed, (unsigned long long)v->offset,
-                                 evt_dtype_name(v->dtype));
+    if (v->op == EVT_V_RAND) OUT(" %s", evt_dtype_name(v->dtype)); /* seed, offset: launch arguments, not kernel */
     OUT("\n");
   }
 #undef OUT
@@ -208,6 +208,25 @@ uint64_t evt_rspec_hash(const evt_rspec *s) {
   int n = evt_rspec_text(s, buf, sizeof buf);
   EVT_ASSERT(n > 0 && (size_t)n < sizeof buf);
   return evt_hash_bytes(0, buf, (size_t)n);
+}
+
+void evt_rspec_canonicalize(evt_rspec *s) {
+  evt_vop op[EVT_RSPEC_MAX_NODES];
+  int in[EVT_RSPEC_MAX_NODES][3];
+  uint64_t leaf[EVT_RSPEC_MAX_NODES], key[EVT_RSPEC_MAX_NODES];
+  for (int v = 0; v < s->nnodes; v++) {
+    op[v] = s->nodes[v].op;
+    memcpy(in[v], s->nodes[v].in, sizeof in[v]);
+    leaf[v] = evt_vop_leaf_key(op[v], s->nodes[v].dtype, s->nodes[v].value, s->nodes[v].name,
+                               op[v] == EVT_V_ACC ? (int)s->nodes[v].sel : 0);
+  }
+  evt_vop_canonical_order(s->nnodes, op, in, leaf, key);
+  for (int v = 0; v < s->nnodes; v++) memcpy(s->nodes[v].in, in[v], sizeof in[v]);
+}
+
+void evt_rspec_launch_rng(const evt_rspec *s, evt_row_launch_args *a) {
+  for (int v = 0; v < s->nnodes && v < EVT_ROW_LAUNCH_MAX_PTRS; v++)
+    if (s->nodes[v].op == EVT_V_RAND) a->rng[v] = (evt_rng_key){s->nodes[v].seed, s->nodes[v].offset};
 }
 
 void evt_rspec_kernel_name(const evt_rspec *s, char out[40]) {

@@ -64,7 +64,7 @@ typedef struct evt_rnode {
   int in[3];          /* input node ids (smaller than this node's id), -1 if unused */
   evt_dtype dtype;    /* memory dtype of loads / stores; EVT_F32 for the rest */
   double value;       /* EVT_V_SCALAR */
-  uint64_t seed, offset; /* EVT_V_RAND (see kspec.h) */
+  uint64_t seed, offset; /* EVT_V_RAND (see kspec.h): launch arguments (evt_rspec_launch_rng) */
   evt_row_value sel;  /* EVT_V_ACC: which nucleus value */
   char name[24];      /* argument name in the generated source and in messages */
 } evt_rnode;
@@ -106,6 +106,10 @@ evt_dtype evt_rspec_in_dtype(const evt_rspec *s, int k); /* dtype of M×N input 
 int evt_rspec_text(const evt_rspec *s, char *buf, size_t len);
 uint64_t evt_rspec_hash(const evt_rspec *s);
 void evt_rspec_kernel_name(const evt_rspec *s, char out[40]); /* "evt_rowkernel_<16 hex>" */
+void evt_rspec_canonicalize(evt_rspec *s); /* evt_kspec_canonicalize's rule (an acc's key has its nucleus value) */
+struct evt_row_launch_args;
+/* evt_kspec_launch_rng for a row kernel's launch (kernels/evt_row_launch.h) */
+void evt_rspec_launch_rng(const evt_rspec *s, struct evt_row_launch_args *a);
 /* Number of elements of node i's memory (0 if none) for an M×N problem. */
 int64_t evt_rspec_node_elems(const evt_rspec *s, int i, int64_t m, int64_t n);
 

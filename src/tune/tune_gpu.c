@@ -211,6 +211,7 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
   memset(&a, 0, sizeof a);
   a.m = (int)M, a.n = (int)N, a.k = (int)K, a.a = A, a.b = B, a.d = D;
   for (int v = 0; v < s->nnodes; v++) a.ptrs[v] = dmem[v];
+  evt_kspec_launch_rng(s, &a);
   char lab[96];
   for (int c = 0; c < w->ncfg && r->ncand < EVT_TUNE_MAX_CAND; c++) {
     evt_tune_cand *cd = &r->cand[r->ncand++];
@@ -279,6 +280,7 @@ static evt_status measure(const tb_api *tb, const char *gpu, const evt_tune_prob
       ra.m = (int)M, ra.n = (int)N;
       for (int i = 0; i < w->rs[ab].nnodes; i++)
         ra.ptrs[i] = i == w->tnode[ab] ? T : i == w->dnode[ab] ? D : w->map[ab][i] >= 0 ? dmem[w->map[ab][i]] : NULL;
+      evt_rspec_launch_rng(&w->rs[ab], &ra);
     }
     double ms = -1;
     int rc = tb->time_unfused(lt, A, B, alone ? D : T, rf, &ra, warm, reps, &ms);

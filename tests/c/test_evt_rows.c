@@ -132,12 +132,14 @@ TEST(emit_rows_draws_rand_before_the_element_loop) {
     if (s.nodes[i].op == EVT_V_RAND) *(s.nodes[i].offset ? &r89 : &r0) = i;
   CHECK(r89 >= 0 && r0 >= 0);
   char want[160];
-  snprintf(want, sizeof want, "evt_rows::rand8<__nv_bfloat16>(424242ull, 0ull, rng_step, (unsigned long long)row * n + j0, R%d);", r0);
+  snprintf(want, sizeof want, "evt_rows::rand8<__nv_bfloat16>(p.seed%d, p.offset%d, rng_step, (unsigned long long)row * n + j0, R%d);",
+           r0, r0, r0); /* seed and offset: launch arguments (evt_row_launch_args.rng) */
   const char *first = a ? strstr(a, want) : NULL, *second = first ? strstr(first + 1, want) : NULL;
   CHECK(first && second && !strstr(second + 1, want)); /* the register and the column-block kernels */
   snprintf(want, sizeof want, "const auto v%d = R%d[e];  // rand", r0, r0);
   CHECK(a && strstr(a, want));
-  snprintf(want, sizeof want, "evt_rows::rand_u<__nv_bfloat16>(1234567ull, 89ull, rng_step, (unsigned long long)row * n + j0 + e * es);");
+  snprintf(want, sizeof want, "evt_rows::rand_u<__nv_bfloat16>(p.seed%d, p.offset%d, rng_step, (unsigned long long)row * n + j0 + e * es);",
+           r89, r89);
   const char *lg = a ? strstr(a, want) : NULL;
   CHECK(lg && !strstr(lg + 1, want)); /* the long-row kernel only */
   /* the reference: element (i, j) of a row of n is stream element offset + i·n + j */

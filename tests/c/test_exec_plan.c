@@ -390,6 +390,38 @@ TEST(exec_plan_cpu_model_draws_the_rng_step) {
   }
 }
 
+/* The rand key of group gi's row launch (its own spec: evt_rspec_launch_rng), or {0, 0} without a rand node. */
+static evt_rng_key group_rng_key(const evt_exec_plan *p, int gi) {
+  const evt_rspec *s = &p->low.k[gi].rspec;
+  evt_row_launch_args a;
+  memset(&a, 0, sizeof a);
+  evt_rspec_launch_rng(s, &a);
+  for (int i = 0; i < s->nnodes; i++)
+    if (s->nodes[i].op == EVT_V_RAND) return a.rng[i];
+  return (evt_rng_key){0, 0};
+}
+
+/* Dropout sites that differ only in seed share one row kernel (the key is a launch argument), and each group's
+ * launch carries its own seed; the CPU model, which runs every group through its own spec, still matches the
+ * interpreter (exec_plan_cpu_model_draws_the_rng_step). */
+TEST(exec_plan_dropouts_share_a_kernel_with_their_own_seeds) {
+  evt_graph *g = load_opt("bench/graphs/bert_layer_bf16.evt");
+  if (!g) return;
+  evt_exec_plan p;
+  CHECK(evt_exec_plan_build(g, topt(), &p) == EVT_OK);
+  int shared = 0;
+  for (int i = 0; i < p.ngroups; i++)
+    for (int j = i + 1; j < p.ngroups; j++) {
+      const evt_group_exec *x = &p.groups[i], *y = &p.groups[j];
+      if (!x->fused || !y->fused || x->kernel < 0 || x->kernel != y->kernel || evt_group_exec_cutlass(x)) continue;
+      evt_rng_key a = group_rng_key(&p, i), b = group_rng_key(&p, j);
+      if (a.seed && b.seed && a.seed != b.seed) shared++;
+    }
+  CHECK_MSG(shared > 0, "no two dropout groups with different seeds share a kernel");
+  evt_exec_plan_free(&p);
+  evt_graph_free(g);
+}
+
 /* A dropout's mask after a GEMM is drawn by a row kernel, never in the GEMM's epilogue: no GEMM spec has a rand
  * node. */
 TEST(exec_plan_gemm_epilogues_never_draw_dropout) {

@@ -58,6 +58,7 @@ static void check_case(const KernelCase &kc, int M, int N, int K, uint64_t seed,
   evt_launch_args args;
   memset(&args, 0, sizeof args);
   args.m = M, args.n = N, args.k = K;
+  evt_kspec_launch_rng(&s, &args);  // rand nodes' seeds and offsets: launch arguments
   args.a = dev_upload(ha);
   args.b = dev_upload(hb);
   void *dd;

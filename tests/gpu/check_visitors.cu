@@ -226,6 +226,7 @@ static void check_row(const RowCase &c, int m, int n, uint64_t seed) {
   evt_row_launch_args a;
   memset(&a, 0, sizeof a);
   a.m = m, a.n = n;
+  evt_rspec_launch_rng(&s, &a);  // rand nodes' seeds and offsets: launch arguments
   std::vector<double> in_h[3];
   std::vector<void *> ins;
   for (int k = 0; k < evt_row_nucleus_ninputs(&s); k++) {  // the examples' nuclei take M×N inputs only
@@ -305,6 +306,7 @@ static void check_gemm(const char *label, const evt_kspec &s, gemm_fn fn, int M,
   evt_launch_args a;
   memset(&a, 0, sizeof a);
   a.m = M, a.n = N, a.k = K;
+  evt_kspec_launch_rng(&s, &a);  // rand nodes' seeds and offsets: launch arguments
   void *da, *db, *dd;
   CUDA_CHECK(cudaMalloc(&da, ha.size()));
   CUDA_CHECK(cudaMalloc(&db, hb.size()));

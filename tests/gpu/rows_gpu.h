@@ -195,6 +195,7 @@ struct RowProblem {
   RowProblem(const evt_rspec *spec, int m_, int n_, uint64_t seed, bool host = true) : s(spec), m(m_), n(n_) {
     memset(&args, 0, sizeof args);
     args.m = m, args.n = n;
+    evt_rspec_launch_rng(s, &args);  // rand nodes' seeds and offsets: launch arguments
     Rng r(seed);
     const size_t mn = (size_t)m * n;
     int nin = evt_row_nucleus_ninputs(s);

@@ -257,6 +257,7 @@ static evt_status launch_unfused(evt_program *p, int gi, void *stream) {
   for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) a.ptrs[i] = x->rptr[i] == EVT_EXEC_PTR_T ? t : dev(p, x->rptr[i]);
   a.stream = stream;
   a.rng_step = p->rng_dev;
+  evt_rspec_launch_rng(&p->xp->urs[gi], &a); /* this group's seeds (the kernel may be shared) */
   int rc = p->kfn[x->kernel](&a);
   if (rc != EVT_LAUNCH_OK)
     return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: generated kernel %s (unfused epilogue) returned %d",
@@ -356,6 +357,7 @@ evt_status evt_gpu_launch_group(evt_program *p, int gi, void *stream) {
   for (int i = 0; i < EVT_ROW_LAUNCH_MAX_PTRS; i++) a.ptrs[i] = dev(p, x->ptr_node[i]);
   a.stream = stream;
   a.rng_step = p->rng_dev;
+  evt_rspec_launch_rng(&p->xp->low.k[gi].rspec, &a); /* this group's seeds, not kspec[kernel]'s (shared) */
   int rc = p->kfn[x->kernel](&a);
   if (rc != EVT_LAUNCH_OK)
     return evt_graph_errorf(p->g, x->members[0], EVT_ERR_INTERNAL, "group %d: generated kernel %s returned %d", gi,

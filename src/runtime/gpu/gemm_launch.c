@@ -83,6 +83,7 @@ bool evt_gemm_group_run(evt_gemm_kernels *gk, evt_exec_plan *p, int gi, evt_node
   evt_lower_launch_batch(&p->low.k[gi], &a); /* batch fields (all 0 for an unbatched GEMM; batched: l x l_outer batches through the lowered strides) */
   bool aligned = ((uintptr_t)a.a | (uintptr_t)a.b | (uintptr_t)a.d) % 16 == 0;
   const evt_kspec *s = &p->low.k[gi].spec;
+  evt_kspec_launch_rng(s, &a); /* this group's seeds (the kernel may be shared with other groups) */
   for (int i = 0; i < EVT_LAUNCH_MAX_PTRS; i++)
     if (x->ptr_node[i] >= 0) {
       a.ptrs[i] = node_ptr(ctx, x->ptr_node[i]);
