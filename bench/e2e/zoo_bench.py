@@ -15,7 +15,7 @@ no optimizer. Per mode: median ms/step over --iters steps after --warmup (CUDA e
 (compile included), the gradient match of the first step against eager (rel = max over parameters of
 max|g - g_eager| / max|g_eager|; torch.compile's own value is the bf16 noise level; NaN is reported as such), and
 for evt modes the ops in evt segments / in PyTorch and every op left to PyTorch with its reason
-(evt.report_backend). Prints a markdown table and writes <out>/zoo_<tag>.json.
+(evt.report_backend). Prints a markdown table and writes <out>/zoo_<tag>.json (after every model).
 """
 import argparse
 import json
@@ -170,14 +170,14 @@ def main():
     if a.child:
         return child(a.child, a)
     rows = []
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, f"zoo_{a.tag}.json")
     for name in a.models.split(","):
         print(f"== {name}", flush=True)
         rows += run_child(name, a)
         print(table([r for r in rows if r["model"] == name]), flush=True)
-    os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, f"zoo_{a.tag}.json")
-    with open(path, "w") as f:
-        json.dump(rows, f, indent=1)
+        with open(path, "w") as f:  # after every model: a run cut short keeps the models it finished
+            json.dump(rows, f, indent=1)
     print("\n" + table(rows))
     print(f"\nwritten: {path}")
 
