@@ -19,14 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
-      exit(2);                                                                                   \
-    }                                                                                            \
-  } while (0)
+#include "cuda_check.h"
 
 static int passed, failed;
 
@@ -93,8 +86,8 @@ static bool bind_inputs(evt_program *p, evt_graph *g, const evt_graph *g0, const
     void *host = malloc(bytes + 1);
     bool ok = u >= 0 && v0[u].numel == evt_type_numel(&nd->type) && to_native(&v0[u], host);
     if (ok) {
-      CK(cudaMalloc(&io->in[v], bytes + 1));
-      CK(cudaMemcpy(io->in[v], host, bytes, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMalloc(&io->in[v], bytes + 1));
+      CUDA_CHECK(cudaMemcpy(io->in[v], host, bytes, cudaMemcpyHostToDevice));
     }
     free(host);
     if (!ok || evt_program_bind(p, nd->name, io->in[v]) != EVT_OK) {
@@ -104,7 +97,7 @@ static bool bind_inputs(evt_program *p, evt_graph *g, const evt_graph *g0, const
   }
   for (int i = 0; i < evt_graph_output_count(g); i++) {
     const evt_type *t = &g->nodes[evt_graph_output(g, i)].type;
-    CK(cudaMalloc(&io->out[i], (size_t)evt_type_numel(t) * evt_dtype_size(t->dtype) + 1));
+    CUDA_CHECK(cudaMalloc(&io->out[i], (size_t)evt_type_numel(t) * evt_dtype_size(t->dtype) + 1));
     if (evt_program_bind_output(p, i, io->out[i]) != EVT_OK) return false;
   }
   return true;
@@ -118,7 +111,7 @@ static void write_adjacency(const evt_graph *g, const evt_graph *g0, const evt_t
     size_t bytes = (size_t)v0[u].numel * evt_dtype_size(v0[u].dtype);
     void *host = malloc(bytes + 1);
     to_native(&v0[u], host);
-    CK(cudaMemcpy(io->in[v], host, bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(io->in[v], host, bytes, cudaMemcpyHostToDevice));
     free(host);
   }
 }
@@ -132,7 +125,7 @@ static bool matches_interpreter(evt_graph *g, const evt_graph *g0, const evt_ten
     const evt_type *t = &g->nodes[evt_graph_output(g, i)].type;
     size_t bytes = (size_t)evt_type_numel(t) * evt_dtype_size(t->dtype);
     void *host = malloc(bytes + 1);
-    CK(cudaMemcpy(host, io->out[i], bytes, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(host, io->out[i], bytes, cudaMemcpyDeviceToHost));
     evt_tensor_alloc(&gpu[i], t->dtype, t->rank, t->shape);
     for (int64_t e = 0; e < gpu[i].numel; e++) gpu[i].data[e] = native_value(host, t->dtype, e);
     free(host);
@@ -166,25 +159,25 @@ static void run_mode(const char *path, const evt_graph *g0, const evt_tensor *v0
   int nt = ok ? fused_spmm_t(p) : 0, no = g ? evt_graph_output_count(g) : 0;
   device_io io = {calloc((size_t)(g ? g->nnodes : 0) + 1, sizeof(void *)), calloc((size_t)no + 1, sizeof(void *))};
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   ok = ok && nt > 0 && bind_inputs(p, g, g0, v0, &io);
   for (int k = 0; k < 2 && ok; k++) ok = evt_program_run(p, s) == EVT_OK;
-  CK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
   if (ok) write_adjacency(g, g0, v1, &io);
   ok = ok && evt_program_run(p, s) == EVT_OK;
-  CK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
   ok = ok && matches_interpreter(g, g0, v1, &io, evt_program_rng_step(p) - 1);
   printf("%s %s [%s]: %d fused spmm_t group(s), adjacency rewritten in place before run 3%s%s\n", ok ? "ok  " : "FAIL",
          path, mode, nt, p && !ok ? ": " : "", p && !ok ? evt_program_error(p) : "");
   *(ok ? &passed : &failed) += 1;
   if (p) evt_program_destroy(p);
   for (int v = 0; g && v < g->nnodes; v++)
-    if (io.in[v]) CK(cudaFree(io.in[v]));
+    if (io.in[v]) CUDA_CHECK(cudaFree(io.in[v]));
   for (int i = 0; i < no; i++)
-    if (io.out[i]) CK(cudaFree(io.out[i]));
+    if (io.out[i]) CUDA_CHECK(cudaFree(io.out[i]));
   free(io.in);
   free(io.out);
-  CK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaStreamDestroy(s));
   if (g) evt_graph_free(g);
 }
 

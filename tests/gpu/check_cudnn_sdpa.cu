@@ -24,14 +24,7 @@
 #include <string.h>
 #include <vector>
 
-#define CK(call)                                                                                                      \
-  do {                                                                                                                \
-    cudaError_t e_ = (call);                                                                                          \
-    if (e_ != cudaSuccess) {                                                                                          \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                          \
-      exit(2);                                                                                                        \
-    }                                                                                                                 \
-  } while (0)
+#include "cuda_check.h"
 
 struct Case {
   const char *name;
@@ -93,8 +86,8 @@ static void tensor_init(Tensor &t, int64_t b, int64_t h, int64_t s, int64_t w, c
     t.elems *= dim[i];
     t.span += (dim[i] - 1) * stride[i];
   }
-  CK(cudaMalloc(&t.dev, (size_t)t.span * 2));
-  CK(cudaMalloc(&t.ref, (size_t)t.elems * sizeof(double)));
+  CUDA_CHECK(cudaMalloc(&t.dev, (size_t)t.span * 2));
+  CUDA_CHECK(cudaMalloc(&t.ref, (size_t)t.elems * sizeof(double)));
 }
 
 static void tensor_free(Tensor &t) {
@@ -117,8 +110,8 @@ static void tensor_random(Tensor &t, int dtype, int normal) {
           int64_t off = a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3];
           bits[(size_t)off] = to_bits(x, dtype, &vals[(size_t)i]);
         }
-  CK(cudaMemcpy(t.dev, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(t.ref, vals.data(), vals.size() * sizeof(double), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(t.dev, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(t.ref, vals.data(), vals.size() * sizeof(double), cudaMemcpyHostToDevice));
 }
 
 /* ---- reference kernels (double; packed [B,H,S,W]; one thread per output element) ------------------------- */
@@ -219,13 +212,13 @@ __global__ void err_sums(const void *got, int is_f32, int dtype, const double *r
 
 static double rel_err(const void *got, int is_f32, int dtype, const double *ref, const int64_t dim[4],
                       const int64_t *stride, double *acc_dev) {
-  CK(cudaMemset(acc_dev, 0, 2 * sizeof(double)));
+  CUDA_CHECK(cudaMemset(acc_dev, 0, 2 * sizeof(double)));
   const int64_t packed[4] = {0, 0, 0, 0};
   const int64_t *s = stride ? stride : packed;
   err_sums<<<1024, 256>>>(got, is_f32, dtype, ref, dim[0], dim[1], dim[2], dim[3], s[0], s[1], s[2], s[3], acc_dev);
-  CK(cudaGetLastError());
+  CUDA_CHECK(cudaGetLastError());
   double acc[2];
-  CK(cudaMemcpy(acc, acc_dev, sizeof acc, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(acc, acc_dev, sizeof acc, cudaMemcpyDeviceToHost));
   return sqrt(acc[0]) / (sqrt(acc[1]) > 0 ? sqrt(acc[1]) : 1.0);
 }
 
@@ -266,8 +259,8 @@ static int errors_ok(const double err[5]) {
 
 static void poison_outputs(Buffers &m, const Case &c, cudaStream_t s) {
   Tensor *outs[4] = {&m.o, &m.dq, &m.dk, &m.dv};
-  for (Tensor *t : outs) CK(cudaMemsetAsync(t->dev, 0xFF, (size_t)t->span * 2, s)); /* 0xFFFF: NaN in bf16 and f16 */
-  CK(cudaMemsetAsync(m.stats, 0xFF, (size_t)(c.b * c.h * c.sq) * sizeof(float), s));
+  for (Tensor *t : outs) CUDA_CHECK(cudaMemsetAsync(t->dev, 0xFF, (size_t)t->span * 2, s)); /* 0xFFFF: NaN in bf16 and f16 */
+  CUDA_CHECK(cudaMemsetAsync(m.stats, 0xFF, (size_t)(c.b * c.h * c.sq) * sizeof(float), s));
 }
 
 static int run_pair(cudaStream_t s, const evt_cudnn_sdpa_desc &d, Buffers &m, char *err, size_t n) {
@@ -305,7 +298,7 @@ static void run_case(const Case &c, int index, int iters, Result &r) {
   printf("  [%s] %s\n", c.name, info);
 
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   Buffers m;
   tensor_init(m.q, c.b, c.h, c.sq, c.d, d.q_stride);
   tensor_init(m.k, c.b, c.h, c.skv, c.d, d.k_stride);
@@ -316,11 +309,11 @@ static void run_case(const Case &c, int index, int iters, Result &r) {
   tensor_init(m.dk, c.b, c.h, c.skv, c.d, d.k_stride);
   tensor_init(m.dv, c.b, c.h, c.skv, c.dv, d.v_stride);
   const int64_t BH = c.b * c.h, rows = BH * c.sq;
-  CK(cudaMalloc(&m.stats, (size_t)rows * sizeof(float)));
-  CK(cudaMalloc(&m.S, (size_t)(rows * c.skv) * sizeof(double)));
-  CK(cudaMalloc(&m.dP, (size_t)(rows * c.skv) * sizeof(double)));
-  CK(cudaMalloc(&m.lse, (size_t)rows * sizeof(double)));
-  CK(cudaMalloc(&m.acc, 2 * sizeof(double)));
+  CUDA_CHECK(cudaMalloc(&m.stats, (size_t)rows * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&m.S, (size_t)(rows * c.skv) * sizeof(double)));
+  CUDA_CHECK(cudaMalloc(&m.dP, (size_t)(rows * c.skv) * sizeof(double)));
+  CUDA_CHECK(cudaMalloc(&m.lse, (size_t)rows * sizeof(double)));
+  CUDA_CHECK(cudaMalloc(&m.acc, 2 * sizeof(double)));
   g_rng = 0x5DEECE66Dull * (uint64_t)(index + 1);
   tensor_random(m.q, c.dtype, 1);
   tensor_random(m.k, c.dtype, 1);
@@ -338,8 +331,8 @@ static void run_case(const Case &c, int index, int iters, Result &r) {
   ref_ab<<<G, T>>>(m.dP, m.k.ref, m.dq.ref, BH, c.sq, c.skv, c.d);           /* dQ = dS K */
   ref_atb<<<G, T>>>(m.dP, m.q.ref, m.dk.ref, BH, c.sq, c.skv, c.d);          /* dK = dS^T Q */
   ref_atb<<<G, T>>>(m.S, m.dO.ref, m.dv.ref, BH, c.sq, c.skv, c.dv);         /* dV = P^T dO */
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaDeviceSynchronize());
 
   /* 1. one call each */
   char err[2048] = "";
@@ -349,7 +342,7 @@ static void run_case(const Case &c, int index, int iters, Result &r) {
     ok = 0;
     snprintf(r.note, sizeof r.note, "%s", err);
   }
-  CK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
   double e1[5] = {NAN, NAN, NAN, NAN, NAN}, e2[5] = {NAN, NAN, NAN, NAN, NAN}, e3[5] = {NAN, NAN, NAN, NAN, NAN};
   if (ok) check_outputs(c, m, e1);
 
@@ -359,27 +352,27 @@ static void run_case(const Case &c, int index, int iters, Result &r) {
   if (ok) {
     for (int it = 0; it < 3 && ok; it++)
       if (run_pair(s, d, m, err, sizeof err)) ok = 0;
-    CK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
     std::vector<cudaEvent_t> ev((size_t)(2 * iters + 1));
-    for (auto &e : ev) CK(cudaEventCreate(&e));
-    CK(cudaEventRecord(ev[0], s));
+    for (auto &e : ev) CUDA_CHECK(cudaEventCreate(&e));
+    CUDA_CHECK(cudaEventRecord(ev[0], s));
     for (int it = 0; it < iters && ok; it++) {
       if (evt_cudnn_sdpa_fwd(s, &d, m.q.dev, m.k.dev, m.v.dev, m.o.dev, m.stats, err, sizeof err)) ok = 0;
-      CK(cudaEventRecord(ev[(size_t)(2 * it + 1)], s));
+      CUDA_CHECK(cudaEventRecord(ev[(size_t)(2 * it + 1)], s));
       if (ok && evt_cudnn_sdpa_bwd(s, &d, m.q.dev, m.k.dev, m.v.dev, m.o.dev, m.stats, m.dO.dev, m.dq.dev, m.dk.dev,
                                    m.dv.dev, err, sizeof err))
         ok = 0;
-      CK(cudaEventRecord(ev[(size_t)(2 * it + 2)], s));
+      CUDA_CHECK(cudaEventRecord(ev[(size_t)(2 * it + 2)], s));
     }
-    CK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
     for (int it = 0; it < iters && ok; it++) {
       float a = 0, b = 0;
-      CK(cudaEventElapsedTime(&a, ev[(size_t)(2 * it)], ev[(size_t)(2 * it + 1)]));
-      CK(cudaEventElapsedTime(&b, ev[(size_t)(2 * it + 1)], ev[(size_t)(2 * it + 2)]));
+      CUDA_CHECK(cudaEventElapsedTime(&a, ev[(size_t)(2 * it)], ev[(size_t)(2 * it + 1)]));
+      CUDA_CHECK(cudaEventElapsedTime(&b, ev[(size_t)(2 * it + 1)], ev[(size_t)(2 * it + 2)]));
       tf.push_back(a);
       tb.push_back(b);
     }
-    for (auto &e : ev) CK(cudaEventDestroy(e));
+    for (auto &e : ev) CUDA_CHECK(cudaEventDestroy(e));
     if (!ok) snprintf(r.note, sizeof r.note, "timing run: %s", err);
     else check_outputs(c, m, e2);
   }
@@ -392,10 +385,10 @@ static void run_case(const Case &c, int index, int iters, Result &r) {
   /* 3. fwd + bwd captured into a CUDA graph (relaxed mode), replayed */
   if (ok) {
     poison_outputs(m, c, s);
-    CK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
     int rc = run_pair(s, d, m, err, sizeof err);
     cudaError_t ce = cudaStreamEndCapture(s, &graph);
     if (rc == 0 && ce == cudaSuccess) ce = cudaGraphInstantiate(&exec, graph, 0);
@@ -430,7 +423,7 @@ static void run_case(const Case &c, int index, int iters, Result &r) {
   cudaFree(m.dP);
   cudaFree(m.lse);
   cudaFree(m.acc);
-  CK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 int main(int argc, char **argv) {
@@ -448,8 +441,8 @@ int main(int argc, char **argv) {
   if (iters < 1) iters = 1;
   int dev = 0, driver = 0, runtime = 0;
   cudaDeviceProp prop;
-  CK(cudaGetDevice(&dev));
-  CK(cudaGetDeviceProperties(&prop, dev));
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
   printf("device %d: %s (sm_%d%d, %d SMs), driver %d, runtime %d\n", dev, prop.name, prop.major, prop.minor,

@@ -1,12 +1,12 @@
 // CUDA_CHECK(call): a failed CUDA runtime call prints where and why, and exits 2 (the GPU check programs' setup
-// errors, apart from the checks' own ok / FAIL lines).
+// errors, apart from the checks' own ok / FAIL lines). C and C++.
 #ifndef EVT_CUDA_CHECK_H
 #define EVT_CUDA_CHECK_H
 
 #include <cuda_runtime.h>
 
-#include <cstdio>
-#include <cstdlib>
+#include <stdio.h>
+#include <stdlib.h>
 
 #define CUDA_CHECK(x)                                                                            \
   do {                                                                                           \

@@ -25,14 +25,7 @@ extern "C" {
 #include "runtime/jit/jit.h"
 }
 
-#define CUDA_CHECK(x)                                                                          \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(2);                                                                                 \
-    }                                                                                          \
-  } while (0)
+#include "cuda_check.h"
 
 typedef int (*evt_launch_fn)(const evt_launch_args *);
 

@@ -25,14 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
-      exit(2);                                                                                   \
-    }                                                                                            \
-  } while (0)
+#include "cuda_check.h"
 
 /* ---- native dtypes <-> doubles ---------------------------------------------------------------------- */
 
@@ -166,7 +159,7 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
   }
   r->arena = p->arena_bytes;
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   int n = g->nnodes, no = evt_graph_output_count(g);
   void **dmem = calloc((size_t)n, sizeof *dmem), **dout = calloc((size_t)no, sizeof *dout);
   /* inputs / params: by name from the unoptimized graph's values */
@@ -182,23 +175,23 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
     size_t bytes = (size_t)ref->v0[v0].numel * dsize(nd->type.dtype);
     void *host = malloc(bytes + 1);
     to_native(&ref->v0[v0], host);
-    CK(cudaMalloc(&dmem[v], bytes + 1));
-    CK(cudaMemcpy(dmem[v], host, bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc(&dmem[v], bytes + 1));
+    CUDA_CHECK(cudaMemcpy(dmem[v], host, bytes, cudaMemcpyHostToDevice));
     free(host);
     st = evt_program_bind(p, nd->name, dmem[v]);
   }
   for (int i = 0; i < no && st == EVT_OK; i++) {
     const evt_type *ty = &g->nodes[evt_graph_output(g, i)].type;
-    CK(cudaMalloc(&dout[i], (size_t)evt_type_numel(ty) * dsize(ty->dtype) + 1));
-    CK(cudaMemset(dout[i], 0xff, (size_t)evt_type_numel(ty) * dsize(ty->dtype) + 1)); /* NaN-ish garbage */
+    CUDA_CHECK(cudaMalloc(&dout[i], (size_t)evt_type_numel(ty) * dsize(ty->dtype) + 1));
+    CUDA_CHECK(cudaMemset(dout[i], 0xff, (size_t)evt_type_numel(ty) * dsize(ty->dtype) + 1)); /* NaN-ish garbage */
     st = evt_program_bind_output(p, i, dout[i]);
   }
   /* eager modes run in caller memory (evt_program_bind_arena), poisoned: nothing may read it before writing */
   void *arena = NULL;
   int64_t arena_bytes = evt_program_arena_bytes(p);
   if (st == EVT_OK && !(flags & EVT_PROGRAM_CUDA_GRAPH) && arena_bytes > 0) {
-    CK(cudaMalloc(&arena, (size_t)arena_bytes));
-    CK(cudaMemset(arena, 0xff, (size_t)arena_bytes));
+    CUDA_CHECK(cudaMalloc(&arena, (size_t)arena_bytes));
+    CUDA_CHECK(cudaMemset(arena, 0xff, (size_t)arena_bytes));
     st = evt_program_bind_arena(p, arena, arena_bytes);
     if (st == EVT_OK) snprintf(r->note, sizeof r->note, "caller arena");
   }
@@ -206,7 +199,7 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
   const uint64_t last_step = evt_program_rng_step(p) - 1; /* every run advances the RNG step (dropout masks) */
   if (st != EVT_OK && !r->note[0]) snprintf(r->note, sizeof r->note, "%.190s", evt_program_error(p));
   if (st == EVT_OK) {
-    CK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
     r->launches = evt_program_launch_count(p);
     double worst = 0;
     bool ok = true, bits_ok = true;
@@ -218,7 +211,7 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
       int64_t numel = evt_type_numel(ty);
       size_t bytes = (size_t)numel * dsize(ty->dtype);
       host[i] = malloc(bytes + 1);
-      CK(cudaMemcpy(host[i], dout[i], bytes, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(host[i], dout[i], bytes, cudaMemcpyDeviceToHost));
       evt_tensor_alloc(&gpu[i], ty->dtype, ty->rank, ty->shape);
       for (int64_t e = 0; e < numel; e++) gpu[i].data[e] = native_value(host[i], ty->dtype, e);
       if (check_bits_against && eager_bytes && *eager_bytes && memcmp(host[i], (*eager_bytes)[i], bytes)) {
@@ -260,15 +253,15 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
       const evt_type *ty = &g->nodes[evt_graph_output(g, 0)].type;
       size_t bytes = (size_t)evt_type_numel(ty) * dsize(ty->dtype);
       void *fresh = NULL, *back = malloc(bytes + 1);
-      CK(cudaMalloc(&fresh, bytes + 1));
-      CK(cudaMemset(fresh, 0xff, bytes + 1));
+      CUDA_CHECK(cudaMalloc(&fresh, bytes + 1));
+      CUDA_CHECK(cudaMemset(fresh, 0xff, bytes + 1));
       if (evt_program_bind_output(p, 0, fresh) != EVT_OK || evt_program_set_rng_step(p, last_step, s) != EVT_OK ||
           evt_program_run(p, s) != EVT_OK) {
         r->status = "FAILED";
         snprintf(r->note, sizeof r->note, "rebind: %.180s", evt_program_error(p));
       } else {
-        CK(cudaStreamSynchronize(s));
-        CK(cudaMemcpy(back, fresh, bytes, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        CUDA_CHECK(cudaMemcpy(back, fresh, bytes, cudaMemcpyDeviceToHost));
         if (memcmp(back, host[0], bytes)) {
           r->status = "MISMATCH";
           snprintf(r->note, sizeof r->note, "after re-binding output 0 the re-captured graph wrote other bits");
@@ -277,23 +270,23 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
                    r->note[0] ? "; " : "");
         }
       }
-      CK(cudaFree(fresh));
+      CUDA_CHECK(cudaFree(fresh));
       free(back);
     }
     /* timing: reps runs between two events on the user stream */
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
     evt_program_run(p, s); /* warm (a re-capture after the rebind) */
-    CK(cudaEventRecord(e0, s));
+    CUDA_CHECK(cudaEventRecord(e0, s));
     for (int k = 0; k < reps && st == EVT_OK; k++) st = evt_program_run(p, s);
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
+    CUDA_CHECK(cudaEventRecord(e1, s));
+    CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     r->ms = reps > 0 ? ms / reps : 0;
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
     if (st != EVT_OK) {
       r->status = "FAILED";
       snprintf(r->note, sizeof r->note, "timing run: %.180s", evt_program_error(p));
@@ -301,12 +294,12 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
     if (eager_bytes && !check_bits_against) {
       eager_repro = 1; /* a repeat of the last step writes the same bits? */
       if (evt_program_set_rng_step(p, last_step, s) != EVT_OK || evt_program_run(p, s) != EVT_OK) eager_repro = 0;
-      CK(cudaStreamSynchronize(s));
+      CUDA_CHECK(cudaStreamSynchronize(s));
       for (int i = 0; i < no; i++) {
         const evt_type *ty = &g->nodes[evt_graph_output(g, i)].type;
         size_t bytes = (size_t)evt_type_numel(ty) * dsize(ty->dtype);
         void *again = malloc(bytes + 1);
-        CK(cudaMemcpy(again, dout[i], bytes, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(again, dout[i], bytes, cudaMemcpyDeviceToHost));
         if (memcmp(again, host[i], bytes)) eager_repro = 0;
         free(again);
       }
@@ -324,14 +317,14 @@ static void run_mode(const char *path, const reference *ref, const char *mode, u
   print_row("ROW ", r); /* the table row now, in case a later mode is killed by the caller's timeout */
   fflush(stdout);
   evt_program_destroy(p);
-  if (arena) CK(cudaFree(arena));
+  if (arena) CUDA_CHECK(cudaFree(arena));
   for (int v = 0; v < n; v++)
-    if (dmem[v]) CK(cudaFree(dmem[v]));
+    if (dmem[v]) CUDA_CHECK(cudaFree(dmem[v]));
   for (int i = 0; i < no; i++)
-    if (dout[i]) CK(cudaFree(dout[i]));
+    if (dout[i]) CUDA_CHECK(cudaFree(dout[i]));
   free(dmem);
   free(dout);
-  CK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaStreamDestroy(s));
   evt_graph_free(g);
 }
 
