@@ -112,6 +112,19 @@ class GCN(nn.Module):
         return F.cross_entropy(torch.sparse.mm(adj, self.l2(h)).float(), y)
 
 
+class GCNEdges(GCN):
+    """The same GCN as message passing over an edge list, as torch_geometric computes it: gather x[src], scale by
+    the edge weight, scatter-add into dst. Dynamo traces this form (it does not trace torch.sparse.mm on CSR)."""
+
+    @staticmethod
+    def prop(h, src, dst, w):
+        return torch.zeros_like(h).index_add_(0, dst, h[src] * w[:, None])
+
+    def forward(self, src, dst, w, x, y):
+        h = _drop(F.relu(self.prop(self.l1(x), src, dst, w)), self.p)
+        return F.cross_entropy(self.prop(self.l2(h), src, dst, w).float(), y)
+
+
 class MLP(nn.Module):
     """A residual stack of [Linear -> GELU -> Linear, dropout, residual add, LayerNorm], then a classifier."""
 
@@ -144,7 +157,13 @@ def _random_csr(n, deg, device, gen):
     return torch.sparse_coo_tensor(idx, vals, (n, n)).coalesce().to_sparse_csr()
 
 
-WORKLOADS = ("bert_large", "vit_p14", "xmlcnn_paper", "resnet50", "gcn_mag", "mlp")
+def _random_edges(n, deg, device, gen):
+    """(src, dst, w) of the same random graph as _random_csr: n * deg edges, weight 1/deg (duplicates kept)."""
+    src, dst = torch.randint(0, n, (2, n * deg), device=device, generator=gen)
+    return src, dst, torch.full((n * deg,), 1.0 / deg, device=device)
+
+
+WORKLOADS = ("bert_large", "vit_p14", "xmlcnn_paper", "resnet50", "gcn_mag", "gcn_mag_edges", "mlp")
 
 
 def make(name, device="cuda", dropout=0.0, scale=1.0):
@@ -187,6 +206,11 @@ def _make(name, device, dropout, scale):
         adj = _random_csr(n, 7, device, g)
         x = torch.randn(n, 128, device=device, generator=g)
         return GCN(p=p(0.5)).to(device), (adj, x, ints(349, (n,))), False
+    if name == "gcn_mag_edges":
+        n = rows(736389)
+        src, dst, w = _random_edges(n, 7, device, g)
+        x = torch.randn(n, 128, device=device, generator=g)
+        return GCNEdges(p=p(0.5)).to(device), (src, dst, w, x, ints(349, (n,))), False
     if name == "mlp":
         m, t = MLP(p=p(0.1)), rows(8192)
         x = torch.randn(t, 4096, device=device, generator=g)

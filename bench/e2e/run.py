@@ -48,7 +48,7 @@ ALL_MODES = ("eager", "inductor", "autotune", "evt", "evt_cg", "evt_cgs", "evt_c
 MODE_OPTIONS = {"evt_cg": {"cudagraphs": True}, "evt_cgs": {"cudagraphs": "segments"},
                 "evt_cg_bn": {"cudagraphs": True, "gpu_ops": ("batch_norm", "dropout")},
                 "evt_cg_fp8": {"cudagraphs": True, "fp8": "tensorwise"}}
-WORKLOADS = ("bert_large", "vit_p14", "xmlcnn_paper", "resnet50", "gcn_mag", "mlp")  # = models.WORKLOADS
+WORKLOADS = ("bert_large", "vit_p14", "xmlcnn_paper", "resnet50", "gcn_mag", "gcn_mag_edges", "mlp")  # = models.WORKLOADS
 QUICK_WORKLOADS = ("mlp", "xmlcnn_paper", "gcn_mag", "vit_p14")
 
 
@@ -558,7 +558,7 @@ def render(result, base):
     lines = [f"# End-to-end training step: eager vs torch.compile vs evt ({result.get('device', '?')})", "",
              f"Command: `{result.get('command', '')}`  ", f"torch {result.get('torch', '?')}, "
              f"{result.get('date', '')}. Median of {result.get('iters', '?')} steps (forward + backward, "
-             f"bf16 autocast except gcn_mag), dropout {'as in the paper' if result.get('dropout') else 'off'}. "
+             f"bf16 autocast except the GCNs), dropout {'as in the paper' if result.get('dropout') else 'off'}. "
              "grad rel: max over parameters of max|g - g_eager| / max|g_eager| after one step from the same "
              "weights (first call / again after the timed steps, when both were measured); fp32 (E2E_FP32_REF=1): the "
              "same against one eager step without autocast or TF32, eager's row its own bf16 error, the noise to "
