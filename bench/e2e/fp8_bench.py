@@ -11,9 +11,10 @@ float8 + torch.compile side by side: the loss of every step (the fp8 runs agains
 Workloads: `bert_large` (models.py's BertMLM: 24 post-LN layers, d 1024, FFN 4096, vocab 30522, batch 32 x 512
 tokens, no dropout) and `llama8` (transformers' LlamaForCausalLM from a config, random weights, nothing downloaded:
 8 layers, d 2048, 16 heads, SwiGLU FFN 5632, vocab 32000, batch 4 x 2048 tokens). --batch overrides the batch.
-The task: token sequences from a fixed random "teacher", a bigram chain over the first 1024 token ids where each
-token has 4 possible successors (seeded table); llama8 predicts the next token (loss floor ln 4), bert_large the
-15% masked tokens (replaced by the last vocabulary id). Every batch comes from a generator seeded by the step, so
+The task: token sequences from a fixed random "teacher" (seeded tables): llama8 predicts the next token of a
+bigram chain over the first 1024 token ids where each token has 4 possible successors (loss floor ln 4); bert_large
+predicts the 15% masked tokens (replaced by the last vocabulary id) of rows drawn from one of 64 random 16-token
+topics (loss floor ln 16). Every batch comes from a generator seeded by the step, so
 every mode sees the same batches; every mode starts from the same weights (seed 0, built on the CPU).
 
 Modes: `bf16` (torch.compile, default backend), `evt_bf16` (backend="evt", {"cudagraphs": True}), `evt_fp8`
