@@ -12,7 +12,8 @@
  *   P = coo_perm(dst, rows=n)
  *   spmm(coo_rowptr(dst, rows=n), index_select(src, P, 0), index_select(w, P, 0) (unweighted: ones), x)
  *
- * with x and the values cast to the scatter's dtype (spmm's operands share one dtype) and the indices to i64.
+ * with x and the values cast to the wider of the product's and the scatter's dtypes (spmm's operands share one
+ * dtype; a narrowing cast of the product then rounds the sums, not every product) and the indices to i64.
  * coo_perm is stable, so every output row sums its edges in increasing e, index_select_backward's order. The
  * gather, the product and the cast must have no other reader (else the graph is left as it is: they would be
  * computed anyway). The backward of a GCN layer has the same pattern with src and dst swapped. Nodes this pass
@@ -26,6 +27,7 @@
 /* One matched scatter: out[n, F] = sum over e of w[e] * x[src[e]] into row dst[e]. */
 typedef struct edge_match {
   int scatter, x, src, dst, w; /* w: [E,1] weights, -1 when unweighted */
+  evt_dtype dt;                /* spmm's dtype: the wider of the product's and the scatter's */
 } edge_match;
 
 /* id if it is an op node with exactly one reader, else -1. */
@@ -65,6 +67,8 @@ static bool match_scatter(const evt_graph *g, const int *uses, int s, edge_match
     gather = row_gather(g, uses, p);
   }
   if (gather < 0) return false;
+  evt_dtype pd = g->nodes[p].type.dtype;
+  m->dt = evt_dtype_size(pd) > evt_dtype_size(n->type.dtype) ? pd : n->type.dtype;
   m->scatter = s;
   m->x = g->nodes[gather].inputs[0];
   m->src = g->nodes[gather].inputs[1];
@@ -94,23 +98,24 @@ static int permuted(evt_graph *g, int first, int at, int v, int perm) {
   return shared(g, first, evt_rw_op(g, at, EVT_OP_INDEX_SELECT, in, 2, &a, A(DIM)));
 }
 
-/* The spmm replacing m->scatter (its id; -1 on a builder failure, message on the graph). */
+/* The spmm replacing m->scatter, cast to its dtype (the id; -1 on a builder failure, message on the graph). */
 static int build_spmm(evt_graph *g, int first, const edge_match *m) {
-  const evt_type *t = &g->nodes[m->scatter].type;
-  int at = m->scatter;
-  int64_t E = g->nodes[m->dst].type.shape[0];
-  int perm = coo_op(g, first, at, EVT_OP_COO_PERM, m->dst, t->shape[0]);
-  int rowptr = coo_op(g, first, at, EVT_OP_COO_ROWPTR, m->dst, t->shape[0]);
+  const int at = m->scatter;
+  const evt_dtype dt = m->dt;
+  const int64_t rows = g->nodes[at].type.shape[0], E = g->nodes[m->dst].type.shape[0];
+  const evt_dtype out = g->nodes[at].type.dtype; /* (copies: adding nodes may move g->nodes) */
+  int perm = coo_op(g, first, at, EVT_OP_COO_PERM, m->dst, rows);
+  int rowptr = coo_op(g, first, at, EVT_OP_COO_ROWPTR, m->dst, rows);
   int col = permuted(g, first, at, shared(g, first, evt_rw_cast(g, at, m->src, EVT_I64)), perm);
   int val;
   if (m->w >= 0) {
     int w = shared(g, first, evt_rw_reshape(g, at, m->w, 1, &E));
-    val = permuted(g, first, at, shared(g, first, evt_rw_cast(g, at, w, t->dtype)), perm);
+    val = permuted(g, first, at, shared(g, first, evt_rw_cast(g, at, w, dt)), perm);
   } else {
-    val = shared(g, first, evt_rw_full(g, at, &(evt_type){.dtype = t->dtype, .rank = 1, .shape = {E}}, 1.0));
+    val = shared(g, first, evt_rw_full(g, at, &(evt_type){.dtype = dt, .rank = 1, .shape = {E}}, 1.0));
   }
-  int in[4] = {rowptr, col, val, shared(g, first, evt_rw_cast(g, at, m->x, t->dtype))};
-  return evt_rw_op(g, at, EVT_OP_SPMM, in, 4, NULL, 0);
+  int in[4] = {rowptr, col, val, shared(g, first, evt_rw_cast(g, at, m->x, dt))};
+  return evt_rw_cast(g, at, evt_rw_op(g, at, EVT_OP_SPMM, in, 4, NULL, 0), out);
 }
 
 evt_status evt_pass_edge_spmm(evt_graph *g, evt_pass_stats *st) {
