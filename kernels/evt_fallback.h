@@ -15,8 +15,9 @@
  * - Streams: every launch of a node goes to the caller's stream (evt_fb_run); nothing inside a node
  *   synchronizes, copies to the host or allocates (scratch is reserved per context beforehand), so a
  *   whole step can be captured as a CUDA graph.
- * - Run-time index errors (an index out of range, a CSR row pointer not monotone) do not stop the kernel
- *   (the element is skipped); they set a device flag with the node id; evt_fb_sync reports the first one.
+ * - Run-time index errors (an index or a coo_perm / coo_rowptr key out of range, a CSR row pointer not monotone)
+ *   do not stop the kernel (the element is skipped); they set a device flag with the node id; evt_fb_sync reports
+ *   the first one.
  * - Every entry returns 0 on success; otherwise non-zero with a message in err (a CUDA error string, or
  *   "op X is not supported" for an op this library does not cover).
  * The op numbers are those of src/ir/ops.def (EVT_FB_OP_<NAME> == EVT_OP_<NAME>). */
@@ -64,6 +65,7 @@ typedef struct evt_fb_attrs {
                            * sdpa: the gradients of its q, k, v in the graph (nonzero: it keeps out and the
                            * statistics for them) */
   int64_t stride[2], padding[2], dilation[2], kernel[2], groups;
+  int64_t rows;           /* coo_perm / coo_rowptr: keys lie in [0, rows) */
 } evt_fb_attrs;
 
 typedef struct evt_fb_node {

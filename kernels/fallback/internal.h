@@ -76,7 +76,9 @@ struct evt_fb_ctx {
   long stamps;
   void *csr;                   /* A^T's CSR of an spmm_t row kernel and its sort's scratch (csr.cu) */
   size_t csr_bytes;
-  int *index_flag;             /* the run-time index-error flag's address (evt_fb_index_flag), for csr.cu */
+  int *index_flag;             /* the run-time index-error flag's address (evt_fb_index_flag), for csr.cu, coo.cu */
+  void *coo;                   /* coo_perm / coo_rowptr: keys, values, counts and CUB's scratch (coo.cu) */
+  size_t coo_bytes;
 };
 
 /* the stream argument of every launch of a node: counts the launch */
@@ -265,9 +267,12 @@ int fb_sdpa_reference(evt_fb_ctx *, const evt_fb_node *, double *, char *, size_
 int fb_layout_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen);   /* layout.cu */
 int fb_gather_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen);   /* misc.cu */
 int fb_attention_cudnn(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen); /* attention.cu */
+int fb_coo_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen);      /* coo.cu */
 
 /* attention.cu: sizes the context's cuDNN attention scratch for node nd (-1: nd does not run on cuDNN). */
 int fb_attention_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, size_t errlen);
+/* coo.cu: sizes the context's coo scratch for a coo_perm / coo_rowptr node (-1: nd is neither). */
+int fb_coo_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, size_t errlen);
 /* gemm.cu: the context's cuBLAS handle and workspace; frees them and the cuBLASLt plans. */
 int fb_gemm_ctx_init(evt_fb_ctx *c, char *err, size_t errlen);
 void fb_gemm_ctx_free(evt_fb_ctx *c);

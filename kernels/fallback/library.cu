@@ -1,5 +1,5 @@
 /* The kernel library's frame: device, contexts, memory, host transfers, streams, CUDA graphs, events, and the
- * dispatcher evt_fb_run, which hands a node to its op family (design: internal.h). */
+ * dispatcher evt_fb_run, which hands a node to its native path or its op family (design: internal.h). */
 #include "internal.h"
 
 __global__ void k_finish(void *out, int dt, const double *S, ll n) {
@@ -119,6 +119,7 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
   int r = fb_layout_native(ctx, nd, err, errlen);
   if (r < 0) r = fb_gather_native(ctx, nd, err, errlen);
   if (r < 0) r = fb_attention_cudnn(ctx, nd, err, errlen);
+  if (r < 0) r = fb_coo_native(ctx, nd, err, errlen);
   if (r >= 0) return r;
   if (nd->op == EVT_FB_OP_INPUT || nd->op == EVT_FB_OP_PARAM) UNSUPPORTED("an input or parameter has no computation");
   fb_family_fn run = family_of(nd->op);
@@ -139,6 +140,7 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
 
 extern "C" int evt_fb_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, size_t errlen) {
   int r = fb_attention_reserve(c, nd, err, errlen);
+  if (r < 0) r = fb_coo_reserve(c, nd, err, errlen);
   if (r >= 0) return r;
   ll n = nd->out.numel, n2 = scratch2_need(nd);
   if (ensure(&c->s1, &c->n1, (size_t)(n > 0 ? n : 1), err, errlen)) return 2;
@@ -184,6 +186,7 @@ extern "C" void evt_fb_ctx_free(evt_fb_ctx *c) {
   cudaFree(c->stage);
   cudaFree(c->attn);
   cudaFree(c->csr);
+  cudaFree(c->coo);
   for (int i = 0; i < c->nsaved; i++) cudaFree(c->saved[i].o), cudaFree(c->saved[i].stats);
   free(c->saved);
   free(c);

@@ -189,7 +189,8 @@ bool evt_vjp_differentiable_input(const evt_graph *g, const evt_node *n, int k) 
   case EVT_OP_NLL_LOSS:
   case EVT_OP_CROSS_ENTROPY:
   case EVT_OP_EMBEDDING:
-  case EVT_OP_INDEX_SELECT: return k == 0;
+  case EVT_OP_INDEX_SELECT:
+  case EVT_OP_INDEX_SELECT_BACKWARD: return k == 0;
   case EVT_OP_SPMM: return k >= 2;
   default: return true;
   }
@@ -521,6 +522,11 @@ evt_status evt_vjp_apply(evt_ad *c, int id, int dy) {
     ACC(0, with_attrs(c, EVT_OP_INDEX_SELECT_BACKWARD, in, 2, &n, &x));
     break;
   }
+  case EVT_OP_INDEX_SELECT_BACKWARD: { /* a scatter-add (message passing's aggregation): its VJP gathers */
+    int in[2] = {dy, IN(1)};
+    ACC(0, with_attrs(c, EVT_OP_INDEX_SELECT, in, 2, &n, NULL));
+    break;
+  }
 
   /* ---- layout */
   case EVT_OP_RESHAPE:
@@ -604,7 +610,8 @@ evt_status evt_vjp_apply(evt_ad *c, int id, int dy) {
   case EVT_OP_MSE_LOSS_BACKWARD:
   case EVT_OP_ONE_HOT:
   case EVT_OP_EMBEDDING_BACKWARD:
-  case EVT_OP_INDEX_SELECT_BACKWARD:
+  case EVT_OP_COO_PERM:
+  case EVT_OP_COO_ROWPTR:
   case EVT_OP_SLICE_BACKWARD:
   case EVT_OP_SDPA_BACKWARD_Q:
   case EVT_OP_SDPA_BACKWARD_K:

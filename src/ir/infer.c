@@ -787,6 +787,16 @@ static evt_status infer_gather(evt_graph *g, evt_node *n, int id) {
     }
     return EVT_OK;
   }
+  case EVT_OP_COO_PERM:
+  case EVT_OP_COO_ROWPTR: {
+    CHECK_ST(need_int(g, id, a, "the key"));
+    if (a->rank != 1) FAIL("the key must have rank 1, got %s", ts(a));
+    int64_t rows = n->attr.rows;
+    if (rows <= 0 || rows >= MAX_NUMEL) FAIL("rows must be positive, got %lld", (long long)rows);
+    int64_t len = n->op == EVT_OP_COO_PERM ? a->shape[0] : rows + 1;
+    set_type(&n->type, EVT_I64, 1, &len);
+    return EVT_OK;
+  }
   default: EVT_UNREACHABLE();
   }
 }
@@ -1024,6 +1034,8 @@ static evt_status infer_op(evt_graph *g, evt_node *n, int id) {
   case EVT_OP_EMBEDDING_BACKWARD:
   case EVT_OP_INDEX_SELECT:
   case EVT_OP_INDEX_SELECT_BACKWARD:
+  case EVT_OP_COO_PERM:
+  case EVT_OP_COO_ROWPTR:
     return infer_gather(g, n, id);
 
   case EVT_OP_SDPA:

@@ -108,6 +108,7 @@ evt_status evt_pass_decompose(evt_graph *g, evt_pass_stats *st);
 evt_status evt_pass_reduce_elim(evt_graph *g, evt_pass_stats *st);
 evt_status evt_pass_constprop(evt_graph *g, evt_pass_stats *st);
 evt_status evt_pass_cse(evt_graph *g, evt_pass_stats *st);
+evt_status evt_pass_edge_spmm(evt_graph *g, evt_pass_stats *st);
 evt_status evt_pass_layout(evt_graph *g, evt_pass_stats *st);
 evt_status evt_pass_dce(evt_graph *g, evt_pass_stats *st);
 evt_status evt_pass_split_casts(evt_graph *g, evt_pass_stats *st);

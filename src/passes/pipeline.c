@@ -1,7 +1,7 @@
 /* The pass pipeline: the ordered list of graph passes (stage 3 of docs/architecture.md).
  *
  *   canonicalize -> [fp8] -> loss elimination -> decomposition (to a fixpoint) -> reduction elimination ->
- *   constant propagation -> CSE -> layout folding / permute propagation -> DCE -> split casts
+ *   constant propagation -> CSE -> edge-list SpMM -> layout folding / permute propagation -> DCE -> split casts
  *
  * fp8 runs only when asked (EVT_PASS_FP8, evt_options.fp8): after canonicalize, whose mm it rewrites, and before
  * loss elimination, which removes the loss ops that tell it the gradients and the loss layer apart.
@@ -10,7 +10,9 @@
  * reduction elimination works on the sums decomposition exposes; constant propagation and CSE clean up the
  * constants and duplicates the earlier passes leave (CSE also merges the forward's and the backward's copies
  * of softmax / layer norm / dropout masks); layout folding runs last among the rewrites because every pass
- * before it may create reshapes and permutes. Splitting casts comes after CSE, which would merge the copies. */
+ * before it may create reshapes and permutes. Splitting casts comes after CSE, which would merge the copies.
+ * Edge-list SpMM needs the gathers and scatters in their final form, after CSE (which may give a gather a second
+ * reader, and then the pattern must not fire), and leaves layout folding the reshapes of its edge weights. */
 #include "passes/passes.h"
 
 #include <string.h>
@@ -23,6 +25,7 @@ const evt_pass_info evt_passes[] = {
     {"reduce-elim", evt_pass_reduce_elim, "reassociate products under sums, pull out broadcast factors, sum(one_hot) = 1"},
     {"constprop", evt_pass_constprop, "fold constants, x/c -> x*(1/c), algebraic identities"},
     {"cse", evt_pass_cse, "common-subexpression elimination (commutative ops normalized)"},
+    {"edge-spmm", evt_pass_edge_spmm, "scatter-add of gathered weighted rows (edge-list message passing) -> coo_perm/coo_rowptr + spmm"},
     {"layout", evt_pass_layout, "fold permute/reshape chains, push permutes through elementwise ops"},
     {"dce", evt_pass_dce, "dead-code elimination"},
     {"split-casts", evt_pass_split_casts, "a widening cast a row nucleus shares with other readers: a copy for the nucleus (fused into its load)"},

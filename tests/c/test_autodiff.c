@@ -520,6 +520,15 @@ TEST(fd_index_select) {
   evt_graph_free(g);
 }
 
+TEST(fd_index_select_backward) { /* a scatter-add (message passing's aggregation), duplicate indices likely */
+  evt_graph *g = evt_graph_new("index_select_backward");
+  int dy = P(g, "dy", SH(3, 6, 2));
+  int idx = I(g, "idx", EVT_I64, EVT_INIT_RANDINT, 0, 4, SH(6));
+  evt_attr a[] = {EVT_ATTR_INT("dim", 1), LIST("shape", 3, 4, 2)};
+  fd_check(g, OPA(g, "index_select_backward", a, dy, idx), (fd_opts){0});
+  evt_graph_free(g);
+}
+
 /* ---- layout ------------------------------------------------------------------------------------------------- */
 TEST(fd_reshape) {
   evt_graph *g = evt_graph_new("reshape");
@@ -914,7 +923,7 @@ TEST(autodiff_every_diff_op_has_fd_test) {
       "cast", "pow", "add", "sub", "mul", "div", "maximum", "minimum", "where", "sum", "mean", "amax", "mm", "bmm",
       "addmm", "spmm", "conv2d", "max_pool2d", "adaptive_max_pool2d", "avg_pool2d", "softmax", "log_softmax",
       "layer_norm", "batch_norm", "dropout", "nll_loss", "cross_entropy", "bce_with_logits", "mse_loss", "embedding",
-      "index_select", "reshape", "permute", "transpose", "expand", "slice", "concat", "squeeze", "unsqueeze", "sdpa"};
+      "index_select", "index_select_backward", "reshape", "permute", "transpose", "expand", "slice", "concat", "squeeze", "unsqueeze", "sdpa"};
   for (int op = 0; op < EVT_OP_COUNT; op++) {
     bool diff = evt_op_table[op].flags & EVT_OPF_DIFF, found = false;
     for (int i = 0; i < EVT_ARRAY_LEN(covered); i++) found |= !strcmp(covered[i], evt_op_table[op].name);

@@ -1703,3 +1703,28 @@ TEST(unfused_epilogue_groups_match_interpreter) {
   evt_test_env_restore(keys, 1, saved);
   evt_test_rmdir(dir);
 }
+
+/* Edge-list GCN after the edge-spmm pass (tests/gpu/graphs/gcn_edges.evt): every coo_perm / coo_rowptr is a group of
+ * its own for the kernel library, every spmm a fused row-kernel group; the plan's CPU model matches the interpreter. */
+TEST(exec_plan_edge_list_gcn_coo_groups) {
+  evt_graph *g = load_opt("tests/gpu/graphs/gcn_edges.evt");
+  if (!g) return;
+  evt_exec_plan p;
+  CHECK(evt_exec_plan_build(g, topt(), &p) == EVT_OK);
+  int coo = 0, spmm = 0;
+  for (int gi = 0; gi < p.ngroups; gi++) {
+    const evt_group_exec *x = &p.groups[gi];
+    for (int k = 0; k < x->nmembers; k++) {
+      evt_op op = g->nodes[x->members[k]].op;
+      bool is_coo = op == EVT_OP_COO_PERM || op == EVT_OP_COO_ROWPTR;
+      coo += is_coo;
+      spmm += op == EVT_OP_SPMM;
+      CHECK(!is_coo || (!x->fused && x->nmembers == 1));
+      CHECK(op != EVT_OP_SPMM || x->fused);
+    }
+  }
+  CHECK_MSG(coo == 4 && spmm == 4, "%d coo nodes, %d spmm", coo, spmm);
+  evt_exec_plan_free(&p);
+  check_plan_cpu_vs_fp64(g, "gcn_edges");
+  evt_graph_free(g);
+}

@@ -374,6 +374,11 @@ TEST(infer_gathers) {
   FAILS(g, "index_select", INS(x, idx1), 2, ATTRS(AI("dim", 3)), "dim=3 is out of range for rank 3");
   CHECK_TYPE(g, evt_add_op(g, "index_select_backward", INS(is, idx1), 2, ATTRS(AI("dim", 1), AL("shape", 6, 7, 8))), EVT_F32, 3, 6, 7, 8);
   FAILS(g, "index_select_backward", INS(is, idx1), 2, ATTRS(AI("dim", 2), AL("shape", 6, 7, 8)), "dy must be f32[6,7,3]");
+  CHECK_TYPE(g, evt_add_op(g, "coo_perm", INS(idx1), 1, ATTRS(AI("rows", 7))), EVT_I64, 1, 3);
+  CHECK_TYPE(g, evt_add_op(g, "coo_rowptr", INS(idx1), 1, ATTRS(AI("rows", 7))), EVT_I64, 1, 8);
+  FAILS(g, "coo_perm", INS(idx), 1, ATTRS(AI("rows", 7)), "the key must have rank 1, got i64[4,5]");
+  FAILS(g, "coo_rowptr", INS(fidx), 1, ATTRS(AI("rows", 7)), "the key must be an integer tensor");
+  FAILS(g, "coo_perm", INS(idx1), 1, NULL, 0, "rows must be positive, got 0");
   CHECK(evt_graph_verify(g) == EVT_OK);
   evt_graph_free(g);
 }

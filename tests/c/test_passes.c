@@ -745,8 +745,8 @@ TEST(examples_ce_backward_has_no_row_reduction) {
 }
 
 TEST(pipeline_order_and_run_all) {
-  static const char *order[] = {"canonicalize", "fp8", "loss-elim", "decompose", "reduce-elim", "constprop", "cse", "layout",
-                                "dce", "split-casts"};
+  static const char *order[] = {"canonicalize", "fp8", "loss-elim", "decompose", "reduce-elim", "constprop", "cse", "edge-spmm",
+                                "layout", "dce", "split-casts"};
   CHECK(evt_npasses == EVT_ARRAY_LEN(order));
   for (int i = 0; i < evt_npasses && i < EVT_ARRAY_LEN(order); i++) CHECK(strcmp(evt_passes[i].name, order[i]) == 0);
   for (int i = 0; i < evt_npasses; i++) CHECK(evt_passes[i].needs == (i == 1 ? EVT_PASS_FP8 : 0u)); /* fp8: opt-in */

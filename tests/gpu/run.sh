@@ -12,7 +12,7 @@
 #            tests/graphs/resnet_block_nhwc_bf16.evt (--fused: its CONV+EVT fprop, dgrad and wgrad kernels) and a
 #            medium BERT layer whose attention runs on cuDNN: node by node, optimized, fused, and the optimized and
 #            fused steps as CUDA graphs; tests/graphs/fp8_mlp.evt with --fp8 (node by node, fused, fused as a CUDA
-#            graph); the run-time index error (bench/graphs/bad_index.evt); the device-resident training loop
+#            graph); the run-time index error (bench/graphs/bad_index.evt, tests/gpu/bad_coo_key.evt); the device-resident training loop
 #            against --host-sgd (identical losses)
 #   program  the program API on every graph (program_check.c: eager, CUDA graph, fused, fused CUDA graph), the
 #            API example examples/c/train_step.c, and gcn's adjacency rewritten in place between runs of the fused
@@ -237,6 +237,12 @@ bad_index() { # the run-time index error names the node and exits 1
   cat "$B/bad_index.out"
   [ $rc -eq 1 ] && grep -q 'node %loss (cross_entropy): an index is out of range' "$B/bad_index.out"
 }
+bad_coo_key() { # a coo_perm / coo_rowptr key out of range: the run-time index error names the coo node, exits 1
+  timeout -k 10 600 "$EVTC" run tests/gpu/bad_coo_key.evt --device cuda --steps 1 >"$B/bad_coo_key.out" 2>&1
+  local rc=$?
+  cat "$B/bad_coo_key.out"
+  [ $rc -eq 1 ] && grep -Eq 'node %(perm|rowptr) \(coo_(perm|rowptr)\): an index is out of range' "$B/bad_coo_key.out"
+}
 sgd_loops() { # GRAPH FLAGS...: the device-resident loop's losses equal --host-sgd's to every bit
   local d h
   d=$(EVT_LOSS_DIGITS=17 timeout -k 10 1800 "$EVTC" run "$@" --device cuda --steps 8 --every 1 2>&1) || { echo "$d"; return 1; }
@@ -267,6 +273,7 @@ if want graphs; then
     check "attention on cuDNN inside the runtime (medium BERT layer, fused)" attention_cudnn cudnn_attention "$MEDIUM" --fused
   fi
   check "bench/graphs/bad_index.evt: the run-time index error names the node, exit 1" bad_index bad_index
+  check "tests/gpu/bad_coo_key.evt: a coo key out of range names its node, exit 1" bad_coo_key bad_coo_key
   sgd=("examples/mlp.evt" "examples/mlp.evt --cuda-graph" "bench/graphs/mlp_bf16.evt --fused" "bench/graphs/bert_layer_bf16.evt"
     "bench/graphs/bert_layer_bf16.evt --fused --cuda-graph" "tests/gpu/graphs/no_params.evt")
   for f in examples/*.evt; do [ "$f" = examples/mlp.evt ] || sgd+=("$f"); done

@@ -228,6 +228,11 @@ case("index_select_backward", {"dy": ("f32", randn(3, 4, 4)), "i": ("i64", II)},
      "%y = index_select_backward(%dy, %i, dim=1, shape=[3,5,4])",
      lambda t: vjp(lambda x: torch.index_select(x, 1, t["i"]), [torch.zeros(3, 5, 4, dtype=t["dy"].dtype)], 0, t["dy"]))
 
+CK = np.array([2, 0, 2, 3, 0, 2, 1], dtype=np.float64)  # duplicate keys, row 4 empty
+case("coo_perm", {"k": ("i64", CK)}, "%y = coo_perm(%k, rows=5)", lambda t: torch.argsort(t["k"], stable=True))
+case("coo_rowptr", {"k": ("i32", CK)}, "%y = coo_rowptr(%k, rows=5)",
+     lambda t: torch.cat([torch.zeros(1, dtype=torch.int64), torch.bincount(t["k"], minlength=5).cumsum(0)]))
+
 LX = randn(2, 3, 8)
 case("reshape", {"x": ("f32", LX)}, "%y = reshape(%x, shape=[6,-1])", lambda t: t["x"].reshape(6, -1))
 case("permute", {"x": ("f32", LX)}, "%y = permute(%x, dims=[2,0,1])", lambda t: t["x"].permute(2, 0, 1))

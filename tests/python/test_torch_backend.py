@@ -234,12 +234,17 @@ def test_gcn(caplog):
     assert fb == set(), fb
 
 
-def test_gcn_edge_list(caplog):
+def test_gcn_edge_list(caplog, tmp_path):
     g = torch.Generator().manual_seed(3)
     src, dst = torch.randint(0, 7, (12,), generator=g), torch.randint(0, 7, (12,), generator=g)
     w = torch.rand(12, generator=g)
-    fb = check_training(GCNEdges, lambda: (src, dst, w, torch.randn(7, 6), torch.randint(0, 3, (7,))), caplog)
+    fb = check_training(GCNEdges, lambda: (src, dst, w, torch.randn(7, 6), torch.randint(0, 3, (7,))), caplog,
+                        options={"dump": str(tmp_path)})
     assert fb == set(), fb
+    # the edge-spmm pass: every scatter-add of messages (2 forward, 2 backward) became an spmm over coo_* indices
+    optimized = "".join(p.read_text() for p in tmp_path.glob("*.opt.evt"))
+    assert optimized.count(" spmm(") == 4 and "index_select_backward" not in optimized, optimized
+    assert "coo_perm(" in optimized and "coo_rowptr(" in optimized, optimized
 
 
 class WithCumsum(nn.Module):

@@ -150,6 +150,7 @@ static void copy_attrs(const evt_attrs *s, evt_fb_attrs *d) {
     o2[k][1] = l2[k]->n > 1 ? l2[k]->v[1] : o2[k][0];
   }
   d->groups = s->groups;
+  d->rows = s->rows;
 }
 
 /* Attention gradients (inputs dout, q, k, v): bit 1 q, 2 k, 4 v; 0 for any other op. */

@@ -297,6 +297,30 @@ static evt_status gather(evt_interp_ctx *ctx) {
   }
 }
 
+/* coo_perm / coo_rowptr: a counting sort of the keys. counts[r + 1] = entries with key r, prefix-summed into
+ * rowptr; coo_perm then places each entry at its row's next free slot, in increasing position (stable). */
+static evt_status coo_index(evt_interp_ctx *ctx) {
+  const evt_tensor *key = ctx->in[0];
+  int64_t rows = ctx->n->attr.rows, E = key->numel;
+  int64_t *next = calloc((size_t)rows + 1, sizeof *next);
+  if (!next) return interp_fail(ctx, "out of memory");
+  for (int64_t e = 0; e < E; e++) {
+    int64_t r = evt_interp_index(ctx, key, e, rows, "key");
+    if (r < 0) {
+      free(next);
+      return EVT_ERR_INVALID;
+    }
+    next[r + 1]++;
+  }
+  for (int64_t r = 0; r < rows; r++) next[r + 1] += next[r];
+  if (ctx->n->op == EVT_OP_COO_ROWPTR)
+    for (int64_t r = 0; r <= rows; r++) ctx->out->data[r] = (double)next[r];
+  else
+    for (int64_t e = 0; e < E; e++) ctx->out->data[next[(int64_t)key->data[e]]++] = (double)e;
+  free(next);
+  return EVT_OK;
+}
+
 /* ---- layout ---------------------------------------------------------------------------------------- */
 
 /* dst (contiguous, shape `shape`) element e <-> src[base + sum idx_k * stride_k]; scatter adds into src. */
@@ -449,6 +473,8 @@ evt_status evt_interp_misc(evt_interp_ctx *ctx) {
   case EVT_OP_ONE_HOT: case EVT_OP_EMBEDDING: case EVT_OP_EMBEDDING_BACKWARD: case EVT_OP_INDEX_SELECT:
   case EVT_OP_INDEX_SELECT_BACKWARD:
     return gather(ctx);
+  case EVT_OP_COO_PERM: case EVT_OP_COO_ROWPTR:
+    return coo_index(ctx);
   default:
     return layout(ctx);
   }
