@@ -112,16 +112,42 @@ def _row_length(t):
     return t.shape[unit[-1]] if dense_order(t) and unit else t.shape[-1]
 
 
+# Index ops -> the positions of their index operands (a list of indices for index / index_put). An index vector
+# is read one element per gathered or scattered row (and sorted by the kernel library for edge-list spmm), never
+# with the row kernels' vector loads: its length needs no alignment.
+INDEX_OPERANDS = {aten.index.Tensor: 1, aten.index_put.default: 1, aten.index_put_.default: 1,
+                  aten.index_select.default: 2, aten.index_add.default: 2, aten.scatter_add.default: 2,
+                  aten.gather.default: 2, aten.embedding.default: 1}
+
+
+def _row_checked_args(node):
+    """node's tensor arguments whose rows the row kernels load as vectors: all but index operands and
+    broadcast columns (an [R, 1] operand of a wider op: one value per row, read as a scalar)."""
+    k = INDEX_OPERANDS.get(node.target)
+    skip = set(_nodes_in(node.args[k])) if k is not None and len(node.args) > k else set()
+    out = node.meta.get("val")
+    wide = isinstance(out, torch.Tensor) and out.dim() >= 1 and out.shape[-1] > 1
+    vals = [a.meta.get("val") for a in tensor_args(node) if a not in skip]
+    return [t for t in vals if not (wide and isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[-1] == 1)]
+
+
+def _column_view(node):
+    """True for a view that makes a column [R, 1] (w[:, None]): free, and read as one value per row."""
+    v = node.meta.get("val")
+    return node.target in VIEW_OPS and isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[-1] == 1
+
+
 def unaligned_rows(node):
     """Why a large CUDA op runs in PyTorch because evt has no generated kernel for its shapes, or None:
-    a tensor of at least UNALIGNED_MIN_NUMEL elements (output or input) whose rows (last dim x element size)
-    are not a multiple of 16 bytes (the row kernels' vector loads and CUTLASS need 16-byte rows), or a 16-bit
-    GEMM with M, N or K not a multiple of 8 (a vocabulary of 30522 words): the reference library would run
-    it node by node in double, with one thread per row for its reductions."""
-    if node.target is operator.getitem:
+    a tensor of at least UNALIGNED_MIN_NUMEL elements (output or input; not an index operand or a broadcast
+    column) whose rows (last dim x element size) are not a multiple of 16 bytes (the row kernels' vector
+    loads and CUTLASS need 16-byte rows), or a 16-bit GEMM with M, N or K not a multiple of 8 (a vocabulary of
+    30522 words): the reference library would run it node by node in double, with one thread per row for its
+    reductions."""
+    if node.target is operator.getitem or _column_view(node):
         return None
     ts = [t for t in (node.meta.get("val"),) for t in (t if isinstance(t, (tuple, list)) else [t])]
-    ts += [a.meta.get("val") for a in tensor_args(node)]
+    ts += _row_checked_args(node)
     ts = [t for t in ts if isinstance(t, torch.Tensor) and t.dim() >= 1]
     if not ts or max(t.numel() for t in ts) < UNALIGNED_MIN_NUMEL:
         return None
@@ -178,7 +204,7 @@ def long_rows(node):
     if _whole_tensor_pointwise(node):
         return None  # (an elementwise-only group launches as rows of any length: exec_plan.c elementwise_launch_shape)
     ts = [t for t in (node.meta.get("val"),) for t in (t if isinstance(t, (tuple, list)) else [t])]
-    ts += [a.meta.get("val") for a in tensor_args(node)]
+    ts += _row_checked_args(node)
     ts = [t for t in ts if isinstance(t, torch.Tensor) and t.dim() >= 1 and t.numel() >= UNALIGNED_MIN_NUMEL]
     long = [t for t in ts if _row_length(t) > ROW_KERNEL_MAX_N]
     if not long or _gemm_fed(node):
@@ -339,12 +365,12 @@ def on_cuda(node):
 
 def tensor_args(node):
     """The FX nodes among node's positional arguments (lists included), in order."""
-    out = []
-    for a in node.args:
-        for x in (a if isinstance(a, (list, tuple)) else [a]):
-            if isinstance(x, torch.fx.Node):
-                out.append(x)
-    return out
+    return [x for a in node.args for x in _nodes_in(a)]
+
+
+def _nodes_in(a):
+    """The FX nodes in one argument (a node, or a list of them and constants)."""
+    return [x for x in (a if isinstance(a, (list, tuple)) else [a]) if isinstance(x, torch.fx.Node)]
 
 
 def dense_order(v):

@@ -1094,6 +1094,35 @@ def test_unaligned_rows_run_in_pytorch_on_cuda(monkeypatch):
 
 
 @needs_lib
+def test_edge_list_index_vectors_need_no_alignment_on_cuda(monkeypatch):
+    """CUDA: message passing over an odd number of edges (index vectors of 8 x E bytes, the weight column
+    w[:, None] of 4 bytes per row) stays in evt, where the edge-spmm pass makes it spmm; an unaligned data
+    tensor still runs in PyTorch."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
+    E, n = (1 << 20) + 1, 4096
+
+    def prop(h, src, dst, w):
+        return [torch.zeros_like(h).index_add(0, dst, h[src] * w[:, None])]
+
+    def plan_for(f):
+        args = [torch.randn(n, f), torch.randint(0, n, (E,)), torch.randint(0, n, (E,)), torch.rand(E)]
+        gm = make_fx(prop)(*args)
+        mode = FakeTensorMode()
+        with mode:
+            fakes = [torch.empty(a.shape, device="cuda", dtype=a.dtype) for a in args]
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+        return PL.build_plan(gm, None)
+    why = {P.op_name(n).split(".")[0]: w for n, w in plan_for(16).fallbacks}
+    assert not {"index", "mul", "index_add"} & set(why), why
+    why = {P.op_name(n).split(".")[0]: w for n, w in plan_for(3).fallbacks}  # (rows of 3 x f32: 12 bytes)
+    assert "index" in why and "16-byte" in why["index"], why
+
+
+@needs_lib
 def test_long_rows_run_in_pytorch_unless_a_gemm_feeds_them(monkeypatch):
     """CUDA: ops on rows longer than the row kernels take (ROW_KERNEL_MAX_N) that no GEMM feeds run in PyTorch
     (the XML-CNN loss backward over 670,208 labels: its bias-gradient sum), except whole-tensor elementwise ops
