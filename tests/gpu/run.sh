@@ -25,10 +25,10 @@
 #            by node) over the graphs group's list, and the row-kernel checks (check_rows, check_visitors' row kernels)
 #            with their kernels built for compute_80 with PDL off, as the sm_8x emitter writes them, and the torch
 #            group's models with options={"arch": "compute_80"} (mode evt_sm80). Not part of the default groups.
-# (The installed wheel on a GPU is tests/gpu/wheel_check.sh WHEEL: it needs a wheel built where CBC's headers are.)
 #   torch    torch.compile(backend="evt") on CUDA against eager PyTorch (torch_models_gpu.py, every model in the
 #            modes evt, evt_cg, evt_cgs, evt_fp32, evt_all; torch_dropout_gpu.py; torch_distributed_gpu.py
 #            (DDP and FSDP2 over NCCL) where there are 2 GPUs)
+#   (The installed wheel on a GPU is tests/gpu/wheel_check.sh WHEEL: it needs a wheel built where CBC's headers are.)
 # Needs an NVIDIA Hopper GPU (the kernels are sm_90a) and nvcc; without a GPU it exits 2 at once. Needs what
 # scripts/setup.sh installs (CUTLASS 4.2 headers in .cutlass/ or at $CUTLASS_PATH, PyTorch), PyTorch with CUDA for
 # the torch group, and cuDNN 9 (the toolkit's, or the nvidia-cudnn wheel PyTorch brings) for attention. Runs `make`
