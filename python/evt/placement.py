@@ -127,8 +127,16 @@ def _row_checked_args(node):
     skip = set(_nodes_in(node.args[k])) if k is not None and len(node.args) > k else set()
     out = node.meta.get("val")
     wide = isinstance(out, torch.Tensor) and out.dim() >= 1 and out.shape[-1] > 1
-    vals = [a.meta.get("val") for a in tensor_args(node) if a not in skip]
+    vals = [(a.args[0] if _gemm_layout_transpose(a) else a).meta.get("val") for a in tensor_args(node) if a not in skip]
     return [t for t in vals if not (wide and isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[-1] == 1)]
+
+
+def _gemm_layout_transpose(node):
+    """True for a 2-D transpose that only GEMMs read, as an operand: the GEMM takes it as its operand's layout, so
+    no kernel writes it and its rows in memory are its input's (a weight gradient's xᵀ over 736,389 graph nodes)."""
+    v = node.meta.get("val")
+    return (node.target in PERMUTES and isinstance(v, torch.Tensor) and v.dim() == 2 and bool(node.users)
+            and all(_gemm_operand_use(u, node) for u in node.users))
 
 
 def _column_view(node):
@@ -141,10 +149,11 @@ def unaligned_rows(node):
     """Why a large CUDA op runs in PyTorch because evt has no generated kernel for its shapes, or None:
     a tensor of at least UNALIGNED_MIN_NUMEL elements (output or input; not an index operand or a broadcast
     column) whose rows (last dim x element size) are not a multiple of 16 bytes (the row kernels' vector
-    loads and CUTLASS need 16-byte rows), or a 16-bit GEMM with M, N or K not a multiple of 8 (a vocabulary of
-    30522 words): the reference library would run it node by node in double, with one thread per row for its
-    reductions."""
-    if node.target is operator.getitem or _column_view(node):
+    loads and CUTLASS need 16-byte rows), or a 16-bit GEMM whose operand or result rows are not
+    (gemm_rows_aligned: a vocabulary of 30522 words): the reference library would run it node by node in double,
+    with one thread per row for its reductions. A transpose only GEMMs read is their operand's layout: its rows are
+    its input's."""
+    if node.target is operator.getitem or _column_view(node) or _gemm_layout_transpose(node):
         return None
     ts = [t for t in (node.meta.get("val"),) for t in (t if isinstance(t, (tuple, list)) else [t])]
     ts += _row_checked_args(node)
@@ -160,11 +169,26 @@ def unaligned_rows(node):
     if k is not None and len(node.args) >= k + 2:
         a, b = (x.meta.get("val") for x in node.args[k:k + 2])
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype in (torch.bfloat16, torch.float16):
-            dims = (a.shape[-2], a.shape[-1], b.shape[-1])
-            if any(d % 8 for d in dims):
-                return (f"GEMM M={dims[0]} K={dims[1]} N={dims[2]}: CUTLASS needs multiples of 8 (16-byte rows); runs "
-                        "in PyTorch (cuBLAS) instead of node by node; options={'gpu_ops': 'all'} keeps it in evt")
+            m, kk, n = a.shape[-2], a.shape[-1], b.shape[-1]
+            if not gemm_rows_aligned(m, n, kk, _stored_transposed(a), _stored_transposed(b), node.target):
+                return (f"GEMM M={m} K={kk} N={n}: CUTLASS needs the operands' and the result's rows in memory to be "
+                        "multiples of 8 elements (16-byte TMA rows); runs in PyTorch (cuBLAS) instead of node by "
+                        "node; options={'gpu_ops': 'all'} keeps it in evt")
     return None
+
+
+def _stored_transposed(t):
+    """True for a matrix (the last two dims) laid out transposed in memory (unit stride along its rows)."""
+    return t.dim() >= 2 and t.stride(-2) == 1 and t.shape[-1] > 1 and t.stride(-1) == t.shape[-2]
+
+
+def gemm_rows_aligned(m, n, k, ta, tb, target=None):
+    """The 16-byte row rule of evt's GEMM kernels (src/codegen/lower_gemm.c evt_lower_gemm_dims_ok): the rows of A
+    (K, or M when A is stored transposed), of B (N, or K when B is stored transposed) and of the result (N) are
+    multiples of 8 elements; the other extents take any size. Batched GEMMs need all three."""
+    if target is aten.bmm.default:
+        return m % 8 == 0 and n % 8 == 0 and k % 8 == 0
+    return n % 8 == 0 and (m % 8 == 0 if ta else k % 8 == 0) and (not tb or k % 8 == 0)
 
 
 # The longest row evt's register-resident row / pointwise kernels take (32 warps x 32 lanes x 4 chunks x 8

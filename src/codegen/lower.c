@@ -257,8 +257,12 @@ static bool compat(const evt_pgraph *g, int nucleus, int member, bool tf32) {
   bool ab16 = ta->dtype == tb->dtype && (ta->dtype == EVT_BF16 || ta->dtype == EVT_F16);
   bool ab8 = !bmm && evt_dtype_is_fp8(ta->dtype) && evt_dtype_is_fp8(tb->dtype);
   bool ab32 = tf32 && ta->dtype == EVT_F32 && tb->dtype == EVT_F32;
-  if (!(ab16 || ab8 || ab32) || nn->type.shape[md] % 8 || nn->type.shape[md + 1] % 8 || ta->shape[md + 1] % (ab8 ? 16 : 8))
-    return true;
+  int64_t m = nn->type.shape[md], n = nn->type.shape[md + 1], k = ta->shape[md + 1];
+  bool dims = bmm ? m % 8 == 0 && n % 8 == 0 && k % 8 == 0
+            : ab8 ? n % 8 == 0 && k % 16 == 0
+                  : evt_lower_gemm_dims_ok(m, n, k, evt_lower_transposed_operand(eg, nn->inputs[ai]),
+                                           evt_lower_transposed_operand(eg, nn->inputs[ai + 1]));
+  if (!(ab16 || ab8 || ab32) || !dims) return true;
   return member_fuses(g, nucleus, member, tf32);
 }
 

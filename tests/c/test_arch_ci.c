@@ -343,18 +343,24 @@ TEST(ci_nvcc_compiles_tf32_kernels) {
   evt_pf_kernel *all = NULL;
   int nall = 0, capall = 0;
   if (st == EVT_OK) CHECK(evt_prefetch_collect(p->xp, "examples/mlp.evt", &all, &nall, &capall, err, sizeof err) == 0);
-  for (int i = 0; i < nall; i++) /* the first TF32 GEMM with a sum in its epilogue: one kernel keeps CI short */
-    if (all[i].gemm && strstr(all[i].source, "using ElementA = float;") && strstr(all[i].source, "row_sum") && n < 2) {
+  bool seen[3] = {false, false, false}; /* the first TF32 GEMM of each layout (NN, NT, TN) */
+  for (int i = 0; i < nall; i++) {
+    if (!all[i].gemm || !strstr(all[i].source, "using ElementA = float;")) continue;
+    int lay = strstr(all[i].source, "using LayoutA = cutlass::layout::ColumnMajor") ? 2
+              : strstr(all[i].source, "using LayoutB = cutlass::layout::ColumnMajor") ? 1 : 0;
+    if (!seen[lay]) {
+      seen[lay] = true;
       if (n == cap) ks = realloc(ks, sizeof *ks * (size_t)(cap = cap * 2 + 4));
       EVT_ASSERT(ks);
       memset(&ks[n], 0, sizeof ks[n]);
       snprintf(ks[n].name, sizeof ks[n].name, "%s", all[i].name);
       ks[n].gemm = 1, ks[n++].source = all[i].source, all[i].source = NULL;
     }
+  }
   evt_prefetch_free(all, nall);
   evt_program_destroy(p);
   evt_graph_free(g);
-  CHECK_MSG(n == 2, "%d TF32 GEMM kernels (the example and one of examples/mlp.evt with --tf32)", n);
+  CHECK_MSG(n == 4, "%d TF32 GEMM kernels (the example and one of each layout of examples/mlp.evt with --tf32)", n);
   int njobs, nobj;
   long long secs = compile_sm90_units(CI_DIR "/tf32_jobs.sh", ks, n, false, inc, util, &njobs, &nobj);
   CHECK(secs >= 0);

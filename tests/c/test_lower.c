@@ -140,15 +140,30 @@ TEST(lower_f32_gemm_on_tf32_only_when_asked) {
     free(src);
   }
   lowered_free(&lg);
-  /* W stored K x N (layout NN): TF32 wgmma needs B K-major, refused by name */
+  /* W stored K x N (layout NN, B MN-major: CUTLASS's register-sourced mainloop) over 1001 rows (M takes any size),
+   * and a weight gradient xᵀ·g (layout TN, K = 1001 rows: no row in memory has K elements) */
   if (!lower_text_flags("graph t {\n"
-                        "  %x: f32[256,64] = input()\n  %w: f32[64,128] = param()\n  %m = mm(%x, %w)\n"
-                        "  %y = relu(%m)\n  output %y\n}\n",
+                        "  %x: f32[1001,64] = input()\n  %w: f32[64,128] = param()\n  %m = mm(%x, %w)\n"
+                        "  %y = relu(%m)\n  %g: f32[1001,128] = input()\n  %xt = permute(%x, dims=[1,0])\n"
+                        "  %dw = mm(%xt, %g)\n  %h: f32[] = scalar(value=0.5)\n  %dws = mul(%dw, %h)\n  output %y\n  output %dws\n}\n",
                         &lg, true, EVT_LOWER_TF32))
     return;
   L = group_of(&lg, "m");
-  CHECK_MSG(L && !L->ok && L->bad_node == evt_graph_find(lg.g, "m") && strstr(L->reason, "%m") &&
-                strstr(L->reason, "layout NN") && strstr(L->reason, "K-major"),
+  CHECK_MSG(L && L->ok && L->spec.layout == EVT_LAYOUT_NN && L->m == 1001 && L->spec.ab_dtype == EVT_F32, "%s",
+            L ? L->reason : "?");
+  L = group_of(&lg, "dw");
+  CHECK_MSG(L && L->ok && L->spec.layout == EVT_LAYOUT_TN && L->k == 1001 && L->a_node == evt_graph_find(lg.g, "x"),
+            "%s", L ? L->reason : "?");
+  lowered_free(&lg);
+  /* a row of A in memory of 1001 elements (layout TN, M = 1001) is refused by name */
+  if (!lower_text_flags("graph t {\n"
+                        "  %x: f32[64,1001] = input()\n  %xt = permute(%x, dims=[1,0])\n  %w: f32[64,128] = param()\n"
+                        "  %m = mm(%xt, %w)\n  output %m\n}\n",
+                        &lg, true, EVT_LOWER_TF32))
+    return;
+  L = group_of(&lg, "m");
+  CHECK_MSG(L && !L->ok && L->bad_node == evt_graph_find(lg.g, "m") && strstr(L->reason, "M=1001") &&
+                strstr(L->reason, "layout TN") && strstr(L->reason, "rows of A (M)"),
             "%s", L ? L->reason : "?");
   lowered_free(&lg);
   /* sm_8x: refused when retargeted (evt's Sm80 GEMMs take 16-bit operands) */
@@ -313,7 +328,7 @@ TEST(lower_unsupported_nodes_give_reasons) {
       {"  %x: f32[32,64] = input()\n  %w: f32[64,128] = param()\n  %m = mm(%x, %w)\n  output %m\n", "%m (mm)",
        "operands f32 x f32"},
       {"  %x: bf16[16,64] = input()\n  %w: bf16[64,10] = param()\n  %m = mm(%x, %w)\n  output %m\n", "%m (mm)",
-       "multiple of 8"},
+       "multiples of 8 elements"},
       /* a tile operand stored transposed (a permute of an input) is not a broadcast of the tile */
       {"  %x: bf16[32,64] = input()\n  %w: bf16[64,128] = param()\n  %t: bf16[128,32] = input()\n"
        "  %tt = permute(%t, dims=[1,0])\n  %m = mm(%x, %w)\n  %o = add(%m, %tt)\n  output %o\n",

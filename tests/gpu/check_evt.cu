@@ -1,9 +1,9 @@
 // GPU check of generated GEMM + epilogue-visitor-tree kernels against the CPU reference (src/codegen/vref.c); run by
 // tests/gpu/run.sh. Every case of all_cases() (gpu_util.h: plain, bias+GELU+aux store, bias+ReLU+Σ_M bias gradient,
 // GELU backward, bias+SiLU through a topological visitor, bias+ReLU+max_N |y| (col_max, atomic max; its
-// NaN-poisoned output must be reset to -inf by initialize()); layouts NN, NT, TN; tf32_bias_relu: f32 operands on TF32
-// tensor cores, D within 5e-3 of the exact reference, the error of 10-bit operand mantissas) at two sizes whose M and N are not
-// tile multiples: fresh random bf16 inputs, NaN-poisoned outputs, two runs (initialize() must reset atomic
+// NaN-poisoned output must be reset to -inf by initialize()); layouts NN, NT, TN; tf32_bias_relu in every layout: f32
+// operands on TF32 tensor cores, D within 5e-3 of the exact reference, the error of 10-bit operand mantissas) at two sizes
+// whose M and N are not tile multiples, and at an odd M (K for layout TN), which no row in memory has: fresh random bf16 inputs, NaN-poisoned outputs, two runs (initialize() must reset atomic
 // reductions), D and every stored tensor within a relative Frobenius error of 1e-2 (NaN never passes). Kernels with
 // a Σ over M run once more with that output 4- but not 8-byte aligned; an unaligned N must be rejected by
 // can_implement; the stream-K case also runs over K = 16392 (few tiles, split K loops). CHECK_EVT_ONLY=substring keeps the cases whose label has it. Prints "N passed, N failed".
@@ -154,6 +154,10 @@ int main() {
     for (int v = 0; v < kc.spec.nnodes; v++) has_rs |= kc.spec.nodes[v].op == EVT_V_ROW_SUM;
     if (has_rs) check_case(kc, sizes[0][0], sizes[0][1], sizes[0][2], seed++, 4);  // Σ output only 4-byte aligned
     if (kc.cfg.stream_k) check_case(kc, 1032, 776, 16392, seed++);  // 36 tiles over a long K: CTAs share tiles' K loops
+    // extents that are no rows in memory take any size (lower_gemm.c's rule): an odd M where A is row-major, an
+    // odd K where A and B are MN-major (TN)
+    if (is_check && kc.layout != EVT_LAYOUT_TN) check_case(kc, 1001, 776, 520, seed++);
+    if (is_check && kc.layout == EVT_LAYOUT_TN) check_case(kc, 1032, 776, 1001, seed++);
   }
   // can_implement must reject N whose rows are not 16-byte aligned
   for (auto &kc : cases) {

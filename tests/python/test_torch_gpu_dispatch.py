@@ -1094,6 +1094,32 @@ def test_unaligned_rows_run_in_pytorch_on_cuda(monkeypatch):
 
 
 @needs_lib
+def test_transposed_gemm_operand_rows_are_its_inputs(monkeypatch):
+    """CUDA: a weight gradient xᵀ·g over 8193 rows reads x [8193, 128] through a transpose the GEMM takes as its
+    operand layout: its rows in memory are x's 128, so neither the transpose nor the GEMM runs in PyTorch as
+    "unaligned rows"; a transpose something else reads is still judged by its own rows."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    aten = torch.ops.aten
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(SG, "_program_for", lambda graph, flags, device, refine, arch=None, tf32=False: _Created(graph.text()))
+    n = 8193
+
+    def plan_for(f, dtype=torch.bfloat16):
+        shapes = [(n, 128), (n, 64)]
+        gm = make_fx(f)(*[torch.randn(s).to(dtype) for s in shapes])
+        mode = FakeTensorMode()
+        with mode:
+            fakes = [torch.empty(s, device="cuda", dtype=dtype) for s in shapes]
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+        return PL.build_plan(gm, None)
+    assert not plan_for(lambda x, g: [aten.mm(aten.t(x), g)]).fallbacks
+    why = {P.op_name(n).split(".")[0]: w for n, w in plan_for(lambda x, g: [aten.mm(aten.t(x), g), aten.t(x) * 2]).fallbacks}
+    assert "t" in why and "rows of 8193" in why["t"], why
+
+
+@needs_lib
 def test_edge_list_index_vectors_need_no_alignment_on_cuda(monkeypatch):
     """CUDA: message passing over an odd number of edges (index vectors of 8 x E bytes, the weight column
     w[:, None] of 4 bytes per row) stays in evt, where the edge-spmm pass makes it spmm; an unaligned data
