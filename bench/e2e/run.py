@@ -343,7 +343,7 @@ def _grad_rel(model, ref_grads):
 
 def _fp32_grads(m, args):
     """The gradients of one step of eager module m without autocast and without TF32 (E2E_FP32_REF=1): the
-    reference that tells a mode's bf16 error from bf16 noise (a freshly initialized ResNet's batch-norm
+    reference that tells a mode's bf16 (or TF32) error from that noise (a freshly initialized ResNet's batch-norm
     gradients differ between two bf16 runs by more than 1e-2 relative, torch.compile's by more)."""
     import torch
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -441,8 +441,9 @@ def run_workload(name, modes, a):
             if mode == "eager":
                 ref_grads = {n: p.grad.detach().float().clone() for n, p in m.named_parameters()
                              if p.grad is not None} if not a.dropout else None
-                if ref_grads is not None and amp and os.environ.get("E2E_FP32_REF", "0") != "0":
-                    # eager's own bf16 error against the fp32 step, the noise a mode's error is compared with
+                low = amp or torch.backends.cuda.matmul.allow_tf32  # (an f32 workload's GEMMs run on TF32)
+                if ref_grads is not None and low and os.environ.get("E2E_FP32_REF", "0") != "0":
+                    # eager's own bf16 / TF32 error against the exact fp32 step, the noise a mode's error is compared with
                     ref32 = _fp32_grads(m, args)
                     for n, p in m.named_parameters():
                         p.grad = ref_grads.get(n)
