@@ -165,8 +165,8 @@ bool evt_lower_can_fuse(const evt_graph *g, int nucleus, int node, char *why, si
 
 /* The partitioner's epilogue-implementability hook (evt_part_compat_fn) with the lowering's rules: the
  * partitioner's own shape rule (evt_part_compat_evt), and for an mm/addmm nucleus that can lower (16-bit, fp8 or
- * TF32 operands, 16-byte rows: evt_lower_gemm_dims_ok with the operands' layouts through their transposes) or a conv2d that can lower (evt_lower_conv_geometry) evt_lower_can_fuse (a view
- * is judged as its producer). Other nuclei: the
+ * TF32 operands, 16-byte rows: evt_lower_gemm_dims_ok with the operands' layouts through their transposes) or a
+ * conv2d that can lower (evt_lower_conv_geometry) evt_lower_can_fuse (a view is judged as its producer). Other nuclei: the
  * shape rule, and no sum over the leading (M) dims in a row nucleus's group when its rows are longer than 32768
  * (the long-row kernel has no Σ-over-M row sums). */
 bool evt_lower_compat(const struct evt_pgraph *g, int nucleus, int member);

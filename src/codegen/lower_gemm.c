@@ -42,9 +42,11 @@ int evt_lower_transposed_operand(const evt_graph *g, int x) {
   for (;;) {
     const evt_node *nd = &g->nodes[x];
     if (nd->type.rank != 2) return flip;
-    bool swap = (nd->op == EVT_OP_TRANSPOSE && nd->attr.dims.n == 2 && nd->attr.dims.v[0] != nd->attr.dims.v[1]) ||
-                (nd->op == EVT_OP_PERMUTE && nd->attr.dims.n == 2 && (nd->attr.dims.v[0] == 1 || nd->attr.dims.v[0] == -1));
-    if (!swap) return flip ^ (nd->type.stride[0] == 1 && nd->type.shape[1] > 1 && nd->type.stride[1] == nd->type.shape[0]);
+    const evt_ilist *d = &nd->attr.dims;
+    bool swap = d->n == 2 && ((nd->op == EVT_OP_TRANSPOSE && d->v[0] != d->v[1]) ||
+                              (nd->op == EVT_OP_PERMUTE && (d->v[0] == 1 || d->v[0] == -1)));
+    const int64_t *st = nd->type.stride, *sh = nd->type.shape;
+    if (!swap) return flip ^ (st[0] == 1 && sh[1] > 1 && st[1] == sh[0]);
     flip ^= 1;
     x = nd->inputs[0];
   }

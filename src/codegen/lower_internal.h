@@ -88,6 +88,12 @@ static inline int64_t bmm_batch(const evt_type *t) { return prod(t->shape, 0, t-
 /* lower.c */
 /* Records the first reason the group cannot lower (node named by it: node) in c->why; returns false. */
 bool evt_lower_refuse(lctx *c, int node, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Strides (in elements of *base) of x's elements in the memory of *base: x itself, or, through views in
+ * group `through` (-1: views of sources), the tensor they alias. false if a view cannot be expressed with
+ * strides (a reshape that regroups a non-contiguous tensor). */
+bool evt_lower_mem_strides(const evt_graph *g, const int *group, int through, int x, int64_t *st, int *base);
+
+/* lower_gemm.c */
 /* The 16-byte rule of a GEMM's TMA operands in layout (ta, tb) (ta: A stored K x M; tb: B stored N x K): every
  * leading dim (A's K or M, B's N or K, D's N) a multiple of 8; the other extents take any size (TMA fills the edge
  * tiles). */
@@ -95,10 +101,6 @@ bool evt_lower_gemm_dims_ok(int64_t m, int64_t n, int64_t k, int ta, int tb);
 /* +1 if x's value is read transposed (strides (1, rows)) through its chain of 2-D transposes / permutes down to the
  * memory it views, as the GEMM lowering absorbs them; 0 if row-major. */
 int evt_lower_transposed_operand(const evt_graph *g, int x);
-/* Strides (in elements of *base) of x's elements in the memory of *base: x itself, or, through views in
- * group `through` (-1: views of sources), the tensor they alias. false if a view cannot be expressed with
- * strides (a reshape that regroups a non-contiguous tensor). */
-bool evt_lower_mem_strides(const evt_graph *g, const int *group, int through, int x, int64_t *st, int *base);
 
 /* lower_epilogue.c */
 /* Appends a visitor node for graph node v whose memory is graph node `tensor` (-1: none); -1 with the reason. */
