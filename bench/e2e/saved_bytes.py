@@ -74,14 +74,19 @@ def _inductor_backend(partition):
 
 def measure(workload, scale, which):
     """Saved rows of one workload under 'evt' or 'torch.compile'."""
-    torch._dynamo.reset()
     torch.manual_seed(0)
     model, args, _ = models.make(workload, device="cpu", scale=scale)
+    return measure_model(model, args, which, workload)
+
+
+def measure_model(model, args, which, name="model"):
+    """Saved rows [(name, shape, dtype, bytes)] of model(*args) (a scalar loss) under 'evt' or 'torch.compile'."""
+    torch._dynamo.reset()
     if which == "evt":
         import evt.backend as B
         import evt.config as C
+        saved_fn, saved_rules = B.partition_fn, C.SIMULATE_CUDA_RULES
         C.SIMULATE_CUDA_RULES = True
-        saved_fn = B.partition_fn
         fn, got = _recording(lambda j, ji, **kw: saved_fn(j, ji, options={}, **kw))
         B.partition_fn = lambda j, ji, options=None, **kw: fn(j, ji, **kw)
         backend = B.make_backend({})
@@ -94,10 +99,10 @@ def measure(workload, scale, which):
             torch.compile(model, backend=backend)(*args)
     except Exception as e:  # noqa: BLE001 (the recording stops the compile by raising)
         if "rows" not in got:
-            raise RuntimeError(f"{workload} / {which}: no partition recorded ({type(e).__name__}: {e})") from e
+            raise RuntimeError(f"{name} / {which}: no partition recorded ({type(e).__name__}: {e})") from e
     finally:
         if which == "evt":
-            B.partition_fn = saved_fn
+            B.partition_fn, C.SIMULATE_CUDA_RULES = saved_fn, saved_rules
     return got["rows"]
 
 
