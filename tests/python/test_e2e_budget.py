@@ -1,25 +1,19 @@
 """bench/e2e/budget.py's host-side parts, without a GPU: the split of a profiled step by kind (idle time
 included), the join of evt's plan groups with the profiled GEMM kernels (by namespace hash, and by the mangled
 name's digest for CUTLASS kernels), and the table it renders."""
-import importlib.util
-import os
-import sys
-
 import pytest
+
+from bench_module import load
 
 pytest.importorskip("torch")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEX_A, HEX_B = "0123456789abcdef", "fedcba9876543210"
 MANGLED = "_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEE"
 
 
 @pytest.fixture(scope="module")
 def budget():
-    spec = importlib.util.spec_from_file_location("e2e_budget", os.path.join(ROOT, "bench", "e2e", "budget.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("bench/e2e/budget.py", "e2e_budget")
 
 
 EVENTS = [("void at::native::vectorized_elementwise_kernel<4>", 0.0, 10.0),

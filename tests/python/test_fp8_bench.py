@@ -5,7 +5,6 @@ that ran; evt_bf16's first loss must be eager's (same weights, same batch, f32 o
 close to it but not equal (the tiny sizes keep every GEMM >= 256 on each side, so the fp8 pass rewrites them). The
 synthetic task's batches must be the same in every process. (The bf16 mode, torch.compile on the CPU, is left
 out: Inductor's CPU compile takes ~45 s per workload.)"""
-import importlib.util
 import json
 import math
 import os
@@ -13,6 +12,8 @@ import subprocess
 import sys
 
 import pytest
+
+from bench_module import load
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -26,10 +27,7 @@ pytestmark = pytest.mark.skipif(not evt_lib.has_interpreter(), reason="libevt ha
 
 
 def _bench_module():
-    spec = importlib.util.spec_from_file_location("fp8_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("bench/e2e/fp8_bench.py")
 
 
 def test_fp8_bench_cpu_tiny(tmp_path):

@@ -1,21 +1,16 @@
 """bench/e2e/saved_bytes.py on a small model: both partitions are recorded without running a step, the
 pre-activation of a GELU layer is among the saved values, and views of one value count once."""
-import importlib.util
-import os
-
 import pytest
+
+from bench_module import load
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
 def sb():
-    spec = importlib.util.spec_from_file_location("saved_bytes", os.path.join(ROOT, "bench", "e2e", "saved_bytes.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("bench/e2e/saved_bytes.py")
 
 
 class Ffn(nn.Module):

@@ -31,6 +31,7 @@ from evt import segment as SG  # noqa: E402
 from evt import torch_steps as TS  # noqa: E402
 from evt import gpu as G  # noqa: E402
 from evt import lib as evt_lib  # noqa: E402
+from bench_module import load  # noqa: E402
 
 needs_lib = pytest.mark.skipif(not evt_lib.has_interpreter(), reason="libevt has no CPU interpreter yet")
 os.environ.setdefault("EVT_CACHE", "0")
@@ -1947,11 +1948,7 @@ def test_channels_last_weight_gradients_keep_the_physical_layout(monkeypatch):
 def _train_xmlcnn_like_eager(monkeypatch):
     """One bf16-autocast step of a small XML-CNN (bench/e2e/models.py) through backend="evt" under the simulated
     CUDA rules, and in eager from the same weights: asserts the loss and every gradient match."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "e2e_models", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e", "models.py"))
-    M = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(M)  # (bench/e2e/models.py: tests/python has a models.py of its own)
+    M = load("bench/e2e/models.py", "e2e_models")
     monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -1988,11 +1985,7 @@ def test_vit_token_moves_run_in_pytorch(monkeypatch):
     backward) have no evt kernel: from UNALIGNED_MIN_NUMEL elements on they run in PyTorch, the casts with them,
     and no evt segment keeps a concat, slice or slice_backward of that size (in evt each would run node by node
     in the reference library, in double). Below the size nothing moves; training matches eager either way."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "e2e_models", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e", "models.py"))
-    M = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(M)
+    M = load("bench/e2e/models.py", "e2e_models")
     monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
     plans = []
     orig = PL.Plan.finalize
