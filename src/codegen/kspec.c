@@ -236,6 +236,10 @@ static evt_status check_operands(const evt_kspec *s, char *err, size_t errlen) {
   if (tf32 && s->arch)
     return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: f32 (TF32) operands on %s (evt's TF32 GEMMs are sm_90a's)",
                 evt_arch_name(s->arch));
+  if (tf32 && s->layout != EVT_LAYOUT_NT)
+    return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: f32 (TF32) operands in layout %s (Hopper's TF32 wgmma "
+                "reads both operands K-major from shared memory: layout NT, A row-major M x K and B stored N x K)",
+                layout_name(s->layout));
   if (!fp8) return EVT_OK;
   if (s->arch)
     return fail(err, errlen, EVT_ERR_UNSUPPORTED, "kernel spec: fp8 operands on %s (evt's fp8 GEMMs are sm_90a's)",

@@ -26,10 +26,10 @@
  *
  * TF32 operands (sm_90a only; evt_options.tf32): A and B f32, read by Hopper's TF32 wgmma (CUTLASS's collective builder
  * maps float operands to tfloat32_t: each operand's mantissa is cut to 10 bits in the tensor core, f32 accumulation),
- * any layout (TF32 wgmma reads only K-major operands from shared memory: CUTLASS's builder gives it layout NT's
- * from there, and NN's and TN's through its register-sourced mainloop, which transposes them on the way), 16-byte
- * TMA rows (lower_gemm.c's leading-dim rule covers them) and tile_k 32 (one 128-byte swizzle row). The epilogue
- * and D are as for 16-bit operands.
+ * layout NT only (TF32 wgmma reads both operands K-major from shared memory; CUTLASS sends the other float layouts
+ * to its register-sourced mainloop, whose NN and TN kernels gave wrong results on an H100), 16-byte TMA rows
+ * (lower_gemm.c's leading-dim rule) and tile_k 32 (one 128-byte swizzle row). The epilogue and D are as for 16-bit
+ * operands.
  *
  * Batch mode (`batched` = 1, a bmm nucleus): the kernel computes L independent GEMMs + epilogues over
  * [L, M, N], L a run-time argument like M, N, K. A, B and D are per batch; each node with memory is per

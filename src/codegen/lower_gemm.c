@@ -33,6 +33,15 @@ static void fp8_rules(lctx *c, const evt_node *nn, int ta, int tb, int64_t k) {
     evt_lower_refuse(c, c->nu, "fp8 operands with K=%lld: K must be a multiple of 16 (16-byte rows)", (long long)k);
 }
 
+/* An mm / addmm of f32 operands with EVT_LOWER_TF32 (kspec.h "TF32 operands"): layout NT (K-major A and B). */
+static void tf32_rules(lctx *c, int ta, int tb) {
+  if (ta || !tb)
+    evt_lower_refuse(c, c->nu,
+                     "f32 operands (TF32) in layout %s: Hopper's TF32 wgmma reads both operands K-major from shared "
+                     "memory, so A must be row-major M x K and B stored N x K (layout NT); a transposed copy of %s "
+                     "would be needed", ta ? "TN" : "NN", ta ? "A" : "B");
+}
+
 bool evt_lower_gemm_dims_ok(int64_t m, int64_t n, int64_t k, int ta, int tb) {
   return n % 8 == 0 && (ta ? m % 8 == 0 : k % 8 == 0) && (!tb || k % 8 == 0);
 }
@@ -70,15 +79,14 @@ void evt_lower_gemm(const evt_graph *g, const int *group, int gi, int nu, unsign
   int ta = operand_layout(g, group, gi, a, &L->a_node), tb = operand_layout(g, group, gi, b, &L->b_node);
   evt_dtype adt = g->nodes[L->a_node].type.dtype, bdt = g->nodes[L->b_node].type.dtype;
   bool fp8 = evt_dtype_is_fp8(adt) && evt_dtype_is_fp8(bdt);
-  /* TF32 in any layout: CUTLASS's builder gives K-major f32 operands to the wgmma from shared memory and the
-   * others through its register-sourced mainloop (TF32 wgmma reads only K-major shared memory) */
   bool tf32 = (flags & EVT_LOWER_TF32) && adt == EVT_F32 && bdt == EVT_F32;
   if (ta < 0 || tb < 0)
     evt_lower_refuse(&c, nu, "operand %%%s is neither row-major nor transposed in memory",
                      g->nodes[ta < 0 ? a : b].name);
   else if (ta && tb) evt_lower_refuse(&c, nu, "both operands transposed (layout TT is not in the kernel spec)");
   else if (fp8) fp8_rules(&c, nn, ta, tb, L->k);
-  else if (!tf32 && (adt != bdt || (adt != EVT_BF16 && adt != EVT_F16)))
+  else if (tf32) tf32_rules(&c, ta, tb);
+  else if (adt != bdt || (adt != EVT_BF16 && adt != EVT_F16))
     evt_lower_refuse(&c, nu, "operands %s x %s (the kernel spec takes bf16 or f16 operands, or fp8 ones%s)",
                      evt_dtype_name(adt), evt_dtype_name(bdt),
                      adt == EVT_F32 && bdt == EVT_F32 ? "; f32 ones with evt_options.tf32 / --tf32" : "");

@@ -322,13 +322,10 @@ TEST(ci_nvcc_compiles_tf32_kernels) {
   int cap = 0, n = 0;
   evt_kspec s;
   char err[256];
-  for (int lay = EVT_LAYOUT_NT; lay <= EVT_LAYOUT_TN; lay++) { /* K-major; A MN-major (register-sourced) */
-    CHECK(evt_kspec_example(&s, "tf32_bias_relu", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
-    s.layout = (evt_gemm_layout)lay;
-    char *src = evt_emit_cutlass(&s, err, sizeof err);
-    CHECK_MSG(src != NULL, "tf32_bias_relu: %s", err);
-    if (src) add_kernel(&ks, &n, &cap, src, 1, NULL, &s);
-  }
+  CHECK(evt_kspec_example(&s, "tf32_bias_relu", EVT_TILE_CONFIG_DEFAULT) == EVT_OK);
+  char *src = evt_emit_cutlass(&s, err, sizeof err);
+  CHECK_MSG(src != NULL, "tf32_bias_relu: %s", err);
+  if (src) add_kernel(&ks, &n, &cap, src, 1, NULL, &s);
   evt_options o;
   evt_options_init(&o);
   o.flags = EVT_PROGRAM_FUSED | EVT_PROGRAM_NO_OPT;
@@ -346,27 +343,18 @@ TEST(ci_nvcc_compiles_tf32_kernels) {
   evt_pf_kernel *all = NULL;
   int nall = 0, capall = 0;
   if (st == EVT_OK) CHECK(evt_prefetch_collect(p->xp, "examples/mlp.evt", &all, &nall, &capall, err, sizeof err) == 0);
-  /* the first TF32 GEMM of layouts NN (B MN-major: register-sourced) and NT (with a sum in its epilogue); mlp's TN
-   * weight gradients are plain GEMMs, which the runtime runs on cuBLAS */
-  bool seen[2] = {false, false};
-  for (int i = 0; i < nall; i++) {
-    if (!all[i].gemm || !strstr(all[i].source, "using ElementA = float;")) continue;
-    int lay = strstr(all[i].source, "using LayoutB = cutlass::layout::ColumnMajor") ? 1 : 0;
-    bool ta = strstr(all[i].source, "using LayoutA = cutlass::layout::ColumnMajor") != NULL;
-    if (ta || (lay && !strstr(all[i].source, "row_sum"))) continue;
-    if (!seen[lay]) {
-      seen[lay] = true;
+  for (int i = 0; i < nall; i++) /* the first TF32 GEMM with a sum in its epilogue: one kernel keeps CI short */
+    if (all[i].gemm && strstr(all[i].source, "using ElementA = float;") && strstr(all[i].source, "row_sum") && n < 2) {
       if (n == cap) ks = realloc(ks, sizeof *ks * (size_t)(cap = cap * 2 + 4));
       EVT_ASSERT(ks);
       memset(&ks[n], 0, sizeof ks[n]);
       snprintf(ks[n].name, sizeof ks[n].name, "%s", all[i].name);
       ks[n].gemm = 1, ks[n++].source = all[i].source, all[i].source = NULL;
     }
-  }
   evt_prefetch_free(all, nall);
   evt_program_destroy(p);
   evt_graph_free(g);
-  CHECK_MSG(n == 4, "%d TF32 GEMM kernels (the example as NT and TN, examples/mlp.evt's NN and NT with --tf32)", n);
+  CHECK_MSG(n == 2, "%d TF32 GEMM kernels (the example and one of examples/mlp.evt with --tf32)", n);
   int njobs, nobj;
   long long secs = compile_sm90_units(CI_DIR "/tf32_jobs.sh", ks, n, false, inc, util, &njobs, &nobj);
   CHECK(secs >= 0);

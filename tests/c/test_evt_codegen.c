@@ -39,13 +39,12 @@ TEST(kspec_check_messages) {
   s.cfg = cfg128;
   s.ab_dtype = EVT_I32;
   CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "bf16, f16, fp8 or f32"));
-  s.ab_dtype = EVT_F32; /* TF32: a 32-deep K tile, in every layout */
+  s.ab_dtype = EVT_F32; /* TF32: K-major operands (layout NT) and a 32-deep K tile */
+  CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "layout NN") && strstr(err, "K-major"));
+  s.layout = EVT_LAYOUT_NT;
   CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "tile_k 64 with f32 (TF32)"));
   s.cfg.tile_k = 32;
   CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_OK);
-  s.layout = EVT_LAYOUT_TN;
-  CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_OK);
-  s.layout = EVT_LAYOUT_NT;
   s.arch = 80;
   CHECK(evt_kspec_check(&s, err, sizeof err) == EVT_ERR_UNSUPPORTED && strstr(err, "sm_80"));
   s.arch = 0, s.cfg = cfg128, s.layout = EVT_LAYOUT_NN, s.ab_dtype = EVT_BF16;

@@ -1,7 +1,7 @@
 // GPU check of generated GEMM + epilogue-visitor-tree kernels against the CPU reference (src/codegen/vref.c); run by
 // tests/gpu/run.sh. Every case of all_cases() (gpu_util.h: plain, bias+GELU+aux store, bias+ReLU+Σ_M bias gradient,
 // GELU backward, bias+SiLU through a topological visitor, bias+ReLU+max_N |y| (col_max, atomic max; its
-// NaN-poisoned output must be reset to -inf by initialize()); layouts NN, NT, TN; tf32_bias_relu in every layout: f32
+// NaN-poisoned output must be reset to -inf by initialize()); layouts NN, NT, TN; tf32_bias_relu (layout NT): f32
 // operands on TF32 tensor cores, D within 5e-3 of the exact reference, the error of 10-bit operand mantissas) at two sizes
 // whose M and N are not tile multiples, and at an odd M (K for layout TN), which no row in memory has: fresh random bf16 inputs, NaN-poisoned outputs, two runs (initialize() must reset atomic
 // reductions), D and every stored tensor within a relative Frobenius error of 1e-2 (NaN never passes). Kernels with

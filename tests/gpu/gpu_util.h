@@ -86,11 +86,9 @@ static std::vector<KernelCase> all_cases() {
   v.push_back(make_case("bias_relu_dbias", kCfgWorkspace));
   v.push_back(make_case("gelu_bwd_dbias", kCfgPing, EVT_LAYOUT_NT));
   v.push_back(make_case("bias_relu_dbias", kCfgStreamK, EVT_LAYOUT_TN));  // a weight gradient's layout
-  evt_tile_config tf32_cfg = kCfg128;  // f32 operands on TF32 tensor cores, one 128-byte K row per tile
+  evt_tile_config tf32_cfg = kCfg128;  // f32 operands on TF32 tensor cores: K-major (NT), one 128-byte K row per tile
   tf32_cfg.tile_k = 32;
-  v.push_back(make_case("tf32_bias_relu", tf32_cfg, EVT_LAYOUT_NT));  // K-major: shared memory to the wgmma
-  v.push_back(make_case("tf32_bias_relu", tf32_cfg, EVT_LAYOUT_NN));  // B MN-major: register-sourced mainloop
-  v.push_back(make_case("tf32_bias_relu", tf32_cfg, EVT_LAYOUT_TN));  // A MN-major: register-sourced mainloop
+  v.push_back(make_case("tf32_bias_relu", tf32_cfg, EVT_LAYOUT_NT));
   const evt_tile_config bench_cfgs[] = {kCfg128, kCfg256c2, kCfgPing, kCfg256x128c1x2, kCfg128x256c1x1};
   const char *bench_epis[] = {"plain", "bias_gelu_aux", "bias_relu_dbias", "gelu_bwd_dbias"};
   for (const char *e : bench_epis)

@@ -12,7 +12,7 @@
 #            tests/graphs/resnet_block_nhwc_bf16.evt (--fused: its CONV+EVT fprop, dgrad and wgrad kernels) and a
 #            medium BERT layer whose attention runs on cuDNN: node by node, optimized, fused, and the optimized and
 #            fused steps as CUDA graphs; tests/graphs/fp8_mlp.evt with --fp8 (node by node, fused, fused as a CUDA
-#            graph); examples/mlp.evt and tests/graphs/tf32_odd_rows.evt with --tf32 --fused (TF32 GEMMs of every layout,
+#            graph); examples/mlp.evt and tests/graphs/tf32_odd_rows.evt with --tf32 --fused (TF32 GEMMs of layout NT,
 #            1001 rows), also as CUDA graphs; the run-time index error (bench/graphs/bad_index.evt, tests/gpu/bad_coo_key.evt); the device-resident training loop
 #            against --host-sgd (identical losses)
 #   program  the program API on every graph (program_check.c: eager, CUDA graph, fused, fused CUDA graph), the
@@ -271,7 +271,7 @@ if want graphs; then
   check "$fp8 --fp8 node by node" run_fp8_mlp.node evtc_check "$fp8" --fp8
   check "$fp8 --fp8 --fused" run_fp8_mlp.fused evtc_check "$fp8" --fp8 --fused
   check "$fp8 --fp8 --fused --cuda-graph" run_fp8_mlp.fused_graph evtc_check "$fp8" --fp8 --fused --cuda-graph
-  # TF32 GEMM+EVT kernels in every layout (NN and TN on CUTLASS's register-sourced mainloop), and over 1001 rows
+  # TF32 GEMM+EVT kernels (layout NT), also over 1001 rows
   for f in examples/mlp.evt tests/graphs/tf32_odd_rows.evt; do
     check "$f --tf32 --fused" "run_$(logname "$f").tf32_fused" evtc_check "$f" --tf32 --fused
     check "$f --tf32 --fused --cuda-graph" "run_$(logname "$f").tf32_fused_graph" evtc_check "$f" --tf32 --fused --cuda-graph
