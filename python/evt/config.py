@@ -80,9 +80,9 @@ CUDAGRAPHS = {False: False, None: False, True: "step", "step": "step", "segments
 GPU_OP_FAMILIES = ("attention", "batch_norm", "convolution", "dropout", "embedding", "pooling")
 GPU_OPS_FAST = ("dropout",)
 
-OPTIONS = ("arch", "check", "cudagraphs", "dump", "fp8", "fused", "gpu_ops", "tf32", "tune")
-DEFAULTS = {"arch": None, "check": False, "cudagraphs": False, "dump": None, "fp8": None, "fused": True,
-            "gpu_ops": GPU_OPS_FAST, "tf32": None, "tune": None}
+OPTIONS = ("arch", "backward_cut_mib", "check", "cudagraphs", "dump", "fp8", "fused", "gpu_ops", "tf32", "tune")
+DEFAULTS = {"arch": None, "backward_cut_mib": 0, "check": False, "cudagraphs": False, "dump": None, "fp8": None,
+            "fused": True, "gpu_ops": GPU_OPS_FAST, "tf32": None, "tune": None}
 # options["fp8"] -> evt_options.fp8 (include/evt.h): None (off) or "tensorwise" (eligible GEMMs in FP8 with per-tensor
 # current scaling: the fp8 pass, run with the graph passes as pass flag EVT_PASS_FP8 of src/passes/passes.h)
 FP8_RECIPES = {None: 0, "tensorwise": 1}
@@ -154,10 +154,14 @@ def parse_options(options):
     tf32_ = options.get("tf32")
     if tf32_ is not None and not isinstance(tf32_, bool):
         raise ValueError(f"evt backend: tf32 must be None (PyTorch's allow_tf32) or a bool, not {tf32_!r}")
+    cut = options.get("backward_cut_mib", DEFAULTS["backward_cut_mib"])
+    if isinstance(cut, bool) or not isinstance(cut, (int, float)) or not cut >= 0:
+        raise ValueError(f"evt backend: backward_cut_mib must be a number of MiB >= 0, not {cut!r}")
     dump = options.get("dump")
     if dump is not None and not isinstance(dump, (str, os.PathLike)):
         raise ValueError(f"evt backend: dump must be a directory path, not {dump!r}")
-    return {"arch": arch, "check": check, "cudagraphs": CUDAGRAPHS[cg], "dump": os.fspath(dump) if dump is not None else None,
+    return {"arch": arch, "backward_cut_mib": cut, "check": check, "cudagraphs": CUDAGRAPHS[cg],
+            "dump": os.fspath(dump) if dump is not None else None,
             "fp8": fp8, "fused": fused is not False, "gpu_ops": _gpu_ops(options.get("gpu_ops")), "tf32": tf32_,
             "tune": tune}
 

@@ -16,6 +16,7 @@ from . import aten as A
 from . import config
 from . import gpu as G
 from . import lib
+from . import memory_cuts as MC
 from . import placement as P
 from . import rewrites as R
 from . import segment as SG
@@ -45,9 +46,24 @@ class Plan:
         self.rng_by_caller = False  # dropout segments' RNG steps are drawn by the caller (draw_rng_steps)
         self.force = force_torch
         seg = Segmentation(gm, force_torch, self.options)
+        if kind == "backward":
+            seg = self._cut_for_memory(seg)
         self.steps, self.fallbacks = seg.steps, seg.fallbacks
         self.torch_permutes, self.torch_moves = seg.torch_permutes, seg.torch_moves
         self._foreach_casts = seg.hoisted
+
+    def _cut_for_memory(self, seg):
+        """The backward's segmentation again with its large segments ended where they have released enough of the
+        forward's saved tensors (memory_cuts.py; options["backward_cut_mib"]), or seg when there is no such cut."""
+        segs = [s for s in seg.steps if isinstance(s, Segment)]
+        mib = config.parse_options(self.options)["backward_cut_mib"]
+        cuts = MC.memory_cuts(segs, int(mib * 2**20))
+        if not cuts:
+            return seg
+        for s in segs:
+            if any(m in cuts for m in s.members):
+                log.info("  %s", MC.describe(s.members, cuts))
+        return Segmentation(self.gm, self.force, self.options, cut_before=cuts)
 
     def finalize(self):
         """Parses every segment (raises EvtError with the parser's message on a rejected statement), tunes and

@@ -43,8 +43,10 @@ def _reason(e):
 class Segmentation:
     """The steps of one FX module in order: Segments and PyTorch nodes (see the module contract)."""
 
-    def __init__(self, gm, force_torch, options=None):
+    def __init__(self, gm, force_torch, options=None, cut_before=frozenset()):
+        """cut_before: evt nodes that start a new segment (memory_cuts)."""
         self.options = options or {}
+        self._cut_before = cut_before
         self.steps, self.fallbacks = [], []  # fallbacks: (node, why it runs in PyTorch)
         self.torch_permutes = []  # views PyTorch makes before a segment (placement.contiguous_permute / _slice)
         self.torch_moves = []     # data movement of PyTorch-made values (placement.DATA_MOVES), run by PyTorch
@@ -107,6 +109,8 @@ class Segmentation:
                 return
             except Exception:  # noqa: BLE001 (placed below like any other node)
                 seg.b.rollback(snap)
+        if node in self._cut_before:
+            self._flush_deferred()
         cur = self._open_segment()
         if self._reads_deferred(node):
             self._defer(node, self._place)

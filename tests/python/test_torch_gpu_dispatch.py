@@ -40,7 +40,7 @@ os.environ.setdefault("EVT_CACHE", "0")
 # ---- options and flags -----------------------------------------------------------------------------------
 
 def test_parse_options_defaults_and_unknown():
-    assert C.parse_options(None) == {"arch": None, "check": False, "cudagraphs": False, "dump": None, "fp8": None,
+    assert C.parse_options(None) == {"arch": None, "backward_cut_mib": 0, "check": False, "cudagraphs": False, "dump": None, "fp8": None,
                                      "fused": True, "gpu_ops": ("dropout",), "tf32": None, "tune": None}
     assert C.parse_options({"cudagraphs": True})["cudagraphs"] == "step"
     assert C.parse_options({"cudagraphs": "step"})["cudagraphs"] == "step"
