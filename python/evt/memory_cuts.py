@@ -22,7 +22,8 @@ from . import placement as P
 MAX_PROGRAMS = 16  # the cut threshold rises so that one segment becomes at most this many programs
 
 aten = torch.ops.aten
-# ops that reduce whole rows: evt runs them as row kernels, never in a GEMM's epilogue
+# ops that reduce whole rows, which evt runs as row kernels. In part only for a layer norm's backward: its dY * gamma
+# and beta-gradient sum join the previous GEMM's epilogue, so a cut before it costs two pointwise kernels (pytorch.md)
 ROW_OPS = {aten.native_layer_norm.default, aten.native_layer_norm_backward.default, aten._softmax.default,
            aten._softmax_backward_data.default, aten._log_softmax.default, aten._log_softmax_backward_data.default,
            torch.ops.evt.layer_norm_backward.default}
