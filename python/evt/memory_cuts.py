@@ -1,32 +1,30 @@
 """Memory cuts: where a backward segment ends early so that the forward's saved tensors are released as it goes.
 
-Contract: memory_cuts(segments, min_bytes) returns the member nodes that start a new segment. A GPU program holds
-every input until it ends and has every output allocated before it starts; a backward run as one large program
-(the MLP: one segment of every layer) therefore holds all saved activations and all weight gradients at once,
-where PyTorch's own backward frees each saved tensor after its last use. A cut is made before member i when
+Contract: plan_cuts(segments, min_bytes) returns [(cut node, nodes to move before it)] for the segments under the
+CUDA rules; apply(cuts) reorders the graph so, and the cut nodes then start new segments (Segmentation's
+cut_before). A GPU program holds every input until it ends and has every output allocated before it starts; a
+backward run as one large program (an MLP's: every layer in one segment) therefore holds all saved activations and
+all weight gradients at once, where PyTorch's own backward frees each saved tensor after its last use.
 
-- the segment's inputs whose last reader precedes i, and that nothing after the segment reads, hold at least
-  min_bytes since the previous cut (the plan frees them between the two programs: Plan._liveness), and
-- no value made before i is read from i on by an op that would share its kernel (_allowed): readers from i on
-  read it as a GEMM operand, or are row reductions of a GEMM epilogue's value, or also read a value made from i
-  on (a later kernel's epilogue), so the value is in memory either way and the cut costs no fusion.
+A cut before member i splits the segment into the members that can run before it and the rest. Those before it
+are the members before i and every later member that is no GEMM, reads a member, and reads only members that
+are before the cut and values the graph has made by then (_available): moved before the cut, an epilogue op (the
+GELU backward of a GEMM before the cut, a layer norm's backward and its bias-gradient sums) stays with its
+producer. So a value crosses a cut only as a GEMM operand or into an op that also reads a value made after the
+cut (a residual add in a later GEMM's epilogue): it is in memory either way, and the cut splits no fused kernel.
+A cut is made where the inputs whose readers are all before it, and that nothing after the segment reads, hold at
+least min_bytes since the previous cut (the plan frees them between the programs: Plan._liveness).
 
 Only segments under the CUDA rules are cut (the CPU interpreter has no arena to plan). The same text on both sides
 of a cut in repeated layers gives the programs one compile (segment._program_for).
 """
+import bisect
+
 import torch
 
-from . import aten as A  # noqa: F401 (registers evt::layer_norm_backward, a ROW_OPS member)
 from . import placement as P
 
 MAX_PROGRAMS = 16  # the cut threshold rises so that one segment becomes at most this many programs
-
-aten = torch.ops.aten
-# ops that reduce whole rows, which evt runs as row kernels. In part only for a layer norm's backward: its dY * gamma
-# and beta-gradient sum join the previous GEMM's epilogue, so a cut before it costs two pointwise kernels (pytorch.md)
-ROW_OPS = {aten.native_layer_norm.default, aten.native_layer_norm_backward.default, aten._softmax.default,
-           aten._softmax_backward_data.default, aten._log_softmax.default, aten._log_softmax_backward_data.default,
-           torch.ops.evt.layer_norm_backward.default}
 
 
 def _nbytes(node):
@@ -51,113 +49,94 @@ def _view_closure_readers(root):
     return out
 
 
-def _release_positions(members, pos):
-    """{root: (position of its last reader, bytes)} for the memories the segment reads from outside that no node
+def _movable(m):
+    """An op that may run before a cut placed ahead of it: no GEMM, and no view a GEMM reads (the GEMM takes it as
+    its operand's layout, with the GEMM)."""
+    if m.target in P.GEMMS:
+        return False
+    return not (m.target in P.VIEW_OPS and any(u.target in P.GEMMS for u in m.users))
+
+
+def _available(members, pos):
+    """avail[k]: the first cut position i at which member k can run before the cut (k + 1 unless it can move)."""
+    order = {n: k for k, n in enumerate(members[0].graph.nodes)}
+    placed = [order[m] for m in members]
+    avail = []
+    for k, m in enumerate(members):
+        inside = [avail[pos[w]] for w in m.all_input_nodes if w in pos]
+        if not inside or not _movable(m):
+            avail.append(k + 1)
+            continue
+        outside = [order[x] for x in m.all_input_nodes if x not in pos]
+        made = bisect.bisect_right(placed, max(outside)) if outside else 0  # (the graph has made them by then)
+        avail.append(max(inside + [made]))
+    return avail
+
+
+def _releases(members, pos, avail):
+    """[(cut position from which it is free, bytes)] for the memories the segment reads from outside that no node
     outside it reads."""
-    inside = set(members)
     roots = {}
     for m in members:
         for x in m.all_input_nodes:
-            if x not in inside:
+            if x not in pos:
                 r = _root(x)
-                if r not in inside and r not in roots:
+                if r not in pos:
                     roots[r] = None
-    out = {}
+    out = []
     for r in roots:
         readers = _view_closure_readers(r)
-        if r.op == "get_attr" or not readers or any(u not in inside for u in readers):
+        if r.op == "get_attr" or not readers or any(u not in pos for u in readers):
             continue
-        out[r] = (max(pos[u] for u in readers), _nbytes(r))
-    return out
-
-
-def _gemm_read(u, inside):
-    """True when member u reads its input as a GEMM operand: a GEMM, or a view whose readers all do."""
-    if u.target in P.GEMMS:
-        return True
-    return u.target in P.VIEW_OPS and bool(u.users) and all(w in inside and _gemm_read(w, inside) for w in u.users)
-
-
-def _from_gemm(v, inside):
-    """True when member v is computed from a GEMM of the segment through ops that are no row reductions: a GEMM
-    epilogue's value, which a row-wide reader (ROW_OPS) never joins (it is written out either way)."""
-    todo, seen = [v], set()
-    while todo:
-        x = todo.pop()
-        if x in seen or x not in inside or x.target in ROW_OPS:
-            continue
-        if x.target in P.GEMMS:
-            return True
-        seen.add(x)
-        todo.extend(x.all_input_nodes)
-    return False
-
-
-def _free_crossing(v, u, inside):
-    """True when a cut between member v and its reader u costs no fusion: u reads v as a GEMM operand, or u is a
-    row-wide op reading a GEMM epilogue's value."""
-    return _gemm_read(u, inside) or (u.target in ROW_OPS and _from_gemm(v, inside))
-
-
-def _allowed(members, pos, inside):
-    """allowed[i]: a cut before member i separates no value from a reader that would share its kernel. A reader that
-    also reads a member made later than the cut is in a later kernel anyway (the epilogue of a later GEMM: the
-    residual add beside the GEMM's output); any reader of a tuple or a view stays with it."""
-    n = len(members)
-    diff = [0] * (n + 2)
-    for v in members:
-        plain = isinstance(v.meta.get("val"), torch.Tensor) and v.target not in P.VIEW_OPS
-        for u in v.users:
-            if u not in inside or (plain and _free_crossing(v, u, inside)):
-                continue
-            start = pos[v] + 1
-            if plain:
-                start = max([start] + [pos[w] + 1 for w in u.all_input_nodes if w in inside and w is not v])
-            if start <= pos[u]:
-                diff[start] += 1
-                diff[pos[u] + 1] -= 1
-    out, depth = [], 0
-    for i in range(n):
-        depth += diff[i]
-        out.append(depth == 0)
+        out.append((max(avail[pos[u]] for u in readers), _nbytes(r)))
     return out
 
 
 def segment_cuts(members, min_bytes):
-    """The members of one segment (in order) that start a new segment."""
-    pos = {m: i for i, m in enumerate(members)}
-    releases = _release_positions(members, pos)
-    total = sum(b for _, b in releases.values())
+    """[(cut member, members moved before it)] for one segment's members in order."""
+    pos = {m: k for k, m in enumerate(members)}
+    avail = _available(members, pos)
+    releases = _releases(members, pos, avail)
+    total = sum(b for _, b in releases)
     need = max(min_bytes, total // MAX_PROGRAMS)
     if need <= 0 or total < 2 * need:
         return []
-    freed_at = [0] * len(members)
-    for last, b in releases.values():
-        freed_at[last] += b
-    allowed = _allowed(members, pos, set(members))
-    cuts, since = [], 0
+    freed_at = [0] * (len(members) + 1)
+    for at, b in releases:
+        freed_at[at] += b
+    cuts, since, moved = [], freed_at[0], set()
     for i in range(1, len(members)):
-        since += freed_at[i - 1]
-        if since >= need and allowed[i]:
-            cuts.append(members[i])
-            since = 0
+        since += freed_at[i]
+        if since < need or avail[i] <= i or members[i] in moved:  # (a member that runs earlier starts no segment)
+            continue
+        ahead = [m for m in members[i + 1:] if avail[pos[m]] <= i and m not in moved]
+        cuts.append((members[i], ahead))
+        moved.update(ahead)
+        since = 0
     return cuts
 
 
-def memory_cuts(segments, min_bytes):
-    """The member nodes that start a new segment, over every segment under the CUDA rules (see the module
-    contract); min_bytes <= 0: none."""
+def plan_cuts(segments, min_bytes):
+    """The cuts of every segment under the CUDA rules (see the module contract); min_bytes <= 0: none."""
     if min_bytes <= 0:
-        return set()
-    cuts = set()
+        return []
+    cuts = []
     for s in segments:
         if s.b.device is not None and P.cuda_rules(s.b.device) and len(s.members) > 1:
-            cuts.update(segment_cuts(s.members, min_bytes))
+            cuts.extend(segment_cuts(s.members, min_bytes))
     return cuts
+
+
+def apply(cuts):
+    """Moves each cut's nodes before it in the graph (their order kept); returns the set of cut nodes."""
+    for cut, ahead in cuts:
+        for m in ahead:
+            cut.prepend(m)
+    return {cut for cut, _ in cuts}
 
 
 def describe(members, cuts):
     """One log line: the programs a segment became."""
     k = sum(1 for m in members if m in cuts)
-    return f"a backward segment of {len(members)} nodes runs as {k + 1} GPU programs (memory cuts before " + \
+    return f"a backward segment of {len(members)} nodes runs as {k + 1} segments (memory cuts before " + \
         ", ".join(m.name for m in members if m in cuts) + ")"

@@ -54,12 +54,14 @@ class Plan:
 
     def _cut_for_memory(self, seg):
         """The backward's segmentation again with its large segments ended where they have released enough of the
-        forward's saved tensors (memory_cuts.py; options["backward_cut_mib"]), or seg when there is no such cut."""
+        forward's saved tensors (memory_cuts.py; options["backward_cut_mib"]: the graph is reordered so that the ops
+        that can run before a cut do), or seg when there is no such cut."""
         segs = [s for s in seg.steps if isinstance(s, Segment)]
         mib = config.parse_options(self.options)["backward_cut_mib"]
-        cuts = MC.memory_cuts(segs, int(mib * 2**20))
+        cuts = MC.apply(MC.plan_cuts(segs, int(mib * 2**20)))
         if not cuts:
             return seg
+        self.gm.recompile()
         for s in segs:
             if any(m in cuts for m in s.members):
                 log.info("  %s", MC.describe(s.members, cuts))

@@ -1,5 +1,5 @@
-"""Memory cuts of the backward (python/evt/memory_cuts.py): a residual network's backward segment is ended at its
-block boundaries under the CUDA rules, never between a GEMM and its epilogue, with the gradients of eager PyTorch;
+"""Memory cuts of the backward (python/evt/memory_cuts.py): a residual network's backward segment is split under the
+CUDA rules, never between a GEMM and its epilogue, with the gradients of eager PyTorch;
 options["backward_cut_mib"] = 0 (the default) keeps one segment."""
 import copy
 import os
@@ -71,12 +71,19 @@ def _segments(plan):
 
 
 @needs_lib
-def test_backward_is_cut_at_block_boundaries(monkeypatch):
+def test_backward_is_cut_and_no_op_waits_for_a_later_program(monkeypatch):
+    """Three blocks' backward becomes several segments with eager's gradients; every op of a later segment that is
+    no GEMM reads a value of its own segment (the ops that could run before the cut were moved there)."""
     plans = _train(monkeypatch, {"backward_cut_mib": 1e-3})
     segs = _segments(plans[-1])
     assert len(segs) >= 3
-    for s in segs[1:]:  # each later segment starts a block's backward: its layer norm's
-        assert "layer_norm_backward" in str(s.members[0].target), [str(m.target) for m in s.members[:3]]
+    earlier = set()
+    for s in segs:
+        own = set(s.members)
+        for m in s.members:
+            if s is not segs[0] and MC._movable(m) and any(w in own or w in earlier for w in m.all_input_nodes):
+                assert any(w in own for w in m.all_input_nodes), (m.name, [w.name for w in m.all_input_nodes])
+        earlier |= own
 
 
 @needs_lib
@@ -92,26 +99,32 @@ def _members(f, *shapes):
 
 
 def test_no_cut_between_a_gemm_and_its_epilogue():
-    """The saved input `a` is released after the first GEMM, but the GEMM's GELU-backward epilogue follows: the cut
-    comes after the epilogue, where the next reader is a GEMM."""
+    """The saved inputs `a` and `pre` are released after the first GEMM's GELU-backward epilogue: the cut comes
+    before the next GEMM, not between the GEMM and its epilogue."""
     def f(a, w1, pre, w2):
         h = aten.gelu_backward(aten.mm(a, w1), pre)
         return aten.mm(h, w2)
     members = _members(f, (64, 64), (64, 64), (64, 64), (64, 64))
     cuts = MC.segment_cuts(members, 1)
-    assert [m.target for m in cuts] == [aten.mm.default]
-    assert members.index(cuts[0]) == len(members) - 1
+    assert [(c.target, ahead) for c, ahead in cuts] == [(aten.mm.default, [])]
+    assert members.index(cuts[0][0]) == len(members) - 1
 
 
-def test_a_row_reduction_of_an_epilogue_value_may_start_a_program():
-    """A layer norm's backward reads the residual add of a GEMM epilogue: a cut before it costs no fusion, where a
-    cut before the add (which reads the GEMM's output only) would."""
-    def f(a, w, r, g, mean, rstd, wt):
-        s = aten.add(aten.mm(a, w), r)
-        return aten.native_layer_norm_backward(g, s, [64], mean, rstd, wt, None, [True, False, False])[0]
-    members = _members(f, (64, 64), (64, 64), (64, 64), (64, 64), (64, 1), (64, 1), (64,))
+def test_ops_of_values_before_a_cut_move_ahead_of_it():
+    """A bias-gradient sum that the graph orders after the next GEMM reads only values from before the cut: it is
+    moved before the cut (the graph reordered), where it fuses with its producer."""
+    def f(a, w1, w2):
+        h = aten.relu(aten.mm(a, w1))
+        return aten.mm(h, w2), aten.sum(h, [0])
+    members = _members(f, (64, 64), (64, 64), (64, 64))
     cuts = MC.segment_cuts(members, 1)
-    assert [m.target for m in cuts] == [aten.native_layer_norm_backward.default]
+    assert [(c.target, [m.target for m in ahead]) for c, ahead in cuts] == \
+        [(aten.mm.default, [aten.sum.dim_IntList])]
+    cut, (total,) = cuts[0][0], cuts[0][1]
+    assert MC.apply(cuts) == {cut}
+    order = [n for n in cut.graph.nodes]
+    assert order.index(total) < order.index(cut)
+    cut.graph.lint()
 
 
 def test_nothing_to_release_gives_no_cut():
