@@ -43,10 +43,11 @@ void evt_cutlass_sm90_node_args(sbuf *b, const evt_vtree *t, int v, int last) {
     evt_cutlass_node_args_end(b, nd, v, last);
     return;
   }
+  char num[32];
   switch (nd->op) {
     case EVT_V_ROW_BCAST:
     case EVT_V_COL_BCAST: sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]), %s(0), {}}", e, v, e); break;
-    case EVT_V_SCALAR: sb_printf(b, "{{float(%.17g)}, {}, {}}", nd->value); break;
+    case EVT_V_SCALAR: sb_printf(b, "{{float(%s)}, {}, {}}", evt_cxx_double(nd->value, num)); break;
     case EVT_V_RAND:  /* ptrs[v]: the run's RNG step (device memory; NULL: 0); rng[v]: the launch's seed, offset */
       sb_printf(b, "{static_cast<const unsigned long long *>(a->ptrs[%d]), a->rng[%d].seed, a->rng[%d].offset}", v, v, v);
       break;

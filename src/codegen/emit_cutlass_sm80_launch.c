@@ -10,13 +10,14 @@
 static void node_args(sbuf *b, const evt_vtree *t, int v, int last) {
   const evt_vnode *nd = &t->spec.nodes[v];
   const char *e = cxx_type(nd->dtype);
+  char num[32];
   switch (nd->op) {
     case EVT_V_ROW_BCAST:
     case EVT_V_COL_BCAST:
       sb_printf(b, "{static_cast<%s const *>(a->ptrs[%d]) + o * os%d, %s(0), {%s, bs%d}}", e, v, v, e,
                 nd->op == EVT_V_ROW_BCAST ? "_0{}, _1{}" : "_1{}, _0{}", v);
       break;
-    case EVT_V_SCALAR: sb_printf(b, "{{float(%.17g)}, {}, {}}", nd->value); break;
+    case EVT_V_SCALAR: sb_printf(b, "{{float(%s)}, {}, {}}", evt_cxx_double(nd->value, num)); break;
     case EVT_V_SCALAR_LOAD: sb_printf(b, "{{}, {static_cast<%s const *>(a->ptrs[%d])}, {}}", e, v); break;
     case EVT_V_AUX_LOAD:
       sb_printf(b, "{static_cast<%s *>(a->ptrs[%d]) + o * os%d, %s(0), {ld%d, _1{}, bs%d}}", e, v, v, e, v, v);

@@ -191,6 +191,7 @@ static void element_statements(sbuf *b, const evt_rspec *s, const int *users, in
   for (int i = 0; i < s->nnodes; i++) {
     const evt_rnode *v = &s->nodes[i];
     int a = v->in[0], c = v->in[1];
+    char num[32];
     switch (v->op) {
       case EVT_V_ACC: sb(b, "        const auto v%d = %s[v][e];\n", i, acc_arrays[v->sel]); break;
       case EVT_V_AUX_LOAD: sb(b, "        const auto v%d = L%d[e];  // %s\n", i, i, v->name); break;
@@ -198,7 +199,7 @@ static void element_statements(sbuf *b, const evt_rspec *s, const int *users, in
         sb(b, "        const auto v%d = L%d[%s][e];  // %s\n", i, i, lng ? "v" : "RB_LATE ? 0 : v", v->name);
         break;
       case EVT_V_COL_BCAST: sb(b, "        const auto v%d = cb%d;\n", i, i); break;
-      case EVT_V_SCALAR: sb(b, "        const auto v%d = (float)(%.17g);\n", i, v->value); break;
+      case EVT_V_SCALAR: sb(b, "        const auto v%d = (float)(%s);\n", i, evt_cxx_double(v->value, num)); break;
       case EVT_V_SCALAR_LOAD: sb(b, "        const auto v%d = sl%d;  // %s\n", i, i, v->name); break;
       case EVT_V_RAND:
         if (lng != 1)

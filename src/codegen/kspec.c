@@ -5,6 +5,7 @@
  * Names are part of the hash because they name the launcher's arguments in the generated source.
  */
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,6 +22,13 @@ static const struct {
     EVT_VOP_LIST(X)
 #undef X
 };
+
+const char *evt_cxx_double(double v, char out[32]) {
+  if (isnan(v)) snprintf(out, 32, "__builtin_nan(\"\")");
+  else if (isinf(v)) snprintf(out, 32, "%s__builtin_huge_val()", v < 0 ? "-" : "");
+  else snprintf(out, 32, "%.17g", v);
+  return out;
+}
 
 const char *evt_vop_name(evt_vop op) { return (unsigned)op < EVT_V_COUNT ? vop_table[op].name : "?"; }
 int evt_vop_arity(evt_vop op) { return (unsigned)op < EVT_V_COUNT ? vop_table[op].arity : -1; }

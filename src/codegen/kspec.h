@@ -234,6 +234,9 @@ int evt_kspec_has_sums(const evt_kspec *s);
 /* Hash of the spec without its mainloop configuration (the key of tuning results: every config of one
  * epilogue, layout and dtypes shares it). */
 uint64_t evt_kspec_epilogue_hash(const evt_kspec *s);
+/* A scalar as C++ source for generated host and device code: "%.17g", or -__builtin_huge_val() / __builtin_nan("")
+ * for infinities and NaN (printf's "inf" is no C++ literal). Returns out. */
+const char *evt_cxx_double(double v, char out[32]);
 const char *evt_vop_name(evt_vop op);
 int evt_vop_arity(evt_vop op);
 char evt_vop_class(evt_vop op);          /* 'L', 'C' or 'S' */

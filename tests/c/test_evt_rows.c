@@ -1,5 +1,6 @@
 /* Row-kernel specs (src/codegen/rspec.c), the row emitter (src/codegen/emit_rows.c) and the CPU reference of
  * reduce-apply nuclei and nucleus-free groups. No GPU needed; tests/gpu/check_rows.cu runs the kernels. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -144,6 +145,27 @@ TEST(emit_rows_draws_rand_before_the_element_loop) {
   CHECK(lg && !strstr(lg + 1, want)); /* the long-row kernel only */
   /* the reference: element (i, j) of a row of n is stream element offset + i·n + j */
   CHECK(evt_vop_rand(424242, 0, 3, EVT_F32, 7 * 1024 + 5) == (double)evt_philox_uniform(424242, 0, 3, 7 * 1024 + 5));
+  free(a);
+}
+
+/* A scalar of -inf / nan (HF BERT's masks compare with -inf) is emitted as an expression nvcc takes: printf's "inf"
+ * is no C++ identifier (the kernel failed to compile and its group ran node by node). */
+TEST(emit_rows_infinite_scalars) {
+  char num[32], err[256];
+  CHECK(!strcmp(evt_cxx_double(-INFINITY, num), "-__builtin_huge_val()"));
+  CHECK(!strcmp(evt_cxx_double(INFINITY, num), "__builtin_huge_val()"));
+  CHECK(!strcmp(evt_cxx_double(NAN, num), "__builtin_nan(\"\")"));
+  CHECK(!strcmp(evt_cxx_double(0.5, num), "0.5"));
+  evt_rspec s;
+  evt_rspec_init(&s, EVT_ROWN_SOFTMAX, EVT_BF16);
+  int sc = evt_rspec_scalar(&s, -INFINITY);
+  CHECK(sc >= 0);
+  int mx = evt_rspec_add(&s, EVT_V_MAXIMUM, evt_rspec_acc(&s, EVT_RV_OUT), sc, EVT_F32, NULL);
+  evt_rspec_add(&s, EVT_V_AUX_STORE, mx, -1, EVT_BF16, "y");
+  CHECK_MSG(evt_rspec_check(&s, err, sizeof err) == EVT_OK, "%s", err);
+  char *a = evt_emit_rows(&s, err, sizeof err);
+  CHECK_MSG(a != NULL, "%s", err);
+  CHECK(a && strstr(a, "(float)(-__builtin_huge_val())") && !strstr(a, "(-inf)"));
   free(a);
 }
 
