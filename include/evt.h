@@ -219,12 +219,17 @@ evt_status evt_arch_parse(const char *text, int *arch, int *ptx);
  * {"nodes", "groups": [{"group", "kind" (gemm+evt / row / pointwise / unfused / conv+evt), "path" (generated / cublas /
  * cublaslt / cublas+row / node-by-node), "members", "ops" (the members' ops, "mm+add+gelu"), "m", "n", "k",
  * "kernel", "io_bytes" (fused: the distinct tensors its kernel reads or writes, bytes), "why" (node by node: the
- * reason), "conv" (conv+evt only: its geometry, "conv fprop n 4 h 8 w 8 c 16 o 16 kernel 3x3 ...")}], "kernels" (launches per step), "bytes" (through global memory
+ * reason), "nodes" (the members' names), "out_numel" (the largest member output's elements), "conv" (conv+evt
+ * only: its geometry, "conv fprop n 4 h 8 w 8 c 16 o 16 kernel 3x3 ...")}], "kernels" (launches per step), "bytes" (through global memory
  * per step), "unfused_kernels" and "unfused_bytes" (every op its own kernel), "arena_bytes" and "scratch_bytes" (the
  * device memory a GPU program of it holds: its intermediates' arena, the GEMM scratch), "dot" (the grouped graph as
  * Graphviz text, one cluster per group)}. The graph passes run on g first unless o->flags has
  * EVT_PROGRAM_NO_OPT. NULL on error (message on g). */
 char *evt_plan_report(evt_graph *g, const evt_options *o);
+/* The plan of a created program in evt_plan_report's format, without "dot" (malloc'd; free() it); each group also
+ * has "nodes" (its members' names) and "out_numel" (its largest member output's elements), as evt_plan_report's do.
+ * NULL for a program without a fused plan. */
+char *evt_program_report(const evt_program *p);
 /* evt_program_create with options (o NULL: the defaults with o->flags = 0). */
 evt_status evt_program_create_opts(evt_graph *g, const evt_options *o, evt_program **out);
 evt_status evt_program_create(evt_graph *g, unsigned flags, evt_program **out);

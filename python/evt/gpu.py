@@ -19,6 +19,7 @@ Contract
   batch norms run in evt, isolates every per-channel member of a refused group at once).
 """
 import ctypes
+import json
 
 import torch
 
@@ -197,6 +198,17 @@ class Program:
         #                       run is eager, the next captures: evt_program_run)
         self._last = None
         self._pooled = False  # an arena from PyTorch's allocator was bound (the program's own is freed)
+
+    def report(self):
+        """evt_program_report: the program's plan as a dict (groups with their paths and nodes), None without one."""
+        fn = L._declare("evt_program_report", ctypes.c_void_p, [ctypes.c_void_p])
+        p = fn(self._p) if fn is not None else None
+        if not p:
+            return None
+        try:
+            return json.loads(ctypes.string_at(p).decode())
+        finally:
+            L.lib().free(p)
 
     def _err(self, what):
         return ProgramError(f"{what}: {L.lib().evt_program_error(self._p).decode()}")

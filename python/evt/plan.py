@@ -20,6 +20,7 @@ from . import memory_cuts as MC
 from . import placement as P
 from . import rewrites as R
 from . import segment as SG
+from . import slow_groups as SL
 from . import torch_steps as TS
 from .lib import EvtError, LibraryError
 from .segment import Segment
@@ -146,11 +147,16 @@ class Plan:
             n = G.prefetch(batch, G.program_flags(gpu[0].options), G.refine_level(gpu[0].options),
                            config.parse_options(gpu[0].options)["arch"], tf32=config.tf32(gpu[0].options))
             log.info("  prefetch: %d kernels for %s in %.1f s", n, what, time.time() - t0)
+        slow = {}
         for s in segs:
             s.create_program()
             if s.path == "torch":
                 for m in s.members:
                     self.fallbacks.append((m, s.why))
+            elif s.path == "gpu" and self.program_node_fallback and hasattr(s.program, "report"):
+                slow.update(SL.slow_nodes(s, s.program.report()))
+        if slow:
+            raise SL.SlowGroups(slow)  # build_plan moves them to PyTorch and rebuilds
 
     def _mark_padded_gemms(self):
         """GEMMs left to PyTorch with unaligned dims run on padded operands (torch_steps.pad_gemm); a PyTorch cast
@@ -374,6 +380,11 @@ def build_plan(gm, options=None, kind="module", backward=None):
             return plan
         except LibraryError:
             raise
+        except SL.SlowGroups as e:
+            log.info("evt: %d op(s) whose groups would run node by node on CUDA move to PyTorch (%s, ...); "
+                     "planning again", len(e.nodes), next(iter(e.nodes)).name)
+            force.update(e.nodes)
+            rebuilds += 1
         except G.ProgramError as e:
             bad = getattr(e, "node", None)
             if bad is None or bad in force:  # (finalize only raises with a node; defensive)

@@ -56,6 +56,20 @@ static void member_ops(evt_sbuf *b, const evt_graph *g, const evt_group_exec *x)
   json_str(b, ops);
 }
 
+/* ", "nodes": [the members' names], "out_numel": the largest member output's elements". */
+static void member_names(evt_sbuf *b, const evt_graph *g, const evt_group_exec *x) {
+  int64_t largest = 0;
+  evt_sbuf_printf(b, ", \"nodes\": [");
+  for (int k = 0; k < x->nmembers; k++) {
+    const evt_node *n = &g->nodes[x->members[k]];
+    evt_sbuf_printf(b, "%s", k ? ", " : "");
+    json_str(b, n->name);
+    int64_t numel = evt_type_numel(&n->type);
+    if (numel > largest) largest = numel;
+  }
+  evt_sbuf_printf(b, "], \"out_numel\": %lld", (long long)largest);
+}
+
 /* Bytes a fused group's kernel reads and writes at least once: every distinct tensor it binds (A, B, D, the row
  * nucleus inputs and the epilogue's loads and stores): the floor of its memory traffic. */
 static int64_t group_io_bytes(const evt_graph *g, const evt_group_exec *x) {
@@ -85,6 +99,7 @@ static void report_group(evt_sbuf *b, const evt_graph *g, const evt_exec_plan *x
   json_str(b, x->fused ? "" : x->why);
   evt_sbuf_printf(b, ", \"ops\": ");
   member_ops(b, g, x);
+  member_names(b, g, x);
   if (x->kind == EVT_LK_CONV_EVT) { /* its geometry, as the spec's text: "conv fprop n 4 h 8 ... out 8x8" */
     char geo[160];
     evt_conv_text(&xp->low.k[gi].spec.conv, geo, sizeof geo);
@@ -119,15 +134,10 @@ static void plan_dot(evt_sbuf *b, const evt_graph *g, const evt_part_plan *part)
   free(text);
 }
 
-char *evt_plan_report(evt_graph *g, const evt_options *o) {
-  if (!g) return NULL;
-  evt_options opts;
-  if (o) opts = *o;
-  else evt_options_init(&opts);
-  opts.flags = (opts.flags | EVT_PROGRAM_FUSED) & ~(unsigned)EVT_PROGRAM_CUDA_GRAPH;
-  evt_program *p = NULL;
-  if (evt_program_create_host_opts(g, &opts, &p) != EVT_OK) return NULL;
+/* The JSON of a created program's plan (evt.h: evt_plan_report's format); dot: with the Graphviz text. */
+static char *program_json(const evt_program *p, bool dot) {
   const evt_exec_plan *xp = p->xp;
+  const evt_graph *g = p->g;
   evt_plan plan;
   memset(&plan, 0, sizeof plan);
   bool planned = evt_plan_build(g, &xp->part, &xp->low, &plan) == EVT_OK;
@@ -139,11 +149,28 @@ char *evt_plan_report(evt_graph *g, const evt_options *o) {
   evt_sbuf_printf(&b, "],\n \"kernels\": %d, \"bytes\": %lld, \"unfused_kernels\": %lld, \"unfused_bytes\": %lld,\n",
                   plan_kernels(xp), planned ? (long long)plan.global_bytes : -1LL, (long long)unf_kernels,
                   (long long)unf_bytes);
-  evt_sbuf_printf(&b, " \"arena_bytes\": %lld, \"scratch_bytes\": %lld,\n", (long long)p->arena_bytes,
+  evt_sbuf_printf(&b, " \"arena_bytes\": %lld, \"scratch_bytes\": %lld", (long long)p->arena_bytes,
                   (long long)xp->scratch_bytes);
-  plan_dot(&b, g, &xp->part);
+  if (dot) {
+    evt_sbuf_printf(&b, ",\n");
+    plan_dot(&b, g, &xp->part);
+  }
   evt_sbuf_printf(&b, "}\n");
   if (planned) evt_plan_free(&plan);
-  evt_program_destroy(p);
   return b.p;
 }
+
+char *evt_plan_report(evt_graph *g, const evt_options *o) {
+  if (!g) return NULL;
+  evt_options opts;
+  if (o) opts = *o;
+  else evt_options_init(&opts);
+  opts.flags = (opts.flags | EVT_PROGRAM_FUSED) & ~(unsigned)EVT_PROGRAM_CUDA_GRAPH;
+  evt_program *p = NULL;
+  if (evt_program_create_host_opts(g, &opts, &p) != EVT_OK) return NULL;
+  char *json = program_json(p, true);
+  evt_program_destroy(p);
+  return json;
+}
+
+char *evt_program_report(const evt_program *p) { return p && p->xp ? program_json(p, false) : NULL; }
