@@ -153,8 +153,12 @@ class Plan:
             if s.path == "torch":
                 for m in s.members:
                     self.fallbacks.append((m, s.why))
-            elif s.path == "gpu" and self.program_node_fallback and hasattr(s.program, "report"):
+            elif s.path == "gpu" and hasattr(s.program, "report"):
                 slow.update(SL.slow_nodes(s, s.program.report()))
+        if slow and not self.program_node_fallback:  # (rebuilt MAX_PROGRAM_REBUILDS times: they stay, said)
+            log.warning("evt: %d op(s) stay in groups that run node by node on CUDA (%s: %s)", len(slow),
+                        next(iter(slow)).name, next(iter(slow.values())))
+            slow = {}
         if slow:
             raise SL.SlowGroups(slow)  # build_plan moves them to PyTorch and rebuilds
 

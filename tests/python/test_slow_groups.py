@@ -86,3 +86,13 @@ def test_is_slow_and_fx_names():
     origin = {"sum_8": "a", "cast": "b"}
     assert SL.fx_node(origin, "sum_8.26") == "a" and SL.fx_node(origin, "sum_8") == "a"
     assert SL.fx_node(origin, "mul_3.1.2") is None
+
+
+@needs_host
+def test_after_the_rebuild_cap_slow_groups_stay_with_a_warning(monkeypatch, caplog):
+    """Once build_plan has rebuilt MAX_PROGRAM_REBUILDS times, such ops stay in evt, and the log says so."""
+    monkeypatch.setattr(PL, "MAX_PROGRAM_REBUILDS", 0)
+    with caplog.at_level("WARNING", logger="evt"):
+        plan, _ = _cuda_plan(monkeypatch, lambda x: [(x == 0).any(-1) & (x.sum(-1) > 0)], [(4, 8, 256, 256)])
+    assert plan.fallbacks == []
+    assert any("stay in groups that run node by node on CUDA" in r.getMessage() for r in caplog.records)
