@@ -4,8 +4,8 @@
  * node with its op, inputs, dtype, value and name; the hash (FNV-1a 64) of that text names the kernel.
  * Names are part of the hash because they name the launcher's arguments in the generated source.
  */
-#include <stdarg.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
