@@ -31,13 +31,10 @@ def plan_report(text, options=None):
     g = L.Graph(text, "<explain>")
     o = G.options_for(G.program_flags(options) | G.EVT_PROGRAM_FUSED, G.refine_level(options),
                       config.parse_options(options)["arch"], tf32=config.tf32(options))
-    p = fn(g._g, ctypes.byref(o))
-    if not p:
+    text = L.take_string(fn(g._g, ctypes.byref(o)))
+    if text is None:
         raise L.EvtError(L.lib().evt_graph_error(g._g).decode())
-    try:
-        return json.loads(ctypes.string_at(p).decode())
-    finally:
-        L.lib().free(p)
+    return json.loads(text)
 
 
 class Report:

@@ -202,13 +202,8 @@ class Program:
     def report(self):
         """evt_program_report: the program's plan as a dict (groups with their paths and nodes), None without one."""
         fn = L._declare("evt_program_report", ctypes.c_void_p, [ctypes.c_void_p])
-        p = fn(self._p) if fn is not None else None
-        if not p:
-            return None
-        try:
-            return json.loads(ctypes.string_at(p).decode())
-        finally:
-            L.lib().free(p)
+        text = L.take_string(fn(self._p)) if fn is not None else None
+        return json.loads(text) if text else None
 
     def _err(self, what):
         return ProgramError(f"{what}: {L.lib().evt_program_error(self._p).decode()}")

@@ -126,6 +126,16 @@ def _declare(name, res, args):
     return f
 
 
+def take_string(p):
+    """The text of a malloc'd C string libevt returned (freed here); None for NULL."""
+    if not p:
+        return None
+    try:
+        return ctypes.string_at(p).decode()
+    finally:
+        lib().free(p)
+
+
 class Graph:
     """A parsed evt graph (owns the evt_graph; freed with the object).
 
@@ -162,11 +172,7 @@ class Graph:
     def text(self):
         """The graph as canonical `.evt` text (after the passes, if it was optimized)."""
         f = _declare("evt_graph_to_string", ctypes.c_void_p, [ctypes.c_void_p])
-        p = f(self._g)
-        try:
-            return ctypes.cast(p, ctypes.c_char_p).value.decode()
-        finally:
-            lib().free(p)
+        return take_string(f(self._g))
 
     def set_rng_step(self, step):
         """The RNG step the next interpreter runs draw rand / dropout with (evt_graph_set_rng_step)."""

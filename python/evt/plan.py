@@ -147,20 +147,25 @@ class Plan:
             n = G.prefetch(batch, G.program_flags(gpu[0].options), G.refine_level(gpu[0].options),
                            config.parse_options(gpu[0].options)["arch"], tf32=config.tf32(gpu[0].options))
             log.info("  prefetch: %d kernels for %s in %.1f s", n, what, time.time() - t0)
-        slow = {}
         for s in segs:
             s.create_program()
             if s.path == "torch":
                 for m in s.members:
                     self.fallbacks.append((m, s.why))
-            elif s.path == "gpu" and hasattr(s.program, "report"):
+        self._check_slow_groups(segs)
+
+    def _check_slow_groups(self, segs):
+        """Raises SlowGroups with the ops of the GPU programs' large node-by-node groups (slow_groups.py), which
+        build_plan moves to PyTorch; once the plan was rebuilt MAX_PROGRAM_REBUILDS times they stay, with a warning."""
+        slow = {}
+        for s in segs:
+            if s.path == "gpu" and hasattr(s.program, "report"):  # (tests' stand-in programs have no report)
                 slow.update(SL.slow_nodes(s, s.program.report()))
-        if slow and not self.program_node_fallback:  # (rebuilt MAX_PROGRAM_REBUILDS times: they stay, said)
+        if slow and self.program_node_fallback:
+            raise SL.SlowGroups(slow)
+        if slow:
             log.warning("evt: %d op(s) stay in groups that run node by node on CUDA (%s: %s)", len(slow),
                         next(iter(slow)).name, next(iter(slow.values())))
-            slow = {}
-        if slow:
-            raise SL.SlowGroups(slow)  # build_plan moves them to PyTorch and rebuilds
 
     def _mark_padded_gemms(self):
         """GEMMs left to PyTorch with unaligned dims run on padded operands (torch_steps.pad_gemm); a PyTorch cast

@@ -57,7 +57,7 @@ static void member_ops(evt_sbuf *b, const evt_graph *g, const evt_group_exec *x)
 }
 
 /* ", "nodes": [the members' names], "out_numel": the largest member output's elements". */
-static void member_names(evt_sbuf *b, const evt_graph *g, const evt_group_exec *x) {
+static void member_nodes(evt_sbuf *b, const evt_graph *g, const evt_group_exec *x) {
   int64_t largest = 0;
   evt_sbuf_printf(b, ", \"nodes\": [");
   for (int k = 0; k < x->nmembers; k++) {
@@ -99,7 +99,7 @@ static void report_group(evt_sbuf *b, const evt_graph *g, const evt_exec_plan *x
   json_str(b, x->fused ? "" : x->why);
   evt_sbuf_printf(b, ", \"ops\": ");
   member_ops(b, g, x);
-  member_names(b, g, x);
+  member_nodes(b, g, x);
   if (x->kind == EVT_LK_CONV_EVT) { /* its geometry, as the spec's text: "conv fprop n 4 h 8 ... out 8x8" */
     char geo[160];
     evt_conv_text(&xp->low.k[gi].spec.conv, geo, sizeof geo);
