@@ -21,6 +21,10 @@
  *   (gelu_backward stays whole: one visitor functor, gelu_erf_grad / gelu_tanh_grad, where its 15
  *   primitives would hold 15 fragments live in a GEMM epilogue's topological visitor)
  *   threshold_backward(dy, y)           -> where(y > value, dy, 0)
+ *   pow(x, e) of a float x, e in {1, 2, 3, -1, -2, 0.5, -0.5}
+ *                                       -> x, x*x, x*x*x, reciprocal(x), reciprocal(x*x), sqrt(x), rsqrt(x)
+ *                                          (RMSNorm's square and its gradient's pow(x, 1); the visitor has no
+ *                                          pow: other exponents stay)
  *   sum / mean / amax(x) over all dims of a float x of rank >= 2
  *                                       -> the same reduction of op(x, last dim): a row reduction, then a
  *                                          vector's (a GEMM epilogue and a row kernel have row reductions,
@@ -124,6 +128,21 @@ static int split_full_reduction(evt_graph *g, int id) {
   int inner = evt_rw_reduce(g, id, op, x, &last, 1, 0);
   int outer = evt_rw_reduce(g, id, op, inner, NULL, 0, 0);
   return evt_rw_reshape(g, id, outer, out.rank, out.shape); /* (keepdim: [1, ..., 1]) */
+}
+
+/* pow(x, e) by the elementwise ops above; id itself for other exponents (and non-float x) */
+static int pow_by_scalar(evt_graph *g, int id, int x, double e) {
+  if (!evt_dtype_is_float(g->nodes[x].type.dtype)) return id;
+  if (e == 1) return x;
+  if (e == 2 || e == 3 || e == -2) {
+    int sq = evt_rw_binary(g, id, EVT_OP_MUL, x, x);
+    if (e == 3) return evt_rw_binary(g, id, EVT_OP_MUL, sq, x);
+    return e == 2 ? sq : evt_rw_unary(g, id, EVT_OP_RECIPROCAL, sq);
+  }
+  if (e == -1) return evt_rw_unary(g, id, EVT_OP_RECIPROCAL, x);
+  if (e == 0.5) return evt_rw_unary(g, id, EVT_OP_SQRT, x);
+  if (e == -0.5) return evt_rw_unary(g, id, EVT_OP_RSQRT, x);
+  return id;
 }
 
 static int decompose(evt_graph *g, int id) {
@@ -247,6 +266,8 @@ static int decompose(evt_graph *g, int id) {
   case EVT_OP_MEAN:
   case EVT_OP_AMAX:
     return split_full_reduction(g, id);
+  case EVT_OP_POW:
+    return pow_by_scalar(g, id, a, n->attr.value);
   case EVT_OP_THRESHOLD_BACKWARD: {
     double v = n->attr.value;
     return evt_rw_where(g, id, evt_rw_binary(g, id, EVT_OP_GT, b, scalar_like(g, id, b, v)), a, scalar_like(g, id, a, 0.0));

@@ -629,6 +629,30 @@ TEST(values_decompose_rules) {
   evt_graph_free(g);
 }
 
+/* pow by the exponents RMSNorm and its gradient use (and a few more) becomes the visitor's elementwise ops; other
+ * exponents stay pow. Values as before, gradients included (the loss makes the backward's pow(x, 1) too). */
+TEST(values_decompose_pow) {
+  const char *text =
+      "graph t {\n  %x0: f32[4,6] = param(init=uniform)\n  %h: f32[] = scalar(value=0.5)\n  %x: f32[4,6] = add(%x0, %h)\n"
+      "  %a: f32[4,6] = pow(%x, value=2)\n  %b: f32[4,6] = pow(%x, value=3)\n  %c: f32[4,6] = pow(%x, value=-1)\n"
+      "  %d: f32[4,6] = pow(%x, value=-2)\n  %e: f32[4,6] = pow(%x, value=0.5)\n  %f: f32[4,6] = pow(%x, value=-0.5)\n"
+      "  %k: f32[4,6] = pow(%x, value=1)\n  %o: f32[4,6] = pow(%x, value=1.7)\n"
+      "  %s1: f32[4,6] = add(%a, %b)\n  %s2: f32[4,6] = add(%c, %d)\n  %s3: f32[4,6] = add(%e, %f)\n"
+      "  %s4: f32[4,6] = add(%k, %o)\n  %s5: f32[4,6] = add(%s1, %s2)\n  %s6: f32[4,6] = add(%s3, %s4)\n"
+      "  %y: f32[4,6] = add(%s5, %s6)\n  %l: f32[] = sum(%y)\n  loss %l\n}\n";
+  evt_graph *g = check_preserves(text, evt_pass_decompose, 0, false);
+  if (!g) return;
+  int pows = 0; /* left: value=1.7, and the gradients' pow(x, e - 1) of 1.7, -0.5 and -2 */
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == EVT_OP_POW) {
+      double e = g->nodes[i].attr.value;
+      CHECK_MSG(fabs(e - 1.7) < 1e-12 || fabs(e - 0.7) < 1e-12 || e == -1.5 || e == -3, "pow(x, %g) left", e);
+      pows++;
+    }
+  CHECK(pows >= 1 && evt_test_count_op(g, EVT_OP_SQRT) >= 1 && evt_test_count_op(g, EVT_OP_RSQRT) >= 1);
+  evt_graph_free(g);
+}
+
 /* A 16-bit dropout decomposes into the same bits: its mask as before, and its 1/(1-p) an f32 factor (a bf16 scalar
  * rounded it to 1.109375: a quarter of the elements one bf16 step off). Compared with every node rounded. */
 TEST(values_decomposed_16bit_dropout_is_bit_identical) {
