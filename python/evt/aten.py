@@ -510,8 +510,10 @@ def _any(b, node, used):
     attrs = {"dims": dims}
     if arg(node, 2, "keepdim", False):
         attrs["keepdim"] = 1
-    t = b.op("cast", [_truth(b, x)], {"dtype": "i32"})
-    return b.result("ne", [b.op("amax", [t], attrs), b.scalar(0, torch.int32)])
+    # the truth values as f32 0 / 1 (exact): their max is a row reduction the visitor has (it has none in i32), so
+    # the safe softmax's all-masked-rows test fuses with the softmax instead of running node by node
+    t = b.op("cast", [_truth(b, x)], {"dtype": "f32"})
+    return b.result("ne", [b.op("amax", [t], attrs), b.scalar(0, torch.float32)])
 
 
 # ---- copies, casts, layout ------------------------------------------------------------------------

@@ -47,13 +47,18 @@ def _slow_in(programs):
     return [g for p in programs for g in (p.report() or {}).get("groups", []) if SL.is_slow(g)]
 
 
+def _refused(x):
+    """An op no visitor has (pow by an exponent the decomposition keeps): its group runs node by node."""
+    return [x.abs().pow(1.7) * 2]
+
+
 @needs_host
-@pytest.mark.parametrize("case", ["any", "bmm_strided"])
+@pytest.mark.parametrize("case", ["pow", "bmm_strided"])
 def test_large_node_by_node_groups_move_to_pytorch(monkeypatch, case):
-    """HF BERT's attention-mask test (any over a comparison) and a bmm of permuted operands: the lowering refuses
+    """A pow the visitor lacks and a bmm of permuted operands (HF BERT's attention): the lowering refuses
     both, so their groups would run node by node; they run in PyTorch, saying why, and the plan keeps the rest."""
-    if case == "any":
-        f, shapes, moved = (lambda x: [(x == 0).any(-1) & (x.sum(-1) > 0)]), [(4, 8, 256, 256)], "any"
+    if case == "pow":
+        f, shapes, moved = _refused, [(4, 8, 256, 256)], "pow"
     else:
         f, shapes, moved = (lambda q, k: [torch.matmul(q.permute(0, 2, 1, 3), k.permute(0, 2, 3, 1)) * 2]), \
             [(4, 256, 8, 64), (4, 256, 8, 64)], "bmm"
@@ -69,7 +74,7 @@ def test_large_node_by_node_groups_move_to_pytorch(monkeypatch, case):
 @needs_host
 def test_small_node_by_node_groups_stay(monkeypatch):
     """Below placement's large-tensor size the reference library's cost does not matter: the op stays in evt."""
-    plan, made = _cuda_plan(monkeypatch, lambda x: [(x == 0).any(-1) & (x.sum(-1) > 0)], [(2, 4, 16, 16)])
+    plan, made = _cuda_plan(monkeypatch, _refused, [(2, 4, 16, 16)])
     assert plan.fallbacks == []
     assert any(g["path"] == "node-by-node" for p in made for g in p.report()["groups"])
 
@@ -93,6 +98,34 @@ def test_after_the_rebuild_cap_slow_groups_stay_with_a_warning(monkeypatch, capl
     """Once build_plan has rebuilt MAX_PROGRAM_REBUILDS times, such ops stay in evt, and the log says so."""
     monkeypatch.setattr(PL, "MAX_PROGRAM_REBUILDS", 0)
     with caplog.at_level("WARNING", logger="evt"):
-        plan, _ = _cuda_plan(monkeypatch, lambda x: [(x == 0).any(-1) & (x.sum(-1) > 0)], [(4, 8, 256, 256)])
+        plan, _ = _cuda_plan(monkeypatch, _refused, [(4, 8, 256, 256)])
     assert plan.fallbacks == []
     assert any("stay in groups that run node by node on CUDA" in r.getMessage() for r in caplog.records)
+
+
+def _safe_softmax(x):
+    """PyTorch's math attention's softmax as its decomposition traces it (HF BERT's joint graph): rows whose every
+    score is -inf give zeros (eq, all as not-any-not, full_like, where)."""
+    out = torch.softmax(x, -1)
+    masked_rows = ~(~x.eq(float("-inf"))).any(-1, keepdim=True)
+    return [torch.where(masked_rows, torch.full_like(out, 0), out) * 2]
+
+
+@needs_host
+def test_safe_softmax_fuses_on_cuda(monkeypatch):
+    """`any` / `all` are row maxima of f32 truth values, which the visitor has: the safe softmax of a large tensor
+    stays in evt in generated kernels (an i32 maximum had run node by node, split the segment and left its zeros
+    to the reference library)."""
+    plan, made = _cuda_plan(monkeypatch, _safe_softmax, [(4, 8, 256, 256)])
+    assert plan.fallbacks == []
+    groups = [g for p in made for g in p.report()["groups"]]
+    assert not [g for g in groups if g["path"] == "node-by-node"], groups
+
+
+def test_safe_softmax_values_on_the_interpreter():
+    x = torch.randn(3, 5, 8)
+    x[0, 1, :] = float("-inf")
+    x[2, 0, 3] = float("-inf")
+    compiled = torch.compile(lambda t: _safe_softmax(t)[0], backend="evt")
+    got, want = compiled(x), torch.ops.aten._safe_softmax(x, -1) * 2
+    assert torch.equal(got[0, 1], torch.zeros(8)) and torch.allclose(got, want, rtol=1e-5, atol=1e-6)
