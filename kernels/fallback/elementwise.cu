@@ -86,6 +86,20 @@ __global__ void k_fill(double *S, ll n, double v) {
   GRID_FOR(e, n) S[e] = v;
 }
 
+/* full / scalar stored in the output's dtype directly: the same st() of the same value as k_fill + k_finish, without
+ * the double scratch (HF BERT's safe-softmax zeros: 100M elements a layer) */
+__global__ void k_fill_native(void *out, int dt, ll n, double v) {
+  GRID_FOR(e, n) st(out, dt, e, v);
+}
+
+int fb_fill_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen) {
+  if (nd->op != EVT_FB_OP_FULL && nd->op != EVT_FB_OP_SCALAR) return -1;
+  if (nd->out.numel == 0) return 0;
+  k_fill_native<<<blocks(nd->out.numel), 256, 0, ST>>>(nd->out.ptr, nd->out.dtype, nd->out.numel, nd->a.value);
+  CK(cudaGetLastError());
+  return 0;
+}
+
 __global__ void k_rand(double *S, ll n, evt_fb_attrs a, tv x, int dropout) {
   double scale = a.p < 1 ? 1.0 / (1.0 - a.p) : 0.0;
   const uint64_t step = a.rng_step ? *a.rng_step : 0;

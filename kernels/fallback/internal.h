@@ -7,7 +7,8 @@
  * dtype. Kernels are one thread per output element (or per row / group) with grid-stride loops, mirroring the
  * interpreter's loops so that sums run in the same order. Exceptions, tried first: pure data movement whose data
  * operands have the output's dtype copies elements in that dtype (fb_layout_native, fb_gather_native: the same
- * bits, no scratch, no rounding pass), and attention on cuDNN (fb_attention_cudnn). */
+ * bits, no scratch, no rounding pass), full / scalar stored in the output's dtype (fb_fill_native), and attention on
+ * cuDNN (fb_attention_cudnn). */
 #ifndef EVT_FALLBACK_INTERNAL_H
 #define EVT_FALLBACK_INTERNAL_H
 
@@ -268,6 +269,7 @@ int fb_layout_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t e
 int fb_gather_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen);   /* misc.cu */
 int fb_attention_cudnn(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen); /* attention.cu */
 int fb_coo_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen);      /* coo.cu */
+int fb_fill_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen);     /* elementwise.cu */
 
 /* attention.cu: sizes the context's cuDNN attention scratch for node nd (-1: nd does not run on cuDNN). */
 int fb_attention_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, size_t errlen);

@@ -116,7 +116,8 @@ static fb_family_fn family_of(int op) {
 
 extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, char *err, size_t errlen) {
   ctx->stream = (cudaStream_t)stream;
-  int r = fb_layout_native(ctx, nd, err, errlen);
+  int r = fb_fill_native(ctx, nd, err, errlen);
+  if (r < 0) r = fb_layout_native(ctx, nd, err, errlen);
   if (r < 0) r = fb_gather_native(ctx, nd, err, errlen);
   if (r < 0) r = fb_attention_cudnn(ctx, nd, err, errlen);
   if (r < 0) r = fb_coo_native(ctx, nd, err, errlen);
