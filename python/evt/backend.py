@@ -1,8 +1,8 @@
 """The `evt` torch.compile backend: AOTAutograd's joint graph -> evt segments, run on the CPU interpreter (CPU
 tensors) or as evt GPU programs (CUDA tensors), PyTorch for the rest.
 
-Contract: evt_backend (registered as "evt") is aot_autograd with DECOMPOSITIONS, partition_fn and compile_module
-as its compilers; the options (config.parse_options) are documented in docs/pytorch.md, and so is how a module
+Contract: evt_backend (registered as "evt") is dynamo_rewrites.run_all on Dynamo's graph, then aot_autograd with
+DECOMPOSITIONS, partition_fn and compile_module as its compilers; the options (config.parse_options) are documented in docs/pytorch.md, and so is how a module
 is planned (rewrites.py, placement.py, segments.py, segment.py, plan.py, cudagraphs.py). Nothing evt cannot do,
 and no error of its own, fails a step eager PyTorch runs: such ops, segments or modules run in PyTorch, and a
 rewrite that raises leaves the joint graph as traced (each logged on the `evt` logger with the reason); only a
@@ -23,6 +23,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import default_partition
 
 from . import config
+from . import dynamo_rewrites as DR
 from . import placement as P
 from . import rewrites as R
 from .cudagraphs import step_graphs
@@ -215,9 +216,14 @@ def make_backend(options=None, n_dynamo_inputs=None, on_compiled=None):
     inference = lambda gm, ex: compile_(gm, ex, "inference", opts)  # noqa: E731
     if opts["cudagraphs"] == "step" and n_dynamo_inputs is not None:
         fw, bw, inference = step_graphs(compile_, opts, n_dynamo_inputs)
-    return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inference,
-                        partition_fn=lambda j, ji, **kw: partition_fn(j, ji, options=opts, **kw),
-                        decompositions=DECOMPOSITIONS)
+    traced = aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inference,
+                          partition_fn=lambda j, ji, **kw: partition_fn(j, ji, options=opts, **kw),
+                          decompositions=DECOMPOSITIONS)
+
+    def backend(gm, example_inputs):
+        DR.run_all(gm)
+        return traced(gm, example_inputs)
+    return backend
 
 
 _DEFAULT = make_backend()

@@ -43,8 +43,9 @@ ZERO_GRADIENT_FLOOR = 1e-3
 NOISE_FACTOR = 2.0
 
 # Ops each model leaves to PyTorch, and why (a new fallback fails the test; one that goes away does not).
-# (Hugging Face attention passes SDPA a materialized mask under torch.compile: evt's masked sdpa runs it.)
-ARANGE = "arange.start_step"           # no evt op (position ids, mask construction)
+# (Hugging Face models build their attention mask from arange under torch.compile; evt drops a constant one
+# before tracing: dynamo_rewrites.py.)
+ARANGE = "arange.start_step"           # no evt op (position ids)
 HF_ATTENTION = {ARANGE}
 ALLOWED_FALLBACKS = {
     "hf_bert": HF_ATTENTION | {"gather.default",                  # token_type_ids buffer gather: no translation
