@@ -2,13 +2,13 @@
 tensors) or as evt GPU programs (CUDA tensors), PyTorch for the rest.
 
 Contract: evt_backend (registered as "evt") is dynamo_rewrites.run_all on Dynamo's graph, then aot_autograd with
-DECOMPOSITIONS, partition_fn and compile_module as its compilers; the options (config.parse_options) are documented in docs/pytorch.md, and so is how a module
-is planned (rewrites.py, placement.py, segments.py, segment.py, plan.py, cudagraphs.py). Nothing evt cannot do,
-and no error of its own, fails a step eager PyTorch runs: such ops, segments or modules run in PyTorch, and a
-rewrite that raises leaves the joint graph as traced (each logged on the `evt` logger with the reason); only a
-missing or unloadable libevt is the configuration error it is: LibraryError at the first call, saying how to fix
-it. STATS counts
-segment runs per path, GPU kernel launches and CUDA-graph captures since reset_stats().
+DECOMPOSITIONS, partition_fn and compile_module as its compilers; the options (config.parse_options) are documented
+in docs/pytorch.md, and so is how a module is planned (rewrites.py, placement.py, segments.py, segment.py, plan.py,
+cudagraphs.py). Nothing evt cannot do, and no error of its own, fails a step eager PyTorch runs: such ops, segments
+or modules run in PyTorch, and a rewrite that raises leaves the joint graph as traced (each logged on the `evt`
+logger with the reason); only a missing or unloadable libevt is the configuration error it is: LibraryError at the
+first call, saying how to fix it. STATS counts segment runs per path, GPU kernel launches and CUDA-graph captures
+since reset_stats().
 """
 import collections
 import copy
