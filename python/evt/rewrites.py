@@ -56,6 +56,10 @@ _VOCAB_OPS = _VOCAB_VIEWS | {aten.permute.default, aten.t.default, aten.transpos
 # ops where the vocabulary dim may end: the GEMM contracting over it (the hidden gradient) and the loss
 _VOCAB_ENDS = {aten.mm.default, aten.addmm.default, aten.nll_loss_forward.default, operator.getitem}
 
+# ops that may join a head value with a vocabulary-sized value from outside the head (a weight tied to the word
+# embedding: its gradient is the head's plus the embedding's): the head's operand is sliced back to V there
+_VOCAB_JOINS = {aten.add.Tensor}
+
 
 def pad_vocab(gm, options=None):
     """A classifier head whose vocabulary V is not a multiple of 8 (bert's 30522 words), feeding a log-softmax and
@@ -93,25 +97,9 @@ def _pad_vocab_head(gm, a):
     if v % 8 == 0 or tuple(bv.shape) != (v,) or av.shape[-1] != v:
         return 0
     vp = TS.up8(v)
-    # the region: values with a vocabulary dim reached from the head's weight permute and logits
-    region, todo = [], [wt, a]
-    seen = set(todo)
-    while todo:
-        n = todo.pop()
-        val = n.meta.get("val")
-        if not isinstance(val, torch.Tensor) or v not in val.shape:
-            if n.target not in _VOCAB_ENDS:
-                return 0
-            continue  # (the vocabulary dim ends here)
-        if n.target not in _VOCAB_OPS:
-            return 0
-        region.append(n)
-        for u in n.users:
-            if u.op == "output":
-                continue
-            if u not in seen:
-                seen.add(u)
-                todo.append(u)
+    region, joins = _vocab_region(wt, a, v)
+    if region is None:
+        return 0
     inside = set(region) | {w, bias}
     for n in region:  # every other vocabulary-sized operand would need padding too: not taken
         for i in n.all_input_nodes:
@@ -141,17 +129,54 @@ def _pad_vocab_head(gm, a):
             args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda m: m.meta["val"])
             n.meta["val"] = n.target(*args, **kwargs)
             n.meta.pop("tensor_meta", None)
-    # region values the graph returns (the weight and bias gradients) are sliced back to V
+    # region values the graph returns (the weight and bias gradients) or joins with an outside value are sliced
+    # back to V
     out = next(n for n in g.nodes if n.op == "output")
-    for n in region:
-        if n in out.all_input_nodes:
-            dim = list(n.meta["val"].shape).index(vp)
-            with g.inserting_after(n):
-                sl = g.call_function(aten.slice.Tensor, (n, dim, 0, v))
-            with mode:
-                sl.meta["val"] = aten.slice.Tensor(n.meta["val"], dim, 0, v)
-            out.replace_input_with(n, sl)
+    for n, reader in [(n, out) for n in region if n in out.all_input_nodes] + joins:
+        dim = list(n.meta["val"].shape).index(vp)
+        with g.inserting_after(n):
+            sl = g.call_function(aten.slice.Tensor, (n, dim, 0, v))
+        with mode:
+            sl.meta["val"] = aten.slice.Tensor(n.meta["val"], dim, 0, v)
+        reader.replace_input_with(n, sl)
     return 1
+
+
+def _vocab_region(wt, a, v):
+    """(region, joins) of a vocabulary head: the values with a vocabulary dim reached from its weight permute wt
+    and logits a, and the (region value, reader) pairs where a _VOCAB_JOINS op adds a vocabulary-sized value that
+    does not come from the head; (None, None) when the dim reaches an op the rewrite does not know."""
+    region, joins, todo = [], [], [wt, a]
+    seen = set(todo)
+    while todo:
+        n = todo.pop()
+        val = n.meta.get("val")
+        if not isinstance(val, torch.Tensor) or v not in val.shape:
+            if n.target not in _VOCAB_ENDS:
+                return None, None
+            continue  # (the vocabulary dim ends here)
+        if n.target not in _VOCAB_OPS:
+            return None, None
+        region.append(n)
+        for u in n.users:
+            if u.op == "output":
+                continue
+            if u.target in _VOCAB_JOINS:
+                joins.append((n, u))
+                continue
+            if u not in seen:
+                seen.add(u)
+                todo.append(u)
+    inside = set(region)
+    for _, u in joins:  # (a join of two head values would need no slice, nor stop the region: not taken)
+        if all(i in inside for i in u.all_input_nodes if _has_dim(i, v)):
+            return None, None
+    return region, joins
+
+
+def _has_dim(n, size):
+    val = n.meta.get("val")
+    return isinstance(val, torch.Tensor) and size in val.shape
 
 
 def _upcast_source(up):

@@ -1832,6 +1832,31 @@ def test_pad_vocab_trains_like_eager(monkeypatch, caplog, smoothing):
         assert len(pads) == 2 and all("padded to 4008 words" in m_ for m_ in pads), pads
 
 
+@needs_lib
+def test_pad_vocab_tied_embedding_trains_like_eager(monkeypatch, caplog):
+    """pad_vocab (simulated CUDA rules) on a head whose weight is the word embedding's (Hugging Face BERT's MLM
+    head, GPT-2's): the weight's gradient adds the embedding's [V, H] gradient to the head's, so the head's padded
+    gradient is sliced back to V before that add. The head is padded, and training matches eager."""
+    monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
+    monkeypatch.setattr(P, "UNALIGNED_MIN_NUMEL", 1 << 16)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+
+    class TiedHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.proj, self.out = nn.Embedding(4001, 64), nn.Linear(64, 64), nn.Linear(64, 4001)
+            self.out.weight = self.emb.weight
+
+        def forward(self, ids, t):
+            return F.cross_entropy(self.out(torch.relu(self.proj(self.emb(ids)))).float(), t)
+    ids, t = torch.randint(0, 4001, (32,)), torch.randint(0, 4001, (32,))
+    with caplog.at_level(logging.INFO, logger="evt"):
+        _step_like_eager(TiedHead(), ids, t)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("vocabulary head(s) padded" in m_ for m_ in msgs), msgs
+
+
 def _train_vocab_head_like_eager(caplog, smoothing=0.0, ignore_row=None):
     """One bf16-autocast step of a 4001-word classifier head (Linear, ReLU, Linear, cross-entropy) through
     backend="evt" and in eager from the same weights: asserts the loss (finite) and every gradient (shape and
