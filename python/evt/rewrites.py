@@ -68,12 +68,13 @@ def pad_vocab(gm, options=None):
     picks only real targets), every [.., V] value of the head becomes [.., Vp], and the weight and bias gradients are
     sliced back to V. Then the logits GEMM, the log-softmax, the loss and its backward and both gradient GEMMs
     have 16-byte rows and run in evt (generated kernels; unpadded they would run in PyTorch with padded copies).
-    Applied to a CUDA addmm(bias, x, permute(w)) that pad_gemm would pad when every op its vocabulary dim
+    Applied to a CUDA addmm(bias, x, permute(w)) or mm(x, permute(w)) (which becomes an addmm with a zero bias)
+    that pad_gemm would pad when every op its vocabulary dim
     reaches is one the rewrite knows (_VOCAB_OPS); else the graph is left as it is. Returns the number of heads
     padded."""
     count = 0
     for a in list(gm.graph.nodes):
-        if a.op == "call_function" and a.target == aten.addmm.default and TS.pad_gemm(a):
+        if a.op == "call_function" and a.target in (aten.addmm.default, aten.mm.default) and TS.pad_gemm(a):
             count += _pad_vocab_head(gm, a)
     if count:
         gm.graph.lint()
@@ -84,17 +85,19 @@ def pad_vocab(gm, options=None):
 
 def _pad_vocab_head(gm, a):
     from torch._guards import detect_fake_mode
-    bias, x, wt = a.args[:3]
-    if len(a.args) > 3 or a.kwargs or not all(isinstance(n, torch.fx.Node) for n in (bias, x, wt)):
+    bias, x, wt = a.args[:3] if a.target == aten.addmm.default else (None,) + tuple(a.args[:2])
+    if len(a.args) > (3 if bias is not None else 2) or a.kwargs or \
+            not all(isinstance(n, torch.fx.Node) for n in (x, wt) + ((bias,) if bias is not None else ())):
         return 0
     if wt.target not in P.PERMUTES or not isinstance(wt.args[0], torch.fx.Node):
         return 0
     w = wt.args[0]
-    wv, bv, av = w.meta.get("val"), bias.meta.get("val"), a.meta.get("val")
-    if not all(isinstance(t, torch.Tensor) for t in (wv, bv, av)) or wv.dim() != 2 or bv.dim() != 1:
+    wv, av = w.meta.get("val"), a.meta.get("val")
+    bv = bias.meta.get("val") if bias is not None else av
+    if not all(isinstance(t, torch.Tensor) for t in (wv, bv, av)) or wv.dim() != 2 or av.dim() != 2:
         return 0
     v = wv.shape[0]
-    if v % 8 == 0 or tuple(bv.shape) != (v,) or av.shape[-1] != v:
+    if v % 8 == 0 or (bias is not None and tuple(bv.shape) != (v,)) or av.shape[-1] != v:
         return 0
     vp = TS.up8(v)
     region, joins = _vocab_region(wt, a, v)
@@ -112,6 +115,13 @@ def _pad_vocab_head(gm, a):
     g = gm.graph
     with g.inserting_after(w):
         w_p = g.call_function(aten.constant_pad_nd.default, (w, [0, 0, 0, vp - v], 0.0))
+    if bias is None:  # (a head without a bias gets a zero one, to carry the padded words' lowest logits)
+        with g.inserting_before(a):
+            bias = g.call_function(aten.full.default, ([v], 0.0), {"dtype": av.dtype, "device": av.device,
+                                                                     "pin_memory": False})
+        with mode:
+            bias.meta["val"] = aten.full.default([v], 0.0, dtype=av.dtype, device=av.device, pin_memory=False)
+        a.target, a.args = aten.addmm.default, (bias, x, wt)
     with g.inserting_after(bias):
         # (the lowest finite value, not -inf: the loss picks its target's logit as a sum of logits x one-hot,
         # and -inf x 0 would be NaN; exp(lowest - max) is 0 all the same)

@@ -1833,10 +1833,12 @@ def test_pad_vocab_trains_like_eager(monkeypatch, caplog, smoothing):
 
 
 @needs_lib
-def test_pad_vocab_tied_embedding_trains_like_eager(monkeypatch, caplog):
+@pytest.mark.parametrize("bias", [True, False])
+def test_pad_vocab_tied_embedding_trains_like_eager(monkeypatch, caplog, bias):
     """pad_vocab (simulated CUDA rules) on a head whose weight is the word embedding's (Hugging Face BERT's MLM
-    head, GPT-2's): the weight's gradient adds the embedding's [V, H] gradient to the head's, so the head's padded
-    gradient is sliced back to V before that add. The head is padded, and training matches eager."""
+    head with a bias, GPT-2's without one): the weight's gradient adds the embedding's [V, H] gradient to the
+    head's, so the head's padded gradient is sliced back to V before that add; a head without a bias gets a zero
+    one (its padded words need the lowest logit). The head is padded, and training matches eager."""
     monkeypatch.setattr(C, "SIMULATE_CUDA_RULES", True)
     monkeypatch.setattr(P, "UNALIGNED_MIN_NUMEL", 1 << 16)
     torch._dynamo.reset()
@@ -1845,7 +1847,8 @@ def test_pad_vocab_tied_embedding_trains_like_eager(monkeypatch, caplog):
     class TiedHead(nn.Module):
         def __init__(self):
             super().__init__()
-            self.emb, self.proj, self.out = nn.Embedding(4001, 64), nn.Linear(64, 64), nn.Linear(64, 4001)
+            self.emb, self.proj = nn.Embedding(4001, 64), nn.Linear(64, 64)
+            self.out = nn.Linear(64, 4001, bias=bias)
             self.out.weight = self.emb.weight
 
         def forward(self, ids, t):
