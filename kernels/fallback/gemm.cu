@@ -105,53 +105,107 @@ static bool batch_strides(const evt_fb_tensor &t, const evt_fb_tensor &out, int 
   return true;
 }
 
+/* The geometry of an mm / bmm / addmm node: C[b] (M x N) = A[b] (M x K) B[b] (K x N) over the output's batch
+ * dims bsh; uniform when each operand's batch matrices sit at a constant stride (ua, ub elements), as cuBLAS's
+ * strided batches need. NULL, or why the node's shapes are not a product. */
+struct mm_geometry {
+  ll M, K, N, nbat, ua, ub;
+  shape_t bsh;
+  strides sa, sb;
+  bool uniform;
+};
+
+static const char *mm_geometry_of(const evt_fb_node *nd, mm_geometry *g) {
+  const evt_fb_tensor &out = nd->out;
+  const evt_fb_tensor &A = nd->in[nd->op == EVT_FB_OP_ADDMM ? 1 : 0], &B = nd->in[nd->op == EVT_FB_OP_ADDMM ? 2 : 1];
+  if (A.rank < 2 || B.rank < 2 || out.rank < 2) return "operands must have rank >= 2";
+  g->M = A.shape[A.rank - 2], g->K = A.shape[A.rank - 1], g->N = B.shape[B.rank - 1];
+  if (B.shape[B.rank - 2] != g->K || out.shape[out.rank - 2] != g->M || out.shape[out.rank - 1] != g->N)
+    return "operand shapes do not match the output";
+  int rb = out.rank - 2;
+  g->bsh = shape_t{rb, {1, 1, 1, 1, 1, 1}};
+  for (int i = 0; i < rb; i++) g->bsh.d[i] = out.shape[i];
+  if (!batch_strides(A, out, rb, &g->sa) || !batch_strides(B, out, rb, &g->sb))
+    return "batch dims of the operands do not match the output";
+  g->nbat = prod(out.shape, 0, rb);
+  g->ua = g->ub = 0;
+  g->uniform = uniform_stride(g->bsh, g->sa, &g->ua) && uniform_stride(g->bsh, g->sb, &g->ub);
+  return NULL;
+}
+
+static bool cublas_dims(const mm_geometry &g) {
+  return g.uniform && g.nbat && g.M && g.N && g.K && g.nbat <= INT32_MAX && g.M <= INT32_MAX && g.N <= INT32_MAX &&
+         g.K <= INT32_MAX;
+}
+
+static cudaDataType_t cuda_type(int dt) {
+  return dt == EVT_FB_F32 ? CUDA_R_32F : dt == EVT_FB_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+static bool floating(int dt) { return dt == EVT_FB_F32 || dt == EVT_FB_BF16 || dt == EVT_FB_F16; }
+
+/* C[b] = A[b] B[b] through cuBLAS (f32 compute, no TF32) into C of dtype ct (row-major [M, N] matrices). */
+static int cublas_product(evt_fb_ctx *ctx, const evt_fb_node *nd, const mm_geometry &g, void *C, cudaDataType_t ct,
+                          char *err, size_t errlen) {
+  const evt_fb_tensor &A = nd->in[nd->op == EVT_FB_OP_ADDMM ? 1 : 0], &B = nd->in[nd->op == EVT_FB_OP_ADDMM ? 2 : 1];
+  cudaDataType_t at = cuda_type(A.dtype);
+  float alpha = 1.0f, beta = 0.0f;
+  cublasSetStream(ctx->cublas, ctx->stream);
+  cublasSetWorkspace(ctx->cublas, ctx->cublas_ws, ctx->cublas_ws_bytes); /* after SetStream, which resets it */
+  ctx->launches++;
+  /* row-major C[M,N] = A B  <=>  column-major C^T[N,M] = B^T A^T */
+  cublasStatus_t cs = cublasGemmStridedBatchedEx(
+      ctx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)g.N, (int)g.M, (int)g.K, &alpha, B.ptr, at, (int)g.N, g.ub, A.ptr,
+      at, (int)g.K, g.ua, &beta, C, ct, (int)g.N, g.M * g.N, (int)g.nbat, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (cs != CUBLAS_STATUS_SUCCESS) {
+    snprintf(err, errlen, "cublasGemmStridedBatchedEx failed (status %d)", (int)cs);
+    return 2;
+  }
+  return 0;
+}
+
+/* An mm / bmm cuBLAS writes straight into its output: operands of one floating dtype, the output of theirs or
+ * f32. One rounding of the f32 accumulator either way, so the double path's value; no scratch. */
+bool fb_matmul_native_covers(const evt_fb_node *nd) {
+  if (nd->op != EVT_FB_OP_MM && nd->op != EVT_FB_OP_BMM) return false;
+  int a = nd->in[0].dtype, b = nd->in[1].dtype, o = nd->out.dtype;
+  mm_geometry g;
+  return a == b && floating(a) && (o == a || o == EVT_FB_F32) && !mm_geometry_of(nd, &g) && cublas_dims(g);
+}
+
+int fb_matmul_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen) {
+  if (!fb_matmul_native_covers(nd)) return -1;
+  mm_geometry g;
+  mm_geometry_of(nd, &g);
+  return cublas_product(ctx, nd, g, nd->out.ptr, cuda_type(nd->out.dtype), err, errlen);
+}
+
 int fb_matmul(evt_fb_ctx *ctx, const evt_fb_node *nd, double *S, char *err, size_t errlen) {
   const evt_fb_tensor &out = nd->out;
   const evt_fb_tensor *in = nd->in;
   int op = nd->op;
   ll n = out.numel;
   const evt_fb_tensor &A = in[op == EVT_FB_OP_ADDMM ? 1 : 0], &B = in[op == EVT_FB_OP_ADDMM ? 2 : 1];
-  if (A.rank < 2 || B.rank < 2 || out.rank < 2) UNSUPPORTED("operands must have rank >= 2");
-  ll M = A.shape[A.rank - 2], K = A.shape[A.rank - 1], N = B.shape[B.rank - 1];
-  if (B.shape[B.rank - 2] != K || out.shape[out.rank - 2] != M || out.shape[out.rank - 1] != N)
-    UNSUPPORTED("operand shapes do not match the output");
-  int rb = out.rank - 2;
-  shape_t bsh = {rb, {1, 1, 1, 1, 1, 1}};
-  for (int i = 0; i < rb; i++) bsh.d[i] = out.shape[i];
-  strides sa, sb;
-  if (!batch_strides(A, out, rb, &sa) || !batch_strides(B, out, rb, &sb))
-    UNSUPPORTED("batch dims of the operands do not match the output");
-  ll nbat = prod(out.shape, 0, rb);
+  mm_geometry g;
+  const char *why = mm_geometry_of(nd, &g);
+  if (why) UNSUPPORTED(why);
   /* cuBLAS (f32 compute, no TF32) when both operands share a floating dtype and each operand's batch matrices
    * sit at a constant stride; else the f64 tiled kernel */
-  ll ua = 0, ub = 0;
-  bool uniform = uniform_stride(bsh, sa, &ua) && uniform_stride(bsh, sb, &ub);
-  cudaDataType_t ct = A.dtype == EVT_FB_F32 ? CUDA_R_32F : A.dtype == EVT_FB_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-  bool floating = A.dtype == B.dtype && (A.dtype == EVT_FB_F32 || A.dtype == EVT_FB_BF16 || A.dtype == EVT_FB_F16);
-  if (uniform && floating && nbat && M && N && K && nbat <= INT32_MAX && M <= INT32_MAX && N <= INT32_MAX &&
-      K <= INT32_MAX) {
-    float *F = (float *)ctx->s2, alpha = 1.0f, beta = 0.0f;
-    cublasSetStream(ctx->cublas, ctx->stream);
-    cublasSetWorkspace(ctx->cublas, ctx->cublas_ws, ctx->cublas_ws_bytes); /* after SetStream, which resets it */
-    ctx->launches++;
-    /* row-major C[M,N] = A B  <=>  column-major C^T[N,M] = B^T A^T */
-    cublasStatus_t cs = cublasGemmStridedBatchedEx(
-        ctx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B.ptr, ct, (int)N, ub, A.ptr, ct,
-        (int)K, ua, &beta, F, CUDA_R_32F, (int)N, M * N, (int)nbat, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (cs != CUBLAS_STATUS_SUCCESS) {
-      snprintf(err, errlen, "cublasGemmStridedBatchedEx failed (status %d)", (int)cs);
-      return 2;
-    }
+  if (A.dtype == B.dtype && floating(A.dtype) && cublas_dims(g)) {
+    float *F = (float *)ctx->s2;
+    int r = cublas_product(ctx, nd, g, F, CUDA_R_32F, err, errlen);
+    if (r) return r;
     k_float_to_double<<<blocks(n), 256, 0, ST>>>(S, F, n);
   } else {
-    if (nbat > 65535) UNSUPPORTED("more than 65535 batch matrices with broadcast batch dims");
-    dim3 grid((unsigned)((N + TILE - 1) / TILE), (unsigned)((M + TILE - 1) / TILE), (unsigned)(nbat ? nbat : 1));
-    if (nbat && M && N) k_gemm<<<grid, dim3(TILE, TILE), 0, ST>>>(S, view(A), view(B), M, K, N, bsh, sa, sb);
+    if (g.nbat > 65535) UNSUPPORTED("more than 65535 batch matrices with broadcast batch dims");
+    dim3 grid((unsigned)((g.N + TILE - 1) / TILE), (unsigned)((g.M + TILE - 1) / TILE), (unsigned)(g.nbat ? g.nbat : 1));
+    if (g.nbat && g.M && g.N)
+      k_gemm<<<grid, dim3(TILE, TILE), 0, ST>>>(S, view(A), view(B), g.M, g.K, g.N, g.bsh, g.sa, g.sb);
   }
   if (op == EVT_FB_OP_ADDMM) {
     strides cs;
     if (out.rank != 2 || !bcast(in[0], out, &cs)) UNSUPPORTED("addmm bias does not broadcast to the product");
-    k_addmm_bias<<<blocks(n), 256, 0, ST>>>(S, view(in[0]), M, N, cs.s[0], cs.s[1]);
+    k_addmm_bias<<<blocks(n), 256, 0, ST>>>(S, view(in[0]), g.M, g.N, cs.s[0], cs.s[1]);
   }
   return 0;
 }

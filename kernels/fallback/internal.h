@@ -7,8 +7,9 @@
  * dtype. Kernels are one thread per output element (or per row / group) with grid-stride loops, mirroring the
  * interpreter's loops so that sums run in the same order. Exceptions, tried first: pure data movement whose data
  * operands have the output's dtype copies elements in that dtype (fb_layout_native, fb_gather_native: the same
- * bits, no scratch, no rounding pass), full / scalar stored in the output's dtype (fb_fill_native), and attention on
- * cuDNN (fb_attention_cudnn). */
+ * bits, no scratch, no rounding pass), full / scalar stored in the output's dtype (fb_fill_native), mm / bmm
+ * written by cuBLAS in the output's dtype (fb_matmul_native), and attention on cuDNN (fb_attention_cudnn). A node
+ * a native path serves reserves no double scratch (evt_fb_reserve). */
 #ifndef EVT_FALLBACK_INTERNAL_H
 #define EVT_FALLBACK_INTERNAL_H
 
@@ -270,6 +271,8 @@ int fb_gather_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t e
 int fb_attention_cudnn(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen); /* attention.cu */
 int fb_coo_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen);      /* coo.cu */
 int fb_fill_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen);     /* elementwise.cu */
+int fb_matmul_native(evt_fb_ctx *ctx, const evt_fb_node *nd, char *err, size_t errlen);   /* gemm.cu */
+bool fb_matmul_native_covers(const evt_fb_node *nd);                                      /* gemm.cu */
 
 /* attention.cu: sizes the context's cuDNN attention scratch for node nd (-1: nd does not run on cuDNN). */
 int fb_attention_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, size_t errlen);

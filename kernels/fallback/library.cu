@@ -121,6 +121,7 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
   if (r < 0) r = fb_gather_native(ctx, nd, err, errlen);
   if (r < 0) r = fb_attention_cudnn(ctx, nd, err, errlen);
   if (r < 0) r = fb_coo_native(ctx, nd, err, errlen);
+  if (r < 0) r = fb_matmul_native(ctx, nd, err, errlen);
   if (r >= 0) return r;
   if (nd->op == EVT_FB_OP_INPUT || nd->op == EVT_FB_OP_PARAM) UNSUPPORTED("an input or parameter has no computation");
   fb_family_fn run = family_of(nd->op);
@@ -143,6 +144,8 @@ extern "C" int evt_fb_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, s
   int r = fb_attention_reserve(c, nd, err, errlen);
   if (r < 0) r = fb_coo_reserve(c, nd, err, errlen);
   if (r >= 0) return r;
+  if (nd->op == EVT_FB_OP_FULL || nd->op == EVT_FB_OP_SCALAR || fb_matmul_native_covers(nd))
+    return 0; /* (stored in the output's dtype: fb_fill_native, fb_matmul_native) */
   ll n = nd->out.numel, n2 = scratch2_need(nd);
   if (ensure(&c->s1, &c->n1, (size_t)(n > 0 ? n : 1), err, errlen)) return 2;
   if (n2 > 0 && ensure(&c->s2, &c->n2, (size_t)n2, err, errlen)) return 2;
