@@ -157,12 +157,12 @@ def drop_constant_attention_masks(gm):
             with torch.no_grad(), _real_tensors():
                 kind = _mask_kind(_evaluate(mask, memo), qs[-2], ks[-2])
         except Exception as e:  # noqa: BLE001 (a mask this rewrite cannot evaluate stays as traced)
-            log.info("evt: the attention mask of %s was not evaluated (%s: %s); kept", n.name, type(e).__name__, e)
+            log.info("the attention mask of %s was not evaluated (%s: %s); kept", n.name, type(e).__name__, e)
             continue
         if kind is None or (kind == "causal" and causal):
             continue  # (a causal mask on top of is_causal stays as traced)
         _set_sdpa_args(n, None, causal or kind == "causal")
-        log.info("evt: the attention mask of %s is constant (%s): %s", n.name, mask.name,
+        log.info("the attention mask of %s is constant (%s): %s", n.name, mask.name,
                  "dropped" if kind == "all" else "is_causal=True instead")
         count += 1
     if count:
