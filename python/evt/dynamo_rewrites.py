@@ -100,6 +100,7 @@ def _mask_kind(mask, q_len, kv_len):
     if not isinstance(mask, torch.Tensor) or mask.dim() < 2 or mask.shape[-2:] not in (
             (q_len, kv_len), (1, kv_len), (q_len, 1), (1, 1)):
         return None
+    mask = _one_of_each_broadcast(mask)
     if mask.dtype == torch.bool:
         keep = mask
     elif mask.is_floating_point():
@@ -115,6 +116,15 @@ def _mask_kind(mask, q_len, kv_len):
     if bool((keep == tril).all()):
         return "causal"
     return None
+
+
+def _one_of_each_broadcast(t):
+    """t with every broadcast dim (stride 0) narrowed to size 1: the same values, and the checks below read and
+    allocate no more than the mask's own elements (an expanded [B, 1, S, S] mask is one [S, S] or [S, 1])."""
+    for d in range(t.dim()):
+        if t.stride(d) == 0 and t.shape[d] > 1:
+            t = t.narrow(d, 0, 1)
+    return t
 
 
 def _sdpa_args(n):
