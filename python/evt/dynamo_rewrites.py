@@ -169,9 +169,9 @@ def drop_constant_attention_masks(gm):
         except Exception as e:  # noqa: BLE001 (a mask this rewrite cannot evaluate stays as traced)
             log.info("the attention mask of %s was not evaluated (%s: %s); kept", n.name, type(e).__name__, e)
             continue
-        if kind is None or (kind == "causal" and causal):
-            continue  # (a causal mask on top of is_causal stays as traced)
-        _set_sdpa_args(n, None, causal or kind == "causal")
+        if kind is None or causal:
+            continue  # (a mask with is_causal stays as traced: PyTorch refuses the pair, and so must the step)
+        _set_sdpa_args(n, None, kind == "causal")
         log.info("the attention mask of %s is constant (%s): %s", n.name, mask.name,
                  "dropped" if kind == "all" else "is_causal=True instead")
         count += 1
