@@ -14,6 +14,7 @@ import operator
 
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 log = logging.getLogger("evt")
 
@@ -50,10 +51,11 @@ def _shape_only(n):
 
 def _stand_in(n):
     """An uninitialized tensor of node n's traced shape, dtype and device, or None."""
-    v = n.meta.get("example_value") if isinstance(n, torch.fx.Node) else None
-    if not isinstance(v, torch.Tensor) or not all(isinstance(s, int) for s in v.shape):
+    shape = _shape(n)
+    if shape is None or not all(isinstance(s, int) for s in shape):
         return None
-    return torch.empty(tuple(v.shape), dtype=v.dtype, device=v.device)
+    v = n.meta["example_value"]
+    return torch.empty(shape, dtype=v.dtype, device=v.device)
 
 
 def _constant_node(n):
@@ -164,7 +166,7 @@ def drop_constant_attention_masks(gm):
                 not all(isinstance(s, int) for s in qs + ks):
             continue
         try:
-            with torch.no_grad(), _real_tensors():
+            with torch.no_grad(), unset_fake_temporarily():  # (real tensors, even under a fake mode)
                 kind = _mask_kind(_evaluate(mask, memo), qs[-2], ks[-2])
         except Exception as e:  # noqa: BLE001 (a mask this rewrite cannot evaluate stays as traced)
             log.info("the attention mask of %s was not evaluated (%s: %s); kept", n.name, type(e).__name__, e)
@@ -179,12 +181,6 @@ def drop_constant_attention_masks(gm):
         gm.graph.eliminate_dead_code()
         gm.recompile()
     return count
-
-
-def _real_tensors():
-    """A context in which tensors are real even when a fake mode is active around the backend call."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    return unset_fake_temporarily()
 
 
 def run_all(gm):

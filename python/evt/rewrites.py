@@ -69,9 +69,8 @@ def pad_vocab(gm, options=None):
     sliced back to V. Then the logits GEMM, the log-softmax, the loss and its backward and both gradient GEMMs
     have 16-byte rows and run in evt (generated kernels; unpadded they would run in PyTorch with padded copies).
     Applied to a CUDA addmm(bias, x, permute(w)) or mm(x, permute(w)) (which becomes an addmm with a zero bias)
-    that pad_gemm would pad when every op its vocabulary dim
-    reaches is one the rewrite knows (_VOCAB_OPS); else the graph is left as it is. Returns the number of heads
-    padded."""
+    that pad_gemm would pad when every op its vocabulary dim reaches is one the rewrite knows (_VOCAB_OPS); else
+    the graph is left as it is. Returns the number of heads padded."""
     count = 0
     for a in list(gm.graph.nodes):
         if a.op == "call_function" and a.target in (aten.addmm.default, aten.mm.default) and TS.pad_gemm(a):
@@ -105,10 +104,8 @@ def _pad_vocab_head(gm, a):
         return 0
     inside = set(region) | {w, bias}
     for n in region:  # every other vocabulary-sized operand would need padding too: not taken
-        for i in n.all_input_nodes:
-            iv = i.meta.get("val")
-            if i not in inside and isinstance(iv, torch.Tensor) and v in iv.shape:
-                return 0
+        if any(i not in inside and _has_dim(i, v) for i in n.all_input_nodes):
+            return 0
     mode = detect_fake_mode([p.meta.get("val") for p in gm.graph.nodes if p.op == "placeholder"])
     if mode is None:
         return 0
