@@ -261,10 +261,11 @@ evt_status evt_program_bind(evt_program *p, const char *name, void *device_ptr);
 evt_status evt_program_bind_output(evt_program *p, int i, void *device_ptr);
 evt_status evt_program_run(evt_program *p, void *cuda_stream);
 /* The arena: device memory for the values a run computes and drops (every one is written before it is read
- * within the run, so nothing in it outlives a run). A program allocates its own at create; a caller with a
- * caching allocator may give it memory instead, per run if it likes: evt_program_bind_arena frees the
- * program's own arena and uses device_ptr (at least evt_program_arena_bytes bytes, 256-byte aligned; the
- * caller keeps it alive until the run is done on the stream); NULL returns to an arena of the program's own. A
+ * within the run, so nothing in it outlives a run). A run that finds none bound allocates the program's own
+ * (once; create allocates none); a caller with a caching allocator may give it memory instead, per run if it
+ * likes: evt_program_bind_arena frees the program's own arena, if any, and uses device_ptr (at least
+ * evt_program_arena_bytes bytes, 256-byte aligned; the caller keeps it alive until the run is done on the
+ * stream); NULL returns to an arena of the program's own, allocated by the next run. A
  * different pointer re-captures a CUDA graph like any binding. A run that must re-plan its memory beyond
  * the caller's bytes allocates its own again (evt_program_arena_bytes then tells the new size). */
 int64_t evt_program_arena_bytes(const evt_program *p);

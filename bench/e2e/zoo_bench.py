@@ -12,7 +12,8 @@ under --timeout (a hang, an out-of-memory or a long compile is reported and the 
 one after the other in that process from the same initial weights (seed 0) and the same batch.
 A step is run.py's: gradients set to None, forward + backward of the loss under bf16 autocast (the GCN in fp32),
 no optimizer. Per mode: median ms/step over --iters steps after --warmup (CUDA events), the first step's time
-(compile included), the gradient match of the first step against eager (rel = max over parameters of
+(compile included), peak memory (PyTorch's allocator) and the device memory held outside it after the timed steps
+(the CUDA context, cuBLAS / cuDNN workspaces, evt's own buffers), the gradient match of the first step against eager (rel = max over parameters of
 max|g - g_eager| / max|g_eager|; torch.compile's own value is the bf16 noise level; NaN is reported as such), and
 for evt modes the ops in evt segments / in PyTorch and every op left to PyTorch with its reason
 (evt.report_backend). Prints a markdown table and writes <out>/zoo_<tag>.json (after every model).
@@ -92,6 +93,8 @@ def run_mode(name, mode, a, ref_grads):
     ts = R._time_steps(step, a.warmup, a.iters)
     row["ms"] = statistics.median(ts)
     row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    free, total = torch.cuda.mem_get_info()
+    row["outside_gib"] = (total - free - torch.cuda.memory_reserved()) / 2**30  # CUDA context, libraries, evt's own
     if report is not None:
         row["ops_evt"], row["ops_torch"] = report.op_counts()
         row["fallbacks"] = {op: sorted(why) for op, why in report.fallback_reasons().items()}
@@ -128,20 +131,19 @@ def run_child(name, a):
 
 
 def table(rows):
-    lines = ["| model | mode | ms/step | vs eager | first step s | grad rel (worst param) | peak GiB | ops evt / PyTorch |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | mode | ms/step | vs eager | first step s | grad rel (worst param) | peak GiB | outside GiB | "
+             "ops evt / PyTorch |", "|---|---|---|---|---|---|---|---|---|"]
     eager = {r["model"]: r.get("ms") for r in rows if r["mode"] == "eager"}
     for r in rows:
         if "error" in r:
-            lines.append(f'| {r["model"]} | {r["mode"]} | {r["error"]} | | | | | |')
+            lines.append(f'| {r["model"]} | {r["mode"]} | {r["error"]} | | | | | | |')
             continue
         e = eager.get(r["model"])
         grad = f'{r["grad_rel"]:.1e} ({r["grad_worst"]})' if "grad_rel" in r and r["mode"] != "eager" else ""
         ops = f'{r["ops_evt"]} / {r["ops_torch"]}' if "ops_evt" in r else ""
-        lines.append(f'| {r["model"]} | {r["mode"]} | {r["ms"]:.2f} | {e / r["ms"]:.2f}x | {r["first_step_s"]} | '
-                     f'{grad} | {r["peak_gib"]:.1f} | {ops} |' if e else
-                     f'| {r["model"]} | {r["mode"]} | {r["ms"]:.2f} | | {r["first_step_s"]} | {grad} | '
-                     f'{r["peak_gib"]:.1f} | {ops} |')
+        ratio = f'{e / r["ms"]:.2f}x' if e else ""
+        lines.append(f'| {r["model"]} | {r["mode"]} | {r["ms"]:.2f} | {ratio} | {r["first_step_s"]} | {grad} | '
+                     f'{r["peak_gib"]:.1f} | {r.get("outside_gib", float("nan")):.1f} | {ops} |')
     lines.append("")
     lines.append("Ops evt left to PyTorch (evt modes), with the reasons:")
     for r in rows:

@@ -197,7 +197,6 @@ class Program:
         self.captures = 0     # CUDA graphs: runs whose bindings differed from the previous run's (the first
         #                       run is eager, the next captures: evt_program_run)
         self._last = None
-        self._pooled = False  # an arena from PyTorch's allocator was bound (the program's own is freed)
 
     def report(self):
         """evt_program_report: the program's plan as a dict (groups with their paths and nodes), None without one."""
@@ -239,19 +238,16 @@ class Program:
 
     def _pool_arena(self, outputs):
         """Binds this run's arena from PyTorch's allocator (kept by the caller until the run is enqueued); None
-        where the program keeps its own: its own CUDA graph, no arena, or the first run inside a stream capture
-        (replacing its own arena frees it, which a capture forbids)."""
+        where the program keeps its own: its own CUDA graph, or no arena. A program allocates its own only at a
+        run that finds none bound, so one pooled from its first run never holds device memory of its own (and
+        binding inside a stream capture frees nothing)."""
         lib = L.lib()
         n = int(lib.evt_program_arena_bytes(self._p))
-        if self.flags & EVT_PROGRAM_CUDA_GRAPH or n <= 0 or not outputs:
+        if self.flags & EVT_PROGRAM_CUDA_GRAPH or n <= 0 or not outputs or outputs[0].device.type != "cuda":
             return None
-        dev = outputs[0].device
-        if dev.type != "cuda" or not self._pooled and torch.cuda.is_current_stream_capturing():
-            return None
-        arena = torch.empty(n, dtype=torch.uint8, device=dev)
+        arena = torch.empty(n, dtype=torch.uint8, device=outputs[0].device)
         if lib.evt_program_bind_arena(self._p, arena.data_ptr(), n) != 0:
             raise self._err("bind the arena")
-        self._pooled = True
         return arena
 
     def launch_count(self):

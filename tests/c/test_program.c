@@ -139,10 +139,12 @@ TEST(program_bind_errors_name_what_is_wrong) {
   evt_graph_free(g);
 }
 
-/* A device API that hands out host memory and counts what it frees: the arena's ownership without a GPU. */
-static int fake_frees;
+/* A device API that hands out host memory and counts what it allocates and frees: the arena's ownership
+ * without a GPU. */
+static int fake_allocs, fake_frees;
 static void *fake_alloc(int64_t n, char *why, size_t len) {
   (void)why, (void)len;
+  fake_allocs++;
   return aligned_alloc(EVT_ARENA_ALIGN, (size_t)((n + EVT_ARENA_ALIGN - 1) / EVT_ARENA_ALIGN + 1) * EVT_ARENA_ALIGN);
 }
 static void fake_free(void *q) {
@@ -156,9 +158,22 @@ static int fake_reserve(evt_fb_ctx *c, const evt_fb_node *n, char *why, size_t l
 static void fake_nothing(void *q) { (void)q; }
 static void fake_ctx_free(evt_fb_ctx *c) { (void)c; }
 
-/* evt_program_bind_arena: the program's own arena is freed once the caller's memory replaces it, the caller's
- * is never freed, too little or misaligned memory is refused by name, NULL returns to an arena of its own, and
- * every arena tensor points into the memory bound. */
+/* Every arena tensor of p points into [base, base + bytes). */
+static bool tensors_in(const evt_graph *g, const evt_program *p, const char *base, int64_t bytes) {
+  int n = 0;
+  for (int v = 0; v < g->nnodes; v++)
+    if (p->slots[v].kind == EVT_SLOT_ARENA) {
+      n++;
+      if (!p->t[v].ptr || (const char *)p->t[v].ptr < base || (const char *)p->t[v].ptr + p->slots[v].bytes > base + bytes)
+        return false;
+    }
+  return n > 0;
+}
+
+/* evt_program_bind_arena and the lazy arena: placing a program allocates no arena (a caller that binds one
+ * before the first run never holds two); a run without one allocates the program's own; the caller's memory
+ * replaces it (freed), is never freed itself, too little or misaligned memory is refused by name, NULL
+ * returns to an arena of its own (allocated by the next run), and every arena tensor points into the arena. */
 TEST(program_bind_arena_owns_and_releases) {
   evt_graph *g;
   evt_program *p = small_host_program(&g);
@@ -167,11 +182,18 @@ TEST(program_bind_arena_owns_and_releases) {
                            .graph_free = fake_nothing, .stream_free = fake_nothing, .ctx_free = fake_ctx_free};
   CHECK(evt_program_bind_arena(p, NULL, 0) == EVT_ERR_UNSUPPORTED); /* planned without a device */
   p->api = &fake;
-  fake_frees = 0;
-  CHECK(evt_gpu_program_place(p) == EVT_OK && p->arena && !p->arena_caller);
+  fake_allocs = fake_frees = 0;
+  CHECK(evt_gpu_program_place(p) == EVT_OK && !p->arena && !p->arena_caller && fake_allocs == 0);
   int64_t need = evt_program_arena_bytes(p);
   CHECK(need > 0);
-  char *mine = fake_alloc(need, NULL, 0);
+  char *mine = aligned_alloc(EVT_ARENA_ALIGN, (size_t)((need + EVT_ARENA_ALIGN - 1) / EVT_ARENA_ALIGN + 1) * EVT_ARENA_ALIGN);
+  CHECK(evt_program_bind_arena(p, mine, need) == EVT_OK && p->arena == mine && tensors_in(g, p, mine, need));
+  CHECK(evt_gpu_program_ensure_arena(p) == EVT_OK && p->arena == mine);
+  CHECK(fake_allocs == 0 && fake_frees == 0); /* bound before the first run: no arena of its own, ever */
+  CHECK(evt_program_bind_arena(p, NULL, 0) == EVT_OK && !p->arena && !p->arena_caller && fake_frees == 0);
+  CHECK(evt_gpu_program_ensure_arena(p) == EVT_OK && p->arena && p->arena != mine && fake_allocs == 1);
+  CHECK(tensors_in(g, p, p->arena, need));
+  CHECK(evt_gpu_program_ensure_arena(p) == EVT_OK && fake_allocs == 1); /* kept */
   CHECK(evt_program_bind_arena(p, mine, need - 1) == EVT_ERR_INVALID);
   CHECK_MSG(strstr(evt_program_error(p), "the arena needs"), "%s", evt_program_error(p));
   CHECK(evt_program_bind_arena(p, mine + 8, need) == EVT_ERR_INVALID);
@@ -179,22 +201,14 @@ TEST(program_bind_arena_owns_and_releases) {
   CHECK(fake_frees == 0);
   p->dirty = false;
   CHECK(evt_program_bind_arena(p, mine, need) == EVT_OK && p->arena == mine && p->dirty);
-  CHECK(fake_frees == 1); /* the program's own */
-  int in_arena = 0;
-  for (int v = 0; v < g->nnodes; v++)
-    if (p->slots[v].kind == EVT_SLOT_ARENA) {
-      in_arena++;
-      CHECK((char *)p->t[v].ptr >= mine && (char *)p->t[v].ptr + p->slots[v].bytes <= mine + need);
-    }
-  CHECK(in_arena > 0);
+  CHECK(fake_frees == 1 && tensors_in(g, p, mine, need)); /* the program's own */
   p->dirty = false;
   CHECK(evt_program_bind_arena(p, mine, need) == EVT_OK && !p->dirty); /* the same memory: nothing to capture */
   CHECK(evt_gpu_program_place(p) == EVT_OK && p->arena == mine);   /* a re-plan that fits keeps it */
-  CHECK(evt_program_bind_arena(p, NULL, 0) == EVT_OK && p->arena != mine && !p->arena_caller);
-  CHECK(fake_frees == 1);
-  CHECK(evt_program_bind_arena(p, mine, need) == EVT_OK);
-  CHECK(fake_frees == 2);
-  evt_program_destroy(p); /* frees nothing of the caller's */
+  p->arena_caller_bytes = need - 1;                                  /* one that does not drops it */
+  CHECK(evt_gpu_program_place(p) == EVT_OK && !p->arena && fake_frees == 1);
+  CHECK(evt_gpu_program_ensure_arena(p) == EVT_OK && p->arena && fake_allocs == 2);
+  evt_program_destroy(p); /* frees its own, nothing of the caller's */
   CHECK(fake_frees == 2);
   free(mine);
   evt_graph_free(g);

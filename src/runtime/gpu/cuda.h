@@ -156,6 +156,8 @@ void evt_gpu_program_set_tensors(evt_program *p);
 /* Allocates the arena (and the GEMM scratch) of the current layout and reserves the library's scratch for
  * every node step and fused spmm_t group (evt_gpu_reserve_group). */
 evt_status evt_gpu_program_place(evt_program *p);
+/* The program's own arena when none is bound and the layout needs one (every run starts with it). */
+evt_status evt_gpu_program_ensure_arena(evt_program *p);
 /* Graphs with rand / dropout: the device word the kernels read the RNG step from. */
 evt_status evt_gpu_program_rng_init(evt_program *p);
 

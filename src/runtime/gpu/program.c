@@ -2,8 +2,10 @@
  * src/runtime/gpu/cuda.h). src/compile/program.c creates it: passes, fused plan, compiled kernels, memory
  * plan; this file loads its kernels, places its arena on the device, binds caller memory and runs it.
  *
- * A run never allocates, except after a GEMM launcher refused its group: then the program re-plans its
- * memory and enqueues the step again. Run: check every binding, then enqueue every step (cuda.c) and the
+ * The arena is allocated lazily: by the first run that finds none bound (evt_program_bind_arena), so a caller
+ * that binds its own never holds two, and programs made ahead of their first run hold none. A run allocates
+ * nothing else, except after a GEMM launcher refused its group: then the program re-plans its memory and
+ * enqueues the step again. Run: check every binding, then enqueue every step (cuda.c) and the
  * output copies (an output that is an input/param, or a node listed twice as an output, is copied into the
  * caller's output memory). With EVT_PROGRAM_CUDA_GRAPH the first run is eager (it loads lazily loaded
  * kernels and lets generated launchers allocate their workspaces), later runs replay a graph captured on a
@@ -55,7 +57,8 @@ void evt_gpu_program_set_tensors(evt_program *p) {
       t->shape[d] = ty->shape[d];
       t->numel *= ty->shape[d];
     }
-    t->ptr = p->slots[v].kind == EVT_SLOT_ARENA ? p->arena + p->slots[v].offset : keep;
+    bool in_arena = p->slots[v].kind == EVT_SLOT_ARENA;
+    t->ptr = in_arena ? (p->arena ? p->arena + p->slots[v].offset : NULL) : keep;
   }
   follow_aliases(p);
 }
@@ -78,15 +81,24 @@ static evt_status own_arena(evt_program *p) {
   return EVT_OK;
 }
 
-/* Allocates the arena (unless the caller's still holds the layout) and the GEMM scratch for the current
- * layout, points the tensors at them and reserves the library's scratch for every node step (and A^T's CSR for
- * every fused spmm_t group). */
+/* Before a run: the program's own arena when none is bound (allocated once, kept until a caller binds one). */
+evt_status evt_gpu_program_ensure_arena(evt_program *p) {
+  if (p->arena || p->arena_bytes <= 0) return EVT_OK;
+  evt_status st = own_arena(p);
+  if (st != EVT_OK) return fail(p, st);
+  evt_gpu_program_set_tensors(p);
+  return EVT_OK;
+}
+
+/* Drops an arena that no longer fits the current layout (the next run allocates one:
+ * evt_gpu_program_ensure_arena), allocates the GEMM scratch, points the tensors at them and reserves the
+ * library's scratch for every node step (and A^T's CSR for every fused spmm_t group): shapes only, no data. */
 evt_status evt_gpu_program_place(evt_program *p) {
   evt_graph *g = p->g;
   char why[512];
   bool caller_fits = p->arena_caller && p->arena_caller_bytes >= p->arena_bytes;
-  evt_status st = caller_fits ? EVT_OK : own_arena(p); /* a re-plan may need more than the caller gave */
-  if (st != EVT_OK) return st;
+  if (!caller_fits) release_arena(p); /* (a re-plan may need more than the caller gave) */
+  evt_status st = EVT_OK;
   if (p->xp && p->xp->scratch_bytes > 0 && !p->gemm_scratch &&
       !(p->gemm_scratch = p->api->alloc(p->xp->scratch_bytes, why, sizeof why)))
     return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "GEMM scratch: %s", why);
@@ -113,7 +125,8 @@ static evt_status replan(evt_program *p) {
   evt_status st = evt_program_layout(p->g, p->xp, p->slots, &p->arena_bytes, &p->naive_bytes, why, sizeof why);
   if (st != EVT_OK) evt_graph_errorf_at(p->g, (evt_origin){0}, st, "memory plan: %s", why);
   if (st == EVT_OK) st = evt_gpu_program_place(p);
-  return st == EVT_OK ? EVT_OK : fail(p, st);
+  if (st != EVT_OK) return fail(p, st);
+  return evt_gpu_program_ensure_arena(p);
 }
 
 /* ---- create / destroy ------------------------------------------------------------------------------ */
@@ -230,10 +243,9 @@ evt_status evt_program_bind_arena(evt_program *p, void *device_ptr, int64_t byte
   if (!p) return EVT_ERR_INVALID;
   char msg[200];
   if (!p->api) return failf(p, -1, EVT_ERR_UNSUPPORTED, "evt_program_bind_arena: the program was planned without a device");
-  if (!device_ptr) { /* back to an arena of its own */
+  if (!device_ptr) { /* back to an arena of its own, allocated by the next run */
     if (!p->arena_caller) return EVT_OK;
-    evt_status st = own_arena(p);
-    if (st != EVT_OK) return fail(p, st);
+    release_arena(p);
   } else {
     if ((uintptr_t)device_ptr % EVT_ARENA_ALIGN) {
       snprintf(msg, sizeof msg, "evt_program_bind_arena: the memory is not %d-byte aligned", EVT_ARENA_ALIGN);
@@ -464,6 +476,7 @@ evt_status evt_program_run(evt_program *p, void *cuda_stream) {
   evt_status st = check_bindings(p);
   if (st != EVT_OK) return st;
   if (!p->api) return failf(p, -1, EVT_ERR_UNSUPPORTED, "evt_program_run: the program was planned without a device");
+  if ((st = evt_gpu_program_ensure_arena(p)) != EVT_OK) return st;
   if (!(p->flags & EVT_PROGRAM_CUDA_GRAPH) || !p->warmed) {
     st = run_eager(p, cuda_stream);
     if (st == EVT_OK && !p->warmed && p->xp && p->xp->nab > 0) {
