@@ -214,6 +214,37 @@ TEST(program_bind_arena_owns_and_releases) {
   evt_graph_free(g);
 }
 
+/* The GEMM scratch lives at the arena's end (aligned): evt_program_arena_bytes counts it, binding fewer bytes is
+ * refused, and it moves with the arena (bound or the program's own). */
+TEST(program_gemm_scratch_is_in_the_arena) {
+  evt_graph *g = parse_joint(k_small);
+  if (!g) return;
+  evt_program *p = NULL;
+  CHECK_MSG(evt_program_create_host(g, EVT_PROGRAM_FUSED, &p) == EVT_OK, "%s", evt_graph_error(g));
+  if (!p || !p->xp) {
+    CHECK(p && p->xp);
+    evt_program_destroy(p);
+    evt_graph_free(g);
+    return;
+  }
+  const evt_fb_api fake = {.alloc = fake_alloc, .free_ = fake_free, .reserve = fake_reserve,
+                           .graph_free = fake_nothing, .stream_free = fake_nothing, .ctx_free = fake_ctx_free};
+  p->api = &fake;
+  p->xp->scratch_bytes = 1000;
+  int64_t at = (p->arena_bytes + EVT_ARENA_ALIGN - 1) / EVT_ARENA_ALIGN * EVT_ARENA_ALIGN, need = at + 1000;
+  CHECK(evt_program_arena_bytes(p) == need);
+  CHECK(evt_gpu_program_place(p) == EVT_OK && !p->gemm_scratch);
+  CHECK(evt_gpu_program_ensure_arena(p) == EVT_OK && p->gemm_scratch == p->arena + at);
+  char *mine = aligned_alloc(EVT_ARENA_ALIGN, (size_t)((need + EVT_ARENA_ALIGN - 1) / EVT_ARENA_ALIGN + 1) * EVT_ARENA_ALIGN);
+  CHECK(evt_program_bind_arena(p, mine, need - 1) == EVT_ERR_INVALID);
+  CHECK(evt_program_bind_arena(p, mine, need) == EVT_OK && p->gemm_scratch == mine + at);
+  p->xp->scratch_bytes = 0;
+  CHECK(evt_program_arena_bytes(p) == p->arena_bytes);
+  evt_program_destroy(p);
+  free(mine);
+  evt_graph_free(g);
+}
+
 /* evt_program_sgd without a device: the learning rate, the bindings and the gradient outputs are checked
  * (each failure says which), then it needs the device like a run. */
 /* The RNG step: a program starts at its graph's, evt_program_set_rng_step sets the next run's (a host program has

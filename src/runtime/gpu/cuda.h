@@ -81,14 +81,14 @@ struct evt_program {
   evt_exec_plan *xp;
   int (**kfn)(const evt_row_launch_args *);  /* row / pointwise kernel k (NULL: a GEMM kernel or a failure) */
   evt_gemm_kernels *gk;     /* GEMM+EVT kernels (src/runtime/gpu/gemm_launch.h) */
-  void *gemm_scratch;       /* xp->scratch_bytes: D tiles nobody reads */
+  void *gemm_scratch;       /* xp->scratch_bytes (D tiles nobody reads, T) at the arena's end: evt_gpu_arena_total */
   bool replan;              /* a GEMM launcher refused its group during a run: re-plan, run the step again */
   int nsteps;
   evt_prog_step *steps;
   evt_fb_tensor *t;         /* per node: shape, dtype, device pointer (arena, caller, or NULL: none) */
   evt_arena_slot *slots;    /* per node */
   char *arena;
-  int64_t arena_bytes, naive_bytes;
+  int64_t arena_bytes, naive_bytes; /* the intermediates' layout (the arena holds the GEMM scratch after it) */
   bool arena_caller;        /* the arena is the caller's memory (evt_program_bind_arena), never freed here */
   int64_t arena_caller_bytes;
   int noutputs;
@@ -156,6 +156,9 @@ void evt_gpu_program_set_tensors(evt_program *p);
 /* Allocates the arena (and the GEMM scratch) of the current layout and reserves the library's scratch for
  * every node step and fused spmm_t group (evt_gpu_reserve_group). */
 evt_status evt_gpu_program_place(evt_program *p);
+/* Bytes of the arena a run needs: the intermediates (arena_bytes), then the GEMM scratch, both used within a run
+ * only (evt_program_arena_bytes). */
+int64_t evt_gpu_arena_total(const evt_program *p);
 /* The program's own arena when none is bound and the layout needs one (every run starts with it). */
 evt_status evt_gpu_program_ensure_arena(evt_program *p);
 /* Graphs with rand / dropout: the device word the kernels read the RNG step from. */

@@ -42,6 +42,16 @@ static evt_status failf(evt_program *p, int node, evt_status st, const char *msg
 
 /* ---- device memory --------------------------------------------------------------------------------- */
 
+/* Where the GEMM scratch starts in the arena: after the intermediates, aligned. */
+static int64_t scratch_offset(const evt_program *p) {
+  return (p->arena_bytes + EVT_ARENA_ALIGN - 1) / EVT_ARENA_ALIGN * EVT_ARENA_ALIGN;
+}
+
+int64_t evt_gpu_arena_total(const evt_program *p) {
+  int64_t scratch = p->xp && p->xp->scratch_bytes > 0 ? p->xp->scratch_bytes : 0;
+  return scratch ? scratch_offset(p) + scratch : p->arena_bytes;
+}
+
 /* Sets every node's tensor description; arena slots get their address, fused-only members none; caller
  * pointers (bound inputs/params) are kept. */
 void evt_gpu_program_set_tensors(evt_program *p) {
@@ -61,6 +71,8 @@ void evt_gpu_program_set_tensors(evt_program *p) {
     t->ptr = in_arena ? (p->arena ? p->arena + p->slots[v].offset : NULL) : keep;
   }
   follow_aliases(p);
+  bool scratch = p->arena && p->xp && p->xp->scratch_bytes > 0;
+  p->gemm_scratch = scratch ? p->arena + scratch_offset(p) : NULL;
 }
 
 /* Drops the arena: frees it when it is the program's own (cudaFree waits for the device). */
@@ -70,20 +82,21 @@ static void release_arena(evt_program *p) {
   p->arena_caller = false;
 }
 
-/* The program's own arena of arena_bytes. */
+/* The program's own arena (evt_gpu_arena_total bytes). */
 static evt_status own_arena(evt_program *p) {
   char why[512];
   release_arena(p);
-  p->arena = p->api->alloc(p->arena_bytes, why, sizeof why);
+  int64_t bytes = evt_gpu_arena_total(p);
+  p->arena = p->api->alloc(bytes, why, sizeof why);
   if (!p->arena)
     return evt_graph_errorf_at(p->g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "the arena of %lld bytes: %s",
-                               (long long)p->arena_bytes, why);
+                               (long long)bytes, why);
   return EVT_OK;
 }
 
 /* Before a run: the program's own arena when none is bound (allocated once, kept until a caller binds one). */
 evt_status evt_gpu_program_ensure_arena(evt_program *p) {
-  if (p->arena || p->arena_bytes <= 0) return EVT_OK;
+  if (p->arena || evt_gpu_arena_total(p) <= 0) return EVT_OK;
   evt_status st = own_arena(p);
   if (st != EVT_OK) return fail(p, st);
   evt_gpu_program_set_tensors(p);
@@ -91,17 +104,14 @@ evt_status evt_gpu_program_ensure_arena(evt_program *p) {
 }
 
 /* Drops an arena that no longer fits the current layout (the next run allocates one:
- * evt_gpu_program_ensure_arena), allocates the GEMM scratch, points the tensors at them and reserves the
- * library's scratch for every node step (and A^T's CSR for every fused spmm_t group): shapes only, no data. */
+ * evt_gpu_program_ensure_arena), points the tensors into the arena and reserves the library's scratch for every
+ * node step (and A^T's CSR for every fused spmm_t group): shapes only, no data. */
 evt_status evt_gpu_program_place(evt_program *p) {
   evt_graph *g = p->g;
   char why[512];
-  bool caller_fits = p->arena_caller && p->arena_caller_bytes >= p->arena_bytes;
+  bool caller_fits = p->arena_caller && p->arena_caller_bytes >= evt_gpu_arena_total(p);
   if (!caller_fits) release_arena(p); /* (a re-plan may need more than the caller gave) */
   evt_status st = EVT_OK;
-  if (p->xp && p->xp->scratch_bytes > 0 && !p->gemm_scratch &&
-      !(p->gemm_scratch = p->api->alloc(p->xp->scratch_bytes, why, sizeof why)))
-    return evt_graph_errorf_at(g, (evt_origin){0}, EVT_ERR_UNSUPPORTED, "GEMM scratch: %s", why);
   evt_gpu_program_set_tensors(p);
   for (int s = 0; s < p->nsteps; s++) {
     int v = p->steps[s].node;
@@ -139,7 +149,6 @@ void evt_program_destroy(evt_program *p) {
     p->api->graph_free(p->graph_exec);
     p->api->stream_free(p->capture_stream);
     release_arena(p);
-    p->api->free_(p->gemm_scratch);
     p->api->free_(p->rng_dev);
     p->api->ctx_free(p->ctx);
   }
@@ -237,7 +246,7 @@ evt_status evt_program_bind_output(evt_program *p, int i, void *device_ptr) {
   return EVT_OK;
 }
 
-int64_t evt_program_arena_bytes(const evt_program *p) { return p ? p->arena_bytes : 0; }
+int64_t evt_program_arena_bytes(const evt_program *p) { return p ? evt_gpu_arena_total(p) : 0; }
 
 evt_status evt_program_bind_arena(evt_program *p, void *device_ptr, int64_t bytes) {
   if (!p) return EVT_ERR_INVALID;
@@ -251,9 +260,9 @@ evt_status evt_program_bind_arena(evt_program *p, void *device_ptr, int64_t byte
       snprintf(msg, sizeof msg, "evt_program_bind_arena: the memory is not %d-byte aligned", EVT_ARENA_ALIGN);
       return failf(p, -1, EVT_ERR_INVALID, msg);
     }
-    if (bytes < p->arena_bytes) {
+    if (bytes < evt_gpu_arena_total(p)) {
       snprintf(msg, sizeof msg, "evt_program_bind_arena: %lld bytes, the arena needs %lld (evt_program_arena_bytes)",
-               (long long)bytes, (long long)p->arena_bytes);
+               (long long)bytes, (long long)evt_gpu_arena_total(p));
       return failf(p, -1, EVT_ERR_INVALID, msg);
     }
     p->arena_caller_bytes = bytes;
