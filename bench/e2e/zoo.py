@@ -96,7 +96,11 @@ def hf_gpt2(size):
     cfg = T.GPT2Config(vocab_size=c["vocab"], n_embd=c["hidden"], n_layer=c["layers"], n_head=c["heads"],
                        n_inner=c["ffn"], n_positions=c["seq"], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                        bos_token_id=0, eos_token_id=0)
-    model = LossOf(T.GPT2LMHeadModel(cfg), "input_ids")
+    lm = T.GPT2LMHeadModel(cfg)
+    # GPT2LMHeadModel's name names no loss, so Transformers logs a warning inside forward, where Dynamo breaks the
+    # graph (the loss then compiles apart from its head). Naming the loss keeps one graph, for every mode.
+    lm.loss_type = "ForCausalLM"
+    model = LossOf(lm, "input_ids")
     return Workload(model, lambda device: (lambda ids: (ids, ids))(_tokens(c, device)))
 
 
