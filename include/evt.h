@@ -222,8 +222,8 @@ evt_status evt_arch_parse(const char *text, int *arch, int *ptx);
  * reason), "nodes" (the members' names), "out_numel" (the largest member output's elements), "conv" (conv+evt
  * only: its geometry, "conv fprop n 4 h 8 w 8 c 16 o 16 kernel 3x3 ...")}], "kernels" (launches per step), "bytes" (through global memory
  * per step), "unfused_kernels" and "unfused_bytes" (every op its own kernel), "arena_bytes" and "scratch_bytes" (the
- * device memory a run of a GPU program of it uses: its intermediates, the GEMM scratch; one arena holds both), "dot" (the grouped graph as
- * Graphviz text, one cluster per group)}. The graph passes run on g first unless o->flags has
+ * device memory a run of a GPU program of it uses: its intermediates, the GEMM scratch; its arena holds both),
+ * "dot" (the grouped graph as Graphviz text, one cluster per group)}. The graph passes run on g first unless o->flags has
  * EVT_PROGRAM_NO_OPT. NULL on error (message on g). */
 char *evt_plan_report(evt_graph *g, const evt_options *o);
 /* The plan of a created program in evt_plan_report's format, without "dot" (malloc'd; free() it); each group also
@@ -260,13 +260,13 @@ evt_status evt_program_bind(evt_program *p, const char *name, void *device_ptr);
 /* Binds device memory to graph output i (evt_graph_output order of the graph passed to create). */
 evt_status evt_program_bind_output(evt_program *p, int i, void *device_ptr);
 evt_status evt_program_run(evt_program *p, void *cuda_stream);
-/* The arena: device memory for the values a run computes and drops, and the GEMM scratch (every byte is written
- * before it is read within the run, so nothing in it outlives a run). A run that finds none bound allocates the program's own
- * (once; create allocates none); a caller with a caching allocator may give it memory instead, per run if it
- * likes: evt_program_bind_arena frees the program's own arena, if any, and uses device_ptr (at least
- * evt_program_arena_bytes bytes, 256-byte aligned; the caller keeps it alive until the run is done on the
- * stream); NULL returns to an arena of the program's own, allocated by the next run. A
- * different pointer re-captures a CUDA graph like any binding. A run that must re-plan its memory beyond
+/* The arena: device memory for the values a run computes and drops, the GEMM scratch and the kernel library's
+ * scratch (every byte is written before it is read within the run, so nothing in it outlives a run). A run that
+ * finds none bound allocates the program's own (once; create allocates none); a caller with a caching allocator
+ * may give it memory instead, per run if it likes: evt_program_bind_arena frees the program's own arena, if
+ * any, and uses device_ptr (at least evt_program_arena_bytes bytes, 256-byte aligned; the caller keeps it alive
+ * until the run is done on the stream); NULL returns to an arena of the program's own, allocated by the next
+ * run. A different pointer re-captures a CUDA graph like any binding. A run that must re-plan its memory beyond
  * the caller's bytes allocates its own again (evt_program_arena_bytes then tells the new size). */
 int64_t evt_program_arena_bytes(const evt_program *p);
 evt_status evt_program_bind_arena(evt_program *p, void *device_ptr, int64_t bytes);

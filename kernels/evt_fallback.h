@@ -87,8 +87,16 @@ evt_fb_ctx *evt_fb_ctx_new(char *err, size_t errlen);      /* NULL on failure */
 void evt_fb_ctx_free(evt_fb_ctx *c);
 void *evt_fb_alloc(int64_t bytes, char *err, size_t errlen); /* NULL on failure */
 void evt_fb_free(void *p);
-/* Sizes the context's scratch for node n (allocates; call before a step / a capture, never inside one). */
+/* Sizes the context's scratch for node n (allocates; call before a step / a capture, never inside one). With
+ * bound scratch (evt_fb_bind_scratch) it only checks that the scratch is large enough. */
 int evt_fb_reserve(evt_fb_ctx *c, const evt_fb_node *n, char *err, size_t errlen);
+/* Reserves what node n keeps in the context (attention plans, COO scratch) and sets *n1, *n2 to the doubles of
+ * the two scratch buffers its run needs (0: none), for a caller that provides them (evt_fb_bind_scratch). */
+int evt_fb_scratch_need(evt_fb_ctx *c, const evt_fb_node *n, int64_t *n1, int64_t *n2, char *err, size_t errlen);
+/* The context's two scratch buffers become the caller's memory (n1, n2 doubles, 8-byte aligned), used by the
+ * following runs until bound again; s1 NULL returns to scratch of its own (allocated by evt_fb_reserve). The
+ * context's own scratch is freed at the first bind (it waits for the device: bind outside a capture). */
+void evt_fb_bind_scratch(evt_fb_ctx *c, void *s1, int64_t n1, void *s2, int64_t n2);
 /* Enqueues the node's kernels on stream: no synchronization, no host copies, no allocation once the node
  * was reserved. Graph-capturable. */
 int evt_fb_run(evt_fb_ctx *c, const evt_fb_node *n, void *stream, char *err, size_t errlen);

@@ -54,6 +54,7 @@ struct evt_fb_ctx {
   size_t cublas_ws_bytes;
   double *s1, *s2, *stage;
   size_t n1, n2, nstage;
+  bool scratch_bound;          /* s1 / s2 are the caller's (evt_fb_bind_scratch): never grown or freed here */
   long launches;
   cublasLtHandle_t lt;         /* created on the first bias GEMM */
   lt_plan plans[LT_PLANS];     /* ring of cuBLASLt plans */

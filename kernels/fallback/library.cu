@@ -140,16 +140,52 @@ extern "C" int evt_fb_run(evt_fb_ctx *ctx, const evt_fb_node *nd, void *stream, 
   return 0;
 }
 
-extern "C" int evt_fb_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, size_t errlen) {
+/* Reserves what node nd keeps in the context (attention plans and buffers, COO scratch) and sets *n1, *n2 to
+ * the doubles of S and S2 its double path needs (0: a native path, or memory of its own). */
+static int reserve_own(evt_fb_ctx *c, const evt_fb_node *nd, ll *n1, ll *n2, char *err, size_t errlen) {
+  *n1 = *n2 = 0;
   int r = fb_attention_reserve(c, nd, err, errlen);
   if (r < 0) r = fb_coo_reserve(c, nd, err, errlen);
   if (r >= 0) return r;
   if (nd->op == EVT_FB_OP_FULL || nd->op == EVT_FB_OP_SCALAR || fb_matmul_native_covers(nd))
     return 0; /* (stored in the output's dtype: fb_fill_native, fb_matmul_native) */
-  ll n = nd->out.numel, n2 = scratch2_need(nd);
-  if (ensure(&c->s1, &c->n1, (size_t)(n > 0 ? n : 1), err, errlen)) return 2;
+  *n1 = nd->out.numel > 0 ? nd->out.numel : 1;
+  *n2 = scratch2_need(nd);
+  return 0;
+}
+
+extern "C" int evt_fb_scratch_need(evt_fb_ctx *c, const evt_fb_node *nd, int64_t *n1, int64_t *n2, char *err,
+                                   size_t errlen) {
+  ll a, b;
+  int r = reserve_own(c, nd, &a, &b, err, errlen);
+  *n1 = r ? 0 : a, *n2 = r ? 0 : b;
+  return r;
+}
+
+extern "C" int evt_fb_reserve(evt_fb_ctx *c, const evt_fb_node *nd, char *err, size_t errlen) {
+  ll n1, n2;
+  int r = reserve_own(c, nd, &n1, &n2, err, errlen);
+  if (r) return r;
+  if (c->scratch_bound) {
+    if ((size_t)n1 <= c->n1 && (size_t)n2 <= c->n2) return 0;
+    snprintf(err, errlen, "node %d needs %lld + %lld doubles of scratch; the bound scratch holds %zu + %zu", nd->id,
+             (long long)n1, (long long)n2, c->n1, c->n2);
+    return 2;
+  }
+  if (n1 > 0 && ensure(&c->s1, &c->n1, (size_t)n1, err, errlen)) return 2;
   if (n2 > 0 && ensure(&c->s2, &c->n2, (size_t)n2, err, errlen)) return 2;
   return 0;
+}
+
+extern "C" void evt_fb_bind_scratch(evt_fb_ctx *c, void *s1, int64_t n1, void *s2, int64_t n2) {
+  if (!c->scratch_bound) { /* (its own, if any: freed; cudaFree waits for the device, once) */
+    if (c->s1) cudaFree(c->s1);
+    if (c->s2) cudaFree(c->s2);
+  }
+  c->scratch_bound = s1 != NULL;
+  c->s1 = (double *)s1, c->s2 = (double *)s2;
+  c->n1 = s1 ? (size_t)n1 : 0, c->n2 = s1 && s2 ? (size_t)n2 : 0;
+  if (!s1) c->s2 = NULL;
 }
 
 /* ---- device, contexts, memory --------------------------------------------------------------------------- */
@@ -185,8 +221,7 @@ extern "C" int evt_fb_device_arch(void) {
 extern "C" void evt_fb_ctx_free(evt_fb_ctx *c) {
   if (!c) return;
   fb_gemm_ctx_free(c);
-  cudaFree(c->s1);
-  cudaFree(c->s2);
+  if (!c->scratch_bound) cudaFree(c->s1), cudaFree(c->s2);
   cudaFree(c->stage);
   cudaFree(c->attn);
   cudaFree(c->csr);

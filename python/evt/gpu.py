@@ -6,7 +6,7 @@ Contract
   which names the node when a node is the reason, so the caller can move that node to PyTorch.
 - Program.run(inputs, outputs, stream) binds device pointers (inputs by node name, outputs by index) and
   enqueues the step on `stream` (a cudaStream_t as an int); it does not synchronize. Its arena (the values a run
-  computes and drops) comes from PyTorch's caching allocator for that run (evt_program_bind_arena), so segments
+  computes and drops, and its scratch) comes from PyTorch's caching allocator for that run (evt_program_bind_arena), so segments
   and PyTorch's own tensors share one pool instead of each program holding its arena for good; a program with
   its own CUDA graph (EVT_PROGRAM_CUDA_GRAPH) keeps an arena of its own (a new address would re-capture it).
 - evt_program's memory contract: dense row-major in the node's dtype, integers as i64, bool as u8, fp8 as

@@ -155,6 +155,17 @@ static int fake_reserve(evt_fb_ctx *c, const evt_fb_node *n, char *why, size_t l
   (void)c, (void)n, (void)why, (void)len;
   return 0;
 }
+/* every node step needs 10 + 4 doubles of library scratch; binding records where the program put them */
+static void *fake_s1, *fake_s2;
+static int fake_scratch_need(evt_fb_ctx *c, const evt_fb_node *n, int64_t *n1, int64_t *n2, char *why, size_t len) {
+  (void)c, (void)n, (void)why, (void)len;
+  *n1 = 10, *n2 = 4;
+  return 0;
+}
+static void fake_bind_scratch(evt_fb_ctx *c, void *s1, int64_t n1, void *s2, int64_t n2) {
+  (void)c, (void)n1, (void)n2;
+  fake_s1 = s1, fake_s2 = s2;
+}
 static void fake_nothing(void *q) { (void)q; }
 static void fake_ctx_free(evt_fb_ctx *c) { (void)c; }
 
@@ -179,6 +190,7 @@ TEST(program_bind_arena_owns_and_releases) {
   evt_program *p = small_host_program(&g);
   if (!p) return;
   const evt_fb_api fake = {.alloc = fake_alloc, .free_ = fake_free, .reserve = fake_reserve,
+                           .scratch_need = fake_scratch_need, .bind_scratch = fake_bind_scratch,
                            .graph_free = fake_nothing, .stream_free = fake_nothing, .ctx_free = fake_ctx_free};
   CHECK(evt_program_bind_arena(p, NULL, 0) == EVT_ERR_UNSUPPORTED); /* planned without a device */
   p->api = &fake;
@@ -214,9 +226,9 @@ TEST(program_bind_arena_owns_and_releases) {
   evt_graph_free(g);
 }
 
-/* The GEMM scratch lives at the arena's end (aligned): evt_program_arena_bytes counts it, binding fewer bytes is
- * refused, and it moves with the arena (bound or the program's own). */
-TEST(program_gemm_scratch_is_in_the_arena) {
+/* The GEMM scratch and the library's double scratch live at the arena's end (aligned): evt_program_arena_bytes
+ * counts them, binding fewer bytes is refused, and they move with the arena (bound or the program's own). */
+TEST(program_scratch_is_in_the_arena) {
   evt_graph *g = parse_joint(k_small);
   if (!g) return;
   evt_program *p = NULL;
@@ -228,18 +240,29 @@ TEST(program_gemm_scratch_is_in_the_arena) {
     return;
   }
   const evt_fb_api fake = {.alloc = fake_alloc, .free_ = fake_free, .reserve = fake_reserve,
+                           .scratch_need = fake_scratch_need, .bind_scratch = fake_bind_scratch,
                            .graph_free = fake_nothing, .stream_free = fake_nothing, .ctx_free = fake_ctx_free};
   p->api = &fake;
+  p->ctx = (evt_fb_ctx *)&fake; /* (never dereferenced by the fakes) */
   p->xp->scratch_bytes = 1000;
-  int64_t at = (p->arena_bytes + EVT_ARENA_ALIGN - 1) / EVT_ARENA_ALIGN * EVT_ARENA_ALIGN, need = at + 1000;
-  CHECK(evt_program_arena_bytes(p) == need);
-  CHECK(evt_gpu_program_place(p) == EVT_OK && !p->gemm_scratch);
+  int64_t at = (p->arena_bytes + EVT_ARENA_ALIGN - 1) / EVT_ARENA_ALIGN * EVT_ARENA_ALIGN;
+  int64_t s1 = at + 1024, s2 = s1 + 256, need = s2 + 4 * 8; /* 1000 -> 1024; 10 doubles -> 256 */
+  bool node_steps = false;
+  for (int s = 0; s < p->nsteps; s++) node_steps = node_steps || p->steps[s].node >= 0;
+  CHECK(node_steps); /* (the library's scratch is sized by node steps) */
+  fake_s1 = fake_s2 = (void *)&fake;
+  CHECK(evt_gpu_program_place(p) == EVT_OK && !p->gemm_scratch && !fake_s1 && !fake_s2);
+  CHECK(p->lib_n1 == 10 && p->lib_n2 == 4 && evt_program_arena_bytes(p) == need);
   CHECK(evt_gpu_program_ensure_arena(p) == EVT_OK && p->gemm_scratch == p->arena + at);
+  CHECK(fake_s1 == p->arena + s1 && fake_s2 == p->arena + s2);
   char *mine = aligned_alloc(EVT_ARENA_ALIGN, (size_t)((need + EVT_ARENA_ALIGN - 1) / EVT_ARENA_ALIGN + 1) * EVT_ARENA_ALIGN);
   CHECK(evt_program_bind_arena(p, mine, need - 1) == EVT_ERR_INVALID);
   CHECK(evt_program_bind_arena(p, mine, need) == EVT_OK && p->gemm_scratch == mine + at);
+  CHECK(fake_s1 == mine + s1 && fake_s2 == mine + s2);
   p->xp->scratch_bytes = 0;
+  p->lib_n1 = p->lib_n2 = 0;
   CHECK(evt_program_arena_bytes(p) == p->arena_bytes);
+  p->ctx = NULL;
   evt_program_destroy(p);
   free(mine);
   evt_graph_free(g);

@@ -52,6 +52,8 @@ static bool load_api(void *lib, evt_fb_api *a) {
   SYM(alloc, "evt_fb_alloc");
   SYM(free_, "evt_fb_free");
   SYM(reserve, "evt_fb_reserve");
+  SYM(scratch_need, "evt_fb_scratch_need");
+  SYM(bind_scratch, "evt_fb_bind_scratch");
   SYM(run, "evt_fb_run");
   SYM(launches, "evt_fb_launches");
   SYM(upload, "evt_fb_upload");

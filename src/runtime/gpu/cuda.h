@@ -39,6 +39,8 @@ typedef struct evt_fb_api {
   void *(*alloc)(int64_t, char *, size_t);
   void (*free_)(void *);
   int (*reserve)(evt_fb_ctx *, const evt_fb_node *, char *, size_t);
+  int (*scratch_need)(evt_fb_ctx *, const evt_fb_node *, int64_t *, int64_t *, char *, size_t);
+  void (*bind_scratch)(evt_fb_ctx *, void *, int64_t, void *, int64_t);
   int (*run)(evt_fb_ctx *, const evt_fb_node *, void *, char *, size_t);
   long (*launches)(const evt_fb_ctx *);
   int (*upload)(evt_fb_ctx *, const evt_fb_tensor *, const double *, void *, char *, size_t);
@@ -88,7 +90,8 @@ struct evt_program {
   evt_fb_tensor *t;         /* per node: shape, dtype, device pointer (arena, caller, or NULL: none) */
   evt_arena_slot *slots;    /* per node */
   char *arena;
-  int64_t arena_bytes, naive_bytes; /* the intermediates' layout (the arena holds the GEMM scratch after it) */
+  int64_t arena_bytes, naive_bytes; /* the intermediates' layout (the arena holds the scratch after it) */
+  int64_t lib_n1, lib_n2;   /* doubles of the library's two scratch buffers (largest node step), in the arena */
   bool arena_caller;        /* the arena is the caller's memory (evt_program_bind_arena), never freed here */
   int64_t arena_caller_bytes;
   int noutputs;
@@ -156,8 +159,8 @@ void evt_gpu_program_set_tensors(evt_program *p);
 /* Allocates the arena (and the GEMM scratch) of the current layout and reserves the library's scratch for
  * every node step and fused spmm_t group (evt_gpu_reserve_group). */
 evt_status evt_gpu_program_place(evt_program *p);
-/* Bytes of the arena a run needs: the intermediates (arena_bytes), then the GEMM scratch, both used within a run
- * only (evt_program_arena_bytes). */
+/* Bytes of the arena a run needs: the intermediates (arena_bytes), then the GEMM scratch and the library's double
+ * scratch, all used within a run only (evt_program_arena_bytes). */
 int64_t evt_gpu_arena_total(const evt_program *p);
 /* The program's own arena when none is bound and the layout needs one (every run starts with it). */
 evt_status evt_gpu_program_ensure_arena(evt_program *p);

@@ -42,15 +42,25 @@ static evt_status failf(evt_program *p, int node, evt_status st, const char *msg
 
 /* ---- device memory --------------------------------------------------------------------------------- */
 
-/* Where the GEMM scratch starts in the arena: after the intermediates, aligned. */
-static int64_t scratch_offset(const evt_program *p) {
-  return (p->arena_bytes + EVT_ARENA_ALIGN - 1) / EVT_ARENA_ALIGN * EVT_ARENA_ALIGN;
+static int64_t aligned(int64_t bytes) { return (bytes + EVT_ARENA_ALIGN - 1) / EVT_ARENA_ALIGN * EVT_ARENA_ALIGN; }
+
+/* The arena's parts after the intermediates: offsets of the GEMM scratch and the library's two double
+ * scratch buffers, and the whole arena's size. */
+typedef struct arena_tail {
+  int64_t gemm, s1, s2, total;
+} arena_tail;
+
+static arena_tail tail_of(const evt_program *p) {
+  arena_tail t;
+  int64_t gemm = p->xp && p->xp->scratch_bytes > 0 ? p->xp->scratch_bytes : 0;
+  t.gemm = aligned(p->arena_bytes);
+  t.s1 = aligned(t.gemm + gemm);
+  t.s2 = aligned(t.s1 + 8 * p->lib_n1);
+  t.total = gemm || p->lib_n1 || p->lib_n2 ? t.s2 + 8 * p->lib_n2 : p->arena_bytes;
+  return t;
 }
 
-int64_t evt_gpu_arena_total(const evt_program *p) {
-  int64_t scratch = p->xp && p->xp->scratch_bytes > 0 ? p->xp->scratch_bytes : 0;
-  return scratch ? scratch_offset(p) + scratch : p->arena_bytes;
-}
+int64_t evt_gpu_arena_total(const evt_program *p) { return tail_of(p).total; }
 
 /* Sets every node's tensor description; arena slots get their address, fused-only members none; caller
  * pointers (bound inputs/params) are kept. */
@@ -71,8 +81,12 @@ void evt_gpu_program_set_tensors(evt_program *p) {
     t->ptr = in_arena ? (p->arena ? p->arena + p->slots[v].offset : NULL) : keep;
   }
   follow_aliases(p);
+  arena_tail at = tail_of(p);
   bool scratch = p->arena && p->xp && p->xp->scratch_bytes > 0;
-  p->gemm_scratch = scratch ? p->arena + scratch_offset(p) : NULL;
+  p->gemm_scratch = scratch ? p->arena + at.gemm : NULL;
+  if (p->api && p->ctx && p->lib_n1 > 0)
+    p->api->bind_scratch(p->ctx, p->arena ? p->arena + at.s1 : NULL, p->lib_n1,
+                         p->arena && p->lib_n2 ? p->arena + at.s2 : NULL, p->lib_n2);
 }
 
 /* Drops the arena: frees it when it is the program's own (cudaFree waits for the device). */
@@ -103,25 +117,31 @@ evt_status evt_gpu_program_ensure_arena(evt_program *p) {
   return EVT_OK;
 }
 
-/* Drops an arena that no longer fits the current layout (the next run allocates one:
- * evt_gpu_program_ensure_arena), points the tensors into the arena and reserves the library's scratch for every
- * node step (and A^T's CSR for every fused spmm_t group): shapes only, no data. */
+/* Sizes the library's double scratch for every node step (it lives in the arena, after the GEMM scratch) and
+ * reserves what the library keeps per node (attention plans, A^T's CSR of every fused spmm_t group: shapes
+ * only, no data); drops an arena that no longer fits (the next run allocates one:
+ * evt_gpu_program_ensure_arena) and points the tensors into the arena. */
 evt_status evt_gpu_program_place(evt_program *p) {
   evt_graph *g = p->g;
   char why[512];
-  bool caller_fits = p->arena_caller && p->arena_caller_bytes >= evt_gpu_arena_total(p);
-  if (!caller_fits) release_arena(p); /* (a re-plan may need more than the caller gave) */
   evt_status st = EVT_OK;
-  evt_gpu_program_set_tensors(p);
+  p->lib_n1 = p->lib_n2 = 0;
+  evt_gpu_program_set_tensors(p); /* (the nodes' shapes) */
   for (int s = 0; s < p->nsteps; s++) {
     int v = p->steps[s].node;
     if (v < 0 && (st = evt_gpu_reserve_group(p, p->steps[s].group)) != EVT_OK) return st;
     if (v < 0) continue;
     evt_fb_node fn; /* (with the attributes: attention plans depend on causal) */
     evt_gpu_fb_node(p, v, &fn);
-    if (p->api->reserve(p->ctx, &fn, why, sizeof why))
+    int64_t n1, n2;
+    if (p->api->scratch_need(p->ctx, &fn, &n1, &n2, why, sizeof why))
       return evt_graph_errorf(g, v, EVT_ERR_UNSUPPORTED, "scratch memory: %s", why);
+    if (n1 > p->lib_n1) p->lib_n1 = n1;
+    if (n2 > p->lib_n2) p->lib_n2 = n2;
   }
+  bool caller_fits = p->arena_caller && p->arena_caller_bytes >= evt_gpu_arena_total(p);
+  if (!caller_fits) release_arena(p); /* (a re-plan may need more than the caller gave) */
+  evt_gpu_program_set_tensors(p);
   return EVT_OK;
 }
 
