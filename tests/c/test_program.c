@@ -168,6 +168,9 @@ static void fake_bind_scratch(evt_fb_ctx *c, void *s1, int64_t n1, void *s2, int
 }
 static void fake_nothing(void *q) { (void)q; }
 static void fake_ctx_free(evt_fb_ctx *c) { (void)c; }
+static const evt_fb_api fake = {.alloc = fake_alloc, .free_ = fake_free, .reserve = fake_reserve,
+                                .scratch_need = fake_scratch_need, .bind_scratch = fake_bind_scratch,
+                                .graph_free = fake_nothing, .stream_free = fake_nothing, .ctx_free = fake_ctx_free};
 
 /* Every arena tensor of p points into [base, base + bytes). */
 static bool tensors_in(const evt_graph *g, const evt_program *p, const char *base, int64_t bytes) {
@@ -189,9 +192,6 @@ TEST(program_bind_arena_owns_and_releases) {
   evt_graph *g;
   evt_program *p = small_host_program(&g);
   if (!p) return;
-  const evt_fb_api fake = {.alloc = fake_alloc, .free_ = fake_free, .reserve = fake_reserve,
-                           .scratch_need = fake_scratch_need, .bind_scratch = fake_bind_scratch,
-                           .graph_free = fake_nothing, .stream_free = fake_nothing, .ctx_free = fake_ctx_free};
   CHECK(evt_program_bind_arena(p, NULL, 0) == EVT_ERR_UNSUPPORTED); /* planned without a device */
   p->api = &fake;
   fake_allocs = fake_frees = 0;
@@ -239,9 +239,6 @@ TEST(program_scratch_is_in_the_arena) {
     evt_graph_free(g);
     return;
   }
-  const evt_fb_api fake = {.alloc = fake_alloc, .free_ = fake_free, .reserve = fake_reserve,
-                           .scratch_need = fake_scratch_need, .bind_scratch = fake_bind_scratch,
-                           .graph_free = fake_nothing, .stream_free = fake_nothing, .ctx_free = fake_ctx_free};
   p->api = &fake;
   p->ctx = (evt_fb_ctx *)&fake; /* (never dereferenced by the fakes) */
   p->xp->scratch_bytes = 1000;
