@@ -2,6 +2,8 @@
  * runtime's plain GEMM (cuBLAS; cuBLASLt for a bias epilogue). */
 #include "internal.h"
 
+#include <mutex>
+
 /* ---- gemm: out[b] = a[b] @ b[b], double, k increasing; 16x16 tiles ---------------------------------- */
 
 #define TILE 16
@@ -33,16 +35,59 @@ __global__ void k_addmm_bias(double *S, tv c, ll M, ll N, ll cs0, ll cs1) {
 
 /* ---- the context's cuBLAS state ----------------------------------------------------------------------- */
 
-int fb_gemm_ctx_init(evt_fb_ctx *c, char *err, size_t errlen) {
-  cublasStatus_t cs = cublasCreate(&c->cublas);
-  if (cs != CUBLAS_STATUS_SUCCESS) {
-    snprintf(err, errlen, "cublasCreate failed (status %d)", (int)cs);
-    c->cublas = NULL;
+/* One cuBLAS handle per device, shared by every context on it: a handle holds device memory of its own, which
+ * per program added up to gigabytes for models of many segments. A call sets its context's stream and workspace
+ * and enqueues under the device's lock (blas_call), so contexts on other streams or threads never interleave. */
+struct shared_blas {
+  std::mutex mu;
+  cublasHandle_t h;
+  int refs;
+};
+enum { MAX_DEVICES = 64 };
+static std::mutex g_blas_mu; /* guards h and refs of every device */
+static shared_blas g_blas[MAX_DEVICES];
+
+static int blas_acquire(evt_fb_ctx *c, char *err, size_t errlen) {
+  if (cudaGetDevice(&c->device) != cudaSuccess || c->device < 0 || c->device >= MAX_DEVICES) {
+    snprintf(err, errlen, "cuBLAS: no usable current device");
     return 1;
   }
-  /* Tensor cores on, but no TF32 for f32 operands (DEFAULT_MATH never uses it) and no reduced-precision
-   * (bf16/f16) split-K reductions: products and sums stay f32, as the interpreter models them. */
-  cublasSetMathMode(c->cublas, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  std::lock_guard<std::mutex> lk(g_blas_mu);
+  shared_blas &b = g_blas[c->device];
+  if (b.refs == 0) {
+    cublasStatus_t cs = cublasCreate(&b.h);
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+      snprintf(err, errlen, "cublasCreate failed (status %d)", (int)cs);
+      return 1;
+    }
+    /* Tensor cores on, but no TF32 for f32 operands (DEFAULT_MATH never uses it) and no reduced-precision
+     * (bf16/f16) split-K reductions: products and sums stay f32, as the interpreter models them. */
+    cublasSetMathMode(b.h, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  }
+  b.refs++;
+  c->cublas = b.h;
+  return 0;
+}
+
+static void blas_release(evt_fb_ctx *c) {
+  if (!c->cublas) return;
+  std::lock_guard<std::mutex> lk(g_blas_mu);
+  shared_blas &b = g_blas[c->device];
+  if (--b.refs == 0) cublasDestroy(b.h);
+  c->cublas = NULL;
+}
+
+/* The device's shared handle, set to the context's stream and workspace, held for one call (the lock). */
+struct blas_call {
+  std::lock_guard<std::mutex> lk;
+  blas_call(evt_fb_ctx *c, cudaStream_t stream) : lk(g_blas[c->device].mu) {
+    cublasSetStream(c->cublas, stream);
+    cublasSetWorkspace(c->cublas, c->cublas_ws, c->cublas_ws_bytes); /* after SetStream, which resets it */
+  }
+};
+
+int fb_gemm_ctx_init(evt_fb_ctx *c, char *err, size_t errlen) {
+  if (blas_acquire(c, err, errlen)) return 1;
   c->cublas_ws_bytes = (size_t)32 << 20;
   cudaError_t e = cudaMalloc(&c->cublas_ws, c->cublas_ws_bytes);
   if (e != cudaSuccess) {
@@ -65,7 +110,7 @@ static void lt_plan_free(lt_plan *p) {
 void fb_gemm_ctx_free(evt_fb_ctx *c) {
   for (int i = 0; i < LT_PLANS; i++) lt_plan_free(&c->plans[i]);
   if (c->lt) cublasLtDestroy(c->lt);
-  if (c->cublas) cublasDestroy(c->cublas);
+  blas_release(c);
   cudaFree(c->cublas_ws);
 }
 
@@ -150,8 +195,7 @@ static int cublas_product(evt_fb_ctx *ctx, const evt_fb_node *nd, const mm_geome
   const evt_fb_tensor &A = nd->in[nd->op == EVT_FB_OP_ADDMM ? 1 : 0], &B = nd->in[nd->op == EVT_FB_OP_ADDMM ? 2 : 1];
   cudaDataType_t at = cuda_type(A.dtype);
   float alpha = 1.0f, beta = 0.0f;
-  cublasSetStream(ctx->cublas, ctx->stream);
-  cublasSetWorkspace(ctx->cublas, ctx->cublas_ws, ctx->cublas_ws_bytes); /* after SetStream, which resets it */
+  blas_call lock(ctx, ctx->stream);
   ctx->launches++;
   /* row-major C[M,N] = A B  <=>  column-major C^T[N,M] = B^T A^T */
   cublasStatus_t cs = cublasGemmStridedBatchedEx(
@@ -321,8 +365,7 @@ extern "C" int evt_fb_gemm_run(evt_fb_ctx *c, const evt_fb_gemm *g, void *stream
     return 1;
   }
   if (g->bias) return lt_gemm_bias(c, g, cts[ia], cts[id], stream, err, errlen);
-  cublasSetStream(c->cublas, (cudaStream_t)stream);
-  cublasSetWorkspace(c->cublas, c->cublas_ws, c->cublas_ws_bytes); /* after SetStream, which resets it */
+  blas_call lock(c, (cudaStream_t)stream);
   c->launches++;
   float alpha = 1.0f, beta = 0.0f;
   /* row-major D[M,N] = A B  <=>  column-major D^T[N,M] = B^T A^T: B is cuBLAS's first operand; a row-major

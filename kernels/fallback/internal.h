@@ -43,12 +43,13 @@ struct lt_plan {
 };
 enum { LT_PLANS = 32 };
 
-/* Per-runtime state (one per evt_program): the stream of the node being enqueued, a cuBLAS handle with its own
- * workspace (cuBLAS under CUDA-graph capture must not allocate), the double scratch S of every node, the second
- * scratch S2 (loss terms, cuBLAS f32 product, sdpa rows) and a staging buffer for host conversions (never read
- * by a captured step, so growing it cannot invalidate a CUDA graph). */
+/* Per-runtime state (one per evt_program): the stream of the node being enqueued, the device's shared cuBLAS
+ * handle with this context's own workspace (cuBLAS under CUDA-graph capture must not allocate), the double
+ * scratch S of every node, the second scratch S2 (loss terms, cuBLAS f32 product, sdpa rows) and a staging
+ * buffer for host conversions (never read by a captured step, so growing it cannot invalidate a CUDA graph). */
 struct evt_fb_ctx {
   cudaStream_t stream;
+  int device;                  /* the current device at creation: its cuBLAS handle is shared (gemm.cu) */
   cublasHandle_t cublas;
   void *cublas_ws;
   size_t cublas_ws_bytes;

@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import time
+import weakref
 
 import torch
 import torch.fx
@@ -539,7 +540,10 @@ class Segment:
 _BINDABLE_DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16, torch.bool, torch.int64) + FP8_DTYPES)
 
 
-_PROGRAMS = {}  # (sha256 of the optimized text, flags, device, tf32[, arch]) -> Program (not for CUDA graphs)
+# (sha256 of the optimized text, flags, device, tf32[, arch]) -> Program (not for CUDA graphs), while a plan's
+# segment holds it: a program left behind (a plan rebuilt after a program refused a node, a plan dropped) frees
+# its device memory instead of living as long as the process
+_PROGRAMS = weakref.WeakValueDictionary()
 
 
 def _program_key(graph, flags, device, tf32=False):

@@ -6,6 +6,7 @@ CUDA graphs of FX modules are made with fake CUDA tensors (FakeTensorProp needs 
 runs anything on a GPU or produces GPU results: those are tests/gpu/run.sh's (torch).
 """
 import collections
+import contextlib
 import logging
 import operator
 import os
@@ -232,6 +233,33 @@ class _Created:
 
     def __init__(self, text):
         self.text = text
+
+
+@needs_lib
+def test_program_cache_keeps_only_programs_in_use(monkeypatch):
+    """Segments of one text share a program while one of them holds it; a program no segment holds any more
+    (its plan was rebuilt or dropped) leaves the cache, so its device memory is freed."""
+    import gc
+    monkeypatch.setattr(SG, "_PROGRAMS", type(SG._PROGRAMS)())  # (empty, of the module's own kind)
+    made = []
+
+    class FakeProgram:
+        def __init__(self, text, flags, name, refine=1, arch=None, tf32=False):
+            made.append(text)
+
+        def launch_count(self):
+            return 1
+    monkeypatch.setattr(G, "Program", FakeProgram)
+    monkeypatch.setattr(SG.torch.cuda, "device", lambda d: contextlib.nullcontext())  # (no CUDA here)
+    g = evt_lib.Graph("graph t {\n  %x: f32[4] = input()\n  %y = relu(%x)\n  output %y\n}\n", "<t>")
+    p = SG._program_for(g, G.EVT_PROGRAM_FUSED, None, 1)
+    assert SG._program_for(g, G.EVT_PROGRAM_FUSED, None, 1) is p and len(made) == 1
+    assert SG.program_cached(g, G.EVT_PROGRAM_FUSED, None)
+    del p
+    gc.collect()
+    assert not SG.program_cached(g, G.EVT_PROGRAM_FUSED, None)
+    SG._program_for(g, G.EVT_PROGRAM_FUSED, None, 1)
+    assert len(made) == 2
 
 
 @needs_lib
