@@ -380,12 +380,16 @@ def build_plan(gm, options=None, kind="module", backward=None):
         R.mark_returned_log_softmax(gm)  # (a module without a backward returns every output to its caller)
     force = {}
     rebuilds = 0
+    plan = None
     while True:
-        plan = Plan(gm, force, options, program_node_fallback=rebuilds < MAX_PROGRAM_REBUILDS, kind=kind,
-                    early=early)
+        # (the last attempt stays alive until this one is built: the programs it created, cached only while a
+        # plan holds them, serve this attempt's segments of the same text)
+        last, plan = plan, Plan(gm, force, options, program_node_fallback=rebuilds < MAX_PROGRAM_REBUILDS,
+                                kind=kind, early=early)
         try:
             plan.finalize()
             SG.STATS["plans"] += 1
+            del last
             return plan
         except LibraryError:
             raise

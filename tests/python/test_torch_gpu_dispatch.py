@@ -284,6 +284,30 @@ def test_program_rejecting_a_node_moves_it_to_pytorch(monkeypatch):
 
 
 @needs_lib
+def test_rebuild_reuses_the_last_attempts_programs(monkeypatch):
+    """A plan rebuilt after a program refused a node creates no program twice: the programs of the last attempt
+    stay cached (the cache holds a program only while a plan does) until the new attempt is built."""
+    monkeypatch.setattr(G, "has_program_api", lambda: True)
+    monkeypatch.setattr(SG, "_PROGRAMS", type(SG._PROGRAMS)())
+    monkeypatch.setattr(SG.torch.cuda, "device", lambda d: contextlib.nullcontext())  # (no CUDA here)
+    made = []
+
+    class FakeProgram:
+        def __init__(self, text, flags, name, refine=1, arch=None, tf32=False):
+            if "tanh(" in text:
+                raise G.ProgramError("seg.evt:3:3: node %tanh (tanh): no GPU kernel for this op")
+            made.append(text)
+
+        def launch_count(self):
+            return 1
+    monkeypatch.setattr(G, "Program", FakeProgram)
+    plan = PL.build_plan(_cuda_module(with_cumsum=True))  # (mm, relu | cumsum in PyTorch | tanh, ...)
+    assert {n.name for n, _ in plan.fallbacks} >= {"tanh"}
+    assert len(made) >= 2 and len(made) == len(set(made)), made
+    assert all(isinstance(s.program, FakeProgram) for s in _segments(plan))
+
+
+@needs_lib
 def test_program_failure_without_a_node_runs_its_segment_in_pytorch(monkeypatch):
     monkeypatch.setattr(G, "has_program_api", lambda: True)
 
