@@ -235,22 +235,32 @@ class _Created:
         self.text = text
 
 
-@needs_lib
-def test_program_cache_keeps_only_programs_in_use(monkeypatch):
-    """Segments of one text share a program while one of them holds it; a program no segment holds any more
-    (its plan was rebuilt or dropped) leaves the cache, so its device memory is freed."""
-    import gc
-    monkeypatch.setattr(SG, "_PROGRAMS", type(SG._PROGRAMS)())  # (empty, of the module's own kind)
+def _fake_programs(monkeypatch, refuse=None):
+    """gpu.Program replaced by a stand-in that records each created program's text (the returned list) and
+    refuses a text containing `refuse` with a node-naming ProgramError; an empty program cache of the module's
+    own kind; no CUDA device context."""
     made = []
 
     class FakeProgram:
         def __init__(self, text, flags, name, refine=1, arch=None, tf32=False):
+            if refuse and refuse in text:
+                raise G.ProgramError("seg.evt:3:3: node %tanh (tanh): no GPU kernel for this op")
             made.append(text)
 
         def launch_count(self):
             return 1
     monkeypatch.setattr(G, "Program", FakeProgram)
+    monkeypatch.setattr(SG, "_PROGRAMS", type(SG._PROGRAMS)())
     monkeypatch.setattr(SG.torch.cuda, "device", lambda d: contextlib.nullcontext())  # (no CUDA here)
+    return made
+
+
+@needs_lib
+def test_program_cache_keeps_only_programs_in_use(monkeypatch):
+    """Segments of one text share a program while one of them holds it; a program no segment holds any more
+    (its plan was rebuilt or dropped) leaves the cache, so its device memory is freed."""
+    import gc
+    made = _fake_programs(monkeypatch)
     g = evt_lib.Graph("graph t {\n  %x: f32[4] = input()\n  %y = relu(%x)\n  output %y\n}\n", "<t>")
     p = SG._program_for(g, G.EVT_PROGRAM_FUSED, None, 1)
     assert SG._program_for(g, G.EVT_PROGRAM_FUSED, None, 1) is p and len(made) == 1
@@ -288,23 +298,11 @@ def test_rebuild_reuses_the_last_attempts_programs(monkeypatch):
     """A plan rebuilt after a program refused a node creates no program twice: the programs of the last attempt
     stay cached (the cache holds a program only while a plan does) until the new attempt is built."""
     monkeypatch.setattr(G, "has_program_api", lambda: True)
-    monkeypatch.setattr(SG, "_PROGRAMS", type(SG._PROGRAMS)())
-    monkeypatch.setattr(SG.torch.cuda, "device", lambda d: contextlib.nullcontext())  # (no CUDA here)
-    made = []
-
-    class FakeProgram:
-        def __init__(self, text, flags, name, refine=1, arch=None, tf32=False):
-            if "tanh(" in text:
-                raise G.ProgramError("seg.evt:3:3: node %tanh (tanh): no GPU kernel for this op")
-            made.append(text)
-
-        def launch_count(self):
-            return 1
-    monkeypatch.setattr(G, "Program", FakeProgram)
+    made = _fake_programs(monkeypatch, refuse="tanh(")
     plan = PL.build_plan(_cuda_module(with_cumsum=True))  # (mm, relu | cumsum in PyTorch | tanh, ...)
     assert {n.name for n, _ in plan.fallbacks} >= {"tanh"}
     assert len(made) >= 2 and len(made) == len(set(made)), made
-    assert all(isinstance(s.program, FakeProgram) for s in _segments(plan))
+    assert all(type(s.program) is G.Program for s in _segments(plan))
 
 
 @needs_lib
